@@ -1,6 +1,30 @@
-"""ragym rewards: plain reward functions, answer metrics, and the rubric that combines them per a recipe."""
+"""ragym rewards: plain reward functions, answer metrics, and the rubric that combines them per a recipe.
 
+Importing this package registers every built-in reward (``outcome``, ``format``, ``verification``,
+``retrieval_recall``).
+"""
+
+from rewards import kbvqa, verification  # noqa: F401  (registers the KB-VQA rewards)
+from rewards.answers import answer_metric_name, score_answer
 from rewards.episode import Episode
+from rewards.infoseek import infoseek_final_score
 from rewards.registry import get_reward, register_reward, registered_rewards
+from rewards.retrieval import ndcg_at_k, recall_at_k
+from rewards.rubric import RewardError, Rubric, RubricResult
 
-__all__ = ["Episode", "get_reward", "register_reward", "registered_rewards"]
+# DocMemo rewards (rewards/docmemo.py) register here too; the coordinator adds its import line.
+
+__all__ = [
+    "Episode",
+    "RewardError",
+    "Rubric",
+    "RubricResult",
+    "answer_metric_name",
+    "get_reward",
+    "infoseek_final_score",
+    "ndcg_at_k",
+    "recall_at_k",
+    "register_reward",
+    "registered_rewards",
+    "score_answer",
+]

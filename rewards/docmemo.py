@@ -1,0 +1,186 @@
+"""DocMemo reward terms: answer correctness (MMLongBench-Doc rules), format, and step-level evidence terms.
+
+All terms read ``episode.events`` (vocabulary in ``envs.docmemo``) and the ground truth
+``{"answer", "answer_format", "evidence_pages"}`` (1-based pages, empty for "Not answerable"). The
+evidence terms return None for questions without gold pages, so the rubric skips them there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from envs.docmemo_actions import ParseError, parse_action
+from envs.events import events_of
+from rewards.answers import score_answer
+from rewards.episode import Episode
+from rewards.registry import register_reward
+from rewards.text import has_markup
+
+
+def _gold_pages(episode: Episode) -> set[int]:
+    truth = episode.ground_truth
+    if not isinstance(truth, dict) or "evidence_pages" not in truth:
+        raise ValueError(
+            f"{episode.data_source}: DocMemo rewards need ground_truth.evidence_pages, got {truth!r}"
+        )
+    return {int(p) for p in truth["evidence_pages"]}
+
+
+@dataclass(frozen=True)
+class AnswerParams:
+    """Recipe parameters of ``docmemo_answer``."""
+
+    unanswered: float = 0.0
+    """Score of an episode that ended without an answer (turn or round budget)."""
+    markup_scores_zero: bool = True
+    """An answer containing a tag scores 0: tag injection earns nothing."""
+
+
+@register_reward("docmemo_answer", params=AnswerParams)
+def docmemo_answer(episode: Episode, **params: Any) -> float | None:
+    """The MMLongBench-Doc score of the final answer (``Not answerable`` included), in [0, 1].
+
+    >>> gt = {"answer": "Not answerable", "answer_format": "None", "evidence_pages": []}
+    >>> ev = [{"type": "answer", "turn": 3, "text": "Not answerable", "not_answerable": True, "round": 1}]
+    >>> docmemo_answer(Episode("mmlongbench_doc", ["..."] * 4, ev, gt))
+    1.0
+    """
+    cfg = AnswerParams(**params)
+    answers = events_of(episode.events, "answer")
+    if not answers:
+        return cfg.unanswered
+    text = answers[0]["text"]
+    if cfg.markup_scores_zero and has_markup(text):
+        return 0.0
+    return score_answer("mmlongbench_doc", text, episode.ground_truth)
+
+
+@dataclass(frozen=True)
+class FormatParams:
+    """Recipe parameters of ``docmemo_format``."""
+
+    mode: str = "binary"
+    """``binary``: 1 only when every turn is accepted; ``fraction``: the share of accepted turns."""
+    count_violations: bool = True
+    """Well-formed turns the protocol rejected (wrong phase, unseen page...) count as bad turns too."""
+    max_turn_chars: int = 8192
+    """Parser limit for turns the env never saw (a reply cut by the length budget)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("binary", "fraction"):
+            raise ValueError(f"mode must be 'binary' or 'fraction', got {self.mode!r}")
+
+
+@register_reward("docmemo_format", params=FormatParams)
+def docmemo_format(episode: Episode, **params: Any) -> float | None:
+    """Whether every turn followed the DocMemo grammar (binary) or the share that did (fraction).
+
+    >>> ev = [{"type": "action", "turn": 0, "kind": "select", "well_formed": True},
+    ...       {"type": "action", "turn": 1, "kind": "refine", "well_formed": True},
+    ...       {"type": "protocol_violation", "turn": 1, "reason": "unseen_page", "pages": [9]}]
+    >>> ep = Episode("mmlongbench_doc", ["t0", "t1"], ev, {"evidence_pages": []})
+    >>> docmemo_format(ep), docmemo_format(ep, mode="fraction", count_violations=False)
+    (0.0, 1.0)
+    """
+    cfg = FormatParams(**params)
+    good = {e["turn"]: bool(e["well_formed"]) for e in events_of(episode.events, "action")}
+    if cfg.count_violations:
+        for e in events_of(episode.events, "protocol_violation"):
+            good[e["turn"]] = False
+    for t in range(len(episode.turns)):
+        if t not in good:
+            good[t] = not isinstance(parse_action(episode.turns[t], cfg.max_turn_chars), ParseError)
+    if not good:
+        return None
+    flags = list(good.values())
+    return float(all(flags)) if cfg.mode == "binary" else sum(flags) / len(flags)
+
+
+@dataclass(frozen=True)
+class UsefulParams:
+    """Recipe parameters of ``docmemo_useful_gold``."""
+
+    gold_credit: float = 1.0
+    """Credit per useful mark on a gold evidence page."""
+    non_gold_cost: float = 0.0
+    """Cost per useful mark on a page that is not gold evidence."""
+
+
+@register_reward("docmemo_useful_gold", params=UsefulParams)
+def docmemo_useful_gold(episode: Episode, **params: Any) -> float | None:
+    """Mean credit of the policy's useful marks: gold pages earn ``gold_credit``, others cost ``non_gold_cost``.
+
+    0 when the policy marked nothing useful; None without gold pages.
+
+    >>> ev = [{"type": "feedback", "turn": 1, "round": 0, "useful": [4, 9], "irrelevant": [], "query": "q",
+    ...        "note": ""}]
+    >>> docmemo_useful_gold(Episode("mmlongbench_doc", [], ev, {"evidence_pages": [4]}), non_gold_cost=0.5)
+    0.25
+    """
+    cfg = UsefulParams(**params)
+    gold = _gold_pages(episode)
+    if not gold:
+        return None
+    marks = [p for e in events_of(episode.events, "feedback") for p in e["useful"]]
+    if not marks:
+        return 0.0
+    return sum(cfg.gold_credit if p in gold else -cfg.non_gold_cost for p in marks) / len(marks)
+
+
+@dataclass(frozen=True)
+class IrrelevantParams:
+    """Recipe parameters of ``docmemo_irrelevant_gold``."""
+
+    cost: float = 1.0
+    """Cost when every gold page was marked irrelevant (scaled by the share of gold pages so marked)."""
+
+
+@register_reward("docmemo_irrelevant_gold", params=IrrelevantParams)
+def docmemo_irrelevant_gold(episode: Episode, **params: Any) -> float | None:
+    """Minus ``cost`` times the share of gold pages the policy ever marked irrelevant; None without gold.
+
+    >>> ev = [{"type": "feedback", "turn": 1, "round": 0, "useful": [], "irrelevant": [4, 5], "query": "q",
+    ...        "note": ""}]
+    >>> docmemo_irrelevant_gold(Episode("mmlongbench_doc", [], ev, {"evidence_pages": [4, 8]}))
+    -0.5
+    """
+    cfg = IrrelevantParams(**params)
+    gold = _gold_pages(episode)
+    if not gold:
+        return None
+    marked = {p for e in events_of(episode.events, "feedback") for p in e["irrelevant"]}
+    return 0.0 - cfg.cost * len(marked & gold) / len(gold)  # 0.0 - x: no "-0.0" in logs
+
+
+@dataclass(frozen=True)
+class RecallParams:
+    """Recipe parameters of ``docmemo_evidence_recall``."""
+
+    scope: str = "episode"
+    """``episode``: gold pages shown as evidence in any round; ``final``: in the last evidence view only."""
+
+    def __post_init__(self) -> None:
+        if self.scope not in ("episode", "final"):
+            raise ValueError(f"scope must be 'episode' or 'final', got {self.scope!r}")
+
+
+@register_reward("docmemo_evidence_recall", params=RecallParams)
+def docmemo_evidence_recall(episode: Episode, **params: Any) -> float | None:
+    """Share of gold pages among the evidence pages shown to the policy; None without gold pages.
+
+    >>> ev = [{"type": "evidence", "turn": 0, "round": 0, "pages": [3, 4], "means": [0.6, 0.5]},
+    ...       {"type": "evidence", "turn": 2, "round": 1, "pages": [8], "means": [0.7]}]
+    >>> ep = Episode("mmlongbench_doc", [], ev, {"evidence_pages": [4, 8]})
+    >>> docmemo_evidence_recall(ep), docmemo_evidence_recall(ep, scope="final")
+    (1.0, 0.5)
+    """
+    cfg = RecallParams(**params)
+    gold = _gold_pages(episode)
+    if not gold:
+        return None
+    views = [set(e["pages"]) for e in events_of(episode.events, "evidence")]
+    if not views:
+        return 0.0
+    shown = set().union(*views) if cfg.scope == "episode" else views[-1]
+    return len(shown & gold) / len(gold)

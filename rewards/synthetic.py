@@ -1,0 +1,140 @@
+"""Synthetic KB-VQA episodes with the event stream ``KBVQA-v0`` records, for tests, benchmarks and recipe trials.
+
+A seeded scripted policy searches each query image, reranks or rejects batches (sometimes wrongly), may
+emit a malformed turn, and answers; the turn limit truncates the episode with an empty forced answer, as
+the env does. The real env is exercised in ``tests/rewards/test_env_integration.py``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from envs.events import make_event
+from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, format_action
+from rewards.episode import Episode
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    """Knobs of the scripted policy and env behind ``synthetic_episode``."""
+
+    batch_size: int = 5
+    """K: candidates per batch."""
+    rej_max: int = 2
+    """Rejections allowed per image before the boundary prompt."""
+    max_turns: int = 8
+    """T_max: the episode is truncated (with a forced answer) after this many turns."""
+    p_recognise: float = 0.7
+    """Chance the policy reranks the gold entity when it is in the batch (else it rejects)."""
+    p_false_rerank: float = 0.3
+    """Chance the policy reranks a wrong entity when the gold entity is not in the batch."""
+    p_malformed: float = 0.1
+    """Chance of one malformed turn per image."""
+    p_correct_answer: float = 0.6
+    """Chance the final answer is correct."""
+
+
+def _gold_rank(rng: random.Random, cfg: SyntheticConfig) -> int:
+    """Rank of the gold entity in the image's full ranking (sometimes beyond every reachable batch)."""
+    return rng.randrange(0, (cfg.rej_max + 2) * cfg.batch_size)
+
+
+def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | None = None) -> Episode:
+    """One deterministic synthetic episode (``data_source="synthetic_kbvqa"``, gold answer ``"answer <seed>"``).
+
+    >>> ep = synthetic_episode(3)
+    >>> ep.events[0]["type"], ep.ground_truth
+    ('action', ['answer 3', 'ans 3'])
+    """
+    cfg = cfg or SyntheticConfig()
+    rng = random.Random(seed)
+    turns: list[str] = []
+    events: list[dict] = []
+    batch_id = 0
+
+    def act(action, kind: str) -> int:
+        turn = len(turns)
+        turns.append(format_action(action, reason="looking at the candidates"))
+        events.append(make_event("action", turn, kind=kind, well_formed=True))
+        return turn
+
+    for image in range(1, num_images + 1):  # 1-based, as SearchImage(j) and every KB-VQA event
+        gold, rank = f"entity_{seed}_{image}", _gold_rank(rng, cfg)
+        if rng.random() < cfg.p_malformed:
+            turns.append("I think it is the tower <rerank>")
+            events.append(make_event("action", len(turns) - 1, kind="invalid", well_formed=False))
+            events.append(make_event("format_error", len(turns) - 1, reason="unbalanced_tags"))
+        turn = act(SearchImage(image), "search_image")
+        for rejections in range(cfg.rej_max + 1):
+            offset = (rejections) * cfg.batch_size
+            candidates = [f"entity_{seed}_{image}_{offset + i}" for i in range(cfg.batch_size)]
+            in_batch = offset <= rank < offset + cfg.batch_size
+            if in_batch:
+                candidates[rank - offset] = gold
+            events.append(
+                make_event(
+                    "search_image",
+                    turn,
+                    image=image,
+                    batch_id=batch_id,
+                    candidates=candidates,
+                    gold_entity=gold,
+                    gold_in_batch=in_batch,
+                    offset=offset,
+                )
+            )
+            if (
+                in_batch
+                and rng.random() < cfg.p_recognise
+                or not in_batch
+                and rng.random() < cfg.p_false_rerank
+            ):
+                choice = gold if in_batch else rng.choice(candidates)
+                turn = act(Rerank(choice), "rerank")
+                events.append(
+                    make_event(
+                        "verification",
+                        turn,
+                        decision="rerank",
+                        entity=choice,
+                        image=image,
+                        batch_id=batch_id,
+                        candidates=candidates,
+                        gold_entity=gold,
+                        gold_in_batch=in_batch,
+                        correct=choice == gold,
+                    )
+                )
+                batch_id += 1
+                break
+            turn = act(Reject(), "reject")
+            events.append(
+                make_event(
+                    "verification",
+                    turn,
+                    decision="reject",
+                    entity=None,
+                    image=image,
+                    batch_id=batch_id,
+                    candidates=candidates,
+                    gold_entity=gold,
+                    gold_in_batch=in_batch,
+                    correct=not in_batch,
+                )
+            )
+            batch_id += 1
+            if rejections == cfg.rej_max:
+                events.append(make_event("boundary", turn, image=image, rejections=rejections + 1))
+    text = f"answer {seed}" if rng.random() < cfg.p_correct_answer else f"wrong {seed}"
+    truncated = len(turns) >= cfg.max_turns
+    if truncated:
+        del turns[cfg.max_turns :]
+        events = [e for e in events if e["turn"] < cfg.max_turns]
+        events.append(make_event("truncated", cfg.max_turns - 1, reason="max_turns"))
+        # KBVQA-v0's forced answer is the empty string.
+        events.append(make_event("answer", cfg.max_turns - 1, text="", forced=True))
+    else:
+        turn = act(Answer(text), "answer")
+        events.append(make_event("answer", turn, text=text, forced=False))
+    return Episode("synthetic_kbvqa", turns, events, [f"answer {seed}", f"ans {seed}"], truncated=truncated)

@@ -1,0 +1,141 @@
+"""Step-level verification reward (MMAgent-R² Eq. 3-4) and the retrieval recall of served candidate batches.
+
+Both are computed from the env's events only. Correctness is recomputed from the batch the env served
+(its ``search_image`` event), not taken from a ``correct`` flag, and at most one decision per
+(image, batch) counts, so even a misbehaving env cannot let a policy farm reward by repeating
+``Rerank(e*)`` or rejecting beyond ``Rej_max``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from envs.events import events_of
+from rewards.episode import Episode
+from rewards.registry import register_reward
+
+BatchKey = tuple[Any, Any]
+"""(query image index, batch id)."""
+
+
+@dataclass(frozen=True)
+class VerificationParams:
+    """Recipe parameters of ``verification``."""
+
+    delta: float = 0.2
+    """rho for a correct ``Reject()`` (gold entity not in the batch); paper Eq. 4 and Table 8: 0.2."""
+    rej_max: int | None = None
+    """The env's rejection limit: only the first ``rej_max + 1`` batches served per image (the initial one
+    plus one per rejection) can earn reward. Null trusts the env to serve no more."""
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.delta, bool)
+            or not isinstance(self.delta, (int, float))
+            or not math.isfinite(self.delta)
+        ):
+            raise ValueError(f"delta must be a finite number, got {self.delta!r}")
+        if self.rej_max is not None and (not isinstance(self.rej_max, int) or self.rej_max < 0):
+            raise ValueError(f"rej_max must be null or an int >= 0, got {self.rej_max!r}")
+
+
+def served_batches(episode: Episode, rej_max: int | None = None) -> dict[BatchKey, dict[str, Any]]:
+    """The candidate batches the env served, by (image, batch id), capped at ``rej_max + 1`` per image."""
+    batches: dict[BatchKey, dict[str, Any]] = {}
+    per_image: dict[Any, int] = {}
+    for event in events_of(episode.events, "search_image"):
+        key = (event["image"], event["batch_id"])
+        if key in batches:
+            continue
+        per_image[event["image"]] = per_image.get(event["image"], 0) + 1
+        if rej_max is not None and per_image[event["image"]] > rej_max + 1:
+            continue
+        batches[key] = event
+    return batches
+
+
+def _rho(decision: dict[str, Any], batch: dict[str, Any], delta: float) -> float:
+    """Eq. 4: 1 for Rerank(e*), delta for Reject() when e* is not in the batch, 0 otherwise."""
+    gold, candidates = batch["gold_entity"], list(batch["candidates"])
+    if decision["decision"] == "rerank":
+        return 1.0 if decision.get("entity") == gold and gold in candidates else 0.0
+    if decision["decision"] == "reject":
+        return float(delta) if gold not in candidates else 0.0
+    return 0.0
+
+
+@register_reward("verification", params=VerificationParams)
+def verification(episode: Episode, **params: Any) -> float | None:
+    """R_ver (Eq. 3): sum of rho over the first decision on each served batch of every query image.
+
+    None when no served batch has a gold entity (nothing to verify against).
+
+    >>> batch = {"type": "search_image", "turn": 0, "image": 0, "batch_id": 0, "candidates": ["e1", "e2"],
+    ...          "gold_entity": "e9", "gold_in_batch": False, "offset": 0}
+    >>> reject = {"type": "verification", "turn": 1, "decision": "reject", "entity": None, "image": 0,
+    ...           "batch_id": 0, "candidates": ["e1", "e2"], "gold_entity": "e9", "gold_in_batch": False,
+    ...           "correct": True}
+    >>> verification(Episode("generic", ["", ""], [batch, reject, reject], "x"), delta=0.2)
+    0.2
+    """
+    cfg = VerificationParams(**params)
+    batches = served_batches(episode, cfg.rej_max)
+    if not any(batch.get("gold_entity") is not None for batch in batches.values()):
+        return None
+    total, decided = 0.0, set()
+    for decision in events_of(episode.events, "verification"):
+        key = (decision["image"], decision["batch_id"])
+        if key in decided:
+            continue
+        decided.add(key)
+        batch = batches.get(key)
+        # A decision on a batch that was never served (or lies beyond Rej_max) earns nothing.
+        if batch is None or batch.get("gold_entity") is None:
+            continue
+        total += _rho(decision, batch, cfg.delta)
+    return total
+
+
+@dataclass(frozen=True)
+class RetrievalRecallParams:
+    """Recipe parameters of ``retrieval_recall``."""
+
+    k: int | None = None
+    """Count the gold entity only when its rank in the image's full ranking is below k; null: any served rank."""
+
+    def __post_init__(self) -> None:
+        if self.k is not None and (not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1):
+            raise ValueError(f"k must be null or a positive int, got {self.k!r}")
+
+
+@register_reward("retrieval_recall", params=RetrievalRecallParams)
+def retrieval_recall(episode: Episode, **params: Any) -> float | None:
+    """Share of query images whose gold entity appeared in a served batch within the first k candidates.
+
+    Only images with a served batch count (events do not list images that were never searched); 0 when
+    nothing was served, None when no served batch has a gold entity.
+
+    >>> batch = {"type": "search_image", "turn": 0, "image": 0, "batch_id": 0, "candidates": ["e1", "e2"],
+    ...          "gold_entity": "e2", "gold_in_batch": True, "offset": 5}
+    >>> ep = Episode("generic", [""], [batch], "x")
+    >>> retrieval_recall(ep), retrieval_recall(ep, k=5), retrieval_recall(ep, k=7)
+    (1.0, 0.0, 1.0)
+    """
+    cfg = RetrievalRecallParams(**params)
+    batches = list(events_of(episode.events, "search_image"))
+    if not batches:
+        return 0.0
+    found: dict[Any, bool] = {}
+    for batch in batches:
+        gold = batch.get("gold_entity")
+        if gold is None:
+            continue
+        candidates = list(batch["candidates"])
+        rank = batch.get("offset", 0) + candidates.index(gold) if gold in candidates else None
+        hit = rank is not None and (cfg.k is None or rank < cfg.k)
+        found[batch["image"]] = found.get(batch["image"], False) or hit
+    if not found:
+        return None
+    return sum(found.values()) / len(found)

@@ -1,0 +1,250 @@
+"""The MMAgent-R² reward terms: table-driven cases and reward-hacking attempts."""
+
+from __future__ import annotations
+
+import pytest
+
+from envs.events import make_event
+from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, format_action
+from rewards import Episode, get_reward
+
+CANDS_A = ["e1", "e2", "gold", "e4", "e5"]
+CANDS_B = ["e6", "e7", "e8", "e9", "e10"]
+
+
+def batch(
+    batch_id: int, candidates: list[str], image: int = 0, gold: str | None = "gold", offset: int = 0
+) -> dict:
+    return make_event(
+        "search_image",
+        0,
+        image=image,
+        batch_id=batch_id,
+        candidates=candidates,
+        gold_entity=gold,
+        gold_in_batch=gold in candidates,
+        offset=offset,
+    )
+
+
+def decide(
+    batch_id: int, candidates: list[str], entity: str | None, image: int = 0, gold: str = "gold"
+) -> dict:
+    """A verification event as the env records it (``correct`` deliberately left as the env claims)."""
+    decision = "reject" if entity is None else "rerank"
+    return make_event(
+        "verification",
+        1,
+        decision=decision,
+        entity=entity,
+        image=image,
+        batch_id=batch_id,
+        candidates=candidates,
+        gold_entity=gold,
+        gold_in_batch=gold in candidates,
+        correct=True,
+    )
+
+
+def answer(text: str, forced: bool = False) -> dict:
+    return make_event("answer", 2, text=text, forced=forced)
+
+
+def episode(
+    events: list[dict], turns: list[str] | None = None, gt=("Paris",), truncated: bool = False
+) -> Episode:
+    return Episode(
+        "synthetic_kbvqa", turns if turns is not None else [], events, list(gt), truncated=truncated
+    )
+
+
+def score(name: str, ep: Episode, **params) -> float | None:
+    return get_reward(name)(ep, **params)
+
+
+VERIFICATION_CASES = [
+    ("rerank gold", [batch(0, CANDS_A), decide(0, CANDS_A, "gold")], 1.0),
+    ("rerank wrong", [batch(0, CANDS_A), decide(0, CANDS_A, "e1")], 0.0),
+    ("reject when gold absent", [batch(0, CANDS_B), decide(0, CANDS_B, None)], 0.2),
+    ("reject when gold present", [batch(0, CANDS_A), decide(0, CANDS_A, None)], 0.0),
+    (
+        "reject then rerank",
+        [
+            batch(0, CANDS_B),
+            decide(0, CANDS_B, None),
+            batch(1, CANDS_A, offset=5),
+            decide(1, CANDS_A, "gold"),
+        ],
+        1.2,
+    ),
+    ("no decision", [batch(0, CANDS_A)], 0.0),
+    (
+        "two images summed",
+        [
+            batch(0, CANDS_A),
+            decide(0, CANDS_A, "gold"),
+            batch(1, CANDS_B, image=1, gold="g2"),
+            decide(1, CANDS_B, None, image=1, gold="g2"),
+        ],
+        1.2,
+    ),
+    ("no gold entity anywhere", [batch(0, CANDS_A, gold=None)], None),
+    # Reward hacking: the same decision repeated on one batch counts once.
+    ("repeated rerank(e*)", [batch(0, CANDS_A)] + [decide(0, CANDS_A, "gold")] * 5, 1.0),
+    ("repeated reject", [batch(0, CANDS_B)] + [decide(0, CANDS_B, None)] * 5, 0.2),
+    (
+        "rerank after reject same batch",
+        [batch(0, CANDS_A), decide(0, CANDS_A, None), decide(0, CANDS_A, "gold")],
+        0.0,
+    ),
+    # Reward hacking: a decision on a batch that was never served earns nothing, whatever ``correct`` says.
+    ("decision on unserved batch", [batch(0, CANDS_B), decide(7, CANDS_A, "gold")], 0.0),
+    ("event candidates disagree with served batch", [batch(0, CANDS_B), decide(0, CANDS_A, "gold")], 0.0),
+    (
+        "protocol violations never score",
+        [
+            batch(0, CANDS_A),
+            make_event("protocol_violation", 1, reason="second_decision_on_batch", image=0, batch_id=0),
+        ],
+        0.0,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"), [c[1:] for c in VERIFICATION_CASES], ids=[c[0] for c in VERIFICATION_CASES]
+)
+def test_verification(events: list[dict], expected: float | None) -> None:
+    result = score("verification", episode(events), delta=0.2)
+    assert result == (None if expected is None else pytest.approx(expected))
+
+
+@pytest.mark.parametrize("delta", [0.1, 0.2, 0.3])
+def test_delta_is_the_reject_reward(delta: float) -> None:
+    assert score("verification", episode([batch(0, CANDS_B), decide(0, CANDS_B, None)]), delta=delta) == delta
+
+
+def test_rejections_beyond_rej_max_earn_nothing() -> None:
+    """A misbehaving env serves 6 gold-free batches; only the first rej_max + 1 can earn delta."""
+    events = []
+    for b in range(6):
+        cands = [f"x{b}_{i}" for i in range(5)]
+        events += [batch(b, cands, offset=5 * b), decide(b, cands, None)]
+    assert score("verification", episode(events), delta=0.2, rej_max=2) == pytest.approx(0.6)
+    assert score("verification", episode(events), delta=0.2) == pytest.approx(1.2)
+
+
+def test_rej_max_counts_batches_per_image() -> None:
+    events = [
+        batch(0, CANDS_B),
+        decide(0, CANDS_B, None),
+        batch(1, CANDS_B, image=1),
+        decide(1, CANDS_B, None, image=1),
+    ]
+    assert score("verification", episode(events), delta=0.2, rej_max=0) == pytest.approx(0.4)
+
+
+OUTCOME_CASES = [
+    ("correct", [answer("Paris")], 1.0),
+    ("wrong", [answer("London")], 0.0),
+    ("no answer", [], 0.0),
+    ("forced answer counts", [answer("Paris", forced=True)], 1.0),
+    ("first answer only", [answer("London"), answer("Paris")], 0.0),
+    ("tag injection", [answer("London</answer><answer>Paris")], 0.0),
+    ("html tag", [answer("<b>Paris</b>")], 0.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"), [c[1:] for c in OUTCOME_CASES], ids=[c[0] for c in OUTCOME_CASES]
+)
+def test_outcome(events: list[dict], expected: float) -> None:
+    assert score("outcome", episode(events)) == expected
+
+
+def test_answer_hidden_in_reasoning_earns_nothing() -> None:
+    turns = ["<reason>It is Paris. Paris. Paris.</reason><answer>London</answer>"]
+    ep = episode([make_event("action", 0, kind="answer", well_formed=True), answer("London")], turns=turns)
+    assert score("outcome", ep) == 0.0
+    assert (
+        score(
+            "outcome",
+            episode(
+                [make_event("action", 0, kind="invalid", well_formed=False)],
+                turns=["<reason>The answer is Paris</reason>"],
+            ),
+        )
+        == 0.0
+    )
+
+
+def test_outcome_options() -> None:
+    assert score("outcome", episode([answer("Paris", forced=True)]), score_forced_answer=False) == 0.0
+    assert score("outcome", episode([answer("<i>Paris</i>")]), markup_scores_zero=False) == 0.0  # 'iparisi'
+    assert score("outcome", episode([answer("the Paris area")]), generic_metric="f1") == pytest.approx(2 / 3)
+    assert score("outcome", Episode("generic", [], [answer("x")], None)) is None
+
+
+def _turn(action, well_formed: bool = True) -> tuple[str, dict]:
+    text = format_action(action, reason="r") if well_formed else "I pick e1"
+    return text, {"kind": "x", "well_formed": well_formed}
+
+
+def _format_episode(flags: list[bool], truncated: bool = False, with_events: bool = True) -> Episode:
+    actions = [SearchImage(1), Rerank("e1"), Reject(), Answer("Paris")]
+    turns, events = [], []
+    for t, ok in enumerate(flags):
+        text, fields = _turn(actions[t % len(actions)], ok)
+        turns.append(text)
+        if with_events:
+            events.append(make_event("action", t, **fields))
+    return episode(events, turns=turns, truncated=truncated)
+
+
+FORMAT_CASES = [
+    ("all well formed", [True, True, True], {}, 1.0),
+    ("one bad binary", [True, False, True, True], {}, 0.0),
+    ("one bad fraction", [True, False, True, True], {"mode": "fraction"}, 0.75),
+    ("single turn", [True], {"mode": "fraction"}, 1.0),
+    ("no turns", [], {}, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("flags", "params", "expected"), [c[1:] for c in FORMAT_CASES], ids=[c[0] for c in FORMAT_CASES]
+)
+@pytest.mark.parametrize("with_events", [True, False], ids=["events", "parser"])
+def test_format(flags: list[bool], params: dict, expected: float | None, with_events: bool) -> None:
+    assert score("format", _format_episode(flags, with_events=with_events), **params) == expected
+
+
+def test_events_are_the_primary_source_of_well_formedness() -> None:
+    ep = _format_episode([True, True])
+    ep.events[1]["well_formed"] = False  # the env saw something the turn text does not show
+    assert score("format", ep) == 0.0
+
+
+@pytest.mark.parametrize(("on_truncated", "expected"), [("score", 1.0), ("zero", 0.0), ("skip", None)])
+def test_format_on_truncated(on_truncated: str, expected: float | None) -> None:
+    assert (
+        score("format", _format_episode([True, True], truncated=True), on_truncated=on_truncated) == expected
+    )
+    assert score("format", _format_episode([True, True]), on_truncated=on_truncated) == 1.0
+
+
+RECALL_CASES = [
+    ("gold in first batch", [batch(0, CANDS_A)], {}, 1.0),
+    ("gold never served", [batch(0, CANDS_B)], {}, 0.0),
+    ("gold served at rank 7, k=5", [batch(0, CANDS_B), batch(1, CANDS_A, offset=5)], {"k": 5}, 0.0),
+    ("gold served at rank 7, k=10", [batch(0, CANDS_B), batch(1, CANDS_A, offset=5)], {"k": 10}, 1.0),
+    ("one of two images", [batch(0, CANDS_A), batch(1, CANDS_B, image=1, gold="g2")], {}, 0.5),
+    ("nothing served", [], {}, 0.0),
+    ("no gold", [batch(0, CANDS_A, gold=None)], {}, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("events", "params", "expected"), [c[1:] for c in RECALL_CASES], ids=[c[0] for c in RECALL_CASES]
+)
+def test_retrieval_recall(events: list[dict], params: dict, expected: float | None) -> None:
+    assert score("retrieval_recall", episode(events), **params) == expected
