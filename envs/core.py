@@ -7,6 +7,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from PIL import Image
 
+IMAGE_PLACEHOLDER = "<image>"
+"""Marks, in an observation's text, where the next image of ``obs["images"]`` goes (one per image, in order)."""
+
 
 @dataclass(frozen=True)
 class Hit:

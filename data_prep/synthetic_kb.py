@@ -1,0 +1,220 @@
+"""Synthetic KB-VQA knowledge base: look-alike entities, passages, query images, candidates, parquet rows.
+
+``ragym build-kb --out DIR --preset P [--num-entities N --num-rows N --seed S]`` writes exactly the
+``envs.kb`` on-disk format plus ``DIR/data/{train,test}.parquet`` in verl's row schema, so nothing
+downstream knows the data is synthetic. Difficulty presets set the pixel retriever's R@1 / R@15
+(``benchmarks/env_step.py`` prints them); ``demo`` is small and meant for ``show_visual_signature``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from data_prep import synthetic_images as images
+from data_prep import synthetic_text as text
+from data_prep.synthetic_kb_io import KBTables, write_kb
+
+log = logging.getLogger(__name__)
+GENERATOR_VERSION = 2
+"""Bump when the generator's output changes, so cached KBs are rebuilt."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes and difficulty knobs of one synthetic KB."""
+
+    num_entities: int
+    """Entities in the KB."""
+    num_rows: int
+    """Dataset rows (questions) across train and test."""
+    family_size: int
+    """Look-alike entities per family (global features confuse them)."""
+    variant_scale: float
+    """How far family members' looks drift from the family look (larger = easier)."""
+    query_noise: float
+    """Jitter of a query view's look relative to its entity (larger = harder)."""
+    pixel_noise: float
+    """Per-pixel Gaussian noise of query views."""
+    hard_view_fraction: float = 0.0
+    """Share of query views so distorted that global features cannot find them (caps R@15)."""
+    hard_view_scale: float = 5.0
+    """Query-noise multiplier of a hard view."""
+    image_size: int = 56
+    """Side of every image in pixels (56 = 2x2 Qwen-VL patches of 28)."""
+    comparison_fraction: float = 0.2
+    """Share of two-image comparison questions."""
+    num_candidates: int = 50
+    """Length of each stored candidate list (K x (Rej_max + 1) must fit)."""
+    test_fraction: float = 0.2
+    """Share of rows in the test split."""
+    env_kwargs: tuple[tuple[str, object], ...] = ()
+    """Env config the rows carry besides ``kb_dir`` (the demo turns signatures on and uses K=3)."""
+
+
+PRESETS: dict[str, Preset] = {
+    # Calibrated at the preset sizes with benchmarks/env_step.py, which prints R@1 / R@15 for each
+    # (paper Table 4 spans R@1 15-54%, R@15 38-80%: easy ~ InfoSeek, hard ~ E-VQA).
+    "easy": Preset(
+        5000,
+        500,
+        10,
+        variant_scale=0.03,
+        query_noise=0.095,
+        pixel_noise=0.05,
+        hard_view_fraction=0.23,
+        hard_view_scale=10.0,
+    ),
+    "medium": Preset(
+        5000, 500, 10, variant_scale=0.06, query_noise=0.15, pixel_noise=0.05, hard_view_fraction=0.28
+    ),
+    "hard": Preset(
+        5000, 500, 10, variant_scale=0.06, query_noise=0.20, pixel_noise=0.05, hard_view_fraction=0.40
+    ),
+    # The CPU demo: small, single-image, signatures on, K=3 so that rerank and reject both matter
+    # (R@1 ~42%, R@3 ~67%, R@9 ~85%: the gold entity is reachable within Rej_max=2 rejections ~85% of the time).
+    "demo": Preset(
+        300,
+        600,
+        6,
+        variant_scale=0.06,
+        query_noise=0.20,
+        pixel_noise=0.05,
+        comparison_fraction=0.0,
+        env_kwargs=(("show_visual_signature", True), ("candidates_per_batch", 3)),
+    ),
+    # What gymnasium.make("KBVQA-v0") builds: tiny, fast, with comparison questions.
+    "tiny": Preset(60, 40, 6, variant_scale=0.06, query_noise=0.20, pixel_noise=0.05),
+}
+
+
+def _signatures(rng: np.random.Generator, count: int) -> list[str]:
+    """Distinct short uppercase codes, one per entity (the demo's stand-in for visual detail)."""
+    length = 3 if count <= 26**3 // 4 else 4 if count <= 26**4 // 4 else 5
+    codes = rng.choice(26**length, size=count, replace=False)
+    return ["".join(chr(65 + (c // 26**p) % 26) for p in range(length)) for c in codes]
+
+
+def generate(preset: Preset, seed: int) -> KBTables:
+    """Draw every entity, passage and question of a KB in memory (images included)."""
+    rng = np.random.default_rng(seed)
+    n = preset.num_entities
+    family_of, variant_of = np.arange(n) // preset.family_size, np.arange(n) % preset.family_size
+    base = images.family_looks(rng, int(family_of.max()) + 1)
+    looks = images.jitter(rng, base.take(family_of), preset.variant_scale)
+    looks.marks = images.entity_marks(np.arange(n))
+    entity_text = text.entity_texts(rng, family_of, variant_of)
+    passages = [text.passage(e, rng) for e in entity_text]
+    questions, gold = [], []
+    for _ in range(preset.num_rows):
+        if rng.random() < preset.comparison_fraction:
+            pair = rng.choice(n, size=2, replace=False)
+            while entity_text[pair[0]].year == entity_text[pair[1]].year:
+                pair = rng.choice(n, size=2, replace=False)
+            questions.append(
+                text.comparison_question(entity_text[pair[0]], entity_text[pair[1]]) + ("comparison",)
+            )
+            gold.append([int(e) for e in pair])
+        else:
+            entity = int(rng.integers(n))
+            questions.append(text.single_question(entity_text[entity], rng) + ("single",))
+            gold.append([entity])
+    query_entities = np.array([e for g in gold for e in g], dtype=np.int64)
+    hard = rng.random(len(query_entities)) < preset.hard_view_fraction
+    noise = np.where(hard, preset.query_noise * preset.hard_view_scale, preset.query_noise)
+    query_looks = images.jitter(rng, looks.take(query_entities), noise[:, None])
+    query_images = images.render(query_looks, preset.image_size, rng, preset.pixel_noise)
+    return KBTables(
+        entity_text=entity_text,
+        entity_looks=looks,
+        signatures=_signatures(rng, n),
+        passages=passages,
+        questions=questions,
+        gold=gold,
+        query_entities=query_entities,
+        query_images=query_images,
+    )
+
+
+def build_kb(
+    out: Path,
+    preset: Preset,
+    seed: int = 0,
+    name: str = "synthetic",
+    rows_kb_dir: Path | None = None,
+    text_encoder: dict | None = None,
+) -> Path:
+    """Generate and write a KB to ``out``; rows point at ``rows_kb_dir`` (default ``out``) as their KB.
+
+    ``text_encoder`` (e.g. ``{"name": "minilm"}``) also writes dense passage vectors for ``text_retriever="dense"``.
+    """
+    start = time.perf_counter()
+    tables = generate(preset, seed)
+    write_kb(out, tables, preset, seed, name, rows_kb_dir or out, text_encoder)
+    log.info(
+        "wrote %s KB (%d entities, %d rows) to %s in %.1fs",
+        name,
+        preset.num_entities,
+        preset.num_rows,
+        out,
+        time.perf_counter() - start,
+    )
+    return out
+
+
+def cache_root() -> Path:
+    """Where built-in KBs are cached (``$RAGYM_CACHE`` or ``~/.cache/ragym``)."""
+    return Path(os.environ.get("RAGYM_CACHE", Path.home() / ".cache" / "ragym"))
+
+
+def cached_kb(preset_name: str, seed: int = 0) -> Path:
+    """The KB of a preset, built once per machine; concurrent builders race safely via an atomic rename."""
+    if preset_name not in PRESETS:
+        raise KeyError(f"unknown synthetic preset {preset_name!r}; known: {sorted(PRESETS)}")
+    target = cache_root() / "kbvqa" / f"{preset_name}-seed{seed}-v{GENERATOR_VERSION}"
+    if (target / "kb.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    build_kb(tmp, PRESETS[preset_name], seed, name=f"synthetic-{preset_name}", rows_kb_dir=target)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another process finished first; its copy is identical
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def main(argv: list[str]) -> int:
+    """``ragym build-kb``: write a synthetic KB and its dataset rows."""
+    parser = argparse.ArgumentParser(prog="ragym build-kb", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="output folder (must be empty or absent)")
+    parser.add_argument("--preset", default="demo", choices=sorted(PRESETS))
+    parser.add_argument("--num-entities", type=int, help="override the preset's entity count")
+    parser.add_argument("--num-rows", type=int, help="override the preset's question count")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--text-encoder",
+        choices=["minilm"],
+        help="also write dense passage vectors (enables text_retriever=dense)",
+    )
+    args = parser.parse_args(argv)
+    if args.out.exists() and any(args.out.iterdir()):
+        parser.error(f"{args.out} is not empty")
+    preset = PRESETS[args.preset]
+    overrides = {"num_entities": args.num_entities, "num_rows": args.num_rows}
+    preset = replace(preset, **{k: v for k, v in overrides.items() if v is not None})
+    encoder = {"name": args.text_encoder} if args.text_encoder else None
+    build_kb(args.out, preset, args.seed, name=f"synthetic-{args.preset}", text_encoder=encoder)
+    print(
+        json.dumps({"kb_dir": str(args.out.resolve()), "preset": args.preset, **asdict(preset)}, default=str)
+    )
+    return 0

@@ -1,0 +1,180 @@
+"""Write generated synthetic KB tables in the ``envs.kb`` on-disk format, plus verl parquet rows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from data_prep import synthetic_images as images
+from data_prep.synthetic_text import EntityText
+from envs.encoders import PixelImageEncoder, make_text_encoder
+from envs.kb import KB_FORMAT, KB_VERSION
+from envs.retrieval import BM25Retriever, build_index, normalise
+
+if TYPE_CHECKING:
+    from data_prep.synthetic_kb import Preset
+
+DATA_SOURCE = "synthetic_kbvqa"
+ENV_ID = "KBVQA-v0"
+_CHUNK = 2048  # entities rendered and saved per batch (bounds memory at 100k+ entities)
+
+
+@dataclass
+class KBTables:
+    """A generated KB in memory, before it is written."""
+
+    entity_text: list[EntityText]
+    entity_looks: images.Looks
+    signatures: list[str]
+    passages: list[str]
+    questions: list[tuple[str, list[str], str]]  # (question, answer aliases, question type)
+    gold: list[list[int]]  # gold entity rows per question, one per query image
+    query_entities: np.ndarray  # (num_query_images,) entity row of each query image, questions in order
+    query_images: np.ndarray  # (num_query_images, S, S, 3) uint8
+
+
+def _save_pngs(root: Path, rel_paths: list[str], pixels: np.ndarray) -> None:
+    for rel, array in zip(rel_paths, pixels, strict=True):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(array).save(path, compress_level=1)
+
+
+def _write_entities(out: Path, tables: KBTables, size: int, encoder: PixelImageEncoder) -> np.ndarray:
+    """Render, save and encode every entity image; returns normalised embeddings (n, d)."""
+    n = len(tables.entity_text)
+    rel = [f"images/{i // 1000:03d}/E{i:06d}.png" for i in range(n)]
+    embeddings = np.empty((n, encoder.dim), dtype=np.float32)
+    for start in range(0, n, _CHUNK):
+        rows = np.arange(start, min(n, start + _CHUNK))
+        pixels = images.render(tables.entity_looks.take(rows), size)
+        _save_pngs(out, rel[start : rows[-1] + 1], pixels)
+        embeddings[rows] = encoder.encode_entities(list(pixels), [tables.entity_text[i].name for i in rows])
+    embeddings = normalise(embeddings)
+    pd.DataFrame(
+        {
+            "entity_id": [f"E{i:06d}" for i in range(n)],
+            "name": [e.name for e in tables.entity_text],
+            "image": rel,
+            "signature": tables.signatures,
+        }
+    ).to_parquet(out / "entities.parquet")
+    return embeddings
+
+
+def _write_queries(
+    out: Path, tables: KBTables, entity_emb: np.ndarray, encoder: PixelImageEncoder, top: int
+) -> None:
+    """Save query images, their embeddings and their precomputed candidate lists (top ``top`` entities)."""
+    num = len(tables.query_entities)
+    rel = [f"queries/{i // 1000:03d}/Q{i:06d}.png" for i in range(num)]
+    _save_pngs(out, rel, tables.query_images)
+    query_emb = normalise(encoder.encode_queries(list(tables.query_images)))
+    _, ranked = build_index(entity_emb).search(query_emb, min(top, len(entity_emb)))
+    pd.DataFrame(
+        {
+            "query_id": [f"Q{i:06d}" for i in range(num)],
+            "image": rel,
+            "signature": [tables.signatures[e] for e in tables.query_entities],
+            "candidates": [[f"E{r:06d}" for r in row if r >= 0] for row in ranked],
+        }
+    ).to_parquet(out / "queries.parquet")
+    np.save(out / "index" / "query_embeddings.npy", query_emb)
+
+
+def _rows(tables: KBTables, preset: Preset, seed: int, kb_dir: Path) -> pd.DataFrame:
+    """verl rows: one per question, split deterministically into train and test."""
+    rng = np.random.default_rng(seed + 1)
+    is_test = rng.random(len(tables.questions)) < preset.test_fraction
+    env_kwargs = json.dumps({"kb_dir": str(Path(kb_dir).resolve()), **dict(preset.env_kwargs)})
+    records: list[dict[str, Any]] = []
+    query = 0
+    for i, ((question, answers, qtype), gold) in enumerate(zip(tables.questions, tables.gold, strict=True)):
+        paths = [f"queries/{(query + j) // 1000:03d}/Q{query + j:06d}.png" for j in range(len(gold))]
+        query += len(gold)
+        options = {
+            "question": question,
+            "query_images": paths,
+            "gold_entities": [f"E{g:06d}" for g in gold],
+            "answers": answers,
+            "question_type": qtype,
+        }
+        split = "test" if is_test[i] else "train"
+        records.append(
+            {
+                "data_source": DATA_SOURCE,
+                "agent_name": "ragym_env",
+                "prompt": [{"role": "user", "content": question}],
+                "ability": "kbvqa",
+                "reward_model": {"style": "rule", "ground_truth": json.dumps(answers)},
+                "extra_info": {
+                    "index": i,
+                    "split": split,
+                    "env_id": ENV_ID,
+                    "env_kwargs": env_kwargs,
+                    "env_options": json.dumps(options),
+                },
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def write_kb(
+    out: Path,
+    tables: KBTables,
+    preset: Preset,
+    seed: int,
+    name: str,
+    rows_kb_dir: Path,
+    text_encoder: dict[str, Any] | None = None,
+) -> None:
+    """Write every KB file and the train/test rows under ``out`` (dense passage vectors if ``text_encoder``)."""
+    (out / "index").mkdir(parents=True, exist_ok=True)
+    (out / "data").mkdir(exist_ok=True)
+    encoder = PixelImageEncoder()
+    entity_emb = _write_entities(out, tables, preset.image_size, encoder)
+    np.save(out / "index" / "entity_embeddings.npy", entity_emb)
+    _write_queries(out, tables, entity_emb, encoder, preset.num_candidates)
+    n = len(tables.entity_text)
+    passages = pd.DataFrame(
+        {
+            "passage_id": [f"P{i:06d}" for i in range(n)],
+            "entity_id": [f"E{i:06d}" for i in range(n)],
+            "title": [e.name for e in tables.entity_text],
+            "text": tables.passages,
+        }
+    )
+    passages.to_parquet(out / "passages.parquet")
+    BM25Retriever.build(passages["text"].tolist(), passages["passage_id"].tolist()).save(
+        out / "index" / "bm25"
+    )
+    if text_encoder is not None:
+        vectors = make_text_encoder(text_encoder).encode_passages(passages["text"].tolist())
+        np.save(out / "index" / "passage_embeddings.npy", normalise(vectors))
+    rows = _rows(tables, preset, seed, rows_kb_dir)
+    for split in ("train", "test"):
+        rows[rows["extra_info"].map(lambda e: e["split"]) == split].reset_index(drop=True).to_parquet(
+            out / "data" / f"{split}.parquet"
+        )
+    manifest = {
+        "format": KB_FORMAT,
+        "version": KB_VERSION,
+        "name": name,
+        "image_encoder": {"name": "pixel", "kwargs": {"grid": encoder.grid}},
+        "text_encoder": text_encoder,
+        "num_entities": n,
+        "num_passages": n,
+        "num_queries": len(tables.query_entities),
+        "extra": {
+            "generator": "data_prep.synthetic_kb",
+            "seed": seed,
+            "preset": preset.__dict__ | {"env_kwargs": dict(preset.env_kwargs)},
+        },
+    }
+    (out / "kb.json").write_text(json.dumps(manifest, indent=2, default=str))

@@ -1,0 +1,181 @@
+"""The on-disk KB-VQA knowledge base format and its loader (cached per path, so envs are cheap to build).
+
+A KB folder holds (paths relative to it)::
+
+    kb.json                      manifest: format version, encoders, counts, free-form ``extra``
+    entities.parquet             entity_id, name, image (relative path), signature (str or null)
+    passages.parquet             passage_id, entity_id, title, text (<= 800-character chunks)
+    queries.parquet              query_id, image (relative path), signature, candidates (ranked entity ids)
+    index/entity_embeddings.npy  float32 (num_entities, d), L2-normalised, row i = entities row i
+    index/query_embeddings.npy   float32 (num_queries, d), row i = queries row i
+    index/passage_embeddings.npy optional dense passage vectors (when the manifest names a text encoder)
+    index/bm25/                  bm25s index over passages (row i = passages row i)
+    images/ queries/             image files
+    data/<split>.parquet         dataset rows in verl's schema
+
+``signature`` is the visual-signature code the demo shows in place of what a VLM would see (null in real
+KBs). ``candidates`` is the paper's precomputed candidate list for each query image.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from envs.retrieval import BM25Retriever, CandidateListRetriever, EncodedRetriever, FaissRetriever, IndexSpec
+
+DEFAULT_SPEC = IndexSpec()
+KB_FORMAT = "ragym-kbvqa-kb"
+KB_VERSION = 1
+MANIFEST = "kb.json"
+REQUIRED_FILES = (
+    "kb.json",
+    "entities.parquet",
+    "passages.parquet",
+    "queries.parquet",
+    "index/entity_embeddings.npy",
+)
+
+
+@dataclass
+class KnowledgeBase:
+    """A loaded KB: tables, embeddings, and lazily built retrievers (shared by every env on this path)."""
+
+    root: Path
+    manifest: dict[str, Any]
+    entities: pd.DataFrame
+    passages: pd.DataFrame
+    queries: pd.DataFrame
+    entity_embeddings: np.ndarray
+    query_embeddings: np.ndarray | None
+    entity_row: dict[str, int] = field(init=False)
+    query_row: dict[str, int] = field(init=False)
+    _retrievers: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.entity_row = {e: i for i, e in enumerate(self.entities["entity_id"])}
+        self.query_row = {str(self.root / p): i for i, p in enumerate(self.queries["image"])}
+        self._names = self.entities["name"].tolist()
+        self._images = self.entities["image"].tolist()
+        self._signatures = self.entities["signature"].tolist()
+        self._titles = self.passages["title"].tolist()
+        self._texts = self.passages["text"].tolist()
+        self._passage_entities = self.passages["entity_id"].tolist()
+
+    def entity_payload(self, row: int) -> dict[str, Any]:
+        """What a candidate shows: name, absolute image path, visual signature."""
+        return {
+            "name": self._names[row],
+            "image": str(self.root / self._images[row]),
+            "signature": self._signatures[row],
+        }
+
+    def passage_payload(self, row: int) -> dict[str, Any]:
+        """What a passage hit shows: its title and text."""
+        return {
+            "title": self._titles[row],
+            "text": self._texts[row],
+            "entity_id": self._passage_entities[row],
+        }
+
+    def resolve(self, path: str) -> str:
+        """The absolute, symlink-free form of a path given relative to the KB folder or absolute."""
+        return str(Path(path).resolve() if Path(path).is_absolute() else self.root / path)
+
+    def query_index(self, image_path: str) -> int | None:
+        """Row of a query image in ``queries.parquet`` (relative to the KB or absolute), or None if unknown."""
+        return self.query_row.get(self.resolve(image_path))
+
+    def image_retriever(self, spec: IndexSpec = DEFAULT_SPEC) -> FaissRetriever:
+        """Live faiss search over entity embeddings (built once per index spec)."""
+        key = ("image", spec)
+        if key not in self._retrievers:
+            self._retrievers[key] = FaissRetriever.from_vectors(
+                self.entity_embeddings, self.entities["entity_id"].tolist(), self.entity_payload, spec
+            )
+        return self._retrievers[key]
+
+    def candidate_retriever(self) -> CandidateListRetriever:
+        """The precomputed candidate lists, keyed by absolute query image path."""
+        if "candidates" not in self._retrievers:
+            rankings = {
+                str(self.root / p): list(c)
+                for p, c in zip(self.queries["image"], self.queries["candidates"], strict=True)
+            }
+            self._retrievers["candidates"] = CandidateListRetriever(
+                rankings, lambda docid: self.entity_payload(self.entity_row[docid])
+            )
+        return self._retrievers["candidates"]
+
+    def text_retriever(self, kind: str) -> Any:
+        """``bm25`` over passages, or ``dense`` (the manifest's text encoder over stored passage vectors)."""
+        if kind not in self._retrievers:
+            ids = self.passages["passage_id"].tolist()
+            if kind == "bm25":
+                self._retrievers[kind] = BM25Retriever.load(
+                    self.root / "index" / "bm25", ids, self.passage_payload
+                )
+            elif kind == "dense":
+                from envs.encoders import make_text_encoder
+
+                spec = self.manifest.get("text_encoder")
+                if spec is None:
+                    raise ValueError(
+                        f"{self.root / MANIFEST} names no text_encoder; dense text search needs one"
+                    )
+                vectors = np.load(self.root / "index" / "passage_embeddings.npy")
+                dense = FaissRetriever.from_vectors(vectors, ids, self.passage_payload)
+                self._retrievers[kind] = EncodedRetriever(dense, make_text_encoder(spec).encode_queries)
+            else:
+                raise ValueError(f"unknown text retriever {kind!r}; expected bm25 or dense")
+        return self._retrievers[kind]
+
+
+def _check_layout(root: Path) -> None:
+    missing = [name for name in REQUIRED_FILES if not (root / name).exists()]
+    if missing:
+        raise FileNotFoundError(f"{root} is not a KB-VQA knowledge base: missing {missing}")
+    manifest = json.loads((root / MANIFEST).read_text())
+    if manifest.get("format") != KB_FORMAT or manifest.get("version") != KB_VERSION:
+        raise ValueError(f"{root / MANIFEST}: expected format {KB_FORMAT!r} version {KB_VERSION}")
+
+
+@functools.lru_cache(maxsize=8)
+def _load(root: str) -> KnowledgeBase:
+    path = Path(root)
+    _check_layout(path)
+    queries_emb = path / "index" / "query_embeddings.npy"
+    return KnowledgeBase(
+        root=path,
+        manifest=json.loads((path / MANIFEST).read_text()),
+        entities=pd.read_parquet(path / "entities.parquet"),
+        passages=pd.read_parquet(path / "passages.parquet"),
+        queries=pd.read_parquet(path / "queries.parquet"),
+        entity_embeddings=np.load(path / "index" / "entity_embeddings.npy"),
+        query_embeddings=np.load(queries_emb) if queries_emb.exists() else None,
+    )
+
+
+def load_kb(root: str | Path) -> KnowledgeBase:
+    """Load (once per process) the KB at ``root``; a missing file or wrong format is a clear error."""
+    return _load(str(Path(root).resolve()))
+
+
+@functools.lru_cache(maxsize=65536)
+def _read_image(path: str) -> np.ndarray:
+    with Image.open(path) as image:
+        array = np.asarray(image if image.mode == "RGB" else image.convert("RGB"), dtype=np.uint8)
+    array.setflags(write=False)
+    return array
+
+
+def read_image(path: str | Path) -> np.ndarray:
+    """The image at ``path`` as uint8 (H, W, 3), decoded once per process (read-only; copy before handing out)."""
+    return _read_image(str(path))

@@ -1,0 +1,272 @@
+"""``KBVQA-v0``: the MMAgent-R² knowledge-based VQA environment (sections 3.1-3.2, Table 1, Appendix A).
+
+The policy sees N query images and a question, and acts with SearchImage(j), SearchText([q..]),
+Rerank(e), Reject() and Answer(y) (grammar in ``envs.kbvqa_actions``; stop strings ``</search_call>``,
+``</rerank>``, ``</answer>``). Rules:
+
+- SearchImage(j) serves the next non-overlapping batch of K candidates of image j and makes j active.
+  Each image gets at most ``max_rejections + 1`` batches; past that, the boundary prompt is returned.
+- Each batch admits one verification decision (Rerank of one of its names, or Reject()). Reject()
+  serves the next batch of the active image (or the boundary prompt at the limit). A second decision on
+  the same batch is a ``protocol_violation`` and changes nothing, so repeating Rerank(e*) earns nothing.
+- Malformed turns and forbidden actions never raise: the observation says what was wrong, an event is
+  recorded, and the turn is used.
+- Truncation rule: when one turn is left the observation asks for the answer; if turn ``max_turns`` is not
+  an Answer, the episode is truncated and an ``answer`` event with ``forced=True`` and empty text is
+  recorded (the forced answer scores as no answer).
+
+``reset(options=row_env_options)`` takes ``question``, ``query_images`` (paths, relative to the KB
+folder or absolute), ``gold_entities`` (one entity id or null per image) and optional ``answers``;
+``options`` None or empty samples a row of the KB's ``data/train.parquet``. Gold data never reaches an observation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pandas as pd
+
+from envs import kbvqa_prompts as prompts
+from envs.kb import KnowledgeBase, load_kb, read_image
+from envs.kbvqa_actions import STOP_STRINGS, ParseError, Reject, Rerank, SearchImage, SearchText, action_kind
+from envs.kbvqa_actions import parse_action as parse_turn
+from envs.kbvqa_state import EpisodeState, copy_events
+from envs.retrieval import IndexSpec, page
+from envs.retrieval_server import HTTPRetriever
+from envs.spaces import text_image_space
+
+
+@dataclass(frozen=True)
+class KBVQAConfig:
+    """Everything that shapes a KB-VQA episode; defaults are the paper's (K=5, Rej_max=2, T_max=8, top-3)."""
+
+    kb_dir: str | None = None
+    """KB folder (``envs.kb`` format). None builds and caches the small synthetic ``preset`` KB."""
+    preset: str = "tiny"
+    """Synthetic preset used when ``kb_dir`` is None."""
+    candidates_per_batch: int = 5
+    """K: candidates per SearchImage batch."""
+    max_rejections: int = 2
+    """Rej_max: rejections per query image; an image gets at most Rej_max + 1 batches."""
+    max_turns: int = 8
+    """T_max: policy turns per episode."""
+    text_top_k: int = 3
+    """Passages returned per SearchText query."""
+    max_text_queries: int = 5
+    """Most queries one SearchText may carry (more is a protocol violation)."""
+    text_retriever: str = "bm25"
+    """``bm25`` or ``dense`` (the KB's text encoder over stored passage vectors)."""
+    text_retriever_url: str | None = None
+    """Base URL of a ``envs.retrieval_server`` serving this KB; when set, SearchText goes over HTTP."""
+    candidate_source: str = "precomputed"
+    """``precomputed`` (the KB's stored candidate lists, as in the paper) or ``live`` (faiss search)."""
+    index_kind: str = "flat"
+    """faiss index for live search: ``flat``, ``hnsw`` or ``ivf``."""
+    show_visual_signature: bool = False
+    """Show each image's visual-signature code (the CPU demo's stand-in for what a VLM sees)."""
+    max_turn_chars: int = 8192
+    """Longer turns are an ``oversized`` format error."""
+    last_turn_notice: bool = True
+    """Tell the policy, before its last turn, to answer now."""
+    max_obs_chars: int = 200_000
+    """Upper bound of the observation-space text length."""
+    max_images_per_obs: int = 32
+    """Upper bound of images in one observation (the space's limit)."""
+    max_image_side: int = 4096
+    """Upper bound of an image side in the observation space."""
+
+
+class KBVQAEnv(gymnasium.Env):
+    """The KB-VQA agent environment; action = the policy's raw turn text, obs = {"text", "images"}."""
+
+    metadata = {"render_modes": []}
+    stop_strings: tuple[str, ...] = STOP_STRINGS
+
+    def __init__(self, config: KBVQAConfig | None = None, **overrides: Any):
+        self.config = config or KBVQAConfig(**overrides)
+        if config is not None and overrides:
+            raise TypeError("pass either a KBVQAConfig or keyword overrides, not both")
+        cfg = self.config
+        self.kb: KnowledgeBase = load_kb(cfg.kb_dir or _synthetic_kb_dir(cfg.preset))
+        self.system_prompt = prompts.system_prompt(cfg.max_turns)
+        self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
+        self.observation_space = text_image_space(
+            cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
+        )
+        if cfg.candidate_source == "live":
+            self._image_retriever = self.kb.image_retriever(IndexSpec(kind=cfg.index_kind))
+        elif cfg.candidate_source == "precomputed":
+            self._image_retriever = self.kb.candidate_retriever()
+        else:
+            raise ValueError(
+                f"candidate_source must be 'precomputed' or 'live', not {cfg.candidate_source!r}"
+            )
+        self._text_retriever = None  # built on first SearchText: BM25/dense loading is not free
+        self._rows: pd.DataFrame | None = None
+        self.state: EpisodeState | None = None
+
+    # ----- gymnasium API -------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode from ``options`` (a row's env options) or a sampled synthetic row."""
+        super().reset(seed=seed)
+        options = options or self._sample_options()  # None or {} (what check_env passes) samples a row
+        self.state = EpisodeState.start(options, self.kb, self.config.candidate_source)
+        signatures = [self.state.signature(j) for j in range(1, self.state.num_images + 1)]
+        text = prompts.task_prompt(self.state.question, signatures, self.config.show_visual_signature)
+        images = tuple(np.array(read_image(p)) for p in self.state.query_paths)
+        return {"text": text, "images": images}, self._info()
+
+    def step(self, action: str):
+        """Parse and execute one policy turn."""
+        if self.state is None or self.state.done:
+            raise RuntimeError("call reset() before step() (and after the episode ended)")
+        state, cfg = self.state, self.config
+        parsed = parse_turn(action if isinstance(action, str) else str(action), max_chars=cfg.max_turn_chars)
+        state.emit("action", kind=action_kind(parsed), well_formed=not isinstance(parsed, ParseError))
+        text, images = self._execute(parsed)
+        state.turn += 1
+        truncated = False
+        if not state.done and state.turn >= cfg.max_turns:
+            state.emit_at(state.turn - 1, "truncated", reason="max_turns")
+            state.emit_at(state.turn - 1, "answer", text="", forced=True)
+            state.done = truncated = True
+        elif not state.done and cfg.last_turn_notice and state.turn == cfg.max_turns - 1:
+            text = f"{text}\n{prompts.LAST_TURN_NOTICE}"
+        obs = {"text": text, "images": tuple(np.array(im) for im in images)}
+        return obs, 0.0, state.terminated, truncated, self._info()
+
+    # ----- transitions ---------------------------------------------------------------------------
+    def _execute(self, parsed: Any) -> tuple[str, list[np.ndarray]]:
+        state = self.state
+        if isinstance(parsed, ParseError):
+            state.emit("format_error", reason=parsed.reason)
+            return prompts.error_text(parsed.message), []
+        if isinstance(parsed, SearchImage):
+            return self._search_image(parsed.image)
+        if isinstance(parsed, SearchText):
+            return self._search_text(parsed.queries), []
+        if isinstance(parsed, Rerank):
+            return self._rerank(parsed.entity), []
+        if isinstance(parsed, Reject):
+            return self._reject()
+        state.emit("answer", text=parsed.text, forced=False)
+        state.done = state.terminated = True
+        return "", []
+
+    def _violation(self, reason: str, message: str, **where: Any) -> str:
+        self.state.emit("protocol_violation", reason=reason, **where)
+        return prompts.error_text(message)
+
+    def _search_image(self, image: int) -> tuple[str, list[np.ndarray]]:
+        state, cfg = self.state, self.config
+        if not 1 <= image <= state.num_images:
+            message = f"Image {image} does not exist; images are numbered 1 to {state.num_images}."
+            return self._violation("image_out_of_range", message, image=image), []
+        state.active_image = image
+        if state.batches_served(image) > cfg.max_rejections:
+            state.emit("boundary", image=image, rejections=state.rejections[image])
+            return prompts.boundary_text(image, cfg.max_rejections), []
+        return self._serve_batch(image)
+
+    def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
+        state, k = self.state, self.config.candidates_per_batch
+        offset = state.offsets[image]
+        hits = page(self._image_retriever, state.image_query(image), offset, k)
+        if not hits:
+            message = f"no more candidates exist for Image {image}."
+            return self._violation("no_more_candidates", message, image=image), []
+        batch = state.new_batch(image, offset, hits)
+        state.emit(
+            "search_image",
+            image=image,
+            batch_id=batch.batch_id,
+            candidates=list(batch.candidates),
+            gold_entity=batch.gold_entity,
+            gold_in_batch=batch.gold_in_batch,
+            offset=offset,
+        )
+        text = prompts.batch_text(
+            image, offset, hits, state.signature(image), self.config.show_visual_signature
+        )
+        return text, [read_image(h.payload["image"]) for h in hits]
+
+    def _decision_batch(self, decision: str, entity: str | None = None):
+        """The active batch if it still admits a decision, else the violation message."""
+        batch = self.state.active_batch()
+        if batch is None:
+            msg = "there is no candidate batch to verify; call SearchImage(j) first."
+            return None, self._violation("no_active_batch", msg, entity=entity)
+        if batch.decided:
+            msg = f"a decision was already made on the current batch of Image {batch.image}."
+            where = {"image": batch.image, "batch_id": batch.batch_id, "entity": entity}
+            return None, self._violation("second_decision_on_batch", msg, decision=decision, **where)
+        return batch, ""
+
+    def _rerank(self, name: str) -> str:
+        batch, error = self._decision_batch("rerank", name)
+        if batch is None:
+            return error
+        entity = batch.entity_named(name)
+        if entity is None:
+            msg = f"{name!r} is not a candidate of the current batch of Image {batch.image}; copy a name exactly."
+            return self._violation(
+                "unknown_entity", msg, image=batch.image, batch_id=batch.batch_id, entity=name
+            )
+        self.state.decide(batch, "rerank", entity)
+        return prompts.confirmation_text(batch.image, batch.name_of(entity))
+
+    def _reject(self) -> tuple[str, list[np.ndarray]]:
+        batch, error = self._decision_batch("reject")
+        if batch is None:
+            return error, []
+        state, image = self.state, batch.image
+        state.decide(batch, "reject", None)
+        if state.batches_served(image) > self.config.max_rejections:  # exploration depth used up
+            state.emit("boundary", image=image, rejections=state.rejections[image])
+            return prompts.boundary_text(image, self.config.max_rejections), []
+        state.rejections[image] += 1
+        return self._serve_batch(image)
+
+    def _search_text(self, queries: tuple[str, ...]) -> str:
+        cfg = self.config
+        if len(queries) > cfg.max_text_queries:
+            msg = f"SearchText got {len(queries)} queries; at most {cfg.max_text_queries} are allowed."
+            return self._violation("too_many_queries", msg)
+        if self._text_retriever is None:
+            self._text_retriever = (
+                HTTPRetriever(cfg.text_retriever_url, cfg.text_retriever)
+                if cfg.text_retriever_url
+                else self.kb.text_retriever(cfg.text_retriever)
+            )
+        results = self._text_retriever.batch_search(list(queries), cfg.text_top_k)
+        ids = [h.docid for hits in results for h in hits]
+        self.state.emit("search_text", queries=list(queries), num_passages=len(ids), passage_ids=ids)
+        return prompts.passages_text(queries, results)
+
+    # ----- helpers -------------------------------------------------------------------------------
+    def _info(self) -> dict[str, Any]:
+        return {"events": copy_events(self.state.events), "turn": self.state.turn}
+
+    def _sample_options(self) -> dict[str, Any]:
+        if self._rows is None:
+            path = self.kb.root / "data" / "train.parquet"
+            if not path.exists():
+                raise FileNotFoundError(f"reset(options=None) samples rows from {path}, which does not exist")
+            self._rows = pd.read_parquet(path)
+        row = self._rows.iloc[int(self.np_random.integers(len(self._rows)))]
+        return json.loads(row["extra_info"]["env_options"])
+
+
+def _synthetic_kb_dir(preset: str) -> str:
+    """Build (once, cached on disk) the small synthetic KB behind ``gymnasium.make("KBVQA-v0")``."""
+    from data_prep.synthetic_kb import cached_kb
+
+    return str(cached_kb(preset))
+
+
+CONFIG_FIELDS = tuple(f.name for f in fields(KBVQAConfig))
+"""Names accepted as ``env_kwargs``."""

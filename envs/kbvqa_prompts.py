@@ -1,0 +1,85 @@
+"""Texts the KB-VQA environment shows the policy: system prompt (with the action grammar), task prompt,
+candidate batches, passages, confirmations, the boundary prompt and error notices.
+
+The paper's own templates (Appendix B) are figures not reproduced in its text, so these follow its
+description: reason first, then one action tag; candidates are shown as image + entity name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from envs.core import IMAGE_PLACEHOLDER, Hit
+
+SYSTEM_PROMPT = """You answer questions about the entities shown in one or more query images, using a knowledge base.
+Each turn, first think inside <reason>...</reason>, then give exactly one action tag:
+- <search_call>SearchImage(j)</search_call>: retrieve the next batch of candidate entities (image + name) that look like query image j (j = 1, 2, ...). Repeated calls for the same image return the following candidates.
+- <search_call>SearchText(["query 1", "query 2"])</search_call>: retrieve the top passages for each text query.
+- <rerank>ENTITY NAME</rerank>: confirm which candidate of the current batch is the entity in the query image (copy its name exactly).
+- <rerank>Reject()</rerank>: no candidate of the current batch matches; you get the next batch (a limited number of times per image).
+- <answer>ANSWER</answer>: give the final answer and end.
+Write nothing outside the <reason> block and the action tag. You have at most {max_turns} turns."""
+
+
+def system_prompt(max_turns: int) -> str:
+    """The system prompt with the turn budget filled in."""
+    return SYSTEM_PROMPT.format(max_turns=max_turns)
+
+
+def _signature(signature: str | None, show: bool) -> str:
+    return f" (signature: {signature})" if show and signature else ""
+
+
+def task_prompt(question: str, signatures: Sequence[str | None], show_signature: bool) -> str:
+    """The first observation: the query images (one placeholder each) and the question."""
+    lines = [
+        f"Image {j}: {IMAGE_PLACEHOLDER}{_signature(s, show_signature)}" for j, s in enumerate(signatures, 1)
+    ]
+    return "\n".join([*lines, f"Question: {question}"])
+
+
+def batch_text(
+    image: int, offset: int, hits: Sequence[Hit], query_signature: str | None, show_signature: bool
+) -> str:
+    """A candidate batch: one line per candidate with its image placeholder and entity name."""
+    header = (
+        f"Candidates for Image {image}{_signature(query_signature, show_signature)}, "
+        f"ranks {offset + 1}-{offset + len(hits)}:"
+    )
+    lines = [
+        f"[{i}] {IMAGE_PLACEHOLDER} {hit.payload['name']}{_signature(hit.payload.get('signature'), show_signature)}"
+        for i, hit in enumerate(hits, 1)
+    ]
+    return "\n".join([header, *lines])
+
+
+def passages_text(queries: Sequence[str], results: Sequence[Sequence[Hit]]) -> str:
+    """Passages for each text query, concatenated in query order."""
+    parts = []
+    for query, hits in zip(queries, results, strict=True):
+        parts.append(f'Results for "{query}":')
+        parts += [f"[{i}] {hit.payload['title']}: {hit.payload['text']}" for i, hit in enumerate(hits, 1)]
+        if not hits:
+            parts.append("(no passage found)")
+    return "\n".join(parts)
+
+
+def confirmation_text(image: int, name: str) -> str:
+    """Echo of a Rerank decision; the confirmed name becomes a premise for later turns."""
+    return f"Confirmed: the entity in Image {image} is {name}."
+
+
+def boundary_text(image: int, max_rejections: int) -> str:
+    """The boundary prompt returned instead of a new batch once an image's exploration depth is used up."""
+    return (
+        f"Rejection limit reached for Image {image} ({max_rejections} rejections): no more candidates will be "
+        "retrieved for it. Continue with the evidence you have: search text or give your answer."
+    )
+
+
+def error_text(message: str) -> str:
+    """Notice for a turn that could not be executed."""
+    return f"Invalid action: {message} Nothing was executed; please try again."
+
+
+LAST_TURN_NOTICE = "This is your last turn: give your answer now with <answer>...</answer>."

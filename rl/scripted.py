@@ -1,0 +1,205 @@
+"""Scripted KB-VQA policies and ``ragym rollout``: run them on a KB and print episode metrics.
+
+Policies (each turns the env's observations into canonical turn texts):
+- ``signature``: what the CPU demo policy should learn. Searches each image, reranks the candidate whose
+  visual signature matches the query's (the top-1 candidate when signatures are hidden), rejects when
+  none matches, reads the confirmed entities' passages and extracts the answer. Uses no gold data.
+- ``oracle``: reranks the gold entity when it is in the batch, else rejects (reads gold ids: an upper bound).
+- ``random``: random actions, malformed text included (exercises every error path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
+from envs.kbvqa_prompts import LAST_TURN_NOTICE
+
+_CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: (\w+)\))?$", re.MULTILINE)
+_HEADER = re.compile(r"^Candidates for Image (\d+)(?: \(signature: (\w+)\))?", re.MULTILINE)
+_FACTS = {
+    "year": re.compile(r"first recorded in (\d{4})"),
+    "region": re.compile(r"region of (\w+)"),
+    "who": re.compile(r"catalogued by (\w+)"),
+}
+
+
+class SignaturePolicy:
+    """Search, verify by visual signature, read passages, answer; never looks at gold data."""
+
+    def __init__(self, env: Any):
+        self.env = env
+
+    def reset(self, obs: dict[str, Any]) -> None:
+        """Start an episode from the task observation."""
+        self.num_images = len(obs["images"])
+        self.question = obs["text"].rsplit("Question: ", 1)[-1]
+        self.image, self.confirmed, self.passages = 1, {}, None
+
+    def choose(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
+        """The candidate to rerank, or None to reject."""
+        if query_sig is None:
+            return hits[0][0] if hits else None
+        return next((name for name, sig in hits if sig == query_sig), None)
+
+    def act(self, obs_text: str) -> str:
+        """The next turn text given the last observation."""
+        if LAST_TURN_NOTICE in obs_text:
+            self.passages = self.passages or obs_text
+            return format_action(Answer(self._answer()), "no turns left")
+        header = _HEADER.search(obs_text)
+        if header:
+            hits = [(m.group(1), m.group(2)) for m in _CANDIDATE.finditer(obs_text)]
+            name = self._chosen(hits, header.group(2))
+            return format_action(Rerank(name) if name else Reject(), "compare the candidates with the query")
+        if obs_text.startswith("Results for"):
+            self.passages = obs_text
+            return format_action(Answer(self._answer()), "read the passages")
+        if obs_text.startswith(("Confirmed:", "Rejection limit")):
+            self.image += 1
+        if self.image <= self.num_images:
+            return format_action(SearchImage(self.image), f"identify the entity in image {self.image}")
+        names = list(self.confirmed.values())
+        if names and self.passages is None:
+            return format_action(SearchText(tuple(names)), "look up the confirmed entities")
+        return format_action(Answer(self._answer()), "answer with what I have")
+
+    def _chosen(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
+        name = self.choose(hits, query_sig)
+        if name:
+            self.confirmed[self.image] = name
+        return name
+
+    def _answer(self) -> str:
+        facts = {}
+        for name in self.confirmed.values():
+            passage = re.search(rf"{re.escape(name)}: (.*)", self.passages or "")
+            facts[name] = (
+                {k: (m.group(1) if (m := p.search(passage.group(1))) else None) for k, p in _FACTS.items()}
+                if passage
+                else {}
+            )
+        if "earlier" in self.question:
+            years = {n: int(f["year"]) for n, f in facts.items() if f.get("year")}
+            return min(years, key=years.get) if years else "unknown"
+        key = "year" if "year" in self.question else "region" if "region" in self.question else "who"
+        return next((f[key] for f in facts.values() if f.get(key)), "unknown")
+
+
+class OraclePolicy(SignaturePolicy):
+    """``SignaturePolicy`` that verifies with the gold entity instead of signatures (an upper bound)."""
+
+    def choose(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
+        """The gold entity's name when it is in the batch, else None (reject)."""
+        state = self.env.unwrapped.state
+        batch = state.active_batch()
+        gold = batch.gold_entity if batch else None
+        return batch.name_of(gold) if gold in batch.candidates else None
+
+
+class RandomPolicy:
+    """Uniformly random actions, a share of them malformed."""
+
+    def __init__(self, env: Any, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+        self.env = env
+
+    def reset(self, obs: dict[str, Any]) -> None:
+        """Remember the image count."""
+        self.num_images = len(obs["images"])
+
+    def act(self, obs_text: str) -> str:
+        """A random turn."""
+        names = _CANDIDATE.findall(obs_text)
+        options = [
+            format_action(SearchImage(int(self.rng.integers(0, self.num_images + 2)))),
+            format_action(SearchText(("first recorded",))),
+            format_action(Rerank(names[int(self.rng.integers(len(names)))][0] if names else "Nobody")),
+            format_action(Reject()),
+            format_action(Answer("1900")),
+            "<answer>no reason block</answer>",
+            "<reason>nested <rerank>x</reason></rerank>",
+        ]
+        return options[int(self.rng.integers(len(options)))]
+
+
+POLICIES = {"signature": SignaturePolicy, "oracle": OraclePolicy, "random": RandomPolicy}
+
+
+def run_episode(env: Any, policy: Any, seed: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One episode; returns the turn texts, final events and whether it was truncated."""
+    obs, info = env.reset(seed=seed, options=options)
+    policy.reset(obs)
+    turns, done, truncated = [], False, False
+    while not done:
+        turns.append(policy.act(obs["text"]))
+        obs, _, terminated, truncated, info = env.step(turns[-1])
+        done = terminated or truncated
+    return {"turns": turns, "events": info["events"], "truncated": truncated}
+
+
+def episode_metrics(events: list[dict[str, Any]], answers: list[str]) -> dict[str, float]:
+    """Per-episode figures the paper reports: answer accuracy, identification, rejections, errors."""
+    of = lambda kind: [e for e in events if e["type"] == kind]  # noqa: E731
+    final = of("answer")[-1]["text"] if of("answer") else ""
+    reranks = [e for e in of("verification") if e["decision"] == "rerank"]
+    golds = {e["image"]: e["gold_entity"] for e in of("search_image")}
+    confirmed = {e["image"]: e["entity"] for e in reranks}
+    return {
+        "answer_acc": float(final.strip().casefold() in {a.casefold() for a in answers}),
+        "ident_acc": float(np.mean([confirmed.get(j) == g for j, g in golds.items()])) if golds else 0.0,
+        "turns": float(len(of("action"))),
+        "rejections": float(sum(e["decision"] == "reject" for e in of("verification"))),
+        "verification_acc": float(np.mean([e["correct"] for e in of("verification")]))
+        if of("verification")
+        else 0.0,
+        "format_errors": float(len(of("format_error"))),
+        "protocol_violations": float(len(of("protocol_violation"))),
+        "truncated": float(bool(of("truncated"))),
+    }
+
+
+def main(argv: list[str]) -> int:
+    """``ragym rollout``: scripted-policy episodes on a KB-VQA KB, printing mean episode metrics as JSON."""
+    import pandas as pd
+
+    import envs
+
+    parser = argparse.ArgumentParser(prog="ragym rollout", description=__doc__.splitlines()[0])
+    parser.add_argument("--kb-dir", help="KB folder (default: the built-in synthetic preset)")
+    parser.add_argument("--preset", default="demo", help="synthetic preset when --kb-dir is not given")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--policy", default="signature", choices=sorted(POLICIES))
+    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--env-kwargs",
+        default="{}",
+        help="JSON env config overrides of the rows' env_kwargs, e.g. '{\"max_turns\": 6}'",
+    )
+    parser.add_argument(
+        "--show-signature", action="store_true", help="shorthand for show_visual_signature=true"
+    )
+    args = parser.parse_args(argv)
+    kwargs = json.loads(args.env_kwargs) | ({"show_visual_signature": True} if args.show_signature else {})
+    if not args.kb_dir:
+        from data_prep.synthetic_kb import cached_kb
+
+        args.kb_dir = str(cached_kb(args.preset))
+    rows = pd.read_parquet(f"{args.kb_dir}/data/{args.split}.parquet").head(args.episodes)
+    # The rows' own env kwargs (as the agent loop would use them), then the command line's overrides.
+    kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"]) | {"kb_dir": args.kb_dir} | kwargs
+    env = envs.make_env("KBVQA-v0", **kwargs)
+    policy = POLICIES[args.policy](env)
+    results = []
+    for i, row in rows.iterrows():
+        episode = run_episode(env, policy, args.seed + i, json.loads(row["extra_info"]["env_options"]))
+        results.append(episode_metrics(episode["events"], json.loads(row["reward_model"]["ground_truth"])))
+    summary = {k: round(float(np.mean([r[k] for r in results])), 4) for k in results[0]}
+    print(json.dumps({"policy": args.policy, "episodes": len(results), "kb_dir": args.kb_dir, **summary}))
+    return 0

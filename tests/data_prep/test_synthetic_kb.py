@@ -1,0 +1,136 @@
+"""The synthetic KB generator: fast, deterministic, the real on-disk format, answerable questions."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from data_prep import synthetic_kb
+from data_prep.synthetic_kb import PRESETS, build_kb, cached_kb
+from envs.kb import load_kb
+
+ROW_COLUMNS = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_kb(
+        tmp_path_factory.mktemp("kb") / "kb", replace(PRESETS["tiny"], comparison_fraction=0.5), seed=1
+    )
+
+
+def all_rows(kb: Path) -> pd.DataFrame:
+    return pd.concat([pd.read_parquet(kb / "data" / f"{s}.parquet") for s in ("train", "test")])
+
+
+def test_tiny_kb_builds_in_well_under_a_few_seconds(tmp_path: Path) -> None:
+    start = time.perf_counter()
+    build_kb(tmp_path / "kb", PRESETS["tiny"], seed=0)
+    assert time.perf_counter() - start < 3.0
+
+
+def test_rows_follow_the_verl_schema(kb: Path) -> None:
+    rows = all_rows(kb)
+    assert list(rows.columns) == ROW_COLUMNS and len(rows) == PRESETS["tiny"].num_rows
+    for _, row in rows.iterrows():
+        assert row["data_source"] == "synthetic_kbvqa" and row["agent_name"] == "ragym_env"
+        assert row["prompt"][0]["role"] == "user"
+        assert row["reward_model"]["style"] == "rule"
+        assert isinstance(json.loads(row["reward_model"]["ground_truth"]), list)
+        extra = row["extra_info"]
+        assert extra["env_id"] == "KBVQA-v0" and json.loads(extra["env_kwargs"])["kb_dir"] == str(
+            kb.resolve()
+        )
+        options = json.loads(extra["env_options"])
+        assert (
+            len(options["query_images"])
+            == len(options["gold_entities"])
+            == (2 if options["question_type"] == "comparison" else 1)
+        )
+    assert sorted(rows["extra_info"].map(lambda e: e["index"])) == list(range(len(rows)))
+
+
+def test_every_answer_is_stated_in_a_gold_entity_passage(kb: Path) -> None:
+    tables = load_kb(kb)
+    text_of = dict(zip(tables.passages["entity_id"], tables.passages["text"], strict=True))
+    name_of = dict(zip(tables.entities["entity_id"], tables.entities["name"], strict=True))
+    for _, row in all_rows(kb).iterrows():
+        options = json.loads(row["extra_info"]["env_options"])
+        answer = json.loads(row["reward_model"]["ground_truth"])[0]
+        gold_text = " ".join(text_of[g] for g in options["gold_entities"])
+        if options["question_type"] == "comparison":
+            years = {
+                name_of[g]: int(re.search(r"recorded in (\d{4})", text_of[g]).group(1))
+                for g in options["gold_entities"]
+            }
+            assert answer == min(years, key=years.get)
+        else:
+            assert answer in gold_text
+
+
+def test_same_seed_same_kb_different_seed_different_kb(tmp_path: Path) -> None:
+    a, b, c = (build_kb(tmp_path / n, PRESETS["tiny"], seed=s) for n, s in [("a", 0), ("b", 0), ("c", 1)])
+    assert np.array_equal(
+        np.load(a / "index/entity_embeddings.npy"), np.load(b / "index/entity_embeddings.npy")
+    )
+    assert pd.read_parquet(a / "entities.parquet").equals(pd.read_parquet(b / "entities.parquet"))
+    assert not pd.read_parquet(a / "entities.parquet").equals(pd.read_parquet(c / "entities.parquet"))
+
+
+def test_names_and_signatures_are_unique_and_families_look_alike(kb: Path) -> None:
+    tables = load_kb(kb)
+    assert tables.entities["name"].is_unique and tables.entities["signature"].is_unique
+    emb = tables.entity_embeddings
+    size = PRESETS["tiny"].family_size
+    same = [emb[i] @ emb[i + 1] for i in range(0, len(emb) - 1) if i // size == (i + 1) // size]
+    other = [emb[i] @ emb[(i + size) % len(emb)] for i in range(len(emb))]
+    assert np.mean(same) > np.mean(other)
+
+
+def test_query_signatures_match_their_gold_entity(kb: Path) -> None:
+    tables = load_kb(kb)
+    sig = dict(zip(tables.entities["entity_id"], tables.entities["signature"], strict=True))
+    for _, row in all_rows(kb).iterrows():
+        options = json.loads(row["extra_info"]["env_options"])
+        for path, gold in zip(options["query_images"], options["gold_entities"], strict=True):
+            assert tables.queries["signature"].iloc[tables.query_index(path)] == sig[gold]
+
+
+def test_cached_kb_builds_once_and_rows_point_at_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAGYM_CACHE", str(tmp_path))
+    first = cached_kb("tiny")
+    stamp = (first / "kb.json").stat().st_mtime_ns
+    assert cached_kb("tiny") == first and (first / "kb.json").stat().st_mtime_ns == stamp
+    kwargs = json.loads(pd.read_parquet(first / "data/train.parquet")["extra_info"][0]["env_kwargs"])
+    assert kwargs["kb_dir"] == str(first.resolve())
+    with pytest.raises(KeyError, match="unknown synthetic preset"):
+        cached_kb("nope")
+
+
+def test_demo_rows_turn_signatures_on_with_k3(tmp_path: Path) -> None:
+    out = build_kb(tmp_path / "demo", replace(PRESETS["demo"], num_entities=60, num_rows=10), seed=0)
+    kwargs = json.loads(pd.read_parquet(out / "data/train.parquet")["extra_info"][0]["env_kwargs"])
+    assert kwargs["show_visual_signature"] is True and kwargs["candidates_per_batch"] == 3
+
+
+def test_cli_writes_a_kb_and_refuses_a_non_empty_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "cli"
+    assert (
+        synthetic_kb.main(["--out", str(out), "--preset", "tiny", "--num-entities", "30", "--num-rows", "8"])
+        == 0
+    )
+    assert load_kb(out).manifest["num_entities"] == 30
+    assert json.loads(capsys.readouterr().out)["num_rows"] == 8
+    with pytest.raises(SystemExit):
+        synthetic_kb.main(["--out", str(out)])
