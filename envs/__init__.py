@@ -1,10 +1,20 @@
 """ragym environments. Importing this package registers every environment with gymnasium."""
 
-from envs.core import Hit, Observation, Retriever
+from envs.core import IMAGE_PLACEHOLDER, Hit, Observation, Retriever
+from envs.page_beliefs import PageBeliefs
 from envs.registry import make_env, register_env, registered_envs
 
 # Registrations: one line per environment (entry points are imported lazily by gymnasium).
-# register_env("KBVQA-v0", "envs.kbvqa:KBVQAEnv")      # added by the KB-VQA module
-# register_env("DocMemo-v0", "envs.docmemo:DocMemoEnv")  # added by the DocMemo module
+register_env("KBVQA-v0", "envs.kbvqa:KBVQAEnv")
+register_env("DocMemo-v0", "envs.docmemo:DocMemoEnv")
 
-__all__ = ["Hit", "Observation", "Retriever", "make_env", "register_env", "registered_envs"]
+__all__ = [
+    "IMAGE_PLACEHOLDER",
+    "Hit",
+    "Observation",
+    "PageBeliefs",
+    "Retriever",
+    "make_env",
+    "register_env",
+    "registered_envs",
+]

@@ -1,18 +1,16 @@
 """ragym rewards: plain reward functions, answer metrics, and the rubric that combines them per a recipe.
 
 Importing this package registers every built-in reward (``outcome``, ``format``, ``verification``,
-``retrieval_recall``).
+``retrieval_recall``, and the ``docmemo_*`` terms).
 """
 
-from rewards import kbvqa, verification  # noqa: F401  (registers the KB-VQA rewards)
+from rewards import docmemo, kbvqa, verification  # noqa: F401  (registers the DocMemo and KB-VQA rewards)
 from rewards.answers import answer_metric_name, score_answer
 from rewards.episode import Episode
 from rewards.infoseek import infoseek_final_score
 from rewards.registry import get_reward, register_reward, registered_rewards
 from rewards.retrieval import ndcg_at_k, recall_at_k
 from rewards.rubric import RewardError, Rubric, RubricResult
-
-# DocMemo rewards (rewards/docmemo.py) register here too; the coordinator adds its import line.
 
 __all__ = [
     "Episode",

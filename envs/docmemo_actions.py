@@ -1,0 +1,134 @@
+"""DocMemo typed actions and the one parser that turns a policy turn into an action (or a ``ParseError``).
+
+Grammar of one turn (whitespace between blocks is allowed, other text outside blocks is not)::
+
+    turn    := "<reason>" TEXT "</reason>" action
+    action  := "<select>" PAGES "</select>"                       # pick pages from the candidates
+             | "<refine>" "<query>" TEXT "</query>"               # next round's query (required)
+                          ["<note>" TEXT "</note>"]               # what is still missing
+                          ["<useful>" PAGES? "</useful>"]         # pages whose content helped
+                          ["<irrelevant>" PAGES? "</irrelevant>"] # pages that did not
+               "</refine>"
+             | "<answer>" TEXT "</answer>"                        # "Not answerable" declares no support
+    PAGES   := INT ("," INT)*                                     # 1-based page numbers
+
+Stop strings are the three closing action tags. The reward module's format check should call
+``parse_action`` too, so env and reward agree on what "well formed" means.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ACTION_TAGS = ("select", "refine", "answer")
+STOP_STRINGS = tuple(f"</{tag}>" for tag in ACTION_TAGS)
+NOT_ANSWERABLE = "Not answerable"
+
+_TURN = re.compile(r"\s*<reason>(.*?)</reason>\s*<(select|refine|answer)>(.*?)</\2>\s*", re.DOTALL)
+_REFINE = re.compile(
+    r"\s*<query>(.*?)</query>\s*(?:<note>(.*?)</note>\s*)?(?:<useful>(.*?)</useful>\s*)?"
+    r"(?:<irrelevant>(.*?)</irrelevant>\s*)?",
+    re.DOTALL,
+)
+_PAGES = re.compile(r"\s*(\d{1,6}(?:\s*,\s*\d{1,6})*)?\s*")
+_ANY_TAG = re.compile(r"</?(reason|select|refine|answer|query|note|useful|irrelevant)>")
+_OPEN_ACTION = re.compile(r"<(select|refine|answer)>")
+
+
+@dataclass(frozen=True)
+class Select:
+    """Move these candidate pages (1-based) into the accumulated set."""
+
+    pages: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Refine:
+    """Ask for another round with a new query, a note, and page feedback for the beliefs."""
+
+    query: str
+    note: str
+    useful: tuple[int, ...]
+    irrelevant: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """End the episode with ``text``; ``not_answerable`` when the text says the document cannot answer."""
+
+    text: str
+    not_answerable: bool
+
+
+@dataclass(frozen=True)
+class ParseError:
+    """The turn did not match the grammar; ``reason`` is a short machine-readable code."""
+
+    reason: str
+
+
+Action = Select | Refine | Answer
+
+
+def is_not_answerable(text: str) -> bool:
+    """True for "Not answerable" in any case, with or without surrounding punctuation."""
+    return re.sub(r"[^a-z ]", "", text.lower()).split() == ["not", "answerable"]
+
+
+def parse_pages(text: str) -> tuple[int, ...] | None:
+    """Comma-separated page numbers, duplicates dropped in order; None when the text is not such a list."""
+    m = _PAGES.fullmatch(text)
+    if m is None:
+        return None
+    if m.group(1) is None:
+        return ()
+    return tuple(dict.fromkeys(int(p) for p in m.group(1).split(",")))
+
+
+def parse_action(text: str, max_chars: int) -> Action | ParseError:
+    """Parse one policy turn; never raises."""
+    if not isinstance(text, str):
+        return ParseError("not_text")
+    if len(text) > max_chars:
+        return ParseError("oversized")
+    m = _TURN.fullmatch(text)
+    if m is None or len(_OPEN_ACTION.findall(text)) > 1:
+        return ParseError(_diagnose(text))
+    reason, tag, body = m.groups()
+    inner = body if tag == "refine" else reason + body
+    if _ANY_TAG.search(reason) or (tag != "refine" and _ANY_TAG.search(inner)):
+        return ParseError("nested_tags")
+    if tag == "select":
+        pages = parse_pages(body)
+        return Select(pages) if pages else ParseError("bad_pages")
+    if tag == "answer":
+        answer = body.strip()
+        return Answer(answer, is_not_answerable(answer)) if answer else ParseError("empty_answer")
+    return _parse_refine(body)
+
+
+def _parse_refine(body: str) -> Refine | ParseError:
+    m = _REFINE.fullmatch(body)
+    if m is None:
+        return ParseError("bad_refine")
+    query, note, useful, irrelevant = (g or "" for g in m.groups())
+    if any(_ANY_TAG.search(part) for part in (query, note)):
+        return ParseError("nested_tags")
+    if not query.strip():
+        return ParseError("empty_query")
+    useful_pages, irrelevant_pages = parse_pages(useful), parse_pages(irrelevant)
+    if useful_pages is None or irrelevant_pages is None:
+        return ParseError("bad_pages")
+    return Refine(query.strip(), note.strip(), useful_pages, irrelevant_pages)
+
+
+def _diagnose(text: str) -> str:
+    num_actions = len(_OPEN_ACTION.findall(text))
+    if num_actions == 0:
+        return "no_action"
+    if num_actions > 1:
+        return "multiple_actions"
+    if "<reason>" not in text or "</reason>" not in text:
+        return "missing_reason"
+    return "text_outside_blocks"

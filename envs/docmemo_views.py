@@ -1,0 +1,106 @@
+"""What the DocMemo policy reads: the system prompt, the candidate view, the evidence view, error notes.
+
+Views take plain data (no env state), so they are easy to test and never see gold annotations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image
+
+from envs.core import IMAGE_PLACEHOLDER
+from envs.doc_store import DocStore
+
+SYSTEM_PROMPT = """You answer questions about one long document by finding its evidence pages.
+Each round you see candidate pages (number, type, summary); select the ones worth reading, then read the
+evidence pages shown to you and either answer or refine the search.
+Every turn is <reason>your reasoning</reason> followed by exactly one action:
+  <select>12,14</select>   pick candidate pages (1-based page numbers) to read
+  <refine><query>new search query</query><note>what is still missing</note><useful>12</useful><irrelevant>14</irrelevant></refine>
+                           search again; mark pages you have seen as useful or irrelevant (both optional)
+  <answer>final answer</answer>   or <answer>Not answerable</answer> when the document cannot answer
+Put only the final answer inside <answer>: a number, a short phrase, or a list like ["a", "b"]."""
+
+
+def memory_lines(episodic: Sequence[dict]) -> list[str]:
+    """Episodic memory: one line per earlier round's refinement."""
+    lines = []
+    for m in episodic:
+        useful = ", ".join(map(str, m["useful"])) or "none"
+        irrelevant = ", ".join(map(str, m["irrelevant"])) or "none"
+        note = f"; note: {m['note']}" if m["note"] else ""
+        lines.append(
+            f'  Round {m["round"] + 1}: query "{m["query"]}"{note}; useful: {useful}; '
+            f"irrelevant: {irrelevant}"
+        )
+    return lines
+
+
+def candidate_view(
+    question: str,
+    store: DocStore,
+    max_sections: int,
+    episodic: Sequence[dict],
+    round_index: int,
+    max_rounds: int,
+    query: str,
+    candidates: Sequence[int],
+    accumulated: Sequence[int],
+) -> str:
+    """Start of a round: question, schema memory, episodic memory, candidate pages (1-based)."""
+    lines = [f"Question: {question}", store.schema_text(max_sections)]
+    if episodic:
+        lines += ["Memory of earlier rounds:", *memory_lines(episodic)]
+    lines.append(f"Round {round_index + 1} of {max_rounds}. Search query: {query}")
+    lines.append("Candidate pages (best first):")
+    lines += [f"  [p{p}] ({store.page_types[p - 1]}) {store.summaries[p - 1]}" for p in candidates]
+    if accumulated:
+        lines.append("Pages already selected: " + ", ".join(map(str, accumulated)))
+    lines.append("Select pages to read with <select>..</select>, or answer.")
+    return clean("\n".join(lines))
+
+
+def evidence_view(
+    store: DocStore, pages: Sequence[int], text_chars: int, images_per_page: Sequence[int], is_last: bool
+) -> str:
+    """Evidence pages in belief order, each with its image count and a text excerpt (``text_chars`` > 0)."""
+    lines = ["Evidence pages (most believed first):"]
+    for p, num_images in zip(pages, images_per_page, strict=True):
+        lines.append(f"Page {p} ({store.page_types[p - 1]}): {IMAGE_PLACEHOLDER * num_images}")
+        excerpt = clean(" ".join(store.texts[p - 1].split())[:text_chars])
+        if excerpt:
+            lines.append(f"  Text: {excerpt}")
+    tail = "This is the last round: answer now." if is_last else "Answer, or refine with feedback."
+    lines.append(tail)
+    return "\n".join(lines)
+
+
+def error_view(reason: str, phase: str, turns_left: int) -> str:
+    """Format errors and protocol violations: what went wrong and what is expected now."""
+    expected = (
+        "<select>pages</select> or <answer>" if phase == "select" else "<refine>..</refine> or <answer>"
+    )
+    return (
+        f"Your last turn was not accepted ({reason}). Expected <reason>..</reason> then {expected}. "
+        f"{turns_left} turn(s) left."
+    )
+
+
+def fit(image: np.ndarray, max_side: int) -> np.ndarray:
+    """``image`` as uint8 (H, W, 3), downscaled so its longer side is at most ``max_side``."""
+    pil = Image.fromarray(image).convert("RGB")
+    pil.thumbnail((max_side, max_side), Image.Resampling.BILINEAR)
+    return np.asarray(pil, dtype=np.uint8).copy()
+
+
+def dense_crops(image: np.ndarray, max_side: int) -> list[np.ndarray]:
+    """Top and bottom halves of a dense page, each at the full size budget (about twice the detail)."""
+    half = image.shape[0] // 2
+    return [fit(image[:half], max_side), fit(image[half:], max_side)]
+
+
+def clean(text: str) -> str:
+    """Document text with the image placeholder defused, so placeholders match ``obs["images"]`` exactly."""
+    return text.replace(IMAGE_PLACEHOLDER, "(image)")

@@ -1,0 +1,258 @@
+"""MMLongBench-Doc preparation on fixture PDFs made in the test, plus an integration run on shared data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+
+from data_prep.mmlongbench_doc import PrepConfig, RowError, main, parse_evidence_pages, prepare
+from data_prep.pdf_pages import PageTypeRules, PdfPage, classify_page, read_pdf
+from envs.doc_store import doc_key, load_store
+from envs.docmemo import DocMemoEnv
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.backends.backend_pdf import PdfPages  # noqa: E402
+
+PAGE_TEXTS = ["Revenue grew in the northern region during spring.", "Staff numbers fell after the merger."]
+
+
+def write_pdf(path: Path) -> Path:
+    """Four pages: two text pages, a bar chart, a numeric grid (table), in that order."""
+    plt.rcParams["pdf.fonttype"] = 42  # TrueType text, so the PDF has a real text layer
+    with PdfPages(path) as pdf:
+        for text in PAGE_TEXTS:
+            fig = plt.figure(figsize=(4, 5))
+            fig.text(0.1, 0.8, text, fontsize=7)
+            pdf.savefig(fig)
+            plt.close(fig)
+        fig, ax = plt.subplots(figsize=(4, 5))
+        ax.bar(range(90), range(90))
+        ax.set_title("Sales chart")
+        pdf.savefig(fig)
+        plt.close(fig)
+        fig = plt.figure(figsize=(4, 5))
+        for r in range(12):
+            fig.text(0.05, 0.95 - r * 0.07, "  ".join(str(100 * r + c) for c in range(5)), fontsize=7)
+        pdf.savefig(fig)
+        plt.close(fig)
+    return path
+
+
+def sample(doc_id: str, pages: str, answer: str = "x", fmt: str = "Str", **extra) -> dict:
+    return {
+        "doc_id": doc_id,
+        "question": f"What about {answer}?",
+        "answer": answer,
+        "answer_format": fmt,
+        "evidence_pages": pages,
+        "evidence_sources": "[]",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mmlb")
+    docs = root / "documents"
+    docs.mkdir()
+    write_pdf(docs / "report.pdf")
+    (docs / "broken.pdf").write_bytes(b"not a pdf at all")
+    samples = [
+        sample("report.pdf", "[1]", "north"),
+        sample("report.pdf", "[3, 4]", "['a', 'b']", "List"),
+        sample("report.pdf", "[]", "Not answerable", "None"),
+        sample("report.pdf", "[0]", "cover"),
+        sample("absent.pdf", "[2]"),
+        sample("report.pdf", "[9]"),
+        sample("report.pdf", "[2]", fmt="Bool"),
+        sample("report.pdf", "two"),
+        sample("broken.pdf", "[1]"),
+        {"doc_id": "report.pdf", "question": "q"},
+        sample("report.pdf", "[2]", "beyond the limit"),
+    ]
+    (root / "samples.json").write_text(json.dumps(samples))
+    out = root / "out"
+    report = prepare(root / "samples.json", docs, out, PrepConfig(dpi=30), limit=10)
+    return out, report
+
+
+def test_report_accounts_for_every_row(prepared):
+    out, report = prepared
+    assert report["num_rows_in"] == 10 == report["num_rows_out"] + report["num_rows_rejected"]
+    assert report["num_rows_out"] == 4
+    assert report["rejected_by_reason"] == {
+        "bad_evidence_pages": 1,
+        "evidence_page_out_of_range": 1,
+        "missing_fields": 1,
+        "missing_pdf": 1,
+        "unknown_answer_format": 1,
+        "unreadable_pdf": 1,
+    }
+    assert report["evidence_page_zero_mapped_to_1"] == [3]
+    assert report["documents_missing"] == ["absent.pdf", "broken.pdf"]
+    assert json.loads((out / "report.json").read_text()) == report
+    missing = next(r for r in report["rejected_examples"] if r["reason"] == "missing_pdf")
+    assert missing["index"] == 4 and "absent.pdf" in missing["detail"]
+
+
+def test_rows_follow_the_common_schema(prepared):
+    out, _ = prepared
+    rows = pd.read_parquet(out / "data" / "test.parquet")
+    assert list(rows.columns) == [
+        "data_source",
+        "agent_name",
+        "prompt",
+        "ability",
+        "reward_model",
+        "extra_info",
+    ]
+    assert set(rows["data_source"]) == {"mmlongbench_doc"} and set(rows["agent_name"]) == {"ragym_env"}
+    truths = [json.loads(r["ground_truth"]) for r in rows["reward_model"]]
+    assert [t["evidence_pages"] for t in truths] == [[1], [3, 4], [], [1]]
+    assert truths[1] == {"answer": "['a', 'b']", "answer_format": "List", "evidence_pages": [3, 4]}
+    for row in rows.itertuples():
+        info = row.extra_info
+        assert info["env_id"] == "DocMemo-v0" and info["split"] == "test"
+        assert json.loads(info["env_options"]) == {
+            "question": row.prompt[0]["content"],
+            "doc_id": "report.pdf",
+        }
+        assert Path(json.loads(info["env_kwargs"])["store_root"]) == (out / "docs").resolve()
+
+
+def test_store_holds_pages_types_and_images(prepared):
+    out, _ = prepared
+    store = load_store(out / "docs" / doc_key("report.pdf"))
+    assert store.num_pages == 4 and store.page_types == ("text", "text", "chart", "table")
+    assert store.summaries[0] == PAGE_TEXTS[0] and "Sales chart" in store.texts[2]
+    assert store.embeddings.shape == (4, 384)
+    np.testing.assert_allclose(np.linalg.norm(store.embeddings, axis=1), 1.0, rtol=1e-5)
+    assert store.page_image(0).shape == (150, 120, 3)  # 4x5 inches at 30 dpi
+    assert len(list((out / "docs" / "report" / "images").glob("page_*.png"))) == 4
+
+
+def test_env_runs_on_prepared_rows(prepared):
+    out, _ = prepared
+    row = pd.read_parquet(out / "data" / "test.parquet").iloc[0]
+    env = DocMemoEnv(**json.loads(row["extra_info"]["env_kwargs"]), num_candidates=3)
+    obs, info = env.reset(seed=0, options=json.loads(row["extra_info"]["env_options"]))
+    assert "Document: 4 pages" in obs["text"]
+    # MiniLM should find the one page about northern revenue for a question about "north".
+    env_q = DocMemoEnv(**json.loads(row["extra_info"]["env_kwargs"]), num_candidates=1, lambda_0=1.0)
+    _, info = env_q.reset(
+        seed=0, options={"question": "Did revenue grow in the northern region?", "doc_id": "report.pdf"}
+    )
+    assert info["events"][-1]["pages"] == [1]
+
+
+@pytest.mark.parametrize(
+    "raw,zero_page,expected",
+    [
+        ("[5]", "first", ([5], False)),
+        ("[8, 7, 8]", "first", ([7, 8], False)),
+        ("[]", "first", ([], False)),
+        ("[0]", "first", ([1], True)),
+        ([2, 3], "first", ([2, 3], False)),
+    ],
+)
+def test_parse_evidence_pages(raw, zero_page, expected):
+    assert parse_evidence_pages(raw, zero_page) == expected
+
+
+@pytest.mark.parametrize(
+    "raw,zero_page,reason",
+    [
+        ("[0]", "reject", "evidence_page_zero"),
+        ("[0, 3]", "first", "bad_evidence_pages"),
+        ("[1.5]", "first", "bad_evidence_pages"),
+        ("{1}", "first", "bad_evidence_pages"),
+        ("[true]", "first", "bad_evidence_pages"),
+    ],
+)
+def test_bad_evidence_pages(raw, zero_page, reason):
+    with pytest.raises(RowError) as err:
+        parse_evidence_pages(raw, zero_page)
+    assert err.value.reason == reason
+
+
+def _page(**kw) -> PdfPage:
+    base = {
+        "image": np.zeros((2, 2, 3), np.uint8),
+        "text": "word " * 100,
+        "image_area": 0.0,
+        "num_paths": 0,
+        "num_numbers": 0,
+        "num_tokens": 100,
+    }
+    return PdfPage(**{**base, **kw})
+
+
+@pytest.mark.parametrize(
+    "features,expected",
+    [
+        ({}, "text"),
+        ({"image_area": 0.8, "text": "caption"}, "image-heavy"),
+        ({"image_area": 0.8, "text": "x" * 5000}, "text"),
+        ({"num_paths": 200}, "chart"),
+        ({"num_numbers": 40, "num_tokens": 100}, "table"),
+        ({"num_numbers": 40, "num_tokens": 100, "num_paths": 300}, "table"),
+        ({"num_numbers": 40, "num_tokens": 1000}, "text"),
+    ],
+)
+def test_classify_page(features, expected):
+    assert classify_page(_page(**features), PageTypeRules()) == expected
+
+
+def test_read_pdf_names_a_broken_file(tmp_path):
+    bad = tmp_path / "bad.pdf"
+    bad.write_bytes(b"%PDF-1.4 garbage")
+    with pytest.raises(ValueError, match="bad.pdf"):
+        read_pdf(bad, 30)
+
+
+def test_integration_on_shared_documents(shared_data, tmp_path, capsys):
+    """Three real questions whose PDFs are present plus one whose PDF is absent, at low DPI."""
+    root = shared_data / "mmlongbench_doc"
+    if not (root / "samples.json").is_file() or not (root / "documents").is_dir():
+        pytest.skip(f"{root} lacks samples.json or documents/")
+    samples = json.loads((root / "samples.json").read_text())
+    present = {p.name for p in (root / "documents").glob("*.pdf")}
+    doc = min(present, key=lambda name: (root / "documents" / name).stat().st_size)
+    chosen = [s for s in samples if s["doc_id"] == doc][:3] + [
+        next(s for s in samples if s["doc_id"] not in present)
+    ]
+    (tmp_path / "samples.json").write_text(json.dumps(chosen))
+    out = tmp_path / "out"
+    argv = [
+        "--samples",
+        str(tmp_path / "samples.json"),
+        "--documents",
+        str(root / "documents"),
+        "--out",
+        str(out),
+        "--dpi",
+        "20",
+        "--limit",
+        "4",
+    ]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary == {
+        "num_rows_in": 4,
+        "num_rows_out": 3,
+        "num_rows_rejected": 1,
+        "rejected_by_reason": {"missing_pdf": 1},
+    }
+    store = load_store(out / "docs" / doc_key(doc))
+    gold = [
+        json.loads(r["ground_truth"])["evidence_pages"]
+        for r in pd.read_parquet(out / "data" / "test.parquet")["reward_model"]
+    ]
+    assert all(1 <= p <= store.num_pages for pages in gold for p in pages)
+    assert sum(len(t) for t in store.texts) > 0
