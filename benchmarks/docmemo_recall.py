@@ -4,11 +4,13 @@ The loop runs the real ``DocMemo-v0`` env, driven by an oracle *feedback* policy
 candidate it has not read yet (no reranking skill, no gold knowledge), so the env's posterior-mean ranking
 picks the evidence; after reading, it marks the gold pages it was shown useful and the others
 irrelevant; its query stays the question (no rewriting, unlike the paper's reasoner).
+The loop runs with the default config and with each of ``reshow_evidence`` (the issue's literal rule:
+evidence may repeat earlier evidence) and ``exclude_judged_candidates`` flipped, and with both.
 Static top-k ranks pages once by the question's similarity. Two page budgets:
 - ``E*t`` pages by round t: the loop's E evidence pages per round, re-shown pages counted again
   (``recall_gain`` uses this one, the stricter for the loop);
-- the number of distinct pages the loop has shown by round t, for the same question and seed.
-A further line runs the loop with no feedback, isolating what belief updates add over Thompson
+- the number of distinct pages the default loop has shown by round t, for the same question and seed.
+A further line runs the default loop with no feedback, isolating what belief updates add over Thompson
 exploration. Also timed: one belief update plus one Thompson draw on a 1,000-page document.
 
     python benchmarks/docmemo_recall.py [--prepared runs/docmemo_mmlb] [--seeds 3]
@@ -111,26 +113,37 @@ def main(argv: list[str] | None = None) -> int:
     env = DocMemoEnv(**rows[0]["kwargs"], show_images=False)
     c = env.config
     rounds = c.max_rounds
-    names = (
-        "memory loop (oracle feedback)",
-        "memory loop (no feedback)",
-        "static top-k, E*t pages",
-        "static top-k, loop's distinct pages",
+    # Each loop variant: (name, config overrides, oracle feedback on); the first is the default config.
+    flip_r, flip_x = (
+        {"reshow_evidence": not c.reshow_evidence},
+        {"exclude_judged_candidates": not c.exclude_judged_candidates},
     )
-    results: dict[str, list[list[set[int]]]] = {name: [] for name in names}
+    variants = [
+        ("memory loop (oracle feedback)", {}, True),
+        (f"  ... reshow_evidence={flip_r['reshow_evidence']}", flip_r, True),
+        (f"  ... exclude_judged_candidates={flip_x['exclude_judged_candidates']}", flip_x, True),
+        ("  ... both flipped", {**flip_r, **flip_x}, True),
+        ("memory loop (no feedback)", {}, False),
+    ]
+    loop_envs = [
+        DocMemoEnv(**rows[0]["kwargs"], show_images=False, **overrides) for _, overrides, _ in variants
+    ]
+    static = ("static top-k, E*t pages", "static top-k, loop's distinct pages")
+    results: dict[str, list[list[set[int]]]] = {name: [] for name in [v[0] for v in variants] + list(static)}
     golds = []
     for row in rows:
         ranking = static_ranking(env, row["options"])
         for seed in range(args.seeds):
             golds.append(row["gold"])
-            loop = run_loop(env, row["options"], row["gold"], seed, True)
-            results[names[0]].append(loop)
-            results[names[1]].append(run_loop(env, row["options"], row["gold"], seed, False))
-            results[names[2]].append([set(ranking[: c.num_evidence * t]) for t in range(1, rounds + 1)])
-            results[names[3]].append([set(ranking[: len(shown)]) for shown in loop])
+            for (name, _, feedback), loop_env in zip(variants, loop_envs, strict=True):
+                results[name].append(run_loop(loop_env, row["options"], row["gold"], seed, feedback))
+            loop = results[variants[0][0]][-1]
+            results[static[0]].append([set(ranking[: c.num_evidence * t]) for t in range(1, rounds + 1)])
+            results[static[1]].append([set(ranking[: len(shown)]) for shown in loop])
     print(
         f"{len(rows)} answerable questions x {args.seeds} seeds; M={c.num_candidates} E={c.num_evidence} "
-        f"T={rounds} kappa={c.kappa} radius={c.radius} decay={c.decay} lambda_t={c.lambda_0}*{c.eta}^t"
+        f"T={rounds} kappa={c.kappa} radius={c.radius} decay={c.decay} lambda_t={c.lambda_0}*{c.eta}^t "
+        f"reshow_evidence={c.reshow_evidence} exclude_judged_candidates={c.exclude_judged_candidates}"
     )
     print(f"{'method':38s} " + " ".join(f"recall@r{t + 1:<3d}" for t in range(rounds)) + "  all-hit@final")
     final = {}
@@ -144,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:38s} " + " ".join(f"{r:<11.3f}" for r in recall) + f"  {all_hit:.3f}")
     seconds = belief_round_seconds(1000, 2000)
     print(f"belief update + Thompson draw, 1,000 pages: {seconds * 1e6:.1f} us per round")
-    print(f"recall_gain_vs_distinct_budget={final[names[0]] - final[names[3]]:.4f}")
-    print(f"recall_gain={final[names[0]] - final[names[2]]:.4f}")
+    loop_name = variants[0][0]
+    print(f"recall_gain_vs_distinct_budget={final[loop_name] - final[static[1]]:.4f}")
+    print(f"recall_gain={final[loop_name] - final[static[0]]:.4f}")
     return 0
 
 

@@ -2,10 +2,13 @@
 
 One round t: similarity c(t) of every page to the current query (min-max normalised); Thompson draw
 theta from the page beliefs; score s = lambda_t c(t) + (1 - lambda_t) theta with lambda_t = lambda_0 eta^t;
-the top-M pages are shown as candidates (page number, type, summary). The policy selects some (they join
-the accumulated set A), then reads the top-E pages of A by posterior mean (images, text excerpt) and
-answers, declares "Not answerable", or refines (new query, note, useful / irrelevant pages -> belief
-update). The episode ends on an answer or after T rounds. Grammar: ``envs.docmemo_actions``.
+the top-M pages are shown as candidates (page number, type, summary; ``exclude_judged_candidates`` skips
+pages already marked useful or irrelevant). The policy selects some (they join the accumulated set A),
+then reads the top-E pages of A by posterior mean among pages not shown as evidence before (images, text
+excerpt; earlier evidence is recalled as page numbers, marks and notes in episodic memory, see
+``reshow_evidence``) and answers, declares "Not answerable", or refines (new query, note, useful /
+irrelevant pages -> belief update). The episode ends on an answer or after T rounds. Grammar:
+``envs.docmemo_actions``.
 
 Page numbers in actions, observations and events are 1-based, as in MMLongBench-Doc. Reset options:
 ``{"question": str, "doc_id": str}`` (the store is ``<store_root>/<doc_key(doc_id)>``); no options
@@ -22,7 +25,8 @@ Events (``info["events"]``, each with ``type`` and ``turn``; reset-time events h
 - ``candidates``: ``round``, ``query``, ``lambda``, ``pages`` (shown order), ``scores`` (s of those pages),
   ``means`` (posterior mean of every page before the draw).
 - ``selected``: ``round``, ``pages`` (this turn), ``accumulated`` (A_t).
-- ``evidence``: ``round``, ``pages`` shown (belief order), ``means`` (their posterior means).
+- ``evidence``: ``round``, ``pages`` shown (belief order), ``means`` (their posterior means), ``new`` (those
+  of ``pages`` not shown as evidence in an earlier round, belief order).
 - ``feedback``: ``round``, ``useful``, ``irrelevant``, ``query`` (the refined query), ``note``.
 - ``beliefs``: ``round``, ``means`` (every page's posterior mean after the update).
 - ``answer``: ``text``, ``not_answerable`` (bool), ``forced`` (always false: no answer is forced), ``round``.
@@ -45,7 +49,7 @@ from envs.core import Retriever
 from envs.doc_store import DocStore, doc_key, load_store
 from envs.docmemo_actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
 from envs.docmemo_synthetic import synthetic_questions, synthetic_store
-from envs.page_beliefs import PageBeliefs, lambda_schedule, minmax_normalise
+from envs.page_beliefs import PageBeliefs, lambda_schedule, minmax_normalise, top_k_fresh_first
 from envs.page_retrieval import PageRetriever, TextPageEncoder, VisualPageEncoder, similarity_vector
 from envs.spaces import FreeText, text_image_space
 
@@ -70,6 +74,16 @@ class DocMemoConfig:
     """M: candidate pages shown per round."""
     num_evidence: int = 3
     """E: evidence pages (top of the accumulated set by posterior mean) shown per round."""
+    reshow_evidence: bool = False
+    """True: evidence is the top-E of A_t by posterior mean (issue 6's literal step 4), so pages marked useful
+    come back every round and use up the budget. False: the top-E among pages of A_t not shown as evidence
+    before, topped up with the best shown ones only when fewer than E remain; earlier evidence stays in
+    episodic memory (page numbers, marks, notes) as in the seed. False: final-round recall 0.688 vs 0.623 in
+    ``benchmarks/docmemo_recall.py``."""
+    exclude_judged_candidates: bool = False
+    """Candidates are the top-M among pages not yet marked useful or irrelevant (judged pages only fill up
+    when too few remain). Off by default, as issue 6 states C_t: in the oracle benchmark it changes recall
+    by +0.001 (standard error 0.007) on held-out seeds."""
     max_rounds: int = 3
     """T: retrieval-reasoning rounds; a refinement in the last round ends the episode (truncated)."""
     max_turns: int = 8
@@ -166,7 +180,9 @@ class DocMemoEnv(gymnasium.Env):
         self.query, self.round, self.turn, self.phase = self.question, 0, 0, "select"
         self.beliefs: PageBeliefs | None = None
         self.accumulated: list[int] = []
-        self.seen: set[int] = set()
+        self.seen: set[int] = set()  # candidates and evidence: pages feedback may mark
+        self.shown: set[int] = set()  # evidence pages of earlier rounds
+        self.judged: set[int] = set()  # pages marked useful or irrelevant
         self.episodic: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self._done = False
@@ -232,8 +248,9 @@ class DocMemoEnv(gymnasium.Env):
         means = self.beliefs.mean()
         lam = lambda_schedule(self.round, c.lambda_0, c.eta)
         scores = lam * sim + (1.0 - lam) * self.beliefs.sample(self.np_random)  # (N,)
-        top = np.argsort(-scores, kind="stable")[: c.num_candidates]
-        self.candidates = [int(i) + 1 for i in top]
+        stale = self.judged if c.exclude_judged_candidates else ()
+        self.candidates = top_k_fresh_first(range(1, n + 1), scores, c.num_candidates, stale)
+        top = [p - 1 for p in self.candidates]
         self.seen.update(self.candidates)
         self._emit(
             "candidates",
@@ -259,13 +276,17 @@ class DocMemoEnv(gymnasium.Env):
         )
 
     def _select(self, action: Select, turn: int) -> dict[str, Any]:
-        """Grow A_t and show its top-E pages by posterior mean."""
+        """Grow A_t and show its top-E pages by posterior mean, unshown ones first (``reshow_evidence``)."""
+        c = self.config
         self.accumulated += [p for p in action.pages if p not in self.accumulated]
         self._emit(
             "selected", turn, round=self.round, pages=list(action.pages), accumulated=list(self.accumulated)
         )
         means = self.beliefs.mean()
-        ranked = sorted(self.accumulated, key=lambda p: (-means[p - 1], p))[: self.config.num_evidence]
+        pool_means = [means[p - 1] for p in self.accumulated]
+        stale = () if c.reshow_evidence else self.shown
+        ranked = top_k_fresh_first(self.accumulated, pool_means, c.num_evidence, stale)
+        new = [p for p in ranked if p not in self.shown]
         self.evidence = ranked
         self.seen.update(ranked)
         self._emit(
@@ -274,13 +295,15 @@ class DocMemoEnv(gymnasium.Env):
             round=self.round,
             pages=list(ranked),
             means=[round(float(means[p - 1]), 4) for p in ranked],
+            new=new,
         )
+        earlier = views.earlier_evidence(self.episodic, exclude=ranked)
+        self.shown.update(ranked)
         self.phase = "reason"
         images, counts = self._page_images(ranked)
-        is_last = self.round + 1 >= self.config.max_rounds
-        return self._obs(
-            views.evidence_view(self.store, ranked, self.config.evidence_text_chars, counts, is_last), images
-        )
+        is_last = self.round + 1 >= c.max_rounds
+        text = views.evidence_view(self.store, ranked, new, c.evidence_text_chars, counts, is_last, earlier)
+        return self._obs(text, images)
 
     def _refine(self, action: Refine, turn: int) -> tuple[dict[str, Any], bool]:
         """Write feedback into beliefs and episodic memory, then start the next round (or stop at T)."""
@@ -292,7 +315,8 @@ class DocMemoEnv(gymnasium.Env):
             "useful": list(action.useful),
             "irrelevant": list(action.irrelevant),
         }
-        self.episodic.append(memory)
+        self.judged.update(action.useful + action.irrelevant)
+        self.episodic.append({**memory, "evidence": list(self.evidence)})
         self._emit("feedback", turn, **memory)
         self._emit("beliefs", turn, round=self.round, means=_rounded(self.beliefs.mean()))
         if self.round + 1 >= self.config.max_rounds:

@@ -24,18 +24,32 @@ Every turn is <reason>your reasoning</reason> followed by exactly one action:
 Put only the final answer inside <answer>: a number, a short phrase, or a list like ["a", "b"]."""
 
 
+def _pages(pages: Sequence[int]) -> str:
+    return ", ".join(map(str, pages)) or "none"
+
+
 def memory_lines(episodic: Sequence[dict]) -> list[str]:
-    """Episodic memory: one line per earlier round's refinement."""
-    lines = []
+    """Episodic memory: one line per earlier round (evidence read, refinement, note, page marks)."""
+    return [
+        f'  Round {m["round"] + 1}: read pages {_pages(m["evidence"])}; query "{m["query"]}"'
+        + (f"; note: {m['note']}" if m["note"] else "")
+        + f"; useful: {_pages(m['useful'])}; irrelevant: {_pages(m['irrelevant'])}"
+        for m in episodic
+    ]
+
+
+def earlier_evidence(episodic: Sequence[dict], exclude: Sequence[int]) -> str:
+    """Reminder of evidence pages read in earlier rounds (outside ``exclude``) with their latest mark."""
+    marks: dict[int, str] = {}  # the latest mark wins; candidates marked without being read are left out
     for m in episodic:
-        useful = ", ".join(map(str, m["useful"])) or "none"
-        irrelevant = ", ".join(map(str, m["irrelevant"])) or "none"
-        note = f"; note: {m['note']}" if m["note"] else ""
-        lines.append(
-            f'  Round {m["round"] + 1}: query "{m["query"]}"{note}; useful: {useful}; '
-            f"irrelevant: {irrelevant}"
-        )
-    return lines
+        marks.update({p: marks.get(p, "unmarked") for p in m["evidence"]})
+        marks.update({p: "useful" for p in m["useful"] if p in marks})
+        marks.update({p: "irrelevant" for p in m["irrelevant"] if p in marks})
+    pages = [p for p in sorted(marks) if p not in exclude]
+    if not pages:
+        return ""
+    listed = ", ".join(f"p{p} {marks[p]}" for p in pages)
+    return f"Read in earlier rounds, not shown again (see your notes in memory): {listed}"
 
 
 def candidate_view(
@@ -63,15 +77,24 @@ def candidate_view(
 
 
 def evidence_view(
-    store: DocStore, pages: Sequence[int], text_chars: int, images_per_page: Sequence[int], is_last: bool
+    store: DocStore,
+    pages: Sequence[int],
+    new: Sequence[int],
+    text_chars: int,
+    images_per_page: Sequence[int],
+    is_last: bool,
+    earlier: str = "",
 ) -> str:
-    """Evidence pages in belief order, each with its image count and a text excerpt (``text_chars`` > 0)."""
+    """Evidence pages in belief order (those outside ``new`` tagged as shown before) with text excerpts."""
     lines = ["Evidence pages (most believed first):"]
     for p, num_images in zip(pages, images_per_page, strict=True):
-        lines.append(f"Page {p} ({store.page_types[p - 1]}): {IMAGE_PLACEHOLDER * num_images}")
+        again = "" if p in new else ", shown before"
+        lines.append(f"Page {p} ({store.page_types[p - 1]}{again}): {IMAGE_PLACEHOLDER * num_images}")
         excerpt = clean(" ".join(store.texts[p - 1].split())[:text_chars])
         if excerpt:
             lines.append(f"  Text: {excerpt}")
+    if earlier:
+        lines.append(earlier)
     tail = "This is the last round: answer now." if is_last else "Answer, or refine with feedback."
     lines.append(tail)
     return "\n".join(lines)

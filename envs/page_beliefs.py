@@ -13,7 +13,7 @@ converts to the 1-based page numbers the policy and MMLongBench-Doc use.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -36,6 +36,26 @@ def lambda_schedule(t: int, lambda_0: float, eta: float) -> float:
     if t < 0:
         raise ValueError(f"round index must be >= 0, got {t}")
     return float(lambda_0 * eta**t)
+
+
+def top_k_fresh_first(
+    pages: Sequence[int], scores: Sequence[float] | np.ndarray, k: int, stale: Collection[int] = ()
+) -> list[int]:
+    """The ``k`` best ``pages`` by score, taking pages outside ``stale`` first; stale ones only fill up.
+
+    Returned best first (ties: lower page first), so a fill-up page may precede a fresh one.
+
+    >>> top_k_fresh_first([1, 2, 3, 4], [0.9, 0.8, 0.1, 0.5], k=2, stale={1})
+    [2, 4]
+    >>> top_k_fresh_first([1, 2, 3, 4], [0.9, 0.8, 0.1, 0.5], k=3, stale={1, 2, 4})
+    [1, 2, 3]
+    """
+    if len(pages) != len(scores):
+        raise ValueError(f"{len(pages)} pages but {len(scores)} scores")
+    order = sorted(range(len(pages)), key=lambda i: (-float(scores[i]), pages[i]))
+    fresh = [i for i in order if pages[i] not in stale][:k]
+    chosen = set(fresh) | set([i for i in order if pages[i] in stale][: k - len(fresh)])
+    return [pages[i] for i in order if i in chosen]
 
 
 class PageBeliefs:
