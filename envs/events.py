@@ -38,7 +38,7 @@ emitted by ``reset`` carry ``turn`` -1):
 - ``candidates``: a round's top-M pages. Keys: ``round``, ``query``, ``lambda``, ``pages``, ``scores``,
   ``means`` (every page's posterior mean).
 - ``selected``: keys ``round``, ``pages``, ``accumulated`` (the set A_t so far, in order).
-- ``evidence``: pages shown to the policy. Keys: ``round``, ``pages``, ``means``.
+- ``evidence``: pages shown to the policy. Keys: ``round``, ``pages``, ``means``, ``new`` (the pages shown for the first time, in belief order).
 - ``feedback``: a refinement. Keys: ``round``, ``query``, ``note``, ``useful``, ``irrelevant``.
 - ``beliefs``: after the update. Keys: ``round``, ``means``.
 - ``answer``: keys ``text``, ``not_answerable`` (bool), ``forced`` (false), ``round``.
