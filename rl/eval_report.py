@@ -1,0 +1,92 @@
+"""The files ``ragym eval`` writes: ``metrics.json``, ``metrics.md``, ``episodes.jsonl`` (per-episode metric
+inputs), ``rollouts.jsonl`` (full episodes for ``ragym score --recipe R --episodes``) and two plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+COLUMNS = (
+    ("accuracy", "Acc."),
+    ("ident", "Ident."),
+    ("retriever_r1", "R@1"),
+    ("retriever_r_pool", "R@pool"),
+    ("avg_rejections", "Rej./ep."),
+    ("avg_turns", "Turns/ep."),
+    ("format_error_rate", "Format err."),
+)
+"""(metric key, column title) of the markdown table, in the paper's order."""
+PERCENT = {"accuracy", "ident", "retriever_r1", "retriever_r_pool", "format_error_rate"}
+"""Metrics shown as percentages."""
+
+
+def _cell(key: str, value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return f"{100 * value:.1f}" if key in PERCENT else f"{value:.2f}"
+
+
+def markdown(metrics: dict[str, Any]) -> str:
+    """One row per data source plus ``all``; splits and aggregation notes below the table."""
+    lines = [f"# ragym eval: `{metrics['model']}` ({metrics['backend']} backend)", "",
+             "| data source | episodes | " + " | ".join(t for _, t in COLUMNS) + " |",
+             "|---|---:|" + "---:|" * len(COLUMNS)]  # fmt: skip
+    rows = {**metrics["by_source"], "all": metrics["all"]}
+    for name, row in rows.items():
+        cells = " | ".join(_cell(key, row[key]) for key, _ in COLUMNS)
+        lines.append(f"| {name} | {row['num_episodes']} | {cells} |")
+    lines += ["", "Acc.: official aggregation per source; R@pool: gold entity within K x (Rej_max + 1) "
+              "candidates (the ceiling of reranking + rejection).", ""]  # fmt: skip
+    for name, row in metrics["by_source"].items():
+        splits = ", ".join(
+            f"{s or '(none)'} {_cell('accuracy', v)}" for s, v in row["accuracy_by_split"].items()
+        )
+        lines.append(f"- {name}: accuracy = {row['accuracy_aggregation']}, pool = {row['pool_size']}; "
+                     f"by split: {splits}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def plot(metrics: dict[str, Any], records: list[dict[str, Any]], out: Path) -> list[Path]:
+    """Accuracy / Ident. / retriever ceiling per source, and the turns and rejections histograms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sources = list(metrics["by_source"])
+    keys = ("accuracy", "ident", "retriever_r1", "retriever_r_pool")
+    fig, ax = plt.subplots(figsize=(max(4, 2 * len(sources)), 3.5))
+    width = 0.8 / len(keys)
+    for i, key in enumerate(keys):
+        values = [100 * (metrics["by_source"][s][key] or 0.0) for s in sources]
+        ax.bar([j + i * width for j in range(len(sources))], values, width, label=dict(COLUMNS)[key])
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(sources))], sources)
+    ax.set_ylabel("%")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    bars = out / "accuracy_ident_recall.png"
+    fig.savefig(bars, dpi=120)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3))
+    for ax, key in zip(axes, ("turns", "rejections"), strict=True):
+        values = [r[key] for r in records]
+        ax.hist(values, bins=range(0, max(values, default=0) + 2), align="left", rwidth=0.8)
+        ax.set_title(f"{key} per episode")
+    fig.tight_layout()
+    hist = out / "turns_rejections.png"
+    fig.savefig(hist, dpi=120)
+    plt.close(fig)
+    return [bars, hist]
+
+
+def write_report(metrics: dict[str, Any], records: list[dict[str, Any]], out: Path) -> None:
+    """Write every report file into ``out`` (created if needed)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
+    (out / "metrics.md").write_text(markdown(metrics))
+    with (out / "episodes.jsonl").open("w") as summary, (out / "rollouts.jsonl").open("w") as full:
+        for record in records:
+            summary.write(json.dumps({k: v for k, v in record.items() if k != "episode"}) + "\n")
+            full.write(record["episode"] + "\n")
+    plot(metrics, records, out)

@@ -1,0 +1,194 @@
+"""``ragym export CHECKPOINT --out DIR``: a training checkpoint as a Hugging Face model directory.
+
+Two sources, one output (safetensors, tokenizer, processor, generation config, ``README.md`` card and
+``ragym_export.json``):
+
+- a verl FSDP checkpoint (``global_step_N/actor``: per-rank ``model_world_size_W_rank_R.pt`` shards plus
+  ``huggingface/``), merged by verl's own model merger. On the cluster ``RecipeSnapshot`` (set as
+  ``trainer.checkpoint_callback_class``) leaves the resolved recipe beside each checkpoint for the card.
+- a local-engine checkpoint (``global_step_N/`` already holds the HF files, plus ``engine_state.pt`` with
+  the step and the resolved recipe); engine state and optimizer stay behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoConfig, GenerationConfig
+from verl.model_merger.output_validation import validate_hf_model_output
+from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
+
+logger = logging.getLogger(__name__)
+
+LATEST_MARKER = "latest_checkpointed_iteration.txt"
+"""verl's and the local engine's pointer to the newest ``global_step_N`` of a run folder."""
+RECIPE_SNAPSHOT = "ragym_recipe.json"
+"""Resolved recipe written beside a verl checkpoint by ``RecipeSnapshot``."""
+LOCAL_ENGINE_ONLY = ("engine_state.pt", "optimizer.pt")
+"""Local-engine files that are training state, not model."""
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+"""Either marks a saved processor."""
+
+
+class RecipeSnapshot(CheckpointCallback):
+    """verl checkpoint callback: write the resolved recipe to ``global_step_N/ragym_recipe.json``."""
+
+    def on_save(self, trainer: Any, global_step: int, checkpoint_dir: str, **kwargs: Any) -> None:
+        """Record which recipe (all keys resolved) produced this checkpoint."""
+        from omegaconf import OmegaConf
+
+        recipe = OmegaConf.to_container(self.config, resolve=True)
+        Path(checkpoint_dir, RECIPE_SNAPSHOT).write_text(json.dumps(recipe, indent=1, default=str))
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What ``ragym export`` found at the given path."""
+
+    kind: str
+    """``verl_fsdp`` or ``local``."""
+    model_dir: Path
+    """verl: the actor folder with the shards; local: the HF model folder."""
+    step: int | None
+    """Training step (from ``global_step_N``), None when the folder name does not say."""
+    recipe: dict[str, Any] | None
+    """The resolved recipe that produced it, when recorded."""
+
+
+def _resolve_step_dir(path: Path) -> Path:
+    """A run folder (with the latest marker) -> its newest ``global_step_N``; anything else unchanged."""
+    marker = path / LATEST_MARKER
+    if marker.is_file():
+        return path / f"global_step_{marker.read_text().strip()}"
+    return path
+
+
+def inspect_checkpoint(path: str | Path) -> Checkpoint:
+    """Classify ``path`` (a run folder, a ``global_step_N`` folder or its ``actor`` folder)."""
+    path = _resolve_step_dir(Path(path))
+    actor = path / "actor" if (path / "actor" / "fsdp_config.json").is_file() else path
+    match = re.search(r"global_step_(\d+)", str(path))
+    step = int(match.group(1)) if match else None
+    if (actor / "fsdp_config.json").is_file():
+        snapshot = next(
+            (p for p in (actor / RECIPE_SNAPSHOT, actor.parent / RECIPE_SNAPSHOT) if p.is_file()), None
+        )
+        recipe = json.loads(snapshot.read_text()) if snapshot else None
+        return Checkpoint("verl_fsdp", actor, step, recipe)
+    if (path / "engine_state.pt").is_file() and (path / "config.json").is_file():
+        state = torch.load(path / "engine_state.pt", weights_only=False)
+        return Checkpoint("local", path, state["step"], json.loads(state["config"]))
+    found = sorted(p.name for p in path.iterdir()) if path.is_dir() else "nothing (not a folder)"
+    raise ValueError(
+        f"{path}: not a verl FSDP checkpoint (no fsdp_config.json here or in actor/) nor a local-engine one "
+        f"(no engine_state.pt + config.json); found {found}"
+    )
+
+
+def _merge_verl(actor_dir: Path, out: Path) -> None:
+    """verl's FSDP model merger: shards -> one bf16 model in ``out`` (+ tokenizer, and processor if it can)."""
+    from verl.model_merger.base_model_merger import ModelMergerConfig
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+    config = ModelMergerConfig(
+        operation="merge", backend="fsdp", local_dir=str(actor_dir), target_dir=str(out),
+        hf_model_config_path=str(actor_dir / "huggingface"),
+    )  # fmt: skip
+    out.mkdir(parents=True, exist_ok=True)
+    FSDPModelMerger(config).merge_and_save()
+    if not any((out / name).is_file() for name in PROCESSOR_FILES):
+        # verl's hf_processor needs the video processor (torchvision); ragym's loader builds an image-only one.
+        from rl.models import load_processor
+
+        load_processor(actor_dir / "huggingface").save_pretrained(out)
+
+
+def _copy_local(model_dir: Path, out: Path) -> None:
+    """Copy the HF files of a local-engine checkpoint, leaving its training state behind."""
+    out.mkdir(parents=True, exist_ok=True)
+    for item in sorted(model_dir.iterdir()):
+        if item.is_file() and item.name not in LOCAL_ENGINE_ONLY:
+            shutil.copy2(item, out / item.name)
+
+
+def _ensure_generation_config(out: Path) -> None:
+    if not (out / "generation_config.json").is_file():
+        GenerationConfig.from_model_config(AutoConfig.from_pretrained(out)).save_pretrained(out)
+
+
+def _card(checkpoint: Checkpoint, source: Path, recipe_name: str | None) -> str:
+    """The model card: where the weights came from and the recipe knobs that matter most."""
+    recipe = checkpoint.recipe or {}
+    pick = {
+        "base model": ("actor_rollout_ref", "model", "path"),
+        "experiment": ("trainer", "experiment_name"),
+        "advantage estimator": ("algorithm", "adv_estimator"),
+        "group size (rollout.n)": ("actor_rollout_ref", "rollout", "n"),
+        "learning rate": ("actor_rollout_ref", "actor", "optim", "lr"),
+        "prompts per step": ("data", "train_batch_size"),
+        "reward": ("reward", "custom_reward_function", "reward_kwargs"),
+    }
+    rows = []
+    for label, keys in pick.items():
+        value: Any = recipe
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            rows.append(f"| {label} | `{json.dumps(value) if isinstance(value, dict) else value}` |")
+    lines = [
+        "# ragym policy", "",
+        f"Exported by `ragym export` from a {checkpoint.kind} checkpoint.", "",
+        "| field | value |", "|---|---|",
+        f"| source | `{source}` |", f"| step | {checkpoint.step if checkpoint.step is not None else 'unknown'} |",
+        f"| recipe | `{recipe_name or 'not recorded'}` |", *rows, "",
+        "The full resolved recipe is in `ragym_export.json`." if recipe else "No recipe was recorded.",
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, recipe: str | None = None) -> Path:
+    """Write the HF model directory for ``checkpoint`` to ``out`` (absent or empty) and return it."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty")
+    found = inspect_checkpoint(checkpoint)
+    if recipe is not None:
+        from omegaconf import OmegaConf
+
+        from rl.recipe import load_recipe
+
+        found = Checkpoint(found.kind, found.model_dir, found.step,
+                           OmegaConf.to_container(load_recipe(recipe), resolve=True))  # fmt: skip
+    logger.info("exporting %s checkpoint %s (step %s) -> %s", found.kind, found.model_dir, found.step, out)
+    if found.kind == "verl_fsdp":
+        _merge_verl(found.model_dir, out)
+    else:
+        _copy_local(found.model_dir, out)
+    _ensure_generation_config(out)
+    validate_hf_model_output(out)
+    recipe_name = recipe or (found.recipe or {}).get("trainer", {}).get("experiment_name")
+    (out / "README.md").write_text(_card(found, Path(checkpoint).resolve(), recipe_name))
+    meta = {"source": str(Path(checkpoint).resolve()), "kind": found.kind, "step": found.step,
+            "recipe_name": recipe_name, "recipe": found.recipe}  # fmt: skip
+    (out / "ragym_export.json").write_text(json.dumps(meta, indent=1, default=str))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """``ragym export CHECKPOINT --out DIR [--recipe RECIPE]``."""
+    parser = argparse.ArgumentParser(prog="ragym export", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", help="run folder, global_step_N folder, or its actor/ folder")
+    parser.add_argument("--out", required=True, help="output model directory (absent or empty)")
+    parser.add_argument("--recipe", help="recipe to record on the card when the checkpoint has none")
+    args = parser.parse_args(argv)
+    out = export_checkpoint(args.checkpoint, args.out, args.recipe)
+    print(f"exported {args.checkpoint} -> {out}")
+    return 0

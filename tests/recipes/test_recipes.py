@@ -1,0 +1,183 @@
+"""Every committed training recipe composes on verl's config, passes verl's validation and documents its knobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rewards.rubric import Rubric
+from rl.recipe import RECIPES_DIR
+from rl.recipe_check import check_recipe, uncommented_knobs, unknown_keys
+
+# Sub-folders that hold other kinds of YAML, each tested where it is used.
+NOT_TRAINING_RECIPES = ("rewards", "retriever", "agent_loops")
+TRAINING_RECIPES = sorted(
+    path
+    for path in RECIPES_DIR.rglob("*.yaml")
+    if path.relative_to(RECIPES_DIR).parts[0] not in NOT_TRAINING_RECIPES
+)
+PAPER_RECIPES = ("kbvqa_qwen2_5_vl_7b.yaml", "kbvqa_qwen3_vl_8b.yaml")
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(RECIPES_DIR))
+
+
+def test_the_issue_recipes_are_committed() -> None:
+    names = {path.name for path in TRAINING_RECIPES}
+    assert {*PAPER_RECIPES, "kbvqa_single_gpu_smoke.yaml"} <= names
+
+
+def _local_engine(path: Path) -> bool:
+    """Recipes with a ``ragym.engine`` section run on the local engine (``ragym submit`` picks it too)."""
+    return (yaml.safe_load(path.read_text()).get("ragym") or {}).get("engine") is not None
+
+
+@pytest.mark.parametrize("path", TRAINING_RECIPES, ids=_id)
+def test_recipe_composes_and_passes_verl_validation(path: Path) -> None:
+    """Every recipe composes on verl's schema and converts into verl's config dataclasses; verl's
+    ``validate_config`` (GPU-count and micro-batch rules of its trainer) runs on the recipes verl runs,
+    exactly as ``ragym submit`` does."""
+    config = check_recipe(path, validate=not _local_engine(path))
+    # The reward recipe (inline, or a file relative to the job's working dir, the repository) must build a
+    # rubric: unknown terms or params fail here, not on the cluster.
+    reward_kwargs = config.reward.custom_reward_function.reward_kwargs
+    if "recipe_path" in reward_kwargs:
+        Rubric.from_recipe(RECIPES_DIR.parent / reward_kwargs.recipe_path)
+    else:
+        Rubric.from_recipe(reward_kwargs.recipe)
+    assert config.algorithm.adv_estimator == "grpo"
+
+
+@pytest.mark.parametrize("path", TRAINING_RECIPES, ids=_id)
+def test_every_knob_has_a_comment_above_it(path: Path) -> None:
+    assert uncommented_knobs(path.read_text()) == []
+
+
+@pytest.mark.parametrize("path", TRAINING_RECIPES, ids=_id)
+def test_recipe_has_one_level_of_defaults_on_ppo_trainer(path: Path) -> None:
+    raw = yaml.safe_load(path.read_text())
+    assert raw["defaults"] == ["ppo_trainer", "_self_"]
+    assert raw["hydra"]["searchpath"] == ["pkg://verl.trainer.config"]
+
+
+@pytest.mark.parametrize("name", PAPER_RECIPES)
+def test_paper_recipes_hold_the_papers_settings(name: str) -> None:
+    """MMAgent-R² section 4.1.2: G=8, lr 1e-6, 1024 trajectories per update, 2 epochs, T_max=8, no KL, delta=0.2."""
+    config = check_recipe(RECIPES_DIR / name)
+    actor, rollout = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    assert rollout.n == 8
+    assert actor.optim.lr == pytest.approx(1e-6)
+    assert config.data.train_batch_size * rollout.n == 1024
+    assert actor.ppo_mini_batch_size == config.data.train_batch_size
+    assert config.trainer.total_epochs == 2
+    assert rollout.multi_turn.max_assistant_turns == 8
+    assert not actor.use_kl_loss and not config.algorithm.use_kl_in_reward
+    assert rollout.name == "vllm" and actor.strategy.startswith("fsdp")
+    assert rollout.agent.default_agent_loop == "ragym_env"
+    assert "wandb" in config.trainer.logger
+    terms = config.reward.custom_reward_function.reward_kwargs.recipe.terms
+    assert terms.verification.params.delta == pytest.approx(0.2)
+    assert terms.verification.params.rej_max == 2
+
+
+def test_cluster_recipes_point_at_files_that_exist_in_the_repository() -> None:
+    """verl resolves these from the job's working directory, the repository root (local-engine recipes,
+    the ones with a ``ragym.engine`` section, build their agent loop in-process and need no registry file)."""
+    repo = RECIPES_DIR.parent
+    for path in TRAINING_RECIPES:
+        if _local_engine(path):
+            continue
+        config = check_recipe(path)
+        loops = repo / config.actor_rollout_ref.rollout.agent.agent_loop_config_path
+        entries = yaml.safe_load(loops.read_text())
+        assert {"name": "ragym_env", "_target_": "rl.agent_loop.RagymEnvAgentLoop"} in entries
+        reward_path = config.reward.custom_reward_function.path
+        assert reward_path == "pkg://rewards.verl"
+
+
+def test_reward_module_loads_through_verls_loader() -> None:
+    from verl.utils.import_utils import load_extern_object
+
+    from rewards.verl import compute_score
+
+    assert load_extern_object("pkg://rewards.verl", "compute_score") is compute_score
+
+
+def test_unknown_key_is_reported(tmp_path: Path) -> None:
+    text = (RECIPES_DIR / "kbvqa_single_gpu_smoke.yaml").read_text()
+    typo = text.replace(
+        "    # One GPU: no tensor parallelism.\n", "    # Misspelled.\n    temprature: 0.5\n    # One GPU.\n"
+    )
+    bad = tmp_path / "typo.yaml"
+    bad.write_text(typo)
+    assert unknown_keys(bad) == ["actor_rollout_ref.rollout.temprature"]
+    with pytest.raises(ValueError, match="temprature"):
+        check_recipe(bad)
+
+
+def test_free_form_maps_accept_new_keys(tmp_path: Path) -> None:
+    recipe = tmp_path / "open.yaml"
+    recipe.write_text(
+        "defaults: [ppo_trainer, _self_]\n"
+        "actor_rollout_ref:\n  rollout:\n    engine_kwargs:\n      vllm:\n        # x\n        swap_space: 4\n"
+        "  model:\n    override_config:\n      # x\n      attn_implementation: sdpa\n"
+        "ragym:\n  engine:\n    # x\n    num_threads: 2\n"
+    )
+    assert unknown_keys(recipe) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        (["actor_rollout_ref.actor.loss_agg_mode=per-banana"], Exception, "loss_agg_mode"),
+        (["actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.temperature=0"],
+         AssertionError, "temperature"),
+        (["actor_rollout_ref.actor.use_dynamic_bsz=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "trainer.n_gpus_per_node=7"],
+         AssertionError, "real_train_batch_size"),
+    ],
+)  # fmt: skip
+def test_verl_validation_failure_surfaces(overrides: list[str], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        check_recipe(RECIPES_DIR / "kbvqa_qwen2_5_vl_7b.yaml", overrides)
+
+
+@pytest.mark.parametrize(
+    ("text", "missing"),
+    [
+        ("# ok\na: 1\n", []),
+        ("a: 1\n", ["line 1: a"]),
+        ("s:\n  # ok\n  b: 1\n  c: [1, 2]\n", ["line 4: s.c"]),
+        ("s:\n  # a block list is a knob too\n  b:\n    - 1\nd:\n  - 2\n", ["line 5: d"]),
+        ("defaults:\n  - ppo_trainer\nhydra:\n  searchpath: [x]\n", []),
+        ("# flow mapping is one knob\nt: {w: 1}\n", []),
+        ("# the blank line does not break the link\n\nk: 2\n", []),
+    ],
+)
+def test_uncommented_knobs_table(text: str, missing: list[str]) -> None:
+    assert uncommented_knobs(text) == missing
+
+
+def test_agent_loop_registry_file_loads_the_way_verls_worker_loads_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """AgentLoopWorker: resolve the path against the working dir, load the list, instantiate ``_target_``."""
+    import hydra
+    from omegaconf import OmegaConf
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+    from verl.utils.import_utils import resolve_config_path
+
+    from rl.agent_loop import RagymEnvAgentLoop
+
+    monkeypatch.chdir(RECIPES_DIR.parent)  # a Ray job's working directory is the repository
+    config = check_recipe(RECIPES_DIR / "kbvqa_qwen2_5_vl_7b.yaml")
+    entries = OmegaConf.load(
+        resolve_config_path(config.actor_rollout_ref.rollout.agent.agent_loop_config_path)
+    )
+    (entry,) = [e for e in entries if e.name == config.actor_rollout_ref.rollout.agent.default_agent_loop]
+    assert hydra.utils.get_class(entry._target_) is RagymEnvAgentLoop
+    # The @register decorator agrees with the file.
+    assert _agent_loop_registry["ragym_env"]["_target_"] == entry._target_

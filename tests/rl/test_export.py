@@ -1,0 +1,120 @@
+"""``ragym export``: verl FSDP and local-engine checkpoints round-trip into Hugging Face model folders."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from safetensors.torch import load_file
+from transformers import AutoModelForImageTextToText
+
+from rl.export import RECIPE_SNAPSHOT, RecipeSnapshot, export_checkpoint, inspect_checkpoint
+from rl.models import load_policy, load_processor
+from rl.recipe import RECIPES_DIR, load_recipe
+from tests.rl.fsdp_checkpoint import SCALE
+
+REPO = RECIPES_DIR.parent
+HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "README.md")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _assert_same_weights(exported: Path, expected: dict[str, torch.Tensor]) -> None:
+    model = AutoModelForImageTextToText.from_pretrained(exported, dtype=torch.float32)
+    got = model.state_dict()
+    assert set(expected) <= set(got), sorted(set(expected) - set(got))
+    for name, tensor in expected.items():
+        torch.testing.assert_close(
+            got[name], tensor.float(), rtol=0, atol=0, msg=lambda m, n=name: f"{n}: {m}"
+        )
+
+
+@pytest.fixture(scope="module")
+def verl_checkpoint(tiny_policy_dir: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real two-rank FSDP2 checkpoint written by verl's FSDPCheckpointManager, plus the recipe snapshot."""
+    run = tmp_path_factory.mktemp("verl_run")
+    policy = tiny_policy_dir("qwen2_5_vl")
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.rl.fsdp_checkpoint", str(policy), str(run), str(_free_port())],
+        cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = load_recipe("kbvqa_single_gpu_smoke", [f"actor_rollout_ref.model.path={policy}"])
+    RecipeSnapshot(config).on_save(trainer=None, global_step=1, checkpoint_dir=str(run / "global_step_1"))
+    (run / "latest_checkpointed_iteration.txt").write_text("1")
+    return run
+
+
+def test_verl_fsdp_checkpoint_round_trips_weight_by_weight(
+    verl_checkpoint: Path, tiny_policy_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    out = export_checkpoint(verl_checkpoint, tmp_path / "hf")  # the run folder: newest step via the marker
+    original, _, _ = load_policy(tiny_policy_dir("qwen2_5_vl"))
+    # verl's merger writes bf16, so the reference is the scaled original in bf16.
+    expected = {name: (tensor * SCALE).to(torch.bfloat16) for name, tensor in original.state_dict().items()}
+    _assert_same_weights(out, expected)
+    assert all((out / name).is_file() for name in HF_FILES)
+    assert load_processor(out).image_processor is not None
+    meta = json.loads((out / "ragym_export.json").read_text())
+    assert (meta["kind"], meta["step"], meta["recipe_name"]) == ("verl_fsdp", 1, "kbvqa_single_gpu_smoke")
+    assert meta["recipe"]["actor_rollout_ref"]["rollout"]["n"] == 4
+    card = (out / "README.md").read_text()
+    assert "| step | 1 |" in card and "kbvqa_single_gpu_smoke" in card and "verification" in card
+
+
+def test_local_engine_checkpoint_round_trips_weight_by_weight(
+    tiny_policy_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    from data_prep.synthetic_kb import main as build_kb
+    from rl.engine.main import main as train
+
+    assert build_kb(["--out", str(tmp_path / "kb"), "--preset", "tiny"]) == 0
+    run = tmp_path / "grpo"
+    assert train(["--recipe", "kbvqa_tiny_cpu", f"data.train_files={tmp_path}/kb/data/train.parquet",
+                  f"data.val_files={tmp_path}/kb/data/test.parquet",
+                  f"actor_rollout_ref.model.path={tiny_policy_dir('qwen2_5_vl')}", f"trainer.default_local_dir={run}",
+                  "trainer.total_training_steps=1", "trainer.logger=[console]", "data.train_batch_size=2",
+                  "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                  "data.max_response_length=64", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+                  "ragym.engine.batch_wait_s=0.2"]) == 0  # fmt: skip
+    step_dir = run / "global_step_1"
+    out = export_checkpoint(step_dir, tmp_path / "hf")
+    trained = AutoModelForImageTextToText.from_pretrained(step_dir, dtype=torch.float32).state_dict()
+    _assert_same_weights(out, trained)
+    assert set(load_file(out / "model.safetensors")) == set(load_file(step_dir / "model.safetensors"))
+    assert all((out / name).is_file() for name in HF_FILES)
+    assert not (out / "engine_state.pt").exists() and not (out / "optimizer.pt").exists()
+    meta = json.loads((out / "ragym_export.json").read_text())
+    assert (meta["kind"], meta["step"], meta["recipe_name"]) == ("local", 1, "kbvqa_tiny_cpu")
+    load_policy(out)  # loads like any policy
+
+
+def test_recipe_snapshot_writes_the_resolved_recipe(tmp_path: Path) -> None:
+    config = OmegaConf.create({"a": 1, "b": "${a}"})
+    RecipeSnapshot(config).on_save(trainer=None, global_step=3, checkpoint_dir=str(tmp_path))
+    assert json.loads((tmp_path / RECIPE_SNAPSHOT).read_text()) == {"a": 1, "b": 1}
+
+
+def test_what_is_not_a_checkpoint_is_named(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"not a verl FSDP checkpoint.*notes\.txt"):
+        inspect_checkpoint(tmp_path)
+    with pytest.raises(ValueError, match="not a folder"):
+        inspect_checkpoint(tmp_path / "missing")
+
+
+def test_refuses_to_overwrite(verl_checkpoint: Path, tmp_path: Path) -> None:
+    (tmp_path / "keep.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="not empty"):
+        export_checkpoint(verl_checkpoint, tmp_path)
