@@ -1,0 +1,155 @@
+"""MEMORA-R evaluation, export and ablation: metric plumbing, BRIGHT files, faiss export round trip, Table 4."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs.core import Hit, Retriever
+from envs.encoders import make_text_encoder
+from envs.retrieval import normalise
+from rl.retriever.ablation import CONTRASTIVE, REASONING, ZERO_SHOT, format_table, run_ablation, table4_rows
+from rl.retriever.config import ModelConfig, recipe_from_dict, with_overrides
+from rl.retriever.data import heldout_eval_set, load_bright, load_corpus
+from rl.retriever.evaluate import EvalConfig, encode, evaluate_encoder, score_run
+from rl.retriever.export import export_retriever, load_dense_retriever
+from rl.retriever.train import load_encoder
+from tests.rl.retriever_fixtures import prepared_dir
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return prepared_dir(tmp_path_factory.mktemp("retriever_eval"))
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return load_encoder(ModelConfig(max_seq_length=32))
+
+
+@pytest.mark.parametrize(
+    ("run", "expected_ndcg", "expected_recall1"),
+    [
+        ({"a": {"d1": 2.0, "x": 1.0}, "b": {"d2": 1.0}}, 1.0, 1.0),  # both first
+        ({"a": {"x": 2.0, "d1": 1.0}, "b": {"d2": 1.0}}, (0.6309297535714575 + 1.0) / 2, 0.5),
+        ({"a": {"d1": 1.0}}, 0.5, 0.5),  # b missing from the run scores 0
+    ],
+)
+def test_score_run_averages_over_judged_queries(
+    run: dict, expected_ndcg: float, expected_recall1: float
+) -> None:
+    qrels = {"a": {"d1": 1}, "b": {"d2": 1}, "c": {"d3": 0}}  # c has no relevant document: not averaged
+    metrics = score_run(run, qrels, EvalConfig(recall_ks=(1,)))
+    assert metrics["ndcg@10"] == pytest.approx(expected_ndcg)
+    assert metrics["recall@1"] == pytest.approx(expected_recall1)
+
+
+def _bright_files(tmp: Path, qrels_text: str) -> tuple[Path, Path, Path]:
+    corpus = tmp / "corpus.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"d{i}", "text": t}) + "\n"
+            for i, t in enumerate(
+                [
+                    "Vitamin C trials found no cold prevention.",
+                    "Moonquakes reveal a dense lunar core.",
+                    "Goldfish memory lasts months.",
+                ]
+            )
+        )
+    )
+    queries = tmp / "queries.jsonl"
+    queries.write_text(
+        json.dumps({"id": "q0", "query": "Does vitamin C stop colds?"})
+        + "\n"
+        + json.dumps({"id": "q1", "query": "How long do goldfish remember?"})
+        + "\n"
+    )
+    qrels = tmp / "qrels.tsv"
+    qrels.write_text(qrels_text)
+    return corpus, queries, qrels
+
+
+def test_bright_format_eval(tmp_path: Path, encoder) -> None:
+    files = _bright_files(tmp_path, "q0\t0\td0\t1\nq1\t0\td2\t1\n")
+    queries, corpus, qrels = load_bright(*files)
+    assert qrels == {"q0": {"d0": 1}, "q1": {"d2": 1}} and len(corpus) == 3
+    metrics = evaluate_encoder(encoder, (queries, corpus, qrels), EvalConfig(recall_ks=(1,)))
+    assert metrics["ndcg@10"] == pytest.approx(1.0) and metrics["num_queries"] == 2
+    bad = _bright_files(tmp_path, "q9 0 d0 1\n")
+    with pytest.raises(ValueError, match="absent from"):
+        load_bright(*bad)
+    with pytest.raises(ValueError, match=r"qrels.tsv:1"):
+        load_bright(*_bright_files(tmp_path, "q0 d0 1\n"))
+
+
+def test_export_round_trip_is_a_retriever(tmp_path: Path, encoder, data_dir: Path) -> None:
+    corpus = load_corpus(data_dir)
+    export_retriever(encoder, corpus, tmp_path / "export")
+    retriever = load_dense_retriever(tmp_path / "export")
+    assert isinstance(retriever, Retriever)
+    hits = retriever.search("Do vaccines cause autism?", k=3)
+    assert len(hits) == 3 and all(isinstance(h, Hit) for h in hits)
+    assert hits[0].payload["text"] == corpus[hits[0].docid] and "autism" in hits[0].payload["text"]
+    assert hits[0].score >= hits[1].score >= hits[2].score
+    # The manifest entry builds the env's own text encoder, which embeds queries as evaluation does.
+    spec = json.loads((tmp_path / "export" / "retriever.json").read_text())["kb_text_encoder"]
+    env_vector = make_text_encoder(spec).encode_queries(["Do vaccines cause autism?"])
+    assert np.allclose(normalise(env_vector), encode(encoder, ["Do vaccines cause autism?"], 8), atol=1e-5)
+    # The exported index ranks exactly as evaluation does.
+    queries, _, qrels = heldout_eval_set(data_dir)
+    exported = retriever.batch_search(list(queries.values()), k=10)
+    run = {qid: {h.docid: h.score for h in row} for qid, row in zip(queries, exported, strict=True)}
+    config = EvalConfig(recall_ks=(10,))
+    assert score_run(run, qrels, config) == pytest.approx(
+        {
+            k: v
+            for k, v in evaluate_encoder(encoder, (queries, corpus, qrels), config).items()
+            if k != "num_queries"
+        }
+    )
+
+
+def test_table4_rows_and_needs_full_recipe() -> None:
+    full = recipe_from_dict({"data": {"num_hard_negatives": 2}})
+    rows = table4_rows(full)
+    assert [r.name for r in rows] == [ZERO_SHOT, CONTRASTIVE, "+ hard negatives", REASONING]
+    assert rows[0].recipe is None
+    assert [(r.recipe.data.num_hard_negatives, r.recipe.augment.use_reasoning) for r in rows[1:]] == [
+        (0, False),
+        (2, False),
+        (2, True),
+    ]
+    assert len({r.recipe.train.output_dir for r in rows[1:]}) == 3
+    with pytest.raises(ValueError, match="full recipe"):
+        table4_rows(with_overrides(full, augment={"use_reasoning": False}))
+
+
+def test_ablation_trains_every_row(tmp_path: Path, data_dir: Path) -> None:
+    recipe = with_overrides(
+        recipe_from_dict({}),
+        model={"max_seq_length": 32},
+        data={"data_dir": str(data_dir)},
+        train={"output_dir": str(tmp_path), "batch_size": 4, "max_steps": 2, "show_progress": False},
+    )
+    probes: dict[str, np.ndarray] = {}
+
+    def probe(row: str, model) -> None:
+        probes[row] = encode(model, ["Do vaccines cause autism?"], 8)
+
+    results = run_ablation(recipe, heldout_eval_set(data_dir), EvalConfig(recall_ks=(10,)), on_model=probe)
+    assert [r["row"] for r in results] == [r.name for r in table4_rows(recipe)]
+    # Every trained row moved the weights away from the backbone and saved a loadable model.
+    assert all(
+        not np.allclose(probes[row], probes[ZERO_SHOT], atol=1e-6) for row in probes if row != ZERO_SHOT
+    )
+    assert all(
+        (tmp_path / slug / "model" / "modules.json").is_file() for slug in ("contrastive", "reasoning")
+    )
+    assert results[0]["delta_vs_contrastive"] is None and results[1]["delta_vs_contrastive"] == 0.0
+    assert all(0.0 <= r["ndcg@10"] <= 1.0 for r in results)
+    table = format_table(results)
+    assert table.count("\n") == len(results) + 1 and f"{100 * results[3]['ndcg@10']:.1f}" in table
