@@ -1,0 +1,115 @@
+"""The CPU demo's report: a plot of reward components over GRPO steps and ``report.md``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+PLOTTED = (
+    "reward/total",
+    "reward/outcome",
+    "reward/format",
+    "reward/verification",
+    "grpo/zero_adv_group_share",
+)
+"""Per-step series drawn in ``reward_components.png``."""
+ROLLOUT_KEYS = ("reward/total", "reward/verification", "episode/ident_acc", "episode/rejections",
+                "episode/actions/rerank", "grpo/zero_adv_group_share")  # fmt: skip
+"""Per-step metrics compared between the first and the last GRPO step."""
+
+
+def plot_rewards(train: list[dict[str, Any]], path: Path) -> None:
+    """Reward components (training rollouts) and the zero-advantage group share over steps."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [h["step"] for h in train]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key in PLOTTED:
+        ax.plot(
+            steps,
+            [h.get(key, 0.0) for h in train],
+            label=key,
+            linestyle="--" if key.startswith("grpo") else "-",
+        )
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel("mean over the step's episodes")
+    ax.set_title("KBVQA-v0 demo: rollout reward components")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _row(name: str, before: Any, after: Any) -> str:
+    if isinstance(before, float):
+        return f"| {name} | {before:.3f} | {after:.3f} |"
+    return f"| {name} | {before} | {after} |"
+
+
+def diagnosis(result: dict[str, Any], train: list[dict[str, Any]]) -> str:
+    """One plain sentence on what GRPO changed, naming the rejection-farming failure when it shows."""
+    before, after = result["before"]["reward_mean"], result["after"]["reward_mean"]
+    verdict = "raised" if after > before else "did not raise"
+    text = f"GRPO {verdict} the held-out reward ({before:.3f} -> {after:.3f})."
+    first, last = train[0], train[-1]
+    if (
+        last["episode/rejections"] > first["episode/rejections"]
+        and last["episode/ident_acc"] <= first["episode/ident_acc"]
+    ):
+        text += (
+            " Rollouts reject more without identifying more: the policy is collecting the correct-rejection"
+            " reward (delta per Reject of a batch without the gold entity) instead of verifying."
+        )
+    return text
+
+
+def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]]) -> Path:
+    """Write ``out/report.md`` and ``out/reward_components.png``; returns the report path."""
+    plot_rewards(train, out / "reward_components.png")
+    before, after, warm = result["before"], result["after"], result["warm_start"]
+    rows = [_row(k, before[k], after[k]) for k in before if k != "actions"]
+    actions = sorted(set(before["actions"]) | set(after["actions"]))
+    rows += [
+        _row(f"actions/{a} per episode", before["actions"].get(a, 0.0), after["actions"].get(a, 0.0))
+        for a in actions
+    ]
+    text = "\n".join([
+        "# ragym CPU demo: GRPO on KBVQA-v0 with a tiny Qwen2.5-VL policy",
+        "",
+        f"Seed {result['seed']}; {result['grpo_steps']} GRPO steps; wall time {result['wall_time_s']:.0f} s; "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB.",
+        "",
+        "**Warm start** (not RL): supervised imitation of a scripted expert whose Rerank picks a random other "
+        f"candidate with probability {warm['noise']} ({warm['episodes']} env-generated "
+        f"episodes, {warm['steps']} steps, loss {warm['first_loss']:.2f} -> {warm['final_loss']:.2f}).",
+        "",
+        "## Held-out evaluation (warm start = before, after GRPO)",
+        "",
+        diagnosis(result, train),
+        "",
+        "| metric | before | after |",
+        "|---|---|---|",
+        *rows,
+        "",
+        "zero_adv_group_share: share of GRPO groups whose episodes all scored the same (first / last step).",
+        "",
+        "## Training rollouts (sampled), first vs last GRPO step",
+        "",
+        "| metric | first step | last step |",
+        "|---|---|---|",
+        *[_row(key, float(train[0].get(key, 0.0)), float(train[-1].get(key, 0.0))) for key in ROLLOUT_KEYS],
+        "",
+        "## Reward components over GRPO steps (training rollouts)",
+        "",
+        "![reward components](reward_components.png)",
+        "",
+        f"Unused recipe keys (logged, not silently ignored): {', '.join(result['unused_recipe_keys']) or 'none'}.",
+        "",
+    ])  # fmt: skip
+    path = out / "report.md"
+    path.write_text(text)
+    return path

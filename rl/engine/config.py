@@ -1,0 +1,239 @@
+"""The local engine's view of a verl recipe: typed knobs read from the composed config, unused keys listed.
+
+The engine reads the same YAML as the cluster path. Every key it reads goes through ``RecipeReader.get``;
+afterwards ``unused_keys`` lists the keys whose value differs from verl's defaults (or that verl does not
+define) and that the engine never read, so a knob that would change a cluster run but not a local one is
+always visible in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from rl.engine.grpo import UpdateConfig
+from rl.recipe import recipe_keys, resolve_recipe_path
+
+logger = logging.getLogger(__name__)
+
+ENGINE_SECTION = "ragym.engine"
+"""Recipe section of knobs only the local engine has (verl ignores unknown top-level sections)."""
+
+
+class RecipeReader:
+    """Reads dotted keys from a composed recipe and remembers which ones were read."""
+
+    def __init__(self, config: DictConfig) -> None:
+        self.config = config
+        self.read: set[str] = set()
+
+    def get(self, key: str) -> Any:
+        """The value at ``key``; a missing key is an error naming it."""
+        value = OmegaConf.select(self.config, key, throw_on_missing=True, default=_MISSING)
+        if value is _MISSING:
+            raise KeyError(f"recipe has no key {key!r}")
+        self.read.add(key)
+        return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+
+    def unused_keys(self, set_keys: set[str]) -> list[str]:
+        """Keys of ``set_keys`` (what the recipe and overrides set) that differ from verl's defaults and were
+        never read."""
+        defaults = verl_defaults()
+        unused = []
+        for key in sorted(set_keys):
+            if any(key == r or key.startswith(r + ".") or r.startswith(key + ".") for r in self.read):
+                continue
+            default = OmegaConf.select(defaults, key, default=_MISSING)
+            if default is _MISSING or default != OmegaConf.select(self.config, key, default=_MISSING):
+                unused.append(key)
+        return unused
+
+
+def recipe_set_keys(recipe: str | Path, overrides: list[str]) -> set[str]:
+    """Dotted leaf keys a recipe file sets (its own YAML, not verl's defaults) plus the override keys."""
+    raw = yaml.safe_load(resolve_recipe_path(recipe).read_text()) or {}
+    raw.pop("hydra", None)
+    raw.pop("defaults", None)
+    keys = recipe_keys(OmegaConf.create(raw))
+    keys |= {item.split("=", 1)[0].lstrip("+~") for item in overrides}
+    return keys
+
+
+_MISSING = object()
+
+
+def verl_defaults() -> DictConfig:
+    """verl's ``ppo_trainer`` config as composed with no recipe."""
+    import verl
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(
+        config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None
+    ):
+        config = compose(config_name="ppo_trainer")
+    OmegaConf.resolve(config)
+    return config
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the local engine takes from a recipe."""
+
+    model_path: str
+    """Policy directory (``actor_rollout_ref.model.path``)."""
+    train_files: str
+    """Training parquet (``data.train_files``)."""
+    val_files: str
+    """Held-out parquet for evaluation (``data.val_files``)."""
+    train_batch_size: int
+    """Dataset rows per step; each yields ``rollout_n`` episodes."""
+    val_max_samples: int
+    """Held-out rows evaluated (-1: all)."""
+    shuffle: bool
+    """Shuffle rows each epoch (the order is a function of ``seed`` and the epoch)."""
+    seed: int
+    """Data order, sampling and initialisation seed (``data.seed``)."""
+    rollout_n: int
+    """G: episodes per row (the GRPO group)."""
+    sampling: dict[str, Any]
+    """Training sampling params (temperature, top_p, top_k, logprobs)."""
+    val_sampling: dict[str, Any]
+    """Evaluation sampling params (``rollout.val_kwargs``; greedy when ``do_sample`` is false)."""
+    response_length: int
+    """Token budget of one episode's response side (``rollout.response_length``)."""
+    update: UpdateConfig
+    """Actor/algorithm knobs of one GRPO update."""
+    lr: float
+    """AdamW learning rate."""
+    betas: tuple[float, float]
+    """AdamW betas."""
+    weight_decay: float
+    """AdamW weight decay."""
+    warmup_steps: int
+    """Linear warm-up steps of the learning rate (``optim.lr_warmup_steps``, or the ratio x total)."""
+    total_steps: int
+    """Training steps (``trainer.total_training_steps``, else epochs x steps per epoch)."""
+    total_epochs: int
+    """Epochs over the training rows when ``total_steps`` is not set."""
+    save_freq: int
+    """Checkpoint every N steps (and at the end); -1: only at the end."""
+    test_freq: int
+    """Evaluate every N steps; -1: never during training."""
+    val_before_train: bool
+    """Evaluate before the first step."""
+    output_dir: str
+    """Checkpoints, metrics and logs (``trainer.default_local_dir``)."""
+    project_name: str
+    """wandb project."""
+    experiment_name: str
+    """wandb run name."""
+    loggers: tuple[str, ...]
+    """``console`` and/or ``wandb`` (the metrics jsonl is always written)."""
+    resume_mode: str
+    """``auto`` (resume from the last checkpoint in ``output_dir``) or ``disable``."""
+    reward_kwargs: dict[str, Any]
+    """``reward.custom_reward_function.reward_kwargs`` (the reward recipe), passed to ``rewards.verl``."""
+    batch_wait_s: float
+    """Longest wait of the generation server for all live episodes to ask (``ragym.engine``)."""
+    num_threads: int
+    """torch intra-op threads (0: torch's default)."""
+
+
+AGENT_LOOP_KEYS = (
+    "actor_rollout_ref.rollout.prompt_length",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
+    "actor_rollout_ref.rollout.full_determinism",
+    "data.apply_chat_template_kwargs",
+    "data.mm_processor_kwargs",
+    # rollout.prompt_length / response_length default to these through interpolation.
+    "data.max_prompt_length",
+    "data.max_response_length",
+)
+"""Keys the ragym agent loop (and verl's ``AgentLoopBase`` under it) reads from the same config."""
+
+
+def read_engine_config(reader: RecipeReader) -> EngineConfig:
+    """Build the typed config; knobs the engine cannot honour (KL, critic) are an error naming the key."""
+    g = reader.get
+    for key in AGENT_LOOP_KEYS:
+        g(key)
+    for key in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward"):
+        if g(key):
+            raise ValueError(f"{key}=true needs a reference model, which the local engine does not load")
+    reward_fn = (g("reward.custom_reward_function.path"), g("reward.custom_reward_function.name"))
+    if reward_fn != ("pkg://rewards.verl", "compute_score"):
+        raise ValueError(
+            f"reward.custom_reward_function must be pkg://rewards.verl / compute_score, got {reward_fn}"
+        )
+    rollout, actor = "actor_rollout_ref.rollout", "actor_rollout_ref.actor"
+    n, batch = g(f"{rollout}.n"), g("data.train_batch_size")
+    temperature = g(f"{rollout}.temperature")
+    update = UpdateConfig(
+        mini_batch_size=g(f"{actor}.ppo_mini_batch_size") * n,
+        micro_batch_size=g(f"{actor}.ppo_micro_batch_size_per_gpu"),
+        # verl accepts it unset; the old-log-prob pass then uses the update's micro-batch size.
+        log_prob_micro_batch_size=g(f"{rollout}.log_prob_micro_batch_size_per_gpu")
+        or g(f"{actor}.ppo_micro_batch_size_per_gpu"),
+        ppo_epochs=g(f"{actor}.ppo_epochs"),
+        shuffle=g(f"{actor}.shuffle"),
+        temperature=temperature,
+        grad_clip=g(f"{actor}.grad_clip"),
+        entropy_coeff=g(f"{actor}.entropy_coeff"),
+        adv_estimator=g("algorithm.adv_estimator"),
+        norm_adv_by_std=g("algorithm.norm_adv_by_std_in_grpo"),
+    )
+    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
+                "loss_scale_factor", "policy_loss.loss_mode"):  # fmt: skip
+        g(f"{actor}.{key}")  # read by verl's policy loss through the actor dataclass
+    total_steps = g("trainer.total_training_steps")
+    epochs = g("trainer.total_epochs")
+    if total_steps is None:
+        total_rows = pq.ParquetFile(g("data.train_files")).metadata.num_rows
+        total_steps = epochs * (total_rows // batch)
+    warmup = g(f"{actor}.optim.lr_warmup_steps")
+    if warmup is None or warmup < 0:
+        warmup = int(g(f"{actor}.optim.lr_warmup_steps_ratio") * total_steps)
+    val = g(f"{rollout}.val_kwargs")
+    val_sampling = {"temperature": val["temperature"], "top_p": val["top_p"], "top_k": val["top_k"]}
+    if not val["do_sample"]:
+        val_sampling = {"temperature": 0.0, "top_p": 1.0, "top_k": -1}
+    seed = g("data.seed")
+    return EngineConfig(
+        model_path=g("actor_rollout_ref.model.path"),
+        train_files=g("data.train_files"),
+        val_files=g("data.val_files"),
+        train_batch_size=batch,
+        val_max_samples=g("data.val_max_samples"),
+        shuffle=g("data.shuffle"),
+        seed=0 if seed is None else seed,
+        rollout_n=n,
+        sampling={"temperature": temperature, "top_p": g(f"{rollout}.top_p"), "top_k": g(f"{rollout}.top_k")},
+        val_sampling=val_sampling,
+        response_length=g(f"{rollout}.response_length"),
+        update=update,
+        lr=g(f"{actor}.optim.lr"),
+        betas=tuple(g(f"{actor}.optim.betas")),
+        weight_decay=g(f"{actor}.optim.weight_decay"),
+        warmup_steps=warmup,
+        total_steps=total_steps,
+        total_epochs=epochs,
+        save_freq=g("trainer.save_freq"),
+        test_freq=g("trainer.test_freq"),
+        val_before_train=g("trainer.val_before_train"),
+        output_dir=g("trainer.default_local_dir"),
+        project_name=g("trainer.project_name"),
+        experiment_name=g("trainer.experiment_name"),
+        loggers=tuple(g("trainer.logger")),
+        resume_mode=g("trainer.resume_mode"),
+        reward_kwargs=g("reward.custom_reward_function.reward_kwargs"),
+        batch_wait_s=g(f"{ENGINE_SECTION}.batch_wait_s"),
+        num_threads=g(f"{ENGINE_SECTION}.num_threads"),
+    )

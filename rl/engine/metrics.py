@@ -1,0 +1,127 @@
+"""Per-step metrics: episode statistics from env events, and sinks (console, jsonl, wandb).
+
+wandb runs offline when ``WANDB_API_KEY`` is not set (sync later with ``wandb sync``);
+``WANDB_MODE=disabled`` turns it off entirely.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envs.events import events_of
+
+logger = logging.getLogger(__name__)
+
+ACTION_KINDS = ("search_image", "search_text", "rerank", "reject", "answer", "invalid")
+"""Action kinds of ``action`` events, in histogram order."""
+
+
+def episode_stats(events: list[dict[str, Any]]) -> dict[str, float]:
+    """Identification accuracy, rejections and action counts of one episode, from its events alone."""
+    verifications = events_of(events, "verification")
+    searched = {e["image"] for e in events_of(events, "search_image")}
+    identified = {e["image"] for e in verifications if e["decision"] == "rerank" and e["correct"]}
+    actions = Counter(e["kind"] for e in events_of(events, "action"))
+    stats = {
+        "ident_acc": len(identified) / max(1, len(searched)) if searched else 0.0,
+        "rejections": float(sum(e["decision"] == "reject" for e in verifications)),
+        "num_turns": float(len(events_of(events, "action"))),
+    }
+    stats.update({f"actions/{kind}": float(actions.get(kind, 0)) for kind in ACTION_KINDS})
+    return stats
+
+
+def summarize(
+    rewards: list[float],
+    breakdowns: list[dict[str, float]],
+    stats: list[dict[str, float]],
+    group_ids: list[str],
+) -> dict[str, float]:
+    """Batch means of rewards, reward terms and episode stats, plus the share of zero-advantage groups."""
+    out: dict[str, float] = {"reward/total": float(np.mean(rewards))}
+    for key in sorted({k for b in breakdowns for k in b}):
+        out[key] = float(np.mean([b.get(key, 0.0) for b in breakdowns]))
+    for key in sorted({k for s in stats for k in s}):
+        out[f"episode/{key}"] = float(np.mean([s[key] for s in stats]))
+    groups: dict[str, list[float]] = {}
+    for gid, reward in zip(group_ids, rewards, strict=True):
+        groups.setdefault(gid, []).append(reward)
+    # A group whose episodes all scored the same has zero advantage: it teaches GRPO nothing.
+    flat = [np.ptp(values) < 1e-9 for values in groups.values() if len(values) > 1]
+    out["grpo/zero_adv_group_share"] = float(np.mean(flat)) if flat else 0.0
+    return out
+
+
+def advantage_stats(advantages: Any, mask: Any) -> dict[str, float]:
+    """Mean/std/max/min of per-token advantages over mask-1 tokens."""
+    values = advantages[mask.bool()]
+    if values.numel() == 0:
+        return {}
+    return {
+        "grpo/adv_mean": float(values.mean()),
+        "grpo/adv_std": float(values.std()) if values.numel() > 1 else 0.0,
+        "grpo/adv_max": float(values.max()),
+        "grpo/adv_min": float(values.min()),
+    }
+
+
+class MetricsSink:
+    """Writes step metrics to ``metrics.jsonl`` (always), the console and wandb (when configured)."""
+
+    def __init__(
+        self, out_dir: str | Path, loggers: Iterable[str], project: str, run_name: str, config: dict[str, Any]
+    ) -> None:
+        self.path = Path(out_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        loggers = set(loggers)
+        unknown = loggers - {"console", "wandb"}
+        if unknown:
+            raise ValueError(
+                f"trainer.logger: unsupported loggers {sorted(unknown)} (local engine: console, wandb)"
+            )
+        self.console = "console" in loggers
+        self.wandb = None
+        if "wandb" in loggers and os.environ.get("WANDB_MODE") != "disabled":
+            import wandb
+
+            mode = os.environ.get("WANDB_MODE") or (
+                "online" if os.environ.get("WANDB_API_KEY") else "offline"
+            )
+            self.wandb = wandb.init(
+                project=project,
+                name=run_name,
+                config=config,
+                dir=str(self.path.parent),
+                mode=mode,
+                resume="allow",
+            )
+
+    def log(self, step: int, metrics: dict[str, float], extra: dict[str, Any] | None = None) -> None:
+        """Record ``metrics`` for ``step`` in every sink; ``extra`` (non-scalar data) goes to the jsonl only."""
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, **metrics, **(extra or {})}) + "\n")
+        if self.console:
+            shown = {
+                k: v for k, v in metrics.items() if k.startswith(("reward/", "grpo/zero", "actor/entropy"))
+            }
+            logger.info("step %d %s", step, " ".join(f"{k}={v:.3f}" for k, v in sorted(shown.items())))
+        if self.wandb is not None:
+            self.wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        """Flush and close wandb."""
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a metrics jsonl, in order."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

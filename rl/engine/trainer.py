@@ -1,0 +1,245 @@
+"""The local GRPO engine: rollouts with the ragym agent loop, verl's GRPO update, evaluation, checkpoints.
+
+One process, one model: the policy both serves generation (``HFServer``) and trains. Checkpoints are
+Hugging Face model directories (safetensors, tokenizer, processor) plus ``optimizer.pt`` and
+``engine_state.pt`` (step, data cursor, every RNG), so a resumed run continues with the same data order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+from verl.utils.config import omega_conf_to_dataclass
+
+from rl.agent_loop import make_agent_loop
+from rl.engine.config import EngineConfig
+from rl.engine.grpo import assemble, compute_advantages, update_policy
+from rl.engine.hf_server import HFServer
+from rl.engine.metrics import MetricsSink, advantage_stats, summarize
+from rl.engine.rollout import EpisodeResult, run_episodes
+from rl.engine.vision import ImageInputs
+from rl.models import load_policy
+
+logger = logging.getLogger(__name__)
+
+LATEST = "latest_checkpointed_iteration.txt"
+"""File in the output folder naming the last complete checkpoint step (verl's convention)."""
+
+
+def read_rows(path: str, limit: int = -1) -> list[dict[str, Any]]:
+    """Rows of a verl parquet file as dicts (the first ``limit`` when ``limit`` >= 0)."""
+    frame = pd.read_parquet(path)
+    rows = frame.to_dict(orient="records")
+    return rows if limit < 0 else rows[:limit]
+
+
+class RowOrder:
+    """Epoch-wise row order that is a pure function of (seed, epoch): resumable from a cursor."""
+
+    def __init__(self, num_rows: int, batch_size: int, seed: int, shuffle: bool) -> None:
+        if num_rows < batch_size:
+            raise ValueError(f"data.train_batch_size={batch_size} exceeds the {num_rows} training rows")
+        self.num_rows, self.batch_size, self.seed, self.shuffle = num_rows, batch_size, seed, shuffle
+        self.epoch, self.position = 0, 0
+
+    def _order(self) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_rows)
+        return np.random.default_rng([self.seed, self.epoch]).permutation(self.num_rows)
+
+    def next_batch(self) -> list[int]:
+        """Row indices of the next step (incomplete tail batches are dropped, as verl's sampler does)."""
+        if self.position + self.batch_size > self.num_rows:
+            self.epoch, self.position = self.epoch + 1, 0
+        batch = self._order()[self.position : self.position + self.batch_size]
+        self.position += self.batch_size
+        return [int(i) for i in batch]
+
+    def state(self) -> dict[str, int]:
+        """The cursor."""
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load(self, state: dict[str, int]) -> None:
+        """Restore the cursor."""
+        self.epoch, self.position = state["epoch"], state["position"]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The last complete checkpoint folder under ``output_dir``, or None."""
+    marker = Path(output_dir) / LATEST
+    if not marker.exists():
+        return None
+    return Path(output_dir) / f"global_step_{int(marker.read_text().strip())}"
+
+
+class LocalTrainer:
+    """GRPO on one machine with the same recipe, agent loop, rewards and loss as the cluster path."""
+
+    def __init__(self, config: DictConfig, cfg: EngineConfig) -> None:
+        self.config, self.cfg = config, cfg
+        if cfg.num_threads > 0:
+            torch.set_num_threads(cfg.num_threads)
+        torch.manual_seed(cfg.seed)
+        resume = latest_checkpoint(cfg.output_dir) if cfg.resume_mode == "auto" else None
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)  # verl's agent loop binds to the current loop at construction
+        self.model, self.tokenizer, self.processor = load_policy(resume or cfg.model_path)
+        self.model.eval()
+        self.image_inputs = ImageInputs(self.processor.image_processor)
+        self.server = HFServer(
+            self.model, self.tokenizer, self.image_inputs,
+            default_max_tokens=cfg.response_length, batch_wait_s=cfg.batch_wait_s, seed=cfg.seed,
+        )  # fmt: skip
+        self.agent_loop = make_agent_loop(config, self.server, self.tokenizer, self.processor)
+        self.actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+        self.algo_config = omega_conf_to_dataclass(config.algorithm)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
+        warmup = max(1, cfg.warmup_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup)
+        )
+        self.update_generator = torch.Generator().manual_seed(cfg.seed + 1)
+        self.train_rows = read_rows(cfg.train_files)
+        self.val_rows = read_rows(cfg.val_files, cfg.val_max_samples)
+        self.order = RowOrder(len(self.train_rows), cfg.train_batch_size, cfg.seed, cfg.shuffle)
+        self.step = 0
+        if resume is not None:
+            self._load_state(resume)
+            logger.info("resumed from %s at step %d (epoch %d)", resume, self.step, self.order.epoch)
+        plain = OmegaConf.to_container(config, resolve=True)
+        self.sink = MetricsSink(cfg.output_dir, cfg.loggers, cfg.project_name, cfg.experiment_name, plain)
+        self.last_times: dict[str, float] = {}
+
+    # ----- one step ---------------------------------------------------------------------------
+    def train_step(self) -> dict[str, float]:
+        """Roll out one batch of groups, compute GRPO advantages, update the policy; returns step metrics."""
+        cfg = self.cfg
+        indices = self.order.next_batch()
+        rows = [self.train_rows[i] for i in indices]
+        results, times = run_episodes(
+            self.loop, self.agent_loop, self.server, rows, cfg.rollout_n, self._sampling(cfg.sampling),
+            cfg.reward_kwargs, group_prefix=f"s{self.step}",
+        )  # fmt: skip
+        update_start = time.perf_counter()
+        batch = assemble([r.sample() for r in results])
+        compute_advantages(batch, self.algo_config, cfg.update)
+        metrics = update_policy(
+            self.model, self.optimizer, self.image_inputs, batch, self.actor_config, cfg.update,
+            self.update_generator,
+        )  # fmt: skip
+        self.scheduler.step()
+        self.step += 1
+        update_s = time.perf_counter() - update_start
+        metrics.update(self._episode_metrics(results))
+        metrics.update(advantage_stats(batch.advantages, batch.response_mask))
+        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        self.last_times = {"generate": times.generate, "env": times.env, "reward": times.reward,
+                           "rollout": times.total, "update": update_s}  # fmt: skip
+        metrics.update({f"timing_s/{k}": v for k, v in self.last_times.items()})
+        self.sink.log(self.step, metrics, extra={"rows": indices})
+        return metrics
+
+    def evaluate(self, rows: list[dict[str, Any]] | None = None) -> dict[str, float]:
+        """Greedy (``val_kwargs``) episodes on held-out rows; returns ``val/``-free summary metrics."""
+        rows = self.val_rows if rows is None else rows
+        results, _ = run_episodes(
+            self.loop, self.agent_loop, self.server, rows, 1, self._sampling(self.cfg.val_sampling),
+            self.cfg.reward_kwargs, group_prefix="val",
+        )  # fmt: skip
+        return self._episode_metrics(results)
+
+    def _sampling(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {**params, "logprobs": True, "repetition_penalty": 1.0}
+
+    @staticmethod
+    def _episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
+        breakdowns = [{k: v for k, v in r.score.items() if k.startswith("reward/")} for r in results]
+        return summarize(
+            [r.reward for r in results], breakdowns, [r.stats for r in results], [r.uid for r in results]
+        )
+
+    # ----- the loop -----------------------------------------------------------------------------
+    def fit(self, max_steps: int | None = None) -> list[dict[str, float]]:
+        """Train to ``total_steps`` (or ``max_steps`` more steps), evaluating and checkpointing on schedule."""
+        cfg, history = self.cfg, []
+        end = cfg.total_steps if max_steps is None else min(cfg.total_steps, self.step + max_steps)
+        if cfg.val_before_train and self.step == 0 and self.val_rows:
+            self.sink.log(0, {f"val/{k}": v for k, v in self.evaluate().items()})
+        progress = tqdm(total=end, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
+        while self.step < end:
+            metrics = self.train_step()
+            history.append(metrics)
+            progress.update(1)
+            progress.set_postfix(reward=f"{metrics['reward/total']:.3f}")
+            last = self.step == end
+            if cfg.test_freq > 0 and (self.step % cfg.test_freq == 0 or last) and self.val_rows:
+                self.sink.log(self.step, {f"val/{k}": v for k, v in self.evaluate().items()})
+            if (cfg.save_freq > 0 and self.step % cfg.save_freq == 0) or last:
+                self.save()
+        progress.close()
+        return history
+
+    # ----- checkpoints --------------------------------------------------------------------------
+    def save(self) -> Path:
+        """Write ``global_step_<step>/`` (HF model + optimizer + engine state), then mark it latest."""
+        out = Path(self.cfg.output_dir) / f"global_step_{self.step}"
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.save_model(tmp)
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+                   tmp / "optimizer.pt")  # fmt: skip
+        torch.save(self._engine_state(), tmp / "engine_state.pt")
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)  # a killed save never leaves a half-written checkpoint behind the marker
+        (Path(self.cfg.output_dir) / LATEST).write_text(str(self.step))
+        logger.info("checkpoint %s", out)
+        return out
+
+    def save_model(self, out: str | Path) -> None:
+        """The policy as a Hugging Face model directory (safetensors, tokenizer, processor)."""
+        self.model.save_pretrained(out, safe_serialization=True)
+        self.processor.save_pretrained(out)
+
+    def _engine_state(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "order": self.order.state(),
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state(),
+            "python_rng": random.getstate(),
+            "server_rng": self.server.generator.get_state(),
+            "update_rng": self.update_generator.get_state(),
+            "config": json.dumps(OmegaConf.to_container(self.config, resolve=True)),
+        }
+
+    def _load_state(self, path: Path) -> None:
+        optim = torch.load(path / "optimizer.pt", weights_only=False)
+        self.optimizer.load_state_dict(optim["optimizer"])
+        self.scheduler.load_state_dict(optim["scheduler"])
+        state = torch.load(path / "engine_state.pt", weights_only=False)
+        self.step = state["step"]
+        self.order.load(state["order"])
+        torch.set_rng_state(state["torch_rng"])
+        np.random.set_state(state["numpy_rng"])
+        random.setstate(state["python_rng"])
+        self.server.generator.set_state(state["server_rng"])
+        self.update_generator.set_state(state["update_rng"])
+
+    def close(self) -> None:
+        """Close the metrics sinks and the event loop."""
+        self.sink.close()
+        self.loop.close()

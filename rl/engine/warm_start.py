@@ -1,0 +1,147 @@
+"""Supervised warm start on env-generated trajectories of a noisy scripted expert.
+
+A randomly initialised tiny policy never emits a well-formed turn, so every GRPO group would score the
+same and teach nothing. The demo therefore first imitates ``rl.scripted.SignaturePolicy`` whose
+verification decisions are replaced by a random other candidate with probability ``noise``: the warm-started
+policy knows the grammar and the protocol but verifies unreliably, which GRPO then has to fix.
+Trajectories are tokenized by the same agent loop that GRPO uses (a replay server returns the expert's
+turn texts as "generated" tokens), so masks and context tokens are exactly those of a real rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from verl.workers.rollout.replica import TokenOutput
+
+from envs.registry import make_env
+from rl.engine.grpo import Sample, response_log_probs
+from rl.engine.rollout import row_kwargs
+from rl.engine.vision import ImageInputs
+from rl.scripted import SignaturePolicy, run_episode
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """How many expert episodes, how noisy, and how long to imitate them."""
+
+    num_episodes: int
+    """Training rows turned into expert episodes."""
+    noise: float
+    """Probability that a verification decision is replaced by a random wrong candidate (never a Reject:
+    a policy that learns Reject() as the safe default farms the rejection reward instead of verifying)."""
+    epochs: int
+    """Passes over the episodes."""
+    batch_size: int
+    """Episodes per optimiser step."""
+    lr: float
+    """AdamW learning rate."""
+    seed: int
+    """Expert noise and shuffling seed."""
+
+
+_COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
+"""Where the expert writes a name or answer copied from an observation (Reject() excluded)."""
+
+
+class NoisyExpert(SignaturePolicy):
+    """``SignaturePolicy`` whose verification choice is a random wrong one with probability ``noise``."""
+
+    def __init__(self, env: Any, rng: np.random.Generator, noise: float) -> None:
+        super().__init__(env)
+        self.rng, self.noise = rng, noise
+
+    def choose(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
+        """The expert's choice, or (with probability ``noise``) another candidate of the batch."""
+        right = super().choose(hits, query_sig)
+        if self.rng.random() >= self.noise:
+            return right
+        options = [name for name, _ in hits if name != right]
+        return options[int(self.rng.integers(len(options)))] if options else right
+
+    def act(self, obs_text: str) -> str:
+        """The expert's turn, with a space before copied names and answers.
+
+        Observations show names after a space (``[1] <image> Cobalt Vartor Moth``), so byte-level BPE
+        tokenizes them as " Cobalt" ...; written as ``<rerank> Cobalt Vartor Moth`` (the parser strips the
+        space) the decision is the exact same tokens as in the context, a copy a tiny policy can learn.
+        """
+        return _COPY_SLOT.sub(r"\1 ", super().act(obs_text))
+
+
+class ReplayServer:
+    """A generation server that 'generates' the queued turn texts of one episode, in order."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.turns: list[str] = []
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: list[Any] | None = None, **kwargs: Any) -> TokenOutput:  # fmt: skip
+        """The next queued turn, tokenized."""
+        ids = self.tokenizer.encode(self.turns.pop(0), add_special_tokens=False)
+        return TokenOutput(token_ids=ids, log_probs=[0.0] * len(ids), stop_reason="completed")
+
+
+def expert_samples(
+    rows: list[dict[str, Any]], agent_loop_factory: Any, tokenizer: Any, cfg: WarmStartConfig
+) -> list[Sample]:
+    """Expert episodes for ``rows``, tokenized through the agent loop (``agent_loop_factory(server)``)."""
+    rng = np.random.default_rng(cfg.seed)
+    server = ReplayServer(tokenizer)
+    loop = asyncio.get_event_loop()
+    agent_loop = agent_loop_factory(server)
+    samples = []
+    for row in rows:
+        info = dict(row["extra_info"])
+        env = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
+        episode = run_episode(
+            env, NoisyExpert(env, rng, cfg.noise), int(info["index"]), json.loads(info["env_options"])
+        )
+        server.turns = list(episode["turns"])
+        output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row)))
+        images = list((output.multi_modal_data or {}).get("images", []))
+        samples.append(Sample(list(output.prompt_ids), list(output.response_ids), list(output.response_mask),
+                              images, 0.0, str(info["index"])))  # fmt: skip
+    return samples
+
+
+def imitate(
+    model: torch.nn.Module, image_inputs: ImageInputs, samples: list[Sample], cfg: WarmStartConfig
+) -> list[float]:
+    """Maximise the log-likelihood of the mask-1 tokens of ``samples``; returns the loss of each step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    losses = []
+    model.train()
+    for _ in range(cfg.epochs):
+        order = torch.randperm(len(samples), generator=generator).tolist()
+        for start in range(0, len(order), cfg.batch_size):
+            batch = [samples[i] for i in order[start : start + cfg.batch_size]]
+            num_tokens = sum(sum(s.response_mask) for s in batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss = 0.0
+            for sample in batch:  # one unpadded sequence per forward: CPU attention is ~3x faster unpadded
+                mask = torch.tensor(sample.response_mask, dtype=torch.float32)[None]  # [1, R]
+                log_prob, _ = response_log_probs(
+                    model, image_inputs, [sample], mask.shape[1], temperature=1.0
+                )
+                part = -(log_prob * mask).sum() / num_tokens
+                part.backward()
+                loss += float(part.detach())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss)
+            if len(losses) % 20 == 0:
+                logger.info("warm start step %d: loss %.3f", len(losses), loss)
+    model.eval()
+    return losses

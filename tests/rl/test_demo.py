@@ -1,0 +1,41 @@
+"""Smoke test: the real ``ragym demo`` entry point for one GRPO step at toy sizes."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from rl.demo import main
+from rl.models import load_policy
+
+TOY = [
+    "ragym.demo.warm_start.num_episodes=4",
+    "ragym.demo.warm_start.epochs=1",
+    "ragym.demo.warm_start.batch_size=2",
+    "data.val_max_samples=2",
+    "data.train_batch_size=1",
+    "data.max_response_length=64",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+    "trainer.logger=[console]",
+]
+
+
+def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
+    assert main(["--out", str(tmp_path), "--steps", "1", *TOY]) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    required = {"reward_mean", "outcome", "format", "verification", "ident_acc", "avg_rejections",
+                "zero_adv_group_share", "actions"}  # fmt: skip
+    for phase in ("before", "after"):
+        assert required <= set(metrics[phase])
+        assert 0.0 <= metrics[phase]["zero_adv_group_share"] <= 1.0
+    assert metrics["grpo_steps"] == 1
+    assert metrics["peak_rss_mb"] > 0 and metrics["wall_time_s"] > 0
+    report = (tmp_path / "report.md").read_text()
+    assert "reward_components.png" in report and (tmp_path / "reward_components.png").stat().st_size > 0
+    model, tokenizer, processor = load_policy(tmp_path / "checkpoint")
+    grpo_state = load_policy(tmp_path / "grpo" / "global_step_1")[0].state_dict()
+    assert all(torch.equal(v, grpo_state[k]) for k, v in model.state_dict().items())
+    assert tokenizer.eos_token == "<|im_end|>" and processor.image_processor is not None

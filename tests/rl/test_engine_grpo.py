@@ -1,0 +1,121 @@
+"""GRPO pieces against verl's core_algos, and the masking invariant of the update."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo import core_algos
+from verl.utils.config import omega_conf_to_dataclass
+
+from rl.engine.config import verl_defaults
+from rl.engine.grpo import (
+    Sample,
+    UpdateConfig,
+    accumulate_gradients,
+    assemble,
+    compute_advantages,
+    update_policy,
+)
+from rl.engine.vision import ImageInputs
+from tests.rl.engine_helpers import build_model, image_processor
+
+
+def _cfg(**overrides) -> UpdateConfig:
+    base = dict(mini_batch_size=4, micro_batch_size=4, log_prob_micro_batch_size=2, ppo_epochs=1, shuffle=False, temperature=1.0,
+                grad_clip=1.0, entropy_coeff=0.0, adv_estimator="grpo", norm_adv_by_std=True)  # fmt: skip
+    return UpdateConfig(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def actor_config():
+    actor = verl_defaults().actor_rollout_ref.actor
+    actor = OmegaConf.merge(actor, {"ppo_micro_batch_size_per_gpu": 1, "ppo_mini_batch_size": 1})
+    return omega_conf_to_dataclass(actor)
+
+
+def _samples(rewards: list[float], uids: list[str], seed: int = 0) -> list[Sample]:
+    rng = np.random.default_rng(seed)
+    samples = []
+    for reward, uid in zip(rewards, uids, strict=True):
+        n = int(rng.integers(6, 10))
+        mask = [1, 1, 0, 0] + [int(b) for b in rng.integers(0, 2, n - 5)] + [1]  # context in the middle
+        samples.append(
+            Sample(list(rng.integers(20, 300, 6)), list(rng.integers(20, 300, n)), mask, [], reward, uid)
+        )
+    return samples
+
+
+@pytest.mark.parametrize("norm", [True, False])
+def test_advantages_are_group_normalised_outcome_rewards(norm):
+    rewards, uids = [1.0, 0.0, 3.0, 0.5, 0.5, 2.0], ["a", "a", "a", "b", "b", "c"]
+    batch = assemble(_samples(rewards, uids))
+    advantages = compute_advantages(batch, AlgoConfig(), _cfg(norm_adv_by_std=norm))
+    for i, (reward, uid) in enumerate(zip(rewards, uids, strict=True)):
+        group = torch.tensor([r for r, u in zip(rewards, uids, strict=True) if u == uid])
+        if len(group) == 1:
+            expected = reward  # verl: a lone episode keeps its raw score (mean 0, std 1)
+        else:
+            expected = (reward - group.mean()) / ((group.std() + 1e-6) if norm else 1.0)
+        row = advantages[i][batch.response_mask[i].bool()]
+        assert torch.allclose(row, torch.full_like(row, float(expected)), atol=1e-5)
+        assert (advantages[i][~batch.response_mask[i].bool()] == 0).all()
+
+
+def test_micro_batched_loss_equals_verl_policy_loss_on_the_whole_batch(actor_config):
+    model = build_model()
+    samples = _samples([1.0, 0.0, 2.0, 0.0], ["a", "a", "b", "b"])
+    batch = assemble(samples)
+    compute_advantages(batch, AlgoConfig(), _cfg())
+    grads = []
+    for micro in (1, 4):
+        model.zero_grad(set_to_none=True)
+        stats = accumulate_gradients(model, ImageInputs(image_processor()), batch, [0, 1, 2, 3], actor_config,
+                                     _cfg(micro_batch_size=micro), single_pass=True)  # fmt: skip
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+        # On-policy first step: ratio 1, so verl's clipped loss is -token-mean(advantage).
+        log_prob = torch.zeros_like(batch.response_mask)
+        expected, *_ = core_algos.compute_policy_loss(log_prob, log_prob, batch.advantages, batch.response_mask,
+                                                      cliprange=0.2, loss_agg_mode="token-mean")  # fmt: skip
+        assert stats["actor/pg_loss"] == pytest.approx(float(expected), abs=1e-5)
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    assert grads[0].abs().sum() > 0
+
+
+def test_observation_tokens_carry_no_gradient(actor_config):
+    """Changing mask-0 tokens after the last generated token changes nothing in the gradient."""
+    model = build_model()
+    base = _samples([1.0, 0.0], ["a", "a"], seed=3)
+    variants = ([21, 22, 23], [40, 41, 42])
+    grads = []
+    for obs in variants:
+        samples = [Sample(s.prompt_ids, s.response_ids + obs, s.response_mask + [0] * len(obs), [],
+                          s.reward, s.uid) for s in base]  # fmt: skip
+        batch = assemble(samples)
+        compute_advantages(batch, AlgoConfig(), _cfg())
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(model, ImageInputs(image_processor()), batch, [0, 1], actor_config, _cfg(), True)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert grads[0].abs().sum() > 0
+    assert torch.equal(grads[0], grads[1])
+
+
+@pytest.mark.parametrize(
+    ("mini", "micro", "epochs", "shuffle"),
+    [(4, 2, 1, False), (2, 1, 1, False), (4, 4, 2, True)],  # one pass; two mini-batches; two PPO epochs
+)
+def test_update_step_is_finite_and_moves_parameters(actor_config, mini, micro, epochs, shuffle):
+    model = build_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    batch = assemble(_samples([1.0, 0.0, 0.5, 0.0], ["a", "a", "b", "b"]))
+    compute_advantages(batch, AlgoConfig(), _cfg())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    stats = update_policy(model, optimizer, ImageInputs(image_processor()), batch, actor_config,
+                          _cfg(mini_batch_size=mini, micro_batch_size=micro, ppo_epochs=epochs, shuffle=shuffle),
+                          torch.Generator().manual_seed(0))  # fmt: skip
+    assert all(np.isfinite(v) for v in stats.values())
+    if (mini, epochs) != (4, 1):  # later mini-batches/epochs are off-policy: old log-probs were recomputed
+        assert batch.old_log_prob is not None and batch.old_log_prob.shape == batch.response_mask.shape
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))

@@ -1,0 +1,141 @@
+"""The in-process generation server: logprobs, batching with shared prefill, stop rules, sampling."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import torch
+
+from rl.engine.hf_server import HFServer, Sampling, sample_tokens
+from rl.engine.vision import ImageInputs, rope_positions
+from tests.rl.engine_helpers import build_model, image_processor, tokenizer
+
+ARCHS = ("qwen2_5_vl", "qwen3_vl")
+
+
+def _prompt(model, num_placeholders: int, text: str) -> list[int]:
+    tok = tokenizer()
+    image = [model.config.image_token_id] * num_placeholders
+    vision = tok.encode("<|vision_start|>") + image + tok.encode("<|vision_end|>") if num_placeholders else []
+    return (
+        tok.encode("<|im_start|>user\n") + vision + tok.encode(f"{text}<|im_end|>\n<|im_start|>assistant\n")
+    )
+
+
+def _server(model, arch: str, seed: int = 0) -> HFServer:
+    return HFServer(model, tokenizer(), ImageInputs(image_processor(arch)), default_max_tokens=8,
+                    batch_wait_s=2.0, seed=seed)  # fmt: skip
+
+
+def _run(server: HFServer, requests: list[dict]) -> list:
+    async def go():
+        server.track_episodes(len(requests))
+
+        async def one(i, request):
+            try:
+                return await server.generate(f"r{i}", **request)
+            finally:
+                server.episode_done()
+
+        return await asyncio.gather(*[one(i, r) for i, r in enumerate(requests)])
+
+    return asyncio.run(go())
+
+
+def _image(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 255, (56, 56, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_logprobs_match_a_full_forward_for_padded_and_shared_rows(arch):
+    model = build_model(arch)
+    server = _server(model, arch)
+    placeholders = int(ImageInputs(image_processor(arch)).encode([_image(0)])["image_grid_thw"].prod()) // 4
+    long, short = _prompt(model, placeholders, "a longer question here"), _prompt(model, placeholders, "hi")
+    params = {"temperature": 1.0, "max_tokens": 6}
+    requests = [
+        {"prompt_ids": long, "sampling_params": params, "image_data": [_image(0)]},
+        {"prompt_ids": long, "sampling_params": params, "image_data": [_image(0)]},
+        {"prompt_ids": short, "sampling_params": params, "image_data": [_image(1)]},
+    ]
+    outputs = _run(server, requests)
+    assert server.stats.num_prefill_rows == 2  # the two identical prompts were prefilled once
+    for request, output in zip(requests, outputs, strict=True):
+        ids = torch.tensor([request["prompt_ids"] + output.token_ids])
+        vision = ImageInputs(image_processor(arch)).encode(request["image_data"])
+        positions = rope_positions(model, ids, torch.ones_like(ids), vision["image_grid_thw"])
+        with torch.no_grad():
+            logits = model(
+                input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, **vision
+            ).logits
+        start = len(request["prompt_ids"]) - 1
+        expected = torch.log_softmax(logits[0, start:-1].float(), -1).gather(
+            -1, torch.tensor(output.token_ids)[:, None]
+        )
+        assert torch.allclose(expected.squeeze(-1), torch.tensor(output.log_probs), atol=1e-4)
+
+
+def test_same_seed_same_outputs_and_budget_respected():
+    model = build_model()
+    prompt = _prompt(model, 0, "question")
+    requests = [{"prompt_ids": prompt, "sampling_params": {"temperature": 1.0, "max_tokens": 5}}] * 3
+    first, second = (
+        _run(_server(model, "qwen2_5_vl", 7), requests),
+        _run(_server(model, "qwen2_5_vl", 7), requests),
+    )
+    assert [o.token_ids for o in first] == [o.token_ids for o in second]
+    assert all(len(o.token_ids) <= 5 for o in first)
+
+
+def test_stop_string_ends_the_turn_at_the_token_that_completes_it():
+    model, tok = build_model(), tokenizer()
+    prompt = _prompt(model, 0, "question")
+    greedy = {"temperature": 0.0, "max_tokens": 8}
+    full = _run(_server(model, "qwen2_5_vl"), [{"prompt_ids": prompt, "sampling_params": greedy}])[
+        0
+    ].token_ids
+    assert len(full) >= 3, "the greedy continuation is too short to place a stop string"
+    stop = tok.decode(full[:3])[-2:]
+    expected = next(i for i in range(1, len(full) + 1) if stop in tok.decode(full[:i]))
+    params = {**greedy, "stop": [stop], "include_stop_str_in_output": True}
+    stopped = _run(_server(model, "qwen2_5_vl"), [{"prompt_ids": prompt, "sampling_params": params}])[0]
+    assert stopped.token_ids == full[:expected]
+
+
+def test_eos_ends_generation():
+    model, tok = build_model(), tokenizer()
+    prompt = _prompt(model, 0, "question")
+    first = _run(
+        _server(model, "qwen2_5_vl"), [{"prompt_ids": prompt, "sampling_params": {"temperature": 0.0}}]
+    )[0]
+    params = {"temperature": 0.0, "stop_token_ids": [first.token_ids[0]]}
+    out = _run(_server(model, "qwen2_5_vl"), [{"prompt_ids": prompt, "sampling_params": params}])[0]
+    assert out.token_ids == first.token_ids[:1]
+    assert tok.eos_token_id in _server(model, "qwen2_5_vl").eos_ids
+
+
+@pytest.mark.parametrize(
+    ("params", "allowed"),
+    [
+        ({"temperature": 1.0, "top_k": 1}, {0}),
+        ({"temperature": 1.0, "top_k": 2}, {0, 1}),
+        ({"temperature": 1.0, "top_p": 0.5}, {0}),  # token 0 alone holds > 0.5 of the mass
+        ({"temperature": 0.0}, {0}),
+    ],
+)
+def test_sampling_filters(params, allowed):
+    logits = torch.tensor([[3.0, 2.0, 0.0, -1.0]]).repeat(200, 1)
+    sampling = Sampling.from_params(params, default_max_tokens=4)
+    tokens, logprobs = sample_tokens(logits, sampling, torch.Generator().manual_seed(0))
+    assert set(tokens.tolist()) <= allowed
+    scale = params["temperature"] or 1.0
+    assert torch.allclose(
+        logprobs, torch.log_softmax(logits / scale, -1).gather(-1, tokens[:, None]).squeeze(-1)
+    )
+
+
+def test_unsupported_sampling_is_an_error():
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        Sampling.from_params({"repetition_penalty": 1.2}, default_max_tokens=4)
