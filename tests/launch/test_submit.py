@@ -33,7 +33,8 @@ def test_verl_job_runs_main_ppo_on_the_recipe_from_the_working_dir() -> None:
 def test_verl_entrypoint_composes_through_verls_own_main(tmp_path: Path) -> None:
     """Run the entry point exactly as Ray would (a shell in the working dir), asking Hydra only to print."""
     job = build_submission(SMOKE, ["trainer.total_training_steps=2"])
-    command = job.entrypoint.replace("python ", f"{shutil.which('python') or sys.executable} ", 1)
+    # The interpreter running the tests (the venv's), whatever `python` resolves to on PATH.
+    command = job.entrypoint.replace("python ", f"{sys.executable} ", 1)
     result = subprocess.run(
         f"{command} --cfg job", shell=True, cwd=REPO, capture_output=True, text=True, timeout=120, check=False
     )
