@@ -25,7 +25,7 @@ from data_prep import synthetic_text as text
 from data_prep.synthetic_kb_io import KBTables, write_kb
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 """Bump when the generator's output changes, so cached KBs are rebuilt."""
 
 
@@ -59,6 +59,12 @@ class Preset:
     """Share of rows in the test split."""
     env_kwargs: tuple[tuple[str, object], ...] = ()
     """Env config the rows carry besides ``kb_dir`` (the demo turns signatures on and uses K=3)."""
+    signature_alphabet: int = 0
+    """0: a distinct three-letter code per entity. N > 0: codes ``#A0``... from an alphabet of N, assigned so
+    that no look-alike within ``signature_window`` candidates shares the gold entity's code (each code is one
+    token of the demo's tiny tokenizer: matching a query's code is a one-token copy)."""
+    signature_window: int = 9
+    """Candidate-list prefix in which the gold entity's code is unique (K x (Rej_max + 1) of the rows' env)."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -90,7 +96,13 @@ PRESETS: dict[str, Preset] = {
         query_noise=0.20,
         pixel_noise=0.05,
         comparison_fraction=0.0,
-        env_kwargs=(("show_visual_signature", True), ("candidates_per_batch", 3)),
+        # Rerank by signature code: the decision is one token equal to the query's code (see envs/kbvqa.py).
+        env_kwargs=(
+            ("show_visual_signature", True),
+            ("candidates_per_batch", 3),
+            ("rerank_by_signature", True),
+        ),
+        signature_alphabet=48,
     ),
     # What gymnasium.make("KBVQA-v0") builds: tiny, fast, with comparison questions.
     "tiny": Preset(60, 40, 6, variant_scale=0.06, query_noise=0.20, pixel_noise=0.05),

@@ -46,7 +46,7 @@ def _save_pngs(root: Path, rel_paths: list[str], pixels: np.ndarray) -> None:
         Image.fromarray(array).save(path, compress_level=1)
 
 
-def _write_entities(out: Path, tables: KBTables, size: int, encoder: PixelImageEncoder) -> np.ndarray:
+def _encode_entities(out: Path, tables: KBTables, size: int, encoder: PixelImageEncoder) -> np.ndarray:
     """Render, save and encode every entity image; returns normalised embeddings (n, d)."""
     n = len(tables.entity_text)
     rel = [f"images/{i // 1000:03d}/E{i:06d}.png" for i in range(n)]
@@ -56,36 +56,68 @@ def _write_entities(out: Path, tables: KBTables, size: int, encoder: PixelImageE
         pixels = images.render(tables.entity_looks.take(rows), size)
         _save_pngs(out, rel[start : rows[-1] + 1], pixels)
         embeddings[rows] = encoder.encode_entities(list(pixels), [tables.entity_text[i].name for i in rows])
-    embeddings = normalise(embeddings)
+    return normalise(embeddings)
+
+
+def _rank_queries(
+    out: Path, tables: KBTables, entity_emb: np.ndarray, encoder: PixelImageEncoder, top: int
+) -> np.ndarray:
+    """Save query images and embeddings; returns each query's candidate list (top ``top`` entity rows)."""
+    num = len(tables.query_entities)
+    _save_pngs(out, _query_paths(num), tables.query_images)
+    query_emb = normalise(encoder.encode_queries(list(tables.query_images)))
+    np.save(out / "index" / "query_embeddings.npy", query_emb)
+    return build_index(entity_emb).search(query_emb, min(top, len(entity_emb)))[1]
+
+
+def _query_paths(num: int) -> list[str]:
+    return [f"queries/{i // 1000:03d}/Q{i:06d}.png" for i in range(num)]
+
+
+def _write_tables(out: Path, tables: KBTables, ranked: np.ndarray) -> None:
+    """``entities.parquet`` and ``queries.parquet`` (written once the signatures are final)."""
+    n, num = len(tables.entity_text), len(tables.query_entities)
     pd.DataFrame(
         {
             "entity_id": [f"E{i:06d}" for i in range(n)],
             "name": [e.name for e in tables.entity_text],
-            "image": rel,
+            "image": [f"images/{i // 1000:03d}/E{i:06d}.png" for i in range(n)],
             "signature": tables.signatures,
         }
     ).to_parquet(out / "entities.parquet")
-    return embeddings
-
-
-def _write_queries(
-    out: Path, tables: KBTables, entity_emb: np.ndarray, encoder: PixelImageEncoder, top: int
-) -> None:
-    """Save query images, their embeddings and their precomputed candidate lists (top ``top`` entities)."""
-    num = len(tables.query_entities)
-    rel = [f"queries/{i // 1000:03d}/Q{i:06d}.png" for i in range(num)]
-    _save_pngs(out, rel, tables.query_images)
-    query_emb = normalise(encoder.encode_queries(list(tables.query_images)))
-    _, ranked = build_index(entity_emb).search(query_emb, min(top, len(entity_emb)))
     pd.DataFrame(
         {
             "query_id": [f"Q{i:06d}" for i in range(num)],
-            "image": rel,
+            "image": _query_paths(num),
             "signature": [tables.signatures[e] for e in tables.query_entities],
             "candidates": [[f"E{r:06d}" for r in row if r >= 0] for row in ranked],
         }
     ).to_parquet(out / "queries.parquet")
-    np.save(out / "index" / "query_embeddings.npy", query_emb)
+
+
+def alphabet_signatures(
+    ranked: np.ndarray, query_entities: np.ndarray, num_entities: int, alphabet: int, window: int, seed: int
+) -> list[str]:
+    """Codes from a small alphabet (``#A0``, ``#A1``, ...) such that within the first ``window`` candidates of
+    every query no other entity shares the gold entity's code: the code still identifies the gold entity in
+    any batch the env serves, exactly like unique codes, but each code is one frequent token (greedy colouring).
+    """
+    rng = np.random.default_rng(seed)
+    neighbours: list[set[int]] = [set() for _ in range(num_entities)]
+    for gold, row in zip(query_entities, ranked[:, :window], strict=True):
+        for other in row[row >= 0]:
+            if other != gold:
+                neighbours[gold].add(int(other))
+                neighbours[int(other)].add(int(gold))
+    colour = np.full(num_entities, -1)
+    for entity in rng.permutation(num_entities):
+        taken = {int(colour[o]) for o in neighbours[entity]}
+        free = [c for c in range(alphabet) if c not in taken]
+        if not free:
+            raise ValueError(f"signature alphabet {alphabet} is too small: entity {entity} has "
+                             f"{len(neighbours[entity])} look-alikes within the first {window} candidates")  # fmt: skip
+        colour[entity] = free[int(rng.integers(len(free)))]  # random, not smallest: codes used evenly
+    return [f"#{chr(65 + c // 10)}{c % 10}" for c in colour]
 
 
 def _rows(tables: KBTables, preset: Preset, seed: int, kb_dir: Path) -> pd.DataFrame:
@@ -138,10 +170,14 @@ def write_kb(
     (out / "index").mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(exist_ok=True)
     encoder = PixelImageEncoder()
-    entity_emb = _write_entities(out, tables, preset.image_size, encoder)
+    entity_emb = _encode_entities(out, tables, preset.image_size, encoder)
     np.save(out / "index" / "entity_embeddings.npy", entity_emb)
-    _write_queries(out, tables, entity_emb, encoder, preset.num_candidates)
+    ranked = _rank_queries(out, tables, entity_emb, encoder, preset.num_candidates)
     n = len(tables.entity_text)
+    if preset.signature_alphabet:
+        tables.signatures = alphabet_signatures(ranked, tables.query_entities, n, preset.signature_alphabet,
+                                                preset.signature_window, seed)  # fmt: skip
+    _write_tables(out, tables, ranked)
     passages = pd.DataFrame(
         {
             "passage_id": [f"P{i:06d}" for i in range(n)],

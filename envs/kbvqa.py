@@ -68,6 +68,9 @@ class KBVQAConfig:
     """faiss index for live search: ``flat``, ``hnsw`` or ``ivf``."""
     show_visual_signature: bool = False
     """Show each image's visual-signature code (the CPU demo's stand-in for what a VLM sees)."""
+    rerank_by_signature: bool = False
+    """Also accept a candidate's signature code as the Rerank argument (resolved in the active batch; an
+    unknown code is ``unknown_entity``): the CPU demo's one-token decision. Needs ``show_visual_signature``."""
     max_turn_chars: int = 8192
     """Longer turns are an ``oversized`` format error."""
     last_turn_notice: bool = True
@@ -92,7 +95,9 @@ class KBVQAEnv(gymnasium.Env):
             raise TypeError("pass either a KBVQAConfig or keyword overrides, not both")
         cfg = self.config
         self.kb: KnowledgeBase = load_kb(cfg.kb_dir or _synthetic_kb_dir(cfg.preset))
-        self.system_prompt = prompts.system_prompt(cfg.max_turns)
+        if cfg.rerank_by_signature and not cfg.show_visual_signature:
+            raise ValueError("rerank_by_signature needs show_visual_signature: the policy must see the codes")
+        self.system_prompt = prompts.system_prompt(cfg.max_turns, cfg.rerank_by_signature)
         self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
         self.observation_space = text_image_space(
             cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
@@ -189,9 +194,9 @@ class KBVQAEnv(gymnasium.Env):
             gold_in_batch=batch.gold_in_batch,
             offset=offset,
         )
-        text = prompts.batch_text(
-            image, offset, hits, state.signature(image), self.config.show_visual_signature
-        )
+        cfg = self.config
+        text = prompts.batch_text(image, offset, hits, state.signature(image), cfg.show_visual_signature,
+                                  cfg.rerank_by_signature)  # fmt: skip
         return text, [read_image(h.payload["image"]) for h in hits]
 
     def _decision_batch(self, decision: str, entity: str | None = None):
@@ -211,8 +216,11 @@ class KBVQAEnv(gymnasium.Env):
         if batch is None:
             return error
         entity = batch.entity_named(name)
+        if entity is None and self.config.rerank_by_signature:
+            entity = batch.entity_with_signature(name)
         if entity is None:
-            msg = f"{name!r} is not a candidate of the current batch of Image {batch.image}; copy a name exactly."
+            what = "a name or signature code" if self.config.rerank_by_signature else "a name"
+            msg = f"{name!r} is not a candidate of the current batch of Image {batch.image}; copy {what} exactly."
             return self._violation(
                 "unknown_entity", msg, image=batch.image, batch_id=batch.batch_id, entity=name
             )

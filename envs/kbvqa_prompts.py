@@ -20,10 +20,20 @@ Each turn, first think inside <reason>...</reason>, then give exactly one action
 - <answer>ANSWER</answer>: give the final answer and end.
 Write nothing outside the <reason> block and the action tag. You have at most {max_turns} turns."""
 
+SIGNATURE_RERANK_LINE = (
+    "- <rerank>CODE</rerank>: instead of the name, you may give the signature code of the matching candidate "
+    "of the current batch (the candidate whose signature equals the query image's)."
+)
+"""Grammar line added when the env accepts Rerank by signature code (``rerank_by_signature``)."""
 
-def system_prompt(max_turns: int) -> str:
-    """The system prompt with the turn budget filled in."""
-    return SYSTEM_PROMPT.format(max_turns=max_turns)
+
+def system_prompt(max_turns: int, rerank_by_signature: bool = False) -> str:
+    """The system prompt with the turn budget filled in (and the signature-code Rerank when enabled)."""
+    text = SYSTEM_PROMPT.format(max_turns=max_turns)
+    if not rerank_by_signature:
+        return text
+    anchor = "\n- <rerank>Reject()</rerank>"
+    return text.replace(anchor, f"\n{SIGNATURE_RERANK_LINE}{anchor}", 1)
 
 
 def _signature(signature: str | None, show: bool) -> str:
@@ -39,9 +49,17 @@ def task_prompt(question: str, signatures: Sequence[str | None], show_signature:
 
 
 def batch_text(
-    image: int, offset: int, hits: Sequence[Hit], query_signature: str | None, show_signature: bool
+    image: int,
+    offset: int,
+    hits: Sequence[Hit],
+    query_signature: str | None,
+    show_signature: bool,
+    restate_query: bool = False,
 ) -> str:
-    """A candidate batch: one line per candidate with its image placeholder and entity name."""
+    """A candidate batch: one line per candidate with its image placeholder and entity name.
+
+    ``restate_query`` ends the batch with the query image's signature again, right before the decision.
+    """
     header = (
         f"Candidates for Image {image}{_signature(query_signature, show_signature)}, "
         f"ranks {offset + 1}-{offset + len(hits)}:"
@@ -50,7 +68,12 @@ def batch_text(
         f"[{i}] {IMAGE_PLACEHOLDER} {hit.payload['name']}{_signature(hit.payload.get('signature'), show_signature)}"
         for i, hit in enumerate(hits, 1)
     ]
-    return "\n".join([header, *lines])
+    tail = (
+        [f"Query signature: {query_signature}"]
+        if restate_query and show_signature and query_signature
+        else []
+    )
+    return "\n".join([header, *lines, *tail])
 
 
 def passages_text(queries: Sequence[str], results: Sequence[Sequence[Hit]]) -> str:

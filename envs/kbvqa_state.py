@@ -24,6 +24,8 @@ class Batch:
     names: tuple[str, ...]
     gold_entity: str | None
     decided: bool = False
+    signatures: tuple[str | None, ...] = ()
+    """Shown signature codes of the candidates (empty when the KB has none)."""
 
     @property
     def gold_in_batch(self) -> bool:
@@ -37,6 +39,12 @@ class Batch:
                 if key(" ".join(shown.split())) == wanted:
                     return entity
         return None
+
+    def entity_with_signature(self, code: str) -> str | None:
+        """The first candidate whose signature code is ``code`` (exact), else None."""
+        return next(
+            (e for e, sig in zip(self.candidates, self.signatures, strict=False) if sig == code), None
+        )
 
     def name_of(self, entity: str) -> str:
         """The shown name of a candidate."""
@@ -125,6 +133,7 @@ class EpisodeState:
             candidates=tuple(h.docid for h in hits),
             names=tuple(h.payload["name"] for h in hits),
             gold_entity=self.gold_entities[image - 1],
+            signatures=tuple(h.payload.get("signature") for h in hits),
         )
         self.batches.append(batch)
         self.current[image] = batch

@@ -64,9 +64,11 @@ def _build_inputs(out: Path, reader: RecipeReader, seed: int) -> tuple[Path, Pat
     kb_dir, policy_dir = out / "kb", out / "tiny_policy"
     preset, arch = reader.get("ragym.demo.kb_preset"), reader.get("ragym.demo.arch")
     repeats = reader.get("ragym.demo.kb_corpus_repeats")
-    sizes = TinyPolicyConfig(**reader.get("ragym.demo.policy"))
     if not (kb_dir / "kb.json").exists():
         build_kb(kb_dir, PRESETS[preset], seed=0, name="synthetic-demo")
+    codes = pd.read_parquet(kb_dir / "entities.parquet")["signature"].dropna().unique().tolist()
+    extra = tuple(sorted(codes)) if reader.get("ragym.demo.signature_tokens") else ()
+    sizes = TinyPolicyConfig(**reader.get("ragym.demo.policy"), extra_tokens=extra)
     if not (policy_dir / "config.json").exists():
         corpus = itertools.chain(default_corpus(), _kb_corpus(kb_dir, repeats))
         build_tiny_policy(arch, policy_dir, corpus=corpus, seed=seed, config=sizes)
@@ -89,12 +91,13 @@ def _warm_start(
         rows, lambda server: make_agent_loop(config, server, tokenizer, processor), tokenizer, cfg
     )
     logger.info("warm start: %d expert episodes in %.1fs", len(samples), time.perf_counter() - start)
-    losses = imitate(model, ImageInputs(processor.image_processor), samples, cfg)
+    decision_after = tokenizer.convert_tokens_to_ids("<rerank>")
+    losses = imitate(model, ImageInputs(processor.image_processor), samples, cfg, decision_after)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     asyncio.get_event_loop().close()
     info = {"episodes": len(samples), "steps": len(losses), "first_loss": losses[0], "final_loss": losses[-1],
-            "seconds": time.perf_counter() - start, "noise": cfg.noise}  # fmt: skip
+            "seconds": time.perf_counter() - start, "noise": cfg.noise, "reject_noise": cfg.reject_noise}  # fmt: skip
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     logger.info("warm start: %s", info)
     return info

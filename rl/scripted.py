@@ -20,8 +20,8 @@ import numpy as np
 from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
 from envs.kbvqa_prompts import LAST_TURN_NOTICE
 
-_CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: (\w+)\))?$", re.MULTILINE)
-_HEADER = re.compile(r"^Candidates for Image (\d+)(?: \(signature: (\w+)\))?", re.MULTILINE)
+_CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: ([^\s)]+)\))?$", re.MULTILINE)
+_HEADER = re.compile(r"^Candidates for Image (\d+)(?: \(signature: ([^\s)]+)\))?", re.MULTILINE)
 _FACTS = {
     "year": re.compile(r"first recorded in (\d{4})"),
     "region": re.compile(r"region of (\w+)"),
@@ -34,6 +34,8 @@ class SignaturePolicy:
 
     def __init__(self, env: Any):
         self.env = env
+        # With the env's rerank_by_signature flag, Rerank names the candidate by its (one-token) code.
+        self.by_signature = env.unwrapped.config.rerank_by_signature
 
     def reset(self, obs: dict[str, Any]) -> None:
         """Start an episode from the task observation."""
@@ -56,6 +58,8 @@ class SignaturePolicy:
         if header:
             hits = [(m.group(1), m.group(2)) for m in _CANDIDATE.finditer(obs_text)]
             name = self._chosen(hits, header.group(2))
+            if name and self.by_signature:
+                name = dict(hits)[name] or name
             return format_action(Rerank(name) if name else Reject(), "compare the candidates with the query")
         if obs_text.startswith("Results for"):
             self.passages = obs_text

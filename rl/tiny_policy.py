@@ -96,6 +96,8 @@ class TinyPolicyConfig:
     """Longest sequence the rotary embedding is configured for."""
     grammar_tokens: tuple[str, ...] = GRAMMAR_TOKENS
     """Action tags added as whole (non-special) tokens, as Qwen3 adds ``<think>``: one token per tag."""
+    extra_tokens: tuple[str, ...] = ()
+    """Further whole tokens (the CPU demo adds its KB's signature codes, so each code is one token)."""
 
 
 def _mrope_section(head_dim: int) -> list[int]:
@@ -215,7 +217,9 @@ def build_tiny_policy(
         raise ValueError(f"unknown arch {arch!r}; choose one of {ARCHS}")
     out = Path(out_dir)
     tokenizer = train_tokenizer(
-        default_corpus() if corpus is None else corpus, config.vocab_size, config.grammar_tokens
+        default_corpus() if corpus is None else corpus,
+        config.vocab_size,
+        config.grammar_tokens + config.extra_tokens,
     )
     model_config = _model_config(arch, config, tokenizer)
     torch.manual_seed(seed)

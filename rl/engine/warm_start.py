@@ -2,8 +2,9 @@
 
 A randomly initialised tiny policy never emits a well-formed turn, so every GRPO group would score the
 same and teach nothing. The demo therefore first imitates ``rl.scripted.SignaturePolicy`` whose
-verification decisions are replaced by a random other candidate with probability ``noise``: the warm-started
-policy knows the grammar and the protocol but verifies unreliably, which GRPO then has to fix.
+verification decisions are replaced by a random other candidate with probability ``noise`` (and by a needless
+Reject with probability ``reject_noise``): the warm-started policy knows the grammar and the protocol but
+verifies unreliably, which GRPO then has to fix. The decision token is up-weighted in the loss.
 Trajectories are tokenized by the same agent loop that GRPO uses (a replay server returns the expert's
 turn texts as "generated" tokens), so masks and context tokens are exactly those of a real rollout.
 """
@@ -37,8 +38,13 @@ class WarmStartConfig:
     num_episodes: int
     """Training rows turned into expert episodes."""
     noise: float
-    """Probability that a verification decision is replaced by a random wrong candidate (never a Reject:
-    a policy that learns Reject() as the safe default farms the rejection reward instead of verifying)."""
+    """Probability that a verification decision is replaced by a random wrong candidate."""
+    reject_noise: float
+    """Probability that the expert rejects a batch that holds the match (kept small: a policy that learns
+    Reject() as the safe default farms the rejection reward instead of verifying)."""
+    decision_weight: float
+    """Loss weight of the decision token (the first token after ``<rerank>``) relative to other tokens: the
+    one token that matters is otherwise drowned by the formulaic rest of the turn."""
     epochs: int
     """Passes over the episodes."""
     batch_size: int
@@ -51,22 +57,27 @@ class WarmStartConfig:
 
 _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
 """Where the expert writes a name or answer copied from an observation (Reject() excluded)."""
+_NAME_SLOT = re.compile(r'(<answer>|SearchText\(\[")')
+"""The same when Rerank takes signature codes (only answers and text queries copy names)."""
 
 
 class NoisyExpert(SignaturePolicy):
     """``SignaturePolicy`` whose verification choice is a random wrong one with probability ``noise``."""
 
-    def __init__(self, env: Any, rng: np.random.Generator, noise: float) -> None:
+    def __init__(self, env: Any, rng: np.random.Generator, noise: float, reject_noise: float) -> None:
         super().__init__(env)
-        self.rng, self.noise = rng, noise
+        self.rng, self.noise, self.reject_noise = rng, noise, reject_noise
 
     def choose(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
-        """The expert's choice, or (with probability ``noise``) another candidate of the batch."""
+        """The expert's choice; with probability ``noise`` another candidate, ``reject_noise`` a needless Reject."""
         right = super().choose(hits, query_sig)
-        if self.rng.random() >= self.noise:
-            return right
-        options = [name for name, _ in hits if name != right]
-        return options[int(self.rng.integers(len(options)))] if options else right
+        draw = self.rng.random()
+        if draw < self.noise:
+            options = [name for name, _ in hits if name != right]
+            return options[int(self.rng.integers(len(options)))] if options else right
+        if right is not None and draw < self.noise + self.reject_noise:
+            return None
+        return right
 
     def act(self, obs_text: str) -> str:
         """The expert's turn, with a space before copied names and answers.
@@ -74,8 +85,10 @@ class NoisyExpert(SignaturePolicy):
         Observations show names after a space (``[1] <image> Cobalt Vartor Moth``), so byte-level BPE
         tokenizes them as " Cobalt" ...; written as ``<rerank> Cobalt Vartor Moth`` (the parser strips the
         space) the decision is the exact same tokens as in the context, a copy a tiny policy can learn.
+        A signature code (``rerank_by_signature``) is one whole token with no space before it.
         """
-        return _COPY_SLOT.sub(r"\1 ", super().act(obs_text))
+        slot = _NAME_SLOT if self.by_signature else _COPY_SLOT
+        return slot.sub(r"\1 ", super().act(obs_text))
 
 
 class ReplayServer:
@@ -105,7 +118,10 @@ def expert_samples(
         info = dict(row["extra_info"])
         env = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
         episode = run_episode(
-            env, NoisyExpert(env, rng, cfg.noise), int(info["index"]), json.loads(info["env_options"])
+            env,
+            NoisyExpert(env, rng, cfg.noise, cfg.reject_noise),
+            int(info["index"]),
+            json.loads(info["env_options"]),
         )
         server.turns = list(episode["turns"])
         output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row)))
@@ -115,10 +131,27 @@ def expert_samples(
     return samples
 
 
+def token_weights(sample: Sample, decision_after: int | None, decision_weight: float) -> torch.Tensor:
+    """Per-token loss weights: the response mask, ``decision_weight`` on generated tokens after ``decision_after``."""
+    mask = torch.tensor(sample.response_mask, dtype=torch.float32)  # [R]
+    if decision_after is None:
+        return mask
+    ids = torch.tensor(sample.response_ids)
+    previous = torch.cat([torch.tensor(sample.prompt_ids[-1:]), ids[:-1]])  # token before each response token
+    return mask * torch.where(previous == decision_after, decision_weight, 1.0)
+
+
 def imitate(
-    model: torch.nn.Module, image_inputs: ImageInputs, samples: list[Sample], cfg: WarmStartConfig
+    model: torch.nn.Module,
+    image_inputs: ImageInputs,
+    samples: list[Sample],
+    cfg: WarmStartConfig,
+    decision_after: int | None = None,
 ) -> list[float]:
-    """Maximise the log-likelihood of the mask-1 tokens of ``samples``; returns the loss of each step."""
+    """Maximise the weighted log-likelihood of the mask-1 tokens of ``samples``; returns each step's loss.
+
+    ``decision_after``: the token id (``<rerank>``) whose next generated token gets ``cfg.decision_weight``.
+    """
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)
     losses = []
@@ -127,11 +160,12 @@ def imitate(
         order = torch.randperm(len(samples), generator=generator).tolist()
         for start in range(0, len(order), cfg.batch_size):
             batch = [samples[i] for i in order[start : start + cfg.batch_size]]
-            num_tokens = sum(sum(s.response_mask) for s in batch)
+            weights = [token_weights(s, decision_after, cfg.decision_weight) for s in batch]
+            num_tokens = float(sum(w.sum() for w in weights))
             optimizer.zero_grad(set_to_none=True)
             loss = 0.0
-            for sample in batch:  # one unpadded sequence per forward: CPU attention is ~3x faster unpadded
-                mask = torch.tensor(sample.response_mask, dtype=torch.float32)[None]  # [1, R]
+            for sample, weight in zip(batch, weights, strict=True):  # unpadded: CPU attention ~3x faster
+                mask = weight[None]  # [1, R]
                 log_prob, _ = response_log_probs(
                     model, image_inputs, [sample], mask.shape[1], temperature=1.0
                 )

@@ -120,6 +120,26 @@ def test_demo_rows_turn_signatures_on_with_k3(tmp_path: Path) -> None:
     out = build_kb(tmp_path / "demo", replace(PRESETS["demo"], num_entities=60, num_rows=10), seed=0)
     kwargs = json.loads(pd.read_parquet(out / "data/train.parquet")["extra_info"][0]["env_kwargs"])
     assert kwargs["show_visual_signature"] is True and kwargs["candidates_per_batch"] == 3
+    assert kwargs["rerank_by_signature"] is True
+
+
+@pytest.mark.parametrize("alphabet", [24, 48])
+def test_alphabet_signatures_keep_the_gold_code_unique_among_served_candidates(
+    tmp_path: Path, alphabet: int
+) -> None:
+    preset = replace(PRESETS["demo"], num_entities=120, num_rows=100, signature_alphabet=alphabet)
+    tables = load_kb(build_kb(tmp_path / "demo", preset, seed=0))
+    sig = dict(zip(tables.entities["entity_id"], tables.entities["signature"], strict=True))
+    assert set(sig.values()) <= {f"#{chr(65 + c // 10)}{c % 10}" for c in range(alphabet)}
+    for code, candidates in zip(tables.queries["signature"], tables.queries["candidates"], strict=True):
+        served = [sig[e] for e in candidates[: preset.signature_window]]
+        assert served.count(code) <= 1  # never names a look-alike besides the gold entity
+
+
+def test_too_small_a_signature_alphabet_is_a_clear_error(tmp_path: Path) -> None:
+    preset = replace(PRESETS["demo"], num_entities=60, num_rows=40, signature_alphabet=3)
+    with pytest.raises(ValueError, match="signature alphabet 3 is too small"):
+        build_kb(tmp_path / "demo", preset, seed=0)
 
 
 def test_cli_writes_a_kb_and_refuses_a_non_empty_folder(

@@ -280,3 +280,38 @@ def test_observations_are_fresh_arrays(tiny_kb: Path) -> None:
     assert not np.shares_memory(obs["images"][0], again["images"][0])
     obs["images"][0][:] = 0  # the caller may write to what it receives
     assert env.reset(seed=0)[0]["images"][0].any()
+
+
+def _codes_in(text: str) -> list[str]:
+    return [
+        line.rsplit("(signature: ", 1)[1].rstrip(")") for line in text.splitlines() if line.startswith("[")
+    ]
+
+
+@pytest.mark.parametrize("by_signature", [False, True])
+def test_rerank_by_signature_code_resolves_only_behind_the_flag(tiny_kb: Path, by_signature: bool) -> None:
+    env = env_for(
+        tiny_kb, show_visual_signature=True, candidates_per_batch=3, rerank_by_signature=by_signature
+    )
+    env.reset(options=rows(tiny_kb, "single")[0])
+    assert ("signature code" in env.system_prompt) == by_signature
+    obs, *_ = env.step(SEARCH1)
+    codes, batch = _codes_in(obs["text"]), env.state.active_batch()
+    # The flag also restates the query's code right before the decision.
+    assert obs["text"].endswith(f"\nQuery signature: {env.state.signature(1)}") == by_signature
+    obs, *_, info = env.step(format_action(Rerank("#NOPE")))  # unknown code: the usual violation either way
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "unknown_entity"
+    obs, *_, info = env.step(format_action(Rerank(codes[1])))
+    if by_signature:
+        decision = events_of(info["events"], "verification")[-1]
+        assert decision["entity"] == batch.candidates[1]  # the event names the resolved entity id
+        assert decision["correct"] == (batch.candidates[1] == batch.gold_entity)
+        assert obs["text"] == f"Confirmed: the entity in Image 1 is {batch.names[1]}."
+    else:  # default behaviour: a code is not a name
+        assert events_of(info["events"], "verification") == []
+        assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "unknown_entity"
+
+
+def test_rerank_by_signature_needs_visible_signatures(tiny_kb: Path) -> None:
+    with pytest.raises(ValueError, match="show_visual_signature"):
+        env_for(tiny_kb, rerank_by_signature=True)

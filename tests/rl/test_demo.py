@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from rl.demo import main
@@ -39,3 +40,29 @@ def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
     grpo_state = load_policy(tmp_path / "grpo" / "global_step_1")[0].state_dict()
     assert all(torch.equal(v, grpo_state[k]) for k, v in model.state_dict().items())
     assert tokenizer.eos_token == "<|im_end|>" and processor.image_processor is not None
+
+
+def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() -> None:
+    from rl.engine.grpo import Sample
+    from rl.engine.warm_start import token_weights
+
+    rerank = 7
+    sample = Sample([1, rerank], [5, rerank, 9, 3, rerank], [1, 1, 1, 0, 0], [], 0.0, "0")
+    assert token_weights(sample, rerank, 4.0).tolist() == [4.0, 1.0, 4.0, 0.0, 0.0]
+    assert token_weights(sample, None, 4.0).tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(("noise", "reject_noise"), [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0)])
+def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> None:
+    import numpy as np
+
+    from rl.engine.warm_start import NoisyExpert
+
+    class Env:  # only the flag the expert reads
+        unwrapped = type("U", (), {"config": type("C", (), {"rerank_by_signature": True})()})()
+
+    expert = NoisyExpert(Env(), np.random.default_rng(0), noise, reject_noise)
+    hits = [("Ash Moth", "#A1"), ("Elm Moth", "#B2"), ("Oak Moth", "#C3")]
+    choices = {expert.choose(hits, "#B2") for _ in range(20)}
+    expected = {(0.0, 0.0): {"Elm Moth"}, (0.0, 1.0): {None}, (1.0, 0.0): {"Ash Moth", "Oak Moth"}}
+    assert choices == expected[(noise, reject_noise)]
