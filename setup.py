@@ -10,7 +10,9 @@ setup(
     version="0.1.0",
     description="Train agentic retrievers (KB-VQA, long-document retrieval) with GRPO on verl.",
     python_requires=">=3.10",
-    packages=find_packages(include=["envs", "envs.*", "rewards", "rewards.*", "rl", "rl.*", "data_prep", "data_prep.*"]),
+    packages=find_packages(
+        include=["envs", "envs.*", "rewards", "rewards.*", "rl", "rl.*", "data_prep", "data_prep.*"]
+    ),
     package_data={"envs": ["*.txt"], "rl": ["*.yaml"]},
     install_requires=[
         # torch is installed first by the Makefile (the CPU wheel); a range keeps pip from pulling a CUDA build.
@@ -44,8 +46,16 @@ setup(
     extras_require={
         # GPU-only pieces: never needed by the CPU path.
         # TransferQueue/msgspec/pyzmq: verl 0.9's v1 trainer (main_ppo) imports them; qwen-vl-utils: its VL data path.
-        "gpu": ["vllm", "flash-attn", "faiss-gpu-cu12", "deepspeed", "TransferQueue>=0.1.10", "msgspec", "pyzmq",
-                "qwen-vl-utils"],
+        "gpu": [
+            "vllm",
+            "flash-attn",
+            "faiss-gpu-cu12",
+            "deepspeed",
+            "TransferQueue>=0.1.10",
+            "msgspec",
+            "pyzmq",
+            "qwen-vl-utils",
+        ],
         "dev": ["pytest", "ruff", "hypothesis", "pytrec-eval-terrier"],
     },
     entry_points={"console_scripts": ["ragym=rl.cli:main"]},

@@ -16,10 +16,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("rewards.cli", "score saved episodes with a reward recipe and print the breakdown"),
     "submit": ("rl.submit", "submit a GRPO job to a Ray cluster with `ray job submit`"),
     "jobs": ("rl.submit", "list, tail or stop Ray jobs"),
-    "export": ("rl.export", "export a verl FSDP or local-engine checkpoint to a Hugging Face model directory"),
+    "export": (
+        "rl.export",
+        "export a verl FSDP or local-engine checkpoint to a Hugging Face model directory",
+    ),
     "eval": ("rl.evaluate", "evaluate a policy with the agent loop and report the paper's metrics"),
     "build-kb": ("data_prep.synthetic_kb", "write a synthetic KB-VQA knowledge base and parquet rows"),
-    "retriever-demo": ("rl.retriever_demo", "CPU demo: fine-tune MEMORA-R on Skeptics pairs, before/after nDCG@10"),
+    "retriever-demo": (
+        "rl.retriever_demo",
+        "CPU demo: fine-tune MEMORA-R on Skeptics pairs, before/after nDCG@10",
+    ),
     "train-retriever": ("rl.retriever_train", "train the MEMORA-R dense retriever from a recipe"),
 }
 

@@ -21,7 +21,12 @@ RECIPES_DIR = Path(__file__).resolve().parents[1] / "recipes"
 def resolve_recipe_path(recipe: str | Path) -> Path:
     """A recipe given as a path, or as a name relative to ``recipes/`` (with or without ``.yaml``)."""
     path = Path(recipe)
-    candidates = [path, path.with_suffix(".yaml"), RECIPES_DIR / path, (RECIPES_DIR / path).with_suffix(".yaml")]
+    candidates = [
+        path,
+        path.with_suffix(".yaml"),
+        RECIPES_DIR / path,
+        (RECIPES_DIR / path).with_suffix(".yaml"),
+    ]
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()
@@ -43,7 +48,9 @@ def validate_recipe(config: DictConfig) -> None:
     from verl.trainer.main_ppo import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_config(
+        config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
 
 
 def recipe_keys(config: DictConfig, prefix: str = "") -> set[str]:

@@ -26,6 +26,7 @@ from transformers import (
     Qwen3VLForConditionalGeneration,
 )
 
+from envs.kbvqa_actions import ACTION_TAGS, REASON_TAG
 from rl.chat_template import CHAT_TEMPLATE
 from rl.models import make_processor
 
@@ -53,17 +54,8 @@ SPECIAL_TOKENS = (
 """Qwen's special tokens, in Qwen's order (the ids differ: the vocabulary is ours)."""
 
 
-GRAMMAR_TOKENS = (
-    "<reason>",
-    "</reason>",
-    "<search_call>",
-    "</search_call>",
-    "<rerank>",
-    "</rerank>",
-    "<answer>",
-    "</answer>",
-)
-"""The KB-VQA action tags (``envs/kbvqa_prompts.py``)."""
+GRAMMAR_TOKENS = tuple(f"<{close}{tag}>" for tag in (REASON_TAG, *ACTION_TAGS) for close in ("", "/"))
+"""The KB-VQA action tags, from the env's own grammar (``envs/kbvqa_actions.py``)."""
 
 
 @dataclass(frozen=True)
