@@ -84,46 +84,31 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
                     offset=offset,
                 )
             )
-            if (
+            rerank = (
                 in_batch
                 and rng.random() < cfg.p_recognise
                 or not in_batch
                 and rng.random() < cfg.p_false_rerank
-            ):
-                choice = gold if in_batch else rng.choice(candidates)
-                turn = act(Rerank(choice), "rerank")
-                events.append(
-                    make_event(
-                        "verification",
-                        turn,
-                        decision="rerank",
-                        entity=choice,
-                        image=image,
-                        batch_id=batch_id,
-                        candidates=candidates,
-                        gold_entity=gold,
-                        gold_in_batch=in_batch,
-                        correct=choice == gold,
-                    )
-                )
-                batch_id += 1
-                break
-            turn = act(Reject(), "reject")
+            )
+            choice = (gold if in_batch else rng.choice(candidates)) if rerank else None
+            turn = act(Rerank(choice), "rerank") if rerank else act(Reject(), "reject")
             events.append(
                 make_event(
                     "verification",
                     turn,
-                    decision="reject",
-                    entity=None,
+                    decision="rerank" if rerank else "reject",
+                    entity=choice,
                     image=image,
                     batch_id=batch_id,
                     candidates=candidates,
                     gold_entity=gold,
                     gold_in_batch=in_batch,
-                    correct=not in_batch,
+                    correct=choice == gold if rerank else not in_batch,
                 )
             )
             batch_id += 1
+            if rerank:
+                break
             if rejections == cfg.rej_max:
                 events.append(make_event("boundary", turn, image=image, rejections=rejections + 1))
     text = f"answer {seed}" if rng.random() < cfg.p_correct_answer else f"wrong {seed}"
