@@ -1,12 +1,24 @@
 """Where a local-engine GRPO step spends its time: generation, env, reward, update, and the agent loop itself.
 
-    python benchmarks/local_engine.py [--steps 3] [--workdir DIR]
+    python benchmarks/local_engine.py [--steps 3] [--workdir DIR] [--model DIR] [--shadow-size 512x8]
 
-Runs GRPO steps of the CPU demo recipe on the synthetic demo KB with a tiny policy (built in ``--workdir``
-if absent; a warm-started policy from ``ragym demo`` can be passed with ``--model``). The env is timed by
-wrapping the agent loop's ``make_env`` (reset and step). The last line, ``overhead=<x>``, is the agent
-loop's own work (token assembly, masking, image bookkeeping: rollout wall time minus generation, env and
-reward time) as a share of generation time.
+Runs GRPO steps of the CPU demo recipe on the synthetic demo KB with a tiny policy: ``--model``, or one
+briefly warm-started by ``rl.demo.prepare`` in ``--workdir`` (built once, ~30 s), so that episodes are
+multi-turn as in the demo (an untrained policy rarely gets past its first turn).
+
+What is measured, and how:
+- generation: the server's batched prefill + decode (its own wall-clock counter), no batching waits.
+- env: thread CPU time inside the env (construction, ``reset``, ``step``, ``close``), on any thread.
+- agent loop: thread CPU time the agent loop's own code runs (token assembly, masking, image bookkeeping,
+  decoding turns), on the event loop between awaits and in executor threads, minus the env's and the
+  server's request handling inside it. Measured at the code, not as a residual.
+- residual: rollout wall time minus generation, env, reward and agent loop: scheduling, the server's wait for
+  every live episode (``ragym.engine.batch_wait_s``), thread hand-offs; slightly negative when executor
+  threads' CPU overlaps generation on another core. The old residual estimate of the agent loop
+  (rollout - generation - env - reward) is printed too.
+``--shadow-size HIDDENxLAYERS`` also times, batch for batch, a random-weight policy of that size doing the
+same generation work (same prompts, images and generated tokens, teacher-forced), and prints the overhead
+against that generation time. The last line is ``overhead=<agent loop / generation>`` for the run's policy.
 """
 
 from __future__ import annotations
@@ -22,45 +34,75 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import rl.agent_loop  # noqa: E402
+from benchmarks.local_engine_probes import CpuClock, ShadowGenerator  # noqa: E402
 from rl.engine.main import build_trainer  # noqa: E402
 
 
 class TimedEnv:
-    """Proxy that adds the wall time of ``reset``/``step`` to a shared counter."""
+    """Proxy that charges the env's own CPU time (``reset``/``step``/``close``) to the clock's env bucket."""
 
-    total = 0.0
-
-    def __init__(self, env):
-        self._env = env
+    def __init__(self, env, clock: CpuClock):
+        self._env, self._clock = env, clock
 
     def __getattr__(self, name):
         return getattr(self._env, name)
 
     def reset(self, **kwargs):
-        start = time.perf_counter()
-        try:
-            return self._env.reset(**kwargs)
-        finally:
-            TimedEnv.total += time.perf_counter() - start
+        return self._clock.call("env", self._env.reset, **kwargs)
 
     def step(self, action):
-        start = time.perf_counter()
-        try:
-            return self._env.step(action)
-        finally:
-            TimedEnv.total += time.perf_counter() - start
+        return self._clock.call("env", self._env.step, action)
+
+    def close(self):
+        return self._clock.call("env", self._env.close)
+
+
+WARM_START = ["ragym.demo.warm_start.num_episodes=64", "ragym.demo.warm_start.epochs=2"]
+"""The default policy's warm start: short, but enough for multi-turn episodes (an untrained policy rarely gets
+past its first turn and fills its token budget, which would make generation look huge)."""
 
 
 def _inputs(workdir: Path, model: str | None) -> tuple[Path, Path]:
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.tiny_policy import build_tiny_policy
+    """The demo KB and the policy: ``model``, or a briefly warm-started tiny policy built by ``rl.demo``."""
+    from rl.demo import prepare
 
-    kb, policy = workdir / "kb", Path(model) if model else workdir / "tiny_policy"
-    if not (kb / "kb.json").exists():
-        build_kb(kb, PRESETS["demo"], seed=0, name="synthetic-demo")
-    if not (policy / "config.json").exists():
-        build_tiny_policy("qwen2_5_vl", policy, seed=0)
-    return kb, policy
+    prepare(workdir, seed=0, extra_overrides=WARM_START)  # builds only what ``workdir`` lacks
+    return workdir / "kb", Path(model) if model else workdir / "warm_start"
+
+
+def _instrument(trainer, clock: CpuClock) -> None:
+    """Route the agent loop's episodes, executor calls, env and server requests through ``clock``."""
+    make_env = rl.agent_loop.make_env
+    rl.agent_loop.make_env = lambda *a, **k: TimedEnv(clock.call("env", make_env, *a, **k), clock)
+    agent_loop, server = trainer.agent_loop, trainer.server
+    run, generate = agent_loop.run, server.generate
+    agent_loop.run = lambda *a, **k: clock.coroutine("agent_loop", run(*a, **k))
+    server.generate = lambda *a, **k: clock.coroutine("server_request", generate(*a, **k))
+    run_in_executor = trainer.loop.run_in_executor
+    trainer.loop.run_in_executor = lambda executor, fn, *args: run_in_executor(
+        executor, clock.wrap("agent_loop", fn), *args
+    )
+
+
+def _print(sums: dict[str, float], cpu: dict[str, float], num_steps: int, num_turns: int, shadow) -> None:
+    step = sums["rollout"] + sums["update"]
+    loop, generate = cpu["agent_loop"], sums["generate"]
+    residual = sums["rollout"] - generate - cpu["env"] - sums["reward"] - loop
+    old_residual = sums["rollout"] - generate - cpu["env"] - sums["reward"]
+    rows = [("generation", generate), ("env", cpu["env"]), ("reward", sums["reward"]), ("agent_loop", loop),
+            ("residual", residual), ("update", sums["update"])]  # fmt: skip
+    for name, value in rows:
+        print(f"{name:>10}: {value / num_steps:7.3f} s/step  ({value / step:5.1%} of the step)")
+    print(f"      step: {step / num_steps:7.3f} s/step")
+    print(f"turns/step={num_turns / num_steps:.1f} agent_loop_ms/turn={loop / num_turns * 1e3:.3f} "
+          f"generation_ms/turn={generate / num_turns * 1e3:.3f} "
+          f"server_request_ms/turn={cpu['server_request'] / num_turns * 1e3:.3f}")  # fmt: skip
+    print(f"old residual estimate (rollout - generation - env - reward): {old_residual / num_steps:.3f} s/step "
+          f"= {old_residual / generate:.3f} of generation")  # fmt: skip
+    if shadow is not None:
+        print(f"shadow policy {shadow.describe()}: generation {shadow.seconds / num_steps:.3f} s/step, "
+              f"overhead vs it={loop / shadow.seconds:.3f}")  # fmt: skip
+    print(f"overhead={loop / generate:.3f}")
 
 
 def main() -> None:
@@ -69,13 +111,12 @@ def main() -> None:
     parser.add_argument(
         "--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ragym_bench_local_engine"
     )
-    parser.add_argument("--model", help="policy directory (default: an untrained tiny policy)")
+    parser.add_argument("--model", help="policy directory (default: a briefly warm-started tiny policy)")
+    parser.add_argument("--shadow-size", help="HIDDENxLAYERS of a larger policy to time on the same work")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("WANDB_MODE", "disabled")
     kb, policy = _inputs(args.workdir, args.model)
-    make_env = rl.agent_loop.make_env
-    rl.agent_loop.make_env = lambda *a, **k: TimedEnv(make_env(*a, **k))
     out = Path(tempfile.mkdtemp(prefix="run-", dir=args.workdir))
     trainer = build_trainer("kbvqa_tiny_cpu", [
         f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
@@ -83,24 +124,29 @@ def main() -> None:
         f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.resume_mode=disable",
         "data.max_response_length=256",
     ])  # fmt: skip
+    clock = CpuClock()
+    _instrument(trainer, clock)
+    shadow = ShadowGenerator.attach(trainer.server, args.shadow_size) if args.shadow_size else None
     trainer.train_step()  # warm-up: first-call costs (image processor, allocator) are not per-step costs
-    sums = dict.fromkeys(("generate", "env", "reward", "update", "rollout"), 0.0)
-    TimedEnv.total = 0.0
+    sums = dict.fromkeys(("generate", "reward", "update", "rollout"), 0.0)
+    clock.reset()
+    if shadow is not None:
+        shadow.seconds = 0.0
+    requests_before = trainer.server.stats.num_requests
+    start = time.perf_counter()
     for _ in range(args.steps):
         trainer.train_step()
         for key in sums:
             sums[key] += trainer.last_times[key]
-    sums["env"] = TimedEnv.total  # reset + step, measured at the env itself
+    wall = time.perf_counter() - start
+    if shadow is not None:  # the shadow's replays ran inside the rollouts: not part of this policy's step
+        sums["rollout"] -= shadow.seconds
+        wall -= shadow.seconds
+    num_turns = trainer.server.stats.num_requests - requests_before
     trainer.close()
-    n = args.steps
-    agent_loop = sums["rollout"] - sums["generate"] - sums["env"] - sums["reward"]
-    step = sums["rollout"] + sums["update"]
-    print(f"steps={n} episodes/step={trainer.cfg.train_batch_size * trainer.cfg.rollout_n}")
-    for name, value in [("generation", sums["generate"]), ("env", sums["env"]), ("reward", sums["reward"]),
-                        ("agent_loop", agent_loop), ("update", sums["update"])]:  # fmt: skip
-        print(f"{name:>10}: {value / n:7.3f} s/step  ({value / step:5.1%} of the step)")
-    print(f"      step: {step / n:7.3f} s/step")
-    print(f"overhead={agent_loop / sums['generate']:.3f}")
+    print(f"steps={args.steps} episodes/step={trainer.cfg.train_batch_size * trainer.cfg.rollout_n} "
+          f"wall={wall / args.steps:.3f} s/step")  # fmt: skip
+    _print(sums, clock.totals(), args.steps, num_turns, shadow)
 
 
 if __name__ == "__main__":

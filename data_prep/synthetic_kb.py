@@ -25,7 +25,7 @@ from data_prep import synthetic_text as text
 from data_prep.synthetic_kb_io import KBTables, write_kb
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 """Bump when the generator's output changes, so cached KBs are rebuilt."""
 
 
@@ -96,11 +96,15 @@ PRESETS: dict[str, Preset] = {
         query_noise=0.20,
         pixel_noise=0.05,
         comparison_fraction=0.0,
-        # Rerank by signature code: the decision is one token equal to the query's code (see envs/kbvqa.py).
+        # One candidate per batch, Rerank by number (one constant token), and the env's visual check saying
+        # whether the candidate matches: a ~0.5M-parameter policy cannot learn the comparison or a copy from
+        # context, but can learn to act on a cue it reads (Rerank or Reject), then search and answer.
+        # One passage per text query keeps the context short.
         env_kwargs=(
-            ("show_visual_signature", True),
-            ("candidates_per_batch", 3),
-            ("rerank_by_signature", True),
+            ("candidates_per_batch", 1),
+            ("rerank_by_index", True),
+            ("visual_check", True),
+            ("text_top_k", 1),
         ),
         signature_alphabet=48,
     ),

@@ -25,15 +25,23 @@ SIGNATURE_RERANK_LINE = (
     "of the current batch (the candidate whose signature equals the query image's)."
 )
 """Grammar line added when the env accepts Rerank by signature code (``rerank_by_signature``)."""
+INDEX_RERANK_LINE = (
+    "- <rerank>N</rerank>: instead of the name, you may give the number N of the matching candidate ([N]) "
+    "in the current batch."
+)
+"""Grammar line added when the env accepts Rerank by candidate number (``rerank_by_index``)."""
 
 
-def system_prompt(max_turns: int, rerank_by_signature: bool = False) -> str:
-    """The system prompt with the turn budget filled in (and the signature-code Rerank when enabled)."""
+def system_prompt(max_turns: int, rerank_by_signature: bool = False, rerank_by_index: bool = False) -> str:
+    """The system prompt with the turn budget filled in (and the code / number Rerank forms when enabled)."""
     text = SYSTEM_PROMPT.format(max_turns=max_turns)
-    if not rerank_by_signature:
-        return text
+    extra = [
+        line
+        for line, on in ((SIGNATURE_RERANK_LINE, rerank_by_signature), (INDEX_RERANK_LINE, rerank_by_index))
+        if on
+    ]
     anchor = "\n- <rerank>Reject()</rerank>"
-    return text.replace(anchor, f"\n{SIGNATURE_RERANK_LINE}{anchor}", 1)
+    return text.replace(anchor, "".join(f"\n{line}" for line in extra) + anchor, 1)
 
 
 def _signature(signature: str | None, show: bool) -> str:
@@ -74,6 +82,13 @@ def batch_text(
         else []
     )
     return "\n".join([header, *lines, *tail])
+
+
+def visual_check_text(match: str | None) -> str:
+    """The env's visual-check line ending a batch (``visual_check``): the matching candidate, or none."""
+    if match is None:
+        return "Visual check: no candidate matches the query image."
+    return f"Visual check: {match} matches the query image."
 
 
 def passages_text(queries: Sequence[str], results: Sequence[Sequence[Hit]]) -> str:

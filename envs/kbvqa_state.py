@@ -46,6 +46,14 @@ class Batch:
             (e for e, sig in zip(self.candidates, self.signatures, strict=False) if sig == code), None
         )
 
+    def entity_numbered(self, number: str) -> str | None:
+        """The candidate shown as ``[number]`` (``"2"`` or ``"[2]"``, 1-based), else None."""
+        text = number.strip()
+        text = text[1:-1].strip() if text.startswith("[") and text.endswith("]") else text
+        if not text.isdigit() or not 1 <= int(text) <= len(self.candidates):
+            return None
+        return self.candidates[int(text) - 1]
+
     def name_of(self, entity: str) -> str:
         """The shown name of a candidate."""
         return self.names[self.candidates.index(entity)]

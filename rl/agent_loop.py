@@ -34,11 +34,15 @@ from verl.workers.rollout.replica import TokenOutput
 from envs.events import make_event
 from envs.registry import make_env
 from rl.observations import EpisodeSpec, episode_metrics, observation_message
+from rl.render_cache import RenderCache
 
 logger = logging.getLogger(__name__)
 
 AGENT_NAME = "ragym_env"
 """The ``agent_name`` dataset rows use to select this loop."""
+
+MAX_CACHED_RENDERS = 4096
+"""Renders (conversation -> token ids) the render cache keeps: first prompts of live groups, turn prefixes."""
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 """Tokens only the processor may place: a turn is cut before the first one the model generates."""
@@ -73,6 +77,9 @@ class RagymEnvAgentLoop(AgentLoopBase):
         self._stop_ids = {self.tokenizer.convert_tokens_to_ids("<|im_end|>"), self.tokenizer.eos_token_id}
         self._im_end_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         self._vision_ids = {self.tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
+        # Same token ids as verl's processor path, without re-running image preprocessing every turn.
+        self.render_cache = RenderCache.install(self.continuous_token_builder, MAX_CACHED_RENDERS)
+        self._full_determinism = bool(self.rollout_config.full_determinism)  # read once: OmegaConf is slow
 
     @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -90,7 +97,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         self._assert_mm_supported(bool(images))
         prompt_ids = await self.ct_build_initial_tokens(messages, images=images or None)
         # verl gives every sample a unique ``priority``; the G samples of a row share its index.
-        request_id = f"det-{int(kwargs['priority'])}" if self.rollout_config.full_determinism else uuid4().hex
+        request_id = f"det-{int(kwargs['priority'])}" if self._full_determinism else uuid4().hex
         logprobs = [] if sampling_params.get("logprobs") else None
         episode = _Episode(messages, images, list(prompt_ids), request_id, logprobs, events=info["events"])
         params = {**sampling_params, "stop": list(env.stop_strings), "include_stop_str_in_output": True}
@@ -139,9 +146,11 @@ class RagymEnvAgentLoop(AgentLoopBase):
             (i for i, t in enumerate(output.token_ids) if t in self._vision_ids), len(output.token_ids)
         )
         token_ids = list(output.token_ids[:keep])
-        merged, mask, logprobs = await self.ct_merge_assistant_token(
-            episode.runtime_ids,
-            token_ids,
+        # verl's ct_merge_* helpers, inline: a merge costs less than their executor-thread hand-off.
+        builder = self.continuous_token_builder
+        merged = builder.merge_assistant_tokens(episode.runtime_ids, token_ids)
+        mask, logprobs = builder.align_response_metadata(
+            merged,
             episode.response_mask,
             episode.response_logprobs,
             assistant_logprobs=output.log_probs[:keep] if episode.response_logprobs is not None else None,
@@ -165,9 +174,10 @@ class RagymEnvAgentLoop(AgentLoopBase):
             # A stop string ended the turn: close it as the template would, as context (mask 0).
             runtime, mask = [*runtime, self._im_end_id], [*mask, 0]
             logprobs = None if logprobs is None else [*logprobs, 0.0]
-        merged, mask, logprobs = await self.ct_merge_context_msg(
-            previous, [*previous, message], runtime, mask, logprobs
-        )
+        # Inline (see ``_generate``): with the render cache this is a template lookup, no image preprocessing.
+        builder = self.continuous_token_builder
+        merged = builder.merge_context_tokens(previous, [*previous, message], runtime)
+        mask, logprobs = builder.align_response_metadata(merged, mask, logprobs)
         if len(mask) > self.response_length:
             return False
         episode.messages = [*previous, message]

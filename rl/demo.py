@@ -87,16 +87,20 @@ def _warm_start(
     asyncio.set_event_loop(asyncio.new_event_loop())
     model, tokenizer, processor = load_policy(policy_dir)
     rows = read_rows(reader.get("data.train_files"), cfg.num_episodes)
-    samples = expert_samples(
-        rows, lambda server: make_agent_loop(config, server, tokenizer, processor), tokenizer, cfg
+
+    def loop_factory(server: Any) -> Any:
+        return make_agent_loop(config, server, tokenizer, processor)
+
+    epochs = [expert_samples(rows, loop_factory, tokenizer, cfg, epoch) for epoch in range(cfg.epochs)]
+    logger.info(
+        "warm start: %d x %d expert episodes in %.1fs", len(epochs), len(rows), time.perf_counter() - start
     )
-    logger.info("warm start: %d expert episodes in %.1fs", len(samples), time.perf_counter() - start)
     decision_after = tokenizer.convert_tokens_to_ids("<rerank>")
-    losses = imitate(model, ImageInputs(processor.image_processor), samples, cfg, decision_after)
+    losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, decision_after)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     asyncio.get_event_loop().close()
-    info = {"episodes": len(samples), "steps": len(losses), "first_loss": losses[0], "final_loss": losses[-1],
+    info = {"episodes": len(rows), "epochs": len(epochs), "steps": len(losses), "first_loss": losses[0], "final_loss": losses[-1],
             "seconds": time.perf_counter() - start, "noise": cfg.noise, "reject_noise": cfg.reject_noise}  # fmt: skip
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     logger.info("warm start: %s", info)
@@ -109,15 +113,15 @@ def _summary(metrics: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-def run_demo(
+def prepare(
     out: Path,
     seed: int,
-    steps: int | None,
+    steps: int | None = None,
     recipe: str = DEMO_RECIPE,
     extra_overrides: list[str] | None = None,
-) -> dict[str, Any]:
-    """The whole demo into ``out``; returns what ``metrics.json`` holds."""
-    start = time.perf_counter()
+) -> tuple[Any, RecipeReader, list[str]]:
+    """The demo's inputs under ``out`` (KB, tiny policy, warm-started policy in ``out/warm_start``), each built
+    only when missing; returns the composed recipe (pointing at them), its reader and its overrides."""
     out.mkdir(parents=True, exist_ok=True)
     overrides = [f"data.seed={seed}", f"trainer.default_local_dir={out / 'grpo'}",
                  f"actor_rollout_ref.model.path={out / 'warm_start'}"]  # fmt: skip
@@ -135,9 +139,24 @@ def run_demo(
         torch.set_num_threads(cfg.num_threads)
     _, policy_dir = _build_inputs(out, reader, seed)
     warm_dir = out / "warm_start"
+    reader.get("ragym.demo.warm_start")  # read on resume too: the unused-key list must not depend on it
     if not (warm_dir / "warm_start.json").exists():
         _warm_start(config, reader, policy_dir, warm_dir, seed)
-    warm = json.loads((warm_dir / "warm_start.json").read_text())
+    return config, reader, overrides
+
+
+def run_demo(
+    out: Path,
+    seed: int,
+    steps: int | None,
+    recipe: str = DEMO_RECIPE,
+    extra_overrides: list[str] | None = None,
+) -> dict[str, Any]:
+    """The whole demo into ``out``; returns what ``metrics.json`` holds."""
+    start = time.perf_counter()
+    config, reader, overrides = prepare(out, seed, steps, recipe, extra_overrides)
+    cfg = read_engine_config(reader)
+    warm = json.loads((out / "warm_start" / "warm_start.json").read_text())
     unused = reader.unused_keys(recipe_set_keys(recipe, overrides))
     logger.warning("recipe keys the local engine does not use: %s", ", ".join(unused) or "none")
     trainer = LocalTrainer(config, cfg)

@@ -83,9 +83,11 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
         f"Seed {result['seed']}; {result['grpo_steps']} GRPO steps; wall time {result['wall_time_s']:.0f} s; "
         f"peak RSS {result['peak_rss_mb']:.0f} MB.",
         "",
-        "**Warm start** (not RL): supervised imitation of a scripted expert whose Rerank picks a random other "
-        f"candidate with probability {warm['noise']} ({warm['episodes']} env-generated "
-        f"episodes, {warm['steps']} steps, loss {warm['first_loss']:.2f} -> {warm['final_loss']:.2f}).",
+        "**Warm start** (not RL): supervised imitation of a deliberately imperfect scripted expert that rejects "
+        f"a batch holding the match with probability {warm['reject_noise']} and reranks a wrong candidate with "
+        f"probability {warm['noise']} ({warm['episodes']} training questions x {warm.get('epochs', 1)} epochs "
+        f"of env-generated episodes, fresh expert noise each epoch; {warm['steps']} steps, loss "
+        f"{warm['first_loss']:.2f} -> {warm['final_loss']:.2f}).",
         "",
         "## Held-out evaluation (warm start = before, after GRPO)",
         "",

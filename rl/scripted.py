@@ -1,9 +1,10 @@
 """Scripted KB-VQA policies and ``ragym rollout``: run them on a KB and print episode metrics.
 
 Policies (each turns the env's observations into canonical turn texts):
-- ``signature``: what the CPU demo policy should learn. Searches each image, reranks the candidate whose
-  visual signature matches the query's (the top-1 candidate when signatures are hidden), rejects when
-  none matches, reads the confirmed entities' passages and extracts the answer. Uses no gold data.
+- ``signature``: what the CPU demo policy should learn. Searches each image, reranks the candidate the env's
+  visual check names (else the one whose visual signature matches the query's, else the top-1 candidate
+  when signatures are hidden), rejects when none matches, reads the confirmed entities' passages and
+  extracts the answer. Uses no gold data.
 - ``oracle``: reranks the gold entity when it is in the batch, else rejects (reads gold ids: an upper bound).
 - ``random``: random actions, malformed text included (exercises every error path).
 """
@@ -21,6 +22,10 @@ from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, SearchText, 
 from envs.kbvqa_prompts import LAST_TURN_NOTICE
 
 _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: ([^\s)]+)\))?$", re.MULTILINE)
+_CHECK = re.compile(
+    r"^Visual check: (.+) matches the query image\.$|^Visual check: no candidate", re.MULTILINE
+)
+_NUMBER = re.compile(r"^\[(\d+)\]$")
 _HEADER = re.compile(r"^Candidates for Image (\d+)(?: \(signature: ([^\s)]+)\))?", re.MULTILINE)
 _FACTS = {
     "year": re.compile(r"first recorded in (\d{4})"),
@@ -34,8 +39,10 @@ class SignaturePolicy:
 
     def __init__(self, env: Any):
         self.env = env
-        # With the env's rerank_by_signature flag, Rerank names the candidate by its (one-token) code.
+        # With the env's rerank_by_signature / rerank_by_index flag, Rerank names the candidate by its
+        # (one-token) code / its number in the batch.
         self.by_signature = env.unwrapped.config.rerank_by_signature
+        self.by_index = env.unwrapped.config.rerank_by_index
 
     def reset(self, obs: dict[str, Any]) -> None:
         """Start an episode from the task observation."""
@@ -43,11 +50,18 @@ class SignaturePolicy:
         self.question = obs["text"].rsplit("Question: ", 1)[-1]
         self.image, self.confirmed, self.passages = 1, {}, None
 
-    def choose(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
-        """The candidate to rerank, or None to reject."""
+    def verify(self, obs_text: str, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
+        """The candidate that matches the query image (its name), or None."""
+        check = _CHECK.search(obs_text)
+        if check:
+            return _named(check.group(1), hits) if check.group(1) else None
         if query_sig is None:
             return hits[0][0] if hits else None
         return next((name for name, sig in hits if sig == query_sig), None)
+
+    def choose(self, hits: list[tuple[str, str | None]], match: str | None) -> str | None:
+        """The candidate to rerank given the verified ``match``, or None to reject (a hook for noisy experts)."""
+        return match
 
     def act(self, obs_text: str) -> str:
         """The next turn text given the last observation."""
@@ -57,10 +71,12 @@ class SignaturePolicy:
         header = _HEADER.search(obs_text)
         if header:
             hits = [(m.group(1), m.group(2)) for m in _CANDIDATE.finditer(obs_text)]
-            name = self._chosen(hits, header.group(2))
-            if name and self.by_signature:
-                name = dict(hits)[name] or name
-            return format_action(Rerank(name) if name else Reject(), "compare the candidates with the query")
+            match = self.verify(obs_text, hits, header.group(2))
+            name = self._chosen(hits, match)
+            # The reason states what verification found, whatever the (possibly noisy) choice: a policy
+            # imitating it reads the observation in its reason and decides right after.
+            reason = "a candidate matches the query" if match else "no candidate matches the query"
+            return format_action(Rerank(self._argument(name, hits)) if name else Reject(), reason)
         if obs_text.startswith("Results for"):
             self.passages = obs_text
             return format_action(Answer(self._answer()), "read the passages")
@@ -73,11 +89,17 @@ class SignaturePolicy:
             return format_action(SearchText(tuple(names)), "look up the confirmed entities")
         return format_action(Answer(self._answer()), "answer with what I have")
 
-    def _chosen(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
-        name = self.choose(hits, query_sig)
+    def _chosen(self, hits: list[tuple[str, str | None]], match: str | None) -> str | None:
+        name = self.choose(hits, match)
         if name:
             self.confirmed[self.image] = name
         return name
+
+    def _argument(self, name: str, hits: list[tuple[str, str | None]]) -> str:
+        """How the Rerank names the candidate: its number, its code, or its name (per the env's flags)."""
+        if self.by_index:
+            return str([n for n, _ in hits].index(name) + 1)
+        return (dict(hits)[name] or name) if self.by_signature else name
 
     def _answer(self) -> str:
         facts = {}
@@ -95,10 +117,19 @@ class SignaturePolicy:
         return next((f[key] for f in facts.values() if f.get(key)), "unknown")
 
 
+def _named(argument: str, hits: list[tuple[str, str | None]]) -> str | None:
+    """The candidate a visual-check argument names: ``[N]``, a signature code or a name."""
+    number = _NUMBER.match(argument)
+    if number:
+        index = int(number.group(1)) - 1
+        return hits[index][0] if 0 <= index < len(hits) else None
+    return next((name for name, sig in hits if argument in (sig, name)), None)
+
+
 class OraclePolicy(SignaturePolicy):
     """``SignaturePolicy`` that verifies with the gold entity instead of signatures (an upper bound)."""
 
-    def choose(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
+    def verify(self, obs_text: str, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
         """The gold entity's name when it is in the batch, else None (reject)."""
         state = self.env.unwrapped.state
         batch = state.active_batch()

@@ -2,9 +2,10 @@
 
 A randomly initialised tiny policy never emits a well-formed turn, so every GRPO group would score the
 same and teach nothing. The demo therefore first imitates ``rl.scripted.SignaturePolicy`` whose
-verification decisions are replaced by a random other candidate with probability ``noise`` (and by a needless
-Reject with probability ``reject_noise``): the warm-started policy knows the grammar and the protocol but
-verifies unreliably, which GRPO then has to fix. The decision token is up-weighted in the loss.
+verification decisions are replaced by a random other candidate with probability ``noise`` and by a needless
+Reject with probability ``reject_noise`` (the demo's expert is over-cautious): the warm-started policy knows
+the grammar and the protocol but verifies badly, which GRPO then has to fix from reward alone. The decision
+token is up-weighted in the loss, and every epoch draws the expert's noise afresh.
 Trajectories are tokenized by the same agent loop that GRPO uses (a replay server returns the expert's
 turn texts as "generated" tokens), so masks and context tokens are exactly those of a real rollout.
 """
@@ -46,7 +47,7 @@ class WarmStartConfig:
     """Loss weight of the decision token (the first token after ``<rerank>``) relative to other tokens: the
     one token that matters is otherwise drowned by the formulaic rest of the turn."""
     epochs: int
-    """Passes over the episodes."""
+    """Passes over the rows, each with fresh expert noise."""
     batch_size: int
     """Episodes per optimiser step."""
     lr: float
@@ -68,9 +69,9 @@ class NoisyExpert(SignaturePolicy):
         super().__init__(env)
         self.rng, self.noise, self.reject_noise = rng, noise, reject_noise
 
-    def choose(self, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
+    def choose(self, hits: list[tuple[str, str | None]], match: str | None) -> str | None:
         """The expert's choice; with probability ``noise`` another candidate, ``reject_noise`` a needless Reject."""
-        right = super().choose(hits, query_sig)
+        right = match
         draw = self.rng.random()
         if draw < self.noise:
             options = [name for name, _ in hits if name != right]
@@ -85,9 +86,10 @@ class NoisyExpert(SignaturePolicy):
         Observations show names after a space (``[1] <image> Cobalt Vartor Moth``), so byte-level BPE
         tokenizes them as " Cobalt" ...; written as ``<rerank> Cobalt Vartor Moth`` (the parser strips the
         space) the decision is the exact same tokens as in the context, a copy a tiny policy can learn.
-        A signature code (``rerank_by_signature``) is one whole token with no space before it.
+        A signature code (``rerank_by_signature``) or candidate number (``rerank_by_index``) is one whole
+        token with no space before it.
         """
-        slot = _NAME_SLOT if self.by_signature else _COPY_SLOT
+        slot = _NAME_SLOT if self.by_signature or self.by_index else _COPY_SLOT
         return slot.sub(r"\1 ", super().act(obs_text))
 
 
@@ -106,10 +108,15 @@ class ReplayServer:
 
 
 def expert_samples(
-    rows: list[dict[str, Any]], agent_loop_factory: Any, tokenizer: Any, cfg: WarmStartConfig
+    rows: list[dict[str, Any]], agent_loop_factory: Any, tokenizer: Any, cfg: WarmStartConfig, epoch: int = 0
 ) -> list[Sample]:
-    """Expert episodes for ``rows``, tokenized through the agent loop (``agent_loop_factory(server)``)."""
-    rng = np.random.default_rng(cfg.seed)
+    """Expert episodes for ``rows``, tokenized through the agent loop (``agent_loop_factory(server)``).
+
+    ``epoch`` seeds the expert's noise: each epoch gets fresh draws, so the policy learns the expert's decision
+    probabilities instead of memorising which episode had which noisy decision (which it does within a few
+    epochs on one fixed draw, ending deterministic and name-dependent on held-out questions).
+    """
+    rng = np.random.default_rng([cfg.seed, epoch])
     server = ReplayServer(tokenizer)
     loop = asyncio.get_event_loop()
     agent_loop = agent_loop_factory(server)
@@ -144,11 +151,12 @@ def token_weights(sample: Sample, decision_after: int | None, decision_weight: f
 def imitate(
     model: torch.nn.Module,
     image_inputs: ImageInputs,
-    samples: list[Sample],
+    epochs: list[list[Sample]],
     cfg: WarmStartConfig,
     decision_after: int | None = None,
 ) -> list[float]:
-    """Maximise the weighted log-likelihood of the mask-1 tokens of ``samples``; returns each step's loss.
+    """Maximise the weighted log-likelihood of the mask-1 tokens, one pass over each of ``epochs`` (the
+    samples of one epoch each); returns each step's loss.
 
     ``decision_after``: the token id (``<rerank>``) whose next generated token gets ``cfg.decision_weight``.
     """
@@ -156,7 +164,7 @@ def imitate(
     generator = torch.Generator().manual_seed(cfg.seed)
     losses = []
     model.train()
-    for _ in range(cfg.epochs):
+    for samples in epochs:
         order = torch.randperm(len(samples), generator=generator).tolist()
         for start in range(0, len(order), cfg.batch_size):
             batch = [samples[i] for i in order[start : start + cfg.batch_size]]

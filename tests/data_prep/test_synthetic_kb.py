@@ -116,11 +116,17 @@ def test_cached_kb_builds_once_and_rows_point_at_the_cache(
         cached_kb("nope")
 
 
-def test_demo_rows_turn_signatures_on_with_k3(tmp_path: Path) -> None:
+def test_demo_rows_build_the_one_candidate_visual_check_env(tmp_path: Path) -> None:
+    import envs
+
     out = build_kb(tmp_path / "demo", replace(PRESETS["demo"], num_entities=60, num_rows=10), seed=0)
-    kwargs = json.loads(pd.read_parquet(out / "data/train.parquet")["extra_info"][0]["env_kwargs"])
-    assert kwargs["show_visual_signature"] is True and kwargs["candidates_per_batch"] == 3
-    assert kwargs["rerank_by_signature"] is True
+    extra = pd.read_parquet(out / "data/train.parquet")["extra_info"][0]
+    env = envs.make_env("KBVQA-v0", **json.loads(extra["env_kwargs"]))
+    env.reset(options=json.loads(extra["env_options"]))
+    obs, *_ = env.step("<reason>look</reason><search_call>SearchImage(1)</search_call>")
+    assert len(obs["images"]) == 1 and obs["text"].splitlines()[-1].startswith("Visual check: ")
+    obs, *_ = env.step("<reason>take it</reason><rerank>1</rerank>")  # Rerank by number
+    assert obs["text"].startswith("Confirmed: the entity in Image 1 is ")
 
 
 @pytest.mark.parametrize("alphabet", [24, 48])

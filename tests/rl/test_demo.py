@@ -59,10 +59,45 @@ def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> N
     from rl.engine.warm_start import NoisyExpert
 
     class Env:  # only the flag the expert reads
-        unwrapped = type("U", (), {"config": type("C", (), {"rerank_by_signature": True})()})()
+        unwrapped = type(
+            "U", (), {"config": type("C", (), {"rerank_by_signature": True, "rerank_by_index": False})()}
+        )()
 
     expert = NoisyExpert(Env(), np.random.default_rng(0), noise, reject_noise)
     hits = [("Ash Moth", "#A1"), ("Elm Moth", "#B2"), ("Oak Moth", "#C3")]
-    choices = {expert.choose(hits, "#B2") for _ in range(20)}
+    choices = {expert.choose(hits, "Elm Moth") for _ in range(20)}
     expected = {(0.0, 0.0): {"Elm Moth"}, (0.0, 1.0): {None}, (1.0, 0.0): {"Ash Moth", "Oak Moth"}}
     assert choices == expected[(noise, reject_noise)]
+
+
+def test_expert_noise_is_drawn_afresh_each_epoch_and_reproducibly(tiny_policy_dir, tmp_path) -> None:
+    import asyncio
+    from dataclasses import replace
+
+    from data_prep.synthetic_kb import PRESETS, build_kb
+    from rl.agent_loop import make_agent_loop
+    from rl.engine.trainer import read_rows
+    from rl.engine.warm_start import WarmStartConfig, expert_samples
+    from rl.models import load_processor
+    from tests.rl.fakes import rollout_config
+
+    kb = build_kb(tmp_path / "kb", replace(PRESETS["demo"], num_entities=60, num_rows=60), seed=0)
+    rows = read_rows(str(kb / "data" / "train.parquet"), 24)
+    processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
+    tokenizer = processor.tokenizer
+
+    def factory(server):
+        return make_agent_loop(rollout_config(response_length=4096), server, tokenizer, processor)
+
+    cfg = WarmStartConfig(num_episodes=24, noise=0.0, reject_noise=0.5, decision_weight=1.0, epochs=2,
+                          batch_size=1, lr=0.0, seed=3)  # fmt: skip
+    asyncio.set_event_loop(asyncio.new_event_loop())
+
+    def confirmed(epoch: int) -> list[int]:  # per episode: how many matches the expert confirmed
+        samples = expert_samples(rows, factory, tokenizer, cfg, epoch)
+        return [tokenizer.decode(s.response_ids).count("<rerank>1</rerank>") for s in samples]
+
+    first = confirmed(0)
+    assert confirmed(0) == first  # same (seed, epoch): same episodes
+    assert confirmed(1) != first  # another epoch: other noise draws on the same questions
+    assert sum(first) > 0  # some matches were confirmed, some rejected (reject_noise 0.5)

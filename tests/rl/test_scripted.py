@@ -58,3 +58,20 @@ def test_rollout_command_prints_metrics(demo_kb: Path, capsys: pytest.CaptureFix
     assert scripted.main(argv) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["episodes"] == 5 and 0.0 <= summary["answer_acc"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"candidates_per_batch": 1, "rerank_by_index": True},  # the demo preset
+        {"candidates_per_batch": 3, "rerank_by_index": True},
+        {"candidates_per_batch": 3, "show_visual_signature": True, "rerank_by_signature": True},
+        {"candidates_per_batch": 3},  # names
+    ],
+)
+def test_signature_policy_acts_on_the_visual_check_in_every_rerank_form(demo_kb: Path, flags: dict) -> None:
+    checked = run(demo_kb, "signature", visual_check=True, **flags)
+    oracle = run(demo_kb, "oracle", **flags)
+    assert mean(checked, "verification_acc") == 1.0  # signatures hidden: only the check can tell
+    assert mean(checked, "ident_acc") == mean(oracle, "ident_acc") > 0
+    assert mean(checked, "protocol_violations") == mean(checked, "format_errors") == 0
