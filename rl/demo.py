@@ -100,8 +100,9 @@ def _warm_start(
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     asyncio.get_event_loop().close()
-    info = {"episodes": len(rows), "epochs": len(epochs), "steps": len(losses), "first_loss": losses[0], "final_loss": losses[-1],
-            "seconds": time.perf_counter() - start, "noise": cfg.noise, "reject_noise": cfg.reject_noise}  # fmt: skip
+    info = {"episodes": len(rows), "epochs": len(epochs), "steps": len(losses), "first_loss": losses[0],
+            "final_loss": losses[-1], "seconds": time.perf_counter() - start, "noise": cfg.noise,
+            "reject_noise": cfg.reject_noise, "protocol_share": cfg.protocol_share}  # fmt: skip
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     logger.info("warm start: %s", info)
     return info

@@ -43,6 +43,11 @@ class WarmStartConfig:
     reject_noise: float
     """Probability that the expert rejects a batch that holds the match (kept small: a policy that learns
     Reject() as the safe default farms the rejection reward instead of verifying)."""
+    protocol_share: float
+    """Share of rows that also get an episode of the noiseless expert whose decision tokens are left out of
+    the loss: they teach what follows a confirmation (text search, answer), which an over-cautious expert
+    rarely reaches, without teaching its decisions. Without them the few confirmations GRPO samples end in
+    malformed turns, the binary format reward punishes them, and confirming never pays."""
     decision_weight: float
     """Loss weight of the decision token (the first token after ``<rerank>``) relative to other tokens: the
     one token that matters is otherwise drowned by the formulaic rest of the turn."""
@@ -109,8 +114,9 @@ class ReplayServer:
 
 def expert_samples(
     rows: list[dict[str, Any]], agent_loop_factory: Any, tokenizer: Any, cfg: WarmStartConfig, epoch: int = 0
-) -> list[Sample]:
-    """Expert episodes for ``rows``, tokenized through the agent loop (``agent_loop_factory(server)``).
+) -> list[tuple[Sample, float]]:
+    """Expert episodes for ``rows``, tokenized through the agent loop (``agent_loop_factory(server)``), each
+    with the loss weight of its decision tokens (``cfg.decision_weight``; 0 for protocol episodes).
 
     ``epoch`` seeds the expert's noise: each epoch gets fresh draws, so the policy learns the expert's decision
     probabilities instead of memorising which episode had which noisy decision (which it does within a few
@@ -118,24 +124,29 @@ def expert_samples(
     """
     rng = np.random.default_rng([cfg.seed, epoch])
     server = ReplayServer(tokenizer)
-    loop = asyncio.get_event_loop()
     agent_loop = agent_loop_factory(server)
     samples = []
     for row in rows:
-        info = dict(row["extra_info"])
-        env = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
-        episode = run_episode(
-            env,
-            NoisyExpert(env, rng, cfg.noise, cfg.reject_noise),
-            int(info["index"]),
-            json.loads(info["env_options"]),
-        )
-        server.turns = list(episode["turns"])
-        output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row)))
-        images = list((output.multi_modal_data or {}).get("images", []))
-        samples.append(Sample(list(output.prompt_ids), list(output.response_ids), list(output.response_mask),
-                              images, 0.0, str(info["index"])))  # fmt: skip
+        samples.append((_replay(row, NoisyExpert, (rng, cfg.noise, cfg.reject_noise), server, agent_loop),
+                        cfg.decision_weight))  # fmt: skip
+        if rng.random() < cfg.protocol_share:
+            samples.append((_replay(row, NoisyExpert, (rng, 0.0, 0.0), server, agent_loop), 0.0))
     return samples
+
+
+def _replay(
+    row: dict[str, Any], expert: type, expert_args: tuple, server: ReplayServer, agent_loop: Any
+) -> Sample:
+    """One expert episode on ``row``, replayed through the agent loop as if the policy had generated it."""
+    info = dict(row["extra_info"])
+    env = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
+    episode = run_episode(env, expert(env, *expert_args), int(info["index"]), json.loads(info["env_options"]))
+    server.turns = list(episode["turns"])
+    loop = asyncio.get_event_loop()
+    output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row)))
+    images = list((output.multi_modal_data or {}).get("images", []))
+    return Sample(list(output.prompt_ids), list(output.response_ids), list(output.response_mask), images, 0.0,
+                  str(info["index"]))  # fmt: skip
 
 
 def token_weights(sample: Sample, decision_after: int | None, decision_weight: float) -> torch.Tensor:
@@ -151,14 +162,14 @@ def token_weights(sample: Sample, decision_after: int | None, decision_weight: f
 def imitate(
     model: torch.nn.Module,
     image_inputs: ImageInputs,
-    epochs: list[list[Sample]],
+    epochs: list[list[tuple[Sample, float]]],
     cfg: WarmStartConfig,
     decision_after: int | None = None,
 ) -> list[float]:
     """Maximise the weighted log-likelihood of the mask-1 tokens, one pass over each of ``epochs`` (the
-    samples of one epoch each); returns each step's loss.
+    samples of one epoch each, with their decision-token weights); returns each step's loss.
 
-    ``decision_after``: the token id (``<rerank>``) whose next generated token gets ``cfg.decision_weight``.
+    ``decision_after``: the token id (``<rerank>``) whose next generated token gets the sample's weight.
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)
@@ -167,8 +178,9 @@ def imitate(
     for samples in epochs:
         order = torch.randperm(len(samples), generator=generator).tolist()
         for start in range(0, len(order), cfg.batch_size):
-            batch = [samples[i] for i in order[start : start + cfg.batch_size]]
-            weights = [token_weights(s, decision_after, cfg.decision_weight) for s in batch]
+            pairs = [samples[i] for i in order[start : start + cfg.batch_size]]
+            batch = [sample for sample, _ in pairs]
+            weights = [token_weights(sample, decision_after, weight) for sample, weight in pairs]
             num_tokens = float(sum(w.sum() for w in weights))
             optimizer.zero_grad(set_to_none=True)
             loss = 0.0

@@ -70,34 +70,60 @@ def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> N
     assert choices == expected[(noise, reject_noise)]
 
 
-def test_expert_noise_is_drawn_afresh_each_epoch_and_reproducibly(tiny_policy_dir, tmp_path) -> None:
+@pytest.fixture
+def expert_rows(tiny_policy_dir, tmp_path):
+    """Demo-KB rows, an agent-loop factory and the tokenizer, for replaying expert episodes."""
     import asyncio
     from dataclasses import replace
 
     from data_prep.synthetic_kb import PRESETS, build_kb
     from rl.agent_loop import make_agent_loop
     from rl.engine.trainer import read_rows
-    from rl.engine.warm_start import WarmStartConfig, expert_samples
     from rl.models import load_processor
     from tests.rl.fakes import rollout_config
 
     kb = build_kb(tmp_path / "kb", replace(PRESETS["demo"], num_entities=60, num_rows=60), seed=0)
-    rows = read_rows(str(kb / "data" / "train.parquet"), 24)
     processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
-    tokenizer = processor.tokenizer
 
     def factory(server):
-        return make_agent_loop(rollout_config(response_length=4096), server, tokenizer, processor)
+        return make_agent_loop(rollout_config(response_length=4096), server, processor.tokenizer, processor)
 
-    cfg = WarmStartConfig(num_episodes=24, noise=0.0, reject_noise=0.5, decision_weight=1.0, epochs=2,
-                          batch_size=1, lr=0.0, seed=3)  # fmt: skip
     asyncio.set_event_loop(asyncio.new_event_loop())
+    return read_rows(str(kb / "data" / "train.parquet"), 24), factory, processor.tokenizer
 
-    def confirmed(epoch: int) -> list[int]:  # per episode: how many matches the expert confirmed
-        samples = expert_samples(rows, factory, tokenizer, cfg, epoch)
-        return [tokenizer.decode(s.response_ids).count("<rerank>1</rerank>") for s in samples]
 
-    first = confirmed(0)
-    assert confirmed(0) == first  # same (seed, epoch): same episodes
-    assert confirmed(1) != first  # another epoch: other noise draws on the same questions
+def _warm_config(**fields):
+    from rl.engine.warm_start import WarmStartConfig
+
+    base = dict(num_episodes=24, noise=0.0, reject_noise=0.5, protocol_share=0.0, decision_weight=5.0, epochs=2,
+                batch_size=1, lr=0.0, seed=3)  # fmt: skip
+    return WarmStartConfig(**{**base, **fields})
+
+
+def _confirmations(samples, tokenizer) -> list[int]:
+    """Per episode: how many matches the expert confirmed."""
+    return [tokenizer.decode(s.response_ids).count("<rerank>1</rerank>") for s, _ in samples]
+
+
+def test_expert_noise_is_drawn_afresh_each_epoch_and_reproducibly(expert_rows) -> None:
+    from rl.engine.warm_start import expert_samples
+
+    rows, factory, tokenizer = expert_rows
+    cfg = _warm_config()
+    first = _confirmations(expert_samples(rows, factory, tokenizer, cfg, 0), tokenizer)
+    assert _confirmations(expert_samples(rows, factory, tokenizer, cfg, 0), tokenizer) == first  # same draws
+    assert _confirmations(expert_samples(rows, factory, tokenizer, cfg, 1), tokenizer) != first  # fresh draws
     assert sum(first) > 0  # some matches were confirmed, some rejected (reject_noise 0.5)
+
+
+def test_protocol_episodes_are_noiseless_and_teach_no_decision(expert_rows) -> None:
+    from rl.engine.warm_start import expert_samples
+
+    rows, factory, tokenizer = expert_rows
+    samples = expert_samples(rows, factory, tokenizer, _warm_config(reject_noise=1.0, protocol_share=1.0))
+    assert len(samples) == 2 * len(rows)  # every row: the noisy episode, then its protocol episode
+    noisy, protocol = samples[0::2], samples[1::2]
+    assert {w for _, w in noisy} == {5.0} and {w for _, w in protocol} == {0.0}
+    assert sum(_confirmations(noisy, tokenizer)) == 0  # reject_noise 1: every match rejected
+    assert sum(_confirmations(protocol, tokenizer)) > 0  # the noiseless expert confirms them
+    assert any("SearchText" in tokenizer.decode(s.response_ids) for s, _ in protocol)

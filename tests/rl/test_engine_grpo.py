@@ -119,3 +119,28 @@ def test_update_step_is_finite_and_moves_parameters(actor_config, mini, micro, e
     if (mini, epochs) != (4, 1):  # later mini-batches/epochs are off-policy: old log-probs were recomputed
         assert batch.old_log_prob is not None and batch.old_log_prob.shape == batch.response_mask.shape
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_update_raises_the_likelihood_of_the_better_response_in_each_group(actor_config):
+    """Two prompts, two responses each (same context, one differing decision token); the rewarded one gains."""
+    from rl.engine.grpo import response_log_probs
+
+    model = build_model()
+    inputs = ImageInputs(image_processor())
+    prompts = [[211, 212, 213, 214], [221, 222, 223, 224]]  # ordinary text tokens (no vision specials)
+    good, bad = [240, 241], [240, 242]  # the responses differ in their last (decision) token
+    samples = [Sample(p, list(r), [1, 1], [], reward, str(g))
+               for g, p in enumerate(prompts) for r, reward in ((good, 1.0), (bad, 0.0))]  # fmt: skip
+
+    def margin() -> float:  # log p(good) - log p(bad), summed over both prompts
+        with torch.no_grad():
+            logp = [float(response_log_probs(model, inputs, [s], 2, 1.0)[0].sum()) for s in samples]
+        return (logp[0] - logp[1]) + (logp[2] - logp[3])
+
+    start = margin()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(3):
+        batch = assemble(samples)
+        compute_advantages(batch, AlgoConfig(), _cfg())
+        update_policy(model, optimizer, inputs, batch, actor_config, _cfg(), torch.Generator().manual_seed(0))
+    assert margin() > start + 0.1
