@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from rl.engine.hf_server import HFServer, sample_tokens
-from rl.engine.vision import image_key
 
 
 class CpuClock:
@@ -134,19 +133,7 @@ class ShadowGenerator:
     @torch.inference_mode()
     def replay(self, requests: list[Any], sampling: Any, generated: list[list[int]]) -> None:
         """Prefill the distinct prompts, then one forward per generated token (what the server's loop does)."""
-        unique: dict[tuple, int] = {}  # (prompt ids, image keys) -> prefill row, as the server dedupes
-        prompts, rows_of = [], []
-        for request in requests:
-            key = (tuple(request.prompt_ids), tuple(map(image_key, request.images)))
-            if key not in unique:
-                unique[key] = len(prompts)
-                prompts.append(request)
-            rows_of.append(unique[key])
-        rows = torch.tensor(rows_of)  # [B] request -> prefilled row
-        logits, cache, attention, next_pos = self.shadow._prefill(prompts)
-        for layer in cache.layers:
-            layer.batch_select_indices(rows)
-        logits, attention, next_pos = logits[rows], attention[rows], next_pos[rows]
+        logits, cache, attention, next_pos = self.shadow.prefill_shared(requests)  # as the server does
         num_rows, pad = len(generated), self.shadow.pad_id
         for step in range(max(map(len, generated)) - 1):
             sample_tokens(logits, sampling, self.shadow.generator)  # [B] the server samples every step
@@ -162,13 +149,13 @@ class ShadowGenerator:
 def _shadow_model(model: torch.nn.Module, tokenizer: Any, hidden: int, layers: int) -> torch.nn.Module:
     """A random-weight policy of the same architecture and token ids, with a wider and deeper language model."""
     # The tiny-policy config builder keeps every special-token id and the vision tower's input format.
-    from rl.tiny_policy import TinyPolicyConfig, _model_config
+    from rl.tiny_policy import TinyPolicyConfig, model_config
 
     heads = max(1, hidden // 64)
     config = TinyPolicyConfig(
         hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=max(1, heads // 2),
         intermediate_size=4 * hidden,
     )  # fmt: skip
-    root = _model_config(model.config.model_type, config, tokenizer)
+    root = model_config(model.config.model_type, config, tokenizer)
     torch.manual_seed(0)
     return type(model)(root).to(torch.float32).eval()

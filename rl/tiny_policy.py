@@ -138,8 +138,8 @@ def train_tokenizer(
     return fast
 
 
-def _model_config(arch: str, cfg: TinyPolicyConfig, tokenizer: PreTrainedTokenizerFast):
-    """The root config of ``arch`` at tiny sizes, with the special-token ids of ``tokenizer``."""
+def model_config(arch: str, cfg: TinyPolicyConfig, tokenizer: PreTrainedTokenizerFast):
+    """The root config of ``arch`` at ``cfg``'s sizes, with the special-token ids of ``tokenizer``."""
     ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in _TOKEN_FIELDS.items()}
     head_dim = cfg.hidden_size // cfg.num_heads
     text = dict(
@@ -213,10 +213,10 @@ def build_tiny_policy(
         config.vocab_size,
         config.grammar_tokens + config.extra_tokens,
     )
-    model_config = _model_config(arch, config, tokenizer)
+    root_config = model_config(arch, config, tokenizer)
     torch.manual_seed(seed)
     cls = Qwen2_5_VLForConditionalGeneration if arch == "qwen2_5_vl" else Qwen3VLForConditionalGeneration
-    model = cls(model_config).to(torch.float32)
+    model = cls(root_config).to(torch.float32)
     eos = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
     model.generation_config = GenerationConfig(
         eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, do_sample=True

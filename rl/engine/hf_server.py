@@ -196,8 +196,14 @@ class HFServer:
     @torch.inference_mode()
     def _decode(self, requests: list[_Request], sampling: Sampling) -> list[TokenOutput]:
         """Prefill each distinct prompt once, expand the cache to one row per request, then sample."""
+        logits, cache, attention, next_pos = self.prefill_shared(requests)
+        return self._sample_loop(logits, cache, attention, next_pos, sampling)
+
+    def prefill_shared(self, requests: list[Any]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """Prefill each distinct (prompt, images) once and expand the results to one row per request: the
+        last logits [B, V], the KV cache, the attention mask [B, T] and each row's next position [B]."""
         unique: dict[tuple, int] = {}  # (prompt ids, image keys) -> prefill row
-        prompts: list[_Request] = []
+        prompts: list[Any] = []
         rows_of: list[int] = []
         for request in requests:
             key = (tuple(request.prompt_ids), tuple(map(image_key, request.images)))
@@ -209,9 +215,8 @@ class HFServer:
         logits, cache, attention, next_pos = self._prefill(prompts)
         for layer in cache.layers:
             layer.batch_select_indices(rows)
-        logits, attention, next_pos = logits[rows], attention[rows], next_pos[rows]
         self.stats.num_prefill_rows += len(prompts)
-        return self._sample_loop(logits, cache, attention, next_pos, sampling)
+        return logits[rows], cache, attention[rows], next_pos[rows]
 
     def _prefill(
         self, prompts: list[_Request]
