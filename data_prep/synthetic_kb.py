@@ -3,7 +3,7 @@
 ``ragym build-kb --out DIR --preset P [--num-entities N --num-rows N --seed S]`` writes exactly the
 ``envs.kb`` on-disk format plus ``DIR/data/{train,test}.parquet`` in verl's row schema, so nothing
 downstream knows the data is synthetic. Difficulty presets set the pixel retriever's R@1 / R@15
-(``benchmarks/env_step.py`` prints them); ``demo`` is small and meant for ``show_visual_signature``.
+(``benchmarks/env_step.py`` prints them); ``demo`` is the CPU demo's (small, one candidate per batch, the env's visual check).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Preset:
     test_fraction: float = 0.2
     """Share of rows in the test split."""
     env_kwargs: tuple[tuple[str, object], ...] = ()
-    """Env config the rows carry besides ``kb_dir`` (the demo turns signatures on and uses K=3)."""
+    """Env config the rows carry besides ``kb_dir`` (the demo's: K=1, Rerank by number, the visual check)."""
     signature_alphabet: int = 0
     """0: a distinct three-letter code per entity. N > 0: codes ``#A0``... from an alphabet of N, assigned so
     that no look-alike within ``signature_window`` candidates shares the gold entity's code (each code is one
@@ -86,8 +86,8 @@ PRESETS: dict[str, Preset] = {
     "hard": Preset(
         5000, 500, 10, variant_scale=0.06, query_noise=0.20, pixel_noise=0.05, hard_view_fraction=0.40
     ),
-    # The CPU demo: small, single-image, signatures on, K=3 so that rerank and reject both matter
-    # (R@1 ~42%, R@3 ~67%, R@9 ~85%: the gold entity is reachable within Rej_max=2 rejections ~85% of the time).
+    # The CPU demo: small and single-image (R@1 ~42%, R@3 ~67%): with K=1 and Rej_max=2 an image gets 3
+    # candidates, so both Rerank and Reject matter.
     "demo": Preset(
         300,
         600,
