@@ -73,6 +73,7 @@ class _Request:
     sampling: Sampling
     images: list[Any]
     future: asyncio.Future
+    request_id: str = ""
 
 
 @dataclass
@@ -143,7 +144,9 @@ class HFServer:
         """Sample one turn for ``prompt_ids`` (images in placeholder order); verl's server-manager signature."""
         loop = asyncio.get_running_loop()
         sampling = Sampling.from_params(sampling_params, self.default_max_tokens)
-        request = _Request(list(prompt_ids), sampling, list(image_data or []), loop.create_future())
+        request = _Request(
+            list(prompt_ids), sampling, list(image_data or []), loop.create_future(), request_id
+        )
         self._pending.append(request)
         if self._arrived is None:
             self._arrived = asyncio.Event()
@@ -183,8 +186,10 @@ class HFServer:
         for i, request in enumerate(batch):
             by_sampling.setdefault(request.sampling, []).append(i)
         for sampling, indices in by_sampling.items():
-            # Sorted by content so the generator is consumed in the same order on every run.
-            indices.sort(key=lambda i: (len(batch[i].prompt_ids), batch[i].prompt_ids))
+            # Sorted by content, then request id (the G identical prompts of a group), so the generator is
+            # consumed in the same order whatever order the requests arrived in (request ids are
+            # deterministic under ``rollout.full_determinism``).
+            indices.sort(key=lambda i: (len(batch[i].prompt_ids), batch[i].prompt_ids, batch[i].request_id))
             results = self._decode([batch[i] for i in indices], sampling)
             for i, result in zip(indices, results, strict=True):
                 outputs[i] = result

@@ -72,10 +72,10 @@ def row_kwargs(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _episode(
-    agent_loop: Any, server: Any, row: dict[str, Any], sampling: dict[str, Any]
+    agent_loop: Any, server: Any, row: dict[str, Any], sampling: dict[str, Any], priority: int
 ) -> AgentLoopOutput:
     try:
-        return await agent_loop.run(dict(sampling), **row_kwargs(row))
+        return await agent_loop.run(dict(sampling), **row_kwargs(row), priority=priority)
     finally:
         server.episode_done()
 
@@ -93,7 +93,10 @@ def run_episodes(
     """``num_per_row`` concurrent episodes of every row (one GRPO group each), scored; plus the time split."""
     start, generate_before = time.perf_counter(), server.stats.generate_s
     server.track_episodes(len(rows) * num_per_row)
-    tasks = [_episode(agent_loop, server, row, sampling) for row in rows for _ in range(num_per_row)]
+    # ``priority``: a unique number per episode, as verl's worker gives (the agent loop's request id under
+    # ``rollout.full_determinism``).
+    tasks = [_episode(agent_loop, server, row, sampling, i * num_per_row + j)
+             for i, row in enumerate(rows) for j in range(num_per_row)]  # fmt: skip
     outputs = loop.run_until_complete(asyncio.gather(*tasks))
     times = RolloutTimes(generate=server.stats.generate_s - generate_before)
     times.env = sum(float(o.metrics.tool_calls) for o in outputs)

@@ -143,7 +143,7 @@ def _replay(
     episode = run_episode(env, expert(env, *expert_args), int(info["index"]), json.loads(info["env_options"]))
     server.turns = list(episode["turns"])
     loop = asyncio.get_event_loop()
-    output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row)))
+    output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row), priority=0))
     images = list((output.multi_modal_data or {}).get("images", []))
     return Sample(list(output.prompt_ids), list(output.response_ids), list(output.response_mask), images, 0.0,
                   str(info["index"]))  # fmt: skip

@@ -89,6 +89,34 @@ def test_same_seed_same_outputs_and_budget_respected():
     assert all(len(o.token_ids) <= 5 for o in first)
 
 
+def test_identical_prompts_get_the_same_samples_per_request_id_whatever_the_arrival_order():
+    model = build_model()
+    params = {"temperature": 1.0, "max_tokens": 5}
+    prompts = [_prompt(model, 0, "question"), _prompt(model, 0, "another")]
+    ids = ["r0", "r1", "r2", "r3"]
+    requests = {rid: {"prompt_ids": prompts[i % 2], "sampling_params": params} for i, rid in enumerate(ids)}
+
+    def by_id(order: list[str]) -> dict[str, list[int]]:
+        server = _server(model, "qwen2_5_vl", 7)
+
+        async def go():
+            server.track_episodes(len(order))
+
+            async def one(rid):
+                try:
+                    return rid, await server.generate(rid, **requests[rid])
+                finally:
+                    server.episode_done()
+
+            return await asyncio.gather(*[one(rid) for rid in order])
+
+        return {rid: list(out.token_ids) for rid, out in asyncio.run(go())}
+
+    forward = by_id(ids)
+    assert by_id(list(reversed(ids))) == forward
+    assert forward["r0"] != forward["r2"] or forward["r1"] != forward["r3"]  # same prompt, own samples
+
+
 def test_stop_string_ends_the_turn_at_the_token_that_completes_it():
     model, tok = build_model(), tokenizer()
     prompt = _prompt(model, 0, "question")

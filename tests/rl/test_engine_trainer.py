@@ -126,3 +126,24 @@ def test_unknown_logger_is_an_error(tiny_setup, tmp_path):
     overrides = [*_overrides(tiny_setup, tmp_path, steps=1), "trainer.logger=[console,tensorboard]"]
     with pytest.raises(ValueError, match="tensorboard"):
         build_trainer("kbvqa_tiny_cpu", overrides)
+
+
+def test_full_determinism_recipes_run_with_per_episode_request_ids(tiny_setup, tmp_path):
+    """verl's agent loop builds request ids from each episode's ``priority`` under ``full_determinism``; the
+    local engine gives every episode of a step its own."""
+    overrides = [
+        *_overrides(tiny_setup, tmp_path, steps=1),
+        "actor_rollout_ref.rollout.full_determinism=true",
+    ]
+    trainer = build_trainer("kbvqa_tiny_cpu", overrides)
+    seen: list[str] = []
+    generate = trainer.server.generate
+
+    async def recording(request_id, **kwargs):
+        seen.append(request_id)
+        return await generate(request_id, **kwargs)
+
+    trainer.server.generate = recording
+    trainer.train_step()
+    trainer.close()
+    assert set(seen) == {f"det-{i}" for i in range(4)}  # 2 rows x n=2 episodes, each with its own id
