@@ -185,11 +185,16 @@ class HFServer:
         by_sampling: dict[Sampling, list[int]] = {}
         for i, request in enumerate(batch):
             by_sampling.setdefault(request.sampling, []).append(i)
-        for sampling, indices in by_sampling.items():
-            # Sorted by content, then request id (the G identical prompts of a group), so the generator is
-            # consumed in the same order whatever order the requests arrived in (request ids are
-            # deterministic under ``rollout.full_determinism``).
-            indices.sort(key=lambda i: (len(batch[i].prompt_ids), batch[i].prompt_ids, batch[i].request_id))
+
+        # Requests sorted by content, then request id (the G identical prompts of a group), and sub-batches in
+        # the order of their first request, so the generator is consumed in the same order whatever order the
+        # requests arrived in (request ids are deterministic under ``rollout.full_determinism``).
+        def order(i: int) -> tuple:
+            return len(batch[i].prompt_ids), batch[i].prompt_ids, batch[i].request_id
+
+        for indices in by_sampling.values():
+            indices.sort(key=order)
+        for sampling, indices in sorted(by_sampling.items(), key=lambda item: order(item[1][0])):
             results = self._decode([batch[i] for i in indices], sampling)
             for i, result in zip(indices, results, strict=True):
                 outputs[i] = result

@@ -91,10 +91,11 @@ def test_same_seed_same_outputs_and_budget_respected():
 
 def test_identical_prompts_get_the_same_samples_per_request_id_whatever_the_arrival_order():
     model = build_model()
-    params = {"temperature": 1.0, "max_tokens": 5}
     prompts = [_prompt(model, 0, "question"), _prompt(model, 0, "another")]
-    ids = ["r0", "r1", "r2", "r3"]
-    requests = {rid: {"prompt_ids": prompts[i % 2], "sampling_params": params} for i, rid in enumerate(ids)}
+    ids = ["r0", "r1", "r2", "r3", "r4", "r5"]
+    # Two token budgets: two sub-batches, whose order must not follow the arrival order either.
+    requests = {rid: {"prompt_ids": prompts[i % 2], "sampling_params": {"temperature": 1.0, "max_tokens": 4 + i // 4}}
+                for i, rid in enumerate(ids)}  # fmt: skip
 
     def by_id(order: list[str]) -> dict[str, list[int]]:
         server = _server(model, "qwen2_5_vl", 7)

@@ -147,3 +147,22 @@ def test_full_determinism_recipes_run_with_per_episode_request_ids(tiny_setup, t
     trainer.train_step()
     trainer.close()
     assert set(seen) == {f"det-{i}" for i in range(4)}  # 2 rows x n=2 episodes, each with its own id
+
+
+def test_same_seed_same_run_under_full_determinism(tiny_setup, tmp_path):
+    """Two runs of one recipe and seed sample the same episodes and make the same update."""
+
+    def one(out: Path) -> tuple[list, dict]:
+        overrides = [*_overrides(tiny_setup, out, steps=2), "actor_rollout_ref.rollout.full_determinism=true",
+                     "data.max_response_length=256", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4"]  # fmt: skip
+        trainer = build_trainer("kbvqa_tiny_cpu", overrides)
+        metrics = [trainer.train_step() for _ in range(2)]
+        state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+        trainer.close()
+        keys = ("reward/total", "episode/response_length", "actor/grad_norm", "actor/entropy")
+        return [[m[k] for k in keys] for m in metrics], state
+
+    first, state = one(tmp_path / "a")
+    second, other = one(tmp_path / "b")
+    assert first == second
+    assert all(torch.equal(state[k], other[k]) for k in state)
