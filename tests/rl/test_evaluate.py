@@ -31,7 +31,6 @@ class RowScriptedServer:
     def __init__(self, tokenizer: Any, scripts: dict[bytes, list[str]]) -> None:
         self.tokenizer, self.scripts = tokenizer, scripts
         self.stats = ServerStats()
-        self._turn: dict[str, int] = {}
 
     def track_episodes(self, num_episodes: int) -> None:
         pass
@@ -42,7 +41,9 @@ class RowScriptedServer:
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        image_data: list[Any] | None = None, **kwargs: Any) -> TokenOutput:  # fmt: skip
         script = self.scripts[np.asarray(image_data[0]).tobytes()]
-        turn = self._turn[request_id] = self._turn.get(request_id, -1) + 1
+        # The turn from the conversation itself (request ids may repeat across episodes under full_determinism):
+        # system, user and the generation prompt open 3 messages; each earlier turn adds an assistant and a user.
+        turn = (prompt_ids.count(self.tokenizer.convert_tokens_to_ids("<|im_start|>")) - 3) // 2
         return TokenOutput(token_ids=self.tokenizer.encode(script[turn], add_special_tokens=False))
 
 
