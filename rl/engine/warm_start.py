@@ -41,8 +41,9 @@ class WarmStartConfig:
     noise: float
     """Probability that a verification decision is replaced by a random wrong candidate."""
     reject_noise: float
-    """Probability that the expert rejects a batch that holds the match (kept small: a policy that learns
-    Reject() as the safe default farms the rejection reward instead of verifying)."""
+    """Probability that the expert rejects a batch that holds the match. The demo's is high (an over-cautious
+    expert): the warm-started policy's likeliest decision is then Reject() even on a match, and GRPO has to
+    learn from reward that confirming pays."""
     protocol_share: float
     """Share of rows that also get an episode of the noiseless expert whose decision tokens are left out of
     the loss: they teach what follows a confirmation (text search, answer), which an over-cautious expert
@@ -73,6 +74,14 @@ class NoisyExpert(SignaturePolicy):
     def __init__(self, env: Any, rng: np.random.Generator, noise: float, reject_noise: float) -> None:
         super().__init__(env)
         self.rng, self.noise, self.reject_noise = rng, noise, reject_noise
+
+    @classmethod
+    def for_row(
+        cls, row: dict[str, Any], rng: np.random.Generator, noise: float, reject_noise: float
+    ) -> NoisyExpert:
+        """An expert on a fresh env built as the dataset row says."""
+        info = row["extra_info"]
+        return cls(make_env(info["env_id"], **json.loads(info["env_kwargs"])), rng, noise, reject_noise)
 
     def choose(self, hits: list[tuple[str, str | None]], match: str | None) -> str | None:
         """The expert's choice; with probability ``noise`` another candidate, ``reject_noise`` a needless Reject."""
@@ -127,20 +136,17 @@ def expert_samples(
     agent_loop = agent_loop_factory(server)
     samples = []
     for row in rows:
-        samples.append((_replay(row, NoisyExpert, (rng, cfg.noise, cfg.reject_noise), server, agent_loop),
-                        cfg.decision_weight))  # fmt: skip
+        noisy = NoisyExpert.for_row(row, rng, cfg.noise, cfg.reject_noise)
+        samples.append((_replay(row, noisy, server, agent_loop), cfg.decision_weight))
         if rng.random() < cfg.protocol_share:
-            samples.append((_replay(row, NoisyExpert, (rng, 0.0, 0.0), server, agent_loop), 0.0))
+            samples.append((_replay(row, NoisyExpert.for_row(row, rng, 0.0, 0.0), server, agent_loop), 0.0))
     return samples
 
 
-def _replay(
-    row: dict[str, Any], expert: type, expert_args: tuple, server: ReplayServer, agent_loop: Any
-) -> Sample:
-    """One expert episode on ``row``, replayed through the agent loop as if the policy had generated it."""
+def _replay(row: dict[str, Any], expert: NoisyExpert, server: ReplayServer, agent_loop: Any) -> Sample:
+    """``expert``'s episode on ``row``, replayed through the agent loop as if the policy had generated it."""
     info = dict(row["extra_info"])
-    env = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
-    episode = run_episode(env, expert(env, *expert_args), int(info["index"]), json.loads(info["env_options"]))
+    episode = run_episode(expert.env, expert, int(info["index"]), json.loads(info["env_options"]))
     server.turns = list(episode["turns"])
     loop = asyncio.get_event_loop()
     output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row), priority=0))
