@@ -65,14 +65,11 @@ past its first turn and fills its token budget, which would make generation look
 
 def _inputs(workdir: Path, model: str | None) -> tuple[Path, Path]:
     """The demo KB and the policy: ``model``, or a briefly warm-started tiny policy built by ``rl.demo``."""
-    from rl.demo import prepare
-
-    if not (workdir / "warm_start" / "warm_start.json").exists():
+    if not (workdir / "warm_start" / "warm_start.json").exists():  # written last: everything else exists
         # In a child process: the warm start leaves a large heap whose garbage collections would be charged
         # to whatever code runs next (the agent loop, measured on a first run at 5x its steady cost).
         code = f"from pathlib import Path; from rl.demo import prepare; prepare(Path({str(workdir)!r}), 0, extra_overrides={WARM_START!r})"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
-    prepare(workdir, seed=0, extra_overrides=WARM_START)  # everything is built: only checks
     return workdir / "kb", Path(model) if model else workdir / "warm_start"
 
 

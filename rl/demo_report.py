@@ -85,9 +85,9 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
         "",
         "**Warm start** (not RL): supervised imitation of a deliberately imperfect scripted expert that rejects "
         f"a batch holding the match with probability {warm['reject_noise']} and reranks a wrong candidate with "
-        f"probability {warm['noise']} ({warm['episodes']} training questions x {warm.get('epochs', 1)} epochs "
+        f"probability {warm['noise']} ({warm['episodes']} training questions x {warm['epochs']} epochs "
         f"of env-generated episodes, fresh expert noise each epoch, plus a noiseless episode for a share "
-        f"{warm.get('protocol_share', 0.0)} of them with its decision tokens out of the loss; {warm['steps']} steps, "
+        f"{warm['protocol_share']} of them with its decision tokens out of the loss; {warm['steps']} steps, "
         f"loss {warm['first_loss']:.2f} -> {warm['final_loss']:.2f}).",
         "",
         "## Held-out evaluation (warm start = before, after GRPO)",

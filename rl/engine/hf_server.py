@@ -73,7 +73,7 @@ class _Request:
     sampling: Sampling
     images: list[Any]
     future: asyncio.Future
-    request_id: str = ""
+    request_id: str
 
 
 @dataclass
