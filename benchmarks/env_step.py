@@ -26,7 +26,7 @@ import envs
 from data_prep.synthetic_kb import PRESETS, build_kb, cache_root, cached_kb
 from envs.kb import load_kb
 from envs.kbvqa_actions import SearchImage, format_action
-from rl.scripted import SignaturePolicy, run_episode
+from rl.eval.scripted import SignaturePolicy, run_episode
 
 
 def row_options(kb_dir: Path) -> list[dict]:

@@ -9,24 +9,27 @@ import sys
 # name -> (module exposing ``main(argv: list[str]) -> int``, one-line help). Modules import lazily so
 # ``ragym --help`` stays fast and one broken optional dependency cannot break every command.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("rl.demo", "CPU demo: synthetic KB + tiny policy, warm start, GRPO, before/after evaluation"),
-    "rollout": ("rl.scripted", "scripted-policy rollouts on an environment, printing episode metrics"),
-    "tiny-policy": ("rl.tiny_policy", "build a tiny Qwen2.5-VL / Qwen3-VL policy from config"),
+    "demo": (
+        "rl.demo.run",
+        "CPU demo: synthetic KB + tiny policy, warm start, GRPO, before/after evaluation",
+    ),
+    "rollout": ("rl.eval.scripted", "scripted-policy rollouts on an environment, printing episode metrics"),
+    "tiny-policy": ("rl.tiny.policy", "build a tiny Qwen2.5-VL / Qwen3-VL policy from config"),
     "train": ("rl.engine.main", "run the local GRPO engine on a recipe"),
     "score": ("rewards.cli", "score saved episodes with a reward recipe and print the breakdown"),
-    "submit": ("rl.submit", "submit a GRPO job to a Ray cluster with `ray job submit`"),
-    "jobs": ("rl.submit", "list, tail or stop Ray jobs"),
+    "submit": ("rl.cluster.submit", "submit a GRPO job to a Ray cluster with `ray job submit`"),
+    "jobs": ("rl.cluster.submit", "list, tail or stop Ray jobs"),
     "export": (
         "rl.export",
         "export a verl FSDP or local-engine checkpoint to a Hugging Face model directory",
     ),
-    "eval": ("rl.evaluate", "evaluate a policy with the agent loop and report the paper's metrics"),
+    "eval": ("rl.eval.evaluate", "evaluate a policy with the agent loop and report the paper's metrics"),
     "build-kb": ("data_prep.synthetic_kb", "write a synthetic KB-VQA knowledge base and parquet rows"),
     "retriever-demo": (
-        "rl.retriever_demo",
+        "rl.retriever.demo",
         "CPU demo: fine-tune MEMORA-R on Skeptics pairs, before/after nDCG@10",
     ),
-    "train-retriever": ("rl.retriever_train", "train the MEMORA-R dense retriever from a recipe"),
+    "train-retriever": ("rl.retriever.cli", "train the MEMORA-R dense retriever from a recipe"),
 }
 
 

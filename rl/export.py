@@ -163,7 +163,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, recipe: str | Non
     if recipe is not None:
         from omegaconf import OmegaConf
 
-        from rl.recipe import load_recipe
+        from rl.recipe.compose import load_recipe
 
         found = Checkpoint(found.kind, found.model_dir, found.step,
                            OmegaConf.to_container(load_recipe(recipe), resolve=True))  # fmt: skip

@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from rl.engine.grpo import UpdateConfig
-from rl.recipe import recipe_keys, resolve_recipe_path
+from rl.recipe.compose import recipe_keys, resolve_recipe_path
 
 logger = logging.getLogger(__name__)
 

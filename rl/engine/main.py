@@ -7,7 +7,7 @@ import logging
 
 from rl.engine.config import RecipeReader, read_engine_config, recipe_set_keys
 from rl.engine.trainer import LocalTrainer
-from rl.recipe import load_recipe
+from rl.recipe.compose import load_recipe
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 from verl.utils.config import omega_conf_to_dataclass
 
-from rl.agent_loop import make_agent_loop
+from rl.agent_loop.loop import make_agent_loop
 from rl.engine.config import EngineConfig
 from rl.engine.grpo import assemble, compute_advantages, update_policy
 from rl.engine.hf_server import HFServer

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from data_prep.synthetic_kb import main as build_kb
-from rl.recipe import RECIPES_DIR
-from rl.tiny_policy import build_tiny_policy
+from rl.recipe.compose import RECIPES_DIR
+from rl.tiny.policy import build_tiny_policy
 
 pytestmark = pytest.mark.ray
 

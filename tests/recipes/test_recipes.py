@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from rewards.rubric import Rubric
-from rl.recipe import RECIPES_DIR
-from rl.recipe_check import check_recipe, uncommented_knobs, unknown_keys
+from rl.recipe.check import check_recipe, uncommented_knobs, unknown_keys
+from rl.recipe.compose import RECIPES_DIR
 
 # Sub-folders that hold other kinds of YAML, each tested where it is used.
 NOT_TRAINING_RECIPES = ("rewards", "retriever", "agent_loops")
@@ -93,7 +93,7 @@ def test_cluster_recipes_point_at_files_that_exist_in_the_repository() -> None:
         config = check_recipe(path)
         loops = repo / config.actor_rollout_ref.rollout.agent.agent_loop_config_path
         entries = yaml.safe_load(loops.read_text())
-        assert {"name": "ragym_env", "_target_": "rl.agent_loop.RagymEnvAgentLoop"} in entries
+        assert {"name": "ragym_env", "_target_": "rl.agent_loop.loop.RagymEnvAgentLoop"} in entries
         reward_path = config.reward.custom_reward_function.path
         assert reward_path == "pkg://rewards.verl"
 
@@ -170,7 +170,7 @@ def test_agent_loop_registry_file_loads_the_way_verls_worker_loads_it(
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.utils.import_utils import resolve_config_path
 
-    from rl.agent_loop import RagymEnvAgentLoop
+    from rl.agent_loop.loop import RagymEnvAgentLoop
 
     monkeypatch.chdir(RECIPES_DIR.parent)  # a Ray job's working directory is the repository
     config = check_recipe(RECIPES_DIR / "kbvqa_qwen2_5_vl_7b.yaml")

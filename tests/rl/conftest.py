@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rl.tiny_policy import build_tiny_policy
+from rl.tiny.policy import build_tiny_policy
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from transformers import AutoModelForImageTextToText
 
 from rl.export import RECIPE_SNAPSHOT, RecipeSnapshot, export_checkpoint, inspect_checkpoint
 from rl.models import load_policy, load_processor
-from rl.recipe import RECIPES_DIR, load_recipe
+from rl.recipe.compose import RECIPES_DIR, load_recipe
 from tests.rl.fsdp_checkpoint import SCALE
 
 REPO = RECIPES_DIR.parent

@@ -1,0 +1,238 @@
+"""The verl agent loop that drives any registered ragym environment (``agent_name: ragym_env``).
+
+Per episode: the row's ``extra_info`` names the env and its reset options; the env's system prompt and
+first observation form the prompt; then each turn the model generates (token ids in, token ids out,
+stopping at the env's stop strings), the decoded text goes to ``env.step``, and the next observation
+(text + images) is appended as context tokens with mask 0. Response ids are exactly the generated ids
+plus those context tokens; nothing generated is re-tokenized. The env's events, the turn texts and
+per-episode metrics travel in ``extra_fields``, which verl's reward loop merges into the reward's
+``extra_info``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import uuid4
+
+from omegaconf import DictConfig
+from PIL import Image
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopOutput,
+    DictConfigWrap,
+    register,
+)
+from verl.utils.dataset.rl_dataset import RLHFDataset
+from verl.utils.profiler import simple_timer
+from verl.utils.rollout_trace import rollout_trace_op
+from verl.workers.rollout.replica import TokenOutput
+
+from envs.events import make_event
+from envs.registry import make_env
+from rl.agent_loop.observations import EpisodeSpec, episode_metrics, observation_message
+from rl.agent_loop.render_cache import RenderCache
+
+logger = logging.getLogger(__name__)
+
+AGENT_NAME = "ragym_env"
+"""The ``agent_name`` dataset rows use to select this loop."""
+
+MAX_CACHED_RENDERS = 4096
+"""Renders (conversation -> token ids) the render cache keeps: first prompts of live groups, turn prefixes."""
+
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+"""Tokens only the processor may place: a turn is cut before the first one the model generates."""
+
+
+@dataclass
+class _Episode:
+    """Mutable rollout state of one episode."""
+
+    messages: list[dict[str, Any]]
+    images: list[Image.Image]
+    runtime_ids: list[int]
+    request_id: str
+    response_logprobs: list[float] | None
+    """None when the sampling params do not ask for logprobs."""
+    response_mask: list[int] = field(default_factory=list)
+    turns: list[str] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    truncated: bool = False
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@register(AGENT_NAME)
+class RagymEnvAgentLoop(AgentLoopBase):
+    """Multi-turn rollouts of a ragym env: generated tokens mask 1, observation tokens mask 0."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # verl also passes its tool list (``tools=``); ragym's tools are the env's actions, so it is unused.
+        super().__init__(*args, **kwargs)
+        self.response_length: int = self.rollout_config.response_length
+        self.max_turns: int | None = self.rollout_config.multi_turn.max_assistant_turns
+        self._stop_ids = {self.tokenizer.convert_tokens_to_ids("<|im_end|>"), self.tokenizer.eos_token_id}
+        self._im_end_id = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self._vision_ids = {self.tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
+        # Same token ids as verl's processor path, without re-running image preprocessing every turn.
+        self.render_cache = RenderCache.install(self.continuous_token_builder, MAX_CACHED_RENDERS)
+        self._full_determinism = bool(self.rollout_config.full_determinism)  # read once: OmegaConf is slow
+
+    @rollout_trace_op
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """Run one episode of the env the row names and return verl's output for it."""
+        # verl's helpers run tokenization on ``self.loop``; an in-process caller may construct the loop once
+        # and run episodes under several event loops, so bind it to the one running this episode.
+        self.loop = asyncio.get_running_loop()
+        spec = EpisodeSpec.from_extra_info(dict(kwargs["extra_info"]))
+        env = make_env(spec.env_id, **spec.env_kwargs)
+        obs, info = await self._in_executor(
+            functools.partial(env.reset, seed=spec.seed, options=spec.env_options)
+        )
+        first, images = observation_message(obs, turn=-1)
+        messages = [{"role": "system", "content": env.system_prompt}, first]
+        self._assert_mm_supported(bool(images))
+        prompt_ids = await self.ct_build_initial_tokens(messages, images=images or None)
+        # verl gives every sample a unique ``priority``; the G samples of a row share its index.
+        request_id = f"det-{int(kwargs['priority'])}" if self._full_determinism else uuid4().hex
+        logprobs = [] if sampling_params.get("logprobs") else None
+        episode = _Episode(messages, images, list(prompt_ids), request_id, logprobs, events=info["events"])
+        params = {**sampling_params, "stop": list(env.stop_strings), "include_stop_str_in_output": True}
+        try:
+            await self._play(env, episode, params)
+        finally:
+            env.close()
+        return self._output(episode, spec.env_id)
+
+    async def _play(self, env: Any, episode: _Episode, sampling_params: dict[str, Any]) -> None:
+        """Alternate generation and env steps until the env ends the episode or a budget does."""
+        while True:
+            token_ids, cut = await self._generate(episode, sampling_params)
+            text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            episode.turns.append(text)
+            if cut:
+                return self._truncate(episode, len(episode.turns) - 1, "generated_vision_token")
+            with simple_timer("tool_calls", episode.metrics):
+                obs, _, terminated, truncated, info = await self._in_executor(env.step, text)
+            episode.events = info["events"]
+            turn = len(episode.turns) - 1
+            if terminated or truncated:
+                episode.truncated = bool(truncated)
+                return
+            if self.max_turns is not None and len(episode.turns) >= self.max_turns:
+                return self._truncate(episode, turn, "max_turns")
+            if len(episode.response_mask) >= self.response_length:
+                return self._truncate(episode, turn, "max_response_length")
+            if not await self._append_observation(episode, obs, token_ids, turn):
+                return self._truncate(episode, turn, "max_response_length")
+
+    async def _generate(self, episode: _Episode, sampling_params: dict[str, Any]) -> tuple[list[int], bool]:
+        """One assistant turn, appended with mask 1 and its logprobs: (the ids kept, whether it was cut)."""
+        params = {**sampling_params, "max_tokens": self.response_length - len(episode.response_mask)}
+        with simple_timer("generate_sequences", episode.metrics):
+            output: TokenOutput = await self.server_manager.generate(
+                request_id=episode.request_id,
+                prompt_ids=episode.runtime_ids,
+                sampling_params=params,
+                image_data=list(episode.images) or None,
+            )
+        if episode.response_logprobs is not None and output.log_probs is None:
+            raise ValueError("logprobs were requested but the server returned none")
+        # A generated vision token would desynchronise placeholders and images in every later forward pass.
+        keep = next(
+            (i for i, t in enumerate(output.token_ids) if t in self._vision_ids), len(output.token_ids)
+        )
+        token_ids = list(output.token_ids[:keep])
+        # verl's ct_merge_* helpers, inline: a merge costs less than their executor-thread hand-off.
+        builder = self.continuous_token_builder
+        merged = builder.merge_assistant_tokens(episode.runtime_ids, token_ids)
+        mask, logprobs = builder.align_response_metadata(
+            merged,
+            episode.response_mask,
+            episode.response_logprobs,
+            assistant_logprobs=output.log_probs[:keep] if episode.response_logprobs is not None else None,
+        )
+        episode.runtime_ids, episode.response_mask, episode.response_logprobs = (
+            merged.token_ids,
+            mask,
+            logprobs,
+        )
+        return token_ids, keep < len(output.token_ids)
+
+    async def _append_observation(
+        self, episode: _Episode, obs: dict[str, Any], token_ids: list[int], turn: int
+    ) -> bool:
+        """Append the observation as mask-0 context; False (nothing appended) when it would not fit."""
+        message, images = observation_message(obs, turn)
+        self._assert_mm_supported(bool(images))
+        previous = [*episode.messages, {"role": "assistant", "content": episode.turns[-1]}]
+        runtime, mask, logprobs = episode.runtime_ids, episode.response_mask, episode.response_logprobs
+        if not token_ids or token_ids[-1] not in self._stop_ids:
+            # A stop string ended the turn: close it as the template would, as context (mask 0).
+            runtime, mask = [*runtime, self._im_end_id], [*mask, 0]
+            logprobs = None if logprobs is None else [*logprobs, 0.0]
+        # Inline (see ``_generate``): with the render cache this is a template lookup, no image preprocessing.
+        builder = self.continuous_token_builder
+        merged = builder.merge_context_tokens(previous, [*previous, message], runtime)
+        mask, logprobs = builder.align_response_metadata(merged, mask, logprobs)
+        if len(mask) > self.response_length:
+            return False
+        episode.messages = [*previous, message]
+        episode.runtime_ids, episode.response_mask = merged.token_ids, mask
+        episode.response_logprobs = logprobs
+        episode.images.extend(images)
+        return True
+
+    def _truncate(self, episode: _Episode, turn: int, reason: str) -> None:
+        """End the episode on a loop budget, recorded as a ``truncated`` event the rewards can see."""
+        episode.events = [*episode.events, make_event("truncated", turn, reason=reason)]
+        episode.truncated = True
+
+    def _output(self, episode: _Episode, env_id: str) -> AgentLoopOutput:
+        """verl's output: prompt, response (generated + context tokens), mask, logprobs, images, extra fields."""
+        num_response = len(episode.response_mask)
+        response_ids = episode.runtime_ids[len(episode.runtime_ids) - num_response :]
+        prompt_ids = episode.runtime_ids[: len(episode.runtime_ids) - num_response]
+        extra_fields = {
+            "events": episode.events,
+            "turns": episode.turns,
+            "truncated": episode.truncated,
+            "episode_metrics": episode_metrics(episode.events, len(episode.turns)),
+            "env_id": env_id,
+            "turn_scores": [],
+            "tool_rewards": [],
+        }
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=response_ids,
+            response_mask=episode.response_mask,
+            response_logprobs=episode.response_logprobs,
+            multi_modal_data={"images": episode.images} if episode.images else {},
+            num_turns=len(episode.messages) + 1,
+            metrics=episode.metrics,
+            extra_fields=extra_fields,
+        )
+
+    async def _in_executor(self, fn: Any, *args: Any) -> Any:
+        """Run blocking env code off the event loop so concurrent episodes keep generating."""
+        return await self.loop.run_in_executor(None, fn, *args)
+
+
+def make_agent_loop(config: DictConfig, server: Any, tokenizer: Any, processor: Any) -> RagymEnvAgentLoop:
+    """The agent loop in-process, without Ray: for the local engine, evaluation and tests.
+
+    ``config`` is the composed verl config (``actor_rollout_ref.rollout`` and ``data`` are read);
+    ``server`` has verl's ``generate(request_id=, prompt_ids=, sampling_params=, image_data=) -> TokenOutput``.
+    """
+    return RagymEnvAgentLoop(
+        trainer_config=DictConfigWrap(config),
+        server_manager=server,
+        tokenizer=tokenizer,
+        processor=processor,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        hf_model_type=processor.config.model_type if processor is not None else None,
+    )

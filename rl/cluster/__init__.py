@@ -1,0 +1,1 @@
+"""Cluster submission: `ragym submit` / `ragym jobs` through `ray job submit`."""

@@ -1,0 +1,279 @@
+"""``ragym submit`` and ``ragym jobs``: run a recipe as a Ray job and follow it.
+
+``ragym submit RECIPE [overrides...]`` checks the recipe locally (verl's schema and validation, so a typo
+fails here and not after the upload), then submits the job that ``ray job submit`` would: the repository
+as the job's working directory (every node imports ``envs``/``rewards``/``rl`` from it), the ragym
+environment variables of the submitting shell, optional pip packages, and the entry point: verl's
+``main_ppo`` on the recipe, or the local engine (``ragym train``) for recipes with a ``ragym.engine``
+section. ``ragym jobs list|logs|stop`` wraps Ray's job client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from rl.recipe.check import check_recipe
+from rl.recipe.compose import resolve_recipe_path, validate_recipe
+
+MULTI_COMMAND = True
+"""rl.cli passes the command name (``submit`` or ``jobs``) as argv[0]."""
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The repository: shipped as the job's working directory."""
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+"""Ray dashboard (job server) address when neither --address nor RAY_API_SERVER_ADDRESS/RAY_ADDRESS is set."""
+
+FORWARDED_ENV = (
+    "RAGYM_DATA_DIR", "RAGYM_MODELS_DIR", "RAGYM_CKPT_DIR", "RAGYM_SMOKE_DIR", "RAGYM_SMOKE_MODEL",
+    "WANDB_API_KEY", "WANDB_ENTITY", "WANDB_MODE", "WANDB_BASE_URL",
+    "HF_HOME", "HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+)  # fmt: skip
+"""Variables copied from the submitting shell into the job when set (recipes read the RAGYM_* ones)."""
+
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+"""Variables whose names contain these are masked when a command is printed."""
+
+WORKING_DIR_EXCLUDES = (
+    ".git",
+    ".venv",
+    "runs",
+    "checkpoints",
+    "outputs",
+    "wandb",
+    "*.egg-info",
+    "__pycache__",
+)
+"""Never uploaded with the working directory: environments, outputs and caches (Ray also honours .gitignore)."""
+
+TERMINAL_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
+"""Ray job statuses after which nothing changes."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One Ray job: what runs, where it runs from, and under which id."""
+
+    submission_id: str
+    """Ray's job id (``ragym-<recipe>-<time>`` unless given)."""
+    engine: str
+    """``verl`` (main_ppo on the cluster) or ``local`` (the in-process engine, one node)."""
+    entrypoint: str
+    """Shell command Ray runs in the unpacked working directory."""
+    runtime_env: dict[str, Any]
+    """Ray runtime environment: working_dir, excludes, env_vars, optional pip."""
+
+    def ray_command(self, address: str) -> list[str]:
+        """The equivalent ``ray job submit`` command line, secrets masked (for --dry-run and logs)."""
+        shown = dict(self.runtime_env)
+        shown["env_vars"] = {k: _mask(k, v) for k, v in self.runtime_env.get("env_vars", {}).items()}
+        return ["ray", "job", "submit", "--address", address, "--submission-id", self.submission_id,
+                "--runtime-env-json", json.dumps(shown), "--no-wait", "--", self.entrypoint]  # fmt: skip
+
+
+def _mask(name: str, value: str) -> str:
+    return "***" if any(marker in name.upper() for marker in SECRET_MARKERS) else value
+
+
+def _relative_to_repo(path: Path, repo_root: Path) -> Path:
+    """The recipe's path inside the repository; only the repository travels to the cluster."""
+    try:
+        return path.relative_to(repo_root)
+    except ValueError:
+        raise ValueError(f"recipe {path} is outside the repository {repo_root}; only the repository is "
+                         "shipped to the cluster, so copy the recipe under recipes/") from None  # fmt: skip
+
+
+def build_submission(
+    recipe: str | Path,
+    overrides: list[str],
+    *,
+    engine: str = "auto",
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    env: dict[str, str] | None = None,
+    pip: list[str] | None = None,
+    submission_id: str | None = None,
+    repo_root: Path = REPO_ROOT,
+) -> Submission:
+    """Check the recipe with its overrides and build the job that runs it."""
+    path = resolve_recipe_path(recipe)
+    relative = _relative_to_repo(path, repo_root)
+    cluster = [f"trainer.nnodes={nodes}"] if nodes is not None else []
+    cluster += [f"trainer.n_gpus_per_node={gpus_per_node}"] if gpus_per_node is not None else []
+    overrides = [*cluster, *overrides]
+    config = check_recipe(path, overrides, validate=False)
+    if engine == "auto":
+        engine = "local" if OmegaConf.select(config, "ragym.engine") is not None else "verl"
+    if engine == "local":
+        if cluster:
+            raise ValueError(
+                "--nodes/--gpus-per-node apply to verl jobs; the local engine runs in one process"
+            )
+        command = ["python", "-m", "rl.cli", "train", "--recipe", str(relative), *overrides]
+        entrypoint = shlex.join(command)
+    elif engine == "verl":
+        validate_recipe(config)
+        # Hydra resolves --config-path against verl's package unless it is absolute, and the absolute path
+        # exists only on the cluster: Ray runs the entry point through a shell inside the unpacked working dir.
+        config_dir = f'"$PWD"/{shlex.quote(str(relative.parent))}'
+        command = ["python", "-m", "verl.trainer.main_ppo", "--config-name", relative.stem, *overrides]
+        entrypoint = f"{shlex.join(command[:3])} --config-path {config_dir} {shlex.join(command[3:])}"
+    else:
+        raise ValueError(f"unknown engine {engine!r}; expected auto, verl or local")
+    env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+    env_vars.update({"PYTHONUNBUFFERED": "1", **(env or {})})
+    runtime_env: dict[str, Any] = {
+        "working_dir": str(repo_root),
+        "excludes": list(WORKING_DIR_EXCLUDES),
+        "env_vars": env_vars,
+    }
+    if pip:
+        runtime_env["pip"] = list(pip)
+    job_id = submission_id or f"ragym-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Submission(job_id, engine, entrypoint, runtime_env)
+
+
+def _client(address: str) -> Any:
+    from ray.job_submission import JobSubmissionClient
+
+    return JobSubmissionClient(address)
+
+
+def _default_address() -> str:
+    return os.environ.get("RAY_API_SERVER_ADDRESS") or os.environ.get("RAY_ADDRESS") or DEFAULT_ADDRESS
+
+
+def follow(client: Any, job_id: str, timeout_s: float | None = None) -> str:
+    """Stream the job's logs to stdout until it ends (or ``timeout_s`` passes); return its status."""
+
+    async def _tail() -> None:
+        async for chunk in client.tail_job_logs(job_id):
+            print(chunk, end="", flush=True)
+
+    try:
+        asyncio.run(asyncio.wait_for(_tail(), timeout=timeout_s))
+    except TimeoutError:
+        print(f"\nragym: stopped following {job_id} after {timeout_s:.0f} s", file=sys.stderr)
+    # The log stream can close a moment before the status is final.
+    deadline = time.monotonic() + 30
+    status = str(client.get_job_status(job_id).value)
+    while status not in TERMINAL_STATUSES and time.monotonic() < deadline and timeout_s is None:
+        time.sleep(1)
+        status = str(client.get_job_status(job_id).value)
+    return status
+
+
+def _parse_env(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--env expects NAME=VALUE, got {pair!r}")
+        env[name] = value
+    return env
+
+
+def submit_main(argv: list[str]) -> int:
+    """``ragym submit``: check, submit, optionally follow."""
+    parser = argparse.ArgumentParser(prog="ragym submit", description="Submit a recipe as a Ray job.")
+    parser.add_argument("recipe", help="recipe path or name under recipes/")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_epochs=1")
+    parser.add_argument("--address", default=_default_address(), help="Ray dashboard address (job server)")
+    parser.add_argument("--engine", default="auto", choices=("auto", "verl", "local"),
+                        help="auto: local when the recipe has a ragym.engine section, else verl")  # fmt: skip
+    parser.add_argument(
+        "--nodes", type=int, help="trainer.nnodes (cluster size; launch/cluster.env NUM_NODES)"
+    )
+    parser.add_argument("--gpus-per-node", type=int, help="trainer.n_gpus_per_node (launch/cluster.env)")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="extra job variable")
+    parser.add_argument("--pip", action="append", default=[], metavar="PKG", help="pip package for the job")
+    parser.add_argument("--submission-id", help="job id (default ragym-<recipe>-<time>)")
+    parser.add_argument("--follow", action="store_true", help="stream logs; exit 0 only if the job succeeds")
+    parser.add_argument("--timeout", type=float, help="with --follow: stop following after this many seconds")
+    parser.add_argument("--dry-run", action="store_true", help="print the ray job submit command and exit")
+    args = parser.parse_intermixed_args(argv)
+    submission = build_submission(
+        args.recipe, args.overrides, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+        env=_parse_env(args.env), pip=args.pip, submission_id=args.submission_id,
+    )  # fmt: skip
+    if args.dry_run:
+        print(shlex.join(submission.ray_command(args.address)))
+        return 0
+    client = _client(args.address)
+    job_id = client.submit_job(
+        entrypoint=submission.entrypoint,
+        submission_id=submission.submission_id,
+        runtime_env=submission.runtime_env,
+    )
+    print(
+        f"submitted {job_id} ({submission.engine}) to {args.address}\n  follow: ragym jobs logs {job_id} --follow"
+    )
+    if not args.follow:
+        return 0
+    status = follow(client, job_id, args.timeout)
+    print(f"ragym: job {job_id} {status}")
+    return 0 if status == "SUCCEEDED" else 1
+
+
+def jobs_main(argv: list[str]) -> int:
+    """``ragym jobs list|logs ID [--follow]|stop ID``."""
+    parser = argparse.ArgumentParser(prog="ragym jobs", description="List, tail or stop Ray jobs.")
+    parser.add_argument("--address", default=_default_address(), help="Ray dashboard address (job server)")
+    sub = parser.add_subparsers(dest="action", required=True)
+    sub.add_parser("list", help="every job with its status")
+    logs = sub.add_parser("logs", help="print (or --follow) a job's logs")
+    logs.add_argument("job_id")
+    logs.add_argument("--follow", action="store_true", help="stream until the job ends")
+    stop = sub.add_parser("stop", help="stop a running job")
+    stop.add_argument("job_id")
+    args = parser.parse_args(argv)
+    client = _client(args.address)
+    if args.action == "list":
+        print(format_jobs(client.list_jobs()))
+    elif args.action == "logs" and args.follow:
+        status = follow(client, args.job_id)
+        print(f"ragym: job {args.job_id} {status}")
+        return 0 if status == "SUCCEEDED" else 1
+    elif args.action == "logs":
+        print(client.get_job_logs(args.job_id), end="")
+    else:
+        stopped = client.stop_job(args.job_id)
+        print(f"{args.job_id}: {'stop requested' if stopped else 'not running'}")
+    return 0
+
+
+def format_jobs(jobs: list[Any]) -> str:
+    """A table of jobs, newest first: id, status, start time, entry point."""
+    rows = [("SUBMISSION_ID", "STATUS", "STARTED", "ENTRYPOINT")]
+    for job in sorted(jobs, key=lambda j: j.start_time or 0, reverse=True):
+        started = (
+            time.strftime("%Y-%m-%d %H:%M", time.localtime(job.start_time / 1000)) if job.start_time else "-"
+        )
+        entry = job.entrypoint if len(job.entrypoint) <= 80 else job.entrypoint[:77] + "..."
+        rows.append((job.submission_id or job.job_id or "-", str(job.status.value), started, entry))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join([*(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)), row[3]]) for row in rows
+    )
+
+
+def main(argv: list[str]) -> int:
+    """Dispatch ``submit ...`` or ``jobs ...`` (rl.cli passes the command name first)."""
+    command, rest = argv[0], argv[1:]
+    if command == "submit":
+        return submit_main(rest)
+    if command == "jobs":
+        return jobs_main(rest)
+    raise ValueError(f"rl.cluster.submit serves 'submit' and 'jobs', not {command!r}")

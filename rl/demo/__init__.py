@@ -1,0 +1,1 @@
+"""The CPU demo: synthetic KB, tiny policy, warm start, GRPO, before/after evaluation, report."""

@@ -1,0 +1,207 @@
+"""Supervised warm start on env-generated trajectories of a noisy scripted expert.
+
+A randomly initialised tiny policy never emits a well-formed turn, so every GRPO group would score the
+same and teach nothing. The demo therefore first imitates ``rl.eval.scripted.SignaturePolicy`` whose
+verification decisions are replaced by a random other candidate with probability ``noise`` and by a needless
+Reject with probability ``reject_noise`` (the demo's expert is over-cautious): the warm-started policy knows
+the grammar and the protocol but verifies badly, which GRPO then has to fix from reward alone. The decision
+token is up-weighted in the loss, and every epoch draws the expert's noise afresh.
+Trajectories are tokenized by the same agent loop that GRPO uses (a replay server returns the expert's
+turn texts as "generated" tokens), so masks and context tokens are exactly those of a real rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from verl.workers.rollout.replica import TokenOutput
+
+from envs.registry import make_env
+from rl.engine.grpo import Sample, response_log_probs
+from rl.engine.rollout import row_kwargs
+from rl.engine.vision import ImageInputs
+from rl.eval.scripted import SignaturePolicy, run_episode
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """How many expert episodes, how noisy, and how long to imitate them."""
+
+    num_episodes: int
+    """Training rows turned into expert episodes."""
+    noise: float
+    """Probability that a verification decision is replaced by a random wrong candidate."""
+    reject_noise: float
+    """Probability that the expert rejects a batch that holds the match. The demo's is high (an over-cautious
+    expert): the warm-started policy's likeliest decision is then Reject() even on a match, and GRPO has to
+    learn from reward that confirming pays."""
+    protocol_share: float
+    """Share of rows that also get an episode of the noiseless expert whose decision tokens are left out of
+    the loss: they teach what follows a confirmation (text search, answer), which an over-cautious expert
+    rarely reaches, without teaching its decisions. Without them the few confirmations GRPO samples end in
+    malformed turns, the binary format reward punishes them, and confirming never pays."""
+    decision_weight: float
+    """Loss weight of the decision token (the first token after ``<rerank>``) relative to other tokens: the
+    one token that matters is otherwise drowned by the formulaic rest of the turn."""
+    epochs: int
+    """Passes over the rows, each with fresh expert noise."""
+    batch_size: int
+    """Episodes per optimiser step."""
+    lr: float
+    """AdamW learning rate."""
+    seed: int
+    """Expert noise and shuffling seed."""
+
+
+_COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
+"""Where the expert writes a name or answer copied from an observation (Reject() excluded)."""
+_NAME_SLOT = re.compile(r'(<answer>|SearchText\(\[")')
+"""The same when Rerank takes signature codes (only answers and text queries copy names)."""
+
+
+class NoisyExpert(SignaturePolicy):
+    """``SignaturePolicy`` whose verification choice is a random wrong one with probability ``noise``."""
+
+    def __init__(self, env: Any, rng: np.random.Generator, noise: float, reject_noise: float) -> None:
+        super().__init__(env)
+        self.rng, self.noise, self.reject_noise = rng, noise, reject_noise
+
+    @classmethod
+    def for_row(
+        cls, row: dict[str, Any], rng: np.random.Generator, noise: float, reject_noise: float
+    ) -> NoisyExpert:
+        """An expert on a fresh env built as the dataset row says."""
+        info = row["extra_info"]
+        return cls(make_env(info["env_id"], **json.loads(info["env_kwargs"])), rng, noise, reject_noise)
+
+    def choose(self, hits: list[tuple[str, str | None]], match: str | None) -> str | None:
+        """The expert's choice; with probability ``noise`` another candidate, ``reject_noise`` a needless Reject."""
+        right = match
+        draw = self.rng.random()
+        if draw < self.noise:
+            options = [name for name, _ in hits if name != right]
+            return options[int(self.rng.integers(len(options)))] if options else right
+        if right is not None and draw < self.noise + self.reject_noise:
+            return None
+        return right
+
+    def act(self, obs_text: str) -> str:
+        """The expert's turn, with a space before copied names and answers.
+
+        Observations show names after a space (``[1] <image> Cobalt Vartor Moth``), so byte-level BPE
+        tokenizes them as " Cobalt" ...; written as ``<rerank> Cobalt Vartor Moth`` (the parser strips the
+        space) the decision is the exact same tokens as in the context, a copy a tiny policy can learn.
+        A signature code (``rerank_by_signature``) or candidate number (``rerank_by_index``) is one whole
+        token with no space before it.
+        """
+        slot = _NAME_SLOT if self.by_signature or self.by_index else _COPY_SLOT
+        return slot.sub(r"\1 ", super().act(obs_text))
+
+
+class ReplayServer:
+    """A generation server that 'generates' the queued turn texts of one episode, in order."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.turns: list[str] = []
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: list[Any] | None = None, **kwargs: Any) -> TokenOutput:  # fmt: skip
+        """The next queued turn, tokenized."""
+        ids = self.tokenizer.encode(self.turns.pop(0), add_special_tokens=False)
+        return TokenOutput(token_ids=ids, log_probs=[0.0] * len(ids), stop_reason="completed")
+
+
+def expert_samples(
+    rows: list[dict[str, Any]], agent_loop_factory: Any, tokenizer: Any, cfg: WarmStartConfig, epoch: int = 0
+) -> list[tuple[Sample, float]]:
+    """Expert episodes for ``rows``, tokenized through the agent loop (``agent_loop_factory(server)``), each
+    with the loss weight of its decision tokens (``cfg.decision_weight``; 0 for protocol episodes).
+
+    ``epoch`` seeds the expert's noise: each epoch gets fresh draws, so the policy learns the expert's decision
+    probabilities instead of memorising which episode had which noisy decision (which it does within a few
+    epochs on one fixed draw, ending deterministic and name-dependent on held-out questions).
+    """
+    rng = np.random.default_rng([cfg.seed, epoch])
+    server = ReplayServer(tokenizer)
+    agent_loop = agent_loop_factory(server)
+    samples = []
+    for row in rows:
+        noisy = NoisyExpert.for_row(row, rng, cfg.noise, cfg.reject_noise)
+        samples.append((_replay(row, noisy, server, agent_loop), cfg.decision_weight))
+        if rng.random() < cfg.protocol_share:
+            samples.append((_replay(row, NoisyExpert.for_row(row, rng, 0.0, 0.0), server, agent_loop), 0.0))
+    return samples
+
+
+def _replay(row: dict[str, Any], expert: NoisyExpert, server: ReplayServer, agent_loop: Any) -> Sample:
+    """``expert``'s episode on ``row``, replayed through the agent loop as if the policy had generated it."""
+    info = dict(row["extra_info"])
+    episode = run_episode(expert.env, expert, int(info["index"]), json.loads(info["env_options"]))
+    server.turns = list(episode["turns"])
+    loop = asyncio.get_event_loop()
+    output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row), priority=0))
+    images = list((output.multi_modal_data or {}).get("images", []))
+    return Sample(list(output.prompt_ids), list(output.response_ids), list(output.response_mask), images, 0.0,
+                  str(info["index"]))  # fmt: skip
+
+
+def token_weights(sample: Sample, decision_after: int | None, decision_weight: float) -> torch.Tensor:
+    """Per-token loss weights: the response mask, ``decision_weight`` on generated tokens after ``decision_after``."""
+    mask = torch.tensor(sample.response_mask, dtype=torch.float32)  # [R]
+    if decision_after is None:
+        return mask
+    ids = torch.tensor(sample.response_ids)
+    previous = torch.cat([torch.tensor(sample.prompt_ids[-1:]), ids[:-1]])  # token before each response token
+    return mask * torch.where(previous == decision_after, decision_weight, 1.0)
+
+
+def imitate(
+    model: torch.nn.Module,
+    image_inputs: ImageInputs,
+    epochs: list[list[tuple[Sample, float]]],
+    cfg: WarmStartConfig,
+    decision_after: int | None = None,
+) -> list[float]:
+    """Maximise the weighted log-likelihood of the mask-1 tokens, one pass over each of ``epochs`` (the
+    samples of one epoch each, with their decision-token weights); returns each step's loss.
+
+    ``decision_after``: the token id (``<rerank>``) whose next generated token gets the sample's weight.
+    """
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    losses = []
+    model.train()
+    for samples in epochs:
+        order = torch.randperm(len(samples), generator=generator).tolist()
+        for start in range(0, len(order), cfg.batch_size):
+            pairs = [samples[i] for i in order[start : start + cfg.batch_size]]
+            batch = [sample for sample, _ in pairs]
+            weights = [token_weights(sample, decision_after, weight) for sample, weight in pairs]
+            num_tokens = float(sum(w.sum() for w in weights))
+            optimizer.zero_grad(set_to_none=True)
+            loss = 0.0
+            for sample, weight in zip(batch, weights, strict=True):  # unpadded: CPU attention ~3x faster
+                mask = weight[None]  # [1, R]
+                log_prob, _ = response_log_probs(
+                    model, image_inputs, [sample], mask.shape[1], temperature=1.0
+                )
+                part = -(log_prob * mask).sum() / num_tokens
+                part.backward()
+                loss += float(part.detach())
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(loss)
+            if len(losses) % 20 == 0:
+                logger.info("warm start step %d: loss %.3f", len(losses), loss)
+    model.eval()
+    return losses

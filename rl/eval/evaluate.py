@@ -1,0 +1,258 @@
+"""``ragym eval --model DIR --data PARQUET --out DIR``: the agent loop with a policy, scored like the paper.
+
+Per data source: answer accuracy with the official aggregation (InfoSeek: harmonic mean of the
+unseen-question and unseen-entity splits when the rows carry that split; every split is also listed),
+entity identification accuracy (Ident., MMAgent-R² Table 4) beside the retriever's R@1 and R@K ceiling
+(K = candidates per batch x (Rej_max + 1), the pool reranking and rejection can reach), average rejections,
+turns and the format-error rate. Written as ``metrics.json``, ``metrics.md``, ``episodes.jsonl``, ``rollouts.jsonl`` (re-scorable with
+``ragym score``) and plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from envs.events import events_of
+from rewards.infoseek import infoseek_final_score
+from rewards.verl import episode_from_verl
+from rl.engine.rollout import EpisodeResult, run_episodes
+from rl.engine.trainer import read_rows
+from rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
+
+logger = logging.getLogger(__name__)
+
+OFFICIAL_SPLITS = ("unseen_question", "unseen_entity")
+"""InfoSeek's two evaluation subsets (MMhops uses the same protocol); matched inside ``extra_info.split``."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Knobs of one evaluation run."""
+
+    batch_size: int = 16
+    """Rows whose episodes run concurrently; the progress bar ticks once per batch."""
+    time_year_tolerance: int | None = 1
+    """Time answers within this many years count (InfoSeek protocol as the paper states it, 4.1.1)."""
+    bem_model_path: str | None = None
+    """E-VQA: local BEM-style answer-equivalence model (paper: BEM >= 0.5); None scores exact match only."""
+    batch_wait_s: float = 0.5
+    """HF backend: longest wait for all live episodes to ask before a generation batch starts."""
+    seed: int = 0
+    """Sampling seed (evaluation is greedy unless the recipe's ``val_kwargs`` sample)."""
+
+
+@dataclass
+class EpisodeRecord:
+    """What one evaluated episode contributes to the metrics."""
+
+    data_source: str
+    index: int
+    split: str
+    correct: float
+    """Outcome score under the benchmark's official metric (0 or 1; relaxed scores may be fractional)."""
+    answer: str | None
+    turns: int
+    rejections: int
+    format_errors: int
+    num_images: int
+    """Query images of the row (the Ident. denominator)."""
+    identified: int
+    """Query images whose gold entity the policy reranked (Rerank(e*))."""
+    gold_ranks: list[int | None]
+    """Per query image: the gold entity's rank in the retriever's list within the pool, None if outside."""
+    pool_size: int | None
+    """Candidates reachable per image, K x (Rej_max + 1); None when the retriever ceiling is unknown."""
+    episode: str
+    """The episode as ``rewards.episode.Episode`` JSON: ``ragym score`` re-scores it with any reward recipe."""
+
+
+Ranker = Callable[[dict[str, Any]], tuple[list[int | None], int | None]]
+"""Row -> (gold rank per query image, pool size): the retriever's ceiling, independent of the policy."""
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else dict(value)
+
+
+def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
+    """Gold ranks in the KB's precomputed candidate lists (the paper's served candidates)."""
+    from envs.kb import load_kb
+    from envs.kbvqa import KBVQAConfig
+
+    kwargs, options = _json(row["extra_info"]["env_kwargs"]), _json(row["extra_info"]["env_options"])
+    cfg = KBVQAConfig(**kwargs)
+    if cfg.kb_dir is None or cfg.candidate_source != "precomputed":
+        return [], None
+    pool = cfg.candidates_per_batch * (cfg.max_rejections + 1)
+    kb = load_kb(cfg.kb_dir)
+    retriever = kb.candidate_retriever()
+    ranks: list[int | None] = []
+    for image, gold in zip(options["query_images"], options["gold_entities"], strict=True):
+        path = str(Path(image) if Path(image).is_absolute() else kb.root / image)
+        docids = [hit.docid for hit in retriever.search(path, pool)]
+        ranks.append(docids.index(gold) if gold in docids else None)
+    return ranks, pool
+
+
+def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -> EpisodeRecord:
+    """Everything the metrics need from one scored episode, read from its events."""
+    events = result.output.extra_fields["events"]
+    verifications = events_of(events, "verification")
+    answers = events_of(events, "answer")
+    options = _json(row["extra_info"]["env_options"])
+    ranks, pool = ranker(row)
+    extra_info = {**dict(row["extra_info"]), **result.output.extra_fields}
+    episode = episode_from_verl(row["data_source"], row["reward_model"]["ground_truth"], extra_info)
+    return EpisodeRecord(
+        data_source=str(row["data_source"]),
+        index=int(row["extra_info"]["index"]),
+        split=str(row["extra_info"].get("split", "")),
+        correct=float(result.score.get("reward/outcome", 0.0)),
+        answer=answers[-1]["text"] if answers else None,
+        turns=len(events_of(events, "action")),
+        rejections=sum(e["decision"] == "reject" for e in verifications),
+        format_errors=sum(not e["well_formed"] for e in events_of(events, "action")),
+        num_images=len(options.get("query_images", [])),
+        identified=len({e["image"] for e in verifications if e["decision"] == "rerank" and e["correct"]}),
+        gold_ranks=ranks,
+        pool_size=pool,
+        episode=episode.to_json(),
+    )
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def official_accuracy(records: list[EpisodeRecord]) -> tuple[float, str]:
+    """(accuracy, how): the InfoSeek harmonic mean when both unseen splits are present, else the mean."""
+    by_split = {name: [r.correct for r in records if name in r.split] for name in OFFICIAL_SPLITS}
+    if all(by_split.values()):
+        return infoseek_final_score(*(by_split[name] for name in OFFICIAL_SPLITS)), "harmonic mean of splits"
+    return float(np.mean([r.correct for r in records])), "mean"
+
+
+def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
+    """The paper's metrics for the episodes of one data source."""
+    accuracy, how = official_accuracy(records)
+    ranks = [rank for r in records for rank in r.gold_ranks]
+    turns = sum(r.turns for r in records)
+    return {
+        "num_episodes": len(records),
+        "accuracy": accuracy,
+        "accuracy_aggregation": how,
+        "accuracy_by_split": {
+            s: _mean([r.correct for r in records if r.split == s]) for s in sorted({r.split for r in records})
+        },  # fmt: skip
+        "ident": sum(r.identified for r in records) / max(1, sum(r.num_images for r in records)),
+        "retriever_r1": _mean([float(rank == 0) for rank in ranks]),
+        "retriever_r_pool": _mean([float(rank is not None) for rank in ranks]),
+        "pool_size": next((r.pool_size for r in records if r.pool_size is not None), None),
+        "avg_rejections": float(np.mean([r.rejections for r in records])),
+        "avg_turns": float(np.mean([r.turns for r in records])),
+        "format_error_rate": sum(r.format_errors for r in records) / max(1, turns),
+        "answered": float(np.mean([r.answer is not None for r in records])),
+    }
+
+
+def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
+    """Per-data-source metrics plus the same over all episodes."""
+    sources = sorted({r.data_source for r in records})
+    return {
+        "by_source": {s: summarize_source([r for r in records if r.data_source == s]) for s in sources},
+        "all": summarize_source(records),
+    }
+
+
+def sampling_from(config: DictConfig) -> dict[str, Any]:
+    """The recipe's validation sampling (greedy unless ``val_kwargs.do_sample``)."""
+    val = config.actor_rollout_ref.rollout.val_kwargs
+    if not val.do_sample:
+        return {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "logprobs": False}
+    return {"temperature": val.temperature, "top_p": val.top_p, "top_k": val.top_k, "logprobs": False}
+
+
+def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, cfg: EvalConfig,
+             ranker: Ranker = kb_gold_ranks) -> list[EpisodeRecord]:  # fmt: skip
+    """One greedy episode per row through the ragym agent loop on ``backend``, in batches with a progress bar."""
+    from rl.agent_loop.loop import make_agent_loop
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)  # verl's agent loop binds to the current loop at construction
+    agent_loop = make_agent_loop(config, backend.server, backend.tokenizer, backend.processor)
+    params = {"time_year_tolerance": cfg.time_year_tolerance, "bem_model_path": cfg.bem_model_path}
+    reward = {"recipe": {"terms": {"outcome": {"weight": 1.0, "params": params}}}}
+    records: list[EpisodeRecord] = []
+    try:
+        for start in tqdm(range(0, len(rows), cfg.batch_size), desc="eval", unit="batch", dynamic_ncols=True):
+            batch = rows[start : start + cfg.batch_size]
+            results, _ = run_episodes(
+                loop, agent_loop, backend.server, batch, 1, sampling_from(config), reward, "eval"
+            )
+            records += [
+                record_episode(row, result, ranker) for row, result in zip(batch, results, strict=True)
+            ]
+    finally:
+        loop.close()
+    return records
+
+
+def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictConfig:
+    """The recipe the agent loop runs with: ``--recipe``, else the one ``ragym export`` recorded."""
+    from rl.recipe.compose import load_recipe
+
+    exported = model / "ragym_export.json"
+    if recipe is not None:
+        config = load_recipe(recipe, overrides)
+    elif exported.is_file() and json.loads(exported.read_text()).get("recipe"):
+        config = OmegaConf.merge(OmegaConf.create(json.loads(exported.read_text())["recipe"]),
+                                 OmegaConf.from_dotlist(overrides))  # fmt: skip
+    else:
+        raise ValueError(f"{model} records no recipe (no ragym_export.json); pass --recipe")
+    config.actor_rollout_ref.model.path = str(model)
+    return config
+
+
+def main(argv: list[str]) -> int:
+    """``ragym eval --model DIR --data PARQUET [--data ...] --out DIR [--recipe R] [overrides...]``."""
+    from rl.eval.report import write_report
+
+    parser = argparse.ArgumentParser(prog="ragym eval", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, type=Path, help="Hugging Face model directory")
+    parser.add_argument("--data", required=True, action="append", help="verl parquet rows (repeatable)")
+    parser.add_argument("--out", required=True, type=Path, help="report folder")
+    parser.add_argument("--recipe", help="recipe for the agent loop (default: the one recorded at export)")
+    parser.add_argument("--limit", type=int, default=-1, help="first N rows of each file (-1: all)")
+    parser.add_argument("--backend", default="auto", choices=BACKENDS)
+    parser.add_argument("--batch-size", type=int, default=EvalConfig.batch_size)
+    parser.add_argument("--time-year-tolerance", type=int, default=EvalConfig.time_year_tolerance)
+    parser.add_argument("--bem-model-path", help="E-VQA answer-equivalence model (default: exact match only)")
+    parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.max_response_length=2048")
+    args = parser.parse_intermixed_args(argv)
+    cfg = EvalConfig(batch_size=args.batch_size, time_year_tolerance=args.time_year_tolerance,
+                     bem_model_path=args.bem_model_path)  # fmt: skip
+    config = eval_config(args.model, args.recipe, args.overrides)
+    rows = [row for path in args.data for row in read_rows(path, args.limit)]
+    rollout = config.actor_rollout_ref.rollout
+    if choose_backend(args.backend) == "vllm":
+        backend = vllm_backend(args.model, rollout.prompt_length + rollout.response_length,
+                               rollout.gpu_memory_utilization)  # fmt: skip
+    else:
+        backend = hf_backend(args.model, rollout.response_length, cfg.batch_wait_s, cfg.seed)
+    logger.info("evaluating %s on %d rows with the %s backend", args.model, len(rows), backend.name)
+    records = run_eval(rows, backend, config, cfg)
+    metrics = {"model": str(args.model), "backend": backend.name, "data": args.data, **summarize(records)}
+    write_report(metrics, [asdict(r) for r in records], args.out)
+    print(json.dumps(metrics["all"], indent=1))
+    return 0

@@ -1,0 +1,1 @@
+"""Recipes: compose a verl-format recipe and check it against verl's schema."""

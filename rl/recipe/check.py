@@ -1,0 +1,128 @@
+"""Check a recipe against verl's config schema before it reaches a cluster.
+
+Hydra merges a recipe file into verl's ``ppo_trainer`` without struct checks, so a misspelled knob
+(``actor_rollout_ref.rollout.temprature``) composes silently and is ignored on the cluster. These checks
+catch that locally: every leaf key the recipe sets must exist in verl's own config (or sit under one of
+verl's free-form maps), the sections verl turns into dataclasses must convert, and verl's
+``validate_config`` must pass. ``ragym submit`` and the recipe tests both run them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+from hydra import compose, initialize_config_module
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+from rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
+
+OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs", "ragym")
+"""Keys absent from verl's defaults that are allowed, with everything below them: the reward recipe verl
+passes to ``compute_score`` and ragym's own top-level section (``ragym.engine``: local-engine knobs),
+which verl never reads."""
+
+DATACLASS_SECTIONS = (
+    "actor_rollout_ref.actor",
+    "actor_rollout_ref.rollout",
+    "algorithm",
+    "distillation",
+)
+"""Sections verl converts to its config dataclasses (unknown fields fail there); the model section is
+left out because converting it downloads the model's config."""
+
+
+@functools.lru_cache(maxsize=1)
+def _base_config() -> DictConfig:
+    """verl's ``ppo_trainer`` with nothing on top, the reference for which keys exist (read-only)."""
+    GlobalHydra.instance().clear()
+    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
+        return compose(config_name="ppo_trainer")
+
+
+def _leaf_paths(node: object, prefix: str = "") -> Iterator[str]:
+    """Dotted paths of every leaf (scalar, list or empty mapping) in a plain YAML mapping."""
+    if isinstance(node, dict) and node:
+        for key, value in node.items():
+            yield from _leaf_paths(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip(".")
+
+
+def _is_known(path: str, base: DictConfig) -> bool:
+    """True when ``path`` exists in verl's config or falls under a free-form map."""
+    if any(path == open_map or path.startswith(open_map + ".") for open_map in OPEN_MAPS):
+        return True
+    parts = path.split(".")
+    node: object = base
+    for depth, part in enumerate(parts):
+        # The raw node: no interpolation is resolved, and a mandatory ``???`` value still counts as present.
+        if not isinstance(node, DictConfig) or part not in node.keys():
+            return False
+        child = node._get_node(part)
+        is_open = child._is_none() or (isinstance(child, DictConfig) and len(child) == 0)
+        # An empty mapping or a null in verl's defaults is an open slot (engine_kwargs.vllm, override_config).
+        if depth < len(parts) - 1 and is_open:
+            return True
+        node = child
+    return True
+
+
+def unknown_keys(recipe: str | Path) -> list[str]:
+    """Keys the recipe file sets that verl's ``ppo_trainer`` config does not have."""
+    path = resolve_recipe_path(recipe)
+    raw = yaml.safe_load(path.read_text()) or {}
+    knobs = {key: value for key, value in raw.items() if key not in {"hydra", "defaults"}}
+    base = _base_config()
+    return [leaf for leaf in _leaf_paths(knobs) if not _is_known(leaf, base)]
+
+
+def uncommented_knobs(text: str) -> list[str]:
+    """Knobs (keys whose value is not a mapping) without a ``#`` comment line directly above them.
+
+    Returned as ``line N: dotted.key``. Section keys (a mapping follows) need no comment of their own;
+    the ``hydra``/``defaults`` boilerplate is exempt.
+    """
+    lines = text.splitlines()
+    root = yaml.compose(text)
+    if not isinstance(root, yaml.MappingNode):
+        raise ValueError("a recipe must be a YAML mapping")
+    missing = []
+    for key_node, dotted in _knob_nodes(root):
+        if dotted.split(".")[0] in {"hydra", "defaults"}:
+            continue
+        above = next((line for line in reversed(lines[: key_node.start_mark.line]) if line.strip()), "")
+        if not above.lstrip().startswith("#"):
+            missing.append(f"line {key_node.start_mark.line + 1}: {dotted}")
+    return missing
+
+
+def _knob_nodes(node: yaml.MappingNode, prefix: str = "") -> Iterator[tuple[yaml.Node, str]]:
+    """(key node, dotted key) for every knob below ``node``, recursing through nested mappings."""
+    for key_node, value_node in node.value:
+        dotted = f"{prefix}{key_node.value}"
+        if isinstance(value_node, yaml.MappingNode) and value_node.value and not value_node.flow_style:
+            yield from _knob_nodes(value_node, f"{dotted}.")
+        else:
+            yield key_node, dotted
+
+
+def check_recipe(
+    recipe: str | Path, overrides: list[str] | None = None, *, validate: bool = True
+) -> DictConfig:
+    """Compose ``recipe``, reject unknown keys, convert verl's dataclass sections and (``validate``) run
+    verl's ``validate_config``, whose GPU-count rules only apply to jobs that verl itself runs."""
+    from verl.utils.config import omega_conf_to_dataclass
+
+    unknown = unknown_keys(recipe)
+    if unknown:
+        raise ValueError(f"recipe {recipe}: keys not in verl's ppo_trainer config: {', '.join(unknown)}")
+    config = load_recipe(recipe, overrides)
+    for section in DATACLASS_SECTIONS:
+        omega_conf_to_dataclass(OmegaConf.select(config, section))
+    if validate:
+        validate_recipe(config)
+    return config

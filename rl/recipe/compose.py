@@ -1,0 +1,65 @@
+"""Load a ragym recipe: one verl Hydra YAML (``defaults: [ppo_trainer, _self_]``) composed on verl's config.
+
+Both engines call ``load_recipe``: the local engine for its knobs, the cluster path through verl's own
+``main_ppo`` (which composes the same file with ``--config-path/--config-name``). Composition here uses
+Hydra's compose API with verl's packaged config on the search path, exactly as the recipe's own
+``hydra.searchpath`` asks, so a recipe that composes here composes on the cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig, OmegaConf
+
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+"""The repository's committed recipes."""
+
+
+def resolve_recipe_path(recipe: str | Path) -> Path:
+    """A recipe given as a path, or as a name relative to ``recipes/`` (with or without ``.yaml``)."""
+    path = Path(recipe)
+    candidates = [
+        path,
+        path.with_suffix(".yaml"),
+        RECIPES_DIR / path,
+        (RECIPES_DIR / path).with_suffix(".yaml"),
+    ]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise FileNotFoundError(f"recipe {recipe!s} not found (looked at {', '.join(map(str, candidates))})")
+
+
+def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> DictConfig:
+    """Compose ``recipe`` on verl's ``ppo_trainer`` config with Hydra ``overrides`` (``key=value`` strings)."""
+    path = resolve_recipe_path(recipe)
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(path.parent), version_base=None):
+        config = compose(config_name=path.stem, overrides=list(overrides or []))
+    OmegaConf.resolve(config)
+    return config
+
+
+def validate_recipe(config: DictConfig) -> None:
+    """Run verl's own config validation (batch divisibility, micro-batch rules...) on a composed recipe."""
+    from verl.trainer.main_ppo import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    validate_config(
+        config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+    )
+
+
+def recipe_keys(config: DictConfig, prefix: str = "") -> set[str]:
+    """Every leaf key of ``config`` in dotted form (used to report keys an engine does not read)."""
+    keys: set[str] = set()
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, DictConfig):
+            keys |= recipe_keys(value, prefix=f"{dotted}.")
+        else:
+            keys.add(dotted)
+    return keys

@@ -1,0 +1,100 @@
+"""``ragym train-retriever --recipe R``: train MEMORA-R, evaluate it, export model + faiss index.
+
+Single process on CPU or one GPU; multi-GPU through the launcher, which the Hugging Face trainer detects:
+    torchrun --nproc_per_node 4 -m rl.retriever.cli --recipe memora_r_qwen3_embedding
+Writes ``<output_dir>/model`` (sentence-transformers), ``<output_dir>/export`` (model + faiss index, see
+``rl.retriever.export``) and ``<output_dir>/metrics.json`` (held-out and optional BRIGHT nDCG@10/Recall@k).
+``--ablation`` runs the paper's Table 4 rows instead and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+import yaml
+
+from rl.retriever.ablation import format_table, run_ablation
+from rl.retriever.config import RetrieverRecipe, load_retriever_recipe, with_overrides
+from rl.retriever.data import heldout_eval_set, load_bright, load_corpus
+from rl.retriever.evaluate import EvalConfig, evaluate_encoder
+from rl.retriever.export import export_retriever
+from rl.retriever.train import train_retriever
+
+logger = logging.getLogger(__name__)
+
+
+def apply_sets(recipe: RetrieverRecipe, sets: list[str]) -> RetrieverRecipe:
+    """Apply ``section.key=value`` overrides (values parsed as YAML, so numbers and lists work)."""
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not sep or not dot:
+            raise ValueError(f"--set {item!r}: expected section.key=value")
+        recipe = with_overrides(recipe, **{section: {name: yaml.safe_load(raw)}})
+    return recipe
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragym train-retriever", description=__doc__.split("\n")[0])
+    parser.add_argument("--recipe", required=True, help="path, or name under recipes/retriever/")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a field"
+    )
+    parser.add_argument(
+        "--ablation", action="store_true", help="run Table 4 rows instead of one training run"
+    )
+    parser.add_argument("--no-export", action="store_true", help="skip the faiss export")
+    parser.add_argument(
+        "--bright", nargs=3, metavar=("CORPUS", "QUERIES", "QRELS"), help="also evaluate on a BRIGHT task"
+    )
+    return parser
+
+
+def evaluate_all(model: Any, recipe: RetrieverRecipe, bright: list[str] | None) -> dict[str, Any]:
+    """Held-out split metrics, plus BRIGHT-format metrics when given."""
+    config = EvalConfig(query_prompt=recipe.model.query_prompt)
+    data_dir = Path(recipe.data.data_dir)
+    metrics: dict[str, Any] = {}
+    if (data_dir / "test.jsonl").exists():
+        metrics["heldout"] = evaluate_encoder(model, heldout_eval_set(data_dir), config)
+    if bright:
+        metrics["bright"] = evaluate_encoder(model, load_bright(*map(Path, bright)), config)
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train (or ablate) per the recipe; print and save metrics."""
+    args = _parser().parse_args(argv)
+    recipe = apply_sets(load_retriever_recipe(args.recipe), args.set)
+    out = Path(recipe.train.output_dir)
+    if args.ablation:
+        data_dir = Path(recipe.data.data_dir)
+        results = run_ablation(
+            recipe, heldout_eval_set(data_dir), EvalConfig(query_prompt=recipe.model.query_prompt)
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "ablation.json").write_text(json.dumps(results, indent=2) + "\n")
+        print(format_table(results))
+        return 0
+    model = train_retriever(recipe)
+    if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+        return 0  # evaluation and export happen once, on rank 0
+    metrics = evaluate_all(model, recipe, args.bright)
+    if not args.no_export:
+        corpus = load_corpus(Path(recipe.data.data_dir))
+        export_retriever(model, corpus, out / "export", recipe.model.query_prompt)
+        metrics["export_dir"] = str(out / "export")
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(main())

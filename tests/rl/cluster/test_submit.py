@@ -1,0 +1,151 @@
+"""``ragym submit``/``ragym jobs``: the job that gets built, the entry point verl runs, the job-client calls."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from rl.cluster import submit
+from rl.cluster.submit import build_submission, format_jobs
+from rl.recipe.compose import RECIPES_DIR
+
+REPO = RECIPES_DIR.parent
+SMOKE = "kbvqa_single_gpu_smoke"
+
+
+def test_verl_job_runs_main_ppo_on_the_recipe_from_the_working_dir() -> None:
+    job = build_submission("kbvqa_qwen2_5_vl_7b", ["trainer.total_epochs=1"], nodes=4, gpus_per_node=8)
+    assert job.engine == "verl"
+    assert job.entrypoint.startswith('python -m verl.trainer.main_ppo --config-path "$PWD"/recipes ')
+    assert "--config-name kbvqa_qwen2_5_vl_7b" in job.entrypoint
+    assert job.entrypoint.endswith("trainer.nnodes=4 trainer.n_gpus_per_node=8 trainer.total_epochs=1")
+    assert job.runtime_env["working_dir"] == str(REPO)
+    assert ".venv" in job.runtime_env["excludes"]
+    assert job.submission_id.startswith("ragym-kbvqa_qwen2_5_vl_7b-")
+
+
+def test_verl_entrypoint_composes_through_verls_own_main(tmp_path: Path) -> None:
+    """Run the entry point exactly as Ray would (a shell in the working dir), asking Hydra only to print."""
+    job = build_submission(SMOKE, ["trainer.total_training_steps=2"])
+    # The interpreter running the tests (the venv's), whatever `python` resolves to on PATH.
+    command = job.entrypoint.replace("python ", f"{sys.executable} ", 1)
+    result = subprocess.run(
+        f"{command} --cfg job", shell=True, cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "total_training_steps: 2" in result.stdout
+    assert "path: pkg://rewards.verl" in result.stdout
+
+
+def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    text = (RECIPES_DIR / f"{SMOKE}.yaml").read_text()
+    (recipes / "local.yaml").write_text(text + "ragym:\n  engine:\n    # knob\n    num_threads: 1\n")
+    job = build_submission(recipes / "local.yaml", ["trainer.total_training_steps=1"], repo_root=tmp_path)
+    assert job.engine == "local"
+    assert (
+        job.entrypoint == "python -m rl.cli train --recipe recipes/local.yaml trainer.total_training_steps=1"
+    )
+    with pytest.raises(ValueError, match="local engine"):
+        build_submission(recipes / "local.yaml", [], nodes=2, repo_root=tmp_path)
+    forced = build_submission(recipes / "local.yaml", [], engine="verl", repo_root=tmp_path)
+    assert "verl.trainer.main_ppo" in forced.entrypoint
+
+
+@pytest.mark.parametrize(
+    ("recipe", "overrides", "error", "match"),
+    [
+        ("outside", [], ValueError, "outside the repository"),
+        (SMOKE, ["actor_rollout_ref.rollout.temprature=0.5"], Exception, "temprature"),
+        (SMOKE, ["actor_rollout_ref.actor.loss_agg_mode=bogus"], Exception, "loss_agg_mode"),
+    ],
+)
+def test_bad_recipes_fail_before_anything_is_submitted(
+    tmp_path: Path, recipe: str, overrides: list[str], error: type[Exception], match: str
+) -> None:
+    if recipe == "outside":
+        recipe = str(tmp_path / "outside.yaml")
+        shutil.copy(RECIPES_DIR / f"{SMOKE}.yaml", recipe)
+    with pytest.raises(error, match=match):
+        build_submission(recipe, overrides)
+
+
+def test_environment_is_forwarded_and_secrets_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGYM_DATA_DIR", "/shared/data")
+    monkeypatch.setenv("WANDB_API_KEY", "s3cret")
+    monkeypatch.delenv("RAGYM_CKPT_DIR", raising=False)
+    job = build_submission(SMOKE, [], env={"EXTRA": "1"}, pip=["qwen-vl-utils"], submission_id="job-1")
+    env = job.runtime_env["env_vars"]
+    assert (
+        env["RAGYM_DATA_DIR"] == "/shared/data" and env["WANDB_API_KEY"] == "s3cret" and env["EXTRA"] == "1"
+    )
+    assert "RAGYM_CKPT_DIR" not in env
+    assert job.runtime_env["pip"] == ["qwen-vl-utils"]
+    shown = " ".join(job.ray_command("http://head:8265"))
+    assert "s3cret" not in shown and "/shared/data" in shown and "--submission-id job-1" in shown
+
+
+class FakeClient:
+    """Records what ragym asks of Ray's JobSubmissionClient."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def submit_job(self, **kwargs: object) -> str:
+        self.calls.append(("submit", kwargs))
+        return str(kwargs["submission_id"])
+
+    def list_jobs(self) -> list[SimpleNamespace]:
+        return [_job("old", "SUCCEEDED", 1_000), _job("new", "RUNNING", 2_000_000)]
+
+    def get_job_logs(self, job_id: str) -> str:
+        return f"logs of {job_id}\n"
+
+    def stop_job(self, job_id: str) -> bool:
+        self.calls.append(("stop", job_id))
+        return True
+
+
+def _job(job_id: str, status: str, start_ms: int) -> SimpleNamespace:
+    return SimpleNamespace(submission_id=job_id, job_id=None, status=SimpleNamespace(value=status),
+                           start_time=start_ms, entrypoint="python -m verl.trainer.main_ppo " + "x" * 100)  # fmt: skip
+
+
+def test_commands_drive_the_job_client(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    client = FakeClient()
+    monkeypatch.setattr(submit, "_client", lambda address: client)
+    assert submit.main(["submit", SMOKE, "--submission-id", "s1", "trainer.total_training_steps=2"]) == 0
+    kind, kwargs = client.calls[0]
+    assert kind == "submit" and kwargs["submission_id"] == "s1"
+    assert kwargs["entrypoint"].endswith("trainer.total_training_steps=2")
+    assert submit.main(["jobs", "stop", "s1"]) == 0 and client.calls[-1] == ("stop", "s1")
+    assert submit.main(["jobs", "logs", "s1"]) == 0
+    assert "logs of s1" in capsys.readouterr().out
+
+
+def test_jobs_table_is_newest_first_and_truncates_entrypoints() -> None:
+    lines = format_jobs(FakeClient().list_jobs()).splitlines()
+    assert lines[0].split()[:3] == ["SUBMISSION_ID", "STATUS", "STARTED"]
+    assert [line.split()[0] for line in lines[1:]] == ["new", "old"]
+    assert all(line.endswith("...") for line in lines[1:])
+
+
+LAUNCH = REPO / "launch"
+RECIPE_KNOB = re.compile(r"\b(actor_rollout_ref|data|algorithm|trainer|reward|critic|ragym)\.[\w.]+=")
+
+
+@pytest.mark.parametrize(
+    "script", sorted(LAUNCH.glob("*.sh")) + [LAUNCH / "cluster.env"], ids=lambda p: p.name
+)
+def test_launch_scripts_are_valid_bash_and_hold_no_recipe_knobs(script: Path) -> None:
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, check=False).returncode == 0
+    assert RECIPE_KNOB.findall(script.read_text()) == []

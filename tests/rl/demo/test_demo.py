@@ -1,0 +1,129 @@
+"""Smoke test: the real ``ragym demo`` entry point for one GRPO step at toy sizes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from rl.demo.run import main
+from rl.models import load_policy
+
+TOY = [
+    "ragym.demo.warm_start.num_episodes=4",
+    "ragym.demo.warm_start.epochs=1",
+    "ragym.demo.warm_start.batch_size=2",
+    "data.val_max_samples=2",
+    "data.train_batch_size=1",
+    "data.max_response_length=64",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+    "trainer.logger=[console]",
+]
+
+
+def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
+    assert main(["--out", str(tmp_path), "--steps", "1", *TOY]) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    required = {"reward_mean", "outcome", "format", "verification", "ident_acc", "avg_rejections",
+                "zero_adv_group_share", "actions"}  # fmt: skip
+    for phase in ("before", "after"):
+        assert required <= set(metrics[phase])
+        assert 0.0 <= metrics[phase]["zero_adv_group_share"] <= 1.0
+    assert metrics["grpo_steps"] == 1
+    assert metrics["peak_rss_mb"] > 0 and metrics["wall_time_s"] > 0
+    report = (tmp_path / "report.md").read_text()
+    assert "reward_components.png" in report and (tmp_path / "reward_components.png").stat().st_size > 0
+    model, tokenizer, processor = load_policy(tmp_path / "checkpoint")
+    grpo_state = load_policy(tmp_path / "grpo" / "global_step_1")[0].state_dict()
+    assert all(torch.equal(v, grpo_state[k]) for k, v in model.state_dict().items())
+    assert tokenizer.eos_token == "<|im_end|>" and processor.image_processor is not None
+
+
+def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() -> None:
+    from rl.demo.warm_start import token_weights
+    from rl.engine.grpo import Sample
+
+    rerank = 7
+    sample = Sample([1, rerank], [5, rerank, 9, 3, rerank], [1, 1, 1, 0, 0], [], 0.0, "0")
+    assert token_weights(sample, rerank, 4.0).tolist() == [4.0, 1.0, 4.0, 0.0, 0.0]
+    assert token_weights(sample, None, 4.0).tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(("noise", "reject_noise"), [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0)])
+def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> None:
+    import numpy as np
+
+    from rl.demo.warm_start import NoisyExpert
+
+    class Env:  # only the flag the expert reads
+        unwrapped = type(
+            "U", (), {"config": type("C", (), {"rerank_by_signature": True, "rerank_by_index": False})()}
+        )()
+
+    expert = NoisyExpert(Env(), np.random.default_rng(0), noise, reject_noise)
+    hits = [("Ash Moth", "#A1"), ("Elm Moth", "#B2"), ("Oak Moth", "#C3")]
+    choices = {expert.choose(hits, "Elm Moth") for _ in range(20)}
+    expected = {(0.0, 0.0): {"Elm Moth"}, (0.0, 1.0): {None}, (1.0, 0.0): {"Ash Moth", "Oak Moth"}}
+    assert choices == expected[(noise, reject_noise)]
+
+
+@pytest.fixture
+def expert_rows(tiny_policy_dir, tmp_path):
+    """Demo-KB rows, an agent-loop factory and the tokenizer, for replaying expert episodes."""
+    import asyncio
+    from dataclasses import replace
+
+    from data_prep.synthetic_kb import PRESETS, build_kb
+    from rl.agent_loop.loop import make_agent_loop
+    from rl.engine.trainer import read_rows
+    from rl.models import load_processor
+    from tests.rl.fakes import rollout_config
+
+    kb = build_kb(tmp_path / "kb", replace(PRESETS["demo"], num_entities=60, num_rows=60), seed=0)
+    processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
+
+    def factory(server):
+        return make_agent_loop(rollout_config(response_length=4096), server, processor.tokenizer, processor)
+
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    return read_rows(str(kb / "data" / "train.parquet"), 24), factory, processor.tokenizer
+
+
+def _warm_config(**fields):
+    from rl.demo.warm_start import WarmStartConfig
+
+    base = dict(num_episodes=24, noise=0.0, reject_noise=0.5, protocol_share=0.0, decision_weight=5.0, epochs=2,
+                batch_size=1, lr=0.0, seed=3)  # fmt: skip
+    return WarmStartConfig(**{**base, **fields})
+
+
+def _confirmations(samples, tokenizer) -> list[int]:
+    """Per episode: how many matches the expert confirmed."""
+    return [tokenizer.decode(s.response_ids).count("<rerank>1</rerank>") for s, _ in samples]
+
+
+def test_expert_noise_is_drawn_afresh_each_epoch_and_reproducibly(expert_rows) -> None:
+    from rl.demo.warm_start import expert_samples
+
+    rows, factory, tokenizer = expert_rows
+    cfg = _warm_config()
+    first = _confirmations(expert_samples(rows, factory, tokenizer, cfg, 0), tokenizer)
+    assert _confirmations(expert_samples(rows, factory, tokenizer, cfg, 0), tokenizer) == first  # same draws
+    assert _confirmations(expert_samples(rows, factory, tokenizer, cfg, 1), tokenizer) != first  # fresh draws
+    assert sum(first) > 0  # some matches were confirmed, some rejected (reject_noise 0.5)
+
+
+def test_protocol_episodes_are_noiseless_and_teach_no_decision(expert_rows) -> None:
+    from rl.demo.warm_start import expert_samples
+
+    rows, factory, tokenizer = expert_rows
+    samples = expert_samples(rows, factory, tokenizer, _warm_config(reject_noise=1.0, protocol_share=1.0))
+    assert len(samples) == 2 * len(rows)  # every row: the noisy episode, then its protocol episode
+    noisy, protocol = samples[0::2], samples[1::2]
+    assert {w for _, w in noisy} == {5.0} and {w for _, w in protocol} == {0.0}
+    assert sum(_confirmations(noisy, tokenizer)) == 0  # reject_noise 1: every match rejected
+    assert sum(_confirmations(protocol, tokenizer)) > 0  # the noiseless expert confirms them
+    assert any("SearchText" in tokenizer.decode(s.response_ids) for s, _ in protocol)
