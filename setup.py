@@ -42,6 +42,8 @@ setup(
         "ray[default]",
         "datasets",
         "tokenizers",
+        # MMhops' official scorer reads number words in predictions with word2number.
+        "word2number",
     ],
     extras_require={
         # GPU-only pieces: never needed by the CPU path.
@@ -56,7 +58,7 @@ setup(
             "pyzmq",
             "qwen-vl-utils",
         ],
-        "dev": ["pytest", "ruff", "hypothesis", "pytrec-eval-terrier"],
+        "dev": ["pytest", "ruff", "hypothesis", "pytrec-eval-terrier", "scikit-image"],
     },
     entry_points={"console_scripts": ["ragym=rl.cli:main"]},
 )
