@@ -2,7 +2,8 @@
 
 Each data source scores in its benchmark's own annotation form (see the per-benchmark modules):
 
-- ``infoseek`` / ``mmhops``: ``{"answer_eval": [...], "question_type": "String" | "Time" | "Numerical"}``
+- ``infoseek`` / ``mmhops``: ``{"answer_eval": [...], "question_type": "String" | "Time" | "Numerical"}`` (MMhops
+  numerical ``answer_eval`` is ``[lo, hi]`` strings, and number words in predictions count, as its script does)
 - ``evqa``: ``{"answer": "alt1|alt2", "question_type": ...}`` (exact match only unless ``equivalence`` is given)
 - ``mmlongbench_doc``: ``{"answer": ..., "answer_format": "Int" | "Float" | "Str" | "List" | "None"}``
 - ``generic`` and ``synthetic_kbvqa``: a string or a list of aliases (normalised exact match, or token F1)
@@ -16,6 +17,7 @@ from typing import Any
 
 from rewards.evqa import AnswerEquivalence, evqa_metric_name, score_evqa
 from rewards.infoseek import score_infoseek
+from rewards.mmhops import score_mmhops
 from rewards.mmlongbench import score_mmlongbench
 from rewards.text import normalize_squad, token_f1
 
@@ -94,7 +96,7 @@ def score_answer(
     if data_source not in _SCORERS:
         raise ValueError(f"no answer metric for data_source {data_source!r}; known: {answer_data_sources()}")
     if not isinstance(prediction, str):
-        raise TypeError(f"prediction must be a string, got {type(prediction).__name__}")
+        return 0.0  # no prediction (None from a failed parse) or a non-text one: wrong, never an exception
     options = {
         "time_year_tolerance": time_year_tolerance,
         "equivalence": equivalence,
@@ -122,6 +124,10 @@ def _evqa(prediction: str, ground_truth: Any, *, equivalence: AnswerEquivalence 
     return score_evqa(prediction, ground_truth, equivalence)
 
 
+def _mmhops(prediction: str, ground_truth: Any, *, time_year_tolerance: int | None, **_: Any) -> float:
+    return score_mmhops(prediction, ground_truth, time_year_tolerance)
+
+
 def _mmlongbench(prediction: str, ground_truth: Any, **_: Any) -> float:
     return score_mmlongbench(prediction, ground_truth)
 
@@ -131,7 +137,7 @@ def _generic(prediction: str, ground_truth: Any, *, generic_metric: str, **_: An
 
 
 register_answer_scorer("infoseek", _infoseek)
-register_answer_scorer("mmhops", _infoseek)
+register_answer_scorer("mmhops", _mmhops)
 register_answer_scorer("evqa", _evqa)
 register_answer_scorer("mmlongbench_doc", _mmlongbench)
 register_answer_scorer("generic", _generic)

@@ -2,8 +2,8 @@
 
 Ground truth is the official annotation: ``{"answer_eval": [...], "question_type": "String" | "Time" |
 "Numerical"}``. Strings score by normalised exact match against any alias. Numerical ``answer_eval`` is
-``[{"wikidata": v, "range": [lo, hi]}]``: a single-number prediction must fall inside the range, a range
-prediction must lie inside it or overlap it with IoU >= 0.5. Time answers score by exact match, as the
+``[{"wikidata": v, "range": [lo, hi]}]``, the bare object, or the flat ``[lo, hi]`` (all three are ranges):
+a single-number prediction must fall inside the range, a range prediction must lie inside it or overlap it with IoU >= 0.5. Time answers score by exact match, as the
 official script does (its docstring promises +-1 year; ``time_year_tolerance`` gives that reading).
 """
 
@@ -73,12 +73,34 @@ def range_iou(a: tuple[float, float], b: tuple[float, float]) -> float:
     return overlap / union if union > 0 else 0.0
 
 
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _gold_range(answer_eval: Any) -> tuple[float, float]:
-    """The gold ``[low, high]`` of a numerical question."""
+    """The gold ``[low, high]`` of a numerical question, from any of the three official forms.
+
+    ``[{"wikidata": v, "range": [lo, hi]}, ...]`` (the first entry, as upstream), the bare object, or the flat
+    ``[lo, hi]`` the official loader turns them into (numbers or numeric strings).
+
+    >>> _gold_range([{"wikidata": 5, "range": [4, 6]}]), _gold_range({"range": [4, 6]}), _gold_range(["6", "4"])
+    ((4.0, 6.0), (4.0, 6.0), (4.0, 6.0))
+    """
+    if isinstance(answer_eval, list) and len(answer_eval) == 2 and all(map(_is_number, answer_eval)):
+        low, high = (float(v) for v in answer_eval)
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise ValueError(f"numerical answer_eval has a non-finite range: {answer_eval!r}")
+        return min(low, high), max(low, high)
     item = answer_eval[0] if isinstance(answer_eval, list) and answer_eval else answer_eval
-    if isinstance(item, dict) and "range" in item:
+    if isinstance(item, dict) and isinstance(item.get("range"), list) and len(item["range"]) >= 2:
         low, high = (float(v) for v in item["range"][:2])
-    elif isinstance(item, (int, float, str)) and not isinstance(item, bool):
+    elif _is_number(item):
         value = float(item)
         low, high = value * (1 - SINGLE_NUMBER_TOLERANCE), value * (1 + SINGLE_NUMBER_TOLERANCE)
     else:

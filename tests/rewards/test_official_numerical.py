@@ -1,0 +1,107 @@
+"""InfoSeek's three numerical answer_eval forms and MMhops' official numerical rule (ranges, number words)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rewards import score_answer
+from rewards.mmhops import check_ground_truth, replace_number_words
+
+LISTED = {"answer_eval": [{"wikidata": 30.0, "range": [27.0, 33.0]}], "question_type": "Numerical"}
+BARE = {"answer_eval": {"wikidata": 30.0, "range": [27.0, 33.0]}, "question_type": "Numerical"}
+FLAT = {"answer_eval": ["27.0", "33.0"], "question_type": "Numerical"}
+FLAT_NUMBERS = {"answer_eval": [33, 27], "question_type": "Numerical"}
+MM_NUM = {"answer_eval": ["13.2", "10.8"], "question_type": "Numerical"}
+MM_TIME = {"answer_eval": ["1887"], "question_type": "Time"}
+
+
+@pytest.mark.parametrize(
+    "gold", [LISTED, BARE, FLAT, FLAT_NUMBERS], ids=["list", "object", "flat", "flat-num"]
+)
+@pytest.mark.parametrize(
+    ("prediction", "expected"),
+    [("30", 1.0), ("27", 1.0), ("33.5", 0.0), ("26", 0.0), ("28-32", 1.0), ("20-40", 0.0), ("none", 0.0)],
+)
+def test_infoseek_numerical_forms_are_all_ranges(gold: dict, prediction: str, expected: float) -> None:
+    assert score_answer("infoseek", prediction, gold) == expected
+
+
+@pytest.mark.parametrize(
+    ("prediction", "expected"),
+    [
+        ("12", 1.0),
+        ("twelve", 1.0),  # number words count (word2number, as upstream)
+        ("about twelve years", 1.0),
+        ("Twelve", 1.0),
+        ("ten", 0.0),
+        ("10.8", 1.0),  # min of the values, though listed second
+        ("13.2", 1.0),
+        ("13.3", 0.0),
+        ("11-13", 1.0),
+        ("5-20", 0.0),
+        ("", 0.0),  # departure: upstream's [0, 0] for no number; 0 is outside this range either way
+        ("no idea", 0.0),
+    ],
+)
+def test_mmhops_numerical(prediction: str, expected: float) -> None:
+    assert score_answer("mmhops", prediction, MM_NUM) == expected
+
+
+def test_mmhops_no_number_is_wrong_even_when_zero_is_in_range() -> None:
+    # The one deliberate departure: upstream reads "no idea" as [0, 0] and credits it here.
+    assert (
+        score_answer("mmhops", "no idea", {"answer_eval": ["-1", "1"], "question_type": "Numerical"}) == 0.0
+    )
+    assert score_answer("mmhops", "zero", {"answer_eval": ["-1", "1"], "question_type": "Numerical"}) == 1.0
+
+
+def test_mmhops_time_and_string_are_exact_match() -> None:
+    assert score_answer("mmhops", "1887.", MM_TIME) == 1.0
+    assert score_answer("mmhops", "1888", MM_TIME) == 0.0
+    assert score_answer("mmhops", "1888", MM_TIME, time_year_tolerance=1) == 1.0
+    assert score_answer("mmhops", "The Louvre", {"answer_eval": ["Louvre"], "question_type": "string"}) == 1.0
+
+
+def test_number_words_runs() -> None:
+    # The upstream pattern swallows the whitespace after a run; the number still parses.
+    assert replace_number_words("two hundred and five metres") == "205metres"
+    assert (
+        score_answer(
+            "mmhops",
+            "two hundred and five metres",
+            {"answer_eval": ["200", "210"], "question_type": "Numerical"},
+        )
+        == 1.0
+    )
+    assert replace_number_words("no numbers") == "no numbers"
+
+
+@pytest.mark.parametrize(
+    "gold",
+    [
+        {"answer_eval": ["x", "y"], "question_type": "Numerical"},
+        {"answer_eval": [], "question_type": "String"},
+        {"answer_eval": ["1", "nan"], "question_type": "Numerical"},
+        {"answer_eval": ["1"], "question_type": "Colour"},
+        {"answer_eval": "12"},
+        "12",
+    ],
+)
+def test_mmhops_malformed_ground_truth_is_rejected(gold) -> None:
+    with pytest.raises(ValueError, match="MMhops"):
+        check_ground_truth(gold)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    prediction=st.one_of(st.text(max_size=200), st.none(), st.integers()),
+    gold=st.sampled_from([LISTED, BARE, FLAT, MM_NUM, MM_TIME]),
+)
+def test_score_answer_never_raises_on_a_prediction(prediction, gold) -> None:
+    source = "mmhops" if gold in (MM_NUM, MM_TIME) else "infoseek"
+    score = score_answer(source, prediction, gold)
+    assert math.isfinite(score) and 0.0 <= score <= 1.0
