@@ -1,10 +1,10 @@
-"""InfoSeek answer scoring (also MMhops, which uses the InfoSeek protocol) and the official aggregate.
+"""InfoSeek answer scoring and the official aggregate (MMhops, close to it, is ``rewards.mmhops``).
 
 Ground truth is the official annotation: ``{"answer_eval": [...], "question_type": "String" | "Time" |
 "Numerical"}``. Strings score by normalised exact match against any alias. Numerical ``answer_eval`` is
 ``[{"wikidata": v, "range": [lo, hi]}]``, the bare object, or the flat ``[lo, hi]`` (all three are ranges):
-a single-number prediction must fall inside the range, a range prediction must lie inside it or overlap it with IoU >= 0.5. Time answers score by exact match, as the
-official script does (its docstring promises +-1 year; ``time_year_tolerance`` gives that reading).
+a single-number prediction must fall inside the range, a range prediction must lie inside it or overlap it
+with IoU >= 0.5. Time answers score by exact match, as the official script does (its docstring promises +-1 year; ``time_year_tolerance`` gives that reading).
 """
 
 from __future__ import annotations
