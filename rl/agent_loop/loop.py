@@ -61,6 +61,8 @@ class _Episode:
     response_mask: list[int] = field(default_factory=list)
     turns: list[str] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    observations: list[dict[str, Any]] = field(default_factory=list)
+    """Each observation put in context (the task first): its text and image count, for ``ragym view``."""
     truncated: bool = False
     metrics: dict[str, Any] = field(default_factory=dict)
 
@@ -100,6 +102,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         request_id = f"det-{int(kwargs['priority'])}" if self._full_determinism else uuid4().hex
         logprobs = [] if sampling_params.get("logprobs") else None
         episode = _Episode(messages, images, list(prompt_ids), request_id, logprobs, events=info["events"])
+        episode.observations.append({"text": obs["text"], "num_images": len(images)})
         params = {**sampling_params, "stop": list(env.stop_strings), "include_stop_str_in_output": True}
         try:
             await self._play(env, episode, params)
@@ -184,6 +187,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         episode.runtime_ids, episode.response_mask = merged.token_ids, mask
         episode.response_logprobs = logprobs
         episode.images.extend(images)
+        episode.observations.append({"text": obs["text"], "num_images": len(images)})
         return True
 
     def _truncate(self, episode: _Episode, turn: int, reason: str) -> None:
@@ -199,6 +203,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         extra_fields = {
             "events": episode.events,
             "turns": episode.turns,
+            "observations": episode.observations,
             "truncated": episode.truncated,
             "episode_metrics": episode_metrics(episode.events, len(episode.turns)),
             "env_id": env_id,
