@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rewards import Episode, Rubric  # noqa: E402
-from rewards.synthetic import synthetic_episode  # noqa: E402
 from rewards.verl import compute_score  # noqa: E402
+from tests.rewards.synthetic import synthetic_episode  # noqa: E402
 
 RECIPE = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"
 

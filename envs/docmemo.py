@@ -45,6 +45,7 @@ import gymnasium
 import numpy as np
 
 from envs import docmemo_views as views
+from envs import events as ev
 from envs.core import Retriever
 from envs.doc_store import DocStore, doc_key, load_store
 from envs.docmemo_actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
@@ -194,25 +195,18 @@ class DocMemoEnv(gymnasium.Env):
             raise RuntimeError("DocMemo episode is over; call reset() first")
         turn, parsed = self.turn, parse_action(action, self.config.max_turn_chars)
         kind = "invalid" if isinstance(parsed, ParseError) else type(parsed).__name__.lower()
-        self._emit("action", turn, kind=kind, well_formed=kind != "invalid")
+        self.events.append(ev.action(turn, kind, kind != "invalid"))
         terminated = truncated = False
         if isinstance(parsed, ParseError):
-            self._emit("format_error", turn, reason=parsed.reason)
+            self.events.append(ev.format_error(turn, parsed.reason))
             obs = self._error_obs(parsed.reason)
         elif isinstance(parsed, Answer):
-            self._emit(
-                "answer",
-                turn,
-                text=parsed.text,
-                not_answerable=parsed.not_answerable,
-                forced=False,
-                round=self.round,
-            )
+            self.events.append(ev.docmemo_answer(turn, parsed.text, parsed.not_answerable, self.round))
             obs, terminated = self._obs("Episode finished."), True
         else:
             violation = self._violation(parsed)
             if violation is not None:
-                self._emit("protocol_violation", turn, reason=violation[0], pages=violation[1])
+                self.events.append(ev.protocol_violation(turn, violation[0], pages=violation[1]))
                 obs = self._error_obs(violation[0])
             elif isinstance(parsed, Select):
                 obs = self._select(parsed, turn)
@@ -220,7 +214,7 @@ class DocMemoEnv(gymnasium.Env):
                 obs, truncated = self._refine(parsed, turn)
         self.turn += 1
         if not (terminated or truncated) and self.turn >= self.config.max_turns:
-            self._emit("truncated", turn, reason="max_turns")
+            self.events.append(ev.truncated(turn, "max_turns"))
             truncated = True
         self._done = terminated or truncated
         return obs, 0.0, terminated, truncated, self._info()
@@ -252,15 +246,9 @@ class DocMemoEnv(gymnasium.Env):
         self.candidates = top_k_fresh_first(range(1, n + 1), scores, c.num_candidates, stale)
         top = [p - 1 for p in self.candidates]
         self.seen.update(self.candidates)
-        self._emit(
-            "candidates",
-            turn,
-            round=self.round,
-            query=self.query,
-            pages=list(self.candidates),
-            scores=[round(float(scores[i]), 4) for i in top],
-            means=_rounded(means),
-            **{"lambda": lam},
+        scores_shown = [round(float(scores[i]), 4) for i in top]
+        self.events.append(
+            ev.candidates(turn, self.round, self.query, lam, self.candidates, scores_shown, _rounded(means))
         )
         self.phase = "select"
         return views.candidate_view(
@@ -279,9 +267,7 @@ class DocMemoEnv(gymnasium.Env):
         """Grow A_t and show its top-E pages by posterior mean, unshown ones first (``reshow_evidence``)."""
         c = self.config
         self.accumulated += [p for p in action.pages if p not in self.accumulated]
-        self._emit(
-            "selected", turn, round=self.round, pages=list(action.pages), accumulated=list(self.accumulated)
-        )
+        self.events.append(ev.selected(turn, self.round, action.pages, self.accumulated))
         means = self.beliefs.mean()
         pool_means = [means[p - 1] for p in self.accumulated]
         stale = () if c.reshow_evidence else self.shown
@@ -289,14 +275,8 @@ class DocMemoEnv(gymnasium.Env):
         new = [p for p in ranked if p not in self.shown]
         self.evidence = ranked
         self.seen.update(ranked)
-        self._emit(
-            "evidence",
-            turn,
-            round=self.round,
-            pages=list(ranked),
-            means=[round(float(means[p - 1]), 4) for p in ranked],
-            new=new,
-        )
+        ranked_means = [round(float(means[p - 1]), 4) for p in ranked]
+        self.events.append(ev.evidence(turn, self.round, ranked, ranked_means, new))
         earlier = views.earlier_evidence(self.episodic, exclude=ranked)
         self.shown.update(ranked)
         self.phase = "reason"
@@ -317,10 +297,10 @@ class DocMemoEnv(gymnasium.Env):
         }
         self.judged.update(action.useful + action.irrelevant)
         self.episodic.append({**memory, "evidence": list(self.evidence)})
-        self._emit("feedback", turn, **memory)
-        self._emit("beliefs", turn, round=self.round, means=_rounded(self.beliefs.mean()))
+        self.events.append(ev.feedback(turn, **memory))
+        self.events.append(ev.beliefs(turn, self.round, _rounded(self.beliefs.mean())))
         if self.round + 1 >= self.config.max_rounds:
-            self._emit("truncated", turn, reason="max_rounds")
+            self.events.append(ev.truncated(turn, "max_rounds"))
             return self._obs("No rounds left; the episode ends without an answer."), True
         self.round += 1
         self.query = action.query
@@ -350,10 +330,6 @@ class DocMemoEnv(gymnasium.Env):
             "text": text[: self.config.max_obs_chars],
             "images": tuple(np.array(im) for im in images or []),
         }
-
-    def _emit(self, event_type: str, turn: int, **data: Any) -> None:
-        # Built inline: ``make_event``'s own ``kind`` parameter would clash with the action event's ``kind`` key.
-        self.events.append({"type": event_type, "turn": turn, **data})
 
     def _info(self) -> dict[str, Any]:
         return {"events": copy.deepcopy(self.events)}

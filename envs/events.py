@@ -1,84 +1,331 @@
-"""The event vocabulary environments record in ``info["events"]``; rewards read nothing else.
+"""The event vocabulary environments record in ``info["events"]``; rewards and metrics read nothing else.
 
 Every event is a JSON-serialisable dict with at least ``type`` and ``turn`` (0-based index of the policy
-turn that caused it). Events travel from the env through verl's ``extra_fields`` to the reward, and are
-saved in episode jsonl files, so they hold only plain data (str, int, float, bool, None, list, dict).
+turn that caused it; events emitted by ``reset`` carry ``turn`` -1). Events travel from the env through
+verl's ``extra_fields`` to the reward, and are saved in episode jsonl files, so they hold only plain data
+(str, int, float, bool, None, list, dict).
 
-KB-VQA event types (``KBVQA-v0``):
-
-- ``action``: one per policy turn. Keys: ``kind`` (``search_image`` | ``search_text`` | ``rerank`` |
-  ``reject`` | ``answer`` | ``invalid``), ``well_formed`` (bool: the turn matched the grammar exactly).
-- ``format_error``: the turn could not be parsed. Keys: ``reason`` (short machine-readable code, e.g.
-  ``no_action``, ``multiple_actions``, ``nested_tags``, ``oversized``, ``bad_argument``; the full list is
-  ``envs.kbvqa_actions.ParseError.reason``).
-- ``search_image``: a candidate batch was served. Keys: ``image`` (query image index j, 1-based as the
-  policy writes it in ``SearchImage(j)``; every KB-VQA event uses this numbering), ``batch_id``
-  (int, unique within the episode), ``candidates`` (entity ids in shown order), ``gold_entity``,
-  ``gold_in_batch`` (bool), ``offset`` (rank of the first candidate in the full ranking).
-- ``search_text``: keys ``queries`` (list[str]), ``num_passages`` (int), ``passage_ids`` (list[str]).
-- ``verification``: the first decision on a batch. Keys: ``decision`` (``rerank`` | ``reject``),
-  ``entity`` (entity id chosen, None for reject), ``image``, ``batch_id``, ``candidates``,
-  ``gold_entity``, ``gold_in_batch`` (bool), ``correct`` (bool: rerank of the gold entity, or reject when
-  the gold entity is not in the batch).
-- ``protocol_violation``: a well-formed action that the protocol forbids; it changes no state. Keys:
-  ``reason`` (``second_decision_on_batch``, ``no_active_batch``, ``unknown_entity`` (name not in the active
-  batch), ``image_out_of_range``, ``no_more_candidates`` (ranking exhausted), ``too_many_queries``), plus
-  ``image`` / ``batch_id`` / ``entity`` / ``decision`` where they apply.
-- ``boundary``: the boundary prompt was returned instead of a new batch (after a Reject at ``Rej_max``, or a
-  SearchImage once the image has had ``Rej_max + 1`` batches). Keys: ``image``, ``rejections``.
-- ``answer``: keys ``text`` (the answer string), ``forced`` (bool: produced by the truncation rule; the
-  KB-VQA forced answer is the empty string, recorded at the last turn).
-- ``truncated``: a budget ended the episode. Keys: ``reason`` (``max_turns`` | ``max_response_length`` | ``generated_vision_token``: the policy emitted an image placeholder token, which the agent loop cuts).
-
-DocMemo event types (``DocMemo-v0``; full key lists in ``envs/docmemo.py``; pages are 1-based; events
-emitted by ``reset`` carry ``turn`` -1):
-
-- ``action``, ``format_error``, ``protocol_violation``, ``truncated``: as above, with DocMemo's kinds
-  (``select`` | ``refine`` | ``answer`` | ``invalid``) and reasons; ``truncated.reason`` may be ``max_rounds``.
-- ``candidates``: a round's top-M pages. Keys: ``round``, ``query``, ``lambda``, ``pages``, ``scores``,
-  ``means`` (every page's posterior mean).
-- ``selected``: keys ``round``, ``pages``, ``accumulated`` (the set A_t so far, in order).
-- ``evidence``: pages shown to the policy. Keys: ``round``, ``pages``, ``means``, ``new`` (the pages shown for the first time, in belief order).
-- ``feedback``: a refinement. Keys: ``round``, ``query``, ``note``, ``useful``, ``irrelevant``.
-- ``beliefs``: after the update. Keys: ``round``, ``means``.
-- ``answer``: keys ``text``, ``not_answerable`` (bool), ``forced`` (false), ``round``.
+Each event kind has one constructor below; it checks the field types and returns the plain dict, so the
+schema is checked in one place. Environments, synthetic fixtures and tests build events only through
+these. The file has one section per environment: a new env appends its own section at the end and lists
+its kinds in its own tuple (``EVENT_KINDS`` collects them all).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from numbers import Integral, Real
 from typing import Any
 
-EVENT_TYPES_KBVQA = (
-    "action",
-    "format_error",
-    "search_image",
-    "search_text",
-    "verification",
-    "protocol_violation",
-    "boundary",
-    "answer",
-    "truncated",
-)
+Event = dict[str, Any]
+"""One event: plain JSON data with ``type`` and ``turn``."""
 
-EVENT_TYPES_DOCMEMO = (
-    "action",
-    "format_error",
-    "protocol_violation",
-    "candidates",
-    "selected",
-    "evidence",
-    "feedback",
-    "beliefs",
-    "answer",
-    "truncated",
-)
+EVENT_KINDS: set[str] = set()
+"""Every event ``type`` some constructor below makes (each env section adds its own)."""
 
 
-def make_event(kind: str, turn: int, /, **fields: Any) -> dict[str, Any]:
-    """One event dict; ``kind`` becomes its ``type`` (positional-only: the ``action`` event has a ``kind`` field)."""
-    return {"type": kind, "turn": turn, **fields}
-
-
-def events_of(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+def events_of(events: list[Event], kind: str) -> list[Event]:
     """The events of one type, in order."""
     return [e for e in events if e["type"] == kind]
+
+
+# ----- field checks (a bad field is an env bug: the error names the event and the field) ---------------
+def _int(kind: str, name: str, value: Any, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise TypeError(f"{kind} event: {name} must be an int, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{kind} event: {name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _float(kind: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{kind} event: {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _str(kind: str, name: str, value: Any, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{kind} event: {name} must be a string{' or None' if optional else ''}, got {value!r}"
+        )
+    return value
+
+
+def _bool(kind: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{kind} event: {name} must be a bool, got {value!r}")
+    return value
+
+
+def _strs(kind: str, name: str, values: Sequence[Any], optional: bool = False) -> list[str | None]:
+    return [_str(kind, f"{name}[{i}]", v, optional) for i, v in enumerate(_seq(kind, name, values))]
+
+
+def _ints(kind: str, name: str, values: Sequence[Any]) -> list[int]:
+    return [_int(kind, f"{name}[{i}]", v) for i, v in enumerate(_seq(kind, name, values))]
+
+
+def _floats(kind: str, name: str, values: Sequence[Any]) -> list[float]:
+    return [_float(kind, f"{name}[{i}]", v) for i, v in enumerate(_seq(kind, name, values))]
+
+
+def _seq(kind: str, name: str, values: Any) -> Sequence[Any]:
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__"):
+        raise TypeError(f"{kind} event: {name} must be a list, got {values!r}")
+    return values
+
+
+def _event(event_type: str, turn: int, /, **fields: Any) -> Event:
+    return {"type": event_type, "turn": _int(event_type, "turn", turn, minimum=-1), **fields}
+
+
+# ===== Shared kinds (every env) =========================================================================
+SHARED_KINDS = ("action", "format_error", "protocol_violation", "truncated", "answer")
+EVENT_KINDS.update(SHARED_KINDS)
+
+
+def action(turn: int, kind: str, well_formed: bool) -> Event:
+    """One per policy turn: the parsed action's ``kind`` (env-specific, ``invalid`` when unparsable)."""
+    return _event(
+        "action",
+        turn,
+        kind=_str("action", "kind", kind),
+        well_formed=_bool("action", "well_formed", well_formed),
+    )
+
+
+def format_error(turn: int, reason: str) -> Event:
+    """The turn could not be parsed; ``reason`` is a short machine-readable code (the parser's)."""
+    return _event("format_error", turn, reason=_str("format_error", "reason", reason))
+
+
+def protocol_violation(turn: int, reason: str, **where: Any) -> Event:
+    """A well-formed action the protocol forbids (it changes no state); ``where`` says where it applied.
+
+    KB-VQA's ``where`` keys: ``image``, ``batch_id``, ``entity``, ``decision``; DocMemo's: ``pages``.
+    """
+    checks = {"image": _int, "batch_id": _int, "entity": _optional_str, "decision": _str, "pages": _ints}
+    unknown = set(where) - set(checks)
+    if unknown:
+        raise TypeError(f"protocol_violation event: unknown fields {sorted(unknown)}")
+    fields = {k: checks[k]("protocol_violation", k, v) for k, v in where.items()}
+    return _event("protocol_violation", turn, reason=_str("protocol_violation", "reason", reason), **fields)
+
+
+def _optional_str(kind: str, name: str, value: Any) -> str | None:
+    return _str(kind, name, value, optional=True)
+
+
+def truncated(turn: int, reason: str) -> Event:
+    """A budget ended the episode (``max_turns``, ``max_response_length``, ``generated_vision_token``, ...)."""
+    return _event("truncated", turn, reason=_str("truncated", "reason", reason))
+
+
+def answer(turn: int, text: str, forced: bool = False) -> Event:
+    """The final answer; ``forced`` when the truncation rule produced it (KB-VQA: the empty string)."""
+    return _event("answer", turn, text=_str("answer", "text", text), forced=_bool("answer", "forced", forced))
+
+
+# ===== KBVQA-v0 (envs/kbvqa.py): images are 1-based, as the policy writes SearchImage(j) ==============
+KBVQA_KINDS = ("task", "search_image", "search_text", "verification", "boundary")
+EVENT_KINDS.update(KBVQA_KINDS)
+
+
+def task(
+    num_images: int,
+    gold_entities: Sequence[str | None],
+    max_rejections: int,
+    candidates_per_batch: int,
+    max_turns: int,
+) -> Event:
+    """Emitted by ``reset`` (turn -1): the episode's images, gold entities and the limits it runs with.
+
+    Metrics read the image count from it (Ident. needs every image, searched or not) and the verification
+    reward reads Rej_max from it, so a reward recipe cannot silently score with another limit.
+    """
+    gold = _strs("task", "gold_entities", gold_entities, optional=True)
+    num = _int("task", "num_images", num_images, minimum=1)
+    if len(gold) != num:
+        raise ValueError(f"task event: {len(gold)} gold_entities for {num} images")
+    return _event(
+        "task",
+        -1,
+        num_images=num,
+        gold_entities=gold,
+        max_rejections=_int("task", "max_rejections", max_rejections, minimum=0),
+        candidates_per_batch=_int("task", "candidates_per_batch", candidates_per_batch, minimum=1),
+        max_turns=_int("task", "max_turns", max_turns, minimum=1),
+    )
+
+
+def search_image(
+    turn: int,
+    image: int,
+    batch_id: int,
+    candidates: Sequence[str],
+    gold_entity: str | None,
+    offset: int,
+) -> Event:
+    """A candidate batch was served (``gold_in_batch`` is derived here, so it cannot disagree)."""
+    names = _strs("search_image", "candidates", candidates)
+    gold = _str("search_image", "gold_entity", gold_entity, optional=True)
+    return _event(
+        "search_image",
+        turn,
+        image=_int("search_image", "image", image, minimum=1),
+        batch_id=_int("search_image", "batch_id", batch_id, minimum=0),
+        candidates=names,
+        gold_entity=gold,
+        gold_in_batch=gold is not None and gold in names,
+        offset=_int("search_image", "offset", offset, minimum=0),
+    )
+
+
+def search_text(turn: int, queries: Sequence[str], passage_ids: Sequence[str]) -> Event:
+    """Passages were returned for the queries (``num_passages`` is derived)."""
+    ids = _strs("search_text", "passage_ids", passage_ids)
+    return _event(
+        "search_text",
+        turn,
+        queries=_strs("search_text", "queries", queries),
+        num_passages=len(ids),
+        passage_ids=ids,
+    )
+
+
+def verification(
+    turn: int,
+    decision: str,
+    entity: str | None,
+    image: int,
+    batch_id: int,
+    candidates: Sequence[str],
+    gold_entity: str | None,
+) -> Event:
+    """The first decision on a batch; ``gold_in_batch`` and ``correct`` (Rerank(e*), or Reject when e* is not
+    in the batch) are derived from the batch here."""
+    if decision not in ("rerank", "reject"):
+        raise ValueError(f"verification event: decision must be 'rerank' or 'reject', got {decision!r}")
+    entity = _str("verification", "entity", entity, optional=True)
+    if (entity is None) != (decision == "reject"):
+        raise ValueError(
+            f"verification event: a {decision} {'needs' if decision == 'rerank' else 'takes no'} entity"
+        )
+    names = _strs("verification", "candidates", candidates)
+    gold = _str("verification", "gold_entity", gold_entity, optional=True)
+    in_batch = gold is not None and gold in names
+    return _event(
+        "verification",
+        turn,
+        decision=decision,
+        entity=entity,
+        image=_int("verification", "image", image, minimum=1),
+        batch_id=_int("verification", "batch_id", batch_id, minimum=0),
+        candidates=names,
+        gold_entity=gold,
+        gold_in_batch=in_batch,
+        correct=entity == gold if decision == "rerank" else not in_batch,
+    )
+
+
+def boundary(turn: int, image: int, rejections: int) -> Event:
+    """The boundary prompt was returned instead of a batch; ``rejections``: the image's rejections so far."""
+    return _event(
+        "boundary",
+        turn,
+        image=_int("boundary", "image", image, minimum=1),
+        rejections=_int("boundary", "rejections", rejections, minimum=0),
+    )
+
+
+# ===== DocMemo-v0 (envs/docmemo.py): pages are 1-based, as in MMLongBench-Doc ===========================
+DOCMEMO_KINDS = ("candidates", "selected", "evidence", "feedback", "beliefs")
+EVENT_KINDS.update(DOCMEMO_KINDS)
+
+
+def candidates(
+    turn: int,
+    round: int,
+    query: str,
+    lam: float,
+    pages: Sequence[int],
+    scores: Sequence[float],
+    means: Sequence[float],
+) -> Event:
+    """A round's top-M pages with their scores s, lambda_t, and every page's posterior mean before the draw."""
+    shown = _ints("candidates", "pages", pages)
+    scored = _floats("candidates", "scores", scores)
+    if len(shown) != len(scored):
+        raise ValueError(f"candidates event: {len(scored)} scores for {len(shown)} pages")
+    return _event(
+        "candidates",
+        turn,
+        round=_int("candidates", "round", round, minimum=0),
+        query=_str("candidates", "query", query),
+        pages=shown,
+        scores=scored,
+        means=_floats("candidates", "means", means),
+        **{"lambda": _float("candidates", "lambda", lam)},
+    )
+
+
+def selected(turn: int, round: int, pages: Sequence[int], accumulated: Sequence[int]) -> Event:
+    """Pages selected this turn and the accumulated set A_t so far, in order."""
+    return _event(
+        "selected",
+        turn,
+        round=_int("selected", "round", round, minimum=0),
+        pages=_ints("selected", "pages", pages),
+        accumulated=_ints("selected", "accumulated", accumulated),
+    )
+
+
+def evidence(
+    turn: int, round: int, pages: Sequence[int], means: Sequence[float], new: Sequence[int]
+) -> Event:
+    """Pages shown as evidence (belief order), their posterior means, and those shown for the first time."""
+    shown = _ints("evidence", "pages", pages)
+    fresh = _ints("evidence", "new", new)
+    if not set(fresh) <= set(shown):
+        raise ValueError(f"evidence event: new pages {fresh} are not all among the shown {shown}")
+    return _event(
+        "evidence", turn, round=_int("evidence", "round", round, minimum=0), pages=shown,
+        means=_floats("evidence", "means", means), new=fresh,
+    )  # fmt: skip
+
+
+def feedback(
+    turn: int, round: int, query: str, note: str, useful: Sequence[int], irrelevant: Sequence[int]
+) -> Event:
+    """A refinement: the new query, the note, and the pages marked useful / irrelevant."""
+    return _event(
+        "feedback",
+        turn,
+        round=_int("feedback", "round", round, minimum=0),
+        query=_str("feedback", "query", query),
+        note=_str("feedback", "note", note),
+        useful=_ints("feedback", "useful", useful),
+        irrelevant=_ints("feedback", "irrelevant", irrelevant),
+    )
+
+
+def beliefs(turn: int, round: int, means: Sequence[float]) -> Event:
+    """Every page's posterior mean after a belief update."""
+    return _event(
+        "beliefs",
+        turn,
+        round=_int("beliefs", "round", round, minimum=0),
+        means=_floats("beliefs", "means", means),
+    )
+
+
+def docmemo_answer(turn: int, text: str, not_answerable: bool, round: int) -> Event:
+    """DocMemo's ``answer`` event: the shared fields plus ``not_answerable`` and the round (never forced)."""
+    return {
+        **answer(turn, text, forced=False),
+        "not_answerable": _bool("answer", "not_answerable", not_answerable),
+        "round": _int("answer", "round", round, minimum=0),
+    }

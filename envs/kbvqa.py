@@ -30,6 +30,7 @@ import gymnasium
 import numpy as np
 import pandas as pd
 
+from envs import events as ev
 from envs import kbvqa_prompts as prompts
 from envs.kb import KnowledgeBase, load_kb, read_image
 from envs.kbvqa_actions import STOP_STRINGS, ParseError, Reject, Rerank, SearchImage, SearchText, action_kind
@@ -132,7 +133,12 @@ class KBVQAEnv(gymnasium.Env):
         """Start an episode from ``options`` (a row's env options) or a sampled synthetic row."""
         super().reset(seed=seed)
         options = options or self._sample_options()  # None or {} (what check_env passes) samples a row
-        self.state = EpisodeState.start(options, self.kb, self.config.candidate_source)
+        cfg = self.config
+        self.state = EpisodeState.start(options, self.kb, cfg.candidate_source)
+        self.state.record(
+            ev.task(self.state.num_images, self.state.gold_entities, cfg.max_rejections,
+                    cfg.candidates_per_batch, cfg.max_turns)
+        )  # fmt: skip
         signatures = [self.state.signature(j) for j in range(1, self.state.num_images + 1)]
         text = prompts.task_prompt(self.state.question, signatures, self.config.show_visual_signature)
         images = tuple(np.array(read_image(p)) for p in self.state.query_paths)
@@ -144,13 +150,13 @@ class KBVQAEnv(gymnasium.Env):
             raise RuntimeError("call reset() before step() (and after the episode ended)")
         state, cfg = self.state, self.config
         parsed = parse_turn(action if isinstance(action, str) else str(action), max_chars=cfg.max_turn_chars)
-        state.emit("action", kind=action_kind(parsed), well_formed=not isinstance(parsed, ParseError))
+        state.record(ev.action(state.turn, action_kind(parsed), not isinstance(parsed, ParseError)))
         text, images = self._execute(parsed)
         state.turn += 1
         truncated = False
         if not state.done and state.turn >= cfg.max_turns:
-            state.emit_at(state.turn - 1, "truncated", reason="max_turns")
-            state.emit_at(state.turn - 1, "answer", text="", forced=True)
+            state.record(ev.truncated(state.turn - 1, "max_turns"))
+            state.record(ev.answer(state.turn - 1, "", forced=True))
             state.done = truncated = True
         elif not state.done and cfg.last_turn_notice and state.turn == cfg.max_turns - 1:
             text = f"{text}\n{prompts.LAST_TURN_NOTICE}"
@@ -161,7 +167,7 @@ class KBVQAEnv(gymnasium.Env):
     def _execute(self, parsed: Any) -> tuple[str, list[np.ndarray]]:
         state = self.state
         if isinstance(parsed, ParseError):
-            state.emit("format_error", reason=parsed.reason)
+            state.record(ev.format_error(state.turn, parsed.reason))
             return prompts.error_text(parsed.message), []
         if isinstance(parsed, SearchImage):
             return self._search_image(parsed.image)
@@ -171,12 +177,12 @@ class KBVQAEnv(gymnasium.Env):
             return self._rerank(parsed.entity), []
         if isinstance(parsed, Reject):
             return self._reject()
-        state.emit("answer", text=parsed.text, forced=False)
+        state.record(ev.answer(state.turn, parsed.text))
         state.done = state.terminated = True
         return "", []
 
     def _violation(self, reason: str, message: str, **where: Any) -> str:
-        self.state.emit("protocol_violation", reason=reason, **where)
+        self.state.record(ev.protocol_violation(self.state.turn, reason, **where))
         return prompts.error_text(message)
 
     def _search_image(self, image: int) -> tuple[str, list[np.ndarray]]:
@@ -186,8 +192,7 @@ class KBVQAEnv(gymnasium.Env):
             return self._violation("image_out_of_range", message, image=image), []
         state.active_image = image
         if state.batches_served(image) > cfg.max_rejections:
-            state.emit("boundary", image=image, rejections=state.rejections[image])
-            return prompts.boundary_text(image, cfg.max_rejections), []
+            return self._boundary(image)
         return self._serve_batch(image)
 
     def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
@@ -198,14 +203,8 @@ class KBVQAEnv(gymnasium.Env):
             message = f"no more candidates exist for Image {image}."
             return self._violation("no_more_candidates", message, image=image), []
         batch = state.new_batch(image, offset, hits)
-        state.emit(
-            "search_image",
-            image=image,
-            batch_id=batch.batch_id,
-            candidates=list(batch.candidates),
-            gold_entity=batch.gold_entity,
-            gold_in_batch=batch.gold_in_batch,
-            offset=offset,
+        state.record(
+            ev.search_image(state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset)
         )
         cfg = self.config
         text = prompts.batch_text(image, offset, hits, state.signature(image), cfg.show_visual_signature,
@@ -271,11 +270,17 @@ class KBVQAEnv(gymnasium.Env):
             return error, []
         state, image = self.state, batch.image
         state.decide(batch, "reject", None)
-        if state.batches_served(image) > self.config.max_rejections:  # exploration depth used up
-            state.emit("boundary", image=image, rejections=state.rejections[image])
-            return prompts.boundary_text(image, self.config.max_rejections), []
         state.rejections[image] += 1
+        if state.batches_served(image) > self.config.max_rejections:  # exploration depth used up
+            return self._boundary(image)
         return self._serve_batch(image)
+
+    def _boundary(self, image: int) -> tuple[str, list[np.ndarray]]:
+        """The boundary prompt (no batch), stating the image's actual rejections and batches."""
+        state = self.state
+        state.record(ev.boundary(state.turn, image, state.rejections[image]))
+        text = prompts.boundary_text(image, state.rejections[image], state.batches_served(image))
+        return text, []
 
     def _search_text(self, queries: tuple[str, ...]) -> str:
         cfg = self.config
@@ -290,7 +295,7 @@ class KBVQAEnv(gymnasium.Env):
             )
         results = self._text_retriever.batch_search(list(queries), cfg.text_top_k)
         ids = [h.docid for hits in results for h in hits]
-        self.state.emit("search_text", queries=list(queries), num_passages=len(ids), passage_ids=ids)
+        self.state.record(ev.search_text(self.state.turn, queries, ids))
         return prompts.passages_text(queries, results)
 
     # ----- helpers -------------------------------------------------------------------------------

@@ -107,10 +107,11 @@ def confirmation_text(image: int, name: str) -> str:
     return f"Confirmed: the entity in Image {image} is {name}."
 
 
-def boundary_text(image: int, max_rejections: int) -> str:
+def boundary_text(image: int, rejections: int, batches: int) -> str:
     """The boundary prompt returned instead of a new batch once an image's exploration depth is used up."""
     return (
-        f"Rejection limit reached for Image {image} ({max_rejections} rejections): no more candidates will be "
+        f"Rejection limit reached for Image {image} ({rejections} rejections, {batches} batches served): "
+        "no more candidates will be "
         "retrieved for it. Continue with the evidence you have: search text or give your answer."
     )
 

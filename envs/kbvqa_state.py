@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from envs import events as ev
 from envs.core import Hit
-from envs.events import make_event
 from envs.kb import KnowledgeBase, read_image
 from envs.retrieval import normalise
 
@@ -111,13 +111,9 @@ class EpisodeState:
         """N, the number of query images."""
         return len(self.query_paths)
 
-    def emit(self, event_type: str, /, **fields: Any) -> None:
-        """Record an event for the current turn."""
-        self.events.append(make_event(event_type, self.turn, **fields))
-
-    def emit_at(self, turn: int, event_type: str, /, **fields: Any) -> None:
-        """Record an event for a given turn."""
-        self.events.append(make_event(event_type, turn, **fields))
+    def record(self, event: ev.Event) -> None:
+        """Append an event (built by an ``envs.events`` constructor)."""
+        self.events.append(event)
 
     def image_query(self, image: int) -> Any:
         """What the image retriever takes for 1-based ``image``: a stored-list key or an embedding."""
@@ -157,19 +153,10 @@ class EpisodeState:
         batch.decided = True
         if decision == "rerank":
             self.confirmed[batch.image] = entity
-            correct = entity == batch.gold_entity
-        else:
-            correct = not batch.gold_in_batch
-        self.emit(
-            "verification",
-            decision=decision,
-            entity=entity,
-            image=batch.image,
-            batch_id=batch.batch_id,
-            candidates=list(batch.candidates),
-            gold_entity=batch.gold_entity,
-            gold_in_batch=batch.gold_in_batch,
-            correct=correct,
+        self.record(
+            ev.verification(
+                self.turn, decision, entity, batch.image, batch.batch_id, batch.candidates, batch.gold_entity
+            )
         )
 
 

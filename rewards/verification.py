@@ -28,7 +28,9 @@ class VerificationParams:
     """rho for a correct ``Reject()`` (gold entity not in the batch); paper Eq. 4 and Table 8: 0.2."""
     rej_max: int | None = None
     """The env's rejection limit: only the first ``rej_max + 1`` batches served per image (the initial one
-    plus one per rejection) can earn reward. Null trusts the env to serve no more."""
+    plus one per rejection) can earn reward. Null reads it from the episode's ``task`` event (the limit the
+    env ran with); set, it must equal that limit (a mismatch raises), so a Rej_max sweep cannot be scored
+    with another limit. Null with no ``task`` event trusts the env to serve no more."""
 
     def __post_init__(self) -> None:
         if (
@@ -56,6 +58,18 @@ def served_batches(episode: Episode, rej_max: int | None = None) -> dict[BatchKe
     return batches
 
 
+def episode_rej_max(episode: Episode, rej_max: int | None) -> int | None:
+    """The rejection limit to score with: the episode's own (``task`` event), checked against ``rej_max``."""
+    tasks = events_of(episode.events, "task")
+    ran_with = tasks[0]["max_rejections"] if tasks else None
+    if rej_max is not None and ran_with is not None and rej_max != ran_with:
+        raise ValueError(
+            f"verification reward: recipe rej_max={rej_max} but the episode ran with max_rejections={ran_with}; "
+            "set the reward's rej_max to the env's max_rejections (or null to read it from the episode)"
+        )
+    return ran_with if ran_with is not None else rej_max
+
+
 def _rho(decision: dict[str, Any], batch: dict[str, Any], delta: float) -> float:
     """Eq. 4: 1 for Rerank(e*), delta for Reject() when e* is not in the batch, 0 otherwise."""
     gold, candidates = batch["gold_entity"], list(batch["candidates"])
@@ -81,7 +95,7 @@ def verification(episode: Episode, **params: Any) -> float | None:
     0.2
     """
     cfg = VerificationParams(**params)
-    batches = served_batches(episode, cfg.rej_max)
+    batches = served_batches(episode, episode_rej_max(episode, cfg.rej_max))
     if not any(batch.get("gold_entity") is not None for batch in batches.values()):
         return None
     total, decided = 0.0, set()

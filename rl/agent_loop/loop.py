@@ -31,7 +31,7 @@ from verl.utils.profiler import simple_timer
 from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.replica import TokenOutput
 
-from envs.events import make_event
+from envs import events as ev
 from envs.registry import make_env
 from rl.agent_loop.observations import EpisodeSpec, episode_metrics, observation_message
 from rl.agent_loop.render_cache import RenderCache
@@ -192,7 +192,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
 
     def _truncate(self, episode: _Episode, turn: int, reason: str) -> None:
         """End the episode on a loop budget, recorded as a ``truncated`` event the rewards can see."""
-        episode.events = [*episode.events, make_event("truncated", turn, reason=reason)]
+        episode.events = [*episode.events, ev.truncated(turn, reason)]
         episode.truncated = True
 
     def _output(self, episode: _Episode, env_id: str) -> AgentLoopOutput:

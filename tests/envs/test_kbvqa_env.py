@@ -51,7 +51,10 @@ def test_make_with_no_arguments_builds_the_builtin_kb() -> None:
     assert obs["text"].count("<image>") == len(obs["images"]) >= 1
     assert env.unwrapped.stop_strings == ("</search_call>", "</rerank>", "</answer>")
     assert "SearchImage(j)" in env.unwrapped.system_prompt
-    assert info["events"] == []
+    # reset records only the task: the image count and the limits the episode runs with.
+    [task] = info["events"]
+    assert task["type"] == "task" and task["turn"] == -1 and task["num_images"] == len(obs["images"])
+    assert (task["max_rejections"], task["candidates_per_batch"], task["max_turns"]) == (2, 5, 8)
 
 
 def test_seeded_reset_and_scripted_rollouts_are_deterministic(tiny_kb: Path) -> None:
@@ -86,8 +89,15 @@ def test_paging_is_exact_and_capped_at_rej_max_plus_one_batches(tiny_kb: Path) -
         served += batch["candidates"]
     assert served == ranking[:15]  # non-overlapping, no gaps, in ranking order
     obs, *_, info = env.step(SEARCH1)
-    assert "Rejection limit reached" in obs["text"] and obs["images"] == ()
-    assert events_of(info["events"], "boundary")[-1]["image"] == 1
+    # Three batches served without one Reject: the prompt states the real count, not Rej_max.
+    assert "Rejection limit reached for Image 1 (0 rejections, 3 batches served)" in obs["text"]
+    assert obs["images"] == ()
+    assert events_of(info["events"], "boundary")[-1] == {
+        "type": "boundary",
+        "turn": 3,
+        "image": 1,
+        "rejections": 0,
+    }
 
 
 @pytest.mark.parametrize("max_rejections", [0, 1, 2, 3])
@@ -99,13 +109,17 @@ def test_reject_serves_next_batch_until_rej_max_then_boundary(tiny_kb: Path, max
         obs, *_ = env.step(REJECT)
         assert obs["text"].startswith("Candidates for Image 1")
     obs, *_, info = env.step(REJECT)
-    assert obs["text"].startswith("Rejection limit reached")
+    # Every Reject counts, the one that hit the limit included.
+    expected = (
+        f"Rejection limit reached for Image 1 ({max_rejections + 1} rejections, {max_rejections + 1} batches"
+    )
+    assert obs["text"].startswith(expected)
     assert len(events_of(info["events"], "search_image")) == max_rejections + 1
     decisions = events_of(info["events"], "verification")
     assert [d["decision"] for d in decisions] == ["reject"] * (max_rejections + 1)
     assert [d["correct"] for d in decisions] == [not d["gold_in_batch"] for d in decisions]
     assert events_of(info["events"], "boundary") == [
-        {"type": "boundary", "turn": max_rejections + 1, "image": 1, "rejections": max_rejections}
+        {"type": "boundary", "turn": max_rejections + 1, "image": 1, "rejections": max_rejections + 1}
     ]
 
 

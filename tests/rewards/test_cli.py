@@ -8,7 +8,7 @@ import pytest
 
 from rewards import Rubric
 from rewards.cli import main
-from rewards.synthetic import synthetic_episode
+from tests.rewards.synthetic import synthetic_episode
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER_RECIPE = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.events import make_event
+from envs import events as ev
 from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, format_action
 from rewards import Episode, get_reward
 
@@ -13,41 +13,21 @@ CANDS_B = ["e6", "e7", "e8", "e9", "e10"]
 
 
 def batch(
-    batch_id: int, candidates: list[str], image: int = 0, gold: str | None = "gold", offset: int = 0
+    batch_id: int, candidates: list[str], image: int = 1, gold: str | None = "gold", offset: int = 0
 ) -> dict:
-    return make_event(
-        "search_image",
-        0,
-        image=image,
-        batch_id=batch_id,
-        candidates=candidates,
-        gold_entity=gold,
-        gold_in_batch=gold in candidates,
-        offset=offset,
-    )
+    return ev.search_image(0, image, batch_id, candidates, gold, offset)
 
 
 def decide(
-    batch_id: int, candidates: list[str], entity: str | None, image: int = 0, gold: str = "gold"
+    batch_id: int, candidates: list[str], entity: str | None, image: int = 1, gold: str = "gold"
 ) -> dict:
-    """A verification event as the env records it (``correct`` deliberately left as the env claims)."""
+    """A verification event whose ``correct`` flag claims success whatever happened (a lying env)."""
     decision = "reject" if entity is None else "rerank"
-    return make_event(
-        "verification",
-        1,
-        decision=decision,
-        entity=entity,
-        image=image,
-        batch_id=batch_id,
-        candidates=candidates,
-        gold_entity=gold,
-        gold_in_batch=gold in candidates,
-        correct=True,
-    )
+    return {**ev.verification(1, decision, entity, image, batch_id, candidates, gold), "correct": True}
 
 
 def answer(text: str, forced: bool = False) -> dict:
-    return make_event("answer", 2, text=text, forced=forced)
+    return ev.answer(2, text, forced=forced)
 
 
 def episode(
@@ -83,8 +63,8 @@ VERIFICATION_CASES = [
         [
             batch(0, CANDS_A),
             decide(0, CANDS_A, "gold"),
-            batch(1, CANDS_B, image=1, gold="g2"),
-            decide(1, CANDS_B, None, image=1, gold="g2"),
+            batch(1, CANDS_B, image=2, gold="g2"),
+            decide(1, CANDS_B, None, image=2, gold="g2"),
         ],
         1.2,
     ),
@@ -104,7 +84,7 @@ VERIFICATION_CASES = [
         "protocol violations never score",
         [
             batch(0, CANDS_A),
-            make_event("protocol_violation", 1, reason="second_decision_on_batch", image=0, batch_id=0),
+            ev.protocol_violation(1, "second_decision_on_batch", image=1, batch_id=0),
         ],
         0.0,
     ),
@@ -138,8 +118,8 @@ def test_rej_max_counts_batches_per_image() -> None:
     events = [
         batch(0, CANDS_B),
         decide(0, CANDS_B, None),
-        batch(1, CANDS_B, image=1),
-        decide(1, CANDS_B, None, image=1),
+        batch(1, CANDS_B, image=2),
+        decide(1, CANDS_B, None, image=2),
     ]
     assert score("verification", episode(events), delta=0.2, rej_max=0) == pytest.approx(0.4)
 
@@ -164,13 +144,13 @@ def test_outcome(events: list[dict], expected: float) -> None:
 
 def test_answer_hidden_in_reasoning_earns_nothing() -> None:
     turns = ["<reason>It is Paris. Paris. Paris.</reason><answer>London</answer>"]
-    ep = episode([make_event("action", 0, kind="answer", well_formed=True), answer("London")], turns=turns)
+    ep = episode([ev.action(0, "answer", True), answer("London")], turns=turns)
     assert score("outcome", ep) == 0.0
     assert (
         score(
             "outcome",
             episode(
-                [make_event("action", 0, kind="invalid", well_formed=False)],
+                [ev.action(0, "invalid", False)],
                 turns=["<reason>The answer is Paris</reason>"],
             ),
         )
@@ -197,7 +177,7 @@ def _format_episode(flags: list[bool], truncated: bool = False, with_events: boo
         text, fields = _turn(actions[t % len(actions)], ok)
         turns.append(text)
         if with_events:
-            events.append(make_event("action", t, **fields))
+            events.append(ev.action(t, **fields))
     return episode(events, turns=turns, truncated=truncated)
 
 
@@ -237,7 +217,7 @@ RECALL_CASES = [
     ("gold never served", [batch(0, CANDS_B)], {}, 0.0),
     ("gold served at rank 7, k=5", [batch(0, CANDS_B), batch(1, CANDS_A, offset=5)], {"k": 5}, 0.0),
     ("gold served at rank 7, k=10", [batch(0, CANDS_B), batch(1, CANDS_A, offset=5)], {"k": 10}, 1.0),
-    ("one of two images", [batch(0, CANDS_A), batch(1, CANDS_B, image=1, gold="g2")], {}, 0.5),
+    ("one of two images", [batch(0, CANDS_A), batch(1, CANDS_B, image=2, gold="g2")], {}, 0.5),
     ("nothing served", [], {}, 0.0),
     ("no gold", [batch(0, CANDS_A, gold=None)], {}, None),
 ]
@@ -248,3 +228,15 @@ RECALL_CASES = [
 )
 def test_retrieval_recall(events: list[dict], params: dict, expected: float | None) -> None:
     assert score("retrieval_recall", episode(events), **params) == expected
+
+
+def test_rej_max_comes_from_the_episode_and_a_mismatch_fails_loudly() -> None:
+    """An env run with Rej_max=3 serves four batches; the reward counts all four, or refuses another limit."""
+    events = [ev.task(1, ["gold"], 3, 5, 8)]
+    for b in range(4):
+        cands = [f"x{b}_{i}" for i in range(5)]
+        events += [batch(b, cands, offset=5 * b), decide(b, cands, None)]
+    assert score("verification", episode(events), delta=0.2) == pytest.approx(0.8)
+    assert score("verification", episode(events), delta=0.2, rej_max=3) == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="rej_max=2 but the episode ran with max_rejections=3"):
+        score("verification", episode(events), delta=0.2, rej_max=2)

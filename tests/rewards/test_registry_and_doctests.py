@@ -12,7 +12,7 @@ import pytest
 import rewards
 from rewards import get_reward, register_reward, registered_rewards
 from rewards.registry import reward_params
-from rewards.synthetic import SyntheticConfig, synthetic_episode
+from tests.rewards.synthetic import SyntheticConfig, synthetic_episode
 
 KBVQA_MODULES = ("rewards.kbvqa", "rewards.verification")
 MODULES = sorted(m.name for m in pkgutil.iter_modules(rewards.__path__, "rewards."))

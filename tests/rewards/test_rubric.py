@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from rewards import Episode, RewardError, Rubric
-from rewards.synthetic import synthetic_episode
+from tests.rewards.synthetic import synthetic_episode
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER_RECIPE = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from rewards import Rubric
-from rewards.synthetic import synthetic_episode
 from rewards.verl import compute_score
+from tests.rewards.synthetic import synthetic_episode
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER_RECIPE = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"

@@ -12,8 +12,8 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.workers.rollout.replica import TokenOutput
 
+from envs import events as ev
 from envs.core import IMAGE_PLACEHOLDER
-from envs.events import make_event
 
 IMAGE_SIZE = 64
 
@@ -50,25 +50,21 @@ class FakeSearchEnv(gymnasium.Env):
     def step(self, action: str):
         turn, self.turn = self.turn, self.turn + 1
         if action.count("<answer>") == 1 and action.endswith("</answer>"):
-            self.events += [make_event("action", turn, kind="answer", well_formed=True)]
-            self.events += [
-                make_event(
-                    "answer", turn, text=action.split("<answer>")[1][: -len("</answer>")], forced=False
-                )
-            ]
+            self.events += [ev.action(turn, "answer", True)]
+            self.events += [ev.answer(turn, action.split("<answer>")[1][: -len("</answer>")])]
             return {"text": "", "images": ()}, 0.0, True, False, self._info()
         if action.count("<search>") == 1 and action.endswith("</search>"):
-            self.events += [make_event("action", turn, kind="search_image", well_formed=True)]
-            self.events += [make_event("search_image", turn, image=1, batch_id=turn, candidates=["a", "b"])]
+            self.events += [ev.action(turn, "search_image", True)]
+            self.events += [ev.search_image(turn, 1, turn, ["a", "b"], None, 0)]
             images = tuple(self._image() for _ in range(self.num_candidates))
             text = "\n".join(f"[{i}] {IMAGE_PLACEHOLDER} entity {i}" for i in range(1, len(images) + 1))
             obs = {"text": text, "images": images}
         else:
-            self.events += [make_event("action", turn, kind="invalid", well_formed=False)]
-            self.events += [make_event("format_error", turn, reason="no_action")]
+            self.events += [ev.action(turn, "invalid", False)]
+            self.events += [ev.format_error(turn, "no_action")]
             obs = {"text": "Invalid action: use one tag.", "images": ()}
         if self.turn >= self.max_turns:
-            self.events += [make_event("truncated", turn, reason="max_turns")]
+            self.events += [ev.truncated(turn, "max_turns")]
             return obs, 0.0, False, True, self._info()
         return obs, 0.0, False, False, self._info()
 

@@ -1,4 +1,4 @@
-"""Synthetic KB-VQA episodes with the event stream ``KBVQA-v0`` records, for tests, benchmarks and recipe trials.
+"""Test fixture: synthetic KB-VQA episodes with the event stream ``KBVQA-v0`` records (tests and benchmarks).
 
 A seeded scripted policy searches each query image, reranks or rejects batches (sometimes wrongly), may
 emit a malformed turn, and answers; the turn limit truncates the episode with an empty forced answer, as
@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from envs.events import make_event
+from envs import events as ev
 from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, format_action
 from rewards.episode import Episode
 
@@ -44,27 +44,28 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
     """One deterministic synthetic episode (``data_source="synthetic_kbvqa"``, gold answer ``"answer <seed>"``).
 
     >>> ep = synthetic_episode(3)
-    >>> ep.events[0]["type"], ep.ground_truth
-    ('action', ['answer 3', 'ans 3'])
+    >>> [e["type"] for e in ep.events[:2]], ep.ground_truth
+    (['task', 'action'], ['answer 3', 'ans 3'])
     """
     cfg = cfg or SyntheticConfig()
     rng = random.Random(seed)
     turns: list[str] = []
-    events: list[dict] = []
+    golds = [f"entity_{seed}_{image}" for image in range(1, num_images + 1)]
+    events: list[dict] = [ev.task(num_images, golds, cfg.rej_max, cfg.batch_size, cfg.max_turns)]
     batch_id = 0
 
     def act(action, kind: str) -> int:
         turn = len(turns)
         turns.append(format_action(action, reason="looking at the candidates"))
-        events.append(make_event("action", turn, kind=kind, well_formed=True))
+        events.append(ev.action(turn, kind, True))
         return turn
 
     for image in range(1, num_images + 1):  # 1-based, as SearchImage(j) and every KB-VQA event
         gold, rank = f"entity_{seed}_{image}", _gold_rank(rng, cfg)
         if rng.random() < cfg.p_malformed:
             turns.append("I think it is the tower <rerank>")
-            events.append(make_event("action", len(turns) - 1, kind="invalid", well_formed=False))
-            events.append(make_event("format_error", len(turns) - 1, reason="unbalanced_tags"))
+            events.append(ev.action(len(turns) - 1, "invalid", False))
+            events.append(ev.format_error(len(turns) - 1, "unbalanced_tags"))
         turn = act(SearchImage(image), "search_image")
         for rejections in range(cfg.rej_max + 1):
             offset = (rejections) * cfg.batch_size
@@ -72,18 +73,7 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
             in_batch = offset <= rank < offset + cfg.batch_size
             if in_batch:
                 candidates[rank - offset] = gold
-            events.append(
-                make_event(
-                    "search_image",
-                    turn,
-                    image=image,
-                    batch_id=batch_id,
-                    candidates=candidates,
-                    gold_entity=gold,
-                    gold_in_batch=in_batch,
-                    offset=offset,
-                )
-            )
+            events.append(ev.search_image(turn, image, batch_id, candidates, gold, offset))
             rerank = (
                 in_batch
                 and rng.random() < cfg.p_recognise
@@ -92,34 +82,22 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
             )
             choice = (gold if in_batch else rng.choice(candidates)) if rerank else None
             turn = act(Rerank(choice), "rerank") if rerank else act(Reject(), "reject")
-            events.append(
-                make_event(
-                    "verification",
-                    turn,
-                    decision="rerank" if rerank else "reject",
-                    entity=choice,
-                    image=image,
-                    batch_id=batch_id,
-                    candidates=candidates,
-                    gold_entity=gold,
-                    gold_in_batch=in_batch,
-                    correct=choice == gold if rerank else not in_batch,
-                )
-            )
+            decision = "rerank" if rerank else "reject"
+            events.append(ev.verification(turn, decision, choice, image, batch_id, candidates, gold))
             batch_id += 1
             if rerank:
                 break
             if rejections == cfg.rej_max:
-                events.append(make_event("boundary", turn, image=image, rejections=rejections + 1))
+                events.append(ev.boundary(turn, image, rejections + 1))
     text = f"answer {seed}" if rng.random() < cfg.p_correct_answer else f"wrong {seed}"
     truncated = len(turns) >= cfg.max_turns
     if truncated:
         del turns[cfg.max_turns :]
         events = [e for e in events if e["turn"] < cfg.max_turns]
-        events.append(make_event("truncated", cfg.max_turns - 1, reason="max_turns"))
+        events.append(ev.truncated(cfg.max_turns - 1, "max_turns"))
         # KBVQA-v0's forced answer is the empty string.
-        events.append(make_event("answer", cfg.max_turns - 1, text="", forced=True))
+        events.append(ev.answer(cfg.max_turns - 1, "", forced=True))
     else:
         turn = act(Answer(text), "answer")
-        events.append(make_event("answer", turn, text=text, forced=False))
+        events.append(ev.answer(turn, text))
     return Episode("synthetic_kbvqa", turns, events, [f"answer {seed}", f"ans {seed}"], truncated=truncated)
