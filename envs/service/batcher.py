@@ -1,0 +1,112 @@
+"""Dynamic batching: queries that arrive while the index is busy are answered by one index call.
+
+Each retriever gets one batcher with one worker task. The worker takes every query waiting (up to
+``max_batch_size``); if fewer are waiting it waits at most ``max_wait_s`` for more, then runs one
+``batch_search`` per distinct k in a worker thread (faiss and bm25s release the GIL, so the event loop
+keeps parsing requests meanwhile). Under load, batches grow with the number of concurrent clients, which is
+what keeps throughput near the index's batch throughput instead of its one-query throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchStats:
+    """Counters since the batcher started."""
+
+    num_batches: int = 0
+    """Index calls made."""
+    num_queries: int = 0
+    """Queries answered by them."""
+    largest_batch: int = 0
+    """Most queries in one index call."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Counters and the mean batch size."""
+        mean = self.num_queries / self.num_batches if self.num_batches else 0.0
+        return {"batches": self.num_batches, "queries": self.num_queries,
+                "largest_batch": self.largest_batch, "mean_batch": mean}  # fmt: skip
+
+
+class DynamicBatcher:
+    """Coalesces concurrent ``submit`` calls for one retriever into ``batch_search`` calls."""
+
+    def __init__(self, retriever: Any, max_batch_size: int, max_wait_s: float, executor: ThreadPoolExecutor):
+        self.retriever = retriever
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.executor = executor
+        self.stats = BatchStats()
+        self._queue: deque[tuple[Any, int, asyncio.Future]] = deque()
+        self._wake = asyncio.Event()
+        self._full = asyncio.Event()
+        self._worker: asyncio.Task | None = None
+
+    def submit(self, query: Any, k: int) -> asyncio.Future:
+        """A future of the top-k hits for ``query``, answered with the next batch."""
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(self._run())
+        future = asyncio.get_running_loop().create_future()
+        self._queue.append((query, k, future))
+        self._wake.set()
+        if len(self._queue) >= self.max_batch_size:
+            self._full.set()
+        return future
+
+    async def _run(self) -> None:
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            if len(self._queue) < self.max_batch_size and self.max_wait_s > 0:
+                self._full.clear()
+                try:
+                    await asyncio.wait_for(self._full.wait(), self.max_wait_s)
+                except TimeoutError:
+                    pass
+            batch = [self._queue.popleft() for _ in range(min(self.max_batch_size, len(self._queue)))]
+            await self._answer(batch)
+
+    async def _answer(self, batch: list[tuple[Any, int, asyncio.Future]]) -> None:
+        by_k: dict[int, list[tuple[Any, asyncio.Future]]] = {}
+        for query, k, future in batch:
+            by_k.setdefault(k, []).append((query, future))
+        loop = asyncio.get_running_loop()
+        for k, items in by_k.items():
+            queries = [q for q, _ in items]
+            try:
+                results = await loop.run_in_executor(self.executor, self.retriever.batch_search, queries, k)
+                if len(results) != len(queries):
+                    raise RuntimeError(
+                        f"batch_search returned {len(results)} results for {len(queries)} queries"
+                    )
+            except Exception as error:  # every waiting request gets the error, the worker lives on
+                log.exception("batch of %d queries failed", len(queries))
+                for _, future in items:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            self.stats.num_batches += 1
+            self.stats.num_queries += len(queries)
+            self.stats.largest_batch = max(self.stats.largest_batch, len(queries))
+            for (_, future), hits in zip(items, results, strict=True):
+                if not future.done():
+                    future.set_result(hits)
+
+    def close(self) -> None:
+        """Stop the worker; queries still waiting get a ``RuntimeError``."""
+        if self._worker is not None:
+            self._worker.cancel()
+        while self._queue:
+            future = self._queue.popleft()[2]
+            if not future.done():
+                future.set_exception(RuntimeError("the retrieval service is shutting down"))

@@ -1,0 +1,83 @@
+"""Which retrievers a KB serves, by name, with the queries each takes.
+
+- ``image``: live faiss search over the entity embeddings (vector queries); the hits carry the payload
+  the env shows (name, image path, signature).
+- ``candidates``: the KB's precomputed candidate lists, keyed by absolute query image path (text).
+- ``bm25``: BM25 over passages (text); ``dense``: the manifest's text encoder over passage vectors (text),
+  when the KB names one.
+- ``pages/<doc_key>``: DocMemo page search over each document store under ``doc_store_root`` (text).
+- any ``NAME=MANIFEST`` shard set: a ``ShardedRetriever`` over the manifest's index files (vector queries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from envs.retrieval import IndexSpec
+from envs.service.app import Served
+from envs.service.shards import ShardedRetriever, to_gpu
+
+
+@dataclass(frozen=True)
+class CatalogSpec:
+    """What one service process loads."""
+
+    kb_dir: str | None = None
+    """KB-VQA knowledge base folder (``envs.kb`` format); None serves no KB retrievers."""
+    doc_store_root: str | None = None
+    """Folder of DocMemo document stores (one per document); None serves no page search."""
+    shard_sets: tuple[tuple[str, str], ...] = ()
+    """(name, shard manifest path) pairs, each served as one vector retriever."""
+    index_kind: str = "flat"
+    """faiss index of the ``image`` retriever: ``flat``, ``hnsw`` or ``ivf``."""
+    gpu: int | None = None
+    """GPU device for faiss indexes (faiss GPU build); None searches on CPU."""
+
+    def __post_init__(self) -> None:
+        if self.kb_dir is None and self.doc_store_root is None and not self.shard_sets:
+            raise ValueError("nothing to serve: give a KB folder, a document store root or a shard manifest")
+
+
+def load_catalog(spec: CatalogSpec) -> dict[str, Served]:
+    """Build every retriever ``spec`` names (slow: loads tables, indexes and encoders)."""
+    served: dict[str, Served] = {}
+    if spec.kb_dir is not None:
+        served.update(_kb_retrievers(spec))
+    if spec.doc_store_root is not None:
+        served.update(_page_retrievers(Path(spec.doc_store_root)))
+    for name, manifest in spec.shard_sets:
+        retriever = ShardedRetriever.from_manifest(manifest, spec.gpu)
+        served[name] = Served(retriever, "vector", retriever.dim)
+    return served
+
+
+def _kb_retrievers(spec: CatalogSpec) -> dict[str, Served]:
+    from envs.kb import load_kb
+
+    kb = load_kb(spec.kb_dir)
+    image = kb.image_retriever(IndexSpec(kind=spec.index_kind))
+    if spec.gpu is not None:
+        image.index = to_gpu(image.index, spec.gpu)
+    served = {
+        "image": Served(image, "vector", int(kb.entity_embeddings.shape[1])),
+        "candidates": Served(kb.candidate_retriever(), "text"),
+        "bm25": Served(kb.text_retriever("bm25"), "text"),
+    }
+    if kb.manifest.get("text_encoder"):
+        served["dense"] = Served(kb.text_retriever("dense"), "text")
+    return served
+
+
+def _page_retrievers(root: Path) -> dict[str, Served]:
+    from envs.doc_store import load_store
+    from envs.page_retrieval import PageRetriever, TextPageEncoder
+
+    folders = sorted(p.parent for p in root.glob("*/meta.json"))
+    if not folders:
+        raise FileNotFoundError(f"no DocMemo document stores under {root} (no */meta.json)")
+    encoder = TextPageEncoder()
+    return {
+        f"pages/{folder.name}": Served(PageRetriever(load_store(folder), encoder), "text")
+        for folder in folders
+    }

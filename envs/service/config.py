@@ -1,0 +1,40 @@
+"""The retrieval service's configuration: batching, caching, auth, bind address."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_HOST = "127.0.0.1"
+"""Never listen beyond the machine unless told to."""
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """How the service batches, caches and guards its retrievers."""
+
+    max_batch_size: int = 64
+    """Most queries coalesced into one index call (per retriever and k)."""
+    max_wait_ms: float = 2.0
+    """Longest a query waits for others to join its batch once the index is free; bounds the added latency."""
+    cache_size: int = 100_000
+    """Entries of the replay cache (retriever, normalised query, k) -> hits; 0 turns it off."""
+    token: str | None = None
+    """Bearer token every search and readiness request must carry; None serves without auth."""
+    host: str = DEFAULT_HOST
+    """Address to bind (``ragym serve``); 127.0.0.1 unless told otherwise."""
+    port: int = 8765
+    """Port to bind (``ragym serve``)."""
+    max_k: int = 1000
+    """Largest k a request may ask for (bigger is a 422)."""
+    max_queries_per_request: int = 1024
+    """Largest batch_search request (bigger is a 413)."""
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if self.cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0, got {self.cache_size}")
+        if self.token is not None and not self.token:
+            raise ValueError("token must be a non-empty string or None")

@@ -1,0 +1,65 @@
+"""``ragym serve``: the retrieval service for one machine (uvicorn, 127.0.0.1 unless told otherwise).
+
+    ragym serve --kb-dir DIR [--doc-store-root DIR] [--shards NAME=shards.json] [--port 8765]
+                [--max-batch-size 64] [--max-wait-ms 2] [--cache-size 100000] [--gpu 0]
+
+The bearer token, when wanted, comes from ``$RAGYM_RETRIEVAL_TOKEN`` (never a command-line argument, which
+other users can read in the process list).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from envs.service.app import RetrievalApp
+from envs.service.catalog import CatalogSpec, load_catalog
+from envs.service.config import DEFAULT_HOST, ServiceConfig
+
+TOKEN_ENV = "RAGYM_RETRIEVAL_TOKEN"
+"""Environment variable holding the bearer token (server and client side)."""
+
+
+def _shard_set(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--shards expects NAME=MANIFEST, got {text!r}")
+    return name, path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line of ``ragym serve``."""
+    defaults = ServiceConfig()
+    parser = argparse.ArgumentParser(prog="ragym serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--kb-dir", help="KB-VQA knowledge base folder")
+    parser.add_argument("--doc-store-root", help="folder of DocMemo document stores (page search)")
+    parser.add_argument("--shards", type=_shard_set, action="append", default=[], metavar="NAME=MANIFEST",
+                        help="serve a sharded index (envs.service.shards manifest) as retriever NAME")  # fmt: skip
+    parser.add_argument("--index-kind", default="flat", choices=("flat", "hnsw", "ivf"))
+    parser.add_argument("--gpu", type=int, help="GPU device for faiss (needs faiss-gpu)")
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help="bind address (default 127.0.0.1: this machine only)"
+    )
+    parser.add_argument("--port", type=int, default=defaults.port)
+    parser.add_argument("--max-batch-size", type=int, default=defaults.max_batch_size)
+    parser.add_argument("--max-wait-ms", type=float, default=defaults.max_wait_ms)
+    parser.add_argument("--cache-size", type=int, default=defaults.cache_size)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until interrupted."""
+    import uvicorn
+
+    args = parse_args(argv)
+    catalog = CatalogSpec(args.kb_dir, args.doc_store_root, tuple(args.shards), args.index_kind, args.gpu)
+    config = ServiceConfig(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
+                           cache_size=args.cache_size, token=os.environ.get(TOKEN_ENV) or None,
+                           host=args.host, port=args.port)  # fmt: skip
+    app = RetrievalApp(lambda: load_catalog(catalog), config)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="info", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
