@@ -83,7 +83,7 @@ def _event(event_type: str, turn: int, /, **fields: Any) -> Event:
 
 
 # ===== Shared kinds (every env) =========================================================================
-SHARED_KINDS = ("action", "format_error", "protocol_violation", "truncated", "answer")
+SHARED_KINDS = ("action", "format_error", "protocol_violation", "truncated", "answer", "retrieval_error")
 EVENT_KINDS.update(SHARED_KINDS)
 
 
@@ -127,6 +127,20 @@ def truncated(turn: int, reason: str) -> Event:
 def answer(turn: int, text: str, forced: bool = False) -> Event:
     """The final answer; ``forced`` when the truncation rule produced it (KB-VQA: the empty string)."""
     return _event("answer", turn, text=_str("answer", "text", text), forced=_bool("answer", "forced", forced))
+
+
+def retrieval_error(turn: int, retriever: str, reason: str, detail: str) -> Event:
+    """A search got no answer from the retrieval service (the policy was told retrieval is unavailable).
+
+    ``reason``: ``timeout``, ``connection``, ``server_error`` or ``circuit_open`` (``envs.service.client``).
+    """
+    return _event(
+        "retrieval_error",
+        turn,
+        retriever=_str("retrieval_error", "retriever", retriever),
+        reason=_str("retrieval_error", "reason", reason),
+        detail=_str("retrieval_error", "detail", detail),
+    )
 
 
 # ===== KBVQA-v0 (envs/kbvqa.py): images are 1-based, as the policy writes SearchImage(j) ==============
@@ -329,3 +343,117 @@ def docmemo_answer(turn: int, text: str, not_answerable: bool, round: int) -> Ev
         "not_answerable": _bool("answer", "not_answerable", not_answerable),
         "round": _int("answer", "round", round, minimum=0),
     }
+
+
+# ===== MEMORA-v0 (envs/memora.py): documents are corpus ids; factors are 1-based, as the policy writes f=k =
+MEMORA_KINDS = ("memory_read", "first_stage", "decompose", "subquery", "factor_evidence", "verdict",
+                "final_ranking", "memory_write")  # fmt: skip
+EVENT_KINDS.update(MEMORA_KINDS)
+
+
+def memory_read(
+    domain: str, num_records: int, similarities: Sequence[float], queries: Sequence[str]
+) -> Event:
+    """Emitted by ``reset`` (turn -1): the K_m nearest memories shown; ``hits`` (their count) is derived."""
+    sims = _floats("memory_read", "similarities", similarities)
+    shown = _strs("memory_read", "queries", queries)
+    if len(sims) != len(shown):
+        raise ValueError(f"memory_read event: {len(sims)} similarities for {len(shown)} queries")
+    return _event(
+        "memory_read", -1, domain=_str("memory_read", "domain", domain),
+        num_records=_int("memory_read", "num_records", num_records, minimum=0),
+        hits=len(shown), similarities=sims, queries=shown,
+    )  # fmt: skip
+
+
+def first_stage(query_id: str | None, ranking: Sequence[str], scores: Sequence[float]) -> Event:
+    """Emitted by ``reset``: the first stage's top-K_0 (excluded ids removed), best first."""
+    docs = _strs("first_stage", "ranking", ranking)
+    scored = _floats("first_stage", "scores", scores)
+    if len(docs) != len(scored):
+        raise ValueError(f"first_stage event: {len(scored)} scores for {len(docs)} documents")
+    query = _str("first_stage", "query_id", query_id, optional=True)
+    return _event("first_stage", -1, query_id=query, ranking=docs, scores=scored)
+
+
+def decompose(
+    turn: int,
+    factors: Sequence[str],
+    priorities: Sequence[float],
+    used: Sequence[float],
+    priors: Sequence[Sequence[int]],
+) -> Event:
+    """Factors, the policy's priorities, the priorities used after the memory prior, and (h, l) per factor."""
+    texts = _strs("decompose", "factors", factors)
+    lists = {"priorities": priorities, "used": used, "priors": priors}
+    if any(len(v) != len(texts) for v in lists.values()):
+        raise ValueError(f"decompose event: every list needs {len(texts)} entries, one per factor")
+    return _event(
+        "decompose", turn, factors=texts, priorities=_floats("decompose", "priorities", priorities),
+        used=_floats("decompose", "used", used),
+        priors=[_ints("decompose", f"priors[{i}]", p) for i, p in enumerate(priors)],
+    )  # fmt: skip
+
+
+def subquery(
+    turn: int, factor: int, text: str, retrieved: Sequence[str], added: Sequence[str], pool_size: int
+) -> Event:
+    """A subquery for ``factor``: what it retrieved and which documents joined the pool."""
+    got, new = _strs("subquery", "retrieved", retrieved), _strs("subquery", "added", added)
+    if not set(new) <= set(got):
+        raise ValueError("subquery event: added documents must be among the retrieved ones")
+    return _event(
+        "subquery", turn, factor=_int("subquery", "factor", factor, minimum=1), text=_str("subquery", "text", text),
+        retrieved=got, added=new, pool_size=_int("subquery", "pool_size", pool_size, minimum=0),
+    )  # fmt: skip
+
+
+def factor_evidence(
+    turn: int, factor: int, docs: Sequence[str], weights: Sequence[float], snippets: Sequence[str]
+) -> Event:
+    """Graph edges for ``factor``: documents, normalised weights in [0, 1], snippets."""
+    names, ws = _strs("factor_evidence", "docs", docs), _floats("factor_evidence", "weights", weights)
+    texts = _strs("factor_evidence", "snippets", snippets)
+    if not len(names) == len(ws) == len(texts):
+        raise ValueError("factor_evidence event: docs, weights and snippets differ in length")
+    if any(not 0.0 <= w <= 1.0 for w in ws):
+        raise ValueError(f"factor_evidence event: weights must be in [0, 1], got {ws}")
+    factor = _int("factor_evidence", "factor", factor, minimum=1)
+    return _event("factor_evidence", turn, factor=factor, docs=names, weights=ws, snippets=texts)
+
+
+def verdict(turn: int, order: Sequence[str]) -> Event:
+    """The judge's listwise verdict, best first."""
+    return _event("verdict", turn, order=_strs("verdict", "order", order))
+
+
+def final_ranking(
+    turn: int,
+    ranking: Sequence[str],
+    scores: Sequence[float],
+    k: int,
+    forced: bool,
+    margin: float,
+    support: float,
+) -> Event:
+    """The whole pool in final order (the env's answer is its top ``k``); ``forced`` when a budget ended it."""
+    docs, scored = _strs("final_ranking", "ranking", ranking), _floats("final_ranking", "scores", scores)
+    if len(docs) != len(scored):
+        raise ValueError(f"final_ranking event: {len(scored)} scores for {len(docs)} documents")
+    return _event(
+        "final_ranking", turn, ranking=docs, scores=scored, k=_int("final_ranking", "k", k, minimum=1),
+        forced=_bool("final_ranking", "forced", forced), margin=_float("final_ranking", "margin", margin),
+        support=_float("final_ranking", "support", support),
+    )  # fmt: skip
+
+
+def memory_write(
+    turn: int, domain: str, written: bool, reason: str, ndcg: float | None, outcomes: Sequence[str]
+) -> Event:
+    """The episode's memory write: ``reason`` ``written`` | ``frozen`` | ``no_qrels``, with its outcomes."""
+    return _event(
+        "memory_write", turn, domain=_str("memory_write", "domain", domain),
+        written=_bool("memory_write", "written", written), reason=_str("memory_write", "reason", reason),
+        ndcg=None if ndcg is None else _float("memory_write", "ndcg", ndcg),
+        outcomes=_strs("memory_write", "outcomes", outcomes),
+    )  # fmt: skip

@@ -53,6 +53,7 @@ BAD_EVENTS = [
     ("evidence new not shown", lambda: ev.evidence(0, 0, [1], [0.5], [2]), ValueError),
     ("float page", lambda: ev.selected(0, 0, [1.0], [1]), TypeError),
     ("nan-free number check", lambda: ev.beliefs(0, 0, ["0.5"]), TypeError),
+    ("retrieval_error reason not str", lambda: ev.retrieval_error(0, "bm25", None, "x"), TypeError),
 ]
 
 
@@ -70,7 +71,7 @@ def test_every_constructor_makes_a_registered_kind() -> None:
         ev.verification(0, "reject", None, 1, 0, ["a"], None), ev.boundary(0, 1, 3),
         ev.candidates(-1, 0, "q", 1.0, [1], [0.9], [0.5, 0.5]), ev.selected(0, 0, [1], [1]),
         ev.evidence(0, 0, [1], [0.5], [1]), ev.feedback(1, 0, "q", "n", [1], []), ev.beliefs(1, 0, [0.6]),
-        ev.docmemo_answer(2, "Not answerable", True, 1),
+        ev.docmemo_answer(2, "Not answerable", True, 1), ev.retrieval_error(0, "bm25", "timeout", "no answer"),
     ]  # fmt: skip
     assert {e["type"] for e in made} == ev.EVENT_KINDS
     assert ev.search_text(0, ["q"], ["p1", "p2"])["num_passages"] == 2
