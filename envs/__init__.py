@@ -7,6 +7,7 @@ from envs.registry import make_env, register_env, registered_envs
 # Registrations: one line per environment (entry points are imported lazily by gymnasium).
 register_env("KBVQA-v0", "envs.kbvqa:KBVQAEnv")
 register_env("DocMemo-v0", "envs.docmemo:DocMemoEnv")
+register_env("MEMORA-v0", "envs.memora:MemoraEnv")
 
 __all__ = [
     "IMAGE_PLACEHOLDER",

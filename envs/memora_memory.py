@@ -1,0 +1,168 @@
+"""MEMORA's episodic domain memory (seed 000, sections 3.4 and 3.11; the text of 3.4 is lost).
+
+ragym's reading: one store per domain holds one record per finished episode: the query, the factors it
+used (text, priority, and whether each helped, hurt or stayed neutral once the episode was scored against
+its qrels), the final top-K document ids and the episode's nDCG@10. At reset the K_m records whose query
+is nearest (bag-of-words cosine) are shown; from them the env derives the two priors of Table 6:
+
+- the factor prior (h_k, l_k): for a factor text, how many near memories used a similar factor that
+  helped (h) or hurt (l);
+- the document prior m_j: the outcome-weighted share of near memories that ranked document j in their
+  final top-K (weighted by nDCG, so a frequent but unsuccessful document gains little; Table 6 found the
+  unweighted count harmful).
+
+A store with a ``path`` appends one JSON line per record, so memory persists across episodes, env
+instances and processes (the verl agent loop builds an env per episode); ``frozen`` stops writes for
+evaluation.
+
+>>> m = EpisodicMemory()
+>>> m.write(MemoryRecord("why do glaciers melt", (FactorOutcome("ice melt rate", 0.6, "helped"),), ("d1",), 1.0))
+>>> [r.query for r, _ in m.nearest("glaciers melt fast", 4)]
+['why do glaciers melt']
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+OUTCOMES = ("helped", "hurt", "neutral")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def bag_of_words(text: str) -> Counter:
+    """Lower-cased alphanumeric tokens with counts."""
+    return Counter(_WORD.findall(text.lower()))
+
+
+def cosine(a: Counter, b: Counter) -> float:
+    """Cosine similarity of two token counters (0 when either is empty)."""
+    dot = sum(count * b[token] for token, count in a.items())
+    norm = math.sqrt(sum(v * v for v in a.values())) * math.sqrt(sum(v * v for v in b.values()))
+    return dot / norm if norm else 0.0
+
+
+@dataclass(frozen=True)
+class FactorOutcome:
+    """One factor an episode used and how it fared after evaluation."""
+
+    text: str
+    """The factor as the policy wrote it."""
+    priority: float
+    """Its normalised priority in that episode."""
+    outcome: str
+    """``helped`` (it supported a relevant document), ``hurt`` (it supported only irrelevant ones) or ``neutral``."""
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(f"factor outcome must be one of {OUTCOMES}, got {self.outcome!r}")
+
+
+@dataclass(frozen=True)
+class MemoryRecord:
+    """One finished episode of a domain."""
+
+    query: str
+    """The query text."""
+    factors: tuple[FactorOutcome, ...]
+    """Factors used, with outcomes."""
+    top_docs: tuple[str, ...]
+    """The final top-K document ids."""
+    ndcg: float
+    """nDCG@10 of the final ranking."""
+
+    def to_json(self) -> str:
+        """One JSON line."""
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, line: str, where: str) -> MemoryRecord:
+        """Inverse of ``to_json``; a bad line raises naming ``where``."""
+        try:
+            row = json.loads(line)
+            return cls(
+                str(row["query"]),
+                tuple(
+                    FactorOutcome(str(f["text"]), float(f["priority"]), f["outcome"]) for f in row["factors"]
+                ),
+                tuple(str(d) for d in row["top_docs"]),
+                float(row["ndcg"]),
+            )
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{where}: bad memory record: {err}") from err
+
+
+class EpisodicMemory:
+    """A domain's episodic store: in memory, or appended to a JSON-lines file at ``path``."""
+
+    def __init__(self, path: Path | None = None, frozen: bool = False) -> None:
+        self.path = Path(path) if path is not None else None
+        self.frozen = frozen
+        self.records: list[MemoryRecord] = []
+        self._bags: list[Counter] = []
+        self._lines_read = 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read records other writers appended to the file since the last read."""
+        if self.path is None or not self.path.exists():
+            return
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        for number in range(self._lines_read, len(lines)):
+            if lines[number].strip():
+                self._add(MemoryRecord.from_json(lines[number], f"{self.path}:{number + 1}"))
+        self._lines_read = len(lines)
+
+    def _add(self, record: MemoryRecord) -> None:
+        self.records.append(record)
+        self._bags.append(bag_of_words(record.query))
+
+    def write(self, record: MemoryRecord) -> bool:
+        """Store ``record`` (appended to the file when there is one); False when the memory is frozen."""
+        if self.frozen:
+            return False
+        if self.path is not None:
+            self.refresh()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:  # one short append: atomic enough across writers
+                f.write(record.to_json() + "\n")
+            self._lines_read += 1
+        self._add(record)
+        return True
+
+    def nearest(self, query: str, k: int) -> list[tuple[MemoryRecord, float]]:
+        """The k records whose query is most similar to ``query`` (similarity > 0), most similar first."""
+        bag = bag_of_words(query)
+        scored = [(cosine(bag, b), -i) for i, b in enumerate(self._bags)]
+        scored = sorted((s for s in scored if s[0] > 0), reverse=True)[:k]  # older first on ties
+        return [(self.records[-neg_index], sim) for sim, neg_index in scored]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def factor_prior(factor: str, memories: list[tuple[MemoryRecord, float]], min_sim: float) -> tuple[int, int]:
+    """(h, l): near memories' factors similar to ``factor`` (cosine >= ``min_sim``) that helped / hurt."""
+    bag = bag_of_words(factor)
+    helped = hurt = 0
+    for record, _ in memories:
+        for f in record.factors:
+            if cosine(bag, bag_of_words(f.text)) >= min_sim:
+                helped += f.outcome == "helped"
+                hurt += f.outcome == "hurt"
+    return helped, hurt
+
+
+def document_prior(memories: list[tuple[MemoryRecord, float]]) -> dict[str, float]:
+    """m_j: per document, the nDCG-weighted share of near memories that ranked it in their final top-K."""
+    if not memories:
+        return {}
+    prior: Counter = Counter()
+    for record, _ in memories:
+        for docid in record.top_docs:
+            prior[docid] += record.ndcg
+    return {docid: weight / len(memories) for docid, weight in prior.items()}
