@@ -8,6 +8,7 @@ from envs.registry import make_env, register_env, registered_envs
 register_env("KBVQA-v0", "envs.kbvqa:KBVQAEnv")
 register_env("DocMemo-v0", "envs.docmemo:DocMemoEnv")
 register_env("MEMORA-v0", "envs.memora:MemoraEnv")
+register_env("R3G-v0", "envs.r3g:R3GEnv")
 
 __all__ = [
     "IMAGE_PLACEHOLDER",

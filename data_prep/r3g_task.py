@@ -1,0 +1,120 @@
+"""Writes an R3G task folder (``envs.r3g_corpus`` layout): corpus images and features, query features, rows.
+
+Shared by ``data_prep.mragbench`` and ``data_prep.r3g_synthetic`` so both produce the same schema.
+Splits: a row is ``test`` when the first 8 hex digits of sha1(question id) / 16**8 < ``test_fraction``,
+so the split of a question never depends on ``--limit``, row order or the other questions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from envs.encoders import ImageEncoder
+from envs.r3g_corpus import read_rgb
+from envs.retrieval import normalise
+
+ENV_ID = "R3G-v0"
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One question of an R3G task, before it becomes a verl row."""
+
+    question_id: str
+    question: str
+    options: dict[str, str] | None
+    """Letter -> option text (None for open questions)."""
+    answer_choice: str | None
+    """The correct letter (None for open questions)."""
+    answer: str
+    """Text of the correct answer."""
+    query_image: str
+    """Path relative to the task folder."""
+    gold_images: list[str]
+    """Corpus ids of the ground-truth evidence images."""
+    scenario: str
+
+
+def split_of(question_id: str, test_fraction: float) -> str:
+    """``test`` or ``train``, from a hash of the question id alone (stable under --limit and reordering).
+
+    >>> split_of("17", 0.0), split_of("17", 1.0)
+    ('train', 'test')
+    """
+    digest = int(hashlib.sha1(question_id.encode()).hexdigest()[:8], 16)
+    return "test" if digest / 16**8 < test_fraction else "train"
+
+
+def write_corpus(out: Path, ids: list[str], paths: list[str], captions: list[str], encoder: ImageEncoder,
+                 encoder_spec: dict[str, Any], batch: int = 256) -> None:  # fmt: skip
+    """``corpus/``: the table, the unit features (encoded in batches) and the manifest."""
+    (out / "corpus").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"image_id": ids, "path": paths, "caption": captions}).to_parquet(
+        out / "corpus" / "corpus.parquet"
+    )
+    chunks = [
+        encoder.encode_entities([read_rgb(out / p) for p in paths[i : i + batch]], captions[i : i + batch])
+        for i in range(0, len(paths), batch)
+    ]
+    np.save(out / "corpus" / "embeddings.npy", normalise(np.concatenate(chunks)))
+    manifest = {"image_encoder": encoder_spec, "num_images": len(ids)}
+    (out / "corpus" / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+def write_queries(out: Path, paths: list[str], encoder: ImageEncoder) -> None:
+    """``queries/``: the query-image paths and their unit features."""
+    (out / "queries").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"path": paths}).to_parquet(out / "queries" / "queries.parquet")
+    vectors = (
+        encoder.encode_queries([read_rgb(out / p) for p in paths]) if paths else np.zeros((0, 1), np.float32)
+    )
+    np.save(out / "queries" / "embeddings.npy", normalise(vectors))
+
+
+def verl_row(
+    row: TaskRow, index: int, split: str, data_source: str, env_kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The verl parquet row of one question (ground truth as a JSON string, env options inside)."""
+    options = {"question": row.question, "options": row.options, "query_image": row.query_image,
+               "gold_images": row.gold_images, "scenario": row.scenario, "question_id": row.question_id}  # fmt: skip
+    truth = {"answer_choice": row.answer_choice, "answer": row.answer, "options": row.options,
+             "gold_images": row.gold_images, "scenario": row.scenario}  # fmt: skip
+    return {
+        "data_source": data_source,
+        "agent_name": "ragym_env",
+        "prompt": [{"role": "user", "content": row.question}],
+        "ability": "r3g",
+        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
+        "extra_info": {
+            "index": index,
+            "split": split,
+            "env_id": ENV_ID,
+            "env_kwargs": json.dumps(env_kwargs),
+            "env_options": json.dumps(options),
+            "scenario": row.scenario,
+            "question_id": row.question_id,
+        },  # fmt: skip
+    }
+
+
+def write_rows(out: Path, rows: list[TaskRow], data_source: str, test_fraction: float,
+               env_kwargs: dict[str, Any] | None = None, task_dir: Path | None = None) -> dict[str, int]:  # fmt: skip
+    """``data/train.parquet`` and ``data/test.parquet`` (rows name ``task_dir``, default ``out``); returns
+    the row count of each split."""
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    kwargs = {"task_dir": str((task_dir or out).resolve()), **(env_kwargs or {})}
+    records = {"train": [], "test": []}
+    for index, row in enumerate(rows):
+        split = split_of(row.question_id, test_fraction)
+        records[split].append(verl_row(row, index, split, data_source, kwargs))
+    for split, recs in records.items():
+        pd.DataFrame.from_records(recs, columns=["data_source", "agent_name", "prompt", "ability", "reward_model",
+                                                 "extra_info"]).to_parquet(out / "data" / f"{split}.parquet")  # fmt: skip
+    return {split: len(recs) for split, recs in records.items()}

@@ -1,0 +1,300 @@
+"""``R3G-v0``: plan before evidence, coarse image retrieval, judge reranking, answer (seed 003, issue 15).
+
+An episode (grammar in ``envs.r3g_actions``; stop strings ``</plan>``, ``</retrieve>``, ``</judge>``,
+``</answer>``):
+
+1. The policy sees the query image, the question and its options, and writes a plan of the visual cues it
+   needs (Reasoning-Before-Evidence). A retrieval before the plan is a ``protocol_violation``
+   (``retrieve_before_plan``) and serves no evidence.
+2. ``<retrieve>``: the query image's feature (the injected encoder's, or the stored one) ranks the image
+   corpus by cosine similarity; the top P form the pool, Stage-1 = softmax(similarity / temperature) over it.
+3. ``<judge>``: r, t, a in [0, 1] and a rationale per pooled candidate. Stage-2 = w_r r + w_t t + w_a a,
+   final = Stage-1 + Stage-2 (or one stage alone, per ``rerank``); the top k are shown as evidence. A
+   candidate with missing or invalid scores is a ``judge_error`` event and ranks with Stage-2 = 0.
+   With ``rerank="stage1"`` (MRAG) there is no judge turn: the evidence follows the retrieval.
+4. ``<answer>`` ends the episode. Turn budget and forced answer as in KB-VQA.
+
+``reset(options=row_env_options)`` takes ``question``, ``options`` (letter -> text, or null),
+``query_image`` (path relative to the task folder), ``gold_images`` (corpus ids) and ``scenario``; no options
+samples a row of ``data/train.parquet``. Gold data never reaches an observation. Events: ``envs.r3g_events``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pandas as pd
+
+from envs import r3g_events as ev
+from envs import r3g_prompts as prompts
+from envs.encoders import ImageEncoder
+from envs.r3g_actions import (
+    STOP_STRINGS,
+    Answer,
+    Judge,
+    ParseError,
+    Plan,
+    Retrieve,
+    action_kind,
+    parse_action,
+)
+from envs.r3g_corpus import (
+    RERANK_MODES,
+    ImageCorpus,
+    JudgeWeights,
+    final_scores,
+    read_rgb,
+    stage1_scores,
+    top_k,
+)
+from envs.spaces import text_image_space
+
+REQUIRED_OPTIONS = ("question", "query_image", "gold_images")
+
+
+@dataclass(frozen=True)
+class R3GConfig:
+    """Every R3G knob; defaults are the paper's (P=5, k=1, fused, plan first, weights 0.20/0.35/0.45)."""
+
+    task_dir: str | None = None
+    """R3G task folder (``envs.r3g_corpus`` layout). None builds and caches the synthetic ``preset`` task."""
+    preset: str = "tiny"
+    """Synthetic preset (``envs.r3g_synthetic.PRESETS``) used when ``task_dir`` is None."""
+    pool_size: int = 5
+    """P: Stage-1 candidates pooled by cosine similarity."""
+    top_k: int = 1
+    """k: evidence images kept after reranking."""
+    temperature: float = 0.1
+    """Stage-1 softmax temperature over the pool's cosine similarities (the paper gives no value)."""
+    weights: JudgeWeights = field(default_factory=JudgeWeights)
+    """Stage-2 weights of r, t, a (a dict in env_kwargs)."""
+    rerank: str = "fused"
+    """``fused`` (R3G), ``stage1`` (MRAG: no judge turn) or ``stage2`` (judge scores alone)."""
+    use_plan: bool = True
+    """Plan before retrieval (R3G); False is the no-plan ablation and MRAG (a plan is then a violation)."""
+    show_captions: bool = False
+    """CPU-demo aid layer: show each image's corpus caption beside it (MRAG-Bench images have none)."""
+    max_turns: int = 6
+    """Policy turns per episode."""
+    max_turn_chars: int = 8192
+    """Longer turns are an ``oversized`` format error."""
+    last_turn_notice: bool = True
+    """Tell the policy, before its last turn, to answer now."""
+    max_obs_chars: int = 100_000
+    """Upper bound of the observation-space text length."""
+    max_images_per_obs: int = 32
+    """Upper bound of images in one observation."""
+    max_image_side: int = 4096
+    """Upper bound of an image side in the observation space."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.weights, dict):  # env_kwargs arrive as JSON
+            object.__setattr__(self, "weights", JudgeWeights(**self.weights))
+        if self.rerank not in RERANK_MODES:
+            raise ValueError(f"rerank must be one of {RERANK_MODES}, got {self.rerank!r}")
+        if not 1 <= self.top_k <= self.pool_size:
+            raise ValueError(f"need 1 <= top_k <= pool_size, got k={self.top_k}, P={self.pool_size}")
+        if self.temperature <= 0 or self.max_turns < 2:
+            raise ValueError("temperature must be positive and max_turns at least 2")
+
+
+@dataclass
+class _State:
+    """What changes during an episode."""
+
+    options: dict[str, Any]
+    gold: list[str]
+    turn: int = 0
+    done: bool = False
+    terminated: bool = False
+    plan: str | None = None
+    pool: list[int] | None = None
+    stage1: list[float] = field(default_factory=list)
+    evidence: list[int] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class R3GEnv(gymnasium.Env):
+    """The R3G pipeline as a text-in, text-and-images-out environment."""
+
+    metadata = {"render_modes": []}
+    stop_strings: tuple[str, ...] = STOP_STRINGS
+
+    def __init__(
+        self, config: R3GConfig | None = None, encoder: ImageEncoder | None = None, **overrides: Any
+    ):
+        if config is not None and overrides:
+            raise TypeError("pass either an R3GConfig or keyword overrides, not both")
+        self.config = cfg = config or R3GConfig(**overrides)
+        self.corpus = ImageCorpus.load(cfg.task_dir or _synthetic_task_dir(cfg.preset))
+        if cfg.pool_size > len(self.corpus):
+            raise ValueError(f"pool_size {cfg.pool_size} exceeds the corpus ({len(self.corpus)} images)")
+        self.encoder = encoder
+        self.system_prompt = prompts.system_prompt(
+            cfg.use_plan, cfg.rerank != "stage1", cfg.pool_size, cfg.top_k, cfg.max_turns
+        )
+        self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
+        self.observation_space = text_image_space(
+            cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
+        )
+        self._rows: pd.DataFrame | None = None
+        self.state: _State | None = None
+
+    # ----- gymnasium API -------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode from ``options`` (a row's env options) or a sampled training row."""
+        super().reset(seed=seed)
+        options = options or self._sample_options()
+        missing = [k for k in REQUIRED_OPTIONS if k not in options]
+        if missing:
+            raise ValueError(f"R3G env options lack {missing}; got keys {sorted(options)}")
+        cfg = self.config
+        self.state = _State(dict(options), [str(g) for g in options["gold_images"]])
+        self.state.events.append(ev.r3g_task(self.state.gold, str(options.get("scenario", "")), cfg.pool_size,
+                                             cfg.top_k, cfg.rerank, cfg.use_plan))  # fmt: skip
+        text = prompts.task_text(options["question"], options.get("options"))
+        return {"text": text, "images": (read_rgb(self.corpus.root / options["query_image"]),)}, self._info()
+
+    def step(self, action: str):
+        """Parse and execute one policy turn."""
+        if self.state is None or self.state.done:
+            raise RuntimeError("call reset() before step() (and after the episode ended)")
+        state, cfg = self.state, self.config
+        parsed = parse_action(
+            action if isinstance(action, str) else str(action), max_chars=cfg.max_turn_chars
+        )
+        state.events.append(ev.action(state.turn, action_kind(parsed), not isinstance(parsed, ParseError)))
+        text, images = self._execute(parsed)
+        state.turn += 1
+        truncated = False
+        if not state.done and state.turn >= cfg.max_turns:
+            state.events += [
+                ev.truncated(state.turn - 1, "max_turns"),
+                ev.answer(state.turn - 1, "", forced=True),
+            ]
+            state.done = truncated = True
+        elif not state.done and cfg.last_turn_notice and state.turn == cfg.max_turns - 1:
+            text = f"{text}\n{prompts.LAST_TURN_NOTICE}"
+        return {"text": text, "images": tuple(images)}, 0.0, state.terminated, truncated, self._info()
+
+    # ----- transitions ---------------------------------------------------------------------------
+    def _execute(self, parsed: Any) -> tuple[str, list[np.ndarray]]:
+        state = self.state
+        if isinstance(parsed, ParseError):
+            state.events.append(ev.format_error(state.turn, parsed.reason))
+            return prompts.error_text(parsed.message), []
+        if isinstance(parsed, Plan):
+            return self._plan(parsed.text), []
+        if isinstance(parsed, Retrieve):
+            return self._retrieve()
+        if isinstance(parsed, Judge):
+            return self._judge(parsed)
+        assert isinstance(parsed, Answer)
+        state.events.append(ev.answer(state.turn, parsed.text))
+        state.done = state.terminated = True
+        return "", []
+
+    def _violation(self, reason: str, message: str) -> str:
+        self.state.events.append(ev.protocol_violation(self.state.turn, reason))
+        return prompts.error_text(message)
+
+    def _plan(self, text: str) -> str:
+        state = self.state
+        if not self.config.use_plan:
+            return self._violation(
+                "plan_disabled", "this episode has no plan step; use <retrieve></retrieve>."
+            )
+        if state.plan is not None:
+            return self._violation("second_plan", "the plan is already written.")
+        if state.pool is not None:
+            return self._violation("plan_after_retrieval", "the plan must come before any evidence.")
+        state.plan = text
+        state.events.append(ev.plan(state.turn, text))
+        return prompts.PLAN_RECORDED
+
+    def _retrieve(self) -> tuple[str, list[np.ndarray]]:
+        state, cfg = self.state, self.config
+        if cfg.use_plan and state.plan is None:
+            return self._violation("retrieve_before_plan", "write your plan with <plan>...</plan> first."), []
+        if state.pool is not None:
+            return self._violation("second_retrieval", "the candidate pool was already retrieved."), []
+        query = self.corpus.query_vector(state.options["query_image"], self.encoder)
+        state.pool, sims = self.corpus.coarse(query, cfg.pool_size)
+        state.stage1 = stage1_scores(sims, cfg.temperature)
+        state.events.append(
+            ev.coarse_retrieval(state.turn, self._ids(state.pool), sims, state.stage1, state.gold)
+        )
+        if cfg.rerank == "stage1":
+            return self._select([None] * len(state.pool), [])
+        captions = [self.corpus.captions[i] for i in state.pool]
+        return prompts.pool_text(captions, cfg.show_captions), [self.corpus.image(i) for i in state.pool]
+
+    def _judge(self, judge: Judge) -> tuple[str, list[np.ndarray]]:
+        state, cfg = self.state, self.config
+        if state.pool is None:
+            return self._violation("judge_before_retrieval", "retrieve the candidate pool first."), []
+        if cfg.rerank == "stage1":
+            return self._violation("judge_disabled", "this episode ranks by Stage-1 only; answer now."), []
+        if state.evidence is not None:
+            return self._violation("second_judge", "the pool was already judged."), []
+        size = len(state.pool)
+        errors = [(e.candidate, e.reason) for e in judge.errors]
+        stage2: list[float | None] = [None] * size
+        for score in judge.scores:
+            if not 1 <= score.candidate <= size:
+                errors.append((score.candidate, "unknown_candidate"))
+            else:
+                stage2[score.candidate - 1] = cfg.weights.stage2(score.r, score.t, score.a)
+        reported = {c for c, _ in errors}
+        errors += [
+            (i, "not_judged") for i in range(1, size + 1) if stage2[i - 1] is None and i not in reported
+        ]
+        return self._select(stage2, errors)
+
+    def _select(
+        self, stage2: list[float | None], errors: list[tuple[int | None, str]]
+    ) -> tuple[str, list[np.ndarray]]:
+        """Rank the pool, keep the top k as evidence, and show it."""
+        state, cfg = self.state, self.config
+        state.events += [ev.judge_error(state.turn, c, r) for c, r in errors]
+        final = final_scores(state.stage1, [s or 0.0 for s in stage2], cfg.rerank)
+        chosen = top_k(final, cfg.top_k)
+        state.evidence = [state.pool[i] for i in chosen]
+        state.events.append(ev.evidence_selected(state.turn, self._ids(state.pool), state.stage1, stage2, final,
+                                                 chosen, state.gold, cfg.rerank))  # fmt: skip
+        captions = [self.corpus.captions[i] for i in state.evidence]
+        text = prompts.evidence_text(captions, cfg.show_captions, state.plan, cfg.rerank)
+        if errors:
+            text = f"{text}\n{prompts.judge_notice(len(errors))}"
+        return text, [self.corpus.image(i) for i in state.evidence]
+
+    # ----- helpers -------------------------------------------------------------------------------
+    def _ids(self, rows: list[int]) -> list[str]:
+        return [self.corpus.image_ids[i] for i in rows]
+
+    def _info(self) -> dict[str, Any]:
+        return {"events": json.loads(json.dumps(self.state.events)), "turn": self.state.turn}
+
+    def _sample_options(self) -> dict[str, Any]:
+        if self._rows is None:
+            path = self.corpus.root / "data" / "train.parquet"
+            if not path.exists():
+                raise FileNotFoundError(f"reset(options=None) samples rows from {path}, which does not exist")
+            self._rows = pd.read_parquet(path)
+        row = self._rows.iloc[int(self.np_random.integers(len(self._rows)))]
+        return json.loads(row["extra_info"]["env_options"])
+
+
+def _synthetic_task_dir(preset: str) -> str:
+    """Build (once, cached on disk) the synthetic task behind ``gymnasium.make("R3G-v0")``."""
+    from data_prep.r3g_synthetic import cached_task
+
+    return str(cached_task(preset))
+
+
+CONFIG_FIELDS = tuple(f.name for f in fields(R3GConfig))
+"""Names accepted as ``env_kwargs``."""
