@@ -1,0 +1,153 @@
+"""Encyclopedic-VQA reader: the official CSVs (by column name) and the E-VQA KB JSON.
+
+``--raw`` holds (``../shared/DATASETS.md`` section 2): ``{train,val,test}.csv``, ``encyclopedic_kb_wiki.json``
+(or ``--kb``), and the images: ``landmarks/`` (GLDv2 layout ``<id[0]>/<id[1]>/<id[2]>/<id>.jpg``) and
+``inaturalist/`` with an ``id2name`` JSON (``id2name.json``, ``train_id2name.json`` or ``val_id2name.json``:
+``{image_id: path relative to the iNat root}``); a flat ``<root>/<id>.jpg`` is accepted for either.
+
+Each CSV row has up to five ``|``-joined image ids of the same entity: every (question, image) pair is one
+sample, as the benchmark counts its test set (5,750 triplets); report counts are per pair. ``answer`` keeps its
+``|`` alternatives and ``&&`` list items (the scorer reads them). A ``2_hop`` row names two URLs: the first is
+the entity in the image (its gold), the second the article of the second hop (kept in ``extra.hop_urls``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from data_prep.kb_files import read_kb_file
+from data_prep.kb_records import Article, Report, RowError, Sample, require_str
+from rewards.answers import score_answer
+from rewards.evqa import QUESTION_TYPES
+
+SPLITS = ("train", "val", "test")
+KB_NAME = "encyclopedic_kb_wiki.json"
+REQUIRED_COLUMNS = (
+    "question",
+    "answer",
+    "dataset_image_ids",
+    "dataset_name",
+    "question_type",
+    "wikipedia_url",
+)
+
+
+class ImageFinder:
+    """Resolves an E-VQA image id of ``landmarks`` or ``inaturalist`` to a local file."""
+
+    def __init__(self, raw: Path, landmarks: Path | None = None, inaturalist: Path | None = None):
+        self.landmarks = landmarks or raw / "landmarks"
+        self.inat = inaturalist or raw / "inaturalist"
+        self.inat_paths: dict[str, str] = {}
+        for name in ("id2name.json", "train_id2name.json", "val_id2name.json"):
+            for folder in (self.inat, raw):
+                if (folder / name).exists():
+                    self.inat_paths.update(
+                        {str(k): str(v) for k, v in json.loads((folder / name).read_text()).items()}
+                    )
+
+    def __call__(self, dataset: str, image_id: str) -> str | None:
+        """The file of ``image_id`` in ``dataset``'s layout, or None."""
+        if dataset == "landmarks":
+            candidates = [self.landmarks / image_id[0] / image_id[1] / image_id[2] / f"{image_id}.jpg"]
+            candidates.append(self.landmarks / f"{image_id}.jpg")
+        elif dataset == "inaturalist":
+            candidates = [self.inat / f"{image_id}.jpg"]
+            if image_id in self.inat_paths:
+                candidates.insert(0, self.inat / self.inat_paths[image_id])
+        else:
+            return None
+        return next((str(p) for p in candidates if len(image_id) >= 3 and p.exists()), None)
+
+
+def _ground_truth(row: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
+    qtype = row.get("question_type", "")
+    if qtype not in QUESTION_TYPES:
+        raise RowError("unknown_question_type", f"{name}: question_type {qtype!r}")
+    truth = {"answer": require_str(row, "answer", name), "question_type": qtype, "question": row["question"]}
+    try:
+        score_answer("evqa", "", truth)
+    except ValueError as err:
+        raise RowError("malformed_answer", f"{name}: {err}") from err
+    return truth, qtype
+
+
+def _samples(
+    row: dict[str, Any], split: str, name: str, find_image: ImageFinder, report: Report
+) -> list[Sample]:
+    """The (question, image) samples of one CSV row; each unusable image is one rejected pair."""
+    ids = [i.strip() for i in (row.get("dataset_image_ids") or "").split("|") if i.strip()]
+    report.read(split, max(1, len(ids)))
+    try:
+        question = require_str(row, "question", name)
+        if not ids:
+            raise RowError("missing_image_id", f"{name} has no dataset_image_ids")
+        truth, qtype = _ground_truth(row, name)
+        urls = [u.strip() for u in require_str(row, "wikipedia_url", name).split("|") if u.strip()]
+        if qtype == "2_hop" and len(urls) != 2:
+            raise RowError("malformed_wikipedia_url", f"{name}: a 2_hop row needs two URLs, got {len(urls)}")
+        if qtype != "2_hop" and len(urls) != 1:
+            raise RowError("malformed_wikipedia_url", f"{name}: expected one URL, got {len(urls)}")
+    except RowError as err:
+        for _ in range(max(1, len(ids))):
+            report.reject(split, err.reason, str(err))
+        return []
+    samples = []
+    for j, image_id in enumerate(ids):
+        path = find_image(row.get("dataset_name", ""), image_id)
+        if path is None:
+            report.reject(
+                split, "missing_image", f"{name}: {row.get('dataset_name')} image {image_id} not found"
+            )
+            continue
+        extra = {"hop_urls": urls, "dataset_name": row.get("dataset_name"), "image_id": image_id}
+        samples.append(Sample(f"evqa_{split}_{name.split(':')[-1]}_{j}", split, question, (path,), (urls[0],),
+                              truth, qtype, extra))  # fmt: skip
+    return samples
+
+
+def read(
+    raw: Path,
+    report: Report,
+    limit: int | None = None,
+    kb: Path | None = None,
+    landmarks: Path | None = None,
+    inaturalist: Path | None = None,
+) -> tuple[list[Article], list[Sample]]:
+    """The KB articles and the usable samples of every CSV present (first ``limit`` CSV rows per split)."""
+    kb_path = kb or raw / KB_NAME
+    if not kb_path.exists():
+        raise FileNotFoundError(
+            f"no E-VQA KB at {kb_path} (unzip encyclopedic_kb_wiki.zip there or pass --kb)"
+        )
+    articles = read_kb_file(kb_path, report)
+    find_image = ImageFinder(raw, landmarks, inaturalist)
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # evidence cells can be long
+    samples: list[Sample] = []
+    found = False
+    for split in SPLITS:
+        path = raw / f"{split}.csv"
+        if not path.exists():
+            continue
+        found = True
+        with path.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{path}: header lacks columns {missing}; found {reader.fieldnames}")
+            for number, row in enumerate(reader, 2):
+                if limit is not None and number - 2 >= limit:
+                    break
+                samples += _samples(row, split, f"{path.name}:{number}", find_image, report)
+    if not found:
+        raise FileNotFoundError(f"no train.csv / val.csv / test.csv in {raw}")
+    return articles, samples
+
+
+def image_urls(raw: Path, kb: Path | None = None) -> list[str]:
+    """Reference-image URLs of the KB (what ``ragym prep kb-images`` fetches)."""
+    return [a.image_url for a in read_kb_file(kb or raw / KB_NAME, Report("evqa")) if a.image_url]

@@ -1,0 +1,190 @@
+"""InfoSeek reader: official JSON Lines (+ withkb entity ids, qtype) and the Wiki6M-format KB, by field name.
+
+``--raw`` holds, under their official names (``../shared/DATASETS.md`` section 1):
+``infoseek_{train,val}.jsonl``, ``infoseek_{train,val}_withkb.jsonl``, ``infoseek_val_qtype.jsonl`` (a
+``infoseek_train_qtype.jsonl`` is used when present), a KB file (the first of ``KB_NAMES`` found, or
+``--kb``), and the query images in the OVEN layout ``oven_images/<NN>/<image_id>.{jpg,JPEG}``, a flat
+``images/<image_id>.{jpg,JPEG}`` folder, or an ``id2image.jsonl`` of ``{"image_id", "image_path"}``.
+
+Accepted variants: numerical ``answer_eval`` as a list of ``{"wikidata", "range"}``, one bare object, or a
+flat ``[lo, hi]``; ``data_split`` matched by suffix (``unseen_question`` / ``unseen_entity``); question types
+in any case. Train rows have no official qtype file: a dict ``answer_eval`` is Numerical, answers that are
+all years/dates are Time, anything else String (``extra.question_type_inferred`` marks it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from data_prep.kb_files import read_kb_file
+from data_prep.kb_records import Article, Report, RowError, Sample, iter_jsonl, require_str
+from rewards.answers import score_answer
+
+SPLITS = ("train", "val")
+KB_NAMES = (
+    "infoseek_100k_kb.jsonl",
+    "wiki_100_dict_v4.jsonl",
+    "Wiki100k_ver_1_0-all.json",
+    "infoseek_100k_wiki.json",
+    "Wiki6M_ver_1_0.jsonl",
+    "Wiki6M_ver_1_0.jsonl.gz",
+)
+"""KB files looked for in ``--raw``, the paper's 100K-page subsets first."""
+_QTYPES = {"string": "String", "numerical": "Numerical", "time": "Time"}
+_DATE = re.compile(
+    r"^\s*(\d{1,2}\s+\w+\s+)?\d{3,4}(\s*(BC|BCE|AD|CE))?\s*$|^\d{4}-\d{2}-\d{2}$", re.IGNORECASE
+)
+
+
+def find_kb(raw: Path) -> Path:
+    """The KB file in ``raw`` (first of ``KB_NAMES``); a clear error when there is none."""
+    for name in KB_NAMES:
+        if (raw / name).exists():
+            return raw / name
+    raise FileNotFoundError(f"no InfoSeek KB in {raw}: expected one of {KB_NAMES} (or pass --kb)")
+
+
+def _by_data_id(path: Path, field: str) -> dict[str, Any]:
+    """``data_id -> row[field]`` of a side file (withkb, qtype); empty when the file is absent."""
+    out: dict[str, Any] = {}
+    if path.exists():
+        for _, row in iter_jsonl(path):
+            if isinstance(row, dict) and "data_id" in row and field in row:
+                out[str(row["data_id"])] = row
+    return out
+
+
+class ImageFinder:
+    """Resolves an OVEN ``image_id`` to a local file in any of the documented layouts."""
+
+    def __init__(self, raw: Path, image_dir: Path | None = None):
+        self.roots = [image_dir] if image_dir else [raw / "oven_images", raw / "images", raw]
+        self.mapped: dict[str, str] = {}
+        for root in [raw, *self.roots]:
+            if (root / "id2image.jsonl").exists():
+                for _, row in iter_jsonl(root / "id2image.jsonl"):
+                    if isinstance(row, dict) and "image_id" in row and "image_path" in row:
+                        path = Path(row["image_path"])
+                        self.mapped[str(row["image_id"])] = str(path if path.is_absolute() else root / path)
+
+    def __call__(self, image_id: str) -> str | None:
+        """The image file of ``image_id``, or None when no layout has it."""
+        if image_id in self.mapped and Path(self.mapped[image_id]).exists():
+            return self.mapped[image_id]
+        shard = image_id.split("_")[-1][:2]
+        for root in self.roots:
+            for ext in (".jpg", ".JPEG", ".jpeg", ".png"):
+                for path in (root / shard / f"{image_id}{ext}", root / f"{image_id}{ext}"):
+                    if path.exists():
+                        return str(path)
+        return None
+
+
+def _question_type(row: dict[str, Any], qtype: dict[str, Any] | None) -> tuple[str, bool]:
+    """(String | Numerical | Time, inferred?)."""
+    if qtype is not None:
+        value = str(qtype["question_type"]).lower()
+        if value not in _QTYPES:
+            raise RowError("unknown_question_type", f"{row.get('data_id')}: question_type {value!r}")
+        return _QTYPES[value], False
+    answer_eval = row.get("answer_eval")
+    items = answer_eval if isinstance(answer_eval, list) else [answer_eval]
+    if any(isinstance(a, dict) for a in items):
+        return "Numerical", True
+    if items and all(isinstance(a, str) and _DATE.match(a) for a in items):
+        return "Time", True
+    return "String", True
+
+
+def _sample(row: Any, split: str, withkb: dict, qtypes: dict, find_image: ImageFinder) -> Sample:
+    """One QA row as a ``Sample`` (raises ``RowError`` with the reason it cannot be used)."""
+    if not isinstance(row, dict):
+        raise RowError("malformed_json", f"line is not a JSON object: {row}")
+    data_id = require_str(row, "data_id", "row")
+    question = require_str(row, "question", data_id)
+    image_id = require_str(row, "image_id", data_id)
+    if "answer_eval" not in row:
+        raise RowError("missing_answer_eval", f"{data_id} has no answer_eval (test/human rows have none)")
+    qtype, inferred = _question_type(row, qtypes.get(data_id))
+    gold = withkb.get(data_id)
+    if gold is None:
+        raise RowError("missing_gold_entity", f"{data_id} has no entity_id in the withkb file")
+    answer_eval = row["answer_eval"]
+    if qtype != "Numerical" and (
+        not isinstance(answer_eval, list)
+        or not answer_eval
+        or not all(isinstance(a, str) for a in answer_eval)
+    ):
+        raise RowError("malformed_answer", f"{data_id}: {qtype} answer_eval must be a list of strings")
+    truth = {"answer_eval": answer_eval, "question_type": qtype}
+    try:
+        score_answer("infoseek", "", truth)
+    except ValueError as err:
+        raise RowError("malformed_answer", f"{data_id}: {err}") from err
+    path = find_image(image_id)
+    if path is None:
+        raise RowError("missing_image", f"{data_id}: image {image_id} is in none of the OVEN layouts")
+    data_split = str(row.get("data_split", split))
+    return Sample(
+        sample_id=data_id,
+        split=split,
+        question=question,
+        images=(path,),
+        gold_keys=(str(gold["entity_id"]),),
+        ground_truth=truth,
+        question_type=qtype,
+        extra={
+            "data_split": data_split,
+            "entity_text": gold.get("entity_text"),
+            "answer": row.get("answer"),
+            "question_type_inferred": inferred,
+        },
+    )
+
+
+def _to_kb_keys(samples: list[Sample], articles: list[Article]) -> list[Sample]:
+    """Map Wikidata gold ids onto a URL-keyed KB (E-VQA format) through the withkb entity title."""
+    keys = {a.key for a in articles}
+    by_title = {a.title: a.key for a in articles}
+    out = []
+    for s in samples:
+        key = s.gold_keys[0]
+        if key not in keys and s.extra.get("entity_text") in by_title:
+            s = Sample(**{**s.__dict__, "gold_keys": (by_title[s.extra["entity_text"]],)})
+        out.append(s)
+    return out
+
+
+def read(
+    raw: Path, report: Report, limit: int | None = None, kb: Path | None = None, image_dir: Path | None = None
+) -> tuple[list[Article], list[Sample]]:
+    """The KB articles and the usable samples of every split present in ``raw`` (first ``limit`` per split)."""
+    articles = read_kb_file(kb or find_kb(raw), report)
+    find_image = ImageFinder(raw, image_dir)
+    samples: list[Sample] = []
+    for split in SPLITS:
+        path = raw / f"infoseek_{split}.jsonl"
+        if not path.exists():
+            continue
+        withkb = _by_data_id(raw / f"infoseek_{split}_withkb.jsonl", "entity_id")
+        qtypes = _by_data_id(raw / f"infoseek_{split}_qtype.jsonl", "question_type")
+        for count, (number, row) in enumerate(iter_jsonl(path)):
+            if limit is not None and count >= limit:
+                break
+            report.read(split)
+            try:
+                if isinstance(row, Exception):
+                    raise RowError("malformed_json", f"{path.name}:{number}: {row}")
+                samples.append(_sample(row, split, withkb, qtypes, find_image))
+            except RowError as err:
+                report.reject(split, err.reason, f"{path.name}:{number}: {err}")
+    if not samples and not report.rows_in:
+        raise FileNotFoundError(f"no infoseek_{{train,val}}.jsonl in {raw}")
+    return articles, _to_kb_keys(samples, articles)
+
+
+def image_urls(raw: Path, kb: Path | None = None) -> list[str]:
+    """Reference-image URLs of the KB (what ``ragym prep kb-images`` fetches)."""
+    return [a.image_url for a in read_kb_file(kb or find_kb(raw), Report("infoseek")) if a.image_url]

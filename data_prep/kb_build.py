@@ -1,0 +1,295 @@
+"""Write a real benchmark's KB and verl rows in the ``envs.kb`` format: entities, 800-character passages,
+image and text indexes, precomputed candidate lists, the reachability filter (training splits only) and a report.
+
+Readers hand over ``Article`` and ``Sample`` records; this module knows no dataset. An entity is indexed by its
+reference image feature concatenated with its title feature (EVA-CLIP, paper C.1); an entity without an image
+shows a grey placeholder and, with EVA-CLIP, is indexed by its title alone (the image half is zero).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from data_prep.kb_encode import encode
+from data_prep.kb_images import image_file
+from data_prep.kb_records import Article, Report, RowError, Sample, chunk_text
+from envs.encoders import make_image_encoder, make_text_encoder
+from envs.kb import KB_FORMAT, KB_VERSION
+from envs.retrieval import BM25Retriever, build_index, normalise
+
+log = logging.getLogger(__name__)
+ENV_ID = "KBVQA-v0"
+PLACEHOLDER = "images/no_image.png"
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    """Retrieval settings of a real KB (paper defaults)."""
+
+    candidates_per_batch: int = 5
+    """K: candidates per SearchImage batch (paper 4.1.2)."""
+    max_rejections: int = 2
+    """Rej_max: each query image has (Rej_max + 1) x K precomputed candidates."""
+    image_encoder: dict[str, Any] = field(default_factory=lambda: {"name": "pixel"})
+    """``envs.encoders`` spec: ``{"name": "eva_clip", "kwargs": {"model_path": ..., "processor_path": ...}}``
+    for the paper's index; ``pixel`` is the CPU stand-in."""
+    text_encoder: dict[str, Any] | None = None
+    """``{"name": "e5", "kwargs": {"model_path": ...}}`` writes dense passage vectors; BM25 is always built."""
+    train_splits: tuple[str, ...] = ("train",)
+    """Splits the reachability filter applies to (D.1); evaluation splits are never filtered."""
+    kb_images: Path | None = None
+    """Folder of ``ragym prep kb-images`` (entity reference images by URL)."""
+
+    @property
+    def pool(self) -> int:
+        """Candidates stored per query image: (Rej_max + 1) x K."""
+        return (self.max_rejections + 1) * self.candidates_per_batch
+
+
+def _readable(path: str) -> bool:
+    try:
+        with Image.open(path) as image:
+            image.verify()
+        return True
+    except Exception:  # noqa: BLE001 - any decoder error means the file cannot be shown
+        return False
+
+
+def _entity_images(out: Path, articles: list[Article], cfg: BuildConfig, report: Report) -> list[str]:
+    """Each entity's image path (absolute, or the KB's placeholder), counting those without one."""
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (64, 64), (128, 128, 128)).save(out / PLACEHOLDER)
+    paths = []
+    for article in articles:
+        path = article.image_path
+        if path is None and article.image_url and cfg.kb_images is not None:
+            fetched = image_file(cfg.kb_images, article.image_url)
+            path = str(fetched) if fetched.exists() else None
+        if path is not None and not _readable(path):
+            report.sizes["entity_images_unreadable"] = report.sizes.get("entity_images_unreadable", 0) + 1
+            path = None
+        paths.append(str(Path(path).resolve()) if path else PLACEHOLDER)
+    report.sizes["entities_without_image"] = sum(p == PLACEHOLDER for p in paths)
+    return paths
+
+
+def _save_query_image(out: Path, image: Any, number: int) -> str:
+    """Copy (hard-link when possible) or write one query image into the KB; returns its relative path."""
+    if isinstance(image, bytes):
+        with Image.open(io.BytesIO(image)) as decoded:
+            ext = "." + (decoded.format or "png").lower().replace("jpeg", "jpg")
+    else:
+        ext = Path(image).suffix.lower() or ".jpg"
+    rel = f"queries/{number // 1000:04d}/Q{number:07d}{ext}"
+    target = out / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.unlink(missing_ok=True)
+    if isinstance(image, bytes):
+        target.write_bytes(image)
+    else:
+        try:
+            os.link(image, target)
+        except OSError:
+            shutil.copyfile(image, target)
+    if not _readable(str(target)):
+        target.unlink()
+        raise RowError("unreadable_image", f"query image {image if isinstance(image, str) else '<bytes>'}")
+    return rel
+
+
+def _resolve_samples(
+    out: Path, samples: list[Sample], key_row: dict[str, int], report: Report
+) -> tuple[list, list]:
+    """(kept samples with their query paths and gold rows, query image paths in order); rejects are counted."""
+    kept, query_paths = [], []
+    for sample in samples:
+        try:
+            missing = [k for k in sample.gold_keys if k is not None and k not in key_row]
+            if missing:
+                raise RowError("gold_entity_not_in_kb", f"{sample.sample_id}: {missing} not in the KB")
+            paths = []
+            for image in sample.images:
+                if isinstance(image, str) and not Path(image).exists():
+                    raise RowError("missing_image", f"{sample.sample_id}: {image} does not exist")
+                try:
+                    paths.append(_save_query_image(out, image, len(query_paths) + len(paths)))
+                except RowError as err:
+                    raise RowError(err.reason, f"{sample.sample_id}: {err}") from err
+                except OSError as err:
+                    raise RowError("unreadable_image", f"{sample.sample_id}: {err}") from err
+        except RowError as err:
+            report.reject(sample.split, err.reason, str(err))
+            continue
+        gold_rows = [None if k is None else key_row[k] for k in sample.gold_keys]
+        first = len(query_paths)
+        query_paths += paths
+        kept.append((sample, list(range(first, first + len(paths))), gold_rows))
+    return kept, query_paths
+
+
+def _recall(kept: list, ranked: np.ndarray, cfg: BuildConfig) -> dict[str, dict[str, float]]:
+    """R@1, R@5 and R@pool of the image index per split, over query images with a known gold entity."""
+    hits: dict[str, list[np.ndarray]] = {}
+    for sample, queries, golds in kept:
+        for q, g in zip(queries, golds, strict=True):
+            if g is not None:
+                hits.setdefault(sample.split, []).append(ranked[q] == g)
+    table = {}
+    for split, rows in hits.items():
+        matrix = np.stack(rows)  # (num_images, pool) bool
+        table[split] = {
+            "images": len(rows),
+            "R@1": float(matrix[:, :1].any(1).mean()),
+            "R@5": float(matrix[:, :5].any(1).mean()),
+            f"R@{cfg.pool}": float(matrix.any(1).mean()),
+        }
+    return table
+
+
+def _passages(articles: list[Article], ids: list[str], loose: list[tuple[str, str]]) -> pd.DataFrame:
+    records = [
+        (eid, a.title, chunk) for a, eid in zip(articles, ids, strict=True) for chunk in chunk_text(a.text)
+    ]
+    records += [("", title, chunk) for title, text in loose for chunk in chunk_text(text)]
+    frame = pd.DataFrame.from_records(records, columns=["entity_id", "title", "text"])
+    frame.insert(0, "passage_id", [f"P{i:08d}" for i in range(len(frame))])
+    return frame
+
+
+def _row(sample: Sample, index: int, data_source: str, env_kwargs: str, paths: list[str], golds: list[str | None],
+         candidates: list[list[str]]) -> dict[str, Any]:  # fmt: skip
+    """One verl row, in the synthetic KB's schema (``data_prep.synthetic_kb_io``)."""
+    options = {
+        "question": sample.question,
+        "query_images": paths,
+        "gold_entities": golds,
+        "question_type": sample.question_type,
+    }
+    return {
+        "data_source": data_source,
+        "agent_name": "ragym_env",
+        "prompt": [{"role": "user", "content": sample.question}],
+        "ability": "kbvqa",
+        "reward_model": {"style": "rule", "ground_truth": json.dumps(sample.ground_truth)},
+        "extra_info": {
+            "index": index,
+            "split": sample.split,
+            "env_id": ENV_ID,
+            "env_kwargs": env_kwargs,
+            "env_options": json.dumps(options),
+            "sample_id": sample.sample_id,
+            "candidates": json.dumps(candidates),
+            "dataset_fields": json.dumps(sample.extra, default=str),
+        },
+    }
+
+
+def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str], ranked: np.ndarray,
+                entity_ids: list[str], cfg: BuildConfig, report: Report) -> None:  # fmt: skip
+    """Apply the reachability filter to training splits and write ``data/<split>.parquet``."""
+    env_kwargs = json.dumps({"kb_dir": str(out.resolve()), "candidates_per_batch": cfg.candidates_per_batch,
+                             "max_rejections": cfg.max_rejections})  # fmt: skip
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for sample, queries, golds in kept:
+        candidates = [[entity_ids[r] for r in ranked[q] if r >= 0] for q in queries]
+        gold_ids = [None if g is None else entity_ids[g] for g in golds]
+        reachable = all(g is None or g in c for g, c in zip(gold_ids, candidates, strict=True))
+        if sample.split in cfg.train_splits and not reachable:
+            report.reject(sample.split, "unreachable", f"{sample.sample_id}: a gold entity is outside the "
+                          f"top {cfg.pool} candidates of its image")  # fmt: skip
+            continue
+        split_rows = rows.setdefault(sample.split, [])
+        paths = [query_paths[q] for q in queries]
+        split_rows.append(_row(sample, len(split_rows), data_source, env_kwargs, paths, gold_ids, candidates))
+        report.keep(sample.split)
+    (out / "data").mkdir(exist_ok=True)
+    for split, records in rows.items():
+        pd.DataFrame.from_records(records).to_parquet(out / "data" / f"{split}.parquet")
+
+
+def _entity_vectors(out: Path, articles: list[Article], images: list[str], cfg: BuildConfig) -> np.ndarray:
+    encoder = make_image_encoder(cfg.image_encoder)
+    absolute = [p if Path(p).is_absolute() else str(out / p) for p in images]
+    vectors = encode("entities", encoder, absolute, [a.title for a in articles])  # (n, d)
+    if cfg.image_encoder["name"] == "eva_clip":
+        # [image, title] layout: an entity without an image is matched by its title alone.
+        vectors[np.array([p == PLACEHOLDER for p in images]), : vectors.shape[1] // 2] = 0.0
+    return normalise(vectors)
+
+
+def build(
+    out: Path,
+    data_source: str,
+    articles: list[Article],
+    samples: list[Sample],
+    report: Report,
+    cfg: BuildConfig = BuildConfig(),
+    loose_passages: list[tuple[str, str]] = (),
+) -> dict[str, Any]:
+    """Write the KB at ``out`` (entities, passages, indexes, candidates, rows, kb.json, report.json)."""
+    if not articles:
+        raise ValueError(f"{data_source}: the KB has no usable article")
+    (out / "index").mkdir(parents=True, exist_ok=True)
+    entity_ids = [f"E{i:07d}" for i in range(len(articles))]
+    key_row = {a.key: i for i, a in enumerate(articles)}
+    images = _entity_images(out, articles, cfg, report)
+    pd.DataFrame({"entity_id": entity_ids, "name": [a.title for a in articles], "image": images,
+                  "signature": [None] * len(articles), "key": [a.key for a in articles]}).to_parquet(
+        out / "entities.parquet")  # fmt: skip
+    passages = _passages(articles, entity_ids, list(loose_passages))
+    passages.to_parquet(out / "passages.parquet")
+    BM25Retriever.build(passages["text"].tolist(), passages["passage_id"].tolist()).save(
+        out / "index" / "bm25"
+    )
+    if cfg.text_encoder is not None:
+        vectors = encode("passages", make_text_encoder(cfg.text_encoder), passages["text"].tolist())
+        np.save(out / "index" / "passage_embeddings.npy", normalise(vectors))
+    entity_vectors = _entity_vectors(out, articles, images, cfg)
+    np.save(out / "index" / "entity_embeddings.npy", entity_vectors)
+    kept, query_paths = _resolve_samples(out, samples, key_row, report)
+    if query_paths:
+        query_vectors = normalise(encode("queries", make_image_encoder(cfg.image_encoder),
+                                         [str(out / p) for p in query_paths]))  # fmt: skip
+        ranked = build_index(entity_vectors).search(query_vectors, min(cfg.pool, len(articles)))[1]
+    else:
+        query_vectors, ranked = np.zeros((0, entity_vectors.shape[1]), np.float32), np.zeros((0, 0), np.int64)
+    np.save(out / "index" / "query_embeddings.npy", query_vectors)
+    pd.DataFrame({"query_id": [f"Q{i:07d}" for i in range(len(query_paths))], "image": query_paths,
+                  "signature": [None] * len(query_paths),
+                  "candidates": [[entity_ids[r] for r in row if r >= 0] for row in ranked]}).to_parquet(
+        out / "queries.parquet")  # fmt: skip
+    recall = _recall(kept, ranked, cfg)
+    _write_rows(out, data_source, kept, query_paths, ranked, entity_ids, cfg, report)
+    report.sizes.update({"num_entities": len(articles), "num_passages": len(passages),
+                         "num_query_images": len(query_paths), "index_dim": int(entity_vectors.shape[1]),
+                         "recall": recall})  # fmt: skip
+    manifest = {
+        "format": KB_FORMAT,
+        "version": KB_VERSION,
+        "name": data_source,
+        "image_encoder": cfg.image_encoder,
+        "text_encoder": cfg.text_encoder,
+        "num_entities": len(articles),
+        "num_passages": len(passages),
+        "num_queries": len(query_paths),
+        "extra": {
+            "generator": "data_prep.kb_build",
+            "candidates_per_batch": cfg.candidates_per_batch,
+            "max_rejections": cfg.max_rejections,
+            "recall": recall,
+        },  # fmt: skip
+    }
+    (out / "kb.json").write_text(json.dumps(manifest, indent=2, default=str))
+    report.save(out / "report.json")
+    return report.as_dict()

@@ -1,0 +1,98 @@
+"""Readers of the Wikipedia KB files the three benchmarks ship, into ``Article`` records (by field name).
+
+Formats (``../shared/DATASETS.md`` 1c, 1d, 2b):
+
+- Wiki6M JSON Lines (``Wiki6M_ver_1_0.jsonl[.gz]`` or a subset of it): ``wikidata_id``, ``wikipedia_title``,
+  ``wikipedia_content`` (``wikipedia_summary`` when content is empty), ``wikipedia_image_url`` (may be null).
+- E-VQA JSON: one object ``{wikipedia_url: {title, section_titles, section_texts, image_urls, ...}}``
+  (``encyclopedic_kb_wiki.json``, EchoSight's InfoSeek 100K KB).
+- JSON Lines of ``{wikipedia_url: entry}`` (mKG-RAG's ``wiki_100_dict_v4.jsonl``), entries as above.
+- One JSON object ``{key: {"wikipedia_title"/"title", "wikipedia_content", ...}}`` (ReflectiVA's 100K KB).
+
+A KB entry that cannot be used is rejected under split ``kb`` with a reason, like any row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from data_prep.kb_records import Article, Report, RowError, iter_jsonl
+
+
+def _evqa_entry(key: str, entry: Any) -> Article:
+    """An E-VQA-format entry: text = its sections in order, reference image = its first image URL."""
+    if not isinstance(entry, dict):
+        raise RowError("malformed_kb_entry", f"KB entry {key!r} is not an object")
+    title = entry.get("title")
+    texts = entry.get("section_texts")
+    if not isinstance(title, str) or not title.strip():
+        raise RowError("kb_entry_without_title", f"KB entry {key!r} has no title")
+    if not isinstance(texts, list) or not any(isinstance(t, str) and t.strip() for t in texts):
+        raise RowError("kb_entry_without_text", f"KB entry {key!r} has no section_texts")
+    urls = [u for u in entry.get("image_urls") or [] if isinstance(u, str) and u]
+    text = "\n\n".join(t for t in texts if isinstance(t, str))
+    return Article(key=key, title=title, text=text, image_url=urls[0] if urls else None)
+
+
+def _wiki6m_entry(key: str, entry: Any) -> Article:
+    """A Wiki6M-format entry (``wikipedia_title``/``title`` and ``wikipedia_content``/``wikipedia_summary``)."""
+    if not isinstance(entry, dict):
+        raise RowError("malformed_kb_entry", f"KB entry {key!r} is not an object")
+    title = entry.get("wikipedia_title") or entry.get("title")
+    text = entry.get("wikipedia_content") or entry.get("wikipedia_summary")
+    if not isinstance(title, str) or not title.strip():
+        raise RowError("kb_entry_without_title", f"KB entry {key!r} has no wikipedia_title")
+    if not isinstance(text, str) or not text.strip():
+        raise RowError("kb_entry_without_text", f"KB entry {key!r} has no wikipedia_content or summary")
+    url = entry.get("wikipedia_image_url")
+    return Article(key=key, title=title, text=text, image_url=url if isinstance(url, str) and url else None)
+
+
+def _entry(key: str, entry: Any) -> Article:
+    if isinstance(entry, dict) and "section_texts" in entry:
+        return _evqa_entry(key, entry)
+    return _wiki6m_entry(key, entry)
+
+
+def _jsonl_entries(path: Path) -> Iterator[tuple[str, Any]]:
+    for number, obj in iter_jsonl(path):
+        where = f"{path.name}:{number}"
+        if isinstance(obj, Exception):
+            yield where, RowError("malformed_json", f"{where}: {obj}")
+        elif isinstance(obj, dict) and "wikidata_id" in obj:
+            yield str(obj["wikidata_id"]), obj
+        elif isinstance(obj, dict) and len(obj) == 1:
+            yield next(iter(obj.items()))
+        else:
+            yield where, RowError("malformed_kb_entry", f"{where}: neither a Wiki6M row nor {{url: entry}}")
+
+
+def read_kb_file(path: Path, report: Report) -> list[Article]:
+    """Every usable article of one KB file, in file order; rejects are counted in ``report`` (split ``kb``)."""
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
+        entries: Iterator[tuple[str, Any]] = _jsonl_entries(path)
+    else:
+        with path.open(encoding="utf-8") as handle:
+            data = json.load(handle)
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: an E-VQA-style KB file must hold one JSON object keyed by URL")
+        entries = iter(data.items())
+    articles, seen = [], set()
+    for key, entry in entries:
+        report.read("kb")
+        try:
+            if isinstance(entry, RowError):
+                raise entry
+            if key in seen:
+                raise RowError("duplicate_kb_key", f"{path.name}: key {key!r} appears again")
+            article = _entry(str(key), entry)
+        except RowError as err:
+            report.reject("kb", err.reason, str(err))
+            continue
+        seen.add(key)
+        articles.append(article)
+        report.keep("kb")
+    return articles

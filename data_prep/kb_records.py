@@ -1,0 +1,171 @@
+"""Shared records of the real KB-VQA readers: KB articles, samples, passage chunking and the prep report.
+
+Every reader (``data_prep.infoseek``, ``data_prep.evqa``, ``data_prep.mmhops``) turns the official files
+into ``Article`` and ``Sample`` records and records each row it cannot use in a ``Report`` with a reason,
+so a run always accounts for every input row: rows in = rows out + rows rejected.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PASSAGE_CHARS = 800
+"""Paper (4.1.2, C.1): Wikipedia text is indexed in chunks of 800 characters."""
+
+
+class RowError(ValueError):
+    """A row that cannot be used; ``reason`` is the report's key, the message names the row."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Article:
+    """One KB entry: a stable key, its title, its text, and where its reference image comes from."""
+
+    key: str
+    """The dataset's KB key (Wikidata QID for Wiki6M, Wikipedia URL for E-VQA-format KBs, entity id for MMhops)."""
+    title: str
+    """Entity name shown with each candidate."""
+    text: str
+    """Article text, chunked into passages."""
+    image_url: str | None = None
+    """URL of the reference image (fetched by ``ragym prep kb-images``); None when the KB lists none."""
+    image_path: str | None = None
+    """Local reference image, when the KB ships one (MMhops) or kb-images already fetched it."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One question: its query images, gold entities (one per image) and the ground truth the reward reads."""
+
+    sample_id: str
+    """The dataset's own row id."""
+    split: str
+    """Official split name (``train``, ``val``, ``test``, ``validation``)."""
+    question: str
+    """Question text shown to the policy."""
+    images: tuple[Any, ...]
+    """One entry per query image: a local path (str) or encoded bytes (MMhops parquet cells)."""
+    gold_keys: tuple[str | None, ...]
+    """KB key of the gold entity of each image (None where the dataset does not give one)."""
+    ground_truth: dict[str, Any]
+    """The annotation in the form ``rewards.answers.score_answer`` reads for this data source."""
+    question_type: str
+    """The dataset's question type (String/Numerical/Time, templated/2_hop/..., Bridge/Compare)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Dataset fields worth keeping in the row (e.g. InfoSeek's data_split for the harmonic mean)."""
+
+
+class Report:
+    """Counts of rows read, kept and rejected (with a reason each), per split; printed and saved as JSON."""
+
+    def __init__(self, dataset: str):
+        self.dataset = dataset
+        self.rows_in: Counter[str] = Counter()
+        self.rows_out: Counter[str] = Counter()
+        self.rejected: dict[str, Counter[str]] = {}
+        self.examples: dict[str, str] = {}
+        self.sizes: dict[str, Any] = {}
+
+    def read(self, split: str, num: int = 1) -> None:
+        """Count ``num`` input rows of ``split``."""
+        self.rows_in[split] += num
+
+    def keep(self, split: str, num: int = 1) -> None:
+        """Count ``num`` rows of ``split`` written out."""
+        self.rows_out[split] += num
+
+    def reject(self, split: str, reason: str, message: str) -> None:
+        """Count one rejected row of ``split`` under ``reason``; the first message per reason is kept."""
+        self.rejected.setdefault(split, Counter())[reason] += 1
+        self.examples.setdefault(reason, message)
+
+    def balanced(self) -> bool:
+        """Whether rows in = rows out + rows rejected for every split."""
+        splits = set(self.rows_in) | set(self.rows_out) | set(self.rejected)
+        return all(
+            self.rows_in[s] == self.rows_out[s] + sum(self.rejected.get(s, Counter()).values())
+            for s in splits
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain JSON-able data."""
+        return {
+            "dataset": self.dataset,
+            "rows_in": dict(self.rows_in),
+            "rows_out": dict(self.rows_out),
+            "rejected": {s: dict(c) for s, c in self.rejected.items()},
+            "reason_examples": self.examples,
+            "balanced": self.balanced(),
+            **self.sizes,
+        }
+
+    def save(self, path: Path) -> None:
+        """Write the report to ``path`` as indented JSON."""
+        path.write_text(json.dumps(self.as_dict(), indent=2, default=str))
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def chunk_text(text: str, max_chars: int = PASSAGE_CHARS) -> list[str]:
+    """Split ``text`` into chunks of at most ``max_chars``, on sentence boundaries where possible.
+
+    Sentences are packed greedily; a sentence longer than ``max_chars`` is cut at the last space before
+    the limit (or hard at the limit when it has none).
+
+    >>> chunk_text("One. Two two. Three three three.", max_chars=14)
+    ['One. Two two.', 'Three three', 'three.']
+    """
+    chunks: list[str] = []
+    current = ""
+    for sentence in _SENTENCE_END.split(" ".join(text.split())):
+        while len(sentence) > max_chars:
+            cut = sentence.rfind(" ", 0, max_chars + 1)
+            cut = cut if cut > 0 else max_chars
+            if current:
+                chunks.append(current)
+                current = ""
+            chunks.append(sentence[:cut].rstrip())
+            sentence = sentence[cut:].lstrip()
+        if not sentence:
+            continue
+        if current and len(current) + 1 + len(sentence) > max_chars:
+            chunks.append(current)
+            current = sentence
+        else:
+            current = f"{current} {sentence}" if current else sentence
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def require_str(row: dict[str, Any], key: str, row_name: str) -> str:
+    """``row[key]`` as a non-empty string, else a ``RowError`` naming the field."""
+    value = row.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise RowError(f"missing_{key}", f"{row_name} has no usable {key!r} (got {value!r})")
+    return value
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed object or the JSONDecodeError)`` of each non-blank line (.jsonl or .jsonl.gz)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as err:
+                yield number, err

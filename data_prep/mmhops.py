@@ -1,0 +1,161 @@
+"""MMhops reader: the Hugging Face dataset repository's parquet shards (read offline with ``datasets``) and
+the MMhops-KB corpora, by field name.
+
+``--raw`` is the dataset repository as the hub client downloads it (``data/<split>-*.parquet`` for ``train``,
+``validation``, ``test``), and ``--kb`` (default ``RAW/MMhops-KB``) the KB repository: ``image/image_corpus.jsonl``
+(``{"id", "title", "entity_id", "image_path"}``; ``image_path`` relative to ``--kb-image-root``, default
+``KB/image``) and ``text/text_corpus.jsonl`` (``{"id", "contents"}``, contents = ``"Title"\\ntext``).
+
+Rows (``../shared/DATASETS.md`` section 3): ``id``, ``problem`` (with ``<image>`` placeholders, removed from the
+question the policy reads), ``answer_eval``, ``split`` (Bridge | Compare, any case), ``problem_type``, and the
+images: every column whose feature is an Image or a list of Images, in column order. A gold entity per image is
+read from the first of ``GOLD_COLUMNS`` present (the card names none); rows without one keep null golds and are
+counted under ``gold_unknown`` (the reachability filter cannot test them).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from data_prep.kb_records import Article, Report, RowError, Sample, iter_jsonl, require_str
+from rewards.mmhops import check_ground_truth
+
+SPLITS = ("train", "validation", "test")
+GOLD_COLUMNS = ("entity_ids", "gold_entities", "entity_id", "wikidata_ids", "wikidata_id")
+_PLACEHOLDER = re.compile(r"<image>")
+_TITLE = re.compile(r'^"?(.*?)"?\n', re.DOTALL)
+
+
+def _image_columns(features: Any) -> list[str]:
+    from datasets import Image, List, Sequence
+
+    def is_image(f: Any) -> bool:
+        return isinstance(f, Image) or (isinstance(f, (List, Sequence)) and isinstance(f.feature, Image))
+
+    return [name for name, f in features.items() if is_image(f)]
+
+
+def _cells(value: Any) -> list[dict[str, Any]]:
+    items = value if isinstance(value, list) else [value]
+    return [v for v in items if isinstance(v, dict) and (v.get("bytes") or v.get("path"))]
+
+
+def _gold(row: dict[str, Any], num_images: int, name: str) -> tuple[str | None, ...]:
+    for column in GOLD_COLUMNS:
+        if row.get(column) is not None:
+            value = row[column]
+            golds = [str(v) for v in (value if isinstance(value, list) else [value])]
+            if len(golds) != num_images:
+                raise RowError(
+                    "gold_count_mismatch", f"{name}: {len(golds)} gold entities for {num_images} images"
+                )
+            return tuple(golds)
+    return (None,) * num_images
+
+
+def _sample(row: dict[str, Any], split: str, image_columns: list[str], name: str) -> Sample:
+    sample_id = require_str(row, "id", name)
+    problem = require_str(row, "problem", sample_id)
+    kind = str(row.get("split", "")).capitalize()
+    if kind not in ("Bridge", "Compare"):
+        raise RowError("unknown_split_kind", f"{sample_id}: split {row.get('split')!r} is not Bridge/Compare")
+    truth = {"answer_eval": row.get("answer_eval"), "question_type": row.get("problem_type")}
+    try:
+        _, qtype = check_ground_truth(truth)
+    except ValueError as err:
+        raise RowError("malformed_answer", f"{sample_id}: {err}") from err
+    truth = {"answer_eval": list(truth["answer_eval"]), "question_type": qtype.capitalize()}
+    cells = [c for column in image_columns for c in _cells(row.get(column))]
+    if not cells:
+        raise RowError("missing_image", f"{sample_id} has no image")
+    placeholders = len(_PLACEHOLDER.findall(problem))
+    if placeholders and placeholders != len(cells):
+        raise RowError("image_count_mismatch", f"{sample_id}: {placeholders} <image> for {len(cells)} images")
+    images = tuple(c["bytes"] if c.get("bytes") else c["path"] for c in cells)
+    question = " ".join(_PLACEHOLDER.sub(" ", problem).split())
+    extra = {"kind": kind, "answer": row.get("answer")}
+    return Sample(sample_id, split, question, images, _gold(row, len(cells), sample_id), truth, kind, extra)
+
+
+def _read_split(files: list[Path], split: str, report: Report, limit: int | None) -> list[Sample]:
+    from datasets import load_dataset
+
+    dataset = load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
+    image_columns = _image_columns(dataset.features)
+    samples: list[Sample] = []
+    count = 0
+    for batch in dataset.data.table.to_batches(max_chunksize=256):
+        for row in batch.to_pylist():
+            if limit is not None and count >= limit:
+                return samples
+            count += 1
+            report.read(split)
+            try:
+                samples.append(_sample(row, split, image_columns, f"{split} row {count}"))
+                if samples[-1].gold_keys[0] is None:
+                    report.sizes["gold_unknown"] = report.sizes.get("gold_unknown", 0) + 1
+            except RowError as err:
+                report.reject(split, err.reason, str(err))
+    return samples
+
+
+def read_kb(
+    kb: Path, report: Report, image_root: Path | None = None
+) -> tuple[list[Article], list[tuple[str, str]]]:
+    """Entities from the image corpus (text = their text-corpus passages) and the passages of no entity."""
+    root = image_root or kb / "image"
+    texts: dict[str, list[str]] = {}
+    for number, row in iter_jsonl(kb / "text" / "text_corpus.jsonl"):
+        report.read("kb_text")
+        contents = row.get("contents") if isinstance(row, dict) else None
+        if not isinstance(contents, str) or not contents.strip():
+            report.reject("kb_text", "kb_passage_without_contents", f"text_corpus.jsonl:{number}")
+            continue
+        match = _TITLE.match(contents)
+        title, body = (match.group(1).strip(), contents[match.end() :]) if match else ("", contents)
+        texts.setdefault(title, []).append(body)
+        report.keep("kb_text")
+    articles, seen = [], set()
+    for number, row in iter_jsonl(kb / "image" / "image_corpus.jsonl"):
+        report.read("kb")
+        try:
+            if not isinstance(row, dict):
+                raise RowError("malformed_json", f"image_corpus.jsonl:{number}")
+            title = require_str(row, "title", f"image_corpus.jsonl:{number}")
+            key = str(row.get("entity_id") or row.get("id"))
+            if key in seen:
+                raise RowError("duplicate_kb_key", f"image_corpus.jsonl:{number}: {key}")
+        except RowError as err:
+            report.reject("kb", err.reason, str(err))
+            continue
+        seen.add(key)
+        path = row.get("image_path")
+        local = str(root / path) if isinstance(path, str) and path and (root / path).exists() else None
+        articles.append(Article(key, title, "\n\n".join(texts.pop(title, [])), image_path=local))
+        report.keep("kb")
+    loose = [(title, body) for title, bodies in texts.items() for body in bodies]
+    return articles, loose
+
+
+def read(
+    raw: Path,
+    report: Report,
+    limit: int | None = None,
+    kb: Path | None = None,
+    kb_image_root: Path | None = None,
+) -> tuple[list[Article], list[Sample], list[tuple[str, str]]]:
+    """KB articles, the usable samples of every split found, and passages that belong to no KB entity."""
+    kb_dir = kb or raw / "MMhops-KB"
+    if not (kb_dir / "image" / "image_corpus.jsonl").exists():
+        raise FileNotFoundError(f"no MMhops KB at {kb_dir} (image/image_corpus.jsonl); pass --kb")
+    articles, loose = read_kb(kb_dir, report, kb_image_root)
+    samples: list[Sample] = []
+    for split in SPLITS:
+        files = sorted((raw / "data").glob(f"{split}-*.parquet"))
+        if files:
+            samples += _read_split(files, split, report, limit)
+    if not report.rows_in.keys() - {"kb", "kb_text"}:
+        raise FileNotFoundError(f"no data/{{train,validation,test}}-*.parquet in {raw}")
+    return articles, samples, loose
