@@ -1,10 +1,10 @@
 """ragym rewards: plain reward functions, answer metrics, and the rubric that combines them per a recipe.
 
 Importing this package registers every built-in reward (``outcome``, ``format``, ``verification``,
-``retrieval_recall``, and the ``docmemo_*`` terms).
+``retrieval_recall``, the ``docmemo_*`` and the ``memora_*`` terms).
 """
 
-from rewards import docmemo, kbvqa, verification  # noqa: F401  (registers the DocMemo and KB-VQA rewards)
+from rewards import docmemo, kbvqa, memora, verification  # noqa: F401  (registers the DocMemo, KB-VQA, MEMORA rewards)
 from rewards.answers import answer_metric_name, score_answer
 from rewards.episode import Episode
 from rewards.infoseek import infoseek_final_score
