@@ -1,0 +1,218 @@
+"""The encoding step: a stream of items through an encoder into vector shards on disk, resumable.
+
+``encode_items`` cuts the stream into shards of ``shard_size`` items, skips shards a previous run finished
+(checking their ids still match the stream), and encodes the rest in batches of ``batch_size``: a producer
+thread reads the stream and hands batches to ``num_workers`` threads that run ``preprocess`` (decode,
+tokenise) while this thread runs ``forward``, at most ``prefetch`` batches ahead. With ``ray_address`` the
+same per-shard code runs on Ray Data actors instead (``data_prep.encoding.ray_data``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from data_prep.encoding import shards
+from data_prep.encoding.encoders import EncoderSpec, ItemEncoder, build_encoder
+from data_prep.encoding.items import EncodingError, Item
+
+log = logging.getLogger(__name__)
+_END = object()
+
+
+@dataclass(frozen=True)
+class EncodeConfig:
+    """How the stream is cut and how far CPU preparation runs ahead of the model."""
+
+    shard_size: int = 4096
+    """Items per shard (the unit of resumption and of Ray work); a multiple of ``batch_size``."""
+    batch_size: int = 64
+    """Items per forward pass."""
+    prefetch: int = 4
+    """Batches prepared ahead of the forward pass (bounds the memory of decoded images)."""
+    num_workers: int = 1
+    """Threads running ``preprocess`` (image decoding releases the GIL, so more threads help on big images)."""
+    progress: bool = True
+    """Show a tqdm bar (items/s and ETA)."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.shard_size < 1 or self.shard_size % self.batch_size:
+            raise ValueError(
+                f"shard_size {self.shard_size} must be a positive multiple of batch_size {self.batch_size}"
+            )
+        if self.prefetch < 1 or self.num_workers < 1:
+            raise ValueError("prefetch and num_workers must be at least 1")
+
+    def layout(self) -> dict[str, int]:
+        """What decides the bytes written (recorded in ``encoding.json``; prefetch and workers do not)."""
+        return {"shard_size": self.shard_size, "batch_size": self.batch_size}
+
+
+def cut_shards(items: Iterable[Item], shard_size: int) -> Iterator[tuple[int, list[Item]]]:
+    """(shard index, items) in stream order; checks every item and rejects duplicate ids by name."""
+    seen: set[str] = set()
+    shard: list[Item] = []
+    index = 0
+    for item in items:
+        item.check()
+        if item.id in seen:
+            raise EncodingError(f"item id {item.id!r} occurs twice in the stream")
+        seen.add(item.id)
+        shard.append(item)
+        if len(shard) == shard_size:
+            yield index, shard
+            index, shard = index + 1, []
+    if shard:
+        yield index, shard
+
+
+def _produce(work: Iterable[tuple[int, list[Item]]], encoder: ItemEncoder, cfg: EncodeConfig,
+             pool: ThreadPoolExecutor, out: queue.Queue, stop: threading.Event) -> None:  # fmt: skip
+    """Producer thread: submit each batch's ``preprocess`` and queue (shard, items, future, last-of-shard)."""
+    try:
+        for index, items in work:
+            for start in range(0, len(items), cfg.batch_size):
+                batch = items[start : start + cfg.batch_size]
+                message = (
+                    index,
+                    batch,
+                    pool.submit(encoder.preprocess, batch),
+                    start + len(batch) == len(items),
+                )
+                while not stop.is_set():
+                    try:
+                        out.put(message, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+        out.put(_END)
+    except BaseException as err:  # handed to the consumer, which re-raises it with its traceback
+        out.put(err)
+
+
+def run_shards(work: Iterable[tuple[int, list[Item]]], encoder: ItemEncoder, root: Path, cfg: EncodeConfig,
+               bar: tqdm | None = None) -> Iterator[tuple[int, int, int]]:  # fmt: skip
+    """Encode and write each (index, items) shard of ``work``; yields (index, count, dim) as each is written."""
+    pending: queue.Queue = queue.Queue(maxsize=cfg.prefetch)
+    stop = threading.Event()
+    with ThreadPoolExecutor(cfg.num_workers, thread_name_prefix="encode-prep") as pool:
+        producer = threading.Thread(
+            target=_produce, args=(work, encoder, cfg, pool, pending, stop), daemon=True, name="encode-read"
+        )
+        producer.start()
+        ids: list[str] = []
+        chunks: list[np.ndarray] = []
+        try:
+            while (message := pending.get()) is not _END:
+                if isinstance(message, BaseException):
+                    raise message
+                index, batch, future, last = message
+                vectors = encoder.forward(_result(future))  # (len(batch), dim)
+                if vectors.ndim != 2 or vectors.shape[0] != len(batch):
+                    raise EncodingError(
+                        f"shard {index}: encoder returned {vectors.shape} for {len(batch)} items"
+                    )
+                ids.extend(item.id for item in batch)
+                chunks.append(np.asarray(vectors, dtype=np.float32))
+                if bar is not None:
+                    bar.update(len(batch))
+                if last:
+                    shards.write_shard(root, index, ids, np.concatenate(chunks))
+                    yield index, len(ids), chunks[0].shape[1]
+                    ids, chunks = [], []
+        finally:
+            stop.set()
+            producer.join(timeout=5)
+
+
+def _result(future: Future) -> Any:
+    return future.result()
+
+
+def _encoder_record(encoder: EncoderSpec | ItemEncoder) -> dict[str, Any]:
+    if isinstance(encoder, EncoderSpec):
+        return encoder.to_dict()
+    # An in-process encoder object is identified by its ``name`` when it has one (envs' PageEncoders do), so
+    # a resumed run may pass a new instance or wrapper of the same model.
+    return {"object": getattr(encoder, "name", f"{type(encoder).__module__}.{type(encoder).__qualname__}")}
+
+
+def encode_items(
+    items: Iterable[Item],
+    encoder: EncoderSpec | ItemEncoder,
+    out_dir: Path,
+    config: EncodeConfig = EncodeConfig(),
+    total: int | None = None,
+    ray: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Encode ``items`` into shards under ``out_dir`` (resuming a killed run); returns the manifest.
+
+    ``ray`` (``{"address": ..., "num_actors": ..., "gpus_per_actor": ...}``) runs the shards on Ray Data
+    actors; it needs an ``EncoderSpec`` (actors build their own encoder) and a folder every node can write.
+    """
+    root = Path(out_dir)
+    shards.check_config(root, {"encoder": _encoder_record(encoder), **config.layout()})
+    total = total if total is not None else (len(items) if hasattr(items, "__len__") else None)  # type: ignore[arg-type]
+    counts: dict[int, int] = {}
+
+    def todo() -> Iterator[tuple[int, list[Item]]]:
+        for index, shard_items in cut_shards(items, config.shard_size):
+            counts[index] = len(shard_items)
+            if shards.is_finished(root, index):
+                if shards.read_ids(root, index) != [i.id for i in shard_items]:
+                    raise EncodingError(f"{root}: finished shard {index} holds other ids than the stream; "
+                                        "the input changed since that run")  # fmt: skip
+                if bar is not None:
+                    bar.update(len(shard_items))
+                continue
+            yield index, shard_items
+
+    with tqdm(total=total, unit="item", unit_scale=True, desc=f"encode {root.name}", smoothing=0.1,
+              disable=not config.progress, mininterval=1.0) as bar:  # fmt: skip
+        if ray is not None:
+            from data_prep.encoding.ray_data import run_on_ray
+
+            if not isinstance(encoder, EncoderSpec):
+                raise ValueError("encoding on Ray needs an EncoderSpec: each actor builds its own encoder")
+            run_on_ray(todo(), encoder, root, config, bar, **ray)
+        else:
+            model = encoder if not isinstance(encoder, EncoderSpec) else build_encoder(encoder)
+            for _ in run_shards(todo(), model, root, config, bar):
+                pass
+    if not counts:
+        raise EncodingError("nothing to encode: the item stream is empty")
+    dim = shards.read_vectors(root, 0).shape[1]
+    manifest = shards.write_manifest(root, [counts[i] for i in range(len(counts))], dim)
+    log.info("encoded %d items into %d shards under %s", manifest["num_items"], len(counts), root)
+    return manifest
+
+
+def encode_to_array(
+    items: Iterable[Item],
+    encoder: EncoderSpec | ItemEncoder,
+    out_dir: Path | None = None,
+    config: EncodeConfig = EncodeConfig(),
+) -> np.ndarray:
+    """``encode_items`` then the (num_items, dim) vectors in stream order: what an in-memory prep needs.
+
+    Without ``out_dir`` the shards go to a temporary folder that is removed afterwards.
+    """
+    if out_dir is not None:
+        encode_items(items, encoder, out_dir, config)
+        return shards.load_encoded(out_dir)[1]
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ragym-encode-") as tmp:
+        encode_items(items, encoder, Path(tmp) / "encoded", config)
+        return shards.load_encoded(Path(tmp) / "encoded")[1]
