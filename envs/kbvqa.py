@@ -23,6 +23,7 @@ folder or absolute), ``gold_entities`` (one entity id or null per image) and opt
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -37,7 +38,7 @@ from envs.kbvqa_actions import STOP_STRINGS, ParseError, Reject, Rerank, SearchI
 from envs.kbvqa_actions import parse_action as parse_turn
 from envs.kbvqa_state import EpisodeState, copy_events
 from envs.retrieval import IndexSpec, page
-from envs.retrieval_server import HTTPRetriever
+from envs.service.client import TOKEN_ENV, URL_ENV, ClientConfig, RetrievalUnavailable, shared_retriever
 from envs.spaces import text_image_space
 
 
@@ -61,8 +62,14 @@ class KBVQAConfig:
     """Most queries one SearchText may carry (more is a protocol violation)."""
     text_retriever: str = "bm25"
     """``bm25`` or ``dense`` (the KB's text encoder over stored passage vectors)."""
-    text_retriever_url: str | None = None
-    """Base URL of a ``envs.retrieval_server`` serving this KB; when set, SearchText goes over HTTP."""
+    retrieval_url: str | None = None
+    """Base URL of the retrieval service (``ragym serve``) serving this KB: SearchImage and SearchText then
+    go over HTTP. None reads ``$RAGYM_RETRIEVAL_URL`` (set once per job by the launch), and searches in
+    process when that is unset too."""
+    retrieval_timeout_s: float = 10.0
+    """Per-attempt timeout of a service search; after the retries the policy is told retrieval is down."""
+    retrieval_retries: int = 2
+    """Retries of a failed service search (with backoff) before it counts as unavailable."""
     candidate_source: str = "precomputed"
     """``precomputed`` (the KB's stored candidate lists, as in the paper) or ``live`` (faiss search)."""
     index_kind: str = "flat"
@@ -116,14 +123,18 @@ class KBVQAEnv(gymnasium.Env):
         self.observation_space = text_image_space(
             cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
         )
-        if cfg.candidate_source == "live":
-            self._image_retriever = self.kb.image_retriever(IndexSpec(kind=cfg.index_kind))
-        elif cfg.candidate_source == "precomputed":
-            self._image_retriever = self.kb.candidate_retriever()
-        else:
+        if cfg.candidate_source not in ("live", "precomputed"):
             raise ValueError(
                 f"candidate_source must be 'precomputed' or 'live', not {cfg.candidate_source!r}"
             )
+        self._service_url = cfg.retrieval_url or os.environ.get(URL_ENV) or None
+        if self._service_url:
+            name = "image" if cfg.candidate_source == "live" else "candidates"
+            self._image_retriever = self._service(name)
+        elif cfg.candidate_source == "live":
+            self._image_retriever = self.kb.image_retriever(IndexSpec(kind=cfg.index_kind))
+        else:
+            self._image_retriever = self.kb.candidate_retriever()
         self._text_retriever = None  # built on first SearchText: BM25/dense loading is not free
         self._rows: pd.DataFrame | None = None
         self.state: EpisodeState | None = None
@@ -198,7 +209,10 @@ class KBVQAEnv(gymnasium.Env):
     def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
         state, k = self.state, self.config.candidates_per_batch
         offset = state.offsets[image]
-        hits = page(self._image_retriever, state.image_query(image), offset, k)
+        try:
+            hits = page(self._image_retriever, state.image_query(image), offset, k)
+        except RetrievalUnavailable as error:
+            return self._unavailable("image", error), []
         if not hits:
             message = f"no more candidates exist for Image {image}."
             return self._violation("no_more_candidates", message, image=image), []
@@ -289,16 +303,31 @@ class KBVQAEnv(gymnasium.Env):
             return self._violation("too_many_queries", msg)
         if self._text_retriever is None:
             self._text_retriever = (
-                HTTPRetriever(cfg.text_retriever_url, cfg.text_retriever)
-                if cfg.text_retriever_url
+                self._service(cfg.text_retriever)
+                if self._service_url
                 else self.kb.text_retriever(cfg.text_retriever)
             )
-        results = self._text_retriever.batch_search(list(queries), cfg.text_top_k)
+        try:
+            results = self._text_retriever.batch_search(list(queries), cfg.text_top_k)
+        except RetrievalUnavailable as error:
+            return self._unavailable(cfg.text_retriever, error)
         ids = [h.docid for hits in results for h in hits]
         self.state.record(ev.search_text(self.state.turn, queries, ids))
         return prompts.passages_text(queries, results)
 
     # ----- helpers -------------------------------------------------------------------------------
+    def _service(self, name: str) -> Any:
+        """The service's ``name`` retriever; shared by this process's envs (one breaker per service)."""
+        cfg = self.config
+        client = ClientConfig(timeout_s=cfg.retrieval_timeout_s, max_retries=cfg.retrieval_retries,
+                              token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
+        return shared_retriever(self._service_url, name, client)
+
+    def _unavailable(self, retriever: str, error: RetrievalUnavailable) -> str:
+        """The service did not answer: the turn is used, nothing is served, and the policy is told."""
+        self.state.record(ev.retrieval_error(self.state.turn, retriever, error.reason, error.detail))
+        return prompts.retrieval_unavailable_text()
+
     def _info(self) -> dict[str, Any]:
         return {"events": copy_events(self.state.events), "turn": self.state.turn}
 

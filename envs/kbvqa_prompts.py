@@ -121,4 +121,9 @@ def error_text(message: str) -> str:
     return f"Invalid action: {message} Nothing was executed; please try again."
 
 
+def retrieval_unavailable_text() -> str:
+    """Notice for a search the retrieval service could not answer (the action itself was valid)."""
+    return "Retrieval is unavailable right now: nothing was retrieved. You may search again later, or answer."
+
+
 LAST_TURN_NOTICE = "This is your last turn: give your answer now with <answer>...</answer>."

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -189,3 +190,24 @@ class ServiceRetriever:
             return response.status, loads(raw)
         except ValueError:
             return response.status, {"error": raw[:200].decode(errors="replace")}
+
+
+URL_ENV = "RAGYM_RETRIEVAL_URL"
+"""Environment variable naming the service for every env of a job (set once by the launch or submit)."""
+
+TOKEN_ENV = "RAGYM_RETRIEVAL_TOKEN"
+"""Environment variable holding the bearer token (read by the server and the client)."""
+
+_SHARED: dict[tuple[str, str, ClientConfig], ServiceRetriever] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_retriever(url: str, name: str, config: ClientConfig | None = None) -> ServiceRetriever:
+    """One client per (url, retriever, config) in this process: the envs of a worker share its breaker, so
+    once the service is known to be down every episode fails fast instead of each waiting out timeouts."""
+    config = config or ClientConfig(token=os.environ.get(TOKEN_ENV) or None)
+    with _SHARED_LOCK:
+        key = (url, name, config)
+        if key not in _SHARED:
+            _SHARED[key] = ServiceRetriever(url, name, config)
+        return _SHARED[key]

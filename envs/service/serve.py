@@ -14,10 +14,8 @@ import os
 
 from envs.service.app import RetrievalApp
 from envs.service.catalog import CatalogSpec, load_catalog
+from envs.service.client import TOKEN_ENV
 from envs.service.config import DEFAULT_HOST, ServiceConfig
-
-TOKEN_ENV = "RAGYM_RETRIEVAL_TOKEN"
-"""Environment variable holding the bearer token (server and client side)."""
 
 
 def _shard_set(text: str) -> tuple[str, str]:
