@@ -1,10 +1,10 @@
 """ragym rewards: plain reward functions, answer metrics, and the rubric that combines them per a recipe.
 
 Importing this package registers every built-in reward (``outcome``, ``format``, ``verification``,
-``retrieval_recall``, the ``docmemo_*`` and the ``memora_*`` terms).
+``retrieval_recall``, the ``docmemo_*``, ``memora_*`` and ``r3g_*`` terms).
 """
 
-from rewards import docmemo, kbvqa, memora, verification  # noqa: F401  (registers the DocMemo, KB-VQA, MEMORA rewards)
+from rewards import docmemo, kbvqa, memora, r3g, verification  # noqa: F401  (registers the DocMemo, KB-VQA, MEMORA, R3G rewards)
 from rewards.answers import answer_metric_name, score_answer
 from rewards.episode import Episode
 from rewards.infoseek import infoseek_final_score
