@@ -17,6 +17,7 @@ evaluation.
 
 >>> m = EpisodicMemory()
 >>> m.write(MemoryRecord("why do glaciers melt", (FactorOutcome("ice melt rate", 0.6, "helped"),), ("d1",), 1.0))
+True
 >>> [r.query for r, _ in m.nearest("glaciers melt fast", 4)]
 ['why do glaciers melt']
 """

@@ -1,0 +1,166 @@
+"""``OpenAIChatModel``: MEMORA's three LLM calls on an OpenAI-compatible endpoint, cached and retried.
+
+Every call asks for a JSON object (decompose: ``{"factors": [{"text", "priority"}]}``; extract:
+``{"evidence": [{"doc", "score", "snippet"}]}``; judge: ``{"order": [numbers]}``). An answer that is not
+such an object counts as a failure and is retried like a timeout or a 5xx; after ``max_retries`` the call
+raises ``LLMError`` naming the endpoint and the last problem. Answers are cached by the SHA-256 of the
+request body, in memory and, with ``cache_path``, in a JSON-lines file that later runs reuse.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from rl.eval.memora_models import LLMConfig, LLMError
+
+logger = logging.getLogger(__name__)
+
+_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+DECOMPOSE_PROMPT = """Decompose the retrieval query into {n} intent factors with priorities (summing to 1).
+Past episodes of this domain (factors marked helped/hurt) may show which factors matter.
+Query: {query}
+Memory: {memory}
+Answer with JSON: {{"factors": [{{"text": "...", "priority": 0.4}}, ...]}}"""
+
+EXTRACT_PROMPT = """For the intent factor below, score how well each candidate document satisfies it (0-10) and quote
+the supporting snippet (empty when none).
+Query: {query}
+Factor: {factor}
+Candidates:
+{candidates}
+Answer with JSON: {{"evidence": [{{"doc": 1, "score": 7, "snippet": "..."}}, ...]}}"""
+
+JUDGE_PROMPT = """Rank the candidates for the query, consulting the factors and their evidence, best first.
+Query: {query}
+Factors: {factors}
+Candidates:
+{candidates}
+Answer with JSON: {{"order": [3, 1, 2]}}"""
+
+
+def _candidates_text(candidates: list[dict[str, Any]], chars: int = 400) -> str:
+    return "\n".join(f"[{c['number']}] {c['text'][:chars]}" for c in candidates)
+
+
+class OpenAIChatModel:
+    """The committee's calls as chat completions with a JSON answer each."""
+
+    def __init__(self, config: LLMConfig) -> None:
+        self.config = config
+        self.cache: dict[str, str] = {}
+        self.num_requests = 0
+        path = Path(config.cache_path) if config.cache_path else None
+        if path is not None and path.exists():
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                try:
+                    row = json.loads(line)
+                    self.cache[row["key"]] = row["content"]
+                except (ValueError, KeyError, TypeError) as err:
+                    raise ValueError(f"{path}:{number}: bad cache line: {err}") from err
+        self._cache_path = path
+
+    def decompose(
+        self, query: str, memories: list[dict[str, Any]], num_factors: int
+    ) -> list[tuple[str, float]]:
+        """Factors with priorities from the LLM."""
+        memory = (
+            "; ".join(
+                f"{m['query'][:80]!r} (nDCG {m['ndcg']:.2f}): "
+                + ", ".join(f"{f['text']} {f['outcome']}" for f in m["factors"])
+                for m in memories
+            )
+            or "none"
+        )
+        answer = self._call(
+            DECOMPOSE_PROMPT.format(n=num_factors, query=query, memory=memory), self.config.judge_temperature
+        )
+        return [(str(f["text"]), float(f["priority"])) for f in _list(answer, "factors")]
+
+    def extract(
+        self, query: str, factor: str, candidates: list[dict[str, Any]]
+    ) -> list[tuple[int, float, str]]:
+        """Evidence triples from the LLM."""
+        prompt = EXTRACT_PROMPT.format(query=query, factor=factor, candidates=_candidates_text(candidates))
+        answer = self._call(prompt, self.config.extract_temperature)
+        return [
+            (int(e["doc"]), float(e["score"]), str(e.get("snippet", ""))) for e in _list(answer, "evidence")
+        ]
+
+    def judge(self, query: str, factors: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> list[int]:
+        """The listwise order from the LLM."""
+        names = "; ".join(f"{f['text']} ({f['priority']:.2f})" for f in factors)
+        prompt = JUDGE_PROMPT.format(query=query, factors=names, candidates=_candidates_text(candidates))
+        return [int(n) for n in _list(self._call(prompt, self.config.judge_temperature), "order")]
+
+    def _call(self, prompt: str, temperature: float) -> dict[str, Any]:
+        """One JSON answer: from the cache, or from the endpoint with retries."""
+        body = {
+            "model": self.config.model,
+            "temperature": temperature,
+            "messages": [{"role": "user", "content": prompt}],
+            "response_format": {"type": "json_object"},
+        }
+        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        if key in self.cache:
+            return json.loads(self.cache[key])
+        problem = ""
+        for attempt in range(self.config.max_retries + 1):
+            if attempt:
+                time.sleep(self.config.backoff_s * 2 ** (attempt - 1))
+            try:
+                content = self._post(body)
+                answer = json.loads(content)
+                if not isinstance(answer, dict):
+                    raise ValueError("the answer is not a JSON object")
+            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError, KeyError) as err:
+                problem = f"{type(err).__name__}: {err}"
+                logger.warning(
+                    "LLM call to %s failed (attempt %d): %s", self.config.base_url, attempt + 1, problem
+                )
+                continue
+            self._store(key, content)
+            return answer
+        raise LLMError(
+            f"{self.config.base_url}: no usable answer after {self.config.max_retries + 1} attempts ({problem})"
+        )
+
+    def _post(self, body: dict[str, Any]) -> str:
+        headers = {"Content-Type": "application/json"}
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        request = urllib.request.Request(
+            self.config.base_url.rstrip("/") + "/chat/completions",
+            json.dumps(body).encode(),
+            headers,
+            method="POST",
+        )
+        self.num_requests += 1
+        try:
+            with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
+                return json.loads(response.read())["choices"][0]["message"]["content"]
+        except urllib.error.HTTPError as err:
+            if err.code in _RETRY_STATUS:
+                raise ConnectionError(f"HTTP {err.code}") from err
+            raise LLMError(f"{self.config.base_url}: HTTP {err.code} {err.reason}") from err
+
+    def _store(self, key: str, content: str) -> None:
+        self.cache[key] = content
+        if self._cache_path is not None:
+            self._cache_path.parent.mkdir(parents=True, exist_ok=True)
+            with self._cache_path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps({"key": key, "content": content}) + "\n")
+
+
+def _list(answer: dict[str, Any], key: str) -> list[Any]:
+    value = answer.get(key)
+    if not isinstance(value, list):
+        raise LLMError(f"LLM answer lacks a list {key!r}: {json.dumps(answer)[:200]}")
+    return value

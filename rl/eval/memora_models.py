@@ -1,0 +1,141 @@
+"""The models behind MEMORA's fixed pipeline: an offline scripted model and an OpenAI-compatible LLM client.
+
+Both answer the three calls the paper makes to GPT-4o: factor decomposition (with the memory summary),
+evidence extraction for one factor over the candidates, and the listwise meta-verdict judge. The scripted
+model is lexical and deterministic (tests, the CPU demo); ``OpenAIChatModel`` posts chat completions to
+any OpenAI-compatible endpoint, caches every answer on disk by request, and retries failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from envs.memora_memory import bag_of_words, cosine
+
+logger = logging.getLogger(__name__)
+
+STOPWORDS = frozenset(
+    "the a an of and in to with for on about this that some often many why does do is are what how matter here".split()
+)
+GENERIC_FACETS = (
+    "underlying mechanism",
+    "definition and theory",
+    "practical example",
+    "measurement and data",
+)
+"""Facets the scripted model proposes when the caller gives none."""
+
+
+def content_words(text: str) -> list[str]:
+    """Lower-cased tokens of ``text`` that are not stopwords, in order, without repeats."""
+    return list(dict.fromkeys(t for t in bag_of_words(text) if t not in STOPWORDS))
+
+
+class CommitteeModel(Protocol):
+    """The pipeline's three LLM calls."""
+
+    def decompose(
+        self, query: str, memories: list[dict[str, Any]], num_factors: int
+    ) -> list[tuple[str, float]]:
+        """Intent factors with priorities."""
+        ...
+
+    def extract(
+        self, query: str, factor: str, candidates: list[dict[str, Any]]
+    ) -> list[tuple[int, float, str]]:
+        """(candidate number, score 0-10, snippet) for the candidates that bear on ``factor``."""
+        ...
+
+    def judge(self, query: str, factors: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> list[int]:
+        """Candidate numbers, best first."""
+        ...
+
+
+@dataclass(frozen=True)
+class ScriptedModel:
+    """Lexical stand-in for the LLM: factor 1 is the query's content, the others facets from a lexicon."""
+
+    facets: tuple[str, ...] = GENERIC_FACETS
+    """Facet phrases to choose the remaining factors from."""
+    use_memory: bool = True
+    """Rank facets by how they fared in the shown memories (the memory summary routed to decomposition)."""
+    factor_match: float = 0.5
+    """Cosine at which a memory factor counts as the same facet."""
+
+    def decompose(
+        self, query: str, memories: list[dict[str, Any]], num_factors: int
+    ) -> list[tuple[str, float]]:
+        """The query's content words, then the facets with the best memory record (hash order without one)."""
+
+        def key(facet: str) -> tuple[float, str]:
+            tiebreak = hashlib.sha256((query + facet).encode()).hexdigest()
+            return (-self._facet_record(facet, memories), tiebreak)
+
+        chosen = sorted(self.facets, key=key)[: num_factors - 1]
+        records = [self._facet_record(f, memories) for f in chosen]
+        return [(" ".join(content_words(query)), 1.0)] + [
+            (f, max(0.1, 1.0 + r)) for f, r in zip(chosen, records, strict=True)
+        ]
+
+    def _facet_record(self, facet: str, memories: list[dict[str, Any]]) -> float:
+        """Similarity-weighted (helped - hurt) of matching memory factors; 0 without memory."""
+        if not self.use_memory:
+            return 0.0
+        bag, total = bag_of_words(facet), 0.0
+        for memory in memories:
+            for f in memory["factors"]:
+                if cosine(bag, bag_of_words(f["text"])) >= self.factor_match:
+                    total += memory["similarity"] * {"helped": 1.0, "hurt": -1.0}.get(f["outcome"], 0.0)
+        return total
+
+    def extract(
+        self, query: str, factor: str, candidates: list[dict[str, Any]]
+    ) -> list[tuple[int, float, str]]:
+        """Score = 10 x the share of the factor's content words found in the document."""
+        words = content_words(factor)
+        out = []
+        for c in candidates:
+            found = [w for w in words if w in bag_of_words(c["text"])]
+            out.append((c["number"], round(10.0 * len(found) / max(len(words), 1), 3), " ".join(found)))
+        return out
+
+    def judge(self, query: str, factors: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> list[int]:
+        """Candidates by priority-weighted factor overlap, then by their current order."""
+
+        def support(c: dict[str, Any]) -> float:
+            bag = bag_of_words(c["text"])
+            return sum(f["priority"] * sum(w in bag for w in content_words(f["text"])) for f in factors)
+
+        ranked = sorted(enumerate(candidates), key=lambda ic: (-support(ic[1]), ic[0]))
+        return [c["number"] for _, c in ranked]
+
+
+class LLMError(RuntimeError):
+    """The endpoint failed or answered something unusable after every retry."""
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Where and how to call an OpenAI-compatible chat-completions endpoint."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """Endpoint root; ``/chat/completions`` is appended."""
+    model: str = "gpt-4o"
+    """Model name sent with every request (the paper: GPT-4o)."""
+    api_key: str | None = None
+    """Bearer token, if the endpoint needs one."""
+    extract_temperature: float = 0.2
+    """Temperature of evidence extraction (the paper: 0.2)."""
+    judge_temperature: float = 0.0
+    """Temperature of decomposition and the judge (the paper: 0.0 for the judge)."""
+    timeout_s: float = 60.0
+    """Per-request timeout."""
+    max_retries: int = 3
+    """Retries after the first attempt (timeouts, connection errors, 429/5xx, unparsable answers)."""
+    backoff_s: float = 1.0
+    """First retry delay; doubles each retry."""
+    cache_path: str | None = None
+    """JSON-lines cache of answers by request hash (None: in memory only)."""
