@@ -148,12 +148,8 @@ def _recall(kept: list, ranked: np.ndarray, cfg: BuildConfig) -> dict[str, dict[
     table = {}
     for split, rows in hits.items():
         matrix = np.stack(rows)  # (num_images, pool) bool
-        table[split] = {
-            "images": len(rows),
-            "R@1": float(matrix[:, :1].any(1).mean()),
-            "R@5": float(matrix[:, :5].any(1).mean()),
-            f"R@{cfg.pool}": float(matrix.any(1).mean()),
-        }
+        cutoffs = sorted({k for k in (1, 5) if k < matrix.shape[1]} | {matrix.shape[1]})
+        table[split] = {"images": len(rows)} | {f"R@{k}": float(matrix[:, :k].any(1).mean()) for k in cutoffs}
     return table
 
 
