@@ -8,8 +8,9 @@
 
 Accepted variants: numerical ``answer_eval`` as a list of ``{"wikidata", "range"}``, one bare object, or a
 flat ``[lo, hi]``; ``data_split`` matched by suffix (``unseen_question`` / ``unseen_entity``); question types
-in any case. Train rows have no official qtype file: a dict ``answer_eval`` is Numerical, answers that are
-all years/dates are Time, anything else String (``extra.question_type_inferred`` marks it).
+in any case. Train rows have no official qtype file: a dict ``answer_eval`` (or a flat pair of decimals or JSON
+numbers) is Numerical, answers that are all years/dates are Time, anything else String
+(``extra.question_type_inferred`` marks it).
 """
 
 from __future__ import annotations
@@ -82,6 +83,15 @@ class ImageFinder:
         return None
 
 
+def _flat_range(items: list[Any]) -> bool:
+    """A flat ``[lo, hi]``: two JSON numbers, or two numeric strings with a decimal point (years have none)."""
+    if len(items) != 2 or any(isinstance(a, bool) for a in items):
+        return False
+    if all(isinstance(a, (int, float)) for a in items):
+        return True
+    return all(isinstance(a, str) and re.fullmatch(r"-?\d+\.\d*", a.strip()) for a in items)
+
+
 def _question_type(row: dict[str, Any], qtype: dict[str, Any] | None) -> tuple[str, bool]:
     """(String | Numerical | Time, inferred?)."""
     if qtype is not None:
@@ -91,7 +101,7 @@ def _question_type(row: dict[str, Any], qtype: dict[str, Any] | None) -> tuple[s
         return _QTYPES[value], False
     answer_eval = row.get("answer_eval")
     items = answer_eval if isinstance(answer_eval, list) else [answer_eval]
-    if any(isinstance(a, dict) for a in items):
+    if any(isinstance(a, dict) for a in items) or _flat_range(items):
         return "Numerical", True
     if items and all(isinstance(a, str) and _DATE.match(a) for a in items):
         return "Time", True

@@ -151,6 +151,8 @@ def write_evqa(raw: Path) -> dict[str, dict[str, int]]:
         kb[key] = {"title": t, "section_titles": [t, "History"], "section_texts": [TEXT.format(t=t), "Built in 1901."],
                    "image_urls": [url(i)], "image_reference_descriptions": ["d"], "image_section_indices": [0],
                    "url": key}  # fmt: skip
+    kb[WIKI + "Imageless"] = {"title": "Imageless place", "section_titles": ["Imageless place"],
+                              "section_texts": ["A place with no picture."], "image_urls": [], "url": ""}  # fmt: skip
     kb[WIKI + "Nameless"] = {
         "title": "",
         "section_titles": [],

@@ -1,0 +1,170 @@
+"""``ragym prep`` on the official-format fixtures: every row accounted for, variants accepted, broken rows
+rejected with their reason, the reachability filter on training splits only, rows the env and reward read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from data_prep.kb_records import PASSAGE_CHARS
+from data_prep.prep import prep_dataset
+from data_prep.synthetic_kb import PRESETS, build_kb
+from envs.kb import load_kb
+from rewards.answers import score_answer
+from tests.data_prep import kbvqa_fixtures as fx
+
+# K=2, Rej_max=0: a pool of 2 of 7 entities, so the fixtures' black query image is unreachable.
+RETRIEVAL = ["--candidates-per-batch", "2", "--max-rejections", "0"]
+
+
+@pytest.fixture(scope="package")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict, dict]]:
+    """Each dataset's fixture, prepared once: name -> (KB folder, report, expected rejections)."""
+    root = tmp_path_factory.mktemp("kbvqa_real")
+    out = {}
+    for name in ("infoseek", "evqa", "mmhops"):
+        expected = getattr(fx, f"write_{name}")(root / "raw" / name)
+        report = prep_dataset(
+            name, ["--raw", str(root / "raw" / name), "--out", str(root / name), *RETRIEVAL]
+        )
+        out[name] = (root / name, report, expected)
+    return out
+
+
+def _rows(kb: Path, split: str) -> pd.DataFrame:
+    return pd.read_parquet(kb / "data" / f"{split}.parquet")
+
+
+def _options(row: pd.Series) -> dict:
+    return json.loads(row["extra_info"]["env_options"])
+
+
+@pytest.mark.parametrize("name", ["infoseek", "evqa", "mmhops"])
+def test_every_row_is_accounted_for_with_its_reason(prepared, name: str) -> None:
+    kb, report, expected = prepared[name]
+    assert report["rejected"] == expected
+    assert report["balanced"]
+    for split, count in report["rows_out"].items():
+        if split not in ("kb", "kb_text"):
+            assert len(_rows(kb, split)) == count
+    saved = json.loads((kb / "report.json").read_text())
+    assert saved["rows_in"] == report["rows_in"] and saved["num_entities"] == len(
+        pd.read_parquet(kb / "entities.parquet")
+    )
+
+
+@pytest.mark.parametrize("name", ["infoseek", "evqa", "mmhops"])
+def test_reachability_filters_training_rows_only(prepared, name: str) -> None:
+    kb, _, _ = prepared[name]
+    queries = load_kb(kb).queries.set_index("image")["candidates"]
+    unreachable_eval = 0
+    for split in [p.stem for p in (kb / "data").glob("*.parquet")]:
+        for _, row in _rows(kb, split).iterrows():
+            options = _options(row)
+            pools = [list(queries[p]) for p in options["query_images"]]
+            assert all(len(p) == 2 for p in pools)  # (Rej_max + 1) x K
+            assert json.loads(row["extra_info"]["candidates"]) == pools  # stored with the row
+            reachable = all(g is None or g in p for g, p in zip(options["gold_entities"], pools, strict=True))
+            assert reachable or split != "train"
+            unreachable_eval += not reachable
+    if name == "infoseek":
+        assert unreachable_eval == 1  # the black query of val is kept: evaluation is never filtered
+
+
+def test_rows_have_the_synthetic_schema_and_scoreable_ground_truth(prepared, tmp_path: Path) -> None:
+    synthetic = pd.read_parquet(build_kb(tmp_path / "syn", PRESETS["tiny"]) / "data" / "train.parquet")
+    for name, (kb, _, _) in prepared.items():
+        rows = _rows(kb, "train")
+        assert list(rows.columns) == list(synthetic.columns)
+        assert set(synthetic.iloc[0]["extra_info"]) <= set(rows.iloc[0]["extra_info"])
+        for _, row in rows.iterrows():
+            assert row["data_source"] == name and row["agent_name"] == "ragym_env"
+            truth = json.loads(row["reward_model"]["ground_truth"])
+            assert score_answer(name, "certainly not the answer", truth) == 0.0
+            assert len(_options(row)["gold_entities"]) == len(_options(row)["query_images"])
+
+
+def test_infoseek_variants(prepared) -> None:
+    kb, _, _ = prepared["infoseek"]
+    rows = {r["extra_info"]["sample_id"]: r for _, r in _rows(kb, "train").iterrows()}
+    truth = {k: json.loads(r["reward_model"]["ground_truth"]) for k, r in rows.items()}
+    # The three numerical forms are kept as published and all score as the range [27, 33].
+    for n in (1, 2, 3):
+        gt = truth[f"infoseek_train_{n:08d}"]
+        assert gt["question_type"] == "Numerical"
+        assert score_answer("infoseek", "30", gt) == 1.0 and score_answer("infoseek", "34", gt) == 0.0
+    assert truth["infoseek_train_00000004"]["question_type"] == "Time"  # inferred: train has no qtype file
+    fields = json.loads(rows["infoseek_train_00000004"]["extra_info"]["dataset_fields"])
+    assert fields["question_type_inferred"] is True
+    # OVEN .JPEG, flat folder and id2image.jsonl layouts were all found (rows 1, 5, 6 are kept).
+    assert {"infoseek_train_00000001", "infoseek_train_00000005", "infoseek_train_00000006"} <= set(rows)
+    val = _rows(kb, "val")
+    splits = [json.loads(r["extra_info"]["dataset_fields"])["data_split"] for _, r in val.iterrows()]
+    assert sorted(splits) == ["val_unseen_entity", "val_unseen_entity", "val_unseen_question"]
+    types = [json.loads(r["reward_model"]["ground_truth"])["question_type"] for _, r in val.iterrows()]
+    assert types == ["String", "Numerical", "Time"]  # qtype file values in any case
+
+
+def test_evqa_pairs_two_hop_and_multi_answer(prepared) -> None:
+    kb, report, _ = prepared["evqa"]
+    assert report["rows_in"]["train"] == 10  # nine CSV rows, the first with two image ids
+    rows = _rows(kb, "train")
+    entities = load_kb(kb).entities.set_index("entity_id")
+    first = [r for _, r in rows.iterrows() if r["extra_info"]["sample_id"].startswith("evqa_train_2_")]
+    assert len(first) == 2  # one sample per (question, image)
+    two_hop = next(
+        r
+        for _, r in rows.iterrows()
+        if json.loads(r["reward_model"]["ground_truth"])["question_type"] == "2_hop"
+    )
+    fields = json.loads(two_hop["extra_info"]["dataset_fields"])
+    gold = _options(two_hop)["gold_entities"]
+    assert (
+        len(gold) == 1
+        and entities.loc[gold[0], "key"] == fields["hop_urls"][0]
+        and len(fields["hop_urls"]) == 2
+    )
+    multi = next(r for _, r in rows.iterrows() if "&&" in r["reward_model"]["ground_truth"])
+    assert (
+        score_answer("evqa", "Bob Jones and Ann Smith", json.loads(multi["reward_model"]["ground_truth"]))
+        == 1.0
+    )
+
+
+def test_mmhops_multi_image_rows_carry_one_gold_per_image(prepared) -> None:
+    kb, report, _ = prepared["mmhops"]
+    test = _rows(kb, "test")
+    compare = next(r for _, r in test.iterrows() if len(_options(r)["query_images"]) == 2)
+    options = _options(compare)
+    names = load_kb(kb).entities.set_index("entity_id").loc[options["gold_entities"], "key"].tolist()
+    assert names == ["Q102", "Q104"] and "<image>" not in options["question"]
+    numerical = next(r for _, r in test.iterrows() if _options(r)["question_type"] == "Bridge")
+    assert score_answer("mmhops", "three", json.loads(numerical["reward_model"]["ground_truth"])) == 1.0
+    train = {r["extra_info"]["sample_id"]: r for _, r in _rows(kb, "train").iterrows()}
+    assert _options(train["MMhops_train_00003"])["gold_entities"] == [
+        None
+    ]  # no gold column value: kept, counted
+    assert report["gold_unknown"] == 1
+
+
+def test_kb_contents(prepared) -> None:
+    for kb, report, _ in prepared.values():
+        loaded = load_kb(kb)
+        assert (loaded.passages["text"].str.len() <= PASSAGE_CHARS).all()
+        assert len(loaded.passages) == report["num_passages"] > len(loaded.entities)
+        assert np.allclose(np.linalg.norm(loaded.entity_embeddings, axis=1), 1.0, atol=1e-5)
+        assert report["entities_without_image"] == 1
+        imageless = loaded.entities[loaded.entities["image"] == "images/no_image.png"]
+        assert len(imageless) == 1 and (kb / "images" / "no_image.png").exists()
+    mm = load_kb(prepared["mmhops"][0]).passages
+    assert (mm["entity_id"] == "").sum() == 1  # the text-corpus page of no entity is searchable, unlinked
+
+
+def test_output_folder_must_be_empty(prepared) -> None:
+    kb, _, _ = prepared["mmhops"]
+    with pytest.raises(SystemExit):
+        prep_dataset("mmhops", ["--raw", str(kb), "--out", str(kb)])
