@@ -15,12 +15,14 @@ import logging
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rl.eval.memora_models import LLMConfig, LLMError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -79,29 +81,36 @@ class OpenAIChatModel:
             )
             or "none"
         )
-        answer = self._call(
-            DECOMPOSE_PROMPT.format(n=num_factors, query=query, memory=memory), self.config.judge_temperature
+        prompt = DECOMPOSE_PROMPT.format(n=num_factors, query=query, memory=memory)
+        return self._call(
+            prompt,
+            self.config.judge_temperature,
+            lambda a: [(str(f["text"]), float(f["priority"])) for f in _list(a, "factors")],
         )
-        return [(str(f["text"]), float(f["priority"])) for f in _list(answer, "factors")]
 
     def extract(
         self, query: str, factor: str, candidates: list[dict[str, Any]]
     ) -> list[tuple[int, float, str]]:
         """Evidence triples from the LLM."""
         prompt = EXTRACT_PROMPT.format(query=query, factor=factor, candidates=_candidates_text(candidates))
-        answer = self._call(prompt, self.config.extract_temperature)
-        return [
-            (int(e["doc"]), float(e["score"]), str(e.get("snippet", ""))) for e in _list(answer, "evidence")
-        ]
+        return self._call(
+            prompt,
+            self.config.extract_temperature,
+            lambda a: [
+                (int(e["doc"]), float(e["score"]), str(e.get("snippet", ""))) for e in _list(a, "evidence")
+            ],
+        )
 
     def judge(self, query: str, factors: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> list[int]:
         """The listwise order from the LLM."""
         names = "; ".join(f"{f['text']} ({f['priority']:.2f})" for f in factors)
         prompt = JUDGE_PROMPT.format(query=query, factors=names, candidates=_candidates_text(candidates))
-        return [int(n) for n in _list(self._call(prompt, self.config.judge_temperature), "order")]
+        return self._call(
+            prompt, self.config.judge_temperature, lambda a: [int(n) for n in _list(a, "order")]
+        )
 
-    def _call(self, prompt: str, temperature: float) -> dict[str, Any]:
-        """One JSON answer: from the cache, or from the endpoint with retries."""
+    def _call(self, prompt: str, temperature: float, parse: Callable[[dict[str, Any]], T]) -> T:
+        """One parsed JSON answer: from the cache, or from the endpoint with retries (bad shapes are retried)."""
         body = {
             "model": self.config.model,
             "temperature": temperature,
@@ -110,7 +119,7 @@ class OpenAIChatModel:
         }
         key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
         if key in self.cache:
-            return json.loads(self.cache[key])
+            return parse(json.loads(self.cache[key]))
         problem = ""
         for attempt in range(self.config.max_retries + 1):
             if attempt:
@@ -120,14 +129,22 @@ class OpenAIChatModel:
                 answer = json.loads(content)
                 if not isinstance(answer, dict):
                     raise ValueError("the answer is not a JSON object")
-            except (urllib.error.URLError, TimeoutError, ConnectionError, ValueError, KeyError) as err:
+                result = parse(answer)
+            except (
+                urllib.error.URLError,
+                TimeoutError,
+                ConnectionError,
+                ValueError,
+                KeyError,
+                TypeError,
+            ) as err:
                 problem = f"{type(err).__name__}: {err}"
                 logger.warning(
                     "LLM call to %s failed (attempt %d): %s", self.config.base_url, attempt + 1, problem
                 )
                 continue
             self._store(key, content)
-            return answer
+            return result
         raise LLMError(
             f"{self.config.base_url}: no usable answer after {self.config.max_retries + 1} attempts ({problem})"
         )
@@ -162,5 +179,5 @@ class OpenAIChatModel:
 def _list(answer: dict[str, Any], key: str) -> list[Any]:
     value = answer.get(key)
     if not isinstance(value, list):
-        raise LLMError(f"LLM answer lacks a list {key!r}: {json.dumps(answer)[:200]}")
+        raise ValueError(f"the answer lacks a list {key!r}: {json.dumps(answer)[:200]}")
     return value

@@ -1,0 +1,186 @@
+"""MEMORA-v0: reset view, the factor-aware score by hand, budgets and violations, memory write/read/freeze."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envs
+from envs.core import Hit
+from envs.events import events_of
+from envs.memora import MemoraEnv
+from envs.memora_corpus import Collection
+
+TEXTS = {"a": "alpha one", "b": "beta two", "c": "gamma three", "d": "delta four", "e": "epsilon five"}
+
+
+class FakeRetriever:
+    """First stage a > b > c > d; any query containing 'sub' returns e, a."""
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        order = ["e", "a"] if "sub" in query else ["a", "b", "c", "d"]
+        return [Hit(d, 10.0 - i) for i, d in enumerate(order)][:k]
+
+    def batch_search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return [self.search(q, k) for q in queries]
+
+
+def small_env(**overrides) -> MemoraEnv:
+    config = {"k0": 4, "kc": 4, "k": 2, "max_pool": 8, "k_min": 1, **overrides}
+    return MemoraEnv(collection=Collection(TEXTS, FakeRetriever()), **config)
+
+
+def turn(action: str) -> str:
+    return f"<reason>r</reason>{action}"
+
+
+OPTIONS = {"query": "q", "query_id": "q1", "domain": "toy", "qrels": {"c": 1}}
+
+
+def test_check_env_and_registration() -> None:
+    assert "MEMORA-v0" in envs.registered_envs()
+    check_env(gymnasium.make("MEMORA-v0").unwrapped, skip_render_check=True)
+
+
+def test_seeded_reset_is_deterministic() -> None:
+    one, two = MemoraEnv(), MemoraEnv()
+    assert one.reset(seed=5)[0]["text"] == two.reset(seed=5)[0]["text"]
+
+
+def test_score_by_hand() -> None:
+    """Two factors, evidence on c; with the paper's lambdas the scores below are computed by hand."""
+    env = small_env()
+    env.reset(options=OPTIONS)
+    env.step(turn("<decompose><factor p=3>gamma</factor><factor p=1>three</factor></decompose>"))
+    env.step(turn("<extract f=1><e d=3 s=10>gamma</e><e d=2 s=5>b</e></extract>"))
+    _, _, terminated, _, info = env.step(turn("<stop></stop>"))
+    assert terminated
+    final = events_of(info["events"], "final_ranking")[0]
+    # priorities 0.75 / 0.25; R = 1 - rank/4 -> a 1.0, b 0.75, c 0.5, d 0.25
+    # c: U = 0.75*1.0, C = 1/2 (only f1 >= 0.5); S = 0.9*(0.4*0.75 + 0.3*0.5 + 0.1*0.5) = 0.45
+    # b: U = 0.75*0.5, C = 1/2; S = 0.9*(0.4*0.375 + 0.3*0.5 + 0.1*0.75) = 0.3375
+    # a: S = 0.9*0.1*1.0 = 0.09; d: 0.9*0.1*0.25 = 0.0225
+    assert final["ranking"] == ["c", "b", "a", "d"]
+    assert final["scores"] == pytest.approx([0.45, 0.3375, 0.09, 0.0225])
+    assert not final["forced"]
+
+
+def test_judge_subquery_and_numbers_stay_stable() -> None:
+    env = small_env()
+    env.reset(options=OPTIONS)
+    env.step(turn("<decompose><factor p=1>x</factor></decompose>"))
+    _, _, _, _, info = env.step(turn("<subquery f=1>sub e</subquery>"))
+    sub = events_of(info["events"], "subquery")[0]
+    assert sub["retrieved"] == ["e", "a"] and sub["added"] == ["e"] and sub["pool_size"] == 5
+    assert any(c["number"] == 5 and c["docid"] == "e" for c in info["view"]["candidates"])
+    _, _, _, _, info = env.step(turn("<judge>4 > 5</judge>"))
+    assert events_of(info["events"], "verdict")[0]["order"] == ["d", "e"]
+    _, _, _, _, info = env.step(turn("<stop></stop>"))
+    # d: V = 1 -> 0.9*(0.2 + 0.1*0.25) = 0.2025; e (subquery rank 0): 0.9*(0.2*0.5 + 0.1) = 0.18
+    assert events_of(info["events"], "final_ranking")[0]["ranking"][:2] == ["d", "e"]
+
+
+@pytest.mark.parametrize(
+    ("action", "reason"),
+    [
+        ("<extract f=1><e d=1 s=3>x</e></extract>", "no_factors"),
+        ("<subquery f=1>x</subquery>", "no_factors"),
+        ("<judge>9</judge>", "bad_candidate"),
+        ("<decompose>" + "<factor p=1>x</factor>" * 6 + "</decompose>", "factor_count"),
+    ],
+)
+def test_forbidden_actions_change_nothing(action: str, reason: str) -> None:
+    env = small_env()
+    env.reset(options=OPTIONS)
+    before = env.state.view()
+    _, _, _, _, info = env.step(turn(action))
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == reason
+    assert env.state.view() == before
+
+
+def test_evidence_checks_and_budgets() -> None:
+    env = small_env(max_subqueries=1)
+    env.reset(options=OPTIONS)
+    env.step(turn("<decompose><factor p=1>x</factor><factor p=1>y</factor></decompose>"))
+    for action, reason in [
+        ("<extract f=3><e d=1 s=3>x</e></extract>", "bad_factor"),
+        ("<extract f=1><e d=1 s=11>x</e></extract>", "bad_score"),
+        ("<extract f=1><e d=1 s=1>x</e><e d=1 s=2>y</e></extract>", "duplicate_candidate"),
+    ]:
+        _, _, _, _, info = env.step(turn(action))
+        assert events_of(info["events"], "protocol_violation")[-1]["reason"] == reason
+    env.step(turn("<subquery f=1>sub</subquery>"))
+    _, _, _, _, info = env.step(turn("<subquery f=2>sub</subquery>"))
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "budget_exhausted"
+    assert len(events_of(info["events"], "subquery")) == 1
+
+
+def test_turn_budget_forces_the_final_ranking() -> None:
+    env = small_env(max_turns=2)
+    env.reset(options=OPTIONS)
+    env.step("nonsense")
+    _, _, terminated, truncated, info = env.step(turn("<judge>2</judge>"))
+    assert truncated and not terminated
+    final = events_of(info["events"], "final_ranking")[0]
+    assert final["forced"] and final["ranking"][0] == "b"
+    assert events_of(info["events"], "format_error")[0]["reason"] == "no_action"
+    with pytest.raises(RuntimeError, match="over"):
+        env.step(turn("<stop></stop>"))
+
+
+def test_excluded_ids_and_precomputed_first_stage() -> None:
+    env = small_env()
+    _, info = env.reset(options={**OPTIONS, "excluded_ids": ["a"]})
+    assert events_of(info["events"], "first_stage")[0]["ranking"] == ["b", "c", "d"]
+    _, info = env.reset(options={"query": "q", "first_stage": [["d", 3.0], ["c", 2.0]]})
+    assert events_of(info["events"], "first_stage")[0]["ranking"] == ["d", "c"]
+    with pytest.raises(ValueError, match="not in the collection"):
+        env.reset(options={"query": "q", "first_stage": [["zz", 1.0]]})
+    with pytest.raises(ValueError, match="unknown keys"):
+        env.reset(options={"query": "q", "gold": 1})
+
+
+def play_factor_episode(env: MemoraEnv, options: dict) -> dict:
+    env.reset(options=options)
+    env.step(turn("<decompose><factor p=1>gamma three</factor><factor p=1>delta four</factor></decompose>"))
+    env.step(turn("<extract f=1><e d=3 s=9>gamma</e></extract>"))
+    env.step(turn("<extract f=2><e d=4 s=9>delta</e></extract>"))
+    return env.step(turn("<stop></stop>"))[4]
+
+
+def test_memory_is_written_with_outcomes_persists_and_freezes(tmp_path) -> None:
+    env = small_env(memory_dir=str(tmp_path))
+    info = play_factor_episode(env, {**OPTIONS, "query": "gamma question"})
+    write = events_of(info["events"], "memory_write")[0]
+    assert write["written"] and write["outcomes"] == ["helped", "hurt"]  # c is relevant, d is not
+    record = json.loads((tmp_path / "toy.jsonl").read_text())
+    assert record["top_docs"] == ["c", "d"] and record["ndcg"] == pytest.approx(1.0)
+    # A new env instance (as the agent loop builds per episode) reads it back and shows it.
+    fresh = small_env(memory_dir=str(tmp_path))
+    obs, info = fresh.reset(options={**OPTIONS, "query": "another gamma question"})
+    assert "gamma question" in obs["text"] and "+gamma three" in obs["text"] and "-delta four" in obs["text"]
+    assert events_of(info["events"], "memory_read")[0]["hits"] == 1
+    # The factor prior: the same factors now get (h, l) = (1, 0) and (0, 1), and c's memory prior.
+    fresh.step(turn("<decompose><factor p=1>gamma three</factor><factor p=1>delta four</factor></decompose>"))
+    assert fresh.state.priors == [(1, 0), (0, 1)]
+    assert fresh.state.priorities.tolist() == pytest.approx([0.8, 0.2])
+    frozen = small_env(memory_dir=str(tmp_path), memory_frozen=True)
+    info = play_factor_episode(frozen, OPTIONS)
+    assert events_of(info["events"], "memory_write")[0]["reason"] == "frozen"
+    assert len((tmp_path / "toy.jsonl").read_text().splitlines()) == 1
+
+
+def test_no_qrels_no_memory_write() -> None:
+    env = small_env()
+    info = play_factor_episode(env, {"query": "q"})
+    assert events_of(info["events"], "memory_write")[0]["reason"] == "no_qrels"
+    assert len(env.memory("default")) == 0
+
+
+def test_observations_never_show_qrels() -> None:
+    env = small_env()
+    obs, _ = env.reset(options={**OPTIONS, "qrels": {"c": 1, "secret-doc": 1}})
+    assert "secret-doc" not in obs["text"] and "qrels" not in obs["text"]
