@@ -3,6 +3,7 @@
     ragym prep infoseek|evqa|mmhops --raw DIR --out DIR [--limit N] [--image-encoder JSON] [--text-encoder JSON]
     ragym prep mix --out DIR infoseek=65000 evqa=67000 mmhops=17000 [--root DIR] [--seed S]
     ragym prep kb-images infoseek|evqa|mmhops --raw DIR [--out DIR] [--workers N]
+    ragym prep mragbench --raw DIR --out DIR [--limit N] [--corpus DIR]   (R3G task folder, see data_prep.mragbench)
 
 Each dataset run prints and saves ``OUT/report.json``: rows in = rows out + rows rejected per split, with a
 count per reason, the KB and index sizes, and the image retriever's R@1 / R@5 / R@pool per split.
@@ -156,6 +157,10 @@ def main(argv: list[str]) -> int:
         mix(rest)
     elif command == "kb-images":
         fetch_images(rest)
+    elif command == "mragbench":  # R3G's benchmark: its own task-folder layout (data_prep.mragbench)
+        from data_prep import mragbench
+
+        return mragbench.main(rest)
     else:
         print(f"ragym prep: unknown subcommand {command!r}\n{__doc__}", file=sys.stderr)
         return 2

@@ -1,0 +1,88 @@
+"""``ragym prep mragbench``: rows in = out + rejected with reasons, corpus dedupe, stable splits, env-ready."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from data_prep.mragbench import prepare
+from data_prep.prep import main as prep_main
+from envs.encoders import PixelImageEncoder
+from envs.events import events_of
+from envs.r3g import R3GEnv
+from envs.r3g_corpus import read_rgb
+from tests.data_prep.mragbench_fixture import BROKEN, NUM_VALID, write_fixture
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    raw = write_fixture(tmp_path_factory.mktemp("mrag") / "raw")
+    out = tmp_path_factory.mktemp("mrag") / "task"
+    assert prep_main(["mragbench", "--raw", str(raw), "--out", str(out), "--test-fraction", "0.5"]) == 0
+    return out, json.loads((out / "report.json").read_text())
+
+
+def rows(out: Path) -> pd.DataFrame:
+    return pd.concat([pd.read_parquet(out / "data" / f"{s}.parquet") for s in ("train", "test")])
+
+
+def test_rows_in_equal_out_plus_rejected_with_reasons(prepared: tuple[Path, dict]) -> None:
+    out, report = prepared
+    assert (report["num_rows_in"], report["num_rows_out"], report["num_rows_rejected"]) == (13, NUM_VALID, 5)
+    assert {r["index"]: r["reason"] for r in report["rejected_examples"]} == BROKEN
+    assert sum(report["splits"].values()) == NUM_VALID == len(rows(out))
+    assert 0 < report["splits"]["test"] < NUM_VALID  # both splits used at 0.5
+
+
+def test_corpus_dedupes_identical_images_and_holds_gold(prepared: tuple[Path, dict]) -> None:
+    out, report = prepared
+    corpus = pd.read_parquet(out / "corpus" / "corpus.parquet")
+    # Each valid question: 2 gold crops and 2 retrieved images, one of them byte-identical to a gold crop
+    # (stored once) and one crop of another photo: 8 x 2 gold + 8 retrieved.
+    assert report["num_corpus_images"] == len(corpus) == NUM_VALID * 3
+    assert not corpus["image_id"].duplicated().any()
+    truth = [json.loads(t["ground_truth"]) for t in rows(out)["reward_model"]]
+    assert all(len(t["gold_images"]) == 2 and set(t["gold_images"]) <= set(corpus["image_id"]) for t in truth)
+    assert {t["answer_choice"] for t in truth} == {"A"} and all(
+        t["options"]["A"] == t["answer"] for t in truth
+    )
+
+
+def test_features_are_the_encoders(prepared: tuple[Path, dict]) -> None:
+    out, _ = prepared
+    corpus = pd.read_parquet(out / "corpus" / "corpus.parquet")
+    stored = np.load(out / "corpus" / "embeddings.npy")
+    fresh = PixelImageEncoder().encode_entities([read_rgb(out / corpus["path"].iloc[0])], [""])[0]
+    assert np.allclose(stored[0], fresh / np.linalg.norm(fresh), atol=1e-6)
+
+
+def test_splits_do_not_depend_on_limit(prepared: tuple[Path, dict], tmp_path: Path) -> None:
+    out, _ = prepared
+    raw = write_fixture(tmp_path / "raw")
+    report = prepare(raw, tmp_path / "small", limit=4, test_fraction=0.5)
+    assert report["num_rows_in"] == 4 and report["num_rows_out"] == 4
+    full = {e["question_id"]: e["split"] for e in rows(out)["extra_info"]}
+    small = {e["question_id"]: e["split"] for e in rows(tmp_path / "small")["extra_info"]}
+    assert small == {q: full[q] for q in small}
+
+
+def test_a_prepared_row_runs_in_the_env(prepared: tuple[Path, dict]) -> None:
+    out, _ = prepared
+    row = rows(out).iloc[0]
+    env = R3GEnv(**json.loads(row["extra_info"]["env_kwargs"]))
+    options = json.loads(row["extra_info"]["env_options"])
+    obs, _ = env.reset(options=options)
+    assert "A. " in obs["text"] and obs["images"][0].shape[2] == 3
+    env.step("<plan>compare the photo</plan>")
+    obs, *_, info = env.step("<retrieve></retrieve>")
+    retrieval = events_of(info["events"], "coarse_retrieval")[0]
+    assert len(obs["images"]) == 5 and retrieval["gold_in_pool"]  # crops of the same photo are the nearest
+
+
+def test_missing_parquet_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="data/test-"):
+        prepare(tmp_path, tmp_path / "out")
