@@ -145,6 +145,8 @@ class EngineConfig:
     """Longest wait of the generation server for all live episodes to ask (``ragym.engine``)."""
     num_threads: int
     """torch intra-op threads (0: torch's default)."""
+    trace_groups_per_step: int
+    """GRPO groups per step (and per evaluation) recorded for ``ragym view`` under ``output_dir/traces``."""
 
 
 AGENT_LOOP_KEYS = (
@@ -236,4 +238,5 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         reward_kwargs=g("reward.custom_reward_function.reward_kwargs"),
         batch_wait_s=g(f"{ENGINE_SECTION}.batch_wait_s"),
         num_threads=g(f"{ENGINE_SECTION}.num_threads"),
+        trace_groups_per_step=g(f"{ENGINE_SECTION}.trace_groups_per_step"),
     )

@@ -31,6 +31,7 @@ from rl.engine.metrics import MetricsSink, advantage_stats, summarize
 from rl.engine.rollout import EpisodeResult, run_episodes
 from rl.engine.vision import ImageInputs
 from rl.models import load_policy
+from rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +124,8 @@ class LocalTrainer:
         plain = OmegaConf.to_container(config, resolve=True)
         self.sink = MetricsSink(cfg.output_dir, cfg.loggers, cfg.project_name, cfg.experiment_name, plain)
         self.last_times: dict[str, float] = {}
+        self.traces = TraceWriter(Path(cfg.output_dir) / "traces", self.tokenizer,
+                                  TraceConfig(cfg.trace_groups_per_step), self.step if resume else -1)  # fmt: skip
 
     # ----- one step ---------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
@@ -144,11 +147,14 @@ class LocalTrainer:
         self.scheduler.step()
         self.step += 1
         update_s = time.perf_counter() - update_start
+        trace_start = time.perf_counter()  # a bounded sample of the step's episodes for ``ragym view``
+        self.traces.record(self.step, "train", rows, results, batch.advantages)
+        trace_s = time.perf_counter() - trace_start
         metrics.update(self._episode_metrics(results))
         metrics.update(advantage_stats(batch.advantages, batch.response_mask))
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         self.last_times = {"generate": times.generate, "env": times.env, "reward": times.reward,
-                           "rollout": times.total, "update": update_s}  # fmt: skip
+                           "rollout": times.total, "update": update_s, "trace": trace_s}  # fmt: skip
         metrics.update({f"timing_s/{k}": v for k, v in self.last_times.items()})
         self.sink.log(self.step, metrics, extra={"rows": indices})
         return metrics
@@ -160,6 +166,7 @@ class LocalTrainer:
             self.loop, self.agent_loop, self.server, rows, 1, self._sampling(self.cfg.val_sampling),
             self.cfg.reward_kwargs, group_prefix="val",
         )  # fmt: skip
+        self.traces.record(self.step, "val", rows, results)
         return self._episode_metrics(results)
 
     def _sampling(self, params: dict[str, Any]) -> dict[str, Any]:
