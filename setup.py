@@ -39,7 +39,9 @@ setup(
         "matplotlib",
         "tqdm",
         "wandb",
-        "ray[default]",
+        # serve: the retrieval service as a Ray Serve app (envs/service/ray_serve.py).
+        "ray[default,serve]",
+        "orjson",
         "datasets",
         "tokenizers",
         # MMhops' official scorer reads number words in predictions with word2number.
