@@ -37,8 +37,10 @@ class VerificationParams:
             isinstance(self.delta, bool)
             or not isinstance(self.delta, (int, float))
             or not math.isfinite(self.delta)
+            or self.delta < 0
         ):
-            raise ValueError(f"delta must be a finite number, got {self.delta!r}")
+            # A negative delta would make a correct Reject() cost reward: the opposite of Eq. 4.
+            raise ValueError(f"delta must be a finite number >= 0, got {self.delta!r}")
         if self.rej_max is not None and (not isinstance(self.rej_max, int) or self.rej_max < 0):
             raise ValueError(f"rej_max must be null or an int >= 0, got {self.rej_max!r}")
 

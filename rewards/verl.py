@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,11 @@ def _rubric_from_json(recipe_json: str) -> Rubric:
 
 @functools.lru_cache(maxsize=32)
 def _rubric_from_path(recipe_path: str) -> Rubric:
-    return Rubric.from_recipe(recipe_path)
+    path = Path(recipe_path)
+    if not path.is_absolute() and not path.is_file():
+        # Committed recipes name reward recipes relative to the repository root, wherever verl runs.
+        path = Path(__file__).resolve().parents[1] / path
+    return Rubric.from_recipe(path)
 
 
 def rubric_for(recipe: Mapping[str, Any] | None = None, recipe_path: str | None = None) -> Rubric:

@@ -39,15 +39,44 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: ragym COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: ragym [--debug] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``ragym COMMAND ...`` to its module's ``main``."""
+def user_error(err: BaseException) -> str | None:
+    """The one-line message for a user error (ragym's ``UsageError`` or a library error that means one: a
+    missing file, malformed YAML, a bad Hydra override, a model path that is neither a folder nor a hub id);
+    None for anything else, which is a bug and keeps its traceback."""
+    from rl.errors import UsageError
+
+    if isinstance(err, UsageError):
+        return str(err)
+    kinds: list[type] = [FileNotFoundError, NotADirectoryError, IsADirectoryError]
+    for module, name in _LIBRARY_ERRORS:
+        found = getattr(sys.modules.get(module), name, None)
+        kinds += [found] if found is not None else []
+    if isinstance(err, tuple(kinds)):
+        lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+        return " ".join(lines[:2]) or type(err).__name__
+    return None
+
+
+_LIBRARY_ERRORS = (
+    ("yaml", "YAMLError"),
+    ("hydra.errors", "HydraException"),
+    ("omegaconf.errors", "OmegaConfBaseException"),
+    ("huggingface_hub.errors", "HFValidationError"),
+)
+"""(module, exception) pairs that mean the user's input is wrong; only checked when already imported."""
+
+
+    """Dispatch ``ragym COMMAND ...`` to its module's ``main``; a user error is one line (``--debug``: raise)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
@@ -55,11 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"ragym: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    # Modules that serve two commands (submit/jobs) receive the command name first.
-    if getattr(module, "MULTI_COMMAND", False):
-        return int(module.main([name, *rest]) or 0)
-    return int(module.main(rest) or 0)
+    try:
+        module = importlib.import_module(COMMANDS[name][0])
+        # Modules that serve two commands (submit/jobs) receive the command name first.
+        if getattr(module, "MULTI_COMMAND", False):
+            return int(module.main([name, *rest]) or 0)
+        return int(module.main(rest) or 0)
+    except Exception as err:
+        message = None if debug else user_error(err)
+        if message is None:
+            raise
+        print(f"ragym {name}: {message} (--debug shows the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

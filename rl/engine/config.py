@@ -20,6 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from rl.engine.grpo import UpdateConfig
+from rl.errors import UsageError
 from rl.recipe.compose import recipe_keys, resolve_recipe_path
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class RecipeReader:
         """The value at ``key``; a missing key is an error naming it."""
         value = OmegaConf.select(self.config, key, throw_on_missing=True, default=_MISSING)
         if value is _MISSING:
-            raise KeyError(f"recipe has no key {key!r}")
+            raise UsageError(f"recipe has no key {key!r}; add it (verl's default may be missing)")
         self.read.add(key)
         return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
 
@@ -138,7 +139,9 @@ class EngineConfig:
     loggers: tuple[str, ...]
     """``console`` and/or ``wandb`` (the metrics jsonl is always written)."""
     resume_mode: str
-    """``auto`` (resume from the last checkpoint in ``output_dir``) or ``disable``."""
+    """verl's ``auto`` (the last checkpoint in ``output_dir``, if any), ``disable`` or ``resume_path``."""
+    resume_from_path: str | None
+    """The ``global_step_N`` folder ``resume_path`` continues from."""
     reward_kwargs: dict[str, Any]
     """``reward.custom_reward_function.reward_kwargs`` (the reward recipe), passed to ``rewards.verl``."""
     batch_wait_s: float
@@ -169,10 +172,10 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         g(key)
     for key in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward"):
         if g(key):
-            raise ValueError(f"{key}=true needs a reference model, which the local engine does not load")
+            raise UsageError(f"{key}=true needs a reference model, which the local engine does not load")
     reward_fn = (g("reward.custom_reward_function.path"), g("reward.custom_reward_function.name"))
     if reward_fn != ("pkg://rewards.verl", "compute_score"):
-        raise ValueError(
+        raise UsageError(
             f"reward.custom_reward_function must be pkg://rewards.verl / compute_score, got {reward_fn}"
         )
     rollout, actor = "actor_rollout_ref.rollout", "actor_rollout_ref.actor"
@@ -235,6 +238,7 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         experiment_name=g("trainer.experiment_name"),
         loggers=tuple(g("trainer.logger")),
         resume_mode=g("trainer.resume_mode"),
+        resume_from_path=g("trainer.resume_from_path"),
         reward_kwargs=g("reward.custom_reward_function.reward_kwargs"),
         batch_wait_s=g(f"{ENGINE_SECTION}.batch_wait_s"),
         num_threads=g(f"{ENGINE_SECTION}.num_threads"),

@@ -5,37 +5,57 @@ from __future__ import annotations
 import argparse
 import logging
 
-from rl.engine.config import RecipeReader, read_engine_config, recipe_set_keys
+from rl.data.rows import BAD_ROW_POLICIES
+from rl.engine.config import ENGINE_SECTION, RecipeReader, read_engine_config, recipe_set_keys
 from rl.engine.trainer import LocalTrainer
+from rl.errors import UsageError
+from rl.recipe.check import unknown_keys
 from rl.recipe.compose import load_recipe
 
 logger = logging.getLogger(__name__)
 
 
-def build_trainer(recipe: str, overrides: list[str]) -> LocalTrainer:
-    """Compose ``recipe`` with ``overrides``, log the keys the engine will not use, build the trainer."""
+def check_keys(recipe: str, overrides: list[str], reader: RecipeReader) -> list[str]:
+    """Refuse keys nothing reads (naming them); return the verl keys only a cluster run reads (a warning)."""
+    set_keys = recipe_set_keys(recipe, overrides)
+    unknown = unknown_keys(recipe, overrides)
+    unknown += [k for k in sorted(set_keys) if k.startswith(ENGINE_SECTION + ".") and k not in reader.read]
+    if unknown:
+        raise UsageError(
+            f"recipe {recipe}: no ragym command or verl reads {', '.join(unknown)}; check the spelling "
+            "(README: the local engine, unused keys)"
+        )
+    return reader.unused_keys(set_keys)
+
+
+def build_trainer(recipe: str, overrides: list[str], bad_rows: str = "skip") -> LocalTrainer:
+    """Compose ``recipe`` with ``overrides``, check every key and row, build the trainer."""
     config = load_recipe(recipe, overrides)
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
-    unused = reader.unused_keys(recipe_set_keys(recipe, overrides))
+    unused = check_keys(recipe, overrides, reader)
     if unused:
         logger.warning(
             "recipe keys the local engine does not use (they matter on the cluster only): %s",
             ", ".join(unused),
         )
-    return LocalTrainer(config, cfg)
+    return LocalTrainer(config, cfg, bad_rows=bad_rows)
 
 
 def main(argv: list[str]) -> int:
-    """Train until ``trainer.total_training_steps`` (resuming from the last checkpoint when one exists)."""
+    """Train until ``trainer.total_training_steps`` (``trainer.resume_mode`` says where it starts)."""
     parser = argparse.ArgumentParser(prog="ragym train", description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", required=True, help="recipe path or name under recipes/")
     parser.add_argument(
         "--max-steps", type=int, help="stop after this many more steps (default: run to the end)"
     )
+    parser.add_argument(
+        "--bad-rows", default="skip", choices=BAD_ROW_POLICIES,
+        help="rows that cannot start an episode: list and skip them (default), or list them and stop",
+    )  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_training_steps=10")
-    args = parser.parse_args(argv)
-    trainer = build_trainer(args.recipe, args.overrides)
+    args = parser.parse_intermixed_args(argv)
+    trainer = build_trainer(args.recipe, args.overrides, args.bad_rows)
     try:
         trainer.fit(max_steps=args.max_steps)
     finally:

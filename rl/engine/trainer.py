@@ -17,33 +17,32 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 from verl.utils.config import omega_conf_to_dataclass
 
 from rl.agent_loop.loop import make_agent_loop
+from rl.data.rows import load_rows
 from rl.engine.config import EngineConfig
 from rl.engine.grpo import assemble, compute_advantages, update_policy
 from rl.engine.hf_server import HFServer
 from rl.engine.metrics import MetricsSink, advantage_stats, summarize
+from rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
 from rl.engine.rollout import EpisodeResult, run_episodes
 from rl.engine.vision import ImageInputs
+from rl.errors import UsageError
 from rl.models import load_policy
 from rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
 
-LATEST = "latest_checkpointed_iteration.txt"
-"""File in the output folder naming the last complete checkpoint step (verl's convention)."""
+__all__ = ["LATEST", "LocalTrainer", "RowOrder", "latest_checkpoint", "read_rows"]
 
 
 def read_rows(path: str, limit: int = -1) -> list[dict[str, Any]]:
-    """Rows of a verl parquet file as dicts (the first ``limit`` when ``limit`` >= 0)."""
-    frame = pd.read_parquet(path)
-    rows = frame.to_dict(orient="records")
-    return rows if limit < 0 else rows[:limit]
+    """The valid rows of a verl parquet file (the first ``limit`` when ``limit`` >= 0); bad ones are logged."""
+    return load_rows(path, limit).rows
 
 
 class RowOrder:
@@ -51,7 +50,9 @@ class RowOrder:
 
     def __init__(self, num_rows: int, batch_size: int, seed: int, shuffle: bool) -> None:
         if num_rows < batch_size:
-            raise ValueError(f"data.train_batch_size={batch_size} exceeds the {num_rows} training rows")
+            raise UsageError(
+                f"data.train_batch_size={batch_size} exceeds the {num_rows} valid training rows; lower it"
+            )
         self.num_rows, self.batch_size, self.seed, self.shuffle = num_rows, batch_size, seed, shuffle
         self.epoch, self.position = 0, 0
 
@@ -77,23 +78,24 @@ class RowOrder:
         self.epoch, self.position = state["epoch"], state["position"]
 
 
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The last complete checkpoint folder under ``output_dir``, or None."""
-    marker = Path(output_dir) / LATEST
-    if not marker.exists():
-        return None
-    return Path(output_dir) / f"global_step_{int(marker.read_text().strip())}"
-
-
 class LocalTrainer:
     """GRPO on one machine with the same recipe, agent loop, rewards and loss as the cluster path."""
 
-    def __init__(self, config: DictConfig, cfg: EngineConfig) -> None:
+    def __init__(self, config: DictConfig, cfg: EngineConfig, bad_rows: str = "skip") -> None:
         self.config, self.cfg = config, cfg
         if cfg.num_threads > 0:
             torch.set_num_threads(cfg.num_threads)
         torch.manual_seed(cfg.seed)
-        resume = latest_checkpoint(cfg.output_dir) if cfg.resume_mode == "auto" else None
+        # Rows and the resume point are checked before the model loads: a bad setting costs seconds.
+        self.train_set = load_rows(cfg.train_files, on_bad=bad_rows)
+        self.train_rows = self.train_set.rows
+        self.val_rows = load_rows(cfg.val_files, cfg.val_max_samples, bad_rows).rows if cfg.val_files else []
+        resume = resume_point(cfg.output_dir, cfg.resume_mode, cfg.resume_from_path)
+        state = torch.load(resume / "engine_state.pt", weights_only=False) if resume else None
+        if state is not None:
+            check_same_run(
+                state.get("config"), config, state.get("data"), self.train_set.fingerprint(), resume
+            )
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)  # verl's agent loop binds to the current loop at construction
         self.model, self.tokenizer, self.processor = load_policy(resume or cfg.model_path)
@@ -114,13 +116,12 @@ class LocalTrainer:
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup)
         )
         self.update_generator = torch.Generator().manual_seed(cfg.seed + 1)
-        self.train_rows = read_rows(cfg.train_files)
-        self.val_rows = read_rows(cfg.val_files, cfg.val_max_samples)
         self.order = RowOrder(len(self.train_rows), cfg.train_batch_size, cfg.seed, cfg.shuffle)
         self.step = 0
         if resume is not None:
-            self._load_state(resume)
+            self._load_state(resume, state)
             logger.info("resumed from %s at step %d (epoch %d)", resume, self.step, self.order.epoch)
+        drop_metrics_after(cfg.output_dir, self.step if resume else -1)
         plain = OmegaConf.to_container(config, resolve=True)
         self.sink = MetricsSink(cfg.output_dir, cfg.loggers, cfg.project_name, cfg.experiment_name, plain)
         self.last_times: dict[str, float] = {}
@@ -231,13 +232,13 @@ class LocalTrainer:
             "server_rng": self.server.generator.get_state(),
             "update_rng": self.update_generator.get_state(),
             "config": json.dumps(OmegaConf.to_container(self.config, resolve=True)),
+            "data": self.train_set.fingerprint(),
         }
 
-    def _load_state(self, path: Path) -> None:
+    def _load_state(self, path: Path, state: dict[str, Any]) -> None:
         optim = torch.load(path / "optimizer.pt", weights_only=False)
         self.optimizer.load_state_dict(optim["optimizer"])
         self.scheduler.load_state_dict(optim["scheduler"])
-        state = torch.load(path / "engine_state.pt", weights_only=False)
         self.step = state["step"]
         self.order.load(state["order"])
         torch.set_rng_state(state["torch_rng"])

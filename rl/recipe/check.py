@@ -20,10 +20,24 @@ from omegaconf import DictConfig, OmegaConf
 
 from rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
 
-OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs", "ragym")
+OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs",)
 """Keys absent from verl's defaults that are allowed, with everything below them: the reward recipe verl
-passes to ``compute_score`` and ragym's own top-level section (``ragym.engine``: local-engine knobs),
-which verl never reads."""
+passes to ``compute_score`` (the rubric validates it)."""
+
+RAGYM_KEYS = (
+    "ragym.demo.kb_preset",
+    "ragym.demo.arch",
+    "ragym.demo.kb_corpus_repeats",
+    "ragym.demo.signature_tokens",
+)
+"""ragym's own top-level section, which verl never reads: local-engine knobs and the CPU demo's."""
+RAGYM_SECTIONS = {
+    # ``ragym train`` also checks that it read every ``ragym.engine`` key it was given.
+    "ragym.engine": ("rl.engine.config", "EngineConfig"),
+    "ragym.demo.policy": ("rl.tiny.policy", "TinyPolicyConfig"),
+    "ragym.demo.warm_start": ("rl.demo.warm_start", "WarmStartConfig"),
+}
+"""ragym sections read as a whole into a config dataclass: their keys are that dataclass's fields."""
 
 DATACLASS_SECTIONS = (
     "actor_rollout_ref.actor",
@@ -52,10 +66,26 @@ def _leaf_paths(node: object, prefix: str = "") -> Iterator[str]:
         yield prefix.rstrip(".")
 
 
+def _ragym_known(path: str) -> bool:
+    """True when ``path`` (under ``ragym.``) is a knob some ragym command reads."""
+    import dataclasses
+    import importlib
+
+    if path in RAGYM_KEYS:
+        return True
+    for section, (module, name) in RAGYM_SECTIONS.items():
+        if path.startswith(section + "."):
+            fields = {f.name for f in dataclasses.fields(getattr(importlib.import_module(module), name))}
+            return path[len(section) + 1 :] in fields
+    return False
+
+
 def _is_known(path: str, base: DictConfig) -> bool:
-    """True when ``path`` exists in verl's config or falls under a free-form map."""
+    """True when ``path`` exists in verl's config, in ragym's section or falls under a free-form map."""
     if any(path == open_map or path.startswith(open_map + ".") for open_map in OPEN_MAPS):
         return True
+    if path == "ragym" or path.startswith("ragym."):
+        return _ragym_known(path)
     parts = path.split(".")
     node: object = base
     for depth, part in enumerate(parts):
@@ -71,13 +101,15 @@ def _is_known(path: str, base: DictConfig) -> bool:
     return True
 
 
-def unknown_keys(recipe: str | Path) -> list[str]:
-    """Keys the recipe file sets that verl's ``ppo_trainer`` config does not have."""
+def unknown_keys(recipe: str | Path, overrides: list[str] | None = None) -> list[str]:
+    """Keys the recipe file (or an override) sets that neither verl's ``ppo_trainer`` config nor ragym has."""
     path = resolve_recipe_path(recipe)
     raw = yaml.safe_load(path.read_text()) or {}
     knobs = {key: value for key, value in raw.items() if key not in {"hydra", "defaults"}}
+    keys = list(_leaf_paths(knobs))
+    keys += [item.split("=", 1)[0].lstrip("+~") for item in overrides or [] if "=" in item]
     base = _base_config()
-    return [leaf for leaf in _leaf_paths(knobs) if not _is_known(leaf, base)]
+    return [key for key in dict.fromkeys(keys) if not _is_known(key, base)]
 
 
 def uncommented_knobs(text: str) -> list[str]:
@@ -117,9 +149,12 @@ def check_recipe(
     verl's ``validate_config``, whose GPU-count rules only apply to jobs that verl itself runs."""
     from verl.utils.config import omega_conf_to_dataclass
 
-    unknown = unknown_keys(recipe)
+    unknown = unknown_keys(recipe, overrides)
     if unknown:
-        raise ValueError(f"recipe {recipe}: keys not in verl's ppo_trainer config: {', '.join(unknown)}")
+        raise ValueError(
+            f"recipe {recipe}: keys nothing reads (not in verl's ppo_trainer config nor ragym's section): "
+            f"{', '.join(unknown)}"
+        )
     config = load_recipe(recipe, overrides)
     for section in DATACLASS_SECTIONS:
         omega_conf_to_dataclass(OmegaConf.select(config, section))

@@ -14,8 +14,14 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from rl.errors import UsageError
+
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 """The repository's committed recipes."""
+PACKAGE_ROOT = RECIPES_DIR.parent
+"""The repository root: committed recipes name their reward recipes relative to it."""
+REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
+"""Where a training recipe holds its reward recipe (``recipe``) or the path of one (``recipe_path``)."""
 
 
 def resolve_recipe_path(recipe: str | Path) -> Path:
@@ -40,7 +46,39 @@ def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> DictC
     with initialize_config_dir(config_dir=str(path.parent), version_base=None):
         config = compose(config_name=path.stem, overrides=list(overrides or []))
     OmegaConf.resolve(config)
+    resolve_reward_recipe(config, path)
     return config
+
+
+def resolve_relative(value: str, recipe: Path) -> Path:
+    """A path a recipe names: absolute as is; relative against the recipe's folder, then the package root,
+    then the working directory (the first that exists), so commands work from any directory."""
+    given = Path(value)
+    if given.is_absolute():
+        return given
+    for base in (recipe.parent, PACKAGE_ROOT, Path.cwd()):
+        if (base / given).exists():
+            return (base / given).resolve()
+    raise FileNotFoundError(
+        f"{value} not found next to {recipe}, in {PACKAGE_ROOT} or in {Path.cwd()}; give an absolute path"
+    )
+
+
+def resolve_reward_recipe(config: DictConfig, recipe: Path) -> None:
+    """Make the reward recipe path absolute and build its rubric, so a bad reward recipe fails at load time."""
+    from rewards.rubric import Rubric
+
+    kwargs = OmegaConf.select(config, REWARD_KWARGS)
+    if kwargs is None or OmegaConf.select(config, "reward.custom_reward_function.path") is None:
+        return
+    try:
+        if kwargs.get("recipe_path") is not None:
+            kwargs.recipe_path = str(resolve_relative(str(kwargs.recipe_path), recipe))
+            Rubric.from_recipe(kwargs.recipe_path)
+        elif kwargs.get("recipe") is not None:
+            Rubric.from_recipe(OmegaConf.to_container(kwargs.recipe, resolve=True))
+    except (ValueError, FileNotFoundError) as err:
+        raise UsageError(f"{recipe}: reward recipe ({REWARD_KWARGS}): {err}") from err
 
 
 def validate_recipe(config: DictConfig) -> None:

@@ -1,0 +1,220 @@
+"""Load verl parquet rows and validate each one before any work starts; bad rows are listed, then skipped or refused.
+
+Every entry point that runs episodes from rows (``ragym train``, ``ragym eval``, ``ragym rollout``, the demo's
+warm start) loads them here, so a row that cannot start an episode is found at load time instead of killing a
+run after hours. A row is checked the way its episode starts: the verl columns the agent loop reads, its
+``extra_info`` (``env_id``, ``env_kwargs`` and ``env_options`` as JSON objects, ``index``), then its env is
+built (once per distinct ``env_kwargs``) and reset with the row's options, which reads its images or document.
+A bad row is named by its file, its position in the file (0-based) and its ``extra_info.index``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rl.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+BAD_ROW_POLICIES = ("skip", "refuse")
+"""``skip``: list bad rows and run on the rest (the default: one bad row never costs a run); ``refuse``: list
+them and stop before any work."""
+
+
+class DataError(UsageError):
+    """Rows that cannot be used: a missing or unreadable file, no valid row, or bad rows under ``refuse``."""
+
+
+@dataclass(frozen=True)
+class BadRow:
+    """One row (or a whole file) that cannot start an episode, and why."""
+
+    file: str
+    """The parquet file."""
+    position: int | None
+    """0-based position of the row in the file; None when the file itself cannot be read."""
+    index: Any
+    """The row's ``extra_info.index`` (None when it has none)."""
+    reason: str
+    """What is wrong, one line."""
+
+    def describe(self) -> str:
+        """``FILE row P (extra_info.index I): reason``."""
+        if self.position is None:
+            return f"{self.file}: {self.reason}"
+        return f"{self.file} row {self.position} (extra_info.index {self.index}): {self.reason}"
+
+
+@dataclass
+class RowSet:
+    """The valid rows of one or more files, in file order, and the bad rows that were left out."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    """Valid rows (pandas records: verl's columns)."""
+    positions: list[tuple[str, int]] = field(default_factory=list)
+    """(file, position) of each valid row."""
+    bad: list[BadRow] = field(default_factory=list)
+    """Rows and files left out."""
+
+    def fingerprint(self) -> str:
+        """A hash of which rows are used, and their indices: a resumed run refuses data that changed."""
+        digest = hashlib.sha256()
+        for (file, position), row in zip(self.positions, self.rows, strict=True):
+            digest.update(f"{Path(file).name}:{position}:{row['extra_info']['index']}\n".encode())
+        return digest.hexdigest()[:16]
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _index(value: Any) -> Any:
+    """``extra_info.index`` as written (pandas reads an int column that has nulls as floats)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _json_object(value: Any, name: str) -> None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{name} is not valid JSON ({err})") from err
+    if value is not None and not isinstance(value, dict):
+        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
+
+
+class RowChecker:
+    """Checks rows as their episodes would start; envs are built once per distinct (env_id, env_kwargs)."""
+
+    def __init__(self, check_reset: bool = True) -> None:
+        self.check_reset = check_reset
+        self._envs: dict[str, Any] = {}
+
+    def check(self, row: dict[str, Any]) -> None:
+        """Raise ValueError (or the env's own error) naming what keeps ``row`` from starting an episode."""
+        from rl.agent_loop.observations import EpisodeSpec
+
+        extra_info = row.get("extra_info")
+        if not isinstance(extra_info, dict):
+            raise ValueError("extra_info is missing")
+        if extra_info.get("index") is None:
+            raise ValueError("extra_info.index is missing")
+        if not isinstance(row.get("data_source"), str):
+            raise ValueError("data_source is missing")
+        if row.get("prompt") is None:
+            raise ValueError("prompt is missing")
+        reward_model = row.get("reward_model")
+        if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
+            raise ValueError("reward_model.ground_truth is missing")
+        if isinstance(reward_model["ground_truth"], str):
+            try:
+                json.loads(reward_model["ground_truth"])
+            except json.JSONDecodeError as err:
+                raise ValueError(f"reward_model.ground_truth is not valid JSON ({err})") from err
+        for key in ("env_kwargs", "env_options"):
+            if key in extra_info:
+                _json_object(extra_info[key], f"extra_info.{key}")
+        spec = EpisodeSpec.from_extra_info(dict(extra_info))
+        if self.check_reset:
+            env = self._env(spec.env_id, spec.env_kwargs)
+            env.reset(seed=spec.seed, options=spec.env_options)
+
+    def _env(self, env_id: str, kwargs: dict[str, Any]) -> Any:
+        import envs
+
+        key = json.dumps([env_id, kwargs], sort_keys=True)
+        if key not in self._envs:
+            try:
+                self._envs[key] = envs.make_env(env_id, **kwargs)
+            except Exception as err:  # noqa: BLE001 - every row with these kwargs fails the same way
+                self._envs[key] = err
+        env = self._envs[key]
+        if isinstance(env, Exception):
+            raise ValueError(f"env {env_id} with env_kwargs {kwargs} cannot be built: {_one_line(env)}")
+        return env
+
+    def close(self) -> None:
+        """Close the envs built for checking."""
+        for env in self._envs.values():
+            if not isinstance(env, Exception):
+                env.close()
+        self._envs.clear()
+
+
+def _read_file(path: str, limit: int) -> list[dict[str, Any]]:
+    if not Path(path).is_file():
+        raise DataError(f"data file {path} not found; check the path (relative paths start at {Path.cwd()})")
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+        raise DataError(f"{path} is not a readable parquet file ({_one_line(err)})") from err
+    rows = frame.to_dict(orient="records")
+    return rows if limit < 0 else rows[:limit]
+
+
+def load_rows(
+    paths: str | Sequence[str],
+    limit: int = -1,
+    on_bad: str = "skip",
+    check_reset: bool = True,
+) -> RowSet:
+    """The valid rows of ``paths`` (the first ``limit`` of each file when ``limit`` >= 0), bad ones reported.
+
+    ``on_bad``: ``skip`` logs every bad row and file and goes on; ``refuse`` raises ``DataError`` listing
+    them. No valid row at all is always a ``DataError``. ``check_reset`` also resets each row's env.
+    """
+    if on_bad not in BAD_ROW_POLICIES:
+        raise UsageError(f"bad-row policy {on_bad!r} is not one of {', '.join(BAD_ROW_POLICIES)}")
+    files = [paths] if isinstance(paths, str) else list(paths)
+    result, checker = RowSet(), RowChecker(check_reset)
+    try:
+        for path in files:
+            try:
+                rows = _read_file(str(path), limit)
+            except DataError as err:
+                if on_bad == "refuse" or len(files) == 1:
+                    raise
+                result.bad.append(BadRow(str(path), None, None, str(err)))
+                continue
+            for position, row in enumerate(rows):
+                try:
+                    checker.check(row)
+                except Exception as err:  # noqa: BLE001 - any failure to start the episode makes the row bad
+                    index = _index((row.get("extra_info") or {}).get("index"))
+                    result.bad.append(BadRow(str(path), position, index, _one_line(err)))
+                    continue
+                result.rows.append(row)
+                result.positions.append((str(path), position))
+    finally:
+        checker.close()
+    _report(result, files, on_bad, limit)
+    return result
+
+
+def _report(result: RowSet, files: list[str], on_bad: str, limit: int) -> None:
+    for bad in result.bad:
+        logger.warning("bad row: %s", bad.describe())
+    first = result.bad[0].describe() if result.bad else ""
+    if result.bad and on_bad == "refuse":
+        raise DataError(
+            f"{len(result.bad)} bad row(s) in {', '.join(files)} (first: {first}); fix them, or pass "
+            "--bad-rows skip to run on the valid rows"
+        )
+    if not result.rows and limit != 0:
+        raise DataError(
+            f"{', '.join(files)}: no valid rows" + (f" (first bad row: {first})" if first else "")
+        )
+    if result.bad:
+        logger.warning(
+            "skipping %d bad row(s) of %d in %s", len(result.bad), len(result.bad) + len(result.rows),
+            ", ".join(files),
+        )  # fmt: skip

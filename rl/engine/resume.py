@@ -1,0 +1,159 @@
+"""Where a local-engine run starts: verl's three ``trainer.resume_mode`` values, never two runs in one folder.
+
+As verl's ``RayPPOTrainer._load_checkpoint`` defines them:
+
+- ``auto``: continue from the checkpoint ``latest_checkpointed_iteration.txt`` names in
+  ``trainer.default_local_dir``, or start from scratch when there is none;
+- ``disable``: start from scratch (here: only into a folder that holds no run, instead of overwriting part
+  of one);
+- ``resume_path``: continue from ``trainer.resume_from_path``, a ``global_step_N`` folder (relative paths
+  start at the working directory).
+
+A resumed run must be the same run: the settings a checkpoint cannot carry over (learning rate, data,
+seed, batch shape, reward) are compared with the checkpoint's and a change is refused, naming the setting.
+Metrics rows logged after the checkpoint (steps a killed run did not save) are dropped before continuing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rl.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+LATEST = "latest_checkpointed_iteration.txt"
+"""File in the output folder naming the last complete checkpoint step (verl's convention)."""
+RESUME_MODES = ("auto", "disable", "resume_path")
+"""verl's ``trainer.resume_mode`` values."""
+RUN_SETTINGS = (
+    "actor_rollout_ref.model.path",
+    "data.train_files",
+    "data.seed",
+    "data.shuffle",
+    "data.train_batch_size",
+    "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.actor.optim.lr",
+    "actor_rollout_ref.actor.optim.betas",
+    "actor_rollout_ref.actor.optim.weight_decay",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "reward.custom_reward_function.reward_kwargs",
+)
+"""Settings a resumed run cannot change: the optimizer state, data cursor and rewards belong to them."""
+_STEP_DIR = re.compile(r"global_step_(\d+)$")
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The last complete checkpoint folder under ``output_dir``, or None."""
+    marker = Path(output_dir) / LATEST
+    if not marker.exists():
+        return None
+    return Path(output_dir) / f"global_step_{int(marker.read_text().strip())}"
+
+
+def checkpoint_steps(output_dir: str | Path) -> list[int]:
+    """Steps of the ``global_step_N`` folders under ``output_dir``, ascending."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in root.iterdir() if (m := _STEP_DIR.search(p.name)) and p.is_dir())
+
+
+def holds_run(output_dir: str | Path) -> bool:
+    """True when ``output_dir`` has checkpoints, a latest marker or logged metrics of some run."""
+    root = Path(output_dir)
+    metrics = root / "metrics.jsonl"
+    has_metrics = metrics.is_file() and metrics.stat().st_size > 0
+    return bool(checkpoint_steps(root)) or (root / LATEST).exists() or has_metrics
+
+
+def resume_point(output_dir: str, mode: str, resume_from_path: str | None) -> Path | None:
+    """The checkpoint folder to continue from (None: from scratch); a mode that would mix runs is refused."""
+    out = Path(output_dir)
+    if mode not in RESUME_MODES:
+        raise UsageError(f"trainer.resume_mode={mode!r} is not one of {', '.join(RESUME_MODES)}")
+    if mode == "disable":
+        if holds_run(out):
+            raise UsageError(
+                f"trainer.resume_mode=disable starts from scratch, but {out} already holds a run; set "
+                "trainer.default_local_dir to a new folder, remove this one, or use trainer.resume_mode=auto"
+            )
+        return None
+    if mode == "auto":
+        return latest_checkpoint(out)
+    if not isinstance(resume_from_path, str) or not _STEP_DIR.search(resume_from_path.rstrip("/")):
+        raise UsageError(
+            "trainer.resume_mode=resume_path needs trainer.resume_from_path=.../global_step_N, "
+            f"got {resume_from_path!r}"
+        )
+    path = Path(resume_from_path).absolute()
+    if not (path / "engine_state.pt").is_file():
+        raise UsageError(
+            f"trainer.resume_from_path={path} is not a local-engine checkpoint (no engine_state.pt)"
+        )
+    step = int(_STEP_DIR.search(str(path).rstrip("/")).group(1))
+    if holds_run(out) and path.parent.resolve() != out.resolve():
+        raise UsageError(
+            f"{out} already holds another run; set trainer.default_local_dir to a new folder to continue "
+            f"from {path}"
+        )
+    later = [s for s in checkpoint_steps(out) if s > step]
+    if later:
+        raise UsageError(
+            f"{out} holds checkpoints after step {step} (global_step_{later[0]}..{later[-1]}) of the run "
+            "being resumed; set trainer.default_local_dir to a new folder to branch from it"
+        )
+    return path
+
+
+def check_same_run(saved_config_json: str | None, config: DictConfig, saved_data: str | None,
+                   data: str, checkpoint: Path) -> None:  # fmt: skip
+    """Refuse to resume ``checkpoint`` with settings or training rows other than the ones it was trained on."""
+    if saved_config_json is not None:
+        saved = OmegaConf.create(json.loads(saved_config_json))
+        for key in RUN_SETTINGS:
+            before, now = _plain(OmegaConf.select(saved, key)), _plain(OmegaConf.select(config, key))
+            if before != now:
+                raise UsageError(
+                    f"{checkpoint} was trained with {key}={_short(before)}, this run sets {_short(now)}: "
+                    "set it back to resume, or set trainer.default_local_dir to a new folder for a new run"
+                )
+    if saved_data is not None and saved_data != data:
+        raise UsageError(
+            f"the training rows differ from the ones {checkpoint} was trained on (data.train_files changed, "
+            "or rows in it did): restore them to resume, or set trainer.default_local_dir to a new folder"
+        )
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def drop_metrics_after(output_dir: str | Path, step: int) -> int:
+    """Remove ``metrics.jsonl`` rows logged after ``step`` (a killed run's unsaved steps); returns how many."""
+    path = Path(output_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    if len(kept) < len(lines):
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(path)
+        logger.info(
+            "dropped %d metrics rows logged after step %d (not checkpointed)", len(lines) - len(kept), step
+        )
+    return len(lines) - len(kept)

@@ -1,0 +1,84 @@
+"""Row validation at load time: bad rows are listed by file position and extra_info.index, then skipped or refused."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from rl.data.rows import BadRow, DataError, load_rows
+from tests.rl.data.bad_rows import BAD_KINDS, truncated_copy, with_bad_rows
+
+
+@pytest.fixture(scope="module")
+def kb(tmp_path_factory) -> Path:
+    from data_prep.synthetic_kb import PRESETS, build_kb
+
+    return build_kb(tmp_path_factory.mktemp("rows") / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
+
+
+def test_each_bad_row_is_listed_with_position_and_index_then_skipped(kb, tmp_path, caplog):
+    data = tmp_path / "rows.parquet"
+    positions = with_bad_rows(kb / "data" / "test.parquet", data, num_good=4)
+    with caplog.at_level(logging.WARNING, logger="rl.data.rows"):
+        rows = load_rows(str(data))
+    assert len(rows.rows) == 4 and [p for _, p in rows.positions] == [0, 1, 2, 3]
+    by_position = {bad.position: bad for bad in rows.bad}
+    assert set(by_position) == set(positions.values())
+    assert "extra_info is missing" in by_position[positions["missing_extra_info"]].reason
+    assert "env_options is not valid JSON" in by_position[positions["invalid_env_options"]].reason
+    missing = by_position[positions["missing_image"]]
+    assert "No such file" in missing.reason and missing.index == 1000 + BAD_KINDS.index("missing_image")
+    logged = caplog.text
+    assert f"row {positions['missing_image']} (extra_info.index 1002)" in logged
+    assert f"row {positions['invalid_env_options']} (extra_info.index 1001)" in logged
+
+
+def test_refuse_lists_the_first_bad_row_in_one_line(kb, tmp_path):
+    data = tmp_path / "rows.parquet"
+    with_bad_rows(kb / "data" / "test.parquet", data, num_good=2)
+    with pytest.raises(DataError) as err:
+        load_rows(str(data), on_bad="refuse")
+    message = str(err.value)
+    assert "\n" not in message and "3 bad row(s)" in message and "row 2 (extra_info.index None)" in message
+
+
+def test_a_truncated_file_is_one_error_or_a_skipped_file(kb, tmp_path):
+    broken = truncated_copy(kb / "data" / "test.parquet", tmp_path / "broken.parquet")
+    with pytest.raises(DataError, match="broken.parquet is not a readable parquet file"):
+        load_rows(str(broken))
+    rows = load_rows([str(broken), str(kb / "data" / "test.parquet")], limit=3)
+    assert len(rows.rows) == 3
+    assert rows.bad == [BadRow(str(broken), None, None, rows.bad[0].reason)]
+    with pytest.raises(DataError, match="not found"):
+        load_rows(str(tmp_path / "absent.parquet"))
+
+
+def test_nonsense_env_settings_are_bad_rows_naming_the_field(kb, tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(kb / "data" / "test.parquet").slice(0, 2)
+    rows = table.to_pylist()
+    kwargs = json.loads(rows[1]["extra_info"]["env_kwargs"]) | {"max_turns": 0}
+    rows[1]["extra_info"]["env_kwargs"] = json.dumps(kwargs)
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), tmp_path / "r.parquet")
+    loaded = load_rows(str(tmp_path / "r.parquet"))
+    assert len(loaded.rows) == 1 and "max_turns" in loaded.bad[0].reason
+
+
+def test_no_valid_row_is_an_error_but_limit_zero_is_empty(kb, tmp_path):
+    assert load_rows(str(kb / "data" / "test.parquet"), limit=0).rows == []
+    data = tmp_path / "rows.parquet"
+    with_bad_rows(kb / "data" / "test.parquet", data, num_good=0)
+    with pytest.raises(DataError, match="no valid rows"):
+        load_rows(str(data))
+
+
+def test_fingerprint_changes_with_the_rows_used(kb):
+    first = load_rows(str(kb / "data" / "test.parquet"), limit=4)
+    assert first.fingerprint() == load_rows(str(kb / "data" / "test.parquet"), limit=4).fingerprint()
+    assert first.fingerprint() != load_rows(str(kb / "data" / "test.parquet"), limit=5).fingerprint()

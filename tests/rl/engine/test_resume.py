@@ -1,0 +1,93 @@
+"""verl's three resume modes on the local engine: never two runs in one folder, changed settings refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from rl.engine.main import build_trainer
+from rl.engine.metrics import read_metrics
+from rl.engine.resume import LATEST, check_same_run, drop_metrics_after, resume_point
+from rl.errors import UsageError
+from tests.rl.engine.test_engine_trainer import _overrides, tiny_setup  # noqa: F401 - the module fixture
+
+
+def _fake_run(out: Path, steps: list[int], latest: int, logged: list[int]) -> None:
+    for step in steps:
+        (out / f"global_step_{step}").mkdir(parents=True)
+        torch.save({"step": step}, out / f"global_step_{step}" / "engine_state.pt")
+    (out / LATEST).write_text(str(latest))
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "x": 1.0}) + "\n" for s in logged))
+
+
+def test_auto_resumes_from_the_latest_marker_or_starts_from_scratch(tmp_path):
+    assert resume_point(str(tmp_path / "new"), "auto", None) is None
+    _fake_run(tmp_path, [2, 4], latest=4, logged=[1, 2, 3, 4, 5])
+    assert resume_point(str(tmp_path), "auto", None) == tmp_path / "global_step_4"
+
+
+def test_disable_into_a_folder_with_a_run_is_refused(tmp_path):
+    assert resume_point(str(tmp_path / "empty"), "disable", None) is None
+    _fake_run(tmp_path, [2], latest=2, logged=[1, 2])
+    with pytest.raises(UsageError, match="already holds a run"):
+        resume_point(str(tmp_path), "disable", None)
+
+
+def test_resume_path_continues_from_the_named_step_and_never_branches_in_place(tmp_path):
+    run = tmp_path / "run"
+    _fake_run(run, [2, 4], latest=4, logged=[1, 2, 3, 4])
+    other = tmp_path / "branch"
+    assert resume_point(str(other), "resume_path", str(run / "global_step_2")) == run / "global_step_2"
+    assert resume_point(str(run), "resume_path", str(run / "global_step_4")) == run / "global_step_4"
+    with pytest.raises(UsageError, match="global_step_4..4"):
+        resume_point(str(run), "resume_path", str(run / "global_step_2"))
+    with pytest.raises(UsageError, match="resume_from_path"):
+        resume_point(str(other), "resume_path", None)
+    with pytest.raises(UsageError, match="not a local-engine checkpoint"):
+        resume_point(str(other), "resume_path", str(tmp_path / "global_step_9"))
+    elsewhere = tmp_path / "elsewhere"
+    _fake_run(elsewhere, [1], latest=1, logged=[1])
+    with pytest.raises(UsageError, match="already holds another run"):
+        resume_point(str(run), "resume_path", str(elsewhere / "global_step_1"))
+    with pytest.raises(UsageError, match="not one of"):
+        resume_point(str(run), "sometimes", None)
+
+
+def test_metrics_after_the_checkpoint_are_dropped(tmp_path):
+    _fake_run(tmp_path, [3], latest=3, logged=[0, 1, 2, 3, 4, 5])
+    assert drop_metrics_after(tmp_path, 3) == 2
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3]
+
+
+def test_a_changed_setting_is_refused_by_name():
+    saved = {
+        "data": {"seed": 0, "train_files": "a.parquet"},
+        "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-3}}},
+    }
+    now = OmegaConf.create({**saved, "actor_rollout_ref": {"actor": {"optim": {"lr": 5e-3}}}})
+    with pytest.raises(UsageError, match=r"actor_rollout_ref.actor.optim.lr=0.001, this run sets 0.005"):
+        check_same_run(json.dumps(saved), now, "abc", "abc", Path("ckpt"))
+    with pytest.raises(UsageError, match="training rows differ"):
+        check_same_run(json.dumps(saved), OmegaConf.create(saved), "abc", "abd", Path("ckpt"))
+    check_same_run(json.dumps(saved), OmegaConf.create(saved), "abc", "abc", Path("ckpt"))
+
+
+def test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics(tiny_setup, tmp_path):  # noqa: F811
+    overrides = [*_overrides(tiny_setup, tmp_path, steps=2), "trainer.save_freq=-1"]
+    trainer = build_trainer("kbvqa_tiny_cpu", overrides)
+    trainer.fit(max_steps=1)
+    trainer.save()
+    trainer.fit(max_steps=1)  # step 2 is logged; the final save is what a kill would lose
+    trainer.close()
+    (tmp_path / LATEST).write_text("1")
+    with pytest.raises(UsageError, match="data.seed=0, this run sets 1"):
+        build_trainer("kbvqa_tiny_cpu", [*overrides, "data.seed=1"])
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+    resumed = build_trainer("kbvqa_tiny_cpu", overrides)
+    assert resumed.step == 1
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
+    resumed.close()

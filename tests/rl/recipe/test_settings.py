@@ -1,0 +1,62 @@
+"""Settings are checked before work starts: reward recipes resolve from any directory and fail at load time,
+keys nothing reads are errors naming them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rl.cluster.submit import build_submission
+from rl.engine.main import build_trainer
+from rl.errors import UsageError
+from rl.recipe.compose import load_recipe
+
+DELTA = "reward.custom_reward_function.reward_kwargs.recipe.terms.verification.params.delta"
+INLINE = [
+    "~reward.custom_reward_function.reward_kwargs.recipe_path",
+    "+reward.custom_reward_function.reward_kwargs.recipe={terms:{verification:{weight:1.0,params:{delta:-0.1}}}}",
+]
+
+
+def test_reward_recipe_path_resolves_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = load_recipe("kbvqa_tiny_cpu")
+    path = Path(config.reward.custom_reward_function.reward_kwargs.recipe_path)
+    assert path.is_absolute() and path.is_file() and path.name == "mmagent_r2.yaml"
+
+
+def test_a_reward_recipe_next_to_the_recipe_wins(tmp_path, monkeypatch):
+    recipes = Path(__file__).resolve().parents[3] / "recipes"
+    text = (
+        (recipes / "kbvqa_tiny_cpu.yaml").read_text().replace("recipes/rewards/mmagent_r2.yaml", "mine.yaml")
+    )
+    (tmp_path / "mine.yaml").write_text("terms:\n  format: {weight: 2.0}\n")
+    (tmp_path / "r.yaml").write_text(text)
+    monkeypatch.chdir(Path("/"))
+    config = load_recipe(tmp_path / "r.yaml")
+    assert config.reward.custom_reward_function.reward_kwargs.recipe_path == str(
+        (tmp_path / "mine.yaml").resolve()
+    )
+
+
+@pytest.mark.parametrize("value", ["high", "-0.3"])
+def test_bad_delta_fails_at_submit_dry_run_time(value):
+    with pytest.raises(UsageError, match="delta"):
+        build_submission("kbvqa_qwen2_5_vl_7b", [f"{DELTA}={value}"])
+
+
+def test_negative_delta_fails_before_training_starts(tmp_path):
+    with pytest.raises(UsageError, match="delta must be a finite number >= 0"):
+        build_trainer("kbvqa_tiny_cpu", [*INLINE, f"trainer.default_local_dir={tmp_path}"])
+
+
+def test_a_key_nothing_reads_is_an_error_naming_it(tmp_path):
+    with pytest.raises(UsageError, match=r"ragym\.engine\.batch_wiat_s"):
+        build_trainer(
+            "kbvqa_tiny_cpu", ["+ragym.engine.batch_wiat_s=1.0", f"trainer.default_local_dir={tmp_path}"]
+        )
+    with pytest.raises(UsageError, match=r"ragym\.demo\.warm_start\.epoch\b"):
+        build_trainer(
+            "kbvqa_tiny_cpu", ["+ragym.demo.warm_start.epoch=2", f"trainer.default_local_dir={tmp_path}"]
+        )
