@@ -1,0 +1,180 @@
+"""R3G's baselines on ``R3G-v0`` itself: MRAG (no plan, Stage-1 only, top-1) and the fixed R3G pipeline.
+
+``python -m rl.eval.r3g_baselines --data PARQUET --out DIR [--limit N] [--model scripted|chat] ...``
+
+A fixed model plays every learned step through the env's own grammar, so baselines and trained policies
+share the pool, the fusion, the events and the metrics (``rl.eval.r3g_report``):
+
+- ``ChatModel``: a frozen MLLM behind an OpenAI-compatible endpoint (``rl.eval.r3g_chat``) writes the plan,
+  the judge lines and the answer.
+- ``ScriptedModel``: offline; judges by a cue word in the candidates' captions (the synthetic task's, shown
+  with ``show_captions``) and answers with the option named in the evidence caption. It has no signal on
+  MRAG-Bench, whose images have no captions: it exists for tests and the synthetic task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+
+from envs.r3g import R3GEnv
+from rewards import Rubric
+from rewards.episode import Episode
+from rl.eval.r3g_chat import ChatClient, ChatConfig, user_content
+from rl.eval.r3g_report import EpisodeScore, markdown, summarize
+
+BASELINES: dict[str, dict[str, Any]] = {
+    "mrag": {"use_plan": False, "rerank": "stage1", "top_k": 1},
+    "r3g_fixed": {"use_plan": True, "rerank": "fused"},
+}
+"""Baseline name -> env switches (over the row's own env_kwargs)."""
+_TAGS = re.compile(r"</?(plan|retrieve|judge|answer)>")
+_OPTION = re.compile(r"^([A-D])\. (.+)$", re.MULTILINE)
+
+
+class FixedModel(Protocol):
+    """The frozen model of the fixed pipeline: one call per learned step, plain text out."""
+
+    def plan(self, task: dict[str, Any]) -> str:
+        """The plan from the task observation alone."""
+        ...
+
+    def judge(self, task: dict[str, Any], pool: dict[str, Any]) -> str:
+        """Judge lines ``[i] r=.. t=.. a=.. rationale`` for the pool observation."""
+        ...
+
+    def answer(self, task: dict[str, Any], evidence: dict[str, Any]) -> str:
+        """The answer from the task and the evidence observation."""
+        ...
+
+
+@dataclass
+class ScriptedModel:
+    """Offline model for tests and the synthetic task: judges and answers from caption text only."""
+
+    cue: str = "visible"
+    """Caption word meaning the image shows what the question needs."""
+
+    def plan(self, task: dict[str, Any]) -> str:
+        """The question restated as the cue to look for."""
+        return "find an image that shows: " + task["text"].split("Question: ", 1)[-1].splitlines()[0]
+
+    def judge(self, task: dict[str, Any], pool: dict[str, Any]) -> str:
+        """a = 1 where the caption holds the cue, else 0; r and t 0.5 (the captions say nothing of them)."""
+        lines = [line for line in pool["text"].splitlines() if line.startswith("[")]
+        return "\n".join(
+            f"[{i}] r=0.5 t=0.5 a={int(self.cue in line)} caption {'shows' if self.cue in line else 'lacks'} the cue"
+            for i, line in enumerate(lines, 1)
+        )
+
+    def answer(self, task: dict[str, Any], evidence: dict[str, Any]) -> str:
+        """The option whose text the evidence caption names, else A."""
+        options = dict(_OPTION.findall(task["text"]))
+        said = evidence["text"].lower()
+        return next((letter for letter, text in options.items() if f": {text.lower()}" in said), "A")
+
+
+class ChatModel:
+    """The fixed pipeline's frozen MLLM over an OpenAI-compatible endpoint (cached, retried)."""
+
+    def __init__(self, config: ChatConfig, system_prompt: str) -> None:
+        self.client = ChatClient(config)
+        self.system_prompt = system_prompt
+
+    def _ask(self, *observations: dict[str, Any], instruction: str) -> str:
+        content = [part for obs in observations for part in user_content(obs["text"], list(obs["images"]))]
+        messages = [{"role": "system", "content": self.system_prompt},
+                    {"role": "user", "content": [*content, {"type": "text", "text": instruction}]}]  # fmt: skip
+        return self.client.complete(messages)
+
+    def plan(self, task: dict[str, Any]) -> str:
+        """Reasoning before evidence: the visual cues needed."""
+        return self._ask(
+            task, instruction="Write a short ordered plan of the visual cues you need. Plan only."
+        )
+
+    def judge(self, task: dict[str, Any], pool: dict[str, Any]) -> str:
+        """Three sub-scores and a rationale per pooled candidate."""
+        return self._ask(
+            task, pool, instruction="Judge every candidate, one line each: [i] r=.. t=.. a=.. rationale"
+        )
+
+    def answer(self, task: dict[str, Any], evidence: dict[str, Any]) -> str:
+        """The option letter."""
+        return self._ask(task, evidence, instruction="Answer with the option letter only.")
+
+
+def _clean(text: str) -> str:
+    """Model text with the env's tags removed, so a reply cannot close or open another action."""
+    return _TAGS.sub("", text).strip()
+
+
+def run_fixed(env: R3GEnv, options: dict[str, Any], model: FixedModel) -> list[dict[str, Any]]:
+    """One episode of the fixed pipeline under the env's switches; returns its events."""
+    task, _ = env.reset(options=options)
+    if env.config.use_plan:
+        env.step(f"<plan>{_clean(model.plan(task)) or 'none'}</plan>")
+    obs, *_ = env.step("<retrieve></retrieve>")
+    if env.config.rerank != "stage1":
+        obs, *_ = env.step(f"<judge>\n{_clean(model.judge(task, obs))}\n</judge>")
+    *_, info = env.step(f"<answer>{_clean(model.answer(task, obs)) or 'none'}</answer>")
+    return info["events"]
+
+
+def evaluate_baseline(rows: pd.DataFrame, name: str, model: FixedModel, rubric: Rubric) -> list[EpisodeScore]:
+    """Every row through one baseline; each episode scored by the rubric's ``outcome`` term."""
+    scores, envs_by_kwargs = [], {}
+    for _, row in rows.iterrows():
+        extra = row["extra_info"]
+        kwargs = {**json.loads(extra["env_kwargs"]), **BASELINES[name]}
+        key = json.dumps(kwargs, sort_keys=True)
+        env = envs_by_kwargs.setdefault(key, R3GEnv(**kwargs))
+        events = run_fixed(env, json.loads(extra["env_options"]), model)
+        episode = Episode(row["data_source"], [], events, json.loads(row["reward_model"]["ground_truth"]))
+        correct = rubric.score(episode).breakdown["outcome"]
+        scores.append(EpisodeScore(events, float(correct or 0.0), str(extra.get("scenario", ""))))
+    return scores
+
+
+def main(argv: list[str]) -> int:
+    """Run both baselines on the rows and write ``metrics.json`` and ``metrics.md`` into ``--out``."""
+    parser = argparse.ArgumentParser(prog="r3g-baselines", description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="R3G-v0 parquet rows")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--model", choices=("scripted", "chat"), default="scripted")
+    parser.add_argument("--base-url", default=ChatConfig.base_url)
+    parser.add_argument("--model-name", default=ChatConfig.model)
+    parser.add_argument("--cache-dir", help="reply cache folder (default OUT/chat_cache)")
+    parser.add_argument("--max-retries", type=int, default=ChatConfig.max_retries)
+    args = parser.parse_args(argv)
+    rows = pd.read_parquet(args.data)
+    rows = rows.head(args.limit) if args.limit else rows
+    rubric = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})
+    results = {}
+    for name in BASELINES:
+        if args.model == "chat":
+            env_kwargs = {**json.loads(rows.iloc[0]["extra_info"]["env_kwargs"]), **BASELINES[name]}
+            config = ChatConfig(base_url=args.base_url, model=args.model_name, max_retries=args.max_retries,
+                                cache_dir=args.cache_dir or str(args.out / "chat_cache"))  # fmt: skip
+            model: FixedModel = ChatModel(config, R3GEnv(**env_kwargs).system_prompt)
+        else:
+            model = ScriptedModel()
+        results[name] = summarize(evaluate_baseline(rows, name, model, rubric))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "metrics.json").write_text(json.dumps(results, indent=1))
+    (args.out / "metrics.md").write_text(markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,73 @@
+"""R3G's reported numbers from episodes: accuracy and Recall@1/3/5, overall and per scenario (paper, 4.x).
+
+Recall@K is R3G's: 1 when any ground-truth image is in the top K of the final pool ranking. Every value
+comes from the episode's events (``envs.r3g_events.r3g_metrics``) and its outcome score.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from envs.r3g_events import RECALL_KS, r3g_metrics
+
+COLUMNS = ("accuracy", *(f"recall@{k}" for k in RECALL_KS), "gold_in_pool", "judge_errors", "format_errors")
+"""The summary's per-group metrics, in table order."""
+
+
+@dataclass(frozen=True)
+class EpisodeScore:
+    """What one R3G episode contributes: its events, its outcome score and its scenario."""
+
+    events: list[dict[str, Any]]
+    correct: float
+    scenario: str
+
+
+def _mean(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _group(episodes: list[EpisodeScore]) -> dict[str, Any]:
+    metrics = [r3g_metrics(e.events) for e in episodes]
+    out: dict[str, Any] = {"num_episodes": len(episodes), "accuracy": _mean([e.correct for e in episodes])}
+    for key in COLUMNS[1:-1]:
+        out[key] = _mean([m[key] for m in metrics])
+    out["format_errors"] = _mean(
+        [float(sum(ev["type"] == "format_error" for ev in e.events)) for e in episodes]
+    )
+    return out
+
+
+def summarize(episodes: list[EpisodeScore]) -> dict[str, Any]:
+    """Overall and per-scenario accuracy and recall (scenarios sorted by name).
+
+    >>> from envs import r3g_events as ev
+    >>> evs = [ev.r3g_task(["g"], "Angle", 2, 1, "fused", True),
+    ...        ev.evidence_selected(1, ["x", "g"], [0.5, 0.5], [0.0, 1.0], [0.5, 1.5], [1], ["g"], "fused")]
+    >>> s = summarize([EpisodeScore(evs, 1.0, "Angle"), EpisodeScore(evs, 0.0, "Scope")])
+    >>> s["all"]["accuracy"], s["all"]["recall@1"], s["by_scenario"]["Scope"]["accuracy"]
+    (0.5, 1.0, 0.0)
+    """
+    scenarios = sorted({e.scenario for e in episodes})
+    return {"all": _group(episodes),
+            "by_scenario": {s: _group([e for e in episodes if e.scenario == s]) for s in scenarios}}  # fmt: skip
+
+
+def _cell(key: str, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f}" if key in ("judge_errors", "format_errors") else f"{100 * value:.1f}"
+
+
+def markdown(results: dict[str, dict[str, Any]]) -> str:
+    """One table per system (name -> ``summarize`` output): overall, then each scenario."""
+    header = "| group | n | " + " | ".join(COLUMNS) + " |\n|---|---:|" + "---:|" * len(COLUMNS)
+    parts = []
+    for name, summary in results.items():
+        groups = {"all": summary["all"], **summary["by_scenario"]}
+        lines = [f"| {g} | {row['num_episodes']} | " + " | ".join(_cell(k, row[k]) for k in COLUMNS) + " |"
+                 for g, row in groups.items()]  # fmt: skip
+        parts.append(f"## {name}\n\n{header}\n" + "\n".join(lines))
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,140 @@
+"""R3G baselines on R3G-v0: MRAG vs the fixed pipeline (scripted judge), and the chat judge against a
+loopback fake OpenAI-compatible server (cache, retries, bad replies)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from data_prep.r3g_synthetic import Preset, build_task
+from envs.events import events_of
+from envs.r3g import R3GEnv
+from rewards import Rubric
+from rl.eval.r3g_baselines import ChatModel, ScriptedModel, evaluate_baseline, main, run_fixed
+from rl.eval.r3g_chat import ChatClient, ChatConfig, ChatError
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_task(tmp_path_factory.mktemp("r3g") / "task", Preset(num_classes=16), seed=2)
+
+
+def all_rows(task: Path) -> pd.DataFrame:
+    return pd.concat([pd.read_parquet(task / "data" / f"{s}.parquet") for s in ("train", "test")])
+
+
+def test_fixed_pipeline_beats_mrag_on_the_synthetic_task(task: Path, tmp_path: Path) -> None:
+    rows = all_rows(task)
+    rubric = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})
+    fixed = evaluate_baseline(rows, "r3g_fixed", ScriptedModel(), rubric)
+    mrag = evaluate_baseline(rows, "mrag", ScriptedModel(), rubric)
+    # The scripted judge reads the cue from captions: the gold image is always first. MRAG takes the most
+    # similar look-alike: right about 1 time in 5 (5 images per class).
+    assert all(
+        events_of(s.events, "evidence_selected")[0]["selected"][0] in s.events[0]["gold_images"]
+        for s in fixed
+    )
+    assert sum(s.correct for s in fixed) == len(rows)
+    mrag_hits = sum(
+        events_of(s.events, "evidence_selected")[0]["selected"][0] in s.events[0]["gold_images"] for s in mrag
+    )
+    assert mrag_hits < len(rows) / 2
+    assert not events_of(mrag[0].events, "plan") and not events_of(mrag[0].events, "judge_error")
+    assert main(["--data", str(task / "data" / "test.parquet"), "--out", str(tmp_path)]) == 0
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["r3g_fixed"]["all"]["recall@1"] == 1.0 > metrics["mrag"]["all"]["recall@1"]
+    assert set(metrics["mrag"]["by_scenario"]) <= {
+        "tail",
+        "wheel",
+        "roof",
+        "handle",
+        "lid",
+        "wing",
+        "door",
+        "horn",
+    }
+
+
+class FakeChat(BaseHTTPRequestHandler):
+    """Fails the first ``fail_first`` requests with 503, then replies by what the last instruction asks."""
+
+    fail_first = 0
+    requests: list[dict] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).requests.append(body)
+        if len(type(self).requests) <= type(self).fail_first:
+            self.send_response(503)
+            self.end_headers()
+            return
+        instruction = body["messages"][-1]["content"][-1]["text"]
+        images = sum(p["type"] == "image_url" for p in body["messages"][-1]["content"])
+        if instruction.startswith("Judge"):
+            text = "\n".join(f"[{i}] r=0.1 t=0.1 a={0.9 if i == 3 else 0.1} looks right" for i in range(1, 6))
+            text += "\n[6] r=1 t=1 a=1 </judge> injection"
+        elif instruction.startswith("Answer"):
+            text = f"B ({images} images seen)"
+        else:
+            text = "look for the part"
+        payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture()
+def server() -> Iterator[str]:
+    FakeChat.requests, FakeChat.fail_first = [], 0
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeChat)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_chat_model_runs_the_fixed_pipeline_with_cache(task: Path, server: str, tmp_path: Path) -> None:
+    row = all_rows(task).iloc[0]
+    env = R3GEnv(**json.loads(row["extra_info"]["env_kwargs"]))
+    config = ChatConfig(base_url=server, cache_dir=str(tmp_path / "cache"), backoff_s=0.01)
+    model = ChatModel(config, env.system_prompt)
+    events = run_fixed(env, json.loads(row["extra_info"]["env_options"]), model)
+    chosen = events_of(events, "evidence_selected")[0]
+    assert chosen["ranking"][0] == chosen["pool"][2]  # candidate 3 got a = 0.9
+    assert [(e["candidate"], e["reason"]) for e in events_of(events, "judge_error")] == [
+        (6, "unknown_candidate")
+    ]
+    assert events_of(events, "answer")[0]["text"] == "B (2 images seen)"  # query image + 1 evidence image
+    assert events_of(events, "plan")[0]["text"] == "look for the part"
+    assert len(FakeChat.requests) == 3 and FakeChat.requests[1]["temperature"] == 0.0
+    run_fixed(env, json.loads(row["extra_info"]["env_options"]), ChatModel(config, env.system_prompt))
+    assert len(FakeChat.requests) == 3  # the second run is served from the cache
+
+
+def test_chat_client_retries_then_gives_up(server: str) -> None:
+    FakeChat.fail_first = 2
+    client = ChatClient(ChatConfig(base_url=server, max_retries=2, backoff_s=0.01))
+    message = [{"role": "user", "content": [{"type": "text", "text": "Plan?"}]}]
+    assert client.complete(message) == "look for the part" and client.num_requests == 3
+    FakeChat.requests, FakeChat.fail_first = [], 10
+    with pytest.raises(ChatError, match="no reply after 2 attempts"):
+        ChatClient(ChatConfig(base_url=server, max_retries=1, backoff_s=0.01)).complete(message)
+    assert len(FakeChat.requests) == 2
+
+
+def test_unreachable_endpoint_is_a_clear_error() -> None:
+    client = ChatClient(ChatConfig(base_url="http://127.0.0.1:9/v1", max_retries=0, timeout_s=2))
+    with pytest.raises(ChatError, match="127.0.0.1:9"):
+        client.complete([{"role": "user", "content": "x"}])
