@@ -21,6 +21,7 @@ import asyncio
 import base64
 import http.client
 import json
+import os
 import subprocess
 import sys
 import time
@@ -93,7 +94,7 @@ def start_server(kind: str, port: int, args: argparse.Namespace) -> subprocess.P
     command = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--num-vectors",
                str(args.num_vectors), "--dim", str(args.dim), "--max-wait-ms", str(args.max_wait_ms),
                "--faiss-threads", str(args.faiss_threads)]  # fmt: skip
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": str(args.faiss_threads)})
     path = "/ready" if kind == "ragym" else "/health"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

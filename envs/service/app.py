@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import faiss
 import numpy as np
 
 from envs.service.batcher import DynamicBatcher
@@ -68,7 +69,14 @@ class RetrievalApp:
         self.cache = ReplayCache(config.cache_size)
         self.batchers: dict[str, DynamicBatcher] = {}
         self.load_error: str | None = None
-        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ragym-search")
+        # OpenMP's thread count is per thread: searches run in these threads, so they take the creator's.
+        threads = faiss.omp_get_max_threads()
+        self._executor = ThreadPoolExecutor(
+            max_workers=4,
+            thread_name_prefix="ragym-search",
+            initializer=faiss.omp_set_num_threads,
+            initargs=(threads,),
+        )
         self._loading: asyncio.Task | None = None
 
     @property

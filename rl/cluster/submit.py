@@ -5,7 +5,9 @@ fails here and not after the upload), then submits the job that ``ray job submit
 as the job's working directory (every node imports ``envs``/``rewards``/``rl`` from it), the ragym
 environment variables of the submitting shell, optional pip packages, and the entry point: verl's
 ``main_ppo`` on the recipe, or the local engine (``ragym train``) for recipes with a ``ragym.engine``
-section. ``ragym jobs list|logs|stop`` wraps Ray's job client.
+section. ``--with-retrieval KB_DIR`` first deploys the retrieval service on the cluster as a Ray Serve
+app (``envs.service.ray_serve``) and points every env of the job at it (``$RAGYM_RETRIEVAL_URL``).
+``ragym jobs list|logs|stop`` wraps Ray's job client.
 """
 
 from __future__ import annotations
@@ -62,6 +64,28 @@ TERMINAL_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
 @dataclass(frozen=True)
+class RetrievalService:
+    """The retrieval service a job deploys before it trains (``--with-retrieval``)."""
+
+    kb_dir: str
+    """KB folder as the cluster's nodes see it (shared storage)."""
+    replicas: int = 1
+    """Ray Serve replicas of the app."""
+    port: int = 8000
+    """Port of Serve's HTTP proxy on every node (127.0.0.1: each worker reaches its own node's proxy)."""
+
+    def deploy_command(self) -> str:
+        """The shell command that deploys the app (detached) from the job's driver."""
+        return shlex.join(["python", "-m", "envs.service.ray_serve", "--kb-dir", self.kb_dir,
+                           "--replicas", str(self.replicas), "--port", str(self.port)])  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        """What the job's envs read from ``$RAGYM_RETRIEVAL_URL``."""
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
 class Submission:
     """One Ray job: what runs, where it runs from, and under which id."""
 
@@ -106,6 +130,7 @@ def build_submission(
     pip: list[str] | None = None,
     submission_id: str | None = None,
     repo_root: Path = REPO_ROOT,
+    retrieval: RetrievalService | None = None,
 ) -> Submission:
     """Check the recipe with its overrides and build the job that runs it."""
     path = resolve_recipe_path(recipe)
@@ -134,6 +159,9 @@ def build_submission(
         raise ValueError(f"unknown engine {engine!r}; expected auto, verl or local")
     env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
     env_vars.update({"PYTHONUNBUFFERED": "1", **(env or {})})
+    if retrieval is not None:
+        env_vars["RAGYM_RETRIEVAL_URL"] = retrieval.url
+        entrypoint = f"{retrieval.deploy_command()} && {entrypoint}"
     runtime_env: dict[str, Any] = {
         "working_dir": str(repo_root),
         "excludes": list(WORKING_DIR_EXCLUDES),
@@ -203,10 +231,26 @@ def submit_main(argv: list[str]) -> int:
     parser.add_argument("--follow", action="store_true", help="stream logs; exit 0 only if the job succeeds")
     parser.add_argument("--timeout", type=float, help="with --follow: stop following after this many seconds")
     parser.add_argument("--dry-run", action="store_true", help="print the ray job submit command and exit")
+    parser.add_argument(
+        "--with-retrieval",
+        metavar="KB_DIR",
+        help="deploy the retrieval service for this KB on Ray Serve first; envs search through it",
+    )
+    parser.add_argument(
+        "--retrieval-replicas", type=int, default=1, help="with --with-retrieval: Serve replicas"
+    )
+    parser.add_argument(
+        "--retrieval-port", type=int, default=8000, help="with --with-retrieval: Serve's HTTP port"
+    )
     args = parser.parse_intermixed_args(argv)
+    retrieval = (
+        RetrievalService(args.with_retrieval, args.retrieval_replicas, args.retrieval_port)
+        if args.with_retrieval
+        else None
+    )
     submission = build_submission(
         args.recipe, args.overrides, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-        env=_parse_env(args.env), pip=args.pip, submission_id=args.submission_id,
+        env=_parse_env(args.env), pip=args.pip, submission_id=args.submission_id, retrieval=retrieval,
     )  # fmt: skip
     if args.dry_run:
         print(shlex.join(submission.ray_command(args.address)))

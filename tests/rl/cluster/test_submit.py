@@ -149,3 +149,32 @@ RECIPE_KNOB = re.compile(r"\b(actor_rollout_ref|data|algorithm|trainer|reward|cr
 def test_launch_scripts_are_valid_bash_and_hold_no_recipe_knobs(script: Path) -> None:
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True, check=False).returncode == 0
     assert RECIPE_KNOB.findall(script.read_text()) == []
+
+
+def test_with_retrieval_deploys_the_service_first_and_points_the_envs_at_it() -> None:
+    service = submit.RetrievalService("/shared/ragym/data/evqa/kb", replicas=4, port=8100)
+    job = build_submission("kbvqa_qwen2_5_vl_7b", [], retrieval=service)
+    deploy, train = job.entrypoint.split(" && ", 1)
+    assert deploy == (
+        "python -m envs.service.ray_serve --kb-dir /shared/ragym/data/evqa/kb --replicas 4 --port 8100"
+    )
+    assert train.startswith("python -m verl.trainer.main_ppo ")
+    assert job.runtime_env["env_vars"]["RAGYM_RETRIEVAL_URL"] == "http://127.0.0.1:8100"
+    plain = build_submission("kbvqa_qwen2_5_vl_7b", [])
+    assert "RAGYM_RETRIEVAL_URL" not in plain.runtime_env["env_vars"] and "&&" not in plain.entrypoint
+
+
+def test_with_retrieval_on_the_command_line(capsys: pytest.CaptureFixture) -> None:
+    argv = [
+        "submit",
+        "kbvqa_qwen2_5_vl_7b",
+        "--with-retrieval",
+        "/kb",
+        "--retrieval-replicas",
+        "2",
+        "--dry-run",
+    ]
+    assert submit.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "envs.service.ray_serve --kb-dir /kb --replicas 2 --port 8000 &&" in printed
+    assert "http://127.0.0.1:8000" in printed
