@@ -60,7 +60,7 @@ setup(
             "pyzmq",
             "qwen-vl-utils",
         ],
-        "dev": ["pytest", "ruff", "hypothesis", "pytrec-eval-terrier", "scikit-image"],
+        "dev": ["playwright", "pytest", "ruff", "hypothesis", "pytrec-eval-terrier", "scikit-image"],
     },
     entry_points={"console_scripts": ["ragym=rl.cli:main"]},
 )

@@ -221,12 +221,27 @@ def segments(text: str, image_keys: list[str]) -> list[dict[str, str]]:
 
 
 def gold_values(event: dict[str, Any]) -> list[Any]:
-    """Values of the event's ``gold_*`` fields (not flags such as ``gold_in_batch``): marked where they appear."""
-    return [
-        v
-        for k, v in event.items()
-        if k.startswith("gold_") and isinstance(v, (str, int)) and not isinstance(v, bool)
-    ]
+    """Values of the event's ``gold_*`` fields (ids, or lists of them; not flags such as ``gold_in_batch``):
+    the page marks them wherever they appear in the event."""
+    values: list[Any] = []
+    for key, value in event.items():
+        if key.startswith("gold_"):
+            values += [v for v in (value if isinstance(value, list) else [value]) if _is_id(v)]
+    return values
+
+
+def _decoded(value: Any) -> Any:
+    """A row's ground truth is the JSON string of the annotation: shown decoded when it parses."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
 def token_spans(episode: dict[str, Any]) -> list[dict[str, Any]]:
@@ -292,7 +307,7 @@ def episode_view(corpus: Corpus, episode_id: str) -> dict[str, Any]:
         turns[-1]["events"] += late  # a loop's truncation after the last turn belongs to it
     return {
         "summary": summary(episode, corpus.fields),
-        "ground_truth": episode.get("ground_truth"),
+        "ground_truth": _decoded(episode.get("ground_truth")),
         "task": {"observation": observations[0] if observations else None,
                  "events": [e for e in events if e["turn"] < 0]},
         "turns": turns,

@@ -13,7 +13,7 @@ function el(tag, attrs, ...children) {
     if (key === "on") for (const [ev, fn] of Object.entries(value)) node.addEventListener(ev, fn);
     else if (value !== undefined && value !== null) node.setAttribute(key, value);
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -133,7 +133,7 @@ function eventRow(event) {
   const gold = event._gold || [];
   const fields = Object.entries(event).filter(([k]) => !["type", "turn", "_gold"].includes(k));
   return el("div", { class: "event", "data-type": event.type }, el("span", { class: "type" }, event.type),
-    fields.map(([k, v]) => [el("span", { class: "key" }, `${k}=`), k.startsWith("gold_") ? JSON.stringify(v) : value(v, gold), " "]));
+    fields.map(([k, v]) => [el("span", { class: "key" }, `${k}=`), value(v, gold), " "]));
 }
 
 function tokenView(spans) {

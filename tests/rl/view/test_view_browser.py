@@ -1,0 +1,155 @@
+"""The viewer page in a real headless Chromium: a tiny GRPO run, its episode list, filters, one episode, tokens."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rl.view.cli import serve_in_thread
+from rl.view.data import load
+from rl.view.site import Site
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]  # fmt: skip
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """Two GRPO steps and an evaluation of a tiny policy on the demo KB, traced (the demo's layout: grpo/)."""
+    from data_prep.synthetic_kb import PRESETS, build_kb
+    from rl.engine.main import build_trainer
+    from rl.tiny.policy import build_tiny_policy
+
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    root = tmp_path_factory.mktemp("demo_like")
+    kb = build_kb(root / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
+    policy = build_tiny_policy("qwen2_5_vl", root / "policy", seed=0)
+    trainer = build_trainer("kbvqa_tiny_cpu", [
+        f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
+        f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={root / 'grpo'}",
+        "trainer.total_training_steps=2", "trainer.logger=[console]", "trainer.save_freq=-1",
+        "data.train_batch_size=2", "data.val_max_samples=2", "data.max_response_length=256",
+        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+    ])  # fmt: skip
+    trainer.evaluate()
+    trainer.fit()
+    trainer.close()
+    return root
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(run_dir, browser):
+    server, url = serve_in_thread(Site(load(run_dir)))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(url)
+    page.wait_for_selector("#episodes tr.ep")
+    yield page, errors, url
+    page.close()
+    server.shutdown()
+    server.server_close()
+
+
+def test_list_filters_and_sorts_episodes(page, run_dir):
+    page, errors, _ = page
+    lines = [json.loads(x) for x in (run_dir / "grpo" / "traces" / "episodes.jsonl").read_text().splitlines()]
+    assert page.locator("#episodes tr.ep").count() == len(lines)
+    page.select_option("#f-phase", "val")
+    assert page.locator("#episodes tr.ep").count() == sum(r["phase"] == "val" for r in lines)
+    page.select_option("#f-phase", "")
+    page.select_option("#f-step", "2")
+    assert page.locator("#episodes tr.ep").count() == sum(r["step"] == 2 for r in lines)
+    page.select_option("#f-step", "")
+    page.click("th[data-key=reward]")
+    page.click("th[data-key=reward]")  # descending
+    shown = [float(t) for t in page.locator("#episodes tr.ep td:nth-child(6)").all_inner_texts()]
+    assert shown == sorted(shown, reverse=True)
+    # Event filters: format errors, and a tag from the events' categorical fields.
+    page.select_option("#f-format_errors", "yes")
+    assert page.locator("#episodes tr.ep").count() == sum(
+        any(e["type"] == "format_error" for e in r["events"]) for r in lines
+    )
+    page.select_option("#f-format_errors", "")
+    page.select_option("#f-tag", "truncated reason=max_response_length")
+    expected = sum(any(e.get("reason") == "max_response_length" for e in r["events"]) for r in lines)
+    assert page.locator("#episodes tr.ep").count() == expected
+    page.select_option("#f-tag", "")
+    assert not errors
+
+
+def test_episode_shows_turns_images_events_terms_and_tokens(page, run_dir, tmp_path):
+    page, errors, _ = page
+    page.goto(page.url.split("#")[0] + "#/")
+    page.wait_for_selector("#episodes tr.ep")
+    page.select_option("#f-phase", "train")
+    first = page.locator("#episodes tr.ep").first
+    episode_id = first.get_attribute("data-id")
+    first.click()
+    page.wait_for_selector("#terms")
+    episode = load(run_dir).by_id(episode_id)
+    assert page.locator(".turn").count() == len(episode["turns"]) + 1  # the task card, then one per turn
+    for turn, text in enumerate(episode["turns"]):
+        assert page.locator(f".turn[data-turn='{turn}'] pre.policy").inner_text() == text
+    terms = page.locator("#terms tr[data-term]").evaluate_all("rows => rows.map(r => r.dataset.term)")
+    assert terms == list(episode["terms"]) and "verification" in terms
+    # Every image of the episode is shown, and each one actually loaded.
+    images = page.locator(".obs img")
+    assert images.count() == len(episode["images"]) > 0
+    assert images.evaluate_all("imgs => imgs.every(i => i.complete && i.naturalWidth > 0)")
+    assert page.locator(".event[data-type=action]").count() == len(episode["turns"])
+    # Gold values are marked wherever an event names them (here: the task event's gold entities).
+    golds = [
+        v for e in episode["events"] for k, v in e.items() if k.startswith("gold_") and isinstance(v, list)
+    ]
+    assert page.locator(".event .gold").count() >= sum(map(len, golds)) > 0
+    # Token view: mask-1 spans, image placeholder spans (one per image, none with mask 1), advantages.
+    assert page.locator("#tokens .imgspan").count() == len(episode["images"])
+    assert page.locator("#tokens .imgspan.bad").count() == 0
+    generated = page.locator("#tokens .tok.gen").count()
+    assert generated == sum(episode["response_mask"])
+    titles = page.locator("#tokens .tok.gen").evaluate_all("ts => ts.map(t => t.title)")
+    assert all(" adv " in t for t in titles)
+    shot = Path(os.environ.get("RAGYM_VIEW_SCREENSHOT", tmp_path / "episode.png"))
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+    page.click("#question-link")
+    page.wait_for_selector("#steps")
+    assert page.locator("#steps a.mini").count() == sum(
+        1 for e in load(run_dir).episodes if e["row_index"] == episode["row_index"]
+    )
+    assert not errors
+
+
+def test_exported_folder_opens_from_disk(run_dir, browser, tmp_path):
+    index = Site(load(run_dir)).export(tmp_path / "view")
+    page = browser.new_page()
+    page.goto(index.as_uri() + "#/ep/e0")
+    page.wait_for_selector("#terms")
+    images = page.locator(".obs img")
+    assert images.count() > 0
+    assert images.evaluate_all("imgs => imgs.every(i => i.complete && i.naturalWidth > 0)")
+    page.close()
