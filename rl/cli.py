@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "CPU demo: fine-tune MEMORA-R on Skeptics pairs, before/after nDCG@10",
     ),
     "train-retriever": ("rl.retriever.cli", "train the MEMORA-R dense retriever from a recipe"),
+    "view": ("rl.view.cli", "browse episodes turn by turn (images, events, rewards, tokens) on 127.0.0.1"),
 }
 
 
