@@ -457,3 +457,86 @@ def memory_write(
         ndcg=None if ndcg is None else _float("memory_write", "ndcg", ndcg),
         outcomes=_strs("memory_write", "outcomes", outcomes),
     )  # fmt: skip
+
+
+# ===== R3G-v0 (envs/r3g.py): images are corpus ids; candidates are 1-based, as the policy writes [i] ======
+R3G_KINDS = ("r3g_task", "plan", "coarse_retrieval", "judge_error", "evidence_selected")
+EVENT_KINDS.update(R3G_KINDS)
+
+
+def r3g_task(
+    gold_images: Sequence[str], scenario: str, pool_size: int, top_k: int, rerank: str, use_plan: bool
+) -> Event:
+    """Emitted by ``reset`` (turn -1): the gold evidence and the switches (P, k, rerank mode, plan) it runs with."""
+    if rerank not in ("fused", "stage1", "stage2"):
+        raise ValueError(f"r3g_task event: rerank must be fused, stage1 or stage2, got {rerank!r}")
+    return _event(
+        "r3g_task", -1, gold_images=_strs("r3g_task", "gold_images", gold_images),
+        scenario=_str("r3g_task", "scenario", scenario), pool_size=_int("r3g_task", "pool_size", pool_size, 1),
+        top_k=_int("r3g_task", "top_k", top_k, 1), rerank=rerank, use_plan=_bool("r3g_task", "use_plan", use_plan),
+    )  # fmt: skip
+
+
+def plan(turn: int, text: str) -> Event:
+    """The policy's plan of visual cues, written before any evidence."""
+    return _event("plan", turn, text=_str("plan", "text", text))
+
+
+def coarse_retrieval(
+    turn: int,
+    pool: Sequence[str],
+    similarities: Sequence[float],
+    stage1: Sequence[float],
+    gold_images: Sequence[str],
+) -> Event:
+    """The top-P pool (Stage-1 order) with cosine similarities and Stage-1 scores; ``gold_in_pool`` is derived."""
+    ids = _strs("coarse_retrieval", "pool", pool)
+    sims, s1 = (
+        _floats("coarse_retrieval", "similarities", similarities),
+        _floats("coarse_retrieval", "stage1", stage1),
+    )
+    if not len(ids) == len(sims) == len(s1):
+        raise ValueError(
+            f"coarse_retrieval event: {len(ids)} ids, {len(sims)} similarities, {len(s1)} scores"
+        )
+    gold = set(_strs("coarse_retrieval", "gold_images", gold_images))
+    return _event(
+        "coarse_retrieval", turn, pool=ids, similarities=sims, stage1=s1, gold_in_pool=bool(gold & set(ids))
+    )
+
+
+def judge_error(turn: int, candidate: int | None, reason: str) -> Event:
+    """One pooled candidate (or one judge line naming none: ``candidate`` None) without usable scores."""
+    number = None if candidate is None else _int("judge_error", "candidate", candidate)
+    return _event("judge_error", turn, candidate=number, reason=_str("judge_error", "reason", reason))
+
+
+def evidence_selected(
+    turn: int,
+    pool: Sequence[str],
+    stage1: Sequence[float],
+    stage2: Sequence[float | None],
+    final: Sequence[float],
+    selected_positions: Sequence[int],
+    gold_images: Sequence[str],
+    rerank: str,
+) -> Event:
+    """The pool's final ranking and the top-k evidence; ``ranking`` (ties keep pool order) and ``selected``
+    are derived. ``stage2`` is None for a candidate without usable judge scores (all None under Stage-1 only)."""
+    kind = "evidence_selected"
+    ids, s1, fin = _strs(kind, "pool", pool), _floats(kind, "stage1", stage1), _floats(kind, "final", final)
+    s2 = [
+        None if s is None else _float(kind, f"stage2[{i}]", s)
+        for i, s in enumerate(_seq(kind, "stage2", stage2))
+    ]
+    if not len(ids) == len(s1) == len(s2) == len(fin):
+        raise ValueError(f"{kind} event: pool, stage1, stage2 and final differ in length")
+    positions = _ints(kind, "selected_positions", selected_positions)
+    if any(not 0 <= p < len(ids) for p in positions):
+        raise ValueError(f"{kind} event: selected positions {positions} outside a pool of {len(ids)}")
+    order = sorted(range(len(ids)), key=lambda i: (-fin[i], i))
+    return _event(
+        kind, turn, pool=ids, stage1=s1, stage2=s2, final=fin, ranking=[ids[i] for i in order],
+        selected=[ids[p] for p in positions], gold_images=_strs(kind, "gold_images", gold_images),
+        rerank=_str(kind, "rerank", rerank),
+    )  # fmt: skip

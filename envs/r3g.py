@@ -16,7 +16,7 @@ An episode (grammar in ``envs.r3g_actions``; stop strings ``</plan>``, ``</retri
 
 ``reset(options=row_env_options)`` takes ``question``, ``options`` (letter -> text, or null),
 ``query_image`` (path relative to the task folder), ``gold_images`` (corpus ids) and ``scenario``; no options
-samples a row of ``data/train.parquet``. Gold data never reaches an observation. Events: ``envs.r3g_events``.
+samples a row of ``data/train.parquet``. Gold data never reaches an observation. Events: ``envs.events`` (R3G-v0 section).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import gymnasium
 import numpy as np
 import pandas as pd
 
-from envs import r3g_events as ev
+from envs import events as ev
 from envs import r3g_prompts as prompts
 from envs.encoders import ImageEncoder
 from envs.r3g_actions import (

@@ -1,7 +1,7 @@
 """R3G's reported numbers from episodes: accuracy and Recall@1/3/5, overall and per scenario (paper, 4.x).
 
 Recall@K is R3G's: 1 when any ground-truth image is in the top K of the final pool ranking. Every value
-comes from the episode's events (``envs.r3g_events.r3g_metrics``) and its outcome score.
+comes from the episode's events (``envs.r3g_metrics``) and its outcome score.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.r3g_events import RECALL_KS, r3g_metrics
+from envs.r3g_metrics import RECALL_KS, r3g_metrics
 
 COLUMNS = ("accuracy", *(f"recall@{k}" for k in RECALL_KS), "gold_in_pool", "judge_errors", "format_errors")
 """The summary's per-group metrics, in table order."""
@@ -43,7 +43,7 @@ def _group(episodes: list[EpisodeScore]) -> dict[str, Any]:
 def summarize(episodes: list[EpisodeScore]) -> dict[str, Any]:
     """Overall and per-scenario accuracy and recall (scenarios sorted by name).
 
-    >>> from envs import r3g_events as ev
+    >>> from envs import events as ev
     >>> evs = [ev.r3g_task(["g"], "Angle", 2, 1, "fused", True),
     ...        ev.evidence_selected(1, ["x", "g"], [0.5, 0.5], [0.0, 1.0], [0.5, 1.5], [1], ["g"], "fused")]
     >>> s = summarize([EpisodeScore(evs, 1.0, "Angle"), EpisodeScore(evs, 0.0, "Scope")])

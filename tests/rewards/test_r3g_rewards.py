@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envs import r3g_events as ev
+from envs import events as ev
 from rewards import Rubric, score_answer
 from rewards.choices import parse_choice
 from rewards.episode import Episode
