@@ -24,7 +24,9 @@ def _encode(args: argparse.Namespace) -> dict:
     ray = None
     if args.ray:
         ray = {"address": args.ray, "num_actors": args.num_actors, "gpus_per_actor": args.gpus_per_actor}
-    manifest = encode_items(read_items(args.items), spec, args.out, config, ray=ray)
+    with args.items.open("rb") as f:
+        total = sum(1 for line in f if line.strip())  # for the progress bar's ETA
+    manifest = encode_items(read_items(args.items), spec, args.out, config, total=total, ray=ray)
     return {"out": str(args.out), "num_items": manifest["num_items"], "num_shards": len(manifest["shards"])}
 
 

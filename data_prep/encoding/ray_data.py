@@ -94,7 +94,7 @@ def run_on_ray(
             ShardActor,
             fn_constructor_kwargs={"spec": spec.to_dict(), "root": str(root), "config": asdict(config)},
             batch_size=1,
-            concurrency=num_actors,
+            compute=ray.data.ActorPoolStrategy(size=num_actors),
             num_gpus=gpus_per_actor,
             num_cpus=cpus_per_actor,
         )
