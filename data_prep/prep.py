@@ -4,6 +4,8 @@
     ragym prep mix --out DIR infoseek=65000 evqa=67000 mmhops=17000 [--root DIR] [--seed S]
     ragym prep kb-images infoseek|evqa|mmhops --raw DIR [--out DIR] [--workers N]
     ragym prep mragbench --raw DIR --out DIR [--limit N] [--corpus DIR]   (R3G task folder, see data_prep.mragbench)
+    ragym prep bright --raw DIR --task biology --out DIR [--long] [--qrels FILE]   (MEMORA-v0, data_prep.bright)
+    ragym prep mm-bright --raw DIR --domain academia --task 1|2 --out DIR [--descriptions FILE]
 
 Each dataset run prints and saves ``OUT/report.json``: rows in = rows out + rows rejected per split, with a
 count per reason, the KB and index sizes, and the image retriever's R@1 / R@5 / R@pool per split.
@@ -157,6 +159,10 @@ def main(argv: list[str]) -> int:
         mix(rest)
     elif command == "kb-images":
         fetch_images(rest)
+    elif command in ("bright", "mm-bright"):  # MEMORA's benchmarks: a corpus and MEMORA-v0 rows (data_prep.bright)
+        from data_prep import bright
+
+        return bright.main(command, rest)
     elif command == "mragbench":  # R3G's benchmark: its own task-folder layout (data_prep.mragbench)
         from data_prep import mragbench
 

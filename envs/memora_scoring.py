@@ -128,6 +128,8 @@ def controller_signals(
     scores: np.ndarray, order: list[int], coverage: np.ndarray, k: int
 ) -> dict[str, float]:
     """What the adaptive controller reads: the top-K boundary margin and the top-K evidence support."""
+    if not order:  # a first stage that found nothing (BM25 drops documents sharing no term)
+        return {"margin": 0.0, "support": 0.0}
     top = order[:k]
     margin = float(scores[order[k - 1]] - scores[order[k]]) if len(order) > k else float(scores[order[-1]])
     return {"margin": round(margin, 4), "support": round(float(np.mean(coverage[top])) if top else 0.0, 4)}

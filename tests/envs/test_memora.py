@@ -184,3 +184,11 @@ def test_observations_never_show_qrels() -> None:
     env = small_env()
     obs, _ = env.reset(options={**OPTIONS, "qrels": {"c": 1, "secret-doc": 1}})
     assert "secret-doc" not in obs["text"] and "qrels" not in obs["text"]
+
+
+def test_empty_first_stage_still_ends_with_an_empty_ranking() -> None:
+    env = small_env()
+    obs, info = env.reset(options={"query": "q", "first_stage": []})
+    assert "top 0 of 0" in obs["text"]
+    _, _, terminated, _, info = env.step(turn("<stop></stop>"))
+    assert terminated and events_of(info["events"], "final_ranking")[0]["ranking"] == []

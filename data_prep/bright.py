@@ -1,0 +1,243 @@
+"""``ragym prep bright|mm-bright``: BRIGHT and MM-BRIGHT tasks into MEMORA-v0 rows, a corpus and a report.
+
+    ragym prep bright --raw DIR --task biology --out OUT [--long] [--qrels FILE] [--limit N]
+    ragym prep mm-bright --raw DIR --domain academia --task 2 --out OUT [--descriptions FILE] [--limit N]
+
+``--raw`` is a local copy of the hub dataset (configs as folders: BRIGHT ``examples/``, ``documents/``,
+``long_documents/``; MM-BRIGHT ``examples/``, ``examples_multimodal/``, ``examples_images/``,
+``documents/``), each split as ``<split>*.parquet``, ``<split>.jsonl`` or ``<split>.json``. Qrels follow
+BRIGHT's run.py: gold ids get relevance 1 (``gold_ids_long`` with ``--long``) and excluded ids
+(BRIGHT ``excluded_ids`` without ``"N/A"``, MM-BRIGHT ``negative_ids``) are removed from rankings; ``--qrels``
+reads a TREC qrels file instead (``qid 0 docid rel``, e.g. tevatron's ``bright_qrels``). MM-BRIGHT task 2
+resolves the first query image through ``examples_images`` (written to ``OUT/images/``); ``--descriptions``
+(JSON lines ``{"id", "description"}``) adds image descriptions for text-only policies.
+
+Writes ``OUT/documents.jsonl``, ``OUT/data/test.parquet`` (verl rows for ``MEMORA-v0``) and
+``OUT/report.json``: for queries and for documents, rows in = rows out + rows rejected, by reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rl.retriever.data import read_trec_qrels
+
+ENV_ID = "MEMORA-v0"
+
+
+class RowError(ValueError):
+    """A row that cannot be used; ``reason`` is the report's key."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def read_split(raw: Path, config: str, split: str) -> list[dict[str, Any]]:
+    """Rows of ``raw/config/split*`` (parquet shards, jsonl or json); a missing split is an error naming it."""
+    folder = raw / config
+    shards = sorted(folder.glob(f"{split}-*.parquet")) + sorted(folder.glob(f"{split}.parquet"))
+    if shards:
+        return [row for shard in shards for row in pd.read_parquet(shard).to_dict("records")]
+    for path in (folder / f"{split}.jsonl", folder / f"{split}.json"):
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            if path.suffix == ".json":
+                return list(json.loads(text))
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+    raise FileNotFoundError(f"no {split}*.parquet, {split}.jsonl or {split}.json in {folder}")
+
+
+def _ids(value: Any) -> list[str]:
+    """A list-like of ids (list, numpy array, None) as strings, BRIGHT's ``"N/A"`` placeholder dropped."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        raise RowError("bad_field", f"expected a list of ids, got the string {value[:40]!r}")
+    return [str(v) for v in list(value) if str(v) != "N/A"]
+
+
+def read_documents(rows: list[dict[str, Any]], report: Counter) -> dict[str, str]:
+    """``{id: content}``; rows without an id or text content, or repeating an id, are rejected."""
+    texts: dict[str, str] = {}
+    for row in rows:
+        docid, content = row.get("id"), row.get("content")
+        if docid is None or not isinstance(content, str):
+            report["missing_field"] += 1
+        elif str(docid) in texts:
+            report["duplicate_id"] += 1
+        else:
+            texts[str(docid)] = content
+    return texts
+
+
+def query_options(
+    row: dict[str, Any],
+    domain: str,
+    gold_key: str,
+    excluded_key: str,
+    corpus: dict[str, str],
+    qrels: dict | None,
+) -> dict[str, Any]:
+    """The env options of one example; raises ``RowError`` for unusable rows."""
+    if "id" not in row or not isinstance(row.get("query"), str):
+        raise RowError("missing_field", f"row lacks id or query: {sorted(row)[:8]}")
+    qid, query = str(row["id"]), row["query"].strip()
+    if not query:
+        raise RowError("empty_query", qid)
+    if qrels is not None:
+        judged = {d: r for d, r in qrels.get(qid, {}).items() if r > 0}
+    else:
+        judged = {d: 1 for d in _ids(row.get(gold_key))}
+    if not judged:
+        raise RowError("no_gold", qid)
+    missing = [d for d in judged if d not in corpus]
+    if missing:
+        raise RowError("gold_not_in_corpus", f"{qid}: {missing[:3]}")
+    excluded = _ids(row.get(excluded_key))
+    if set(excluded) & set(judged):
+        raise RowError("excluded_overlaps_gold", qid)
+    return {"query": query, "query_id": qid, "domain": domain, "qrels": judged, "excluded_ids": excluded}
+
+
+def make_row(options: dict[str, Any], index: int, data_source: str, corpus_path: Path) -> dict[str, Any]:
+    """One verl row; the qrels go to the reward's ground truth and to the env (memory outcome, never shown)."""
+    truth = {"qrels": options["qrels"], "excluded_ids": options["excluded_ids"]}
+    return {
+        "data_source": data_source,
+        "agent_name": "ragym_env",
+        "prompt": [{"role": "user", "content": options["query"]}],
+        "ability": "reasoning_retrieval",
+        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, ensure_ascii=False)},
+        "extra_info": {
+            "index": index,
+            "split": "test",
+            "env_id": ENV_ID,
+            "env_kwargs": json.dumps({"corpus_path": str(corpus_path), "domain": options["domain"]}),
+            "env_options": json.dumps(options, ensure_ascii=False),
+        },
+    }
+
+
+def write_task(
+    out: Path, name: str, examples: list, corpus: dict[str, str], doc_report: Counter, build
+) -> dict:
+    """Write corpus, rows and report; ``build(row) -> options`` raises ``RowError`` for rejected rows."""
+    out.mkdir(parents=True, exist_ok=True)
+    corpus_path = (out / "documents.jsonl").resolve()
+    with corpus_path.open("w", encoding="utf-8") as f:
+        for docid, content in corpus.items():
+            f.write(json.dumps({"id": docid, "content": content}, ensure_ascii=False) + "\n")
+    rows, rejected = [], []
+    for index, example in enumerate(examples):
+        try:
+            rows.append(make_row(build(example), index, name, corpus_path))
+        except RowError as err:
+            rejected.append({"index": index, "reason": err.reason, "detail": err.detail})
+    (out / "data").mkdir(exist_ok=True)
+    columns = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
+    pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / "test.parquet")
+    num_docs_in = len(corpus) + sum(doc_report.values())
+    report = {
+        "dataset": name,
+        "queries": {"num_rows_in": len(examples), "num_rows_out": len(rows), "num_rows_rejected": len(rejected),
+                    "rejected_by_reason": dict(sorted(Counter(r["reason"] for r in rejected).items())),
+                    "rejected_examples": rejected[:20]},
+        "documents": {"num_rows_in": num_docs_in, "num_rows_out": len(corpus),
+                      "num_rows_rejected": sum(doc_report.values()), "rejected_by_reason": dict(sorted(doc_report.items()))},
+    }  # fmt: skip
+    for part in ("queries", "documents"):
+        r = report[part]
+        if r["num_rows_in"] != r["num_rows_out"] + r["num_rows_rejected"]:
+            raise AssertionError(f"row accounting broken ({part}): {r}")  # a bug here, never bad input
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+def prep_bright(args: argparse.Namespace) -> dict:
+    """One BRIGHT task (``examples`` + ``documents`` or ``long_documents``)."""
+    report: Counter = Counter()
+    corpus = read_documents(
+        read_split(args.raw, "long_documents" if args.long else "documents", args.task), report
+    )
+    examples = read_split(args.raw, "examples", args.task)[: args.limit]
+    qrels = read_trec_qrels(args.qrels) if args.qrels else None
+    gold_key = "gold_ids_long" if args.long else "gold_ids"
+
+    def build(row: dict[str, Any]) -> dict[str, Any]:
+        return query_options(row, args.task, gold_key, "excluded_ids", corpus, qrels)
+
+    return write_task(args.out, f"bright_{args.task}", examples, corpus, report, build)
+
+
+def _image_table(raw: Path, domain: str) -> dict[str, bytes]:
+    """``examples_images``: path -> image bytes (top-level ``path``/``bytes`` or a nested ``image`` cell)."""
+    table = {}
+    for row in read_split(raw, "examples_images", domain):
+        cell = row.get("image") if isinstance(row.get("image"), dict) else row
+        if cell.get("path") is not None and cell.get("bytes") is not None:
+            table[str(cell["path"])] = bytes(cell["bytes"])
+    return table
+
+
+def prep_mm_bright(args: argparse.Namespace) -> dict:
+    """One MM-BRIGHT domain, Task 1 (text) or Task 2 (text + first query image)."""
+    report: Counter = Counter()
+    corpus = read_documents(read_split(args.raw, "documents", args.domain), report)
+    config = "examples" if args.task == 1 else "examples_multimodal"
+    examples = read_split(args.raw, config, args.domain)[: args.limit]
+    images = _image_table(args.raw, args.domain) if args.task == 2 else {}
+    descriptions = {}
+    if args.descriptions:
+        for line in args.descriptions.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                descriptions[str(row["id"])] = str(row["description"])
+
+    def build(row: dict[str, Any]) -> dict[str, Any]:
+        options = query_options(row, args.domain, "gold_ids", "negative_ids", corpus, None)
+        if args.task == 2:
+            paths = _ids(row.get("image_paths"))
+            if not paths:
+                raise RowError("no_query_image", options["query_id"])
+            if paths[0] not in images:
+                raise RowError("missing_image", f"{options['query_id']}: {paths[0]}")
+            target = (args.out / "images" / paths[0]).resolve()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(images[paths[0]])
+            options["image_path"] = str(target)
+        if options["query_id"] in descriptions:
+            options["image_description"] = descriptions[options["query_id"]]
+        return options
+
+    return write_task(args.out, f"mm_bright_task{args.task}_{args.domain}", examples, corpus, report, build)
+
+
+def main(command: str, argv: list[str]) -> int:
+    """``ragym prep bright ...`` or ``ragym prep mm-bright ...``; prints the report."""
+    parser = argparse.ArgumentParser(prog=f"ragym prep {command}", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--raw", required=True, type=Path, help="local copy of the hub dataset (configs as folders)"
+    )
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--limit", type=int, help="only the first N examples")
+    if command == "bright":
+        parser.add_argument("--task", required=True, help="BRIGHT split, e.g. biology")
+        parser.add_argument("--long", action="store_true", help="long_documents and gold_ids_long")
+        parser.add_argument("--qrels", type=Path, help="TREC qrels file to use instead of gold_ids")
+    else:
+        parser.add_argument("--domain", required=True, help="MM-BRIGHT split, e.g. academia")
+        parser.add_argument("--task", type=int, choices=(1, 2), default=2)
+        parser.add_argument(
+            "--descriptions", type=Path, help='JSON lines {"id", "description"} of query images'
+        )
+    args = parser.parse_args(argv)
+    report = prep_bright(args) if command == "bright" else prep_mm_bright(args)
+    print(json.dumps({k: report[k] for k in ("dataset", "queries", "documents")}, indent=2))
+    return 0

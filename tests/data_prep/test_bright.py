@@ -1,0 +1,122 @@
+"""``ragym prep bright|mm-bright`` on exact-format fixtures: row accounting, qrels, images, and runnable rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from data_prep.prep import main as prep_main
+from envs.events import events_of
+from envs.registry import make_env
+from rewards import Episode, Rubric
+from rl.retriever.data import read_trec_qrels
+from tests.data_prep.bright_fixtures import write_bright, write_mm_bright
+
+SHARED_QRELS = Path(__file__).resolve().parents[3] / "shared" / "data" / "bright_qrels"
+
+
+def rows(out: Path) -> list[dict]:
+    frame = pd.read_parquet(out / "data" / "test.parquet")
+    return [{**r, "extra_info": dict(r["extra_info"])} for r in frame.to_dict("records")]
+
+
+def test_bright_rows_in_equal_out_plus_rejected(tmp_path: Path) -> None:
+    raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
+    assert prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["queries"]["num_rows_in"] == 6 and report["queries"]["num_rows_out"] == 2
+    assert report["queries"]["rejected_by_reason"] == {
+        "empty_query": 1, "excluded_overlaps_gold": 1, "gold_not_in_corpus": 1, "no_gold": 1,
+    }  # fmt: skip
+    assert report["documents"] == {"num_rows_in": 7, "num_rows_out": 5, "num_rows_rejected": 2,
+                                   "rejected_by_reason": {"duplicate_id": 1, "missing_field": 1}}  # fmt: skip
+    first, second = rows(out)
+    options = json.loads(first["extra_info"]["env_options"])
+    assert options["excluded_ids"] == [] and set(options["qrels"]) == set(
+        list(json.loads(first["reward_model"]["ground_truth"])["qrels"])
+    )
+    assert json.loads(second["extra_info"]["env_options"])["excluded_ids"] == ["moth_lamps/Lamp_2.txt"]
+    assert len((out / "documents.jsonl").read_text().splitlines()) == 5
+
+
+def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
+    raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
+    prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out), "--limit", "2"])
+    row = rows(out)[1]
+    env = make_env(row["extra_info"]["env_id"], **json.loads(row["extra_info"]["env_kwargs"]))
+    _, info = env.reset(options=json.loads(row["extra_info"]["env_options"]))
+    assert "moth_lamps/Lamp_2.txt" not in events_of(info["events"], "first_stage")[0]["ranking"]
+    _, _, _, _, info = env.step("<reason>r</reason><stop></stop>")
+    episode = Episode(
+        row["data_source"], ["t"], info["events"], json.loads(row["reward_model"]["ground_truth"])
+    )
+    result = Rubric.from_recipe("recipes/rewards/memora.yaml").score(episode)
+    assert (
+        result.breakdown["ndcg"] == result.breakdown["first_stage_ndcg"] == pytest.approx(1.0)
+    )  # BM25 finds it
+
+
+def test_bright_long_documents_and_trec_qrels(tmp_path: Path) -> None:
+    raw = write_bright(tmp_path / "raw")
+    prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(tmp_path / "long"), "--long"])
+    assert json.loads((tmp_path / "long" / "report.json").read_text())["queries"]["num_rows_out"] == 1
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("0\t0\tinsects_attracted_to_light/Phototaxis_3.txt\t1\n1\t0\tbird_song/Song_0.txt\t0\n")
+    prep_main(
+        [
+            "bright",
+            "--raw",
+            str(raw),
+            "--task",
+            "biology",
+            "--out",
+            str(tmp_path / "q"),
+            "--qrels",
+            str(qrels),
+        ]
+    )
+    report = json.loads((tmp_path / "q" / "report.json").read_text())
+    assert report["queries"]["num_rows_out"] == 1 and report["queries"]["rejected_by_reason"]["no_gold"] == 4
+    assert json.loads(rows(tmp_path / "q")[0]["extra_info"]["env_options"])["qrels"] == {
+        "insects_attracted_to_light/Phototaxis_3.txt": 1
+    }
+
+
+def test_mm_bright_task2_resolves_images_and_task1_ignores_them(tmp_path: Path) -> None:
+    raw = write_mm_bright(tmp_path / "raw")
+    out = tmp_path / "t2"
+    prep_main(["mm-bright", "--raw", str(raw), "--domain", "academia", "--task", "2", "--out", str(out)])
+    report = json.loads((out / "report.json").read_text())["queries"]
+    assert report["num_rows_out"] == 1 and report["rejected_by_reason"] == {
+        "missing_image": 1,
+        "no_query_image": 1,
+    }
+    options = json.loads(rows(out)[0]["extra_info"]["env_options"])
+    assert Path(options["image_path"]).read_bytes()[:4] == b"\x89PNG"
+    assert options["excluded_ids"] == ["academia/a7beca61_5.txt"]
+    env = make_env("MEMORA-v0", **json.loads(rows(out)[0]["extra_info"]["env_kwargs"]))
+    obs, _ = env.reset(options=options)
+    assert obs["text"].count("<image>") == len(obs["images"]) == 1 and obs["images"][0].shape == (12, 16, 3)
+    prep_main(
+        ["mm-bright", "--raw", str(raw), "--domain", "academia", "--task", "1", "--out", str(tmp_path / "t1")]
+    )
+    assert json.loads((tmp_path / "t1" / "report.json").read_text())["queries"]["num_rows_out"] == 3
+
+
+def test_missing_split_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="documents"):
+        prep_main(["bright", "--raw", str(tmp_path), "--task", "biology", "--out", str(tmp_path / "o")])
+
+
+@pytest.mark.skipif(not SHARED_QRELS.exists(), reason=f"{SHARED_QRELS} is absent (real BRIGHT qrels)")
+def test_real_bright_qrels_have_the_documented_query_counts() -> None:
+    documented = {"biology": 103, "economics": 103, "psychology": 101, "robotics": 101, "stackoverflow": 117,
+                  "sustainable_living": 108, "leetcode": 142, "pony": 112, "aops": 111}  # fmt: skip
+    for task, count in documented.items():
+        qrels = read_trec_qrels(SHARED_QRELS / f"{task}.tsv")
+        assert len(qrels) == count, task
+        assert all(rel > 0 for judged in qrels.values() for rel in judged.values())
+    assert "insects_attracted_to_light/Phototaxis_3.txt" in read_trec_qrels(SHARED_QRELS / "biology.tsv")["0"]
