@@ -22,6 +22,10 @@ from rewards.mmlongbench import score_mmlongbench
 from rewards.text import normalize_squad, token_f1
 
 GENERIC_METRICS = ("em", "f1")
+PAPER_TIME_YEAR_TOLERANCE = 1
+"""InfoSeek/MMhops Time answers within this many years count (MMAgent-R² 4.1.1): the paper's reward recipe
+(``recipes/rewards/mmagent_r2.yaml``, which every KB-VQA training recipe names), ``ragym eval`` and
+``ragym rollout`` all score with it (the official script's exact match is ``time_year_tolerance: null``)."""
 
 
 def _aliases(ground_truth: Any) -> list[str]:

@@ -32,8 +32,9 @@ from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.replica import TokenOutput
 
 from envs import events as ev
+from envs.metrics import episode_metrics
 from envs.registry import make_env
-from rl.agent_loop.observations import EpisodeSpec, episode_metrics, observation_message
+from rl.agent_loop.observations import EpisodeSpec, observation_message
 from rl.agent_loop.render_cache import RenderCache
 
 logger = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
             "turns": episode.turns,
             "observations": episode.observations,
             "truncated": episode.truncated,
-            "episode_metrics": episode_metrics(episode.events, len(episode.turns)),
+            "episode_metrics": episode_metrics(env_id, episode.events),
             "env_id": env_id,
             "turn_scores": [],
             "tool_rewards": [],

@@ -1,9 +1,8 @@
-"""Env observations as chat messages, the episode spec a dataset row carries, and per-episode metrics."""
+"""Env observations as chat messages and the episode spec a dataset row carries (metrics: ``envs.metrics``)."""
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,19 +87,3 @@ def observation_message(obs: dict[str, Any], turn: int) -> tuple[dict[str, Any],
         if i < len(images):
             content.append({"type": "image", "image": images[i]})
     return {"role": OBSERVATION_ROLE, "content": content}, images
-
-
-def episode_metrics(events: list[dict[str, Any]], num_turns: int) -> dict[str, int]:
-    """Per-episode counts for logging: turns, actions by kind, searches, rejections, format errors."""
-    types = Counter(event["type"] for event in events)
-    kinds = Counter(event["kind"] for event in events if event["type"] == "action")
-    metrics = {
-        "turns": num_turns,
-        "searches": types["search_image"] + types["search_text"],
-        "rejections": kinds["reject"],
-        "format_errors": types["format_error"],
-        "protocol_violations": types["protocol_violation"],
-        "truncated": types["truncated"],
-    }
-    metrics.update({f"action/{kind}": count for kind, count in sorted(kinds.items())})
-    return metrics

@@ -41,7 +41,7 @@ SUMMARY_KEYS = {
     "verification": "reward/verification",
     "ident_acc": "episode/ident_acc",
     "avg_rejections": "episode/rejections",
-    "avg_turns": "episode/num_turns",
+    "avg_turns": "episode/turns",
     "response_length": "episode/response_length",
 }
 """metrics.json name -> engine metric name."""

@@ -1,4 +1,4 @@
-"""Per-step metrics: episode statistics from env events, and sinks (console, jsonl, wandb).
+"""Per-step metrics: batch means of rewards and episode metrics (``envs.metrics``), and sinks (console, jsonl, wandb).
 
 wandb runs offline when ``WANDB_API_KEY`` is not set (sync later with ``wandb sync``);
 ``WANDB_MODE=disabled`` turns it off entirely.
@@ -9,48 +9,31 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from envs.events import events_of
+from envs.metrics import mean_metrics
 
 logger = logging.getLogger(__name__)
-
-ACTION_KINDS = ("search_image", "search_text", "rerank", "reject", "answer", "invalid")
-"""Action kinds of ``action`` events, in histogram order."""
-
-
-def episode_stats(events: list[dict[str, Any]]) -> dict[str, float]:
-    """Identification accuracy, rejections and action counts of one episode, from its events alone."""
-    verifications = events_of(events, "verification")
-    searched = {e["image"] for e in events_of(events, "search_image")}
-    identified = {e["image"] for e in verifications if e["decision"] == "rerank" and e["correct"]}
-    actions = Counter(e["kind"] for e in events_of(events, "action"))
-    stats = {
-        "ident_acc": len(identified) / max(1, len(searched)) if searched else 0.0,
-        "rejections": float(sum(e["decision"] == "reject" for e in verifications)),
-        "num_turns": float(len(events_of(events, "action"))),
-    }
-    stats.update({f"actions/{kind}": float(actions.get(kind, 0)) for kind in ACTION_KINDS})
-    return stats
 
 
 def summarize(
     rewards: list[float],
     breakdowns: list[dict[str, float]],
-    stats: list[dict[str, float]],
+    stats: list[dict[str, float | None]],
     group_ids: list[str],
 ) -> dict[str, float]:
-    """Batch means of rewards, reward terms and episode stats, plus the share of zero-advantage groups."""
+    """Batch means of rewards, reward terms and episode metrics, plus the share of zero-advantage groups.
+
+    An episode metric is averaged over the episodes where it applies, and left out where it applies to none.
+    """
     out: dict[str, float] = {"reward/total": float(np.mean(rewards))}
     for key in sorted({k for b in breakdowns for k in b}):
         out[key] = float(np.mean([b.get(key, 0.0) for b in breakdowns]))
-    for key in sorted({k for s in stats for k in s}):
-        out[f"episode/{key}"] = float(np.mean([s[key] for s in stats]))
+    out.update({f"episode/{k}": v for k, v in mean_metrics(stats).items() if v is not None})
     groups: dict[str, list[float]] = {}
     for gid, reward in zip(group_ids, rewards, strict=True):
         groups.setdefault(gid, []).append(reward)

@@ -15,7 +15,6 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from rewards.verl import compute_score
 from rl.engine.grpo import Sample
-from rl.engine.metrics import episode_stats
 
 
 @dataclass
@@ -30,8 +29,8 @@ class EpisodeResult:
     """The agent loop's output: prompt/response ids, mask, images, extra fields."""
     score: dict[str, float]
     """``compute_score``'s result: ``score`` (the total) and ``reward/<term>`` values."""
-    stats: dict[str, float] = field(default_factory=dict)
-    """Episode statistics from the env's events (``metrics.episode_stats``)."""
+    stats: dict[str, float | None] = field(default_factory=dict)
+    """Episode metrics from the env's events (``envs.metrics``, as the agent loop computed them)."""
 
     @property
     def reward(self) -> float:
@@ -113,7 +112,7 @@ def run_episodes(
             **reward_kwargs,
         )
         index = int(row["extra_info"]["index"])
-        stats = episode_stats(output.extra_fields["events"])
+        stats = dict(output.extra_fields["episode_metrics"])
         stats["response_length"] = float(sum(output.response_mask))
         results.append(EpisodeResult(index, f"{group_prefix}-{index}", output, score, stats))
     times.reward = time.perf_counter() - reward_start

@@ -24,6 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from envs.events import events_of
+from rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from rewards.infoseek import infoseek_final_score
 from rewards.verl import episode_from_verl
 from rl.engine.rollout import EpisodeResult, run_episodes
@@ -42,7 +43,7 @@ class EvalConfig:
 
     batch_size: int = 16
     """Rows whose episodes run concurrently; the progress bar ticks once per batch."""
-    time_year_tolerance: int | None = 1
+    time_year_tolerance: int | None = PAPER_TIME_YEAR_TOLERANCE
     """Time answers within this many years count (InfoSeek protocol as the paper states it, 4.1.1)."""
     bem_model_path: str | None = None
     """E-VQA: local BEM-style answer-equivalence model (paper: BEM >= 0.5); None scores exact match only."""
@@ -65,10 +66,9 @@ class EpisodeRecord:
     turns: int
     rejections: int
     format_errors: int
-    num_images: int
-    """Query images of the row (the Ident. denominator)."""
-    identified: int
-    """Query images whose gold entity the policy reranked (Rerank(e*))."""
+    ident: float | None
+    """Ident. of the episode (MMAgent-R² 4.2.2): 1 when every query image's confirmed entity is its gold
+    entity, else 0; None where the env has no such metric (``envs.metrics``)."""
     gold_ranks: list[int | None]
     """Per query image: the gold entity's rank in the retriever's list within the pool, None if outside."""
     pool_size: int | None
@@ -108,9 +108,8 @@ def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
 def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -> EpisodeRecord:
     """Everything the metrics need from one scored episode, read from its events."""
     events = result.output.extra_fields["events"]
-    verifications = events_of(events, "verification")
+    metrics = result.output.extra_fields["episode_metrics"]  # envs.metrics, computed by the agent loop
     answers = events_of(events, "answer")
-    options = _json(row["extra_info"]["env_options"])
     ranks, pool = ranker(row)
     extra_info = {**dict(row["extra_info"]), **result.output.extra_fields}
     episode = episode_from_verl(row["data_source"], row["reward_model"]["ground_truth"], extra_info)
@@ -120,11 +119,10 @@ def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -
         split=str(row["extra_info"].get("split", "")),
         correct=float(result.score.get("reward/outcome", 0.0)),
         answer=answers[-1]["text"] if answers else None,
-        turns=len(events_of(events, "action")),
-        rejections=sum(e["decision"] == "reject" for e in verifications),
-        format_errors=sum(not e["well_formed"] for e in events_of(events, "action")),
-        num_images=len(options.get("query_images", [])),
-        identified=len({e["image"] for e in verifications if e["decision"] == "rerank" and e["correct"]}),
+        turns=int(metrics["turns"]),
+        rejections=int(metrics.get("rejections") or 0),
+        format_errors=int(metrics["format_errors"]),
+        ident=metrics.get("ident_acc"),
         gold_ranks=ranks,
         pool_size=pool,
         episode=episode.to_json(),
@@ -155,7 +153,7 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
         "accuracy_by_split": {
             s: _mean([r.correct for r in records if r.split == s]) for s in sorted({r.split for r in records})
         },  # fmt: skip
-        "ident": sum(r.identified for r in records) / max(1, sum(r.num_images for r in records)),
+        "ident": _mean([r.ident for r in records if r.ident is not None]),
         "retriever_r1": _mean([float(rank == 0) for rank in ranks]),
         "retriever_r_pool": _mean([float(rank is not None) for rank in ranks]),
         "pool_size": next((r.pool_size for r in records if r.pool_size is not None), None),

@@ -18,8 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from envs.events import events_of
 from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
 from envs.kbvqa_prompts import LAST_TURN_NOTICE
+from envs.metrics import episode_metrics, mean_metrics
+from rewards.answers import PAPER_TIME_YEAR_TOLERANCE, score_answer
 
 _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: ([^\s)]+)\))?$", re.MULTILINE)
 _CHECK = re.compile(
@@ -178,25 +181,14 @@ def run_episode(env: Any, policy: Any, seed: int, options: dict[str, Any] | None
     return {"turns": turns, "events": info["events"], "truncated": truncated}
 
 
-def episode_metrics(events: list[dict[str, Any]], answers: list[str]) -> dict[str, float]:
-    """Per-episode figures the paper reports: answer accuracy, identification, rejections, errors."""
-    of = lambda kind: [e for e in events if e["type"] == kind]  # noqa: E731
-    final = of("answer")[-1]["text"] if of("answer") else ""
-    reranks = [e for e in of("verification") if e["decision"] == "rerank"]
-    golds = {e["image"]: e["gold_entity"] for e in of("search_image")}
-    confirmed = {e["image"]: e["entity"] for e in reranks}
-    return {
-        "answer_acc": float(final.strip().casefold() in {a.casefold() for a in answers}),
-        "ident_acc": float(np.mean([confirmed.get(j) == g for j, g in golds.items()])) if golds else 0.0,
-        "turns": float(len(of("action"))),
-        "rejections": float(sum(e["decision"] == "reject" for e in of("verification"))),
-        "verification_acc": float(np.mean([e["correct"] for e in of("verification")]))
-        if of("verification")
-        else 0.0,
-        "format_errors": float(len(of("format_error"))),
-        "protocol_violations": float(len(of("protocol_violation"))),
-        "truncated": float(bool(of("truncated"))),
-    }
+def rollout_metrics(
+    events: list[dict[str, Any]], data_source: str, ground_truth: Any
+) -> dict[str, float | None]:
+    """The episode metrics (``envs.metrics``) plus ``answer_acc``: the answer scored like the outcome reward."""
+    answers = events_of(events, "answer")
+    answer = answers[0]["text"] if answers else None
+    accuracy = score_answer(data_source, answer, ground_truth, time_year_tolerance=PAPER_TIME_YEAR_TOLERANCE)
+    return {**episode_metrics("KBVQA-v0", events), "answer_acc": accuracy}
 
 
 def main(argv: list[str]) -> int:
@@ -234,7 +226,8 @@ def main(argv: list[str]) -> int:
     results = []
     for i, row in rows.iterrows():
         episode = run_episode(env, policy, args.seed + i, json.loads(row["extra_info"]["env_options"]))
-        results.append(episode_metrics(episode["events"], json.loads(row["reward_model"]["ground_truth"])))
-    summary = {k: round(float(np.mean([r[k] for r in results])), 4) for k in results[0]}
+        truth = json.loads(row["reward_model"]["ground_truth"])
+        results.append(rollout_metrics(episode["events"], row["data_source"], truth))
+    summary = {k: (None if v is None else round(v, 4)) for k, v in mean_metrics(results).items()}
     print(json.dumps({"policy": args.policy, "episodes": len(results), "kb_dir": args.kb_dir, **summary}))
     return 0

@@ -14,8 +14,15 @@ from verl.workers.rollout.replica import TokenOutput
 
 from envs import events as ev
 from envs.core import IMAGE_PLACEHOLDER
+from envs.metrics import register_metrics
 
 IMAGE_SIZE = 64
+
+
+@register_metrics("Fake-v0", action_kinds=("search_image", "answer", "invalid"))
+def fake_metrics(events: list[dict[str, Any]]) -> dict[str, float | None]:
+    """``Fake-v0``'s own metric: candidate batches served."""
+    return {"searches": float(sum(e["type"] == "search_image" for e in events))}
 
 
 class FakeSearchEnv(gymnasium.Env):

@@ -159,7 +159,7 @@ def test_malformed_output_is_an_env_event_and_the_episode_goes_on(processor):
     kinds = [e["type"] for e in out.extra_fields["events"]]
     assert kinds == ["action", "format_error", "action", "answer"]
     metrics = out.extra_fields["episode_metrics"]
-    assert (metrics["turns"], metrics["format_errors"], metrics["action/answer"]) == (2, 1, 1)
+    assert (metrics["turns"], metrics["format_errors"], metrics["actions/answer"]) == (2, 1, 1)
     assert out.extra_fields["env_id"] == "Fake-v0"
 
 

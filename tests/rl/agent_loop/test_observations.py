@@ -1,4 +1,4 @@
-"""Observation -> chat message conversion, the row's episode spec, and per-episode metrics."""
+"""Observation -> chat message conversion and the row's episode spec."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from envs.core import IMAGE_PLACEHOLDER as IMG
-from rl.agent_loop.observations import EpisodeSpec, episode_metrics, observation_message
+from rl.agent_loop.observations import EpisodeSpec, observation_message
 
 
 def _images(n: int) -> tuple[np.ndarray, ...]:
@@ -71,34 +71,3 @@ def test_episode_spec_parses_json_fields():
         EpisodeSpec.from_extra_info({"env_id": "X", "env_kwargs": {}, "env_options": None}).env_options
         is None
     )
-
-
-@pytest.mark.parametrize(
-    ("events", "expected"),
-    [
-        ([], {"turns": 0, "searches": 0, "rejections": 0, "format_errors": 0}),
-        (
-            [
-                {"type": "action", "turn": 0, "kind": "search_image"},
-                {"type": "search_image", "turn": 0},
-                {"type": "action", "turn": 1, "kind": "reject"},
-                {"type": "search_image", "turn": 1},
-                {"type": "action", "turn": 2, "kind": "invalid"},
-                {"type": "format_error", "turn": 2},
-                {"type": "action", "turn": 3, "kind": "search_text"},
-                {"type": "search_text", "turn": 3},
-            ],
-            {
-                "turns": 4,
-                "searches": 3,
-                "rejections": 1,
-                "format_errors": 1,
-                "action/reject": 1,
-                "action/invalid": 1,
-            },
-        ),
-    ],
-)
-def test_episode_metrics_count_events(events, expected):
-    metrics = episode_metrics(events, num_turns=expected["turns"])
-    assert {k: metrics[k] for k in expected} == expected

@@ -1,4 +1,4 @@
-"""Scripted KB-VQA policies and ``ragym rollout`` (the README's main command until the RL core lands)."""
+"""Scripted KB-VQA policies and ``ragym rollout``."""
 
 from __future__ import annotations
 
@@ -25,9 +25,8 @@ def run(kb: Path, policy: str, **env_kwargs) -> list[dict]:
     agent, out = scripted.POLICIES[policy](env), []
     for i, row in rows.iterrows():
         episode = scripted.run_episode(env, agent, i, json.loads(row["extra_info"]["env_options"]))
-        out.append(
-            scripted.episode_metrics(episode["events"], json.loads(row["reward_model"]["ground_truth"]))
-        )
+        truth = json.loads(row["reward_model"]["ground_truth"])
+        out.append(scripted.rollout_metrics(episode["events"], row["data_source"], truth))
     return out
 
 

@@ -1,0 +1,156 @@
+"""Every episode metric, computed from the episode's events alone.
+
+One definition serves training logs (``rl.engine``), ``ragym eval``, ``ragym rollout``, the demo and the
+agent loop's ``extra_fields``. ``episode_metrics(env_id, events)`` returns the metrics every env shares
+(turns, the action histogram, format errors, ...) plus the env's own, registered with
+``@register_metrics(env_id, action_kinds=...)``. A value is None where it does not apply (Ident. without
+gold entities); ``mean_metrics`` averages each metric over the episodes where it applies.
+
+The file has one section per environment: a new env appends its registration at the end.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from envs.events import Event, events_of
+
+Metrics = dict[str, float | None]
+"""Metric name -> value (None: does not apply to this episode)."""
+MetricFn = Callable[[list[Event]], Metrics]
+
+
+@dataclass(frozen=True)
+class EnvMetrics:
+    """One env's metric registration."""
+
+    action_kinds: tuple[str, ...]
+    """Every ``action`` event kind the env records (``invalid`` included): the histogram's fixed keys."""
+    fn: MetricFn
+    """The env's own metrics from its events."""
+
+
+_REGISTRY: dict[str, EnvMetrics] = {}
+
+
+def register_metrics(env_id: str, action_kinds: tuple[str, ...]) -> Callable[[MetricFn], MetricFn]:
+    """Register ``fn`` as ``env_id``'s episode metrics; a duplicate env id is an error."""
+
+    def wrap(fn: MetricFn) -> MetricFn:
+        if env_id in _REGISTRY:
+            raise ValueError(f"episode metrics for {env_id!r} are already registered")
+        _REGISTRY[env_id] = EnvMetrics(tuple(action_kinds), fn)
+        return fn
+
+    return wrap
+
+
+def registered_metrics() -> dict[str, EnvMetrics]:
+    """Every env id with registered metrics."""
+    return dict(_REGISTRY)
+
+
+def episode_metrics(env_id: str, events: list[Event]) -> Metrics:
+    """All metrics of one episode of ``env_id``: the shared ones, then the env's own."""
+    if env_id not in _REGISTRY:
+        raise KeyError(f"no episode metrics registered for {env_id!r}; registered: {sorted(_REGISTRY)}")
+    entry = _REGISTRY[env_id]
+    return {**shared_metrics(events, entry.action_kinds), **entry.fn(events)}
+
+
+def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metrics:
+    """Turns, the action histogram, format errors, violations, truncation and whether the policy answered.
+
+    ``turns`` counts every policy turn an event names, the one the agent loop cut included.
+
+    >>> from envs import events as ev
+    >>> shared_metrics([ev.action(0, "answer", True), ev.answer(0, "x")], ("answer", "invalid"))["turns"]
+    1.0
+    """
+    kinds = Counter(e["kind"] for e in events_of(events, "action"))
+    unknown = set(kinds) - set(action_kinds)
+    if unknown:
+        raise ValueError(f"action kinds {sorted(unknown)} are not among the registered {list(action_kinds)}")
+    turns = 1 + max((e["turn"] for e in events), default=-1)
+    answers = events_of(events, "answer")
+    metrics: Metrics = {
+        "turns": float(max(turns, 0)),
+        "format_errors": float(len(events_of(events, "format_error"))),
+        "protocol_violations": float(len(events_of(events, "protocol_violation"))),
+        "truncated": float(bool(events_of(events, "truncated"))),
+        "answered": float(any(not a["forced"] for a in answers)),
+    }
+    metrics.update({f"actions/{kind}": float(kinds[kind]) for kind in action_kinds})
+    return metrics
+
+
+def mean_metrics(per_episode: list[Metrics]) -> Metrics:
+    """The mean of each metric over the episodes where it applies (None where it applies to none)."""
+    keys = sorted({k for m in per_episode for k in m})
+    means: Metrics = {}
+    for key in keys:
+        values = [m[key] for m in per_episode if m.get(key) is not None]
+        means[key] = sum(values) / len(values) if values else None
+    return means
+
+
+def _only(events: list[Event], kind: str, env_id: str) -> dict[str, Any]:
+    found = events_of(events, kind)
+    if len(found) != 1:
+        raise ValueError(f"{env_id} episode metrics need exactly one {kind!r} event, got {len(found)}")
+    return found[0]
+
+
+# ===== KBVQA-v0 ==========================================================================================
+@register_metrics(
+    "KBVQA-v0", action_kinds=("search_image", "search_text", "rerank", "reject", "answer", "invalid")
+)
+def kbvqa_metrics(events: list[Event]) -> Metrics:
+    """Ident. (MMAgent-R² 4.2.2: 1 only when every query image's confirmed entity is its gold entity),
+    the share of images identified, rejections, verification accuracy, boundary prompts and searches.
+
+    An image's confirmed entity is its last Rerank; correctness is recomputed from gold and candidates.
+    """
+    task = _only(events, "task", "KBVQA-v0")
+    golds = task["gold_entities"]
+    verifications = events_of(events, "verification")
+    confirmed = {v["image"]: v["entity"] for v in verifications if v["decision"] == "rerank"}
+    has_gold = all(g is not None for g in golds)
+    matched = [confirmed.get(j) == g for j, g in enumerate(golds, 1)]
+    right = [
+        (v["entity"] == v["gold_entity"])
+        if v["decision"] == "rerank"
+        else v["gold_entity"] not in v["candidates"]
+        for v in verifications
+        if v["gold_entity"] is not None
+    ]
+    return {
+        "ident_acc": float(all(matched)) if has_gold else None,
+        "ident_image_share": sum(matched) / len(matched) if has_gold else None,
+        "rejections": float(sum(v["decision"] == "reject" for v in verifications)),
+        "verification_acc": sum(right) / len(right) if right else None,
+        "boundaries": float(len(events_of(events, "boundary"))),
+        "searches": float(len(events_of(events, "search_image")) + len(events_of(events, "search_text"))),
+    }
+
+
+# ===== DocMemo-v0 ========================================================================================
+@register_metrics("DocMemo-v0", action_kinds=("select", "refine", "answer", "invalid"))
+def docmemo_metrics(events: list[Event]) -> Metrics:
+    """Rounds run, pages accumulated, distinct evidence pages shown, refinements, pages marked useful /
+    irrelevant, and whether the answer declared the question not answerable (None without an answer)."""
+    selected = events_of(events, "selected")
+    feedback = events_of(events, "feedback")
+    answers = events_of(events, "answer")
+    return {
+        "rounds": float(len(events_of(events, "candidates"))),
+        "pages_accumulated": float(len(selected[-1]["accumulated"])) if selected else 0.0,
+        "evidence_pages": float(len({p for e in events_of(events, "evidence") for p in e["pages"]})),
+        "refinements": float(len(feedback)),
+        "pages_marked_useful": float(sum(len(f["useful"]) for f in feedback)),
+        "pages_marked_irrelevant": float(sum(len(f["irrelevant"]) for f in feedback)),
+        "not_answerable": float(answers[-1]["not_answerable"]) if answers else None,
+    }
