@@ -81,15 +81,15 @@ class RetrievalReplica:
         served = load_catalog(catalog) if catalog is not None else {}
         for name, (dim, handles) in shards.items():
             served[name] = Served(ShardFanout(handles, dim), "vector", dim)
-        self.app = RetrievalApp(served, config)
+        self.service = RetrievalApp(served, config)  # not ``app``: Serve's ASGI wrapper owns that name
 
     def __serve_build_asgi_app__(self) -> RetrievalApp:
-        return self.app
+        return self.service
 
     def check_health(self) -> None:
         """Serve restarts a replica whose retrievers failed to load."""
-        if self.app.load_error:
-            raise RuntimeError(self.app.load_error)
+        if self.service.load_error:
+            raise RuntimeError(self.service.load_error)
 
 
 def build_app(catalog: CatalogSpec, config: ServiceConfig, deployment: Deployment) -> Any:
