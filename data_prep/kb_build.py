@@ -8,6 +8,7 @@ shows a grey placeholder and, with EVA-CLIP, is indexed by its title alone (the 
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -24,7 +25,6 @@ from PIL import Image
 from data_prep.kb_encode import encode
 from data_prep.kb_images import image_file
 from data_prep.kb_records import Article, Report, RowError, Sample, chunk_text
-from envs.encoders import make_image_encoder, make_text_encoder
 from envs.kb import KB_FORMAT, KB_VERSION
 from envs.retrieval import BM25Retriever, build_index, normalise
 
@@ -214,10 +214,16 @@ def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str],
         pd.DataFrame.from_records(records).to_parquet(out / "data" / f"{split}.parquet")
 
 
+def _shards(out: Path, kind: str) -> Path:
+    """Where the encoding step keeps ``kind``'s vector shards (a rerun with ``--resume`` continues them)."""
+    return out / "index" / "encoded" / kind
+
+
 def _entity_vectors(out: Path, articles: list[Article], images: list[str], cfg: BuildConfig) -> np.ndarray:
-    encoder = make_image_encoder(cfg.image_encoder)
     absolute = [p if Path(p).is_absolute() else str(out / p) for p in images]
-    vectors = encode("entities", encoder, absolute, [a.title for a in articles])  # (n, d)
+    titles = [a.title for a in articles]
+    ids = [f"{a.key}|{p}" for a, p in zip(articles, images, strict=True)]
+    vectors = encode("entities", cfg.image_encoder, ids, absolute, titles, _shards(out, "entities"))  # (n, d)
     if cfg.image_encoder["name"] == "eva_clip":
         # [image, title] layout: an entity without an image is matched by its title alone.
         vectors[np.array([p == PLACEHOLDER for p in images]), : vectors.shape[1] // 2] = 0.0
@@ -249,14 +255,22 @@ def build(
         out / "index" / "bm25"
     )
     if cfg.text_encoder is not None:
-        vectors = encode("passages", make_text_encoder(cfg.text_encoder), passages["text"].tolist())
+        texts = passages["text"].tolist()
+        ids = [
+            hashlib.md5(f"{e}|{t}".encode()).hexdigest()
+            for e, t in zip(passages["entity_id"], texts, strict=True)
+        ]
+        vectors = encode("passages", cfg.text_encoder, ids, texts, out_dir=_shards(out, "passages"))
         np.save(out / "index" / "passage_embeddings.npy", normalise(vectors))
     entity_vectors = _entity_vectors(out, articles, images, cfg)
     np.save(out / "index" / "entity_embeddings.npy", entity_vectors)
     kept, query_paths = _resolve_samples(out, samples, key_row, report)
     if query_paths:
-        query_vectors = normalise(encode("queries", make_image_encoder(cfg.image_encoder),
-                                         [str(out / p) for p in query_paths]))  # fmt: skip
+        paths = [str(out / p) for p in query_paths]
+        ids = [f"{s.sample_id}#{j}" for s, queries, _ in kept for j in range(len(queries))]
+        query_vectors = normalise(
+            encode("queries", cfg.image_encoder, ids, paths, out_dir=_shards(out, "queries"))
+        )
         ranked = build_index(entity_vectors).search(query_vectors, min(cfg.pool, len(articles)))[1]
     else:
         query_vectors, ranked = np.zeros((0, entity_vectors.shape[1]), np.float32), np.zeros((0, 0), np.int64)

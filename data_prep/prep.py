@@ -52,6 +52,9 @@ def _dataset_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--candidates-per-batch", type=int, default=5, help="K")
     parser.add_argument("--max-rejections", type=int, default=2, help="Rej_max")
+    parser.add_argument(
+        "--resume", action="store_true", help="reuse the finished vector shards of an earlier run"
+    )
 
 
 def _read(name: str, args: argparse.Namespace, report: Report) -> tuple[list, list, list]:
@@ -67,8 +70,8 @@ def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog=f"ragym prep {name}")
     _dataset_args(parser)
     args = parser.parse_args(argv)
-    if args.out.exists() and any(args.out.iterdir()):
-        parser.error(f"{args.out} is not empty")
+    if args.out.exists() and any(args.out.iterdir()) and not args.resume:
+        parser.error(f"{args.out} is not empty (pass --resume to continue an interrupted run there)")
     report = Report(name)
     articles, samples, loose = _read(name, args, report)
     cfg = BuildConfig(
@@ -159,7 +162,10 @@ def main(argv: list[str]) -> int:
         mix(rest)
     elif command == "kb-images":
         fetch_images(rest)
-    elif command in ("bright", "mm-bright"):  # MEMORA's benchmarks: a corpus and MEMORA-v0 rows (data_prep.bright)
+    elif command in (
+        "bright",
+        "mm-bright",
+    ):  # MEMORA's benchmarks: a corpus and MEMORA-v0 rows (data_prep.bright)
         from data_prep import bright
 
         return bright.main(command, rest)

@@ -150,3 +150,19 @@ def test_output_folder_must_be_empty(prepared) -> None:
     kb, _, _ = prepared["mmhops"]
     with pytest.raises(SystemExit):
         prep_dataset("mmhops", ["--raw", str(kb), "--out", str(kb)])
+
+
+def test_resume_reuses_the_encoding_steps_shards(tmp_path: Path) -> None:
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_infoseek(tmp_path / "raw")
+    args = ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")]
+    first = prep_dataset("infoseek", args)
+    shards = sorted((tmp_path / "kb" / "index" / "encoded").rglob("*.npy"))
+    assert {p.parent.parent.name for p in shards} >= {"entities", "queries"}
+    stamps = [p.stat().st_mtime_ns for p in shards]
+    vectors = np.load(tmp_path / "kb" / "index" / "entity_embeddings.npy")
+    second = prep_dataset("infoseek", [*args, "--resume"])
+    assert [p.stat().st_mtime_ns for p in shards] == stamps  # nothing re-encoded
+    assert np.array_equal(np.load(tmp_path / "kb" / "index" / "entity_embeddings.npy"), vectors)
+    assert second["rows_out"] == first["rows_out"] and second["recall"] == first["recall"]
