@@ -14,6 +14,9 @@ resolves the first query image through ``examples_images`` (written to ``OUT/ima
 
 Writes ``OUT/documents.jsonl``, ``OUT/data/test.parquet`` (verl rows for ``MEMORA-v0``) and
 ``OUT/report.json``: for queries and for documents, rows in = rows out + rows rejected, by reason.
+``--memory-dir DIR`` puts the episodic memory on disk (``<DIR>/<domain>.jsonl``), so it persists across the
+episodes of a run (the agent loop builds an env per episode); ``--freeze-memory`` makes evaluation rows read it
+without writing.
 """
 
 from __future__ import annotations
@@ -106,9 +109,12 @@ def query_options(
     return {"query": query, "query_id": qid, "domain": domain, "qrels": judged, "excluded_ids": excluded}
 
 
-def make_row(options: dict[str, Any], index: int, data_source: str, corpus_path: Path) -> dict[str, Any]:
+def make_row(
+    options: dict[str, Any], index: int, data_source: str, env_kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """One verl row; the qrels go to the reward's ground truth and to the env (memory outcome, never shown)."""
     truth = {"qrels": options["qrels"], "excluded_ids": options["excluded_ids"]}
+    env_kwargs = {**env_kwargs, "domain": options["domain"]}
     return {
         "data_source": data_source,
         "agent_name": "ragym_env",
@@ -119,25 +125,29 @@ def make_row(options: dict[str, Any], index: int, data_source: str, corpus_path:
             "index": index,
             "split": "test",
             "env_id": ENV_ID,
-            "env_kwargs": json.dumps({"corpus_path": str(corpus_path), "domain": options["domain"]}),
+            "env_kwargs": json.dumps(env_kwargs),
             "env_options": json.dumps(options, ensure_ascii=False),
         },
     }
 
 
 def write_task(
-    out: Path, name: str, examples: list, corpus: dict[str, str], doc_report: Counter, build
+    args: argparse.Namespace, name: str, examples: list, corpus: dict[str, str], doc_report: Counter, build
 ) -> dict:
     """Write corpus, rows and report; ``build(row) -> options`` raises ``RowError`` for rejected rows."""
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     corpus_path = (out / "documents.jsonl").resolve()
+    env_kwargs: dict[str, Any] = {"corpus_path": str(corpus_path)}
+    if args.memory_dir is not None:
+        env_kwargs |= {"memory_dir": str(args.memory_dir.resolve()), "memory_frozen": args.freeze_memory}
     with corpus_path.open("w", encoding="utf-8") as f:
         for docid, content in corpus.items():
             f.write(json.dumps({"id": docid, "content": content}, ensure_ascii=False) + "\n")
     rows, rejected = [], []
     for index, example in enumerate(examples):
         try:
-            rows.append(make_row(build(example), index, name, corpus_path))
+            rows.append(make_row(build(example), index, name, env_kwargs))
         except RowError as err:
             rejected.append({"index": index, "reason": err.reason, "detail": err.detail})
     (out / "data").mkdir(exist_ok=True)
@@ -173,7 +183,7 @@ def prep_bright(args: argparse.Namespace) -> dict:
     def build(row: dict[str, Any]) -> dict[str, Any]:
         return query_options(row, args.task, gold_key, "excluded_ids", corpus, qrels)
 
-    return write_task(args.out, f"bright_{args.task}", examples, corpus, report, build)
+    return write_task(args, f"bright_{args.task}", examples, corpus, report, build)
 
 
 def _image_table(raw: Path, domain: str) -> dict[str, bytes]:
@@ -216,7 +226,7 @@ def prep_mm_bright(args: argparse.Namespace) -> dict:
             options["image_description"] = descriptions[options["query_id"]]
         return options
 
-    return write_task(args.out, f"mm_bright_task{args.task}_{args.domain}", examples, corpus, report, build)
+    return write_task(args, f"mm_bright_task{args.task}_{args.domain}", examples, corpus, report, build)
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -227,6 +237,12 @@ def main(command: str, argv: list[str]) -> int:
     )
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--limit", type=int, help="only the first N examples")
+    parser.add_argument(
+        "--memory-dir", type=Path, help="episodic memory folder the rows' env writes (persists)"
+    )
+    parser.add_argument(
+        "--freeze-memory", action="store_true", help="rows read the memory but never write it"
+    )
     if command == "bright":
         parser.add_argument("--task", required=True, help="BRIGHT split, e.g. biology")
         parser.add_argument("--long", action="store_true", help="long_documents and gold_ids_long")

@@ -44,7 +44,21 @@ def test_bright_rows_in_equal_out_plus_rejected(tmp_path: Path) -> None:
 
 def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
     raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
-    prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out), "--limit", "2"])
+    prep_main(
+        [
+            "bright",
+            "--raw",
+            str(raw),
+            "--task",
+            "biology",
+            "--out",
+            str(out),
+            "--limit",
+            "2",
+            "--memory-dir",
+            str(tmp_path / "mem"),
+        ]
+    )
     row = rows(out)[1]
     env = make_env(row["extra_info"]["env_id"], **json.loads(row["extra_info"]["env_kwargs"]))
     _, info = env.reset(options=json.loads(row["extra_info"]["env_options"]))
@@ -57,6 +71,7 @@ def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
     assert (
         result.breakdown["ndcg"] == result.breakdown["first_stage_ndcg"] == pytest.approx(1.0)
     )  # BM25 finds it
+    assert json.loads((tmp_path / "mem" / "biology.jsonl").read_text())["ndcg"] == pytest.approx(1.0)
 
 
 def test_bright_long_documents_and_trec_qrels(tmp_path: Path) -> None:
