@@ -30,6 +30,7 @@ from rewards.verl import episode_from_verl
 from rl.engine.rollout import EpisodeResult, run_episodes
 from rl.engine.trainer import read_rows
 from rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
+from rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +183,8 @@ def sampling_from(config: DictConfig) -> dict[str, Any]:
 
 
 def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, cfg: EvalConfig,
-             ranker: Ranker = kb_gold_ranks) -> list[EpisodeRecord]:  # fmt: skip
+             ranker: Ranker = kb_gold_ranks,
+             trace: TraceWriter | None = None) -> list[EpisodeRecord]:  # fmt: skip
     """One greedy episode per row through the ragym agent loop on ``backend``, in batches with a progress bar."""
     from rl.agent_loop.loop import make_agent_loop
 
@@ -198,6 +200,8 @@ def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, c
             results, _ = run_episodes(
                 loop, agent_loop, backend.server, batch, 1, sampling_from(config), reward, "eval"
             )
+            if trace is not None:  # episodes for ``ragym view``, up to the writer's budget
+                trace.record(0, "eval", batch, results)
             records += [
                 record_episode(row, result, ranker) for row, result in zip(batch, results, strict=True)
             ]
@@ -236,6 +240,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=EvalConfig.batch_size)
     parser.add_argument("--time-year-tolerance", type=int, default=EvalConfig.time_year_tolerance)
     parser.add_argument("--bem-model-path", help="E-VQA answer-equivalence model (default: exact match only)")
+    parser.add_argument("--trace-episodes", type=int, default=256,
+                        help="episodes recorded with tokens and images under OUT/traces for ragym view (0: none)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.max_response_length=2048")
     args = parser.parse_intermixed_args(argv)
     cfg = EvalConfig(batch_size=args.batch_size, time_year_tolerance=args.time_year_tolerance,
@@ -249,7 +255,8 @@ def main(argv: list[str]) -> int:
     else:
         backend = hf_backend(args.model, rollout.response_length, cfg.batch_wait_s, cfg.seed)
     logger.info("evaluating %s on %d rows with the %s backend", args.model, len(rows), backend.name)
-    records = run_eval(rows, backend, config, cfg)
+    trace = TraceWriter(args.out / "traces", backend.tokenizer, TraceConfig(args.trace_episodes))
+    records = run_eval(rows, backend, config, cfg, trace=trace)
     metrics = {"model": str(args.model), "backend": backend.name, "data": args.data, **summarize(records)}
     write_report(metrics, [asdict(r) for r in records], args.out)
     print(json.dumps(metrics["all"], indent=1))
