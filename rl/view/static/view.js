@@ -119,7 +119,7 @@ function loadEpisode(id, done) {
 function observation(segments) {
   if (!segments) return null;
   return el("div", { class: "obs" }, segments.map((s) =>
-    s.image ? el("img", { src: `images/${s.image}.png`, alt: `image ${s.image}`, "data-key": s.image }) : el("span", {}, el("pre", {}, s.text))));
+    s.image ? el("img", { src: `images/${s.image}.png`, alt: `image ${s.image}`, "data-key": s.image }) : el("span", { class: "otext" }, s.text)));
 }
 
 function value(v, gold) {

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+from verl.workers.rollout.replica import TokenOutput
 
+from rl.engine.hf_server import ServerStats
+from rl.engine.trainer import read_rows
+from rl.eval.backends import Backend
 from rl.view.cli import serve_in_thread
 from rl.view.data import load
 from rl.view.site import Site
+from rl.view.trace import TraceConfig, TraceWriter
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -48,6 +56,57 @@ def run_dir(tmp_path_factory) -> Path:
     trainer.fit()
     trainer.close()
     return root
+
+
+class TurnScriptedServer:
+    """verl's ``generate`` replaying one of two scripts turn by turn (the turn read from the conversation),
+    chosen by the parity of the episode's first image (so some questions take each path)."""
+
+    def __init__(self, tokenizer: Any, scripts: tuple[list[str], list[str]]) -> None:
+        self.tokenizer, self.scripts = tokenizer, scripts
+        self.stats = ServerStats()
+
+    def track_episodes(self, num_episodes: int) -> None:
+        pass
+
+    def episode_done(self) -> None:
+        pass
+
+    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data: list[Any] | None = None, **kwargs: Any) -> TokenOutput:  # fmt: skip
+        # System, user and the generation prompt open 3 messages; each earlier turn adds an assistant and a user.
+        turn = (prompt_ids.count(self.tokenizer.convert_tokens_to_ids("<|im_start|>")) - 3) // 2
+        script = self.scripts[zlib.crc32(np.asarray(image_data[0]).tobytes()) % 2]
+        text = script[min(turn, len(script) - 1)]
+        return TokenOutput(token_ids=self.tokenizer.encode(text, add_special_tokens=False))
+
+
+@pytest.fixture(scope="module")
+def eval_dir(tmp_path_factory, tiny_policy_dir) -> Path:
+    """A traced ``ragym eval``: half the questions search and reject twice (some rejected batches hold the gold)."""
+    from data_prep.synthetic_kb import PRESETS, build_kb
+    from envs.kbvqa_actions import Answer, Reject, SearchImage, format_action
+    from rl.eval.evaluate import EvalConfig, run_eval
+    from rl.models import load_processor
+    from rl.recipe.compose import load_recipe
+
+    root = tmp_path_factory.mktemp("eval")
+    kb = build_kb(root / "kb", PRESETS["tiny"], seed=0, name="synthetic-tiny")
+    policy = tiny_policy_dir("qwen2_5_vl")
+    processor = load_processor(policy)
+    rejects = [
+        format_action(a, "r") for a in (SearchImage(1), Reject(), SearchImage(1), Reject(), Answer("1900"))
+    ]
+    answers = [format_action(a, "r") for a in (SearchImage(1), Answer("1900"))]
+    server = TurnScriptedServer(processor.tokenizer, (rejects, answers))
+    backend = Backend(server, processor.tokenizer, processor, "scripted")
+    config = load_recipe(
+        "kbvqa_tiny_cpu", [f"actor_rollout_ref.model.path={policy}", "data.max_response_length=4096"]
+    )
+    rows = read_rows(str(kb / "data" / "test.parquet"))
+    trace = TraceWriter(root / "out" / "traces", processor.tokenizer, TraceConfig(max_groups_per_step=100))
+    run_eval(rows, backend, config, EvalConfig(batch_size=4), trace=trace)
+    return root / "out"
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +212,34 @@ def test_exported_folder_opens_from_disk(run_dir, browser, tmp_path):
     assert images.count() > 0
     assert images.evaluate_all("imgs => imgs.every(i => i.complete && i.naturalWidth > 0)")
     page.close()
+
+
+REJECTED_GOLD = "verification correct=false decision=reject gold_in_batch=true"
+"""The filter tag of a Reject of a batch that held the gold entity."""
+
+
+def test_rejected_gold_batches_are_two_clicks_away(eval_dir, browser):
+    episodes = load(eval_dir).episodes
+    expected = [e["id"] for e in episodes if any(
+        v["type"] == "verification" and v["decision"] == "reject" and v["gold_in_batch"] for v in e["events"])]  # fmt: skip
+    assert 0 < len(expected) < len(episodes)  # the filter separates something
+    server, url = serve_in_thread(Site(load(eval_dir)))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        page.goto(url)
+        page.select_option("#f-tag", REJECTED_GOLD)  # click the "has event" list, click the tag
+        rows = page.locator("#episodes tr.ep")
+        assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.id)")) == sorted(expected)
+        rows.first.click()
+        page.wait_for_selector(".event[data-type=verification]")
+        # The gold entity is marked among the rejected batch's candidates.
+        rejected = page.locator(".event[data-type=verification]").first
+        assert rejected.locator(".gold").count() >= 2  # in ``candidates`` and as ``gold_entity``
+        assert page.locator(".obs img").evaluate_all(
+            "imgs => imgs.every(i => i.complete && i.naturalWidth > 0)"
+        )
+        page.screenshot(path=os.environ.get("RAGYM_VIEW_SCREENSHOT_EVAL", "/dev/null"), full_page=True)
+    finally:
+        page.close()
+        server.shutdown()
+        server.server_close()
