@@ -26,6 +26,8 @@ from transformers import AutoConfig, GenerationConfig
 from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
+from rl.errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 LATEST_MARKER = "latest_checkpointed_iteration.txt"
@@ -87,7 +89,7 @@ def inspect_checkpoint(path: str | Path) -> Checkpoint:
         state = torch.load(path / "engine_state.pt", weights_only=False)
         return Checkpoint("local", path, state["step"], json.loads(state["config"]))
     found = sorted(p.name for p in path.iterdir()) if path.is_dir() else "nothing (not a folder)"
-    raise ValueError(
+    raise UsageError(
         f"{path}: not a verl FSDP checkpoint (no fsdp_config.json here or in actor/) nor a local-engine one "
         f"(no engine_state.pt + config.json); found {found}"
     )
@@ -158,7 +160,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, recipe: str | Non
     """Write the HF model directory for ``checkpoint`` to ``out`` (absent or empty) and return it."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not empty")
+        raise UsageError(f"--out {out} exists and is not empty; give a new or empty folder")
     found = inspect_checkpoint(checkpoint)
     if recipe is not None:
         from omegaconf import OmegaConf
@@ -176,10 +178,15 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, recipe: str | Non
     validate_hf_model_output(out)
     recipe_name = recipe or (found.recipe or {}).get("trainer", {}).get("experiment_name")
     (out / "README.md").write_text(_card(found, Path(checkpoint).resolve(), recipe_name))
-    meta = {"source": str(Path(checkpoint).resolve()), "kind": found.kind, "step": found.step,
-            "recipe_name": recipe_name, "recipe": found.recipe}  # fmt: skip
-    (out / "ragym_export.json").write_text(json.dumps(meta, indent=1, default=str))
+    record_export(out, Path(checkpoint).resolve(), found.kind, found.step, recipe_name, found.recipe)
     return out
+
+
+def record_export(out: Path, source: Path, kind: str, step: int | None, recipe_name: str | None,
+                  recipe: dict[str, Any] | None) -> None:  # fmt: skip
+    """Write ``ragym_export.json``: where the model came from and its resolved recipe (``ragym eval`` reads it)."""
+    meta = {"source": str(source), "kind": kind, "step": step, "recipe_name": recipe_name, "recipe": recipe}
+    (out / "ragym_export.json").write_text(json.dumps(meta, indent=1, default=str))
 
 
 def main(argv: list[str]) -> int:

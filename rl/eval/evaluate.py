@@ -27,8 +27,9 @@ from envs.events import events_of
 from rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from rewards.infoseek import infoseek_final_score
 from rewards.verl import episode_from_verl
+from rl.data.rows import BAD_ROW_POLICIES, load_rows
 from rl.engine.rollout import EpisodeResult, run_episodes
-from rl.engine.trainer import read_rows
+from rl.errors import UsageError
 from rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
 from rl.view.trace import TraceConfig, TraceWriter
 
@@ -91,6 +92,8 @@ def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     from envs.kb import load_kb
     from envs.kbvqa import KBVQAConfig
 
+    if row["extra_info"]["env_id"] != "KBVQA-v0":
+        return [], None  # the retriever ceiling is a KB-VQA metric (DocMemo rows have no candidate lists)
     kwargs, options = _json(row["extra_info"]["env_kwargs"]), _json(row["extra_info"]["env_options"])
     cfg = KBVQAConfig(**kwargs)
     if cfg.kb_dir is None or cfg.candidate_source != "precomputed":
@@ -184,8 +187,10 @@ def sampling_from(config: DictConfig) -> dict[str, Any]:
 
 def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, cfg: EvalConfig,
              ranker: Ranker = kb_gold_ranks,
+             on_batch: Callable[[list[EpisodeRecord]], None] | None = None,
              trace: TraceWriter | None = None) -> list[EpisodeRecord]:  # fmt: skip
-    """One greedy episode per row through the ragym agent loop on ``backend``, in batches with a progress bar."""
+    """One greedy episode per row through the ragym agent loop on ``backend``, in batches with a progress bar;
+    ``on_batch`` gets each batch's records as soon as they exist (``ragym eval`` streams them to disk)."""
     from rl.agent_loop.loop import make_agent_loop
 
     loop = asyncio.new_event_loop()
@@ -202,9 +207,10 @@ def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, c
             )
             if trace is not None:  # episodes for ``ragym view``, up to the writer's budget
                 trace.record(0, "eval", batch, results)
-            records += [
-                record_episode(row, result, ranker) for row, result in zip(batch, results, strict=True)
-            ]
+            done = [record_episode(row, result, ranker) for row, result in zip(batch, results, strict=True)]
+            records += done
+            if on_batch is not None:
+                on_batch(done)
     finally:
         loop.close()
     return records
@@ -215,20 +221,23 @@ def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictCo
     from rl.recipe.compose import load_recipe
 
     exported = model / "ragym_export.json"
+    if not (model / "config.json").is_file():
+        raise UsageError(f"--model {model} is not a Hugging Face model folder (no config.json); give the folder "
+                         "`ragym export` wrote, or a run's global_step_N / the demo's checkpoint/")  # fmt: skip
     if recipe is not None:
         config = load_recipe(recipe, overrides)
     elif exported.is_file() and json.loads(exported.read_text()).get("recipe"):
         config = OmegaConf.merge(OmegaConf.create(json.loads(exported.read_text())["recipe"]),
                                  OmegaConf.from_dotlist(overrides))  # fmt: skip
     else:
-        raise ValueError(f"{model} records no recipe (no ragym_export.json); pass --recipe")
+        raise UsageError(f"{model} records no recipe (no ragym_export.json); pass --recipe RECIPE")
     config.actor_rollout_ref.model.path = str(model)
     return config
 
 
 def main(argv: list[str]) -> int:
     """``ragym eval --model DIR --data PARQUET [--data ...] --out DIR [--recipe R] [overrides...]``."""
-    from rl.eval.report import write_report
+    from rl.eval.report import ReportStream
 
     parser = argparse.ArgumentParser(prog="ragym eval", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, type=Path, help="Hugging Face model directory")
@@ -242,12 +251,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bem-model-path", help="E-VQA answer-equivalence model (default: exact match only)")
     parser.add_argument("--trace-episodes", type=int, default=256,
                         help="episodes recorded with tokens and images under OUT/traces for ragym view (0: none)")  # fmt: skip
+    parser.add_argument("--bad-rows", default="skip", choices=BAD_ROW_POLICIES,
+                        help="rows that cannot start an episode: list and skip them (default), or stop")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.max_response_length=2048")
     args = parser.parse_intermixed_args(argv)
     cfg = EvalConfig(batch_size=args.batch_size, time_year_tolerance=args.time_year_tolerance,
                      bem_model_path=args.bem_model_path)  # fmt: skip
     config = eval_config(args.model, args.recipe, args.overrides)
-    rows = [row for path in args.data for row in read_rows(path, args.limit)]
+    row_set = load_rows(args.data, args.limit, args.bad_rows)
+    rows = row_set.rows
     rollout = config.actor_rollout_ref.rollout
     if choose_backend(args.backend) == "vllm":
         backend = vllm_backend(args.model, rollout.prompt_length + rollout.response_length,
@@ -256,8 +268,19 @@ def main(argv: list[str]) -> int:
         backend = hf_backend(args.model, rollout.response_length, cfg.batch_wait_s, cfg.seed)
     logger.info("evaluating %s on %d rows with the %s backend", args.model, len(rows), backend.name)
     trace = TraceWriter(args.out / "traces", backend.tokenizer, TraceConfig(args.trace_episodes))
-    records = run_eval(rows, backend, config, cfg, trace=trace)
-    metrics = {"model": str(args.model), "backend": backend.name, "data": args.data, **summarize(records)}
-    write_report(metrics, [asdict(r) for r in records], args.out)
+    stream, records = ReportStream(args.out), []
+
+    def keep(done: list[EpisodeRecord]) -> None:
+        records.extend(done)
+        stream.add([asdict(r) for r in done])
+
+    try:
+        run_eval(rows, backend, config, cfg, trace=trace, on_batch=keep)
+    finally:  # what was evaluated is always written; ``complete`` says whether every valid row was
+        metrics = stream.finish({
+            "model": str(args.model), "backend": backend.name, "data": args.data,
+            "complete": len(records) == len(rows), "num_rows": len(rows),
+            "bad_rows": [bad.describe() for bad in row_set.bad], **summarize(records),
+        })  # fmt: skip
     print(json.dumps(metrics["all"], indent=1))
     return 0

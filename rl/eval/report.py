@@ -4,6 +4,7 @@ inputs), ``rollouts.jsonl`` (full episodes for ``ragym score --recipe R --episod
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +81,51 @@ def plot(metrics: dict[str, Any], records: list[dict[str, Any]], out: Path) -> l
     return [bars, hist]
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (strict JSON; a mean of nothing is None)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+class ReportStream:
+    """``episodes.jsonl`` and ``rollouts.jsonl`` appended batch by batch, so an interrupted evaluation keeps
+    every episode it ran; ``finish`` writes ``metrics.json``, ``metrics.md`` and the plots."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        out.mkdir(parents=True, exist_ok=True)
+        self.records: list[dict[str, Any]] = []
+        for name in ("episodes.jsonl", "rollouts.jsonl"):
+            (out / name).write_text("")
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        """Append the records of one batch to both jsonl files."""
+        with (
+            (self.out / "episodes.jsonl").open("a") as summary,
+            (self.out / "rollouts.jsonl").open("a") as full,
+        ):
+            for record in records:
+                summary.write(json.dumps({k: v for k, v in record.items() if k != "episode"}) + "\n")
+                full.write(record["episode"] + "\n")
+        self.records += records
+
+    def finish(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Write the metrics (strict JSON) and plots of the records added so far; returns the metrics written."""
+        metrics = finite(metrics)
+        (self.out / "metrics.json").write_text(json.dumps(metrics, indent=1, allow_nan=False))
+        (self.out / "metrics.md").write_text(markdown(metrics))
+        if self.records:
+            plot(metrics, self.records, self.out)
+        return metrics
+
+
 def write_report(metrics: dict[str, Any], records: list[dict[str, Any]], out: Path) -> None:
     """Write every report file into ``out`` (created if needed)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1))
-    (out / "metrics.md").write_text(markdown(metrics))
-    with (out / "episodes.jsonl").open("w") as summary, (out / "rollouts.jsonl").open("w") as full:
-        for record in records:
-            summary.write(json.dumps({k: v for k, v in record.items() if k != "episode"}) + "\n")
-            full.write(record["episode"] + "\n")
-    plot(metrics, records, out)
+    stream = ReportStream(out)
+    stream.add(records)
+    stream.finish(metrics)

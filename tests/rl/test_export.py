@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from transformers import AutoModelForImageTextToText
 
+from rl.errors import UsageError
 from rl.export import RECIPE_SNAPSHOT, RecipeSnapshot, export_checkpoint, inspect_checkpoint
 from rl.models import load_policy, load_processor
 from rl.recipe.compose import RECIPES_DIR, load_recipe
@@ -116,5 +117,5 @@ def test_what_is_not_a_checkpoint_is_named(tmp_path: Path) -> None:
 
 def test_refuses_to_overwrite(verl_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("x")
-    with pytest.raises(FileExistsError, match="not empty"):
+    with pytest.raises(UsageError, match="not empty"):
         export_checkpoint(verl_checkpoint, tmp_path)
