@@ -96,7 +96,8 @@ def _print_report(result: dict[str, Any]) -> None:
 
 
 def mix(argv: list[str]) -> dict[str, Any]:
-    """Sample the training mix (``name=N`` per dataset, seeded) and gather each dataset's evaluation rows."""
+    """Sample the training mix (``name=N`` per dataset, seeded) into ``OUT/train.parquet`` and gather each
+    dataset's evaluation rows into ``OUT/val.parquet``; rows keep their own KB and data source."""
     parser = argparse.ArgumentParser(prog="ragym prep mix")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("counts", nargs="+", help="dataset=N, e.g. infoseek=65000")
@@ -122,11 +123,11 @@ def mix(argv: list[str]) -> dict[str, Any]:
             evals.append(pd.read_parquet(data / f"{split}.parquet"))
         summary[name] = {"requested": int(count), "train_rows": len(take), "available": len(rows),
                          "eval_split": split, "eval_rows": len(evals[-1]) if split else 0}  # fmt: skip
-    (args.out / "data").mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     mixed = pd.concat(train).sample(frac=1.0, random_state=args.seed).reset_index(drop=True)
-    mixed.to_parquet(args.out / "data" / "train.parquet")
+    mixed.to_parquet(args.out / "train.parquet")  # where the KB-VQA recipes read it: $RAGYM_DATA_DIR/kbvqa/
     if evals:
-        pd.concat(evals).reset_index(drop=True).to_parquet(args.out / "data" / "val.parquet")
+        pd.concat(evals).reset_index(drop=True).to_parquet(args.out / "val.parquet")
     (args.out / "mix.json").write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary, indent=2))
     return summary

@@ -34,13 +34,13 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
         "evqa": "test",
         "mmhops": "test",
     }
-    train = pd.read_parquet(mix / "data" / "train.parquet")
+    train = pd.read_parquet(mix / "train.parquet")
     assert sorted(train["data_source"].value_counts().items()) == [
         ("evqa", 2),
         ("infoseek", 5),
         ("mmhops", 3),
     ]
-    assert len(pd.read_parquet(mix / "data" / "val.parquet")) == 3 + 2 + 2
+    assert len(pd.read_parquet(mix / "val.parquet")) == 3 + 2 + 2
 
     policy = build_tiny_policy("qwen2_5_vl", tmp_path / "policy", seed=0)
     # The fixture KBs run Rej_max=0; the verification reward reads it from each episode.
@@ -49,8 +49,8 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
     (tmp_path / "reward.yaml").write_text(yaml.safe_dump(reward))
     overrides = [
         f"actor_rollout_ref.model.path={policy}",
-        f"data.train_files={mix}/data/train.parquet",
-        f"data.val_files={mix}/data/val.parquet",
+        f"data.train_files={mix}/train.parquet",
+        f"data.val_files={mix}/val.parquet",
         f"trainer.default_local_dir={tmp_path / 'run'}",
         "trainer.total_training_steps=2",
         "trainer.save_freq=-1",
@@ -74,7 +74,7 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
         assert len(record["rows"]) == 2 and all(0 <= i < len(train) for i in record["rows"])
 
     out = tmp_path / "eval"
-    assert evaluate(["--model", str(policy), "--data", str(mix / "data" / "val.parquet"), "--out", str(out),
+    assert evaluate(["--model", str(policy), "--data", str(mix / "val.parquet"), "--out", str(out),
                      "--recipe", "kbvqa_tiny_cpu", "--backend", "hf", "data.max_response_length=48",
                      "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", overrides[-1]]) == 0  # fmt: skip
     metrics = json.loads((out / "metrics.json").read_text())
