@@ -10,6 +10,7 @@ A KB folder holds (paths relative to it)::
     index/query_embeddings.npy   float32 (num_queries, d), row i = queries row i
     index/passage_embeddings.npy optional dense passage vectors (when the manifest names a text encoder)
     index/bm25/                  bm25s index over passages (row i = passages row i)
+    index/images.u8 (+ _index)   optional decoded entity images (``envs.image_pack``), read by memory map
     images/ queries/             image files
     data/<split>.parquet         dataset rows in verl's schema
 
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from envs.image_pack import PACK_INDEX, ImagePack
 from envs.retrieval import BM25Retriever, CandidateListRetriever, EncodedRetriever, FaissRetriever, IndexSpec
 
 DEFAULT_SPEC = IndexSpec()
@@ -68,6 +70,12 @@ class KnowledgeBase:
         self._titles = self.passages["title"].tolist()
         self._texts = self.passages["text"].tolist()
         self._passage_entities = self.passages["entity_id"].tolist()
+        self.image_pack = ImagePack.load(self.root)
+        if self.image_pack is not None and len(self.image_pack) != len(self.entities):
+            raise ValueError(
+                f"{self.root / PACK_INDEX} holds {len(self.image_pack)} images for {len(self.entities)} "
+                "entities: rebuild it with `python -m envs.image_pack`"
+            )
 
     def entity_payload(self, row: int) -> dict[str, Any]:
         """What a candidate shows: name, absolute image path, visual signature."""
@@ -84,6 +92,13 @@ class KnowledgeBase:
             "text": self._texts[row],
             "entity_id": self._passage_entities[row],
         }
+
+    def entity_image(self, entity_id: str, path: str) -> np.ndarray:
+        """An entity's image, uint8 (H, W, 3) read-only: from the image pack when the KB has one (no decode),
+        else decoded from ``path`` (cached per process)."""
+        if self.image_pack is not None:
+            return self.image_pack.image(self.entity_row[entity_id])
+        return read_image(path)
 
     def resolve(self, path: str) -> str:
         """The absolute, symlink-free form of a path given relative to the KB folder or absolute."""

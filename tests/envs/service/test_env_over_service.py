@@ -38,8 +38,7 @@ def test_scripted_episodes_are_identical_over_the_service(
 ) -> None:
     runs = []
     for url in ("", kb_service):  # "" forces in-process search even if $RAGYM_RETRIEVAL_URL is set
-        env = envs.make_env("KBVQA-v0", kb_dir=str(tiny_kb), candidate_source=source, retrieval_url=url,
-                            show_visual_signature=True)  # fmt: skip
+        env = envs.make_env("KBVQA-v0", kb_dir=str(tiny_kb), candidate_source=source, retrieval_url=url)
         policy = SignaturePolicy(env)
         runs.append([run_episode(env, policy, seed) for seed in range(6)])
     assert runs[0] == runs[1]

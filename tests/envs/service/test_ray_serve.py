@@ -33,8 +33,7 @@ from rl.eval.scripted import SignaturePolicy, run_episode
 kb_dir, url = sys.argv[1], sys.argv[2]
 runs = []
 for retrieval_url in ("", url):
-    env = envs.make_env("KBVQA-v0", kb_dir=kb_dir, candidate_source="live", retrieval_url=retrieval_url,
-                        show_visual_signature=True)
+    env = envs.make_env("KBVQA-v0", kb_dir=kb_dir, candidate_source="live", retrieval_url=retrieval_url)
     runs.append([run_episode(env, SignaturePolicy(env), seed) for seed in range(3)])
 assert runs[0] == runs[1], "rollout over Ray Serve differs from the in-process one"
 assert not any(e["type"] == "retrieval_error" for ep in runs[1] for e in ep["events"])

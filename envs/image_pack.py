@@ -1,0 +1,100 @@
+"""Entity images stored decode-cheap: raw RGB bytes in one file, read through a memory map.
+
+A cold SearchImage step used to open and decode K image files (PNG/JPEG) per batch, about a third of the
+step on a 100k-entity KB. A pack holds every entity image already decoded, so serving a candidate is a
+slice of a memory-mapped file: no file open, no decode, and the OS page cache shares the bytes between
+every env process of a node (the G episodes of a group, and every group).
+
+Layout, beside the KB's other index files::
+
+    index/images.u8          uint8 RGB bytes of every entity image, entities.parquet row order
+    index/images_index.npy   int64 (num_entities, 4): byte offset, height, width, channels (3)
+
+``python -m envs.image_pack KB_DIR [--max-side 448]`` writes it (``--max-side`` shrinks large images the
+way the policy's processor would anyway, bounding the pack: see README "Retrieval service").
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+PACK_DATA = "index/images.u8"
+PACK_INDEX = "index/images_index.npy"
+
+log = logging.getLogger(__name__)
+
+
+class ImagePack:
+    """Read-only view of a KB's image pack."""
+
+    def __init__(self, data: np.ndarray, index: np.ndarray):
+        if index.ndim != 2 or index.shape[1] != 4:
+            raise ValueError(f"an image pack index is (num_images, 4), got {index.shape}")
+        self.data, self.index = data, index
+
+    @classmethod
+    def load(cls, kb_dir: str | Path) -> ImagePack | None:
+        """The KB's pack, or None when it has none."""
+        root = Path(kb_dir)
+        if not (root / PACK_DATA).is_file() or not (root / PACK_INDEX).is_file():
+            return None
+        return cls(np.memmap(root / PACK_DATA, dtype=np.uint8, mode="r"), np.load(root / PACK_INDEX))
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def image(self, row: int) -> np.ndarray:
+        """Entity ``row``'s image as uint8 (H, W, 3), read-only (a view of the mapped file)."""
+        offset, height, width, channels = (int(x) for x in self.index[row])
+        return np.asarray(self.data[offset : offset + height * width * channels]).reshape(
+            height, width, channels
+        )
+
+
+def _decoded(path: Path, max_side: int | None) -> np.ndarray:
+    with Image.open(path) as image:
+        image = image if image.mode == "RGB" else image.convert("RGB")
+        if max_side and max(image.size) > max_side:
+            scale = max_side / max(image.size)
+            image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
+        return np.asarray(image, dtype=np.uint8)
+
+
+def write_image_pack(kb_dir: str | Path, max_side: int | None = None) -> int:
+    """Decode every entity image once and write the pack; returns the number of images (one per entity)."""
+    root = Path(kb_dir)
+    paths = pd.read_parquet(root / "entities.parquet", columns=["image"])["image"].tolist()
+    index = np.zeros((len(paths), 4), dtype=np.int64)
+    tmp = root / (PACK_DATA + ".tmp")
+    offset = 0
+    with open(tmp, "wb") as out:
+        for row, rel in enumerate(paths):
+            pixels = _decoded(root / rel, max_side)  # a missing or broken image fails here, naming the file
+            out.write(pixels.tobytes())
+            index[row] = (offset, *pixels.shape)
+            offset += pixels.size
+    np.save(root / PACK_INDEX, index)
+    tmp.replace(root / PACK_DATA)  # the data file appears last and whole: a reader never sees half a pack
+    log.info("packed %d entity images (%.1f MB) into %s", len(paths), offset / 1e6, root / PACK_DATA)
+    return len(paths)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write a KB's image pack."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("kb_dir")
+    parser.add_argument("--max-side", type=int, help="shrink images whose longer side exceeds this")
+    args = parser.parse_args(argv)
+    count = write_image_pack(args.kb_dir, args.max_side)
+    print(f"entities in={count} images packed={count} rejected=0")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

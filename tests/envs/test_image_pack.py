@@ -1,0 +1,53 @@
+"""The image pack serves the same pixels as decoding the entity images, without opening them."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs.image_pack import PACK_INDEX, ImagePack, main, write_image_pack
+from envs.kb import load_kb, read_image
+
+
+@pytest.fixture
+def kb_copy(tiny_kb: Path, tmp_path: Path) -> Path:
+    """A private copy (load_kb caches per path; the pack changes what a load sees)."""
+    return Path(shutil.copytree(tiny_kb, tmp_path / "kb"))
+
+
+def test_pack_pixels_equal_decoded_images(kb_copy: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main([str(kb_copy)]) == 0
+    assert capsys.readouterr().out.strip() == "entities in=60 images packed=60 rejected=0"
+    kb = load_kb(kb_copy)
+    assert kb.image_pack is not None and len(kb.image_pack) == len(kb.entities)
+    for row in (0, 17, 59):
+        entity, path = kb.entities["entity_id"].iloc[row], str(kb_copy / kb.entities["image"].iloc[row])
+        packed = kb.entity_image(entity, path)
+        np.testing.assert_array_equal(packed, read_image(path))
+        assert packed.dtype == np.uint8 and not packed.flags.writeable
+
+
+def test_without_a_pack_images_are_decoded(tiny_kb: Path) -> None:
+    kb = load_kb(tiny_kb)
+    path = str(tiny_kb / kb.entities["image"].iloc[3])
+    assert kb.image_pack is None
+    np.testing.assert_array_equal(kb.entity_image(kb.entities["entity_id"].iloc[3], path), read_image(path))
+
+
+def test_max_side_shrinks_and_a_stale_pack_is_refused(kb_copy: Path) -> None:
+    write_image_pack(kb_copy, max_side=20)
+    pack = ImagePack.load(kb_copy)
+    assert max(pack.image(0).shape[:2]) == 20
+    np.save(kb_copy / PACK_INDEX, np.load(kb_copy / PACK_INDEX)[:-1])  # as if entities were added since
+    with pytest.raises(ValueError, match="59 images for 60 entities"):
+        load_kb(kb_copy)
+
+
+def test_a_missing_image_fails_naming_it(kb_copy: Path) -> None:
+    kb_rows = load_kb(kb_copy).entities
+    (kb_copy / kb_rows["image"].iloc[5]).unlink()
+    with pytest.raises(FileNotFoundError, match=kb_rows["image"].iloc[5].split("/")[-1]):
+        write_image_pack(kb_copy)
