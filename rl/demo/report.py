@@ -110,6 +110,12 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
         "",
         "![reward components](reward_components.png)",
         "",
+        "## Episodes, turn by turn",
+        "",
+        "[Open the trajectory viewer](view/index.html): the sampled GRPO groups of every step and the held-out "
+        "evaluations, each turn with its observation images, events (gold entity marked), reward terms and the "
+        "tokens as the trainer saw them. Served live: `ragym view DIR`.",
+        "",
         f"Unused recipe keys (logged, not silently ignored): {', '.join(result['unused_recipe_keys']) or 'none'}.",
         "",
     ])  # fmt: skip

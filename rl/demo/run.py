@@ -29,6 +29,8 @@ from rl.engine.config import RecipeReader, read_engine_config, recipe_set_keys
 from rl.engine.trainer import LocalTrainer, read_rows
 from rl.engine.vision import ImageInputs
 from rl.recipe.compose import load_recipe
+from rl.view.data import load as load_traces
+from rl.view.site import Site
 
 logger = logging.getLogger(__name__)
 
@@ -183,6 +185,7 @@ def run_demo(
         "unused_recipe_keys": unused,
     }
     (out / "metrics.json").write_text(json.dumps(result, indent=2))
+    Site(load_traces(out)).export(out / "view")  # the report links this static trajectory viewer
     write_report(out, result, train)
     return result
 

@@ -36,6 +36,8 @@ def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
     assert metrics["peak_rss_mb"] > 0 and metrics["wall_time_s"] > 0
     report = (tmp_path / "report.md").read_text()
     assert "reward_components.png" in report and (tmp_path / "reward_components.png").stat().st_size > 0
+    assert "(view/index.html)" in report and (tmp_path / "view" / "index.html").is_file()
+    assert len(list((tmp_path / "view" / "data" / "ep").iterdir())) > 0  # the report's viewer has episodes
     model, tokenizer, processor = load_policy(tmp_path / "checkpoint")
     grpo_state = load_policy(tmp_path / "grpo" / "global_step_1")[0].state_dict()
     assert all(torch.equal(v, grpo_state[k]) for k, v in model.state_dict().items())
