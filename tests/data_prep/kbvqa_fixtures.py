@@ -49,6 +49,10 @@ def _kb_images(raw: Path, count: int) -> None:
         photo(i).save(target)
 
 
+def _title(qid: int) -> str:
+    return TITLES[qid - 100] if 0 <= qid - 100 < len(TITLES) else "Unknown"
+
+
 def write_infoseek(raw: Path) -> dict[str, dict[str, int]]:
     """InfoSeek QA + withkb + qtype JSONL, a Wiki6M-format KB, OVEN / flat / id2image image layouts."""
     raw.mkdir(parents=True)
@@ -99,7 +103,7 @@ def write_infoseek(raw: Path) -> dict[str, dict[str, int]]:
     gold = {0: 100, 1: 101, 2: 102, 3: 103, 4: 104, 5: 102, 6: 103, 7: 105, 9: 100, 10: 100, 11: 999, 13: 100}
     _jsonl(raw / "infoseek_train.jsonl", train)
     _jsonl(raw / "infoseek_train_withkb.jsonl", [{"data_id": f"infoseek_train_{n:08d}", "entity_id": f"Q{q}",
-                                                  "entity_text": "t"} for n, q in gold.items()])  # fmt: skip
+                                                  "entity_text": _title(q)} for n, q in gold.items()])  # fmt: skip
     val = [
         row(0, "val", "oven_10000000", ["Astronaut portrait"], data_split="val_unseen_question"),
         row(1, "val", "oven_11000001", [ans], data_split="val_unseen_entity"),

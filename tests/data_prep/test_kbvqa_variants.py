@@ -1,0 +1,95 @@
+"""Documented variants not in the main fixtures: the other KB file shapes (``DATASETS.md`` 1c, 1d), InfoSeek
+on a URL-keyed KB, and MMhops image columns under other names."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from data_prep import infoseek, mmhops
+from data_prep.kb_files import read_kb_file
+from data_prep.kb_records import Report
+from tests.data_prep import kbvqa_fixtures as fx
+
+EVQA_ENTRY = {"title": "Example Hall", "section_titles": ["Example Hall", "History"],
+              "section_texts": ["Example Hall is a venue.", "Built in 1901."], "image_urls": ["http://x/a.jpg"],
+              "image_reference_descriptions": ["d"], "image_section_indices": [0], "url": fx.WIKI + "Example_Hall"}  # fmt: skip
+WIKI6M_ROW = {"wikidata_id": "Q7", "wikipedia_title": "Example Bridge", "wikipedia_content": "It spans a river.",
+              "wikipedia_summary": "A bridge.", "wikipedia_image_url": None}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "key"),
+    [
+        (
+            "wiki_100_dict_v4.jsonl",
+            json.dumps({fx.WIKI + "Example_Hall": EVQA_ENTRY}) + "\n",
+            fx.WIKI + "Example_Hall",
+        ),
+        ("Wiki100k_ver_1_0-all.json", json.dumps({"Q7": {**WIKI6M_ROW, "extra": 1}}), "Q7"),
+        (
+            "infoseek_100k_wiki.json",
+            json.dumps({fx.WIKI + "Example_Hall": EVQA_ENTRY}),
+            fx.WIKI + "Example_Hall",
+        ),
+        ("Wiki6M_ver_1_0.jsonl.gz", json.dumps(WIKI6M_ROW) + "\n\n", "Q7"),
+    ],
+)
+def test_kb_file_shapes(tmp_path: Path, name: str, content: str, key: str) -> None:
+    path = tmp_path / name
+    if name.endswith(".gz"):
+        with gzip.open(path, "wt") as handle:
+            handle.write(content)
+    else:
+        path.write_text(content)
+    report = Report("x")
+    [article] = read_kb_file(path, report)
+    assert article.key == key and article.title in ("Example Hall", "Example Bridge") and article.text
+    assert report.balanced() and report.rows_out["kb"] == 1
+    if key == "Q7":
+        assert article.image_url is None
+    else:
+        assert article.image_url == "http://x/a.jpg" and "Built in 1901." in article.text
+
+
+def test_a_json_kb_that_is_not_an_object_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "kb.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="one JSON object keyed by URL"):
+        read_kb_file(tmp_path / "kb.json", Report("x"))
+
+
+def test_infoseek_on_a_url_keyed_kb_maps_golds_by_entity_title(tmp_path: Path) -> None:
+    fx.write_infoseek(tmp_path / "raw")
+    kb = {fx.WIKI + t.replace(" ", "_"): {**EVQA_ENTRY, "title": t, "url": ""} for t in fx.TITLES}
+    (tmp_path / "raw" / "infoseek_100k_wiki.json").write_text(json.dumps(kb))
+    report = Report("infoseek")
+    articles, samples = infoseek.read(tmp_path / "raw", report)  # the 100K KB is preferred over Wiki6M
+    assert {a.key for a in articles} == set(kb)
+    golds = {s.sample_id: s.gold_keys[0] for s in samples}
+    assert golds["infoseek_train_00000000"] == fx.WIKI + "Astronaut_portrait"
+    assert golds["infoseek_train_00000011"] == "Q999"  # no title to map: rejected later as not in the KB
+
+
+def test_mmhops_image_columns_under_other_names(tmp_path: Path) -> None:
+    from datasets import Dataset, Features, Image, List, Value
+
+    raw = tmp_path / "raw"
+    fx.write_mmhops(raw)
+    for shard in (raw / "data").glob("*.parquet"):
+        shard.unlink()
+    features = Features({"id": Value("string"), "problem": Value("string"), "answer_eval": List(Value("string")),
+                         "split": Value("string"), "problem_type": Value("string"), "image_1": Image(),
+                         "image_2": Image()})  # fmt: skip
+    png = fx._png(fx.photo(0))
+    rows = {"id": ["MMhops_test_1", "MMhops_test_2"], "problem": ["<image><image>Which?", "<image>Who?"],
+            "answer_eval": [["a"], ["b"]], "split": ["COMPARE", "Bridge"], "problem_type": ["String", "String"],
+            "image_1": [{"bytes": png, "path": None}] * 2, "image_2": [{"bytes": png, "path": None}, None]}  # fmt: skip
+    Dataset.from_dict(rows, features=features).to_parquet(str(raw / "data" / "test-00000-of-00001.parquet"))
+    report = Report("mmhops")
+    _, samples, _ = mmhops.read(raw, report)
+    assert [len(s.images) for s in samples] == [2, 1]
+    assert [s.question_type for s in samples] == ["Compare", "Bridge"]
+    assert samples[0].gold_keys == (None, None) and report.sizes["gold_unknown"] == 2
