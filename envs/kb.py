@@ -63,7 +63,8 @@ class KnowledgeBase:
 
     def __post_init__(self) -> None:
         self.entity_row = {e: i for i, e in enumerate(self.entities["entity_id"])}
-        self.query_row = {str(self.root / p): i for i, p in enumerate(self.queries["image"])}
+        # Keyed by the symlink-free path: a row may name an image through a symlinked folder or its target.
+        self.query_row = {self.resolve(p): i for i, p in enumerate(self.queries["image"])}
         self._names = self.entities["name"].tolist()
         self._images = self.entities["image"].tolist()
         self._signatures = self.entities["signature"].tolist()
@@ -102,7 +103,7 @@ class KnowledgeBase:
 
     def resolve(self, path: str) -> str:
         """The absolute, symlink-free form of a path given relative to the KB folder or absolute."""
-        return str(Path(path).resolve() if Path(path).is_absolute() else self.root / path)
+        return str((self.root / path).resolve())  # an absolute ``path`` replaces ``root`` here
 
     def query_index(self, image_path: str) -> int | None:
         """Row of a query image in ``queries.parquet`` (relative to the KB or absolute), or None if unknown."""
@@ -121,7 +122,7 @@ class KnowledgeBase:
         """The precomputed candidate lists, keyed by absolute query image path."""
         if "candidates" not in self._retrievers:
             rankings = {
-                str(self.root / p): list(c)
+                self.resolve(p): list(c)
                 for p, c in zip(self.queries["image"], self.queries["candidates"], strict=True)
             }
             self._retrievers["candidates"] = CandidateListRetriever(

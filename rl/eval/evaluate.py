@@ -103,8 +103,7 @@ def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     retriever = kb.candidate_retriever()
     ranks: list[int | None] = []
     for image, gold in zip(options["query_images"], options["gold_entities"], strict=True):
-        path = str(Path(image) if Path(image).is_absolute() else kb.root / image)
-        docids = [hit.docid for hit in retriever.search(path, pool)]
+        docids = [hit.docid for hit in retriever.search(kb.resolve(image), pool)]
         ranks.append(docids.index(gold) if gold in docids else None)
     return ranks, pool
 
