@@ -45,9 +45,14 @@ class Preset:
     """Pixel noise (0-255 scale) that makes same-class images differ a little."""
     test_fraction: float = 0.25
     """Share of questions in the test split."""
+    pool_size: int = 5
+    """P written into the rows' env_kwargs (keep <= ``images_per_class``: the pool is then one class)."""
 
 
-PRESETS = {"tiny": Preset(), "demo": Preset(num_classes=64, images_per_class=3, queries_per_class=2)}
+PRESETS = {
+    "tiny": Preset(),
+    "demo": Preset(num_classes=96, images_per_class=3, queries_per_class=2, pool_size=3),
+}
 
 
 def _layout(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -90,7 +95,8 @@ def build_task(out: Path, preset: Preset, seed: int = 0, rows_task_dir: Path | N
     encoder = PixelImageEncoder()
     write_corpus(out, ids, paths, captions, encoder, {"name": "pixel", "kwargs": {}})
     write_queries(out, [r.query_image for r in rows], encoder)
-    write_rows(out, rows, DATA_SOURCE, preset.test_fraction, {"show_captions": True}, rows_task_dir)
+    env_kwargs = {"show_captions": True, "pool_size": preset.pool_size}
+    write_rows(out, rows, DATA_SOURCE, preset.test_fraction, env_kwargs, rows_task_dir)
     return out
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from envs import events as ev
+from envs import r3g_metrics  # noqa: F401  (registers R3G-v0's episode metrics with envs.metrics)
 from envs import r3g_prompts as prompts
 from envs.encoders import ImageEncoder
 from envs.r3g_actions import (

@@ -1,8 +1,13 @@
-"""R3G-v0 episode metrics from events alone (to join ``envs/metrics.py`` as its R3G-v0 section)."""
+"""R3G-v0 episode metrics from events alone, registered with ``envs.metrics`` (imported by ``envs.r3g``).
+
+They belong in ``envs/metrics.py`` as its R3G-v0 section; they live here while that file has other
+engineers' uncommitted sections, and move there as one block.
+"""
 
 from __future__ import annotations
 
 from envs.events import Event, events_of
+from envs.metrics import register_metrics
 
 R3G_ACTION_KINDS = ("plan", "retrieve", "judge", "answer", "invalid")
 """Every ``action`` kind R3G-v0 records."""
@@ -10,6 +15,7 @@ RECALL_KS = (1, 3, 5)
 """The paper's Recall@K cut-offs."""
 
 
+@register_metrics("R3G-v0", action_kinds=R3G_ACTION_KINDS)
 def r3g_metrics(events: list[Event]) -> dict[str, float | None]:
     """Recall@1/3/5 of the final pool ranking (R3G: any gold image in the top K; 0 without a ranking), gold in
     the pool, evidence recall (the selected top k), judge errors, and whether the plan came before retrieval.
