@@ -236,6 +236,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="output model directory")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
     args = parser.parse_args(argv)
-    path = build_tiny_policy(args.arch, args.out, seed=args.seed)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        from rl.errors import UsageError
+
+        # Never overwrite a folder: it may hold trained weights (and their optimizer state beside them).
+        raise UsageError(f"--out {out} exists and is not empty; give a new or empty folder")
+    path = build_tiny_policy(args.arch, out, seed=args.seed)
     print(path)
     return 0

@@ -111,3 +111,13 @@ def test_cli_builds_deterministically_and_corpus_shapes_vocab(tmp_path):
 def test_unknown_arch_is_rejected(tmp_path):
     with pytest.raises(ValueError, match="unknown arch"):
         build_tiny_policy("llama", tmp_path)
+
+
+def test_cli_refuses_a_non_empty_folder(tmp_path):
+    from rl.errors import UsageError
+
+    (tmp_path / "trained").mkdir()
+    (tmp_path / "trained" / "optimizer.pt").write_bytes(b"state")
+    with pytest.raises(UsageError, match="not empty"):
+        main(["--arch", "qwen2_5_vl", "--out", str(tmp_path / "trained")])
+    assert sorted(p.name for p in (tmp_path / "trained").iterdir()) == ["optimizer.pt"]
