@@ -448,14 +448,22 @@ def final_ranking(
 
 
 def memory_write(
-    turn: int, domain: str, written: bool, reason: str, ndcg: float | None, outcomes: Sequence[str]
+    turn: int,
+    domain: str,
+    written: bool,
+    reason: str,
+    ndcg: float | None,
+    first_stage_ndcg: float | None,
+    outcomes: Sequence[str],
 ) -> Event:
-    """The episode's memory write: ``reason`` ``written`` | ``frozen`` | ``no_qrels``, with its outcomes."""
+    """The episode's memory write: ``reason`` ``written`` | ``frozen`` | ``no_qrels``, the outcome (nDCG@K of
+    the final and of the first-stage ranking, None without qrels) and each factor's outcome."""
+    kind = "memory_write"
     return _event(
-        "memory_write", turn, domain=_str("memory_write", "domain", domain),
-        written=_bool("memory_write", "written", written), reason=_str("memory_write", "reason", reason),
-        ndcg=None if ndcg is None else _float("memory_write", "ndcg", ndcg),
-        outcomes=_strs("memory_write", "outcomes", outcomes),
+        kind, turn, domain=_str(kind, "domain", domain), written=_bool(kind, "written", written),
+        reason=_str(kind, "reason", reason), ndcg=None if ndcg is None else _float(kind, "ndcg", ndcg),
+        first_stage_ndcg=None if first_stage_ndcg is None else _float(kind, "first_stage_ndcg", first_stage_ndcg),
+        outcomes=_strs(kind, "outcomes", outcomes),
     )  # fmt: skip
 
 

@@ -279,7 +279,9 @@ class MemoraEnv(gymnasium.Env):
             reason = "written" if written else "frozen"
         ndcg = record.ndcg if record is not None else None
         outcomes = [f.outcome for f in record.factors] if record is not None else []
-        self.events.append(ev.memory_write(turn, s.domain, written, reason, ndcg, outcomes))
+        self.events.append(
+            ev.memory_write(turn, s.domain, written, reason, ndcg, s.first_stage_ndcg(), outcomes)
+        )
 
     def _query_image(self, path: str | None) -> list[np.ndarray]:
         if not path or not self.config.show_image:

@@ -224,6 +224,14 @@ class EpisodeState:
             outcomes.append(FactorOutcome(text, round(float(used), 4), outcome))
         return True, "written", MemoryRecord(self.query, tuple(outcomes), tuple(ranking[:k]), round(ndcg, 6))
 
+    def first_stage_ndcg(self) -> float | None:
+        """nDCG@K of the first stage's ranking (None without qrels)."""
+        if self.qrels is None:
+            return None
+        k, first = self.config.k, self.pool[: len(self.first_scores)]
+        run = {"q": {d: float(k - i) for i, d in enumerate(first[:k])}}
+        return ndcg_at_k(run, {"q": self.qrels}, k=k)["q"]
+
     def view(self) -> dict[str, Any]:
         """What the observation shows, as data (for scripted pipelines)."""
         return {

@@ -154,3 +154,30 @@ def docmemo_metrics(events: list[Event]) -> Metrics:
         "pages_marked_irrelevant": float(sum(len(f["irrelevant"]) for f in feedback)),
         "not_answerable": float(answers[-1]["not_answerable"]) if answers else None,
     }
+
+
+# ===== MEMORA-v0 =========================================================================================
+@register_metrics("MEMORA-v0", action_kinds=("decompose", "subquery", "extract", "judge", "stop", "invalid"))
+def memora_metrics(events: list[Event]) -> Metrics:
+    """nDCG@K of the final ranking beside the first stage's (None without qrels or a final ranking), memory
+    hits and records at reset, whether memory was written, actions, pool growth, factors, evidence edges,
+    whether the judge ran, and whether a budget forced the ranking."""
+    read = _only(events, "memory_read", "MEMORA-v0")
+    writes, final = events_of(events, "memory_write"), events_of(events, "final_ranking")
+    decompositions = events_of(events, "decompose")
+    ndcg = writes[-1]["ndcg"] if writes else None
+    first = writes[-1]["first_stage_ndcg"] if writes else None
+    return {
+        "ndcg": ndcg,
+        "first_stage_ndcg": first,
+        "ndcg_gain": ndcg - first if ndcg is not None and first is not None else None,
+        "actions": float(len(events_of(events, "action"))),
+        "memory_hits": float(read["hits"]),
+        "memory_records": float(read["num_records"]),
+        "memory_written": float(bool(writes) and writes[-1]["written"]),
+        "pool_added": float(sum(len(e["added"]) for e in events_of(events, "subquery"))),
+        "factors": float(len(decompositions[-1]["factors"])) if decompositions else 0.0,
+        "evidence_edges": float(sum(len(e["docs"]) for e in events_of(events, "factor_evidence"))),
+        "judged": float(bool(events_of(events, "verdict"))),
+        "forced_ranking": float(final[-1]["forced"]) if final else None,
+    }
