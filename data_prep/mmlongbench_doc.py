@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
-from data_prep.pdf_pages import PageTypeRules, classify_page, read_outline, read_pdf
+from data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
 from envs.doc_store import DocStore, doc_key, save_store, summarise
 from envs.page_retrieval import PageEncoder, TextPageEncoder, VisualPageEncoder
 
@@ -149,6 +149,8 @@ class _Stores:
                     self.built[doc_id] = build_store(
                         pdf, self.root / doc_key(doc_id), doc_id, self.encoder, self.cfg
                     )
+                except UnreadablePage as err:
+                    self.built[doc_id] = RowError("unreadable_page", str(err))
                 except ValueError as err:
                     self.built[doc_id] = RowError("unreadable_pdf", str(err))
         result = self.built[doc_id]

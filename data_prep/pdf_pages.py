@@ -88,24 +88,34 @@ def read_pdf(path: str | Path, dpi: int) -> list[PdfPage]:
     pages = []
     try:
         for index in range(len(pdf)):
-            page = pdf[index]
-            text = page.get_textpage().get_text_range()
-            tokens = text.split()
-            image_area, num_paths = _layout(page)
-            bitmap = page.render(scale=dpi / 72.0).to_pil().convert("RGB")
-            pages.append(
-                PdfPage(
-                    np.asarray(bitmap, dtype=np.uint8),
-                    text,
-                    image_area,
-                    num_paths,
-                    sum(1 for t in tokens if _NUMBER.match(t)),
-                    len(tokens),
-                )
-            )
+            try:
+                pages.append(_read_page(pdf, index, dpi))
+            except pdfium.PdfiumError as err:
+                # The file opens but this page does not: the document cannot be served whole.
+                raise UnreadablePage(f"{path}: page {index + 1} cannot be read ({err})") from err
     finally:
         pdf.close()
     return pages
+
+
+class UnreadablePage(ValueError):
+    """A PDF that opens but has a page pdfium cannot load, read or render."""
+
+
+def _read_page(pdf: pdfium.PdfDocument, index: int, dpi: int) -> PdfPage:
+    page = pdf[index]
+    text = page.get_textpage().get_text_range()
+    tokens = text.split()
+    image_area, num_paths = _layout(page)
+    bitmap = page.render(scale=dpi / 72.0).to_pil().convert("RGB")
+    return PdfPage(
+        np.asarray(bitmap, dtype=np.uint8),
+        text,
+        image_area,
+        num_paths,
+        sum(1 for t in tokens if _NUMBER.match(t)),
+        len(tokens),
+    )
 
 
 def read_outline(path: str | Path) -> tuple[Section, ...]:
@@ -119,5 +129,7 @@ def read_outline(path: str | Path) -> tuple[Section, ...]:
             if index is not None:
                 sections.append(Section(item.get_title().strip(), item.level, index + 1))
         return tuple(sections)
+    except pdfium.PdfiumError as err:
+        raise ValueError(f"{path}: outline cannot be read ({err})") from err
     finally:
         pdf.close()

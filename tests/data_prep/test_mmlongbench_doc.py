@@ -256,3 +256,38 @@ def test_integration_on_shared_documents(shared_data, tmp_path, capsys):
     ]
     assert all(1 <= p <= store.num_pages for pages in gold for p in pages)
     assert sum(len(t) for t in store.texts) > 0
+
+
+def broken_page_pdf(path: Path) -> Path:
+    """A PDF that opens, with two pages whose second names an object that does not exist."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R 9 0 R] /Count 2 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] /Contents 4 0 R /Resources << >> >>",
+        b"<< /Length 0 >>\nstream\n\nendstream",
+    ]
+    data, offsets = b"%PDF-1.4\n", []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(data))
+        data += f"{number} 0 obj\n".encode() + body + b"\nendobj\n"
+    xref = len(data)
+    data += f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode()
+    data += b"".join(f"{offset:010d} 00000 n \n".encode() for offset in offsets)
+    data += f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
+    path.write_bytes(data)
+    return path
+
+
+def test_a_page_that_cannot_be_read_is_a_rejected_row(tmp_path):
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    write_pdf(docs / "report.pdf")
+    broken_page_pdf(docs / "torn.pdf")
+    samples = [sample("torn.pdf", "[1]"), sample("report.pdf", "[1]", "north")]
+    (tmp_path / "samples.json").write_text(json.dumps(samples))
+    report = prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30))
+    assert report["num_rows_in"] == 2 == report["num_rows_out"] + report["num_rows_rejected"]
+    assert report["rejected_by_reason"] == {"unreadable_page": 1}
+    example = next(r for r in report["rejected_examples"] if r["reason"] == "unreadable_page")
+    assert "torn.pdf: page 2 cannot be read" in json.dumps(example)
+    assert len(pd.read_parquet(tmp_path / "out" / "data" / "test.parquet")) == 1
