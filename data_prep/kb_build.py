@@ -180,7 +180,8 @@ def _row(sample: Sample, index: int, data_source: str, env_kwargs: str, paths: l
         "reward_model": {"style": "rule", "ground_truth": json.dumps(sample.ground_truth)},
         "extra_info": {
             "index": index,
-            "split": sample.split,
+            # InfoSeek's data_split (val_unseen_question / val_unseen_entity): ragym eval's harmonic mean reads it.
+            "split": str(sample.extra.get("data_split", sample.split)),
             "env_id": ENV_ID,
             "env_kwargs": env_kwargs,
             "env_options": json.dumps(options),

@@ -84,3 +84,6 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
         "evqa": 2,
         "mmhops": 2,
     }
+    infoseek = metrics["by_source"]["infoseek"]
+    assert infoseek["accuracy_aggregation"] == "harmonic mean of splits"  # rows carry InfoSeek's data_split
+    assert set(infoseek["accuracy_by_split"]) == {"val_unseen_question", "val_unseen_entity"}
