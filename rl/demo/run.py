@@ -21,13 +21,17 @@ from typing import Any
 
 import pandas as pd
 import torch
+from omegaconf import OmegaConf
 
 from rl.agent_loop.loop import make_agent_loop
 from rl.demo.report import write_report
 from rl.demo.warm_start import WarmStartConfig, expert_samples, imitate
-from rl.engine.config import RecipeReader, read_engine_config, recipe_set_keys
+from rl.engine.config import RecipeReader, read_engine_config
+from rl.engine.main import check_keys
 from rl.engine.trainer import LocalTrainer, read_rows
 from rl.engine.vision import ImageInputs
+from rl.errors import UsageError
+from rl.export import record_export
 from rl.recipe.compose import load_recipe
 from rl.view.data import load as load_traces
 from rl.view.site import Site
@@ -114,6 +118,33 @@ def _summary(metrics: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {name: metrics[key] for name, key in SUMMARY_KEYS.items()}
     out["actions"] = {k.split("/")[-1]: v for k, v in metrics.items() if k.startswith("episode/actions/")}
     return out
+DEMO_STATE = "demo.json"
+"""What a demo folder was built with (seed, ``ragym.demo`` settings): a re-run resumes only the same demo."""
+
+
+def check_demo_folder(out: Path, seed: int, demo_settings: dict[str, Any]) -> None:
+    """Refuse to resume a demo folder built with another seed or other ``ragym.demo`` settings; record them
+    in a new folder. The KB, tiny policy, warm start and GRPO run in ``out`` all depend on them."""
+    state_path = out / DEMO_STATE
+    built = {"seed": seed, "ragym.demo": demo_settings}
+    if not state_path.is_file():
+        products = [name for name in ("kb", "tiny_policy", "warm_start", "grpo") if (out / name).exists()]
+        if products:
+            raise UsageError(f"{out} holds {', '.join(products)} but no {DEMO_STATE}, so what it was built "
+                             "with is unknown; give a new --out")  # fmt: skip
+        state_path.write_text(json.dumps(built, indent=1))
+        return
+    before = json.loads(state_path.read_text())
+    if before["seed"] != seed:
+        raise UsageError(f"{out} holds the demo of --seed {before['seed']} (its tiny policy, warm start and "
+                         f"GRPO run); rerun with --seed {before['seed']} to resume it, or give a new --out")  # fmt: skip
+    changed = sorted(k for k in set(before["ragym.demo"]) | set(demo_settings)
+                     if before["ragym.demo"].get(k) != demo_settings.get(k))  # fmt: skip
+    if changed:
+        raise UsageError(f"{out} was built with other ragym.demo.{changed[0]} (was "
+                         f"{before['ragym.demo'].get(changed[0])!r}); set it back to resume, or give a new --out")  # fmt: skip
+
+
 
 
 def prepare(
@@ -136,6 +167,7 @@ def prepare(
     ]
     overrides += list(extra_overrides or [])
     config = load_recipe(recipe, overrides)
+    check_demo_folder(out, seed, reader.get("ragym.demo"))
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
     if cfg.num_threads > 0:
@@ -160,7 +192,7 @@ def run_demo(
     config, reader, overrides = prepare(out, seed, steps, recipe, extra_overrides)
     cfg = read_engine_config(reader)
     warm = json.loads((out / "warm_start" / "warm_start.json").read_text())
-    unused = reader.unused_keys(recipe_set_keys(recipe, overrides))
+    unused = check_keys(recipe, overrides, reader)
     logger.warning("recipe keys the local engine does not use: %s", ", ".join(unused) or "none")
     trainer = LocalTrainer(config, cfg)
     before_path = out / "before.json"
@@ -168,6 +200,9 @@ def run_demo(
         before_path.write_text(json.dumps(trainer.evaluate()))
     before = json.loads(before_path.read_text())
     history = trainer.fit()
+    # Recorded like an exported model, so ``ragym eval --model DIR/checkpoint`` finds its recipe.
+    record_export(out / "checkpoint", Path(cfg.output_dir) / f"global_step_{trainer.step}", "local",
+                  trainer.step, recipe, OmegaConf.to_container(config, resolve=True))  # fmt: skip
     after = trainer.evaluate()
     trainer.save_model(out / "checkpoint")
     trainer.close()

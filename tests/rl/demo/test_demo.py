@@ -42,6 +42,27 @@ def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
     grpo_state = load_policy(tmp_path / "grpo" / "global_step_1")[0].state_dict()
     assert all(torch.equal(v, grpo_state[k]) for k, v in model.state_dict().items())
     assert tokenizer.eos_token == "<|im_end|>" and processor.image_processor is not None
+    # The checkpoint records its recipe as an exported model does: ``ragym eval --model DIR/checkpoint``.
+    from rl.eval.evaluate import main as eval_main
+
+    data = str(tmp_path / "kb" / "data" / "test.parquet")
+    argv = [
+        "--model",
+        str(tmp_path / "checkpoint"),
+        "--data",
+        data,
+        "--limit",
+        "1",
+        "--out",
+        str(tmp_path / "ev"),
+    ]
+    assert eval_main([*argv, "--backend", "hf"]) == 0
+    assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["all"]["num_episodes"] == 1
+    # Another seed on this folder would reuse the seed-0 policy, warm start and run: refused, naming the seed.
+    from rl.errors import UsageError
+
+    with pytest.raises(UsageError, match="--seed 0"):
+        main(["--out", str(tmp_path), "--steps", "1", "--seed", "1", *TOY])
 
 
 def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() -> None:
@@ -127,5 +148,21 @@ def test_protocol_episodes_are_noiseless_and_teach_no_decision(expert_rows) -> N
     noisy, protocol = samples[0::2], samples[1::2]
     assert {w for _, w in noisy} == {5.0} and {w for _, w in protocol} == {0.0}
     assert sum(_confirmations(noisy, tokenizer)) == 0  # reject_noise 1: every match rejected
+
+
+def test_demo_folder_check(tmp_path):
+    from rl.demo.run import check_demo_folder
+    from rl.errors import UsageError
+
+    check_demo_folder(tmp_path, 0, {"arch": "qwen2_5_vl"})
+    check_demo_folder(tmp_path, 0, {"arch": "qwen2_5_vl"})  # the same demo resumes
+    with pytest.raises(UsageError, match="--seed 0"):
+        check_demo_folder(tmp_path, 1, {"arch": "qwen2_5_vl"})
+    with pytest.raises(UsageError, match=r"ragym\.demo\.arch"):
+        check_demo_folder(tmp_path, 0, {"arch": "qwen3_vl"})
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "warm_start").mkdir()
+    with pytest.raises(UsageError, match="no demo.json"):
+        check_demo_folder(tmp_path / "old", 0, {})
     assert sum(_confirmations(protocol, tokenizer)) > 0  # the noiseless expert confirms them
     assert any("SearchText" in tokenizer.decode(s.response_ids) for s, _ in protocol)
