@@ -14,12 +14,11 @@ A KB entry that cannot be used is rejected under split ``kb`` with a reason, lik
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_prep.kb_records import Article, Report, RowError, iter_jsonl
+from data_prep.kb_records import Article, Report, RowError, iter_json_object, iter_jsonl
 
 
 def _evqa_entry(key: str, entry: Any) -> Article:
@@ -75,11 +74,7 @@ def read_kb_file(path: Path, report: Report) -> list[Article]:
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         entries: Iterator[tuple[str, Any]] = _jsonl_entries(path)
     else:
-        with path.open(encoding="utf-8") as handle:
-            data = json.load(handle)
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: an E-VQA-style KB file must hold one JSON object keyed by URL")
-        entries = iter(data.items())
+        entries = iter_json_object(path)  # streamed: the 2M-article E-VQA KB does not fit json.load
     articles, seen = [], set()
     for key, entry in entries:
         report.read("kb")

@@ -169,3 +169,72 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                 yield number, json.loads(line)
             except json.JSONDecodeError as err:
                 yield number, err
+
+
+class _Stream:
+    """A growing text buffer over a file, for incremental JSON parsing."""
+
+    def __init__(self, handle: Any, chunk_chars: int):
+        self.handle, self.chunk_chars, self.buffer, self.pos = handle, chunk_chars, "", 0
+
+    def fill(self) -> bool:
+        more = self.handle.read(self.chunk_chars)
+        self.buffer, self.pos = self.buffer[self.pos :] + more, 0
+        return bool(more)
+
+    def peek(self) -> str:
+        """The next non-space character ('' at the end of the file), not consumed."""
+        while True:
+            while self.pos < len(self.buffer) and self.buffer[self.pos].isspace():
+                self.pos += 1
+            if self.pos < len(self.buffer) or not self.fill():
+                return self.buffer[self.pos : self.pos + 1]
+
+    def value(self, decoder: json.JSONDecoder) -> Any:
+        """The next JSON value, reading more of the file until it is complete."""
+        self.peek()
+        while True:
+            try:
+                parsed, end = decoder.raw_decode(self.buffer, self.pos)
+                # A number is complete only once a delimiter follows it ("-2." may be "-2.5e3").
+                if end < len(self.buffer) and self.buffer[end] in ",:]} \t\r\n":
+                    self.pos = end
+                    return parsed
+            except json.JSONDecodeError:
+                pass
+            if not self.fill():
+                try:
+                    parsed, self.pos = decoder.raw_decode(self.buffer, self.pos)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{self.handle.name}: malformed JSON value ({err.msg})") from err
+                return parsed
+
+
+def iter_json_object(path: Path, chunk_chars: int = 1 << 20) -> Iterator[tuple[str, Any]]:
+    """``(key, value)`` of a file holding one JSON object, read incrementally: the 2M-article E-VQA KB is too
+    big to ``json.load`` on most machines. Malformed JSON is a ``ValueError`` naming the file.
+    """
+    decoder = json.JSONDecoder()
+    with path.open(encoding="utf-8") as handle:
+        stream = _Stream(handle, chunk_chars)
+
+        def expect(chars: str) -> str:
+            char = stream.peek()
+            if not char or char not in chars:
+                raise ValueError(
+                    f"{path}: expected one of {chars!r}, found {char or 'the end of the file'!r}"
+                )
+            stream.pos += 1
+            return char
+
+        expect("{")
+        if stream.peek() == "}":
+            return
+        while True:
+            if stream.peek() != '"':
+                raise ValueError(f"{path}: expected a string key, found {stream.peek()!r}")
+            key = stream.value(decoder)
+            expect(":")
+            yield key, stream.value(decoder)
+            if expect(",}") == "}":
+                return

@@ -8,10 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from data_prep import infoseek, mmhops
 from data_prep.kb_files import read_kb_file
-from data_prep.kb_records import Report
+from data_prep.kb_records import Report, iter_json_object
 from tests.data_prep import kbvqa_fixtures as fx
 
 EVQA_ENTRY = {"title": "Example Hall", "section_titles": ["Example Hall", "History"],
@@ -57,7 +59,7 @@ def test_kb_file_shapes(tmp_path: Path, name: str, content: str, key: str) -> No
 
 def test_a_json_kb_that_is_not_an_object_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "kb.json").write_text("[1, 2]")
-    with pytest.raises(ValueError, match="one JSON object keyed by URL"):
+    with pytest.raises(ValueError, match=r"kb.json: expected one of '\{', found '\['"):
         read_kb_file(tmp_path / "kb.json", Report("x"))
 
 
@@ -93,3 +95,31 @@ def test_mmhops_image_columns_under_other_names(tmp_path: Path) -> None:
     assert [len(s.images) for s in samples] == [2, 1]
     assert [s.question_type for s in samples] == ["Compare", "Bridge"]
     assert samples[0].gold_keys == (None, None) and report.sizes["gold_unknown"] == 2
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    obj=st.dictionaries(st.text(max_size=8), JSON, max_size=6),
+    chunk=st.integers(1, 17),
+    indent=st.sampled_from([None, 1]),
+)
+def test_streamed_json_object_equals_json_load(tmp_path_factory, obj: dict, chunk: int, indent) -> None:
+    path = tmp_path_factory.mktemp("stream") / "kb.json"
+    path.write_text(json.dumps(obj, indent=indent, ensure_ascii=False))
+    assert dict(iter_json_object(path, chunk_chars=chunk)) == obj
+
+
+@pytest.mark.parametrize("text", ['{"a": 1', '{"a" 1}', '{"a": 1,}', '{"a": tru}', ""])
+def test_streamed_json_errors_name_the_file(tmp_path: Path, text: str) -> None:
+    (tmp_path / "kb.json").write_text(text)
+    with pytest.raises(ValueError, match="kb.json"):
+        list(iter_json_object(tmp_path / "kb.json", chunk_chars=3))
