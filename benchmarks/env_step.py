@@ -103,7 +103,7 @@ def main() -> None:
     options = row_options(kb_dir)
     for source in ("precomputed", "live"):
         env = envs.make_env(
-            "KBVQA-v0", kb_dir=str(kb_dir), candidate_source=source, show_visual_signature=True
+            "KBVQA-Demo-v0", kb_dir=str(kb_dir), candidate_source=source, show_visual_signature=True
         )
         env.kb.image_retriever()  # build the index outside the timings
         rate, steps = steps_per_second(env, options, args.episodes)

@@ -25,7 +25,7 @@ from data_prep import synthetic_text as text
 from data_prep.synthetic_kb_io import KBTables, write_kb
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 """Bump when the generator's output changes, so cached KBs are rebuilt."""
 
 
@@ -57,6 +57,8 @@ class Preset:
     """Length of each stored candidate list (K x (Rej_max + 1) must fit)."""
     test_fraction: float = 0.2
     """Share of rows in the test split."""
+    env_id: str = "KBVQA-v0"
+    """The env the rows name (the demo's: ``KBVQA-Demo-v0``, KB-VQA with the CPU demo's aids)."""
     env_kwargs: tuple[tuple[str, object], ...] = ()
     """Env config the rows carry besides ``kb_dir`` (the demo's: K=1, Rerank by number, the visual check)."""
     signature_alphabet: int = 0
@@ -100,6 +102,7 @@ PRESETS: dict[str, Preset] = {
         # whether the candidate matches: a ~0.5M-parameter policy cannot learn the comparison or a copy from
         # context, but can learn to act on a cue it reads (Rerank or Reject), then search and answer.
         # One passage per text query keeps the context short.
+        env_id="KBVQA-Demo-v0",
         env_kwargs=(
             ("candidates_per_batch", 1),
             ("rerank_by_index", True),

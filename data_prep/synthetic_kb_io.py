@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from data_prep.synthetic_kb import Preset
 
 DATA_SOURCE = "synthetic_kbvqa"
-ENV_ID = "KBVQA-v0"
 _CHUNK = 2048  # entities rendered and saved per batch (bounds memory at 100k+ entities)
 
 
@@ -148,7 +147,7 @@ def _rows(tables: KBTables, preset: Preset, seed: int, kb_dir: Path) -> pd.DataF
                 "extra_info": {
                     "index": i,
                     "split": split,
-                    "env_id": ENV_ID,
+                    "env_id": preset.env_id,
                     "env_kwargs": env_kwargs,
                     "env_options": json.dumps(options),
                 },

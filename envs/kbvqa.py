@@ -74,20 +74,6 @@ class KBVQAConfig:
     """``precomputed`` (the KB's stored candidate lists, as in the paper) or ``live`` (faiss search)."""
     index_kind: str = "flat"
     """faiss index for live search: ``flat``, ``hnsw`` or ``ivf``."""
-    show_visual_signature: bool = False
-    """Show each image's visual-signature code (the CPU demo's stand-in for what a VLM sees)."""
-    rerank_by_signature: bool = False
-    """Also accept a candidate's signature code as the Rerank argument (resolved in the active batch; an
-    unknown code is ``unknown_entity``): the CPU demo's one-token decision. Needs ``show_visual_signature``."""
-    rerank_by_index: bool = False
-    """Also accept a candidate's number in the current batch (``2`` or ``[2]``) as the Rerank argument: with
-    K=1 the CPU demo's Rerank is one constant token, so its decision is Rerank-or-Reject."""
-    visual_check: bool = False
-    """End every candidate batch with the env's visual check: the candidate whose signature equals the query
-    image's (its number with ``rerank_by_index``, its code with ``rerank_by_signature``, else its name), or
-    that none does. The CPU demo's stand-in for the image comparison a VLM makes and a ~0.5M-parameter policy
-    cannot learn: the policy still has to act on it (Rerank or Reject), then search and answer. Needs a KB
-    with signatures."""
     max_turn_chars: int = 8192
     """Longer turns are an ``oversized`` format error."""
     last_turn_notice: bool = True
@@ -112,13 +98,7 @@ class KBVQAEnv(gymnasium.Env):
             raise TypeError("pass either a KBVQAConfig or keyword overrides, not both")
         cfg = self.config
         self.kb: KnowledgeBase = load_kb(cfg.kb_dir or _synthetic_kb_dir(cfg.preset))
-        if cfg.rerank_by_signature and not cfg.show_visual_signature:
-            raise ValueError("rerank_by_signature needs show_visual_signature: the policy must see the codes")
-        if cfg.visual_check and self.kb.queries["signature"].isna().all():
-            raise ValueError(f"visual_check needs visual signatures, and the KB at {self.kb.root} has none")
-        self.system_prompt = prompts.system_prompt(
-            cfg.max_turns, cfg.rerank_by_signature, cfg.rerank_by_index
-        )
+        self.system_prompt = prompts.system_prompt(cfg.max_turns)
         self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
         self.observation_space = text_image_space(
             cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
@@ -150,8 +130,7 @@ class KBVQAEnv(gymnasium.Env):
             ev.task(self.state.num_images, self.state.gold_entities, cfg.max_rejections,
                     cfg.candidates_per_batch, cfg.max_turns)
         )  # fmt: skip
-        signatures = [self.state.signature(j) for j in range(1, self.state.num_images + 1)]
-        text = prompts.task_prompt(self.state.question, signatures, self.config.show_visual_signature)
+        text = self._task_text()
         images = tuple(np.array(read_image(p)) for p in self.state.query_paths)
         return {"text": text, "images": images}, self._info()
 
@@ -220,29 +199,7 @@ class KBVQAEnv(gymnasium.Env):
         state.record(
             ev.search_image(state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset)
         )
-        cfg = self.config
-        text = prompts.batch_text(image, offset, hits, state.signature(image), cfg.show_visual_signature,
-                                  cfg.rerank_by_signature and not cfg.visual_check)  # fmt: skip
-        if cfg.visual_check:
-            text = f"{text}\n{prompts.visual_check_text(self._visual_match(hits, state.signature(image)))}"
-        return text, [read_image(h.payload["image"]) for h in hits]
-
-    def _visual_match(self, hits: list[Any], query_signature: str | None) -> str | None:
-        """What the visual check names: the first candidate sharing the query's signature, as Rerank takes it."""
-        number = next(
-            (
-                i
-                for i, h in enumerate(hits, 1)
-                if query_signature and h.payload.get("signature") == query_signature
-            ),
-            None,
-        )
-        if number is None:
-            return None
-        if self.config.rerank_by_index:
-            return f"[{number}]"
-        payload = hits[number - 1].payload
-        return payload["signature"] if self.config.rerank_by_signature else payload["name"]
+        return self._batch_text(image, offset, hits), [read_image(h.payload["image"]) for h in hits]
 
     def _decision_batch(self, decision: str, entity: str | None = None):
         """The active batch if it still admits a decision, else the violation message."""
@@ -260,17 +217,9 @@ class KBVQAEnv(gymnasium.Env):
         batch, error = self._decision_batch("rerank", name)
         if batch is None:
             return error
-        entity = batch.entity_named(name)
-        if entity is None and self.config.rerank_by_signature:
-            entity = batch.entity_with_signature(name)
-        if entity is None and self.config.rerank_by_index:
-            entity = batch.entity_numbered(name)
+        entity = self._resolve(batch, name)
         if entity is None:
-            what = (
-                "a name"
-                + (" or signature code" if self.config.rerank_by_signature else "")
-                + (" or candidate number" if self.config.rerank_by_index else "")
-            )
+            what = self.rerank_argument
             msg = f"{name!r} is not a candidate of the current batch of Image {batch.image}; copy {what} exactly."
             return self._violation(
                 "unknown_entity", msg, image=batch.image, batch_id=batch.batch_id, entity=name
@@ -314,6 +263,22 @@ class KBVQAEnv(gymnasium.Env):
         ids = [h.docid for hits in results for h in hits]
         self.state.record(ev.search_text(self.state.turn, queries, ids))
         return prompts.passages_text(queries, results)
+
+    # ----- what the policy reads (``envs.kbvqa_demo`` adds the CPU demo's aids here) ----------------
+    rerank_argument = "a name"
+    """What a Rerank may name, as the unknown-entity notice says it."""
+
+    def _task_text(self) -> str:
+        """The first observation's text: the query images and the question."""
+        return prompts.task_prompt(self.state.question, self.state.num_images)
+
+    def _batch_text(self, image: int, offset: int, hits: list[Any]) -> str:
+        """A served batch's text: the candidates' images and names."""
+        return prompts.batch_text(image, offset, hits)
+
+    def _resolve(self, batch: Any, argument: str) -> str | None:
+        """The candidate a Rerank argument names (its shown name), else None."""
+        return batch.entity_named(argument)
 
     # ----- helpers -------------------------------------------------------------------------------
     def _service(self, name: str) -> Any:

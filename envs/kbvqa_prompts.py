@@ -20,75 +20,32 @@ Each turn, first think inside <reason>...</reason>, then give exactly one action
 - <answer>ANSWER</answer>: give the final answer and end.
 Write nothing outside the <reason> block and the action tag. You have at most {max_turns} turns."""
 
-SIGNATURE_RERANK_LINE = (
-    "- <rerank>CODE</rerank>: instead of the name, you may give the signature code of the matching candidate "
-    "of the current batch (the candidate whose signature equals the query image's)."
-)
-"""Grammar line added when the env accepts Rerank by signature code (``rerank_by_signature``)."""
-INDEX_RERANK_LINE = (
-    "- <rerank>N</rerank>: instead of the name, you may give the number N of the matching candidate ([N]) "
-    "in the current batch."
-)
-"""Grammar line added when the env accepts Rerank by candidate number (``rerank_by_index``)."""
 
-
-def system_prompt(max_turns: int, rerank_by_signature: bool = False, rerank_by_index: bool = False) -> str:
-    """The system prompt with the turn budget filled in (and the code / number Rerank forms when enabled)."""
+def system_prompt(max_turns: int, extra_lines: Sequence[str] = ()) -> str:
+    """The system prompt with the turn budget filled in; ``extra_lines`` go before the Reject line."""
     text = SYSTEM_PROMPT.format(max_turns=max_turns)
-    extra = [
-        line
-        for line, on in ((SIGNATURE_RERANK_LINE, rerank_by_signature), (INDEX_RERANK_LINE, rerank_by_index))
-        if on
-    ]
     anchor = "\n- <rerank>Reject()</rerank>"
-    return text.replace(anchor, "".join(f"\n{line}" for line in extra) + anchor, 1)
+    return text.replace(anchor, "".join(f"\n{line}" for line in extra_lines) + anchor, 1)
 
 
-def _signature(signature: str | None, show: bool) -> str:
-    return f" (signature: {signature})" if show and signature else ""
-
-
-def task_prompt(question: str, signatures: Sequence[str | None], show_signature: bool) -> str:
-    """The first observation: the query images (one placeholder each) and the question."""
-    lines = [
-        f"Image {j}: {IMAGE_PLACEHOLDER}{_signature(s, show_signature)}" for j, s in enumerate(signatures, 1)
-    ]
+def task_prompt(question: str, num_images: int, image_notes: Sequence[str] = ()) -> str:
+    """The first observation: one line per query image (its placeholder, then its note), then the question."""
+    notes = list(image_notes) or [""] * num_images
+    lines = [f"Image {j}: {IMAGE_PLACEHOLDER}{note}" for j, note in enumerate(notes, 1)]
     return "\n".join([*lines, f"Question: {question}"])
 
 
 def batch_text(
-    image: int,
-    offset: int,
-    hits: Sequence[Hit],
-    query_signature: str | None,
-    show_signature: bool,
-    restate_query: bool = False,
+    image: int, offset: int, hits: Sequence[Hit], query_note: str = "", candidate_notes: Sequence[str] = ()
 ) -> str:
-    """A candidate batch: one line per candidate with its image placeholder and entity name.
-
-    ``restate_query`` ends the batch with the query image's signature again, right before the decision.
-    """
-    header = (
-        f"Candidates for Image {image}{_signature(query_signature, show_signature)}, "
-        f"ranks {offset + 1}-{offset + len(hits)}:"
-    )
+    """A candidate batch: one line per candidate with its image placeholder and entity name (and note)."""
+    notes = list(candidate_notes) or [""] * len(hits)
+    header = f"Candidates for Image {image}{query_note}, ranks {offset + 1}-{offset + len(hits)}:"
     lines = [
-        f"[{i}] {IMAGE_PLACEHOLDER} {hit.payload['name']}{_signature(hit.payload.get('signature'), show_signature)}"
-        for i, hit in enumerate(hits, 1)
+        f"[{i}] {IMAGE_PLACEHOLDER} {hit.payload['name']}{note}"
+        for i, (hit, note) in enumerate(zip(hits, notes, strict=True), 1)
     ]
-    tail = (
-        [f"Query signature: {query_signature}"]
-        if restate_query and show_signature and query_signature
-        else []
-    )
-    return "\n".join([header, *lines, *tail])
-
-
-def visual_check_text(match: str | None) -> str:
-    """The env's visual-check line ending a batch (``visual_check``): the matching candidate, or none."""
-    if match is None:
-        return "Visual check: no candidate matches the query image."
-    return f"Visual check: {match} matches the query image."
+    return "\n".join([header, *lines])
 
 
 def passages_text(queries: Sequence[str], results: Sequence[Sequence[Hit]]) -> str:

@@ -24,8 +24,6 @@ class Batch:
     names: tuple[str, ...]
     gold_entity: str | None
     decided: bool = False
-    signatures: tuple[str | None, ...] = ()
-    """Shown signature codes of the candidates (empty when the KB has none)."""
 
     @property
     def gold_in_batch(self) -> bool:
@@ -39,20 +37,6 @@ class Batch:
                 if key(" ".join(shown.split())) == wanted:
                     return entity
         return None
-
-    def entity_with_signature(self, code: str) -> str | None:
-        """The first candidate whose signature code is ``code`` (exact), else None."""
-        return next(
-            (e for e, sig in zip(self.candidates, self.signatures, strict=False) if sig == code), None
-        )
-
-    def entity_numbered(self, number: str) -> str | None:
-        """The candidate shown as ``[number]`` (``"2"`` or ``"[2]"``, 1-based), else None."""
-        text = number.strip()
-        text = text[1:-1].strip() if text.startswith("[") and text.endswith("]") else text
-        if not text.isdigit() or not 1 <= int(text) <= len(self.candidates):
-            return None
-        return self.candidates[int(text) - 1]
 
     def name_of(self, entity: str) -> str:
         """The shown name of a candidate."""
@@ -119,11 +103,6 @@ class EpisodeState:
         """What the image retriever takes for 1-based ``image``: a stored-list key or an embedding."""
         return self.queries[image - 1]
 
-    def signature(self, image: int) -> str | None:
-        """Visual-signature code of query image ``image`` (None when the KB has none)."""
-        row = self.query_rows[image - 1]
-        return None if row is None else self.kb.queries["signature"].iloc[row]
-
     def batches_served(self, image: int) -> int:
         """How many batches image ``image`` has received."""
         return sum(1 for b in self.batches if b.image == image)
@@ -137,7 +116,6 @@ class EpisodeState:
             candidates=tuple(h.docid for h in hits),
             names=tuple(h.payload["name"] for h in hits),
             gold_entity=self.gold_entities[image - 1],
-            signatures=tuple(h.payload.get("signature") for h in hits),
         )
         self.batches.append(batch)
         self.current[image] = batch

@@ -105,9 +105,11 @@ def _only(events: list[Event], kind: str, env_id: str) -> dict[str, Any]:
 
 
 # ===== KBVQA-v0 ==========================================================================================
-@register_metrics(
-    "KBVQA-v0", action_kinds=("search_image", "search_text", "rerank", "reject", "answer", "invalid")
-)
+KBVQA_ACTION_KINDS = ("search_image", "search_text", "rerank", "reject", "answer", "invalid")
+
+
+@register_metrics("KBVQA-Demo-v0", action_kinds=KBVQA_ACTION_KINDS)  # the same episodes, with demo aids
+@register_metrics("KBVQA-v0", action_kinds=KBVQA_ACTION_KINDS)
 def kbvqa_metrics(events: list[Event]) -> Metrics:
     """Ident. (MMAgent-R² 4.2.2: 1 only when every query image's confirmed entity is its gold entity),
     the share of images identified, rejections, verification accuracy, boundary prompts and searches.

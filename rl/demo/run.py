@@ -72,9 +72,7 @@ def _build_inputs(out: Path, reader: RecipeReader, seed: int) -> tuple[Path, Pat
     repeats = reader.get("ragym.demo.kb_corpus_repeats")
     if not (kb_dir / "kb.json").exists():
         build_kb(kb_dir, PRESETS[preset], seed=0, name="synthetic-demo")
-    codes = pd.read_parquet(kb_dir / "entities.parquet")["signature"].dropna().unique().tolist()
-    extra = tuple(sorted(codes)) if reader.get("ragym.demo.signature_tokens") else ()
-    sizes = TinyPolicyConfig(**reader.get("ragym.demo.policy"), extra_tokens=extra)
+    sizes = TinyPolicyConfig(**reader.get("ragym.demo.policy"))
     if not (policy_dir / "config.json").exists():
         corpus = itertools.chain(default_corpus(), _kb_corpus(kb_dir, repeats))
         build_tiny_policy(arch, policy_dir, corpus=corpus, seed=seed, config=sizes)

@@ -65,7 +65,7 @@ class WarmStartConfig:
 _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
 """Where the expert writes a name or answer copied from an observation (Reject() excluded)."""
 _NAME_SLOT = re.compile(r'(<answer>|SearchText\(\[")')
-"""The same when Rerank takes signature codes (only answers and text queries copy names)."""
+"""The same when Rerank takes candidate numbers (only answers and text queries copy names)."""
 
 
 class NoisyExpert(SignaturePolicy):
@@ -100,10 +100,9 @@ class NoisyExpert(SignaturePolicy):
         Observations show names after a space (``[1] <image> Cobalt Vartor Moth``), so byte-level BPE
         tokenizes them as " Cobalt" ...; written as ``<rerank> Cobalt Vartor Moth`` (the parser strips the
         space) the decision is the exact same tokens as in the context, a copy a tiny policy can learn.
-        A signature code (``rerank_by_signature``) or candidate number (``rerank_by_index``) is one whole
-        token with no space before it.
+        A candidate number (``rerank_by_index``) is one whole token with no space before it.
         """
-        slot = _NAME_SLOT if self.by_signature or self.by_index else _COPY_SLOT
+        slot = _NAME_SLOT if self.by_index else _COPY_SLOT
         return slot.sub(r"\1 ", super().act(obs_text))
 
 

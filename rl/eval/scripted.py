@@ -20,6 +20,7 @@ import numpy as np
 
 from envs.events import events_of
 from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
+from envs.kbvqa_demo import AID_FIELDS, KBVQADemoEnv
 from envs.kbvqa_prompts import LAST_TURN_NOTICE
 from envs.metrics import episode_metrics, mean_metrics
 from rewards.answers import PAPER_TIME_YEAR_TOLERANCE, score_answer
@@ -42,10 +43,9 @@ class SignaturePolicy:
 
     def __init__(self, env: Any):
         self.env = env
-        # With the env's rerank_by_signature / rerank_by_index flag, Rerank names the candidate by its
-        # (one-token) code / its number in the batch.
-        self.by_signature = env.unwrapped.config.rerank_by_signature
-        self.by_index = env.unwrapped.config.rerank_by_index
+        # KBVQA-Demo-v0 with rerank_by_index: Rerank names the candidate by its number in the batch.
+        unwrapped = env.unwrapped
+        self.by_index = isinstance(unwrapped, KBVQADemoEnv) and unwrapped.aids.rerank_by_index
 
     def reset(self, obs: dict[str, Any]) -> None:
         """Start an episode from the task observation."""
@@ -99,10 +99,10 @@ class SignaturePolicy:
         return name
 
     def _argument(self, name: str, hits: list[tuple[str, str | None]]) -> str:
-        """How the Rerank names the candidate: its number, its code, or its name (per the env's flags)."""
+        """How the Rerank names the candidate: its number (``rerank_by_index``) or its name."""
         if self.by_index:
             return str([n for n, _ in hits].index(name) + 1)
-        return (dict(hits)[name] or name) if self.by_signature else name
+        return name
 
     def _answer(self) -> str:
         facts = {}
@@ -121,12 +121,12 @@ class SignaturePolicy:
 
 
 def _named(argument: str, hits: list[tuple[str, str | None]]) -> str | None:
-    """The candidate a visual-check argument names: ``[N]``, a signature code or a name."""
+    """The candidate a visual-check argument names: ``[N]`` or a name."""
     number = _NUMBER.match(argument)
     if number:
         index = int(number.group(1)) - 1
         return hits[index][0] if 0 <= index < len(hits) else None
-    return next((name for name, sig in hits if argument in (sig, name)), None)
+    return next((name for name, _ in hits if argument == name), None)
 
 
 class OraclePolicy(SignaturePolicy):
@@ -182,13 +182,13 @@ def run_episode(env: Any, policy: Any, seed: int, options: dict[str, Any] | None
 
 
 def rollout_metrics(
-    events: list[dict[str, Any]], data_source: str, ground_truth: Any
+    env_id: str, events: list[dict[str, Any]], data_source: str, ground_truth: Any
 ) -> dict[str, float | None]:
     """The episode metrics (``envs.metrics``) plus ``answer_acc``: the answer scored like the outcome reward."""
     answers = events_of(events, "answer")
     answer = answers[0]["text"] if answers else None
     accuracy = score_answer(data_source, answer, ground_truth, time_year_tolerance=PAPER_TIME_YEAR_TOLERANCE)
-    return {**episode_metrics("KBVQA-v0", events), "answer_acc": accuracy}
+    return {**episode_metrics(env_id, events), "answer_acc": accuracy}
 
 
 def main(argv: list[str]) -> int:
@@ -221,13 +221,15 @@ def main(argv: list[str]) -> int:
     rows = pd.read_parquet(f"{args.kb_dir}/data/{args.split}.parquet").head(args.episodes)
     # The rows' own env kwargs (as the agent loop would use them), then the command line's overrides.
     kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"]) | {"kb_dir": args.kb_dir} | kwargs
-    env = envs.make_env("KBVQA-v0", **kwargs)
+    # Demo aids (on the command line or in the rows) need the demo env; the rows' env id otherwise.
+    env_id = "KBVQA-Demo-v0" if set(kwargs) & set(AID_FIELDS) else rows["extra_info"].iloc[0]["env_id"]
+    env = envs.make_env(env_id, **kwargs)
     policy = POLICIES[args.policy](env)
     results = []
     for i, row in rows.iterrows():
         episode = run_episode(env, policy, args.seed + i, json.loads(row["extra_info"]["env_options"]))
         truth = json.loads(row["reward_model"]["ground_truth"])
-        results.append(rollout_metrics(episode["events"], row["data_source"], truth))
+        results.append(rollout_metrics(env_id, episode["events"], row["data_source"], truth))
     summary = {k: (None if v is None else round(v, 4)) for k, v in mean_metrics(results).items()}
     print(json.dumps({"policy": args.policy, "episodes": len(results), "kb_dir": args.kb_dir, **summary}))
     return 0

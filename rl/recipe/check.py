@@ -28,7 +28,6 @@ RAGYM_KEYS = (
     "ragym.demo.kb_preset",
     "ragym.demo.arch",
     "ragym.demo.kb_corpus_repeats",
-    "ragym.demo.signature_tokens",
 )
 """ragym's own top-level section, which verl never reads: local-engine knobs and the CPU demo's."""
 RAGYM_SECTIONS = {

@@ -121,7 +121,8 @@ def test_demo_rows_build_the_one_candidate_visual_check_env(tmp_path: Path) -> N
 
     out = build_kb(tmp_path / "demo", replace(PRESETS["demo"], num_entities=60, num_rows=10), seed=0)
     extra = pd.read_parquet(out / "data/train.parquet")["extra_info"][0]
-    env = envs.make_env("KBVQA-v0", **json.loads(extra["env_kwargs"]))
+    assert extra["env_id"] == "KBVQA-Demo-v0"  # the aids live in the demo env, not in the paper's
+    env = envs.make_env(extra["env_id"], **json.loads(extra["env_kwargs"]))
     env.reset(options=json.loads(extra["env_options"]))
     obs, *_ = env.step("<reason>look</reason><search_call>SearchImage(1)</search_call>")
     assert len(obs["images"]) == 1 and obs["text"].splitlines()[-1].startswith("Visual check: ")

@@ -248,16 +248,6 @@ def test_gold_data_never_reaches_observations(tiny_kb: Path) -> None:
         assert not any(a in texts[0] for a in option["answers"])
 
 
-def test_visual_signatures_show_only_when_enabled(tiny_kb: Path) -> None:
-    option = rows(tiny_kb, "single")[0]
-    for show in (False, True):
-        env = env_for(tiny_kb, show_visual_signature=show, candidates_per_batch=3)
-        obs, _ = env.reset(options=option)
-        batch, *_ = env.step(SEARCH1)
-        assert ("signature:" in obs["text"]) == show
-        assert batch["text"].count("signature:") == (4 if show else 0) and len(batch["images"]) == 3
-
-
 def test_live_flat_search_serves_the_precomputed_lists(tiny_kb: Path) -> None:
     option = rows(tiny_kb, "single")[3]
     served = {}
@@ -296,114 +286,18 @@ def test_observations_are_fresh_arrays(tiny_kb: Path) -> None:
     assert env.reset(seed=0)[0]["images"][0].any()
 
 
-def _codes_in(text: str) -> list[str]:
-    return [
-        line.rsplit("(signature: ", 1)[1].rstrip(")") for line in text.splitlines() if line.startswith("[")
-    ]
-
-
-@pytest.mark.parametrize("by_signature", [False, True])
-def test_rerank_by_signature_code_resolves_only_behind_the_flag(tiny_kb: Path, by_signature: bool) -> None:
-    env = env_for(
-        tiny_kb, show_visual_signature=True, candidates_per_batch=3, rerank_by_signature=by_signature
-    )
-    env.reset(options=rows(tiny_kb, "single")[0])
-    assert ("signature code" in env.system_prompt) == by_signature
-    obs, *_ = env.step(SEARCH1)
-    codes, batch = _codes_in(obs["text"]), env.state.active_batch()
-    # The flag also restates the query's code right before the decision.
-    assert obs["text"].endswith(f"\nQuery signature: {env.state.signature(1)}") == by_signature
-    obs, *_, info = env.step(format_action(Rerank("#NOPE")))  # unknown code: the usual violation either way
-    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "unknown_entity"
-    obs, *_, info = env.step(format_action(Rerank(codes[1])))
-    if by_signature:
-        decision = events_of(info["events"], "verification")[-1]
-        assert decision["entity"] == batch.candidates[1]  # the event names the resolved entity id
-        assert decision["correct"] == (batch.candidates[1] == batch.gold_entity)
-        assert obs["text"] == f"Confirmed: the entity in Image 1 is {batch.names[1]}."
-    else:  # default behaviour: a code is not a name
-        assert events_of(info["events"], "verification") == []
-        assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "unknown_entity"
-
-
-def test_rerank_by_signature_needs_visible_signatures(tiny_kb: Path) -> None:
-    with pytest.raises(ValueError, match="show_visual_signature"):
-        env_for(tiny_kb, rerank_by_signature=True)
-
-
-@pytest.mark.parametrize("by_signature", [False, True])
-def test_visual_check_names_the_match_exactly_when_the_gold_entity_is_in_the_batch(
-    tiny_kb: Path, by_signature: bool
-) -> None:
-    env = env_for(tiny_kb, show_visual_signature=True, candidates_per_batch=3, rerank_by_signature=by_signature,
-                  visual_check=True)  # fmt: skip
-    seen = {True: 0, False: 0}
-    for options in rows(tiny_kb, "single")[:12]:
-        obs, _ = env.reset(options=options)
-        obs, *_ = env.step(SEARCH1)
-        for _ in range(env.config.max_rejections + 1):  # every batch the image can get
-            batch = env.state.active_batch()
-            last = obs["text"].splitlines()[-1]
-            if batch.gold_in_batch:
-                i = batch.candidates.index(batch.gold_entity)
-                named = batch.signatures[i] if by_signature else batch.names[i]
-                assert last == f"Visual check: {named} matches the query image."
-            else:
-                assert last == "Visual check: no candidate matches the query image."
-            seen[batch.gold_in_batch] += 1
-            obs, *_ = env.step(REJECT)
-            if "Candidates for" not in obs["text"]:
-                break
-    assert seen[True] and seen[False]  # both kinds of batch were checked
-
-
-def test_visual_check_line_is_a_valid_rerank_argument(tiny_kb: Path) -> None:
-    env = env_for(tiny_kb, show_visual_signature=True, candidates_per_batch=3, rerank_by_signature=True,
-                  visual_check=True)  # fmt: skip
-    for options in rows(tiny_kb, "single"):
-        env.reset(options=options)
-        obs, *_ = env.step(SEARCH1)
-        if env.state.active_batch().gold_in_batch:
-            break
-    code = obs["text"].splitlines()[-1].split()[2]
-    obs, *_, info = env.step(format_action(Rerank(code)))
-    assert events_of(info["events"], "verification")[-1]["correct"] is True
-    assert obs["text"].startswith("Confirmed: the entity in Image 1 is ")
-
-
-def test_visual_check_needs_a_kb_with_signatures(tiny_kb: Path, tmp_path: Path) -> None:
-    import shutil
-
-    kb = tmp_path / "kb"
-    shutil.copytree(tiny_kb, kb)
-    queries = pd.read_parquet(kb / "queries.parquet")
-    queries["signature"] = None
-    queries.to_parquet(kb / "queries.parquet")
-    with pytest.raises(ValueError, match="visual_check needs visual signatures"):
-        env_for(kb, visual_check=True)
-    env_for(kb)  # the KB itself is fine without the check
-
-
-@pytest.mark.parametrize(
-    ("argument", "position"), [("1", 0), ("[2]", 1), (" 3 ", 2), ("4", None), ("0", None)]
-)
-def test_rerank_by_index_resolves_the_numbered_candidate(tiny_kb: Path, argument: str, position) -> None:
-    env = env_for(tiny_kb, candidates_per_batch=3, rerank_by_index=True)
-    assert "number N of the matching candidate" in env.system_prompt
-    env.reset(options=rows(tiny_kb, "single")[0])
-    env.step(SEARCH1)
-    batch = env.state.active_batch()
-    obs, *_, info = env.step(f"<reason>r</reason><rerank>{argument}</rerank>")
-    if position is None:  # out of range: the usual unknown-entity violation, and the batch stays open
-        assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "unknown_entity"
-        assert "candidate number" in obs["text"] and not batch.decided
-    else:
-        assert events_of(info["events"], "verification")[-1]["entity"] == batch.candidates[position]
-
-
 def test_rerank_by_index_is_off_by_default(tiny_kb: Path) -> None:
     env = env_for(tiny_kb, candidates_per_batch=3)
     env.reset(options=rows(tiny_kb, "single")[0])
     env.step(SEARCH1)
     _, *_, info = env.step("<reason>r</reason><rerank>1</rerank>")
     assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "unknown_entity"
+
+
+def test_the_paper_env_takes_no_demo_aids(tiny_kb: Path) -> None:
+    with pytest.raises(TypeError, match="visual_check"):
+        env_for(tiny_kb, visual_check=True)
+    env = env_for(tiny_kb, candidates_per_batch=3)
+    obs, _ = env.reset(options=rows(tiny_kb, "single")[0])
+    batch, *_ = env.step(SEARCH1)
+    assert "signature" not in obs["text"] + batch["text"] and "Visual check" not in batch["text"]

@@ -81,10 +81,8 @@ def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> N
 
     from rl.demo.warm_start import NoisyExpert
 
-    class Env:  # only the flag the expert reads
-        unwrapped = type(
-            "U", (), {"config": type("C", (), {"rerank_by_signature": True, "rerank_by_index": False})()}
-        )()
+    class Env:  # not the demo env: the expert reranks by name
+        unwrapped = None
 
     expert = NoisyExpert(Env(), np.random.default_rng(0), noise, reject_noise)
     hits = [("Ash Moth", "#A1"), ("Elm Moth", "#B2"), ("Oak Moth", "#C3")]

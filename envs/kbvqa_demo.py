@@ -1,0 +1,122 @@
+"""``KBVQA-Demo-v0``: ``KBVQA-v0`` plus the aids that let the CPU demo's ~0.5M-parameter policy learn.
+
+None of this is in the paper. A VLM compares the query image with each candidate's image; a tiny policy
+trained on CPU for minutes cannot. The demo therefore states, in text, what that comparison would find:
+
+- ``show_visual_signature``: a short code per image (``(signature: #A3)``) on the query and candidate lines;
+  the right Rerank is the candidate whose code equals the query's, Reject is right when none does.
+- ``visual_check``: every batch ends with ``Visual check: X matches the query image.`` (or that none does),
+  X being the candidate as Rerank takes it. The policy still has to act on it, then search and answer.
+- ``rerank_by_index``: Rerank may name a candidate by its number in the batch (``1`` or ``[1]``): with K=1
+  the demo's Rerank is one constant token, so its decision is Rerank-or-Reject.
+
+The transition, the events and the rewards are exactly ``KBVQA-v0``'s: the aids only change what the
+policy reads (three text hooks) and which Rerank arguments resolve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from envs import kbvqa_prompts as prompts
+from envs.kbvqa import KBVQAConfig, KBVQAEnv
+from envs.kbvqa_state import Batch
+
+INDEX_RERANK_LINE = (
+    "- <rerank>N</rerank>: instead of the name, you may give the number N of the matching candidate ([N]) "
+    "in the current batch."
+)
+"""Grammar line added to the system prompt with ``rerank_by_index``."""
+
+
+@dataclass(frozen=True)
+class DemoAids:
+    """The CPU demo's aids; all off is exactly ``KBVQA-v0``."""
+
+    show_visual_signature: bool = False
+    """Show each query and candidate image's visual-signature code (a stand-in for what a VLM sees)."""
+    rerank_by_index: bool = False
+    """Also accept a candidate's number in the current batch (``2`` or ``[2]``) as the Rerank argument."""
+    visual_check: bool = False
+    """End every batch with the env's visual check: the candidate sharing the query's signature (its number
+    with ``rerank_by_index``, else its name), or that none does. Needs a KB with signatures."""
+
+
+AID_FIELDS = tuple(f.name for f in fields(DemoAids))
+"""Env kwargs that are demo aids (the rest are ``KBVQAConfig`` fields)."""
+
+
+def split_aids(kwargs: dict[str, Any]) -> tuple[DemoAids, dict[str, Any]]:
+    """(the demo aids, the ``KBVQAConfig`` kwargs) of one env-kwargs dict."""
+    aids = DemoAids(**{k: v for k, v in kwargs.items() if k in AID_FIELDS})
+    return aids, {k: v for k, v in kwargs.items() if k not in AID_FIELDS}
+
+
+class KBVQADemoEnv(KBVQAEnv):
+    """``KBVQA-v0`` whose observations carry the demo aids; kwargs are ``KBVQAConfig`` and ``DemoAids`` fields."""
+
+    def __init__(self, config: KBVQAConfig | None = None, aids: DemoAids | None = None, **overrides: Any):
+        given, overrides = split_aids(overrides)
+        if aids is not None and given != DemoAids():
+            raise TypeError("pass either a DemoAids or aid keyword overrides, not both")
+        self.aids = aids or given
+        super().__init__(config, **overrides)
+        signatures = self.kb.queries["signature"]
+        if (self.aids.visual_check or self.aids.show_visual_signature) and signatures.isna().all():
+            raise ValueError(
+                f"the visual-signature aids need signatures, and the KB at {self.kb.root} has none"
+            )
+        if self.aids.rerank_by_index:
+            self.system_prompt = prompts.system_prompt(self.config.max_turns, [INDEX_RERANK_LINE])
+            self.rerank_argument = "a name or candidate number"
+
+    def _signature(self, image: int) -> str | None:
+        """Visual-signature code of query image ``image`` (None for an image outside the KB's query table)."""
+        row = self.state.query_rows[image - 1]
+        return None if row is None else self.kb.queries["signature"].iloc[row]
+
+    def _note(self, signature: str | None) -> str:
+        shown = self.aids.show_visual_signature and signature
+        return f" (signature: {signature})" if shown else ""
+
+    def _task_text(self) -> str:
+        notes = [self._note(self._signature(j)) for j in range(1, self.state.num_images + 1)]
+        return prompts.task_prompt(self.state.question, self.state.num_images, notes)
+
+    def _batch_text(self, image: int, offset: int, hits: list[Any]) -> str:
+        query = self._signature(image)
+        notes = [self._note(h.payload.get("signature")) for h in hits]
+        text = prompts.batch_text(image, offset, hits, self._note(query), notes)
+        if not self.aids.visual_check:
+            return text
+        number = next(
+            (i for i, h in enumerate(hits, 1) if query and h.payload.get("signature") == query), None
+        )
+        return f"{text}\n{visual_check_text(None if number is None else self._argument(hits, number))}"
+
+    def _argument(self, hits: list[Any], number: int) -> str:
+        """How Rerank names candidate ``number`` of a batch: ``[number]`` or its name."""
+        return f"[{number}]" if self.aids.rerank_by_index else hits[number - 1].payload["name"]
+
+    def _resolve(self, batch: Batch, argument: str) -> str | None:
+        entity = super()._resolve(batch, argument)
+        if entity is None and self.aids.rerank_by_index:
+            entity = entity_numbered(batch, argument)
+        return entity
+
+
+def entity_numbered(batch: Batch, number: str) -> str | None:
+    """The candidate shown as ``[number]`` (``"2"`` or ``"[2]"``, 1-based) in ``batch``, else None."""
+    text = number.strip()
+    text = text[1:-1].strip() if text.startswith("[") and text.endswith("]") else text
+    if not text.isdigit() or not 1 <= int(text) <= len(batch.candidates):
+        return None
+    return batch.candidates[int(text) - 1]
+
+
+def visual_check_text(match: str | None) -> str:
+    """The visual-check line ending a batch: the matching candidate, or none."""
+    if match is None:
+        return "Visual check: no candidate matches the query image."
+    return f"Visual check: {match} matches the query image."
