@@ -196,11 +196,15 @@ def main(argv: list[str]) -> int:
     import pandas as pd
 
     import envs
+    from rl.data.rows import BAD_ROW_POLICIES, load_rows
 
     parser = argparse.ArgumentParser(prog="ragym rollout", description=__doc__.splitlines()[0])
     parser.add_argument("--kb-dir", help="KB folder (default: the built-in synthetic preset)")
     parser.add_argument("--preset", default="demo", help="synthetic preset when --kb-dir is not given")
     parser.add_argument("--split", default="test")
+    parser.add_argument("--data", help="verl parquet rows (default: the KB's data/SPLIT.parquet)")
+    parser.add_argument("--bad-rows", default="skip", choices=BAD_ROW_POLICIES,
+                        help="rows that cannot start an episode: list and skip them (default), or stop")  # fmt: skip
     parser.add_argument("--policy", default="signature", choices=sorted(POLICIES))
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
@@ -214,11 +218,13 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     kwargs = json.loads(args.env_kwargs) | ({"show_visual_signature": True} if args.show_signature else {})
-    if not args.kb_dir:
+    if not args.kb_dir and not args.data:
         from data_prep.synthetic_kb import cached_kb
 
         args.kb_dir = str(cached_kb(args.preset))
-    rows = pd.read_parquet(f"{args.kb_dir}/data/{args.split}.parquet").head(args.episodes)
+    data = args.data or f"{args.kb_dir}/data/{args.split}.parquet"
+    rows = pd.DataFrame(load_rows(data, args.episodes, args.bad_rows).rows)  # valid rows only, bad ones listed
+    args.kb_dir = args.kb_dir or json.loads(rows["extra_info"].iloc[0]["env_kwargs"])["kb_dir"]
     # The rows' own env kwargs (as the agent loop would use them), then the command line's overrides.
     kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"]) | {"kb_dir": args.kb_dir} | kwargs
     # Demo aids (on the command line or in the rows) need the demo env; the rows' env id otherwise.
