@@ -1,16 +1,16 @@
 """Retrieval service throughput against bare faiss, in one run, on loopback.
 
 Measures, on a flat inner-product index of ``--num-vectors`` x ``--dim`` random unit vectors:
-1. bare faiss: ``index.search`` on batches of ``--clients`` queries (the ceiling; measured before and after
-   the servers, the higher figure is used);
-2. the naive per-request server (``envs.retrieval_server``: FastAPI, one faiss call per request);
-3. the ragym service (``envs.service``: dynamic batching, replay cache);
+1. the naive per-request server (``envs.retrieval_server``: FastAPI, one faiss call per request);
+2. bare faiss, ``index.search`` on batches of ``--clients`` queries (the ceiling), and the ragym service
+   (``envs.service``: dynamic batching, replay cache) in alternating windows (``--rounds``), so that both
+   see the same load on a shared machine;
 each server in its own process, loaded by ``--clients`` concurrent keep-alive connections that each send
 one single-query search at a time, every query distinct (no cache hits). Then the replay cache hit rate
 of a GRPO-like workload (``--group-size`` episodes per question, sent concurrently group by group).
 
 Usage: ``python benchmarks/retrieval_service.py [--num-vectors 200000] [--dim 768] [--clients 64]
-[--seconds 10] [--k 10]``. Last line: ``ratio=<service QPS / bare faiss QPS> p99/p50=<x>``
+[--seconds 12] [--rounds 4] [--k 10]``. Last line: ``ratio=<service QPS / bare faiss QPS> p99/p50=<x>``
 (goals: ratio >= 0.8, p99/p50 <= 2.5).
 """
 
@@ -147,23 +147,59 @@ async def load(port: int, requests: list[bytes], clients: int, seconds: float) -
     return len(latencies) / (time.perf_counter() - start), np.asarray(latencies)
 
 
-def measure(kind: str, port: int, args: argparse.Namespace, queries: np.ndarray) -> tuple[float, np.ndarray]:
-    """Start ``kind``'s server, warm it up, load it for ``args.seconds``, stop it."""
+def encoded_requests(kind: str, queries: np.ndarray, k: int) -> list[bytes]:
+    """One single-query search request per query, in the server's wire format."""
     if kind == "naive":
-        bodies = [
-            json.dumps({"retriever": "image", "queries": [q.tolist()], "k": args.k}).encode() for q in queries
-        ]
-        requests = [request_bytes("/search", b) for b in bodies]
+        bodies = [json.dumps({"retriever": "image", "queries": [q.tolist()], "k": k}) for q in queries]
     else:
-        requests = [request_bytes("/search", json.dumps({"retriever": "vec", "k": args.k,
-                    "query": {"f32": base64.b64encode(q.tobytes()).decode()}}).encode()) for q in queries]  # fmt: skip
-    process = start_server(kind, port, args)
+        bodies = [json.dumps({"retriever": "vec", "k": k, "query": {"f32": base64.b64encode(q.tobytes()).decode()}})
+                  for q in queries]  # fmt: skip
+    return [request_bytes("/search", b.encode()) for b in bodies]
+
+
+def measure_naive(args: argparse.Namespace, queries: np.ndarray) -> tuple[float, np.ndarray]:
+    """The naive server under the same load, one window (it is the floor, not the comparison)."""
+    requests = encoded_requests("naive", queries, args.k)
+    process = start_server("naive", args.port, args)
     try:
-        asyncio.run(load(port, requests[-args.clients * 2 :], args.clients, 30))  # warm-up, distinct queries
-        return asyncio.run(load(port, requests[: -args.clients * 2], args.clients, args.seconds))
+        return asyncio.run(load(args.port, requests, args.clients, args.seconds))
     finally:
         process.kill()
         process.wait()
+
+
+def measure_service_and_ceiling(
+    args: argparse.Namespace, retriever: FaissRetriever, queries: np.ndarray
+) -> tuple[list[float], list[float], np.ndarray]:
+    """Alternating windows of bare faiss (server idle) and the service (this process only waits on sockets),
+    so both see the same machine load; returns per-window QPS of each and the service's latencies."""
+    requests = encoded_requests("ragym", queries, args.k)
+    process = start_server("ragym", args.port, args)
+    window = args.seconds / args.rounds
+    bare, served, latencies = [], [], []
+    try:
+        asyncio.run(load(args.port, requests[-args.clients * 2 :], args.clients, 30))  # warm-up
+        share = (len(requests) - args.clients * 2) // args.rounds
+        for r in range(args.rounds):
+            bare.append(bare_faiss_qps(retriever, queries, args.clients, args.k, window))
+            qps, lat = asyncio.run(
+                load(args.port, requests[r * share : (r + 1) * share], args.clients, window)
+            )
+            served.append(qps)
+            latencies.append(lat)
+        batches = ready_status(args.port)["batches"]["vec"]
+        print(f"service batches: mean {batches['mean_batch']:.1f} queries, largest {batches['largest_batch']}")
+    finally:
+        process.kill()
+        process.wait()
+    return bare, served, np.concatenate(latencies)
+
+
+def ready_status(port: int) -> dict:
+    """The service's /ready body: cache and batch counters."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/ready")
+    return json.loads(conn.getresponse().read())
 
 
 def grpo_hit_rate(port: int, args: argparse.Namespace) -> dict:
@@ -187,9 +223,7 @@ def grpo_hit_rate(port: int, args: argparse.Namespace) -> dict:
     try:
         for group in requests:  # one group at a time, its episodes' searches concurrently
             asyncio.run(load(port, group, len(group), 60))
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request("GET", "/ready")
-        return json.loads(conn.getresponse().read())["cache"]
+        return ready_status(port)["cache"]
     finally:
         process.kill()
         process.wait()
@@ -201,7 +235,8 @@ def main() -> None:
     parser.add_argument("--num-vectors", type=int, default=200_000)
     parser.add_argument("--dim", type=int, default=768)
     parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=12.0, help="load time of each side, over all rounds")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating bare-faiss / service windows")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--questions", type=int, default=32, help="GRPO workload: questions (groups)")
@@ -217,31 +252,25 @@ def main() -> None:
         return
     print(f"index: flat IP, {args.num_vectors} x {args.dim}; {args.clients} clients; k={args.k}; "
           f"faiss threads={args.faiss_threads}", flush=True)  # fmt: skip
-    retriever = build_retriever(args.num_vectors, args.dim, args.faiss_threads)
     queries = unit_vectors(20_000, args.dim, seed=1)
-    before = bare_faiss_qps(retriever, queries, args.clients, args.k, args.seconds)
-    print(f"bare faiss batch {args.clients}: {before:.0f} q/s", flush=True)
-    del retriever  # the servers build their own copies
-    figures = {}
-    for kind in ("naive", "ragym"):
-        qps, lat = measure(kind, args.port, args, queries)
-        figures[kind] = (qps, lat)
-        p50, p99 = np.percentile(lat, 50) * 1e3, np.percentile(lat, 99) * 1e3
-        print(
-            f"{kind} server: {qps:.0f} q/s, p50={p50:.1f} ms p99={p99:.1f} ms ({len(lat)} requests)",
-            flush=True,
-        )
+    naive_qps, naive_lat = measure_naive(args, queries)
+    print(f"naive server: {naive_qps:.0f} q/s, p50={np.percentile(naive_lat, 50) * 1e3:.1f} ms "
+          f"p99={np.percentile(naive_lat, 99) * 1e3:.1f} ms ({len(naive_lat)} requests)", flush=True)  # fmt: skip
     retriever = build_retriever(args.num_vectors, args.dim, args.faiss_threads)
-    after = bare_faiss_qps(retriever, queries, args.clients, args.k, args.seconds)
+    bare, served, lat = measure_service_and_ceiling(args, retriever, queries)
     del retriever
-    print(f"bare faiss batch {args.clients} (again): {after:.0f} q/s", flush=True)
+    ceiling, qps = float(np.mean(bare)), float(np.mean(served))
+    p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
+    print(
+        f"bare faiss batch {args.clients}: {ceiling:.0f} q/s (windows: {', '.join(f'{x:.0f}' for x in bare)})"
+    )
+    print(f"ragym service: {qps:.0f} q/s (windows: {', '.join(f'{x:.0f}' for x in served)}), "
+          f"p50={p50 * 1e3:.1f} ms p99={p99 * 1e3:.1f} ms ({len(lat)} requests)", flush=True)  # fmt: skip
     cache = grpo_hit_rate(args.port, args)
     print(f"replay cache, GRPO-like workload ({args.questions} questions x {args.group_size} episodes): "
           f"hit_rate={cache['hit_rate']:.3f} (hits={cache['hits']} joined={cache['joined']} misses={cache['misses']})")  # fmt: skip
-    qps, lat = figures["ragym"]
-    ceiling = max(before, after)
-    print(f"naive/ceiling={figures['naive'][0] / ceiling:.3f}")
-    print(f"ratio={qps / ceiling:.3f} p99/p50={np.percentile(lat, 99) / np.percentile(lat, 50):.2f}")
+    print(f"naive/ceiling={naive_qps / ceiling:.3f}")
+    print(f"ratio={qps / ceiling:.3f} p99/p50={p99 / p50:.2f}")
 
 
 if __name__ == "__main__":
