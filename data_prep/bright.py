@@ -12,7 +12,7 @@ reads a TREC qrels file instead (``qid 0 docid rel``, e.g. tevatron's ``bright_q
 resolves the first query image through ``examples_images`` (written to ``OUT/images/``); ``--descriptions``
 (JSON lines ``{"id", "description"}``) adds image descriptions for text-only policies.
 
-Writes ``OUT/documents.jsonl``, ``OUT/data/test.parquet`` (verl rows for ``MEMORA-v0``) and
+Writes ``OUT/documents.jsonl``, ``OUT/data/<split>.parquet`` (``--split``, default ``test``) (verl rows for ``MEMORA-v0``) and
 ``OUT/report.json``: for queries and for documents, rows in = rows out + rows rejected, by reason.
 ``--memory-dir DIR`` puts the episodic memory on disk (``<DIR>/<domain>.jsonl``), so it persists across the
 episodes of a run (the agent loop builds an env per episode); ``--freeze-memory`` makes evaluation rows read it
@@ -110,7 +110,7 @@ def query_options(
 
 
 def make_row(
-    options: dict[str, Any], index: int, data_source: str, env_kwargs: dict[str, Any]
+    options: dict[str, Any], index: int, data_source: str, env_kwargs: dict[str, Any], split: str = "test"
 ) -> dict[str, Any]:
     """One verl row; the qrels go to the reward's ground truth and to the env (memory outcome, never shown)."""
     truth = {"qrels": options["qrels"], "excluded_ids": options["excluded_ids"]}
@@ -123,7 +123,7 @@ def make_row(
         "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, ensure_ascii=False)},
         "extra_info": {
             "index": index,
-            "split": "test",
+            "split": split,
             "env_id": ENV_ID,
             "env_kwargs": json.dumps(env_kwargs),
             "env_options": json.dumps(options, ensure_ascii=False),
@@ -147,12 +147,12 @@ def write_task(
     rows, rejected = [], []
     for index, example in enumerate(examples):
         try:
-            rows.append(make_row(build(example), index, name, env_kwargs))
+            rows.append(make_row(build(example), index, name, env_kwargs, args.split))
         except RowError as err:
             rejected.append({"index": index, "reason": err.reason, "detail": err.detail})
     (out / "data").mkdir(exist_ok=True)
     columns = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
-    pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / "test.parquet")
+    pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / f"{args.split}.parquet")
     num_docs_in = len(corpus) + sum(doc_report.values())
     report = {
         "dataset": name,
@@ -237,6 +237,7 @@ def main(command: str, argv: list[str]) -> int:
     )
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--limit", type=int, help="only the first N examples")
+    parser.add_argument("--split", default="test", help="rows go to OUT/data/<split>.parquet")
     parser.add_argument(
         "--memory-dir", type=Path, help="episodic memory folder the rows' env writes (persists)"
     )
