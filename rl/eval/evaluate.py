@@ -91,11 +91,12 @@ def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     """Gold ranks in the KB's precomputed candidate lists (the paper's served candidates)."""
     from envs.kb import load_kb
     from envs.kbvqa import KBVQAConfig
+    from envs.kbvqa_demo import split_aids
 
     if row["extra_info"]["env_id"] != "KBVQA-v0":
         return [], None  # the retriever ceiling is a KB-VQA metric (DocMemo rows have no candidate lists)
     kwargs, options = _json(row["extra_info"]["env_kwargs"]), _json(row["extra_info"]["env_options"])
-    cfg = KBVQAConfig(**kwargs)
+    cfg = KBVQAConfig(**split_aids(kwargs)[1])  # the demo env's aids do not change what is served
     if cfg.kb_dir is None or cfg.candidate_source != "precomputed":
         return [], None
     pool = cfg.candidates_per_batch * (cfg.max_rejections + 1)

@@ -171,3 +171,20 @@ def test_cli_runs_the_hf_backend_end_to_end(
     assert (
         score(["--recipe", "recipes/rewards/mmagent_r2.yaml", "--episodes", str(out / "rollouts.jsonl")]) == 0
     )
+
+
+def test_gold_ranks_of_demo_rows_ignore_the_demo_aids(tmp_path: Path) -> None:
+    """Demo rows name KBVQA-Demo-v0 with aid kwargs; the retriever ceiling is that of the served lists."""
+    from dataclasses import replace
+
+    from data_prep.synthetic_kb import PRESETS
+    from data_prep.synthetic_kb import build_kb as build
+
+    kb = build(tmp_path / "demo", replace(PRESETS["demo"], num_entities=60, num_rows=10), seed=0)
+    row = read_rows(str(kb / "data" / "train.parquet"))[0]
+    assert row["extra_info"]["env_id"] == "KBVQA-Demo-v0"
+    ranks, pool = kb_gold_ranks(row)
+    gold = json.loads(row["extra_info"]["env_options"])["gold_entities"][0]
+    served = [h.docid for h in load_kb(kb).candidate_retriever().search(str(kb / json.loads(
+        row["extra_info"]["env_options"])["query_images"][0]), 3)]  # fmt: skip
+    assert pool == 3 and ranks == [served.index(gold) if gold in served else None]  # K=1 x (Rej_max + 1)
