@@ -199,7 +199,8 @@ class KBVQAEnv(gymnasium.Env):
         state.record(
             ev.search_image(state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset)
         )
-        return self._batch_text(image, offset, hits), [read_image(h.payload["image"]) for h in hits]
+        images = [self.kb.entity_image(h.docid, h.payload["image"]) for h in hits]  # image pack, else files
+        return self._batch_text(image, offset, hits), images
 
     def _decision_batch(self, decision: str, entity: str | None = None):
         """The active batch if it still admits a decision, else the violation message."""
