@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "train-retriever": ("rl.retriever.cli", "train the MEMORA-R dense retriever from a recipe"),
     "view": ("rl.view.cli", "browse episodes turn by turn (images, events, rewards, tokens) on 127.0.0.1"),
+    "serve": ("envs.service.serve", "serve a KB's retrievers over HTTP (batched, cached; 127.0.0.1 by default)"),
 }
 
 
@@ -45,7 +46,6 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
 def user_error(err: BaseException) -> str | None:
     """The one-line message for a user error (ragym's ``UsageError`` or a library error that means one: a
     missing file, malformed YAML, a bad Hydra override, a model path that is neither a folder nor a hub id);
@@ -73,11 +73,12 @@ _LIBRARY_ERRORS = (
 """(module, exception) pairs that mean the user's input is wrong; only checked when already imported."""
 
 
+def main(argv: list[str] | None = None) -> int:
     """Dispatch ``ragym COMMAND ...`` to its module's ``main``; a user error is one line (``--debug``: raise)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
