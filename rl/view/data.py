@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,7 +170,7 @@ def question_key(episode: dict[str, Any]) -> str:
     if episode.get("row_index") is not None:
         return f"{episode['data_source']}#{episode['row_index']}"
     task = episode["observations"][0]["text"] if episode["observations"] else json.dumps(episode["turns"][:1])
-    return f"{episode['data_source']}:{abs(hash(task)) % 10**8}"
+    return f"{episode['data_source']}:{zlib.crc32(task.encode()):08x}"  # stable across processes
 
 
 def summary(episode: dict[str, Any], fields: dict[str, list[str]]) -> dict[str, Any]:

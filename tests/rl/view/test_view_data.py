@@ -241,3 +241,34 @@ def test_server_binds_loopback_and_serves_the_site(trace_dir):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_questions_without_a_row_index_are_keyed_by_their_task():
+    def episode(turn: str) -> dict:
+        return {"data_source": "fake", "row_index": None, "observations": [], "turns": [turn]}
+
+    assert (
+        data.question_key(episode("a")) == data.question_key(episode("a")) != data.question_key(episode("b"))
+    )
+    assert data.question_key(episode("a")).startswith("fake:")
+
+
+@pytest.mark.parametrize("env_id", sorted(__import__("envs").registered_envs()))
+def test_every_registered_env_is_shown_from_its_events_and_observations(env_id, processor, tmp_path):
+    """No per-env code: any env's episode lays out, lists and tokenizes (two malformed turns, then the budget)."""
+    row = {"data_source": env_id, "reward_model": {"ground_truth": "[]"},
+           "extra_info": {"index": 0, "env_id": env_id, "env_kwargs": "{}", "env_options": "null"}}  # fmt: skip
+    server = ScriptedServer(processor.tokenizer, ["hello", "<answer>"])
+    loop = make_agent_loop(rollout_config(max_assistant_turns=2), server, processor.tokenizer, processor)
+    params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False}
+    output = asyncio.run(loop.run(params, extra_info=row["extra_info"], raw_prompt=[], priority=0))
+    result = EpisodeResult(0, "g0", output, {"score": 0.0, "reward/format": 0.0})
+    TraceWriter(tmp_path / "traces", processor.tokenizer, TraceConfig()).record(1, "train", [row], [result])
+    corpus = data.load(tmp_path)
+    summary = data.index(corpus)["episodes"][0]
+    assert summary["format_errors"] >= 1 and summary["token_issues"] == []
+    view = data.episode_view(corpus, "e0")
+    shown = [s["image"] for s in view["task"]["observation"] if "image" in s]
+    shown += [s["image"] for t in view["turns"] if t["observation"] for s in t["observation"] if "image" in s]
+    assert shown == corpus.episodes[0]["images"]
+    assert [t["text"] for t in view["turns"]] == output.extra_fields["turns"]
