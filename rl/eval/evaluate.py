@@ -31,6 +31,7 @@ from rl.data.rows import BAD_ROW_POLICIES, load_rows
 from rl.engine.rollout import EpisodeResult, run_episodes
 from rl.errors import UsageError
 from rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
+from rl.eval.r3g_report import r3g_summary
 from rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,7 @@ def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     from envs.kbvqa import KBVQAConfig
     from envs.kbvqa_demo import split_aids
 
-    if row["extra_info"]["env_id"] != "KBVQA-v0":
+    if row["extra_info"]["env_id"] not in ("KBVQA-v0", "KBVQA-Demo-v0"):
         return [], None  # the retriever ceiling is a KB-VQA metric (DocMemo rows have no candidate lists)
     kwargs, options = _json(row["extra_info"]["env_kwargs"]), _json(row["extra_info"]["env_options"])
     cfg = KBVQAConfig(**split_aids(kwargs)[1])  # the demo env's aids do not change what is served
@@ -165,6 +166,8 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
         "avg_turns": float(np.mean([r.turns for r in records])),
         "format_error_rate": sum(r.format_errors for r in records) / max(1, turns),
         "answered": float(np.mean([r.answer is not None for r in records])),
+        # R3G rows: accuracy and Recall@1/3/5 overall and per scenario (None for other envs' rows).
+        "r3g": r3g_summary([(json.loads(r.episode)["events"], r.correct) for r in records]),
     }
 
 

@@ -71,3 +71,14 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
                  for g, row in groups.items()]  # fmt: skip
         parts.append(f"## {name}\n\n{header}\n" + "\n".join(lines))
     return "\n\n".join(parts) + "\n"
+
+
+def r3g_summary(episodes: list[tuple[list[dict[str, Any]], float]]) -> dict[str, Any] | None:
+    """``summarize`` over the R3G episodes among (events, outcome) pairs, scenario from each ``r3g_task``
+    event; None when none is an R3G episode (``ragym eval`` adds it per data source)."""
+    scored = [
+        EpisodeScore(events, correct, task[0]["scenario"])
+        for events, correct in episodes
+        if (task := [e for e in events if e["type"] == "r3g_task"])
+    ]
+    return summarize(scored) if scored else None

@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rl.eval.r3g_report import markdown as r3g_markdown
+
 COLUMNS = (
     ("accuracy", "Acc."),
     ("ident", "Ident."),
@@ -45,6 +47,9 @@ def markdown(metrics: dict[str, Any]) -> str:
         )
         lines.append(f"- {name}: accuracy = {row['accuracy_aggregation']}, pool = {row['pool_size']}; "
                      f"by split: {splits}")  # fmt: skip
+    r3g = {name: row["r3g"] for name, row in metrics["by_source"].items() if row.get("r3g")}
+    if r3g:  # R3G rows: the paper's accuracy and Recall@1/3/5 per scenario
+        lines += ["", r3g_markdown(r3g)]
     return "\n".join(lines) + "\n"
 
 
