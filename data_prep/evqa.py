@@ -92,6 +92,8 @@ def _samples(
             raise RowError("malformed_wikipedia_url", f"{name}: a 2_hop row needs two URLs, got {len(urls)}")
         if qtype != "2_hop" and len(urls) != 1:
             raise RowError("malformed_wikipedia_url", f"{name}: expected one URL, got {len(urls)}")
+        if row.get("dataset_name") not in ("landmarks", "inaturalist"):
+            raise RowError("unknown_dataset_name", f"{name}: dataset_name {row.get('dataset_name')!r}")
     except RowError as err:
         for _ in range(max(1, len(ids))):
             report.reject(split, err.reason, str(err))

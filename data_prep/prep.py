@@ -2,7 +2,7 @@
 
     ragym prep infoseek|evqa|mmhops --raw DIR --out DIR [--limit N] [--image-encoder JSON] [--text-encoder JSON]
     ragym prep mix --out DIR infoseek=65000 evqa=67000 mmhops=17000 [--root DIR] [--seed S]
-    ragym prep kb-images infoseek|evqa|mmhops --raw DIR [--out DIR] [--workers N]
+    ragym prep kb-images infoseek|evqa --raw DIR [--out DIR] [--workers N]   (MMhops-KB lists no URLs)
     ragym prep mragbench --raw DIR --out DIR [--limit N] [--corpus DIR]   (R3G task folder, see data_prep.mragbench)
     ragym prep bright --raw DIR --task biology --out DIR [--long] [--qrels FILE]   (MEMORA-v0, data_prep.bright)
     ragym prep mm-bright --raw DIR --domain academia --task 1|2 --out DIR [--descriptions FILE]

@@ -195,6 +195,7 @@ def write_evqa(raw: Path) -> dict[str, dict[str, int]]:
         _evqa_row("train", "Q?", "x", "", "landmarks", "automatic", u[0]),  # missing_image_id
         _evqa_row("train", "Q?", "x", "ffffffffffffffff", "landmarks", "automatic", u[0]),  # missing_image
         _evqa_row("train", "Q?", "x", ids[0], "landmarks", "automatic", WIKI + "Not_in_kb"),  # not in KB
+        _evqa_row("train", "Q?", "x", ids[0], "gldv3", "automatic", u[0]),  # unknown_dataset_name
     ]
     test = [
         _evqa_row(
@@ -222,6 +223,7 @@ def write_evqa(raw: Path) -> dict[str, dict[str, int]]:
             "missing_image_id": 1,
             "missing_image": 1,
             "gold_entity_not_in_kb": 1,
+            "unknown_dataset_name": 1,
         },  # fmt: skip
     }
 

@@ -93,7 +93,7 @@ def test_infoseek_variants(prepared) -> None:
 
 def test_evqa_pairs_two_hop_and_multi_answer(prepared) -> None:
     kb, report, _ = prepared["evqa"]
-    assert report["rows_in"]["train"] == 10  # nine CSV rows, the first with two image ids
+    assert report["rows_in"]["train"] == 11  # ten CSV rows, the first with two image ids
     rows = _rows(kb, "train")
     entities = load_kb(kb).entities.set_index("entity_id")
     first = [r for _, r in rows.iterrows() if r["extra_info"]["sample_id"].startswith("evqa_train_2_")]
