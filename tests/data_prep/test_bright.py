@@ -18,8 +18,8 @@ from tests.data_prep.bright_fixtures import write_bright, write_mm_bright
 SHARED_QRELS = Path(__file__).resolve().parents[3] / "shared" / "data" / "bright_qrels"
 
 
-def rows(out: Path) -> list[dict]:
-    frame = pd.read_parquet(out / "data" / "test.parquet")
+def rows(out: Path, split: str = "test") -> list[dict]:
+    frame = pd.read_parquet(out / "data" / f"{split}.parquet")
     return [{**r, "extra_info": dict(r["extra_info"])} for r in frame.to_dict("records")]
 
 
@@ -55,11 +55,14 @@ def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
             str(out),
             "--limit",
             "2",
+            "--split",
+            "train",
             "--memory-dir",
             str(tmp_path / "mem"),
         ]
     )
-    row = rows(out)[1]
+    row = rows(out, "train")[1]
+    assert row["extra_info"]["split"] == "train"
     env = make_env(row["extra_info"]["env_id"], **json.loads(row["extra_info"]["env_kwargs"]))
     _, info = env.reset(options=json.loads(row["extra_info"]["env_options"]))
     assert "moth_lamps/Lamp_2.txt" not in events_of(info["events"], "first_stage")[0]["ranking"]
