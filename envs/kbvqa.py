@@ -85,6 +85,17 @@ class KBVQAConfig:
     max_image_side: int = 4096
     """Upper bound of an image side in the observation space."""
 
+    def __post_init__(self) -> None:
+        # Settings that make no episode possible are refused here, naming the field, before any work starts.
+        minimum = {"candidates_per_batch": 1, "max_rejections": 0, "max_turns": 1, "text_top_k": 1,
+                   "max_text_queries": 1, "retrieval_retries": 0, "max_turn_chars": 1}  # fmt: skip
+        for name, least in minimum.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"KBVQAConfig.{name} must be an int >= {least}, got {value!r}")
+        if not self.retrieval_timeout_s > 0:
+            raise ValueError(f"KBVQAConfig.retrieval_timeout_s must be > 0, got {self.retrieval_timeout_s!r}")
+
 
 class KBVQAEnv(gymnasium.Env):
     """The KB-VQA agent environment; action = the policy's raw turn text, obs = {"text", "images"}."""

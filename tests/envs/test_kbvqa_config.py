@@ -1,0 +1,22 @@
+"""Env settings that make no sense are refused at construction, naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from envs.kbvqa import KBVQAConfig
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("candidates_per_batch", 0), ("max_turns", 0), ("max_rejections", -1), ("text_top_k", 0),
+     ("max_text_queries", 0), ("max_turns", 2.5), ("retrieval_timeout_s", 0.0)],
+)  # fmt: skip
+def test_nonsense_settings_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"KBVQAConfig.{field} must be"):
+        KBVQAConfig(**{field: value})
+
+
+def test_the_papers_settings_and_the_least_ones_are_accepted():
+    KBVQAConfig()
+    KBVQAConfig(candidates_per_batch=1, max_rejections=0, max_turns=1, text_top_k=1, max_text_queries=1)
