@@ -72,6 +72,14 @@ def test_every_constructor_makes_a_registered_kind() -> None:
         ev.candidates(-1, 0, "q", 1.0, [1], [0.9], [0.5, 0.5]), ev.selected(0, 0, [1], [1]),
         ev.evidence(0, 0, [1], [0.5], [1]), ev.feedback(1, 0, "q", "n", [1], []), ev.beliefs(1, 0, [0.6]),
         ev.docmemo_answer(2, "Not answerable", True, 1), ev.retrieval_error(0, "bm25", "timeout", "no answer"),
+        # R3G-v0
+        ev.r3g_task(["g"], "Angle", 2, 1, "fused", True), ev.plan(0, "cues"),
+        ev.coarse_retrieval(1, ["g", "h"], [0.9, 0.8], [0.9, 0.8], ["g"]), ev.judge_error(2, None, "no_line"),
+        ev.evidence_selected(2, ["g", "h"], [0.9, 0.8], [0.5, None], [0.7, 0.8], [0], ["g"], "fused"),
+        # MEMORA-v0 (every field is checked in tests/envs/test_memora_events.py)
+        ev.memory_read("d", 0, [], []), ev.first_stage(None, ["a"], [1.0]), ev.decompose(0, ["f"], [1.0], [1.0], [[0, 0]]),
+        ev.subquery(1, 1, "t", ["a"], [], 1), ev.factor_evidence(2, 1, ["a"], [0.5], ["s"]), ev.verdict(3, ["a"]),
+        ev.final_ranking(4, ["a"], [0.1], 10, False, 0.1, 0.0), ev.memory_write(4, "d", False, "no_qrels", None, None, []),
     ]  # fmt: skip
     assert {e["type"] for e in made} == ev.EVENT_KINDS
     assert ev.search_text(0, ["q"], ["p1", "p2"])["num_passages"] == 2
