@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from rewards.rubric import Rubric
+from rl.eval.evaluate import EvalConfig
 from rl.recipe.check import check_recipe, uncommented_knobs, unknown_keys
 from rl.recipe.compose import RECIPES_DIR
 
@@ -78,9 +80,16 @@ def test_paper_recipes_hold_the_papers_settings(name: str) -> None:
     assert rollout.name == "vllm" and actor.strategy.startswith("fsdp")
     assert rollout.agent.default_agent_loop == "ragym_env"
     assert "wandb" in config.trainer.logger
-    terms = config.reward.custom_reward_function.reward_kwargs.recipe.terms
-    assert terms.verification.params.delta == pytest.approx(0.2)
-    assert terms.verification.params.rej_max == 2
+    # One reward recipe for every KB-VQA recipe: the file, read as the verl seam reads it.
+    reward_recipe = Path(config.reward.custom_reward_function.reward_kwargs.recipe_path)
+    assert reward_recipe.resolve() == (RECIPES_DIR / "rewards" / "mmagent_r2.yaml").resolve()
+
+
+def test_the_paper_reward_recipe_scores_time_like_eval_and_reads_rej_max_from_episodes() -> None:
+    terms = yaml.safe_load((RECIPES_DIR / "rewards" / "mmagent_r2.yaml").read_text())["terms"]
+    assert terms["outcome"]["params"]["time_year_tolerance"] == PAPER_TIME_YEAR_TOLERANCE == 1
+    assert EvalConfig().time_year_tolerance == PAPER_TIME_YEAR_TOLERANCE
+    assert terms["verification"]["params"] == {"delta": 0.2, "rej_max": None}
 
 
 def test_cluster_recipes_point_at_files_that_exist_in_the_repository() -> None:
