@@ -197,7 +197,7 @@ def run_demo(
     if not before_path.exists():  # a resumed demo keeps the evaluation of the warm-start policy
         before_path.write_text(json.dumps(trainer.evaluate()))
     before = json.loads(before_path.read_text())
-    history = trainer.fit()
+    trainer.fit()
     # Recorded like an exported model, so ``ragym eval --model DIR/checkpoint`` finds its recipe.
     record_export(out / "checkpoint", Path(cfg.output_dir) / f"global_step_{trainer.step}", "local",
                   trainer.step, recipe, OmegaConf.to_container(config, resolve=True))  # fmt: skip
