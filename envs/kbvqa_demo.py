@@ -7,6 +7,9 @@ trained on CPU for minutes cannot. The demo therefore states, in text, what that
   the right Rerank is the candidate whose code equals the query's, Reject is right when none does.
 - ``visual_check``: every batch ends with ``Visual check: X matches the query image.`` (or that none does),
   X being the candidate as Rerank takes it. The policy still has to act on it, then search and answer.
+- ``visual_check_accuracy``: below 1 the check errs (misses the match, names a wrong candidate, or a
+  false one) on a share of batches, deterministically per episode, so confirming, rejecting and paging to
+  the next batch trade off and the reward's delta matters.
 - ``rerank_by_index``: Rerank may name a candidate by its number in the batch (``1`` or ``[1]``): with K=1
   the demo's Rerank is one constant token, so its decision is Rerank-or-Reject.
 
@@ -16,8 +19,11 @@ policy reads (three text hooks) and which Rerank arguments resolve.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, fields
 from typing import Any
+
+import numpy as np
 
 from envs import kbvqa_prompts as prompts
 from envs.kbvqa import KBVQAConfig, KBVQAEnv
@@ -41,6 +47,19 @@ class DemoAids:
     visual_check: bool = False
     """End every batch with the env's visual check: the candidate sharing the query's signature (its number
     with ``rerank_by_index``, else its name), or that none does. Needs a KB with signatures."""
+    visual_check_accuracy: float = 1.0
+    """Probability that the visual check tells the truth about a batch. Otherwise it errs as a VLM's
+    comparison would: on a batch holding the match it misses it (or, with K > 1, names another candidate
+    half the time); on a batch without it, it names a random candidate. 1.0 is an oracle check."""
+    visual_check_seed: int = 0
+    """Seed of the check's errors. Each error is drawn from this seed and the batch's content (question,
+    query image, offset, candidates), so it is deterministic per episode, and the G episodes of a GRPO
+    group see the same check, as they would from a deterministic VLM."""
+
+    def __post_init__(self) -> None:
+        accuracy = self.visual_check_accuracy
+        if isinstance(accuracy, bool) or not isinstance(accuracy, (int, float)) or not 0 <= accuracy <= 1:
+            raise ValueError(f"DemoAids.visual_check_accuracy must be a number in [0, 1], got {accuracy!r}")
 
 
 AID_FIELDS = tuple(f.name for f in fields(DemoAids))
@@ -93,6 +112,10 @@ class KBVQADemoEnv(KBVQAEnv):
         number = next(
             (i for i, h in enumerate(hits, 1) if query and h.payload.get("signature") == query), None
         )
+        if self.aids.visual_check_accuracy < 1 and hits:
+            key = f"{self.state.question}|{image}|{offset}|{'|'.join(h.docid for h in hits)}"
+            draws = np.random.default_rng([self.aids.visual_check_seed, zlib.crc32(key.encode())]).random(3)
+            number = faulty_check(number, len(hits), self.aids.visual_check_accuracy, draws)
         return f"{text}\n{visual_check_text(None if number is None else self._argument(hits, number))}"
 
     def _argument(self, hits: list[Any], number: int) -> str:
@@ -104,6 +127,28 @@ class KBVQADemoEnv(KBVQAEnv):
         if entity is None and self.aids.rerank_by_index:
             entity = entity_numbered(batch, argument)
         return entity
+
+
+def faulty_check(true_number: int | None, num_candidates: int, accuracy: float, draws: Any) -> int | None:
+    """The candidate number a check of ``accuracy`` names, given the true match and three uniform ``draws``.
+
+    ``draws[0] < accuracy``: the truth. Else, with the match in the batch: another candidate when
+    ``draws[1] < 0.5`` and there is one (picked by ``draws[2]``), a miss (None) otherwise; without it: a
+    false match, the candidate picked by ``draws[2]``.
+
+    >>> faulty_check(2, 3, 0.8, [0.1, 0.9, 0.0]), faulty_check(2, 3, 0.8, [0.9, 0.9, 0.0])
+    (2, None)
+    >>> faulty_check(None, 3, 0.8, [0.9, 0.0, 0.5]), faulty_check(1, 1, 0.0, [0.5, 0.0, 0.0])
+    (2, None)
+    """
+    if draws[0] < accuracy:
+        return true_number
+    if true_number is None:
+        return 1 + min(int(draws[2] * num_candidates), num_candidates - 1)
+    others = [i for i in range(1, num_candidates + 1) if i != true_number]
+    if others and draws[1] < 0.5:
+        return others[min(int(draws[2] * len(others)), len(others) - 1)]
+    return None
 
 
 def entity_numbered(batch: Batch, number: str) -> str | None:

@@ -112,7 +112,7 @@ KBVQA_ACTION_KINDS = ("search_image", "search_text", "rerank", "reject", "answer
 @register_metrics("KBVQA-v0", action_kinds=KBVQA_ACTION_KINDS)
 def kbvqa_metrics(events: list[Event]) -> Metrics:
     """Ident. (MMAgent-R² 4.2.2: 1 only when every query image's confirmed entity is its gold entity),
-    the share of images identified, rejections, verification accuracy, boundary prompts and searches.
+    the share of images identified, rejections (and needless ones), verification accuracy, boundary prompts and searches.
 
     An image's confirmed entity is its last Rerank; correctness is recomputed from gold and candidates.
     """
@@ -133,6 +133,10 @@ def kbvqa_metrics(events: list[Event]) -> Metrics:
         "ident_acc": float(all(matched)) if has_gold else None,
         "ident_image_share": sum(matched) / len(matched) if has_gold else None,
         "rejections": float(sum(v["decision"] == "reject" for v in verifications)),
+        # Table 8's cost of a large delta: Reject() of a batch that held the gold entity.
+        "needless_rejections": float(
+            sum(v["decision"] == "reject" and v["gold_entity"] in v["candidates"] for v in verifications)
+        ),
         "verification_acc": sum(right) / len(right) if right else None,
         "boundaries": float(len(events_of(events, "boundary"))),
         "searches": float(len(events_of(events, "search_image")) + len(events_of(events, "search_text"))),

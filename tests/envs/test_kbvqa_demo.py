@@ -12,7 +12,7 @@ import pytest
 import envs
 from envs.events import events_of
 from envs.kbvqa_actions import Reject, Rerank, SearchImage, format_action
-from envs.kbvqa_demo import DemoAids, KBVQADemoEnv
+from envs.kbvqa_demo import DemoAids, KBVQADemoEnv, faulty_check
 
 SEARCH1 = format_action(SearchImage(1))
 REJECT = format_action(Reject())
@@ -121,3 +121,58 @@ def test_aids_come_as_one_object_or_as_keywords(tiny_kb: Path) -> None:
     assert env.aids == DemoAids(visual_check=True) and env.config.kb_dir == str(tiny_kb)
     with pytest.raises(TypeError, match="not both"):
         KBVQADemoEnv(aids=DemoAids(), visual_check=True, kb_dir=str(tiny_kb))
+
+
+FAULTY_CASES = [
+    # (name, true number, K, accuracy, draws, named number)
+    ("truthful draw keeps the match", 2, 3, 0.7, [0.69, 0.0, 0.0], 2),
+    ("truthful draw keeps 'none'", None, 3, 0.7, [0.0, 0.0, 0.0], None),
+    ("error on a match, K=3: a wrong candidate", 2, 3, 0.7, [0.7, 0.2, 0.0], 1),
+    ("error on a match, K=3: the last other one", 1, 3, 0.7, [0.7, 0.2, 0.99], 3),
+    ("error on a match, K=3: a miss", 2, 3, 0.7, [0.9, 0.5, 0.0], None),
+    ("error on a match, K=1: always a miss", 1, 1, 0.7, [0.9, 0.0, 0.0], None),
+    ("error without a match: a false match", None, 3, 0.7, [0.9, 0.9, 0.5], 2),
+    ("error without a match, K=1: the only candidate", None, 1, 0.0, [0.0, 0.0, 0.99], 1),
+    ("accuracy 1 never errs", None, 3, 1.0, [0.999, 0.0, 0.0], None),
+]
+
+
+@pytest.mark.parametrize(("true", "k", "accuracy", "draws", "named"), [c[1:] for c in FAULTY_CASES],
+                         ids=[c[0] for c in FAULTY_CASES])  # fmt: skip
+def test_faulty_check_names_wrong_candidates_and_misses(true, k, accuracy, draws, named) -> None:
+    assert faulty_check(true, k, accuracy, draws) == named
+
+
+def _check_lines(kb: Path, **aids) -> list[tuple[bool, str]]:
+    """(gold in batch, visual-check line) for every batch of the first single-image rows."""
+    env = demo_env(kb, candidates_per_batch=1, rerank_by_index=True, visual_check=True, **aids)
+    lines = []
+    for options in single_rows(kb)[:20]:
+        env.reset(options=options)
+        obs, *_ = env.step(SEARCH1)
+        while "Candidates for" in obs["text"]:
+            lines.append((env.state.active_batch().gold_in_batch, obs["text"].splitlines()[-1]))
+            obs, *_ = env.step(REJECT)
+    return lines
+
+
+def test_imperfect_visual_check_errs_both_ways_deterministically_per_seed(tiny_kb: Path) -> None:
+    truth = _check_lines(tiny_kb)
+    noisy = _check_lines(tiny_kb, visual_check_accuracy=0.5, visual_check_seed=3)
+    assert [g for g, _ in truth] == [g for g, _ in noisy]  # the same batches are served
+    right = "Visual check: [1] matches the query image."
+    assert all((line == right) == gold for gold, line in truth)
+    misses = sum(gold and line != right for gold, line in noisy)
+    false_matches = sum(not gold and line == right for gold, line in noisy)
+    assert misses and false_matches  # both kinds of error happen at accuracy 0.5
+    assert misses + false_matches < len(noisy)  # and not every check errs
+    assert (
+        _check_lines(tiny_kb, visual_check_accuracy=0.5, visual_check_seed=3) == noisy
+    )  # same episode, same check
+    assert _check_lines(tiny_kb, visual_check_accuracy=0.5, visual_check_seed=4) != noisy  # the seed matters
+
+
+@pytest.mark.parametrize("accuracy", [-0.1, 1.5, True, "0.9"])
+def test_visual_check_accuracy_outside_0_1_is_refused(tiny_kb: Path, accuracy) -> None:
+    with pytest.raises(ValueError, match="visual_check_accuracy"):
+        demo_env(tiny_kb, visual_check=True, visual_check_accuracy=accuracy)

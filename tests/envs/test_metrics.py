@@ -56,9 +56,25 @@ def test_kbvqa_counts() -> None:
         "turns": 6.0, "format_errors": 1.0, "protocol_violations": 1.0, "truncated": 0.0, "answered": 1.0,
         "actions/search_image": 2.0, "actions/search_text": 0.0, "actions/rerank": 1.0, "actions/reject": 1.0,
         "actions/answer": 1.0, "actions/invalid": 1.0, "ident_acc": 0.0, "ident_image_share": 0.0,
-        "rejections": 1.0, "verification_acc": 0.5, "boundaries": 1.0, "searches": 2.0,
+        "rejections": 1.0, "needless_rejections": 0.0, "verification_acc": 0.5, "boundaries": 1.0,
+        "searches": 2.0,
     }  # fmt: skip
     assert metrics == expected
+
+
+@pytest.mark.parametrize(
+    ("golds", "decisions", "needless"),
+    [
+        (["e9"], [(1, None), (1, None)], 0.0),  # gold in no batch: both rejections right
+        (["e1"], [(1, None), (1, "e1")], 1.0),  # gold e1 was in the rejected batch
+        (["e2"], [(1, None), (1, None)], 2.0),
+        (["e1"], [(1, "e2")], 0.0),  # a wrong Rerank is not a rejection
+    ],
+)
+def test_kbvqa_needless_rejections_count_rejected_batches_that_held_the_gold(
+    golds, decisions, needless
+) -> None:
+    assert episode_metrics("KBVQA-v0", _kbvqa(golds, *decisions))["needless_rejections"] == needless
 
 
 def test_turns_count_a_turn_the_agent_loop_cut() -> None:
