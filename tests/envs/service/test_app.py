@@ -25,12 +25,12 @@ def kb_url(tiny_kb: Path):
         yield url
 
 
-def _wait_ready(url: str, timeout_s: float = 30.0) -> bool:
+def _wait_ready(url: str, timeout_s: float = 30.0, name: str = "image") -> bool:
     import time
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if ServiceRetriever(url, "image").ready():
+        if ServiceRetriever(url, name).ready():
             return True
         time.sleep(0.05)
     return False
@@ -113,3 +113,46 @@ def _wait_ready_with(url: str, token: str) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def _post(url: str, path: str, body: bytes) -> tuple[int, dict]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def test_single_search_route_and_malformed_bodies(kb_url: str, tiny_kb: Path) -> None:
+    status, body = _post(
+        kb_url, "/search", json.dumps({"retriever": "bm25", "query": "first recorded", "k": 2}).encode()
+    )
+    local = load_kb(tiny_kb).text_retriever("bm25").search("first recorded", 2)
+    assert status == 200 and [h["docid"] for h in body["hits"]] == [h.docid for h in local]
+    assert _post(kb_url, "/search", b"{not json")[0] == 400
+    assert (
+        _post(kb_url, "/batch_search", json.dumps({"retriever": "bm25", "queries": "x", "k": 2}).encode())[0]
+        == 422
+    )
+    too_many = json.dumps({"retriever": "bm25", "queries": ["x"] * 1025, "k": 1}).encode()
+    assert _post(kb_url, "/batch_search", too_many)[0] == 413
+    assert _post(kb_url, "/nowhere", b"{}")[0] == 404
+
+
+@pytest.mark.slow  # loads all-MiniLM-L6-v2 (shared with the DocMemo tests when they run in the same session)
+def test_docmemo_page_search_is_served_per_document(tmp_path: Path) -> None:
+
+    from envs.doc_store import DocStore, save_store
+    from envs.page_retrieval import PageRetriever, TextPageEncoder
+
+    encoder = TextPageEncoder()
+    texts = ("Revenue by region grew.", "Northern shipments fell.", "Board members.", "Outlook for 2027.")
+    store = DocStore("report.pdf", texts, texts, ("text",) * 4, encoder.encode_queries(texts), encoder.name)
+    save_store(store, tmp_path / "docs" / "report", dpi=72)
+    app = RetrievalApp(lambda: load_catalog(CatalogSpec(doc_store_root=str(tmp_path / "docs"))))
+    with running(app) as url:
+        assert _wait_ready(url, name="pages/report")
+        queries = ["revenue by region", "shipments of the northern division"]
+        remote = ServiceRetriever(url, "pages/report").batch_search(queries, 4)
+    assert ids(remote) == ids(PageRetriever(store, encoder).batch_search(queries, 4))
+    assert remote[0][0].docid == "1"  # pages are 1-based docids
