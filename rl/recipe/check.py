@@ -28,6 +28,8 @@ RAGYM_KEYS = (
     "ragym.demo.kb_preset",
     "ragym.demo.arch",
     "ragym.demo.kb_corpus_repeats",
+    "ragym.r3g_demo.preset",
+    "ragym.r3g_demo.corpus_repeats",
 )
 """ragym's own top-level section, which verl never reads: local-engine knobs and the CPU demo's."""
 RAGYM_SECTIONS = {
@@ -35,6 +37,8 @@ RAGYM_SECTIONS = {
     "ragym.engine": ("rl.engine.config", "EngineConfig"),
     "ragym.demo.policy": ("rl.tiny.policy", "TinyPolicyConfig"),
     "ragym.demo.warm_start": ("rl.demo.warm_start", "WarmStartConfig"),
+    "ragym.r3g_demo.policy": ("rl.tiny.policy", "TinyPolicyConfig"),
+    "ragym.r3g_demo.warm_start": ("rl.demo.warm_start", "WarmStartConfig"),
 }
 """ragym sections read as a whole into a config dataclass: their keys are that dataclass's fields."""
 
