@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from collections.abc import Callable
 
-# name -> (module exposing ``main(argv: list[str]) -> int``, one-line help). Modules import lazily so
-# ``ragym --help`` stays fast and one broken optional dependency cannot break every command.
+# name -> ("module" or "module:function", one-line help); the function (default ``main``) takes the argv
+# after the command name and returns the exit status. Modules import lazily so ``ragym --help`` stays fast
+# and one broken optional dependency cannot break every command.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "rl.demo.run",
@@ -17,8 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tiny-policy": ("rl.tiny.policy", "build a tiny Qwen2.5-VL / Qwen3-VL policy from config"),
     "train": ("rl.engine.main", "run the local GRPO engine on a recipe"),
     "score": ("rewards.cli", "score saved episodes with a reward recipe and print the breakdown"),
-    "submit": ("rl.cluster.submit", "submit a GRPO job to a Ray cluster with `ray job submit`"),
-    "jobs": ("rl.cluster.submit", "list, tail or stop Ray jobs"),
+    "submit": ("rl.cluster.submit:submit_main", "submit a GRPO job to a Ray cluster with `ray job submit`"),
+    "jobs": ("rl.cluster.submit:jobs_main", "list, tail or stop Ray jobs"),
     "export": (
         "rl.export",
         "export a verl FSDP or local-engine checkpoint to a Hugging Face model directory",
@@ -35,8 +37,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "train-retriever": ("rl.retriever.cli", "train the MEMORA-R dense retriever from a recipe"),
     "view": ("rl.view.cli", "browse episodes turn by turn (images, events, rewards, tokens) on 127.0.0.1"),
-    "serve": ("envs.service.serve", "serve a KB's retrievers over HTTP (batched, cached; 127.0.0.1 by default)"),
+    "serve": (
+        "envs.service.serve",
+        "serve a KB's retrievers over HTTP (batched, cached; 127.0.0.1 by default)",
+    ),
 }
+
+
+def command_main(name: str) -> Callable[[list[str]], int]:
+    """The function that runs ``ragym NAME`` (imports its module)."""
+    module, _, function = COMMANDS[name][0].partition(":")
+    return getattr(importlib.import_module(module), function or "main")
 
 
 def _usage() -> str:
@@ -87,11 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ragym: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     try:
-        module = importlib.import_module(COMMANDS[name][0])
-        # Modules that serve two commands (submit/jobs) receive the command name first.
-        if getattr(module, "MULTI_COMMAND", False):
-            return int(module.main([name, *rest]) or 0)
-        return int(module.main(rest) or 0)
+        return int(command_main(name)(rest) or 0)
     except Exception as err:
         message = None if debug else user_error(err)
         if message is None:
