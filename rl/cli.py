@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "envs.service.serve",
         "serve a KB's retrievers over HTTP (batched, cached; 127.0.0.1 by default)",
     ),
+    "ablate": ("rl.ablate.cli", "the papers' ablation tables in miniature: a grid of demo variants x seeds"),
 }
 
 
