@@ -36,6 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "CPU demo: fine-tune MEMORA-R on Skeptics pairs, before/after nDCG@10",
     ),
     "train-retriever": ("rl.retriever.cli", "train the MEMORA-R dense retriever from a recipe"),
+    "memora-baseline": (
+        "rl.eval.memora_baseline",
+        "MEMORA's fixed pipeline (scripted or OpenAI-compatible LLM) on MEMORA-v0 rows: nDCG@10 vs first stage",
+    ),
     "view": ("rl.view.cli", "browse episodes turn by turn (images, events, rewards, tokens) on 127.0.0.1"),
     "serve": (
         "envs.service.serve",
