@@ -28,9 +28,6 @@ from omegaconf import OmegaConf
 from rl.recipe.check import check_recipe
 from rl.recipe.compose import resolve_recipe_path, validate_recipe
 
-MULTI_COMMAND = True
-"""rl.cli passes the command name (``submit`` or ``jobs``) as argv[0]."""
-
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository: shipped as the job's working directory."""
 
@@ -311,13 +308,3 @@ def format_jobs(jobs: list[Any]) -> str:
     return "\n".join(
         "  ".join([*(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)), row[3]]) for row in rows
     )
-
-
-def main(argv: list[str]) -> int:
-    """Dispatch ``submit ...`` or ``jobs ...`` (rl.cli passes the command name first)."""
-    command, rest = argv[0], argv[1:]
-    if command == "submit":
-        return submit_main(rest)
-    if command == "jobs":
-        return jobs_main(rest)
-    raise ValueError(f"rl.cluster.submit serves 'submit' and 'jobs', not {command!r}")

@@ -123,12 +123,12 @@ def test_commands_drive_the_job_client(
 ) -> None:
     client = FakeClient()
     monkeypatch.setattr(submit, "_client", lambda address: client)
-    assert submit.main(["submit", SMOKE, "--submission-id", "s1", "trainer.total_training_steps=2"]) == 0
+    assert submit.submit_main([SMOKE, "--submission-id", "s1", "trainer.total_training_steps=2"]) == 0
     kind, kwargs = client.calls[0]
     assert kind == "submit" and kwargs["submission_id"] == "s1"
     assert kwargs["entrypoint"].endswith("trainer.total_training_steps=2")
-    assert submit.main(["jobs", "stop", "s1"]) == 0 and client.calls[-1] == ("stop", "s1")
-    assert submit.main(["jobs", "logs", "s1"]) == 0
+    assert submit.jobs_main(["stop", "s1"]) == 0 and client.calls[-1] == ("stop", "s1")
+    assert submit.jobs_main(["logs", "s1"]) == 0
     assert "logs of s1" in capsys.readouterr().out
 
 
@@ -166,7 +166,6 @@ def test_with_retrieval_deploys_the_service_first_and_points_the_envs_at_it() ->
 
 def test_with_retrieval_on_the_command_line(capsys: pytest.CaptureFixture) -> None:
     argv = [
-        "submit",
         "kbvqa_qwen2_5_vl_7b",
         "--with-retrieval",
         "/kb",
@@ -174,7 +173,7 @@ def test_with_retrieval_on_the_command_line(capsys: pytest.CaptureFixture) -> No
         "2",
         "--dry-run",
     ]
-    assert submit.main(argv) == 0
+    assert submit.submit_main(argv) == 0
     printed = capsys.readouterr().out
     assert "envs.service.ray_serve --kb-dir /kb --replicas 2 --port 8000 &&" in printed
     assert "http://127.0.0.1:8000" in printed
