@@ -26,6 +26,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 
 pytestmark = [
     pytest.mark.browser,
+    pytest.mark.slow,  # a two-step GRPO run and an eval are built first (~40 s on 2 cores)
     pytest.mark.skipif(
         not CHROMIUM.exists(),
         reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)",
@@ -110,7 +111,9 @@ def eval_dir(tmp_path_factory, tiny_policy_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser():
+def browser(run_dir, eval_dir):
+    """Chromium under Playwright's sync API, started after the runs it shows: its event loop occupies this
+    thread, and the engine's rollouts need their own."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -218,7 +221,7 @@ REJECTED_GOLD = "verification correct=false decision=reject gold_in_batch=true"
 """The filter tag of a Reject of a batch that held the gold entity."""
 
 
-def test_rejected_gold_batches_are_two_clicks_away(eval_dir, browser):
+def test_rejected_gold_batches_are_two_clicks_away(eval_dir, browser, tmp_path):
     episodes = load(eval_dir).episodes
     expected = [e["id"] for e in episodes if any(
         v["type"] == "verification" and v["decision"] == "reject" and v["gold_in_batch"] for v in e["events"])]  # fmt: skip
@@ -238,7 +241,9 @@ def test_rejected_gold_batches_are_two_clicks_away(eval_dir, browser):
         assert page.locator(".obs img").evaluate_all(
             "imgs => imgs.every(i => i.complete && i.naturalWidth > 0)"
         )
-        page.screenshot(path=os.environ.get("RAGYM_VIEW_SCREENSHOT_EVAL", "/dev/null"), full_page=True)
+        page.screenshot(
+            path=os.environ.get("RAGYM_VIEW_SCREENSHOT_EVAL", str(tmp_path / "eval.png")), full_page=True
+        )
     finally:
         page.close()
         server.shutdown()
