@@ -65,9 +65,8 @@ def run(rows: list[dict[str, Any]], pipeline: MemoraPipeline, out: Path) -> dict
             if key not in envs_by_kwargs:
                 envs_by_kwargs[key] = make_env(row["env_id"], **row["env_kwargs"])
             info = pipeline.play(envs_by_kwargs[key], row["options"], seed=row["index"])
-            turns = [f"turn {e['turn']}" for e in info["events"] if e["type"] == "action"]
             episode = Episode(
-                row["data_source"], turns, info["events"], row["truth"], extra={"index": row["index"]}
+                row["data_source"], info["turns"], info["events"], row["truth"], extra={"index": row["index"]}
             )
             f.write(episode.to_json() + "\n")
             per_episode.append(episode_metrics(row["env_id"], info["events"]))

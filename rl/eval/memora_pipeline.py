@@ -94,21 +94,23 @@ class MemoraPipeline:
     def play(
         self, env: gymnasium.Env, options: dict[str, Any] | None = None, seed: int | None = None
     ) -> dict:
-        """Run one episode to its end; returns the last ``info`` (events included)."""
+        """Run one episode to its end; returns the last ``info`` plus ``info["turns"]``, the turn texts sent."""
         _, info = env.reset(seed=seed, options=options)
-        turns = self._turns(info["view"])
+        turns, sent = self._turns(info["view"]), []
         done = False
         try:
             turn = next(turns)
             while not done:
+                sent.append(turn)
                 _, _, terminated, truncated, info = env.step(turn)
                 done = terminated or truncated
                 if not done:
                     turn = turns.send(info["view"])
         except StopIteration:
             if not done:
+                sent.append(STOP_TURN)
                 _, _, _, _, info = env.step(STOP_TURN)
-        return info
+        return {**info, "turns": sent}
 
     def _turns(self, view: dict[str, Any]):
         """A generator of turns; each ``send`` gives it the view after the last turn."""

@@ -52,6 +52,7 @@ def test_pipeline_follows_the_paper_order_and_the_controller() -> None:
     kinds = [e["kind"] for e in events_of(info["events"], "action")]
     assert kinds[:7] == ["decompose"] + ["subquery"] * 3 + ["extract"] * 3
     assert kinds[-1] == "stop" and not events_of(info["events"], "protocol_violation")
+    assert len(info["turns"]) == len(kinds) and info["turns"][-1].endswith("<stop></stop>")
     # A controller that always stops skips the judge; one that never does judges once.
     eager = MemoraPipeline(ScriptedModel(facets=FACETS), PipelineConfig(stop_threshold=-1.0)).play(
         env, seed=1
