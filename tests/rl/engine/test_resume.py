@@ -91,3 +91,21 @@ def test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics(tiny_setup, tm
     assert resumed.step == 1
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
     resumed.close()
+
+
+def test_a_run_on_data_with_bad_rows_resumes(tiny_setup, tmp_path):  # noqa: F811
+    from tests.rl.data.bad_rows import with_bad_rows
+
+    kb, _ = tiny_setup
+    data = tmp_path / "rows.parquet"
+    with_bad_rows(kb / "data" / "train.parquet", data, num_good=4)
+    overrides = [*_overrides(tiny_setup, tmp_path / "run", steps=2), f"data.train_files={data}"]
+    trainer = build_trainer("kbvqa_tiny_cpu", overrides)
+    assert len(trainer.train_rows) == 4 and len(trainer.train_set.bad) == 3
+    trainer.fit(max_steps=1)
+    trainer.close()
+    resumed = build_trainer("kbvqa_tiny_cpu", overrides)
+    assert resumed.step == 1
+    resumed.fit()
+    resumed.close()
+    assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1, 2]
