@@ -105,18 +105,24 @@ class EpisodicMemory:
         self.frozen = frozen
         self.records: list[MemoryRecord] = []
         self._bags: list[Counter] = []
-        self._lines_read = 0
+        self._offset = 0  # bytes of the file already read
+        self._line_no = 0
         self.refresh()
 
     def refresh(self) -> None:
-        """Read records other writers appended to the file since the last read."""
+        """Read the records other writers appended since the last read (complete lines only: a line still
+        being written is read next time)."""
         if self.path is None or not self.path.exists():
             return
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        for number in range(self._lines_read, len(lines)):
-            if lines[number].strip():
-                self._add(MemoryRecord.from_json(lines[number], f"{self.path}:{number + 1}"))
-        self._lines_read = len(lines)
+        with self.path.open("rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        for line in data[:end].decode("utf-8").split("\n")[:-1]:
+            self._line_no += 1
+            if line.strip():
+                self._add(MemoryRecord.from_json(line, f"{self.path}:{self._line_no}"))
+        self._offset += end
 
     def _add(self, record: MemoryRecord) -> None:
         self.records.append(record)
@@ -126,13 +132,13 @@ class EpisodicMemory:
         """Store ``record`` (appended to the file when there is one); False when the memory is frozen."""
         if self.frozen:
             return False
-        if self.path is not None:
-            self.refresh()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self.path.open("a", encoding="utf-8") as f:  # one short append: atomic enough across writers
-                f.write(record.to_json() + "\n")
-            self._lines_read += 1
-        self._add(record)
+        if self.path is None:
+            self._add(record)
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("a", encoding="utf-8") as f:  # one short append per record
+            f.write(record.to_json() + "\n")
+        self.refresh()  # reads this record back, after any other writer's records appended before it
         return True
 
     def nearest(self, query: str, k: int) -> list[tuple[MemoryRecord, float]]:
