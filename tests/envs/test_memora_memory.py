@@ -69,3 +69,11 @@ def test_priors_by_hand() -> None:
 def test_outcomes_are_checked() -> None:
     with pytest.raises(ValueError, match="outcome"):
         FactorOutcome("f", 0.5, "great")
+
+
+@pytest.mark.parametrize("module", ["envs.memora_memory", "envs.memora_scoring"])
+def test_doctests(module: str) -> None:
+    import doctest
+    import importlib
+
+    assert doctest.testmod(importlib.import_module(module)).failed == 0
