@@ -107,6 +107,8 @@ class MemoraConfig(ScoreWeights):
     """Characters of each memory's query shown."""
     show_image: bool = True
     """Attach the query image (``image_path``) to the reset observation."""
+    describe_in_first_stage: bool = True
+    """The first stage searches with the query text plus its image description, when there is one."""
     image_max_side: int = 1024
     """Longer side of the query image."""
     max_turn_chars: int = 8192

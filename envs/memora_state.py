@@ -63,7 +63,10 @@ class EpisodeState:
         if opts.get("first_stage") is not None:
             run = [(str(d), float(s)) for d, s in opts["first_stage"]]
         else:
-            hits = collection.retriever.search(opts["query"], config.k0 + len(excluded))
+            text = opts["query"]
+            if config.describe_in_first_stage and opts.get("image_description"):
+                text = f"{text} {opts['image_description']}"  # section 3.3: R consumes t and (a description of) x
+            hits = collection.retriever.search(text, config.k0 + len(excluded))
             run = [(h.docid, h.score) for h in hits]
         run = [(d, s) for d, s in run if d not in excluded][: config.k0]
         missing = [d for d, _ in run if d not in collection.texts]

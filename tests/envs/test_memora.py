@@ -18,10 +18,10 @@ TEXTS = {"a": "alpha one", "b": "beta two", "c": "gamma three", "d": "delta four
 
 
 class FakeRetriever:
-    """First stage a > b > c > d; any query containing 'sub' returns e, a."""
+    """First stage a > b > c > d; a query containing 'sub' returns e, a; one containing 'diagram' d, c."""
 
     def search(self, query: str, k: int) -> list[Hit]:
-        order = ["e", "a"] if "sub" in query else ["a", "b", "c", "d"]
+        order = ["e", "a"] if "sub" in query else ["d", "c"] if "diagram" in query else ["a", "b", "c", "d"]
         return [Hit(d, 10.0 - i) for i, d in enumerate(order)][:k]
 
     def batch_search(self, queries: list[str], k: int) -> list[list[Hit]]:
@@ -192,3 +192,14 @@ def test_empty_first_stage_still_ends_with_an_empty_ranking() -> None:
     assert "top 0 of 0" in obs["text"]
     _, _, terminated, _, info = env.step(turn("<stop></stop>"))
     assert terminated and events_of(info["events"], "final_ranking")[0]["ranking"] == []
+
+
+def test_image_description_reaches_the_view_and_the_first_stage() -> None:
+    env = small_env()
+    obs, info = env.reset(options={"query": "q", "image_description": "a circuit diagram"})
+    assert "Query image description: a circuit diagram" in obs["text"] and obs["images"] == ()
+    assert events_of(info["events"], "first_stage")[0]["ranking"] == ["d", "c"]
+    _, info = small_env(describe_in_first_stage=False).reset(
+        options={"query": "q", "image_description": "diagram"}
+    )
+    assert events_of(info["events"], "first_stage")[0]["ranking"] == ["a", "b", "c", "d"]
