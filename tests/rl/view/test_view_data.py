@@ -14,7 +14,7 @@ import rl.agent_loop.loop
 from rl.agent_loop.loop import make_agent_loop
 from rl.engine.rollout import EpisodeResult
 from rl.models import load_processor
-from rl.view import data
+from rl.view import data, tokens
 from rl.view.cli import serve_in_thread
 from rl.view.site import Site
 from rl.view.trace import TraceConfig, TraceWriter
@@ -113,7 +113,7 @@ def test_resumed_writer_keeps_steps_up_to_its_checkpoint(trace_dir, processor, t
 def test_token_spans_show_masks_placeholders_and_advantages(trace_dir):
     corpus = data.load(trace_dir.parent)
     episode = corpus.episodes[0]
-    spans = data.token_spans(episode)
+    spans = tokens.token_spans(episode)
     generated = [t[0] for s in spans if s["kind"] == "gen" for t in s["tokens"]]
     assert generated == [
         i for i, m in zip(episode["response_ids"], episode["response_mask"], strict=True) if m
@@ -122,14 +122,14 @@ def test_token_spans_show_masks_placeholders_and_advantages(trace_dir):
     images = [s for s in spans if s["kind"] == "image"]
     assert len(images) == len(episode["images"]) == 3 and not any(s["bad"] for s in images)
     assert sum(s["count"] for s in images) == episode["token_text"].count("<|image_pad|>")
-    assert data.token_issues(episode) == []
+    assert tokens.token_issues(episode) == []
     # A placeholder with mask 1 (the bug the view exists to catch) is flagged.
     broken = dict(episode, response_mask=list(episode["response_mask"]))
     pad = next(
         i for i, t in enumerate(episode["token_text"][len(episode["prompt_ids"]) :]) if t == "<|image_pad|>"
     )
     broken["response_mask"][pad] = 1
-    assert data.token_issues(broken) == ["1 image placeholder runs with mask 1"]
+    assert tokens.token_issues(broken) == ["1 image placeholder runs with mask 1"]
 
 
 def test_episode_view_lays_out_turns_events_and_observations(trace_dir):
@@ -272,3 +272,18 @@ def test_every_registered_env_is_shown_from_its_events_and_observations(env_id, 
     shown += [s["image"] for t in view["turns"] if t["observation"] for s in t["observation"] if "image" in s]
     assert shown == corpus.episodes[0]["images"]
     assert [t["text"] for t in view["turns"]] == output.extra_fields["turns"]
+
+
+def test_bad_inputs_are_errors_naming_the_problem(processor, tmp_path):
+    from rl.view.trace import split_observations
+
+    with pytest.raises(ValueError, match="observations hold 1 images, the episode has 2"):
+        split_observations([{"text": "<image>", "num_images": 1}], ["a", "b"])
+    writer = TraceWriter(tmp_path / "traces", processor.tokenizer, TraceConfig())
+    with pytest.raises(ValueError, match="3 episodes do not split evenly over 2 rows"):
+        writer.record(1, "train", [_row(1), _row(2)], [object()] * 3)
+    (tmp_path / "traces" / "episodes.jsonl").write_text('{"step": 1}\nnot json\n')
+    with pytest.raises(ValueError, match=r"episodes.jsonl:2: not JSON"):
+        data.load(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        data.load(tmp_path / "nowhere")
