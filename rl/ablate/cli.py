@@ -1,0 +1,147 @@
+"""``ragym ablate NAME --out DIR [--seeds N] [--steps S] [key=value ...]``: a paper's ablation table in miniature.
+
+Runs every variant of the named grid over seeds 0..N-1, one (variant, seed) at a time, each into
+``DIR/runs/VARIANT/seed_S/`` ending with its ``result.json``; a re-run skips finished runs (and the demo
+engine resumes an interrupted one from its checkpoint). Then writes ``DIR/results.json`` (mean, std and
+per-seed values per variant and metric, directions per seed, the paper's claims checked) and
+``DIR/report.md`` with a plot. ``--list`` prints each variant's command and runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rl.ablate.grids import GRIDS, Grid, Variant, run_dir
+from rl.ablate.report import write_report
+from rl.ablate.stats import Runs, aggregate
+from rl.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+Runner = Callable[[Path, Variant, int, "int | None", list[str]], dict[str, Any]]
+"""(grid dir, variant, seed, steps, extra overrides) -> {"metrics": {...}, "wall_time_s": s}."""
+GRID_STATE = "grid.json"
+"""What a grid folder was run with; a re-run must match it to resume."""
+
+
+def runner_for(kind: str) -> Runner:
+    """The run function of a grid kind (imported lazily: the KB-VQA runner loads torch and verl)."""
+    if kind == "kbvqa":
+        from rl.ablate.kbvqa import run_kbvqa
+
+        return run_kbvqa
+    if kind == "docmemo":
+        from rl.ablate.docmemo import run_docmemo
+
+        return run_docmemo
+    if kind == "memora_r":
+        from rl.ablate.memora_r import run_memora_r
+
+        return run_memora_r
+    raise ValueError(f"no runner for grid kind {kind!r}")
+
+
+def check_grid_folder(out: Path, grid: Grid, steps: int | None, extra: list[str]) -> None:
+    """Record the grid's settings in a new folder; refuse to resume one run with other settings."""
+    state = {"grid": grid.name, "steps": steps, "overrides": extra}
+    path = out / GRID_STATE
+    if path.is_file():
+        before = json.loads(path.read_text())
+        if before != state:
+            raise UsageError(
+                f"{out} holds a grid run with {before}, not {state}; rerun with those or a new --out"
+            )
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(state, indent=1))
+
+
+def run_grid(
+    grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str], runner: Runner | None = None
+) -> dict[str, Any]:
+    """Every (variant, seed) not finished yet, then results.json and report.md; returns the results."""
+    check_grid_folder(out, grid, steps, extra)
+    run = runner or runner_for(grid.kind)
+    runs: Runs = {v.name: {} for v in grid.variants}
+    walls: dict[str, list[float]] = {v.name: [] for v in grid.variants}
+    for seed in seeds:  # seed-major: a killed grid has every variant at the same number of seeds
+        for variant in grid.variants:
+            path = run_dir(out, variant, seed) / "result.json"
+            if path.is_file():
+                logger.info("%s seed %d: finished before, skipped", variant.name, seed)
+            else:
+                result = run(out, variant, seed, steps, extra)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(result, indent=1))
+            result = json.loads(path.read_text())
+            runs[variant.name][seed] = result["metrics"]
+            walls[variant.name].append(result["wall_time_s"])
+    results = aggregate(grid, runs, seeds)
+    results["wall_time_s"] = {name: sum(w) for name, w in walls.items()}
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    write_report(out, grid, results)
+    return results
+
+
+def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str]) -> list[str]:
+    """One line per variant: its settings and, for KB-VQA grids, the ``ragym demo`` command of seed 0."""
+    lines = [f"grid {grid.name}: {grid.paper}"]
+    for variant in grid.variants:
+        lines.append(f"- {variant.name}: env {variant.env}, reward {variant.reward}, "
+                     f"options {variant.options}, overrides {list(variant.overrides)}")  # fmt: skip
+        if grid.kind == "kbvqa":
+            from rl.ablate.kbvqa import demo_command, variant_overrides
+
+            lines.append(
+                "    "
+                + demo_command(
+                    run_dir(out, variant, seeds[0]), seeds[0], steps, variant_overrides(out, variant, extra)
+                )
+            )
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    """``ragym ablate NAME --out DIR [--seeds N] [--steps S] [--list] [key=value ...]``."""
+    _register_optional_grids()
+    parser = argparse.ArgumentParser(prog="ragym ablate", description=__doc__.splitlines()[0])
+    parser.add_argument("name", choices=sorted(GRIDS), help="the grid to run")
+    parser.add_argument("--out", required=True, type=Path, help="output folder (re-running resumes in it)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per variant (default 3)")
+    parser.add_argument(
+        "--steps", type=int, help="GRPO steps (KB-VQA) or rounds budget; default: the recipe's"
+    )
+    parser.add_argument("--list", action="store_true", help="print every variant's settings and command only")
+    parser.add_argument("--only-seeds", help="comma-separated seeds to run now (split a grid across processes; "
+                        "a later call with --seeds N aggregates all)")  # fmt: skip
+    parser.add_argument("overrides", nargs="*", help="recipe overrides applied to every variant")
+    args = parser.parse_intermixed_args(argv)
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    grid, seeds, args.out = GRIDS[args.name], list(range(args.seeds)), args.out.resolve()
+    if args.only_seeds:
+        seeds = [int(s) for s in args.only_seeds.split(",")]
+    if args.list:
+        print("\n".join(list_commands(grid, args.out, seeds, args.steps, args.overrides)))
+        return 0
+    start = time.perf_counter()
+    results = run_grid(grid, args.out, seeds, args.steps, args.overrides)
+    for claim in results["claims"]:
+        print(f"{claim['claim']} ({claim['source']}): {claim['verdict']}")
+    print(f"{grid.name}: {len(grid.variants)} variants x {len(seeds)} seeds in {time.perf_counter() - start:.0f}s "
+          f"(this call); report: {args.out / 'report.md'}")  # fmt: skip
+    return 0
+
+
+def _register_optional_grids() -> None:
+    """Grids whose modules define them (imported here so ``--help`` lists them)."""
+    import importlib
+
+    for module in ("rl.ablate.docmemo", "rl.ablate.memora_r"):
+        importlib.import_module(module)

@@ -1,0 +1,132 @@
+"""The ``docmemo`` grid: DocMemo's Table 4 shape on the shared MMLongBench-Doc documents, cumulative
+evidence recall per round.
+
+No policy is trained: every variant runs the real ``DocMemo-v0`` page loop driven by the oracle feedback
+policy of ``benchmarks/docmemo_recall.py`` (it selects the candidates it has not read, then marks the gold
+pages it was shown useful and the rest irrelevant). What the ablation removes is the memory:
+- ``no_belief_update``: no feedback is written, so page beliefs stay at their similarity prior;
+- ``no_propagation``: feedback updates only the judged pages (``radius=0``);
+- ``no_episodic_memory``: nothing remembers earlier rounds' evidence: the env re-shows it
+  (``reshow_evidence``) and the policy selects every candidate, read before or not.
+The seed's variants are answer accuracy with a trained reasoner; recall per round is the part a CPU can
+measure. Seeds are Thompson-sampling seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rl.ablate.grids import Claim, Grid, Variant, register_grid
+
+SHARED_DOCS = Path(__file__).resolve().parents[3] / "shared" / "data" / "mmlongbench_doc"
+"""The shared MMLongBench-Doc samples and PDFs (``/work/shared/data/mmlongbench_doc``)."""
+NUM_ROUNDS = 3
+"""T: the env's default rounds; one recall metric per round."""
+T4 = "DocMemo Table 4 (shape: evidence recall per round instead of answer accuracy)"
+
+
+def load_rows(grid_dir: Path) -> list[dict[str, Any]]:
+    """Answerable prepared rows with gold pages (``DIR/prepared``, prepared from the shared data once)."""
+    from data_prep.mmlongbench_doc import PrepConfig, prepare
+
+    prepared = grid_dir / "prepared"
+    if not (prepared / "data" / "test.parquet").is_file():
+        if not SHARED_DOCS.is_dir():
+            raise FileNotFoundError(
+                f"the docmemo grid needs the shared MMLongBench-Doc data at {SHARED_DOCS}"
+            )
+        prepare(SHARED_DOCS / "samples.json", SHARED_DOCS / "documents", prepared, PrepConfig(dpi=72))
+    rows = []
+    for row in pd.read_parquet(prepared / "data" / "test.parquet").itertuples():
+        gold = json.loads(row.reward_model["ground_truth"])["evidence_pages"]
+        if gold:
+            options, kwargs = (
+                json.loads(row.extra_info["env_options"]),
+                json.loads(row.extra_info["env_kwargs"]),
+            )
+            rows.append({"options": options, "gold": set(gold), "kwargs": kwargs})
+    return rows
+
+
+def oracle_loop(env: Any, options: dict[str, Any], gold: set[int], seed: int, feedback: bool,
+                remember: bool) -> list[set[int]]:  # fmt: skip
+    """Distinct evidence pages shown by the end of each round (``remember``: skip pages read before)."""
+    from envs.events import events_of
+
+    _, info = env.reset(seed=seed, options=options)
+    read: set[int] = set()
+    irrelevant: set[int] = set()
+    shown: list[set[int]] = []
+    for _ in range(env.config.max_rounds):
+        candidates = events_of(info["events"], "candidates")[-1]["pages"]
+        fresh = [p for p in candidates if p not in read and p not in irrelevant] if remember else candidates
+        pages = ",".join(map(str, fresh or candidates[:1]))
+        _, _, _, _, info = env.step(f"<reason>read</reason><select>{pages}</select>")
+        evidence = events_of(info["events"], "evidence")[-1]["pages"]
+        read.update(evidence)
+        shown.append(set(read))
+        useful = [p for p in evidence if p in gold] if feedback else []
+        bad = [p for p in evidence if p not in gold] if feedback else []
+        irrelevant.update(bad)
+        refine = f"<refine><query>{options['question']}</query><useful>{','.join(map(str, useful))}</useful>"
+        turn = f"<reason>more</reason>{refine}<irrelevant>{','.join(map(str, bad))}</irrelevant></refine>"
+        _, _, term, trunc, info = env.step(turn)
+        if term or trunc:
+            break
+    return shown
+
+
+def run_docmemo(
+    grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]
+) -> dict[str, Any]:
+    """Recall after each round and the final all-hit rate of one variant and Thompson seed, over every row
+    (``steps``: only the first ``steps`` rows, for quick checks)."""
+    from envs.docmemo import DocMemoEnv
+
+    if extra:
+        raise ValueError(f"the docmemo grid takes no recipe overrides, got {extra}")
+    start = time.perf_counter()
+    rows = load_rows(grid_dir)[:steps]
+    recall = np.zeros((len(rows), NUM_ROUNDS))  # (rows, rounds)
+    all_hit = np.zeros(len(rows))
+    envs_by_kwargs: dict[str, Any] = {}
+    for i, row in enumerate(rows):
+        key = json.dumps(row["kwargs"], sort_keys=True)
+        if key not in envs_by_kwargs:
+            kwargs = {**row["kwargs"], "show_images": False, "max_rounds": NUM_ROUNDS, **variant.env}
+            envs_by_kwargs[key] = DocMemoEnv(**kwargs)
+        shown = oracle_loop(envs_by_kwargs[key], row["options"], row["gold"], seed,
+                            variant.options.get("feedback", True), variant.options.get("remember", True))  # fmt: skip
+        for t in range(NUM_ROUNDS):
+            recall[i, t] = len(shown[min(t, len(shown) - 1)] & row["gold"]) / len(row["gold"])
+        all_hit[i] = float(row["gold"] <= shown[-1])
+    metrics = {f"recall@r{t + 1}": float(recall[:, t].mean()) for t in range(NUM_ROUNDS)}
+    metrics["all_hit"] = float(all_hit.mean())
+    return {"metrics": metrics, "num_rows": len(rows), "wall_time_s": time.perf_counter() - start}
+
+
+register_grid(
+    Grid(
+        "docmemo",
+        "docmemo",
+        (
+            Variant("full"),
+            Variant("no_belief_update", options={"feedback": False}),
+            Variant("no_propagation", env={"radius": 0}),
+            Variant("no_episodic_memory", env={"reshow_evidence": True}, options={"remember": False}),
+        ),
+        (*(f"recall@r{t + 1}" for t in range(NUM_ROUNDS)), "all_hit"),
+        (
+            Claim("recall@r3", "full", ">", "no_belief_update", T4),
+            Claim("recall@r3", "full", ">", "no_propagation", T4),
+            Claim("recall@r3", "full", ">", "no_episodic_memory", T4),
+        ),
+        T4,
+    )
+)

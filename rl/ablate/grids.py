@@ -1,0 +1,176 @@
+"""The named ablation grids of ``ragym ablate``: the papers' ablation tables as demo variants.
+
+Every KB-VQA variant is the CPU demo (``recipes/kbvqa_tiny_cpu.yaml``) with an imperfect visual check
+(``ABLATE_CHECK_ACCURACY``) plus its own env kwargs (written into the variant's rows), reward parameters
+(written into the variant's reward recipe) and recipe overrides; ``ragym ablate NAME --out DIR --list``
+prints each as the ``ragym demo`` command that runs it alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ABLATE_CHECK_ACCURACY = 0.8
+"""Visual-check accuracy of every KB-VQA grid: a check that errs on one batch in five makes confirming,
+rejecting and paging a decision under uncertainty (at 1.0 the check states the right decision)."""
+
+KBVQA_METRICS = {
+    "ident_acc": "episode/ident_acc",
+    "reward_mean": "reward/total",
+    "outcome": "reward/outcome",
+    "format": "reward/format",
+    "verification": "reward/verification",
+    "rejections": "episode/rejections",
+    "needless_rejections": "episode/needless_rejections",
+}
+"""Metric name in results.json -> key of the engine's held-out evaluation (after GRPO)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of an ablation table."""
+
+    name: str
+    """Row label (a results.json key)."""
+    env: dict[str, Any] = field(default_factory=dict)
+    """Env kwargs merged into every row's ``env_kwargs`` (KB-VQA) or the env config (DocMemo)."""
+    reward: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Reward term -> params merged into the term's params of the reward recipe (e.g. verification delta)."""
+    overrides: tuple[str, ...] = ()
+    """Recipe overrides (``key=value``) on top of the demo recipe."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Runner options that are not env or recipe settings (DocMemo: whether feedback is given)."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A direction a paper reports: ``metric`` of ``left`` ``op`` that of ``right`` (op ``>`` or ``<``)."""
+
+    metric: str
+    """Metric name."""
+    left: str
+    """Variant on the left of ``op``."""
+    op: str
+    """``>`` or ``<``."""
+    right: str
+    """Variant on the right."""
+    source: str
+    """Where the paper says so."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A named ablation: variants over seeds, run by one runner kind, checked against the paper's claims."""
+
+    name: str
+    """Grid name (``ragym ablate NAME``)."""
+    kind: str
+    """Runner: ``kbvqa`` (demo GRPO), ``docmemo`` (page loop) or ``memora_r`` (retriever training)."""
+    variants: tuple[Variant, ...]
+    """Rows in table order; the first is the baseline the others are compared with."""
+    metrics: tuple[str, ...]
+    """Metrics reported per variant."""
+    claims: tuple[Claim, ...] = ()
+    """The paper's directions to check per seed."""
+    paper: str = ""
+    """Which table this is."""
+
+
+def run_dir(grid_dir: Path, variant: Variant, seed: int) -> Path:
+    """Where one (variant, seed) runs: ``DIR/runs/<variant slug>/seed_S`` (its ``result.json`` marks it done)."""
+    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", variant.name).strip("_")
+    return grid_dir / "runs" / slug / f"seed_{seed}"
+
+
+def _acc(**env: Any) -> dict[str, Any]:
+    return {"visual_check_accuracy": ABLATE_CHECK_ACCURACY, **env}
+
+
+KB = tuple(KBVQA_METRICS)
+T5 = "MMAgent-R² Table 5"
+T8 = "MMAgent-R² Table 8"
+T7 = "MMAgent-R² Table 7"
+T6 = "MMAgent-R² Table 6"
+
+GRIDS: dict[str, Grid] = {}
+"""Every grid ``ragym ablate`` knows, by name (``register_grid`` adds one)."""
+
+_KBVQA_GRIDS = (
+    Grid(
+        "verification",
+        "kbvqa",
+        (
+            Variant("full", _acc()),
+            # No Reject: one batch per image (Rej_max=0), the check still shown.
+            Variant("rerank_only", _acc(max_rejections=0)),
+            # Neither: one batch and no check, so the policy can only take the retriever's top-1.
+            Variant("neither", _acc(max_rejections=0, visual_check=False)),
+        ),
+        KB,
+        (
+            Claim("ident_acc", "full", ">", "rerank_only", T5),
+            Claim("ident_acc", "rerank_only", ">", "neither", T5),
+        ),
+        T5 + " (effect of Rerank and Reject)",
+    ),
+    Grid(
+        "delta",
+        "kbvqa",
+        tuple(
+            Variant(f"delta={d}", _acc(), {"verification": {"delta": d}}) for d in (0.2, 0.0, 0.1, 0.5, 1.0)
+        ),
+        KB,
+        (
+            Claim("needless_rejections", "delta=1.0", ">", "delta=0.2", T8),
+            Claim("needless_rejections", "delta=0.2", ">", "delta=0.0", T8),
+            Claim("ident_acc", "delta=0.2", ">", "delta=0.0", T8),
+            Claim("ident_acc", "delta=0.2", ">", "delta=1.0", T8),
+        ),
+        T8 + " (rejection reward weight delta; 0.2 is the paper's and the baseline)",
+    ),
+    Grid(
+        "rejmax",
+        "kbvqa",
+        tuple(Variant(f"rej_max={r}", _acc(max_rejections=r)) for r in (2, 0, 1, 3)),
+        KB,
+        (
+            Claim("ident_acc", "rej_max=1", ">", "rej_max=0", T7),
+            Claim("ident_acc", "rej_max=2", ">", "rej_max=1", T7),
+            Claim("rejections", "rej_max=3", ">", "rej_max=2", T7),
+        ),
+        T7 + " (maximum rejections; 2 is the paper's and the baseline)",
+    ),
+    Grid(
+        "k",
+        "kbvqa",
+        tuple(Variant(f"k={k}", _acc(candidates_per_batch=k)) for k in (1, 3, 5)),
+        KB,
+        (
+            Claim("rejections", "k=1", ">", "k=3", T6),
+            Claim("rejections", "k=3", ">", "k=5", T6),
+            Claim("ident_acc", "k=5", ">", "k=1", T6),
+        ),
+        T6 + " (candidates per batch; the demo's K=1 is the baseline)",
+    ),
+)
+
+
+def register_grid(grid: Grid) -> Grid:
+    """Add ``grid`` to ``GRIDS``; a duplicate name is an error."""
+    if grid.name in GRIDS:
+        raise ValueError(f"ablation grid {grid.name!r} is already registered")
+    if len({v.name for v in grid.variants}) != len(grid.variants):
+        raise ValueError(f"grid {grid.name!r} has duplicate variant names")
+    names = {v.name for v in grid.variants}
+    for claim in grid.claims:
+        if {claim.left, claim.right} - names or claim.op not in "<>" or claim.metric not in grid.metrics:
+            raise ValueError(f"grid {grid.name!r}: claim {claim} names an unknown variant, metric or op")
+    GRIDS[grid.name] = grid
+    return grid
+
+
+for _grid in _KBVQA_GRIDS:
+    register_grid(_grid)

@@ -1,0 +1,111 @@
+"""One KB-VQA ablation run: the CPU demo's warm start and GRPO for one (variant, seed), then its held-out metrics.
+
+A variant's env kwargs go into its own copy of the demo rows (``DIR/rows/VARIANT/``, every row's
+``env_kwargs`` updated) and its reward parameters into its own reward recipe (``DIR/rewards/VARIANT.yaml``);
+both are then plain recipe overrides of ``ragym demo``, which ``demo_command`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from rl.ablate.grids import KBVQA_METRICS, Variant, run_dir
+from rl.demo.run import DEMO_RECIPE, prepare
+
+logger = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+BASE_REWARD = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"
+"""The demo's reward recipe, which a variant's reward parameters edit."""
+
+
+def shared_kb(grid_dir: Path) -> Path:
+    """The demo KB every variant's rows point at (``DIR/kb``, built once, as ``ragym demo`` builds it)."""
+    from data_prep.synthetic_kb import PRESETS, build_kb
+
+    kb = grid_dir / "kb"
+    if not (kb / "kb.json").exists():
+        build_kb(kb, PRESETS["demo"], seed=0, name="synthetic-demo")
+    return kb
+
+
+def write_rows(grid_dir: Path, variant: Variant) -> Path:
+    """``DIR/rows/VARIANT/{train,test}.parquet``: the demo rows with the variant's env kwargs; same row count."""
+    kb, out = shared_kb(grid_dir), grid_dir / "rows" / variant.name
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "test"):
+        frame = pd.read_parquet(kb / "data" / f"{split}.parquet")
+        infos = []
+        for info in frame["extra_info"]:
+            kwargs = {**json.loads(info["env_kwargs"]), **variant.env}
+            infos.append({**info, "env_kwargs": json.dumps(kwargs)})
+        written = frame.assign(extra_info=infos)
+        if len(written) != len(frame):  # rows in = rows out: nothing is filtered here
+            raise RuntimeError(f"{split}: {len(frame)} rows in, {len(written)} out")
+        written.to_parquet(out / f"{split}.parquet")
+    return out
+
+
+def write_reward_recipe(grid_dir: Path, variant: Variant) -> Path | None:
+    """The demo's reward recipe with the variant's term params merged in; None when it has none."""
+    if not variant.reward:
+        return None
+    recipe = yaml.safe_load(BASE_REWARD.read_text())
+    for term, params in variant.reward.items():
+        if term not in recipe["terms"]:
+            raise ValueError(f"variant {variant.name}: reward term {term!r} is not in {BASE_REWARD.name}")
+        recipe["terms"][term].setdefault("params", {}).update(params)
+    path = grid_dir / "rewards" / f"{variant.name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def variant_overrides(grid_dir: Path, variant: Variant, extra: list[str]) -> list[str]:
+    """Recipe overrides that make the demo recipe this variant (rows, reward recipe, the variant's own keys)."""
+    rows = write_rows(grid_dir, variant)
+    overrides = [f"data.train_files={rows / 'train.parquet'}", f"data.val_files={rows / 'test.parquet'}"]
+    reward = write_reward_recipe(grid_dir, variant)
+    if reward is not None:
+        overrides.append(f"reward.custom_reward_function.reward_kwargs.recipe_path={reward}")
+    return overrides + list(variant.overrides) + list(extra)
+
+
+def demo_command(out: Path, seed: int, steps: int | None, overrides: list[str]) -> str:
+    """The ``ragym demo`` command that runs one (variant, seed) alone (same warm start, GRPO and data)."""
+    parts = ["ragym", "demo", "--out", str(out), "--seed", str(seed)]
+    parts += ["--steps", str(steps)] if steps is not None else []
+    return shlex.join(parts + overrides)
+
+
+def run_kbvqa(
+    grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]
+) -> dict[str, Any]:
+    """Warm start + GRPO for one (variant, seed) in ``DIR/runs/VARIANT/seed_S``; its held-out metrics."""
+    from rl.engine.config import read_engine_config
+    from rl.engine.trainer import LocalTrainer
+
+    os.environ.setdefault("WANDB_MODE", "disabled")
+    out = run_dir(grid_dir, variant, seed)
+    overrides = variant_overrides(grid_dir, variant, extra)
+    logger.info("%s seed %d: %s", variant.name, seed, demo_command(out, seed, steps, overrides))
+    start = time.perf_counter()
+    config, reader, _ = prepare(out, seed, steps, DEMO_RECIPE, overrides)
+    trainer = LocalTrainer(config, read_engine_config(reader))
+    trainer.fit()
+    after = trainer.evaluate()
+    trainer.close()
+    metrics = {name: after.get(key) for name, key in KBVQA_METRICS.items()}
+    missing = [name for name, value in metrics.items() if value is None]
+    if missing:
+        raise RuntimeError(f"{variant.name} seed {seed}: the evaluation has no {', '.join(missing)}")
+    return {"metrics": metrics, "wall_time_s": time.perf_counter() - start}

@@ -1,0 +1,69 @@
+"""``DIR/report.md`` of an ablation grid: the table (mean ± std, per-seed values), directions, claims, a plot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rl.ablate.grids import Grid
+
+
+def _cell(stats: dict[str, Any], base: str) -> str:
+    text = f"{stats['mean']:.3f} ± {stats['std']:.3f}"
+    flag = stats.get(f"vs_{base}")
+    return f"{text} ({flag})" if flag == "seeds disagree" else text
+
+
+def table(grid: Grid, results: dict[str, Any]) -> list[str]:
+    """The markdown table: one row per variant, mean ± std per metric (``seeds disagree`` flagged)."""
+    base = grid.variants[0].name
+    lines = ["| variant | " + " | ".join(grid.metrics) + " | wall time |",
+             "|---" * (len(grid.metrics) + 2) + "|"]  # fmt: skip
+    for variant in grid.variants:
+        stats = results["variants"][variant.name]
+        cells = [_cell(stats[m], base) for m in grid.metrics]
+        wall = results.get("wall_time_s", {}).get(variant.name, 0.0)
+        lines.append(f"| {variant.name} | " + " | ".join(cells) + f" | {wall:.0f} s |")
+    return lines
+
+
+def plot(grid: Grid, results: dict[str, Any], path: Path, metrics: tuple[str, ...]) -> None:
+    """One panel per metric: each variant's per-seed values (dots) and mean (bar)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [v.name for v in grid.variants]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.0), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        stats = [results["variants"][n][metric] for n in names]
+        ax.bar(range(len(names)), [s["mean"] for s in stats], color="#9ecae1")
+        for i, s in enumerate(stats):
+            ax.scatter([i] * len(s["per_seed"]), s["per_seed"], color="#08519c", s=12, zorder=3)
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(metric, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
+    """Write ``out/report.md`` and ``out/ablation.png``; returns the report's path."""
+    shown = grid.metrics[:4]
+    plot(grid, results, out / "ablation.png", shown)
+    seeds = results["seeds"]
+    lines = [f"# ragym ablate {grid.name}", "", f"{grid.paper}. Seeds {seeds}; mean ± sample std over seeds "
+             f"(per-seed values in results.json). A cell marked 'seeds disagree' differs from the baseline "
+             f"`{grid.variants[0].name}` in opposite directions on different seeds.", ""]  # fmt: skip
+    lines += table(grid, results)
+    if results["claims"]:
+        lines += ["", "## The paper's directions, seed by seed", "", "| claim | source | per seed | verdict |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for c in results["claims"]:
+            held = " ".join("yes" if h else "no" for h in c["held_per_seed"])
+            lines.append(f"| {c['claim']} | {c['source']} | {held} | {c['verdict']} |")
+    lines += ["", f"![per-seed values and means of {', '.join(shown)}](ablation.png)", ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
