@@ -1,9 +1,11 @@
-"""A local HTTP retrieval service (the paper's FastAPI text retriever) and a client with the same interface.
+"""The naive per-request HTTP retrieval server (the paper's FastAPI text retriever) and its client.
+
+Kept as the baseline of ``benchmarks/retrieval_service.py``: one faiss/BM25 call per request, no batching,
+no cache, no auth. Training uses the retrieval service instead (``envs.service``, ``ragym serve``).
 
 Server: ``python -m envs.retrieval_server --kb-dir DIR [--port 8765]`` serves the KB's retrievers
 (``bm25``, ``dense`` when the KB has passage vectors, ``image`` for query vectors) on 127.0.0.1 only.
-Client: ``HTTPRetriever(url, name)`` implements ``search`` / ``batch_search`` and returns ``Hit`` lists,
-so an env (or a test) can swap it in for the in-process retriever without other changes.
+Client: ``HTTPRetriever(url, name)`` implements ``search`` / ``batch_search`` and returns ``Hit`` lists.
 """
 
 from __future__ import annotations
