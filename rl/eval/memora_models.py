@@ -2,20 +2,18 @@
 
 Both answer the three calls the paper makes to GPT-4o: factor decomposition (with the memory summary),
 evidence extraction for one factor over the candidates, and the listwise meta-verdict judge. The scripted
-model is lexical and deterministic (tests, the CPU demo); ``OpenAIChatModel`` posts chat completions to
-any OpenAI-compatible endpoint, caches every answer on disk by request, and retries failures.
+model is lexical and deterministic (tests, the CPU demo); ``rl.eval.memora_llm.OpenAIChatModel`` posts chat
+completions to any OpenAI-compatible endpoint (configured by ``LLMConfig`` below), caches every answer on disk
+by request, and retries failures.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from envs.memora_memory import bag_of_words, cosine
-
-logger = logging.getLogger(__name__)
 
 STOPWORDS = frozenset(
     "the a an of and in to with for on about this that some often many why does do is are what how matter here".split()
