@@ -12,6 +12,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# A retrieval service named by the developer's shell would reroute every KBVQA-v0 env under test.
+os.environ.pop("RAGYM_RETRIEVAL_URL", None)
+os.environ.pop("RAGYM_RETRIEVAL_TOKEN", None)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
