@@ -19,7 +19,8 @@ def check_keys(recipe: str, overrides: list[str], reader: RecipeReader) -> list[
     """Refuse keys nothing reads (naming them); return the verl keys only a cluster run reads (a warning)."""
     set_keys = recipe_set_keys(recipe, overrides)
     unknown = unknown_keys(recipe, overrides)
-    unknown += [k for k in sorted(set_keys) if k.startswith(ENGINE_SECTION + ".") and k not in reader.read]
+    unknown += [k for k in sorted(set_keys)
+                if k.startswith(ENGINE_SECTION + ".") and k not in reader.read and k not in unknown]  # fmt: skip
     if unknown:
         raise UsageError(
             f"recipe {recipe}: no ragym command or verl reads {', '.join(unknown)}; check the spelling "

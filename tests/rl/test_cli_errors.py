@@ -1,0 +1,46 @@
+"""Every user error is one line on stderr and a non-zero exit; ``--debug`` raises with the traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rl.cli import main
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def _one_line(capsys, argv: list[str], *expected: str) -> str:
+    capsys.readouterr()
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ragym {argv[0]}: "), lines
+    assert all(text in lines[0] for text in expected), lines[0]
+    return lines[0]
+
+
+def test_recipe_errors_are_one_line(capsys, tmp_path):
+    _one_line(capsys, ["train", "--recipe", "no_such_recipe"], "no_such_recipe", "not found")
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("defaults: [ppo_trainer, _self_]\ndata: {train_files: [unclosed\n")
+    _one_line(capsys, ["train", "--recipe", str(bad)])
+    _one_line(capsys, ["train", "--recipe", "kbvqa_tiny_cpu", "actor_rollout_ref.rollout.temprature=0.5"],
+              "temprature")  # fmt: skip
+    _one_line(capsys, ["submit", "kbvqa_qwen2_5_vl_7b", "--dry-run",
+                       "reward.custom_reward_function.reward_kwargs.recipe.terms.verification.params.delta=-1"],
+              "delta")  # fmt: skip
+
+
+def test_model_folder_errors_are_one_line(capsys, tmp_path, tiny_policy_dir):
+    _one_line(capsys, ["eval", "--model", str(tmp_path / "absent"), "--data", "x.parquet", "--out", str(tmp_path)],
+              "absent", "not a Hugging Face model folder")  # fmt: skip
+    _one_line(capsys, ["eval", "--model", str(tiny_policy_dir("qwen2_5_vl")), "--data", "x.parquet", "--out",
+                       str(tmp_path / "o")], "records no recipe", "--recipe")  # fmt: skip
+    _one_line(capsys, ["export", str(tmp_path), "--out", str(tmp_path / "e")], "not a verl FSDP checkpoint")
+    _one_line(capsys, ["tiny-policy", "--arch", "qwen2_5_vl", "--out", str(RECIPES)], "not empty")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        main(["--debug", "train", "--recipe", "no_such_recipe"])
