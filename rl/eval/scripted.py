@@ -197,6 +197,7 @@ def main(argv: list[str]) -> int:
 
     import envs
     from rl.data.rows import BAD_ROW_POLICIES, load_rows
+    from rl.view.trace import ObservationLog, TraceConfig, TraceWriter
 
     parser = argparse.ArgumentParser(prog="ragym rollout", description=__doc__.splitlines()[0])
     parser.add_argument("--kb-dir", help="KB folder (default: the built-in synthetic preset)")
@@ -216,6 +217,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--show-signature", action="store_true", help="shorthand for show_visual_signature=true"
     )
+    parser.add_argument("--out", help="also write the episodes to OUT/traces for ragym view")
     args = parser.parse_args(argv)
     kwargs = json.loads(args.env_kwargs) | ({"show_visual_signature": True} if args.show_signature else {})
     if not args.kb_dir and not args.data:
@@ -231,11 +233,15 @@ def main(argv: list[str]) -> int:
     env_id = "KBVQA-Demo-v0" if set(kwargs) & set(AID_FIELDS) else rows["extra_info"].iloc[0]["env_id"]
     env = envs.make_env(env_id, **kwargs)
     policy = POLICIES[args.policy](env)
+    writer = TraceWriter(f"{args.out}/traces", None, TraceConfig()) if args.out else None
+    env = ObservationLog(env) if writer else env  # the policy keeps the bare env; episodes run on the log
     results = []
     for i, row in rows.iterrows():
         episode = run_episode(env, policy, args.seed + i, json.loads(row["extra_info"]["env_options"]))
         truth = json.loads(row["reward_model"]["ground_truth"])
         results.append(rollout_metrics(env_id, episode["events"], row["data_source"], truth))
+        if writer is not None:
+            writer.record_scripted(dict(row), episode, env.observations, float(results[-1]["answer_acc"] or 0.0))
     summary = {k: (None if v is None else round(v, 4)) for k, v in mean_metrics(results).items()}
     print(json.dumps({"policy": args.policy, "episodes": len(results), "kb_dir": args.kb_dir, **summary}))
     return 0
