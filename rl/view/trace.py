@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium
 from PIL import Image
 
 TRACE_VERSION = 1
@@ -120,6 +121,26 @@ def episode_line(
     }  # fmt: skip
 
 
+class ObservationLog(gymnasium.Wrapper):
+    """Keeps every observation of the current episode, for traces of episodes run without the agent loop."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset and start a new log with the task observation."""
+        obs, info = self.env.reset(**kwargs)
+        self.observations = [obs]
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, ...]:
+        """Step and log the observation."""
+        out = self.env.step(action)
+        self.observations.append(out[0])
+        return out
+
+
+def _pil(image: Any) -> Image.Image:
+    return image if isinstance(image, Image.Image) else Image.fromarray(image)
+
+
 class TraceWriter:
     """Appends a bounded sample of each step's episodes to a trace folder."""
 
@@ -127,7 +148,8 @@ class TraceWriter:
         self, root: str | Path, tokenizer: Any, cfg: TraceConfig, keep_steps_up_to: int = -1
     ) -> None:
         """``keep_steps_up_to``: a resumed run keeps the records of steps up to its checkpoint and drops
-        later ones (they are about to be redone); -1 starts empty."""
+        later ones (they are about to be redone); -1 starts empty. ``tokenizer``: None when no tokens are
+        recorded (scripted rollouts)."""
         self.root, self.cfg = Path(root), cfg
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / MARKER).write_text(json.dumps({"version": TRACE_VERSION}))
@@ -191,3 +213,24 @@ class TraceWriter:
         with self.path.open("a") as f:
             f.write("".join(line + "\n" for line in lines))
         return len(lines)
+
+    def record_scripted(
+        self, row: dict[str, Any], episode: dict[str, Any], observations: list[dict[str, Any]], reward: float
+    ) -> None:
+        """One episode of a scripted policy (``rl.eval.scripted.run_episode`` on an ``ObservationLog``-wrapped
+        env): turns, events and every observation, scored by ``reward``; no tokens (there were none)."""
+        index = int(row["extra_info"]["index"])
+        shown = [
+            {"text": o["text"], "images": [self.images.put(_pil(i)) for i in o["images"]]}
+            for o in observations
+        ]
+        line = {
+            "v": TRACE_VERSION, "step": 0, "phase": "rollout", "group": f"rollout-{index}", "row_index": index,
+            "data_source": str(row["data_source"]), "env_id": row["extra_info"]["env_id"],
+            "ground_truth": row["reward_model"]["ground_truth"], "reward": reward, "terms": {},
+            "truncated": bool(episode["truncated"]), "turns": list(episode["turns"]),
+            "events": list(episode["events"]), "observations": shown,
+            "images": [k for o in shown for k in o["images"]],
+        }  # fmt: skip
+        with self.path.open("a") as f:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -287,3 +287,19 @@ def test_bad_inputs_are_errors_naming_the_problem(processor, tmp_path):
         data.load(tmp_path)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         data.load(tmp_path / "nowhere")
+
+
+def test_scripted_rollouts_write_a_trace_without_tokens(tmp_path):
+    from rl.eval.scripted import main as rollout
+
+    assert rollout(["--preset", "tiny", "--episodes", "3", "--policy", "oracle", "--out", str(tmp_path)]) == 0
+    corpus = data.load(tmp_path)
+    assert len(corpus.episodes) == 3
+    for episode in corpus.episodes:
+        # The task observation, then one per turn (the last one included: nothing cuts it from a script).
+        assert len(episode["observations"]) == len(episode["turns"]) + 1
+        assert (
+            set(episode["images"]) <= set(corpus.images) and episode["reward"] == 1.0
+        )  # the oracle answers right
+        view = data.episode_view(corpus, episode["id"])
+        assert view["spans"] is None and all(t["observation"] is not None for t in view["turns"])
