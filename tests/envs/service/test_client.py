@@ -106,3 +106,20 @@ def test_breaker_states_follow_failures_and_the_clock() -> None:
 def test_bad_urls_are_refused() -> None:
     with pytest.raises(ValueError, match="http://host:port"):
         ServiceRetriever("https://example.org:1", "vec")
+
+
+def test_async_search_from_an_event_loop_matches_sync() -> None:
+    import asyncio
+
+    inner, vectors = random_faiss()
+    with running(_served(Recording(inner))) as url:
+        client = ServiceRetriever(url, "vec", FAST)
+        _wait_ready(client)
+
+        async def many():
+            return await asyncio.gather(*(client.abatch_search([v], 3) for v in vectors[:6]))
+
+        results = asyncio.run(many())
+    assert [[h.docid for h in r[0]] for r in results] == [
+        [h.docid for h in inner.search(v, 3)] for v in vectors[:6]
+    ]
