@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from envs import events as ev
-from envs import r3g_metrics  # noqa: F401  (registers R3G-v0's episode metrics with envs.metrics)
 from envs import r3g_prompts as prompts
+from envs.core import MAX_TURN_CHARS
 from envs.encoders import ImageEncoder
 from envs.r3g_actions import (
     STOP_STRINGS,
@@ -81,7 +81,7 @@ class R3GConfig:
     """CPU-demo aid layer: show each image's corpus caption beside it (MRAG-Bench images have none)."""
     max_turns: int = 6
     """Policy turns per episode."""
-    max_turn_chars: int = 8192
+    max_turn_chars: int = MAX_TURN_CHARS
     """Longer turns are an ``oversized`` format error."""
     last_turn_notice: bool = True
     """Tell the policy, before its last turn, to answer now."""
