@@ -31,6 +31,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "data_prep.prep",
         "real KB-VQA data: InfoSeek / E-VQA / MMhops into KBs and verl rows, the training mix, KB images",
     ),
+    "r3g-demo": (
+        "rl.demo.r3g",
+        "CPU demo: GRPO on the synthetic R3G task vs the MRAG baseline (evidence Recall@1)",
+    ),
+    "r3g-baselines": (
+        "rl.eval.r3g_baselines",
+        "MRAG and the fixed R3G pipeline on R3G-v0 rows (scripted or chat judge)",
+    ),
     "retriever-demo": (
         "rl.retriever.demo",
         "CPU demo: fine-tune MEMORA-R on Skeptics pairs, before/after nDCG@10",

@@ -1,4 +1,4 @@
-"""``python -m rl.demo.r3g --out DIR [--seed S] [--steps N]``: the R3G CPU demo, end to end.
+"""``ragym r3g-demo --out DIR [--seed S] [--steps N]``: the R3G CPU demo, end to end.
 
 On the synthetic R3G task (``data_prep.r3g_synthetic``, preset ``demo``: P=3 look-alikes per class, one of
 them showing the cue, captions shown), a ~0.5M-parameter tiny Qwen2.5-VL policy is warm-started by
@@ -213,7 +213,7 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
 
 def main(argv: list[str]) -> int:
     """``python -m rl.demo.r3g --out DIR [--seed S] [--steps N] [overrides...]``."""
-    parser = argparse.ArgumentParser(prog="r3g-demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym r3g-demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int)

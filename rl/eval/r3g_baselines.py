@@ -1,6 +1,6 @@
 """R3G's baselines on ``R3G-v0`` itself: MRAG (no plan, Stage-1 only, top-1) and the fixed R3G pipeline.
 
-``python -m rl.eval.r3g_baselines --data PARQUET --out DIR [--limit N] [--model scripted|chat] ...``
+``ragym r3g-baselines --data PARQUET --out DIR [--limit N] [--model scripted|chat] ...``
 
 A fixed model plays every learned step through the env's own grammar, so baselines and trained policies
 share the pool, the fusion, the events and the metrics (``rl.eval.r3g_report``):
@@ -144,7 +144,7 @@ def evaluate_baseline(rows: pd.DataFrame, name: str, model: FixedModel, rubric: 
 
 def main(argv: list[str]) -> int:
     """Run both baselines on the rows and write ``metrics.json`` and ``metrics.md`` into ``--out``."""
-    parser = argparse.ArgumentParser(prog="r3g-baselines", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym r3g-baselines", description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="R3G-v0 parquet rows")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--limit", type=int)
