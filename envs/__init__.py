@@ -1,6 +1,6 @@
 """ragym environments. Importing this package registers every environment with gymnasium."""
 
-from envs.core import IMAGE_PLACEHOLDER, Hit, Observation, Retriever
+from envs.core import IMAGE_PLACEHOLDER, Hit, Retriever
 from envs.page_beliefs import PageBeliefs
 from envs.registry import make_env, register_env, registered_envs
 
@@ -14,7 +14,6 @@ register_env("R3G-v0", "envs.r3g:R3GEnv")
 __all__ = [
     "IMAGE_PLACEHOLDER",
     "Hit",
-    "Observation",
     "PageBeliefs",
     "Retriever",
     "make_env",

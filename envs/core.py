@@ -1,12 +1,13 @@
-"""Shared types for every ragym environment: retrieval hits, the retriever interface, observations."""
+"""Shared types for every ragym environment: retrieval hits, the retriever interface, the image marker."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from PIL import Image
-
+MAX_TURN_CHARS = 8192
+"""Default upper bound on one policy turn's length in every env (``max_turn_chars``); longer text is an
+``oversized`` format error."""
 IMAGE_PLACEHOLDER = "<image>"
 """Marks, in an observation's text, where the next image of ``obs["images"]`` goes (one per image, in order)."""
 
@@ -34,15 +35,3 @@ class Retriever(Protocol):
     def batch_search(self, queries: list[Any], k: int) -> list[list[Hit]]:
         """Top-k hits for each query, best first."""
         ...
-
-
-@dataclass
-class Observation:
-    """What the policy reads next: text plus the images that come with it (in placeholder order)."""
-
-    text: str
-    images: list[Image.Image] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The gymnasium observation form: {"text": str, "images": list[PIL.Image]}."""
-        return {"text": self.text, "images": list(self.images)}

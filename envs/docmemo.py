@@ -46,7 +46,7 @@ import numpy as np
 
 from envs import docmemo_views as views
 from envs import events as ev
-from envs.core import Retriever
+from envs.core import MAX_TURN_CHARS, Retriever
 from envs.doc_store import DocStore, doc_key, load_store
 from envs.docmemo_actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
 from envs.docmemo_synthetic import synthetic_questions, synthetic_store
@@ -89,7 +89,7 @@ class DocMemoConfig:
     """T: retrieval-reasoning rounds; a refinement in the last round ends the episode (truncated)."""
     max_turns: int = 8
     """Turn budget, format errors included (each round takes two turns: select, then answer/refine)."""
-    max_turn_chars: int = 8192
+    max_turn_chars: int = MAX_TURN_CHARS
     """Longer turns are an ``oversized`` format error."""
     max_obs_chars: int = 32768
     """Bound of the text observation space."""

@@ -33,6 +33,7 @@ import pandas as pd
 
 from envs import events as ev
 from envs import kbvqa_prompts as prompts
+from envs.core import MAX_TURN_CHARS
 from envs.kb import KnowledgeBase, load_kb, read_image
 from envs.kbvqa_actions import STOP_STRINGS, ParseError, Reject, Rerank, SearchImage, SearchText, action_kind
 from envs.kbvqa_actions import parse_action as parse_turn
@@ -74,7 +75,7 @@ class KBVQAConfig:
     """``precomputed`` (the KB's stored candidate lists, as in the paper) or ``live`` (faiss search)."""
     index_kind: str = "flat"
     """faiss index for live search: ``flat``, ``hnsw`` or ``ivf``."""
-    max_turn_chars: int = 8192
+    max_turn_chars: int = MAX_TURN_CHARS
     """Longer turns are an ``oversized`` format error."""
     last_turn_notice: bool = True
     """Tell the policy, before its last turn, to answer now."""

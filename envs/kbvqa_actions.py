@@ -24,11 +24,11 @@ import json
 import re
 from dataclasses import dataclass
 
+from envs.core import MAX_TURN_CHARS
+
 REASON_TAG = "reason"
 ACTION_TAGS = ("search_call", "rerank", "answer")
 STOP_STRINGS = tuple(f"</{tag}>" for tag in ACTION_TAGS)
-MAX_TURN_CHARS = 8192
-"""Default upper bound on one turn's length; longer text is an ``oversized`` format error."""
 
 _TAG = re.compile(r"<(/?)(reason|search_call|rerank|answer)>")
 _SEARCH_IMAGE = re.compile(r"SearchImage\(\s*([+-]?\d{1,6})\s*\)")

@@ -19,10 +19,10 @@ import math
 import re
 from dataclasses import dataclass
 
+from envs.core import MAX_TURN_CHARS
+
 ACTION_TAGS = ("plan", "retrieve", "judge", "answer")
 STOP_STRINGS = tuple(f"</{tag}>" for tag in ACTION_TAGS)
-MAX_TURN_CHARS = 8192
-"""Default upper bound on one turn's length; longer text is an ``oversized`` format error."""
 
 _TAG = re.compile(r"<(/?)(plan|retrieve|judge|answer)>")
 _LINE = re.compile(r"^\s*\[\s*(\d{1,4})\s*\]\s*(.*)$")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import gymnasium
 
 _ENVS: dict[str, str] = {}
@@ -27,6 +25,3 @@ def make_env(env_id: str, **kwargs) -> gymnasium.Env:
     if env_id not in _ENVS:
         raise KeyError(f"unknown environment {env_id!r}; registered: {sorted(_ENVS)}")
     return gymnasium.make(env_id, disable_env_checker=True, **kwargs).unwrapped
-
-
-EnvFactory = Callable[..., gymnasium.Env]

@@ -18,9 +18,6 @@ SCRIPT = [
     "<reason>enough</reason><answer>unknown</answer>",
 ]
 
-pytestmark = pytest.mark.skipif("KBVQA-v0" not in envs.registered_envs(), reason="KBVQA-v0 is not registered")
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 def test_kbvqa_episode_images_events_and_metrics(arch, tiny_policy_dir):
     processor = load_processor(tiny_policy_dir(arch))

@@ -12,7 +12,6 @@ import asyncio
 import pytest
 import torch
 
-import envs
 from rl.agent_loop.loop import make_agent_loop
 from rl.models import load_policy
 from rl.tiny.policy import ARCHS
@@ -59,7 +58,6 @@ class HFGenerateServer:
         return TokenOutput(token_ids=ids, log_probs=logprobs.tolist(), stop_reason="completed")
 
 
-@pytest.mark.skipif("KBVQA-v0" not in envs.registered_envs(), reason="KBVQA-v0 is not registered")
 @pytest.mark.parametrize("arch", ARCHS)
 def test_real_model_rollout_logprobs_are_reproduced_by_a_training_forward(arch, tiny_policy_dir):
     model, tokenizer, processor = load_policy(tiny_policy_dir(arch))
