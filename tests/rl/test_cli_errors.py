@@ -27,9 +27,14 @@ def test_recipe_errors_are_one_line(capsys, tmp_path):
     _one_line(capsys, ["train", "--recipe", str(bad)])
     _one_line(capsys, ["train", "--recipe", "kbvqa_tiny_cpu", "actor_rollout_ref.rollout.temprature=0.5"],
               "temprature")  # fmt: skip
-    _one_line(capsys, ["submit", "kbvqa_qwen2_5_vl_7b", "--dry-run",
-                       "reward.custom_reward_function.reward_kwargs.recipe.terms.verification.params.delta=-1"],
-              "delta")  # fmt: skip
+    bad_delta = ["~reward.custom_reward_function.reward_kwargs.recipe_path",
+                 "+reward.custom_reward_function.reward_kwargs.recipe={terms:{verification:{weight:1.0,"
+                 "params:{delta:-1}}}}"]  # fmt: skip
+    _one_line(
+        capsys,
+        ["submit", "kbvqa_qwen2_5_vl_7b", "--dry-run", *bad_delta],
+        "delta must be a finite number >= 0",
+    )
 
 
 def test_model_folder_errors_are_one_line(capsys, tmp_path, tiny_policy_dir):

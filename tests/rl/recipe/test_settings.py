@@ -12,11 +12,14 @@ from rl.engine.main import build_trainer
 from rl.errors import UsageError
 from rl.recipe.compose import load_recipe
 
-DELTA = "reward.custom_reward_function.reward_kwargs.recipe.terms.verification.params.delta"
-INLINE = [
-    "~reward.custom_reward_function.reward_kwargs.recipe_path",
-    "+reward.custom_reward_function.reward_kwargs.recipe={terms:{verification:{weight:1.0,params:{delta:-0.1}}}}",
-]
+
+def inline(delta: str) -> list[str]:
+    """Overrides replacing the recipe's reward recipe file with an inline one with this delta."""
+    return [
+        "~reward.custom_reward_function.reward_kwargs.recipe_path",
+        "+reward.custom_reward_function.reward_kwargs.recipe="
+        f"{{terms:{{verification:{{weight:1.0,params:{{delta:{delta}}}}}}}}}",
+    ]
 
 
 def test_reward_recipe_path_resolves_from_any_directory(tmp_path, monkeypatch):
@@ -42,13 +45,13 @@ def test_a_reward_recipe_next_to_the_recipe_wins(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", ["high", "-0.3"])
 def test_bad_delta_fails_at_submit_dry_run_time(value):
-    with pytest.raises(UsageError, match="delta"):
-        build_submission("kbvqa_qwen2_5_vl_7b", [f"{DELTA}={value}"])
+    with pytest.raises(UsageError, match="reward recipe.*delta must be a finite number >= 0"):
+        build_submission("kbvqa_qwen2_5_vl_7b", inline(value))
 
 
 def test_negative_delta_fails_before_training_starts(tmp_path):
     with pytest.raises(UsageError, match="delta must be a finite number >= 0"):
-        build_trainer("kbvqa_tiny_cpu", [*INLINE, f"trainer.default_local_dir={tmp_path}"])
+        build_trainer("kbvqa_tiny_cpu", [*inline("-0.1"), f"trainer.default_local_dir={tmp_path}"])
 
 
 def test_a_key_nothing_reads_is_an_error_naming_it(tmp_path):
