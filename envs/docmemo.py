@@ -110,6 +110,22 @@ class DocMemoConfig:
     device: str = "cpu"
     """Device of the page encoder."""
 
+    def __post_init__(self) -> None:
+        # Settings that make no episode possible are refused here, naming the field, before any work starts.
+        least = {"num_candidates": 1, "num_evidence": 1, "max_rounds": 1, "max_turns": 1, "radius": 0,
+                 "max_turn_chars": 1, "evidence_text_chars": 0, "image_max_side": 1}  # fmt: skip
+        for name, minimum in least.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"DocMemoConfig.{name} must be an int >= {minimum}, got {value!r}")
+        for name in ("kappa", "decay", "lambda_0", "eta"):
+            if not 0 <= getattr(self, name) < float("inf"):
+                raise ValueError(
+                    f"DocMemoConfig.{name} must be a finite number >= 0, got {getattr(self, name)!r}"
+                )
+        if self.encoder not in ("text", "visual"):
+            raise ValueError(f"DocMemoConfig.encoder must be 'text' or 'visual', got {self.encoder!r}")
+
 
 class DocMemoEnv(gymnasium.Env):
     """DocMemo's retrieval-reasoning-memory loop as a text-in, text-and-images-out environment."""

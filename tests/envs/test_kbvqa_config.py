@@ -20,3 +20,16 @@ def test_nonsense_settings_name_the_field(field, value):
 def test_the_papers_settings_and_the_least_ones_are_accepted():
     KBVQAConfig()
     KBVQAConfig(candidates_per_batch=1, max_rejections=0, max_turns=1, text_top_k=1, max_text_queries=1)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("num_candidates", 0), ("num_evidence", 0), ("max_rounds", 0), ("max_turns", 0), ("radius", -1),
+     ("kappa", -1.0), ("eta", float("nan")), ("encoder", "audio")],
+)  # fmt: skip
+def test_docmemo_nonsense_settings_name_the_field(field, value):
+    from envs.docmemo import DocMemoConfig
+
+    with pytest.raises(ValueError, match=f"DocMemoConfig.{field} must be"):
+        DocMemoConfig(**{field: value})
+    DocMemoConfig()
