@@ -1,4 +1,4 @@
-"""Env settings that make no sense are refused at construction, naming the field."""
+"""Env settings that make no sense (KB-VQA, DocMemo) are refused at construction, naming the field."""
 
 from __future__ import annotations
 
