@@ -25,6 +25,8 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
+from data_prep.encoding import EncodeConfig, Item, encode_to_array
+from data_prep.encoding.encoders import EnvEncoderItems
 from data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
 from envs.doc_store import DocStore, doc_key, save_store, summarise
 from envs.page_retrieval import PageEncoder, TextPageEncoder, VisualPageEncoder
@@ -33,6 +35,8 @@ log = logging.getLogger(__name__)
 DATA_SOURCE = "mmlongbench_doc"
 ANSWER_FORMATS = ("Int", "Float", "Str", "List", "None")
 REQUIRED_FIELDS = ("doc_id", "question", "answer", "answer_format", "evidence_pages")
+PAGE_ENCODING = EncodeConfig(shard_size=1024, batch_size=32, progress=False)
+"""Pages go through the shared encoding step one document at a time (a document is its own small run)."""
 
 
 @dataclass(frozen=True)
@@ -86,12 +90,18 @@ def build_store(pdf: Path, out_dir: Path, doc_id: str, encoder: PageEncoder, cfg
     for number, page in enumerate(pages, start=1):
         Image.fromarray(page.image).save(out_dir / "images" / f"page_{number:04d}.png")
     texts = tuple(" ".join(p.text.split()) for p in pages)
+    # The text encoder never looks at the image: only a visual encoder gets the page image path to decode.
+    visual = not isinstance(encoder, TextPageEncoder)
+    items = [
+        Item(f"{doc_id}#{n}", text, str(out_dir / "images" / f"page_{n:04d}.png") if visual else None)
+        for n, text in enumerate(texts, start=1)
+    ]
     store = DocStore(
         doc_id=doc_id,
         texts=texts,
         summaries=tuple(summarise(t, cfg.summary_chars) or "(no text layer)" for t in texts),
         page_types=tuple(classify_page(p, cfg.page_types) for p in pages),
-        embeddings=encoder.encode_pages(list(texts), [p.image for p in pages]),
+        embeddings=encode_to_array(items, EnvEncoderItems(encoder, "pages"), config=PAGE_ENCODING),
         encoder=encoder.name,
         sections=read_outline(pdf),
     )

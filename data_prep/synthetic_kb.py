@@ -25,7 +25,7 @@ from data_prep import synthetic_text as text
 from data_prep.synthetic_kb_io import KBTables, write_kb
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = 5
+GENERATOR_VERSION = 6
 """Bump when the generator's output changes, so cached KBs are rebuilt."""
 
 

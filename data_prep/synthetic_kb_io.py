@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +12,9 @@ import pandas as pd
 from PIL import Image
 
 from data_prep import synthetic_images as images
+from data_prep.encoding import EncodeConfig, EncoderSpec, Item, encode_items, encode_to_array, load_encoded
+from data_prep.encoding.index import build_sharded_index, index_summary
 from data_prep.synthetic_text import EntityText
-from envs.encoders import PixelImageEncoder, make_text_encoder
 from envs.kb import KB_FORMAT, KB_VERSION
 from envs.retrieval import BM25Retriever, build_index, normalise
 
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
 
 DATA_SOURCE = "synthetic_kbvqa"
 _CHUNK = 2048  # entities rendered and saved per batch (bounds memory at 100k+ entities)
+PIXEL_GRID = 8
+"""Grid of the pixel encoder's colour layout (the manifest's ``image_encoder``)."""
+ENCODING = EncodeConfig(shard_size=4096, batch_size=256, durable=False)
+"""Pixel features are cheap per image: large batches, shards of 4096 entities, no flush (a KB build that
+dies is rebuilt from scratch)."""
 
 
 @dataclass
@@ -45,26 +51,30 @@ def _save_pngs(root: Path, rel_paths: list[str], pixels: np.ndarray) -> None:
         Image.fromarray(array).save(path, compress_level=1)
 
 
-def _encode_entities(out: Path, tables: KBTables, size: int, encoder: PixelImageEncoder) -> np.ndarray:
-    """Render, save and encode every entity image; returns normalised embeddings (n, d)."""
+def _encode_entities(out: Path, tables: KBTables, size: int) -> np.ndarray:
+    """Render and save every entity image, encode them (the encoding step, shards kept under
+    ``index/encoded/entities``) and index them under ``index/entities``; returns normalised embeddings (n, d).
+    """
     n = len(tables.entity_text)
     rel = [f"images/{i // 1000:03d}/E{i:06d}.png" for i in range(n)]
-    embeddings = np.empty((n, encoder.dim), dtype=np.float32)
     for start in range(0, n, _CHUNK):
         rows = np.arange(start, min(n, start + _CHUNK))
-        pixels = images.render(tables.entity_looks.take(rows), size)
-        _save_pngs(out, rel[start : rows[-1] + 1], pixels)
-        embeddings[rows] = encoder.encode_entities(list(pixels), [tables.entity_text[i].name for i in rows])
-    return normalise(embeddings)
+        _save_pngs(out, rel[start : rows[-1] + 1], images.render(tables.entity_looks.take(rows), size))
+    items = (Item(f"E{i:06d}", tables.entity_text[i].name, str(out / rel[i])) for i in range(n))
+    encoded = out / "index" / "encoded" / "entities"
+    spec = EncoderSpec("pixel", "entities", {"grid": PIXEL_GRID})
+    encode_items(items, spec, encoded, replace(ENCODING, progress=n > _CHUNK), total=n)
+    return normalise(load_encoded(encoded)[1])
 
 
-def _rank_queries(
-    out: Path, tables: KBTables, entity_emb: np.ndarray, encoder: PixelImageEncoder, top: int
-) -> np.ndarray:
+def _rank_queries(out: Path, tables: KBTables, entity_emb: np.ndarray, top: int) -> np.ndarray:
     """Save query images and embeddings; returns each query's candidate list (top ``top`` entity rows)."""
     num = len(tables.query_entities)
-    _save_pngs(out, _query_paths(num), tables.query_images)
-    query_emb = normalise(encoder.encode_queries(list(tables.query_images)))
+    paths = _query_paths(num)
+    _save_pngs(out, paths, tables.query_images)
+    items = [Item(f"Q{i:06d}", None, str(out / p)) for i, p in enumerate(paths)]
+    spec = EncoderSpec("pixel", "queries", {"grid": PIXEL_GRID})
+    query_emb = normalise(encode_to_array(items, spec, config=replace(ENCODING, progress=num > _CHUNK)))
     np.save(out / "index" / "query_embeddings.npy", query_emb)
     return build_index(entity_emb).search(query_emb, min(top, len(entity_emb)))[1]
 
@@ -168,10 +178,10 @@ def write_kb(
     """Write every KB file and the train/test rows under ``out`` (dense passage vectors if ``text_encoder``)."""
     (out / "index").mkdir(parents=True, exist_ok=True)
     (out / "data").mkdir(exist_ok=True)
-    encoder = PixelImageEncoder()
-    entity_emb = _encode_entities(out, tables, preset.image_size, encoder)
+    entity_emb = _encode_entities(out, tables, preset.image_size)
     np.save(out / "index" / "entity_embeddings.npy", entity_emb)
-    ranked = _rank_queries(out, tables, entity_emb, encoder, preset.num_candidates)
+    entity_index = build_sharded_index(out / "index" / "encoded" / "entities", out / "index" / "entities")
+    ranked = _rank_queries(out, tables, entity_emb, preset.num_candidates)
     n = len(tables.entity_text)
     if preset.signature_alphabet:
         tables.signatures = alphabet_signatures(ranked, tables.query_entities, n, preset.signature_alphabet,
@@ -190,8 +200,9 @@ def write_kb(
         out / "index" / "bm25"
     )
     if text_encoder is not None:
-        vectors = make_text_encoder(text_encoder).encode_passages(passages["text"].tolist())
-        np.save(out / "index" / "passage_embeddings.npy", normalise(vectors))
+        items = [Item(p, t) for p, t in zip(passages["passage_id"], passages["text"], strict=True)]
+        spec = EncoderSpec(text_encoder["name"], "passages", dict(text_encoder.get("kwargs", {})))
+        np.save(out / "index" / "passage_embeddings.npy", normalise(encode_to_array(items, spec)))
     rows = _rows(tables, preset, seed, rows_kb_dir)
     for split in ("train", "test"):
         rows[rows["extra_info"].map(lambda e: e["split"]) == split].reset_index(drop=True).to_parquet(
@@ -201,11 +212,13 @@ def write_kb(
         "format": KB_FORMAT,
         "version": KB_VERSION,
         "name": name,
-        "image_encoder": {"name": "pixel", "kwargs": {"grid": encoder.grid}},
+        "image_encoder": {"name": "pixel", "kwargs": {"grid": PIXEL_GRID}},
         "text_encoder": text_encoder,
         "num_entities": n,
         "num_passages": n,
         "num_queries": len(tables.query_entities),
+        # What the encoding step built over the entity vectors: kind, memory, recall@K against exact search.
+        "index": {"entities": {"path": "index/entities", **index_summary(entity_index)}},
         "extra": {
             "generator": "data_prep.synthetic_kb",
             "seed": seed,

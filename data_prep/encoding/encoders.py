@@ -72,16 +72,16 @@ class EncoderSpec:
 class SentenceItems:
     """A sentence-transformers model split at its seam: ``preprocess`` tokenises, ``forward`` runs the model."""
 
-    def __init__(self, model_path: str, prefix: str, device: str, dtype: str, normalize: bool = True) -> None:
+    def __init__(self, model: Any, prefix: str = "", device: str = "cpu", dtype: str = "float32",
+                 normalize: bool = True) -> None:  # fmt: skip
+        """Wrap a loaded ``SentenceTransformer`` (moved to ``device``; forward runs under ``dtype`` autocast)."""
         import torch
 
-        from envs.encoders import _sentence_model
-
         self.torch = torch
-        self.model = _sentence_model(model_path, device)
-        if dtype != "float32":
-            self.model = self.model.to(getattr(torch, dtype))
-        self.model.eval()
+        self.model = model.to(device).eval()
+        # Autocast rather than casting the weights: the model may be shared with envs in this process.
+        self.autocast = dtype != "float32"
+        self.dtype = getattr(torch, dtype)
         self.prefix, self.device, self.normalize = prefix, device, normalize
 
     def preprocess(self, items: Sequence[Item]) -> dict[str, Any]:
@@ -92,7 +92,8 @@ class SentenceItems:
         """Pooled (and L2-normalised) sentence embeddings, float32 (n, dim)."""
         torch = self.torch
         features = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        with torch.inference_mode():
+        device_type = self.device.split(":")[0]
+        with torch.inference_mode(), torch.autocast(device_type, self.dtype, enabled=self.autocast):
             out = self.model(features)["sentence_embedding"]  # (n, dim)
             if self.normalize:
                 out = torch.nn.functional.normalize(out.float(), dim=1)
@@ -139,15 +140,7 @@ def build_encoder(spec: EncoderSpec) -> ItemEncoder:
     """The ``ItemEncoder`` a spec names (the same call on the driver and on every Ray actor)."""
     kwargs = dict(spec.kwargs)
     if spec.name in (*SENTENCE_PREFIXES, "sentence") and spec.role in ("passages", "queries"):
-        from envs.encoders import minilm_path
-
-        path = kwargs.pop("model_path", None) or (minilm_path() if spec.name == "minilm" else None)
-        if path is None:
-            raise ValueError(f"encoder {spec.name!r} needs kwargs.model_path")
-        prefix = kwargs.pop("prefix", SENTENCE_PREFIXES.get(spec.name, ""))
-        if spec.role == "queries" and spec.name == "e5":
-            prefix = "query: "
-        return SentenceItems(path, prefix, spec.device, spec.dtype, **kwargs)
+        return _sentence_items(spec, kwargs)
     if spec.name in ("pixel", "eva_clip"):
         from envs.encoders import make_image_encoder
 
@@ -162,3 +155,18 @@ def build_encoder(spec: EncoderSpec) -> ItemEncoder:
     raise ValueError(
         f"unknown encoder {spec.name!r}; expected pixel, eva_clip, minilm, e5, sentence, page_text or page_visual"
     )
+
+
+def _sentence_items(spec: EncoderSpec, kwargs: dict[str, Any]) -> SentenceItems:
+    """minilm / e5 / a sentence-transformers folder, with the prefix of the role (``envs.encoders`` kwargs)."""
+    from envs.encoders import _sentence_model, minilm_path
+
+    path = kwargs.pop("model_path", None) or (minilm_path() if spec.name == "minilm" else None)
+    if path is None:
+        raise ValueError(f"encoder {spec.name!r} needs kwargs.model_path")
+    device = kwargs.pop("device", spec.device)
+    # envs.encoders.SentenceEncoder's kwargs carry both prefixes; the role picks one.
+    query_prefix = kwargs.pop("query_prefix", "query: " if spec.name == "e5" else "")
+    passage_prefix = kwargs.pop("passage_prefix", SENTENCE_PREFIXES.get(spec.name, ""))
+    prefix = query_prefix if spec.role == "queries" else passage_prefix
+    return SentenceItems(_sentence_model(path, device), prefix, device, spec.dtype, **kwargs)

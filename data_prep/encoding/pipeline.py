@@ -14,7 +14,7 @@ import queue
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ class EncodeConfig:
     """Threads running ``preprocess`` (image decoding releases the GIL, so more threads help on big images)."""
     progress: bool = True
     """Show a tqdm bar (items/s and ETA)."""
+    durable: bool = True
+    """Flush each shard to disk before marking it finished (survives a machine crash, not only a kill)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.shard_size < 1 or self.shard_size % self.batch_size:
@@ -128,7 +130,7 @@ def run_shards(work: Iterable[tuple[int, list[Item]]], encoder: ItemEncoder, roo
                 if bar is not None:
                     bar.update(len(batch))
                 if last:
-                    shards.write_shard(root, index, ids, np.concatenate(chunks))
+                    shards.write_shard(root, index, ids, np.concatenate(chunks), cfg.durable)
                     yield index, len(ids), chunks[0].shape[1]
                     ids, chunks = [], []
         finally:
@@ -214,5 +216,7 @@ def encode_to_array(
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ragym-encode-") as tmp:
-        encode_items(items, encoder, Path(tmp) / "encoded", config)
+        encode_items(
+            items, encoder, Path(tmp) / "encoded", replace(config, durable=False)
+        )  # throwaway shards
         return shards.load_encoded(Path(tmp) / "encoded")[1]

@@ -41,17 +41,21 @@ def shard_paths(root: Path, index: int) -> tuple[Path, Path]:
     return base.with_suffix(".ids"), base.with_suffix(".npy")
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    """Write through ``write(file)`` to a temporary sibling, flush it to disk, then rename over ``path``."""
+def _atomic_write(path: Path, write: Any, durable: bool = True) -> None:
+    """Write through ``write(file)`` to a temporary sibling, flush it to disk if ``durable``, rename over ``path``.
+
+    The rename alone survives a killed process; the flush also survives a machine that goes down.
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with tmp.open("wb") as f:
         write(f)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
-def write_shard(root: Path, index: int, ids: list[str], vectors: np.ndarray) -> None:
+def write_shard(root: Path, index: int, ids: list[str], vectors: np.ndarray, durable: bool = True) -> None:
     """Write one finished shard: ids first, vectors last (the vectors file marks the shard finished)."""
     if vectors.shape[0] != len(ids):
         raise EncodingError(f"shard {shard_name(index)}: {vectors.shape[0]} vectors for {len(ids)} ids")
@@ -60,8 +64,8 @@ def write_shard(root: Path, index: int, ids: list[str], vectors: np.ndarray) -> 
         raise EncodingError(f"shard {shard_name(index)}: non-finite vectors for items {bad}")
     ids_path, vec_path = shard_paths(root, index)
     ids_path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(ids_path, lambda f: f.write("".join(i + "\n" for i in ids).encode("utf-8")))
-    _atomic_write(vec_path, lambda f: np.save(f, np.ascontiguousarray(vectors, dtype=np.float32)))
+    _atomic_write(ids_path, lambda f: f.write("".join(i + "\n" for i in ids).encode("utf-8")), durable)
+    _atomic_write(vec_path, lambda f: np.save(f, np.ascontiguousarray(vectors, dtype=np.float32)), durable)
 
 
 def is_finished(root: Path, index: int) -> bool:

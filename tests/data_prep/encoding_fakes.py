@@ -46,3 +46,29 @@ def run(out: str, num: int, delay_s: float) -> None:
 
 if __name__ == "__main__":
     run(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))
+
+
+class TableEncoder:
+    """Hands out precomputed rows: item ``v<i>`` gets row i of ``table`` (puts known vectors into shards)."""
+
+    name = "table"
+
+    def __init__(self, table: np.ndarray) -> None:
+        self.table = table
+
+    def preprocess(self, items: list[Item]) -> list[int]:
+        """Row numbers from the ids."""
+        return [int(i.id[1:]) for i in items]
+
+    def forward(self, rows: list[int]) -> np.ndarray:
+        """The rows."""
+        return self.table[rows]
+
+
+def encode_table(table: np.ndarray, out: Path, shard_size: int = 1000) -> Path:
+    """Shards under ``out`` holding ``table`` row by row (ids ``v0``, ``v1``...)."""
+    rows = [Item(f"v{i}", "row") for i in range(len(table))]
+    encode_items(
+        rows, TableEncoder(table), out, EncodeConfig(shard_size=shard_size, batch_size=250, progress=False)
+    )
+    return out

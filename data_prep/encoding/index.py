@@ -1,0 +1,253 @@
+"""Indexes over encoded shards, chosen by size: exact below a threshold, compressed above it, sharded.
+
+``build_sharded_index(encoded_dir, out_dir)`` writes::
+
+    index.json            kind, faiss factory string, counts, memory, recall@K against exact search, shards
+    shard-000.faiss       one faiss index per index shard (at most ``max_shard_vectors`` vectors)
+    shard-000.ids         the ids of its rows, one per line (row r of the index = line r)
+
+Below ``exact_below`` vectors the index is exact (``IndexFlatIP``, recall 1). Above it, an IVF-PQ index
+trained on a sample finds ``k_factor * k`` candidates that a finer PQ code re-ranks (faiss ``Refine``); its
+memory (the bytes of every index file, refine codes included) and its recall@K against exact top-K, on a
+sample of the stored vectors used as queries (the query itself excluded), are measured here and recorded.
+An index too big for one machine is cut into shards that a retrieval service serves side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from data_prep.encoding import shards
+from envs.retrieval import normalise
+
+log = logging.getLogger(__name__)
+INDEX_FORMAT = "ragym-sharded-index"
+INDEX_MANIFEST = "index.json"
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """How vectors are indexed and how the compressed index is checked."""
+
+    exact_below: int = 200_000
+    """Vectors below which the index is exact; an exact index of 200K 768-d vectors is 0.6 GB."""
+    nlist: int = 0
+    """IVF cells of the compressed index; 0 picks 4 * sqrt(n) rounded to a power of two."""
+    pq_bytes: int = 64
+    """Sub-quantizers of the coarse PQ code (bytes per vector at 8 bits; 768-d: 12 dimensions each)."""
+    pq_bits: int = 8
+    """Bits per sub-quantizer code (8: 256 centroids each)."""
+    refine: str = "PQ256x8"
+    """faiss code that re-ranks the IVF-PQ candidates (``SQfp16``, ``SQ8``, ``PQ<m>x8``, or ``none``)."""
+    nprobe: int = 32
+    """IVF cells visited per query."""
+    k_factor: int = 8
+    """Candidates re-ranked per requested hit."""
+    train_size: int = 65_536
+    """Vectors sampled to train the IVF centroids and PQ codebooks."""
+    recall_k: int = 15
+    """K of the recall@K recorded against exact search (the paper's candidate list length)."""
+    num_eval_queries: int = 500
+    """Stored vectors used as queries for the recall measurement."""
+    max_shard_vectors: int = 50_000_000
+    """Vectors per index shard (one machine's share)."""
+    seed: int = 0
+    """Seed of the training and evaluation samples."""
+
+    def factory(self, num_vectors: int) -> str:
+        """The faiss ``index_factory`` string for ``num_vectors`` vectors."""
+        if num_vectors < self.exact_below:
+            return "Flat"
+        nlist = self.nlist or int(2 ** round(np.log2(4 * np.sqrt(num_vectors))))
+        nlist = max(1, min(nlist, self.train_size // 39))
+        refine = "" if self.refine == "none" else f",Refine({self.refine})"
+        return f"IVF{nlist},PQ{self.pq_bytes}x{self.pq_bits}{refine}"
+
+
+def _blocks(root: Path) -> Iterator[tuple[int, np.ndarray]]:
+    """(first row, normalised float32 vectors) per encoded shard."""
+    start = 0
+    for _, vectors in shards.iter_shards(root):
+        yield start, normalise(vectors)
+        start += len(vectors)
+
+
+def _rows(root: Path, rows: np.ndarray) -> np.ndarray:
+    """The normalised vectors at sorted global ``rows`` (read shard by shard from the memory maps)."""
+    out, start = [], 0
+    for _, vectors in shards.iter_shards(root):
+        local = rows[(rows >= start) & (rows < start + len(vectors))] - start
+        out.append(np.asarray(vectors[local]))
+        start += len(vectors)
+    return normalise(np.concatenate(out))
+
+
+def _shard_plan(counts: list[int], max_vectors: int) -> list[list[int]]:
+    """Encoded shards grouped into index shards of at most ``max_vectors`` (an oversized one stands alone)."""
+    plan: list[list[int]] = [[]]
+    size = 0
+    for index, count in enumerate(counts):
+        if plan[-1] and size + count > max_vectors:
+            plan.append([])
+            size = 0
+        plan[-1].append(index)
+        size += count
+    return plan
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _configure(index: faiss.Index, options: IndexOptions) -> None:
+    """Search-time parameters (nprobe, k_factor) of a compressed index; flat indexes have none."""
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexRefine):
+        index.k_factor = options.k_factor
+        index = faiss.downcast_index(index.base_index)
+    if isinstance(index, faiss.IndexIVF):
+        index.nprobe = options.nprobe
+
+
+def _train(root: Path, num: int, dim: int, factory: str, options: IndexOptions) -> faiss.Index:
+    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    if not index.is_trained:
+        rng = np.random.default_rng(options.seed)
+        sample = np.sort(rng.choice(num, size=min(num, options.train_size), replace=False))
+        start = time.perf_counter()
+        index.train(_rows(root, sample))
+        log.info("trained %s on %d vectors in %.1fs", factory, len(sample), time.perf_counter() - start)
+    return index
+
+
+def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexOptions()) -> dict[str, Any]:
+    """Index the vectors of a finished encoding folder under ``out``; returns the written ``index.json``."""
+    encoded, out = Path(encoded), Path(out)
+    manifest = shards.read_manifest(encoded)
+    num, dim = manifest["num_items"], manifest["dim"]
+    factory = options.factory(num)
+    template = _train(encoded, num, dim, factory, options)
+    out.mkdir(parents=True, exist_ok=True)
+    plan = _shard_plan([s["count"] for s in manifest["shards"]], options.max_shard_vectors)
+    records, indexes, offset = [], [], 0
+    for number, members in enumerate(plan):
+        index = faiss.clone_index(template)
+        ids: list[str] = []
+        for member in members:
+            index.add(normalise(shards.read_vectors(encoded, member)))
+            ids.extend(shards.read_ids(encoded, member))
+        name = f"shard-{number:03d}"
+        _write(out / f"{name}.ids", "".join(i + "\n" for i in ids).encode("utf-8"))
+        _write(out / f"{name}.faiss", faiss.serialize_index(index).tobytes())
+        _configure(index, options)
+        indexes.append((offset, index))
+        records.append({"index": f"{name}.faiss", "ids": f"{name}.ids", "offset": offset, "count": len(ids)})
+        offset += len(ids)
+    memory = sum((out / r["index"]).stat().st_size for r in records)
+    quality = measure_recall(encoded, indexes, num, options) if factory != "Flat" else {"recall": 1.0}
+    result = {
+        "format": INDEX_FORMAT,
+        "kind": "exact" if factory == "Flat" else "compressed",
+        "factory": factory,
+        "search": {"nprobe": options.nprobe, "k_factor": options.k_factor} if factory != "Flat" else {},
+        "num_vectors": num,
+        "dim": dim,
+        "memory_bytes": memory,
+        "exact_memory_bytes": num * dim * 4,
+        "memory_ratio": memory / (num * dim * 4),
+        f"recall@{options.recall_k}": quality["recall"],
+        "recall_eval": {k: v for k, v in quality.items() if k != "recall"},
+        "options": asdict(options),
+        "shards": records,
+    }
+    _write(out / INDEX_MANIFEST, json.dumps(result, indent=2).encode("utf-8"))
+    log.info("%s index over %d vectors: %.3f of exact memory, recall@%d %.3f", result["kind"], num,
+             result["memory_ratio"], options.recall_k, quality["recall"])  # fmt: skip
+    return result
+
+
+def _top(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, the ``k`` best (scores, rows) of (Q, n) candidates, best first."""
+    k = min(k, scores.shape[1])
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    top_scores = np.take_along_axis(scores, part, axis=1)
+    order = np.argsort(-top_scores, axis=1, kind="stable")
+    return np.take_along_axis(top_scores, order, axis=1), np.take_along_axis(
+        rows, np.take_along_axis(part, order, axis=1), axis=1
+    )
+
+
+def exact_top(encoded: Path, queries: np.ndarray, k: int) -> np.ndarray:
+    """Global rows of the exact inner-product top-``k`` of each query, streaming over the shards."""
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    best_rows = np.zeros((len(queries), 0), dtype=np.int64)
+    for start, block in _blocks(encoded):
+        scores = queries @ block.T  # (Q, block)
+        rows = np.broadcast_to(np.arange(start, start + len(block)), scores.shape)
+        best_scores, best_rows = _top(np.hstack([best_scores, scores]), np.hstack([best_rows, rows]), k)
+    return best_rows
+
+
+def search_shards(indexes: list[tuple[int, faiss.Index]], queries: np.ndarray, k: int) -> np.ndarray:
+    """Global rows of the merged top-``k`` over index shards ((offset, index) pairs); -1 where none."""
+    scores, rows = [], []
+    for offset, index in indexes:
+        s, r = index.search(queries, k)
+        scores.append(np.where(r >= 0, s, -np.inf))
+        rows.append(np.where(r >= 0, r + offset, -1))
+    return _top(np.hstack(scores), np.hstack(rows), k)[1]
+
+
+def measure_recall(
+    encoded: Path, indexes: list[tuple[int, faiss.Index]], num: int, options: IndexOptions
+) -> dict:
+    """Recall@K of the sharded index against exact search, stored vectors as queries (themselves excluded)."""
+    rng = np.random.default_rng(options.seed + 1)
+    rows = np.sort(rng.choice(num, size=min(num, options.num_eval_queries), replace=False))
+    queries = _rows(encoded, rows)
+    k = options.recall_k
+    start = time.perf_counter()
+    truth = exact_top(encoded, queries, k + 1)
+    approx = search_shards(indexes, queries, k + 1)
+    seconds = time.perf_counter() - start
+    hits = []
+    for row, t, a in zip(rows, truth, approx, strict=True):
+        t_set = [r for r in t if r != row][:k]
+        a_set = [r for r in a if r != row and r >= 0][:k]
+        hits.append(len(set(t_set) & set(a_set)) / len(t_set))
+    return {"recall": float(np.mean(hits)), "num_queries": len(rows), "k": k, "seconds": round(seconds, 1)}
+
+
+def load_sharded_index(out: Path) -> tuple[dict[str, Any], list[tuple[int, faiss.Index]], list[str]]:
+    """(manifest, (offset, index) per shard with its search parameters set, all ids in row order)."""
+    out = Path(out)
+    manifest = json.loads((out / INDEX_MANIFEST).read_text(encoding="utf-8"))
+    if manifest.get("format") != INDEX_FORMAT:
+        raise ValueError(f"{out / INDEX_MANIFEST}: expected format {INDEX_FORMAT!r}")
+    options = IndexOptions(**manifest["options"])
+    indexes, ids = [], []
+    for record in manifest["shards"]:
+        index = faiss.read_index(str(out / record["index"]))
+        _configure(index, options)
+        indexes.append((record["offset"], index))
+        ids.extend((out / record["ids"]).read_text(encoding="utf-8").splitlines())
+    return manifest, indexes, ids
+
+
+def index_summary(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``index.json`` a KB manifest records: kind, factory, sizes, memory, recall."""
+    keep = ("kind", "factory", "num_vectors", "memory_bytes", "exact_memory_bytes", "memory_ratio")
+    recall = {k: v for k, v in manifest.items() if k.startswith("recall@")}
+    return {k: manifest[k] for k in keep} | recall | {"num_shards": len(manifest["shards"])}
