@@ -94,9 +94,11 @@ def test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics(tiny_setup, tm
 
 
 def test_a_run_on_data_with_bad_rows_resumes(tiny_setup, tmp_path):  # noqa: F811
+    from data_prep.synthetic_kb import PRESETS, build_kb
     from tests.rl.data.bad_rows import with_bad_rows
 
-    kb, _ = tiny_setup
+    # A KB of its own: the missing-image row deletes an image, which the module's KB must keep.
+    kb = build_kb(tmp_path / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
     data = tmp_path / "rows.parquet"
     with_bad_rows(kb / "data" / "train.parquet", data, num_good=4)
     overrides = [*_overrides(tiny_setup, tmp_path / "run", steps=2), f"data.train_files={data}"]
