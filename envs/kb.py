@@ -192,6 +192,11 @@ def _read_image(path: str) -> np.ndarray:
     return array
 
 
+def clear_image_cache() -> None:
+    """Forget every decoded image (a check that reads many rows' images once bounds its memory with this)."""
+    _read_image.cache_clear()
+
+
 def read_image(path: str | Path) -> np.ndarray:
     """The image at ``path`` as uint8 (H, W, 3), decoded once per process (read-only; copy before handing out)."""
     return _read_image(str(path))

@@ -82,7 +82,8 @@ def _index(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-def _json_object(value: Any, name: str) -> None:
+def _json_object(value: Any, name: str) -> dict[str, Any] | None:
+    """A JSON-object field of ``extra_info`` (a string, or already decoded) as a dict or None."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -90,19 +91,23 @@ def _json_object(value: Any, name: str) -> None:
             raise ValueError(f"{name} is not valid JSON ({err})") from err
     if value is not None and not isinstance(value, dict):
         raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
+    return value
 
 
 class RowChecker:
     """Checks rows as their episodes would start; envs are built once per distinct (env_id, env_kwargs)."""
 
+    IMAGE_CACHE_ROWS = 1024
+    """Rows checked between two clears of the decoded-image cache: reading every row's images once must not
+    fill the cache (65,536 images) that episodes use."""
+
     def __init__(self, check_reset: bool = True) -> None:
         self.check_reset = check_reset
         self._envs: dict[str, Any] = {}
+        self._num_checked = 0
 
     def check(self, row: dict[str, Any]) -> None:
         """Raise ValueError (or the env's own error) naming what keeps ``row`` from starting an episode."""
-        from rl.agent_loop.observations import EpisodeSpec
-
         extra_info = row.get("extra_info")
         if not isinstance(extra_info, dict):
             raise ValueError("extra_info is missing")
@@ -120,13 +125,22 @@ class RowChecker:
                 json.loads(reward_model["ground_truth"])
             except json.JSONDecodeError as err:
                 raise ValueError(f"reward_model.ground_truth is not valid JSON ({err})") from err
-        for key in ("env_kwargs", "env_options"):
-            if key in extra_info:
-                _json_object(extra_info[key], f"extra_info.{key}")
-        spec = EpisodeSpec.from_extra_info(dict(extra_info))
+        # What the agent loop's ``EpisodeSpec.from_extra_info`` reads (without importing verl here).
+        missing = [key for key in ("env_id", "env_kwargs", "env_options") if key not in extra_info]
+        if missing:
+            raise ValueError(f"extra_info lacks {missing}")
+        kwargs = _json_object(extra_info["env_kwargs"], "extra_info.env_kwargs")
+        options = _json_object(extra_info["env_options"], "extra_info.env_options")
+        if kwargs is None:
+            raise ValueError("extra_info.env_kwargs must be a JSON object, got null")
         if self.check_reset:
-            env = self._env(spec.env_id, spec.env_kwargs)
-            env.reset(seed=spec.seed, options=spec.env_options)
+            self._num_checked += 1
+            if self._num_checked % self.IMAGE_CACHE_ROWS == 0:
+                from envs.kb import clear_image_cache
+
+                clear_image_cache()
+            env = self._env(str(extra_info["env_id"]), kwargs)
+            env.reset(seed=int(extra_info["index"]), options=options)
 
     def _env(self, env_id: str, kwargs: dict[str, Any]) -> Any:
         import envs

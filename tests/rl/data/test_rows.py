@@ -82,3 +82,13 @@ def test_fingerprint_changes_with_the_rows_used(kb):
     first = load_rows(str(kb / "data" / "test.parquet"), limit=4)
     assert first.fingerprint() == load_rows(str(kb / "data" / "test.parquet"), limit=4).fingerprint()
     assert first.fingerprint() != load_rows(str(kb / "data" / "test.parquet"), limit=5).fingerprint()
+
+
+def test_checking_every_row_keeps_the_image_cache_bounded(kb, monkeypatch):
+    from envs.kb import _read_image, clear_image_cache
+    from rl.data.rows import RowChecker
+
+    clear_image_cache()
+    monkeypatch.setattr(RowChecker, "IMAGE_CACHE_ROWS", 4)
+    rows = load_rows(str(kb / "data" / "test.parquet"), limit=10)
+    assert len(rows.rows) == 10 and _read_image.cache_info().currsize < 4
