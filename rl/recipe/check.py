@@ -18,6 +18,7 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from rl.errors import UsageError
 from rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
 
 OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs",)
@@ -154,9 +155,9 @@ def check_recipe(
 
     unknown = unknown_keys(recipe, overrides)
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"recipe {recipe}: keys nothing reads (not in verl's ppo_trainer config nor ragym's section): "
-            f"{', '.join(unknown)}"
+            f"{', '.join(unknown)}; check the spelling"
         )
     config = load_recipe(recipe, overrides)
     for section in DATACLASS_SECTIONS:

@@ -8,10 +8,12 @@ Hydra's compose API with verl's packaged config on the search path, exactly as t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
 from rl.errors import UsageError
@@ -44,7 +46,16 @@ def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> DictC
     path = resolve_recipe_path(recipe)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(path.parent), version_base=None):
-        config = compose(config_name=path.stem, overrides=list(overrides or []))
+        try:
+            config = compose(config_name=path.stem, overrides=list(overrides or []))
+        except ConfigCompositionException as err:
+            missing = re.match(r"Could not override '([^']+)'", str(err))
+            if missing is None:
+                raise
+            raise UsageError(
+                f"override {missing.group(1)}: {path.name} has no such key; check the spelling "
+                f"(+{missing.group(1)}=... adds a new key)"
+            ) from err
     OmegaConf.resolve(config)
     resolve_reward_recipe(config, path)
     return config

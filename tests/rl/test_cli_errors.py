@@ -26,7 +26,7 @@ def test_recipe_errors_are_one_line(capsys, tmp_path):
     bad.write_text("defaults: [ppo_trainer, _self_]\ndata: {train_files: [unclosed\n")
     _one_line(capsys, ["train", "--recipe", str(bad)])
     _one_line(capsys, ["train", "--recipe", "kbvqa_tiny_cpu", "actor_rollout_ref.rollout.temprature=0.5"],
-              "temprature")  # fmt: skip
+              "override actor_rollout_ref.rollout.temprature: kbvqa_tiny_cpu.yaml has no such key")  # fmt: skip
     bad_delta = ["~reward.custom_reward_function.reward_kwargs.recipe_path",
                  "+reward.custom_reward_function.reward_kwargs.recipe={terms:{verification:{weight:1.0,"
                  "params:{delta:-1}}}}"]  # fmt: skip
