@@ -25,6 +25,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rl.errors import UsageError
 from rl.recipe.check import check_recipe
 from rl.recipe.compose import resolve_recipe_path, validate_recipe
 
@@ -112,7 +113,7 @@ def _relative_to_repo(path: Path, repo_root: Path) -> Path:
     try:
         return path.relative_to(repo_root)
     except ValueError:
-        raise ValueError(f"recipe {path} is outside the repository {repo_root}; only the repository is "
+        raise UsageError(f"recipe {path} is outside the repository {repo_root}; only the repository is "
                          "shipped to the cluster, so copy the recipe under recipes/") from None  # fmt: skip
 
 
@@ -140,7 +141,7 @@ def build_submission(
         engine = "local" if OmegaConf.select(config, "ragym.engine") is not None else "verl"
     if engine == "local":
         if cluster:
-            raise ValueError(
+            raise UsageError(
                 "--nodes/--gpus-per-node apply to verl jobs; the local engine runs in one process"
             )
         command = ["python", "-m", "rl.cli", "train", "--recipe", str(relative), *overrides]
@@ -153,7 +154,7 @@ def build_submission(
         command = ["python", "-m", "verl.trainer.main_ppo", "--config-name", relative.stem, *overrides]
         entrypoint = f"{shlex.join(command[:3])} --config-path {config_dir} {shlex.join(command[3:])}"
     else:
-        raise ValueError(f"unknown engine {engine!r}; expected auto, verl or local")
+        raise UsageError(f"unknown engine {engine!r}; expected auto, verl or local")
     env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
     env_vars.update({"PYTHONUNBUFFERED": "1", **(env or {})})
     if retrieval is not None:
@@ -205,7 +206,7 @@ def _parse_env(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise ValueError(f"--env expects NAME=VALUE, got {pair!r}")
+            raise UsageError(f"--env expects NAME=VALUE, got {pair!r}")
         env[name] = value
     return env
 
