@@ -116,6 +116,8 @@ def _summary(metrics: dict[str, float]) -> dict[str, Any]:
     out: dict[str, Any] = {name: metrics[key] for name, key in SUMMARY_KEYS.items()}
     out["actions"] = {k.split("/")[-1]: v for k, v in metrics.items() if k.startswith("episode/actions/")}
     return out
+
+
 DEMO_STATE = "demo.json"
 """What a demo folder was built with (seed, ``ragym.demo`` settings): a re-run resumes only the same demo."""
 
@@ -143,8 +145,6 @@ def check_demo_folder(out: Path, seed: int, demo_settings: dict[str, Any]) -> No
                          f"{before['ragym.demo'].get(changed[0])!r}); set it back to resume, or give a new --out")  # fmt: skip
 
 
-
-
 def prepare(
     out: Path,
     seed: int,
@@ -165,9 +165,9 @@ def prepare(
     ]
     overrides += list(extra_overrides or [])
     config = load_recipe(recipe, overrides)
-    check_demo_folder(out, seed, reader.get("ragym.demo"))
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
+    check_demo_folder(out, seed, reader.get("ragym.demo"))
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
     _, policy_dir = _build_inputs(out, reader, seed)
@@ -198,11 +198,11 @@ def run_demo(
         before_path.write_text(json.dumps(trainer.evaluate()))
     before = json.loads(before_path.read_text())
     trainer.fit()
+    after = trainer.evaluate()
+    trainer.save_model(out / "checkpoint")
     # Recorded like an exported model, so ``ragym eval --model DIR/checkpoint`` finds its recipe.
     record_export(out / "checkpoint", Path(cfg.output_dir) / f"global_step_{trainer.step}", "local",
                   trainer.step, recipe, OmegaConf.to_container(config, resolve=True))  # fmt: skip
-    after = trainer.evaluate()
-    trainer.save_model(out / "checkpoint")
     trainer.close()
     history = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
     train = [h for h in history if "reward/total" in h]

@@ -146,6 +146,8 @@ def test_protocol_episodes_are_noiseless_and_teach_no_decision(expert_rows) -> N
     noisy, protocol = samples[0::2], samples[1::2]
     assert {w for _, w in noisy} == {5.0} and {w for _, w in protocol} == {0.0}
     assert sum(_confirmations(noisy, tokenizer)) == 0  # reject_noise 1: every match rejected
+    assert sum(_confirmations(protocol, tokenizer)) > 0  # the noiseless expert confirms them
+    assert any("SearchText" in tokenizer.decode(s.response_ids) for s, _ in protocol)
 
 
 def test_demo_folder_check(tmp_path):
@@ -162,5 +164,3 @@ def test_demo_folder_check(tmp_path):
     (tmp_path / "old" / "warm_start").mkdir()
     with pytest.raises(UsageError, match="no demo.json"):
         check_demo_folder(tmp_path / "old", 0, {})
-    assert sum(_confirmations(protocol, tokenizer)) > 0  # the noiseless expert confirms them
-    assert any("SearchText" in tokenizer.decode(s.response_ids) for s, _ in protocol)
