@@ -14,6 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -90,20 +91,15 @@ def run_grid(
 
 
 def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str]) -> list[str]:
-    """One line per variant: its settings and, for KB-VQA grids, the ``ragym demo`` command of seed 0."""
+    """One line per variant: its settings and, for KB-VQA grids, the command that runs its first seed alone."""
     lines = [f"grid {grid.name}: {grid.paper}"]
     for variant in grid.variants:
         lines.append(f"- {variant.name}: env {variant.env}, reward {variant.reward}, "
                      f"options {variant.options}, overrides {list(variant.overrides)}")  # fmt: skip
         if grid.kind == "kbvqa":
-            from rl.ablate.kbvqa import demo_command, variant_overrides
+            from rl.ablate.kbvqa import command
 
-            lines.append(
-                "    "
-                + demo_command(
-                    run_dir(out, variant, seeds[0]), seeds[0], steps, variant_overrides(out, variant, extra)
-                )
-            )
+            lines.append("    " + command(out, variant, seeds[0], steps, extra))
     return lines
 
 
@@ -120,6 +116,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--list", action="store_true", help="print every variant's settings and command only")
     parser.add_argument("--only-seeds", help="comma-separated seeds to run now (split a grid across processes; "
                         "a later call with --seeds N aggregates all)")  # fmt: skip
+    parser.add_argument("--only-variants", help="comma-separated variants to run now (results.json and the "
+                        "claims then cover only these; a later call without it aggregates all)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides applied to every variant")
     args = parser.parse_intermixed_args(argv)
     if args.seeds < 1:
@@ -127,6 +125,13 @@ def main(argv: list[str]) -> int:
     grid, seeds, args.out = GRIDS[args.name], list(range(args.seeds)), args.out.resolve()
     if args.only_seeds:
         seeds = [int(s) for s in args.only_seeds.split(",")]
+    if args.only_variants:
+        names = args.only_variants.split(",")
+        unknown = set(names) - {v.name for v in grid.variants}
+        if unknown:
+            raise UsageError(f"grid {grid.name} has no variant {sorted(unknown)[0]!r}")
+        claims = tuple(c for c in grid.claims if {c.left, c.right} <= set(names))
+        grid = replace(grid, variants=tuple(v for v in grid.variants if v.name in names), claims=claims)
     if args.list:
         print("\n".join(list_commands(grid, args.out, seeds, args.steps, args.overrides)))
         return 0

@@ -9,7 +9,7 @@ prints each as the ``ragym demo`` command that runs it alone.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,10 @@ class Variant:
     """Recipe overrides (``key=value``) on top of the demo recipe."""
     options: dict[str, Any] = field(default_factory=dict)
     """Runner options that are not env or recipe settings (DocMemo: whether feedback is given)."""
+    warm_start_from: str = ""
+    """KB-VQA: the variant whose warm-started policy (same seed) this one starts GRPO from; empty: its own.
+    Every variant after a grid's first starts from the first's, so variants differ in RL alone (as the
+    paper's ablations train each variant with RL from the same model), and a grid warm-starts once a seed."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +163,12 @@ _KBVQA_GRIDS = (
 
 
 def register_grid(grid: Grid) -> Grid:
-    """Add ``grid`` to ``GRIDS``; a duplicate name is an error."""
+    """Add ``grid`` to ``GRIDS``; a duplicate name is an error. KB-VQA variants after the first start from
+    the first's warm start."""
+    if grid.kind == "kbvqa":
+        first = grid.variants[0].name
+        shared = [v if v.name == first else replace(v, warm_start_from=first) for v in grid.variants]
+        grid = replace(grid, variants=tuple(shared))
     if grid.name in GRIDS:
         raise ValueError(f"ablation grid {grid.name!r} is already registered")
     if len({v.name for v in grid.variants}) != len(grid.variants):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import torch
 import yaml
 
 from rl.ablate.grids import KBVQA_METRICS, Variant, run_dir
@@ -51,7 +52,10 @@ def write_rows(grid_dir: Path, variant: Variant) -> Path:
         written = frame.assign(extra_info=infos)
         if len(written) != len(frame):  # rows in = rows out: nothing is filtered here
             raise RuntimeError(f"{split}: {len(frame)} rows in, {len(written)} out")
-        written.to_parquet(out / f"{split}.parquet")
+        # Written whole, then renamed: another process of the same grid may be reading the rows.
+        partial = out / f".{split}.{os.getpid()}.parquet"
+        written.to_parquet(partial)
+        os.replace(partial, out / f"{split}.parquet")
     return out
 
 
@@ -87,20 +91,57 @@ def demo_command(out: Path, seed: int, steps: int | None, overrides: list[str]) 
     return shlex.join(parts + overrides)
 
 
+def train_overrides(
+    grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]
+) -> list[str]:
+    """Overrides of the demo recipe for GRPO from another variant's warm start (``variant.warm_start_from``)."""
+    warm = run_dir(grid_dir, Variant(variant.warm_start_from), seed) / "warm_start"
+    out = run_dir(grid_dir, variant, seed)
+    overrides = [f"data.seed={seed}", f"trainer.default_local_dir={out / 'grpo'}",
+                 f"actor_rollout_ref.model.path={warm}"]  # fmt: skip
+    overrides += [f"trainer.total_training_steps={steps}"] if steps is not None else []
+    return overrides + variant_overrides(grid_dir, variant, extra)
+
+
+def command(grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> str:
+    """How to run one (variant, seed) alone: ``ragym demo`` (own warm start) or ``ragym train`` (shared one)."""
+    if not variant.warm_start_from:
+        return demo_command(
+            run_dir(grid_dir, variant, seed), seed, steps, variant_overrides(grid_dir, variant, extra)
+        )
+    overrides = train_overrides(grid_dir, variant, seed, steps, extra)
+    return shlex.join(["ragym", "train", "--recipe", DEMO_RECIPE, *overrides])
+
+
+def _trainer(grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> Any:
+    """The local engine for one (variant, seed): after ``ragym demo``'s preparation, or from a shared warm start."""
+    from rl.engine.config import RecipeReader, read_engine_config
+    from rl.engine.trainer import LocalTrainer
+    from rl.recipe.compose import load_recipe
+
+    if not variant.warm_start_from:
+        config, reader, _ = prepare(run_dir(grid_dir, variant, seed), seed, steps, DEMO_RECIPE,
+                                    variant_overrides(grid_dir, variant, extra))  # fmt: skip
+        return LocalTrainer(config, read_engine_config(reader))
+    warm = run_dir(grid_dir, Variant(variant.warm_start_from), seed) / "warm_start" / "warm_start.json"
+    if not warm.is_file():
+        raise FileNotFoundError(f"{variant.name} starts from {variant.warm_start_from}'s warm start, not at {warm}: "
+                                f"run {variant.warm_start_from} for seed {seed} first")  # fmt: skip
+    config = load_recipe(DEMO_RECIPE, train_overrides(grid_dir, variant, seed, steps, extra))
+    cfg = read_engine_config(RecipeReader(config))
+    if cfg.num_threads > 0:
+        torch.set_num_threads(cfg.num_threads)
+    return LocalTrainer(config, cfg)
+
+
 def run_kbvqa(
     grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]
 ) -> dict[str, Any]:
-    """Warm start + GRPO for one (variant, seed) in ``DIR/runs/VARIANT/seed_S``; its held-out metrics."""
-    from rl.engine.config import read_engine_config
-    from rl.engine.trainer import LocalTrainer
-
+    """GRPO (after a warm start) for one (variant, seed) in ``DIR/runs/VARIANT/seed_S``; its held-out metrics."""
     os.environ.setdefault("WANDB_MODE", "disabled")
-    out = run_dir(grid_dir, variant, seed)
-    overrides = variant_overrides(grid_dir, variant, extra)
-    logger.info("%s seed %d: %s", variant.name, seed, demo_command(out, seed, steps, overrides))
+    logger.info("%s seed %d: %s", variant.name, seed, command(grid_dir, variant, seed, steps, extra))
     start = time.perf_counter()
-    config, reader, _ = prepare(out, seed, steps, DEMO_RECIPE, overrides)
-    trainer = LocalTrainer(config, read_engine_config(reader))
+    trainer = _trainer(grid_dir, variant, seed, steps, extra)
     trainer.fit()
     after = trainer.evaluate()
     trainer.close()
