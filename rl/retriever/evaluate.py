@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from sentence_transformers import SentenceTransformer
 
+from data_prep.encoding import EncodeConfig, Item, encode_to_array
+from data_prep.encoding.encoders import SentenceItems
 from envs.retrieval import FaissRetriever
 from rewards.retrieval import ndcg_at_k, recall_at_k
 from rl.retriever.data import EvalSet
@@ -42,6 +44,15 @@ def encode(
     return np.asarray(vectors, dtype=np.float32)
 
 
+def encode_corpus(model: SentenceTransformer, corpus: dict[str, str], batch_size: int) -> np.ndarray:
+    """Unit-norm float32 (len(corpus), dim) document vectors, in corpus order, through the shared encoding step."""
+    items = [Item(docid, text) for docid, text in corpus.items()]
+    config = EncodeConfig(
+        shard_size=64 * batch_size, batch_size=batch_size, progress=len(items) > 64 * batch_size
+    )
+    return encode_to_array(items, SentenceItems(model, device=str(model.device)), config=config)
+
+
 def dense_run(
     model: SentenceTransformer,
     queries: dict[str, str],
@@ -51,9 +62,7 @@ def dense_run(
 ) -> dict[str, dict[str, float]]:
     """TREC-style run ``{qid: {docid: score}}`` of the top ``depth`` documents per query."""
     docids = list(corpus)
-    retriever = FaissRetriever.from_vectors(
-        encode(model, [corpus[d] for d in docids], config.batch_size), docids
-    )
+    retriever = FaissRetriever.from_vectors(encode_corpus(model, corpus, config.batch_size), docids)
     qids = list(queries)
     query_vectors = encode(model, [queries[q] for q in qids], config.batch_size, config.query_prompt)
     hits = retriever.batch_search(list(query_vectors), depth)

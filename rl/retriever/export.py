@@ -22,7 +22,7 @@ import faiss
 from sentence_transformers import SentenceTransformer
 
 from envs.retrieval import EncodedRetriever, FaissRetriever, IndexSpec, build_index
-from rl.retriever.evaluate import encode
+from rl.retriever.evaluate import encode, encode_corpus
 
 EXPORT_FORMAT = "ragym-dense-retriever-v1"
 """Written to ``retriever.json``; bump it when the layout changes."""
@@ -42,7 +42,7 @@ def export_retriever(
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(str(out_dir / "model"))
     docids = list(corpus)
-    vectors = encode(model, [corpus[d] for d in docids], batch_size)  # (num_docs, dim), unit norm
+    vectors = encode_corpus(model, corpus, batch_size)  # (num_docs, dim), unit norm
     spec = spec or IndexSpec()
     faiss.write_index(build_index(vectors, spec), str(out_dir / "index.faiss"))
     (out_dir / "docids.json").write_text(json.dumps(docids), encoding="utf-8")
