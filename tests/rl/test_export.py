@@ -71,7 +71,7 @@ def test_verl_fsdp_checkpoint_round_trips_weight_by_weight(
     assert (meta["kind"], meta["step"], meta["recipe_name"]) == ("verl_fsdp", 1, "kbvqa_single_gpu_smoke")
     assert meta["recipe"]["actor_rollout_ref"]["rollout"]["n"] == 4
     card = (out / "README.md").read_text()
-    assert "| step | 1 |" in card and "kbvqa_single_gpu_smoke" in card and "verification" in card
+    assert "| step | 1 |" in card and "kbvqa_single_gpu_smoke" in card and "mmagent_r2.yaml" in card
 
 
 def test_local_engine_checkpoint_round_trips_weight_by_weight(
