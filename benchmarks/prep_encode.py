@@ -1,0 +1,130 @@
+"""The encoding step at speed and the compressed index at scale, each against its baseline in the same run.
+
+1. Index: ``--num-vectors`` (default 1M) 768-d clustered synthetic vectors (``data_prep.encoding.clustered``:
+   power-law latent spectrum, anisotropic Gaussian clusters of Zipf sizes, 10% isotropic noise, unit norm)
+   written as encoded shards, indexed by ``build_sharded_index``; prints the index's memory against the exact
+   flat index and its recall@15 against exact top-15 (``--queries`` stored vectors as queries, themselves
+   excluded). Goal: recall >= 0.95 at <= 1/8 of the exact memory (refine codes included).
+2. Pipeline: items/s of the whole step (read JSON lines, tokenise on the prefetch thread, forward, write
+   shards) against the bare forward pass over the same pre-tokenised batches, with a tiny BERT sentence
+   encoder built from config. Runs alternate (pipeline, bare, bare, pipeline, ...) so load drift hits both.
+   Last line: ``ratio=<pipeline/bare>``, the median of adjacent-pair ratios; goal >= 0.9.
+
+    python benchmarks/prep_encode.py [--num-vectors 1000000 --queries 500] [--num-items 2048 --repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from data_prep.encoding import EncodeConfig, Item, encode_items, read_items, shards, write_items
+from data_prep.encoding.clustered import ClusteredSpec, ClusteredVectors
+from data_prep.encoding.encoders import SentenceItems
+from data_prep.encoding.index import IndexOptions, build_sharded_index
+from data_prep.encoding.tiny import build_tiny_text_encoder
+
+WORDS = "the museum river bridge painter tower garden station history built century north city".split()
+
+
+def write_clustered(root: Path, num: int, block: int = 65536) -> None:
+    """``num`` clustered vectors as an encoded-shards folder (one shard per generated block)."""
+    shards.check_config(
+        root, {"encoder": {"object": "clustered-synthetic"}, "shard_size": block, "batch_size": block}
+    )
+    generator = ClusteredVectors(ClusteredSpec())
+    counts = []
+    for index, vectors in enumerate(generator.blocks(num, block)):
+        shards.write_shard(
+            root, index, [f"v{index * block + i}" for i in range(len(vectors))], vectors, False
+        )
+        counts.append(len(vectors))
+    shards.write_manifest(root, counts, vectors.shape[1])
+
+
+def index_benchmark(args: argparse.Namespace, tmp: Path) -> None:
+    start = time.perf_counter()
+    write_clustered(tmp / "vectors", args.num_vectors)
+    print(f"generated {args.num_vectors} x 768 clustered vectors in {time.perf_counter() - start:.0f}s")
+    for refine in args.refine:
+        options = IndexOptions(exact_below=min(IndexOptions.exact_below, args.num_vectors), refine=refine,
+                               num_eval_queries=args.queries, k_factor=args.k_factor, nprobe=args.nprobe)  # fmt: skip
+        start = time.perf_counter()
+        m = build_sharded_index(tmp / "vectors", tmp / f"index-{refine}", options)
+        print(f"index {m['factory']} nprobe={options.nprobe} k_factor={options.k_factor}: "
+              f"memory {m['memory_bytes'] / 2**20:.0f} MiB = {m['memory_ratio']:.3f} of exact "
+              f"({m['exact_memory_bytes'] / 2**20:.0f} MiB), recall@15 {m['recall@15']:.3f} "
+              f"({m['recall_eval']['num_queries']} queries), built in {time.perf_counter() - start:.0f}s")  # fmt: skip
+
+
+def _texts(num: int, seed: int = 0) -> list[Item]:
+    rng = np.random.default_rng(seed)
+    return [Item(f"p{i}", " ".join(rng.choice(WORDS, size=int(rng.integers(40, 80))))) for i in range(num)]
+
+
+def pipeline_benchmark(args: argparse.Namespace, tmp: Path) -> float:
+    model_dir = build_tiny_text_encoder(tmp / "tiny", hidden=args.hidden, layers=args.layers)
+    from sentence_transformers import SentenceTransformer
+
+    encoder = SentenceItems(SentenceTransformer(str(model_dir), device="cpu"))
+    items = _texts(args.num_items)
+    write_items(tmp / "items.jsonl", items)
+    batches = [
+        encoder.preprocess(items[s : s + args.batch_size]) for s in range(0, len(items), args.batch_size)
+    ]
+    config = EncodeConfig(shard_size=args.batch_size * 16, batch_size=args.batch_size, progress=False)
+    encoder.forward(batches[0])  # warm-up
+
+    def bare() -> float:
+        start = time.perf_counter()
+        for batch in batches:
+            encoder.forward(batch)
+        return len(items) / (time.perf_counter() - start)
+
+    def pipeline(run: int) -> float:
+        start = time.perf_counter()
+        encode_items(read_items(tmp / "items.jsonl"), encoder, tmp / f"out-{run}", config)
+        return len(items) / (time.perf_counter() - start)
+
+    ratios = []
+    for run in range(args.repeats):
+        if run % 2 == 0:
+            ours, base = pipeline(run), bare()
+        else:
+            base, ours = bare(), pipeline(run)
+        ratios.append(ours / base)
+        print(
+            f"run {run}: pipeline {ours:.0f} items/s, bare forward {base:.0f} items/s, ratio {ours / base:.3f}"
+        )
+    return statistics.median(ratios)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-vectors", type=int, default=1_000_000)
+    parser.add_argument("--queries", type=int, default=500, help="stored vectors used as recall queries")
+    parser.add_argument("--refine", nargs="+", default=[IndexOptions.refine], help="refine codes to compare")
+    parser.add_argument("--nprobe", type=int, default=IndexOptions.nprobe)
+    parser.add_argument("--k-factor", type=int, default=IndexOptions.k_factor)
+    parser.add_argument("--skip-index", action="store_true")
+    parser.add_argument("--num-items", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="ragym-prep-encode-") as tmp:
+        if not args.skip_index:
+            index_benchmark(args, Path(tmp))
+        print(f"ratio={pipeline_benchmark(args, Path(tmp)):.3f}")
+
+
+if __name__ == "__main__":
+    main()
