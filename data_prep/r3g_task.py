@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from data_prep.encoding import EncodeConfig, Item, encode_to_array
+from data_prep.encoding.encoders import EnvEncoderItems
 from envs.encoders import ImageEncoder
-from envs.r3g_corpus import read_rgb
 from envs.retrieval import normalise
 
 ENV_ID = "R3G-v0"
@@ -52,6 +53,11 @@ def split_of(question_id: str, test_fraction: float) -> str:
     return "test" if digest / 16**8 < test_fraction else "train"
 
 
+def _encoding(batch: int, num: int) -> EncodeConfig:
+    """The shared encoding step's layout for R3G images (a progress bar only for big corpora)."""
+    return EncodeConfig(shard_size=16 * batch, batch_size=batch, progress=num > 16 * batch)
+
+
 def write_corpus(out: Path, ids: list[str], paths: list[str], captions: list[str], encoder: ImageEncoder,
                  encoder_spec: dict[str, Any], batch: int = 256) -> None:  # fmt: skip
     """``corpus/``: the table, the unit features (encoded in batches) and the manifest."""
@@ -59,11 +65,11 @@ def write_corpus(out: Path, ids: list[str], paths: list[str], captions: list[str
     pd.DataFrame({"image_id": ids, "path": paths, "caption": captions}).to_parquet(
         out / "corpus" / "corpus.parquet"
     )
-    chunks = [
-        encoder.encode_entities([read_rgb(out / p) for p in paths[i : i + batch]], captions[i : i + batch])
-        for i in range(0, len(paths), batch)
-    ]
-    np.save(out / "corpus" / "embeddings.npy", normalise(np.concatenate(chunks)))
+    items = [Item(i, c, str(out / p)) for i, p, c in zip(ids, paths, captions, strict=True)]
+    vectors = encode_to_array(
+        items, EnvEncoderItems(encoder, "entities"), config=_encoding(batch, len(items))
+    )
+    np.save(out / "corpus" / "embeddings.npy", normalise(vectors))
     manifest = {"image_encoder": encoder_spec, "num_images": len(ids)}
     (out / "corpus" / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
@@ -72,8 +78,12 @@ def write_queries(out: Path, paths: list[str], encoder: ImageEncoder) -> None:
     """``queries/``: the query-image paths and their unit features."""
     (out / "queries").mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"path": paths}).to_parquet(out / "queries" / "queries.parquet")
+    items = [Item(f"q{i}", None, str(out / p)) for i, p in enumerate(paths)]
+    config = _encoding(256, len(items))
     vectors = (
-        encoder.encode_queries([read_rgb(out / p) for p in paths]) if paths else np.zeros((0, 1), np.float32)
+        encode_to_array(items, EnvEncoderItems(encoder, "queries"), config=config)
+        if paths
+        else np.zeros((0, 1), np.float32)
     )
     np.save(out / "queries" / "embeddings.npy", normalise(vectors))
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+import pandas as pd
 import pytest
 
 from data_prep.encoding import pipeline
@@ -87,3 +88,18 @@ def test_memora_r_export_encodes_the_corpus_through_the_step(spy, tmp_path: Path
     index = faiss.read_index(str(tmp_path / "export" / "index.faiss"))
     expected = model.encode(list(corpus.values()), normalize_embeddings=True)
     np.testing.assert_allclose(index.reconstruct_n(0, index.ntotal), expected, atol=1e-5)
+
+
+def test_r3g_image_corpora_go_through_the_step(spy, tmp_path: Path) -> None:
+    from data_prep.r3g_synthetic import Preset, build_task
+
+    task = build_task(
+        tmp_path / "task", Preset(num_classes=3, images_per_class=2, queries_per_class=1), seed=0
+    )
+    corpus = pd.read_parquet(task / "corpus" / "corpus.parquet")
+    queries = pd.read_parquet(task / "queries" / "queries.parquet")
+    assert spy == [corpus["image_id"].tolist(), [f"q{i}" for i in range(len(queries))]]
+    pixels = [read_image(task / p) for p in corpus["path"]]
+    expected = PixelImageEncoder().encode_entities(pixels, [])
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.load(task / "corpus" / "embeddings.npy"), expected, atol=1e-6)
