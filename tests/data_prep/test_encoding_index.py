@@ -84,3 +84,15 @@ def test_the_refine_step_raises_recall(encoded: Path, tmp_path: Path) -> None:
     assert refined["recall@15"] > plain["recall@15"] + 0.1
     assert refined["memory_bytes"] > plain["memory_bytes"]
     assert isinstance(faiss.read_index(str(tmp_path / "refined" / "shard-000.faiss")), faiss.IndexRefine)
+
+
+def test_cli_indexes_an_encoded_folder(
+    encoded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from data_prep.encoding import cli
+
+    argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "idx"), "--exact-below", "5000"]
+    assert cli.main(argv) == 0
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed["kind"] == "exact" and printed["num_vectors"] == NUM
+    assert printed == json.loads((tmp_path / "idx" / "index.json").read_text())
