@@ -31,11 +31,19 @@ Events (``info["events"]``, each with ``type`` and ``turn``; reset-time events h
 - ``beliefs``: ``round``, ``means`` (every page's posterior mean after the update).
 - ``answer``: ``text``, ``not_answerable`` (bool), ``forced`` (always false: no answer is forced), ``round``.
 - ``truncated``: ``reason`` (``max_rounds`` | ``max_turns``).
+- ``retrieval_error``: the page search got no answer from the retrieval service (``retriever``, ``reason``,
+  ``detail``); no candidates are shown, and a ``refine`` retries the search without using up a round.
+
+Retrieval service: with ``retrieval_url`` (or ``$RAGYM_RETRIEVAL_URL``) set, documents loaded from
+``store_root`` are searched through the service's ``pages/<doc_key>`` retrievers (``ragym serve
+--doc-store-root``), with the client's timeouts, retries and circuit breaker; the built-in synthetic report and
+an explicit ``retriever_factory`` stay in process.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -52,6 +60,7 @@ from envs.docmemo_actions import STOP_STRINGS, Answer, ParseError, Refine, Selec
 from envs.docmemo_synthetic import synthetic_questions, synthetic_store
 from envs.page_beliefs import PageBeliefs, lambda_schedule, minmax_normalise, top_k_fresh_first
 from envs.page_retrieval import PageRetriever, TextPageEncoder, VisualPageEncoder, similarity_vector
+from envs.service.client import TOKEN_ENV, URL_ENV, ClientConfig, RetrievalUnavailable, shared_retriever
 from envs.spaces import FreeText, text_image_space
 
 
@@ -109,11 +118,19 @@ class DocMemoConfig:
     """Local directory of a CLIP-style model; required when ``encoder`` is ``visual``."""
     device: str = "cpu"
     """Device of the page encoder."""
+    retrieval_url: str | None = None
+    """Base URL of the retrieval service serving ``store_root``'s documents (``pages/<doc_key>``). None reads
+    ``$RAGYM_RETRIEVAL_URL`` (set once per job), and searches in process when that is unset too."""
+    retrieval_timeout_s: float = 10.0
+    """Per-attempt timeout of a service search; after the retries the policy is told retrieval is down."""
+    retrieval_retries: int = 2
+    """Retries of a failed service search (with backoff) before it counts as unavailable."""
 
     def __post_init__(self) -> None:
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
         least = {"num_candidates": 1, "num_evidence": 1, "max_rounds": 1, "max_turns": 1, "radius": 0,
-                 "max_turn_chars": 1, "evidence_text_chars": 0, "image_max_side": 1}  # fmt: skip
+                 "max_turn_chars": 1, "evidence_text_chars": 0, "image_max_side": 1,
+                 "retrieval_retries": 0}  # fmt: skip
         for name, minimum in least.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -123,6 +140,10 @@ class DocMemoConfig:
                 raise ValueError(
                     f"DocMemoConfig.{name} must be a finite number >= 0, got {getattr(self, name)!r}"
                 )
+        if not 0 < self.retrieval_timeout_s < float("inf"):
+            raise ValueError(
+                f"DocMemoConfig.retrieval_timeout_s must be > 0, got {self.retrieval_timeout_s!r}"
+            )
         if self.encoder not in ("text", "visual"):
             raise ValueError(f"DocMemoConfig.encoder must be 'text' or 'visual', got {self.encoder!r}")
 
@@ -148,7 +169,8 @@ class DocMemoEnv(gymnasium.Env):
             raise TypeError(f"DocMemoEnv: unknown config fields {sorted(unknown)}")
         self.config = replace(config or DocMemoConfig(), **overrides)
         self.store_root = Path(store_root) if store_root else None
-        self._retriever_factory = retriever_factory or self._default_retriever
+        self._retriever_factory = retriever_factory
+        self._service_url = self.config.retrieval_url or os.environ.get(URL_ENV) or None
         c = self.config
         # Dense pages may bring two crops each, hence three images per evidence page at most.
         self.observation_space = text_image_space(c.max_obs_chars, 3 * c.num_evidence, c.image_max_side)
@@ -171,7 +193,15 @@ class DocMemoEnv(gymnasium.Env):
     def _default_retriever(self, store: DocStore) -> Retriever:
         return PageRetriever(store, self._page_encoder())
 
+    def _service_retriever(self, store_dir: Path) -> Retriever:
+        """The service's retriever of one stored document; shared by this process's envs (one breaker)."""
+        c = self.config
+        client = ClientConfig(timeout_s=c.retrieval_timeout_s, max_retries=c.retrieval_retries,
+                              token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
+        return shared_retriever(self._service_url, f"pages/{store_dir.name}", client)
+
     def _load(self, options: dict[str, Any] | None) -> tuple[str, DocStore]:
+        store_dir = None
         if not options:  # None or {}: a question over the built-in synthetic report
             questions = synthetic_questions()
             question = questions[int(self.np_random.integers(len(questions)))].question
@@ -184,9 +214,16 @@ class DocMemoEnv(gymnasium.Env):
                 )
             if self.store_root is None:
                 raise ValueError(f"DocMemo reset for doc {options['doc_id']!r} needs store_root")
-            question, store = options["question"], load_store(self.store_root / doc_key(options["doc_id"]))
+            store_dir = self.store_root / doc_key(options["doc_id"])
+            question, store = options["question"], load_store(store_dir)
         if store.doc_id not in self._retrievers:
-            self._retrievers[store.doc_id] = self._retriever_factory(store)
+            if self._retriever_factory is not None:
+                retriever = self._retriever_factory(store)
+            elif self._service_url and store_dir is not None:
+                retriever = self._service_retriever(store_dir)
+            else:
+                retriever = self._default_retriever(store)
+            self._retrievers[store.doc_id] = retriever
         self.retriever = self._retrievers[store.doc_id]
         return question, store
 
@@ -226,6 +263,8 @@ class DocMemoEnv(gymnasium.Env):
                 obs = self._error_obs(violation[0])
             elif isinstance(parsed, Select):
                 obs = self._select(parsed, turn)
+            elif self.phase == "retry":
+                obs = self._retry(parsed, turn)
             else:
                 obs, truncated = self._refine(parsed, turn)
         self.turn += 1
@@ -237,7 +276,9 @@ class DocMemoEnv(gymnasium.Env):
 
     def _violation(self, action: Select | Refine) -> tuple[str, list[int]] | None:
         """Why a well-formed action is not allowed now, or None."""
-        if (self.phase == "select") != isinstance(action, Select):
+        if self.phase == "retry" and not isinstance(action, Refine):
+            return "wrong_phase", []
+        if self.phase != "retry" and (self.phase == "select") != isinstance(action, Select):
             return "wrong_phase", []
         if isinstance(action, Select):
             outside = [p for p in action.pages if p not in self.candidates]
@@ -252,7 +293,14 @@ class DocMemoEnv(gymnasium.Env):
         """Score every page for the current query and show the top-M candidates."""
         c = self.config
         n = self.store.num_pages
-        sim = minmax_normalise(similarity_vector(self.retriever.search(self.query, n), n))
+        try:
+            hits = self.retriever.search(self.query, n)
+        except RetrievalUnavailable as error:
+            name = getattr(self.retriever, "name", "pages")
+            self.events.append(ev.retrieval_error(turn, name, error.reason, error.detail))
+            self.phase, self.candidates = "retry", []
+            return views.retrieval_unavailable_view(c.max_turns - turn - 1)
+        sim = minmax_normalise(similarity_vector(hits, n))
         if self.beliefs is None:
             self.beliefs = PageBeliefs(sim, kappa=c.kappa, radius=c.radius, decay=c.decay)
         means = self.beliefs.mean()
@@ -321,6 +369,14 @@ class DocMemoEnv(gymnasium.Env):
         self.round += 1
         self.query = action.query
         return self._obs(self._start_round(turn)), False
+
+    def _retry(self, action: Refine, turn: int) -> dict[str, Any]:
+        """Search again after a failed search, in the same round; feedback marks still update beliefs."""
+        if self.beliefs is not None and (action.useful or action.irrelevant):
+            self.beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
+            self.judged.update(action.useful + action.irrelevant)
+        self.query = action.query
+        return self._obs(self._start_round(turn))
 
     def _page_images(self, pages: list[int]) -> tuple[list[np.ndarray], list[int]]:
         c = self.config

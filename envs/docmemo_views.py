@@ -111,6 +111,15 @@ def error_view(reason: str, phase: str, turns_left: int) -> str:
     )
 
 
+def retrieval_unavailable_view(turns_left: int) -> str:
+    """The page search got no answer from the retrieval service: no candidates this turn, how to retry."""
+    return (
+        "Retrieval is unavailable right now: no candidate pages were retrieved. Search again with "
+        "<refine><query>..</query></refine> (the same or a new query), or answer. "
+        f"{turns_left} turn(s) left."
+    )
+
+
 def fit(image: np.ndarray, max_side: int) -> np.ndarray:
     """``image`` as uint8 (H, W, 3), downscaled so its longer side is at most ``max_side``."""
     pil = Image.fromarray(image).convert("RGB")

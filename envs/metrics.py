@@ -62,7 +62,8 @@ def episode_metrics(env_id: str, events: list[Event]) -> Metrics:
 
 
 def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metrics:
-    """Turns, the action histogram, format errors, violations, truncation and whether the policy answered.
+    """Turns, the action histogram, format errors, violations, truncation, whether the policy answered, and
+    searches the retrieval service could not answer (``retrieval_errors``).
 
     ``turns`` counts every policy turn an event names, the one the agent loop cut included.
 
@@ -82,6 +83,7 @@ def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metric
         "protocol_violations": float(len(events_of(events, "protocol_violation"))),
         "truncated": float(bool(events_of(events, "truncated"))),
         "answered": float(any(not a["forced"] for a in answers)),
+        "retrieval_errors": float(len(events_of(events, "retrieval_error"))),
     }
     metrics.update({f"actions/{kind}": float(kinds[kind]) for kind in action_kinds})
     return metrics
