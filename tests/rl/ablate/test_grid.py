@@ -146,3 +146,26 @@ def test_list_prints_each_variant_as_a_demo_command(tmp_path: Path, capsys: pyte
     kwargs = json.loads(pd.read_parquet(rows)["extra_info"].iloc[0]["env_kwargs"])
     assert kwargs["max_rejections"] == 0 and kwargs["visual_check_accuracy"] == 0.8
     assert len(pd.read_parquet(rows)) == len(pd.read_parquet(tmp_path / "kb" / "data" / "train.parquet"))
+
+
+def test_only_seeds_and_variants_split_a_grid_that_a_last_call_aggregates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = FakeRunner()
+    monkeypatch.setitem(GRIDS, "fake", GRID)
+    monkeypatch.setattr("rl.ablate.cli.runner_for", lambda kind: runner)
+    assert (
+        main(
+            ["fake", "--out", str(tmp_path), "--seeds", "2", "--only-seeds", "1", "--only-variants", "mixed"]
+        )
+        == 0
+    )
+    assert runner.calls == [("mixed", 1)]
+    partial = json.loads((tmp_path / "results.json").read_text())
+    assert list(partial["variants"]) == ["mixed"] and partial["claims"] == []  # no claim has both its sides
+    assert main(["fake", "--out", str(tmp_path), "--seeds", "2"]) == 0
+    assert sorted(runner.calls) == sorted([("mixed", 1), ("base", 0), ("better", 0), ("mixed", 0), ("base", 1),
+                                           ("better", 1)])  # fmt: skip
+    assert len(json.loads((tmp_path / "results.json").read_text())["claims"]) == 3
+    with pytest.raises(UsageError, match="no variant 'nope'"):
+        main(["fake", "--out", str(tmp_path), "--seeds", "2", "--only-variants", "nope"])
