@@ -45,12 +45,12 @@ def test_shards_hold_every_item_in_order_with_a_short_last_shard(tmp_path: Path)
 
 
 def test_killed_run_resumes_at_the_first_unfinished_shard_byte_identical(tmp_path: Path) -> None:
-    num = 64  # 8 shards; 0.15 s per batch of 4 -> about 2.4 s uninterrupted
+    num = 64  # 8 shards; 0.3 s per batch of 4 -> about 5 s uninterrupted, time enough to kill it midway
     killed = tmp_path / "killed"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.data_prep.encoding_fakes", str(killed), str(num), "0.15"], cwd=REPO
+        [sys.executable, "-m", "tests.data_prep.encoding_fakes", str(killed), str(num), "0.3"], cwd=REPO
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # imports on a loaded machine
     while not (killed / "shards" / "00002.npy").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the subprocess ended before shard 2"
         time.sleep(0.02)
