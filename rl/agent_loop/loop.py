@@ -36,6 +36,7 @@ from envs.metrics import episode_metrics
 from envs.registry import make_env
 from rl.agent_loop.observations import EpisodeSpec, observation_message
 from rl.agent_loop.render_cache import RenderCache
+from rl.recipe.retrieval import recipe_retrieval_url, with_retrieval_url
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         # Same token ids as verl's processor path, without re-running image preprocessing every turn.
         self.render_cache = RenderCache.install(self.continuous_token_builder, MAX_CACHED_RENDERS)
         self._full_determinism = bool(self.rollout_config.full_determinism)  # read once: OmegaConf is slow
+        self._retrieval_url = recipe_retrieval_url(self.config)  # the recipe's service, for envs that search
 
     @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -91,7 +93,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         # and run episodes under several event loops, so bind it to the one running this episode.
         self.loop = asyncio.get_running_loop()
         spec = EpisodeSpec.from_extra_info(dict(kwargs["extra_info"]))
-        env = make_env(spec.env_id, **spec.env_kwargs)
+        env = make_env(spec.env_id, **with_retrieval_url(spec.env_id, spec.env_kwargs, self._retrieval_url))
         obs, info = await self._in_executor(
             functools.partial(env.reset, seed=spec.seed, options=spec.env_options)
         )

@@ -6,7 +6,8 @@ as the job's working directory (every node imports ``envs``/``rewards``/``rl`` f
 environment variables of the submitting shell, optional pip packages, and the entry point: verl's
 ``main_ppo`` on the recipe, or the local engine (``ragym train``) for recipes with a ``ragym.engine``
 section. ``--with-retrieval KB_DIR`` first deploys the retrieval service on the cluster as a Ray Serve
-app (``envs.service.ray_serve``) and points every env of the job at it (``$RAGYM_RETRIEVAL_URL``).
+app (``envs.service.ray_serve``) and fills in the recipe's ``ragym.retrieval.url`` with its address; a
+recipe's address reaches every env of the job (the agent loop's ``retrieval_url``, ``$RAGYM_RETRIEVAL_URL``).
 ``ragym jobs list|logs|stop`` wraps Ray's job client.
 """
 
@@ -28,6 +29,7 @@ from omegaconf import OmegaConf
 from rl.errors import UsageError
 from rl.recipe.check import check_recipe
 from rl.recipe.compose import resolve_recipe_path, validate_recipe
+from rl.recipe.retrieval import URL_KEY, recipe_retrieval_url
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository: shipped as the job's working directory."""
@@ -136,7 +138,10 @@ def build_submission(
     cluster = [f"trainer.nnodes={nodes}"] if nodes is not None else []
     cluster += [f"trainer.n_gpus_per_node={gpus_per_node}"] if gpus_per_node is not None else []
     overrides = [*cluster, *overrides]
+    if retrieval is not None:  # the deployed service is the recipe's address (++: set or add the key)
+        overrides.append(f"++{URL_KEY}={retrieval.url}")
     config = check_recipe(path, overrides, validate=False)
+    url = recipe_retrieval_url(config)
     if engine == "auto":
         engine = "local" if OmegaConf.select(config, "ragym.engine") is not None else "verl"
     if engine == "local":
@@ -157,8 +162,9 @@ def build_submission(
         raise UsageError(f"unknown engine {engine!r}; expected auto, verl or local")
     env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
     env_vars.update({"PYTHONUNBUFFERED": "1", **(env or {})})
+    if url is not None:  # every process of the job, for envs built outside the agent loop too
+        env_vars["RAGYM_RETRIEVAL_URL"] = url
     if retrieval is not None:
-        env_vars["RAGYM_RETRIEVAL_URL"] = retrieval.url
         entrypoint = f"{retrieval.deploy_command()} && {entrypoint}"
     runtime_env: dict[str, Any] = {
         "working_dir": str(repo_root),

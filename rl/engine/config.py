@@ -22,6 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from rl.engine.grpo import UpdateConfig
 from rl.errors import UsageError
 from rl.recipe.compose import recipe_keys, resolve_recipe_path
+from rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
+from rl.recipe.retrieval import recipe_retrieval_url
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +172,9 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
     g = reader.get
     for key in AGENT_LOOP_KEYS:
         g(key)
+    if "url" in (OmegaConf.select(reader.config, "ragym.retrieval", default=None) or {}):
+        g(RETRIEVAL_URL_KEY)  # the agent loop passes it to every env that searches
+        recipe_retrieval_url(reader.config)  # a bad address fails here, naming the key
     for key in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward"):
         if g(key):
             raise UsageError(f"{key}=true needs a reference model, which the local engine does not load")

@@ -31,8 +31,10 @@ RAGYM_KEYS = (
     "ragym.demo.kb_corpus_repeats",
     "ragym.r3g_demo.preset",
     "ragym.r3g_demo.corpus_repeats",
+    "ragym.retrieval.url",
 )
-"""ragym's own top-level section, which verl never reads: local-engine knobs and the CPU demo's."""
+"""ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, and the
+retrieval service's address (``rl.recipe.retrieval``)."""
 RAGYM_SECTIONS = {
     # ``ragym train`` also checks that it read every ``ragym.engine`` key it was given.
     "ragym.engine": ("rl.engine.config", "EngineConfig"),

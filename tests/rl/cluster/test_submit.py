@@ -13,6 +13,7 @@ import pytest
 
 from rl.cluster import submit
 from rl.cluster.submit import build_submission, format_jobs
+from rl.errors import UsageError
 from rl.recipe.compose import RECIPES_DIR
 
 REPO = RECIPES_DIR.parent
@@ -177,3 +178,18 @@ def test_with_retrieval_on_the_command_line(capsys: pytest.CaptureFixture) -> No
     printed = capsys.readouterr().out
     assert "envs.service.ray_serve --kb-dir /kb --replicas 2 --port 8000 &&" in printed
     assert "http://127.0.0.1:8000" in printed
+
+
+def test_the_recipes_retrieval_address_reaches_the_jobs_runtime_env(capsys: pytest.CaptureFixture) -> None:
+    url = "http://10.0.0.5:8000"
+    for name in ("kbvqa_qwen2_5_vl_7b", "docmemo_qwen2_5_vl_7b"):
+        job = build_submission(name, [f"ragym.retrieval.url={url}"])
+        assert job.runtime_env["env_vars"]["RAGYM_RETRIEVAL_URL"] == url
+        assert f"ragym.retrieval.url={url}" in job.entrypoint  # the agent loop reads it from the recipe too
+    service = submit.RetrievalService("/kb", port=8100)
+    filled = build_submission("kbvqa_qwen2_5_vl_7b", [], retrieval=service)
+    assert "++ragym.retrieval.url=http://127.0.0.1:8100" in filled.entrypoint
+    with pytest.raises(UsageError, match="ragym.retrieval.url must be null or an http"):
+        build_submission("kbvqa_qwen2_5_vl_7b", ["ragym.retrieval.url=10.0.0.5"])
+    assert submit.submit_main(["kbvqa_qwen2_5_vl_7b", f"ragym.retrieval.url={url}", "--dry-run"]) == 0
+    assert f'"RAGYM_RETRIEVAL_URL": "{url}"' in capsys.readouterr().out

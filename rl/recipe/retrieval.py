@@ -1,0 +1,54 @@
+"""The recipe's one retrieval-service address (``ragym.retrieval.url``) and the envs it reaches.
+
+A recipe names the service once; the local engine and the verl agent loop pass it as ``retrieval_url`` to
+every env whose config has that field (KB-VQA, DocMemo), unless the row's ``env_kwargs`` name one, and
+``ragym submit`` also exports it to the job as ``$RAGYM_RETRIEVAL_URL``. Null (the default) leaves envs as
+configured: in-process search, or ``$RAGYM_RETRIEVAL_URL`` where the job's environment sets it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import typing
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rl.errors import UsageError
+
+URL_KEY = "ragym.retrieval.url"
+"""Recipe key of the service's base URL (``http://host:port``; null: none)."""
+
+
+def recipe_retrieval_url(config: DictConfig) -> str | None:
+    """``ragym.retrieval.url`` of a composed recipe; anything but null or an http URL is an error naming it."""
+    url = OmegaConf.select(config, URL_KEY, default=None)
+    if url is None:
+        return None
+    if not isinstance(url, str) or not url.startswith("http://") or len(url) <= len("http://"):
+        raise UsageError(f"{URL_KEY} must be null or an http://host:port URL, got {url!r}")
+    return url
+
+
+@functools.cache
+def accepts_retrieval_url(env_id: str) -> bool:
+    """Whether ``env_id``'s config dataclass (its constructor's ``config`` argument) has ``retrieval_url``."""
+    from envs.registry import registered_envs
+
+    module, name = registered_envs()[env_id].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    hint = typing.get_type_hints(cls.__init__).get("config")
+    options = typing.get_args(hint) or (hint,)
+    return any(
+        dataclasses.is_dataclass(option) and "retrieval_url" in {f.name for f in dataclasses.fields(option)}
+        for option in options
+    )
+
+
+def with_retrieval_url(env_id: str, env_kwargs: dict[str, Any], url: str | None) -> dict[str, Any]:
+    """``env_kwargs`` plus ``retrieval_url=url`` for an env that searches; a row's own address wins."""
+    if url is None or "retrieval_url" in env_kwargs or not accepts_retrieval_url(env_id):
+        return env_kwargs
+    return {**env_kwargs, "retrieval_url": url}
