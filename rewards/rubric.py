@@ -32,6 +32,7 @@ from rewards.registry import RewardFn, get_reward, reward_params, validate_param
 
 _RECIPE_KEYS = {"terms", "name", "description"}
 _TERM_KEYS = {"weight", "reward", "params", "data_sources"}
+_KWARGS_AT = "reward.custom_reward_function.reward_kwargs"
 
 
 class RewardError(RuntimeError):
@@ -136,12 +137,14 @@ def load_recipe(recipe: Mapping[str, Any] | str | Path) -> tuple[dict[str, Any],
             # A training recipe: the reward recipe sits in the custom reward function's kwargs.
             kwargs = ((data["reward"] or {}).get("custom_reward_function") or {}).get("reward_kwargs") or {}
             if "recipe" in kwargs:
-                return load_recipe(kwargs["recipe"])[
-                    0
-                ], f"{where}:reward.custom_reward_function.reward_kwargs.recipe"
-            if "recipe_path" in kwargs:
+                inner, where = load_recipe(kwargs["recipe"])[0], f"{where}:{_KWARGS_AT}.recipe"
+            elif "recipe_path" in kwargs:
                 target = Path(kwargs["recipe_path"])
-                return load_recipe(target if target.is_file() else path.parent / target)
+                inner, where = load_recipe(target if target.is_file() else path.parent / target)
+            else:
+                inner = None
+            if inner is not None:
+                return apply_overrides(inner, kwargs.get("overrides"), where), where
             raise ValueError(
                 f"{where}: training recipe has no reward.custom_reward_function.reward_kwargs.recipe"
             )
@@ -154,6 +157,40 @@ def load_recipe(recipe: Mapping[str, Any] | str | Path) -> tuple[dict[str, Any],
             f"{where}: a reward recipe must be a mapping with 'terms', got {type(recipe).__name__}"
         )
     return dict(recipe), where
+
+
+def apply_overrides(recipe: Mapping[str, Any], overrides: Any, where: str) -> dict[str, Any]:
+    """``recipe`` with ``overrides`` (``reward_kwargs.overrides``, nested like the recipe) merged in: mappings
+    merge, anything else replaces. Overrides may only change terms the recipe has (a misspelled term would
+    otherwise become a new term); the rubric then validates the result (keys, weights, params).
+
+    >>> apply_overrides({"terms": {"v": {"weight": 1.0, "params": {"delta": 0.2}}}},
+    ...                 {"terms": {"v": {"params": {"delta": 0.3}}}}, "r")["terms"]["v"]
+    {'weight': 1.0, 'params': {'delta': 0.3}}
+    """
+    overrides = plain_config(overrides)
+    if overrides is None:
+        return dict(recipe)
+    if not isinstance(overrides, Mapping):
+        raise ValueError(f"{where}: reward_kwargs.overrides must be a mapping, got {overrides!r}")
+    have = recipe.get("terms") if isinstance(recipe.get("terms"), Mapping) else {}
+    terms = overrides.get("terms") or {}
+    unknown = sorted(set(terms) - set(have)) if isinstance(terms, Mapping) else [repr(terms)]
+    if unknown:
+        raise ValueError(
+            f"{where}: reward_kwargs.overrides names term(s) {unknown} the reward recipe does not have; "
+            f"it has {sorted(have)}"
+        )
+    return _merge(recipe, overrides)
+
+
+def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in top.items():
+        below = merged.get(key)
+        both = isinstance(below, Mapping) and isinstance(value, Mapping)
+        merged[key] = _merge(below, value) if both else value
+    return merged
 
 
 class Rubric:

@@ -8,6 +8,7 @@ In a training recipe::
         name: compute_score
         reward_kwargs:
           recipe: {terms: {outcome: {weight: 1.0}, ...}}    # or recipe_path: recipes/rewards/mmagent_r2.yaml
+          overrides: {terms: {verification: {params: {delta: 0.3}}}}   # optional, merged onto the recipe
 
 The ragym agent loop puts the env's ``events``, the policy's ``turns`` and ``truncated`` into
 ``extra_fields``; verl hands them to this function inside ``extra_info``.
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rewards.episode import Episode
-from rewards.rubric import Rubric, plain_config
+from rewards.rubric import Rubric, apply_overrides, load_recipe, plain_config
 
 # Keyword arguments verl itself may add to every call; they mean nothing to a rule-based rubric.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -36,22 +37,35 @@ def _rubric_from_json(recipe_json: str) -> Rubric:
     return Rubric.from_recipe(json.loads(recipe_json))
 
 
-@functools.lru_cache(maxsize=32)
-def _rubric_from_path(recipe_path: str) -> Rubric:
+def _recipe_file(recipe_path: str) -> Path:
     path = Path(recipe_path)
     if not path.is_absolute() and not path.is_file():
         # Committed recipes name reward recipes relative to the repository root, wherever verl runs.
         path = Path(__file__).resolve().parents[1] / path
-    return Rubric.from_recipe(path)
+    return path
 
 
-def rubric_for(recipe: Mapping[str, Any] | None = None, recipe_path: str | None = None) -> Rubric:
-    """The rubric for exactly one of ``recipe`` (a dict) or ``recipe_path``, built once per process."""
+@functools.lru_cache(maxsize=32)
+def _rubric_from_path(recipe_path: str, overrides_json: str = "null") -> Rubric:
+    path = _recipe_file(recipe_path)
+    if overrides_json == "null":
+        return Rubric.from_recipe(path)
+    recipe, where = load_recipe(path)
+    return Rubric.from_recipe(apply_overrides(recipe, json.loads(overrides_json), where))
+
+
+def rubric_for(
+    recipe: Mapping[str, Any] | None = None, recipe_path: str | None = None, overrides: Any = None
+) -> Rubric:
+    """The rubric for exactly one of ``recipe`` (a dict) or ``recipe_path``, with ``overrides`` merged in
+    (``rewards.rubric.apply_overrides``), built once per process."""
     if (recipe is None) == (recipe_path is None):
         raise TypeError("pass exactly one of reward_kwargs.recipe or reward_kwargs.recipe_path")
+    overrides_json = json.dumps(plain_config(overrides), sort_keys=True)
     if recipe_path is not None:
-        return _rubric_from_path(str(recipe_path))
-    return _rubric_from_json(json.dumps(plain_config(recipe), sort_keys=True))
+        return _rubric_from_path(str(recipe_path), overrides_json)
+    merged = apply_overrides(plain_config(recipe), plain_config(overrides), "reward_kwargs.recipe")
+    return _rubric_from_json(json.dumps(merged, sort_keys=True))
 
 
 def _as_list(value: Any, name: str) -> list[Any]:
@@ -103,9 +117,12 @@ def compute_score(
     ``solution_str`` is not read: the answer comes from the env's ``answer`` event, never from free text.
     """
     recipe, recipe_path = kwargs.pop("recipe", None), kwargs.pop("recipe_path", None)
+    overrides = kwargs.pop("overrides", None)
     unknown = sorted(set(kwargs) - _VERL_KWARGS)
     if unknown:
-        raise TypeError(f"compute_score got unknown reward_kwargs {unknown}; expected recipe or recipe_path")
-    rubric = rubric_for(recipe, recipe_path)
+        raise TypeError(
+            f"compute_score got unknown reward_kwargs {unknown}; expected recipe or recipe_path (and overrides)"
+        )
+    rubric = rubric_for(recipe, recipe_path, overrides)
     result = rubric.score(episode_from_verl(data_source, ground_truth, extra_info))
     return {"score": result.total, **result.metrics()}

@@ -52,9 +52,12 @@ def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> DictC
             missing = re.match(r"Could not override '([^']+)'", str(err))
             if missing is None:
                 raise
+            key, inline = missing.group(1), f"{REWARD_KWARGS}.recipe."
+            hint = f"+{key}=... adds a new key"
+            if key.startswith(inline):  # the recipe names a reward recipe file (recipe_path)
+                hint = f"a reward recipe parameter is overridden with +{REWARD_KWARGS}.overrides.{key[len(inline) :]}=..."
             raise UsageError(
-                f"override {missing.group(1)}: {path.name} has no such key; check the spelling "
-                f"(+{missing.group(1)}=... adds a new key)"
+                f"override {key}: {path.name} has no such key; check the spelling ({hint})"
             ) from err
     OmegaConf.resolve(config)
     resolve_reward_recipe(config, path)
@@ -77,18 +80,19 @@ def resolve_relative(value: str, recipe: Path) -> Path:
 
 def resolve_reward_recipe(config: DictConfig, recipe: Path) -> None:
     """Make the reward recipe path absolute and build its rubric, so a bad reward recipe fails at load time."""
-    from rewards.rubric import Rubric
+    from rewards.verl import rubric_for
 
     kwargs = OmegaConf.select(config, REWARD_KWARGS)
     if kwargs is None or OmegaConf.select(config, "reward.custom_reward_function.path") is None:
         return
     try:
+        # ``overrides`` (``+reward...reward_kwargs.overrides.terms.T.params.P=V``) are merged in and checked too.
         if kwargs.get("recipe_path") is not None:
             kwargs.recipe_path = str(resolve_relative(str(kwargs.recipe_path), recipe))
-            Rubric.from_recipe(kwargs.recipe_path)
+            rubric_for(recipe_path=kwargs.recipe_path, overrides=kwargs.get("overrides"))
         elif kwargs.get("recipe") is not None:
-            Rubric.from_recipe(OmegaConf.to_container(kwargs.recipe, resolve=True))
-    except (ValueError, FileNotFoundError) as err:
+            rubric_for(recipe=kwargs.recipe, overrides=kwargs.get("overrides"))
+    except (ValueError, TypeError, FileNotFoundError) as err:
         raise UsageError(f"{recipe}: reward recipe ({REWARD_KWARGS}): {err}") from err
 
 
