@@ -9,8 +9,7 @@ Grammar of one turn (MMAgent-R², Table 1 and Appendix B; whitespace around bloc
     call     := "SearchImage(" INT ")"                    # 1-based query image index j
               | "SearchText(" JSON_LIST_OF_STRINGS ")"    # or a single JSON string
     decision := "Reject()" | ENTITY_NAME                  # Rerank(e) is the bare entity name
-                                                          # (or its signature code when the env's
-                                                          # rerank_by_signature flag is on)
+                                                          # (KBVQA-Demo-v0 also resolves a number)
 
 The paper has three stop strings (``</search_call>``, ``</rerank>``, ``</answer>``), so both searches share
 ``<search_call>`` and Reject lives inside ``<rerank>`` as ``Reject()``. The reason block is required, text
