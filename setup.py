@@ -62,5 +62,12 @@ setup(
         ],
         "dev": ["playwright", "pytest", "ruff", "hypothesis", "pytrec-eval-terrier", "scikit-image"],
     },
-    entry_points={"console_scripts": ["ragym=rl.cli:main"]},
+    entry_points={
+        "console_scripts": ["ragym=rl.cli:main"],
+        # Builders of the envs' built-in synthetic data (envs.registry.synthetic_data): envs never import data_prep.
+        "ragym.synthetic_data": [
+            "kbvqa = data_prep.synthetic_kb:cached_kb",
+            "r3g = data_prep.r3g_synthetic:cached_task",
+        ],
+    },
 )

@@ -38,6 +38,7 @@ from envs.kb import KnowledgeBase, load_kb, read_image
 from envs.kbvqa_actions import STOP_STRINGS, ParseError, Reject, Rerank, SearchImage, SearchText, action_kind
 from envs.kbvqa_actions import parse_action as parse_turn
 from envs.kbvqa_state import EpisodeState, copy_events
+from envs.registry import synthetic_data
 from envs.retrieval import IndexSpec, page
 from envs.service.client import TOKEN_ENV, URL_ENV, ClientConfig, RetrievalUnavailable, shared_retriever
 from envs.spaces import text_image_space
@@ -109,7 +110,7 @@ class KBVQAEnv(gymnasium.Env):
         if config is not None and overrides:
             raise TypeError("pass either a KBVQAConfig or keyword overrides, not both")
         cfg = self.config
-        self.kb: KnowledgeBase = load_kb(cfg.kb_dir or _synthetic_kb_dir(cfg.preset))
+        self.kb: KnowledgeBase = load_kb(cfg.kb_dir or synthetic_data("kbvqa", cfg.preset))
         self.system_prompt = prompts.system_prompt(cfg.max_turns)
         self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
         self.observation_space = text_image_space(
@@ -317,13 +318,6 @@ class KBVQAEnv(gymnasium.Env):
             self._rows = pd.read_parquet(path)
         row = self._rows.iloc[int(self.np_random.integers(len(self._rows)))]
         return json.loads(row["extra_info"]["env_options"])
-
-
-def _synthetic_kb_dir(preset: str) -> str:
-    """Build (once, cached on disk) the small synthetic KB behind ``gymnasium.make("KBVQA-v0")``."""
-    from data_prep.synthetic_kb import cached_kb
-
-    return str(cached_kb(preset))
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(KBVQAConfig))

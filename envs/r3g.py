@@ -52,6 +52,7 @@ from envs.r3g_corpus import (
     stage1_scores,
     top_k,
 )
+from envs.registry import synthetic_data
 from envs.spaces import text_image_space
 
 REQUIRED_OPTIONS = ("question", "query_image", "gold_images")
@@ -131,7 +132,7 @@ class R3GEnv(gymnasium.Env):
         if config is not None and overrides:
             raise TypeError("pass either an R3GConfig or keyword overrides, not both")
         self.config = cfg = config or R3GConfig(**overrides)
-        self.corpus = ImageCorpus.load(cfg.task_dir or _synthetic_task_dir(cfg.preset))
+        self.corpus = ImageCorpus.load(cfg.task_dir or synthetic_data("r3g", cfg.preset))
         if cfg.pool_size > len(self.corpus):
             raise ValueError(f"pool_size {cfg.pool_size} exceeds the corpus ({len(self.corpus)} images)")
         self.encoder = encoder
@@ -288,13 +289,6 @@ class R3GEnv(gymnasium.Env):
             self._rows = pd.read_parquet(path)
         row = self._rows.iloc[int(self.np_random.integers(len(self._rows)))]
         return json.loads(row["extra_info"]["env_options"])
-
-
-def _synthetic_task_dir(preset: str) -> str:
-    """Build (once, cached on disk) the synthetic task behind ``gymnasium.make("R3G-v0")``."""
-    from data_prep.r3g_synthetic import cached_task
-
-    return str(cached_task(preset))
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(R3GConfig))
