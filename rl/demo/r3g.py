@@ -8,8 +8,9 @@ trained with GRPO by the local engine on ``recipes/r3g_tiny_cpu.yaml``. Reported
 the same seed: evidence Recall@1 of MRAG (no plan, Stage-1 only, top-1: the env's own ranking), of the
 warm-started policy, and of the policy after GRPO; ``DIR/metrics.json`` holds them all.
 
-The expert writes each judge line rationale first (``[i] visible r=1 t=1 a=1``): the caption's cue word
-is copied, then the decision token after ``a=`` (the one up-weighted in imitation) can be read off it.
+The expert writes each judge line rationale first (``[i] visible a=1 r=1 t=1``): the caption's cue word
+is copied, and the decision token right after ``a=`` can be read off it; imitation up-weights both (the
+tokens after ``]`` and ``a=``, ``ragym.r3g_demo.weighted_after``).
 """
 
 from __future__ import annotations
@@ -78,7 +79,9 @@ class R3GExpert:
     def _line(self, number: int, caption: str) -> str:
         shows = "visible" in caption
         score = 1 if shows or self.rng.random() < self.noise else 0
-        return f"[{number}] {'visible' if shows else 'hidden'} r=1 t=1 {DECISION_TOKEN}{score}"
+        # The decision right after the word it follows from (two tokens on), not after r= and t=: at eight
+        # tokens' distance the tiny policy learned a=1 unconditionally (P(a=1 | visible) 0.76, seed 0).
+        return f"[{number}] {'visible' if shows else 'hidden'} {DECISION_TOKEN}{score} r=1 t=1"
 
 
 def expert_epoch(rows: list[dict[str, Any]], agent_loop: Any, server: ReplayServer, cfg: WarmStartConfig,
@@ -144,8 +147,8 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     server = ReplayServer(tokenizer)
     agent_loop = make_agent_loop(config, server, tokenizer, processor)
     epochs = [expert_epoch(rows, agent_loop, server, cfg, epoch) for epoch in range(cfg.epochs)]
-    decision = tokenizer.convert_tokens_to_ids(DECISION_TOKEN)
-    losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, decision)
+    weighted = [tokenizer.convert_tokens_to_ids(t) for t in reader.get("ragym.r3g_demo.weighted_after")]
+    losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, weighted)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     asyncio.get_event_loop().close()

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,14 +155,18 @@ def _replay(row: dict[str, Any], expert: NoisyExpert, server: ReplayServer, agen
                   str(info["index"]))  # fmt: skip
 
 
-def token_weights(sample: Sample, decision_after: int | None, decision_weight: float) -> torch.Tensor:
-    """Per-token loss weights: the response mask, ``decision_weight`` on generated tokens after ``decision_after``."""
+def token_weights(
+    sample: Sample, decision_after: int | Sequence[int] | None, decision_weight: float
+) -> torch.Tensor:
+    """Per-token loss weights: the response mask, ``decision_weight`` on generated tokens after ``decision_after``
+    (one token id, or several)."""
     mask = torch.tensor(sample.response_mask, dtype=torch.float32)  # [R]
     if decision_after is None:
         return mask
+    after = torch.tensor([decision_after] if isinstance(decision_after, int) else list(decision_after))
     ids = torch.tensor(sample.response_ids)
     previous = torch.cat([torch.tensor(sample.prompt_ids[-1:]), ids[:-1]])  # token before each response token
-    return mask * torch.where(previous == decision_after, decision_weight, 1.0)
+    return mask * torch.where(torch.isin(previous, after), decision_weight, 1.0)
 
 
 def imitate(
@@ -169,12 +174,12 @@ def imitate(
     image_inputs: ImageInputs,
     epochs: list[list[tuple[Sample, float]]],
     cfg: WarmStartConfig,
-    decision_after: int | None = None,
+    decision_after: int | Sequence[int] | None = None,
 ) -> list[float]:
     """Maximise the weighted log-likelihood of the mask-1 tokens, one pass over each of ``epochs`` (the
     samples of one epoch each, with their decision-token weights); returns each step's loss.
 
-    ``decision_after``: the token id (``<rerank>``) whose next generated token gets the sample's weight.
+    ``decision_after``: the token id (``<rerank>``), or ids, whose next generated token gets the sample's weight.
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(cfg.seed)

@@ -48,12 +48,26 @@ def test_judge_lines_put_the_rationale_before_the_decision(rows: list[dict]) -> 
     pool = "Candidate pool (3 images, most similar first):\n[1] <image> lid hidden\n[2] <image> lid visible: red\n[3] <image> lid hidden"
     expert = R3GExpert(None, np.random.default_rng(0), 0.0)
     assert expert.act(pool).splitlines()[1:4] == [
-        "[1] hidden r=1 t=1 a=0",
-        "[2] visible r=1 t=1 a=1",
-        "[3] hidden r=1 t=1 a=0",
+        "[1] hidden a=0 r=1 t=1",
+        "[2] visible a=1 r=1 t=1",
+        "[3] hidden a=0 r=1 t=1",
     ]
 
 
 def test_tokenizer_corpus_covers_prompts_and_turns(rows: list[dict]) -> None:
     texts = list(_corpus(rows[:2], repeats=1))
     assert any("<judge>" in t for t in texts) and any(t.startswith("Candidate pool") for t in texts)
+
+
+def test_warm_start_up_weights_the_token_after_each_of_several_ids() -> None:
+    """The R3G demo weights the word after ``]`` and the score after ``a=``; other and masked tokens keep 1 / 0."""
+    from rl.demo.warm_start import token_weights
+    from rl.engine.grpo import Sample
+
+    bracket, decision = 7, 8
+    sample = Sample(
+        [1, bracket], [5, bracket, 9, decision, 3, 4, decision, 6], [1, 1, 1, 1, 1, 1, 1, 0], [], 0.0, "0"
+    )
+    expected = [5.0, 1.0, 5.0, 1.0, 5.0, 1.0, 1.0, 0.0]
+    assert token_weights(sample, [bracket, decision], 5.0).tolist() == expected
+    assert token_weights(sample, decision, 5.0).tolist() == [1.0, 1.0, 1.0, 1.0, 5.0, 1.0, 1.0, 0.0]
