@@ -25,6 +25,12 @@ def mmlb(answer: str, fmt: str) -> dict:
     return {"answer": answer, "answer_format": fmt}
 
 
+MCQ = {
+    "answer_choice": "C",
+    "answer": "a tabby cat",
+    "options": {"A": "a dog", "B": "a bird", "C": "a tabby cat", "D": "a fish"},
+}
+
 CASES = [
     # (id, data_source, prediction, ground truth, expected)
     ("string exact", "infoseek", "Eiffel Tower", STR, 1.0),
@@ -92,6 +98,10 @@ CASES = [
     ("generic single string", "generic", "Beatles", "The Beatles", 1.0),
     ("generic wrong", "generic", "Rolling Stones", ["Beatles"], 0.0),
     ("synthetic alias list", "synthetic_kbvqa", "Ans 3", ["answer 3", "ans 3"], 1.0),
+    ("mragbench letter in prose", "mragbench", "The answer is (C).", MCQ, 1.0),
+    ("mragbench wrong letter", "mragbench", "B", MCQ, 0.0),
+    ("mragbench option text", "mragbench", "a tabby cat", MCQ, 1.0),
+    ("synthetic r3g open answer", "synthetic_r3g", "Red Panda", {"answer": "red panda"}, 1.0),
 ]
 
 
