@@ -83,10 +83,18 @@ class Grid:
     """Which table this is."""
 
 
+def slug(variant: Variant) -> str:
+    """The variant's name as a folder name that is also safe in a Hydra override value (no ``=``, spaces).
+
+    >>> slug(Variant("delta=0.2")), slug(Variant("+ hard negatives"))
+    ('delta_0.2', 'hard_negatives')
+    """
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", variant.name).strip("_")
+
+
 def run_dir(grid_dir: Path, variant: Variant, seed: int) -> Path:
     """Where one (variant, seed) runs: ``DIR/runs/<variant slug>/seed_S`` (its ``result.json`` marks it done)."""
-    slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", variant.name).strip("_")
-    return grid_dir / "runs" / slug / f"seed_{seed}"
+    return grid_dir / "runs" / slug(variant) / f"seed_{seed}"
 
 
 def _acc(**env: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 import yaml
 
-from rl.ablate.grids import KBVQA_METRICS, Variant, run_dir
+from rl.ablate.grids import KBVQA_METRICS, Variant, run_dir, slug
 from rl.demo.run import DEMO_RECIPE, prepare
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ def shared_kb(grid_dir: Path) -> Path:
 
 def write_rows(grid_dir: Path, variant: Variant) -> Path:
     """``DIR/rows/VARIANT/{train,test}.parquet``: the demo rows with the variant's env kwargs; same row count."""
-    kb, out = shared_kb(grid_dir), grid_dir / "rows" / variant.name
+    kb, out = shared_kb(grid_dir), grid_dir / "rows" / slug(variant)
     out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "test"):
         frame = pd.read_parquet(kb / "data" / f"{split}.parquet")
@@ -68,7 +68,7 @@ def write_reward_recipe(grid_dir: Path, variant: Variant) -> Path | None:
         if term not in recipe["terms"]:
             raise ValueError(f"variant {variant.name}: reward term {term!r} is not in {BASE_REWARD.name}")
         recipe["terms"][term].setdefault("params", {}).update(params)
-    path = grid_dir / "rewards" / f"{variant.name}.yaml"
+    path = grid_dir / "rewards" / f"{slug(variant)}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(recipe, sort_keys=False))
     return path
