@@ -31,6 +31,7 @@ RAGYM_KEYS = (
     "ragym.demo.kb_corpus_repeats",
     "ragym.r3g_demo.preset",
     "ragym.r3g_demo.corpus_repeats",
+    "ragym.r3g_demo.weighted_after",
     "ragym.retrieval.url",
 )
 """ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, and the
