@@ -150,6 +150,12 @@ def test_killing_the_service_mid_batch_ends_every_episode_and_the_step(setup, mo
     assert all(events_of(e, "answer") or events_of(e, "truncated") for e in events), ends
     assert sum(len(events_of(e, "search_image")) for e in events) > 0  # before the kill, searches worked
     errors = [x for e in events for x in events_of(e, "retrieval_error")]
-    assert errors and {x["reason"] for x in errors} <= {"connection", "circuit_open", "timeout"}
+    # Down: connection refused / timeouts / the open breaker; restarting: a 5xx until its indexes are loaded.
+    assert errors and {x["reason"] for x in errors} <= {
+        "connection",
+        "circuit_open",
+        "timeout",
+        "server_error",
+    }
     # The step went through the update: a finite policy loss, GRPO statistics, the step counter advanced.
     assert math.isfinite(outcome["actor/pg_loss"]) and "grpo/adv_std" in outcome and trainer.step == 1
