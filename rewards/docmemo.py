@@ -16,6 +16,9 @@ from rewards.answers import score_answer
 from rewards.episode import Episode
 from rewards.registry import register_reward
 from rewards.text import has_markup
+from rewards.turn_format import TurnFormatParams, parses_with, turn_format_score
+
+_PARSES = parses_with(parse_action, ParseError)
 
 
 def _gold_pages(episode: Episode) -> set[int]:
@@ -56,20 +59,8 @@ def docmemo_answer(episode: Episode, **params: Any) -> float | None:
     return score_answer("mmlongbench_doc", text, episode.ground_truth)
 
 
-@dataclass(frozen=True)
-class FormatParams:
-    """Recipe parameters of ``docmemo_format``."""
-
-    mode: str = "binary"
-    """``binary``: 1 only when every turn is accepted; ``fraction``: the share of accepted turns."""
-    count_violations: bool = True
-    """Well-formed turns the protocol rejected (wrong phase, unseen page...) count as bad turns too."""
-    max_turn_chars: int = 8192
-    """Parser limit for turns the env never saw (a reply cut by the length budget)."""
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("binary", "fraction"):
-            raise ValueError(f"mode must be 'binary' or 'fraction', got {self.mode!r}")
+FormatParams = TurnFormatParams
+"""Recipe parameters of ``docmemo_format`` (shared with the other per-turn format rewards)."""
 
 
 @register_reward("docmemo_format", params=FormatParams)
@@ -83,18 +74,7 @@ def docmemo_format(episode: Episode, **params: Any) -> float | None:
     >>> docmemo_format(ep), docmemo_format(ep, mode="fraction", count_violations=False)
     (0.0, 1.0)
     """
-    cfg = FormatParams(**params)
-    good = {e["turn"]: bool(e["well_formed"]) for e in events_of(episode.events, "action")}
-    if cfg.count_violations:
-        for e in events_of(episode.events, "protocol_violation"):
-            good[e["turn"]] = False
-    for t in range(len(episode.turns)):
-        if t not in good:
-            good[t] = not isinstance(parse_action(episode.turns[t], cfg.max_turn_chars), ParseError)
-    if not good:
-        return None
-    flags = list(good.values())
-    return float(all(flags)) if cfg.mode == "binary" else sum(flags) / len(flags)
+    return turn_format_score(episode, FormatParams(**params), _PARSES)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ from envs.memora_actions import ParseError, parse_action
 from rewards.episode import Episode
 from rewards.registry import register_reward
 from rewards.retrieval import ndcg_at_k
+from rewards.turn_format import TurnFormatParams, parses_with, turn_format_score
+
+_PARSES = parses_with(parse_action, ParseError)
 
 
 def _truth(episode: Episode) -> tuple[dict[str, int], set[str]]:
@@ -112,20 +115,8 @@ def memora_action_cost(episode: Episode, **params: Any) -> float | None:
     return 0.0 - round(total, 10)
 
 
-@dataclass(frozen=True)
-class FormatParams:
-    """Recipe parameters of ``memora_format``."""
-
-    mode: str = "binary"
-    """``binary``: 1 only when every turn is accepted; ``fraction``: the share of accepted turns."""
-    count_violations: bool = True
-    """Well-formed turns the protocol rejected (budget spent, bad candidate...) count as bad turns."""
-    max_turn_chars: int = 8192
-    """Parser limit for turns the env never saw (a reply cut by the length budget)."""
-
-    def __post_init__(self) -> None:
-        if self.mode not in ("binary", "fraction"):
-            raise ValueError(f"mode must be 'binary' or 'fraction', got {self.mode!r}")
+FormatParams = TurnFormatParams
+"""Recipe parameters of ``memora_format`` (shared with the other per-turn format rewards)."""
 
 
 @register_reward("memora_format", params=FormatParams)
@@ -136,18 +127,7 @@ def memora_format(episode: Episode, **params: Any) -> float | None:
     >>> memora_format(Episode("bright", ["<reason>r</reason><stop></stop>"], ev, {"qrels": {}}))
     1.0
     """
-    cfg = FormatParams(**params)
-    good = {e["turn"]: bool(e["well_formed"]) for e in events_of(episode.events, "action")}
-    if cfg.count_violations:
-        for e in events_of(episode.events, "protocol_violation"):
-            good[e["turn"]] = False
-    for t in range(len(episode.turns)):
-        if t not in good:
-            good[t] = not isinstance(parse_action(episode.turns[t], cfg.max_turn_chars), ParseError)
-    if not good:
-        return None
-    flags = list(good.values())
-    return float(all(flags)) if cfg.mode == "binary" else sum(flags) / len(flags)
+    return turn_format_score(episode, FormatParams(**params), _PARSES)
 
 
 @register_reward("memora_num_actions")
