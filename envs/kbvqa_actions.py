@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from envs.core import MAX_TURN_CHARS
+from envs.tag_blocks import tag_blocks
 
 REASON_TAG = "reason"
 ACTION_TAGS = ("search_call", "rerank", "answer")
@@ -98,23 +99,9 @@ def action_kind(action: Action | ParseError) -> str:
 
 def _blocks(text: str) -> list[tuple[str, str, int, int]] | ParseError:
     """Split ``text`` into (tag, inner text, start, end) blocks; reject nesting and unbalanced tags."""
-    blocks: list[tuple[str, str, int, int]] = []
-    open_tag: tuple[str, int, int] | None = None
-    for match in _TAG.finditer(text):
-        closing, tag = match.group(1) == "/", match.group(2)
-        if not closing:
-            if open_tag is not None:
-                return ParseError(
-                    "nested_tags", f"<{tag}> opened inside <{open_tag[0]}>; tags must not nest."
-                )
-            open_tag = (tag, match.start(), match.end())
-        elif open_tag is None or open_tag[0] != tag:
-            return ParseError("unbalanced_tags", f"</{tag}> has no matching <{tag}>.")
-        else:
-            blocks.append((tag, text[open_tag[2] : match.start()], open_tag[1], match.end()))
-            open_tag = None
-    if open_tag is not None:
-        return ParseError("unbalanced_tags", f"<{open_tag[0]}> is never closed.")
+    blocks = tag_blocks(text, _TAG)
+    if isinstance(blocks, tuple):
+        return ParseError(*blocks)
     return blocks
 
 

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from envs.core import MAX_TURN_CHARS
+from envs.tag_blocks import tag_blocks
 
 ACTION_TAGS = ("plan", "retrieve", "judge", "answer")
 STOP_STRINGS = tuple(f"</{tag}>" for tag in ACTION_TAGS)
@@ -107,23 +108,9 @@ def action_kind(action: Action | ParseError) -> str:
 
 def _block(text: str) -> tuple[str, str] | ParseError:
     """The single (tag, inner text) of ``text``, or why there is not exactly one."""
-    blocks: list[tuple[str, str, int, int]] = []
-    open_tag: tuple[str, int, int] | None = None
-    for match in _TAG.finditer(text):
-        closing, tag = match.group(1) == "/", match.group(2)
-        if not closing:
-            if open_tag is not None:
-                return ParseError(
-                    "nested_tags", f"<{tag}> opened inside <{open_tag[0]}>; tags must not nest."
-                )
-            open_tag = (tag, match.start(), match.end())
-        elif open_tag is None or open_tag[0] != tag:
-            return ParseError("unbalanced_tags", f"</{tag}> has no matching <{tag}>.")
-        else:
-            blocks.append((tag, text[open_tag[2] : match.start()], open_tag[1], match.end()))
-            open_tag = None
-    if open_tag is not None:
-        return ParseError("unbalanced_tags", f"<{open_tag[0]}> is never closed.")
+    blocks = tag_blocks(text, _TAG)
+    if isinstance(blocks, tuple):
+        return ParseError(*blocks)
     if not blocks:
         return ParseError(
             "no_action", "no action tag found; give exactly one of <plan>, <retrieve>, <judge>, <answer>."
