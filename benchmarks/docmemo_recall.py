@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data_prep.mmlongbench_doc import PrepConfig, prepare  # noqa: E402
 from envs.docmemo import DocMemoEnv  # noqa: E402
-from envs.events import events_of  # noqa: E402
 from envs.page_beliefs import PageBeliefs  # noqa: E402
+from rl.ablate.docmemo import oracle_loop  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mmlongbench_doc"
 
@@ -57,30 +57,6 @@ def load_rows(prepared: Path, dpi: int) -> list[dict]:
                 }
             )
     return rows
-
-
-def run_loop(env: DocMemoEnv, options: dict, gold: set[int], seed: int, feedback: bool) -> list[set[int]]:
-    """Pages shown as evidence, cumulative, after each round."""
-    _, info = env.reset(seed=seed, options=options)
-    read, irrelevant, shown = set(), set(), []
-    for _ in range(env.config.max_rounds):
-        candidates = events_of(info["events"], "candidates")[-1]["pages"]
-        fresh = [p for p in candidates if p not in read and p not in irrelevant]
-        pages = ",".join(map(str, fresh or candidates[:1]))
-        _, _, _, _, info = env.step(f"<reason>read</reason><select>{pages}</select>")
-        evidence = events_of(info["events"], "evidence")[-1]["pages"]
-        read.update(evidence)
-        shown.append(set(read))
-        useful = [p for p in evidence if p in gold] if feedback else []
-        bad = [p for p in evidence if p not in gold] if feedback else []
-        irrelevant.update(bad)
-        refine = f"<refine><query>{options['question']}</query><useful>{','.join(map(str, useful))}</useful>"
-        _, _, term, trunc, info = env.step(
-            f"<reason>more</reason>{refine}<irrelevant>{','.join(map(str, bad))}</irrelevant></refine>"
-        )
-        if term or trunc:
-            break
-    return shown
 
 
 def static_ranking(env: DocMemoEnv, options: dict) -> list[int]:
@@ -136,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.seeds):
             golds.append(row["gold"])
             for (name, _, feedback), loop_env in zip(variants, loop_envs, strict=True):
-                results[name].append(run_loop(loop_env, row["options"], row["gold"], seed, feedback))
+                results[name].append(
+                    oracle_loop(loop_env, row["options"], row["gold"], seed, feedback, remember=True)
+                )
             loop = results[variants[0][0]][-1]
             results[static[0]].append([set(ranking[: c.num_evidence * t]) for t in range(1, rounds + 1)])
             results[static[1]].append([set(ranking[: len(shown)]) for shown in loop])
