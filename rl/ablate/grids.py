@@ -46,7 +46,12 @@ class Variant:
     warm_start_from: str = ""
     """KB-VQA: the variant whose warm-started policy (same seed) this one starts GRPO from; empty: its own.
     Every variant after a grid's first starts from the first's, so variants differ in RL alone (as the
-    paper's ablations train each variant with RL from the same model), and a grid warm-starts once a seed."""
+    paper's ablations train each variant with RL from the same model), and a grid warm-starts once a seed;
+    ``own_warm_start`` variants are the exception."""
+    own_warm_start: bool = False
+    """KB-VQA: warm-start on this variant's own prompts instead of the first variant's policy. For a variant
+    whose prompt differs in kind (``neither`` shows no visual check), the first's warm start taught a prompt
+    this variant never sees, so its GRPO would start off-distribution (one seed lost the format that way)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +124,7 @@ _KBVQA_GRIDS = (
             # No Reject: one batch per image (Rej_max=0), the check still shown.
             Variant("rerank_only", _acc(max_rejections=0)),
             # Neither: one batch and no check, so the policy can only take the retriever's top-1.
-            Variant("neither", _acc(max_rejections=0, visual_check=False)),
+            Variant("neither", _acc(max_rejections=0, visual_check=False), own_warm_start=True),
         ),
         KB,
         (
@@ -175,7 +180,8 @@ def register_grid(grid: Grid) -> Grid:
     the first's warm start."""
     if grid.kind == "kbvqa":
         first = grid.variants[0].name
-        shared = [v if v.name == first else replace(v, warm_start_from=first) for v in grid.variants]
+        shared = [v if v.name == first or v.own_warm_start else replace(v, warm_start_from=first)
+                  for v in grid.variants]  # fmt: skip
         grid = replace(grid, variants=tuple(shared))
     if grid.name in GRIDS:
         raise ValueError(f"ablation grid {grid.name!r} is already registered")

@@ -138,10 +138,10 @@ def test_list_prints_each_variant_as_a_demo_command(tmp_path: Path, capsys: pyte
         main(["verification", "--out", str(tmp_path), "--seeds", "2", "--list", "--steps", "3", "x.y=1"]) == 0
     )
     out = capsys.readouterr().out
-    # The first variant is a whole demo; the others run GRPO from its warm start of the same seed.
-    assert out.count("ragym demo --out") == 1 and out.count("ragym train --recipe kbvqa_tiny_cpu") == 2
+    # full and neither (its own warm start) are whole demos; rerank_only runs GRPO from full's warm start.
+    assert out.count("ragym demo --out") == 2 and out.count("ragym train --recipe kbvqa_tiny_cpu") == 1
     assert (
-        out.count(f"actor_rollout_ref.model.path={tmp_path / 'runs' / 'full' / 'seed_0' / 'warm_start'}") == 2
+        out.count(f"actor_rollout_ref.model.path={tmp_path / 'runs' / 'full' / 'seed_0' / 'warm_start'}") == 1
     )
     rows = tmp_path / "rows" / "rerank_only" / "train.parquet"
     assert f"data.train_files={rows}" in out and "--steps 3" in out and "x.y=1" in out

@@ -19,7 +19,7 @@ TINY = [
 
 
 @pytest.mark.slow
-def test_verification_grid_runs_every_variant_from_one_warm_start(tmp_path: Path) -> None:
+def test_verification_grid_runs_every_variant(tmp_path: Path) -> None:
     assert main(["verification", "--out", str(tmp_path), "--seeds", "1", *TINY]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["variants"]) == {"full", "rerank_only", "neither"}
@@ -27,9 +27,10 @@ def test_verification_grid_runs_every_variant_from_one_warm_start(tmp_path: Path
         assert 0.0 <= stats["ident_acc"]["mean"] <= 1.0 and len(stats["ident_acc"]["per_seed"]) == 1
     runs = tmp_path / "runs"
     assert (runs / "full" / "seed_0" / "warm_start" / "warm_start.json").is_file()
-    # The other variants start GRPO from full's warm start and have none of their own.
+    # rerank_only starts GRPO from full's warm start; neither (no check in its prompt) warm-starts on its own.
+    assert not (runs / "rerank_only" / "seed_0" / "warm_start").exists()
+    assert (runs / "neither" / "seed_0" / "warm_start" / "warm_start.json").is_file()
     for name in ("rerank_only", "neither"):
-        assert not (runs / name / "seed_0" / "warm_start").exists()
         assert (runs / name / "seed_0" / "result.json").is_file()
     rows = pd.read_parquet(tmp_path / "rows" / "neither" / "test.parquet")
     kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"])
