@@ -36,23 +36,27 @@ from rl.demo.warm_start import ReplayServer, WarmStartConfig, _replay, imitate
 logger = logging.getLogger(__name__)
 
 RECIPE = "r3g_tiny_cpu"
-DECISION_TOKEN = "a="
-"""Added to the tiny tokenizer as one token: the token after it is the judge's answerability decision."""
+DECISION_TOKEN = " a="
+"""Added to the tiny tokenizer as one token, space included, so the rationale word is the token right before
+it: the decision (the token after it) can read the word through the previous-token attention a copying
+model already has (with a separate " " token the word was two back, and no warm start conditioned on it)."""
 _OPTION = re.compile(r"^([A-D])\. (.+)$", re.MULTILINE)
 _CAPTION = re.compile(r"^\[(\d+)\] <image> ?(.*)$", re.MULTILINE)
 
 
 class R3GExpert:
-    """Plan, retrieve, judge by the caption cue (a=1 for every candidate with probability ``noise``), answer."""
+    """Plan, retrieve, judge by the caption cue (a look-alike gets a=1 with probability ``noise``, the gold
+    image a=0 with probability ``reject_noise``), answer."""
 
-    def __init__(self, env: Any, rng: np.random.Generator, noise: float) -> None:
-        self.env, self.rng, self.noise = env, rng, noise
+    def __init__(self, env: Any, rng: np.random.Generator, noise: float, reject_noise: float = 0.0) -> None:
+        self.env, self.rng, self.noise, self.reject_noise = env, rng, noise, reject_noise
 
     @classmethod
-    def for_row(cls, row: dict[str, Any], rng: np.random.Generator, noise: float) -> R3GExpert:
+    def for_row(cls, row: dict[str, Any], rng: np.random.Generator, noise: float,
+                reject_noise: float = 0.0) -> R3GExpert:  # fmt: skip
         """An expert on a fresh env built as the dataset row says."""
         info = row["extra_info"]
-        return cls(make_env(info["env_id"], **json.loads(info["env_kwargs"])), rng, noise)
+        return cls(make_env(info["env_id"], **json.loads(info["env_kwargs"])), rng, noise, reject_noise)
 
     def reset(self, obs: dict[str, Any]) -> None:
         """Remember the options of the task observation."""
@@ -78,17 +82,18 @@ class R3GExpert:
 
     def _line(self, number: int, caption: str) -> str:
         shows = "visible" in caption
-        score = 1 if shows or self.rng.random() < self.noise else 0
-        # The decision right after the word it follows from (two tokens on), not after r= and t=: at eight
-        # tokens' distance the tiny policy learned a=1 unconditionally (P(a=1 | visible) 0.76, seed 0).
-        return f"[{number}] {'visible' if shows else 'hidden'} {DECISION_TOKEN}{score} r=1 t=1"
+        score = int(self.rng.random() >= self.reject_noise) if shows else int(self.rng.random() < self.noise)
+        # The decision right after the word it follows from, not after r= and t=: at eight tokens'
+        # distance the tiny policy learned a=1 unconditionally (P(a=1 | visible) 0.76, seed 0).
+        return f"[{number}] {'visible' if shows else 'hidden'}{DECISION_TOKEN}{score} r=1 t=1"
 
 
 def expert_epoch(rows: list[dict[str, Any]], agent_loop: Any, server: ReplayServer, cfg: WarmStartConfig,
                  epoch: int) -> list[tuple[Any, float]]:  # fmt: skip
     """One epoch of expert episodes replayed through the agent loop, each with its decision-token weight."""
     rng = np.random.default_rng([cfg.seed, epoch])
-    return [(_replay(row, R3GExpert.for_row(row, rng, cfg.noise), server, agent_loop), cfg.decision_weight)
+    return [(_replay(row, R3GExpert.for_row(row, rng, cfg.noise, cfg.reject_noise), server, agent_loop),
+             cfg.decision_weight)
             for row in rows]  # fmt: skip
 
 
@@ -138,8 +143,7 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     from rl.engine.vision import ImageInputs
     from rl.models import load_policy
 
-    cfg = WarmStartConfig(**reader.get("ragym.r3g_demo.warm_start"), reject_noise=0.0, protocol_share=0.0,
-                          seed=seed)  # fmt: skip
+    cfg = WarmStartConfig(**reader.get("ragym.r3g_demo.warm_start"), protocol_share=0.0, seed=seed)
     start = time.perf_counter()
     asyncio.set_event_loop(asyncio.new_event_loop())
     model, tokenizer, processor = load_policy(policy_dir)
@@ -152,8 +156,8 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     asyncio.get_event_loop().close()
-    info = {"episodes": len(rows), "epochs": cfg.epochs, "noise": cfg.noise, "first_loss": losses[0],
-            "final_loss": losses[-1], "seconds": time.perf_counter() - start}  # fmt: skip
+    info = {"episodes": len(rows), "epochs": cfg.epochs, "noise": cfg.noise, "reject_noise": cfg.reject_noise,
+            "first_loss": losses[0], "final_loss": losses[-1], "seconds": time.perf_counter() - start}  # fmt: skip
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     return info
 

@@ -54,6 +54,39 @@ def test_judge_lines_put_the_rationale_before_the_decision(rows: list[dict]) -> 
     ]
 
 
+def test_reject_noise_calls_the_gold_unanswerable_and_a_coin_ignores_the_word() -> None:
+    """``reject_noise`` is P(a=0) on the gold image; noise = reject_noise = 0.5 makes a independent of the word."""
+    pool = "Candidate pool (3 images, most similar first):\n[1] <image> lid hidden\n[2] <image> lid visible: red\n[3] <image> lid hidden"
+    strict = R3GExpert(None, np.random.default_rng(0), 0.0, reject_noise=1.0)
+    assert [line.split()[2] for line in strict.act(pool).splitlines()[1:4]] == ["a=0"] * 3
+    coin = R3GExpert(None, np.random.default_rng(0), 0.5, reject_noise=0.5)
+    lines = [line for _ in range(400) for line in coin.act(pool).splitlines()[1:4]]
+    share = {
+        w: np.mean([" a=1" in line for line in lines if f"] {w} " in line]) for w in ("visible", "hidden")
+    }
+    assert abs(share["visible"] - 0.5) < 0.08 and abs(share["hidden"] - 0.5) < 0.06
+
+
+def test_demo_tokenizer_puts_the_rationale_word_right_before_the_decision_token() -> None:
+    """The decision token ``" a="`` (space included) directly follows the copied word, one token back."""
+    import itertools
+
+    from rl.demo.r3g import DECISION_TOKEN
+    from rl.tiny.corpus import builtin_corpus
+    from rl.tiny.policy import GRAMMAR_TOKENS, train_tokenizer
+
+    line = "[2] visible a=1 r=1 t=1"
+    tokenizer = train_tokenizer(
+        itertools.chain(builtin_corpus(), [line] * 20), 996, GRAMMAR_TOKENS + (DECISION_TOKEN,)
+    )
+    pieces = [tokenizer.decode([i]) for i in tokenizer.encode(line, add_special_tokens=False)]
+    assert pieces[pieces.index(DECISION_TOKEN) - 1 : pieces.index(DECISION_TOKEN) + 2] == [
+        " visible",
+        " a=",
+        "1",
+    ]
+
+
 def test_tokenizer_corpus_covers_prompts_and_turns(rows: list[dict]) -> None:
     texts = list(_corpus(rows[:2], repeats=1))
     assert any("<judge>" in t for t in texts) and any(t.startswith("Candidate pool") for t in texts)
