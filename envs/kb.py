@@ -9,6 +9,8 @@ A KB folder holds (paths relative to it)::
     index/entity_embeddings.npy  float32 (num_entities, d), L2-normalised, row i = entities row i
     index/query_embeddings.npy   float32 (num_queries, d), row i = queries row i
     index/passage_embeddings.npy optional dense passage vectors (when the manifest names a text encoder)
+    index/entities/index.json    optional: the index the encoding step built over the entity vectors
+                                 (exact or compressed, maybe sharded), recorded in kb.json's ``index.entities``
     index/bm25/                  bm25s index over passages (row i = passages row i)
     index/images.u8 (+ _index)   optional decoded entity images (``envs.image_pack``), read by memory map
     images/ queries/             image files
@@ -32,8 +34,12 @@ from PIL import Image
 
 from envs.image_pack import PACK_INDEX, ImagePack
 from envs.retrieval import BM25Retriever, CandidateListRetriever, EncodedRetriever, FaissRetriever, IndexSpec
+from envs.service.shards import ShardedRetriever, load_shard, read_manifest
 
-DEFAULT_SPEC = IndexSpec()
+DEFAULT_SPEC = IndexSpec(kind="auto")
+BUILT_KINDS = ("auto", "built")
+"""Index kinds a KB resolves itself: ``built`` loads the index recorded in kb.json's ``index.entities``
+(an error when none is), ``auto`` loads it when recorded and else builds ``flat`` over the embeddings."""
 KB_FORMAT = "ragym-kbvqa-kb"
 KB_VERSION = 1
 MANIFEST = "kb.json"
@@ -109,14 +115,44 @@ class KnowledgeBase:
         """Row of a query image in ``queries.parquet`` (relative to the KB or absolute), or None if unknown."""
         return self.query_row.get(self.resolve(image_path))
 
-    def image_retriever(self, spec: IndexSpec = DEFAULT_SPEC) -> FaissRetriever:
-        """Live faiss search over entity embeddings (built once per index spec)."""
+    def image_retriever(self, spec: IndexSpec = DEFAULT_SPEC) -> FaissRetriever | ShardedRetriever:
+        """Live faiss search over entity embeddings: the recorded index (kinds ``auto``, ``built``) or one
+        built here over ``entity_embeddings.npy`` (``flat``, ``hnsw``, ``ivf``); once per index spec."""
         key = ("image", spec)
         if key not in self._retrievers:
-            self._retrievers[key] = FaissRetriever.from_vectors(
-                self.entity_embeddings, self.entities["entity_id"].tolist(), self.entity_payload, spec
-            )
+            record = self.manifest.get("index", {}).get("entities")
+            if spec.kind == "built" and record is None:
+                raise ValueError(f"{self.root / MANIFEST} records no entity index (index.entities)")
+            if spec.kind in BUILT_KINDS and record is not None:
+                self._retrievers[key] = self._built_retriever(self.root / record["path"] / "index.json")
+            else:
+                build = IndexSpec(**{**spec.__dict__, "kind": "flat"}) if spec.kind == "auto" else spec
+                self._retrievers[key] = FaissRetriever.from_vectors(
+                    self.entity_embeddings, self.entities["entity_id"].tolist(), self.entity_payload, build
+                )
         return self._retrievers[key]
+
+    def _built_retriever(self, manifest: Path) -> FaissRetriever | ShardedRetriever:
+        """The shards an ``index.json`` lists, their recorded search parameters set, rows mapped to entities."""
+        _, specs = read_manifest(manifest)
+        shards, seen = [], set()
+        for spec in specs:
+            shard = load_shard(spec)
+            unknown = [d for d in shard.docids if d not in self.entity_row]
+            if unknown:
+                raise ValueError(
+                    f"{spec.ids_path}: {len(unknown)} ids are no entity of {self.root}: {unknown[:3]}"
+                )
+            rows = [self.entity_row[d] for d in shard.docids]
+            shard.payload = lambda r, rows=rows: self.entity_payload(rows[r])
+            shards.append(shard)
+            seen.update(shard.docids)
+        if len(seen) != len(self.entities) or sum(len(s.docids) for s in shards) != len(self.entities):
+            raise ValueError(
+                f"{manifest} indexes {sum(len(s.docids) for s in shards)} rows ({len(seen)} distinct ids) "
+                f"for {len(self.entities)} entities: rebuild it from the KB's encoded entities"
+            )
+        return shards[0] if len(shards) == 1 else ShardedRetriever(shards)
 
     def candidate_retriever(self) -> CandidateListRetriever:
         """The precomputed candidate lists, keyed by absolute query image path."""

@@ -74,8 +74,9 @@ class KBVQAConfig:
     """Retries of a failed service search (with backoff) before it counts as unavailable."""
     candidate_source: str = "precomputed"
     """``precomputed`` (the KB's stored candidate lists, as in the paper) or ``live`` (faiss search)."""
-    index_kind: str = "flat"
-    """faiss index for live search: ``flat``, ``hnsw`` or ``ivf``."""
+    index_kind: str = "auto"
+    """faiss index for live search: ``auto`` (the KB's built index when kb.json records one, else ``flat``),
+    ``built`` (that index, required), or one built at load: ``flat``, ``hnsw`` or ``ivf``."""
     max_turn_chars: int = MAX_TURN_CHARS
     """Longer turns are an ``oversized`` format error."""
     last_turn_notice: bool = True

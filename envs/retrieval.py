@@ -70,6 +70,21 @@ def build_index(vectors: np.ndarray, spec: IndexSpec | None = None) -> faiss.Ind
     return index
 
 
+def set_search_params(index: faiss.Index, search: dict[str, int]) -> None:
+    """Apply recorded search-time parameters to a loaded index: ``k_factor`` of a refine step, ``nprobe`` of
+    IVF cells (a faiss file does not keep them: ``read_index`` gives k_factor 1 and nprobe 1)."""
+    unknown = set(search) - {"nprobe", "k_factor"}
+    if unknown:
+        raise ValueError(f"unknown search parameters {sorted(unknown)}; expected nprobe, k_factor")
+    index = faiss.downcast_index(index)
+    if isinstance(index, faiss.IndexRefine):
+        if "k_factor" in search:
+            index.k_factor = search["k_factor"]
+        index = faiss.downcast_index(index.base_index)
+    if isinstance(index, faiss.IndexIVF) and "nprobe" in search:
+        index.nprobe = search["nprobe"]
+
+
 class FaissRetriever:
     """Inner-product search over normalised vectors; queries are vectors (encode text/images first)."""
 

@@ -28,7 +28,7 @@ import faiss
 import numpy as np
 
 from data_prep.encoding import shards
-from envs.retrieval import normalise
+from envs.retrieval import normalise, set_search_params
 
 log = logging.getLogger(__name__)
 INDEX_FORMAT = "ragym-sharded-index"
@@ -113,12 +113,7 @@ def _write(path: Path, data: bytes) -> None:
 
 def _configure(index: faiss.Index, options: IndexOptions) -> None:
     """Search-time parameters (nprobe, k_factor) of a compressed index; flat indexes have none."""
-    index = faiss.downcast_index(index)
-    if isinstance(index, faiss.IndexRefine):
-        index.k_factor = options.k_factor
-        index = faiss.downcast_index(index.base_index)
-    if isinstance(index, faiss.IndexIVF):
-        index.nprobe = options.nprobe
+    set_search_params(index, {"nprobe": options.nprobe, "k_factor": options.k_factor})
 
 
 def _no_polysemous_training(index: faiss.Index) -> None:

@@ -29,8 +29,9 @@ class CatalogSpec:
     """Folder of DocMemo document stores (one per document); None serves no page search."""
     shard_sets: tuple[tuple[str, str], ...] = ()
     """(name, shard manifest path) pairs, each served as one vector retriever."""
-    index_kind: str = "flat"
-    """faiss index of the ``image`` retriever: ``flat``, ``hnsw`` or ``ivf``."""
+    index_kind: str = "auto"
+    """faiss index of the ``image`` retriever: ``auto``, ``built``, ``flat``, ``hnsw`` or ``ivf``
+    (``envs.kb.KnowledgeBase.image_retriever``)."""
     gpu: int | None = None
     """GPU device for faiss indexes (faiss GPU build); None searches on CPU."""
 
@@ -58,7 +59,8 @@ def _kb_retrievers(spec: CatalogSpec) -> dict[str, Served]:
     kb = load_kb(spec.kb_dir)
     image = kb.image_retriever(IndexSpec(kind=spec.index_kind))
     if spec.gpu is not None:
-        image.index = to_gpu(image.index, spec.gpu)
+        for shard in image.shards if isinstance(image, ShardedRetriever) else [image]:
+            shard.index = to_gpu(shard.index, spec.gpu)
     served = {
         "image": Served(image, "vector", int(kb.entity_embeddings.shape[1])),
         "candidates": Served(kb.candidate_retriever(), "text"),

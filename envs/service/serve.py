@@ -33,7 +33,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--doc-store-root", help="folder of DocMemo document stores (page search)")
     parser.add_argument("--shards", type=_shard_set, action="append", default=[], metavar="NAME=MANIFEST",
                         help="serve a sharded index (envs.service.shards manifest) as retriever NAME")  # fmt: skip
-    parser.add_argument("--index-kind", default="flat", choices=("flat", "hnsw", "ivf"))
+    parser.add_argument("--index-kind", default="auto", choices=("auto", "built", "flat", "hnsw", "ivf"),
+                        help="auto: the KB's built index (index/entities/index.json) when recorded, else flat")  # fmt: skip
     parser.add_argument("--gpu", type=int, help="GPU device for faiss (needs faiss-gpu)")
     parser.add_argument(
         "--host", default=DEFAULT_HOST, help="bind address (default 127.0.0.1: this machine only)"

@@ -6,7 +6,9 @@ The shard-serving interface (what data preparation writes, what the service read
 
 Paths are relative to the manifest. ``index`` is any inner-product faiss index written by
 ``faiss.write_index`` (flat, IVF-PQ, HNSW...); ``ids`` lists the docid of each of its rows, one per line
-(``.txt``) or as a numpy array (``.npy``). A query goes to every shard for its top k; ``merge_hits`` keeps
+(``.txt``) or as a numpy array (``.npy``). An optional ``"search": {"nprobe": 32, "k_factor": 8}`` holds
+the search-time parameters a faiss file does not keep; the encoding step's ``index.json``
+(``data_prep.encoding.index``) is such a manifest. A query goes to every shard for its top k; ``merge_hits`` keeps
 the k best by score (ties: lower shard, then shard rank), so a sharded flat index returns what one flat
 index over all rows returns. In one process ``ShardedRetriever`` searches the shards in turn; on Ray each
 shard is its own deployment and the ingress merges (``envs.service.ray_serve``).
@@ -24,7 +26,7 @@ import faiss
 import numpy as np
 
 from envs.core import Hit
-from envs.retrieval import FaissRetriever, PayloadFn
+from envs.retrieval import FaissRetriever, PayloadFn, set_search_params
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class ShardSpec:
     """faiss index file (``faiss.write_index``), inner-product metric over normalised vectors."""
     ids_path: str
     """Docid of each index row: ``.txt`` one per line, or ``.npy``."""
+    search: tuple[tuple[str, int], ...] = ()
+    """Search-time parameters set after loading (``nprobe``, ``k_factor``), from the manifest's ``search``."""
 
 
 def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
@@ -43,7 +47,10 @@ def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
     data = json.loads(path.read_text())
     if not isinstance(data.get("shards"), list) or not data["shards"]:
         raise ValueError(f"{path}: a shard manifest needs a non-empty 'shards' list")
-    specs = [ShardSpec(str(path.parent / s["index"]), str(path.parent / s["ids"])) for s in data["shards"]]
+    search = tuple(sorted(data.get("search", {}).items()))
+    specs = [
+        ShardSpec(str(path.parent / s["index"]), str(path.parent / s["ids"]), search) for s in data["shards"]
+    ]
     return int(data["dim"]), specs
 
 
@@ -67,6 +74,7 @@ def read_ids(path: str | Path) -> list[str]:
 def load_shard(spec: ShardSpec, gpu: int | None = None, payload: PayloadFn | None = None) -> FaissRetriever:
     """One shard as a ``FaissRetriever`` (moved to GPU ``gpu`` when given)."""
     index = faiss.read_index(spec.index_path)
+    set_search_params(index, dict(spec.search))
     if gpu is not None:
         index = to_gpu(index, gpu)
     return FaissRetriever(index, read_ids(spec.ids_path), payload)
