@@ -1,7 +1,8 @@
 """``ragym ablate NAME --out DIR [--seeds N] [--steps S] [key=value ...]``: a paper's ablation table in miniature.
 
-Runs every variant of the named grid over seeds 0..N-1, one (variant, seed) at a time, each into
-``DIR/runs/VARIANT/seed_S/`` ending with its ``result.json``; a re-run skips finished runs (and the demo
+Runs every variant of the named grid over seeds 0..N-1, one (variant, seed) at a time (``--jobs J``: J at a
+time in worker processes, warm starts first), each into ``DIR/runs/VARIANT/seed_S/`` ending with its
+``result.json``; a re-run skips finished runs (and the demo
 engine resumes an interrupted one from its checkpoint). Then writes ``DIR/results.json`` (mean, std and
 per-seed values per variant and metric, directions per seed, the paper's claims checked) and
 ``DIR/report.md`` with a plot. ``--list`` prints each variant's command and runs nothing.
@@ -12,21 +13,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rl.ablate.grids import GRIDS, Grid, Variant, run_dir
 from rl.ablate.report import write_report
-from rl.ablate.stats import Runs, aggregate
+from rl.ablate.stats import Runs, aggregate, summarize
 from rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
 Runner = Callable[[Path, Variant, int, "int | None", list[str]], dict[str, Any]]
-"""(grid dir, variant, seed, steps, extra overrides) -> {"metrics": {...}, "wall_time_s": s}."""
+"""(grid dir, variant, seed, steps, extra overrides) -> {"metrics": {...}, "wall_time_s": s} (KB-VQA runs also
+give ``before_grpo``: the same metrics of the policy GRPO started from)."""
 GRID_STATE = "grid.json"
 """What a grid folder was run with; a re-run must match it to resume."""
 
@@ -63,28 +67,70 @@ def check_grid_folder(out: Path, grid: Grid, steps: int | None, extra: list[str]
     path.write_text(json.dumps(state, indent=1))
 
 
+def _save(path: Path, result: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+
+
+def run_parallel(
+    grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str], run: Runner, jobs: int
+) -> None:
+    """Every unfinished (variant, seed) in ``jobs`` worker processes: first the runs that warm-start
+    themselves, then the ones that start from another variant's warm start (which must exist by then)."""
+    if grid.kind == "kbvqa":  # built once here, not raced for by the workers
+        from rl.ablate.kbvqa import shared_kb, write_rows
+
+        shared_kb(out)
+        for variant in grid.variants:
+            write_rows(out, variant)
+    context = multiprocessing.get_context("spawn")  # torch and faiss threads do not survive fork
+    for phase in (False, True):
+        todo = [(v, s) for s in seeds for v in grid.variants if bool(v.warm_start_from) == phase
+                and not (run_dir(out, v, s) / "result.json").is_file()]  # fmt: skip
+        if not todo:
+            continue
+        with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=context) as pool:
+            futures = {pool.submit(run, out, v, s, steps, extra): (v, s) for v, s in todo}
+            for future in as_completed(futures):
+                variant, seed = futures[future]
+                _save(run_dir(out, variant, seed) / "result.json", future.result())
+                logger.info("%s seed %d: finished", variant.name, seed)
+
+
 def run_grid(
-    grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str], runner: Runner | None = None
+    grid: Grid,
+    out: Path,
+    seeds: list[int],
+    steps: int | None,
+    extra: list[str],
+    runner: Runner | None = None,
+    jobs: int = 1,
 ) -> dict[str, Any]:
     """Every (variant, seed) not finished yet, then results.json and report.md; returns the results."""
     check_grid_folder(out, grid, steps, extra)
     run = runner or runner_for(grid.kind)
     runs: Runs = {v.name: {} for v in grid.variants}
     walls: dict[str, list[float]] = {v.name: [] for v in grid.variants}
+    befores: Runs = {v.name: {} for v in grid.variants}
+    if jobs > 1:
+        run_parallel(grid, out, seeds, steps, extra, run, jobs)
     for seed in seeds:  # seed-major: a killed grid has every variant at the same number of seeds
         for variant in grid.variants:
             path = run_dir(out, variant, seed) / "result.json"
             if path.is_file():
                 logger.info("%s seed %d: finished before, skipped", variant.name, seed)
             else:
-                result = run(out, variant, seed, steps, extra)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(result, indent=1))
+                _save(path, run(out, variant, seed, steps, extra))
             result = json.loads(path.read_text())
             runs[variant.name][seed] = result["metrics"]
             walls[variant.name].append(result["wall_time_s"])
+            if "before_grpo" in result:
+                befores[variant.name][seed] = result["before_grpo"]
     results = aggregate(grid, runs, seeds)
     results["wall_time_s"] = {name: sum(w) for name, w in walls.items()}
+    if all(len(b) == len(seeds) for b in befores.values()):  # runners that train report where they started
+        results["before_grpo"] = {name: {m: summarize([b[s][m] for s in seeds]) for m in grid.metrics}
+                                  for name, b in befores.items()}  # fmt: skip
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_report(out, grid, results)
     return results
@@ -113,6 +159,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--steps", type=int, help="GRPO steps (KB-VQA) or rounds budget; default: the recipe's"
     )
+    parser.add_argument("--jobs", type=int, default=1, help="(variant, seed) runs at a time, in worker processes "
+                        "(default 1; each KB-VQA run uses one thread, so 2 fills 2 cores)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="print every variant's settings and command only")
     parser.add_argument("--only-seeds", help="comma-separated seeds to run now (split a grid across processes; "
                         "a later call with --seeds N aggregates all)")  # fmt: skip
@@ -120,8 +168,8 @@ def main(argv: list[str]) -> int:
                         "claims then cover only these; a later call without it aggregates all)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides applied to every variant")
     args = parser.parse_intermixed_args(argv)
-    if args.seeds < 1:
-        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    if args.seeds < 1 or args.jobs < 1:
+        raise UsageError(f"--seeds and --jobs must be >= 1, got --seeds {args.seeds} --jobs {args.jobs}")
     grid, seeds, args.out = GRIDS[args.name], list(range(args.seeds)), args.out.resolve()
     if args.only_seeds:
         seeds = [int(s) for s in args.only_seeds.split(",")]
@@ -136,7 +184,7 @@ def main(argv: list[str]) -> int:
         print("\n".join(list_commands(grid, args.out, seeds, args.steps, args.overrides)))
         return 0
     start = time.perf_counter()
-    results = run_grid(grid, args.out, seeds, args.steps, args.overrides)
+    results = run_grid(grid, args.out, seeds, args.steps, args.overrides, jobs=args.jobs)
     for claim in results["claims"]:
         print(f"{claim['claim']} ({claim['source']}): {claim['verdict']}")
     print(f"{grid.name}: {len(grid.variants)} variants x {len(seeds)} seeds in {time.perf_counter() - start:.0f}s "

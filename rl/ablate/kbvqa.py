@@ -142,11 +142,21 @@ def run_kbvqa(
     logger.info("%s seed %d: %s", variant.name, seed, command(grid_dir, variant, seed, steps, extra))
     start = time.perf_counter()
     trainer = _trainer(grid_dir, variant, seed, steps, extra)
+    before_path = run_dir(grid_dir, variant, seed) / "before.json"
+    if not before_path.exists():  # a resumed run keeps the evaluation of the policy GRPO started from
+        before_path.write_text(json.dumps(trainer.evaluate()))
     trainer.fit()
     after = trainer.evaluate()
     trainer.close()
-    metrics = {name: after.get(key) for name, key in KBVQA_METRICS.items()}
+    metrics = _metrics(after, f"{variant.name} seed {seed}")
+    before = _metrics(json.loads(before_path.read_text()), f"{variant.name} seed {seed} (before GRPO)")
+    return {"metrics": metrics, "before_grpo": before, "wall_time_s": time.perf_counter() - start}
+
+
+def _metrics(evaluation: dict[str, Any], what: str) -> dict[str, float]:
+    """The grid's metrics out of a held-out evaluation; one missing is an error naming it."""
+    metrics = {name: evaluation.get(key) for name, key in KBVQA_METRICS.items()}
     missing = [name for name, value in metrics.items() if value is None]
     if missing:
-        raise RuntimeError(f"{variant.name} seed {seed}: the evaluation has no {', '.join(missing)}")
-    return {"metrics": metrics, "wall_time_s": time.perf_counter() - start}
+        raise RuntimeError(f"{what}: the evaluation has no {', '.join(missing)}")
+    return metrics

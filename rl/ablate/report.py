@@ -57,6 +57,15 @@ def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
              f"(per-seed values in results.json). A cell marked 'seeds disagree' differs from the baseline "
              f"`{grid.variants[0].name}` in opposite directions on different seeds.", ""]  # fmt: skip
     lines += table(grid, results)
+    if "before_grpo" in results:
+        base = grid.variants[0].name
+        lines += ["", "Before GRPO (the warm-started policy each variant's GRPO started from, same held-out rows):", "",
+                  "| variant | " + " | ".join(grid.metrics) + " |", "|---" * (len(grid.metrics) + 1) + "|"]  # fmt: skip
+        for variant in grid.variants:
+            stats = results["before_grpo"][variant.name]
+            lines.append(
+                f"| {variant.name} | " + " | ".join(_cell(stats[m], base) for m in grid.metrics) + " |"
+            )
     if results["claims"]:
         lines += ["", "## The paper's directions, seed by seed", "", "| claim | source | per seed | verdict |",
                   "|---|---|---|---|"]  # fmt: skip

@@ -173,3 +173,29 @@ def test_only_seeds_and_variants_split_a_grid_that_a_last_call_aggregates(
     assert len(json.loads((tmp_path / "results.json").read_text())["claims"]) == 3
     with pytest.raises(UsageError, match="no variant 'nope'"):
         main(["fake", "--out", str(tmp_path), "--seeds", "2", "--only-variants", "nope"])
+
+
+def parallel_run(out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> dict:
+    """A runner for worker processes: a variant that starts from another's warm start needs that one done."""
+    import os
+
+    from rl.ablate.grids import run_dir
+
+    if variant.warm_start_from:
+        assert (run_dir(out, Variant(variant.warm_start_from), seed) / "result.json").is_file()
+    (out / f"pid-{variant.name}-{seed}").write_text(str(os.getpid()))
+    return {"metrics": VALUES[variant.name][seed], "wall_time_s": 1.0}
+
+
+def test_jobs_run_warm_starts_first_in_worker_processes(tmp_path: Path) -> None:
+    import os
+
+    grid = Grid("par", "fake_kind", (Variant("base"), Variant("better", warm_start_from="base")), ("score",))
+    results = run_grid(grid, tmp_path, [0, 1, 2], None, [], runner=parallel_run, jobs=2)
+    assert results["variants"]["better"]["score"]["per_seed"] == [0.7, 0.5, 0.9]
+    pids = {int(p.read_text()) for p in tmp_path.glob("pid-*")}
+    assert (
+        len(list(tmp_path.glob("pid-*"))) == 6 and os.getpid() not in pids and len(pids) <= 4
+    )  # 2 workers a phase
+    with pytest.raises(UsageError, match="--jobs must be >= 1"):
+        main(["verification", "--out", str(tmp_path / "x"), "--jobs", "0"])

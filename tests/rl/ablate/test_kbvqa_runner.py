@@ -25,6 +25,10 @@ def test_verification_grid_runs_every_variant(tmp_path: Path) -> None:
     assert set(results["variants"]) == {"full", "rerank_only", "neither"}
     for stats in results["variants"].values():
         assert 0.0 <= stats["ident_acc"]["mean"] <= 1.0 and len(stats["ident_acc"]["per_seed"]) == 1
+    # Each run also evaluated the policy its GRPO started from; the report shows both tables.
+    assert set(results["before_grpo"]) == set(results["variants"])
+    assert all(len(b["ident_acc"]["per_seed"]) == 1 for b in results["before_grpo"].values())
+    assert "Before GRPO" in (tmp_path / "report.md").read_text()
     runs = tmp_path / "runs"
     assert (runs / "full" / "seed_0" / "warm_start" / "warm_start.json").is_file()
     # rerank_only starts GRPO from full's warm start; neither (no check in its prompt) warm-starts on its own.
