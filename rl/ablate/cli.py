@@ -157,7 +157,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, type=Path, help="output folder (re-running resumes in it)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per variant (default 3)")
     parser.add_argument(
-        "--steps", type=int, help="GRPO steps (KB-VQA) or rounds budget; default: the recipe's"
+        "--steps", type=int, help="GRPO steps (KB-VQA; default 80) or rounds budget; default: the grid's"
     )
     parser.add_argument("--jobs", type=int, default=1, help="(variant, seed) runs at a time, in worker processes "
                         "(default 1; each KB-VQA run uses one thread, so 2 fills 2 cores)")  # fmt: skip
@@ -180,11 +180,12 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"grid {grid.name} has no variant {sorted(unknown)[0]!r}")
         claims = tuple(c for c in grid.claims if {c.left, c.right} <= set(names))
         grid = replace(grid, variants=tuple(v for v in grid.variants if v.name in names), claims=claims)
+    steps = args.steps if args.steps is not None else grid.steps
     if args.list:
-        print("\n".join(list_commands(grid, args.out, seeds, args.steps, args.overrides)))
+        print("\n".join(list_commands(grid, args.out, seeds, steps, args.overrides)))
         return 0
     start = time.perf_counter()
-    results = run_grid(grid, args.out, seeds, args.steps, args.overrides, jobs=args.jobs)
+    results = run_grid(grid, args.out, seeds, steps, args.overrides, jobs=args.jobs)
     for claim in results["claims"]:
         print(f"{claim['claim']} ({claim['source']}): {claim['verdict']}")
     print(f"{grid.name}: {len(grid.variants)} variants x {len(seeds)} seeds in {time.perf_counter() - start:.0f}s "

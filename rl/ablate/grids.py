@@ -13,6 +13,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+ABLATE_STEPS = 80
+"""GRPO steps of every KB-VQA grid run: the demo's 30 move the sampled propensities (training-time rejection
+and identification rates) but rarely flip a greedy held-out decision; 80 did (delta=1.0, seed 0)."""
+
 ABLATE_CHECK_ACCURACY = 0.8
 """Visual-check accuracy of every KB-VQA grid: a check that errs on one batch in five makes confirming,
 rejecting and paging a decision under uncertainty (at 1.0 the check states the right decision)."""
@@ -86,6 +90,11 @@ class Grid:
     """The paper's directions to check per seed."""
     paper: str = ""
     """Which table this is."""
+    steps: int | None = None
+    """Steps per run when ``--steps`` is not given (KB-VQA: GRPO steps); None: the recipe's."""
+    warm_start: tuple[str, ...] = ()
+    """KB-VQA: recipe overrides of every warm start the grid runs (``ragym.demo.warm_start.*``), added to the
+    overrides of the variants that warm-start themselves (the others start from one of theirs)."""
 
 
 def slug(variant: Variant) -> str:
@@ -107,6 +116,9 @@ def _acc(**env: Any) -> dict[str, Any]:
 
 
 KB = tuple(KBVQA_METRICS)
+KNIFE_EDGE = "ragym.demo.warm_start.reject_noise=0.5"
+"""Warm start of the K=1 grids: the expert rejects a true match half the time (the demo's 0.8 leaves a greedy
+policy that rejects everything, which 80 steps of GRPO do not undo at an imperfect check)."""
 T5 = "MMAgent-R² Table 5"
 T8 = "MMAgent-R² Table 8"
 T7 = "MMAgent-R² Table 7"
@@ -120,11 +132,16 @@ _KBVQA_GRIDS = (
         "verification",
         "kbvqa",
         (
-            Variant("full", _acc()),
+            # K=3 candidates a batch, so Rerank has a choice to make (the check names one of them or none).
+            Variant("full", _acc(candidates_per_batch=3)),
             # No Reject: one batch per image (Rej_max=0), the check still shown.
-            Variant("rerank_only", _acc(max_rejections=0)),
+            Variant("rerank_only", _acc(candidates_per_batch=3, max_rejections=0)),
             # Neither: one batch and no check, so the policy can only take the retriever's top-1.
-            Variant("neither", _acc(max_rejections=0, visual_check=False), own_warm_start=True),
+            Variant(
+                "neither",
+                _acc(candidates_per_batch=3, max_rejections=0, visual_check=False),
+                own_warm_start=True,
+            ),  # fmt: skip
         ),
         KB,
         (
@@ -132,6 +149,10 @@ _KBVQA_GRIDS = (
             Claim("ident_acc", "rerank_only", ">", "neither", T5),
         ),
         T5 + " (effect of Rerank and Reject)",
+        ABLATE_STEPS,
+        # At K=3 an expert that rejects a true match half the time leaves the greedy policy rejecting every
+        # batch (its Reject() outweighs each of the three numbers); 0.3 leaves it following the check.
+        ("ragym.demo.warm_start.reject_noise=0.3",),
     ),
     Grid(
         "delta",
@@ -147,6 +168,9 @@ _KBVQA_GRIDS = (
             Claim("ident_acc", "delta=0.2", ">", "delta=1.0", T8),
         ),
         T8 + " (rejection reward weight delta; 0.2 is the paper's and the baseline)",
+        ABLATE_STEPS,
+        # Reject() or confirm on a match is a coin flip for the warm-started policy: delta decides which wins.
+        (KNIFE_EDGE,),
     ),
     Grid(
         "rejmax",
@@ -159,11 +183,14 @@ _KBVQA_GRIDS = (
             Claim("rejections", "rej_max=3", ">", "rej_max=2", T7),
         ),
         T7 + " (maximum rejections; 2 is the paper's and the baseline)",
+        ABLATE_STEPS,
+        (KNIFE_EDGE,),
     ),
     Grid(
         "k",
         "kbvqa",
-        tuple(Variant(f"k={k}", _acc(candidates_per_batch=k)) for k in (1, 3, 5)),
+        # Each K is its own prompt shape, so each warm-starts on its own prompts.
+        tuple(Variant(f"k={k}", _acc(candidates_per_batch=k), own_warm_start=k > 1) for k in (1, 3, 5)),
         KB,
         (
             Claim("rejections", "k=1", ">", "k=3", T6),
@@ -171,6 +198,8 @@ _KBVQA_GRIDS = (
             Claim("ident_acc", "k=5", ">", "k=1", T6),
         ),
         T6 + " (candidates per batch; the demo's K=1 is the baseline)",
+        ABLATE_STEPS,
+        ("ragym.demo.warm_start.reject_noise=0.3",),
     ),
 )
 
@@ -180,8 +209,8 @@ def register_grid(grid: Grid) -> Grid:
     the first's warm start."""
     if grid.kind == "kbvqa":
         first = grid.variants[0].name
-        shared = [v if v.name == first or v.own_warm_start else replace(v, warm_start_from=first)
-                  for v in grid.variants]  # fmt: skip
+        shared = [replace(v, overrides=(*v.overrides, *grid.warm_start)) if v.name == first or v.own_warm_start
+                  else replace(v, warm_start_from=first) for v in grid.variants]  # fmt: skip
         grid = replace(grid, variants=tuple(shared))
     if grid.name in GRIDS:
         raise ValueError(f"ablation grid {grid.name!r} is already registered")
