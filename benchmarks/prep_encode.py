@@ -1,16 +1,18 @@
 """The encoding step at speed and the compressed index at scale, each against its baseline in the same run.
 
-1. Index: ``--num-vectors`` (default 1M) 768-d clustered synthetic vectors (``data_prep.encoding.clustered``:
-   power-law latent spectrum, anisotropic Gaussian clusters of Zipf sizes, 10% isotropic noise, unit norm)
-   written as encoded shards, indexed by ``build_sharded_index``; prints the index's memory against the exact
-   flat index and its recall@15 against exact top-15 (``--queries`` stored vectors as queries, themselves
-   excluded). Goal: recall >= 0.95 at <= 1/8 of the exact memory (refine codes included).
+1. Index: ``--num-vectors`` (default 1M) 768-d synthetic embeddings of make-up ``--make-up``
+   (``data_prep.encoding.clustered.MAKE_UPS``: ``hierarchical``, calibrated to real embeddings' neighbour
+   statistics, or the earlier ``gaussian128``) written as encoded shards, indexed by ``build_sharded_index``;
+   prints the index's memory against the exact flat index and its recall@15 against exact top-15
+   (``--queries`` stored vectors as queries, themselves excluded). Goal: recall >= 0.95 at <= 1/8 of the
+   exact memory (everything stored counts: codes, ids, centroids, transforms, refine codes).
 2. Pipeline: items/s of the whole step (read JSON lines, tokenise on the prefetch thread, forward, write
    shards) against the bare forward pass over the same pre-tokenised batches, with a tiny BERT sentence
    encoder built from config. Runs alternate (pipeline, bare, bare, pipeline, ...) so load drift hits both.
    Last line: ``ratio=<pipeline/bare>``, the median of adjacent-pair ratios; goal >= 0.9.
 
-    python benchmarks/prep_encode.py [--num-vectors 1000000 --queries 500] [--num-items 2048 --repeats 3]
+    python benchmarks/prep_encode.py [--make-up hierarchical --num-vectors 1000000 --queries 500]
+        [--code RaBitQ3 --refine none] [--num-items 2048 --repeats 3]
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from data_prep.encoding import EncodeConfig, Item, encode_items, read_items, shards, write_items
-from data_prep.encoding.clustered import ClusteredSpec, ClusteredVectors
+from data_prep.encoding.clustered import MAKE_UPS, make_generator
 from data_prep.encoding.encoders import SentenceItems
 from data_prep.encoding.index import IndexOptions, build_sharded_index
 from data_prep.encoding.tiny import build_tiny_text_encoder
@@ -33,12 +35,12 @@ from data_prep.encoding.tiny import build_tiny_text_encoder
 WORDS = "the museum river bridge painter tower garden station history built century north city".split()
 
 
-def write_clustered(root: Path, num: int, block: int = 65536) -> None:
-    """``num`` clustered vectors as an encoded-shards folder (one shard per generated block)."""
+def write_clustered(root: Path, num: int, make_up: str, block: int = 65536) -> None:
+    """``num`` synthetic vectors of ``make_up`` as an encoded-shards folder (one shard per generated block)."""
     shards.check_config(
-        root, {"encoder": {"object": "clustered-synthetic"}, "shard_size": block, "batch_size": block}
+        root, {"encoder": {"object": f"synthetic-{make_up}"}, "shard_size": block, "batch_size": block}
     )
-    generator = ClusteredVectors(ClusteredSpec())
+    generator = make_generator(make_up)
     counts = []
     for index, vectors in enumerate(generator.blocks(num, block)):
         shards.write_shard(
@@ -50,14 +52,15 @@ def write_clustered(root: Path, num: int, block: int = 65536) -> None:
 
 def index_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     start = time.perf_counter()
-    write_clustered(tmp / "vectors", args.num_vectors)
-    print(f"generated {args.num_vectors} x 768 clustered vectors in {time.perf_counter() - start:.0f}s")
+    write_clustered(tmp / "vectors", args.num_vectors, args.make_up)
+    print(f"generated {args.num_vectors} x 768 {args.make_up} vectors in {time.perf_counter() - start:.0f}s")
     for refine in args.refine:
-        options = IndexOptions(exact_below=min(IndexOptions.exact_below, args.num_vectors), refine=refine,
-                               num_eval_queries=args.queries, k_factor=args.k_factor, nprobe=args.nprobe)  # fmt: skip
+        options = IndexOptions(exact_below=min(IndexOptions.exact_below, args.num_vectors), code=args.code,
+                               refine=refine, transform=args.transform, num_eval_queries=args.queries,
+                               k_factor=args.k_factor, nprobe=args.nprobe)  # fmt: skip
         start = time.perf_counter()
         m = build_sharded_index(tmp / "vectors", tmp / f"index-{refine}", options)
-        print(f"index {m['factory']} nprobe={options.nprobe} k_factor={options.k_factor}: "
+        print(f"{args.make_up}: index {m['factory']} nprobe={options.nprobe} k_factor={options.k_factor}: "
               f"memory {m['memory_bytes'] / 2**20:.0f} MiB = {m['memory_ratio']:.3f} of exact "
               f"({m['exact_memory_bytes'] / 2**20:.0f} MiB), recall@15 {m['recall@15']:.3f} "
               f"({m['recall_eval']['num_queries']} queries), built in {time.perf_counter() - start:.0f}s")  # fmt: skip
@@ -109,6 +112,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-vectors", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=500, help="stored vectors used as recall queries")
+    parser.add_argument("--make-up", default=next(iter(MAKE_UPS)), choices=list(MAKE_UPS))
+    parser.add_argument(
+        "--transform", default=IndexOptions.transform, help="faiss pre-transform, e.g. PCA688"
+    )
+    parser.add_argument("--code", default=IndexOptions.code, help="faiss code in the IVF lists")
     parser.add_argument("--refine", nargs="+", default=[IndexOptions.refine], help="refine codes to compare")
     parser.add_argument("--nprobe", type=int, default=IndexOptions.nprobe)
     parser.add_argument("--k-factor", type=int, default=IndexOptions.k_factor)

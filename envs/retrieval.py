@@ -72,17 +72,26 @@ def build_index(vectors: np.ndarray, spec: IndexSpec | None = None) -> faiss.Ind
 
 def set_search_params(index: faiss.Index, search: dict[str, int]) -> None:
     """Apply recorded search-time parameters to a loaded index: ``k_factor`` of a refine step, ``nprobe`` of
-    IVF cells (a faiss file does not keep them: ``read_index`` gives k_factor 1 and nprobe 1)."""
-    unknown = set(search) - {"nprobe", "k_factor"}
+    IVF cells, ``query_bits`` of a RaBitQ code (a faiss file keeps none of them: ``read_index`` gives
+    k_factor 1, nprobe 1 and 4 query bits)."""
+    unknown = set(search) - {"nprobe", "k_factor", "query_bits"}
     if unknown:
-        raise ValueError(f"unknown search parameters {sorted(unknown)}; expected nprobe, k_factor")
+        raise ValueError(
+            f"unknown search parameters {sorted(unknown)}; expected nprobe, k_factor, query_bits"
+        )
     index = faiss.downcast_index(index)
-    if isinstance(index, faiss.IndexRefine):
-        if "k_factor" in search:
-            index.k_factor = search["k_factor"]
-        index = faiss.downcast_index(index.base_index)
+    # wrappers nest either way round (a transform inside or outside a refine step): unwrap down to the IVF
+    while isinstance(index, (faiss.IndexPreTransform, faiss.IndexRefine)):
+        if isinstance(index, faiss.IndexPreTransform):
+            index = faiss.downcast_index(index.index)
+        else:
+            if "k_factor" in search:
+                index.k_factor = search["k_factor"]
+            index = faiss.downcast_index(index.base_index)
     if isinstance(index, faiss.IndexIVF) and "nprobe" in search:
         index.nprobe = search["nprobe"]
+    if isinstance(index, faiss.IndexIVFRaBitQ) and "query_bits" in search:
+        index.qb = search["query_bits"]
 
 
 class FaissRetriever:

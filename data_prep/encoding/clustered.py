@@ -13,14 +13,22 @@ form clusters of varied, elongated shapes. ``clustered_vectors`` draws exactly t
 - rows L2-normalised, as every ragym index stores them.
 
 Rows are generated in blocks from per-block seeds, so any block can be drawn without the ones before it.
+
+This make-up is kept as the named preset ``gaussian128``. Its Gaussian clusters fill 128 dimensions, so all
+of a row's near neighbours sit at nearly the same distance, unlike real embeddings; the default make-up,
+``hierarchical`` (``data_prep.encoding.hierarchical``), is calibrated to real embeddings' neighbour
+statistics instead. ``make_generator(name)`` builds either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
+
+from data_prep.encoding.hierarchical import HierarchicalSpec, HierarchicalVectors
 
 
 @dataclass(frozen=True)
@@ -81,3 +89,18 @@ class ClusteredVectors:
         """``num`` rows as consecutive blocks."""
         for index, start in enumerate(range(0, num, block_size)):
             yield self.block(index, min(block_size, num - start))
+
+
+MAKE_UPS: dict[str, tuple[Any, type]] = {
+    "hierarchical": (HierarchicalSpec(), HierarchicalVectors),
+    "gaussian128": (ClusteredSpec(), ClusteredVectors),
+}
+"""Named make-ups of synthetic embeddings: (spec, generator class); the first is the default."""
+
+
+def make_generator(name: str = "hierarchical", **changes: Any) -> ClusteredVectors | HierarchicalVectors:
+    """The generator of make-up ``name``, its spec's fields replaced by ``changes`` (e.g. ``dim=384``)."""
+    if name not in MAKE_UPS:
+        raise ValueError(f"unknown make-up {name!r}; expected one of {sorted(MAKE_UPS)}")
+    spec, cls = MAKE_UPS[name]
+    return cls(replace(spec, **changes))

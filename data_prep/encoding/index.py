@@ -43,16 +43,18 @@ class IndexOptions:
     """Vectors below which the index is exact; an exact index of 200K 768-d vectors is 0.6 GB."""
     nlist: int = 0
     """IVF cells of the compressed index; 0 picks 4 * sqrt(n) rounded to a power of two."""
-    pq_bytes: int = 64
-    """Sub-quantizers of the coarse PQ code (bytes per vector at 8 bits; 768-d: 12 dimensions each)."""
-    pq_bits: int = 8
-    """Bits per sub-quantizer code (8: 256 centroids each)."""
+    transform: str = ""
+    """faiss pre-transform applied before the IVF (e.g. ``PCA688``: keep the top 688 principal axes), or none."""
+    code: str = "PQ64x8"
+    """faiss code of each vector's residual in its IVF cell (``PQ<m>x<bits>``, ``RaBitQ<bits>``, ``SQ8``...)."""
     refine: str = "PQ256x8"
-    """faiss code that re-ranks the IVF-PQ candidates (``SQfp16``, ``SQ8``, ``PQ<m>x8``, or ``none``)."""
+    """faiss code that re-ranks the IVF candidates (``SQfp16``, ``SQ8``, ``PQ<m>x8``, or ``none``)."""
     nprobe: int = 32
     """IVF cells visited per query."""
     k_factor: int = 8
-    """Candidates re-ranked per requested hit."""
+    """Candidates re-ranked per requested hit (with a refine code)."""
+    query_bits: int = 8
+    """Bits of each query coordinate when a RaBitQ code is scanned (faiss's default is 4)."""
     train_size: int = 65_536
     """Vectors sampled to train the IVF centroids and PQ codebooks."""
     recall_k: int = 15
@@ -71,7 +73,12 @@ class IndexOptions:
         nlist = self.nlist or int(2 ** round(np.log2(4 * np.sqrt(num_vectors))))
         nlist = max(1, min(nlist, self.train_size // 39))
         refine = "" if self.refine == "none" else f",Refine({self.refine})"
-        return f"IVF{nlist},PQ{self.pq_bytes}x{self.pq_bits}{refine}"
+        transform = f"{self.transform}," if self.transform else ""
+        return f"{transform}IVF{nlist},{self.code}{refine}"
+
+    def search(self) -> dict[str, int]:
+        """Search-time parameters a faiss file does not keep (``envs.retrieval.set_search_params``)."""
+        return {"nprobe": self.nprobe, "k_factor": self.k_factor, "query_bits": self.query_bits}
 
 
 def _blocks(root: Path) -> Iterator[tuple[int, np.ndarray]]:
@@ -113,7 +120,7 @@ def _write(path: Path, data: bytes) -> None:
 
 def _configure(index: faiss.Index, options: IndexOptions) -> None:
     """Search-time parameters (nprobe, k_factor) of a compressed index; flat indexes have none."""
-    set_search_params(index, {"nprobe": options.nprobe, "k_factor": options.k_factor})
+    set_search_params(index, options.search())
 
 
 def _no_polysemous_training(index: faiss.Index) -> None:
@@ -124,7 +131,9 @@ def _no_polysemous_training(index: faiss.Index) -> None:
     with a Hamming threshold, so it buys nothing.
     """
     index = faiss.downcast_index(index)
-    if isinstance(index, faiss.IndexRefine):
+    if isinstance(index, faiss.IndexPreTransform):
+        _no_polysemous_training(index.index)
+    elif isinstance(index, faiss.IndexRefine):
         _no_polysemous_training(index.base_index)
         _no_polysemous_training(index.refine_index)
     elif isinstance(index, (faiss.IndexPQ, faiss.IndexIVFPQ)):
@@ -172,7 +181,7 @@ def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexO
         "format": INDEX_FORMAT,
         "kind": "exact" if factory == "Flat" else "compressed",
         "factory": factory,
-        "search": {"nprobe": options.nprobe, "k_factor": options.k_factor} if factory != "Flat" else {},
+        "search": options.search() if factory != "Flat" else {},
         "num_vectors": num,
         "dim": dim,
         "memory_bytes": memory,
@@ -247,11 +256,10 @@ def load_sharded_index(out: Path) -> tuple[dict[str, Any], list[tuple[int, faiss
     manifest = json.loads((out / INDEX_MANIFEST).read_text(encoding="utf-8"))
     if manifest.get("format") != INDEX_FORMAT:
         raise ValueError(f"{out / INDEX_MANIFEST}: expected format {INDEX_FORMAT!r}")
-    options = IndexOptions(**manifest["options"])
     indexes, ids = [], []
     for record in manifest["shards"]:
         index = faiss.read_index(str(out / record["index"]))
-        _configure(index, options)
+        set_search_params(index, manifest["search"])
         indexes.append((record["offset"], index))
         ids.extend((out / record["ids"]).read_text(encoding="utf-8").splitlines())
     return manifest, indexes, ids

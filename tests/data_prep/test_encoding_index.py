@@ -54,7 +54,7 @@ def test_small_sets_get_an_exact_index_in_shards_that_search_like_one(encoded: P
 
 def test_large_sets_get_a_compressed_index_whose_recall_and_memory_are_recorded(encoded: Path, vectors: np.ndarray,
                                                                                 tmp_path: Path) -> None:  # fmt: skip
-    options = IndexOptions(exact_below=1000, nlist=16, pq_bytes=8, pq_bits=4, refine="SQ8", nprobe=4, k_factor=4,
+    options = IndexOptions(exact_below=1000, nlist=16, code="PQ8x4", refine="SQ8", nprobe=4, k_factor=4,
                            train_size=NUM, num_eval_queries=300, max_shard_vectors=2000)  # fmt: skip
     manifest = build_sharded_index(encoded, tmp_path / "idx", options)
     assert manifest["kind"] == "compressed" and manifest["factory"] == "IVF16,PQ8x4,Refine(SQ8)"
@@ -76,9 +76,7 @@ def test_large_sets_get_a_compressed_index_whose_recall_and_memory_are_recorded(
 
 
 def test_the_refine_step_raises_recall(encoded: Path, tmp_path: Path) -> None:
-    base = dict(
-        exact_below=1000, nlist=16, pq_bytes=4, pq_bits=4, nprobe=4, train_size=NUM, num_eval_queries=200
-    )
+    base = dict(exact_below=1000, nlist=16, code="PQ4x4", nprobe=4, train_size=NUM, num_eval_queries=200)
     plain = build_sharded_index(encoded, tmp_path / "plain", IndexOptions(**base, refine="none"))
     refined = build_sharded_index(encoded, tmp_path / "refined", IndexOptions(**base, refine="SQfp16"))
     assert refined["recall@15"] > plain["recall@15"] + 0.1

@@ -57,7 +57,7 @@ def test_the_recorded_exact_index_answers_like_a_flat_one(tiny_kb: Path) -> None
 
 
 def test_a_compressed_sharded_index_loads_with_its_search_parameters(tiny_kb: Path, tmp_path: Path) -> None:
-    options = IndexOptions(exact_below=10, nlist=2, pq_bytes=4, pq_bits=4, refine="SQ8", nprobe=2, k_factor=6,
+    options = IndexOptions(exact_below=10, nlist=2, code="PQ4x4", refine="SQ8", nprobe=2, k_factor=6,
                            train_size=60, num_eval_queries=30, max_shard_vectors=25)  # fmt: skip
     root = _rebuilt(tiny_kb, tmp_path, options)
     manifest = json.loads((root / "index" / "entities" / "index.json").read_text())

@@ -1,0 +1,88 @@
+"""Compressed-index candidates on synthetic embeddings: memory against the exact index and recall@15 against
+exact top-15, each candidate built and measured in the same run on the same vectors and queries.
+
+Memory counts everything the serialized index holds (codes, ids, coarse centroids, codebooks, transforms,
+refine codes). Queries are stored vectors, each excluded from its own results, as in
+``data_prep.encoding.index``. One line per candidate (factory, nprobe, k_factor).
+
+    OMP_NUM_THREADS=1 python benchmarks/index_sweep.py --make-up hierarchical --num 200000 \\
+        --factory "IVF1024,PQ64x8,Refine(PQ256x8)" --nprobe 32 --k-factor 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import faiss
+import numpy as np
+
+from data_prep.encoding.clustered import MAKE_UPS, make_generator
+from envs.retrieval import set_search_params
+
+K = 15
+
+
+def _no_polysemous(index: faiss.Index) -> None:
+    """Polysemous PQ training is for Hamming filtering, never used here, and slow (see data_prep.encoding.index)."""
+    index = faiss.downcast_index(index)
+    for attr in ("base_index", "refine_index", "index"):
+        if hasattr(index, attr):
+            _no_polysemous(getattr(index, attr))
+    if isinstance(index, (faiss.IndexPQ, faiss.IndexIVFPQ)):
+        index.do_polysemous_training = False
+
+
+def recall(found: np.ndarray, truth: np.ndarray, rows: np.ndarray) -> float:
+    """Mean recall@K of ``found`` against ``truth`` (both (Q, K+1) rows), each query's own row dropped."""
+    hits = []
+    for row, t, f in zip(rows, truth, found, strict=True):
+        t_set = [r for r in t if r != row][:K]
+        f_set = [r for r in f if r != row and r >= 0][:K]
+        hits.append(len(set(t_set) & set(f_set)) / K)
+    return float(np.mean(hits))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--make-up", default=next(iter(MAKE_UPS)), choices=list(MAKE_UPS))
+    parser.add_argument("--num", type=int, default=200_000)
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--train-size", type=int, default=65_536)
+    parser.add_argument("--factory", nargs="+", required=True, help="faiss index_factory strings")
+    parser.add_argument("--nprobe", type=int, nargs="+", default=[32])
+    parser.add_argument("--k-factor", type=int, nargs="+", default=[8])
+    parser.add_argument("--query-bits", type=int, nargs="+", default=[8], help="RaBitQ query quantization")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    vectors = np.concatenate(list(make_generator(args.make_up).blocks(args.num)))  # (num, 768)
+    rng = np.random.default_rng(1)
+    rows = np.sort(rng.choice(args.num, size=args.queries, replace=False))
+    exact = faiss.IndexFlatIP(vectors.shape[1])
+    exact.add(vectors)
+    truth = exact.search(vectors[rows], K + 1)[1]
+    exact_bytes = vectors.nbytes
+    print(f"{args.make_up}: {args.num} x {vectors.shape[1]} vectors and exact top-{K} in "
+          f"{time.perf_counter() - start:.0f}s", flush=True)  # fmt: skip
+    train = vectors[np.sort(np.random.default_rng(0).choice(args.num, args.train_size, replace=False))]
+    for factory in args.factory:
+        start = time.perf_counter()
+        index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
+        _no_polysemous(index)
+        index.train(train)
+        index.add(vectors)
+        built = time.perf_counter() - start
+        memory = len(faiss.serialize_index(index))
+        for nprobe, k_factor, bits in itertools.product(args.nprobe, args.k_factor, args.query_bits):
+            set_search_params(index, {"nprobe": nprobe, "k_factor": k_factor, "query_bits": bits})
+            start = time.perf_counter()
+            found = index.search(vectors[rows], K + 1)[1]
+            per_query_ms = 1000 * (time.perf_counter() - start) / len(rows)
+            print(f"{factory:<40} nprobe={nprobe:<4} k_factor={k_factor:<3} qb={bits} memory {memory / exact_bytes:.3f} of "
+                  f"exact, recall@{K} {recall(found, truth, rows):.3f}, built {built:.0f}s, "
+                  f"{per_query_ms:.1f} ms/query", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
