@@ -6,10 +6,12 @@
     shard-000.faiss       one faiss index per index shard (at most ``max_shard_vectors`` vectors)
     shard-000.ids         the ids of its rows, one per line (row r of the index = line r)
 
-Below ``exact_below`` vectors the index is exact (``IndexFlatIP``, recall 1). Above it, an IVF-PQ index
-trained on a sample finds ``k_factor * k`` candidates that a finer PQ code re-ranks (faiss ``Refine``); its
-memory (the bytes of every index file, refine codes included) and its recall@K against exact top-K, on a
-sample of the stored vectors used as queries (the query itself excluded), are measured here and recorded.
+Below ``exact_below`` vectors the index is exact (``IndexFlatIP``, recall 1). Above it, an IVF index trained
+on a sample stores a compressed code of each vector's residual (default RaBitQ, 3 bits a dimension;
+optionally behind a pre-transform and followed by a finer ``Refine`` code that re-ranks ``k_factor * k``
+candidates); its memory (the bytes of every index file: codes, ids, centroids, transforms, refine codes) and
+its recall@K against exact top-K, on a sample of the stored vectors used as queries (the query itself
+excluded), are measured here and recorded.
 An index too big for one machine is cut into shards that a retrieval service serves side by side.
 """
 
@@ -45,9 +47,11 @@ class IndexOptions:
     """IVF cells of the compressed index; 0 picks 4 * sqrt(n) rounded to a power of two."""
     transform: str = ""
     """faiss pre-transform applied before the IVF (e.g. ``PCA688``: keep the top 688 principal axes), or none."""
-    code: str = "PQ64x8"
-    """faiss code of each vector's residual in its IVF cell (``PQ<m>x<bits>``, ``RaBitQ<bits>``, ``SQ8``...)."""
-    refine: str = "PQ256x8"
+    code: str = "RaBitQ3"
+    """faiss code of each vector's residual in its IVF cell (``RaBitQ<bits>``, ``PQ<m>x<bits>``, ``SQ8``...).
+    RaBitQ3 (3 bits a dimension + 20 bytes of factors) kept the most recall@15 of the codes that fit in 1/8 of
+    the exact index on embeddings calibrated to real ones (``benchmarks/index_sweep.py``)."""
+    refine: str = "none"
     """faiss code that re-ranks the IVF candidates (``SQfp16``, ``SQ8``, ``PQ<m>x8``, or ``none``)."""
     nprobe: int = 32
     """IVF cells visited per query."""

@@ -109,3 +109,17 @@ def test_compressed_indexes_skip_polysemous_training() -> None:
     assert base.do_polysemous_training and refine.do_polysemous_training  # faiss's defaults
     _no_polysemous_training(index)
     assert not base.do_polysemous_training and not refine.do_polysemous_training
+
+
+def test_the_default_compressed_code_is_rabitq_with_its_query_bits_recorded(
+    encoded: Path, tmp_path: Path
+) -> None:
+    options = IndexOptions(exact_below=1000, nlist=16, train_size=NUM, num_eval_queries=100)
+    manifest = build_sharded_index(encoded, tmp_path / "idx", options)
+    assert manifest["factory"] == "IVF16,RaBitQ3"
+    assert manifest["search"] == {"nprobe": 32, "k_factor": 8, "query_bits": 8}
+    # 3 bits x 32 dims = 12 bytes + RaBitQ's factors + an 8-byte id per vector, against 128 bytes of float32
+    assert manifest["memory_ratio"] < 0.5
+    _, indexes, _ = load_sharded_index(tmp_path / "idx")
+    index = faiss.downcast_index(indexes[0][1])
+    assert isinstance(index, faiss.IndexIVFRaBitQ) and index.qb == 8 and index.nprobe == 32
