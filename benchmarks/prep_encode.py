@@ -121,6 +121,7 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, default=IndexOptions.nprobe)
     parser.add_argument("--k-factor", type=int, default=IndexOptions.k_factor)
     parser.add_argument("--skip-index", action="store_true")
+    parser.add_argument("--skip-pipeline", action="store_true")
     parser.add_argument("--num-items", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=256)
@@ -131,7 +132,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="ragym-prep-encode-") as tmp:
         if not args.skip_index:
             index_benchmark(args, Path(tmp))
-        print(f"ratio={pipeline_benchmark(args, Path(tmp)):.3f}")
+        if not args.skip_pipeline:
+            print(f"ratio={pipeline_benchmark(args, Path(tmp)):.3f}")
 
 
 if __name__ == "__main__":
