@@ -61,6 +61,9 @@ class WarmStartConfig:
     """AdamW learning rate."""
     seed: int
     """Expert noise and shuffling seed."""
+    lr_decay: bool = False
+    """Decay the learning rate linearly to 0 over the imitation steps. With a constant rate and small batches,
+    a decision whose targets conflict (a noisy expert) ends wherever the last few batches pushed it."""
 
 
 _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
@@ -172,7 +175,7 @@ def token_weights(
 def imitate(
     model: torch.nn.Module,
     image_inputs: ImageInputs,
-    epochs: list[list[tuple[Sample, float]]],
+    epochs: list[list[tuple[Sample, float] | tuple[Sample, float, float]]],
     cfg: WarmStartConfig,
     decision_after: int | Sequence[int] | None = None,
 ) -> list[float]:
@@ -180,8 +183,14 @@ def imitate(
     samples of one epoch each, with their decision-token weights); returns each step's loss.
 
     ``decision_after``: the token id (``<rerank>``), or ids, whose next generated token gets the sample's weight.
+    An optional third element scales all of a sample's weights: the probability of that episode among an
+    expert's enumerated noise branches, so the loss is the exact expectation over the noise (soft targets).
     """
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    total = sum(-(-len(samples) // cfg.batch_size) for samples in epochs)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 1.0 - step / total if cfg.lr_decay else 1.0
+    )
     generator = torch.Generator().manual_seed(cfg.seed)
     losses = []
     model.train()
@@ -189,9 +198,14 @@ def imitate(
         order = torch.randperm(len(samples), generator=generator).tolist()
         for start in range(0, len(order), cfg.batch_size):
             pairs = [samples[i] for i in order[start : start + cfg.batch_size]]
-            batch = [sample for sample, _ in pairs]
-            weights = [token_weights(sample, decision_after, weight) for sample, weight in pairs]
-            num_tokens = float(sum(w.sum() for w in weights))
+            batch = [pair[0] for pair in pairs]
+            unscaled = [token_weights(pair[0], decision_after, pair[1]) for pair in pairs]
+            # Normalised by the unscaled weights: by the scaled ones, a batch of two unlikely branches would
+            # count as much as a likely one and pull the soft targets towards 50/50.
+            num_tokens = float(sum(w.sum() for w in unscaled))
+            weights = [
+                w * (pair[2] if len(pair) > 2 else 1.0) for w, pair in zip(unscaled, pairs, strict=True)
+            ]
             optimizer.zero_grad(set_to_none=True)
             loss = 0.0
             for sample, weight in zip(batch, weights, strict=True):  # unpadded: CPU attention ~3x faster
@@ -204,6 +218,7 @@ def imitate(
                 loss += float(part.detach())
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
+            schedule.step()
             losses.append(loss)
             if len(losses) % 20 == 0:
                 logger.info("warm start step %d: loss %.3f", len(losses), loss)
