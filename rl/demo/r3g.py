@@ -2,15 +2,16 @@
 
 On the synthetic R3G task (``data_prep.r3g_synthetic``, preset ``demo``: P=3 look-alikes per class, one of
 them showing the cue, captions shown), a ~0.5M-parameter tiny Qwen2.5-VL policy is warm-started by
-imitating an over-generous scripted expert (with probability ``noise`` it calls every candidate answerable,
+imitating an over-generous scripted expert (it calls the look-alikes answerable with probability ``noise``,
 so the warm-started policy's likeliest judge ties the pool and Stage-1 decides, as MRAG does), then
 trained with GRPO by the local engine on ``recipes/r3g_tiny_cpu.yaml``. Reported on the held-out rows with
 the same seed: evidence Recall@1 of MRAG (no plan, Stage-1 only, top-1: the env's own ranking), of the
 warm-started policy, and of the policy after GRPO; ``DIR/metrics.json`` holds them all.
 
 The expert writes each judge line rationale first (``[i] visible a=1 r=1 t=1``): the caption's cue word
-is copied, and the decision token right after ``a=`` can be read off it; imitation up-weights both (the
-tokens after ``]`` and ``a=``, ``ragym.r3g_demo.weighted_after``).
+is copied, and the decision token right after `` a=`` can be read off it; imitation up-weights both (the
+tokens after ``]`` and `` a=``, ``ragym.r3g_demo.weighted_after``) and learns the expert's noise as soft
+targets (every noise branch of an episode, weighted by its probability; ``expert_branches``).
 """
 
 from __future__ import annotations
@@ -84,17 +85,29 @@ class R3GExpert:
         shows = "visible" in caption
         score = int(self.rng.random() >= self.reject_noise) if shows else int(self.rng.random() < self.noise)
         # The decision right after the word it follows from, not after r= and t=: at eight tokens'
-        # distance the tiny policy learned a=1 unconditionally (P(a=1 | visible) 0.76, seed 0).
+        # distance the tiny policy learned a=1 unconditionally (P(a=1 | visible) 0.76, seed 0). r and t repeat
+        # it: with r=1 t=1 on every line "1 after =" leaked into the decision (a coin expert imitated as
+        # P(a=1) 0.69, seed 0).
         return f"[{number}] {'visible' if shows else 'hidden'}{DECISION_TOKEN}{score} r=1 t=1"
 
 
-def expert_epoch(rows: list[dict[str, Any]], agent_loop: Any, server: ReplayServer, cfg: WarmStartConfig,
-                 epoch: int) -> list[tuple[Any, float]]:  # fmt: skip
-    """One epoch of expert episodes replayed through the agent loop, each with its decision-token weight."""
-    rng = np.random.default_rng([cfg.seed, epoch])
-    return [(_replay(row, R3GExpert.for_row(row, rng, cfg.noise, cfg.reject_noise), server, agent_loop),
-             cfg.decision_weight)
-            for row in rows]  # fmt: skip
+def expert_branches(rows: list[dict[str, Any]], agent_loop: Any, server: ReplayServer,
+                    cfg: WarmStartConfig) -> list[tuple[Any, float, float]]:  # fmt: skip
+    """Every row's expert episodes, one per noise branch (look-alikes all a=1 or all a=0, the gold a=0 or a=1),
+    each with its decision-token weight and the branch's probability.
+
+    Imitating them weighted by probability is the exact expectation over the expert's noise (soft targets on
+    the decision). Sampled noise, fresh each epoch, left the tiny policy at the marginal P(a=1) ~0.88 on
+    both kinds of candidate (expert: 1 and 0.65; seed 0): a target that flips from draw to draw gives Adam
+    no steady direction, while a noiseless expert is imitated exactly (P 0.999-1.000) in the same 6 epochs.
+    """
+    branches = [(generous, rejecting, (cfg.noise if generous else 1 - cfg.noise)
+                 * (cfg.reject_noise if rejecting else 1 - cfg.reject_noise))
+                for generous in (True, False) for rejecting in (True, False)]  # fmt: skip
+    rng = np.random.default_rng(cfg.seed)  # unused: noise 0 or 1 draws nothing random
+    return [(_replay(row, R3GExpert.for_row(row, rng, float(gen), float(rej)), server, agent_loop),
+             cfg.decision_weight, share)
+            for row in rows for gen, rej, share in branches if share > 0]  # fmt: skip
 
 
 def _corpus(rows: list[dict[str, Any]], repeats: int) -> Iterator[str]:
@@ -150,7 +163,7 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     rows = read_rows(reader.get("data.train_files"), cfg.num_episodes)
     server = ReplayServer(tokenizer)
     agent_loop = make_agent_loop(config, server, tokenizer, processor)
-    epochs = [expert_epoch(rows, agent_loop, server, cfg, epoch) for epoch in range(cfg.epochs)]
+    epochs = [expert_branches(rows, agent_loop, server, cfg)] * cfg.epochs
     weighted = [tokenizer.convert_tokens_to_ids(t) for t in reader.get("ragym.r3g_demo.weighted_after")]
     losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, weighted)
     model.save_pretrained(out_dir, safe_serialization=True)

@@ -67,6 +67,41 @@ def test_reject_noise_calls_the_gold_unanswerable_and_a_coin_ignores_the_word() 
     assert abs(share["visible"] - 0.5) < 0.08 and abs(share["hidden"] - 0.5) < 0.06
 
 
+def test_expert_branches_enumerate_the_noise_with_its_probabilities(
+    rows: list[dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One episode per noise branch, weighted by its probability: the exact expectation of the noisy expert."""
+    import rl.demo.r3g as demo
+    from rl.demo.warm_start import WarmStartConfig
+
+    def judge_turn(row, expert, server, agent_loop):  # the expert's judge turn instead of a tokenized replay
+        episode = run_episode(expert.env, expert, 0, json.loads(row["extra_info"]["env_options"]))
+        return next(t for t in episode["turns"] if t.startswith("<judge>"))
+
+    monkeypatch.setattr(demo, "_replay", judge_turn)
+    cfg = WarmStartConfig(4, 0.65, 0.2, 0.0, 5.0, 1, 2, 1e-3, seed=0)
+    branches = demo.expert_branches(rows[:4], None, None, cfg)
+    assert len(branches) == 16 and {weight for _, weight, _ in branches} == {5.0}
+    for i in range(4):
+        shares = {}
+        for turn, _, share in branches[4 * i : 4 * i + 4]:
+            lines = turn.splitlines()[1:-1]
+            look_alikes = {line.split()[2] for line in lines if "hidden" in line}
+            gold = next(line.split()[2] for line in lines if "visible" in line)
+            assert len(look_alikes) == 1  # all look-alikes get the same decision in a branch
+            shares[(look_alikes.pop(), gold)] = share
+        assert shares == pytest.approx(
+            {
+                ("a=1", "a=0"): 0.65 * 0.2,
+                ("a=1", "a=1"): 0.65 * 0.8,
+                ("a=0", "a=0"): 0.35 * 0.2,
+                ("a=0", "a=1"): 0.35 * 0.8,
+            }
+        )
+    no_reject = WarmStartConfig(4, 0.65, 0.0, 0.0, 5.0, 1, 2, 1e-3, seed=0)
+    assert len(demo.expert_branches(rows[:4], None, None, no_reject)) == 8
+
+
 def test_demo_tokenizer_puts_the_rationale_word_right_before_the_decision_token() -> None:
     """The decision token ``" a="`` (space included) directly follows the copied word, one token back."""
     import itertools
