@@ -14,10 +14,11 @@ form clusters of varied, elongated shapes. ``clustered_vectors`` draws exactly t
 
 Rows are generated in blocks from per-block seeds, so any block can be drawn without the ones before it.
 
-This make-up is kept as the named preset ``gaussian128``. Its Gaussian clusters fill 128 dimensions, so all
-of a row's near neighbours sit at nearly the same distance, unlike real embeddings; the default make-up,
-``hierarchical`` (``data_prep.encoding.hierarchical``), is calibrated to real embeddings' neighbour
-statistics instead. ``make_generator(name)`` builds either.
+This make-up is kept as the named preset ``gaussian128``. Measured beside real text embeddings
+(``benchmarks/embedding_stats.py``), its neighbour gaps and local intrinsic dimensionality are like theirs, but
+its spectrum is far steeper (13 axes hold half its variance; all-MiniLM-L6-v2 needs 43 of 384). The default
+make-up, ``hierarchical`` (``data_prep.encoding.hierarchical``), is fitted to all of those statistics.
+``make_generator(name)`` builds either.
 """
 
 from __future__ import annotations
