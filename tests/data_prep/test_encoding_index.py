@@ -123,3 +123,13 @@ def test_the_default_compressed_code_is_rabitq_with_its_query_bits_recorded(
     _, indexes, _ = load_sharded_index(tmp_path / "idx")
     index = faiss.downcast_index(indexes[0][1])
     assert isinstance(index, faiss.IndexIVFRaBitQ) and index.qb == 8 and index.nprobe == 32
+
+
+def test_cli_passes_the_compressed_code_through(encoded: Path, tmp_path: Path) -> None:
+    from data_prep.encoding import cli
+
+    argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "idx"), "--exact-below", "1000",
+            "--code", "PQ8x4", "--refine", "SQ8", "--nprobe", "4"]  # fmt: skip
+    assert cli.main(argv) == 0
+    manifest = json.loads((tmp_path / "idx" / "index.json").read_text())
+    assert manifest["factory"].endswith(",PQ8x4,Refine(SQ8)") and manifest["search"]["nprobe"] == 4
