@@ -54,7 +54,8 @@ class WarmStartConfig:
     """Loss weight of the decision token (the first token after ``<rerank>``) relative to other tokens: the
     one token that matters is otherwise drowned by the formulaic rest of the turn."""
     epochs: int
-    """Passes over the rows, each with fresh expert noise."""
+    """Passes over the rows (the KB-VQA demo draws fresh expert noise each pass; the R3G demo replays the same
+    noise branches, weighted by their probabilities)."""
     batch_size: int
     """Episodes per optimiser step."""
     lr: float
