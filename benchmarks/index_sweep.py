@@ -19,19 +19,10 @@ import faiss
 import numpy as np
 
 from data_prep.encoding.clustered import MAKE_UPS, make_generator
+from data_prep.encoding.index import no_polysemous_training
 from envs.retrieval import set_search_params
 
 K = 15
-
-
-def _no_polysemous(index: faiss.Index) -> None:
-    """Polysemous PQ training is for Hamming filtering, never used here, and slow (see data_prep.encoding.index)."""
-    index = faiss.downcast_index(index)
-    for attr in ("base_index", "refine_index", "index"):
-        if hasattr(index, attr):
-            _no_polysemous(getattr(index, attr))
-    if isinstance(index, (faiss.IndexPQ, faiss.IndexIVFPQ)):
-        index.do_polysemous_training = False
 
 
 def recall(found: np.ndarray, truth: np.ndarray, rows: np.ndarray) -> float:
@@ -69,7 +60,7 @@ def main() -> None:
     for factory in args.factory:
         start = time.perf_counter()
         index = faiss.index_factory(vectors.shape[1], factory, faiss.METRIC_INNER_PRODUCT)
-        _no_polysemous(index)
+        no_polysemous_training(index)
         index.train(train)
         index.add(vectors)
         built = time.perf_counter() - start

@@ -127,7 +127,7 @@ def _configure(index: faiss.Index, options: IndexOptions) -> None:
     set_search_params(index, options.search())
 
 
-def _no_polysemous_training(index: faiss.Index) -> None:
+def no_polysemous_training(index: faiss.Index) -> None:
     """Turn off faiss's polysemous training of every PQ code in ``index``.
 
     faiss trains PQ codes for Hamming-distance pre-filtering by simulated annealing unless told not to: at
@@ -136,17 +136,17 @@ def _no_polysemous_training(index: faiss.Index) -> None:
     """
     index = faiss.downcast_index(index)
     if isinstance(index, faiss.IndexPreTransform):
-        _no_polysemous_training(index.index)
+        no_polysemous_training(index.index)
     elif isinstance(index, faiss.IndexRefine):
-        _no_polysemous_training(index.base_index)
-        _no_polysemous_training(index.refine_index)
+        no_polysemous_training(index.base_index)
+        no_polysemous_training(index.refine_index)
     elif isinstance(index, (faiss.IndexPQ, faiss.IndexIVFPQ)):
         index.do_polysemous_training = False
 
 
 def _train(root: Path, num: int, dim: int, factory: str, options: IndexOptions) -> faiss.Index:
     index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-    _no_polysemous_training(index)
+    no_polysemous_training(index)
     if not index.is_trained:
         rng = np.random.default_rng(options.seed)
         sample = np.sort(rng.choice(num, size=min(num, options.train_size), replace=False))

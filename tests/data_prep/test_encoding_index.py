@@ -101,13 +101,13 @@ def test_compressed_indexes_skip_polysemous_training() -> None:
     it dominated the training of a 256-sub-quantizer refine code."""
     import faiss
 
-    from data_prep.encoding.index import _no_polysemous_training
+    from data_prep.encoding.index import no_polysemous_training
 
     index = faiss.index_factory(48, "IVF4,PQ8x8,Refine(PQ16x8)", faiss.METRIC_INNER_PRODUCT)
     base = faiss.downcast_index(index.base_index)
     refine = faiss.downcast_index(index.refine_index)
     assert base.do_polysemous_training and refine.do_polysemous_training  # faiss's defaults
-    _no_polysemous_training(index)
+    no_polysemous_training(index)
     assert not base.do_polysemous_training and not refine.do_polysemous_training
 
 
