@@ -3,7 +3,10 @@ exact top-15, each candidate built and measured in the same run on the same vect
 
 Memory counts everything the serialized index holds (codes, ids, coarse centroids, codebooks, transforms,
 refine codes). Queries are stored vectors, each excluded from its own results, as in
-``data_prep.encoding.index``. One line per candidate (factory, nprobe, k_factor).
+``data_prep.encoding.index``. One line per candidate (factory, nprobe, k_factor). With ``--disk-refine`` each
+candidate is measured a second time with its ``k_factor * 15`` candidates re-ranked exactly against float16
+full vectors (``envs.retrieval.DiskRefinedIndex``, what ``refine="disk"`` reads from disk): memory is the
+same faiss bytes, and the line adds the refine vectors' share of the exact size.
 
     OMP_NUM_THREADS=1 python benchmarks/index_sweep.py --make-up hierarchical --num 200000 \\
         --factory "IVF1024,PQ64x8,Refine(PQ256x8)" --nprobe 32 --k-factor 8
@@ -20,7 +23,7 @@ import numpy as np
 
 from data_prep.encoding.clustered import MAKE_UPS, make_generator
 from data_prep.encoding.index import no_polysemous_training
-from envs.retrieval import set_search_params
+from envs.retrieval import DiskRefinedIndex, set_search_params
 
 K = 15
 
@@ -45,6 +48,9 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, nargs="+", default=[32])
     parser.add_argument("--k-factor", type=int, nargs="+", default=[8])
     parser.add_argument("--query-bits", type=int, nargs="+", default=[8], help="RaBitQ query quantization")
+    parser.add_argument(
+        "--disk-refine", action="store_true", help="also re-rank exactly from float16 vectors"
+    )
     args = parser.parse_args()
     start = time.perf_counter()
     vectors = np.concatenate(list(make_generator(args.make_up).blocks(args.num)))  # (num, 768)
@@ -65,14 +71,20 @@ def main() -> None:
         index.add(vectors)
         built = time.perf_counter() - start
         memory = len(faiss.serialize_index(index))
-        for nprobe, k_factor, bits in itertools.product(args.nprobe, args.k_factor, args.query_bits):
-            set_search_params(index, {"nprobe": nprobe, "k_factor": k_factor, "query_bits": bits})
+        searched = [("", index)]
+        if args.disk_refine:
+            searched.append(("+disk", DiskRefinedIndex(index, vectors.astype(np.float16))))
+        for (suffix, searcher), nprobe, k_factor, bits in itertools.product(
+            searched, args.nprobe, args.k_factor, args.query_bits
+        ):
+            set_search_params(searcher, {"nprobe": nprobe, "k_factor": k_factor, "query_bits": bits})
             start = time.perf_counter()
-            found = index.search(vectors[rows], K + 1)[1]
+            found = searcher.search(vectors[rows], K + 1)[1]
             per_query_ms = 1000 * (time.perf_counter() - start) / len(rows)
-            print(f"{factory:<40} nprobe={nprobe:<4} k_factor={k_factor:<3} qb={bits} memory {memory / exact_bytes:.3f} of "
-                  f"exact, recall@{K} {recall(found, truth, rows):.3f}, built {built:.0f}s, "
-                  f"{per_query_ms:.1f} ms/query", flush=True)  # fmt: skip
+            disk = ", refine vectors on disk 0.500 of exact" if suffix else ""
+            print(f"{factory + suffix:<40} nprobe={nprobe:<4} k_factor={k_factor:<3} qb={bits} memory "
+                  f"{memory / exact_bytes:.3f} of exact{disk}, recall@{K} {recall(found, truth, rows):.3f}, "
+                  f"built {built:.0f}s, {per_query_ms:.1f} ms/query", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

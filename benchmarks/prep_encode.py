@@ -5,7 +5,10 @@
    statistics, or the earlier ``gaussian128``) written as encoded shards, indexed by ``build_sharded_index``;
    prints the index's memory against the exact flat index and its recall@15 against exact top-15
    (``--queries`` stored vectors as queries, themselves excluded). Goal: recall >= 0.95 at <= 1/8 of the
-   exact memory (everything stored counts: codes, ids, centroids, transforms, refine codes).
+   exact memory (everything held in memory counts: codes, ids, centroids, transforms, refine codes). With
+   ``--refine disk`` the full vectors stay on disk (float16) and re-rank ``k_factor * 15`` candidates per
+   query: the line also prints those bytes on disk, and the latency per query with the refine file in the
+   page cache (warm) and dropped from it before each batch (cold, ``posix_fadvise(DONTNEED)``).
 2. Pipeline: items/s of the whole step (read JSON lines, tokenise on the prefetch thread, forward, write
    shards) against the bare forward pass over the same pre-tokenised batches, with a tiny BERT sentence
    encoder built from config. Runs alternate (pipeline, bare, bare, pipeline, ...) so load drift hits both.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -29,8 +33,9 @@ import numpy as np
 from data_prep.encoding import EncodeConfig, Item, encode_items, read_items, shards, write_items
 from data_prep.encoding.clustered import MAKE_UPS, make_generator
 from data_prep.encoding.encoders import SentenceItems
-from data_prep.encoding.index import IndexOptions, build_sharded_index
+from data_prep.encoding.index import IndexOptions, build_sharded_index, load_sharded_index, search_shards
 from data_prep.encoding.tiny import build_tiny_text_encoder
+from envs.retrieval import load_refine_vectors
 
 WORDS = "the museum river bridge painter tower garden station history built century north city".split()
 
@@ -60,10 +65,63 @@ def index_benchmark(args: argparse.Namespace, tmp: Path) -> None:
                                k_factor=args.k_factor, nprobe=args.nprobe)  # fmt: skip
         start = time.perf_counter()
         m = build_sharded_index(tmp / "vectors", tmp / f"index-{refine}", options)
-        print(f"{args.make_up}: index {m['factory']} nprobe={options.nprobe} k_factor={options.k_factor}: "
-              f"memory {m['memory_bytes'] / 2**20:.0f} MiB = {m['memory_ratio']:.3f} of exact "
-              f"({m['exact_memory_bytes'] / 2**20:.0f} MiB), recall@15 {m['recall@15']:.3f} "
-              f"({m['recall_eval']['num_queries']} queries), built in {time.perf_counter() - start:.0f}s")  # fmt: skip
+        built = time.perf_counter() - start
+        disk = ""
+        if m["refine"] == "disk":
+            disk = (f", refine vectors on disk {m['refine_disk_bytes'] / 2**20:.0f} MiB = "
+                    f"{m['refine_disk_ratio']:.3f} of exact")  # fmt: skip
+        print(f"{args.make_up}: index {m['factory']} refine={m['refine']} nprobe={options.nprobe} "
+              f"k_factor={options.k_factor}: memory {m['memory_bytes'] / 2**20:.0f} MiB = "
+              f"{m['memory_ratio']:.3f} of exact ({m['exact_memory_bytes'] / 2**20:.0f} MiB){disk}, "
+              f"recall@15 {m['recall@15']:.3f} ({m['recall_eval']['num_queries']} queries), built in "
+              f"{built:.0f}s", flush=True)  # fmt: skip
+        latency(tmp / f"index-{refine}", tmp / "vectors", args.queries)
+
+
+def _drop_from_page_cache(folder: Path) -> None:
+    """Ask the kernel to drop the refine files' cached pages (clean pages go; no root needed)."""
+    for path in folder.glob("*.refine.npy"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def latency(folder: Path, encoded: Path, num_queries: int, batch: int = 1) -> None:
+    """ms per query of single-query searches (the env's pattern), refine files cached and dropped."""
+    manifest, indexes, _ = load_sharded_index(folder)
+    rng = np.random.default_rng(7)
+    rows = np.sort(rng.choice(manifest["num_vectors"], size=min(num_queries, 200), replace=False))
+    queries = _stored(encoded, rows)
+    figures = {}
+    modes = (("warm", False), ("cold", True)) if manifest["refine"] == "disk" else (("warm", False),)
+    for name, cold in modes:
+        if name == "warm":
+            search_shards(indexes, queries[:batch], 15)  # touch the index once
+        seconds = 0.0
+        for start in range(0, len(queries), batch):
+            if cold:  # a page mapped by this process stays cached: unmap, drop, map again
+                for _, index in indexes:
+                    index.vectors = None
+                _drop_from_page_cache(folder)
+                for (_, index), record in zip(indexes, manifest["shards"], strict=True):
+                    index.vectors = load_refine_vectors(folder / record["refine"])
+            begin = time.perf_counter()
+            search_shards(indexes, queries[start : start + batch], 15)
+            seconds += time.perf_counter() - begin
+        figures[name] = 1000 * seconds / len(queries)
+    print("latency per single query: " + ", ".join(f"{k} {v:.2f} ms" for k, v in figures.items()), flush=True)
+
+
+def _stored(encoded: Path, rows: np.ndarray) -> np.ndarray:
+    """The stored vectors at sorted global ``rows`` of an encoded folder, shard by shard."""
+    out, start = [], 0
+    for _, vectors in shards.iter_shards(encoded):
+        local = rows[(rows >= start) & (rows < start + len(vectors))] - start
+        out.append(np.asarray(vectors[local], dtype=np.float32))
+        start += len(vectors)
+    return np.concatenate(out)
 
 
 def _texts(num: int, seed: int = 0) -> list[Item]:

@@ -7,7 +7,9 @@ for every implementation, because each one returns a deterministic ranking prefi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,15 +72,178 @@ def build_index(vectors: np.ndarray, spec: IndexSpec | None = None) -> faiss.Ind
     return index
 
 
-def set_search_params(index: faiss.Index, search: dict[str, int]) -> None:
-    """Apply recorded search-time parameters to a loaded index: ``k_factor`` of a refine step, ``nprobe`` of
-    IVF cells, ``query_bits`` of a RaBitQ code (a faiss file keeps none of them: ``read_index`` gives
-    k_factor 1, nprobe 1 and 4 query bits)."""
+class DiskRefinedIndex:
+    """A compressed faiss index whose candidates are re-scored exactly against full vectors on disk.
+
+    ``base`` (say IVF-RaBitQ) proposes ``k_factor * k`` candidates per query from the codes it holds in
+    memory; their full vectors are read from ``vectors``, a memory map of the normalised rows in the index's
+    row order (float16 or float32: a ``RefineVectors`` reader of a ``.npy`` file, or any array), and the ``k`` best by exact inner
+    product are returned. Memory holds only the codes; each query reads ``k_factor * k`` rows from disk (the
+    page cache keeps the hot ones). Searches like a faiss index: ``search(queries, k)`` -> (scores, rows),
+    rows -1 past the end.
+    """
+
+    def __init__(self, base: faiss.Index, vectors: np.ndarray | RefineVectors, k_factor: int = 4):
+        if vectors.ndim != 2 or vectors.shape != (base.ntotal, base.d):
+            raise ValueError(
+                f"refine vectors of shape {vectors.shape} for an index of {base.ntotal} x {base.d} vectors"
+            )
+        if k_factor < 1:
+            raise ValueError(f"k_factor must be >= 1, got {k_factor}")
+        self.base, self.vectors, self.k_factor = base, vectors, k_factor
+
+    @property
+    def ntotal(self) -> int:
+        """Rows in the index."""
+        return int(self.base.ntotal)
+
+    @property
+    def d(self) -> int:
+        """Vector length."""
+        return int(self.base.d)
+
+    def search(self, queries: np.ndarray, k: int, chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, rows), each (num_queries, k), best first: the base's candidates re-scored exactly."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        scores = np.full((len(queries), k), -np.finfo(np.float32).max, dtype=np.float32)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        if k <= 0 or not len(queries):
+            return scores, rows
+        _, candidates = self.base.search(queries, min(self.ntotal, k * self.k_factor))
+        for start in range(0, len(queries), chunk):
+            cand = candidates[start : start + chunk]
+            valid = cand >= 0
+            wanted = np.unique(cand[valid])  # sorted: the disk reads go in file order
+            if not len(wanted):
+                continue
+            full = np.asarray(self.vectors[wanted], dtype=np.float32)  # (distinct candidates, d)
+            where = np.searchsorted(wanted, np.where(valid, cand, wanted[0]))
+            exact = np.einsum("qd,qcd->qc", queries[start : start + chunk], full[where])
+            exact[~valid] = -np.inf
+            top = np.argsort(-exact, axis=1, kind="stable")[:, :k]
+            got = np.take_along_axis(exact, top, axis=1)
+            keep = np.isfinite(got)
+            width = top.shape[1]
+            scores[start : start + chunk, :width] = np.where(keep, got, scores[start : start + chunk, :width])
+            rows[start : start + chunk, :width] = np.where(keep, np.take_along_axis(cand, top, axis=1), -1)
+        return scores, rows
+
+
+class RefineVectors:
+    """The rows of a 2-D float16/float32 ``.npy`` file, read on demand with ``pread`` (nothing held in memory).
+
+    Reads go straight to the rows asked for (the kernel's readahead is turned off for the file, so a cold
+    read costs one disk access per row, not a 128 KiB window), consecutive rows in one call, and large
+    requests over ``threads`` threads so a fast disk sees several reads at once. ``vectors[rows]`` returns
+    the rows as an array, like a memory map would.
+    """
+
+    _PARALLEL_ABOVE = 256
+    """Rows per request above which reads are spread over threads (below, one thread is quicker)."""
+
+    def __init__(self, path: str | Path, threads: int = 8):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: the refine vectors this index needs are missing")
+        with self.path.open("rb") as f:
+            try:
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)  # fmt: skip
+                shape, fortran, dtype = read_header(f)
+            except ValueError as error:
+                raise ValueError(f"{self.path}: not a .npy file ({error})") from error
+            self.offset = f.tell()
+        if len(shape) != 2 or fortran or dtype not in (np.float16, np.float32):
+            raise ValueError(f"{self.path}: refine vectors must be a 2-D C-order float16/float32 array, got "
+                             f"{dtype} {shape}")  # fmt: skip
+        self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(dtype)
+        self.row_bytes = self.shape[1] * self.dtype.itemsize
+        if self.path.stat().st_size < self.offset + self.shape[0] * self.row_bytes:
+            raise ValueError(f"{self.path}: shorter than its header's {self.shape} rows (a partial copy?)")
+        self.threads = threads
+        self._fd = os.open(self.path, os.O_RDONLY)
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: np.ndarray | Sequence[int]) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.ndim != 1:
+            raise IndexError("refine vectors are read by a 1-D array of rows")
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.shape[0]):
+            raise IndexError(f"rows outside 0..{self.shape[0] - 1} of {self.path}")
+        wanted, back = np.unique(rows, return_inverse=True)
+        out = np.empty((len(wanted), self.shape[1]), dtype=self.dtype)
+        if not len(wanted):
+            return out
+        # runs of consecutive rows: one read each
+        breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
+        runs = list(zip(np.concatenate([[0], breaks]), np.concatenate([breaks, [len(wanted)]]), strict=True))
+        if len(wanted) > self._PARALLEL_ABOVE and self.threads > 1:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="refine-read")
+            chunks = np.array_split(np.arange(len(runs)), self.threads)
+            list(self._pool.map(lambda c: self._read_runs(wanted, [runs[i] for i in c], out), chunks))
+        else:
+            self._read_runs(wanted, runs, out)
+        return out[back]
+
+    def _read_runs(self, wanted: np.ndarray, runs: Sequence[tuple[int, int]], out: np.ndarray) -> None:
+        view = out.view(np.uint8).reshape(len(out), self.row_bytes)
+        for first, end in runs:
+            size = (end - first) * self.row_bytes
+            data = os.pread(self._fd, size, self.offset + int(wanted[first]) * self.row_bytes)
+            if len(data) != size:
+                raise OSError(f"{self.path}: short read at row {wanted[first]} (file truncated?)")
+            view[first:end] = np.frombuffer(data, dtype=np.uint8).reshape(end - first, self.row_bytes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as its path (a Ray task or a spawned worker reopens the file where it runs)."""
+        return {"path": str(self.path), "threads": self.threads}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], state["threads"])
+
+    def close(self) -> None:
+        """Close the file (and the reader threads)."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", -1) >= 0:
+            self.close()
+
+
+def load_refine_vectors(path: str | Path) -> RefineVectors:
+    """The refine vectors of a ``DiskRefinedIndex``: a 2-D float16/float32 ``.npy``, read row by row."""
+    return RefineVectors(path)
+
+
+def set_search_params(index: faiss.Index | DiskRefinedIndex, search: dict[str, int]) -> None:
+    """Apply recorded search-time parameters to a loaded index: ``k_factor`` of a refine step (in faiss or
+    from disk), ``nprobe`` of IVF cells, ``query_bits`` of a RaBitQ code (a faiss file keeps none of them:
+    ``read_index`` gives k_factor 1, nprobe 1 and 4 query bits)."""
     unknown = set(search) - {"nprobe", "k_factor", "query_bits"}
     if unknown:
         raise ValueError(
             f"unknown search parameters {sorted(unknown)}; expected nprobe, k_factor, query_bits"
         )
+    if isinstance(index, DiskRefinedIndex):
+        if "k_factor" in search:
+            index.k_factor = search["k_factor"]
+        index = index.base
     index = faiss.downcast_index(index)
     # wrappers nest either way round (a transform inside or outside a refine step): unwrap down to the IVF
     while isinstance(index, (faiss.IndexPreTransform, faiss.IndexRefine)):

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from data_prep.encoding.encoders import DTYPES, ROLES, EncoderSpec
+from data_prep.encoding.index import IndexOptions
 from data_prep.encoding.items import read_items
 from data_prep.encoding.pipeline import EncodeConfig, encode_items
 
@@ -31,11 +32,11 @@ def _encode(args: argparse.Namespace) -> dict:
 
 
 def _index(args: argparse.Namespace) -> dict:
-    from data_prep.encoding.index import IndexOptions, build_sharded_index
+    from data_prep.encoding.index import build_sharded_index
 
     options = IndexOptions(exact_below=args.exact_below, recall_k=args.recall_k,
                            max_shard_vectors=args.max_shard_vectors, transform=args.transform, code=args.code,
-                           refine=args.refine, nprobe=args.nprobe)  # fmt: skip
+                           refine=args.refine, nprobe=args.nprobe, k_factor=args.k_factor)  # fmt: skip
     return build_sharded_index(args.encoded, args.out, options)
 
 
@@ -65,7 +66,10 @@ def main(argv: list[str]) -> int:
     idx.add_argument("--encoded", type=Path, required=True)
     idx.add_argument("--out", type=Path, required=True)
     idx.add_argument(
-        "--exact-below", type=int, default=200_000, help="exact flat index below this many vectors"
+        "--exact-below",
+        type=int,
+        default=IndexOptions.exact_below,
+        help="exact flat index below this many vectors",
     )
     idx.add_argument(
         "--recall-k", type=int, default=15, help="K of the recall@K measured against exact search"
@@ -73,10 +77,18 @@ def main(argv: list[str]) -> int:
     idx.add_argument("--max-shard-vectors", type=int, default=50_000_000, help="vectors per index shard")
     idx.add_argument("--transform", default="", help="faiss pre-transform of a compressed index, e.g. PCA688")
     idx.add_argument(
-        "--code", default="RaBitQ3", help="faiss code in the IVF lists (RaBitQ5: ~0.95 recall@15)"
+        "--code", default=IndexOptions.code, help="faiss code in the IVF lists (RaBitQ2, RaBitQ3, PQ64x8...)"
     )
-    idx.add_argument("--refine", default="none", help="faiss code that re-ranks the candidates, e.g. SQ8")
-    idx.add_argument("--nprobe", type=int, default=32, help="IVF cells visited per query")
+    idx.add_argument(
+        "--refine",
+        default=IndexOptions.refine,
+        help="disk (exact re-ranking against float16 vectors read from disk), a faiss code held in memory "
+        "(SQ8...), or none",
+    )
+    idx.add_argument(
+        "--k-factor", type=int, default=IndexOptions.k_factor, help="candidates re-ranked per requested hit"
+    )
+    idx.add_argument("--nprobe", type=int, default=IndexOptions.nprobe, help="IVF cells visited per query")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     summary = _encode(args) if args.command == "encode" else _index(args)

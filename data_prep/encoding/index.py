@@ -5,13 +5,15 @@
     index.json            kind, faiss factory string, counts, memory, recall@K against exact search, shards
     shard-000.faiss       one faiss index per index shard (at most ``max_shard_vectors`` vectors)
     shard-000.ids         the ids of its rows, one per line (row r of the index = line r)
+    shard-000.refine.npy  with ``refine="disk"``: its rows' full vectors (float16, normalised), read per query
 
 Below ``exact_below`` vectors the index is exact (``IndexFlatIP``, recall 1). Above it, an IVF index trained
-on a sample stores a compressed code of each vector's residual (default RaBitQ, 3 bits a dimension;
-optionally behind a pre-transform and followed by a finer ``Refine`` code that re-ranks ``k_factor * k``
-candidates); its memory (the bytes of every index file: codes, ids, centroids, transforms, refine codes) and
-its recall@K against exact top-K, on a sample of the stored vectors used as queries (the query itself
-excluded), are measured here and recorded.
+on a sample keeps a compressed code of each vector's residual in memory (default RaBitQ, 2 bits a dimension)
+and proposes ``k_factor * k`` candidates per query, which are re-ranked exactly against float16 copies of the
+full vectors read from disk (``refine="disk"``; or by a finer faiss code held in memory, or not at all, with a
+pre-transform optional). Its memory (the bytes of every index file: codes, ids, centroids, transforms,
+in-memory refine codes), the refine vectors' bytes on disk, and its recall@K against exact top-K on a sample
+of the stored vectors used as queries (the query itself excluded) are measured here and recorded.
 An index too big for one machine is cut into shards that a retrieval service serves side by side.
 """
 
@@ -30,7 +32,7 @@ import faiss
 import numpy as np
 
 from data_prep.encoding import shards
-from envs.retrieval import normalise, set_search_params
+from envs.retrieval import DiskRefinedIndex, load_refine_vectors, normalise, set_search_params
 
 log = logging.getLogger(__name__)
 INDEX_FORMAT = "ragym-sharded-index"
@@ -47,16 +49,19 @@ class IndexOptions:
     """IVF cells of the compressed index; 0 picks 4 * sqrt(n) rounded to a power of two."""
     transform: str = ""
     """faiss pre-transform applied before the IVF (e.g. ``PCA688``: keep the top 688 principal axes), or none."""
-    code: str = "RaBitQ3"
+    code: str = "RaBitQ2"
     """faiss code of each vector's residual in its IVF cell (``RaBitQ<bits>``, ``PQ<m>x<bits>``, ``SQ8``...).
-    RaBitQ3 (3 bits a dimension + 20 bytes of factors) kept the most recall@15 of the codes that fit in 1/8 of
-    the exact index on embeddings calibrated to real ones (``benchmarks/index_sweep.py``)."""
-    refine: str = "none"
-    """faiss code that re-ranks the IVF candidates (``SQfp16``, ``SQ8``, ``PQ<m>x8``, or ``none``)."""
+    RaBitQ2 (2 bits a dimension + factors) proposes candidates for the disk refine; without a refine, RaBitQ3
+    kept the most recall@15 of the codes that fit in 1/8 of the exact index on embeddings calibrated to real
+    ones (``benchmarks/index_sweep.py``)."""
+    refine: str = "disk"
+    """What re-ranks the IVF candidates: ``disk`` (exact inner products against float16 copies of the full
+    vectors, memory-mapped from ``shard-NNN.refine.npy``: nothing in memory, ``k_factor * k`` rows read per
+    query), a faiss code held in memory (``SQfp16``, ``SQ8``, ``PQ<m>x8``), or ``none``."""
     nprobe: int = 32
     """IVF cells visited per query."""
-    k_factor: int = 8
-    """Candidates re-ranked per requested hit (with a refine code)."""
+    k_factor: int = 4
+    """Candidates re-ranked per requested hit (with a refine step)."""
     query_bits: int = 8
     """Bits of each query coordinate when a RaBitQ code is scanned (faiss's default is 4)."""
     train_size: int = 65_536
@@ -76,7 +81,7 @@ class IndexOptions:
             return "Flat"
         nlist = self.nlist or int(2 ** round(np.log2(4 * np.sqrt(num_vectors))))
         nlist = max(1, min(nlist, self.train_size // 39))
-        refine = "" if self.refine == "none" else f",Refine({self.refine})"
+        refine = "" if self.refine in ("none", "disk") else f",Refine({self.refine})"
         transform = f"{self.transform}," if self.transform else ""
         return f"{transform}IVF{nlist},{self.code}{refine}"
 
@@ -122,7 +127,30 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _configure(index: faiss.Index, options: IndexOptions) -> None:
+class _RefineWriter:
+    """Writes an index shard's full vectors, float16, to a ``.npy`` under a temporary name; ``close`` renames
+    it into place (so a killed build leaves no half-written refine file under the final name)."""
+
+    def __init__(self, path: Path, rows: int, dim: int):
+        self.path, self.rows, self.filled = path, rows, 0
+        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.array = np.lib.format.open_memmap(self.tmp, mode="w+", dtype=np.float16, shape=(rows, dim))
+
+    def add(self, vectors: np.ndarray) -> None:
+        self.array[self.filled : self.filled + len(vectors)] = vectors
+        self.filled += len(vectors)
+
+    def close(self) -> str:
+        """Flush, check every row was written, rename into place; returns the file name."""
+        if self.filled != self.rows:
+            raise RuntimeError(f"{self.path}: wrote {self.filled} of {self.rows} refine rows")
+        self.array.flush()
+        del self.array
+        os.replace(self.tmp, self.path)
+        return self.path.name
+
+
+def _configure(index: faiss.Index | DiskRefinedIndex, options: IndexOptions) -> None:
     """Search-time parameters (nprobe, k_factor) of a compressed index; flat indexes have none."""
     set_search_params(index, options.search())
 
@@ -165,21 +193,32 @@ def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexO
     template = _train(encoded, num, dim, factory, options)
     out.mkdir(parents=True, exist_ok=True)
     plan = _shard_plan([s["count"] for s in manifest["shards"]], options.max_shard_vectors)
+    disk_refine = options.refine == "disk" and factory != "Flat"
     records, indexes, offset = [], [], 0
     for number, members in enumerate(plan):
         index = faiss.clone_index(template)
-        ids: list[str] = []
-        for member in members:
-            index.add(normalise(shards.read_vectors(encoded, member)))
-            ids.extend(shards.read_ids(encoded, member))
         name = f"shard-{number:03d}"
+        record = {"index": f"{name}.faiss", "ids": f"{name}.ids", "offset": offset}
+        ids: list[str] = []
+        refine = _RefineWriter(out / f"{name}.refine.npy", sum(manifest["shards"][m]["count"] for m in members),
+                               dim) if disk_refine else None  # fmt: skip
+        for member in members:
+            vectors = normalise(shards.read_vectors(encoded, member))
+            index.add(vectors)
+            if refine is not None:
+                refine.add(vectors)
+            ids.extend(shards.read_ids(encoded, member))
         _write(out / f"{name}.ids", "".join(i + "\n" for i in ids).encode("utf-8"))
         _write(out / f"{name}.faiss", faiss.serialize_index(index).tobytes())
+        if refine is not None:
+            record["refine"] = refine.close()
+            index = DiskRefinedIndex(index, load_refine_vectors(out / record["refine"]))
         _configure(index, options)
         indexes.append((offset, index))
-        records.append({"index": f"{name}.faiss", "ids": f"{name}.ids", "offset": offset, "count": len(ids)})
+        records.append(record | {"count": len(ids)})
         offset += len(ids)
     memory = sum((out / r["index"]).stat().st_size for r in records)
+    disk = sum((out / r["refine"]).stat().st_size for r in records if "refine" in r)
     quality = measure_recall(encoded, indexes, num, options) if factory != "Flat" else {"recall": 1.0}
     result = {
         "format": INDEX_FORMAT,
@@ -191,6 +230,9 @@ def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexO
         "memory_bytes": memory,
         "exact_memory_bytes": num * dim * 4,
         "memory_ratio": memory / (num * dim * 4),
+        "refine": "disk" if disk_refine else ("none" if factory == "Flat" else options.refine),
+        "refine_disk_bytes": disk,
+        "refine_disk_ratio": disk / (num * dim * 4),
         f"recall@{options.recall_k}": quality["recall"],
         "recall_eval": {k: v for k, v in quality.items() if k != "recall"},
         "options": asdict(options),
@@ -224,7 +266,9 @@ def exact_top(encoded: Path, queries: np.ndarray, k: int) -> np.ndarray:
     return best_rows
 
 
-def search_shards(indexes: list[tuple[int, faiss.Index]], queries: np.ndarray, k: int) -> np.ndarray:
+def search_shards(
+    indexes: list[tuple[int, faiss.Index | DiskRefinedIndex]], queries: np.ndarray, k: int
+) -> np.ndarray:
     """Global rows of the merged top-``k`` over index shards ((offset, index) pairs); -1 where none."""
     scores, rows = [], []
     for offset, index in indexes:
@@ -235,7 +279,7 @@ def search_shards(indexes: list[tuple[int, faiss.Index]], queries: np.ndarray, k
 
 
 def measure_recall(
-    encoded: Path, indexes: list[tuple[int, faiss.Index]], num: int, options: IndexOptions
+    encoded: Path, indexes: list[tuple[int, faiss.Index | DiskRefinedIndex]], num: int, options: IndexOptions
 ) -> dict:
     """Recall@K of the sharded index against exact search, stored vectors as queries (themselves excluded)."""
     rng = np.random.default_rng(options.seed + 1)
@@ -254,7 +298,9 @@ def measure_recall(
     return {"recall": float(np.mean(hits)), "num_queries": len(rows), "k": k, "seconds": round(seconds, 1)}
 
 
-def load_sharded_index(out: Path) -> tuple[dict[str, Any], list[tuple[int, faiss.Index]], list[str]]:
+def load_sharded_index(
+    out: Path,
+) -> tuple[dict[str, Any], list[tuple[int, faiss.Index | DiskRefinedIndex]], list[str]]:
     """(manifest, (offset, index) per shard with its search parameters set, all ids in row order)."""
     out = Path(out)
     manifest = json.loads((out / INDEX_MANIFEST).read_text(encoding="utf-8"))
@@ -263,6 +309,8 @@ def load_sharded_index(out: Path) -> tuple[dict[str, Any], list[tuple[int, faiss
     indexes, ids = [], []
     for record in manifest["shards"]:
         index = faiss.read_index(str(out / record["index"]))
+        if record.get("refine"):
+            index = DiskRefinedIndex(index, load_refine_vectors(out / record["refine"]))
         set_search_params(index, manifest["search"])
         indexes.append((record["offset"], index))
         ids.extend((out / record["ids"]).read_text(encoding="utf-8").splitlines())
@@ -272,5 +320,6 @@ def load_sharded_index(out: Path) -> tuple[dict[str, Any], list[tuple[int, faiss
 def index_summary(manifest: dict[str, Any]) -> dict[str, Any]:
     """The part of ``index.json`` a KB manifest records: kind, factory, sizes, memory, recall."""
     keep = ("kind", "factory", "num_vectors", "memory_bytes", "exact_memory_bytes", "memory_ratio")
+    keep += tuple(k for k in ("refine", "refine_disk_bytes") if k in manifest)
     recall = {k: v for k, v in manifest.items() if k.startswith("recall@")}
     return {k: manifest[k] for k in keep} | recall | {"num_shards": len(manifest["shards"])}

@@ -7,7 +7,8 @@ The shard-serving interface (what data preparation writes, what the service read
 Paths are relative to the manifest. ``index`` is any inner-product faiss index written by
 ``faiss.write_index`` (flat, IVF-PQ, HNSW...); ``ids`` lists the docid of each of its rows, one per line
 (``.txt``) or as a numpy array (``.npy``). An optional ``"search": {"nprobe": 32, "k_factor": 8}`` holds
-the search-time parameters a faiss file does not keep; the encoding step's ``index.json``
+the search-time parameters a faiss file does not keep; an optional per-shard ``"refine"`` names a ``.npy`` of
+the shard's full vectors (row order) that re-score its candidates from disk (``envs.retrieval.DiskRefinedIndex``); the encoding step's ``index.json``
 (``data_prep.encoding.index``) is such a manifest. A query goes to every shard for its top k; ``merge_hits`` keeps
 the k best by score (ties: lower shard, then shard rank), so a sharded flat index returns what one flat
 index over all rows returns. In one process ``ShardedRetriever`` searches the shards in turn; on Ray each
@@ -26,7 +27,7 @@ import faiss
 import numpy as np
 
 from envs.core import Hit
-from envs.retrieval import FaissRetriever, PayloadFn, set_search_params
+from envs.retrieval import DiskRefinedIndex, FaissRetriever, PayloadFn, load_refine_vectors, set_search_params
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class ShardSpec:
     """Docid of each index row: ``.txt`` one per line, or ``.npy``."""
     search: tuple[tuple[str, int], ...] = ()
     """Search-time parameters set after loading (``nprobe``, ``k_factor``), from the manifest's ``search``."""
+    refine_path: str = ""
+    """Full vectors (``.npy``, row order) that re-score the index's candidates from disk, or none."""
 
 
 def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
@@ -49,7 +52,13 @@ def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
         raise ValueError(f"{path}: a shard manifest needs a non-empty 'shards' list")
     search = tuple(sorted(data.get("search", {}).items()))
     specs = [
-        ShardSpec(str(path.parent / s["index"]), str(path.parent / s["ids"]), search) for s in data["shards"]
+        ShardSpec(
+            str(path.parent / s["index"]),
+            str(path.parent / s["ids"]),
+            search,
+            str(path.parent / s["refine"]) if s.get("refine") else "",
+        )  # fmt: skip
+        for s in data["shards"]
     ]
     return int(data["dim"]), specs
 
@@ -58,7 +67,9 @@ def write_manifest(path: str | Path, dim: int, specs: Sequence[ShardSpec]) -> Pa
     """Write a manifest for ``specs`` (stored relative to the manifest's folder)."""
     path = Path(path)
     rel = [{"index": str(Path(s.index_path).relative_to(path.parent)),
-            "ids": str(Path(s.ids_path).relative_to(path.parent))} for s in specs]  # fmt: skip
+            "ids": str(Path(s.ids_path).relative_to(path.parent))}
+           | ({"refine": str(Path(s.refine_path).relative_to(path.parent))} if s.refine_path else {})
+           for s in specs]  # fmt: skip
     path.write_text(json.dumps({"dim": dim, "shards": rel}, indent=1))
     return path
 
@@ -74,16 +85,21 @@ def read_ids(path: str | Path) -> list[str]:
 def load_shard(spec: ShardSpec, gpu: int | None = None, payload: PayloadFn | None = None) -> FaissRetriever:
     """One shard as a ``FaissRetriever`` (moved to GPU ``gpu`` when given)."""
     index = faiss.read_index(spec.index_path)
+    if spec.refine_path:
+        index = DiskRefinedIndex(index, load_refine_vectors(spec.refine_path))
     set_search_params(index, dict(spec.search))
     if gpu is not None:
         index = to_gpu(index, gpu)
     return FaissRetriever(index, read_ids(spec.ids_path), payload)
 
 
-def to_gpu(index: faiss.Index, device: int) -> faiss.Index:
-    """``index`` copied to GPU ``device`` (needs the faiss GPU build, ``pip install faiss-gpu-cu12``)."""
+def to_gpu(index: faiss.Index | DiskRefinedIndex, device: int) -> faiss.Index | DiskRefinedIndex:
+    """``index`` copied to GPU ``device`` (needs the faiss GPU build, ``pip install faiss-gpu-cu12``); a
+    disk refine keeps reading its vectors on the host."""
     if not hasattr(faiss, "StandardGpuResources"):
         raise RuntimeError("this faiss build has no GPU support; install faiss-gpu-cu12 or serve on CPU")
+    if isinstance(index, DiskRefinedIndex):
+        return DiskRefinedIndex(to_gpu(index.base, device), index.vectors, index.k_factor)
     return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), device, index)
 
 

@@ -4,6 +4,7 @@ memory in the manifest, sharded index files that search like one index."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import faiss
@@ -12,6 +13,7 @@ import pytest
 
 from data_prep.encoding.clustered import ClusteredSpec, ClusteredVectors
 from data_prep.encoding.index import IndexOptions, build_sharded_index, load_sharded_index, search_shards
+from envs.retrieval import DiskRefinedIndex
 from tests.data_prep.encoding_fakes import encode_table
 
 NUM, DIM, K = 4000, 32, 15
@@ -111,25 +113,72 @@ def test_compressed_indexes_skip_polysemous_training() -> None:
     assert not base.do_polysemous_training and not refine.do_polysemous_training
 
 
-def test_the_default_compressed_code_is_rabitq_with_its_query_bits_recorded(
-    encoded: Path, tmp_path: Path
+def test_the_default_compressed_index_is_rabitq_re_ranked_from_disk(
+    encoded: Path, vectors: np.ndarray, tmp_path: Path
 ) -> None:
-    options = IndexOptions(exact_below=1000, nlist=16, train_size=NUM, num_eval_queries=100)
+    options = IndexOptions(
+        exact_below=1000, nlist=16, train_size=NUM, num_eval_queries=200, max_shard_vectors=2000
+    )
     manifest = build_sharded_index(encoded, tmp_path / "idx", options)
-    assert manifest["factory"] == "IVF16,RaBitQ3"
-    assert manifest["search"] == {"nprobe": 32, "k_factor": 8, "query_bits": 8}
-    # 3 bits x 32 dims = 12 bytes + RaBitQ's factors + an 8-byte id per vector, against 128 bytes of float32
-    assert manifest["memory_ratio"] < 0.5
-    _, indexes, _ = load_sharded_index(tmp_path / "idx")
-    index = faiss.downcast_index(indexes[0][1])
-    assert isinstance(index, faiss.IndexIVFRaBitQ) and index.qb == 8 and index.nprobe == 32
+    assert manifest["factory"] == "IVF16,RaBitQ2" and manifest["refine"] == "disk"
+    assert manifest["search"] == {"nprobe": 32, "k_factor": 4, "query_bits": 8}
+    # memory counts the faiss files only; the float16 vectors the refine reads are on disk, counted apart
+    folder = tmp_path / "idx"
+    assert manifest["memory_bytes"] == sum((folder / s["index"]).stat().st_size for s in manifest["shards"])
+    refine_files = [folder / s["refine"] for s in manifest["shards"]]
+    assert [f.name for f in refine_files] == ["shard-000.refine.npy", "shard-001.refine.npy"]
+    assert manifest["refine_disk_bytes"] == sum(f.stat().st_size for f in refine_files)
+    assert manifest["refine_disk_ratio"] == pytest.approx(0.5, abs=0.01)  # float16 against float32
+    stored = np.concatenate([np.load(f) for f in refine_files])
+    assert stored.dtype == np.float16
+    np.testing.assert_allclose(stored, vectors / np.linalg.norm(vectors, axis=1, keepdims=True), atol=1e-3)
+    assert not list(folder.glob(".*tmp*"))  # no temporary file left behind
+    _, indexes, _ = load_sharded_index(folder)
+    refined = indexes[0][1]
+    assert isinstance(refined, DiskRefinedIndex) and refined.k_factor == 4
+    base = faiss.downcast_index(refined.base)
+    assert isinstance(base, faiss.IndexIVFRaBitQ) and base.qb == 8 and base.nprobe == 32
+    # the same codes without the refine keep less of the exact top 15
+    plain = build_sharded_index(encoded, tmp_path / "plain", replace(options, refine="none"))
+    assert manifest["recall@15"] > plain["recall@15"] and manifest["recall@15"] >= 0.95
+    assert plain["refine_disk_bytes"] == 0 and not list((tmp_path / "plain").glob("*.refine.npy"))
+
+
+def test_the_service_loads_a_disk_refined_index_and_answers_like_the_build(
+    encoded: Path, vectors: np.ndarray, tmp_path: Path
+) -> None:
+    from envs.service.shards import ShardedRetriever
+
+    options = IndexOptions(
+        exact_below=1000, nlist=16, train_size=NUM, num_eval_queries=50, max_shard_vectors=2000
+    )
+    build_sharded_index(encoded, tmp_path / "idx", options)
+    served = ShardedRetriever.from_manifest(tmp_path / "idx" / "index.json")
+    assert all(isinstance(s.index, DiskRefinedIndex) and s.index.k_factor == 4 for s in served.shards)
+    _, indexes, ids = load_sharded_index(tmp_path / "idx")
+    queries = vectors[::211]
+    expected = search_shards(indexes, queries, K)
+    hits = served.batch_search(list(queries), K)
+    assert [[h.docid for h in row] for row in hits] == [[ids[r] for r in row] for row in expected]
+    (tmp_path / "idx" / "shard-001.refine.npy").unlink()
+    with pytest.raises(FileNotFoundError, match="shard-001.refine.npy"):
+        ShardedRetriever.from_manifest(tmp_path / "idx" / "index.json")
+    with pytest.raises(FileNotFoundError, match="shard-001.refine.npy"):
+        load_sharded_index(tmp_path / "idx")
 
 
 def test_cli_passes_the_compressed_code_through(encoded: Path, tmp_path: Path) -> None:
     from data_prep.encoding import cli
 
     argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "idx"), "--exact-below", "1000",
-            "--code", "PQ8x4", "--refine", "SQ8", "--nprobe", "4"]  # fmt: skip
+            "--code", "PQ8x4", "--refine", "SQ8", "--nprobe", "4", "--k-factor", "3"]  # fmt: skip
     assert cli.main(argv) == 0
     manifest = json.loads((tmp_path / "idx" / "index.json").read_text())
     assert manifest["factory"].endswith(",PQ8x4,Refine(SQ8)") and manifest["search"]["nprobe"] == 4
+    assert manifest["refine"] == "SQ8" and manifest["search"]["k_factor"] == 3
+    argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "ram"), "--exact-below", "1000",
+            "--code", "RaBitQ3", "--refine", "none"]  # fmt: skip
+    assert cli.main(argv) == 0
+    manifest = json.loads((tmp_path / "ram" / "index.json").read_text())
+    assert manifest["factory"].endswith(",RaBitQ3") and manifest["refine"] == "none"
+    assert not list((tmp_path / "ram").glob("*.refine.npy"))

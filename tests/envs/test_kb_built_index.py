@@ -14,7 +14,7 @@ import pytest
 from data_prep.encoding import shards
 from data_prep.encoding.index import IndexOptions, build_sharded_index
 from envs.kb import load_kb
-from envs.retrieval import FaissRetriever, IndexSpec
+from envs.retrieval import DiskRefinedIndex, FaissRetriever, IndexSpec
 from envs.service.shards import ShardedRetriever
 
 K = 5
@@ -100,3 +100,23 @@ def test_an_index_that_misses_entities_is_refused(tiny_kb: Path, tmp_path: Path)
     ids.write_text("".join(f"X{i}\n" for i in range(len(ids.read_text().splitlines()))))
     with pytest.raises(ValueError, match="ids are no entity"):
         load_kb(root).image_retriever()
+
+
+def test_a_disk_refined_index_re_ranks_each_shard_from_its_vectors_file(
+    tiny_kb: Path, tmp_path: Path
+) -> None:
+    options = IndexOptions(exact_below=10, nlist=2, code="RaBitQ1", refine="disk", nprobe=2, k_factor=12,
+                           train_size=60, num_eval_queries=30, max_shard_vectors=25)  # fmt: skip
+    root = _rebuilt(tiny_kb, tmp_path, options)
+    kb = load_kb(root)
+    retriever = kb.image_retriever()
+    assert isinstance(retriever, ShardedRetriever) and len(retriever.shards) == 3
+    for number, shard in enumerate(retriever.shards):
+        assert isinstance(shard.index, DiskRefinedIndex) and shard.index.k_factor == 12
+        assert shard.index.vectors.path.name == f"shard-{number:03d}.refine.npy"
+    # every cell probed and 12 x 5 candidates out of at most 25 rows a shard: the exact top 5, in order
+    hits = retriever.batch_search(list(kb.query_embeddings), K)
+    assert [[h.docid for h in row] for row in hits] == _exact(root, kb.query_embeddings)
+    for row_hits in hits:
+        for hit in row_hits:
+            assert hit.payload == kb.entity_payload(kb.entity_row[hit.docid])
