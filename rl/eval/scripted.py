@@ -225,7 +225,8 @@ def main(argv: list[str]) -> int:
 
         args.kb_dir = str(cached_kb(args.preset))
     data = args.data or f"{args.kb_dir}/data/{args.split}.parquet"
-    rows = pd.DataFrame(load_rows(data, args.episodes, args.bad_rows).rows)  # valid rows only, bad ones listed
+    # valid rows only; the bad ones are listed
+    rows = pd.DataFrame(load_rows(data, args.episodes, args.bad_rows).rows)
     args.kb_dir = args.kb_dir or json.loads(rows["extra_info"].iloc[0]["env_kwargs"])["kb_dir"]
     # The rows' own env kwargs (as the agent loop would use them), then the command line's overrides.
     kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"]) | {"kb_dir": args.kb_dir} | kwargs
@@ -241,7 +242,9 @@ def main(argv: list[str]) -> int:
         truth = json.loads(row["reward_model"]["ground_truth"])
         results.append(rollout_metrics(env_id, episode["events"], row["data_source"], truth))
         if writer is not None:
-            writer.record_scripted(dict(row), episode, env.observations, float(results[-1]["answer_acc"] or 0.0))
+            writer.record_scripted(
+                dict(row), episode, env.observations, float(results[-1]["answer_acc"] or 0.0)
+            )
     summary = {k: (None if v is None else round(v, 4)) for k, v in mean_metrics(results).items()}
     print(json.dumps({"policy": args.policy, "episodes": len(results), "kb_dir": args.kb_dir, **summary}))
     return 0

@@ -18,6 +18,7 @@ SCRIPT = [
     "<reason>enough</reason><answer>unknown</answer>",
 ]
 
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_kbvqa_episode_images_events_and_metrics(arch, tiny_policy_dir):
     processor = load_processor(tiny_policy_dir(arch))
