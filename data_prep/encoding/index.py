@@ -75,6 +75,18 @@ class IndexOptions:
     seed: int = 0
     """Seed of the training and evaluation samples."""
 
+    def __post_init__(self) -> None:
+        small = {name: getattr(self, name) for name in ("nprobe", "k_factor", "recall_k", "train_size",
+                 "num_eval_queries", "max_shard_vectors") if getattr(self, name) < 1}  # fmt: skip
+        if small:
+            raise ValueError(f"index options must be >= 1: {small}")
+        if self.query_bits not in range(1, 9):
+            raise ValueError(
+                f"query_bits must be 1..8 (bits of a RaBitQ query coordinate), got {self.query_bits}"
+            )
+        if self.refine.lower() == "disk" and self.refine != "disk":
+            raise ValueError(f"refine {self.refine!r}: the disk refine is spelt 'disk'")
+
     def factory(self, num_vectors: int) -> str:
         """The faiss ``index_factory`` string for ``num_vectors`` vectors."""
         if num_vectors < self.exact_below:
@@ -173,7 +185,13 @@ def no_polysemous_training(index: faiss.Index) -> None:
 
 
 def _train(root: Path, num: int, dim: int, factory: str, options: IndexOptions) -> faiss.Index:
-    index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    try:
+        index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as error:  # faiss's message is a C++ trace; name the options that made the string
+        raise ValueError(
+            f"faiss cannot build {factory!r} for {dim}-d vectors (transform {options.transform!r}, code "
+            f"{options.code!r}, refine {options.refine!r}): {str(error).strip().splitlines()[-1]}"
+        ) from None
     no_polysemous_training(index)
     if not index.is_trained:
         rng = np.random.default_rng(options.seed)

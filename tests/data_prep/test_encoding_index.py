@@ -182,3 +182,15 @@ def test_cli_passes_the_compressed_code_through(encoded: Path, tmp_path: Path) -
     manifest = json.loads((tmp_path / "ram" / "index.json").read_text())
     assert manifest["factory"].endswith(",RaBitQ3") and manifest["refine"] == "none"
     assert not list((tmp_path / "ram").glob("*.refine.npy"))
+
+
+def test_bad_index_options_are_refused_before_any_training(encoded: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="k_factor"):
+        IndexOptions(k_factor=0)
+    with pytest.raises(ValueError, match="query_bits"):
+        IndexOptions(query_bits=12)
+    with pytest.raises(ValueError, match="spelt 'disk'"):
+        IndexOptions(refine="Disk")
+    with pytest.raises(ValueError, match="faiss cannot build 'IVF16,RaBitQ2,Refine\\(SQ9\\)'.*refine 'SQ9'"):
+        build_sharded_index(encoded, tmp_path / "idx", IndexOptions(exact_below=1000, nlist=16, refine="SQ9"))
+    assert not (tmp_path / "idx").exists()
