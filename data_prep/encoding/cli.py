@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 
 from data_prep.encoding.encoders import DTYPES, ROLES, EncoderSpec
 from data_prep.encoding.index import IndexOptions
-from data_prep.encoding.items import read_items
+from data_prep.encoding.items import EncodingError, read_items
 from data_prep.encoding.pipeline import EncodeConfig, encode_items
 
 
@@ -91,6 +92,10 @@ def main(argv: list[str]) -> int:
     idx.add_argument("--nprobe", type=int, default=IndexOptions.nprobe, help="IVF cells visited per query")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    summary = _encode(args) if args.command == "encode" else _index(args)
+    try:
+        summary = _encode(args) if args.command == "encode" else _index(args)
+    except (EncodingError, FileNotFoundError) as error:  # bad input: one line, no traceback
+        print(f"python -m data_prep.encoding {args.command}: {error}", file=sys.stderr)
+        return 2
     print(json.dumps(summary))
     return 0

@@ -32,6 +32,7 @@ import faiss
 import numpy as np
 
 from data_prep.encoding import shards
+from data_prep.encoding.items import EncodingError
 from envs.retrieval import DiskRefinedIndex, load_refine_vectors, normalise, set_search_params
 
 log = logging.getLogger(__name__)
@@ -79,13 +80,13 @@ class IndexOptions:
         small = {name: getattr(self, name) for name in ("nprobe", "k_factor", "recall_k", "train_size",
                  "num_eval_queries", "max_shard_vectors") if getattr(self, name) < 1}  # fmt: skip
         if small:
-            raise ValueError(f"index options must be >= 1: {small}")
+            raise EncodingError(f"index options must be >= 1: {small}")
         if self.query_bits not in range(1, 9):
             raise ValueError(
                 f"query_bits must be 1..8 (bits of a RaBitQ query coordinate), got {self.query_bits}"
             )
         if self.refine.lower() == "disk" and self.refine != "disk":
-            raise ValueError(f"refine {self.refine!r}: the disk refine is spelt 'disk'")
+            raise EncodingError(f"refine {self.refine!r}: the disk refine is spelt 'disk'")
 
     def factory(self, num_vectors: int) -> str:
         """The faiss ``index_factory`` string for ``num_vectors`` vectors."""
@@ -188,7 +189,7 @@ def _train(root: Path, num: int, dim: int, factory: str, options: IndexOptions) 
     try:
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:  # faiss's message is a C++ trace; name the options that made the string
-        raise ValueError(
+        raise EncodingError(
             f"faiss cannot build {factory!r} for {dim}-d vectors (transform {options.transform!r}, code "
             f"{options.code!r}, refine {options.refine!r}): {str(error).strip().splitlines()[-1]}"
         ) from None

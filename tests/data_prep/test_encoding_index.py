@@ -194,3 +194,19 @@ def test_bad_index_options_are_refused_before_any_training(encoded: Path, tmp_pa
     with pytest.raises(ValueError, match="faiss cannot build 'IVF16,RaBitQ2,Refine\\(SQ9\\)'.*refine 'SQ9'"):
         build_sharded_index(encoded, tmp_path / "idx", IndexOptions(exact_below=1000, nlist=16, refine="SQ9"))
     assert not (tmp_path / "idx").exists()
+
+
+def test_the_cli_reports_bad_input_in_one_line(
+    encoded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from data_prep.encoding import cli
+
+    argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "idx"), "--k-factor", "0"]
+    assert cli.main(argv) == 2
+    assert (
+        capsys.readouterr().err
+        == "python -m data_prep.encoding index: index options must be >= 1: {'k_factor': 0}\n"
+    )
+    assert cli.main(["index", "--encoded", str(tmp_path / "nothing"), "--out", str(tmp_path / "idx")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nothing has no manifest.json" in err
