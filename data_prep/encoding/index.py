@@ -47,7 +47,8 @@ class IndexOptions:
     exact_below: int = 200_000
     """Vectors below which the index is exact; an exact index of 200K 768-d vectors is 0.6 GB."""
     nlist: int = 0
-    """IVF cells of the compressed index; 0 picks 4 * sqrt(n) rounded to a power of two."""
+    """IVF cells of the compressed index; 0 picks 4 * sqrt(n) rounded to a power of two (4,096 at 1M vectors,
+    16,384 at 12M), so a query at nprobe 32 scans about 8 * sqrt(n) codes."""
     transform: str = ""
     """faiss pre-transform applied before the IVF (e.g. ``PCA688``: keep the top 688 principal axes), or none."""
     code: str = "RaBitQ2"
@@ -65,8 +66,9 @@ class IndexOptions:
     """Candidates re-ranked per requested hit (with a refine step)."""
     query_bits: int = 8
     """Bits of each query coordinate when a RaBitQ code is scanned (faiss's default is 4)."""
-    train_size: int = 65_536
-    """Vectors sampled to train the IVF centroids and PQ codebooks."""
+    train_size: int = 0
+    """Vectors sampled to train the IVF centroids and codes; 0 picks max(65,536, 39 per IVF cell), the
+    points per centroid faiss asks for. A size given here also caps the cells at train_size / 39."""
     recall_k: int = 15
     """K of the recall@K recorded against exact search (the paper's candidate list length)."""
     num_eval_queries: int = 500
@@ -77,10 +79,11 @@ class IndexOptions:
     """Seed of the training and evaluation samples."""
 
     def __post_init__(self) -> None:
-        small = {name: getattr(self, name) for name in ("nprobe", "k_factor", "recall_k", "train_size",
-                 "num_eval_queries", "max_shard_vectors") if getattr(self, name) < 1}  # fmt: skip
+        small = {name: getattr(self, name) for name in ("nprobe", "k_factor", "recall_k", "num_eval_queries",
+                 "max_shard_vectors") if getattr(self, name) < 1}  # fmt: skip
+        small |= {name: getattr(self, name) for name in ("nlist", "train_size") if getattr(self, name) < 0}
         if small:
-            raise EncodingError(f"index options must be >= 1: {small}")
+            raise EncodingError(f"index options must be >= 1 (nlist, train_size: >= 0): {small}")
         if self.query_bits not in range(1, 9):
             raise ValueError(
                 f"query_bits must be 1..8 (bits of a RaBitQ query coordinate), got {self.query_bits}"
@@ -92,11 +95,22 @@ class IndexOptions:
         """The faiss ``index_factory`` string for ``num_vectors`` vectors."""
         if num_vectors < self.exact_below:
             return "Flat"
-        nlist = self.nlist or int(2 ** round(np.log2(4 * np.sqrt(num_vectors))))
-        nlist = max(1, min(nlist, self.train_size // 39))
+        nlist = self.cells(num_vectors)
         refine = "" if self.refine in ("none", "disk") else f",Refine({self.refine})"
         transform = f"{self.transform}," if self.transform else ""
         return f"{transform}IVF{nlist},{self.code}{refine}"
+
+    def cells(self, num_vectors: int) -> int:
+        """IVF cells for ``num_vectors`` vectors: ``nlist``, or 4 * sqrt(n) as a power of two; at most one per 39
+        training vectors."""
+        nlist = self.nlist or int(2 ** round(np.log2(4 * np.sqrt(num_vectors))))
+        limit = (self.train_size or num_vectors) // 39
+        return max(1, min(nlist, limit))
+
+    def training_vectors(self, num_vectors: int) -> int:
+        """How many of ``num_vectors`` vectors train the compressed index."""
+        size = self.train_size or max(65_536, 39 * self.cells(num_vectors))
+        return min(num_vectors, size)
 
     def search(self) -> dict[str, int]:
         """Search-time parameters a faiss file does not keep (``envs.retrieval.set_search_params``)."""
@@ -196,7 +210,7 @@ def _train(root: Path, num: int, dim: int, factory: str, options: IndexOptions) 
     no_polysemous_training(index)
     if not index.is_trained:
         rng = np.random.default_rng(options.seed)
-        sample = np.sort(rng.choice(num, size=min(num, options.train_size), replace=False))
+        sample = np.sort(rng.choice(num, size=options.training_vectors(num), replace=False))
         start = time.perf_counter()
         index.train(_rows(root, sample))
         log.info("trained %s on %d vectors in %.1fs", factory, len(sample), time.perf_counter() - start)
@@ -250,6 +264,7 @@ def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexO
         "exact_memory_bytes": num * dim * 4,
         "memory_ratio": memory / (num * dim * 4),
         "refine": "disk" if disk_refine else ("none" if factory == "Flat" else options.refine),
+        "trained_on": 0 if factory == "Flat" else options.training_vectors(num),
         "refine_disk_bytes": disk,
         "refine_disk_ratio": disk / (num * dim * 4),
         f"recall@{options.recall_k}": quality["recall"],

@@ -121,6 +121,7 @@ def test_the_default_compressed_index_is_rabitq_re_ranked_from_disk(
     )
     manifest = build_sharded_index(encoded, tmp_path / "idx", options)
     assert manifest["factory"] == "IVF16,RaBitQ2" and manifest["refine"] == "disk"
+    assert manifest["trained_on"] == NUM
     assert manifest["search"] == {"nprobe": 32, "k_factor": 4, "query_bits": 8}
     # memory counts the faiss files only; the float16 vectors the refine reads are on disk, counted apart
     folder = tmp_path / "idx"
@@ -205,8 +206,25 @@ def test_the_cli_reports_bad_input_in_one_line(
     assert cli.main(argv) == 2
     assert (
         capsys.readouterr().err
-        == "python -m data_prep.encoding index: index options must be >= 1: {'k_factor': 0}\n"
+        == "python -m data_prep.encoding index: index options must be >= 1 (nlist, train_size: >= 0): {'k_factor': 0}\n"
     )
     assert cli.main(["index", "--encoded", str(tmp_path / "nothing"), "--out", str(tmp_path / "idx")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nothing has no manifest.json" in err
+
+
+def test_ivf_cells_grow_with_the_corpus_and_training_follows_them() -> None:
+    options = IndexOptions()
+    # 4 sqrt(n) as a power of two: a query at nprobe 32 scans ~8 sqrt(n) codes, not n / 1,680 x 32 at 12M
+    assert (
+        options.factory(1_000_000) == "IVF4096,RaBitQ2" and options.factory(12_000_000) == "IVF16384,RaBitQ2"
+    )
+    assert options.training_vectors(12_000_000) == 39 * 16384  # faiss's 39 points per centroid
+    assert options.training_vectors(300_000) == 39 * 2048 and options.factory(300_000) == "IVF2048,RaBitQ2"
+    assert IndexOptions(nlist=256).training_vectors(300_000) == 65_536  # never fewer than 65,536
+    # a training size given caps the cells so that each still has 39 points
+    capped = IndexOptions(train_size=65_536)
+    assert capped.factory(12_000_000) == "IVF1680,RaBitQ2" and capped.training_vectors(12_000_000) == 65_536
+    assert IndexOptions(nlist=64).factory(1_000_000) == "IVF64,RaBitQ2"
+    with pytest.raises(ValueError, match="train_size"):
+        IndexOptions(train_size=-1)
