@@ -16,6 +16,7 @@ from envs.service.app import RetrievalApp
 from envs.service.catalog import CatalogSpec, load_catalog
 from envs.service.client import TOKEN_ENV
 from envs.service.config import DEFAULT_HOST, ServiceConfig
+from envs.service.shards import read_manifest
 
 
 def _shard_set(text: str) -> tuple[str, str]:
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     args = parse_args(argv)
+    for _, manifest in args.shards:  # a missing index file stops here, not after the server is up
+        read_manifest(manifest)
     catalog = CatalogSpec(args.kb_dir, args.doc_store_root, tuple(args.shards), args.index_kind, args.gpu)
     config = ServiceConfig(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                            cache_size=args.cache_size, token=os.environ.get(TOKEN_ENV) or None,

@@ -60,6 +60,10 @@ def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
         )  # fmt: skip
         for s in data["shards"]
     ]
+    missing = [f for spec in specs for f in (spec.index_path, spec.ids_path, spec.refine_path)
+               if f and not Path(f).is_file()]  # fmt: skip
+    if missing:
+        raise FileNotFoundError(f"{path} lists {len(missing)} missing file(s): {', '.join(missing[:3])}")
     return int(data["dim"]), specs
 
 

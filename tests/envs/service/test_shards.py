@@ -67,3 +67,18 @@ def test_a_shard_with_the_wrong_id_count_is_refused(tmp_path: Path) -> None:
     (tmp_path / "shard_000.ids.txt").write_text("d0\nd1\n")
     with pytest.raises(ValueError, match="50 vectors but 2 docids"):
         ShardedRetriever.from_manifest(manifest)
+
+
+def test_a_manifest_naming_a_missing_file_stops_ragym_serve_before_it_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rl.cli import main
+
+    _, vectors = random_faiss(num=50, dim=8, seed=1)
+    manifest = split_into_shards(vectors, [f"d{i}" for i in range(50)], 2, tmp_path / "shards")
+    (tmp_path / "shards" / "shard_001.faiss").unlink()
+    with pytest.raises(FileNotFoundError, match="1 missing file.*shard_001.faiss"):
+        read_manifest(manifest)
+    assert main(["serve", "--shards", f"docs={manifest}", "--port", "1"]) == 2  # never binds
+    err = capsys.readouterr().err
+    assert "ragym serve:" in err and "shard_001.faiss" in err and "Traceback" not in err
