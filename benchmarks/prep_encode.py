@@ -35,7 +35,7 @@ from data_prep.encoding.clustered import MAKE_UPS, make_generator
 from data_prep.encoding.encoders import SentenceItems
 from data_prep.encoding.index import IndexOptions, build_sharded_index, load_sharded_index, search_shards
 from data_prep.encoding.tiny import build_tiny_text_encoder
-from envs.retrieval import load_refine_vectors
+from envs.retrieval import RefineVectors
 
 WORDS = "the museum river bridge painter tower garden station history built century north city".split()
 
@@ -109,7 +109,7 @@ def latency(folder: Path, encoded: Path, num_queries: int, batch: int = 1) -> No
                     index.vectors = None
                 _drop_from_page_cache(folder)
                 for (_, index), record in zip(indexes, manifest["shards"], strict=True):
-                    index.vectors = load_refine_vectors(folder / record["refine"])
+                    index.vectors = RefineVectors(folder / record["refine"])
             begin = time.perf_counter()
             search_shards(indexes, queries[start : start + batch], 15)
             seconds += time.perf_counter() - begin

@@ -76,9 +76,9 @@ class DiskRefinedIndex:
     """A compressed faiss index whose candidates are re-scored exactly against full vectors on disk.
 
     ``base`` (say IVF-RaBitQ) proposes ``k_factor * k`` candidates per query from the codes it holds in
-    memory; their full vectors are read from ``vectors``, a memory map of the normalised rows in the index's
-    row order (float16 or float32: a ``RefineVectors`` reader of a ``.npy`` file, or any array), and the ``k`` best by exact inner
-    product are returned. Memory holds only the codes; each query reads ``k_factor * k`` rows from disk (the
+    memory; their full vectors are read from ``vectors``, the normalised rows in the index's row order
+    (float16 or float32: a ``RefineVectors`` map of a ``.npy`` file, or any array), and the ``k`` best by
+    exact inner product are returned. Memory holds only the codes; each query reads ``k_factor * k`` rows from disk (the
     page cache keeps the hot ones). Searches like a faiss index: ``search(queries, k)`` -> (scores, rows),
     rows -1 past the end.
     """
@@ -211,11 +211,6 @@ class RefineVectors:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["path"])
-
-
-def load_refine_vectors(path: str | Path) -> RefineVectors:
-    """The refine vectors of a ``DiskRefinedIndex``: a 2-D float16/float32 ``.npy``, read row by row."""
-    return RefineVectors(path)
 
 
 def set_search_params(index: faiss.Index | DiskRefinedIndex, search: dict[str, int]) -> None:

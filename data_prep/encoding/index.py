@@ -33,7 +33,7 @@ import numpy as np
 
 from data_prep.encoding import shards
 from data_prep.encoding.items import EncodingError
-from envs.retrieval import DiskRefinedIndex, load_refine_vectors, normalise, set_search_params
+from envs.retrieval import DiskRefinedIndex, RefineVectors, normalise, set_search_params
 
 log = logging.getLogger(__name__)
 INDEX_FORMAT = "ragym-sharded-index"
@@ -245,7 +245,7 @@ def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexO
         _write(out / f"{name}.faiss", faiss.serialize_index(index).tobytes())
         if refine is not None:
             record["refine"] = refine.close()
-            index = DiskRefinedIndex(index, load_refine_vectors(out / record["refine"]))
+            index = DiskRefinedIndex(index, RefineVectors(out / record["refine"]))
         _configure(index, options)
         indexes.append((offset, index))
         records.append(record | {"count": len(ids)})
@@ -344,7 +344,7 @@ def load_sharded_index(
     for record in manifest["shards"]:
         index = faiss.read_index(str(out / record["index"]))
         if record.get("refine"):
-            index = DiskRefinedIndex(index, load_refine_vectors(out / record["refine"]))
+            index = DiskRefinedIndex(index, RefineVectors(out / record["refine"]))
         set_search_params(index, manifest["search"])
         indexes.append((record["offset"], index))
         ids.extend((out / record["ids"]).read_text(encoding="utf-8").splitlines())

@@ -27,7 +27,7 @@ import faiss
 import numpy as np
 
 from envs.core import Hit
-from envs.retrieval import DiskRefinedIndex, FaissRetriever, PayloadFn, load_refine_vectors, set_search_params
+from envs.retrieval import DiskRefinedIndex, FaissRetriever, PayloadFn, RefineVectors, set_search_params
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def load_shard(spec: ShardSpec, gpu: int | None = None, payload: PayloadFn | Non
     """One shard as a ``FaissRetriever`` (moved to GPU ``gpu`` when given)."""
     index = faiss.read_index(spec.index_path)
     if spec.refine_path:
-        index = DiskRefinedIndex(index, load_refine_vectors(spec.refine_path))
+        index = DiskRefinedIndex(index, RefineVectors(spec.refine_path))
     set_search_params(index, dict(spec.search))
     if gpu is not None:
         index = to_gpu(index, gpu)

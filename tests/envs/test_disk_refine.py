@@ -9,7 +9,7 @@ import faiss
 import numpy as np
 import pytest
 
-from envs.retrieval import DiskRefinedIndex, RefineVectors, load_refine_vectors, normalise, set_search_params
+from envs.retrieval import DiskRefinedIndex, RefineVectors, normalise, set_search_params
 
 DIM = 16
 
@@ -42,19 +42,19 @@ def test_the_reader_returns_the_rows_asked_for_in_the_order_asked(
 
 def test_broken_refine_files_are_refused_with_the_file_named(tmp_path: Path, vectors: np.ndarray) -> None:
     with pytest.raises(FileNotFoundError, match="missing.npy"):
-        load_refine_vectors(tmp_path / "missing.npy")
+        RefineVectors(tmp_path / "missing.npy")
     path = _saved(tmp_path, vectors.astype(np.float16))
     data = path.read_bytes()
     (tmp_path / "cut.npy").write_bytes(data[: len(data) - 100])  # a copy that stopped early
     with pytest.raises(ValueError, match="cut.npy.*shorter"):
-        load_refine_vectors(tmp_path / "cut.npy")
+        RefineVectors(tmp_path / "cut.npy")
     with pytest.raises(ValueError, match="3d.npy.*2-D"):
-        load_refine_vectors(_saved(tmp_path, np.zeros((2, 3, 4), np.float32), "3d.npy"))
+        RefineVectors(_saved(tmp_path, np.zeros((2, 3, 4), np.float32), "3d.npy"))
     with pytest.raises(ValueError, match="ints.npy.*float16/float32"):
-        load_refine_vectors(_saved(tmp_path, np.zeros((2, 3), np.int64), "ints.npy"))
+        RefineVectors(_saved(tmp_path, np.zeros((2, 3), np.int64), "ints.npy"))
     (tmp_path / "text.npy").write_text("not an array")
     with pytest.raises(ValueError, match="text.npy: not a .npy"):
-        load_refine_vectors(tmp_path / "text.npy")
+        RefineVectors(tmp_path / "text.npy")
 
 
 def _pq_index(vectors: np.ndarray) -> faiss.Index:
@@ -67,7 +67,7 @@ def _pq_index(vectors: np.ndarray) -> faiss.Index:
 
 def test_candidates_are_re_ranked_by_their_exact_inner_product(tmp_path: Path, vectors: np.ndarray) -> None:
     base = _pq_index(vectors)
-    refined = DiskRefinedIndex(base, load_refine_vectors(_saved(tmp_path, vectors)), k_factor=3)
+    refined = DiskRefinedIndex(base, RefineVectors(_saved(tmp_path, vectors)), k_factor=3)
     queries = vectors[:20] + 0.05
     k = 5
     scores, rows = refined.search(queries, k)
