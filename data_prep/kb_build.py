@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from data_prep.encoding.index import VectorBlocks, index_summary, index_vectors
 from data_prep.kb_encode import encode
 from data_prep.kb_images import image_file
 from data_prep.kb_records import Article, Report, RowError, Sample, chunk_text
@@ -265,6 +266,11 @@ def build(
         np.save(out / "index" / "passage_embeddings.npy", normalise(vectors))
     entity_vectors = _entity_vectors(out, articles, images, cfg)
     np.save(out / "index" / "entity_embeddings.npy", entity_vectors)
+    # The entity index, chosen by size (exact, or compressed with its recall measured), from the final vectors
+    # (EVA-CLIP entities without an image were adjusted after encoding).
+    entity_index = index_vectors(
+        VectorBlocks.from_array(entity_ids, entity_vectors), out / "index" / "entities"
+    )
     kept, query_paths = _resolve_samples(out, samples, key_row, report)
     if query_paths:
         paths = [str(out / p) for p in query_paths]
@@ -294,6 +300,7 @@ def build(
         "num_entities": len(articles),
         "num_passages": len(passages),
         "num_queries": len(query_paths),
+        "index": {"entities": {"path": "index/entities", **index_summary(entity_index)}},
         "extra": {
             "generator": "data_prep.kb_build",
             "candidates_per_batch": cfg.candidates_per_batch,

@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -117,22 +117,53 @@ class IndexOptions:
         return {"nprobe": self.nprobe, "k_factor": self.k_factor, "query_bits": self.query_bits}
 
 
-def _blocks(root: Path) -> Iterator[tuple[int, np.ndarray]]:
-    """(first row, normalised float32 vectors) per encoded shard."""
-    start = 0
-    for _, vectors in shards.iter_shards(root):
-        yield start, normalise(vectors)
-        start += len(vectors)
+@dataclass(frozen=True)
+class VectorBlocks:
+    """The vectors an index is built from, block by block: the shards of a finished encoding run
+    (``from_encoded``, memory-mapped), or an array a prep already holds (``from_array``: say vectors it adjusted
+    after encoding). ``read(i)`` gives block ``i``'s ids and float32 vectors."""
 
+    counts: tuple[int, ...]
+    dim: int
+    read: Callable[[int], tuple[list[str], np.ndarray]]
 
-def _rows(root: Path, rows: np.ndarray) -> np.ndarray:
-    """The normalised vectors at sorted global ``rows`` (read shard by shard from the memory maps)."""
-    out, start = [], 0
-    for _, vectors in shards.iter_shards(root):
-        local = rows[(rows >= start) & (rows < start + len(vectors))] - start
-        out.append(np.asarray(vectors[local]))
-        start += len(vectors)
-    return normalise(np.concatenate(out))
+    @classmethod
+    def from_encoded(cls, root: Path) -> VectorBlocks:
+        manifest = shards.read_manifest(root)
+        counts = tuple(int(s["count"]) for s in manifest["shards"])
+        return cls(
+            counts, int(manifest["dim"]), lambda i: (shards.read_ids(root, i), shards.read_vectors(root, i))
+        )
+
+    @classmethod
+    def from_array(cls, ids: Sequence[str], vectors: np.ndarray, block: int = 65_536) -> VectorBlocks:
+        if vectors.ndim != 2 or len(ids) != len(vectors):
+            raise EncodingError(f"{len(ids)} ids for vectors of shape {vectors.shape}")
+        starts = range(0, len(ids), block)
+        counts = tuple(min(block, len(ids) - start) for start in starts)
+        return cls(counts, int(vectors.shape[1]),
+                   lambda i: (list(ids[i * block : (i + 1) * block]), vectors[i * block : (i + 1) * block]))  # fmt: skip
+
+    @property
+    def num(self) -> int:
+        return sum(self.counts)
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, normalised float32 vectors) per block."""
+        start = 0
+        for i, count in enumerate(self.counts):
+            yield start, normalise(self.read(i)[1])
+            start += count
+
+    def rows(self, rows: np.ndarray) -> np.ndarray:
+        """The normalised vectors at sorted global ``rows`` (block by block)."""
+        out, start = [], 0
+        for i, count in enumerate(self.counts):
+            local = rows[(rows >= start) & (rows < start + count)] - start
+            if len(local):
+                out.append(np.asarray(self.read(i)[1][local]))
+            start += count
+        return normalise(np.concatenate(out))
 
 
 def _shard_plan(counts: list[int], max_vectors: int) -> list[list[int]]:
@@ -199,7 +230,8 @@ def no_polysemous_training(index: faiss.Index) -> None:
         index.do_polysemous_training = False
 
 
-def _train(root: Path, num: int, dim: int, factory: str, options: IndexOptions) -> faiss.Index:
+def _train(source: VectorBlocks, factory: str, options: IndexOptions) -> faiss.Index:
+    num, dim = source.num, source.dim
     try:
         index = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as error:  # faiss's message is a C++ trace; name the options that made the string
@@ -212,20 +244,24 @@ def _train(root: Path, num: int, dim: int, factory: str, options: IndexOptions) 
         rng = np.random.default_rng(options.seed)
         sample = np.sort(rng.choice(num, size=options.training_vectors(num), replace=False))
         start = time.perf_counter()
-        index.train(_rows(root, sample))
+        index.train(source.rows(sample))
         log.info("trained %s on %d vectors in %.1fs", factory, len(sample), time.perf_counter() - start)
     return index
 
 
 def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexOptions()) -> dict[str, Any]:
     """Index the vectors of a finished encoding folder under ``out``; returns the written ``index.json``."""
-    encoded, out = Path(encoded), Path(out)
-    manifest = shards.read_manifest(encoded)
-    num, dim = manifest["num_items"], manifest["dim"]
+    return index_vectors(VectorBlocks.from_encoded(Path(encoded)), out, options)
+
+
+def index_vectors(source: VectorBlocks, out: Path, options: IndexOptions = IndexOptions()) -> dict[str, Any]:
+    """Index ``source``'s vectors under ``out`` (see ``build_sharded_index``); returns the written ``index.json``."""
+    out = Path(out)
+    num, dim = source.num, source.dim
     factory = options.factory(num)
-    template = _train(encoded, num, dim, factory, options)
+    template = _train(source, factory, options)
     out.mkdir(parents=True, exist_ok=True)
-    plan = _shard_plan([s["count"] for s in manifest["shards"]], options.max_shard_vectors)
+    plan = _shard_plan(list(source.counts), options.max_shard_vectors)
     disk_refine = options.refine == "disk" and factory != "Flat"
     records, indexes, offset = [], [], 0
     for number, members in enumerate(plan):
@@ -233,14 +269,15 @@ def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexO
         name = f"shard-{number:03d}"
         record = {"index": f"{name}.faiss", "ids": f"{name}.ids", "offset": offset}
         ids: list[str] = []
-        refine = _RefineWriter(out / f"{name}.refine.npy", sum(manifest["shards"][m]["count"] for m in members),
+        refine = _RefineWriter(out / f"{name}.refine.npy", sum(source.counts[m] for m in members),
                                dim) if disk_refine else None  # fmt: skip
         for member in members:
-            vectors = normalise(shards.read_vectors(encoded, member))
+            block_ids, block = source.read(member)
+            vectors = normalise(block)
             index.add(vectors)
             if refine is not None:
                 refine.add(vectors)
-            ids.extend(shards.read_ids(encoded, member))
+            ids.extend(block_ids)
         _write(out / f"{name}.ids", "".join(i + "\n" for i in ids).encode("utf-8"))
         _write(out / f"{name}.faiss", faiss.serialize_index(index).tobytes())
         if refine is not None:
@@ -252,7 +289,7 @@ def build_sharded_index(encoded: Path, out: Path, options: IndexOptions = IndexO
         offset += len(ids)
     memory = sum((out / r["index"]).stat().st_size for r in records)
     disk = sum((out / r["refine"]).stat().st_size for r in records if "refine" in r)
-    quality = measure_recall(encoded, indexes, num, options) if factory != "Flat" else {"recall": 1.0}
+    quality = measure_recall(source, indexes, options) if factory != "Flat" else {"recall": 1.0}
     result = {
         "format": INDEX_FORMAT,
         "kind": "exact" if factory == "Flat" else "compressed",
@@ -289,11 +326,11 @@ def _top(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.n
     )
 
 
-def exact_top(encoded: Path, queries: np.ndarray, k: int) -> np.ndarray:
-    """Global rows of the exact inner-product top-``k`` of each query, streaming over the shards."""
+def exact_top(source: VectorBlocks, queries: np.ndarray, k: int) -> np.ndarray:
+    """Global rows of the exact inner-product top-``k`` of each query, streaming over the blocks."""
     best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
     best_rows = np.zeros((len(queries), 0), dtype=np.int64)
-    for start, block in _blocks(encoded):
+    for start, block in source.blocks():
         scores = queries @ block.T  # (Q, block)
         rows = np.broadcast_to(np.arange(start, start + len(block)), scores.shape)
         best_scores, best_rows = _top(np.hstack([best_scores, scores]), np.hstack([best_rows, rows]), k)
@@ -313,15 +350,16 @@ def search_shards(
 
 
 def measure_recall(
-    encoded: Path, indexes: list[tuple[int, faiss.Index | DiskRefinedIndex]], num: int, options: IndexOptions
+    source: VectorBlocks, indexes: list[tuple[int, faiss.Index | DiskRefinedIndex]], options: IndexOptions
 ) -> dict:
     """Recall@K of the sharded index against exact search, stored vectors as queries (themselves excluded)."""
     rng = np.random.default_rng(options.seed + 1)
+    num = source.num
     rows = np.sort(rng.choice(num, size=min(num, options.num_eval_queries), replace=False))
-    queries = _rows(encoded, rows)
+    queries = source.rows(rows)
     k = options.recall_k
     start = time.perf_counter()
-    truth = exact_top(encoded, queries, k + 1)
+    truth = exact_top(source, queries, k + 1)
     approx = search_shards(indexes, queries, k + 1)
     seconds = time.perf_counter() - start
     hits = []

@@ -228,3 +228,21 @@ def test_ivf_cells_grow_with_the_corpus_and_training_follows_them() -> None:
     assert IndexOptions(nlist=64).factory(1_000_000) == "IVF64,RaBitQ2"
     with pytest.raises(ValueError, match="train_size"):
         IndexOptions(train_size=-1)
+
+
+def test_an_array_a_prep_holds_indexes_exactly_like_the_same_vectors_in_shards(
+    encoded: Path, vectors: np.ndarray, tmp_path: Path
+) -> None:
+    from data_prep.encoding.index import VectorBlocks, index_vectors
+
+    options = IndexOptions(
+        exact_below=1000, nlist=16, train_size=NUM, num_eval_queries=100, max_shard_vectors=2000
+    )
+    from_shards = build_sharded_index(encoded, tmp_path / "a", options)
+    ids = [f"v{i}" for i in range(NUM)]
+    from_array = index_vectors(VectorBlocks.from_array(ids, vectors, block=1000), tmp_path / "b", options)
+    assert from_array == from_shards
+    for name in ("shard-000.faiss", "shard-001.refine.npy", "shard-001.ids"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    with pytest.raises(ValueError, match="3 ids for vectors of shape"):
+        VectorBlocks.from_array(ids[:3], vectors)

@@ -146,6 +146,26 @@ def test_kb_contents(prepared) -> None:
     assert (mm["entity_id"] == "").sum() == 1  # the text-corpus page of no entity is searchable, unlinked
 
 
+def test_the_prepared_kb_records_and_serves_its_entity_index(prepared) -> None:
+    from envs.retrieval import FaissRetriever, IndexSpec
+
+    for kb_dir, _, _ in prepared.values():
+        kb = load_kb(kb_dir)
+        record = kb.manifest["index"]["entities"]
+        assert (
+            record["path"] == "index/entities" and record["kind"] == "exact"
+        )  # a few entities: below the size
+        assert record["num_vectors"] == len(kb.entities) and record["recall@15"] == 1.0
+        ids = (kb_dir / "index" / "entities" / "shard-000.ids").read_text().splitlines()
+        assert ids == kb.entities["entity_id"].tolist()
+        built, flat = kb.image_retriever(), kb.image_retriever(IndexSpec(kind="flat"))
+        assert isinstance(built, FaissRetriever) and built is not flat
+        queries = list(kb.query_embeddings[:5])
+        assert [[h.docid for h in r] for r in built.batch_search(queries, 3)] == [
+            [h.docid for h in r] for r in flat.batch_search(queries, 3)
+        ]
+
+
 def test_output_folder_must_be_empty(prepared) -> None:
     kb, _, _ = prepared["mmhops"]
     with pytest.raises(SystemExit):
