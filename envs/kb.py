@@ -210,7 +210,9 @@ def _load(root: str) -> KnowledgeBase:
         entities=pd.read_parquet(path / "entities.parquet"),
         passages=pd.read_parquet(path / "passages.parquet"),
         queries=pd.read_parquet(path / "queries.parquet"),
-        entity_embeddings=np.load(path / "index" / "entity_embeddings.npy"),
+        # memory-mapped: a KB searched through its built index never reads these, and env processes that
+        # do (a flat index built at load) share the page cache instead of a copy each
+        entity_embeddings=np.load(path / "index" / "entity_embeddings.npy", mmap_mode="r"),
         query_embeddings=np.load(queries_emb) if queries_emb.exists() else None,
     )
 

@@ -50,3 +50,9 @@ def test_wrong_format_version_is_an_error(tiny_kb: Path, tmp_path: Path) -> None
     (copy / "kb.json").write_text(json.dumps({**manifest, "format": KB_FORMAT, "version": 99}))
     with pytest.raises(ValueError, match="version"):
         load_kb(copy)
+
+
+def test_entity_vectors_are_mapped_not_copied_into_each_process(tiny_kb: Path) -> None:
+    kb = load_kb(tiny_kb)
+    assert isinstance(kb.entity_embeddings, np.memmap) and not kb.entity_embeddings.flags.writeable
+    assert Path(kb.entity_embeddings.filename) == (tiny_kb / "index" / "entity_embeddings.npy").resolve()
