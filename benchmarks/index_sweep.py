@@ -23,7 +23,7 @@ import numpy as np
 
 from data_prep.encoding.clustered import MAKE_UPS, make_generator
 from data_prep.encoding.index import no_polysemous_training
-from envs.retrieval import DiskRefinedIndex, set_search_params
+from envs.retrieval import DiskRefinedIndex, normalise, set_search_params
 
 K = 15
 
@@ -42,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--make-up", default=next(iter(MAKE_UPS)), choices=list(MAKE_UPS))
     parser.add_argument("--num", type=int, default=200_000)
+    parser.add_argument("--vectors", help="a .npy of real embeddings to use instead of a synthetic make-up")
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--train-size", type=int, default=65_536)
     parser.add_argument("--factory", nargs="+", required=True, help="faiss index_factory strings")
@@ -53,7 +54,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     start = time.perf_counter()
-    vectors = np.concatenate(list(make_generator(args.make_up).blocks(args.num)))  # (num, 768)
+    if args.vectors:
+        vectors = normalise(np.load(args.vectors)[: args.num])
+        args.num, args.make_up = len(vectors), args.vectors
+    else:
+        vectors = np.concatenate(list(make_generator(args.make_up).blocks(args.num)))  # (num, 768)
     rng = np.random.default_rng(1)
     rows = np.sort(rng.choice(args.num, size=args.queries, replace=False))
     exact = faiss.IndexFlatIP(vectors.shape[1])

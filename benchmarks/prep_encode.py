@@ -70,7 +70,7 @@ def index_benchmark(args: argparse.Namespace, tmp: Path) -> None:
         if m["refine"] == "disk":
             disk = (f", refine vectors on disk {m['refine_disk_bytes'] / 2**20:.0f} MiB = "
                     f"{m['refine_disk_ratio']:.3f} of exact")  # fmt: skip
-        print(f"{args.make_up}: index {m['factory']} refine={m['refine']} nprobe={options.nprobe} "
+        print(f"{args.make_up}: index {m['factory']} refine={m['refine']} nprobe={m['search']['nprobe']} "
               f"k_factor={options.k_factor}: memory {m['memory_bytes'] / 2**20:.0f} MiB = "
               f"{m['memory_ratio']:.3f} of exact ({m['exact_memory_bytes'] / 2**20:.0f} MiB){disk}, "
               f"recall@15 {m['recall@15']:.3f} ({m['recall_eval']['num_queries']} queries), built in "

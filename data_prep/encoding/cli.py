@@ -37,7 +37,7 @@ def _index(args: argparse.Namespace) -> dict:
 
     options = IndexOptions(exact_below=args.exact_below, recall_k=args.recall_k,
                            max_shard_vectors=args.max_shard_vectors, transform=args.transform, code=args.code,
-                           refine=args.refine, nprobe=args.nprobe, k_factor=args.k_factor, nlist=args.nlist,
+                           refine=args.refine, nprobe=args.nprobe, k_factor=args.k_factor, nlist=args.nlist, target_recall=args.target_recall,
                            train_size=args.train_size)  # fmt: skip
     return build_sharded_index(args.encoded, args.out, options)
 
@@ -90,7 +90,13 @@ def main(argv: list[str]) -> int:
     idx.add_argument(
         "--k-factor", type=int, default=IndexOptions.k_factor, help="candidates re-ranked per requested hit"
     )
-    idx.add_argument("--nprobe", type=int, default=IndexOptions.nprobe, help="IVF cells visited per query")
+    idx.add_argument(
+        "--nprobe",
+        type=int,
+        default=IndexOptions.nprobe,
+        help="IVF cells visited per query (0: the smallest that reaches --target-recall)",
+    )
+    idx.add_argument("--target-recall", type=float, default=IndexOptions.target_recall)
     idx.add_argument("--nlist", type=int, default=IndexOptions.nlist, help="IVF cells (0: 4 * sqrt(n))")
     idx.add_argument(
         "--train-size", type=int, default=IndexOptions.train_size, help="training vectors (0: 39 per cell)"

@@ -122,7 +122,12 @@ def test_the_default_compressed_index_is_rabitq_re_ranked_from_disk(
     manifest = build_sharded_index(encoded, tmp_path / "idx", options)
     assert manifest["factory"] == "IVF16,RaBitQ2" and manifest["refine"] == "disk"
     assert manifest["trained_on"] == NUM
-    assert manifest["search"] == {"nprobe": 32, "k_factor": 4, "query_bits": 8}
+    # nprobe tuned: the smallest of 8, 16 (every cell) whose recall@15 reaches 0.95 on the evaluation queries
+    tried = manifest["recall_eval"]["nprobe_tried"]
+    chosen = manifest["recall_eval"]["nprobe"]
+    assert list(tried) <= ["8", "16"] and tried[str(chosen)] == manifest["recall@15"] >= 0.95
+    assert all(recall < 0.95 for nprobe, recall in tried.items() if int(nprobe) < chosen)
+    assert manifest["search"] == {"nprobe": chosen, "k_factor": 4, "query_bits": 8}
     # memory counts the faiss files only; the float16 vectors the refine reads are on disk, counted apart
     folder = tmp_path / "idx"
     assert manifest["memory_bytes"] == sum((folder / s["index"]).stat().st_size for s in manifest["shards"])
@@ -138,7 +143,7 @@ def test_the_default_compressed_index_is_rabitq_re_ranked_from_disk(
     refined = indexes[0][1]
     assert isinstance(refined, DiskRefinedIndex) and refined.k_factor == 4
     base = faiss.downcast_index(refined.base)
-    assert isinstance(base, faiss.IndexIVFRaBitQ) and base.qb == 8 and base.nprobe == 32
+    assert isinstance(base, faiss.IndexIVFRaBitQ) and base.qb == 8 and base.nprobe == chosen
     # the same codes without the refine keep less of the exact top 15
     plain = build_sharded_index(encoded, tmp_path / "plain", replace(options, refine="none"))
     assert manifest["recall@15"] > plain["recall@15"] and manifest["recall@15"] >= 0.95
@@ -206,7 +211,7 @@ def test_the_cli_reports_bad_input_in_one_line(
     assert cli.main(argv) == 2
     assert (
         capsys.readouterr().err
-        == "python -m data_prep.encoding index: index options must be >= 1 (nlist, train_size: >= 0): {'k_factor': 0}\n"
+        == "python -m data_prep.encoding index: index options must be >= 1 (nlist, train_size, nprobe: >= 0): {'k_factor': 0}\n"
     )
     assert cli.main(["index", "--encoded", str(tmp_path / "nothing"), "--out", str(tmp_path / "idx")]) == 2
     err = capsys.readouterr().err
@@ -241,8 +246,27 @@ def test_an_array_a_prep_holds_indexes_exactly_like_the_same_vectors_in_shards(
     from_shards = build_sharded_index(encoded, tmp_path / "a", options)
     ids = [f"v{i}" for i in range(NUM)]
     from_array = index_vectors(VectorBlocks.from_array(ids, vectors, block=1000), tmp_path / "b", options)
+    for manifest in (from_array, from_shards):
+        del manifest["recall_eval"]["seconds"]
     assert from_array == from_shards
     for name in ("shard-000.faiss", "shard-001.refine.npy", "shard-001.ids"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     with pytest.raises(ValueError, match="3 ids for vectors of shape"):
         VectorBlocks.from_array(ids[:3], vectors)
+
+
+def test_nprobe_is_tuned_to_the_target_recall_unless_given(encoded: Path, tmp_path: Path) -> None:
+    base = dict(exact_below=1000, nlist=64, train_size=NUM, num_eval_queries=200)
+    tuned = build_sharded_index(encoded, tmp_path / "tuned", IndexOptions(**base, target_recall=0.99))
+    tried = {int(p): r for p, r in tuned["recall_eval"]["nprobe_tried"].items()}
+    assert list(tried) == sorted(tried) and list(tried)[0] == 8  # smallest first, from 8
+    chosen = tuned["search"]["nprobe"]
+    assert tried[chosen] == tuned["recall@15"] and (tuned["recall@15"] >= 0.99 or chosen == 64)
+    assert all(r < 0.99 for p, r in tried.items() if p < chosen)
+    assert tried[min(tried)] < tried[chosen]  # probing more cells found more of the exact neighbours
+    fixed = build_sharded_index(encoded, tmp_path / "fixed", IndexOptions(**base, nprobe=3))
+    assert fixed["search"]["nprobe"] == 3 and fixed["recall_eval"]["nprobe_tried"] == {
+        "3": fixed["recall@15"]
+    }
+    _, indexes, _ = load_sharded_index(tmp_path / "tuned")
+    assert faiss.downcast_index(indexes[0][1].base).nprobe == chosen
