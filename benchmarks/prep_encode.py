@@ -55,10 +55,29 @@ def write_clustered(root: Path, num: int, make_up: str, block: int = 65536) -> N
     shards.write_manifest(root, counts, vectors.shape[1])
 
 
+def write_array(root: Path, vectors: np.ndarray, block: int = 65536) -> None:
+    """Real embeddings from a ``.npy`` as an encoded-shards folder."""
+    shards.check_config(root, {"encoder": {"object": "array"}, "shard_size": block, "batch_size": block})
+    counts = []
+    for index, start in enumerate(range(0, len(vectors), block)):
+        part = vectors[start : start + block]
+        shards.write_shard(root, index, [f"v{start + i}" for i in range(len(part))], part, False)
+        counts.append(len(part))
+    shards.write_manifest(root, counts, vectors.shape[1])
+
+
 def index_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     start = time.perf_counter()
-    write_clustered(tmp / "vectors", args.num_vectors, args.make_up)
-    print(f"generated {args.num_vectors} x 768 {args.make_up} vectors in {time.perf_counter() - start:.0f}s")
+    if args.vectors:
+        vectors = np.ascontiguousarray(np.load(args.vectors)[: args.num_vectors], dtype=np.float32)
+        write_array(tmp / "vectors", vectors)
+        args.num_vectors, args.make_up = len(vectors), Path(args.vectors).name
+        print(f"read {vectors.shape[0]} x {vectors.shape[1]} vectors from {args.vectors}")
+    else:
+        write_clustered(tmp / "vectors", args.num_vectors, args.make_up)
+        print(
+            f"generated {args.num_vectors} x 768 {args.make_up} vectors in {time.perf_counter() - start:.0f}s"
+        )
     for refine in args.refine:
         options = IndexOptions(exact_below=min(IndexOptions.exact_below, args.num_vectors), code=args.code,
                                refine=refine, transform=args.transform, num_eval_queries=args.queries,
@@ -175,6 +194,7 @@ def main() -> None:
     parser.add_argument("--num-vectors", type=int, default=1_000_000)
     parser.add_argument("--queries", type=int, default=500, help="stored vectors used as recall queries")
     parser.add_argument("--make-up", default=next(iter(MAKE_UPS)), choices=list(MAKE_UPS))
+    parser.add_argument("--vectors", help="index real embeddings from this .npy instead of a make-up")
     parser.add_argument(
         "--transform", default=IndexOptions.transform, help="faiss pre-transform, e.g. PCA688"
     )

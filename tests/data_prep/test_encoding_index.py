@@ -270,3 +270,15 @@ def test_nprobe_is_tuned_to_the_target_recall_unless_given(encoded: Path, tmp_pa
     }
     _, indexes, _ = load_sharded_index(tmp_path / "tuned")
     assert faiss.downcast_index(indexes[0][1].base).nprobe == chosen
+
+
+def test_tuning_stops_where_more_probes_stop_helping(encoded: Path, tmp_path: Path) -> None:
+    """A coarse code caps the recall below the target: probing every cell would cost time and add nothing."""
+    options = IndexOptions(exact_below=1000, nlist=64, code="PQ2x4", refine="none", train_size=NUM,
+                           num_eval_queries=200, target_recall=0.99)  # fmt: skip
+    manifest = build_sharded_index(encoded, tmp_path / "idx", options)
+    tried = {int(p): r for p, r in manifest["recall_eval"]["nprobe_tried"].items()}
+    chosen = manifest["search"]["nprobe"]
+    assert manifest["recall@15"] == tried[chosen] < 0.99  # the target is out of reach for 2 bytes a vector
+    last = max(tried)
+    assert chosen < last <= 64 and tried[last] - tried[chosen] < 0.002  # stopped at the plateau
