@@ -81,7 +81,7 @@ def index_benchmark(args: argparse.Namespace, tmp: Path) -> None:
     for refine in args.refine:
         options = IndexOptions(exact_below=min(IndexOptions.exact_below, args.num_vectors), code=args.code,
                                refine=refine, transform=args.transform, num_eval_queries=args.queries,
-                               k_factor=args.k_factor, nprobe=args.nprobe)  # fmt: skip
+                               k_factor=args.k_factor, nprobe=args.nprobe, nlist=args.nlist)  # fmt: skip
         start = time.perf_counter()
         m = build_sharded_index(tmp / "vectors", tmp / f"index-{refine}", options)
         built = time.perf_counter() - start
@@ -200,7 +200,8 @@ def main() -> None:
     )
     parser.add_argument("--code", default=IndexOptions.code, help="faiss code in the IVF lists")
     parser.add_argument("--refine", nargs="+", default=[IndexOptions.refine], help="refine codes to compare")
-    parser.add_argument("--nprobe", type=int, default=IndexOptions.nprobe)
+    parser.add_argument("--nprobe", type=int, default=IndexOptions.nprobe, help="0: tuned at build time")
+    parser.add_argument("--nlist", type=int, default=IndexOptions.nlist, help="IVF cells (0: 4 * sqrt(n))")
     parser.add_argument("--k-factor", type=int, default=IndexOptions.k_factor)
     parser.add_argument("--skip-index", action="store_true")
     parser.add_argument("--skip-pipeline", action="store_true")
