@@ -3,7 +3,10 @@
 Layout of an export folder::
 
     model/            sentence-transformers model directory (loadable with SentenceTransformer(path))
-    index.faiss       faiss inner-product index over unit-norm document embeddings (envs.retrieval.build_index)
+    index/            the document index, built by the encoding step's index code
+                      (``data_prep.encoding.index``: exact below 200K documents, compressed codes + an exact
+                      re-ranking from float16 vectors on disk above, sharded when large; ``index/index.json``
+                      records its kind, memory and recall@15)
     docids.json       row -> docid
     passages.jsonl    {"docid", "text"} per row, shown as the hit payload
     retriever.json    format version, query prompt, dimension, number of documents, and the
@@ -21,11 +24,14 @@ from pathlib import Path
 import faiss
 from sentence_transformers import SentenceTransformer
 
-from envs.retrieval import EncodedRetriever, FaissRetriever, IndexSpec, build_index
+from data_prep.encoding.index import IndexOptions, VectorBlocks, index_summary, index_vectors
+from envs.retrieval import EncodedRetriever, FaissRetriever
+from envs.service.shards import ShardedRetriever
 from rl.retriever.evaluate import encode, encode_corpus
 
-EXPORT_FORMAT = "ragym-dense-retriever-v1"
-"""Written to ``retriever.json``; bump it when the layout changes."""
+EXPORT_FORMAT = "ragym-dense-retriever-v2"
+"""Written to ``retriever.json``; bump it when the layout changes (v1: one flat ``index.faiss``, still read)."""
+OLD_FORMAT = "ragym-dense-retriever-v1"
 
 
 def export_retriever(
@@ -34,7 +40,7 @@ def export_retriever(
     out_dir: Path,
     query_prompt: str | None = None,
     batch_size: int = 64,
-    spec: IndexSpec | None = None,
+    options: IndexOptions | None = None,
 ) -> Path:
     """Save ``model`` and a faiss index over ``corpus`` (docid -> text) under ``out_dir``."""
     if not corpus:
@@ -43,8 +49,9 @@ def export_retriever(
     model.save(str(out_dir / "model"))
     docids = list(corpus)
     vectors = encode_corpus(model, corpus, batch_size)  # (num_docs, dim), unit norm
-    spec = spec or IndexSpec()
-    faiss.write_index(build_index(vectors, spec), str(out_dir / "index.faiss"))
+    options = options or IndexOptions()
+    blocks = VectorBlocks.from_array(docids, vectors, block=min(65_536, options.max_shard_vectors))
+    index = index_vectors(blocks, out_dir / "index", options)
     (out_dir / "docids.json").write_text(json.dumps(docids), encoding="utf-8")
     with (out_dir / "passages.jsonl").open("w", encoding="utf-8") as f:
         for docid in docids:
@@ -54,7 +61,7 @@ def export_retriever(
         "query_prompt": query_prompt,
         "dim": int(vectors.shape[1]),
         "num_docs": len(docids),
-        "index_kind": spec.kind,
+        "index": {"path": "index", **index_summary(index)},
         # A KB-VQA manifest's ``text_encoder`` entry (envs.encoders.make_text_encoder) that serves this model.
         "kb_text_encoder": {
             "name": "minilm",
@@ -70,18 +77,35 @@ def _load(folder: str, device: str | None) -> EncodedRetriever:
     """Cached by path: envs built twice on the same export share one model and index."""
     path = Path(folder)
     meta = json.loads((path / "retriever.json").read_text(encoding="utf-8"))
-    if meta.get("format") != EXPORT_FORMAT:
+    if meta.get("format") not in (EXPORT_FORMAT, OLD_FORMAT):
         raise ValueError(f"{path}/retriever.json: format {meta.get('format')!r}, expected {EXPORT_FORMAT!r}")
     docids = json.loads((path / "docids.json").read_text(encoding="utf-8"))
     passages = [json.loads(line)["text"] for line in (path / "passages.jsonl").open(encoding="utf-8")]
-    index = faiss.read_index(str(path / "index.faiss"))
     model = SentenceTransformer(str(path / "model"), device=device)
     prompt = meta["query_prompt"]
-    faiss_retriever = FaissRetriever(index, docids, payload=lambda row: {"text": passages[row]})
+    if meta["format"] == OLD_FORMAT:
+        index = faiss.read_index(str(path / "index.faiss"))
+        searcher = FaissRetriever(index, docids, payload=lambda row: {"text": passages[row]})
+    else:
+        searcher = _indexed(path / meta["index"]["path"] / "index.json", docids, passages)
     return EncodedRetriever(
-        faiss_retriever,
+        searcher,
         encode=lambda queries: encode(model, [str(q) for q in queries], batch_size=64, prompt=prompt),
     )
+
+
+def _indexed(manifest: Path, docids: list[str], passages: list[str]) -> FaissRetriever | ShardedRetriever:
+    """The export's index shards (rows in docid order, shard after shard), each hit carrying its passage."""
+    sharded = ShardedRetriever.from_manifest(manifest)
+    offset = 0
+    for shard in sharded.shards:
+        if shard.docids != docids[offset : offset + len(shard.docids)]:
+            raise ValueError(f"{manifest}: its ids are not the export's docids.json in order; export again")
+        shard.payload = lambda row, offset=offset: {"text": passages[offset + row]}
+        offset += len(shard.docids)
+    if offset != len(docids):
+        raise ValueError(f"{manifest} indexes {offset} documents, docids.json lists {len(docids)}")
+    return sharded.shards[0] if len(sharded.shards) == 1 else sharded
 
 
 def load_dense_retriever(folder: str | Path, device: str | None = None) -> EncodedRetriever:

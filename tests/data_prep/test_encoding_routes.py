@@ -85,7 +85,7 @@ def test_memora_r_export_encodes_the_corpus_through_the_step(spy, tmp_path: Path
     corpus = {f"d{i}": f"document number {i} about topic {i % 3}" for i in range(10)}
     export_retriever(model, corpus, tmp_path / "export", batch_size=4)
     assert spy == [list(corpus)]
-    index = faiss.read_index(str(tmp_path / "export" / "index.faiss"))
+    index = faiss.read_index(str(tmp_path / "export" / "index" / "shard-000.faiss"))  # 10 documents: exact
     expected = model.encode(list(corpus.values()), normalize_embeddings=True)
     np.testing.assert_allclose(index.reconstruct_n(0, index.ntotal), expected, atol=1e-5)
 

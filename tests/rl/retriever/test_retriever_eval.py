@@ -86,6 +86,46 @@ def test_bright_format_eval(tmp_path: Path, encoder) -> None:
         load_bright(*_bright_files(tmp_path, "q0 d0 1\n"))
 
 
+def test_a_large_export_is_indexed_by_size_and_still_answers_with_passages(
+    tmp_path: Path, encoder, data_dir: Path
+) -> None:
+    from data_prep.encoding.index import IndexOptions
+    from envs.retrieval import DiskRefinedIndex
+    from envs.service.shards import ShardedRetriever
+
+    corpus = load_corpus(data_dir)
+    options = IndexOptions(
+        exact_below=10, nlist=4, max_shard_vectors=len(corpus) // 2 + 1, num_eval_queries=20
+    )
+    export_retriever(encoder, corpus, tmp_path / "export", options=options)
+    meta = json.loads((tmp_path / "export" / "retriever.json").read_text())
+    assert meta["format"] == "ragym-dense-retriever-v2" and meta["index"]["kind"] == "compressed"
+    assert meta["index"]["refine"] == "disk" and meta["index"]["num_shards"] == 2
+    retriever = load_dense_retriever(tmp_path / "export")
+    assert isinstance(retriever.retriever, ShardedRetriever)
+    assert all(isinstance(s.index, DiskRefinedIndex) for s in retriever.retriever.shards)
+    for hits in retriever.batch_search(["Do vaccines cause autism?", "Is the moon landing fake?"], k=5):
+        assert [h.payload["text"] for h in hits] == [
+            corpus[h.docid] for h in hits
+        ]  # each hit its own passage
+    # the same documents exported exactly rank the same top 3 (few documents: the probes cover every cell)
+    export_retriever(encoder, corpus, tmp_path / "exact")
+    exact = load_dense_retriever(tmp_path / "exact").search("Do vaccines cause autism?", k=3)
+    assert [h.docid for h in retriever.search("Do vaccines cause autism?", k=3)] == [h.docid for h in exact]
+    # an export written before the index folder (v1: one flat index.faiss) still loads
+    import shutil
+
+    shutil.copytree(tmp_path / "exact", tmp_path / "v1")
+    (tmp_path / "v1" / "index" / "shard-000.faiss").rename(tmp_path / "v1" / "index.faiss")
+    shutil.rmtree(tmp_path / "v1" / "index")
+    old = json.loads((tmp_path / "v1" / "retriever.json").read_text()) | {
+        "format": "ragym-dense-retriever-v1"
+    }
+    (tmp_path / "v1" / "retriever.json").write_text(json.dumps(old))
+    v1 = load_dense_retriever(tmp_path / "v1").search("Do vaccines cause autism?", k=3)
+    assert [(h.docid, h.payload) for h in v1] == [(h.docid, h.payload) for h in exact]
+
+
 def test_export_round_trip_is_a_retriever(tmp_path: Path, encoder, data_dir: Path) -> None:
     corpus = load_corpus(data_dir)
     export_retriever(encoder, corpus, tmp_path / "export")
