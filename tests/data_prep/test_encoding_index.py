@@ -17,6 +17,8 @@ from envs.retrieval import DiskRefinedIndex
 from tests.data_prep.encoding_fakes import encode_table
 
 NUM, DIM, K = 4000, 32, 15
+TWO_COMPRESSED_SHARDS = dict(exact_below=1000, nlist=16, train_size=NUM, max_shard_vectors=2000)
+"""Options that make the 4,000 test vectors a compressed index in two shards."""
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +118,7 @@ def test_compressed_indexes_skip_polysemous_training() -> None:
 def test_the_default_compressed_index_is_rabitq_re_ranked_from_disk(
     encoded: Path, vectors: np.ndarray, tmp_path: Path
 ) -> None:
-    options = IndexOptions(
-        exact_below=1000, nlist=16, train_size=NUM, num_eval_queries=200, max_shard_vectors=2000
-    )
+    options = IndexOptions(**TWO_COMPRESSED_SHARDS, num_eval_queries=200)
     manifest = build_sharded_index(encoded, tmp_path / "idx", options)
     assert manifest["factory"] == "IVF16,RaBitQ2" and manifest["refine"] == "disk"
     assert manifest["trained_on"] == NUM
@@ -155,9 +155,7 @@ def test_the_service_loads_a_disk_refined_index_and_answers_like_the_build(
 ) -> None:
     from envs.service.shards import ShardedRetriever
 
-    options = IndexOptions(
-        exact_below=1000, nlist=16, train_size=NUM, num_eval_queries=50, max_shard_vectors=2000
-    )
+    options = IndexOptions(**TWO_COMPRESSED_SHARDS, num_eval_queries=50)
     build_sharded_index(encoded, tmp_path / "idx", options)
     served = ShardedRetriever.from_manifest(tmp_path / "idx" / "index.json")
     assert all(isinstance(s.index, DiskRefinedIndex) and s.index.k_factor == 4 for s in served.shards)
@@ -240,9 +238,7 @@ def test_an_array_a_prep_holds_indexes_exactly_like_the_same_vectors_in_shards(
 ) -> None:
     from data_prep.encoding.index import VectorBlocks, index_vectors
 
-    options = IndexOptions(
-        exact_below=1000, nlist=16, train_size=NUM, num_eval_queries=100, max_shard_vectors=2000
-    )
+    options = IndexOptions(**TWO_COMPRESSED_SHARDS, num_eval_queries=100)
     from_shards = build_sharded_index(encoded, tmp_path / "a", options)
     ids = [f"v{i}" for i in range(NUM)]
     from_array = index_vectors(VectorBlocks.from_array(ids, vectors, block=1000), tmp_path / "b", options)
