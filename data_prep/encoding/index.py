@@ -96,7 +96,7 @@ class IndexOptions:
         if not 0 < self.target_recall <= 1:
             raise EncodingError(f"target_recall must be in (0, 1], got {self.target_recall}")
         if self.query_bits not in range(1, 9):
-            raise ValueError(
+            raise EncodingError(
                 f"query_bits must be 1..8 (bits of a RaBitQ query coordinate), got {self.query_bits}"
             )
         if self.refine.lower() == "disk" and self.refine != "disk":
