@@ -33,7 +33,13 @@ import numpy as np
 from data_prep.encoding import EncodeConfig, Item, encode_items, read_items, shards, write_items
 from data_prep.encoding.clustered import MAKE_UPS, make_generator
 from data_prep.encoding.encoders import SentenceItems
-from data_prep.encoding.index import IndexOptions, build_sharded_index, load_sharded_index, search_shards
+from data_prep.encoding.index import (
+    IndexOptions,
+    VectorBlocks,
+    build_sharded_index,
+    load_sharded_index,
+    search_shards,
+)
 from data_prep.encoding.tiny import build_tiny_text_encoder
 from envs.retrieval import RefineVectors
 
@@ -114,7 +120,7 @@ def latency(folder: Path, encoded: Path, num_queries: int, batch: int = 1) -> No
     manifest, indexes, _ = load_sharded_index(folder)
     rng = np.random.default_rng(7)
     rows = np.sort(rng.choice(manifest["num_vectors"], size=min(num_queries, 200 * batch), replace=False))
-    queries = _stored(encoded, rows)
+    queries = VectorBlocks.from_encoded(encoded).rows(rows)
     figures = {}
     modes = (("warm", False), ("cold", True)) if manifest["refine"] == "disk" else (("warm", False),)
     for name, cold in modes:
@@ -135,16 +141,6 @@ def latency(folder: Path, encoded: Path, num_queries: int, batch: int = 1) -> No
         figures[name] = 1000 * seconds / len(queries)
     print(f"search {batch} {'query' if batch == 1 else 'queries'} at a time, ms per query: "
           + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()), flush=True)  # fmt: skip
-
-
-def _stored(encoded: Path, rows: np.ndarray) -> np.ndarray:
-    """The stored vectors at sorted global ``rows`` of an encoded folder, shard by shard."""
-    out, start = [], 0
-    for _, vectors in shards.iter_shards(encoded):
-        local = rows[(rows >= start) & (rows < start + len(vectors))] - start
-        out.append(np.asarray(vectors[local], dtype=np.float32))
-        start += len(vectors)
-    return np.concatenate(out)
 
 
 def _texts(num: int, seed: int = 0) -> list[Item]:

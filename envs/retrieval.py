@@ -165,14 +165,15 @@ class RefineVectors:
             except ValueError as error:
                 raise ValueError(f"{self.path}: not a .npy file ({error})") from error
             offset = f.tell()
-        if len(shape) != 2 or fortran or dtype not in (np.float16, np.float32):
-            raise ValueError(f"{self.path}: refine vectors must be a 2-D C-order float16/float32 array, got "
-                             f"{dtype} {shape}")  # fmt: skip
-        self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(dtype)
-        size = self.shape[0] * self.shape[1] * self.dtype.itemsize
-        if self.path.stat().st_size < offset + size:
-            raise ValueError(f"{self.path}: shorter than its header's {self.shape} rows (a partial copy?)")
-        with self.path.open("rb") as f:
+            if len(shape) != 2 or fortran or dtype not in (np.float16, np.float32):
+                raise ValueError(f"{self.path}: refine vectors must be a 2-D C-order float16/float32 array, "
+                                 f"got {dtype} {shape}")  # fmt: skip
+            self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(dtype)
+            size = self.shape[0] * self.shape[1] * self.dtype.itemsize
+            if self.path.stat().st_size < offset + size:
+                raise ValueError(
+                    f"{self.path}: shorter than its header's {self.shape} rows (a partial copy?)"
+                )
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             self._map.madvise(mmap.MADV_RANDOM)

@@ -201,8 +201,13 @@ def _shard_plan(counts: list[int], max_vectors: int) -> list[list[int]]:
     return plan
 
 
+def _temporary(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed into place (a killed build leaves no partial file)."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
 def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temporary(path)
     tmp.write_bytes(data)
     os.replace(tmp, path)
 
@@ -213,7 +218,7 @@ class _RefineWriter:
 
     def __init__(self, path: Path, rows: int, dim: int):
         self.path, self.rows, self.filled = path, rows, 0
-        self.tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        self.tmp = _temporary(path)
         self.array = np.lib.format.open_memmap(self.tmp, mode="w+", dtype=np.float16, shape=(rows, dim))
 
     def add(self, vectors: np.ndarray) -> None:
