@@ -35,10 +35,9 @@ def _encode(args: argparse.Namespace) -> dict:
 def _index(args: argparse.Namespace) -> dict:
     from data_prep.encoding.index import build_sharded_index
 
-    options = IndexOptions(exact_below=args.exact_below, recall_k=args.recall_k,
-                           max_shard_vectors=args.max_shard_vectors, transform=args.transform, code=args.code,
-                           refine=args.refine, nprobe=args.nprobe, k_factor=args.k_factor, nlist=args.nlist, target_recall=args.target_recall,
-                           train_size=args.train_size)  # fmt: skip
+    names = ("exact_below", "recall_k", "max_shard_vectors", "transform", "code", "refine", "nprobe",
+             "k_factor", "nlist", "target_recall", "train_size")  # fmt: skip
+    options = IndexOptions(**{name: getattr(args, name) for name in names})
     return build_sharded_index(args.encoded, args.out, options)
 
 
