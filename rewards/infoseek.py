@@ -189,12 +189,13 @@ def score_infoseek(
 def infoseek_final_score(unseen_question: Sequence[float], unseen_entity: Sequence[float]) -> float:
     """The official InfoSeek aggregate: harmonic mean of the two splits' accuracies, in [0, 1].
 
-    >>> round(infoseek_final_score([1, 0], [1, 1, 1, 0]), 4)
-    0.6
+    >>> round(infoseek_final_score([1, 0], [1, 1, 1, 0]), 4), infoseek_final_score([0], [1])
+    (0.6, 0.0)
     """
     accuracies = [
         sum(split) / len(split) if len(split) else 0.0 for split in (unseen_question, unseen_entity)
     ]
-    # Upstream replaces a zero accuracy by 1e-12 so the harmonic mean stays defined.
-    safe = [a if a != 0 else 1e-12 for a in accuracies]
-    return len(safe) / sum(1.0 / a for a in safe)
+    # Upstream replaces a zero accuracy by 1e-12 and reports ~1e-12; the harmonic mean's limit there is 0.
+    if min(accuracies) <= 0:
+        return 0.0
+    return len(accuracies) / sum(1.0 / a for a in accuracies)

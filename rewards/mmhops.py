@@ -6,15 +6,20 @@ alias. Numerical: ``answer_eval`` holds numeric strings; the gold range is their
 number words in the prediction are read as numbers first ("twelve" -> 12, via ``word2number`` as upstream),
 then a single number must lie inside the range and a range must lie inside it or reach IoU >= 0.5.
 
-Departure (named in the README): a prediction with no number scores 0; upstream parses it as ``[0, 0]``,
-which credits an empty answer whenever the gold range contains 0.
+Scoring accepts what the official script accepts and never raises on it: a numerical ``answer_eval`` that is
+not all numbers (InfoSeek's ``[{"wikidata": v, "range": [lo, hi]}]`` included) scores 0, as upstream's
+``float(gt)`` fails into ``return 0``; an unknown question type scores as String, as upstream does.
+``check_ground_truth`` is the strict check data prep runs, so such rows are rejected there, not scored.
+
+Departures (named in the README): a prediction with no number scores 0; upstream parses it as ``[0, 0]``,
+which credits an empty answer whenever the gold range contains 0. A NaN gold bound scores 0 (upstream's
+min/max of it depends on order), and String/Time with no alias score 0 (upstream's ``max`` of nothing raises).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from rewards.infoseek import RANGE_IOU_THRESHOLD, parse_number_or_range, range_iou, score_strings, score_time
@@ -45,33 +50,48 @@ def replace_number_words(text: str) -> str:
     return _NUMBER_WORDS.sub(convert, text)
 
 
+def official_gold_range(answer_eval: Any) -> tuple[float, float] | None:
+    """The gold ``(low, high)`` as the official script reads it; None where its ``float()`` fails (it scores 0).
+
+    >>> official_gold_range(["13.2", "10.8"]), official_gold_range([{"wikidata": 12, "range": [10, 14]}])
+    ((10.8, 13.2), None)
+    """
+    try:
+        values = [float(v) for v in answer_eval]
+    except (TypeError, ValueError):
+        return None
+    if not values or any(math.isnan(v) for v in values):
+        return None
+    return min(values), max(values)
+
+
 def gold_range(answer_eval: Any) -> tuple[float, float]:
-    """The gold ``(low, high)`` of a numerical question: min and max of its numeric strings.
+    """The gold ``(low, high)`` of a numerical question, strictly: a finite number list or a ValueError (prep).
 
     >>> gold_range(["13.2", "10.8"])
     (10.8, 13.2)
     """
     if not isinstance(answer_eval, (list, tuple)) or not answer_eval:
         raise ValueError(f"MMhops numerical answer_eval must be a list of numbers, got {answer_eval!r}")
-    try:
-        values = [float(v) for v in answer_eval]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"MMhops numerical answer_eval has a non-number: {answer_eval!r}") from err
-    if not all(math.isfinite(v) for v in values):
+    bounds = official_gold_range(answer_eval)
+    if bounds is None:
+        raise ValueError(f"MMhops numerical answer_eval has a non-number: {answer_eval!r}")
+    if not all(math.isfinite(v) for v in bounds):
         raise ValueError(f"MMhops numerical answer_eval has a non-finite value: {answer_eval!r}")
-    return min(values), max(values)
+    return bounds
 
 
-def score_numerical(prediction: str, answer_eval: Sequence[Any]) -> float:
-    """1.0 when the prediction's number lies in the gold range or its range matches it.
+def score_numerical(prediction: str, answer_eval: Any) -> float:
+    """1.0 when the prediction's number lies in the gold range or its range matches it; 0 for a gold upstream can't read.
 
     >>> score_numerical("twelve", ["10.8", "13.2"]), score_numerical("9-11", ["10.8", "13.2"])
     (1.0, 0.0)
     """
-    low, high = gold_range(answer_eval)
+    bounds = official_gold_range(answer_eval)
     pred = parse_number_or_range(replace_number_words(prediction))
-    if pred is None:
+    if bounds is None or pred is None:
         return 0.0
+    low, high = bounds
     if isinstance(pred, float):
         return float(low <= pred <= high)
     if low <= pred[0] <= high and low <= pred[1] <= high:
@@ -105,9 +125,16 @@ def score_mmhops(
     >>> score_mmhops("the Louvre", {"answer_eval": ["Louvre"], "question_type": "String"})
     1.0
     """
-    answer_eval, question_type = check_ground_truth(ground_truth)
+    if (
+        not isinstance(ground_truth, dict)
+        or "answer_eval" not in ground_truth
+        or "question_type" not in ground_truth
+    ):
+        raise ValueError(f"MMhops ground truth needs answer_eval and question_type, got {ground_truth!r}")
+    answer_eval, question_type = ground_truth["answer_eval"], str(ground_truth["question_type"]).lower()
     if question_type == "numerical":
         return score_numerical(prediction, answer_eval)
+    answers = list(answer_eval) if isinstance(answer_eval, (list, tuple)) else [answer_eval]
     if question_type == "time":
-        return score_time(prediction, answer_eval, time_year_tolerance)
-    return score_strings(prediction, answer_eval)
+        return score_time(prediction, answers, time_year_tolerance)
+    return score_strings(prediction, answers)  # String, and any unknown type, as upstream

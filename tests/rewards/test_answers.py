@@ -184,6 +184,14 @@ def test_infoseek_final_score_is_harmonic_mean() -> None:
     assert infoseek_final_score([0], [1]) < 1e-6
 
 
+@pytest.mark.parametrize(("unseen_question", "unseen_entity"), [([0, 0], [0]), ([0], [1, 1]), ([1], [0.0])])
+def test_infoseek_final_score_with_a_zero_split_is_zero_not_upstreams_epsilon(
+    unseen_question, unseen_entity
+) -> None:
+    # Upstream swaps a zero accuracy for 1e-12 and reports ~1e-12 (printed as "1e-12"); the limit is 0.
+    assert infoseek_final_score(unseen_question, unseen_entity) == 0.0
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     prediction=st.text(max_size=300),

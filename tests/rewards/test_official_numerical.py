@@ -42,6 +42,10 @@ def test_infoseek_numerical_forms_are_all_ranges(gold: dict, prediction: str, ex
         ("13.2", 1.0),
         ("13.3", 0.0),
         ("11-13", 1.0),
+        ("10.8-11", 1.0),  # a range touching the low bound lies inside (its IoU alone, 0.08, would fail)
+        ("13-13.2", 1.0),  # ... and the high bound
+        ("10.8-13.2", 1.0),
+        ("9-10.8", 0.0),  # touching from outside: no overlap
         ("5-20", 0.0),
         ("", 0.0),  # departure: upstream's [0, 0] for no number; 0 is outside this range either way
         ("no idea", 0.0),
@@ -96,12 +100,39 @@ def test_mmhops_malformed_ground_truth_is_rejected(gold) -> None:
         check_ground_truth(gold)
 
 
+@pytest.mark.parametrize(
+    ("gold", "prediction", "expected"),
+    [
+        # evaluate_mmhops.py's float(gt) fails on InfoSeek's form and its except branch returns 0: scored, not raised.
+        (LISTED, "30", 0.0),
+        (BARE, "30", 0.0),
+        ({"answer_eval": ["x", "y"], "question_type": "Numerical"}, "x", 0.0),
+        ({"answer_eval": [], "question_type": "Numerical"}, "0", 0.0),
+        ({"answer_eval": ["1", "nan"], "question_type": "Numerical"}, "1", 0.0),
+        ({"answer_eval": 12, "question_type": "Numerical"}, "12", 0.0),
+        # Upstream scores an unknown problem type as String.
+        ({"answer_eval": ["Red"], "question_type": "Colour"}, "red", 1.0),
+        ({"answer_eval": ["Red"], "question_type": "Colour"}, "blue", 0.0),
+        # Upstream's max() of no alias raises; no alias is simply wrong here.
+        ({"answer_eval": [], "question_type": "String"}, "Louvre", 0.0),
+        ({"answer_eval": [], "question_type": "Time"}, "1887", 0.0),
+    ],
+)
+def test_mmhops_scores_what_the_official_script_accepts(gold: dict, prediction: str, expected: float) -> None:
+    assert score_answer("mmhops", prediction, gold, time_year_tolerance=1) == expected
+
+
+def test_mmhops_ground_truth_without_its_fields_is_an_error() -> None:
+    with pytest.raises(ValueError, match="MMhops ground truth needs"):
+        score_answer("mmhops", "12", {"answer_eval": ["12"]})
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     prediction=st.one_of(st.text(max_size=200), st.none(), st.integers()),
     gold=st.sampled_from([LISTED, BARE, FLAT, MM_NUM, MM_TIME]),
 )
 def test_score_answer_never_raises_on_a_prediction(prediction, gold) -> None:
-    source = "mmhops" if gold in (MM_NUM, MM_TIME) else "infoseek"
-    score = score_answer(source, prediction, gold)
-    assert math.isfinite(score) and 0.0 <= score <= 1.0
+    for source in ("mmhops", "infoseek"):
+        score = score_answer(source, prediction, gold)
+        assert math.isfinite(score) and 0.0 <= score <= 1.0
