@@ -1,7 +1,7 @@
 """``MEMORA-v0``: committee reranking with episodic factor memory (seed 000, issue 16).
 
 Reset shows the query (text, and its image or image description), the K_m nearest episodes of the
-domain's memory and the top K_c of the first stage's K_0 candidates. The policy plays MEMORA's factor
+domain's memory (never an episode of the same query: ``query_id`` or text) and the top K_c of the first stage's K_0 candidates. The policy plays MEMORA's factor
 committee and controller: ``decompose`` (factors with priorities), ``subquery`` (retrieval that grows the
 pool), ``extract`` (factor-document evidence into the bipartite graph), ``judge`` (listwise verdict) and
 ``stop``; each kind has a call budget. After every action the env recomputes the factor-aware score
@@ -160,6 +160,12 @@ class MemoraEnv(gymnasium.Env):
         store = self._memories[domain]
         store.refresh()
         return store
+
+    def freeze_memory(self) -> None:
+        """From now on read every domain's memory without writing it (the held-out phase after warm-up)."""
+        self.config = replace(self.config, memory_frozen=True)
+        for store in self._memories.values():
+            store.frozen = True
 
     def _options(self, options: dict[str, Any] | None) -> dict[str, Any]:
         if not options:

@@ -13,13 +13,17 @@ is nearest (bag-of-words cosine) are shown; from them the env derives the two pr
 
 A store with a ``path`` appends one JSON line per record, so memory persists across episodes, env
 instances and processes (the verl agent loop builds an env per episode); ``frozen`` stops writes for
-evaluation.
+evaluation. A query never reads its own past: its records carry the nDCG and factor outcomes computed
+from its qrels, so ``nearest`` skips every record of the same query (same id, or same text), whether it
+comes from an earlier epoch, a rerun or a GRPO sibling (section 5.3: memory without leakage).
 
 >>> m = EpisodicMemory()
 >>> m.write(MemoryRecord("why do glaciers melt", (FactorOutcome("ice melt rate", 0.6, "helped"),), ("d1",), 1.0))
 True
 >>> [r.query for r, _ in m.nearest("glaciers melt fast", 4)]
 ['why do glaciers melt']
+>>> m.nearest("why do glaciers melt", 4)  # its own episode is never shown
+[]
 """
 
 from __future__ import annotations
@@ -75,6 +79,8 @@ class MemoryRecord:
     """The final top-K document ids."""
     ndcg: float
     """nDCG@10 of the final ranking."""
+    query_id: str | None = None
+    """The query's id, when the episode had one (records written before ids were kept have none)."""
 
     def to_json(self) -> str:
         """One JSON line."""
@@ -92,9 +98,16 @@ class MemoryRecord:
                 ),
                 tuple(str(d) for d in row["top_docs"]),
                 float(row["ndcg"]),
+                None if row.get("query_id") is None else str(row["query_id"]),
             )
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{where}: bad memory record: {err}") from err
+
+
+def same_query(record: MemoryRecord, query: str, query_id: str | None) -> bool:
+    """Whether ``record`` is an episode of this query: the same id, or the same text (ids can be absent)."""
+    same_id = query_id is not None and record.query_id == str(query_id)
+    return same_id or " ".join(record.query.split()).lower() == " ".join(query.split()).lower()
 
 
 class EpisodicMemory:
@@ -141,10 +154,14 @@ class EpisodicMemory:
         self.refresh()  # reads this record back, after any other writer's records appended before it
         return True
 
-    def nearest(self, query: str, k: int) -> list[tuple[MemoryRecord, float]]:
-        """The k records whose query is most similar to ``query`` (similarity > 0), most similar first."""
+    def nearest(self, query: str, k: int, query_id: str | None = None) -> list[tuple[MemoryRecord, float]]:
+        """The k records most similar to ``query`` (similarity > 0), most similar first, none of the query's own."""
         bag = bag_of_words(query)
-        scored = [(cosine(bag, b), -i) for i, b in enumerate(self._bags)]
+        scored = [
+            (cosine(bag, b), -i)
+            for i, b in enumerate(self._bags)
+            if not same_query(self.records[i], query, query_id)
+        ]
         scored = sorted((s for s in scored if s[0] > 0), reverse=True)[:k]  # older first on ties
         return [(self.records[-neg_index], sim) for sim, neg_index in scored]
 

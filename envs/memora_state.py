@@ -36,6 +36,7 @@ class EpisodeState:
 
     config: Any
     query: str
+    query_id: str | None
     domain: str
     memory: EpisodicMemory
     collection: Collection
@@ -72,11 +73,13 @@ class EpisodeState:
         missing = [d for d, _ in run if d not in collection.texts]
         if missing:
             raise ValueError(f"MEMORA first-stage documents not in the collection: {missing[:3]}")
-        memories = memory.nearest(opts["query"], config.k_m)
+        query_id = None if opts.get("query_id") is None else str(opts["query_id"])
+        memories = memory.nearest(opts["query"], config.k_m, query_id)  # never the query's own episodes
         qrels = opts.get("qrels")
         return cls(
             config=config,
             query=opts["query"],
+            query_id=query_id,
             domain=domain,
             memory=memory,
             collection=collection,
@@ -225,7 +228,8 @@ class EpisodeState:
             relevant = any(self.qrels.get(d, 0) > 0 for d in supported)
             outcome = "helped" if relevant else ("hurt" if supported else "neutral")
             outcomes.append(FactorOutcome(text, round(float(used), 4), outcome))
-        return True, "written", MemoryRecord(self.query, tuple(outcomes), tuple(ranking[:k]), round(ndcg, 6))
+        record = MemoryRecord(self.query, tuple(outcomes), tuple(ranking[:k]), round(ndcg, 6), self.query_id)
+        return True, "written", record
 
     def first_stage_ndcg(self) -> float | None:
         """nDCG@K of the first stage's ranking (None without qrels)."""

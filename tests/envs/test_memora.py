@@ -160,7 +160,7 @@ def test_memory_is_written_with_outcomes_persists_and_freezes(tmp_path) -> None:
     assert record["top_docs"] == ["c", "d"] and record["ndcg"] == pytest.approx(1.0)
     # A new env instance (as the agent loop builds per episode) reads it back and shows it.
     fresh = small_env(memory_dir=str(tmp_path))
-    obs, info = fresh.reset(options={**OPTIONS, "query": "another gamma question"})
+    obs, info = fresh.reset(options={**OPTIONS, "query_id": "q2", "query": "another gamma question"})
     assert "gamma question" in obs["text"] and "+gamma three" in obs["text"] and "-delta four" in obs["text"]
     assert events_of(info["events"], "memory_read")[0]["hits"] == 1
     # The factor prior: the same factors now get (h, l) = (1, 0) and (0, 1), and c's memory prior.
@@ -171,6 +171,49 @@ def test_memory_is_written_with_outcomes_persists_and_freezes(tmp_path) -> None:
     info = play_factor_episode(frozen, OPTIONS)
     assert events_of(info["events"], "memory_write")[0]["reason"] == "frozen"
     assert len((tmp_path / "toy.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_query_never_reads_its_own_past_episodes(tmp_path) -> None:
+    """A rerun, a later epoch or a GRPO sibling of q1 finds q1's scored episode in the memory file, but is
+    never shown it; another query is."""
+    play_factor_episode(small_env(memory_dir=str(tmp_path)), {**OPTIONS, "query": "gamma question"})
+    for options in (
+        {**OPTIONS, "query": "gamma question, asked again"},
+        {"query": "gamma  Question", "domain": "toy"},
+    ):
+        obs, info = small_env(memory_dir=str(tmp_path)).reset(options=options)  # same id; same text
+        assert info["view"]["memories"] == [] and "no similar past episode (1 stored)" in obs["text"]
+        assert events_of(info["events"], "memory_read")[0]["hits"] == 0
+    _, info = small_env(memory_dir=str(tmp_path)).reset(
+        options={**OPTIONS, "query_id": "q2", "query": "gamma?"}
+    )
+    assert [m["query_id"] for m in info["view"]["memories"]] == ["q1"]
+
+
+def test_own_memory_gives_a_stop_at_once_policy_nothing() -> None:
+    """The leak of issue 30: one earlier scored episode of the same query raised an immediate stop's nDCG@10
+    by 0.11 on these 40 queries (its document prior boosted its own relevant documents); now by nothing."""
+    from envs.memora_corpus import synthetic_collection
+    from envs.memora_synthetic import FACETS
+    from rewards.memora import ranking_ndcg
+    from rl.eval.memora_models import ScriptedModel
+    from rl.eval.memora_pipeline import MemoraPipeline
+
+    domain, collection = synthetic_collection(0)
+    pipeline = MemoraPipeline(ScriptedModel(facets=FACETS))
+
+    def stop_at_once(env: MemoraEnv, options: dict) -> float:
+        env.reset(options=options)
+        ranking = events_of(env.step(turn("<stop></stop>"))[4]["events"], "final_ranking")[0]["ranking"]
+        return ranking_ndcg(ranking, options["qrels"], set(), 10)
+
+    for q in domain.queries[:40]:
+        options = {"query": q["query"], "query_id": q["id"], "qrels": q["qrels"], "domain": "d"}
+        empty = stop_at_once(MemoraEnv(collection=collection), options)
+        env = MemoraEnv(collection=collection)
+        pipeline.play(env, options)  # a scored episode of this very query, written to memory
+        assert len(env.memory("d")) == 1
+        assert stop_at_once(env, options) == empty, q["id"]
 
 
 def test_no_qrels_no_memory_write() -> None:

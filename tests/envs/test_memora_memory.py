@@ -50,6 +50,21 @@ def test_frozen_memory_reads_but_never_writes(tmp_path) -> None:
     assert len(path.read_text().splitlines()) == 1
 
 
+def test_nearest_never_returns_the_query_own_records(tmp_path) -> None:
+    path = tmp_path / "m.jsonl"
+    memory = EpisodicMemory(path)
+    memory.write(MemoryRecord("moths circle lamps", (), ("d1",), 1.0, "7"))
+    memory.write(MemoryRecord("moths circle street lamps", (), ("d2",), 0.5, "8"))
+    path.open("a").write('{"query": "why moths", "factors": [], "top_docs": [], "ndcg": 1.0}\n')  # no id
+    memory.refresh()
+    assert memory.records[0].query_id == "7" and memory.records[2].query_id is None
+    assert [r.query_id for r, _ in memory.nearest("moths lamps", 4)] == ["7", "8", None]
+    assert [r.query_id for r, _ in memory.nearest("moths lamps", 4, query_id="7")] == ["8", None]
+    # Same text is the same query even under another id; so is the id-less record's text.
+    assert [r.query_id for r, _ in memory.nearest("Moths circle  lamps", 4, "9")] == ["8", None]
+    assert [r.query_id for r, _ in memory.nearest("why moths", 4, "9")] == ["7", "8"]
+
+
 def test_priors_by_hand() -> None:
     near = [
         (record("q", 1.0, ("d1", "d2"), ice_melt="helped", cost="hurt"), 0.9),
