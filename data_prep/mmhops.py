@@ -8,7 +8,10 @@ the MMhops-KB corpora, by field name.
 
 Rows (``../shared/DATASETS.md`` section 3): ``id``, ``problem`` (with ``<image>`` placeholders, removed from the
 question the policy reads), ``answer_eval``, ``split`` (Bridge | Compare, any case), ``problem_type``, and the
-images: every column whose feature is an Image or a list of Images, in column order. A gold entity per image is
+images: every column whose feature is an Image or a list of Images, in column order, or, in shards written
+without Hugging Face's feature metadata, a ``{"bytes", "path"}`` struct or a list of them (how ``datasets`` stores
+an Image); shards with no such column are refused (``ShardSchemaError``), never read as rows without images.
+A gold entity per image is
 read from the first of ``GOLD_COLUMNS`` present (the card names none); rows without one keep null golds and are
 counted under ``gold_unknown`` (the reachability filter cannot test them).
 """
@@ -28,13 +31,31 @@ _PLACEHOLDER = re.compile(r"<image>")
 _TITLE = re.compile(r'^"?(.*?)"?\n', re.DOTALL)
 
 
-def _image_columns(features: Any) -> list[str]:
+IMAGE_STRUCT = frozenset({"bytes", "path"})
+"""The fields ``datasets`` stores an Image as: a shard without feature metadata shows this struct instead."""
+
+
+class ShardSchemaError(ValueError):
+    """The dataset shards lack a column ragym needs (``ragym prep`` prints it as one line)."""
+
+
+def _image_columns(features: Any, where: str) -> list[str]:
+    """Columns holding images (an Image feature, or the bare ``{"bytes", "path"}`` struct), or a ShardSchemaError."""
     from datasets import Image, List, Sequence
 
     def is_image(f: Any) -> bool:
-        return isinstance(f, Image) or (isinstance(f, (List, Sequence)) and isinstance(f.feature, Image))
+        return isinstance(f, Image) or (isinstance(f, dict) and set(f) == IMAGE_STRUCT)
 
-    return [name for name, f in features.items() if is_image(f)]
+    columns = [
+        name
+        for name, f in features.items()
+        if is_image(f) or (isinstance(f, (List, Sequence)) and is_image(f.feature))
+    ]
+    if not columns:
+        raise ShardSchemaError(
+            f"{where}: no image column (an Image feature or a {{bytes, path}} struct) among {list(features)}"
+        )
+    return columns
 
 
 def _cells(value: Any) -> list[dict[str, Any]]:
@@ -83,7 +104,7 @@ def _read_split(files: list[Path], split: str, report: Report, limit: int | None
     from datasets import load_dataset
 
     dataset = load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
-    image_columns = _image_columns(dataset.features)
+    image_columns = _image_columns(dataset.features, f"MMhops {split} shards {[f.name for f in files]}")
     samples: list[Sample] = []
     count = 0
     for batch in dataset.data.table.to_batches(max_chunksize=256):

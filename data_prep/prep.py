@@ -44,7 +44,9 @@ def _dataset_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--image-dir", type=Path, help="InfoSeek: OVEN image folder; E-VQA: landmarks folder")
     parser.add_argument("--inat-dir", type=Path, help="E-VQA: iNaturalist root")
-    parser.add_argument("--kb-image-root", type=Path, help="MMhops: root of image_corpus image_path")
+    parser.add_argument("--kb-image-root", type=Path,
+                        help="MMhops: the folder image_corpus.jsonl's image_path is relative to (default KB/image, "
+                             "i.e. RAW/MMhops-KB/image without --kb)")  # fmt: skip
     parser.add_argument("--image-encoder", type=json.loads, default={"name": "pixel"},
                         help='JSON encoder spec, e.g. {"name": "eva_clip", "kwargs": {"model_path": ...}}')  # fmt: skip
     parser.add_argument(
@@ -158,7 +160,12 @@ def main(argv: list[str]) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command in DATASETS:
-        prep_dataset(command, rest)
+        try:
+            prep_dataset(command, rest)
+        # Files ragym cannot read as the dataset: one line, no traceback (as the encoding command does).
+        except mmhops.ShardSchemaError as err:
+            print(f"ragym prep {command}: {err}", file=sys.stderr)
+            return 2
     elif command == "mix":
         mix(rest)
     elif command == "kb-images":

@@ -97,6 +97,55 @@ def test_mmhops_image_columns_under_other_names(tmp_path: Path) -> None:
     assert samples[0].gold_keys == (None, None) and report.sizes["gold_unknown"] == 2
 
 
+def _strip_feature_metadata(raw: Path, drop: tuple[str, ...] = ()) -> None:
+    """Rewrite every shard as plain parquet: no Hugging Face feature metadata (images are bare structs)."""
+    import pyarrow.parquet as pq
+
+    for shard in (raw / "data").glob("*.parquet"):
+        table = pq.read_table(shard).replace_schema_metadata(None)
+        pq.write_table(table.drop_columns(list(drop)), shard)
+
+
+def test_mmhops_shards_without_feature_metadata_read_images_by_content(tmp_path: Path) -> None:
+    raw = tmp_path / "raw"
+    fx.write_mmhops(raw)
+    with_features, plain = Report("mmhops"), Report("mmhops")
+    _, expected, _ = mmhops.read(raw, with_features)
+    _strip_feature_metadata(raw)
+    _, samples, _ = mmhops.read(raw, plain)
+    assert len(samples) == len(expected) > 0 and samples == expected
+    assert plain.rejected == with_features.rejected and plain.rows_in == with_features.rows_in
+
+
+def test_mmhops_shards_with_no_image_column_are_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    from data_prep.prep import main as prep
+
+    raw = tmp_path / "raw"
+    fx.write_mmhops(raw)
+    _strip_feature_metadata(raw, drop=("images",))
+    with pytest.raises(mmhops.ShardSchemaError, match=r"no image column .*'problem'"):
+        mmhops.read(raw, Report("mmhops"))
+    assert prep(["mmhops", "--raw", str(raw), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err  # also holds the datasets library's progress bars
+    [line] = [line for line in err.splitlines() if line.startswith("ragym prep")]
+    assert line.startswith("ragym prep mmhops: MMhops train shards") and "no image column" in line
+    assert "Traceback" not in err
+    assert not (tmp_path / "out" / "data").exists()
+
+
+def test_mmhops_kb_image_root_default_is_the_one_help_states(tmp_path: Path, capsys) -> None:
+    from data_prep.prep import prep_dataset
+
+    raw = tmp_path / "raw"
+    fx.write_mmhops(raw)
+    articles, _ = mmhops.read_kb(raw / "MMhops-KB", Report("mmhops"))
+    found = [Path(a.image_path) for a in articles if a.image_path]
+    assert found and all(raw / "MMhops-KB" / "image" in path.parents for path in found)
+    with pytest.raises(SystemExit):
+        prep_dataset("mmhops", ["--help"])
+    assert "(default KB/image," in " ".join(capsys.readouterr().out.split())
+
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
     lambda children: (
