@@ -473,15 +473,26 @@ EVENT_KINDS.update(R3G_KINDS)
 
 
 def r3g_task(
-    gold_images: Sequence[str], scenario: str, pool_size: int, top_k: int, rerank: str, use_plan: bool
+    gold_images: Sequence[str],
+    scenario: str,
+    pool_size: int,
+    top_k: int,
+    rerank: str,
+    use_plan: bool,
+    pool_source: str = "corpus",
+    judge_guidelines: bool = True,
 ) -> Event:
-    """Emitted by ``reset`` (turn -1): the gold evidence and the switches (P, k, rerank mode, plan) it runs with."""
-    if rerank not in ("fused", "stage1", "stage2"):
-        raise ValueError(f"r3g_task event: rerank must be fused, stage1 or stage2, got {rerank!r}")
+    """Emitted by ``reset`` (turn -1): the gold evidence and the switches (P, k, rerank mode, plan, where the pool
+    comes from, judge guidelines) it runs with, so a report can tell MRAG from an ablation."""
+    if rerank not in ("fused", "stage1", "stage2", "none"):
+        raise ValueError(f"r3g_task event: rerank must be fused, stage1, stage2 or none, got {rerank!r}")
+    if pool_source not in ("corpus", "benchmark"):
+        raise ValueError(f"r3g_task event: pool_source must be corpus or benchmark, got {pool_source!r}")
     return _event(
         "r3g_task", -1, gold_images=_strs("r3g_task", "gold_images", gold_images),
         scenario=_str("r3g_task", "scenario", scenario), pool_size=_int("r3g_task", "pool_size", pool_size, 1),
         top_k=_int("r3g_task", "top_k", top_k, 1), rerank=rerank, use_plan=_bool("r3g_task", "use_plan", use_plan),
+        pool_source=pool_source, judge_guidelines=_bool("r3g_task", "judge_guidelines", judge_guidelines),
     )  # fmt: skip
 
 

@@ -11,11 +11,14 @@ An episode (grammar in ``envs.r3g_actions``; stop strings ``</plan>``, ``</retri
 3. ``<judge>``: r, t, a in [0, 1] and a rationale per pooled candidate. Stage-2 = w_r r + w_t t + w_a a,
    final = Stage-1 + Stage-2 (or one stage alone, per ``rerank``); the top k are shown as evidence. A
    candidate with missing or invalid scores is a ``judge_error`` event and ranks with Stage-2 = 0.
-   With ``rerank="stage1"`` (MRAG) there is no judge turn: the evidence follows the retrieval.
+   With ``rerank="stage1"`` (the no-module ablation) or ``"none"`` (MRAG) there is no judge turn: the evidence
+   follows the retrieval. ``judge_guidelines=False`` (the paper's reranking-without-guidelines ablation) asks
+   for the three scores without saying what each measures.
 4. ``<answer>`` ends the episode. Turn budget and forced answer as in KB-VQA.
 
 ``reset(options=row_env_options)`` takes ``question``, ``options`` (letter -> text, or null),
-``query_image`` (path relative to the task folder), ``gold_images`` (corpus ids) and ``scenario``; no options
+``query_image`` (path relative to the task folder), ``gold_images`` (corpus ids), ``scenario`` and, for
+``pool_source="benchmark"`` (MRAG), ``retrieved_images`` (the benchmark's own list, corpus ids); no options
 samples a row of ``data/train.parquet``. Gold data never reaches an observation. Events: ``envs.events`` (R3G-v0 section).
 """
 
@@ -44,6 +47,8 @@ from envs.r3g_actions import (
     parse_action,
 )
 from envs.r3g_corpus import (
+    JUDGED_MODES,
+    POOL_SOURCES,
     RERANK_MODES,
     ImageCorpus,
     JudgeWeights,
@@ -67,7 +72,7 @@ class R3GConfig:
     preset: str = "tiny"
     """Synthetic preset (``envs.r3g_synthetic.PRESETS``) used when ``task_dir`` is None."""
     pool_size: int = 5
-    """P: Stage-1 candidates pooled by cosine similarity."""
+    """P: Stage-1 candidates pooled by cosine similarity (a benchmark pool is the row's list, whatever P)."""
     top_k: int = 1
     """k: evidence images kept after reranking."""
     temperature: float = 0.1
@@ -75,7 +80,14 @@ class R3GConfig:
     weights: JudgeWeights = field(default_factory=JudgeWeights)
     """Stage-2 weights of r, t, a (a dict in env_kwargs)."""
     rerank: str = "fused"
-    """``fused`` (R3G), ``stage1`` (MRAG: no judge turn) or ``stage2`` (judge scores alone)."""
+    """``fused`` (R3G), ``stage1`` (no-module ablation: no judge turn), ``stage2`` (judge scores alone) or
+    ``none`` (MRAG: no judge turn, the pool in retrieval order)."""
+    pool_source: str = "corpus"
+    """``corpus`` (R3G's Stage-1: the top P of the corpus by cosine) or ``benchmark`` (the row's
+    ``retrieved_images``, in the benchmark's order: MRAG-Bench's own retrieval, the MRAG baseline's)."""
+    judge_guidelines: bool = True
+    """Say what r, t and a measure in the judge step (R3G); False is the paper's reranking-without-guidelines
+    ablation (the same three scores, asked for without their definitions)."""
     use_plan: bool = True
     """Plan before retrieval (R3G); False is the no-plan ablation and MRAG (a plan is then a violation)."""
     show_captions: bool = False
@@ -98,6 +110,8 @@ class R3GConfig:
             object.__setattr__(self, "weights", JudgeWeights(**self.weights))
         if self.rerank not in RERANK_MODES:
             raise ValueError(f"rerank must be one of {RERANK_MODES}, got {self.rerank!r}")
+        if self.pool_source not in POOL_SOURCES:
+            raise ValueError(f"pool_source must be one of {POOL_SOURCES}, got {self.pool_source!r}")
         if not 1 <= self.top_k <= self.pool_size:
             raise ValueError(f"need 1 <= top_k <= pool_size, got k={self.top_k}, P={self.pool_size}")
         if self.temperature <= 0 or self.max_turns < 2:
@@ -113,6 +127,8 @@ class _State:
     turn: int = 0
     done: bool = False
     terminated: bool = False
+    given_pool: list[int] | None = None
+    """Corpus rows of the row's ``retrieved_images`` (``pool_source="benchmark"``)."""
     plan: str | None = None
     pool: list[int] | None = None
     stage1: list[float] = field(default_factory=list)
@@ -133,12 +149,15 @@ class R3GEnv(gymnasium.Env):
             raise TypeError("pass either an R3GConfig or keyword overrides, not both")
         self.config = cfg = config or R3GConfig(**overrides)
         self.corpus = ImageCorpus.load(cfg.task_dir or synthetic_data("r3g", cfg.preset))
-        if cfg.pool_size > len(self.corpus):
+        if cfg.pool_source == "corpus" and cfg.pool_size > len(self.corpus):
             raise ValueError(f"pool_size {cfg.pool_size} exceeds the corpus ({len(self.corpus)} images)")
         self.encoder = encoder
+        self.judges = cfg.rerank in JUDGED_MODES
+        """Whether this configuration has a judge turn."""
         self.system_prompt = prompts.system_prompt(
-            cfg.use_plan, cfg.rerank != "stage1", cfg.pool_size, cfg.top_k, cfg.max_turns
-        )
+            cfg.use_plan, self.judges, cfg.pool_size, cfg.top_k, cfg.max_turns,
+            benchmark_pool=cfg.pool_source == "benchmark", guidelines=cfg.judge_guidelines,
+        )  # fmt: skip
         self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
         self.observation_space = text_image_space(
             cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
@@ -156,8 +175,11 @@ class R3GEnv(gymnasium.Env):
             raise ValueError(f"R3G env options lack {missing}; got keys {sorted(options)}")
         cfg = self.config
         self.state = _State(dict(options), [str(g) for g in options["gold_images"]])
-        self.state.events.append(ev.r3g_task(self.state.gold, str(options.get("scenario", "")), cfg.pool_size,
-                                             cfg.top_k, cfg.rerank, cfg.use_plan))  # fmt: skip
+        self.state.given_pool = self._given_pool(options) if cfg.pool_source == "benchmark" else None
+        pool_size = len(self.state.given_pool) if self.state.given_pool is not None else cfg.pool_size
+        self.state.events.append(ev.r3g_task(self.state.gold, str(options.get("scenario", "")), pool_size,
+                                             cfg.top_k, cfg.rerank, cfg.use_plan, cfg.pool_source,
+                                             cfg.judge_guidelines))  # fmt: skip
         text = prompts.task_text(options["question"], options.get("options"))
         return {"text": text, "images": (read_rgb(self.corpus.root / options["query_image"]),)}, self._info()
 
@@ -225,12 +247,15 @@ class R3GEnv(gymnasium.Env):
         if state.pool is not None:
             return self._violation("second_retrieval", "the candidate pool was already retrieved."), []
         query = self.corpus.query_vector(state.options["query_image"], self.encoder)
-        state.pool, sims = self.corpus.coarse(query, cfg.pool_size)
+        if state.given_pool is not None:  # the benchmark's list, in its order: similarities are recorded only
+            state.pool, sims = list(state.given_pool), self.corpus.similarities(query, state.given_pool)
+        else:
+            state.pool, sims = self.corpus.coarse(query, cfg.pool_size)
         state.stage1 = stage1_scores(sims, cfg.temperature)
         state.events.append(
             ev.coarse_retrieval(state.turn, self._ids(state.pool), sims, state.stage1, state.gold)
         )
-        if cfg.rerank == "stage1":
+        if not self.judges:
             return self._select([None] * len(state.pool), [])
         captions = [self.corpus.captions[i] for i in state.pool]
         return prompts.pool_text(captions, cfg.show_captions), [self.corpus.image(i) for i in state.pool]
@@ -239,8 +264,9 @@ class R3GEnv(gymnasium.Env):
         state, cfg = self.state, self.config
         if state.pool is None:
             return self._violation("judge_before_retrieval", "retrieve the candidate pool first."), []
-        if cfg.rerank == "stage1":
-            return self._violation("judge_disabled", "this episode ranks by Stage-1 only; answer now."), []
+        if not self.judges:
+            ranked_by = "Stage-1 only" if cfg.rerank == "stage1" else "retrieval order"
+            return self._violation("judge_disabled", f"this episode ranks by {ranked_by}; answer now."), []
         if state.evidence is not None:
             return self._violation("second_judge", "the pool was already judged."), []
         size = len(state.pool)
@@ -275,6 +301,16 @@ class R3GEnv(gymnasium.Env):
         return text, [self.corpus.image(i) for i in state.evidence]
 
     # ----- helpers -------------------------------------------------------------------------------
+    def _given_pool(self, options: dict[str, Any]) -> list[int]:
+        """Corpus rows of the row's ``retrieved_images``; a row without them is an error naming it."""
+        given = options.get("retrieved_images")
+        if not given:
+            raise ValueError(
+                f"pool_source='benchmark' needs a non-empty retrieved_images env option (MRAG-Bench rows from "
+                f"ragym prep mragbench carry it); question {options.get('question_id', '?')!r} has {given!r}"
+            )
+        return self.corpus.rows_of([str(i) for i in given])
+
     def _ids(self, rows: list[int]) -> list[str]:
         return [self.corpus.image_ids[i] for i in rows]
 

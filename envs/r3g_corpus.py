@@ -80,6 +80,18 @@ class ImageCorpus:
         """Corpus image ``index`` as uint8 (H, W, 3)."""
         return read_rgb(self.root / self.paths[index])
 
+    def rows_of(self, image_ids: list[str]) -> list[int]:
+        """Corpus rows of ``image_ids``, in their order; an id the corpus lacks is an error naming it."""
+        index = {image_id: row for row, image_id in enumerate(self.image_ids)}
+        unknown = [i for i in image_ids if i not in index]
+        if unknown:
+            raise ValueError(f"{self.root}: image ids {unknown[:5]} are not in corpus/corpus.parquet")
+        return [index[i] for i in image_ids]
+
+    def similarities(self, query: np.ndarray, rows: list[int]) -> list[float]:
+        """Cosine similarity of the unit ``query`` to each of ``rows``."""
+        return [float(s) for s in self.embeddings[rows] @ query]  # (len(rows),)
+
     def query_vector(self, path: str, encoder: ImageEncoder | None) -> np.ndarray:
         """The unit feature of a query image: stored, else encoded (``encoder`` or the corpus's own)."""
         if path in self.query_features:
@@ -123,8 +135,14 @@ class JudgeWeights:
         return self.r * r + self.t * t + self.a * a
 
 
-RERANK_MODES = ("fused", "stage1", "stage2")
-"""Which score ranks the pool: Stage-1 + Stage-2 (R3G), Stage-1 only (MRAG), Stage-2 only (ablation)."""
+RERANK_MODES = ("fused", "stage1", "stage2", "none")
+"""Which score ranks the pool: Stage-1 + Stage-2 (R3G), Stage-1 only (ablation), Stage-2 only (ablation), or
+none (MRAG: the pool in the order its retriever returned it)."""
+JUDGED_MODES = ("fused", "stage2")
+"""The rerank modes with a judge turn."""
+POOL_SOURCES = ("corpus", "benchmark")
+"""Where the pool comes from: ragym's coarse retrieval over the corpus (R3G's Stage-1), or the row's own
+``retrieved_images`` (MRAG-Bench's CLIP top-5, the MRAG baseline's evidence), in the benchmark's order."""
 
 
 def final_scores(stage1: list[float], stage2: list[float], mode: str) -> list[float]:
@@ -135,6 +153,8 @@ def final_scores(stage1: list[float], stage2: list[float], mode: str) -> list[fl
         return list(stage1)
     if mode == "stage2":
         return list(stage2)
+    if mode == "none":  # no score: every tie keeps the pool's own (retrieval) order
+        return [0.0] * len(stage1)
     raise ValueError(f"rerank mode must be one of {RERANK_MODES}, got {mode!r}")
 
 

@@ -17,20 +17,30 @@ _STEPS_PLAN = (
 _STEPS_RETRIEVE = (
     "{n}. <retrieve></retrieve>: retrieve the {pool} corpus images most similar to the query image.\n"
 )
+_STEPS_RETRIEVE_GIVEN = (
+    "{n}. <retrieve></retrieve>: receive the images the benchmark retrieved for the query image.\n"
+)
 _STEPS_JUDGE = (
     "{n}. <judge>one line per candidate</judge>: for each candidate write `[i] r=R t=T a=A rationale`, scores in "
     "[0, 1]: r semantic relatedness to the question, t target correspondence (same target, comparable view), "
     "a answerability (with the query image it decides the question). The best {k} become your evidence.\n"
 )
+_STEPS_JUDGE_NO_GUIDELINES = (
+    "{n}. <judge>one line per candidate</judge>: for each candidate write `[i] r=R t=T a=A rationale`, three "
+    "scores in [0, 1] and a rationale. The best {k} become your evidence.\n"
+)
+"""The judge step of the paper's reranking-without-guidelines ablation: the same line, no criteria
+(ragym's reading: the paper's prompts are in its repository, not its text)."""
 _STEPS_ANSWER = "{n}. <answer>LETTER</answer>: answer with the option letter.\n"
 
 
-def system_prompt(use_plan: bool, judge: bool, pool_size: int, top_k: int, max_turns: int) -> str:
+def system_prompt(use_plan: bool, judge: bool, pool_size: int, top_k: int, max_turns: int, *,
+                  benchmark_pool: bool = False, guidelines: bool = True) -> str:  # fmt: skip
     """The grammar for the steps this configuration has, with its P, k and turn budget."""
     steps = [_STEPS_PLAN] if use_plan else []
-    steps.append(_STEPS_RETRIEVE)
+    steps.append(_STEPS_RETRIEVE_GIVEN if benchmark_pool else _STEPS_RETRIEVE)
     if judge:
-        steps.append(_STEPS_JUDGE)
+        steps.append(_STEPS_JUDGE if guidelines else _STEPS_JUDGE_NO_GUIDELINES)
     steps.append(_STEPS_ANSWER)
     body = "".join(s.format(n=i, pool=pool_size, k=top_k) for i, s in enumerate(steps, 1))
     return (
@@ -60,7 +70,8 @@ def pool_text(captions: Sequence[str], show_captions: bool) -> str:
 
 def evidence_text(captions: Sequence[str], show_captions: bool, plan: str | None, mode: str) -> str:
     """The selected evidence images, the plan written before them, and the request to answer."""
-    lines = [f"Evidence ({len(captions)} image{'s' if len(captions) != 1 else ''}, by {mode} score):"]
+    order = "in retrieval order" if mode == "none" else f"by {mode} score"
+    lines = [f"Evidence ({len(captions)} image{'s' if len(captions) != 1 else ''}, {order}):"]
     lines += [f"[{i}] {IMAGE_PLACEHOLDER}{_caption(c, show_captions)}" for i, c in enumerate(captions, 1)]
     if plan:
         lines.append(f"Your plan: {plan}")

@@ -141,7 +141,8 @@ class JudgeParams:
 def r3g_judge_ndcg(episode: Episode, **params: Any) -> float | None:
     """nDCG of the final pool ranking against the gold images in the pool (1 = gold ranked first).
 
-    None where the judge has nothing to earn: no gold image in the pool, no retrieval, or Stage-1-only runs.
+    None where the judge has nothing to earn: no gold image in the pool, no retrieval, or runs without a judge
+    turn (Stage-1 only, or MRAG's no reranking).
 
     >>> ev = [{"type": "coarse_retrieval", "turn": 1, "pool": ["x", "g"], "gold_in_pool": True},
     ...       {"type": "evidence_selected", "turn": 2, "ranking": ["x", "g"], "selected": ["x"], "rerank": "fused"}]
@@ -154,7 +155,7 @@ def r3g_judge_ndcg(episode: Episode, **params: Any) -> float | None:
         return None
     in_pool = gold_images(episode) & set(retrieval[0]["pool"])
     selected = events_of(episode.events, "evidence_selected")
-    if not in_pool or (selected and selected[0]["rerank"] == "stage1"):
+    if not in_pool or (selected and selected[0]["rerank"] in ("stage1", "none")):  # no judge turn
         return None
     if not selected:
         return cfg.unjudged

@@ -81,7 +81,7 @@ def test_fused_episode_matches_hand_computed_scores(r3g_task: Path) -> None:
     assert terminated and not truncated and events_of(info["events"], "answer")[0]["text"] == "A"
 
 
-def test_stage1_only_is_mrag(r3g_task: Path) -> None:
+def test_stage1_only_is_the_no_module_ablation(r3g_task: Path) -> None:
     env = R3GEnv(task_dir=str(r3g_task), rerank="stage1", use_plan=False)
     env.reset(seed=0, options=first_row(r3g_task))
     obs, *_, info = env.step(PLAN)
@@ -147,27 +147,104 @@ class FirstPixelEncoder:
         return np.stack([im[0, 0].astype(np.float32) for im in images])
 
 
+COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "teal": (0, 200, 200)}
+QUERY = np.array([0, 255, 40]) / np.linalg.norm([0, 255, 40])
+
+
+def colour_task(root: Path) -> Path:
+    """Three one-colour corpus images whose features are their colours, and a green-teal query image."""
+    (root / "corpus").mkdir()
+    for name, rgb in COLOURS.items():
+        Image.new("RGB", (4, 4), rgb).save(root / "corpus" / f"{name}.png")
+    Image.new("RGB", (4, 4), (0, 255, 40)).save(root / "query.png")
+    pd.DataFrame({"image_id": list(COLOURS), "path": [f"corpus/{n}.png" for n in COLOURS],
+                  "caption": [""] * 3}).to_parquet(root / "corpus" / "corpus.parquet")  # fmt: skip
+    np.save(root / "corpus" / "embeddings.npy", np.array(list(COLOURS.values()), dtype=np.float32))
+    (root / "corpus" / "manifest.json").write_text(json.dumps({"image_encoder": {"name": "none"}}))
+    return root
+
+
+def cosine(name: str) -> float:
+    return float(QUERY @ (np.array(COLOURS[name]) / np.linalg.norm(COLOURS[name])))
+
+
 def test_injected_encoder_ranks_the_corpus_by_cosine(tmp_path: Path) -> None:
-    (tmp_path / "corpus").mkdir()
-    colours = {"red": (255, 0, 0), "green": (0, 255, 0), "teal": (0, 200, 200)}
-    for name, rgb in colours.items():
-        Image.new("RGB", (4, 4), rgb).save(tmp_path / "corpus" / f"{name}.png")
-    Image.new("RGB", (4, 4), (0, 255, 40)).save(tmp_path / "query.png")
-    pd.DataFrame({"image_id": list(colours), "path": [f"corpus/{n}.png" for n in colours],
-                  "caption": [""] * 3}).to_parquet(tmp_path / "corpus" / "corpus.parquet")  # fmt: skip
-    np.save(tmp_path / "corpus" / "embeddings.npy", np.array(list(colours.values()), dtype=np.float32))
-    (tmp_path / "corpus" / "manifest.json").write_text(json.dumps({"image_encoder": {"name": "none"}}))
-    env = R3GEnv(task_dir=str(tmp_path), encoder=FirstPixelEncoder(), pool_size=2, use_plan=False)
+    env = R3GEnv(
+        task_dir=str(colour_task(tmp_path)), encoder=FirstPixelEncoder(), pool_size=2, use_plan=False
+    )
     env.reset(options={"question": "q", "query_image": "query.png", "gold_images": ["teal"]})
     *_, info = env.step(RETRIEVE)
     pool = events_of(info["events"], "coarse_retrieval")[0]
-    q = np.array([0, 255, 40]) / np.linalg.norm([0, 255, 40])
-    teal = np.array([0, 200, 200]) / np.linalg.norm([0, 200, 200])
     assert pool["pool"] == ["green", "teal"] and pool["gold_in_pool"] is True
-    assert pool["similarities"] == pytest.approx([q[1], float(q @ teal)], rel=1e-5)
+    assert pool["similarities"] == pytest.approx([cosine("green"), cosine("teal")], rel=1e-5)
 
 
-@pytest.mark.parametrize("bad", [{"rerank": "both"}, {"top_k": 6}, {"temperature": 0.0}])
+def test_mrag_feeds_the_benchmark_list_in_its_order_unranked(tmp_path: Path) -> None:
+    """pool_source=benchmark, rerank=none: the row's retrieved_images, in the benchmark's order, are the
+    evidence, although ragym's cosine would rank teal and green above red."""
+    env = R3GEnv(task_dir=str(colour_task(tmp_path)), encoder=FirstPixelEncoder(), use_plan=False,
+                 pool_source="benchmark", rerank="none", top_k=5)  # fmt: skip
+    given = ["red", "teal", "green"]
+    _, info = env.reset(options={"question": "q", "query_image": "query.png", "gold_images": ["teal"],
+                                 "retrieved_images": given})  # fmt: skip
+    assert (info["events"][0]["pool_source"], info["events"][0]["pool_size"]) == ("benchmark", 3)
+    assert "benchmark retrieved" in env.system_prompt and "<judge>" not in env.system_prompt
+    obs, *_, info = env.step(RETRIEVE)
+    pool = events_of(info["events"], "coarse_retrieval")[0]
+    assert pool["pool"] == given
+    assert pool["similarities"] == pytest.approx([cosine(n) for n in given], rel=1e-5)
+    chosen = events_of(info["events"], "evidence_selected")[0]
+    assert chosen["ranking"] == chosen["selected"] == given and chosen["stage2"] == [None] * 3
+    assert chosen["rerank"] == "none" and len(obs["images"]) == 3 and "in retrieval order" in obs["text"]
+    assert obs["images"][0][0, 0].tolist() == [255, 0, 0]  # red first, as the benchmark listed it
+    *_, info = env.step("<judge>[1] r=1 t=1 a=1 x</judge>")
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "judge_disabled"
+
+
+def test_no_reranking_on_the_corpus_pool_is_plain_top_k(tmp_path: Path) -> None:
+    env = R3GEnv(task_dir=str(colour_task(tmp_path)), encoder=FirstPixelEncoder(), use_plan=False,
+                 pool_size=3, top_k=3, rerank="none")  # fmt: skip
+    env.reset(options={"question": "q", "query_image": "query.png", "gold_images": ["teal"]})
+    obs, *_, info = env.step(RETRIEVE)
+    chosen = events_of(info["events"], "evidence_selected")[0]
+    assert chosen["selected"] == ["green", "teal", "red"] and len(obs["images"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [({}, "retrieved_images"), ({"retrieved_images": []}, "retrieved_images"),
+     ({"retrieved_images": ["red", "blue"]}, "blue")],
+)  # fmt: skip
+def test_benchmark_pool_without_a_usable_list_is_an_error(tmp_path: Path, options: dict, match: str) -> None:
+    env = R3GEnv(task_dir=str(colour_task(tmp_path)), pool_source="benchmark", rerank="none")
+    with pytest.raises(ValueError, match=match):
+        env.reset(options={"question": "q", "query_image": "query.png", "gold_images": ["teal"], **options})
+
+
+def test_judge_guidelines_switch_drops_only_the_criteria(r3g_task: Path) -> None:
+    """The no-guidelines ablation asks for the same three scores without their definitions; fusion is unchanged."""
+    criteria = ("semantic relatedness", "target correspondence", "answerability")
+    with_guidelines, without = (
+        R3GEnv(task_dir=str(r3g_task)),
+        R3GEnv(task_dir=str(r3g_task), judge_guidelines=False),
+    )
+    assert all(c in with_guidelines.system_prompt for c in criteria)
+    assert not any(c in without.system_prompt for c in criteria)
+    assert "`[i] r=R t=T a=A rationale`" in without.system_prompt and "<plan>" in without.system_prompt
+    finals = []
+    for env in (with_guidelines, without):
+        _, info = env.reset(seed=0, options=first_row(r3g_task))
+        env.step(PLAN)
+        env.step(RETRIEVE)
+        *_, info = env.step("<judge>\n[2] r=1 t=0 a=1 b\n</judge>")
+        finals.append(events_of(info["events"], "evidence_selected")[0]["final"])
+    assert finals[0] == finals[1]
+    assert info["events"][0]["judge_guidelines"] is False
+
+
+@pytest.mark.parametrize(
+    "bad", [{"rerank": "both"}, {"top_k": 6}, {"temperature": 0.0}, {"pool_source": "clip"}]
+)
 def test_bad_config_is_an_error(r3g_task: Path, bad: dict) -> None:
     with pytest.raises(ValueError):
         R3GEnv(task_dir=str(r3g_task), **bad)

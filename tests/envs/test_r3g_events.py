@@ -29,8 +29,17 @@ def test_ties_in_the_final_score_keep_pool_order() -> None:
     assert event["ranking"] == ["b", "c", "a"] and event["stage2"] == [None, None, None]
 
 
+def test_task_event_records_where_the_pool_comes_from_and_the_guidelines() -> None:
+    default = ev.r3g_task(["g"], "Angle", 5, 1, "fused", True)
+    assert (default["pool_source"], default["judge_guidelines"]) == ("corpus", True)
+    mrag = ev.r3g_task(["g"], "Angle", 5, 5, "none", False, "benchmark", False)
+    assert (mrag["rerank"], mrag["pool_source"], mrag["judge_guidelines"]) == ("none", "benchmark", False)
+
+
 BAD = [
     ("unknown rerank mode", lambda: ev.r3g_task(["g"], "s", 5, 1, "both", True), ValueError),
+    ("unknown pool source", lambda: ev.r3g_task(["g"], "s", 5, 1, "none", True, "clip"), ValueError),
+    ("guidelines not bool", lambda: ev.r3g_task(["g"], "s", 5, 1, "fused", True, "corpus", "yes"), TypeError),
     ("pool size 0", lambda: ev.r3g_task(["g"], "s", 0, 1, "fused", True), ValueError),
     ("similarity count", lambda: ev.coarse_retrieval(1, ["a"], [0.1, 0.2], [1.0], []), ValueError),
     ("stage2 not a number", lambda: ev.evidence_selected(1, ["a"], [1.0], ["x"], [1.0], [0], [], "fused"), TypeError),

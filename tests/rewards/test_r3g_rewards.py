@@ -49,7 +49,8 @@ GOLD_THIRD = [0.9, 0.8, 0.5, 0.1, 0.0]
         (episode([1.0] * 5), 0.0, 1.0, 0.5),  # hacking: all candidates "perfect" -> Stage-1 order
         (episode(None), 0.0, 0.0, 0.0),  # retrieved, never judged
         (episode(GOLD_FIRST, pool=["p1", "p2", "p3", "p4", "p5"]), 0.0, 0.0, None),  # no gold in pool
-        (episode(GOLD_THIRD, rerank="stage1"), 0.0, 1.0, None),  # MRAG: no judge to reward
+        (episode(GOLD_THIRD, rerank="stage1"), 0.0, 1.0, None),  # no-module ablation: no judge to reward
+        (episode([0.0] * 5, rerank="none"), 0.0, 1.0, None),  # MRAG: retrieval order, no judge to reward
     ],
 )
 def test_recall_and_judge_table(ep: Episode, recall: float, recall3: float, ndcg: float | None) -> None:
