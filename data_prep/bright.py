@@ -12,11 +12,14 @@ reads a TREC qrels file instead (``qid 0 docid rel``, e.g. tevatron's ``bright_q
 resolves the first query image through ``examples_images`` (written to ``OUT/images/``); ``--descriptions``
 (JSON lines ``{"id", "description"}``) adds image descriptions for text-only policies.
 
-Writes ``OUT/documents.jsonl``, ``OUT/data/<split>.parquet`` (``--split``, default ``test``) (verl rows for ``MEMORA-v0``) and
-``OUT/report.json``: for queries and for documents, rows in = rows out + rows rejected, by reason.
-``--memory-dir DIR`` puts the episodic memory on disk (``<DIR>/<domain>.jsonl``), so it persists across the
-episodes of a run (the agent loop builds an env per episode); ``--freeze-memory`` makes evaluation rows read it
-without writing.
+Writes ``OUT/documents.jsonl``, ``OUT/data/warmup.parquet`` and ``OUT/data/test.parquet`` (verl rows for
+``MEMORA-v0``) and ``OUT/report.json``: for queries and for documents, rows in = rows out + rows rejected, by
+reason, and the split. The split is the paper's (section 5.3): the usable queries in chronological order, the
+first ``--warmup-fraction`` (0.8) the warm-up pool whose episodes write the domain memory, the rest held out.
+The rows carry no date, so the dataset's own row order stands for time (ragym's choice). ``--memory-dir DIR``
+puts the episodic memory on disk (``<DIR>/<domain>.jsonl``), so it persists across the episodes of a run (the
+agent loop builds an env per episode); held-out rows always read it frozen, and ``--freeze-memory`` freezes
+the warm-up rows too.
 """
 
 from __future__ import annotations
@@ -109,8 +112,12 @@ def query_options(
     return {"query": query, "query_id": qid, "domain": domain, "qrels": judged, "excluded_ids": excluded}
 
 
+SPLITS = ("warmup", "test")
+SPLIT_ORDER = "dataset row order (the rows carry no date)"
+
+
 def make_row(
-    options: dict[str, Any], index: int, data_source: str, env_kwargs: dict[str, Any], split: str = "test"
+    options: dict[str, Any], index: int, data_source: str, env_kwargs: dict[str, Any], split: str
 ) -> dict[str, Any]:
     """One verl row; the qrels go to the reward's ground truth and to the env (memory outcome, never shown)."""
     truth = {"qrels": options["qrels"], "excluded_ids": options["excluded_ids"]}
@@ -138,29 +145,34 @@ def write_task(
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     corpus_path = (out / "documents.jsonl").resolve()
-    env_kwargs: dict[str, Any] = {"corpus_path": str(corpus_path)}
-    if args.memory_dir is not None:
-        env_kwargs |= {"memory_dir": str(args.memory_dir.resolve()), "memory_frozen": args.freeze_memory}
     with corpus_path.open("w", encoding="utf-8") as f:
         for docid, content in corpus.items():
             f.write(json.dumps({"id": docid, "content": content}, ensure_ascii=False) + "\n")
-    rows, rejected = [], []
+    usable, rejected = [], []
     for index, example in enumerate(examples):
         try:
-            rows.append(make_row(build(example), index, name, env_kwargs, args.split))
+            usable.append((index, build(example)))
         except RowError as err:
             rejected.append({"index": index, "reason": err.reason, "detail": err.detail})
+    num_warmup = int(args.warmup_fraction * len(usable))
     (out / "data").mkdir(exist_ok=True)
     columns = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
-    pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / f"{args.split}.parquet")
+    for split, part in zip(SPLITS, (usable[:num_warmup], usable[num_warmup:]), strict=True):
+        env_kwargs = split_env_kwargs(args, corpus_path, split)
+        rows = [make_row(options, index, name, env_kwargs, split) for index, options in part]
+        pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / f"{split}.parquet")
     num_docs_in = len(corpus) + sum(doc_report.values())
+    ids = [options["query_id"] for _, options in usable]
     report = {
         "dataset": name,
-        "queries": {"num_rows_in": len(examples), "num_rows_out": len(rows), "num_rows_rejected": len(rejected),
+        "queries": {"num_rows_in": len(examples), "num_rows_out": len(usable), "num_rows_rejected": len(rejected),
                     "rejected_by_reason": dict(sorted(Counter(r["reason"] for r in rejected).items())),
                     "rejected_examples": rejected[:20]},
         "documents": {"num_rows_in": num_docs_in, "num_rows_out": len(corpus),
                       "num_rows_rejected": sum(doc_report.values()), "rejected_by_reason": dict(sorted(doc_report.items()))},
+        "split": {"order": SPLIT_ORDER, "warmup_fraction": args.warmup_fraction, "num_warmup": num_warmup,
+                  "num_test": len(usable) - num_warmup, "warmup_query_ids": ids[:num_warmup],
+                  "test_query_ids": ids[num_warmup:]},
     }  # fmt: skip
     for part in ("queries", "documents"):
         r = report[part]
@@ -168,6 +180,23 @@ def write_task(
             raise AssertionError(f"row accounting broken ({part}): {r}")  # a bug here, never bad input
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return report
+
+
+def split_env_kwargs(args: argparse.Namespace, corpus_path: Path, split: str) -> dict[str, Any]:
+    """The env of a split's rows: the corpus, and the memory folder (always frozen for held-out rows)."""
+    env_kwargs: dict[str, Any] = {"corpus_path": str(corpus_path)}
+    if args.memory_dir is not None:
+        frozen = split == "test" or args.freeze_memory
+        env_kwargs |= {"memory_dir": str(args.memory_dir.resolve()), "memory_frozen": frozen}
+    return env_kwargs
+
+
+def warmup_fraction(text: str) -> float:
+    """``--warmup-fraction``: a share in [0, 1]."""
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"the warm-up fraction must be in [0, 1], got {text}")
+    return value
 
 
 def prep_bright(args: argparse.Namespace) -> dict:
@@ -237,12 +266,17 @@ def main(command: str, argv: list[str]) -> int:
     )
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--limit", type=int, help="only the first N examples")
-    parser.add_argument("--split", default="test", help="rows go to OUT/data/<split>.parquet")
     parser.add_argument(
-        "--memory-dir", type=Path, help="episodic memory folder the rows' env writes (persists)"
+        "--warmup-fraction",
+        type=warmup_fraction,
+        default=0.8,
+        help="first share of the queries (in order) that warms the memory up; the rest is held out",
     )
     parser.add_argument(
-        "--freeze-memory", action="store_true", help="rows read the memory but never write it"
+        "--memory-dir", type=Path, help="episodic memory folder the warm-up rows' env writes (persists)"
+    )
+    parser.add_argument(
+        "--freeze-memory", action="store_true", help="warm-up rows too read the memory without writing"
     )
     if command == "bright":
         parser.add_argument("--task", required=True, help="BRIGHT split, e.g. biology")
@@ -256,5 +290,8 @@ def main(command: str, argv: list[str]) -> int:
         )
     args = parser.parse_args(argv)
     report = prep_bright(args) if command == "bright" else prep_mm_bright(args)
-    print(json.dumps({k: report[k] for k in ("dataset", "queries", "documents")}, indent=2))
+    split = {k: v for k, v in report["split"].items() if not k.endswith("query_ids")}
+    print(
+        json.dumps({**{k: report[k] for k in ("dataset", "queries", "documents")}, "split": split}, indent=2)
+    )
     return 0

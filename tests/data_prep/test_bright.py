@@ -13,7 +13,7 @@ from envs.events import events_of
 from envs.registry import make_env
 from rewards import Episode, Rubric
 from rl.retriever.data import read_trec_qrels
-from tests.data_prep.bright_fixtures import write_bright, write_mm_bright
+from tests.data_prep.bright_fixtures import BRIGHT_DOCS, write_bright, write_mm_bright
 
 SHARED_QRELS = Path(__file__).resolve().parents[3] / "shared" / "data" / "bright_qrels"
 
@@ -33,7 +33,7 @@ def test_bright_rows_in_equal_out_plus_rejected(tmp_path: Path) -> None:
     }  # fmt: skip
     assert report["documents"] == {"num_rows_in": 7, "num_rows_out": 5, "num_rows_rejected": 2,
                                    "rejected_by_reason": {"duplicate_id": 1, "missing_field": 1}}  # fmt: skip
-    first, second = rows(out)
+    (first,), (second,) = rows(out, "warmup"), rows(out)  # two usable queries: int(0.8 x 2) = 1 warm-up
     options = json.loads(first["extra_info"]["env_options"])
     assert options["excluded_ids"] == [] and set(options["qrels"]) == set(
         list(json.loads(first["reward_model"]["ground_truth"])["qrels"])
@@ -55,14 +55,14 @@ def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
             str(out),
             "--limit",
             "2",
-            "--split",
-            "train",
+            "--warmup-fraction",
+            "1",
             "--memory-dir",
             str(tmp_path / "mem"),
         ]
     )
-    row = rows(out, "train")[1]
-    assert row["extra_info"]["split"] == "train"
+    row = rows(out, "warmup")[1]
+    assert row["extra_info"]["split"] == "warmup" and rows(out) == []
     env = make_env(row["extra_info"]["env_id"], **json.loads(row["extra_info"]["env_kwargs"]))
     _, info = env.reset(options=json.loads(row["extra_info"]["env_options"]))
     assert "moth_lamps/Lamp_2.txt" not in events_of(info["events"], "first_stage")[0]["ranking"]
@@ -75,6 +75,55 @@ def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
         result.breakdown["ndcg"] == result.breakdown["first_stage_ndcg"] == pytest.approx(1.0)
     )  # BM25 finds it
     assert json.loads((tmp_path / "mem" / "biology.jsonl").read_text())["ndcg"] == pytest.approx(1.0)
+
+
+def write_stream(raw: Path, ids: list[str]) -> Path:
+    """A BRIGHT task whose examples come in the order of ``ids`` (not sorted), each with its own gold."""
+    write_bright(raw)
+    gold = list(BRIGHT_DOCS)
+    examples = [{"id": qid, "query": f"question {qid} about light", "gold_ids": [gold[i % len(gold)]],
+                 "excluded_ids": ["N/A"]} for i, qid in enumerate(ids)]  # fmt: skip
+    pd.DataFrame(examples).to_parquet(raw / "examples" / "biology-00000-of-00001.parquet")
+    return raw
+
+
+def test_split_is_chronological_80_20_recorded_and_held_out_rows_never_write(tmp_path: Path) -> None:
+    ids = [
+        "17",
+        "3",
+        "40",
+        "8",
+        "21",
+        "5",
+        "33",
+        "2",
+        "11",
+        "29",
+    ]  # row order is the time order, not id order
+    raw, out, mem = write_stream(tmp_path / "raw", ids), tmp_path / "out", tmp_path / "mem"
+    args = ["bright", "--raw", str(raw), "--task", "biology", "--out", str(out), "--memory-dir", str(mem)]
+    assert prep_main(args) == 0
+    warmup, test = rows(out, "warmup"), rows(out, "test")
+    assert [json.loads(r["extra_info"]["env_options"])["query_id"] for r in warmup] == ids[:8]
+    assert [json.loads(r["extra_info"]["env_options"])["query_id"] for r in test] == ids[8:]
+    assert [r["extra_info"]["index"] for r in warmup + test] == list(range(10))
+    split = json.loads((out / "report.json").read_text())["split"]
+    assert split["warmup_fraction"] == 0.8 and (split["num_warmup"], split["num_test"]) == (8, 2)
+    assert split["warmup_query_ids"] == ids[:8] and split["test_query_ids"] == ids[8:]
+    assert "row order" in split["order"]
+    kwargs = [json.loads(r["extra_info"]["env_kwargs"]) for r in (warmup[0], test[0])]
+    assert [k["memory_frozen"] for k in kwargs] == [False, True]
+    for row in (warmup[0], test[0]):  # a warm-up episode writes the domain memory; a held-out one never does
+        env = make_env("MEMORA-v0", **json.loads(row["extra_info"]["env_kwargs"]))
+        env.reset(options=json.loads(row["extra_info"]["env_options"]))
+        env.step("<reason>r</reason><stop></stop>")
+    assert [json.loads(line)["query_id"] for line in (mem / "biology.jsonl").read_text().splitlines()] == [
+        "17"
+    ]
+    prep_main([*args, "--out", str(tmp_path / "all"), "--freeze-memory", "--warmup-fraction", "0"])
+    assert rows(tmp_path / "all", "warmup") == [] and len(rows(tmp_path / "all")) == 10
+    with pytest.raises(SystemExit):
+        prep_main([*args, "--warmup-fraction", "1.5"])
 
 
 def test_bright_long_documents_and_trec_qrels(tmp_path: Path) -> None:
