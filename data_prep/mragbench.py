@@ -4,7 +4,9 @@
 
 ``--raw`` is the dataset as a Hugging Face hub download lays it out (``DIR/data/test-*.parquet``); it is
 read with ``datasets`` from disk, offline. Each question becomes one row (data source ``mragbench``):
-options A-D, ``answer_choice``, ``scenario``, the query image, and as gold evidence its ``gt_images``.
+options A-D, ``answer_choice``, ``scenario``, the query image, as gold evidence its ``gt_images``, and as
+``retrieved_images`` the benchmark's own CLIP top-5 in its order (the MRAG baseline's evidence; for
+``Incomplete`` only the first, as MRAG-Bench's own loader keeps).
 The corpus is every distinct image (content hash) among the ``gt_images`` and ``retrieved_images`` of the
 rows kept, plus the files of ``--corpus`` (the separately distributed ``image_corpus`` folder), so a
 ground-truth image that is also a corpus file is one corpus entry. Captions are empty (MRAG-Bench has none).
@@ -35,6 +37,8 @@ DATA_SOURCE = "mragbench"
 LETTERS = ("A", "B", "C", "D")
 TEXT_FIELDS = ("id", "question", "answer", "scenario", *LETTERS)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif")
+FIRST_IMAGE_ONLY = ("Incomplete",)
+"""Scenarios whose retrieved list MRAG-Bench's loader cuts to its first image (eval/utils/dataloader.py)."""
 
 
 class RowError(ValueError):
@@ -103,8 +107,8 @@ def _convert(record: dict[str, Any], images: _Images) -> TaskRow:
     gold = [_image_bytes(c, "gt_image") for c in record["gt_images"]]
     retrieved = [_image_bytes(c, "retrieved_image") for c in record.get("retrieved_images") or []]
     gold_ids = [images.add(data, "corpus/images") for data in gold]
-    for data in retrieved:
-        images.add(data, "corpus/images")
+    retrieved_ids = [images.add(data, "corpus/images") for data in retrieved]
+    scenario = record["scenario"].strip()
     return TaskRow(
         question_id=record["id"].strip(),
         question=record["question"].strip(),
@@ -113,7 +117,8 @@ def _convert(record: dict[str, Any], images: _Images) -> TaskRow:
         answer=record["answer"].strip(),
         query_image=images.add(query, "queries"),
         gold_images=list(dict.fromkeys(gold_ids)),
-        scenario=record["scenario"].strip(),
+        scenario=scenario,
+        retrieved_images=retrieved_ids[:1] if scenario in FIRST_IMAGE_ONLY else retrieved_ids,
     )
 
 
@@ -181,6 +186,7 @@ def prepare(raw: Path, out: Path, limit: int | None = None, corpus: Path | None 
         "splits": splits, "test_fraction": test_fraction, "num_corpus_images": len(images.ids),
         "num_corpus_files_in": len(corpus_files), "corpus_files_rejected": bad_corpus,
         "scenarios": dict(sorted(Counter(r.scenario for r in rows).items())), "image_encoder": encoder_spec,
+        "num_rows_without_retrieved": sum(not r.retrieved_images for r in rows),
     }  # fmt: skip
     if report["num_rows_in"] != report["num_rows_out"] + report["num_rows_rejected"]:
         raise AssertionError(f"row accounting is off: {report}")

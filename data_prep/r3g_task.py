@@ -41,6 +41,9 @@ class TaskRow:
     gold_images: list[str]
     """Corpus ids of the ground-truth evidence images."""
     scenario: str
+    retrieved_images: list[str] | None = None
+    """Corpus ids of the benchmark's own retrieved images, in its order (MRAG's evidence); None where the
+    source has none (the synthetic task)."""
 
 
 def split_of(question_id: str, test_fraction: float) -> str:
@@ -94,6 +97,8 @@ def verl_row(
     """The verl parquet row of one question (ground truth as a JSON string, env options inside)."""
     options = {"question": row.question, "options": row.options, "query_image": row.query_image,
                "gold_images": row.gold_images, "scenario": row.scenario, "question_id": row.question_id}  # fmt: skip
+    if row.retrieved_images is not None:
+        options["retrieved_images"] = row.retrieved_images
     truth = {"answer_choice": row.answer_choice, "answer": row.answer, "options": row.options,
              "gold_images": row.gold_images, "scenario": row.scenario}  # fmt: skip
     return {

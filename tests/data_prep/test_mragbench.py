@@ -83,6 +83,36 @@ def test_a_prepared_row_runs_in_the_env(prepared: tuple[Path, dict]) -> None:
     assert len(obs["images"]) == 5 and retrieval["gold_in_pool"]  # crops of the same photo are the nearest
 
 
+def test_rows_carry_the_benchmarks_retrieved_list_in_order(prepared: tuple[Path, dict]) -> None:
+    """MRAG's evidence: each row's retrieved_images (gt crop first, then another photo's crop, as the
+    fixture lists them); Incomplete keeps only the first, as MRAG-Bench's loader does."""
+    out, report = prepared
+    corpus = pd.read_parquet(out / "corpus" / "corpus.parquet")
+    options = [json.loads(e["env_options"]) for e in rows(out)["extra_info"]]
+    assert report["num_rows_without_retrieved"] == 0
+    for o in options:
+        expected = 1 if o["scenario"] == "Incomplete" else 2
+        assert len(o["retrieved_images"]) == expected and set(o["retrieved_images"]) <= set(
+            corpus["image_id"]
+        )
+        assert o["retrieved_images"][0] == o["gold_images"][0]  # the fixture's list starts with a gt crop
+        assert o["retrieved_images"][1:] == [] or o["retrieved_images"][1] not in o["gold_images"]
+    assert any(o["scenario"] == "Incomplete" for o in options)
+
+
+def test_a_prepared_row_runs_as_mrag(prepared: tuple[Path, dict]) -> None:
+    out, _ = prepared
+    row = rows(out).iloc[0]
+    env = R3GEnv(**json.loads(row["extra_info"]["env_kwargs"]), use_plan=False, pool_source="benchmark",
+                 rerank="none", top_k=5)  # fmt: skip
+    options = json.loads(row["extra_info"]["env_options"])
+    env.reset(options=options)
+    obs, *_, info = env.step("<retrieve></retrieve>")
+    chosen = events_of(info["events"], "evidence_selected")[0]
+    assert chosen["selected"] == options["retrieved_images"] == chosen["ranking"]
+    assert len(obs["images"]) == len(options["retrieved_images"])
+
+
 def test_missing_parquet_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="data/test-"):
         prepare(tmp_path, tmp_path / "out")
