@@ -191,16 +191,47 @@ def rollout_metrics(
     return {**episode_metrics(env_id, events), "answer_acc": accuracy}
 
 
+class RowEnvs:
+    """One env and policy per distinct (env id, env kwargs) among the rows: each row runs on its own KB.
+
+    A mixed rows file (``ragym prep mix``) holds rows of several KBs; as ``ragym eval``'s agent loop does,
+    every row's env is built from its own ``env_kwargs``, then ``--kb-dir`` (when given) and the command
+    line's overrides.
+    """
+
+    def __init__(self, policy: str, kb_dir: str | None, overrides: dict[str, Any], traced: bool):
+        self.policy, self.kb_dir, self.overrides, self.traced = policy, kb_dir, overrides, traced
+        self.built: dict[str, tuple[str, Any, Any]] = {}
+        self.kb_dirs: set[str] = set()
+
+    def for_row(self, row: dict[str, Any]) -> tuple[str, Any, Any]:
+        """``(env_id, env, policy)`` for ``row`` (the env wrapped in an ObservationLog when traced)."""
+        import envs
+        from rl.view.trace import ObservationLog
+
+        kwargs = json.loads(row["extra_info"]["env_kwargs"])
+        kwargs |= ({"kb_dir": self.kb_dir} if self.kb_dir else {}) | self.overrides
+        # Demo aids (on the command line or in the rows) need the demo env; the row's env id otherwise.
+        env_id = "KBVQA-Demo-v0" if set(kwargs) & set(AID_FIELDS) else str(row["extra_info"]["env_id"])
+        key = json.dumps([env_id, kwargs], sort_keys=True, default=str)
+        if key not in self.built:
+            env = envs.make_env(env_id, **kwargs)
+            policy = POLICIES[self.policy](env)  # the policy keeps the bare env; episodes run on the log
+            self.built[key] = (env_id, ObservationLog(env) if self.traced else env, policy)
+            self.kb_dirs.add(str(kwargs.get("kb_dir")))
+        return self.built[key]
+
+
 def main(argv: list[str]) -> int:
     """``ragym rollout``: scripted-policy episodes on a KB-VQA KB, printing mean episode metrics as JSON."""
     import pandas as pd
 
-    import envs
     from rl.data.rows import BAD_ROW_POLICIES, load_rows
-    from rl.view.trace import ObservationLog, TraceConfig, TraceWriter
+    from rl.view.trace import TraceConfig, TraceWriter
 
     parser = argparse.ArgumentParser(prog="ragym rollout", description=__doc__.splitlines()[0])
-    parser.add_argument("--kb-dir", help="KB folder (default: the built-in synthetic preset)")
+    parser.add_argument("--kb-dir", help="KB folder for every row (default: each row's own; without --data, "
+                        "the built-in synthetic preset's)")  # fmt: skip
     parser.add_argument("--preset", default="demo", help="synthetic preset when --kb-dir is not given")
     parser.add_argument("--split", default="test")
     parser.add_argument("--data", help="verl parquet rows (default: the KB's data/SPLIT.parquet)")
@@ -227,17 +258,11 @@ def main(argv: list[str]) -> int:
     data = args.data or f"{args.kb_dir}/data/{args.split}.parquet"
     # valid rows only; the bad ones are listed
     rows = pd.DataFrame(load_rows(data, args.episodes, args.bad_rows).rows)
-    args.kb_dir = args.kb_dir or json.loads(rows["extra_info"].iloc[0]["env_kwargs"])["kb_dir"]
-    # The rows' own env kwargs (as the agent loop would use them), then the command line's overrides.
-    kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"]) | {"kb_dir": args.kb_dir} | kwargs
-    # Demo aids (on the command line or in the rows) need the demo env; the rows' env id otherwise.
-    env_id = "KBVQA-Demo-v0" if set(kwargs) & set(AID_FIELDS) else rows["extra_info"].iloc[0]["env_id"]
-    env = envs.make_env(env_id, **kwargs)
-    policy = POLICIES[args.policy](env)
     writer = TraceWriter(f"{args.out}/traces", None, TraceConfig()) if args.out else None
-    env = ObservationLog(env) if writer else env  # the policy keeps the bare env; episodes run on the log
+    row_envs = RowEnvs(args.policy, args.kb_dir, kwargs, traced=writer is not None)
     results = []
     for i, row in rows.iterrows():
+        env_id, env, policy = row_envs.for_row(row)
         episode = run_episode(env, policy, args.seed + i, json.loads(row["extra_info"]["env_options"]))
         truth = json.loads(row["reward_model"]["ground_truth"])
         results.append(rollout_metrics(env_id, episode["events"], row["data_source"], truth))
@@ -246,5 +271,7 @@ def main(argv: list[str]) -> int:
                 dict(row), episode, env.observations, float(results[-1]["answer_acc"] or 0.0)
             )
     summary = {k: (None if v is None else round(v, 4)) for k, v in mean_metrics(results).items()}
-    print(json.dumps({"policy": args.policy, "episodes": len(results), "kb_dir": args.kb_dir, **summary}))
+    kb_dirs = sorted(row_envs.kb_dirs)
+    kb_dir = kb_dirs[0] if len(kb_dirs) == 1 else kb_dirs  # a mixed rows file runs on several KBs
+    print(json.dumps({"policy": args.policy, "episodes": len(results), "kb_dir": kb_dir, **summary}))
     return 0
