@@ -11,11 +11,17 @@ flat ``[lo, hi]``; ``data_split`` matched by suffix (``unseen_question`` / ``uns
 in any case. Train rows have no official qtype file: a dict ``answer_eval`` (or a flat pair of decimals or JSON
 numbers) is Numerical, answers that are all years/dates are Time, anything else String
 (``extra.question_type_inferred`` marks it).
+
+Gold entities: the withkb ``entity_id`` (a QID) is matched to the KB article carrying that QID, and only where
+the KB carries none for it, to an article without a QID by the withkb ``entity_text`` title; the report counts
+each way per split (``gold_match``). A row with no withkb line or no matching article keeps a null gold in
+evaluation splits (scored on its answer) and is rejected from training (``data_prep.kb_build``).
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -118,9 +124,7 @@ def _sample(row: Any, split: str, withkb: dict, qtypes: dict, find_image: ImageF
     if "answer_eval" not in row:
         raise RowError("missing_answer_eval", f"{data_id} has no answer_eval (test/human rows have none)")
     qtype, inferred = _question_type(row, qtypes.get(data_id))
-    gold = withkb.get(data_id)
-    if gold is None:
-        raise RowError("missing_gold_entity", f"{data_id} has no entity_id in the withkb file")
+    gold = withkb.get(data_id) or {}  # none: the row still scores on its answer (data_prep.kb_build decides)
     answer_eval = row["answer_eval"]
     if qtype != "Numerical" and (
         not isinstance(answer_eval, list)
@@ -136,34 +140,41 @@ def _sample(row: Any, split: str, withkb: dict, qtypes: dict, find_image: ImageF
     path = find_image(image_id)
     if path is None:
         raise RowError("missing_image", f"{data_id}: image {image_id} is in none of the OVEN layouts")
-    data_split = str(row.get("data_split", split))
-    return Sample(
-        sample_id=data_id,
-        split=split,
-        question=question,
-        images=(path,),
-        gold_keys=(str(gold["entity_id"]),),
-        ground_truth=truth,
-        question_type=qtype,
-        extra={
-            "data_split": data_split,
-            "entity_text": gold.get("entity_text"),
-            "answer": row.get("answer"),
-            "question_type_inferred": inferred,
-        },
-    )
+    extra = {
+        "data_split": str(row.get("data_split", split)),
+        "entity_text": gold.get("entity_text"),
+        "answer": row.get("answer"),
+        "question_type_inferred": inferred,
+    }
+    if "entity_id" not in gold:
+        extra["gold_missing"] = "missing_gold_entity"
+    gold_key = str(gold["entity_id"]) if "entity_id" in gold else None
+    return Sample(data_id, split, question, (path,), (gold_key,), truth, qtype, extra)
 
 
-def _to_kb_keys(samples: list[Sample], articles: list[Article]) -> list[Sample]:
-    """Map Wikidata gold ids onto a URL-keyed KB (E-VQA format) through the withkb entity title."""
-    keys = {a.key for a in articles}
-    by_title = {a.title: a.key for a in articles}
+def _to_kb_keys(samples: list[Sample], articles: list[Article], report: Report) -> list[Sample]:
+    """Map each withkb QID onto its KB article: by QID where the KB carries QIDs, else by the withkb entity
+    title among articles with no QID (a title never overrides a QID); counted per split under ``gold_match``."""
+    by_qid = {a.qid: a.key for a in articles if a.qid is not None}
+    by_title: dict[str, str] = {}
+    for a in articles:
+        if a.qid is None:
+            by_title.setdefault(a.title, a.key)
+    counts = report.sizes.setdefault("gold_match", {})
     out = []
     for s in samples:
-        key = s.gold_keys[0]
-        if key not in keys and s.extra.get("entity_text") in by_title:
-            s = Sample(**{**s.__dict__, "gold_keys": (by_title[s.extra["entity_text"]],)})
-        out.append(s)
+        qid, title = s.gold_keys[0], s.extra.get("entity_text")
+        if qid is None:
+            how, key = "no_gold", None
+        elif qid in by_qid:
+            how, key = "qid", by_qid[qid]
+        elif title in by_title:
+            how, key = "title", by_title[title]
+        else:
+            how, key = "unmatched", qid  # kb_build rejects it from training, keeps it (gold null) elsewhere
+        split_counts = counts.setdefault(s.split, {"qid": 0, "title": 0, "unmatched": 0, "no_gold": 0})
+        split_counts[how] += 1
+        out.append(replace(s, gold_keys=(key,)))
     return out
 
 
@@ -192,7 +203,7 @@ def read(
                 report.reject(split, err.reason, f"{path.name}:{number}: {err}")
     if not samples and not report.rows_in:
         raise FileNotFoundError(f"no infoseek_{{train,val}}.jsonl in {raw}")
-    return articles, _to_kb_keys(samples, articles)
+    return articles, _to_kb_keys(samples, articles, report)
 
 
 def image_urls(raw: Path, kb: Path | None = None) -> list[str]:

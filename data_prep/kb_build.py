@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,8 @@ class BuildConfig:
     text_encoder: dict[str, Any] | None = None
     """``{"name": "e5", "kwargs": {"model_path": ...}}`` writes dense passage vectors; BM25 is always built."""
     train_splits: tuple[str, ...] = ("train",)
-    """Splits the reachability filter applies to (D.1); evaluation splits are never filtered."""
+    """Splits the reachability filter (D.1) and the gold-entity checks apply to; evaluation splits are never
+    filtered for what retrieval cannot reach (their rows keep an unknown gold as null)."""
     kb_images: Path | None = None
     """Folder of ``ragym prep kb-images`` (entity reference images by URL)."""
 
@@ -109,16 +110,32 @@ def _save_query_image(out: Path, image: Any, number: int) -> str:
     return rel
 
 
+def _known_golds(sample: Sample, key_row: dict[str, int], cfg: BuildConfig, report: Report) -> Sample:
+    """``sample`` with gold keys the KB lacks set to None: an evaluation row is scored on its answer alone
+    (D.1: every test sample is evaluated), counted under ``eval_gold_unknown``; a training row is rejected."""
+    reason = sample.extra.get("gold_missing")
+    missing = [k for k in sample.gold_keys if k is not None and k not in key_row]
+    if missing:
+        reason = "gold_entity_not_in_kb"
+    if reason is None:
+        return sample
+    if sample.split in cfg.train_splits:
+        detail = f"{missing} not in the KB" if missing else "the dataset names no gold entity"
+        raise RowError(reason, f"{sample.sample_id}: {detail}")
+    unknown = report.sizes.setdefault("eval_gold_unknown", {}).setdefault(sample.split, {})
+    unknown[reason] = unknown.get(reason, 0) + 1
+    golds = tuple(None if k is None or k not in key_row else k for k in sample.gold_keys)
+    return replace(sample, gold_keys=golds, extra={**sample.extra, "gold_missing": reason})
+
+
 def _resolve_samples(
-    out: Path, samples: list[Sample], key_row: dict[str, int], report: Report
+    out: Path, samples: list[Sample], key_row: dict[str, int], cfg: BuildConfig, report: Report
 ) -> tuple[list, list]:
     """(kept samples with their query paths and gold rows, query image paths in order); rejects are counted."""
     kept, query_paths = [], []
     for sample in samples:
         try:
-            missing = [k for k in sample.gold_keys if k is not None and k not in key_row]
-            if missing:
-                raise RowError("gold_entity_not_in_kb", f"{sample.sample_id}: {missing} not in the KB")
+            sample = _known_golds(sample, key_row, cfg, report)
             paths = []
             for image in sample.images:
                 if isinstance(image, str) and not Path(image).exists():
@@ -216,6 +233,11 @@ def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str],
         pd.DataFrame.from_records(records).to_parquet(out / "data" / f"{split}.parquet")
 
 
+def manifest_text_retrievers(cfg: BuildConfig) -> list[str]:
+    """The text retrievers a KB built with ``cfg`` has: BM25 always, dense with a text encoder."""
+    return ["bm25", "dense"] if cfg.text_encoder is not None else ["bm25"]
+
+
 def _shards(out: Path, kind: str) -> Path:
     """Where the encoding step keeps ``kind``'s vector shards (a rerun with ``--resume`` continues them)."""
     return out / "index" / "encoded" / kind
@@ -271,7 +293,7 @@ def build(
     entity_index = index_vectors(
         VectorBlocks.from_array(entity_ids, entity_vectors), out / "index" / "entities"
     )
-    kept, query_paths = _resolve_samples(out, samples, key_row, report)
+    kept, query_paths = _resolve_samples(out, samples, key_row, cfg, report)
     if query_paths:
         paths = [str(out / p) for p in query_paths]
         ids = [f"{s.sample_id}#{j}" for s, queries, _ in kept for j in range(len(queries))]
@@ -290,13 +312,15 @@ def build(
     _write_rows(out, data_source, kept, query_paths, ranked, entity_ids, cfg, report)
     report.sizes.update({"num_entities": len(articles), "num_passages": len(passages),
                          "num_query_images": len(query_paths), "index_dim": int(entity_vectors.shape[1]),
-                         "recall": recall})  # fmt: skip
+                         "recall": recall, "text_retrievers": manifest_text_retrievers(cfg)})  # fmt: skip
     manifest = {
         "format": KB_FORMAT,
         "version": KB_VERSION,
         "name": data_source,
         "image_encoder": cfg.image_encoder,
         "text_encoder": cfg.text_encoder,
+        # What SearchText can use; KBVQA-v0's text_retriever=auto takes dense (the paper's E5) when listed.
+        "text_retrievers": manifest_text_retrievers(cfg),
         "num_entities": len(articles),
         "num_passages": len(passages),
         "num_queries": len(query_paths),

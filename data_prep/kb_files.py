@@ -9,16 +9,28 @@ Formats (``../shared/DATASETS.md`` 1c, 1d, 2b):
 - JSON Lines of ``{wikipedia_url: entry}`` (mKG-RAG's ``wiki_100_dict_v4.jsonl``), entries as above.
 - One JSON object ``{key: {"wikipedia_title"/"title", "wikipedia_content", ...}}`` (ReflectiVA's 100K KB).
 
+An article's Wikidata id (``Article.qid``) is its ``wikidata_id`` field in any format, or a key that is a QID.
 A KB entry that cannot be used is rejected under split ``kb`` with a reason, like any row.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from data_prep.kb_records import Article, Report, RowError, iter_json_object, iter_jsonl
+
+_QID = re.compile(r"Q[1-9]\d*")
+
+
+def _qid(key: str, entry: dict[str, Any]) -> str | None:
+    """The entry's Wikidata id: its ``wikidata_id`` field, else a key that is one (Wiki6M rows), else None."""
+    value = entry.get("wikidata_id")
+    if isinstance(value, str) and _QID.fullmatch(value.strip()):
+        return value.strip()
+    return key if _QID.fullmatch(key) else None
 
 
 def _evqa_entry(key: str, entry: Any) -> Article:
@@ -33,7 +45,7 @@ def _evqa_entry(key: str, entry: Any) -> Article:
         raise RowError("kb_entry_without_text", f"KB entry {key!r} has no section_texts")
     urls = [u for u in entry.get("image_urls") or [] if isinstance(u, str) and u]
     text = "\n\n".join(t for t in texts if isinstance(t, str))
-    return Article(key=key, title=title, text=text, image_url=urls[0] if urls else None)
+    return Article(key=key, title=title, text=text, image_url=urls[0] if urls else None, qid=_qid(key, entry))
 
 
 def _wiki6m_entry(key: str, entry: Any) -> Article:
@@ -47,7 +59,8 @@ def _wiki6m_entry(key: str, entry: Any) -> Article:
     if not isinstance(text, str) or not text.strip():
         raise RowError("kb_entry_without_text", f"KB entry {key!r} has no wikipedia_content or summary")
     url = entry.get("wikipedia_image_url")
-    return Article(key=key, title=title, text=text, image_url=url if isinstance(url, str) and url else None)
+    image_url = url if isinstance(url, str) and url else None
+    return Article(key=key, title=title, text=text, image_url=image_url, qid=_qid(key, entry))
 
 
 def _entry(key: str, entry: Any) -> Article:

@@ -42,6 +42,8 @@ class Article:
     """URL of the reference image (fetched by ``ragym prep kb-images``); None when the KB lists none."""
     image_path: str | None = None
     """Local reference image, when the KB ships one (MMhops) or kb-images already fetched it."""
+    qid: str | None = None
+    """Wikidata id of the entity where the KB carries one (Wiki6M ``wikidata_id``): InfoSeek golds match on it."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,8 @@ class Sample:
     question_type: str
     """The dataset's question type (String/Numerical/Time, templated/2_hop/..., Bridge/Compare)."""
     extra: dict[str, Any] = field(default_factory=dict)
-    """Dataset fields worth keeping in the row (e.g. InfoSeek's data_split for the harmonic mean)."""
+    """Dataset fields worth keeping in the row (e.g. InfoSeek's data_split for the harmonic mean); a reader
+    that cannot name a gold entity puts the reason under ``gold_missing`` (training rows are then rejected)."""
 
 
 class Report:

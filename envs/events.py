@@ -154,11 +154,14 @@ def task(
     max_rejections: int,
     candidates_per_batch: int,
     max_turns: int,
+    text_retriever: str | None = None,
 ) -> Event:
     """Emitted by ``reset`` (turn -1): the episode's images, gold entities and the limits it runs with.
 
     Metrics read the image count from it (Ident. needs every image, searched or not) and the verification
     reward reads Rej_max from it, so a reward recipe cannot silently score with another limit.
+    ``text_retriever`` is what SearchText searches (``bm25`` or ``dense``; None where no env says), so an
+    evaluation reports which text search its numbers came from.
     """
     gold = _strs("task", "gold_entities", gold_entities, optional=True)
     num = _int("task", "num_images", num_images, minimum=1)
@@ -172,6 +175,7 @@ def task(
         max_rejections=_int("task", "max_rejections", max_rejections, minimum=0),
         candidates_per_batch=_int("task", "candidates_per_batch", candidates_per_batch, minimum=1),
         max_turns=_int("task", "max_turns", max_turns, minimum=1),
+        text_retriever=_str("task", "text_retriever", text_retriever, optional=True),
     )
 
 

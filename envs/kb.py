@@ -50,6 +50,8 @@ REQUIRED_FILES = (
     "queries.parquet",
     "index/entity_embeddings.npy",
 )
+TEXT_RETRIEVERS = ("bm25", "dense")
+"""Text retrievers a KB can serve: BM25 (always built) and dense passage vectors (with a text encoder)."""
 
 
 @dataclass
@@ -165,6 +167,24 @@ class KnowledgeBase:
                 rankings, lambda docid: self.entity_payload(self.entity_row[docid])
             )
         return self._retrievers["candidates"]
+
+    def text_retrievers(self) -> tuple[str, ...]:
+        """The text retrievers this KB has: kb.json's ``text_retrievers``, else bm25 plus dense when the
+        manifest names a text encoder and the passage vectors exist (KBs written before the field)."""
+        recorded = self.manifest.get("text_retrievers")
+        if recorded is not None:
+            unknown = set(recorded) - set(TEXT_RETRIEVERS)
+            if unknown:
+                raise ValueError(f"{self.root / MANIFEST}: unknown text_retrievers {sorted(unknown)}")
+            return tuple(recorded)
+        dense = (
+            self.manifest.get("text_encoder") and (self.root / "index" / "passage_embeddings.npy").exists()
+        )
+        return ("bm25", "dense") if dense else ("bm25",)
+
+    def default_text_retriever(self) -> str:
+        """The paper's text search where the KB has it (dense E5 vectors, MMAgent-R² C.1), else BM25."""
+        return "dense" if "dense" in self.text_retrievers() else "bm25"
 
     def text_retriever(self, kind: str) -> Any:
         """``bm25`` over passages, or ``dense`` (the manifest's text encoder over stored passage vectors)."""

@@ -34,7 +34,7 @@ import pandas as pd
 from envs import events as ev
 from envs import kbvqa_prompts as prompts
 from envs.core import MAX_TURN_CHARS
-from envs.kb import KnowledgeBase, load_kb, read_image
+from envs.kb import TEXT_RETRIEVERS, KnowledgeBase, load_kb, read_image
 from envs.kbvqa_actions import STOP_STRINGS, ParseError, Reject, Rerank, SearchImage, SearchText, action_kind
 from envs.kbvqa_actions import parse_action as parse_turn
 from envs.kbvqa_state import EpisodeState, copy_events
@@ -62,8 +62,9 @@ class KBVQAConfig:
     """Passages returned per SearchText query."""
     max_text_queries: int = 5
     """Most queries one SearchText may carry (more is a protocol violation)."""
-    text_retriever: str = "bm25"
-    """``bm25`` or ``dense`` (the KB's text encoder over stored passage vectors)."""
+    text_retriever: str = "auto"
+    """``auto`` (dense when the KB has passage vectors, as the paper's E5 index, else BM25), ``bm25`` or
+    ``dense`` (the KB's text encoder over stored passage vectors); the one used is in the ``task`` event."""
     retrieval_url: str | None = None
     """Base URL of the retrieval service (``ragym serve``) serving this KB: SearchImage and SearchText then
     go over HTTP. None reads ``$RAGYM_RETRIEVAL_URL`` (set once per job by the launch), and searches in
@@ -96,6 +97,10 @@ class KBVQAConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"KBVQAConfig.{name} must be an int >= {least}, got {value!r}")
+        if self.text_retriever not in ("auto", *TEXT_RETRIEVERS):
+            raise ValueError(
+                f"KBVQAConfig.text_retriever must be auto, bm25 or dense, got {self.text_retriever!r}"
+            )
         if not self.retrieval_timeout_s > 0:
             raise ValueError(f"KBVQAConfig.retrieval_timeout_s must be > 0, got {self.retrieval_timeout_s!r}")
 
@@ -129,6 +134,7 @@ class KBVQAEnv(gymnasium.Env):
             self._image_retriever = self.kb.image_retriever(IndexSpec(kind=cfg.index_kind))
         else:
             self._image_retriever = self.kb.candidate_retriever()
+        self.text_retriever_kind = self._text_retriever_kind()
         self._text_retriever = None  # built on first SearchText: BM25/dense loading is not free
         self._rows: pd.DataFrame | None = None
         self.state: EpisodeState | None = None
@@ -142,7 +148,7 @@ class KBVQAEnv(gymnasium.Env):
         self.state = EpisodeState.start(options, self.kb, cfg.candidate_source)
         self.state.record(
             ev.task(self.state.num_images, self.state.gold_entities, cfg.max_rejections,
-                    cfg.candidates_per_batch, cfg.max_turns)
+                    cfg.candidates_per_batch, cfg.max_turns, text_retriever=self.text_retriever_kind)
         )  # fmt: skip
         text = self._task_text()
         images = tuple(np.array(read_image(p)) for p in self.state.query_paths)
@@ -265,16 +271,13 @@ class KBVQAEnv(gymnasium.Env):
         if len(queries) > cfg.max_text_queries:
             msg = f"SearchText got {len(queries)} queries; at most {cfg.max_text_queries} are allowed."
             return self._violation("too_many_queries", msg)
+        kind = self.text_retriever_kind
         if self._text_retriever is None:
-            self._text_retriever = (
-                self._service(cfg.text_retriever)
-                if self._service_url
-                else self.kb.text_retriever(cfg.text_retriever)
-            )
+            self._text_retriever = self._service(kind) if self._service_url else self.kb.text_retriever(kind)
         try:
             results = self._text_retriever.batch_search(list(queries), cfg.text_top_k)
         except RetrievalUnavailable as error:
-            return self._unavailable(cfg.text_retriever, error)
+            return self._unavailable(kind, error)
         ids = [h.docid for hits in results for h in hits]
         self.state.record(ev.search_text(self.state.turn, queries, ids))
         return prompts.passages_text(queries, results)
@@ -302,6 +305,16 @@ class KBVQAEnv(gymnasium.Env):
         client = ClientConfig(timeout_s=cfg.retrieval_timeout_s, max_retries=cfg.retrieval_retries,
                               token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
         return shared_retriever(self._service_url, name, client)
+
+    def _text_retriever_kind(self) -> str:
+        """The text retriever this env searches with: the configured one, or the KB's default for ``auto``."""
+        kind = self.config.text_retriever
+        if kind == "auto":
+            return self.kb.default_text_retriever()
+        if kind not in self.kb.text_retrievers():
+            raise ValueError(f"text_retriever={kind!r} but the KB at {self.kb.root} has only "
+                             f"{list(self.kb.text_retrievers())} (dense needs `ragym prep --text-encoder`)")  # fmt: skip
+        return kind
 
     def _unavailable(self, retriever: str, error: RetrievalUnavailable) -> str:
         """The service did not answer: the turn is used, nothing is served, and the policy is told."""

@@ -109,11 +109,14 @@ def write_infoseek(raw: Path) -> dict[str, dict[str, int]]:
         row(1, "val", "oven_11000001", [ans], data_split="val_unseen_entity"),
         row(2, "val", "oven_92000000", ["1887"], data_split="val_unseen_entity"),  # unreachable: kept
         row(3, "val", "oven_12000002", ["x"], data_split="val_unseen_entity"),  # qtype "Colour"
+        # Evaluation rows whose gold the KB cannot name are kept (gold null): Q999, then no withkb line.
+        row(4, "val", "oven_13000003", ["Saturn"], data_split="val_unseen_entity"),
+        row(5, "val", "oven_10000000", ["Astronaut"], data_split="val_unseen_question"),
     ]
     _jsonl(raw / "infoseek_val.jsonl", val)
     _jsonl(raw / "infoseek_val_withkb.jsonl", [{"data_id": f"infoseek_val_{n:08d}", "entity_id": f"Q{q}"}
-                                               for n, q in {0: 100, 1: 101, 2: 105, 3: 102}.items()])  # fmt: skip
-    qtypes = ["String", "numerical", "TIME", "Colour"]
+                                               for n, q in {0: 100, 1: 101, 2: 105, 3: 102, 4: 999}.items()])  # fmt: skip
+    qtypes = ["String", "numerical", "TIME", "Colour", "String", "String"]
     _jsonl(raw / "infoseek_val_qtype.jsonl", [{"data_id": f"infoseek_val_{n:08d}", "question_type": q}
                                               for n, q in enumerate(qtypes)])  # fmt: skip
     return {
@@ -208,6 +211,7 @@ def write_evqa(raw: Path) -> dict[str, dict[str, int]]:
             u[2],
         ),
         _evqa_row("test", "Who is this?", "Astronaut", ids[0], "landmarks", "templated", u[0]),
+        _evqa_row("test", "Q?", "x", ids[1], "landmarks", "automatic", WIKI + "Not_in_kb"),  # kept, gold null
     ]
     for split, rows in (("train", train), ("test", test), ("val", test[:1])):
         with (raw / f"{split}.csv").open("w", newline="") as handle:
@@ -302,6 +306,8 @@ def write_mmhops(raw: Path) -> dict[str, dict[str, int]]:
                 ["Q102", "Q104"],
             ),
             row("test_00002", "<image>How many?", ["2", "3"], "Bridge", "Numerical", [5], ["Q105"]),
+            # gold not in the KB: an evaluation row, kept with a null gold
+            row("test_00003", "<image>Who?", ["Coffee"], "Bridge", "String", [1], ["Q999"]),
         ],
     }
     (raw / "data").mkdir()

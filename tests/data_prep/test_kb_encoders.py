@@ -138,3 +138,45 @@ def test_prep_with_both_real_encoders(eva_dir: Path, e5_dir: Path, tmp_path: Pat
     assert vectors.shape == (len(kb.passages), 16)
     hits = kb.text_retriever("dense").search("how tall is the cat", 3)
     assert len(hits) == 3 and all(h.docid.startswith("P") for h in hits)
+
+
+def _row_env(kb: Path, split: str):
+    """The env a prepared row starts (its own env kwargs, nothing added), reset on that row."""
+    import pandas as pd
+
+    import envs
+
+    row = pd.read_parquet(kb / "data" / f"{split}.parquet").iloc[0]
+    env = envs.make_env("KBVQA-v0", **json.loads(row["extra_info"]["env_kwargs"]))
+    env.reset(options=json.loads(row["extra_info"]["env_options"]))
+    return env
+
+
+def test_a_kb_prepared_with_e5_searches_text_with_e5(e5_dir: Path, tmp_path: Path) -> None:
+    """MMAgent-R² C.1: text search is dense E5; rows of a KB with E5 vectors use it without being told."""
+    from envs.events import events_of
+    from envs.kbvqa_actions import SearchText, format_action
+
+    fx.write_infoseek(tmp_path / "raw")
+    text = {"name": "e5", "kwargs": {"model_path": str(e5_dir)}}
+    prep_dataset("infoseek", ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb"),
+                              "--text-encoder", json.dumps(text)])  # fmt: skip
+    assert json.loads((tmp_path / "kb" / "kb.json").read_text())["text_retrievers"] == ["bm25", "dense"]
+    for split in ("train", "val"):
+        env = _row_env(tmp_path / "kb", split)
+        _, _, _, _, info = env.step(format_action(SearchText(("how tall is the cat",))))
+        assert events_of(info["events"], "task")[0]["text_retriever"] == "dense"
+        served = events_of(info["events"], "search_text")[0]["passage_ids"]
+        dense = load_kb(tmp_path / "kb").text_retriever("dense").search("how tall is the cat", 3)
+        assert served == [h.docid for h in dense]
+
+
+def test_a_kb_prepared_without_a_text_encoder_searches_with_bm25(prepared) -> None:
+    import envs
+
+    kb, _, _ = prepared["infoseek"]
+    assert json.loads((kb / "kb.json").read_text())["text_retrievers"] == ["bm25"]
+    env = _row_env(kb, "val")
+    assert env.state.events[0]["text_retriever"] == "bm25"
+    with pytest.raises(ValueError, match=r"text_retriever='dense' but the KB .* has only \['bm25'\]"):
+        envs.make_env("KBVQA-v0", kb_dir=str(kb), text_retriever="dense")

@@ -86,9 +86,47 @@ def test_infoseek_variants(prepared) -> None:
     assert {"infoseek_train_00000001", "infoseek_train_00000005", "infoseek_train_00000006"} <= set(rows)
     val = _rows(kb, "val")
     splits = [json.loads(r["extra_info"]["dataset_fields"])["data_split"] for _, r in val.iterrows()]
-    assert sorted(splits) == ["val_unseen_entity", "val_unseen_entity", "val_unseen_question"]
+    assert sorted(splits) == ["val_unseen_entity"] * 3 + ["val_unseen_question"] * 2
     types = [json.loads(r["reward_model"]["ground_truth"])["question_type"] for _, r in val.iterrows()]
-    assert types == ["String", "Numerical", "Time"]  # qtype file values in any case
+    assert types == ["String", "Numerical", "Time", "String", "String"]  # qtype file values in any case
+
+
+EVAL_GOLD_UNKNOWN = {
+    "infoseek": ("val", {"infoseek_val_00000004": "gold_entity_not_in_kb", "infoseek_val_00000005": "missing_gold_entity"}),
+    "evqa": ("test", {"evqa_test_4_0": "gold_entity_not_in_kb"}),
+    "mmhops": ("test", {"MMhops_test_00003": "gold_entity_not_in_kb"}),
+}  # fmt: skip
+"""Per fixture: the evaluation split and its rows whose gold entity the KB cannot name (training twins are
+rejected under the same reasons, see the fixtures' expected rejections)."""
+
+
+@pytest.mark.parametrize("name", ["infoseek", "evqa", "mmhops"])
+def test_evaluation_rows_without_a_known_gold_are_kept_and_counted(prepared, name: str) -> None:
+    kb, report, _ = prepared[name]
+    split, unknown = EVAL_GOLD_UNKNOWN[name]
+    rows = {r["extra_info"]["sample_id"]: r for _, r in _rows(kb, split).iterrows()}
+    for sample_id, reason in unknown.items():
+        assert _options(rows[sample_id])["gold_entities"] == [None]  # scored on the answer, no verification
+        assert json.loads(rows[sample_id]["extra_info"]["dataset_fields"])["gold_missing"] == reason
+    expected = {}
+    for reason in unknown.values():
+        expected[reason] = expected.get(reason, 0) + 1
+    assert report["eval_gold_unknown"] == {split: expected}
+    assert "gold_entity_not_in_kb" not in report["rejected"].get(split, {})
+    train = _rows(kb, "train")
+    assert not any(
+        "gold_missing" in json.loads(r["extra_info"]["dataset_fields"]) for _, r in train.iterrows()
+    )
+
+
+def test_infoseek_golds_are_matched_by_qid_and_counted(prepared) -> None:
+    _, report, _ = prepared["infoseek"]
+    # Wiki6M keys are QIDs: train rows 0-7 match by QID, row 11 (Q999) matches nothing, row 12 has no withkb
+    # line; val rows 0-2 match, row 4 (Q999) does not, row 5 has no withkb line (row 3 was rejected before).
+    assert report["gold_match"] == {
+        "train": {"qid": 8, "title": 0, "unmatched": 1, "no_gold": 1},
+        "val": {"qid": 3, "title": 0, "unmatched": 1, "no_gold": 1},
+    }
 
 
 def test_evqa_pairs_two_hop_and_multi_answer(prepared) -> None:

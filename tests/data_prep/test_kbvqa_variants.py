@@ -75,6 +75,31 @@ def test_infoseek_on_a_url_keyed_kb_maps_golds_by_entity_title(tmp_path: Path) -
     assert golds["infoseek_train_00000011"] == "Q999"  # no title to map: rejected later as not in the KB
 
 
+def test_infoseek_golds_match_by_qid_where_the_kb_carries_one_and_by_title_only_elsewhere(
+    tmp_path: Path,
+) -> None:
+    fx.write_infoseek(tmp_path / "raw")
+    astronaut, coffee, chelsea = (fx.WIKI + t for t in ("Astronaut", "Coffee", "Chelsea"))
+    kb = {
+        astronaut: {**EVQA_ENTRY, "title": "Astronaut (portrait)", "wikidata_id": "Q100"},  # title differs
+        coffee: {
+            **EVQA_ENTRY,
+            "title": "Coffee cup",
+            "wikidata_id": "Q555",
+        },  # the title of Q101, another QID
+        chelsea: {**EVQA_ENTRY, "title": "Chelsea the cat"},  # no QID: the title may name it
+    }
+    (tmp_path / "raw" / "infoseek_100k_wiki.json").write_text(json.dumps(kb))
+    report = Report("infoseek")
+    _, samples = infoseek.read(tmp_path / "raw", report)
+    golds = {s.sample_id: s.gold_keys[0] for s in samples if s.split == "train"}
+    assert golds["infoseek_train_00000000"] == astronaut  # by QID, whatever the title
+    assert golds["infoseek_train_00000001"] == "Q101"  # "Coffee cup" is Q555: not in the KB
+    assert golds["infoseek_train_00000002"] == chelsea  # by title: that article carries no QID
+    # Train rows 0-7, 11, 12 reach matching; golds Q100 | Q101 Q102 Q103 Q104 Q102 Q103 Q105 Q999 | none.
+    assert report.sizes["gold_match"]["train"] == {"qid": 1, "title": 2, "unmatched": 6, "no_gold": 1}
+
+
 def test_mmhops_image_columns_under_other_names(tmp_path: Path) -> None:
     from datasets import Dataset, Features, Image, List, Value
 
