@@ -33,11 +33,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "r3g-demo": (
         "rl.demo.r3g",
-        "CPU demo: GRPO on the synthetic R3G task vs the MRAG baseline (evidence Recall@1)",
+        "CPU demo: GRPO on the synthetic R3G task vs the paper's no-module ablation (evidence Recall@1)",
     ),
     "r3g-baselines": (
         "rl.eval.r3g_baselines",
-        "MRAG and the fixed R3G pipeline on R3G-v0 rows (scripted or chat judge)",
+        "MRAG, the paper's ablations and the fixed R3G pipeline on R3G-v0 rows (scripted or chat judge)",
     ),
     "retriever-demo": (
         "rl.retriever.demo",

@@ -1,6 +1,11 @@
-"""R3G's baselines on ``R3G-v0`` itself: MRAG (no plan, Stage-1 only, top-1) and the fixed R3G pipeline.
+"""R3G's baselines and ablations on ``R3G-v0`` itself: MRAG, the paper's module ablations, the fixed pipeline.
 
-``ragym r3g-baselines --data PARQUET --out DIR [--limit N] [--model scripted|chat] ...``
+``ragym r3g-baselines --data PARQUET --out DIR [--limit N] [--baselines a,b] [--model scripted|chat] ...``
+
+The paper reports MRAG (MRAG-Bench's retrieval fed to the model, no reranking) apart from its own
+no-module ablation (no plan, Stage-1 only, top-1 of R3G's pool); ``BASELINES`` keeps each under its name.
+``mrag`` needs rows that carry the benchmark's ``retrieved_images`` (``ragym prep mragbench``); on other rows
+it is skipped, and the skip and its reason are written to ``metrics.json``.
 
 A fixed model plays every learned step through the env's own grammar, so baselines and trained policies
 share the pool, the fusion, the events and the metrics (``rl.eval.r3g_report``):
@@ -9,7 +14,8 @@ share the pool, the fusion, the events and the metrics (``rl.eval.r3g_report``):
   the judge lines and the answer.
 - ``ScriptedModel``: offline; judges by a cue word in the candidates' captions (the synthetic task's, shown
   with ``show_captions``) and answers with the option named in the evidence caption. It has no signal on
-  MRAG-Bench, whose images have no captions: it exists for tests and the synthetic task.
+  MRAG-Bench, whose images have no captions, and none from the judge guidelines (it reads no prompt): it
+  exists for tests and the synthetic task.
 """
 
 from __future__ import annotations
@@ -29,8 +35,19 @@ from rewards.episode import Episode
 from rl.eval.r3g_chat import ChatClient, ChatConfig, user_content
 from rl.eval.r3g_report import EpisodeScore, markdown, summarize
 
+MRAG_K = 5
+"""Images MRAG feeds the model: MRAG-Bench's retrieved top-5."""
 BASELINES: dict[str, dict[str, Any]] = {
-    "mrag": {"use_plan": False, "rerank": "stage1", "top_k": 1},
+    # MRAG: the benchmark's own retrieved images, in its order, all fed; no plan, no reranking.
+    "mrag": {"use_plan": False, "pool_source": "benchmark", "rerank": "none", "top_k": MRAG_K},
+    # MRAG's recipe on ragym's retriever: plain top-5 of the corpus by cosine, all fed, no reranking.
+    "mrag_topk": {"use_plan": False, "rerank": "none", "pool_size": MRAG_K, "top_k": MRAG_K},
+    # The paper's ablation rows (P and k from the row; the paper's P=5, k=1).
+    "no_modules": {"use_plan": False, "rerank": "stage1", "top_k": 1},
+    "rerank_no_guidelines": {"use_plan": False, "rerank": "fused", "judge_guidelines": False},
+    "rerank": {"use_plan": False, "rerank": "fused"},
+    "plan_only": {"use_plan": True, "rerank": "stage1", "top_k": 1},
+    "stage2_only": {"use_plan": True, "rerank": "stage2"},
     "r3g_fixed": {"use_plan": True, "rerank": "fused"},
 }
 """Baseline name -> env switches (over the row's own env_kwargs)."""
@@ -121,7 +138,7 @@ def run_fixed(env: R3GEnv, options: dict[str, Any], model: FixedModel) -> list[d
     if env.config.use_plan:
         env.step(f"<plan>{_clean(model.plan(task)) or 'none'}</plan>")
     obs, *_ = env.step("<retrieve></retrieve>")
-    if env.config.rerank != "stage1":
+    if env.judges:
         obs, *_ = env.step(f"<judge>\n{_clean(model.judge(task, obs))}\n</judge>")
     *_, info = env.step(f"<answer>{_clean(model.answer(task, obs)) or 'none'}</answer>")
     return info["events"]
@@ -142,12 +159,31 @@ def evaluate_baseline(rows: pd.DataFrame, name: str, model: FixedModel, rubric: 
     return scores
 
 
+def skip_reason(rows: pd.DataFrame, name: str) -> str | None:
+    """Why baseline ``name`` cannot run on ``rows`` (None: it can)."""
+    if BASELINES[name].get("pool_source") != "benchmark":
+        return None
+    lacking = sum("retrieved_images" not in json.loads(e["env_options"]) for e in rows["extra_info"])
+    if lacking:
+        return f"{lacking} of {len(rows)} rows carry no retrieved_images (only ragym prep mragbench rows do)"
+    return None
+
+
+def _names(value: str | None) -> list[str]:
+    names = list(BASELINES) if value is None else [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown or not names:
+        raise SystemExit(f"ragym r3g-baselines: unknown baselines {unknown}; known: {', '.join(BASELINES)}")
+    return names
+
+
 def main(argv: list[str]) -> int:
-    """Run both baselines on the rows and write ``metrics.json`` and ``metrics.md`` into ``--out``."""
+    """Run the chosen baselines on the rows and write ``metrics.json`` and ``metrics.md`` into ``--out``."""
     parser = argparse.ArgumentParser(prog="ragym r3g-baselines", description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="R3G-v0 parquet rows")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--limit", type=int)
+    parser.add_argument("--baselines", help=f"comma-separated names (default all: {','.join(BASELINES)})")
     parser.add_argument("--model", choices=("scripted", "chat"), default="scripted")
     parser.add_argument("--base-url", default=ChatConfig.base_url)
     parser.add_argument("--model-name", default=ChatConfig.model)
@@ -157,8 +193,12 @@ def main(argv: list[str]) -> int:
     rows = pd.read_parquet(args.data)
     rows = rows.head(args.limit) if args.limit else rows
     rubric = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})
-    results = {}
-    for name in BASELINES:
+    results, skipped = {}, {}
+    for name in _names(args.baselines):
+        if reason := skip_reason(rows, name):
+            skipped[name] = reason
+            print(f"skipped {name}: {reason}")
+            continue
         if args.model == "chat":
             env_kwargs = {**json.loads(rows.iloc[0]["extra_info"]["env_kwargs"]), **BASELINES[name]}
             config = ChatConfig(base_url=args.base_url, model=args.model_name, max_retries=args.max_retries,
@@ -168,9 +208,10 @@ def main(argv: list[str]) -> int:
             model = ScriptedModel()
         results[name] = summarize(evaluate_baseline(rows, name, model, rubric))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "metrics.json").write_text(json.dumps(results, indent=1))
-    (args.out / "metrics.md").write_text(markdown(results))
-    print(markdown(results))
+    (args.out / "metrics.json").write_text(json.dumps({**results, "skipped": skipped}, indent=1))
+    table = markdown(results) + "".join(f"\nSkipped {name}: {reason}.\n" for name, reason in skipped.items())
+    (args.out / "metrics.md").write_text(table)
+    print(table)
     return 0
 
 
