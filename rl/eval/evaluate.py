@@ -4,8 +4,10 @@ Per data source: answer accuracy with the official aggregation (InfoSeek: harmon
 unseen-question and unseen-entity splits when the rows carry that split; every split is also listed),
 entity identification accuracy (Ident., MMAgent-R² Table 4) beside the retriever's R@1 and R@K ceiling
 (K = candidates per batch x (Rej_max + 1), the pool reranking and rejection can reach), average rejections,
-turns and the format-error rate. Written as ``metrics.json``, ``metrics.md``, ``episodes.jsonl``, ``rollouts.jsonl`` (re-scorable with
-``ragym score``) and plots.
+turns and the format-error rate; the MMAgent-R² Tables 2-4 columns (E-VQA Single-Hop / Two-Hop, InfoSeek
+Unseen-Q / Unseen-E, MMhops Bridging / Comparison) with per-question-type columns (``rl.eval.kbvqa_tables``);
+the text retriever SearchText used. Written as ``metrics.json``, ``metrics.md``, ``episodes.jsonl``,
+``rollouts.jsonl`` (re-scorable with ``ragym score``) and plots.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +34,7 @@ from rl.data.rows import BAD_ROW_POLICIES, load_rows
 from rl.engine.rollout import EpisodeResult, run_episodes
 from rl.errors import UsageError
 from rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
+from rl.eval.kbvqa_tables import figures, paper_columns, row_groups
 from rl.eval.r3g_report import r3g_summary
 from rl.view.trace import TraceConfig, TraceWriter
 
@@ -78,6 +82,13 @@ class EpisodeRecord:
     """Candidates reachable per image, K x (Rej_max + 1); None when the retriever ceiling is unknown."""
     episode: str
     """The episode as ``rewards.episode.Episode`` JSON: ``ragym score`` re-scores it with any reward recipe."""
+    subset: str | None = None
+    """The paper's column the row belongs to (E-VQA single_hop / two_hop, InfoSeek unseen_question /
+    unseen_entity, MMhops bridge / compare; ``rl.eval.kbvqa_tables``), None elsewhere."""
+    question_type: str | None = None
+    """The row's question type (InfoSeek / MMhops String, Numerical, Time; E-VQA templated, ...), if any."""
+    text_retriever: str | None = None
+    """What SearchText searched (``bm25`` or ``dense``, from the ``task`` event); None for other envs."""
 
 
 Ranker = Callable[[dict[str, Any]], tuple[list[int | None], int | None]]
@@ -105,6 +116,8 @@ def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     retriever = kb.candidate_retriever()
     ranks: list[int | None] = []
     for image, gold in zip(options["query_images"], options["gold_entities"], strict=True):
+        if gold is None:  # an evaluation row whose gold entity is unknown: no ceiling to measure
+            continue
         docids = [hit.docid for hit in retriever.search(kb.resolve(image), pool)]
         ranks.append(docids.index(gold) if gold in docids else None)
     return ranks, pool
@@ -118,6 +131,8 @@ def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -
     ranks, pool = ranker(row)
     extra_info = {**dict(row["extra_info"]), **result.output.extra_fields}
     episode = episode_from_verl(row["data_source"], row["reward_model"]["ground_truth"], extra_info)
+    subset, question_type = row_groups(row)
+    tasks = events_of(events, "task")
     return EpisodeRecord(
         data_source=str(row["data_source"]),
         index=int(row["extra_info"]["index"]),
@@ -131,6 +146,9 @@ def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -
         gold_ranks=ranks,
         pool_size=pool,
         episode=episode.to_json(),
+        subset=subset,
+        question_type=question_type,
+        text_retriever=tasks[0]["text_retriever"] if tasks else None,
     )
 
 
@@ -147,20 +165,19 @@ def official_accuracy(records: list[EpisodeRecord]) -> tuple[float, str]:
 
 
 def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
-    """The paper's metrics for the episodes of one data source."""
+    """The paper's metrics for the episodes of one data source (its Tables 2-4 columns under ``paper``)."""
     accuracy, how = official_accuracy(records)
-    ranks = [rank for r in records for rank in r.gold_ranks]
     turns = sum(r.turns for r in records)
-    return {
-        "num_episodes": len(records),
+    sources = {r.data_source for r in records}
+    summary = {
+        **figures(records),
         "accuracy": accuracy,
         "accuracy_aggregation": how,
         "accuracy_by_split": {
             s: _mean([r.correct for r in records if r.split == s]) for s in sorted({r.split for r in records})
         },  # fmt: skip
-        "ident": _mean([r.ident for r in records if r.ident is not None]),
-        "retriever_r1": _mean([float(rank == 0) for rank in ranks]),
-        "retriever_r_pool": _mean([float(rank is not None) for rank in ranks]),
+        # Which text search the numbers came from (the task event's; the paper's is dense E5).
+        "text_retriever": dict(Counter(r.text_retriever for r in records if r.text_retriever is not None)),
         "pool_size": next((r.pool_size for r in records if r.pool_size is not None), None),
         "avg_rejections": float(np.mean([r.rejections for r in records])),
         "avg_turns": float(np.mean([r.turns for r in records])),
@@ -169,6 +186,8 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
         # R3G rows: accuracy and Recall@1/3/5 overall and per scenario (None for other envs' rows).
         "r3g": r3g_summary([(json.loads(r.episode)["events"], r.correct) for r in records]),
     }
+    summary["paper"] = paper_columns(sources.pop(), records, summary) if len(sources) == 1 else None
+    return summary
 
 
 def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:

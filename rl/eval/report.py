@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rl.eval.kbvqa_tables import markdown as kbvqa_markdown
 from rl.eval.r3g_report import markdown as r3g_markdown
 
 COLUMNS = (
@@ -45,8 +46,13 @@ def markdown(metrics: dict[str, Any]) -> str:
         splits = ", ".join(
             f"{s or '(none)'} {_cell('accuracy', v)}" for s, v in row["accuracy_by_split"].items()
         )
-        lines.append(f"- {name}: accuracy = {row['accuracy_aggregation']}, pool = {row['pool_size']}; "
-                     f"by split: {splits}")  # fmt: skip
+        text = ", ".join(f"{kind} ({count})" for kind, count in row["text_retriever"].items()) or "n/a"
+        lines.append(f"- {name}: accuracy = {row['accuracy_aggregation']}, pool = {row['pool_size']}, "
+                     f"text retriever = {text}; by split: {splits}")  # fmt: skip
+    paper = {name: row["paper"] for name, row in metrics["by_source"].items() if row.get("paper")}
+    if paper:  # KB-VQA rows: the paper's Tables 2-4 columns, question types beside them
+        lines += ["", "## MMAgent-R² columns", ""]
+        lines += [kbvqa_markdown(name, columns) for name, columns in paper.items()]
     r3g = {name: row["r3g"] for name, row in metrics["by_source"].items() if row.get("r3g")}
     if r3g:  # R3G rows: the paper's accuracy and Recall@1/3/5 per scenario
         lines += ["", r3g_markdown(r3g)]

@@ -40,7 +40,8 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
         ("infoseek", 5),
         ("mmhops", 3),
     ]
-    assert len(pd.read_parquet(mix / "val.parquet")) == 3 + 2 + 2
+    # Evaluation rows are never filtered: InfoSeek val 5 (2 with no known gold), E-VQA test 3 (1), MMhops test 3 (1).
+    assert len(pd.read_parquet(mix / "val.parquet")) == 5 + 3 + 3
 
     policy = build_tiny_policy("qwen2_5_vl", tmp_path / "policy", seed=0)
     # The fixture KBs run Rej_max=0; the verification reward reads it from each episode.
@@ -78,12 +79,20 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
                      "--recipe", "kbvqa_tiny_cpu", "--backend", "hf", "data.max_response_length=48",
                      "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", overrides[-1]]) == 0  # fmt: skip
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["all"]["num_episodes"] == 7
+    assert metrics["all"]["num_episodes"] == 11
     assert {s: m["num_episodes"] for s, m in metrics["by_source"].items()} == {
-        "infoseek": 3,
-        "evqa": 2,
-        "mmhops": 2,
+        "infoseek": 5,
+        "evqa": 3,
+        "mmhops": 3,
     }
+    # The paper's columns, from what prep wrote into the rows; the fixture KBs have BM25 only.
+    columns = {s: {k: v["num_episodes"] for k, v in m["paper"]["subsets"].items()}
+               for s, m in metrics["by_source"].items()}  # fmt: skip
+    assert columns == {"infoseek": {"unseen_question": 2, "unseen_entity": 3},
+                       "evqa": {"single_hop": 3, "two_hop": 0}, "mmhops": {"bridge": 2, "compare": 1}}  # fmt: skip
+    assert {s: m["text_retriever"] for s, m in metrics["by_source"].items()} == {
+        "infoseek": {"bm25": 5}, "evqa": {"bm25": 3}, "mmhops": {"bm25": 3}}  # fmt: skip
+    assert "| | Bridging | Comparison | All |" in (out / "metrics.md").read_text()
     infoseek = metrics["by_source"]["infoseek"]
     assert infoseek["accuracy_aggregation"] == "harmonic mean of splits"  # rows carry InfoSeek's data_split
     assert set(infoseek["accuracy_by_split"]) == {"val_unseen_question", "val_unseen_entity"}

@@ -1,0 +1,114 @@
+"""MMAgent-R²'s headline columns from evaluated episodes: Tables 2-4 per benchmark, question types beside them.
+
+Table 2 reports E-VQA Single-Hop (every question type but ``2_hop``) and All, and InfoSeek Unseen-Q, Unseen-E and
+All (their harmonic mean); Table 3 MMhops Bridging and Comparison; Table 4 Ident. against the retriever's R@1 and
+R@pool per benchmark (MMhops per Bridge / Compare). Each column here carries all four figures, and the question
+types (InfoSeek and MMhops String / Numerical / Time, E-VQA templated / automatic / multi_answer / 2_hop) are
+columns of their own. A row's subset and question type come from what ``ragym prep`` wrote into it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+SUBSETS: dict[str, tuple[tuple[str, str], ...]] = {
+    "evqa": (("single_hop", "Single-Hop"), ("two_hop", "Two-Hop")),
+    "infoseek": (("unseen_question", "Unseen-Q"), ("unseen_entity", "Unseen-E")),
+    "mmhops": (("bridge", "Bridging"), ("compare", "Comparison")),
+}
+"""Per benchmark: (subset key, the paper's column title), in the paper's order."""
+TABLES = {"evqa": "Tables 2, 4", "infoseek": "Tables 2, 4", "mmhops": "Tables 3, 4"}
+"""Where the paper reports each benchmark."""
+QUESTION_TYPES = {
+    "evqa": ("templated", "automatic", "multi_answer", "2_hop"),
+    "infoseek": ("String", "Numerical", "Time"),
+    "mmhops": ("String", "Numerical", "Time"),
+}
+"""Each benchmark's question types, in table order."""
+FIGURES = (("accuracy", "Acc."), ("ident", "Ident."), ("retriever_r1", "R@1"), ("retriever_r_pool", "R@pool"))
+"""(figure key, row title) of each column."""
+
+
+class Scored(Protocol):
+    """What one evaluated episode contributes here (``rl.eval.evaluate.EpisodeRecord`` is one)."""
+
+    correct: float
+    ident: float | None
+    gold_ranks: list[int | None]
+    subset: str | None
+    question_type: str | None
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def row_groups(row: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(subset, question type) of a prepared row; None where its benchmark has no such column."""
+    source, extra = row["data_source"], row["extra_info"]
+    truth = _json(row["reward_model"]["ground_truth"])
+    qtype = truth.get("question_type") if isinstance(truth, dict) else None
+    if source == "evqa":
+        return ("two_hop" if qtype == "2_hop" else "single_hop") if qtype else None, qtype
+    if source == "infoseek":
+        split = str(extra.get("split", ""))
+        return next((s for s, _ in SUBSETS["infoseek"] if split.endswith(s)), None), qtype
+    if source == "mmhops":
+        kind = str(_json(extra["env_options"]).get("question_type", "")).lower()
+        return (kind if kind in ("bridge", "compare") else None), qtype
+    return None, qtype
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def figures(records: list[Scored]) -> dict[str, Any]:
+    """Episodes, mean answer score, Ident. (where known) and the retriever's R@1 / R@pool over known golds."""
+    ranks = [rank for r in records for rank in r.gold_ranks]
+    return {
+        "num_episodes": len(records),
+        "accuracy": _mean([r.correct for r in records]),
+        "ident": _mean([r.ident for r in records if r.ident is not None]),
+        "retriever_r1": _mean([float(rank == 0) for rank in ranks]),
+        "retriever_r_pool": _mean([float(rank is not None) for rank in ranks]),
+    }
+
+
+def paper_columns(source: str, records: list[Scored], overall: dict[str, Any]) -> dict[str, Any] | None:
+    """The paper's columns for one benchmark's episodes (``overall``: the source's figures, official accuracy
+    included, as the All column); None for a data source the paper does not report."""
+    if source not in SUBSETS:
+        return None
+    subsets = {key: figures([r for r in records if r.subset == key]) for key, _ in SUBSETS[source]}
+    types = [t for t in QUESTION_TYPES[source] if any(r.question_type == t for r in records)]
+    types += sorted({r.question_type for r in records if r.question_type} - set(types))
+    return {
+        "tables": TABLES[source],
+        "subsets": subsets,
+        "all": {key: overall[key] for key in ("num_episodes", *(k for k, _ in FIGURES))},
+        "question_types": {t: figures([r for r in records if r.question_type == t]) for t in types},
+        "unassigned": sum(r.subset is None for r in records),
+    }
+
+
+def _cell(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}"
+
+
+def markdown(source: str, columns: dict[str, Any]) -> str:
+    """One table: the paper's columns (subsets, All) then the question types; rows Acc., Ident., R@1, R@pool."""
+    groups = [(title, columns["subsets"][key]) for key, title in SUBSETS[source]]
+    groups += [("All", columns["all"]), *columns["question_types"].items()]
+    lines = [f"### {source} (MMAgent-R² {columns['tables']})", "",
+             "| | " + " | ".join(title for title, _ in groups) + " |", "|---|" + "---:|" * len(groups)]  # fmt: skip
+    for key, title in FIGURES:
+        lines.append(f"| {title} | " + " | ".join(_cell(g[key]) for _, g in groups) + " |")
+    lines.append("| episodes | " + " | ".join(str(g["num_episodes"]) for _, g in groups) + " |")
+    if columns["unassigned"]:
+        lines += [
+            "",
+            f"{columns['unassigned']} episodes belong to none of the paper's subsets (All counts them).",
+        ]
+    return "\n".join(lines) + "\n"
