@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from rl.errors import UsageError
@@ -94,6 +95,23 @@ def _json_object(value: Any, name: str) -> dict[str, Any] | None:
     return value
 
 
+def _check_prompt(prompt: Any) -> None:
+    """verl's dataset renders ``prompt`` with the chat template: it must be a non-empty list of messages."""
+    if prompt is None:
+        raise ValueError("prompt is missing")
+    # parquet list columns come back from pandas as numpy arrays
+    if isinstance(prompt, (str, bytes, dict)) or not isinstance(prompt, (list, tuple, np.ndarray)):
+        raise ValueError(
+            f"prompt must be a list of chat messages, got {type(prompt).__name__} {str(prompt)[:40]!r}"
+        )
+    if len(prompt) == 0:
+        raise ValueError("prompt is an empty list (no chat message)")
+    for message in prompt:
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) or content is None:
+            raise ValueError(f"prompt message {str(message)[:60]!r} is not a {{role, content}} chat message")
+
+
 class RowChecker:
     """Checks rows as their episodes would start; envs are built once per distinct (env_id, env_kwargs)."""
 
@@ -115,8 +133,7 @@ class RowChecker:
             raise ValueError("extra_info.index is missing")
         if not isinstance(row.get("data_source"), str):
             raise ValueError("data_source is missing")
-        if row.get("prompt") is None:
-            raise ValueError("prompt is missing")
+        _check_prompt(row.get("prompt"))
         reward_model = row.get("reward_model")
         if not isinstance(reward_model, dict) or reward_model.get("ground_truth") is None:
             raise ValueError("reward_model.ground_truth is missing")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from rl.data.rows import BadRow, DataError, load_rows
@@ -92,3 +94,50 @@ def test_checking_every_row_keeps_the_image_cache_bounded(kb, monkeypatch):
     monkeypatch.setattr(RowChecker, "IMAGE_CACHE_ROWS", 4)
     rows = load_rows(str(kb / "data" / "test.parquet"), limit=10)
     assert len(rows.rows) == 10 and _read_image.cache_info().currsize < 4
+
+
+GOOD_PROMPT = [{"role": "user", "content": "Which bird is this?"}]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "reason"),
+    [
+        (None, "prompt is missing"),
+        ([], "prompt is an empty list"),
+        ("", "prompt must be a list of chat messages"),
+        ("Which bird is this?", "prompt must be a list of chat messages"),
+        ({"role": "user", "content": "x"}, "prompt must be a list of chat messages"),
+        ([{"role": "user"}], "is not a {role, content} chat message"),
+        (["Which bird is this?"], "is not a {role, content} chat message"),
+        (GOOD_PROMPT, None),
+        (np.array(GOOD_PROMPT, dtype=object), None),  # how pandas returns a parquet list column
+    ],
+)
+def test_a_row_whose_prompt_verl_cannot_render_is_bad(kb, prompt, reason):
+    import pandas as pd
+
+    from rl.data.rows import RowChecker
+
+    row = pd.read_parquet(kb / "data" / "test.parquet").to_dict(orient="records")[0] | {"prompt": prompt}
+    checker = RowChecker(check_reset=False)
+    if reason is None:
+        checker.check(row)
+    else:
+        with pytest.raises(ValueError, match=re.escape(reason)):
+            checker.check(row)
+
+
+def test_rows_with_empty_or_null_prompts_are_listed_and_skipped(kb, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(kb / "data" / "test.parquet").slice(0, 3)
+    rows = table.to_pylist()
+    rows[1]["prompt"], rows[2]["prompt"] = [], None
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), tmp_path / "r.parquet")
+    loaded = load_rows(str(tmp_path / "r.parquet"))
+    assert [p for _, p in loaded.positions] == [0]
+    assert [(bad.position, bad.reason.split(": ", 1)[1]) for bad in loaded.bad] == [
+        (1, "prompt is an empty list (no chat message)"),
+        (2, "prompt is missing"),
+    ]
