@@ -224,3 +224,27 @@ def test_resume_reuses_the_encoding_steps_shards(tmp_path: Path) -> None:
     assert [p.stat().st_mtime_ns for p in shards] == stamps  # nothing re-encoded
     assert np.array_equal(np.load(tmp_path / "kb" / "index" / "entity_embeddings.npy"), vectors)
     assert second["rows_out"] == first["rows_out"] and second["recall"] == first["recall"]
+
+
+def test_a_kept_row_without_a_gold_scores_on_its_answer_alone(prepared) -> None:
+    """The paper's reward on a kept evaluation row: outcome and format apply, verification does not."""
+    import envs
+    from envs.kbvqa_actions import Answer, Reject, SearchImage, format_action
+    from rewards.episode import Episode
+    from rewards.rubric import Rubric
+
+    kb, _, _ = prepared["infoseek"]
+    row = next(
+        r for _, r in _rows(kb, "val").iterrows() if r["extra_info"]["sample_id"] == "infoseek_val_00000004"
+    )
+    env = envs.make_env("KBVQA-v0", **json.loads(row["extra_info"]["env_kwargs"]))
+    env.reset(options=_options(row))
+    turns = [format_action(a) for a in (SearchImage(1), Reject(), Answer("Saturn"))]
+    for turn in turns:
+        *_, info = env.step(turn)
+    truth = json.loads(row["reward_model"]["ground_truth"])
+    result = Rubric.from_recipe("recipes/rewards/mmagent_r2.yaml").score(
+        Episode("infoseek", turns, info["events"], truth)
+    )
+    assert result.breakdown["verification"] is None and result.breakdown["outcome"] == 1.0
+    assert result.total == result.breakdown["outcome"] + result.breakdown["format"]
