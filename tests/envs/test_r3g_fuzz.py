@@ -49,8 +49,16 @@ def run(env, turns: list[str], seed: int) -> None:
 
 def test_thousands_of_adversarial_turns(r3g_task: Path) -> None:
     rng = np.random.default_rng(0)
-    for rerank in ("fused", "stage1", "stage2"):
-        env = envs.make_env("R3G-v0", task_dir=str(r3g_task), rerank=rerank, max_turns=8)
+    for rerank, guidelines in (
+        ("fused", True),
+        ("stage1", True),
+        ("stage2", True),
+        ("none", True),
+        ("fused", False),
+    ):
+        env = envs.make_env(
+            "R3G-v0", task_dir=str(r3g_task), rerank=rerank, judge_guidelines=guidelines, max_turns=8
+        )
         for episode in range(100):
             run(
                 env,
