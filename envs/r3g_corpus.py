@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +81,16 @@ class ImageCorpus:
         """Corpus image ``index`` as uint8 (H, W, 3)."""
         return read_rgb(self.root / self.paths[index])
 
+    @cached_property
+    def _row_of(self) -> dict[str, int]:
+        return {image_id: row for row, image_id in enumerate(self.image_ids)}
+
     def rows_of(self, image_ids: list[str]) -> list[int]:
         """Corpus rows of ``image_ids``, in their order; an id the corpus lacks is an error naming it."""
-        index = {image_id: row for row, image_id in enumerate(self.image_ids)}
-        unknown = [i for i in image_ids if i not in index]
+        unknown = [i for i in image_ids if i not in self._row_of]
         if unknown:
             raise ValueError(f"{self.root}: image ids {unknown[:5]} are not in corpus/corpus.parquet")
-        return [index[i] for i in image_ids]
+        return [self._row_of[i] for i in image_ids]
 
     def similarities(self, query: np.ndarray, rows: list[int]) -> list[float]:
         """Cosine similarity of the unit ``query`` to each of ``rows``."""
