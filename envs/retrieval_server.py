@@ -87,9 +87,8 @@ def kb_retrievers(kb_dir: str) -> dict[str, Any]:
     from envs.kb import load_kb
 
     kb = load_kb(kb_dir)
-    served = {"bm25": kb.text_retriever("bm25"), "image": kb.image_retriever()}
-    if kb.manifest.get("text_encoder"):
-        served["dense"] = kb.text_retriever("dense")
+    served = {"image": kb.image_retriever()}
+    served.update({kind: kb.text_retriever(kind) for kind in kb.text_retrievers()})
     return served
 
 

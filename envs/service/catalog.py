@@ -64,10 +64,9 @@ def _kb_retrievers(spec: CatalogSpec) -> dict[str, Served]:
     served = {
         "image": Served(image, "vector", int(kb.entity_embeddings.shape[1])),
         "candidates": Served(kb.candidate_retriever(), "text"),
-        "bm25": Served(kb.text_retriever("bm25"), "text"),
     }
-    if kb.manifest.get("text_encoder"):
-        served["dense"] = Served(kb.text_retriever("dense"), "text")
+    # The text retrievers the KB lists (kb.json text_retrievers), the ones KBVQA-v0 may ask for.
+    served.update({kind: Served(kb.text_retriever(kind), "text") for kind in kb.text_retrievers()})
     return served
 
 
