@@ -26,8 +26,9 @@ from rl.eval.memora_models import ScriptedModel
 from rl.eval.memora_pipeline import MemoraPipeline
 
 
-def run(seed: int, depth: int, use_memory: bool = True) -> tuple[float, float, float]:
-    """(first-stage nDCG@10, final nDCG@10, actions per episode) on the held-out 20% after ``depth`` warm-ups."""
+def run(seed: int, depth: int, use_memory: bool = True) -> tuple[float, float, float, float]:
+    """(first-stage nDCG@10, final nDCG@10, actions, LLM calls per episode) on the held-out 20% after
+    ``depth`` warm-ups."""
     domain = synthetic_domain(SyntheticConfig(seed=seed))
     env = MemoraEnv(collection=bm25_collection(domain.corpus))
     pipeline = MemoraPipeline(ScriptedModel(facets=FACETS, use_memory=use_memory))
@@ -38,15 +39,17 @@ def run(seed: int, depth: int, use_memory: bool = True) -> tuple[float, float, f
         pipeline.play(
             env, {"query": q["query"], "qrels": q["qrels"], "domain": domain.name, "query_id": q["id"]}
         )
-    env.memory(domain.name).frozen = True
-    first, final, actions = [], [], []
+    env.freeze_memory()
+    first, final, actions, calls = [], [], [], []
     for q in domain.queries[split:]:
-        info = pipeline.play(env, {"query": q["query"], "qrels": q["qrels"], "domain": domain.name})
+        options = {"query": q["query"], "qrels": q["qrels"], "domain": domain.name, "query_id": q["id"]}
+        info = pipeline.play(env, options)
+        calls.append(info["llm_calls"]["total"])
         events = info["events"]
         first.append(ranking_ndcg(events_of(events, "first_stage")[0]["ranking"], q["qrels"], set(), 10))
         final.append(ranking_ndcg(events_of(events, "final_ranking")[0]["ranking"], q["qrels"], set(), 10))
         actions.append(len(events_of(events, "action")))
-    return float(np.mean(first)), float(np.mean(final)), float(np.mean(actions))
+    return float(np.mean(first)), float(np.mean(final)), float(np.mean(actions)), float(np.mean(calls))
 
 
 def main() -> None:
@@ -60,8 +63,11 @@ def main() -> None:
     print(
         f"first stage (BM25) nDCG@10 on the held-out queries: {np.mean(base):.3f}  per seed {np.round(base, 3).tolist()}"
     )
-    print("| warm-up episodes | nDCG@10 | gain over no memory | x first stage | actions/episode | per seed |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| warm-up episodes | nDCG@10 | gain over no memory | x first stage | actions/episode "
+        "| LLM calls/query | per seed |"
+    )
+    print("|---|---|---|---|---|---|---|")
     no_memory = None
     rows = [(d, True) for d in args.depths] + [(max(args.depths), False)]
     for depth, use_memory in rows:
@@ -71,7 +77,8 @@ def main() -> None:
         label = f"{depth}" if use_memory else f"{depth}, memory not routed to decomposition"
         print(
             f"| {label} | {ndcg:.3f} | {ndcg - no_memory:+.3f} | {ndcg / np.mean(base):.2f} | "
-            f"{np.mean([r[2] for r in results]):.1f} | {np.round([r[1] for r in results], 3).tolist()} |"
+            f"{np.mean([r[2] for r in results]):.1f} | {np.mean([r[3] for r in results]):.1f} | "
+            f"{np.round([r[1] for r in results], 3).tolist()} |"
         )
     print(f"wall time {time.perf_counter() - start:.1f} s")
 

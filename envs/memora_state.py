@@ -240,7 +240,8 @@ class EpisodeState:
         return ndcg_at_k(run, {"q": self.qrels}, k=k)["q"]
 
     def view(self) -> dict[str, Any]:
-        """What the observation shows, as data (for scripted pipelines)."""
+        """What the observation shows, as data (for scripted pipelines), plus the whole pool and the evidence
+        graph a pipeline's extraction and judge consult."""
         return {
             "query": self.query,
             "image_description": self.image_description,
@@ -250,6 +251,14 @@ class EpisodeState:
             ],
             "candidates": [
                 {"number": n, "docid": d, "score": s, "text": t} for n, d, s, t in self.top_rows()
+            ],
+            "pool": [
+                {"number": j + 1, "docid": d, "text": self.collection.texts[d]}
+                for j, d in enumerate(self.pool)
+            ],
+            "evidence": [
+                {"number": j + 1, "factor": k + 1, "weight": w, "snippet": snippet}
+                for (j, k), (w, snippet) in sorted(self.graph.edges.items())
             ],
             "memories": [{**asdict(r), "similarity": sim} for r, sim in self.memories],
             "signals": self.signals(),

@@ -1,14 +1,21 @@
 """``ragym memora-baseline``: the paper's fixed pipeline on MEMORA-v0 rows, scored like a trained policy.
 
-    ragym memora-baseline --data OUT/data/test.parquet --out runs/memora_bio [--limit N]
+    ragym memora-baseline --data OUT/data/test.parquet --warmup OUT/data/warmup.parquet --out runs/memora_bio
+        [--limit N] [--num-factors N]
         [--model scripted | openai --base-url URL --llm-model gpt-4o --api-key-env OPENAI_API_KEY --cache FILE]
-    ragym memora-baseline --synthetic 40 --out runs/memora_syn     # the built-in synthetic domain's stream
+    ragym memora-baseline --synthetic 160 --out runs/memora_syn     # the built-in synthetic domain's stream
 
-Each row runs one episode through the same env, parser, events and rewards a policy gets (rows that share
-``env_kwargs`` share one env, so a domain's memory persists across them even without ``memory_dir``).
-Writes ``OUT/episodes.jsonl`` (``ragym score`` reads it) and ``OUT/metrics.json`` (mean episode metrics from
-``envs.metrics`` and the memora reward recipe's terms), and prints the headline: nDCG@10 beside the first
-stage's, actions per episode and memory hits.
+The memory protocol is the paper's (section 5.3): the warm-up rows (``--warmup``; with ``--synthetic N`` the
+stream's chronological first 80%) are played first and write the domain memory; then the memory is frozen and
+only the held-out rows are played and scored, so no held-out query reads a held-out episode, its own
+included. A held-out query that is also a warm-up query is an error. Rows that share ``env_kwargs`` (memory
+freeze aside) share one env, so a domain's memory carries from warm-up to test even without ``memory_dir``.
+With ``--num-factors`` outside the env's K_min..K_max (N = 1 of the paper's Fig. 3) the env's bounds are
+widened to admit N, and ``metrics.json`` records it.
+
+Writes ``OUT/episodes.jsonl`` (the held-out episodes; ``ragym score`` reads it) and ``OUT/metrics.json`` (mean
+episode metrics from ``envs.metrics``, the memora reward recipe's terms, LLM calls per query and the split),
+and prints the headline: nDCG@10 beside the first stage's, actions, LLM calls per query and memory hits.
 """
 
 from __future__ import annotations
@@ -29,8 +36,13 @@ from rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "rewards" / "memora.yaml"
 
 
-def synthetic_rows(count: int) -> list[dict[str, Any]]:
-    """The first ``count`` queries of the built-in synthetic domain as rows (env defaults, in-env memory)."""
+WARMUP_FRACTION = 0.8
+"""Share of the synthetic stream that warms the memory up (the paper's chronological 80%)."""
+
+
+def synthetic_rows(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The first ``count`` queries of the built-in synthetic domain as rows, split chronologically into
+    (warm-up, held-out) at ``WARMUP_FRACTION`` (env defaults, in-env memory)."""
     from envs.memora_corpus import synthetic_collection
 
     domain = synthetic_collection(0)[0]
@@ -39,7 +51,8 @@ def synthetic_rows(count: int) -> list[dict[str, Any]]:
         options = {"query": q["query"], "query_id": q["id"], "domain": domain.name, "qrels": q["qrels"]}
         rows.append({"data_source": "synthetic_memora", "index": i, "env_id": "MEMORA-v0", "env_kwargs": {},
                      "options": options, "truth": {"qrels": q["qrels"], "excluded_ids": []}})  # fmt: skip
-    return rows
+    num_warmup = int(WARMUP_FRACTION * len(rows))
+    return rows[:num_warmup], rows[num_warmup:]
 
 
 def parquet_rows(path: Path, limit: int | None) -> list[dict[str, Any]]:
@@ -55,16 +68,65 @@ def parquet_rows(path: Path, limit: int | None) -> list[dict[str, Any]]:
     return rows
 
 
-def run(rows: list[dict[str, Any]], pipeline: MemoraPipeline, out: Path) -> dict[str, Any]:
-    """Play every row, write episodes and metrics, return the summary."""
-    rubric, envs_by_kwargs, per_episode, scores = Rubric.from_recipe(RECIPE), {}, [], []
+def check_held_out(warmup: list[dict[str, Any]], rows: list[dict[str, Any]]) -> None:
+    """Refuse held-out rows that are also warm-up rows: their own labels would be in the memory."""
+    seen = {r["options"].get("query_id") or r["options"]["query"] for r in warmup}
+    both = sorted(
+        str(q) for q in {r["options"].get("query_id") or r["options"]["query"] for r in rows} & seen
+    )
+    if both:
+        raise ValueError(
+            f"{len(both)} held-out queries are also warm-up queries (e.g. {both[:3]}): split the rows"
+        )
+
+
+class EnvPool:
+    """One env per (env id, env kwargs without the memory freeze), its bounds widened to admit N factors."""
+
+    def __init__(self, num_factors: int) -> None:
+        self.num_factors = num_factors
+        self.envs: dict[tuple[str, str], Any] = {}
+        self.overrides: dict[str, int] = {}
+
+    def get(self, row: dict[str, Any]) -> Any:
+        """The row's env (built on first use; the memory writable until ``freeze``)."""
+        kwargs = {k: v for k, v in row["env_kwargs"].items() if k != "memory_frozen"}
+        key = (row["env_id"], json.dumps(kwargs, sort_keys=True))
+        if key not in self.envs:
+            env = make_env(row["env_id"], **kwargs)
+            c, n = env.config, self.num_factors
+            if not c.k_min <= n <= c.k_max:
+                self.overrides = {"k_min": min(c.k_min, n), "k_max": max(c.k_max, n)}
+                env = make_env(row["env_id"], **kwargs, **self.overrides)
+            self.envs[key] = env
+        return self.envs[key]
+
+    def freeze(self) -> None:
+        """The held-out phase: every env reads its memory without writing it."""
+        for env in self.envs.values():
+            env.freeze_memory()
+
+
+def run(
+    rows: list[dict[str, Any]], pipeline: MemoraPipeline, out: Path, warmup: list[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """Play the warm-up rows (memory written), freeze the memory, play and score the held-out rows; write
+    episodes and metrics, return the summary."""
+    check_held_out(list(warmup), rows)
+    rubric, envs, per_episode, scores, calls = (
+        Rubric.from_recipe(RECIPE),
+        EnvPool(pipeline.config.num_factors),
+        [],
+        [],
+        [],
+    )
+    for row in warmup:
+        pipeline.play(envs.get(row), row["options"], seed=row["index"])
+    envs.freeze()
     out.mkdir(parents=True, exist_ok=True)
     with (out / "episodes.jsonl").open("w", encoding="utf-8") as f:
         for row in rows:
-            key = (row["env_id"], json.dumps(row["env_kwargs"], sort_keys=True))
-            if key not in envs_by_kwargs:
-                envs_by_kwargs[key] = make_env(row["env_id"], **row["env_kwargs"])
-            info = pipeline.play(envs_by_kwargs[key], row["options"], seed=row["index"])
+            info = pipeline.play(envs.get(row), row["options"], seed=row["index"])
             episode = Episode(
                 row["data_source"], info["turns"], info["events"], row["truth"], extra={"index": row["index"]}
             )
@@ -72,10 +134,15 @@ def run(rows: list[dict[str, Any]], pipeline: MemoraPipeline, out: Path) -> dict
             per_episode.append(episode_metrics(row["env_id"], info["events"]))
             result = rubric.score(episode)
             scores.append({**result.metrics(), "reward/total": result.total})
+            calls.append({f"llm_calls/{k}": float(v) for k, v in info["llm_calls"].items()})
     summary = {
         "num_episodes": len(rows),
+        "num_warmup_episodes": len(warmup),
+        "memory": "written by the warm-up rows, then frozen for the held-out rows",
+        "env_overrides": envs.overrides,
         "episode": mean_metrics(per_episode),
         "reward": mean_metrics(scores),
+        "llm_calls": mean_metrics(calls),
     }
     (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
@@ -86,9 +153,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="ragym memora-baseline", description=__doc__.splitlines()[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", type=Path, help="MEMORA-v0 parquet rows")
-    source.add_argument("--synthetic", type=int, metavar="N", help="the synthetic domain's first N queries")
+    source.add_argument(
+        "--synthetic", type=int, metavar="N", help="the synthetic domain's first N queries (80/20 split)"
+    )
+    parser.add_argument("--warmup", type=Path, help="MEMORA-v0 parquet rows that write the memory first")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--limit", type=int)
+    parser.add_argument("--limit", type=int, help="only the first N held-out rows")
     parser.add_argument("--model", choices=("scripted", "openai"), default="scripted")
     parser.add_argument("--base-url", default=LLMConfig.base_url)
     parser.add_argument("--llm-model", default=LLMConfig.model)
@@ -96,6 +166,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--cache", help="JSON-lines answer cache (default OUT/llm_cache.jsonl)")
     parser.add_argument("--num-factors", type=int, default=PipelineConfig.num_factors)
     args = parser.parse_args(argv)
+    if args.synthetic and args.warmup:
+        parser.error("--warmup goes with --data; --synthetic splits its own stream")
     if args.model == "openai":
         from rl.eval.memora_llm import OpenAIChatModel
 
@@ -106,10 +178,16 @@ def main(argv: list[str]) -> int:
         )
     else:
         model = ScriptedModel(facets=FACETS if args.synthetic else GENERIC_FACETS)
-    rows = synthetic_rows(args.synthetic) if args.synthetic else parquet_rows(args.data, args.limit)
-    summary = run(rows, MemoraPipeline(model, PipelineConfig(num_factors=args.num_factors)), args.out)
+    if args.synthetic:
+        warmup, rows = synthetic_rows(args.synthetic)
+    else:
+        warmup = parquet_rows(args.warmup, None) if args.warmup else []
+        rows = parquet_rows(args.data, args.limit)
+    pipeline = MemoraPipeline(model, PipelineConfig(num_factors=args.num_factors))
+    summary = run(rows, pipeline, args.out, warmup)
     e, r = summary["episode"], summary["reward"]
-    print(json.dumps({"episodes": summary["num_episodes"], "ndcg@10": r["reward/ndcg"],
-                      "first_stage_ndcg@10": r["reward/first_stage_ndcg"], "actions": e["actions"],
+    print(json.dumps({"episodes": summary["num_episodes"], "warmup_episodes": summary["num_warmup_episodes"],
+                      "ndcg@10": r["reward/ndcg"], "first_stage_ndcg@10": r["reward/first_stage_ndcg"],
+                      "actions": e["actions"], "llm_calls": summary["llm_calls"]["llm_calls/total"],
                       "memory_hits": e["memory_hits"], "reward": r["reward/total"]}))  # fmt: skip
     return 0

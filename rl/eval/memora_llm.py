@@ -1,7 +1,9 @@
-"""``OpenAIChatModel``: MEMORA's three LLM calls on an OpenAI-compatible endpoint, cached and retried.
+"""``OpenAIChatModel``: MEMORA's LLM calls on an OpenAI-compatible endpoint, cached and retried.
 
-Every call asks for a JSON object (decompose: ``{"factors": [{"text", "priority"}]}``; extract:
-``{"evidence": [{"doc", "score", "snippet"}]}``; judge: ``{"order": [numbers]}``). An answer that is not
+Every call asks for a JSON object (decompose: ``{"factors": [{"text", "priority"}]}``; subquery:
+``{"subquery": "..."}``; extract: ``{"evidence": [{"doc", "score", "snippet"}]}``; judge: ``{"order":
+[numbers]}``). The judge's prompt carries the factor evidence graph (each candidate's per-factor score and
+snippet) and the memory summary, as section 3.11 describes. An answer that is not
 such an object counts as a failure and is retried like a timeout or a 5xx; after ``max_retries`` the call
 raises ``LLMError`` naming the endpoint and the last problem. Answers are cached by the SHA-256 of the
 request body, in memory and, with ``cache_path``, in a JSON-lines file that later runs reuse.
@@ -32,6 +34,12 @@ Query: {query}
 Memory: {memory}
 Answer with JSON: {{"factors": [{{"text": "...", "priority": 0.4}}, ...]}}"""
 
+SUBQUERY_PROMPT = """Write one search-engine query that retrieves documents satisfying the intent factor below.
+Query: {query}
+Factor: {factor}
+Queries already issued for this factor (write a different one): {previous}
+Answer with JSON: {{"subquery": "..."}}"""
+
 EXTRACT_PROMPT = """For the intent factor below, score how well each candidate document satisfies it (0-10) and quote
 the supporting snippet (empty when none).
 Query: {query}
@@ -40,16 +48,40 @@ Candidates:
 {candidates}
 Answer with JSON: {{"evidence": [{{"doc": 1, "score": 7, "snippet": "..."}}, ...]}}"""
 
-JUDGE_PROMPT = """Rank the candidates for the query, consulting the factors and their evidence, best first.
+JUDGE_PROMPT = """Rank the candidates for the query, best first. Ground the ranking in the factor evidence graph
+(each candidate's score per factor, 0-1, with its snippet) and in the memory of past episodes of this domain,
+not in the raw documents alone.
 Query: {query}
 Factors: {factors}
-Candidates:
+Memory: {memory}
+Candidates with their factor evidence:
 {candidates}
 Answer with JSON: {{"order": [3, 1, 2]}}"""
 
 
 def _candidates_text(candidates: list[dict[str, Any]], chars: int = 400) -> str:
     return "\n".join(f"[{c['number']}] {c['text'][:chars]}" for c in candidates)
+
+
+def memory_summary(memories: list[dict[str, Any]]) -> str:
+    """The shown memories in one line each: query, nDCG, and each factor with its outcome."""
+    lines = [
+        f"{m['query'][:80]!r} (nDCG {m['ndcg']:.2f}): "
+        + ", ".join(f"{f['text']} {f['outcome']}" for f in m["factors"])
+        for m in memories
+    ]
+    return "; ".join(lines) or "none"
+
+
+def graph_text(candidates: list[dict[str, Any]], evidence: list[dict[str, Any]], chars: int = 400) -> str:
+    """Each candidate's text, then its evidence edges ``f<k> <weight> "<snippet>"`` (``none`` without one)."""
+    edges: dict[int, list[str]] = {}
+    for e in evidence:
+        edges.setdefault(e["number"], []).append(f"f{e['factor']} {e['weight']:.2f} {e['snippet']!r}")
+    return "\n".join(
+        f"[{c['number']}] {c['text'][:chars]}\n    evidence: {'; '.join(edges.get(c['number'], [])) or 'none'}"
+        for c in candidates
+    )
 
 
 class OpenAIChatModel:
@@ -73,20 +105,17 @@ class OpenAIChatModel:
         self, query: str, memories: list[dict[str, Any]], num_factors: int
     ) -> list[tuple[str, float]]:
         """Factors with priorities from the LLM."""
-        memory = (
-            "; ".join(
-                f"{m['query'][:80]!r} (nDCG {m['ndcg']:.2f}): "
-                + ", ".join(f"{f['text']} {f['outcome']}" for f in m["factors"])
-                for m in memories
-            )
-            or "none"
-        )
-        prompt = DECOMPOSE_PROMPT.format(n=num_factors, query=query, memory=memory)
+        prompt = DECOMPOSE_PROMPT.format(n=num_factors, query=query, memory=memory_summary(memories))
         return self._call(
             prompt,
-            self.config.judge_temperature,
+            self.config.plan_temperature,
             lambda a: [(str(f["text"]), float(f["priority"])) for f in _list(a, "factors")],
         )
+
+    def subquery(self, query: str, factor: str, previous: list[str]) -> str:
+        """The LLM's search query for one factor."""
+        prompt = SUBQUERY_PROMPT.format(query=query, factor=factor, previous="; ".join(previous) or "none")
+        return self._call(prompt, self.config.plan_temperature, lambda a: _text(a, "subquery"))
 
     def extract(
         self, query: str, factor: str, candidates: list[dict[str, Any]]
@@ -101,10 +130,22 @@ class OpenAIChatModel:
             ],
         )
 
-    def judge(self, query: str, factors: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> list[int]:
-        """The listwise order from the LLM."""
-        names = "; ".join(f"{f['text']} ({f['priority']:.2f})" for f in factors)
-        prompt = JUDGE_PROMPT.format(query=query, factors=names, candidates=_candidates_text(candidates))
+    def judge(
+        self,
+        query: str,
+        factors: list[dict[str, Any]],
+        candidates: list[dict[str, Any]],
+        evidence: list[dict[str, Any]],
+        memories: list[dict[str, Any]],
+    ) -> list[int]:
+        """The listwise order from the LLM, given the evidence graph and the memory summary."""
+        names = "; ".join(f"f{k} {f['text']} ({f['priority']:.2f})" for k, f in enumerate(factors, 1))
+        prompt = JUDGE_PROMPT.format(
+            query=query,
+            factors=names,
+            memory=memory_summary(memories),
+            candidates=graph_text(candidates, evidence),
+        )
         return self._call(
             prompt, self.config.judge_temperature, lambda a: [int(n) for n in _list(a, "order")]
         )
@@ -174,6 +215,13 @@ class OpenAIChatModel:
             self._cache_path.parent.mkdir(parents=True, exist_ok=True)
             with self._cache_path.open("a", encoding="utf-8") as f:
                 f.write(json.dumps({"key": key, "content": content}) + "\n")
+
+
+def _text(answer: dict[str, Any], key: str) -> str:
+    value = answer.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"the answer lacks a non-empty string {key!r}: {json.dumps(answer)[:200]}")
+    return value.strip()
 
 
 def _list(answer: dict[str, Any], key: str) -> list[Any]:

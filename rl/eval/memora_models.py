@@ -1,10 +1,11 @@
 """The models behind MEMORA's fixed pipeline: an offline scripted model and an OpenAI-compatible LLM client.
 
-Both answer the three calls the paper makes to GPT-4o: factor decomposition (with the memory summary),
-evidence extraction for one factor over the candidates, and the listwise meta-verdict judge. The scripted
-model is lexical and deterministic (tests, the CPU demo); ``rl.eval.memora_llm.OpenAIChatModel`` posts chat
-completions to any OpenAI-compatible endpoint (configured by ``LLMConfig`` below), caches every answer on disk
-by request, and retries failures.
+Both answer the calls the paper makes to GPT-4o: factor decomposition (with the memory summary), a subquery
+for one factor (section 3.6), evidence extraction for one factor over a batch of candidates, and the listwise
+meta-verdict judge, which receives the factor evidence graph and the memory summary (section 3.11). The
+scripted model is lexical and deterministic (tests, the CPU demo); ``rl.eval.memora_llm.OpenAIChatModel`` posts
+chat completions to any OpenAI-compatible endpoint (configured by ``LLMConfig`` below), caches every answer on
+disk by request, and retries failures.
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ def content_words(text: str) -> list[str]:
 
 
 class CommitteeModel(Protocol):
-    """The pipeline's three LLM calls."""
+    """The pipeline's LLM calls; each method call is one LLM request."""
 
     def decompose(
         self, query: str, memories: list[dict[str, Any]], num_factors: int
     ) -> list[tuple[str, float]]:
         """Intent factors with priorities."""
+        ...
+
+    def subquery(self, query: str, factor: str, previous: list[str]) -> str:
+        """A search query for ``factor``, different from the ``previous`` ones issued for it."""
         ...
 
     def extract(
@@ -47,8 +52,15 @@ class CommitteeModel(Protocol):
         """(candidate number, score 0-10, snippet) for the candidates that bear on ``factor``."""
         ...
 
-    def judge(self, query: str, factors: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> list[int]:
-        """Candidate numbers, best first."""
+    def judge(
+        self,
+        query: str,
+        factors: list[dict[str, Any]],
+        candidates: list[dict[str, Any]],
+        evidence: list[dict[str, Any]],
+        memories: list[dict[str, Any]],
+    ) -> list[int]:
+        """Candidate numbers, best first, from the candidates, their factor evidence edges and the memories."""
         ...
 
 
@@ -89,6 +101,12 @@ class ScriptedModel:
                     total += memory["similarity"] * {"helped": 1.0, "hurt": -1.0}.get(f["outcome"], 0.0)
         return total
 
+    def subquery(self, query: str, factor: str, previous: list[str]) -> str:
+        """The query's and the factor's content words; a repeat, the factor then the raw query."""
+        if previous:
+            return f"{factor} {query}"
+        return " ".join(dict.fromkeys(content_words(query) + content_words(factor)))
+
     def extract(
         self, query: str, factor: str, candidates: list[dict[str, Any]]
     ) -> list[tuple[int, float, str]]:
@@ -100,15 +118,32 @@ class ScriptedModel:
             out.append((c["number"], round(10.0 * len(found) / max(len(words), 1), 3), " ".join(found)))
         return out
 
-    def judge(self, query: str, factors: list[dict[str, Any]], candidates: list[dict[str, Any]]) -> list[int]:
-        """Candidates by priority-weighted factor overlap, then by their current order."""
+    def judge(
+        self,
+        query: str,
+        factors: list[dict[str, Any]],
+        candidates: list[dict[str, Any]],
+        evidence: list[dict[str, Any]],
+        memories: list[dict[str, Any]],
+    ) -> list[int]:
+        """Candidates by priority-weighted evidence in the graph, then by how well past episodes that ranked
+        them fared (the memory summary), then by their current order; the raw text is not read."""
+        priority = {k: f["priority"] for k, f in enumerate(factors, 1)}
+        support: dict[int, float] = {}
+        for edge in evidence:
+            support[edge["number"]] = support.get(edge["number"], 0.0) + priority.get(
+                edge["factor"], 0.0
+            ) * float(edge["weight"])
+        recalled: dict[str, float] = {}
+        for memory in memories:
+            for docid in memory["top_docs"]:
+                recalled[docid] = recalled.get(docid, 0.0) + memory["ndcg"]
 
-        def support(c: dict[str, Any]) -> float:
-            bag = bag_of_words(c["text"])
-            return sum(f["priority"] * sum(w in bag for w in content_words(f["text"])) for f in factors)
+        def key(ic: tuple[int, dict[str, Any]]) -> tuple[float, float, int]:
+            i, c = ic
+            return (-support.get(c["number"], 0.0), -recalled.get(c["docid"], 0.0), i)
 
-        ranked = sorted(enumerate(candidates), key=lambda ic: (-support(ic[1]), ic[0]))
-        return [c["number"] for _, c in ranked]
+        return [c["number"] for _, c in sorted(enumerate(candidates), key=key)]
 
 
 class LLMError(RuntimeError):
@@ -128,7 +163,9 @@ class LLMConfig:
     extract_temperature: float = 0.2
     """Temperature of evidence extraction (the paper: 0.2)."""
     judge_temperature: float = 0.0
-    """Temperature of decomposition and the judge (the paper: 0.0 for the judge)."""
+    """Temperature of the judge (the paper: 0.0)."""
+    plan_temperature: float = 0.0
+    """Temperature of decomposition and subquery writing (the paper gives none; ragym: 0.0, like the judge)."""
     timeout_s: float = 60.0
     """Per-request timeout."""
     max_retries: int = 3

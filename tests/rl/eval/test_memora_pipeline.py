@@ -123,7 +123,7 @@ def test_client_gives_up_with_a_clear_error(fake_server: str, tmp_path) -> None:
         model(fake_server, tmp_path, max_retries=2).extract("q", "f", [{"number": 1, "text": "t"}])
     FakeOpenAI.replies = [(401, "")]
     with pytest.raises(LLMError, match="HTTP 401"):
-        model(fake_server, tmp_path).judge("q", [], [{"number": 1, "text": "t"}])
+        model(fake_server, tmp_path).judge("q", [], [{"number": 1, "text": "t"}], [], [])
     assert len(FakeOpenAI.requests) == 4  # 401 is not retried
 
 
@@ -134,14 +134,88 @@ def test_pipeline_runs_on_the_llm_client(fake_server: str, tmp_path) -> None:
     evidence = json.dumps({"evidence": [{"doc": 1, "score": 8, "snippet": "cost"}, {"doc": 2, "score": 42}]})
     FakeOpenAI.replies = [
         (200, factors),
+        (200, json.dumps({"subquery": "tariff price list"})),
+        (200, json.dumps({"subquery": "hazard warnings"})),
         (200, evidence),
         (200, evidence),
         (200, json.dumps({"order": [2, 1]})),
     ]
-    info = MemoraPipeline(
-        model(fake_server, tmp_path), PipelineConfig(num_factors=2, max_expansions=0, stop_threshold=99.0)
-    ).play(MemoraEnv(), seed=0)
+    config = PipelineConfig(num_factors=2, max_expansions=0, stop_threshold=99.0, extract_batch=1000)
+    info = MemoraPipeline(model(fake_server, tmp_path), config).play(MemoraEnv(), seed=0)
     kinds = [e["kind"] for e in events_of(info["events"], "action")]
     assert kinds == ["decompose", "subquery", "subquery", "extract", "extract", "judge", "stop"]
+    # The subqueries are the LLM's own, not the query's words.
+    assert [e["text"] for e in events_of(info["events"], "subquery")] == [
+        "tariff price list",
+        "hazard warnings",
+    ]
     assert events_of(info["events"], "factor_evidence")[0]["weights"] == [0.8, 1.0]  # 42 clipped to the scale
-    assert [r["body"]["temperature"] for r in FakeOpenAI.requests] == [0.0, 0.2, 0.2, 0.0]
+    assert [r["body"]["temperature"] for r in FakeOpenAI.requests] == [0.0, 0.0, 0.0, 0.2, 0.2, 0.0]
+    assert info["llm_calls"] == {"decompose": 1, "subquery": 2, "extract": 2, "judge": 1, "total": 6}
+    # The judge reads the factor evidence graph and the memory summary (section 3.11).
+    judge_prompt = FakeOpenAI.requests[-1]["body"]["messages"][0]["content"]
+    assert "f1 0.80 'cost'" in judge_prompt and "f2 1.00" in judge_prompt and "Memory: none" in judge_prompt
+
+
+class Recording(ScriptedModel):
+    """The scripted model, recording what the judge is given and the batch sizes extraction sees."""
+
+    judged: list = []
+    batches: list = []
+
+    def extract(self, query, factor, candidates):
+        type(self).batches.append(len(candidates))
+        return super().extract(query, factor, candidates)
+
+    def judge(self, query, factors, candidates, evidence, memories):
+        type(self).judged.append((candidates, evidence, memories))
+        return super().judge(query, factors, candidates, evidence, memories)
+
+
+def test_judge_gets_the_evidence_graph_and_memory_and_extraction_covers_the_pool() -> None:
+    domain, collection = synthetic_collection(0)
+    env, never_stop = MemoraEnv(collection=collection), PipelineConfig(stop_threshold=99.0, extract_batch=16)
+    for q in domain.queries[:5]:  # other queries' episodes in memory
+        MemoraPipeline(ScriptedModel(facets=FACETS)).play(
+            env, {"query": q["query"], "qrels": q["qrels"], "domain": "d"}
+        )
+    Recording.judged, Recording.batches = [], []
+    q = domain.queries[5]
+    info = MemoraPipeline(Recording(facets=FACETS), never_stop).play(
+        env, {"query": q["query"], "domain": "d"}
+    )
+    ((candidates, evidence, memories),) = Recording.judged
+    assert memories and memories == info["view"]["memories"]
+    shown = {c["number"] for c in candidates}
+    assert evidence and {e["number"] for e in evidence} <= shown
+    assert all(e["factor"] in (1, 2, 3) and 0 <= e["weight"] <= 1 for e in evidence)
+    # Every extraction scores the whole pool at that point, in batches of at most extract_batch.
+    pool, pooled = len(events_of(info["events"], "first_stage")[0]["ranking"]), []
+    for event in info["events"]:
+        if event["type"] == "subquery":
+            pool = event["pool_size"]
+        if event["type"] == "factor_evidence":
+            pooled.append(pool)
+            assert len(event["docs"]) == pool
+    assert sum(Recording.batches) == sum(pooled) and max(Recording.batches) <= 16
+
+
+@pytest.mark.parametrize("num_factors", [1, 2, 3, 5])
+def test_llm_calls_follow_the_cost_model_and_one_factor_runs(num_factors: int) -> None:
+    """Calls = decompose + a subquery per factor and per expansion + ceil(pool / batch) per extraction +
+    judge, counted from the events (Fig. 3's cost axis); N = 1 runs once K_min admits it."""
+    domain, collection = synthetic_collection(0)
+    env = MemoraEnv(collection=collection, k_min=1)
+    pipeline = MemoraPipeline(ScriptedModel(facets=FACETS), PipelineConfig(num_factors=num_factors))
+    for q in domain.queries[:8]:
+        info = pipeline.play(
+            env, {"query": q["query"], "qrels": q["qrels"], "domain": "d", "query_id": q["id"]}
+        )
+        assert not events_of(info["events"], "protocol_violation") + events_of(info["events"], "format_error")
+        assert len(events_of(info["events"], "decompose")[0]["factors"]) == num_factors
+        pool, expected = len(events_of(info["events"], "first_stage")[0]["ranking"]), 1
+        for event in info["events"]:
+            pool = event.get("pool_size", pool) if event["type"] == "subquery" else pool
+            expected += {"subquery": 1, "verdict": 1}.get(event["type"], 0)
+            expected += -(-pool // 30) if event["type"] == "factor_evidence" else 0
+        assert info["llm_calls"]["total"] == expected
