@@ -46,18 +46,19 @@ setup(
         "tokenizers",
         # MMhops' official scorer reads number words in predictions with word2number.
         "word2number",
+        # verl 0.9's default (v1) trainer imports TransferQueue (and it msgspec, pyzmq) on every path, CPU too.
+        "TransferQueue==0.1.11",
+        "msgspec",
+        "pyzmq",
     ],
     extras_require={
         # GPU-only pieces: never needed by the CPU path.
-        # TransferQueue/msgspec/pyzmq: verl 0.9's v1 trainer (main_ppo) imports them; qwen-vl-utils: its VL data path.
+        # qwen-vl-utils: verl's VL data path with vLLM.
         "gpu": [
             "vllm",
             "flash-attn",
             "faiss-gpu-cu12",
             "deepspeed",
-            "TransferQueue>=0.1.10",
-            "msgspec",
-            "pyzmq",
             "qwen-vl-utils",
         ],
         "dev": ["playwright", "pytest", "ruff", "hypothesis", "pytrec-eval-terrier", "scikit-image"],
@@ -69,5 +70,8 @@ setup(
             "kbvqa = data_prep.synthetic_kb:cached_kb",
             "r3g = data_prep.r3g_synthetic:cached_task",
         ],
+        # verl imports these in every process (trainer, workers, agent loops): ragym's CPU platform and hf
+        # rollout (inert on GPU machines; rl/verl_cpu).
+        "verl.plugins": ["ragym_cpu = rl.verl_cpu.plugin"],
     },
 )

@@ -67,6 +67,9 @@ class _Episode:
     """Each observation put in context (the task first): its text and image count, for ``ragym view``."""
     truncated: bool = False
     metrics: dict[str, Any] = field(default_factory=dict)
+    server_fields: dict[str, Any] = field(default_factory=dict)
+    """What the generation server tagged the turns with: the weights' steps (``global_steps``, and the
+    ``min_global_steps`` / ``max_global_steps`` across turns that verl's v1 trainer reads per trajectory)."""
 
 
 @register(AGENT_NAME)
@@ -147,6 +150,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
             )
         if episode.response_logprobs is not None and output.log_probs is None:
             raise ValueError("logprobs were requested but the server returned none")
+        _merge_server_fields(episode, output)
         # A generated vision token would desynchronise placeholders and images in every later forward pass.
         keep = next(
             (i for i, t in enumerate(output.token_ids) if t in self._vision_ids), len(output.token_ids)
@@ -212,6 +216,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
             "env_id": env_id,
             "turn_scores": [],
             "tool_rewards": [],
+            **episode.server_fields,
         }
         return AgentLoopOutput(
             prompt_ids=prompt_ids,
@@ -227,6 +232,27 @@ class RagymEnvAgentLoop(AgentLoopBase):
     async def _in_executor(self, fn: Any, *args: Any) -> Any:
         """Run blocking env code off the event loop so concurrent episodes keep generating."""
         return await self.loop.run_in_executor(None, fn, *args)
+
+
+def _merge_server_fields(episode: _Episode, output: TokenOutput) -> None:
+    """Carry the server's tags into the episode as verl's own loops do: the first turn's fields, then the
+    latest weights' step as ``max_global_steps``; preemptions summed into the metrics."""
+    fields = output.extra_fields
+    step = fields.get("global_steps")
+    if not episode.server_fields:
+        episode.server_fields = {
+            **fields,
+            "min_global_steps": fields.get("min_global_steps", step),
+            "max_global_steps": fields.get("max_global_steps", step),
+        }
+    elif fields.get("max_global_steps", step) is not None:
+        episode.server_fields["max_global_steps"] = fields.get("max_global_steps", step)
+    preempted = output.num_preempted if output.num_preempted is not None else 0
+    previous = episode.metrics.get("num_preempted")
+    if previous is None:
+        episode.metrics["num_preempted"] = output.num_preempted if output.num_preempted is not None else -1
+    else:
+        episode.metrics["num_preempted"] = previous + preempted
 
 
 def make_agent_loop(config: DictConfig, server: Any, tokenizer: Any, processor: Any) -> RagymEnvAgentLoop:

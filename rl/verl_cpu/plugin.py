@@ -1,0 +1,95 @@
+"""Registers ragym's CPU platform and ``hf`` rollout with verl; imported by verl itself (entry point)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+_installed = False
+
+
+def install() -> None:
+    """Register the CPU platform and the hf rollout, and adapt verl's two CPU-hostile calls (idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    import verl.utils as verl_utils
+    import verl.utils.distributed as verl_distributed
+    from verl.plugin.platform.platform_manager import PlatformRegistry
+    from verl.workers.rollout import base as rollout_base
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    from rl.verl_cpu.platform import PlatformCPU
+    from rl.verl_cpu.rollout import ROLLOUT_NAME
+
+    # Registered after verl's own platforms: auto-detection tries those first and reaches this one only
+    # when none of them finds its accelerator.
+    PlatformRegistry.register(platform="cpu")(PlatformCPU)
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
+    # verl resolves a rollout's trainer-side class from this table (no public registration call in 0.9.1).
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "rl.verl_cpu.rollout.HFServerAdapter"
+    verl_distributed.initialize_global_process_group_ray = _plain_gloo(
+        verl_distributed.initialize_global_process_group_ray
+    )
+    import verl.workers.config.model as verl_model_config
+
+    # Both names: ``verl.utils`` for later importers, the model config's own binding for HFModelConfig.
+    verl_utils.hf_processor = _with_ragym_processor(verl_utils.hf_processor)
+    verl_model_config.hf_processor = verl_utils.hf_processor
+    if on_cpu():
+        # verl registers its FSDP engines for CUDA and NPU only; the same engine runs on CPU tensors (FSDP2 on
+        # gloo), and this is verl's own switch for the device an engine is looked up under.
+        os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
+
+
+def _load_replica() -> type:
+    from rl.verl_cpu.rollout import HFRolloutReplica
+
+    return HFRolloutReplica
+
+
+def on_cpu() -> bool:
+    """Whether verl resolved the CPU platform in this process."""
+    from verl.utils.device import get_device_name
+
+    return get_device_name() == "cpu"
+
+
+def _plain_gloo(initialize: Any) -> Any:
+    """verl asks for ``cpu:gloo,<device>:<backend>``; on CPU that names the CPU twice, which torch refuses."""
+
+    @functools.wraps(initialize)
+    def initialize_on_cpu(timeout_second: Any = None, backend: str | None = None) -> Any:
+        if on_cpu() and (backend is None or backend == "cpu:gloo,cpu:gloo"):
+            backend = "gloo"
+        return initialize(timeout_second=timeout_second, backend=backend)
+
+    return initialize_on_cpu
+
+
+def _with_ragym_processor(hf_processor: Any) -> Any:
+    """verl's ``hf_processor`` returns None when ``AutoProcessor`` cannot build a Qwen-VL processor (its video
+    processor needs torchvision, absent from CPU installs); ragym's image-only processor stands in."""
+
+    @functools.wraps(hf_processor)
+    def processor_or_ragym(name_or_path: str, **kwargs: Any) -> Any:
+        processor = hf_processor(name_or_path, **kwargs)
+        if processor is not None:
+            return processor
+        from rl.models import load_processor
+
+        try:
+            return load_processor(name_or_path)
+        except (ValueError, OSError) as err:  # not a Qwen-VL model: verl's answer (text-only) stands
+            logger.debug("no ragym processor for %s: %s", name_or_path, err)
+            return None
+
+    return processor_or_ragym
+
+
+install()

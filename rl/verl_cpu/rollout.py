@@ -1,0 +1,200 @@
+"""A verl rollout backend (``actor_rollout_ref.rollout.name: hf``) that serves generation from a Hugging Face
+model in a Ray actor: ragym's batched ``HFServer`` behind the server interface verl's agent loops call.
+
+verl's hybrid engine keeps the trainer (FSDP) and the rollout server side by side: each step the trainer
+sends its weights to the rollout (``HFServerAdapter.update_weights``, in the trainer's process), which hands
+them to the server actor, and tags every output with the step of the weights that produced it
+(``extra_fields["global_steps"]``, which verl's v1 trainer reads). It exists so verl's own trainer runs on a
+machine without a GPU (tests, CI, debugging); on GPUs recipes use vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import ray
+import torch
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+logger = logging.getLogger(__name__)
+
+ROLLOUT_NAME = "hf"
+"""``actor_rollout_ref.rollout.name`` that selects this backend."""
+SERVER_PREFIX = "ragym_hf_"
+"""Prefix of the server actors' Ray names (one per replica)."""
+
+
+def server_actor_name(replica_rank: int) -> str:
+    """Ray name of a replica's server actor, which the trainer-side adapter looks up."""
+    return f"{SERVER_PREFIX}server_{replica_rank}"
+
+
+class HFGenerationServer:
+    """The Ray actor that holds the rollout model: verl's ``generate`` plus the control calls its replicas get."""
+
+    def __init__(self, model_path: str, response_length: int, seed: int) -> None:
+        from rl.engine.hf_server import HFServer
+        from rl.engine.vision import ImageInputs
+        from rl.models import load_policy
+
+        model, tokenizer, processor = load_policy(model_path)
+        model.eval()
+        self.model = model
+        # batch_wait_s 0: requests that arrive together are batched; none is held back waiting for others.
+        self.server = HFServer(
+            model, tokenizer, ImageInputs(processor.image_processor),
+            default_max_tokens=response_length, batch_wait_s=0.0, seed=seed,
+        )  # fmt: skip
+        self.global_steps: int | None = None
+        self.num_weight_updates = 0
+
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: list[Any] | None = None,
+        video_data: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
+        """One turn for ``prompt_ids``, tagged with the step of the weights that generated it."""
+        if video_data:
+            raise ValueError("the hf rollout serves images only; this request carries video")
+        output = await self.server.generate(
+            request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, image_data=image_data
+        )
+        output.extra_fields = {**output.extra_fields, "global_steps": self.global_steps}
+        return output
+
+    def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> int:
+        """Load the trainer's weights (every tensor the model has must arrive); returns how many arrived."""
+        own = self.model.state_dict()
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            raise KeyError(f"weights the rollout model does not have: {unknown[:5]} ({len(unknown)} in all)")
+        missing = sorted(set(own) - set(state) - _tied_names(self.model))
+        if missing:
+            raise KeyError(f"weights missing from the update: {missing[:5]} ({len(missing)} in all)")
+        with torch.no_grad():
+            for name, tensor in state.items():
+                own[name].copy_(tensor.to(own[name].dtype))
+        self.global_steps = global_steps
+        self.num_weight_updates += 1
+        return len(state)
+
+    def set_global_steps(self, global_steps: int) -> None:
+        """Tag later outputs with ``global_steps`` (verl calls it after a weight sync)."""
+        self.global_steps = global_steps
+
+    def stats(self) -> dict[str, Any]:
+        """Generation counters and the weights' step, for tests and benchmarks."""
+        s = self.server.stats
+        return {
+            "generate_s": s.generate_s, "num_requests": s.num_requests, "num_batches": s.num_batches,
+            "num_generated_tokens": s.num_generated_tokens, "global_steps": self.global_steps,
+            "num_weight_updates": self.num_weight_updates,
+        }  # fmt: skip
+
+    # Control calls verl's replicas and checkpoint manager make; nothing to free or pause on CPU.
+    async def wake_up(self, tags: list[str] | None = None) -> None:
+        return None
+
+    async def sleep(self) -> None:
+        return None
+
+    async def clear_kv_cache(self) -> None:
+        return None
+
+    async def release_kv_cache(self) -> None:
+        return None
+
+    async def resume_kv_cache(self) -> None:
+        return None
+
+    async def abort_all_requests(self, reject_request: bool = False, **kwargs: Any) -> dict[str, Any]:
+        return {}
+
+    async def resume_generation(self) -> None:
+        return None
+
+    async def start_profile(self, **kwargs: Any) -> None:
+        return None
+
+    async def stop_profile(self) -> None:
+        return None
+
+
+def _tied_names(model: torch.nn.Module) -> set[str]:
+    """State-dict names that share storage with an earlier name (tied embeddings): they need not arrive."""
+    seen: dict[int, str] = {}
+    tied = set()
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        key = tensor.data_ptr()
+        if key in seen:
+            tied.add(name)
+        seen.setdefault(key, name)
+    return tied
+
+
+class HFRolloutReplica(RolloutReplica):
+    """One ``HFGenerationServer`` per replica, beside the trainer's workers (hybrid mode)."""
+
+    async def launch_servers(self) -> None:
+        """Start the server actor; its Ray name is how the trainer-side adapter finds it."""
+        if self.world_size != 1:
+            raise ValueError(
+                "the hf rollout serves one model per replica: set tensor/data/pipeline parallel sizes to 1"
+            )
+        server = (
+            ray.remote(HFGenerationServer)
+            .options(name=server_actor_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency)
+            .remote(str(self.model_config.path), self.config.response_length, self.config.seed or 0)
+        )
+        await server.stats.remote()  # raises here, not at the first request, when the model cannot load
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"hf-replica-{self.replica_rank}"
+
+    def rollout_worker_use_gpu(self) -> bool:
+        return False
+
+
+class HFServerAdapter(BaseRollout):
+    """The trainer-side end of the hf rollout: sends each step's weights to this replica's server actor."""
+
+    def __init__(self, config: Any, model_config: Any, device_mesh: Any, replica_rank: int = -1) -> None:
+        import os
+
+        super().__init__(config, model_config, device_mesh)
+        rank = int(os.environ["RANK"])
+        self.replica_rank = rank if replica_rank == -1 else replica_rank
+        self._server: Any = None
+
+    def _server_actor(self) -> Any:
+        if self._server is None:
+            self._server = ray.get_actor(server_actor_name(self.replica_rank))
+        return self._server
+
+    async def update_weights(
+        self,
+        weights: Iterable[tuple[str, torch.Tensor]],
+        global_steps: int | None = None,
+        wire_format: str = "named_tensors",
+        **kwargs: Any,
+    ) -> None:
+        """Gather the trainer's full tensors on CPU and load them into the server's model."""
+        if wire_format != "named_tensors":
+            raise ValueError(f"the hf rollout takes full tensors (named_tensors), not {wire_format!r}")
+        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        num_loaded = await self._server_actor().update_weights.remote(state, global_steps)
+        logger.info("hf rollout: %d tensors loaded for step %s", num_loaded, global_steps)
+
+    async def resume(self, tags: list[str]) -> None:
+        return None
+
+    async def release(self) -> None:
+        return None
