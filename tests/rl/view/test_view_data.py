@@ -132,6 +132,36 @@ def test_token_spans_show_masks_placeholders_and_advantages(trace_dir):
     assert tokens.token_issues(broken) == ["1 image placeholder runs with mask 1"]
 
 
+def test_every_token_shows_its_own_positions_advantage(processor, tmp_path):
+    rows = [_row(3)]
+    results = _results(processor, rows, 2, [SEARCH, ANSWER], step=0)  # episode j has reward 0.25 j
+    # advantages[j, r] = 1000 j + r: unique per episode and response position, so a shift of one shows.
+    advantages = torch.arange(2.0)[:, None] * 1000 + torch.arange(512.0)[None, :]
+    writer = TraceWriter(tmp_path / "run" / "traces", processor.tokenizer, TraceConfig(max_groups_per_step=1))
+    assert writer.record(1, "train", rows, results, advantages) == 2
+    corpus = data.load(tmp_path / "run")
+    assert len(corpus.episodes) == 2
+    for episode in corpus.episodes:
+        j, num_prompt = round(episode["reward"] / 0.25), len(episode["prompt_ids"])
+        expected = [1000 * j + r for r in range(len(episode["response_ids"]))]
+        assert episode["advantages"] == expected
+        shown = {
+            span["start"] + k: token[2]
+            for span in tokens.token_spans(episode)
+            if span["kind"] != "image"
+            for k, token in enumerate(span["tokens"])
+        }
+        texts = episode["token_text"]
+        assert shown == {  # prompt tokens have none; image placeholders are collapsed runs without one
+            pos: None if pos < num_prompt else expected[pos - num_prompt]
+            for pos in range(len(texts))
+            if texts[pos] not in tokens.PLACEHOLDER_TEXTS
+        }
+        generated = [1000 * j + r for r, m in enumerate(episode["response_mask"]) if m]
+        [row] = [r for r in data.index(corpus)["episodes"] if r["id"] == episode["id"]]
+        assert row["advantage"] == pytest.approx(sum(generated) / len(generated))
+
+
 def test_episode_view_lays_out_turns_events_and_observations(trace_dir):
     corpus = data.load(trace_dir.parent)
     view = data.episode_view(corpus, "e0")
