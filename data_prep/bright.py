@@ -18,8 +18,8 @@ reason, and the split. The split is the paper's (section 5.3): the usable querie
 first ``--warmup-fraction`` (0.8) the warm-up pool whose episodes write the domain memory, the rest held out.
 The rows carry no date, so the dataset's own row order stands for time (ragym's choice). ``--memory-dir DIR``
 puts the episodic memory on disk (``<DIR>/<domain>.jsonl``), so it persists across the episodes of a run (the
-agent loop builds an env per episode); held-out rows always read it frozen, and ``--freeze-memory`` freezes
-the warm-up rows too.
+agent loop builds an env per episode); held-out rows always read the memory frozen (with or without a
+folder), and ``--freeze-memory`` freezes the warm-up rows too.
 """
 
 from __future__ import annotations
@@ -183,12 +183,12 @@ def write_task(
 
 
 def split_env_kwargs(args: argparse.Namespace, corpus_path: Path, split: str) -> dict[str, Any]:
-    """The env of a split's rows: the corpus, and the memory folder (always frozen for held-out rows)."""
+    """The env of a split's rows: the corpus, the memory folder, and the freeze (always for held-out rows, with
+    or without a folder: a runner that shares one env across rows must not let them write it)."""
     env_kwargs: dict[str, Any] = {"corpus_path": str(corpus_path)}
     if args.memory_dir is not None:
-        frozen = split == "test" or args.freeze_memory
-        env_kwargs |= {"memory_dir": str(args.memory_dir.resolve()), "memory_frozen": frozen}
-    return env_kwargs
+        env_kwargs["memory_dir"] = str(args.memory_dir.resolve())
+    return env_kwargs | {"memory_frozen": split == "test" or args.freeze_memory}
 
 
 def warmup_fraction(text: str) -> float:

@@ -120,6 +120,9 @@ def test_split_is_chronological_80_20_recorded_and_held_out_rows_never_write(tmp
     assert [json.loads(line)["query_id"] for line in (mem / "biology.jsonl").read_text().splitlines()] == [
         "17"
     ]
+    # Without a memory folder the held-out rows are frozen too: a runner sharing one env never lets them write.
+    prep_main([*args[:-2], "--out", str(tmp_path / "nodir")])
+    assert json.loads(rows(tmp_path / "nodir")[0]["extra_info"]["env_kwargs"])["memory_frozen"] is True
     prep_main([*args, "--out", str(tmp_path / "all"), "--freeze-memory", "--warmup-fraction", "0"])
     assert rows(tmp_path / "all", "warmup") == [] and len(rows(tmp_path / "all")) == 10
     with pytest.raises(SystemExit):
