@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ class EnvPool:
         self.num_factors = num_factors
         self.envs: dict[tuple[str, str], Any] = {}
         self.overrides: dict[str, int] = {}
+        self.frozen = False
 
     def get(self, row: dict[str, Any]) -> Any:
         """The row's env (built on first use; the memory writable until ``freeze``)."""
@@ -98,28 +100,26 @@ class EnvPool:
             if not c.k_min <= n <= c.k_max:
                 self.overrides = {"k_min": min(c.k_min, n), "k_max": max(c.k_max, n)}
                 env = make_env(row["env_id"], **kwargs, **self.overrides)
+            if self.frozen:  # first met in the held-out phase
+                env.freeze_memory()
             self.envs[key] = env
         return self.envs[key]
 
     def freeze(self) -> None:
-        """The held-out phase: every env reads its memory without writing it."""
+        """The held-out phase: every env, built or still to build, reads its memory without writing it."""
+        self.frozen = True
         for env in self.envs.values():
             env.freeze_memory()
 
 
 def run(
-    rows: list[dict[str, Any]], pipeline: MemoraPipeline, out: Path, warmup: list[dict[str, Any]] = ()
+    rows: list[dict[str, Any]], pipeline: MemoraPipeline, out: Path, warmup: Sequence[dict[str, Any]] = ()
 ) -> dict[str, Any]:
     """Play the warm-up rows (memory written), freeze the memory, play and score the held-out rows; write
     episodes and metrics, return the summary."""
     check_held_out(list(warmup), rows)
-    rubric, envs, per_episode, scores, calls = (
-        Rubric.from_recipe(RECIPE),
-        EnvPool(pipeline.config.num_factors),
-        [],
-        [],
-        [],
-    )
+    rubric, envs = Rubric.from_recipe(RECIPE), EnvPool(pipeline.config.num_factors)
+    per_episode, scores, calls = [], [], []
     for row in warmup:
         pipeline.play(envs.get(row), row["options"], seed=row["index"])
     envs.freeze()

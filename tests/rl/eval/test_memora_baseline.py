@@ -72,3 +72,18 @@ def test_baseline_on_the_synthetic_stream_beats_the_first_stage(tmp_path: Path, 
     assert ragym(["memora-baseline", "--synthetic", "30", "--out", str(tmp_path)]) == 0
     headline = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert headline["ndcg@10"] > headline["first_stage_ndcg@10"] + 0.2
+
+
+def test_without_warmup_the_held_out_rows_still_never_write(tmp_path: Path) -> None:
+    """An env first built in the held-out phase is frozen too: no held-out row reads another's episode."""
+    from envs.memora_synthetic import FACETS
+    from rl.eval.memora_baseline import run, synthetic_rows
+    from rl.eval.memora_models import ScriptedModel
+    from rl.eval.memora_pipeline import MemoraPipeline
+
+    _, held_out = synthetic_rows(40)
+    summary = run(held_out, MemoraPipeline(ScriptedModel(facets=FACETS)), tmp_path)
+    assert summary["num_warmup_episodes"] == 0 and summary["episode"]["memory_hits"] == 0.0
+    lines = (tmp_path / "episodes.jsonl").read_text().splitlines()
+    writes = [e for line in lines for e in json.loads(line)["events"] if e["type"] == "memory_write"]
+    assert len(writes) == 8 and {w["reason"] for w in writes} == {"frozen"}
