@@ -77,6 +77,32 @@ def test_killed_run_resumes_at_the_first_unfinished_shard_byte_identical(tmp_pat
     assert (killed / "manifest.json").read_bytes() == (tmp_path / "whole" / "manifest.json").read_bytes()
 
 
+def test_a_shard_whose_vectors_are_missing_is_encoded_again(tmp_path: Path) -> None:
+    # A kill between write_shard's two renames leaves shard 1's ids without its vectors: only the vectors
+    # file marks a shard finished, so the resumed run encodes shard 1 again, and nothing else.
+    root = tmp_path / "enc"
+    encode_items(items(24), HashEncoder(), root, SMALL)
+    whole, manifest = _files(root), (root / "manifest.json").read_bytes()
+    (root / "manifest.json").unlink()
+    ids_path, vectors_path = shards.shard_paths(root, 1)
+    vectors_path.unlink()
+    assert ids_path.exists()
+
+    class Counting(HashEncoder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def preprocess(self, batch: list[Item]) -> list[bytes]:
+            self.seen.extend(i.id for i in batch)
+            return super().preprocess(batch)
+
+    resumed = Counting()
+    encode_items(items(24), resumed, root, SMALL)
+    assert resumed.seen == [f"doc-{i}" for i in range(8, 16)]
+    assert _files(root) == whole and (root / "manifest.json").read_bytes() == manifest
+
+
 def test_a_rerun_of_a_finished_folder_encodes_nothing(tmp_path: Path) -> None:
     encode_items(items(16), HashEncoder(), tmp_path / "enc", SMALL)
 
