@@ -141,6 +141,15 @@ def test_official_aggregation(records: list[EpisodeRecord], accuracy: float, how
     assert summary["accuracy_aggregation"] == how
 
 
+def test_infoseek_accuracy_of_two_zero_splits_is_printed_as_zero() -> None:
+    records = [_record("infoseek", f"val_unseen_{split}", 0.0) for split in ("question", "entity")]
+    summary = summarize_source(records)
+    assert summary["accuracy_aggregation"] == "harmonic mean of splits"
+    assert (
+        json.dumps(summary["accuracy"]) == "0.0"
+    )  # not upstream's 1e-12 stand-in (approx(0) would accept it)
+
+
 def test_report_files(tmp_path: Path) -> None:
     records = [_record("infoseek", "val_unseen_question", 1.0), _record("evqa", "test", 0.0)]
     metrics = {"model": "m", "backend": "hf", "data": ["x.parquet"], **summarize(records)}
