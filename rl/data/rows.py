@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,22 +216,31 @@ def load_rows(
                     raise
                 result.bad.append(BadRow(str(path), None, None, str(err)))
                 continue
-            for position, row in enumerate(rows):
-                try:
-                    checker.check(row)
-                except Exception as err:  # noqa: BLE001 - any failure to start the episode makes the row bad
-                    index = _index((row.get("extra_info") or {}).get("index"))
-                    result.bad.append(BadRow(str(path), position, index, _one_line(err)))
-                    continue
-                result.rows.append(row)
-                result.positions.append((str(path), position))
+            check_rows(((str(path), position, row) for position, row in enumerate(rows)), checker, result)
     finally:
         checker.close()
-    _report(result, files, on_bad, limit)
+    report_bad_rows(result, files, on_bad, limit)
     return result
 
 
-def _report(result: RowSet, files: list[str], on_bad: str, limit: int) -> None:
+def check_rows(
+    located: Iterable[tuple[str, int, dict[str, Any]]], checker: RowChecker, result: RowSet
+) -> RowSet:
+    """Check each (file, position, row), adding it to ``result``'s valid rows or its bad rows."""
+    for file, position, row in located:
+        try:
+            checker.check(row)
+        except Exception as err:  # noqa: BLE001 - any failure to start the episode makes the row bad
+            index = _index((row.get("extra_info") or {}).get("index"))
+            result.bad.append(BadRow(file, position, index, _one_line(err)))
+            continue
+        result.rows.append(row)
+        result.positions.append((file, position))
+    return result
+
+
+def report_bad_rows(result: RowSet, files: list[str], on_bad: str, limit: int = -1) -> None:
+    """Log every bad row and how many were skipped; raise ``DataError`` under ``refuse`` or with no valid row."""
     for bad in result.bad:
         logger.warning("bad row: %s", bad.describe())
     first = result.bad[0].describe() if result.bad else ""

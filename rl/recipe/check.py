@@ -36,6 +36,8 @@ RAGYM_KEYS = (
 )
 """ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, and the
 retrieval service's address (``rl.recipe.retrieval``)."""
+VERL_DATA_KEYS = ("data.bad_rows",)
+"""Keys ragym adds to verl's ``data`` section, read by ragym's dataset class (``rl.data.verl_dataset``)."""
 RAGYM_SECTIONS = {
     # ``ragym train`` also checks that it read every ``ragym.engine`` key it was given.
     "ragym.engine": ("rl.engine.config", "EngineConfig"),
@@ -90,6 +92,8 @@ def _ragym_known(path: str) -> bool:
 def _is_known(path: str, base: DictConfig) -> bool:
     """True when ``path`` exists in verl's config, in ragym's section or falls under a free-form map."""
     if any(path == open_map or path.startswith(open_map + ".") for open_map in OPEN_MAPS):
+        return True
+    if path in VERL_DATA_KEYS:
         return True
     if path == "ragym" or path.startswith("ragym."):
         return _ragym_known(path)
