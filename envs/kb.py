@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,9 +34,13 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from envs.byte_cache import ByteLRU
+from envs.image_budget import ImageBudget
 from envs.image_pack import PACK_INDEX, ImagePack
 from envs.retrieval import BM25Retriever, CandidateListRetriever, EncodedRetriever, FaissRetriever, IndexSpec
 from envs.service.shards import ShardedRetriever, load_shard, read_manifest
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SPEC = IndexSpec(kind="auto")
 BUILT_KINDS = ("auto", "built")
@@ -102,12 +108,18 @@ class KnowledgeBase:
             "entity_id": self._passage_entities[row],
         }
 
-    def entity_image(self, entity_id: str, path: str) -> np.ndarray:
-        """An entity's image, uint8 (H, W, 3) read-only: from the image pack when the KB has one (no decode),
-        else decoded from ``path`` (cached per process)."""
-        if self.image_pack is not None:
-            return self.image_pack.image(self.entity_row[entity_id])
-        return read_image(path)
+    def entity_image(self, entity_id: str, path: str, budget: ImageBudget | None = None) -> np.ndarray:
+        """An entity's image, uint8 (H, W, 3) read-only, fitted to ``budget``'s candidate pixels: from the
+        image pack when the KB has one (no decode; no resize when the pack was written to the budget), else
+        decoded from ``path`` (cached per process)."""
+        if self.image_pack is None:
+            return read_image(path, budget, "candidate")
+        row = self.entity_row[entity_id]
+        packed = self.image_pack.image(row)
+        if budget is None or not budget.needs_resize(*packed.shape[:2], "candidate"):
+            return packed  # a pack written to the budget (`--max-pixels`): served without a resize
+        key = (str(self.root / PACK_INDEX), row, budget)
+        return IMAGE_CACHE.get_or_compute(key, lambda: _read_only(budget.fit(packed, "candidate")), _nbytes)
 
     def resolve(self, path: str) -> str:
         """The absolute, symlink-free form of a path given relative to the KB folder or absolute."""
@@ -242,19 +254,46 @@ def load_kb(root: str | Path) -> KnowledgeBase:
     return _load(str(Path(root).resolve()))
 
 
-@functools.lru_cache(maxsize=65536)
-def _read_image(path: str) -> np.ndarray:
+IMAGE_CACHE_ENV = "RAGYM_IMAGE_CACHE_BYTES"
+"""Environment variable with the default byte budget of this process's decoded-image cache."""
+DEFAULT_IMAGE_CACHE_BYTES = 1 << 30
+"""1 GiB: ~5,000 candidates fitted to 256 tokens (448 x 448 x 3 bytes), ~1,300 query images at 1,024."""
+IMAGE_CACHE: ByteLRU[np.ndarray] = ByteLRU(int(os.environ.get(IMAGE_CACHE_ENV, DEFAULT_IMAGE_CACHE_BYTES)))
+"""Decoded (and fitted) images of this process, bounded in bytes (``configure_image_cache``)."""
+
+
+def configure_image_cache(max_bytes: int) -> None:
+    """Set this process's decoded-image cache budget (the recipe's ``ragym.images.cache_bytes``), logged."""
+    IMAGE_CACHE.resize(max_bytes)
+    log.info("decoded-image cache: %d bytes (%.2f GiB) per process", max_bytes, max_bytes / (1 << 30))
+
+
+def _decode(path: str) -> np.ndarray:
     with Image.open(path) as image:
-        array = np.asarray(image if image.mode == "RGB" else image.convert("RGB"), dtype=np.uint8)
+        return np.asarray(image if image.mode == "RGB" else image.convert("RGB"), dtype=np.uint8)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
     array.setflags(write=False)
     return array
 
 
 def clear_image_cache() -> None:
     """Forget every decoded image (a check that reads many rows' images once bounds its memory with this)."""
-    _read_image.cache_clear()
+    IMAGE_CACHE.clear()
 
 
-def read_image(path: str | Path) -> np.ndarray:
-    """The image at ``path`` as uint8 (H, W, 3), decoded once per process (read-only; copy before handing out)."""
-    return _read_image(str(path))
+def read_image(path: str | Path, budget: ImageBudget | None = None, role: str = "query") -> np.ndarray:
+    """The image at ``path`` as uint8 (H, W, 3), fitted to ``budget``'s ``role`` pixels when one is given;
+    decoded and fitted once per process while it stays in the byte-bounded cache (read-only)."""
+    key = (str(path), None if budget is None else (budget, role))
+    return IMAGE_CACHE.get_or_compute(key, lambda: _read_only(_fitted(str(path), budget, role)), _nbytes)
+
+
+def _fitted(path: str, budget: ImageBudget | None, role: str) -> np.ndarray:
+    image = _decode(path)
+    return image if budget is None else budget.fit(image, role)
+
+
+def _nbytes(array: np.ndarray) -> int:
+    return array.nbytes

@@ -34,6 +34,7 @@ import pandas as pd
 from envs import events as ev
 from envs import kbvqa_prompts as prompts
 from envs.core import MAX_TURN_CHARS
+from envs.image_budget import ImageBudget, budget_of
 from envs.kb import TEXT_RETRIEVERS, KnowledgeBase, load_kb, read_image
 from envs.kbvqa_actions import STOP_STRINGS, ParseError, Reject, Rerank, SearchImage, SearchText, action_kind
 from envs.kbvqa_actions import parse_action as parse_turn
@@ -88,8 +89,18 @@ class KBVQAConfig:
     """Upper bound of images in one observation (the space's limit)."""
     max_image_side: int = 4096
     """Upper bound of an image side in the observation space."""
+    query_max_pixels: int = ImageBudget.query_max_pixels
+    """Most pixels of a shown query image (fitted once, as the processor would: README "Image budgets");
+    the recipe's ``ragym.images`` sets it for every env."""
+    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
+    """Most pixels of a shown candidate image."""
+    image_min_pixels: int = ImageBudget.image_min_pixels
+    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
+    image_factor: int = ImageBudget.image_factor
+    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
 
     def __post_init__(self) -> None:
+        budget_of(self)  # a budget no image fits is refused here, naming the field
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
         minimum = {"candidates_per_batch": 1, "max_rejections": 0, "max_turns": 1, "text_top_k": 1,
                    "max_text_queries": 1, "retrieval_retries": 0, "max_turn_chars": 1}  # fmt: skip
@@ -116,6 +127,7 @@ class KBVQAEnv(gymnasium.Env):
         if config is not None and overrides:
             raise TypeError("pass either a KBVQAConfig or keyword overrides, not both")
         cfg = self.config
+        self.image_budget = budget_of(cfg)
         self.kb: KnowledgeBase = load_kb(cfg.kb_dir or synthetic_data("kbvqa", cfg.preset))
         self.system_prompt = prompts.system_prompt(cfg.max_turns)
         self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
@@ -151,7 +163,7 @@ class KBVQAEnv(gymnasium.Env):
                     cfg.candidates_per_batch, cfg.max_turns, text_retriever=self.text_retriever_kind)
         )  # fmt: skip
         text = self._task_text()
-        images = tuple(np.array(read_image(p)) for p in self.state.query_paths)
+        images = tuple(np.array(read_image(p, self.image_budget, "query")) for p in self.state.query_paths)
         return {"text": text, "images": images}, self._info()
 
     def step(self, action: str):
@@ -219,7 +231,8 @@ class KBVQAEnv(gymnasium.Env):
         state.record(
             ev.search_image(state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset)
         )
-        images = [self.kb.entity_image(h.docid, h.payload["image"]) for h in hits]  # image pack, else files
+        # image pack, else files; fitted to the candidate budget
+        images = [self.kb.entity_image(h.docid, h.payload["image"], self.image_budget) for h in hits]
         return self._batch_text(image, offset, hits), images
 
     def _decision_batch(self, decision: str, entity: str | None = None):

@@ -29,6 +29,7 @@ from PIL import Image
 
 from envs import events as ev
 from envs import memora_views as views
+from envs.image_budget import ImageBudget, budget_of
 from envs.memora_actions import (
     STOP_STRINGS,
     Decompose,
@@ -111,6 +112,15 @@ class MemoraConfig(ScoreWeights):
     """The first stage searches with the query text plus its image description, when there is one."""
     image_max_side: int = 1024
     """Longer side of the query image."""
+    query_max_pixels: int = ImageBudget.query_max_pixels
+    """Most pixels of the shown query image (fitted as the processor would: README "Image budgets"); the
+    recipe's ``ragym.images`` sets it for every env."""
+    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
+    """Most pixels of a retrieved image (MEMORA shows none; kept so one recipe budget fits every env)."""
+    image_min_pixels: int = ImageBudget.image_min_pixels
+    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
+    image_factor: int = ImageBudget.image_factor
+    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
     max_turn_chars: int = 8192
     """Longer turns are an ``oversized`` format error."""
     max_obs_chars: int = 16384
@@ -132,6 +142,7 @@ class MemoraEnv(gymnasium.Env):
         if unknown:
             raise TypeError(f"MemoraEnv: unknown config fields {sorted(unknown)}")
         self.config = c = replace(config or MemoraConfig(), **overrides)
+        self.image_budget = budget_of(c)  # a budget no image fits is refused here, naming the field
         if not 1 <= c.k_min <= c.k_max or not c.k <= c.kc <= c.k0 <= c.max_pool:
             raise ValueError(f"MemoraEnv: need 1 <= k_min <= k_max and k <= kc <= k0 <= max_pool, got {c}")
         self._collection, self._injected = collection, collection is not None
@@ -298,8 +309,9 @@ class MemoraEnv(gymnasium.Env):
             image = Image.open(path).convert("RGB")
         except OSError as err:
             raise ValueError(f"MEMORA query image {path!r} cannot be read: {err}") from err
+        # Within image_max_side a photo also fits the default budget: the fit below then resizes nothing.
         image.thumbnail((self.config.image_max_side, self.config.image_max_side))
-        return [np.asarray(image, dtype=np.uint8)]
+        return [self.image_budget.fit(np.asarray(image, dtype=np.uint8), "query")]
 
     def _obs(self, text: str, images: list[np.ndarray] | None = None) -> dict[str, Any]:
         return {"text": text[: self.config.max_obs_chars], "images": tuple(images or [])}

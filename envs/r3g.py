@@ -36,6 +36,8 @@ from envs import events as ev
 from envs import r3g_prompts as prompts
 from envs.core import MAX_TURN_CHARS
 from envs.encoders import ImageEncoder
+from envs.image_budget import ImageBudget, budget_of
+from envs.kb import read_image
 from envs.r3g_actions import (
     STOP_STRINGS,
     Answer,
@@ -53,7 +55,6 @@ from envs.r3g_corpus import (
     ImageCorpus,
     JudgeWeights,
     final_scores,
-    read_rgb,
     stage1_scores,
     top_k,
 )
@@ -104,8 +105,18 @@ class R3GConfig:
     """Upper bound of images in one observation."""
     max_image_side: int = 4096
     """Upper bound of an image side in the observation space."""
+    query_max_pixels: int = ImageBudget.query_max_pixels
+    """Most pixels of the shown query image (fitted once, as the processor would: README "Image budgets");
+    the recipe's ``ragym.images`` sets it for every env."""
+    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
+    """Most pixels of a shown pool or evidence image."""
+    image_min_pixels: int = ImageBudget.image_min_pixels
+    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
+    image_factor: int = ImageBudget.image_factor
+    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
 
     def __post_init__(self) -> None:
+        budget_of(self)  # a budget no image fits is refused here, naming the field
         if isinstance(self.weights, dict):  # env_kwargs arrive as JSON
             object.__setattr__(self, "weights", JudgeWeights(**self.weights))
         if self.rerank not in RERANK_MODES:
@@ -148,6 +159,7 @@ class R3GEnv(gymnasium.Env):
         if config is not None and overrides:
             raise TypeError("pass either an R3GConfig or keyword overrides, not both")
         self.config = cfg = config or R3GConfig(**overrides)
+        self.image_budget = budget_of(cfg)
         self.corpus = ImageCorpus.load(cfg.task_dir or synthetic_data("r3g", cfg.preset))
         if cfg.pool_source == "corpus" and cfg.pool_size > len(self.corpus):
             raise ValueError(f"pool_size {cfg.pool_size} exceeds the corpus ({len(self.corpus)} images)")
@@ -181,7 +193,8 @@ class R3GEnv(gymnasium.Env):
                                              cfg.top_k, cfg.rerank, cfg.use_plan, cfg.pool_source,
                                              cfg.judge_guidelines))  # fmt: skip
         text = prompts.task_text(options["question"], options.get("options"))
-        return {"text": text, "images": (read_rgb(self.corpus.root / options["query_image"]),)}, self._info()
+        query = read_image(self.corpus.root / options["query_image"], self.image_budget, "query")
+        return {"text": text, "images": (np.array(query),)}, self._info()
 
     def step(self, action: str):
         """Parse and execute one policy turn."""
@@ -258,7 +271,7 @@ class R3GEnv(gymnasium.Env):
         if not self.judges:
             return self._select([None] * len(state.pool), [])
         captions = [self.corpus.captions[i] for i in state.pool]
-        return prompts.pool_text(captions, cfg.show_captions), [self.corpus.image(i) for i in state.pool]
+        return prompts.pool_text(captions, cfg.show_captions), self._images(state.pool)
 
     def _judge(self, judge: Judge) -> tuple[str, list[np.ndarray]]:
         state, cfg = self.state, self.config
@@ -298,7 +311,12 @@ class R3GEnv(gymnasium.Env):
         text = prompts.evidence_text(captions, cfg.show_captions, state.plan, cfg.rerank)
         if errors:
             text = f"{text}\n{prompts.judge_notice(len(errors))}"
-        return text, [self.corpus.image(i) for i in state.evidence]
+        return text, self._images(state.evidence)
+
+    def _images(self, rows: list[int]) -> list[np.ndarray]:
+        """Corpus images ``rows`` fitted to the candidate budget (decoded once per process, while cached)."""
+        budget, corpus = self.image_budget, self.corpus
+        return [np.array(read_image(corpus.root / corpus.paths[i], budget, "candidate")) for i in rows]
 
     # ----- helpers -------------------------------------------------------------------------------
     def _given_pool(self, options: dict[str, Any]) -> list[int]:

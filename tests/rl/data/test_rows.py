@@ -87,13 +87,13 @@ def test_fingerprint_changes_with_the_rows_used(kb):
 
 
 def test_checking_every_row_keeps_the_image_cache_bounded(kb, monkeypatch):
-    from envs.kb import _read_image, clear_image_cache
+    from envs.kb import IMAGE_CACHE, clear_image_cache
     from rl.data.rows import RowChecker
 
     clear_image_cache()
     monkeypatch.setattr(RowChecker, "IMAGE_CACHE_ROWS", 4)
     rows = load_rows(str(kb / "data" / "test.parquet"), limit=10)
-    assert len(rows.rows) == 10 and _read_image.cache_info().currsize < 4
+    assert len(rows.rows) == 10 and IMAGE_CACHE.num_entries < 4
 
 
 GOOD_PROMPT = [{"role": "user", "content": "Which bird is this?"}]

@@ -1,0 +1,140 @@
+"""Image budgets: Qwen-VL's fitting rule, one resize at most, tokens under budget, caches bounded in bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+from envs import kb as kb_module
+from envs.byte_cache import ByteLRU
+from envs.image_budget import ImageBudget, fit_image, fit_size, visual_tokens
+from tests.photos import photo, write_photo
+
+QWEN25 = {"factor": 28, "min_pixels": 56 * 56}
+QWEN3 = {"factor": 32, "min_pixels": 256 * 256}
+SIZES = [(2000, 3000), (3000, 4000), (4032, 3024), (1, 150), (10, 1000), (27, 27), (448, 448), (447, 449),
+         (5000, 120), (56, 56), (801, 1003), (6000, 8000)]  # fmt: skip
+
+
+@pytest.mark.parametrize("processor", [QWEN25, QWEN3], ids=["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("max_pixels", [200_704, 802_816, 12_845_056])
+@pytest.mark.parametrize(("height", "width"), SIZES)
+def test_fit_size_is_the_processors_resize(height, width, max_pixels, processor) -> None:
+    expected = smart_resize(height, width, processor["factor"], processor["min_pixels"], max_pixels)
+    assert fit_size(height, width, max_pixels, processor["min_pixels"], processor["factor"]) == expected
+
+
+def test_an_aspect_ratio_the_processor_refuses_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="aspect ratio 200"):
+        fit_size(10, 2500, 200_704, 3136, 28)
+
+
+@pytest.mark.parametrize(
+    ("processor", "tokens"), [(QWEN25, 256), (QWEN25, 1024), (QWEN3, 256), (QWEN3, 1024)]
+)
+def test_a_multi_megapixel_photo_is_fitted_under_its_token_budget(processor, tokens) -> None:
+    factor, least = processor["factor"], processor["min_pixels"]
+    image = photo(4000, 3000)
+    fitted = fit_image(image, tokens * factor**2, least, factor)
+    height, width = fitted.shape[:2]
+    assert height % factor == 0 and width % factor == 0
+    assert visual_tokens(height, width, factor) <= tokens
+    # No second resize: the processor, given the budget as max_pixels, keeps the fitted size.
+    assert smart_resize(height, width, factor, least, tokens * factor**2) == (height, width)
+    # The unbounded processor would spend 15,000+ tokens on it.
+    assert visual_tokens(*smart_resize(3000, 4000, factor, least, 16384 * factor**2), factor) > 10_000
+
+
+def test_an_image_within_budget_is_returned_unresized() -> None:
+    image = photo(300, 200)  # the processor's own rounding sizes it: fitting here would resample twice
+    assert fit_image(image, 200_704, 3136, 28) is image
+
+
+def test_an_image_whose_rounding_would_pass_the_budget_is_fitted() -> None:
+    # 27 x 27 blocks of 28 round up to 28 x 28 = 784 tokens > 729: the budget, not rounding, decides.
+    budget_tokens = 27 * 27
+    image = np.zeros((27 * 28 + 14, 27 * 28 + 14, 3), np.uint8)
+    fitted = fit_image(image, budget_tokens * 784, 3136, 28)
+    assert visual_tokens(*fitted.shape[:2], 28) <= budget_tokens
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"query_max_pixels": 0}, "query_max_pixels must be a positive int"),
+        ({"image_factor": 28.0}, "image_factor must be a positive int"),
+        ({"candidate_max_pixels": 1000}, "must be >= image_min_pixels"),
+        ({"image_min_pixels": 65536, "candidate_max_pixels": 50_000}, "must be >= image_min_pixels"),
+    ],
+)
+def test_a_budget_no_image_fits_is_refused(fields, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        ImageBudget(**fields)
+
+
+def test_budget_tokens_per_role() -> None:
+    budget = ImageBudget(query_max_pixels=1024 * 1024, candidate_max_pixels=256 * 1024, image_factor=32)
+    assert (budget.max_tokens("query"), budget.max_tokens("candidate")) == (1024, 256)
+    with pytest.raises(ValueError, match="role"):
+        budget.max_tokens("evidence")
+
+
+# ----- the byte-bounded cache ----------------------------------------------------------------------------------
+def test_byte_lru_evicts_least_recently_used_first() -> None:
+    cache: ByteLRU[bytes] = ByteLRU(max_bytes=100)
+    for key in "abc":
+        cache.get_or_compute(key, lambda: b"x" * 40, len)
+    # a (40) + b (40) + c (40) > 100: a went; touching b makes c the oldest
+    assert cache.num_entries == 2 and cache.num_bytes == 80 and cache.num_evictions == 1
+    cache.get_or_compute("b", lambda: pytest.fail("b is cached"), len)
+    cache.get_or_compute("d", lambda: b"y" * 40, len)
+    assert cache.get_or_compute("b", lambda: b"recomputed", len) == b"x" * 40
+    assert cache.get_or_compute("c", lambda: b"recomputed", len) == b"recomputed"
+
+
+def test_byte_lru_never_holds_a_value_larger_than_its_budget() -> None:
+    cache: ByteLRU[bytes] = ByteLRU(max_bytes=10)
+    assert cache.get_or_compute("big", lambda: b"z" * 11, len) == b"z" * 11
+    assert cache.num_entries == 0 and cache.num_bytes == 0
+
+
+def test_byte_lru_resize_evicts_down_to_the_new_budget() -> None:
+    cache: ByteLRU[bytes] = ByteLRU(max_bytes=100)
+    for key in "abcd":
+        cache.get_or_compute(key, lambda: b"x" * 25, len)
+    cache.resize(50)
+    assert cache.num_bytes == 50 and cache.num_entries == 2
+    with pytest.raises(ValueError, match="max_bytes"):
+        cache.resize(-1)
+
+
+@pytest.fixture
+def small_image_cache():
+    """The process's image cache, emptied and set to 8 MB for the test, restored after."""
+    cache = kb_module.IMAGE_CACHE
+    before = cache.max_bytes
+    cache.clear()
+    kb_module.configure_image_cache(8_000_000)
+    yield cache
+    cache.clear()
+    cache.resize(before)
+
+
+def test_decoded_images_are_cached_fitted_and_bounded_in_bytes(tmp_path: Path, small_image_cache) -> None:
+    budget = ImageBudget()
+    paths = [write_photo(tmp_path / f"p{i}.jpg", 3000, 2000, i) for i in range(12)]
+    for path in paths:
+        image = kb_module.read_image(path, budget, "candidate")
+        assert visual_tokens(*image.shape[:2], 28) <= 256 and not image.flags.writeable
+        assert small_image_cache.num_bytes <= 8_000_000
+    # 12 fitted candidates (~0.6 MB each) fit in 8 MB: all are cached, and served again without a decode.
+    assert small_image_cache.num_entries == 12
+    again = kb_module.read_image(paths[0], budget, "candidate")
+    assert again is kb_module.read_image(paths[0], budget, "candidate")
+    # Full-size decodes (18 MB each) exceed the budget: returned, never cached, and nothing is held beyond it.
+    full = kb_module.read_image(paths[1])
+    assert full.shape == (2000, 3000, 3) and small_image_cache.num_bytes <= 8_000_000
+    assert small_image_cache.num_entries == 12
