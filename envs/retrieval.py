@@ -18,13 +18,10 @@ import faiss
 import numpy as np
 
 from envs.core import Hit
+from envs.search_settings import apply_search_settings, use_search_threads
 
 PayloadFn = Callable[[int], dict[str, Any]]
 """Row index -> payload shown with a hit (entity name, image path, passage text...)."""
-
-# faiss switches from its own SIMD loop to BLAS above this many queries; a BLAS call has a large fixed cost,
-# so for the env's single-query searches the SIMD path is several times faster.
-_BLAS_THRESHOLD = 20
 
 
 def normalise(vectors: np.ndarray) -> np.ndarray:
@@ -54,7 +51,7 @@ class IndexSpec:
 def build_index(vectors: np.ndarray, spec: IndexSpec | None = None) -> faiss.Index:
     """A faiss inner-product index over ``vectors`` (already normalised), of the kind ``spec`` names."""
     spec = spec or IndexSpec()
-    faiss.cvar.distance_compute_blas_threshold = _BLAS_THRESHOLD
+    apply_search_settings()
     dim = vectors.shape[1]
     if spec.kind == "flat":
         index = faiss.IndexFlatIP(dim)
@@ -248,6 +245,7 @@ class FaissRetriever:
     def __init__(self, index: faiss.Index, docids: Sequence[str], payload: PayloadFn | None = None):
         if index.ntotal != len(docids):
             raise ValueError(f"index holds {index.ntotal} vectors but {len(docids)} docids were given")
+        apply_search_settings()  # every index reaches search through here: built, recorded, sharded, exported
         self.index = index
         self.docids = list(docids)
         self.payload = payload or (lambda row: {})
@@ -265,6 +263,7 @@ class FaissRetriever:
 
     def raw_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The bare faiss call: (scores, rows), each (num_queries, k); rows are -1 past the end."""
+        use_search_threads()  # per calling thread: env workers and service threads each set their own
         return self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
 
     def search(self, query: np.ndarray, k: int) -> list[Hit]:

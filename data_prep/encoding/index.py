@@ -34,6 +34,7 @@ import numpy as np
 from data_prep.encoding import shards
 from data_prep.encoding.items import EncodingError
 from envs.retrieval import DiskRefinedIndex, RefineVectors, normalise, set_search_params
+from envs.search_settings import apply_search_settings
 
 log = logging.getLogger(__name__)
 INDEX_FORMAT = "ragym-sharded-index"
@@ -438,6 +439,7 @@ def load_sharded_index(
     manifest = json.loads((out / INDEX_MANIFEST).read_text(encoding="utf-8"))
     if manifest.get("format") != INDEX_FORMAT:
         raise ValueError(f"{out / INDEX_MANIFEST}: expected format {INDEX_FORMAT!r}")
+    apply_search_settings()
     indexes, ids = [], []
     for record in manifest["shards"]:
         index = faiss.read_index(str(out / record["index"]))

@@ -19,12 +19,12 @@ import hmac
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-import faiss
 import numpy as np
 
+from envs.search_settings import set_search_threads
 from envs.service.batcher import DynamicBatcher
 from envs.service.cache import ReplayCache, cache_key, normalise_query
 from envs.service.config import ServiceConfig
@@ -69,13 +69,15 @@ class RetrievalApp:
         self.cache = ReplayCache(config.cache_size)
         self.batchers: dict[str, DynamicBatcher] = {}
         self.load_error: str | None = None
-        # OpenMP's thread count is per thread: searches run in these threads, so they take the creator's.
-        threads = faiss.omp_get_max_threads()
+        # Searches run in these threads, each with the plan's OpenMP threads, so that concurrent index calls
+        # stay within the cores (envs.search_settings: spinning OpenMP teams stall on a busy node).
+        self.thread_plan = config.thread_plan()
+        log.info("%s", self.thread_plan.describe())
         self._executor = ThreadPoolExecutor(
-            max_workers=4,
+            max_workers=config.search_workers,
             thread_name_prefix="ragym-search",
-            initializer=faiss.omp_set_num_threads,
-            initargs=(threads,),
+            initializer=set_search_threads,
+            initargs=(self.thread_plan.threads, True),
         )
         self._loading: asyncio.Task | None = None
 
@@ -136,6 +138,7 @@ class RetrievalApp:
             "retrievers": {n: {"query": s.query, "dim": s.dim} for n, s in self.retrievers.items()},
             "cache": {**self.cache.stats.as_dict(), "entries": len(self.cache)},
             "batches": {n: b.stats.as_dict() for n, b in self.batchers.items()},
+            "search_threads": asdict(self.thread_plan),
             "error": self.load_error,
         }
 

@@ -15,7 +15,6 @@ the hits by score (``envs.service.shards.merge_hits``).
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from envs.core import Hit
+from envs.search_settings import WAIT_POLICY_ENV
 from envs.service.app import RetrievalApp, Served
 from envs.service.catalog import CatalogSpec, load_catalog
-from envs.service.client import TOKEN_ENV
 from envs.service.config import ServiceConfig
 from envs.service.shards import ShardSpec, load_shard, merge_hits, read_manifest
 
@@ -92,12 +91,25 @@ class RetrievalReplica:
             raise RuntimeError(self.service.load_error)
 
 
+def replica_options(config: ServiceConfig, deployment: Deployment) -> tuple[dict[str, Any], ServiceConfig]:
+    """Ray actor options of a replica (its CPUs, GPUs and the OpenMP wait policy, set before faiss loads in
+    the replica's fresh process) and the config it runs: its cores are the CPUs Ray reserves for it."""
+    options: dict[str, Any] = {
+        "num_cpus": deployment.cpus_per_replica,
+        "num_gpus": deployment.gpus_per_replica,
+    }
+    if config.omp_wait_policy != "default":
+        options["runtime_env"] = {"env_vars": {WAIT_POLICY_ENV: config.omp_wait_policy.upper()}}
+    cores = config.cpu_cores or max(1, int(deployment.cpus_per_replica))
+    return options, replace(config, cpu_cores=cores)
+
+
 def build_app(catalog: CatalogSpec, config: ServiceConfig, deployment: Deployment) -> Any:
     """The Serve application: shard deployments first, then the app replicas holding their handles."""
     from ray import serve
 
     gpu = deployment.gpus_per_replica > 0
-    resources = {"num_cpus": deployment.cpus_per_replica, "num_gpus": deployment.gpus_per_replica}
+    resources, config = replica_options(config, deployment)
     shard_wrapper = serve.deployment(ShardReplica)
     shards = {}
     for name, manifest in catalog.shard_sets:
@@ -128,7 +140,7 @@ def deploy(catalog: CatalogSpec, config: ServiceConfig, deployment: Deployment, 
 
 def main(argv: list[str] | None = None) -> int:
     """Deploy from the command line (the ``ragym serve`` flags plus replicas and resources)."""
-    from envs.service.serve import parse_args
+    from envs.service.serve import parse_args, service_config
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--replicas", type=int, default=1)
@@ -140,8 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.port == ServiceConfig().port and "--port" not in rest:
         args.port = 8000  # Serve's usual port
     catalog = CatalogSpec(args.kb_dir, args.doc_store_root, tuple(args.shards), args.index_kind, None)
-    config = ServiceConfig(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
-                           cache_size=args.cache_size, token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
+    config = service_config(args)  # host and port go to Serve's proxy below, not to the app
     deployment = Deployment(
         extra.replicas, extra.cpus_per_replica, extra.gpus_per_replica, extra.shard_replicas
     )
