@@ -1,17 +1,22 @@
-"""Retrieval service throughput against bare faiss, in one run, on loopback.
+"""Retrieval service throughput against bare faiss, as users deploy it, idle and beside a busy co-tenant.
 
-Measures, on a flat inner-product index of ``--num-vectors`` x ``--dim`` random unit vectors:
-1. the naive per-request server (``envs.retrieval_server``: FastAPI, one faiss call per request);
-2. bare faiss, ``index.search`` on batches of ``--clients`` queries (the ceiling), and the ragym service
-   (``envs.service``: dynamic batching, replay cache) in alternating windows (``--rounds``), so that both
-   see the same load on a shared machine;
-each server in its own process, loaded by ``--clients`` concurrent keep-alive connections that each send
-one single-query search at a time, every query distinct (no cache hits). Then the replay cache hit rate
-of a GRPO-like workload (``--group-size`` episodes per question, sent concurrently group by group).
+The index is a recorded one: ``--kb-dir KB`` (the KB's entity index, retriever ``image``), or by default a
+flat index of ``--num-vectors`` x ``--dim`` random unit vectors written once by the encoding step's index code
+(``data_prep.encoding.index``: what a KB records below 200k vectors) and served as a shard manifest
+(retriever ``vec``). The service is ``ragym serve`` in its own process with its defaults (plus
+``--serve-args`` to measure a tuned setting), in this machine's environment untouched. Bare faiss is the same
+index loaded the way ``ragym serve`` loads it, searched here in batches of ``--clients`` queries, with one
+OpenMP thread and with one per core (the ceiling is the better of the two, so the service is compared with
+bare faiss at its best). Two settings, each alternating windows of bare faiss and the service (``--rounds``):
+``idle`` (nothing else of ours running) and ``co-tenant`` (``--cotenants`` CPU-bound processes, each bounded by
+a deadline, as rollout workers keep a training node busy). Load: ``--clients`` concurrent keep-alive
+connections on loopback, each sending one single-query search at a time, every query distinct (no cache hits).
+Then, unless ``--questions 0``, the replay cache hit rate of a GRPO-like workload.
 
-Usage: ``python benchmarks/retrieval_service.py [--num-vectors 200000] [--dim 768] [--clients 64]
-[--seconds 12] [--rounds 4] [--k 10]``. Last line: ``ratio=<service QPS / bare faiss QPS> p99/p50=<x>``
-(goals: ratio >= 0.8, p99/p50 <= 2.5).
+Usage: ``python benchmarks/retrieval_service.py [--num-vectors 200000] [--dim 768] [--kb-dir KB] [--clients 64]
+[--seconds 12] [--rounds 3] [--cotenants 1] [--serve-args "--search-threads 2"]``. Last line:
+``ratio=<service QPS / bare faiss QPS> p99/p50=<x>`` in the co-tenant setting (goals: ratio >= 0.8,
+p99/p50 <= 2.5).
 """
 
 from __future__ import annotations
@@ -22,21 +27,28 @@ import base64
 import http.client
 import json
 import os
+import shlex
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-import faiss
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+SERVICE_ENV = dict(os.environ)
+"""The service runs in the environment this benchmark was started in, so it chooses as it would for a user."""
+# Bare faiss at its best: OpenMP threads that sleep when idle (read once, before faiss loads) for its run with
+# one thread per core, so a co-tenant cannot stall them; the service's default policy is the same.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from envs.retrieval import FaissRetriever  # noqa: E402
+import faiss  # noqa: E402
 
-BLAS_THRESHOLD = 4
-"""faiss uses BLAS from this many queries up: the service's batches and the ceiling's both take it."""
+from envs.search_settings import available_cores, set_search_threads  # noqa: E402
 
 
 def unit_vectors(num: int, dim: int, seed: int) -> np.ndarray:
@@ -49,67 +61,98 @@ def unit_vectors(num: int, dim: int, seed: int) -> np.ndarray:
     return out
 
 
-def build_retriever(num: int, dim: int, threads: int) -> FaissRetriever:
-    """The benchmark index (seed 0), docids ``d<row>``, no payload, searched with ``threads`` OpenMP threads."""
-    faiss.omp_set_num_threads(threads)
-    index = faiss.IndexFlatIP(dim)
-    index.add(unit_vectors(num, dim, seed=0))
-    faiss.cvar.distance_compute_blas_threshold = BLAS_THRESHOLD
-    return FaissRetriever(index, [f"d{i}" for i in range(num)])
+def recorded_index(num: int, dim: int) -> Path:
+    """The benchmark's index folder (``index.json`` + shard), written once by the encoding step's index code."""
+    from data_prep.encoding.index import INDEX_MANIFEST, IndexOptions, VectorBlocks, index_vectors
+    from data_prep.synthetic_kb import cache_root
+
+    out = cache_root() / "bench" / f"service-flat-{num}x{dim}"
+    if not (out / INDEX_MANIFEST).is_file():
+        print(f"writing a flat index of {num} x {dim} in {out} (once)...", flush=True)
+        ids = [f"d{i}" for i in range(num)]
+        index_vectors(VectorBlocks.from_array(ids, unit_vectors(num, dim, seed=0)), out,
+                      IndexOptions(exact_below=num + 1))  # fmt: skip
+    return out / INDEX_MANIFEST
+
+
+def target(args: argparse.Namespace) -> tuple[list[str], str, Any]:
+    """(``ragym serve`` arguments, retriever name, the index loaded as the service loads it)."""
+    if args.kb_dir:
+        from envs.kb import load_kb
+        from envs.retrieval import IndexSpec
+
+        return (
+            ["--kb-dir", args.kb_dir],
+            "image",
+            load_kb(args.kb_dir).image_retriever(IndexSpec(kind="auto")),
+        )
+    from envs.service.shards import ShardedRetriever
+
+    manifest = recorded_index(args.num_vectors, args.dim)
+    sharded = ShardedRetriever.from_manifest(manifest)
+    return ["--shards", f"vec={manifest}"], "vec", sharded.shards[0] if len(sharded.shards) == 1 else sharded
 
 
 def bare_faiss_qps(
-    retriever: FaissRetriever, queries: np.ndarray, batch: int, k: int, seconds: float
+    retriever: Any, queries: np.ndarray, batch: int, k: int, seconds: float, threads: int
 ) -> float:
-    """Queries per second of back-to-back ``index.search`` calls on batches of ``batch``."""
+    """Queries per second of back-to-back index searches on batches of ``batch`` with ``threads`` threads."""
+    set_search_threads(threads, this_thread=True)
+    search = retriever.raw_search if hasattr(retriever, "raw_search") else retriever.batch_search
     done, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         start_row = (done // batch) % (len(queries) // batch) * batch
         rows = queries[start_row : start_row + batch]
-        retriever.raw_search(rows, k)
+        search(rows if hasattr(retriever, "raw_search") else list(rows), k)
         done += len(rows)
     return done / (time.perf_counter() - start)
 
 
-def serve(kind: str, port: int, args: argparse.Namespace) -> None:
-    """Child process: build the index and serve it with uvicorn on 127.0.0.1 until killed."""
-    import uvicorn
-
-    dim, max_wait_ms = args.dim, args.max_wait_ms
-    retriever = build_retriever(args.num_vectors, dim, args.faiss_threads)
-    if kind == "naive":
-        from envs.retrieval_server import make_app
-
-        app = make_app({"image": retriever})
-    else:
-        from envs.service.app import RetrievalApp, Served
-        from envs.service.config import ServiceConfig
-
-        app = RetrievalApp({"vec": Served(retriever, "vector", dim)}, ServiceConfig(max_wait_ms=max_wait_ms))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, http="httptools")
+@contextmanager
+def service(serve_args: list[str], port: int, extra: list[str]) -> Any:
+    """``ragym serve`` on 127.0.0.1:``port`` in its own process until the block ends; yields its log file."""
+    log = Path(tempfile.mkstemp(prefix="ragym-serve-", suffix=".log")[1])
+    command = [sys.executable, "-m", "rl.cli", "serve", *serve_args, "--port", str(port), *extra]
+    with log.open("w") as sink:
+        process = subprocess.Popen(command, cwd=REPO, env=SERVICE_ENV, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        wait_ready(process, port)
+        yield log
+    finally:
+        process.kill()
+        process.wait()
+        log.unlink(missing_ok=True)
 
 
-def start_server(kind: str, port: int, args: argparse.Namespace) -> subprocess.Popen:
-    """Start a server process and wait (bounded) until it answers."""
-    command = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--num-vectors",
-               str(args.num_vectors), "--dim", str(args.dim), "--max-wait-ms", str(args.max_wait_ms),
-               "--faiss-threads", str(args.faiss_threads)]  # fmt: skip
-    process = subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": str(args.faiss_threads)})
-    path = "/ready" if kind == "ragym" else "/health"
-    deadline = time.monotonic() + 300
+def wait_ready(process: subprocess.Popen, port: int, timeout_s: float = 600) -> None:
+    """Poll ``/ready`` until 200 (bounded); a server that exits is an error."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{kind} server exited with {process.returncode}")
+            raise RuntimeError(f"ragym serve exited with {process.returncode}")
         try:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", path)
+            conn.request("GET", "/ready")
             if conn.getresponse().status == 200:
-                return process
+                return
         except OSError:
             pass
         time.sleep(0.5)
-    process.kill()
-    raise RuntimeError(f"{kind} server did not start in 300 s")
+    raise RuntimeError(f"ragym serve was not ready in {timeout_s:.0f} s")
+
+
+@contextmanager
+def cotenants(count: int, seconds: float) -> Any:
+    """``count`` CPU-bound processes, each spinning until the block ends or ``seconds`` pass, whichever first."""
+    code = f"import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+    processes = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
+    try:
+        time.sleep(0.3)
+        yield
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
 
 
 def request_bytes(path: str, body: bytes) -> bytes:
@@ -117,6 +160,13 @@ def request_bytes(path: str, body: bytes) -> bytes:
     head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n")  # fmt: skip
     return head.encode() + body
+
+
+def encoded_requests(name: str, queries: np.ndarray, k: int) -> list[bytes]:
+    """One single-query search request per query, in the service's wire format."""
+    bodies = [json.dumps({"retriever": name, "k": k, "query": {"f32": base64.b64encode(q.tobytes()).decode()}})
+              for q in queries]  # fmt: skip
+    return [request_bytes("/search", b.encode()) for b in bodies]
 
 
 async def _client(port: int, requests: list[bytes], deadline: float, latencies: list[float]) -> None:
@@ -147,137 +197,133 @@ async def load(port: int, requests: list[bytes], clients: int, seconds: float) -
     return len(latencies) / (time.perf_counter() - start), np.asarray(latencies)
 
 
-def encoded_requests(kind: str, queries: np.ndarray, k: int) -> list[bytes]:
-    """One single-query search request per query, in the server's wire format."""
-    if kind == "naive":
-        bodies = [json.dumps({"retriever": "image", "queries": [q.tolist()], "k": k}) for q in queries]
-    else:
-        bodies = [json.dumps({"retriever": "vec", "k": k, "query": {"f32": base64.b64encode(q.tobytes()).decode()}})
-                  for q in queries]  # fmt: skip
-    return [request_bytes("/search", b.encode()) for b in bodies]
-
-
-def measure_naive(args: argparse.Namespace, queries: np.ndarray) -> tuple[float, np.ndarray]:
-    """The naive server under the same load, one window (it is the floor, not the comparison)."""
-    requests = encoded_requests("naive", queries, args.k)
-    process = start_server("naive", args.port, args)
-    try:
-        return asyncio.run(load(args.port, requests, args.clients, args.seconds))
-    finally:
-        process.kill()
-        process.wait()
-
-
-def measure_service_and_ceiling(
-    args: argparse.Namespace, retriever: FaissRetriever, queries: np.ndarray
-) -> tuple[list[float], list[float], np.ndarray]:
-    """Alternating windows of bare faiss (server idle) and the service (this process only waits on sockets),
-    so both see the same machine load; returns per-window QPS of each and the service's latencies."""
-    requests = encoded_requests("ragym", queries, args.k)
-    process = start_server("ragym", args.port, args)
-    window = args.seconds / args.rounds
-    bare, served, latencies = [], [], []
-    try:
-        asyncio.run(load(args.port, requests[-args.clients * 2 :], args.clients, 30))  # warm-up
-        share = (len(requests) - args.clients * 2) // args.rounds
-        for r in range(args.rounds):
-            bare.append(bare_faiss_qps(retriever, queries, args.clients, args.k, window))
-            qps, lat = asyncio.run(
-                load(args.port, requests[r * share : (r + 1) * share], args.clients, window)
-            )
-            served.append(qps)
-            latencies.append(lat)
-        batches = ready_status(args.port)["batches"]["vec"]
-        print(
-            f"service batches: mean {batches['mean_batch']:.1f} queries, largest {batches['largest_batch']}"
-        )
-    finally:
-        process.kill()
-        process.wait()
-    return bare, served, np.concatenate(latencies)
+def logged_plan(log: Path) -> str:
+    """The threading choice ``ragym serve`` logged at start."""
+    lines = [line for line in log.read_text().splitlines() if "faiss search threads:" in line]
+    if not lines:
+        raise RuntimeError(f"ragym serve logged no threading choice:\n{log.read_text()[-2000:]}")
+    return lines[-1].split("faiss search threads:", 1)[1].strip()
 
 
 def ready_status(port: int) -> dict:
-    """The service's /ready body: cache and batch counters."""
+    """The service's /ready body: cache and batch counters, search threads."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     conn.request("GET", "/ready")
     return json.loads(conn.getresponse().read())
 
 
-def grpo_hit_rate(port: int, args: argparse.Namespace) -> tuple[dict, float]:
+def measure(args: argparse.Namespace, index: Any, queries: np.ndarray, requests: list[list[bytes]]) -> dict:
+    """Alternating windows: bare faiss with 1 thread, with one per core, then the service (this process only
+    waits on sockets meanwhile); returns per-window QPS of each and the service's latencies."""
+    window, cores = args.seconds / args.rounds, available_cores()
+    one, all_cores, served, latencies = [], [], [], []
+    for r in range(args.rounds):
+        one.append(bare_faiss_qps(index, queries, args.clients, args.k, window, 1))
+        all_cores.append(bare_faiss_qps(index, queries, args.clients, args.k, window, cores))
+        qps, lat = asyncio.run(load(args.port, requests[r], args.clients, window))
+        served.append(qps)
+        latencies.append(lat)
+    return {"one": one, "all": all_cores, "served": served, "latencies": np.concatenate(latencies)}
+
+
+def report(setting: str, result: dict, cores: int) -> tuple[float, float]:
+    """Print one setting's figures; returns (ratio to the better bare faiss, p99/p50)."""
+    one, all_cores = float(np.mean(result["one"])), float(np.mean(result["all"]))
+    ceiling, qps = max(one, all_cores), float(np.mean(result["served"]))
+    lat = result["latencies"]
+    p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
+
+    def windows(values: list[float]) -> str:
+        return ", ".join(f"{x:.0f}" for x in values)
+
+    print(f"[{setting}] bare faiss, 1 thread: {one:.0f} q/s ({windows(result['one'])}); {cores} threads: "
+          f"{all_cores:.0f} q/s ({windows(result['all'])})")  # fmt: skip
+    print(f"[{setting}] ragym service: {qps:.0f} q/s ({windows(result['served'])}), p50={p50 * 1e3:.1f} ms "
+          f"p99={p99 * 1e3:.1f} ms ({len(lat)} requests); ratio={qps / ceiling:.3f} p99/p50={p99 / p50:.2f}",
+          flush=True)  # fmt: skip
+    return qps / ceiling, p99 / p50
+
+
+def grpo_hit_rate(port: int, name: str, dim: int, args: argparse.Namespace) -> tuple[dict, float]:
     """Cache counters after a GRPO-like workload, and the share of its searches that repeat an earlier one
     (the best any cache can do). Each question's group of episodes searches concurrently: every episode
     searches its question's image (k=5, shared by the group), half of them reject and page on (k=10, shared
     among them), and each writes one query of its own (distinct); the data is seen ``--epochs`` times (the
     paper trains 2 epochs), with fresh own queries each time."""
     rng = np.random.default_rng(1)
-    questions = unit_vectors(args.questions, args.dim, seed=2)
+    questions = unit_vectors(args.questions, dim, seed=2)
     requests, keys = [], []
+    before = ready_status(port)["cache"]
     for _ in range(args.epochs):
         for image in questions:
             group = []
             for e in range(args.group_size):
-                own = (image + 0.05 * rng.standard_normal(args.dim).astype(np.float32)).astype(np.float32)
+                own = (image + 0.05 * rng.standard_normal(dim).astype(np.float32)).astype(np.float32)
                 searches = [(image, 5)] + ([(image, 10)] if e % 2 else []) + [(own, 5)]
                 keys += [(v.tobytes(), k) for v, k in searches]
-                group += [json.dumps({"retriever": "vec", "k": k, "query": {"f32": base64.b64encode(v.tobytes()).decode()}}).encode()
+                group += [json.dumps({"retriever": name, "k": k, "query": {"f32": base64.b64encode(v.tobytes()).decode()}}).encode()
                           for v, k in searches]  # fmt: skip
             requests.append([request_bytes("/search", b) for b in group])
     repeat_share = 1 - len(set(keys)) / len(keys)
-    process = start_server("ragym", port, args)
-    try:
-        for group in requests:  # one group at a time, its episodes' searches concurrently
-            asyncio.run(load(port, group, len(group), 60))
-        return ready_status(port)["cache"], repeat_share
-    finally:
-        process.kill()
-        process.wait()
+    for group in requests:  # one group at a time, its episodes' searches concurrently
+        asyncio.run(load(port, group, len(group), 60))
+    after = ready_status(port)["cache"]
+    counts = {key: after[key] - before[key] for key in ("hits", "joined", "misses")}
+    counts["hit_rate"] = (counts["hits"] + counts["joined"]) / max(1, sum(counts.values()))
+    return counts, repeat_share
 
 
-def main() -> None:
-    """Run every measurement and print the figures."""
+def parse() -> argparse.Namespace:
+    """The benchmark's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-vectors", type=int, default=200_000)
     parser.add_argument("--dim", type=int, default=768)
+    parser.add_argument("--kb-dir", help="serve this KB's recorded entity index instead (retriever image)")
     parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=12.0, help="load time of each side, over all rounds")
-    parser.add_argument("--rounds", type=int, default=4, help="alternating bare-faiss / service windows")
+    parser.add_argument("--seconds", type=float, default=12.0, help="load time of each side per setting")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating bare-faiss / service windows")
     parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--max-wait-ms", type=float, default=2.0)
-    parser.add_argument("--questions", type=int, default=32, help="GRPO workload: questions (groups)")
+    parser.add_argument("--cotenants", type=int, default=1, help="CPU-bound co-tenant processes")
+    parser.add_argument("--serve-args", default="", help="extra ragym serve flags (a tuned setting)")
+    parser.add_argument("--questions", type=int, default=32, help="GRPO workload: questions (0: skip)")
     parser.add_argument("--group-size", type=int, default=8, help="GRPO workload: episodes per question")
     parser.add_argument("--epochs", type=int, default=2, help="GRPO workload: passes over the questions")
     parser.add_argument("--port", type=int, default=18765)
-    # On a shared 2-core machine OpenMP's spinning barriers collapse under contention (a batch took 10x
-    # longer with 2 threads than with 1 under load); the ceiling and both servers use the same setting.
-    parser.add_argument("--faiss-threads", type=int, default=1, help="faiss OpenMP threads, everywhere")
-    parser.add_argument("--serve", choices=("naive", "ragym"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve:
-        serve(args.serve, args.port, args)
-        return
-    print(f"index: flat IP, {args.num_vectors} x {args.dim}; {args.clients} clients; k={args.k}; "
-          f"faiss threads={args.faiss_threads}", flush=True)  # fmt: skip
-    queries = unit_vectors(20_000, args.dim, seed=1)
-    naive_qps, naive_lat = measure_naive(args, queries)
-    print(f"naive server: {naive_qps:.0f} q/s, p50={np.percentile(naive_lat, 50) * 1e3:.1f} ms "
-          f"p99={np.percentile(naive_lat, 99) * 1e3:.1f} ms ({len(naive_lat)} requests)", flush=True)  # fmt: skip
-    retriever = build_retriever(args.num_vectors, args.dim, args.faiss_threads)
-    bare, served, lat = measure_service_and_ceiling(args, retriever, queries)
-    del retriever
-    ceiling, qps = float(np.mean(bare)), float(np.mean(served))
-    p50, p99 = np.percentile(lat, 50), np.percentile(lat, 99)
-    print(
-        f"bare faiss batch {args.clients}: {ceiling:.0f} q/s (windows: {', '.join(f'{x:.0f}' for x in bare)})"
-    )
-    print(f"ragym service: {qps:.0f} q/s (windows: {', '.join(f'{x:.0f}' for x in served)}), "
-          f"p50={p50 * 1e3:.1f} ms p99={p99 * 1e3:.1f} ms ({len(lat)} requests)", flush=True)  # fmt: skip
-    cache, repeat_share = grpo_hit_rate(args.port, args)
-    print(f"replay cache, GRPO-like workload ({args.questions} questions x {args.group_size} episodes x "
-          f"{args.epochs} epochs): hit_rate={cache['hit_rate']:.3f} of a possible {repeat_share:.3f} "
-          f"(hits={cache['hits']} joined in flight={cache['joined']} misses={cache['misses']})")  # fmt: skip
-    print(f"naive/ceiling={naive_qps / ceiling:.3f}")
-    print(f"ratio={qps / ceiling:.3f} p99/p50={p99 / p50:.2f}")
+    return parser.parse_args()
+
+
+def main() -> None:
+    """Run both settings against one service process and print the figures, co-tenant last."""
+    args = parse()
+    serve_args, name, index = target(args)
+    dim, cores = int(index.dim if hasattr(index, "dim") else index.index.d), available_cores()
+    print(f"index: {serve_args[-1]} ({type(index).__name__}, {dim}-d); {args.clients} clients; k={args.k}; "
+          f"{cores} cores; ragym serve {shlex.join([*serve_args, *shlex.split(args.serve_args)])}; "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    num_windows = 2 * args.rounds + 1
+    queries = unit_vectors(args.clients * 40 * num_windows, dim, seed=1)
+    encoded = encoded_requests(name, queries, args.k)
+    per_window = [encoded[i::num_windows] for i in range(num_windows)]
+    with service(serve_args, args.port, shlex.split(args.serve_args)) as log:
+        asyncio.run(load(args.port, per_window[-1], args.clients, 60))  # warm-up, distinct queries
+        threads = ready_status(args.port)["search_threads"]
+        print(f"service: {logged_plan(log)}", flush=True)
+        idle = measure(args, index, queries, per_window[: args.rounds])
+        report("idle", idle, cores)
+        with cotenants(args.cotenants, 3 * args.seconds + 60):
+            busy = measure(args, index, queries, per_window[args.rounds : 2 * args.rounds])
+        batches = ready_status(args.port)["batches"][name]
+        print(f"service batches: mean {batches['mean_batch']:.1f} queries, largest {batches['largest_batch']}; "
+              f"{threads['threads']} thread(s) per search")  # fmt: skip
+        if args.questions:
+            cache, repeat = grpo_hit_rate(args.port, name, dim, args)
+            print(f"replay cache, GRPO-like workload ({args.questions} questions x {args.group_size} episodes x "
+                  f"{args.epochs} epochs): hit_rate={cache['hit_rate']:.3f} of a possible {repeat:.3f} "
+                  f"(hits={cache['hits']} joined in flight={cache['joined']} misses={cache['misses']})")  # fmt: skip
+    print(f"load average {os.getloadavg()[0]:.1f} at the end; bare faiss OpenMP wait policy "
+          f"{os.environ.get('OMP_WAIT_POLICY', 'default')}, faiss max threads {faiss.omp_get_max_threads()}")  # fmt: skip
+    ratio, spread = report(f"co-tenant x{args.cotenants}", busy, cores)
+    print(f"ratio={ratio:.3f} p99/p50={spread:.2f}")
 
 
 if __name__ == "__main__":
