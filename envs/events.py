@@ -83,7 +83,9 @@ def _event(event_type: str, turn: int, /, **fields: Any) -> Event:
 
 
 # ===== Shared kinds (every env) =========================================================================
-SHARED_KINDS = ("action", "format_error", "protocol_violation", "truncated", "answer", "retrieval_error")
+SHARED_KINDS = (
+    "action", "format_error", "protocol_violation", "truncated", "answer", "retrieval_error", "episode_error",
+)
 EVENT_KINDS.update(SHARED_KINDS)
 
 
@@ -141,6 +143,17 @@ def retrieval_error(turn: int, retriever: str, reason: str, detail: str) -> Even
         reason=_str("retrieval_error", "reason", reason),
         detail=_str("retrieval_error", "detail", detail),
     )
+
+
+def episode_error(turn: int, stage: str, error: str) -> Event:
+    """The env raised and the episode ended there (a missing file, a dead service): recorded, not fatal.
+
+    ``stage``: ``reset`` (the env could not be built or reset; ``turn`` -1) or ``step`` (``turn`` is the policy
+    turn the env could not take); ``error``: the exception's type and first line. The agent loop records it.
+    """
+    if stage not in ("reset", "step"):
+        raise ValueError(f"episode_error event: stage must be reset or step, got {stage!r}")
+    return _event("episode_error", turn, stage=stage, error=_str("episode_error", "error", error))
 
 
 # ===== KBVQA-v0 (envs/kbvqa.py): images are 1-based, as the policy writes SearchImage(j) ==============

@@ -58,12 +58,16 @@ def episode_metrics(env_id: str, events: list[Event]) -> Metrics:
     if env_id not in _REGISTRY:
         raise KeyError(f"no episode metrics registered for {env_id!r}; registered: {sorted(_REGISTRY)}")
     entry = _REGISTRY[env_id]
+    if events_of(events, "episode_error"):
+        # The env raised: its own metrics need events the episode never reached, so they do not apply.
+        return shared_metrics(events, entry.action_kinds)
     return {**shared_metrics(events, entry.action_kinds), **entry.fn(events)}
 
 
 def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metrics:
     """Turns, the action histogram, format errors, violations, truncation, whether the policy answered, and
-    searches the retrieval service could not answer (``retrieval_errors``).
+    searches the retrieval service could not answer (``retrieval_errors``), and whether the env raised and ended
+    the episode (``errors``: an ``episode_error`` event).
 
     ``turns`` counts every policy turn an event names, the one the agent loop cut included.
 
@@ -84,6 +88,7 @@ def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metric
         "truncated": float(bool(events_of(events, "truncated"))),
         "answered": float(any(not a["forced"] for a in answers)),
         "retrieval_errors": float(len(events_of(events, "retrieval_error"))),
+        "errors": float(bool(events_of(events, "episode_error"))),
     }
     metrics.update({f"actions/{kind}": float(kinds[kind]) for kind in action_kinds})
     return metrics

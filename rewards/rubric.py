@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from envs.events import events_of
 from rewards.episode import Episode
 from rewards.registry import RewardFn, get_reward, reward_params, validate_params
 
@@ -217,7 +218,13 @@ class Rubric:
         )
 
     def score(self, episode: Episode) -> RubricResult:
-        """Total and breakdown for one episode; a term that fails or returns NaN/inf raises ``RewardError``."""
+        """Total and breakdown for one episode; a term that fails or returns NaN/inf raises ``RewardError``.
+
+        An episode the env ended by raising (an ``episode_error`` event) skips every term, so its total is
+        0.0: its events stop wherever the env failed, and no term's value would mean anything.
+        """
+        if events_of(episode.events, "episode_error"):
+            return RubricResult(0.0, {term.name: None for term in self.terms})
         total, breakdown = 0.0, {}
         for term in self.terms:
             if term.data_sources is not None and episode.data_source not in term.data_sources:

@@ -66,6 +66,8 @@ class _Episode:
     observations: list[dict[str, Any]] = field(default_factory=list)
     """Each observation put in context (the task first): its text and image count, for ``ragym view``."""
     truncated: bool = False
+    failed: bool = False
+    """The env raised (an ``episode_error`` event): no token of the episode trains the policy."""
     metrics: dict[str, Any] = field(default_factory=dict)
     server_fields: dict[str, Any] = field(default_factory=dict)
     """What the generation server tagged the turns with: the weights' steps (``global_steps``, and the
@@ -96,16 +98,16 @@ class RagymEnvAgentLoop(AgentLoopBase):
         # and run episodes under several event loops, so bind it to the one running this episode.
         self.loop = asyncio.get_running_loop()
         spec = EpisodeSpec.from_extra_info(dict(kwargs["extra_info"]))
-        env = make_env(spec.env_id, **with_retrieval_url(spec.env_id, spec.env_kwargs, self._retrieval_url))
-        obs, info = await self._in_executor(
-            functools.partial(env.reset, seed=spec.seed, options=spec.env_options)
-        )
+        # verl gives every sample a unique ``priority``; the G samples of a row share its index.
+        request_id = f"det-{int(kwargs['priority'])}" if self._full_determinism else uuid4().hex
+        try:
+            env, obs, info = await self._start(spec)
+        except Exception as err:  # noqa: BLE001 - a row whose env cannot start is an error episode, not a dead run
+            return await self._failed_start(spec, err, request_id, sampling_params)
         first, images = observation_message(obs, turn=-1)
         messages = [{"role": "system", "content": env.system_prompt}, first]
         self._assert_mm_supported(bool(images))
         prompt_ids = await self.ct_build_initial_tokens(messages, images=images or None)
-        # verl gives every sample a unique ``priority``; the G samples of a row share its index.
-        request_id = f"det-{int(kwargs['priority'])}" if self._full_determinism else uuid4().hex
         logprobs = [] if sampling_params.get("logprobs") else None
         episode = _Episode(messages, images, list(prompt_ids), request_id, logprobs, events=info["events"])
         episode.observations.append({"text": obs["text"], "num_images": len(images)})
@@ -116,6 +118,43 @@ class RagymEnvAgentLoop(AgentLoopBase):
             env.close()
         return self._output(episode, spec.env_id)
 
+    async def _start(self, spec: EpisodeSpec) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """Build the row's env and reset it: (env, first observation, info)."""
+        env = make_env(spec.env_id, **with_retrieval_url(spec.env_id, spec.env_kwargs, self._retrieval_url))
+        try:
+            obs, info = await self._in_executor(
+                functools.partial(env.reset, seed=spec.seed, options=spec.env_options)
+            )
+        except BaseException:
+            env.close()
+            raise
+        return env, obs, info
+
+    async def _failed_start(
+        self, spec: EpisodeSpec, err: Exception, request_id: str, sampling_params: dict[str, Any]
+    ) -> AgentLoopOutput:
+        """An error episode for a row whose env could not be built or reset: a placeholder prompt, one
+        generated token (the server tags it with the weights' step, as every trajectory needs), all mask 0."""
+        error = _one_line(err)
+        logger.warning("row %s (%s): the env could not start, recorded as an error episode: %s",
+                       spec.seed, spec.env_id, error)  # fmt: skip
+        messages = [{"role": "user", "content": f"(no episode: {spec.env_id} could not start: {error})"}]
+        prompt_ids = await self.ct_build_initial_tokens(messages)
+        logprobs = [] if sampling_params.get("logprobs") else None
+        episode = _Episode(messages, [], list(prompt_ids), request_id, logprobs,
+                           events=[ev.episode_error(-1, "reset", error)], failed=True)  # fmt: skip
+        params = {**sampling_params, "max_tokens": 1}
+        output: TokenOutput = await self.server_manager.generate(
+            request_id=request_id, prompt_ids=episode.runtime_ids, sampling_params=params, image_data=None
+        )
+        _merge_server_fields(episode, output)
+        token_ids = list(output.token_ids[:1]) or [self._im_end_id]
+        episode.runtime_ids = [*episode.runtime_ids, *token_ids]
+        episode.response_mask = [0] * len(token_ids)
+        if logprobs is not None:
+            episode.response_logprobs = [0.0] * len(token_ids)
+        return self._output(episode, spec.env_id)
+
     async def _play(self, env: Any, episode: _Episode, sampling_params: dict[str, Any]) -> None:
         """Alternate generation and env steps until the env ends the episode or a budget does."""
         while True:
@@ -124,10 +163,18 @@ class RagymEnvAgentLoop(AgentLoopBase):
             episode.turns.append(text)
             if cut:
                 return self._truncate(episode, len(episode.turns) - 1, "generated_vision_token")
-            with simple_timer("tool_calls", episode.metrics):
-                obs, _, terminated, truncated, info = await self._in_executor(env.step, text)
-            episode.events = info["events"]
             turn = len(episode.turns) - 1
+            try:
+                with simple_timer("tool_calls", episode.metrics):
+                    obs, _, terminated, truncated, info = await self._in_executor(env.step, text)
+            except Exception as err:  # noqa: BLE001 - a step the env cannot take ends the episode, recorded
+                logger.warning(
+                    "env.step raised at turn %d, recorded as an error episode: %s", turn, _one_line(err)
+                )
+                episode.events = [*episode.events, ev.episode_error(turn, "step", _one_line(err))]
+                episode.failed = True
+                return
+            episode.events = info["events"]
             if terminated or truncated:
                 episode.truncated = bool(truncated)
                 return
@@ -204,6 +251,10 @@ class RagymEnvAgentLoop(AgentLoopBase):
 
     def _output(self, episode: _Episode, env_id: str) -> AgentLoopOutput:
         """verl's output: prompt, response (generated + context tokens), mask, logprobs, images, extra fields."""
+        if episode.failed:
+            # The rubric scores an error episode 0 for the env's failure, not the policy's: nothing it
+            # generated gets that as an advantage.
+            episode.response_mask = [0] * len(episode.response_mask)
         num_response = len(episode.response_mask)
         response_ids = episode.runtime_ids[len(episode.runtime_ids) - num_response :]
         prompt_ids = episode.runtime_ids[: len(episode.runtime_ids) - num_response]
@@ -232,6 +283,12 @@ class RagymEnvAgentLoop(AgentLoopBase):
     async def _in_executor(self, fn: Any, *args: Any) -> Any:
         """Run blocking env code off the event loop so concurrent episodes keep generating."""
         return await self.loop.run_in_executor(None, fn, *args)
+
+
+def _one_line(err: BaseException) -> str:
+    """``Type: first line of the message``, for events and logs."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _merge_server_fields(episode: _Episode, output: TokenOutput) -> None:

@@ -54,6 +54,8 @@ BAD_EVENTS = [
     ("float page", lambda: ev.selected(0, 0, [1.0], [1]), TypeError),
     ("nan-free number check", lambda: ev.beliefs(0, 0, ["0.5"]), TypeError),
     ("retrieval_error reason not str", lambda: ev.retrieval_error(0, "bm25", None, "x"), TypeError),
+    ("episode_error stage unknown", lambda: ev.episode_error(0, "render", "x"), ValueError),
+    ("episode_error error not str", lambda: ev.episode_error(0, "step", None), TypeError),
 ]
 
 
@@ -72,6 +74,7 @@ def test_every_constructor_makes_a_registered_kind() -> None:
         ev.candidates(-1, 0, "q", 1.0, [1], [0.9], [0.5, 0.5]), ev.selected(0, 0, [1], [1]),
         ev.evidence(0, 0, [1], [0.5], [1]), ev.feedback(1, 0, "q", "n", [1], []), ev.beliefs(1, 0, [0.6]),
         ev.docmemo_answer(2, "Not answerable", True, 1), ev.retrieval_error(0, "bm25", "timeout", "no answer"),
+        ev.episode_error(-1, "reset", "FileNotFoundError: q.jpg"),
         # R3G-v0
         ev.r3g_task(["g"], "Angle", 2, 1, "fused", True), ev.plan(0, "cues"),
         ev.coarse_retrieval(1, ["g", "h"], [0.9, 0.8], [0.9, 0.8], ["g"]), ev.judge_error(2, None, "no_line"),
