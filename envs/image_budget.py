@@ -108,7 +108,7 @@ def fit_image(image: np.ndarray, max_pixels: int, min_pixels: int, factor: int) 
     height, width = image.shape[:2]
     if not _needs_resize(height, width, max_pixels, min_pixels, factor):
         return image
-    fitted = fit_size(height, width, max_pixels, min_pixels, factor)
+    fitted = _at_least(*fit_size(height, width, max_pixels, min_pixels, factor), min_pixels, factor)
     resized = Image.fromarray(np.ascontiguousarray(image)).resize(
         (fitted[1], fitted[0]), Image.Resampling.BICUBIC
     )
@@ -119,3 +119,11 @@ def _needs_resize(height: int, width: int, max_pixels: int, min_pixels: int, fac
     """Whether the budget, not the processor's own rounding, sets this image's fitted size."""
     unbounded = fit_size(height, width, math.inf, min_pixels, factor)  # type: ignore[arg-type]
     return fit_size(height, width, max_pixels, min_pixels, factor) != unbounded
+
+
+def _at_least(height: int, width: int, min_pixels: int, factor: int) -> tuple[int, int]:
+    """Grow the shorter side by whole blocks until the area reaches ``min_pixels``: a budget close to
+    ``min_pixels`` can round an image below it, and the processor would then enlarge it (a second resize)."""
+    while height * width < min_pixels:
+        height, width = (height + factor, width) if height <= width else (height, width + factor)
+    return height, width

@@ -36,6 +36,7 @@ from envs.metrics import episode_metrics
 from envs.registry import make_env
 from rl.agent_loop.observations import EpisodeSpec, observation_message
 from rl.agent_loop.render_cache import RenderCache
+from rl.recipe.images import apply_recipe_images, with_image_budget
 from rl.recipe.retrieval import recipe_retrieval_url, with_retrieval_url
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         self.render_cache = RenderCache.install(self.continuous_token_builder, MAX_CACHED_RENDERS)
         self._full_determinism = bool(self.rollout_config.full_determinism)  # read once: OmegaConf is slow
         self._retrieval_url = recipe_retrieval_url(self.config)  # the recipe's service, for envs that search
+        self._images = apply_recipe_images(self.config)  # the recipe's image budget; sizes the image cache
 
     @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -120,7 +122,8 @@ class RagymEnvAgentLoop(AgentLoopBase):
 
     async def _start(self, spec: EpisodeSpec) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         """Build the row's env and reset it: (env, first observation, info)."""
-        env = make_env(spec.env_id, **with_retrieval_url(spec.env_id, spec.env_kwargs, self._retrieval_url))
+        env_kwargs = with_retrieval_url(spec.env_id, spec.env_kwargs, self._retrieval_url)
+        env = make_env(spec.env_id, **with_image_budget(spec.env_id, env_kwargs, self._images))
         try:
             obs, info = await self._in_executor(
                 functools.partial(env.reset, seed=spec.seed, options=spec.env_options)

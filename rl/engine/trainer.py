@@ -33,6 +33,7 @@ from rl.engine.rollout import EpisodeResult, run_episodes
 from rl.engine.vision import ImageInputs
 from rl.errors import UsageError
 from rl.models import load_policy
+from rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,9 @@ class LocalTrainer:
         asyncio.set_event_loop(self.loop)  # verl's agent loop binds to the current loop at construction
         self.model, self.tokenizer, self.processor = load_policy(resume or cfg.model_path)
         self.model.eval()
-        self.image_inputs = ImageInputs(self.processor.image_processor)
+        check_processor_factor(recipe_images(config), self.processor)
+        # The recipe's pixel range, as verl's processor renders the agent loop's placeholders with it.
+        self.image_inputs = ImageInputs(self.processor.image_processor, recipe_processor_kwargs(config))
         self.server = HFServer(
             self.model, self.tokenizer, self.image_inputs,
             default_max_tokens=cfg.response_length, batch_wait_s=cfg.batch_wait_s, seed=cfg.seed,

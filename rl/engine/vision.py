@@ -6,12 +6,13 @@ same query image, so images are preprocessed once, keyed by their content.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 import torch
 from PIL import Image
+
+from envs.byte_cache import ByteLRU
 
 
 def image_key(image: Any) -> int:
@@ -22,27 +23,49 @@ def image_key(image: Any) -> int:
     return hash((array.shape, str(array.dtype), array.tobytes()))
 
 
-class ImageInputs:
-    """Turns a list of images into the model's ``pixel_values`` / ``image_grid_thw``, caching per image."""
+DEFAULT_CACHE_BYTES = 2 << 30
+"""Preprocessed images one ``ImageInputs`` keeps: float32 patches are ~20x the bytes of the uint8 image."""
 
-    def __init__(self, image_processor: Any, max_cached: int = 4096) -> None:
+
+def image_processor_kwargs(mm_processor_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """verl's ``data.mm_processor_kwargs`` (``min_pixels`` / ``max_pixels``, what the full processor and vLLM
+    take) as the image processor's own keyword: the pixel range as ``size`` (it ignores ``max_pixels``)."""
+    kwargs = dict(mm_processor_kwargs or {})
+    bounds = {key: kwargs.pop(key) for key in ("min_pixels", "max_pixels") if key in kwargs}
+    if kwargs:
+        raise ValueError(f"image preprocessing takes min_pixels / max_pixels only, got {sorted(kwargs)}")
+    if len(bounds) == 1:
+        raise ValueError(f"give both min_pixels and max_pixels, or neither; got {bounds}")
+    if not bounds:
+        return {}
+    return {"size": {"shortest_edge": int(bounds["min_pixels"]), "longest_edge": int(bounds["max_pixels"])}}
+
+
+class ImageInputs:
+    """Turns a list of images into the model's ``pixel_values`` / ``image_grid_thw``, caching per image.
+
+    ``mm_processor_kwargs`` are the recipe's (``data.mm_processor_kwargs``): the pixel range verl's processor
+    and the agent loop's placeholder counts use, so features and placeholders agree. The cache is bounded
+    in bytes (``max_cached_bytes``)."""
+
+    def __init__(
+        self,
+        image_processor: Any,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+        max_cached_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         self.image_processor = image_processor
-        self.max_cached = max_cached
-        self._cache: OrderedDict[int, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self.kwargs = image_processor_kwargs(mm_processor_kwargs)
+        self._cache: ByteLRU[tuple[torch.Tensor, torch.Tensor]] = ByteLRU(max_cached_bytes)
 
     def _one(self, image: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        key = image_key(image)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
+        return self._cache.get_or_compute(image_key(image), lambda: self._preprocess(image), _nbytes)
+
+    def _preprocess(self, image: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if not isinstance(image, Image.Image):
             image = Image.fromarray(np.asarray(image, dtype=np.uint8))
-        out = self.image_processor(images=[image], return_tensors="pt")
-        entry = (out["pixel_values"], out["image_grid_thw"])
-        self._cache[key] = entry
-        if len(self._cache) > self.max_cached:
-            self._cache.popitem(last=False)
-        return entry
+        out = self.image_processor(images=[image], return_tensors="pt", **self.kwargs)
+        return out["pixel_values"], out["image_grid_thw"]
 
     def encode(self, images: list[Any]) -> dict[str, torch.Tensor]:
         """Model keyword arguments for ``images`` in placeholder order; empty when there are none."""
@@ -53,6 +76,10 @@ class ImageInputs:
             "pixel_values": torch.cat([p for p, _ in parts]),  # [num_patches, patch_dim]
             "image_grid_thw": torch.cat([g for _, g in parts]),  # [num_images, 3]
         }
+
+
+def _nbytes(entry: tuple[torch.Tensor, torch.Tensor]) -> int:
+    return sum(t.element_size() * t.nelement() for t in entry)
 
 
 def rope_positions(

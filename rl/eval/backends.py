@@ -47,15 +47,19 @@ def choose_backend(requested: str) -> str:
     return "vllm" if importlib.util.find_spec("vllm") is not None and torch.cuda.is_available() else "hf"
 
 
-def hf_backend(model_dir: str | Path, response_length: int, batch_wait_s: float, seed: int) -> Backend:
-    """The policy in this process (CPU or one GPU) behind the local engine's batching HF server."""
+def hf_backend(
+    model_dir: str | Path, response_length: int, batch_wait_s: float, seed: int,
+    mm_processor_kwargs: dict[str, Any] | None = None,
+) -> Backend:  # fmt: skip
+    """The policy in this process (CPU or one GPU) behind the local engine's batching HF server; images are
+    preprocessed with the recipe's ``mm_processor_kwargs`` (the pixel range the agent loop renders with)."""
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, tokenizer, processor = load_policy(model_dir, dtype=dtype, device=device)
     model.eval()
-    server = HFServer(model, tokenizer, ImageInputs(processor.image_processor),
+    server = HFServer(model, tokenizer, ImageInputs(processor.image_processor, mm_processor_kwargs),
                       default_max_tokens=response_length, batch_wait_s=batch_wait_s, seed=seed)  # fmt: skip
     return Backend(server, tokenizer, processor, "hf")
 
@@ -64,14 +68,16 @@ class VLLMServer:
     """vLLM's async engine behind verl's ``generate`` signature, the way verl's own vLLM server calls it."""
 
     def __init__(
-        self, model_dir: str, processor: Any, max_model_len: int, gpu_memory_utilization: float
-    ) -> None:
+        self, model_dir: str, processor: Any, max_model_len: int, gpu_memory_utilization: float,
+        mm_processor_kwargs: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
         from vllm import AsyncEngineArgs, AsyncLLMEngine
 
         self.processor = processor
         self.max_model_len = max_model_len
         args = AsyncEngineArgs(model=model_dir, max_model_len=max_model_len,
-                               gpu_memory_utilization=gpu_memory_utilization, limit_mm_per_prompt={"image": 64})  # fmt: skip
+                               gpu_memory_utilization=gpu_memory_utilization, limit_mm_per_prompt={"image": 64},
+                               mm_processor_kwargs=mm_processor_kwargs or None)  # fmt: skip
         self.engine = AsyncLLMEngine.from_engine_args(args)
         self.stats = ServerStats()
 
@@ -112,8 +118,11 @@ class VLLMServer:
         return TokenOutput(token_ids=list(completion.token_ids), log_probs=log_probs, stop_reason="completed")
 
 
-def vllm_backend(model_dir: str | Path, max_model_len: int, gpu_memory_utilization: float) -> Backend:
-    """The policy served by vLLM on the local GPU(s)."""
+def vllm_backend(
+    model_dir: str | Path, max_model_len: int, gpu_memory_utilization: float,
+    mm_processor_kwargs: dict[str, Any] | None = None,
+) -> Backend:  # fmt: skip
+    """The policy served by vLLM on the local GPU(s), preprocessing images with ``mm_processor_kwargs``."""
     processor = load_processor(model_dir)
-    server = VLLMServer(str(model_dir), processor, max_model_len, gpu_memory_utilization)
+    server = VLLMServer(str(model_dir), processor, max_model_len, gpu_memory_utilization, mm_processor_kwargs)
     return Backend(server, processor.tokenizer, processor, "vllm")

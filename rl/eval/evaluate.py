@@ -36,6 +36,7 @@ from rl.errors import UsageError
 from rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
 from rl.eval.kbvqa_tables import figures, paper_columns, row_groups
 from rl.eval.r3g_report import r3g_summary
+from rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
@@ -283,11 +284,13 @@ def main(argv: list[str]) -> int:
     row_set = load_rows(args.data, args.limit, args.bad_rows)
     rows = row_set.rows
     rollout = config.actor_rollout_ref.rollout
+    pixels = recipe_processor_kwargs(config)  # the recipe's image budget, as training tokenised images
     if choose_backend(args.backend) == "vllm":
         backend = vllm_backend(args.model, rollout.prompt_length + rollout.response_length,
-                               rollout.gpu_memory_utilization)  # fmt: skip
+                               rollout.gpu_memory_utilization, pixels)  # fmt: skip
     else:
-        backend = hf_backend(args.model, rollout.response_length, cfg.batch_wait_s, cfg.seed)
+        backend = hf_backend(args.model, rollout.response_length, cfg.batch_wait_s, cfg.seed, pixels)
+    check_processor_factor(recipe_images(config), backend.processor)
     logger.info("evaluating %s on %d rows with the %s backend", args.model, len(rows), backend.name)
     trace = TraceWriter(args.out / "traces", backend.tokenizer, TraceConfig(args.trace_episodes))
     stream, records = ReportStream(args.out), []

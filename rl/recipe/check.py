@@ -33,9 +33,14 @@ RAGYM_KEYS = (
     "ragym.r3g_demo.corpus_repeats",
     "ragym.r3g_demo.weighted_after",
     "ragym.retrieval.url",
+    "ragym.images.factor",
+    "ragym.images.query_max_pixels",
+    "ragym.images.candidate_max_pixels",
+    "ragym.images.min_pixels",
+    "ragym.images.cache_bytes",
 )
-"""ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, and the
-retrieval service's address (``rl.recipe.retrieval``)."""
+"""ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, the
+retrieval service's address (``rl.recipe.retrieval``) and the image budget (``rl.recipe.images``)."""
 VERL_DATA_KEYS = ("data.bad_rows",)
 """Keys ragym adds to verl's ``data`` section, read by ragym's dataset class (``rl.data.verl_dataset``)."""
 RAGYM_SECTIONS = {

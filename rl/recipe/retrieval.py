@@ -33,18 +33,22 @@ def recipe_retrieval_url(config: DictConfig) -> str | None:
 
 
 @functools.cache
-def accepts_retrieval_url(env_id: str) -> bool:
-    """Whether ``env_id``'s config dataclass (its constructor's ``config`` argument) has ``retrieval_url``."""
+def env_config_fields(env_id: str) -> frozenset[str]:
+    """Field names of ``env_id``'s config dataclass (its constructor's ``config`` argument)."""
     from envs.registry import registered_envs
 
     module, name = registered_envs()[env_id].split(":")
     cls = getattr(importlib.import_module(module), name)
     hint = typing.get_type_hints(cls.__init__).get("config")
     options = typing.get_args(hint) or (hint,)
-    return any(
-        dataclasses.is_dataclass(option) and "retrieval_url" in {f.name for f in dataclasses.fields(option)}
-        for option in options
+    return frozenset(
+        f.name for option in options if dataclasses.is_dataclass(option) for f in dataclasses.fields(option)
     )
+
+
+def accepts_retrieval_url(env_id: str) -> bool:
+    """Whether ``env_id``'s config dataclass (its constructor's ``config`` argument) has ``retrieval_url``."""
+    return "retrieval_url" in env_config_fields(env_id)
 
 
 def with_retrieval_url(env_id: str, env_kwargs: dict[str, Any], url: str | None) -> dict[str, Any]:

@@ -138,3 +138,12 @@ def test_decoded_images_are_cached_fitted_and_bounded_in_bytes(tmp_path: Path, s
     full = kb_module.read_image(paths[1])
     assert full.shape == (2000, 3000, 3) and small_image_cache.num_bytes <= 8_000_000
     assert small_image_cache.num_entries == 12
+
+
+@pytest.mark.parametrize(("height", "width"), [(1200, 1600), (2000, 3000), (300, 9000)])
+def test_a_budget_near_min_pixels_never_leaves_an_image_the_processor_would_enlarge(height, width) -> None:
+    # Qwen3-VL: min 65,536 pixels; a 64-token budget is min_pixels itself, where rounding down falls below it.
+    fitted = fit_image(np.zeros((height, width, 3), np.uint8), 64 * 1024, 65536, 32)
+    fitted_h, fitted_w = fitted.shape[:2]
+    assert smart_resize(fitted_h, fitted_w, 32, 65536, 1024 * 1024) == (fitted_h, fitted_w)
+    assert fitted_h * fitted_w >= 65536
