@@ -1,41 +1,40 @@
 #!/usr/bin/env bash
-# One-GPU smoke test of the cluster path, end to end, in ~10 minutes:
-#   synthetic KB -> policy -> a few verl GRPO steps (vLLM rollout, FSDP, ragym_env agent loop, rewards/verl.py)
-#   -> `ragym export` of the last checkpoint -> `ragym eval` of the export (vLLM backend).
+# One-GPU smoke test of the cluster path, end to end, in ~10 minutes: the same run the CPU tests make
+# (tests/launch/test_verl_trainer.py) but with vLLM, FSDP and NCCL on a real GPU:
+#   toy rows + a warm-started tiny policy -> 2 verl GRPO steps (`ragym train --engine verl --toy`, vLLM rollout,
+#   ragym_env agent loop, rewards/verl.py) -> a resume to step 3 -> `ragym export` -> `ragym eval` of the export.
 # Needs: one CUDA GPU and ragym installed with the GPU extras (`pip install -e '.[gpu]'`).
-# Policy: RAGYM_SMOKE_MODEL (e.g. a local Qwen2.5-VL-3B-Instruct); unset builds a tiny random Qwen2.5-VL.
 # Usage: bash launch/gpu_smoke.sh [extra Hydra overrides for the smoke recipe...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export RAGYM_SMOKE_DIR="${RAGYM_SMOKE_DIR:-$PWD/runs/gpu_smoke}"
+OUT="${RAGYM_SMOKE_DIR:-$PWD/runs/gpu_smoke}"
+RECIPE=kbvqa_single_gpu_smoke
 export WANDB_MODE="${WANDB_MODE:-disabled}" HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" RAY_USAGE_STATS_ENABLED=0
 log() { printf '\n=== %s: %s\n' "$(date +%H:%M:%S)" "$*"; }
 
+if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    echo "gpu_smoke: no GPU is present (torch.cuda.is_available() is False); the CPU run of the same path is" \
+         "tests/launch/test_verl_trainer.py" >&2
+    exit 1
+fi
 log "environment"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-python -c "import torch, vllm, verl; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), '| vllm', vllm.__version__, '| verl', verl.__version__)"
+python -c "import torch, vllm, verl; print('torch', torch.__version__, '| vllm', vllm.__version__, '| verl', verl.__version__)"
 
-log "synthetic KB and rows"
-[ -f "$RAGYM_SMOKE_DIR/kb/data/train.parquet" ] || ragym build-kb --out "$RAGYM_SMOKE_DIR/kb" --preset tiny
-if [ -z "${RAGYM_SMOKE_MODEL:-}" ]; then
-    export RAGYM_SMOKE_MODEL="$RAGYM_SMOKE_DIR/policy"
-    [ -f "$RAGYM_SMOKE_MODEL/config.json" ] || ragym tiny-policy --arch qwen2_5_vl --out "$RAGYM_SMOKE_MODEL"
-fi
-echo "policy: $RAGYM_SMOKE_MODEL"
-
-log "verl GRPO (recipes/kbvqa_single_gpu_smoke.yaml: 3 steps, checkpoint at the end)"
-rm -rf "$RAGYM_SMOKE_DIR/checkpoints"
-# Same entry point `ragym submit` runs on a cluster; verl starts a local Ray instance itself.
-python -m verl.trainer.main_ppo --config-path "$PWD/recipes" --config-name kbvqa_single_gpu_smoke "$@" \
-    2>&1 | tee "$RAGYM_SMOKE_DIR/train.log"
+log "verl GRPO: 2 steps (recipes/$RECIPE.yaml at toy size, vLLM rollout)"
+rm -rf "$OUT/checkpoints"
+ragym train --engine verl --recipe "$RECIPE" --toy "$OUT" --network host "$@" 2>&1 | tee "$OUT/train.log"
+log "resume: step 3"
+ragym train --engine verl --recipe "$RECIPE" --toy "$OUT" --network host trainer.total_training_steps=3 "$@" \
+    2>&1 | tee "$OUT/resume.log"
+grep -q "step:3 " "$OUT/resume.log" && ! grep -q "step:1 " "$OUT/resume.log"
 
 log "export the last checkpoint"
-rm -rf "$RAGYM_SMOKE_DIR/export"
-ragym export "$RAGYM_SMOKE_DIR/checkpoints" --out "$RAGYM_SMOKE_DIR/export"
-cat "$RAGYM_SMOKE_DIR/export/README.md"
+rm -rf "$OUT/export"
+ragym export "$OUT/checkpoints/$RECIPE" --out "$OUT/export"
+cat "$OUT/export/README.md"
 
 log "evaluate the export"
-ragym eval --model "$RAGYM_SMOKE_DIR/export" --data "$RAGYM_SMOKE_DIR/kb/data/test.parquet" \
-    --out "$RAGYM_SMOKE_DIR/eval" --limit 16
-cat "$RAGYM_SMOKE_DIR/eval/metrics.md"
-log "done: $RAGYM_SMOKE_DIR"
+ragym eval --model "$OUT/export" --data "$OUT/KBVQA-v0/data/test.parquet" --out "$OUT/eval" --limit 16
+cat "$OUT/eval/metrics.md"
+log "done: $OUT"

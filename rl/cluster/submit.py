@@ -29,6 +29,7 @@ from omegaconf import OmegaConf
 from rl.errors import UsageError
 from rl.recipe.check import check_recipe
 from rl.recipe.compose import resolve_recipe_path, validate_recipe
+from rl.recipe.platforms import cluster_overrides, merge_overrides
 from rl.recipe.retrieval import URL_KEY, recipe_retrieval_url
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -131,13 +132,22 @@ def build_submission(
     submission_id: str | None = None,
     repo_root: Path = REPO_ROOT,
     retrieval: RetrievalService | None = None,
+    cpu: bool = False,
 ) -> Submission:
-    """Check the recipe with its overrides and build the job that runs it."""
+    """Check the recipe with its overrides and build the job that runs it (``cpu``: verl on CPU nodes, with
+    ``recipes/platforms/cpu.yaml`` applied before the user's overrides)."""
     path = resolve_recipe_path(recipe)
     relative = _relative_to_repo(path, repo_root)
     cluster = [f"trainer.nnodes={nodes}"] if nodes is not None else []
     cluster += [f"trainer.n_gpus_per_node={gpus_per_node}"] if gpus_per_node is not None else []
     overrides = [*cluster, *overrides]
+    if cpu:
+        if engine == "local":
+            raise UsageError(
+                "--cpu runs verl's trainer on CPU nodes; the local engine needs no platform settings"
+            )
+        engine = "verl"
+        overrides = merge_overrides(cluster_overrides("cpu"), overrides)
     if retrieval is not None:  # the deployed service is the recipe's address (++: set or add the key)
         overrides.append(f"++{URL_KEY}={retrieval.url}")
     config = check_recipe(path, overrides, validate=False)
@@ -236,6 +246,11 @@ def submit_main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, help="with --follow: stop following after this many seconds")
     parser.add_argument("--dry-run", action="store_true", help="print the ray job submit command and exit")
     parser.add_argument(
+        "--cpu", action="store_true",
+        help="verl's trainer on CPU nodes (ragym's CPU plugin; start the nodes with --num-gpus 1): applies "
+        "recipes/platforms/cpu.yaml",
+    )  # fmt: skip
+    parser.add_argument(
         "--with-retrieval",
         metavar="KB_DIR",
         help="deploy the retrieval service for this KB on Ray Serve first; envs search through it",
@@ -255,6 +270,7 @@ def submit_main(argv: list[str]) -> int:
     submission = build_submission(
         args.recipe, args.overrides, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
         env=_parse_env(args.env), pip=args.pip, submission_id=args.submission_id, retrieval=retrieval,
+        cpu=args.cpu,
     )  # fmt: skip
     if args.dry_run:
         print(shlex.join(submission.ray_command(args.address)))

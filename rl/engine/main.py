@@ -1,9 +1,11 @@
-"""``ragym train --recipe R [key=value ...]``: the local GRPO engine on a verl-format recipe."""
+"""``ragym train --recipe R [key=value ...]``: GRPO on a verl-format recipe, with the local engine (default) or
+verl's own trainer (``--engine verl``)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from rl.data.rows import BAD_ROW_POLICIES
 from rl.engine.config import ENGINE_SECTION, RecipeReader, read_engine_config, recipe_set_keys
@@ -51,12 +53,40 @@ def main(argv: list[str]) -> int:
         "--max-steps", type=int, help="stop after this many more steps (default: run to the end)"
     )
     parser.add_argument(
-        "--bad-rows", default="skip", choices=BAD_ROW_POLICIES,
-        help="rows that cannot start an episode: list and skip them (default), or list them and stop",
+        "--bad-rows", choices=BAD_ROW_POLICIES,
+        help="rows that cannot start an episode: list and skip them (default), or list them and stop; with "
+        "--engine verl it sets data.bad_rows (default: the recipe's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--engine", default="local", choices=("local", "verl"),
+        help="local: ragym's one-process engine (default); verl: verl's own trainer (main_ppo) on a local Ray "
+        "instance, with ragym's CPU plugin where there is no GPU",
+    )  # fmt: skip
+    parser.add_argument(
+        "--toy", metavar="DIR", type=Path,
+        help="--engine verl: train at toy size on synthetic rows of the recipe's env with a tiny warm-started "
+        "policy, built in DIR once (recipes/platforms/toy.yaml)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--network", default="auto", choices=("auto", "private", "host"),
+        help="--engine verl: private runs the trainer and its Ray instance with loopback only (the default "
+        "where the kernel allows it); host uses the host's network",
     )  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_training_steps=10")
     args = parser.parse_intermixed_args(argv)
-    trainer = build_trainer(args.recipe, args.overrides, args.bad_rows)
+    if args.engine == "verl":
+        if args.max_steps is not None:
+            raise UsageError(
+                "--max-steps is the local engine's; with --engine verl set trainer.total_training_steps"
+            )
+        from rl.engine.verl_local import run_verl
+
+        # ragym's dataset class (rl.data.verl_dataset) reads the policy from data.bad_rows.
+        bad_rows = [f"++data.bad_rows={args.bad_rows}"] if args.bad_rows else []
+        return run_verl(args.recipe, [*bad_rows, *args.overrides], toy=args.toy, network=args.network)
+    if args.toy is not None:
+        raise UsageError("--toy runs verl's trainer at toy size: add --engine verl")
+    trainer = build_trainer(args.recipe, args.overrides, args.bad_rows or "skip")
     try:
         trainer.fit(max_steps=args.max_steps)
     finally:

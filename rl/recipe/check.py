@@ -21,9 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from rl.errors import UsageError
 from rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
 
-OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs",)
+OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs", "ray_kwargs.ray_init")
 """Keys absent from verl's defaults that are allowed, with everything below them: the reward recipe verl
-passes to ``compute_score`` (the rubric validates it)."""
+passes to ``compute_score`` (the rubric validates it) and the keyword arguments verl passes to ``ray.init``."""
 
 RAGYM_KEYS = (
     "ragym.demo.kb_preset",

@@ -3,8 +3,6 @@ and ``recipes/platforms/toy.yaml`` (seconds per step)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 
 from rl.recipe.compose import RECIPES_DIR
@@ -43,3 +41,9 @@ def merge_overrides(*groups: list[str]) -> list[str]:
             merged.pop(key.lstrip("+"), None)
             merged[key] = value
     return [f"{key}={value}" for key, value in merged.items()]
+
+
+def cluster_overrides(name: str) -> list[str]:
+    """``platform_overrides(name)`` for a job on a running cluster: without the ``ray.init`` arguments, which
+    only a Ray instance the trainer starts itself takes (joining a cluster, ``ray.init`` refuses them)."""
+    return [o for o in platform_overrides(name) if not o.lstrip("+").startswith("ray_kwargs.ray_init.")]

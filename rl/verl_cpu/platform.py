@@ -129,7 +129,6 @@ _ZERO = {
 """Device-memory counters: an accelerator's memory, none on CPU."""
 
 
-
 def _mem_get_info(*args: Any, **kwargs: Any) -> tuple[int, int]:
     """(free, total) bytes of host memory: what an accelerator's ``mem_get_info`` reports for its own."""
     import psutil

@@ -151,7 +151,9 @@ class HFRolloutReplica(RolloutReplica):
             )
         server = (
             ray.remote(HFGenerationServer)
-            .options(name=server_actor_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency)
+            .options(
+                name=server_actor_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency
+            )
             .remote(str(self.model_config.path), self.config.response_length, self.config.seed or 0)
         )
         await server.stats.remote()  # raises here, not at the first request, when the model cannot load

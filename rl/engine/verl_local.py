@@ -1,0 +1,135 @@
+"""``ragym train --engine verl``: verl's own trainer (``main_ppo``) on this machine, on a Ray instance it starts
+and stops itself, exactly as a cluster job runs it.
+
+On a machine without a GPU the recipe gets ``recipes/platforms/cpu.yaml`` (ragym's verl plugin: CPU platform,
+hf rollout, FSDP2 on gloo, SDPA); with a GPU it runs as written (vLLM, FSDP). ``--toy DIR`` trains any shipped
+recipe at toy size: synthetic rows of the recipe's environment and a tiny, briefly warm-started policy, built
+in DIR once, plus ``recipes/platforms/toy.yaml``. ``--network private`` (the default where the kernel allows
+it) runs the trainer and its Ray instance in a private network namespace with only loopback, so none of Ray's
+servers is reachable from outside; ``--network host`` keeps the host's network (a retrieval service or W&B
+elsewhere), where Ray listens where its defaults say.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from rl.errors import UsageError
+from rl.recipe.check import check_recipe
+from rl.recipe.compose import PACKAGE_ROOT, REWARD_KWARGS, resolve_recipe_path
+from rl.recipe.platforms import merge_overrides, platform_overrides
+
+logger = logging.getLogger(__name__)
+
+AGENT_LOOP_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
+"""The recipe key naming the agent-loop registry file (relative to the repository in shipped recipes)."""
+WARM_START_ROWS = 8
+"""Training rows whose expert episodes the toy policy imitates."""
+PRIVATE_NETWORK = ["unshare", "--net", "--pid", "--kill-child", "--mount-proc"]
+"""A private network (loopback only) and PID namespace: Ray's servers are unreachable from outside, and every
+process the run started dies with it."""
+
+
+def gpu_present() -> bool:
+    """Whether this machine has a CUDA GPU (then verl runs as on a cluster: vLLM, FSDP, NCCL)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def private_network_refusal() -> str | None:
+    """Why a private network namespace cannot be made here, or None when it can."""
+    if shutil.which("unshare") is None or shutil.which("ip") is None:
+        return "unshare or ip (util-linux, iproute2) is not installed"
+    probe = subprocess.run([*PRIVATE_NETWORK, "ip", "link", "set", "lo", "up"], capture_output=True,
+                           text=True, check=False)  # fmt: skip
+    return None if probe.returncode == 0 else f"unshare is not permitted: {probe.stderr.strip()[:200]}"
+
+
+def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str]:
+    """Rows of the recipe's environment and a warm-started tiny policy in ``toy_dir`` (built once), as overrides."""
+    from rl.tiny.policy import build_tiny_policy
+    from rl.tiny.toy_data import toy_env, toy_rows
+    from rl.tiny.warm import warm_start
+
+    config = check_recipe(recipe, overrides, validate=False)
+    try:
+        env_id = toy_env(recipe)
+    except ValueError as err:
+        raise UsageError(f"--toy: {err}") from None
+    data = toy_rows(env_id, toy_dir / env_id)
+    policy = toy_dir / "policy" / env_id
+    if not (policy / "config.json").is_file():
+        random_policy = build_tiny_policy("qwen2_5_vl", toy_dir / "policy" / "random", seed=0)
+        import pandas as pd
+
+        rows = pd.read_parquet(data / "train.parquet").head(WARM_START_ROWS).to_dict("records")
+        warm_start(random_policy, rows, config, policy)
+    return [
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={policy}",
+        f"trainer.default_local_dir={toy_dir / 'checkpoints' / recipe.stem}",
+    ]
+
+
+def absolute_paths(config: DictConfig, recipe: Path) -> list[str]:
+    """Overrides that make the recipe's repository-relative paths absolute, so the run works from any folder
+    (``main_ppo`` resolves them against its working directory)."""
+    out = []
+    loops = OmegaConf.select(config, AGENT_LOOP_KEY)
+    if loops and not Path(loops).is_absolute() and (PACKAGE_ROOT / loops).is_file():
+        out.append(f"{AGENT_LOOP_KEY}={PACKAGE_ROOT / loops}")
+    reward = OmegaConf.select(config, f"{REWARD_KWARGS}.recipe_path")
+    if reward:  # load_recipe already resolved it against the recipe's folder and the repository
+        out.append(f"{REWARD_KWARGS}.recipe_path={reward}")
+    return out
+
+
+def verl_command(recipe: str, overrides: list[str], toy: Path | None) -> tuple[list[str], DictConfig]:
+    """The ``main_ppo`` command line for ``recipe`` with the platform's, the toy's and the user's overrides."""
+    path = resolve_recipe_path(recipe)
+    groups = [] if gpu_present() else [platform_overrides("cpu")]
+    if toy is not None:
+        groups += [platform_overrides("toy"), toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
+    merged = merge_overrides(*groups, overrides)
+    config = check_recipe(path, merged)
+    merged = merge_overrides(merged, absolute_paths(config, path))
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(path.parent),
+               "--config-name", path.stem, *merged]  # fmt: skip
+    return command, config
+
+
+def run_verl(recipe: str, overrides: list[str], *, toy: Path | None = None, network: str = "auto") -> int:
+    """Run verl's trainer to the end of the recipe; returns its exit status."""
+    command, config = verl_command(recipe, overrides, toy)
+    joining = bool(os.environ.get("RAY_ADDRESS"))
+    if network == "auto":
+        network = "host" if joining or private_network_refusal() else "private"
+    if network == "private":
+        if joining:
+            raise UsageError(
+                "--network private starts its own Ray instance; unset RAY_ADDRESS or use --network host"
+            )
+        refusal = private_network_refusal()
+        if refusal:
+            raise UsageError(f"--network private: {refusal}; use --network host")
+        command = [*PRIVATE_NETWORK, "sh", "-c", 'ip link set lo up && exec "$@"', "ragym-verl", *command]
+    elif not joining:
+        logger.warning(
+            "the trainer starts Ray on the host network: Ray's servers listen where its defaults say"
+        )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    if network == "private":
+        env.setdefault("RAY_AUTH_MODE", "disabled")  # nothing outside the namespace can reach the cluster
+    logger.info("verl trainer (%s network, %s): %s", network, "GPU" if gpu_present() else "CPU plugin",
+                " ".join(command[-len(command) + command.index("verl.trainer.main_ppo") - 1:]))  # fmt: skip
+    logger.info("checkpoints: %s", OmegaConf.select(config, "trainer.default_local_dir"))
+    return subprocess.run(command, env=env, check=False).returncode
