@@ -20,7 +20,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pandas as pd
 
@@ -29,6 +28,7 @@ from data_prep.synthetic_kb import PRESETS, build_kb, cache_root, cached_kb
 from envs.image_pack import ImagePack, write_image_pack
 from envs.kb import load_kb
 from envs.kbvqa_actions import SearchImage, format_action
+from envs.search_settings import set_search_threads
 from rl.eval.scripted import SignaturePolicy, run_episode
 
 
@@ -92,7 +92,9 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--probes", type=int, default=300)
     parser.add_argument(
-        "--faiss-threads", type=int, help="faiss OpenMP threads (default: faiss's own choice)"
+        "--faiss-threads",
+        type=int,
+        help="faiss OpenMP threads per search (default: ragym's in-process choice, 1)",
     )
     args = parser.parse_args()
     for name in ("easy", "medium", "hard", "demo"):
@@ -100,8 +102,8 @@ def main() -> None:
         r = recall(kb_dir)
         size = load_kb(kb_dir).manifest["num_entities"]
         print(f"preset={name:<7} entities={size:<6} R@1={r[1]:.1f}% R@15={r[15]:.1f}%", flush=True)
-    if args.faiss_threads:
-        faiss.omp_set_num_threads(args.faiss_threads)
+    if args.faiss_threads:  # both sides search through FaissRetriever, which sets each search's threads
+        set_search_threads(args.faiss_threads)
     kb_dir = big_kb(args.num_entities)
     options = row_options(kb_dir)
     for source in ("precomputed", "live"):
