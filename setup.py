@@ -71,7 +71,7 @@ setup(
             "r3g = data_prep.r3g_synthetic:cached_task",
         ],
         # verl imports these in every process (trainer, workers, agent loops): ragym's CPU platform and hf
-        # rollout (inert on GPU machines; rl/verl_cpu).
-        "verl.plugins": ["ragym_cpu = rl.verl_cpu.plugin"],
+        # rollout (inert on GPU machines; rl/verl_plugin).
+        "verl.plugins": ["ragym = rl.verl_plugin.plugin"],
     },
 )

@@ -33,6 +33,7 @@ RAGYM_KEYS = (
     "ragym.r3g_demo.corpus_repeats",
     "ragym.r3g_demo.weighted_after",
     "ragym.retrieval.url",
+    "ragym.verl.trace_groups_per_step",
     "ragym.images.factor",
     "ragym.images.query_max_pixels",
     "ragym.images.candidate_max_pixels",

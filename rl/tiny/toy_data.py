@@ -29,7 +29,7 @@ def toy_env(recipe: Path) -> str:
 
 
 NUM_TOY_ROWS = 16
-"""Rows per split where the env's synthetic data is a stream of questions (DocMemo, MEMORA)."""
+"""MEMORA rows per split (queries of its synthetic domain, in stream order)."""
 COLUMNS = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
 
 
@@ -47,11 +47,11 @@ def toy_rows(env_id: str, out: Path) -> Path:
         from data_prep.r3g_synthetic import PRESETS, build_task
 
         build_task(out, PRESETS["tiny"])
-    elif env_id in _STREAMS:
-        data.mkdir(parents=True, exist_ok=True)
-        for split, offset in (("train", 0), ("test", NUM_TOY_ROWS)):
-            records = [_STREAMS[env_id](offset + i, split) for i in range(NUM_TOY_ROWS)]
-            pd.DataFrame.from_records(records, columns=COLUMNS).to_parquet(data / f"{split}.parquet")
+    elif env_id == "MEMORA-v0":
+        _write(data, {split: [_memora_row(offset + i, split) for i in range(NUM_TOY_ROWS)]
+                      for split, offset in (("train", 0), ("test", NUM_TOY_ROWS))})  # fmt: skip
+    elif env_id == "DocMemo-v0":
+        _write(data, {split: _docmemo_rows(split) for split in ("train", "test")})
     else:
         raise ValueError(f"no toy data for {env_id}; toy data exists for {sorted(TOY_ENVS.values())}")
     return data
@@ -77,18 +77,32 @@ def _row(
     }
 
 
-def _docmemo_row(index: int, split: str) -> dict[str, Any]:
-    """A question over DocMemo's synthetic report: the one the env draws for seed ``index``, with its gold."""
+def _write(data: Path, splits: dict[str, list[dict[str, Any]]]) -> None:
+    data.mkdir(parents=True, exist_ok=True)
+    for split, records in splits.items():
+        pd.DataFrame.from_records(records, columns=COLUMNS).to_parquet(data / f"{split}.parquet")
+
+
+def _docmemo_rows(split: str) -> list[dict[str, Any]]:
+    """Questions over DocMemo's synthetic report, one per question length (the env draws the question from the
+    seed; the seeds kept are the first to draw each length): a toy batch whose trajectories all have the same
+    length makes TransferQueue build a malformed nested tensor of position ids (verl 0.9.1, TransferQueue
+    0.1.11), and the synthetic report's ten questions share lengths."""
     from envs.docmemo_synthetic import synthetic_questions
     from envs.registry import make_env
 
     env = make_env("DocMemo-v0")
-    obs, _ = env.reset(seed=index, options=None)
+    by_length: dict[int, dict[str, Any]] = {}
+    first_seed = 0 if split == "train" else 1000
+    for seed in range(first_seed, first_seed + 200):
+        obs, _ = env.reset(seed=seed, options=None)
+        question = next(q for q in synthetic_questions() if q.question in obs["text"])
+        if len(question.question) not in by_length:
+            truth = {"answer": question.answer, "answer_format": question.answer_format,
+                     "evidence_pages": list(question.evidence_pages)}  # fmt: skip
+            by_length[len(question.question)] = _row("DocMemo-v0", seed, split, "synthetic_docmemo", truth, None)
     env.close()
-    question = next(q for q in synthetic_questions() if q.question in obs["text"])
-    truth = {"answer": question.answer, "answer_format": question.answer_format,
-             "evidence_pages": list(question.evidence_pages)}  # fmt: skip
-    return _row("DocMemo-v0", index, split, "synthetic_docmemo", truth, None)
+    return list(by_length.values())
 
 
 def _memora_row(index: int, split: str) -> dict[str, Any]:
@@ -102,5 +116,3 @@ def _memora_row(index: int, split: str) -> dict[str, Any]:
     truth = {"qrels": query["qrels"], "excluded_ids": query["excluded_ids"]}
     return _row("MEMORA-v0", index, split, "synthetic_memora", truth, options)
 
-
-_STREAMS = {"DocMemo-v0": _docmemo_row, "MEMORA-v0": _memora_row}

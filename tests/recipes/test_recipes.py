@@ -14,7 +14,7 @@ from rl.recipe.check import check_recipe, uncommented_knobs, unknown_keys
 from rl.recipe.compose import RECIPES_DIR
 
 # Sub-folders that hold other kinds of YAML, each tested where it is used.
-NOT_TRAINING_RECIPES = ("rewards", "retriever", "agent_loops")
+NOT_TRAINING_RECIPES = ("rewards", "retriever", "agent_loops", "platforms")
 TRAINING_RECIPES = sorted(
     path
     for path in RECIPES_DIR.rglob("*.yaml")

@@ -44,6 +44,18 @@ def test_verl_entrypoint_composes_through_verls_own_main(tmp_path: Path) -> None
     assert "path: pkg://rewards.verl" in result.stdout
 
 
+def test_cpu_job_applies_the_cpu_platform_before_the_users_overrides() -> None:
+    job = build_submission("kbvqa_qwen2_5_vl_7b", ["trainer.n_gpus_per_node=2"], cpu=True)
+    assert job.engine == "verl"
+    assert "actor_rollout_ref.rollout.name=hf" in job.entrypoint
+    assert "actor_rollout_ref.actor.strategy=fsdp2" in job.entrypoint
+    # The user's value wins over the platform's; ray.init arguments are left out (the job joins a cluster).
+    assert "trainer.n_gpus_per_node=2" in job.entrypoint and "trainer.n_gpus_per_node=1" not in job.entrypoint
+    assert "ray_kwargs" not in job.entrypoint
+    with pytest.raises(UsageError, match="--cpu"):
+        build_submission("kbvqa_tiny_cpu", [], engine="local", cpu=True)
+
+
 def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
     recipes = tmp_path / "recipes"
     recipes.mkdir()

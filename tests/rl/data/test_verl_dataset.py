@@ -17,7 +17,9 @@ from tests.rl.data.bad_rows import with_bad_rows
 def kb(tmp_path_factory) -> Path:
     from data_prep.synthetic_kb import PRESETS, build_kb
 
-    return build_kb(tmp_path_factory.mktemp("verl_rows") / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
+    return build_kb(
+        tmp_path_factory.mktemp("verl_rows") / "kb", PRESETS["demo"], seed=0, name="synthetic-demo"
+    )
 
 
 def _dataset(files: list[Path], tokenizer, tmp_path: Path, **data: object):
@@ -75,4 +77,7 @@ def test_sampled_rows_are_named_by_position_in_the_sample(kb, tmp_path, tokenize
     with caplog.at_level(logging.WARNING, logger="rl.data.rows"):
         dataset = create_rl_dataset([str(data)], config, tokenizer, None, max_samples=2)
     assert len(dataset) == 1  # the first 2 rows: one good, then the row without extra_info
-    assert "sample of " in caplog.text and "row 1 (extra_info.index None): ValueError: extra_info is missing" in caplog.text
+    assert (
+        "sample of " in caplog.text
+        and "row 1 (extra_info.index None): ValueError: extra_info is missing" in caplog.text
+    )

@@ -24,15 +24,15 @@ def install() -> None:
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from rl.verl_cpu.platform import PlatformCPU
-    from rl.verl_cpu.rollout import ROLLOUT_NAME
+    from rl.verl_plugin.platform import PlatformCPU
+    from rl.verl_plugin.rollout import ROLLOUT_NAME
 
     # Registered after verl's own platforms: auto-detection tries those first and reaches this one only
     # when none of them finds its accelerator.
     PlatformRegistry.register(platform="cpu")(PlatformCPU)
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
     # verl resolves a rollout's trainer-side class from this table (no public registration call in 0.9.1).
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "rl.verl_cpu.rollout.HFServerAdapter"
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "rl.verl_plugin.rollout.HFServerAdapter"
     verl_distributed.initialize_global_process_group_ray = _plain_gloo(
         verl_distributed.initialize_global_process_group_ray
     )
@@ -41,14 +41,31 @@ def install() -> None:
     # Both names: ``verl.utils`` for later importers, the model config's own binding for HFModelConfig.
     verl_utils.hf_processor = _with_ragym_processor(verl_utils.hf_processor)
     verl_model_config.hf_processor = verl_utils.hf_processor
+    _text_only_batches_fix()
+    import rl.verl_plugin.trainer  # noqa: F401  (registers the ``ragym`` v1 trainer mode)
+
     if on_cpu():
         # verl registers its FSDP engines for CUDA and NPU only; the same engine runs on CPU tensors (FSDP2 on
         # gloo), and this is verl's own switch for the device an engine is looked up under.
         os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 
 
+def _text_only_batches_fix() -> None:
+    """verl 0.9.1's Qwen-VL forward feeds a dummy image through the vision tower when a micro-batch has no image
+    (``models/transformers/qwen2_vl.py``, "handle mixed text-image data") and calls ``.mean()`` on the tower's
+    output, which transformers 5 returns as a ``BaseModelOutputWithPooling``: every text-only micro-batch
+    (MEMORA's text task, DocMemo before a page is shown) raises ``AttributeError``, on GPUs too. The output's
+    ``mean`` is its hidden states' mean, which is what verl meant (the term only keeps the tower in the graph)."""
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    if not hasattr(BaseModelOutputWithPooling, "mean"):
+        BaseModelOutputWithPooling.mean = lambda self, *args, **kwargs: self.last_hidden_state.mean(
+            *args, **kwargs
+        )
+
+
 def _load_replica() -> type:
-    from rl.verl_cpu.rollout import HFRolloutReplica
+    from rl.verl_plugin.rollout import HFRolloutReplica
 
     return HFRolloutReplica
 

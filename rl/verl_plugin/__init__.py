@@ -1,0 +1,13 @@
+"""ragym's verl plugin: what verl's own trainer needs from ragym, added through verl's registries (no edit to
+verl, no copy of it).
+
+verl loads ``rl.verl_plugin.plugin`` in every process that imports it (the ``verl.plugins`` entry point of
+``setup.py``). It registers:
+- a CPU platform (``platform``) that verl's auto-detection only picks when no accelerator answers, an ``hf``
+  rollout backend (``rollout``) that only a recipe naming it uses, and two adaptations that only act on the
+  CPU platform (the process group's backend string, the processor of a model whose stock processor needs
+  torchvision): verl's trainer runs on machines without a GPU (settings: ``recipes/platforms/cpu.yaml``);
+- the ``ragym`` v1 trainer mode (``trainer``): verl's synchronous trainer plus ragym's per-step metrics
+  (``reward/<term>``, ``episode/*``) and a bounded trace of episodes for ``ragym view``;
+- a fix for text-only micro-batches in verl 0.9.1's Qwen-VL forward under transformers 5 (all platforms).
+"""

@@ -1,0 +1,129 @@
+"""The ``ragym`` v1 trainer mode (``trainer.v1.trainer_mode: ragym``): verl's synchronous trainer, plus ragym's
+per-step metrics and a bounded trace of episodes for ``ragym view``.
+
+verl 0.9.1 keeps each trajectory's agent-loop ``extra_fields`` (events, turns, episode metrics, and the reward
+function's ``reward_extra_info``: ``score`` and ``reward/<term>``) in TransferQueue, but logs none of it for
+training steps. This subclass extends the one method that turns a step's batch into metrics
+(``_compute_metrics``): it reads those fields for the step's trajectories and adds ``reward/total``,
+``reward/<term>``, ``episode/<metric>`` and ``grpo/zero_adv_group_share`` (the local engine's names,
+``rl.agent_loop.verl_metrics``), then records up to ``ragym.verl.trace_groups_per_step`` GRPO groups to
+``<trainer.default_local_dir>/traces`` (``ragym view`` opens it; TransferQueue keeps no raw images, so the
+trace has the episodes' tokens, masks, advantages, turns, events and rewards, without pictures).
+Nothing else of verl's loop changes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import transfer_queue as tq
+from omegaconf import OmegaConf
+from verl.trainer.ppo.v1 import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+from rl.agent_loop.verl_metrics import step_metrics
+
+logger = logging.getLogger(__name__)
+
+TRAINER_MODE = "ragym"
+"""``trainer.v1.trainer_mode`` of this trainer."""
+TRACE_GROUPS_KEY = "ragym.verl.trace_groups_per_step"
+"""Recipe key: GRPO groups recorded per step for ``ragym view`` (0: none)."""
+DEFAULT_TRACE_GROUPS = 4
+FIELDS = ["uid", "extra_fields", "prompts", "responses", "response_mask", "advantages", "data_source",
+          "reward_model", "extra_info"]  # fmt: skip
+"""What a step reads back from TransferQueue (all of it already there: verl stores the whole output)."""
+
+
+@dataclass
+class _Output:
+    """The parts of an agent-loop output a trace line reads."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    extra_fields: dict[str, Any]
+    multi_modal_data: dict[str, Any] | None = None
+
+
+@dataclass
+class _Episode:
+    """A trajectory as ``rl.view.trace.TraceWriter.record`` takes it."""
+
+    output: _Output
+    uid: str
+    row_index: int
+    reward: float
+    score: dict[str, float]
+
+
+@register_trainer(TRAINER_MODE)
+class RagymTrainer(PPOTrainerSync):
+    """verl's synchronous trainer with ragym's metrics and traces added to each step."""
+
+    def _compute_metrics(
+        self, batch: Any, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
+    ) -> None:
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        keys = [
+            key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)
+        ]
+        if not keys:
+            return
+        data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=FIELDS)
+        columns = {
+            key: _column(data, key)
+            for key in ("uid", "extra_fields", "data_source", "reward_model", "extra_info")
+        }
+        extra_fields = [dict(fields) for fields in columns["extra_fields"]]
+        uids = [str(uid) for uid in columns["uid"]]
+        metrics.update(step_metrics(extra_fields, uids))
+        self._trace(global_steps, data, columns, extra_fields, uids)
+
+    def _trace(
+        self, step: int, data: Any, columns: dict[str, list], extra_fields: list[dict], uids: list[str]
+    ) -> None:
+        """Record a bounded sample of the step's groups under ``<default_local_dir>/traces``."""
+        groups = int(OmegaConf.select(self.config, TRACE_GROUPS_KEY, default=DEFAULT_TRACE_GROUPS))
+        if groups <= 0:
+            return
+        writer = self._trace_writer(groups)
+        prompts, responses = data["prompts"].unbind(), data["responses"].unbind()
+        masks, advantages = data["response_mask"].unbind(), data["advantages"].unbind()
+        rows, episodes = [], []
+        for i, fields in enumerate(extra_fields):
+            scored = fields.get("reward_extra_info") or {}
+            info = dict(columns["extra_info"][i] or {})
+            rows.append({"data_source": columns["data_source"][i], "reward_model": dict(columns["reward_model"][i]),
+                         "extra_info": info})  # fmt: skip
+            output = _Output(prompts[i].tolist(), responses[i].tolist(), masks[i].tolist(), fields)
+            score = {k: float(v) for k, v in scored.items() if k.startswith("reward/")}
+            episodes.append(
+                _Episode(output, uids[i], int(info.get("index", i)), float(scored.get("score", 0.0)), score)
+            )
+        width = max(len(r) for r in responses)
+        padded = np.zeros((len(episodes), width), dtype=np.float32)  # [N, R]
+        for i, adv in enumerate(advantages):
+            padded[i, : len(adv)] = adv.float().numpy()
+        # One row per episode (``record`` maps episode i to row i // per_row; with per_row 1 that is row i).
+        writer.record(step, "train", rows, episodes, padded)
+
+    def _trace_writer(self, groups: int) -> Any:
+        """The run's trace writer (created at the first step; a resumed run keeps earlier steps' records)."""
+        if getattr(self, "_ragym_traces", None) is None:
+            from rl.view.trace import TraceConfig, TraceWriter
+
+            root = Path(self.config.trainer.default_local_dir) / "traces"
+            self._ragym_traces = TraceWriter(root, self.tokenizer, TraceConfig(groups), self.global_steps - 1)
+            logger.info("ragym traces: %d groups per step -> %s", groups, root)
+        return self._ragym_traces
+
+
+def _column(data: Any, key: str) -> list[Any]:
+    """A non-tensor field of a TransferQueue batch as a list, one item per trajectory."""
+    value = data.pop(key)
+    return value.tolist() if hasattr(value, "tolist") else list(value)
