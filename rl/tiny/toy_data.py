@@ -100,7 +100,9 @@ def _docmemo_rows(split: str) -> list[dict[str, Any]]:
         if len(question.question) not in by_length:
             truth = {"answer": question.answer, "answer_format": question.answer_format,
                      "evidence_pages": list(question.evidence_pages)}  # fmt: skip
-            by_length[len(question.question)] = _row("DocMemo-v0", seed, split, "synthetic_docmemo", truth, None)
+            by_length[len(question.question)] = _row(
+                "DocMemo-v0", seed, split, "synthetic_docmemo", truth, None
+            )
     env.close()
     return list(by_length.values())
 
@@ -115,4 +117,3 @@ def _memora_row(index: int, split: str) -> dict[str, Any]:
                "excluded_ids": query["excluded_ids"], "domain": domain.name}  # fmt: skip
     truth = {"qrels": query["qrels"], "excluded_ids": query["excluded_ids"]}
     return _row("MEMORA-v0", index, split, "synthetic_memora", truth, options)
-

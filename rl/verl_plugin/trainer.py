@@ -25,6 +25,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
+from envs.core import IMAGE_PLACEHOLDER
 from rl.agent_loop.verl_metrics import step_metrics
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,8 @@ TRAINER_MODE = "ragym"
 TRACE_GROUPS_KEY = "ragym.verl.trace_groups_per_step"
 """Recipe key: GRPO groups recorded per step for ``ragym view`` (0: none)."""
 DEFAULT_TRACE_GROUPS = 4
+IMAGE_MARK = IMAGE_PLACEHOLDER
+"""Where an observation's text shows an image; traces of verl runs show ``[image]`` there instead."""
 FIELDS = ["uid", "extra_fields", "prompts", "responses", "response_mask", "advantages", "data_source",
           "reward_model", "extra_info"]  # fmt: skip
 """What a step reads back from TransferQueue (all of it already there: verl stores the whole output)."""
@@ -100,7 +103,11 @@ class RagymTrainer(PPOTrainerSync):
             info = dict(columns["extra_info"][i] or {})
             rows.append({"data_source": columns["data_source"][i], "reward_model": dict(columns["reward_model"][i]),
                          "extra_info": info})  # fmt: skip
-            output = _Output(prompts[i].tolist(), responses[i].tolist(), masks[i].tolist(), fields)
+            # TransferQueue keeps no raw images: the trace's observations show none.
+            observations = [{**o, "num_images": 0, "text": o["text"].replace(IMAGE_MARK, "[image]")}
+                            for o in fields.get("observations", [])]  # fmt: skip
+            shown = {**fields, "observations": observations}
+            output = _Output(prompts[i].tolist(), responses[i].tolist(), masks[i].tolist(), shown)
             score = {k: float(v) for k, v in scored.items() if k.startswith("reward/")}
             episodes.append(
                 _Episode(output, uids[i], int(info.get("index", i)), float(scored.get("score", 0.0)), score)
