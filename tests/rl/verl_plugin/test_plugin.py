@@ -1,0 +1,100 @@
+"""ragym's verl plugin without a trainer: what it registers, and that each piece does its one job."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+from verl.plugin.platform.platform_manager import PlatformRegistry
+from verl.trainer.ppo.v1 import get_trainer_cls
+from verl.workers.rollout.base import get_rollout_class
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+from rl.verl_plugin import plugin
+from rl.verl_plugin.platform import PlatformCPU
+from rl.verl_plugin.rollout import HFGenerationServer, HFRolloutReplica, HFServerAdapter
+from rl.verl_plugin.trainer import RagymTrainer
+
+
+def test_verl_loads_the_plugin_and_finds_every_registration() -> None:
+    assert plugin._installed
+    names = PlatformRegistry.registered_names()
+    # After verl's own: auto-detection tries those first, so a GPU node never lands on the CPU platform.
+    assert names[-1] == "cpu" and names.index("nvidia") < names.index("cpu")
+    assert RolloutReplicaRegistry.get("hf") is HFRolloutReplica
+    assert get_rollout_class("hf", "async") is HFServerAdapter
+    assert get_trainer_cls("ragym") is RagymTrainer
+
+
+def test_cpu_platform_answers_what_verl_asks_of_a_device() -> None:
+    platform = PlatformCPU()
+    assert (platform.device_name, platform.communication_backend_name()) == ("cpu", "gloo")
+    # verl passes current_device() to device= arguments: an int would mean an accelerator index.
+    assert torch.zeros(2).to(platform.current_device()).device.type == "cpu"
+    module = platform.device_module
+    module.empty_cache()
+    module.manual_seed(3)
+    assert module.memory_allocated() == 0 and module.is_available()
+    free, total = module.mem_get_info()
+    assert 0 < free <= total
+    state = module.get_rng_state()
+    first = torch.rand(1)
+    module.set_rng_state(state)
+    assert torch.equal(first, torch.rand(1))
+    with pytest.raises(AttributeError, match="no 'nonsense'"):
+        module.nonsense  # noqa: B018
+
+
+def test_the_process_group_gets_plain_gloo_on_cpu(monkeypatch) -> None:
+    seen = []
+    wrapped = plugin._plain_gloo(lambda timeout_second=None, backend=None: seen.append(backend))
+    monkeypatch.setattr(plugin, "on_cpu", lambda: True)
+    wrapped(backend=None)
+    wrapped(backend="cpu:gloo,cpu:gloo")
+    wrapped(backend="cpu:gloo")  # an explicit, valid choice (verl's checkpoint engine) is kept
+    monkeypatch.setattr(plugin, "on_cpu", lambda: False)
+    wrapped(backend=None)
+    assert seen == ["gloo", "gloo", "cpu:gloo", None]
+
+
+def test_the_processor_falls_back_to_ragyms_for_a_qwen_vl_policy(tiny_policy_dir) -> None:
+    fallback = plugin._with_ragym_processor(lambda path, **kwargs: None)
+    processor = fallback(str(tiny_policy_dir("qwen2_5_vl")))
+    assert processor is not None and hasattr(processor, "get_rope_index")
+    # A folder that is no Qwen-VL model keeps verl's answer (text-only: None).
+    assert plugin._with_ragym_processor(lambda path, **kwargs: None)("/nonexistent") is None
+
+
+def test_text_only_forward_fix_gives_the_vision_output_a_mean() -> None:
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+    hidden = torch.arange(6.0).view(2, 3)
+    assert BaseModelOutputWithPooling(last_hidden_state=hidden).mean() == hidden.mean()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_policy_dir) -> HFGenerationServer:
+    return HFGenerationServer(str(tiny_policy_dir("qwen2_5_vl")), response_length=8, seed=0)
+
+
+def test_server_tags_outputs_with_the_weights_step(server) -> None:
+    params = {"temperature": 0.0, "max_tokens": 4}
+    output = asyncio.run(server.generate("r", prompt_ids=[1, 2, 3], sampling_params=params))
+    assert output.extra_fields["global_steps"] is None and 1 <= len(output.token_ids) <= 4
+    server.set_global_steps(7)
+    output = asyncio.run(server.generate("r", prompt_ids=[1, 2, 3], sampling_params=params))
+    assert output.extra_fields["global_steps"] == 7
+
+
+def test_server_loads_the_trainers_weights_and_refuses_partial_ones(server) -> None:
+    state = {name: torch.full_like(t, 0.01) for name, t in server.model.state_dict().items()}
+    assert server.update_weights(state, global_steps=3) == len(state)
+    assert server.global_steps == 3 and server.num_weight_updates == 1
+    assert all(torch.all(p == 0.01) for p in server.model.parameters())
+    name = next(iter(state))
+    with pytest.raises(KeyError, match="missing from the update"):
+        server.update_weights({k: v for k, v in state.items() if k != name}, global_steps=4)
+    with pytest.raises(KeyError, match="does not have"):
+        server.update_weights({**state, "lm_head.nonsense": torch.zeros(1)}, global_steps=4)
+    assert server.global_steps == 3  # a refused update changes nothing
