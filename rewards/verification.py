@@ -96,11 +96,20 @@ def verification(episode: Episode, **params: Any) -> float | None:
     >>> verification(Episode("generic", ["", ""], [batch, reject, reject], "x"), delta=0.2)
     0.2
     """
+    decisions = verification_decisions(episode, **params)
+    return None if decisions is None else sum((rho for _, rho in decisions), 0.0)
+
+
+def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, float]] | None:
+    """(turn, rho) of every counted decision, in order: ``verification``'s terms, for per-turn credit.
+
+    None when no served batch has a gold entity (as ``verification``).
+    """
     cfg = VerificationParams(**params)
     batches = served_batches(episode, episode_rej_max(episode, cfg.rej_max))
     if not any(batch.get("gold_entity") is not None for batch in batches.values()):
         return None
-    total, decided = 0.0, set()
+    counted, decided = [], set()
     for decision in events_of(episode.events, "verification"):
         key = (decision["image"], decision["batch_id"])
         if key in decided:
@@ -110,8 +119,8 @@ def verification(episode: Episode, **params: Any) -> float | None:
         # A decision on a batch that was never served (or lies beyond Rej_max) earns nothing.
         if batch is None or batch.get("gold_entity") is None:
             continue
-        total += _rho(decision, batch, cfg.delta)
-    return total
+        counted.append((int(decision["turn"]), _rho(decision, batch, cfg.delta)))
+    return counted
 
 
 @dataclass(frozen=True)
