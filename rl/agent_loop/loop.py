@@ -63,6 +63,8 @@ class _Episode:
     """None when the sampling params do not ask for logprobs."""
     response_mask: list[int] = field(default_factory=list)
     turns: list[str] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    """Response positions [start, end) each generated turn was appended at, in turn order (turn-level credit)."""
     events: list[dict[str, Any]] = field(default_factory=list)
     observations: list[dict[str, Any]] = field(default_factory=list)
     """Each observation put in context (the task first): its text and image count, for ``ragym view``."""
@@ -208,6 +210,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         token_ids = list(output.token_ids[:keep])
         # verl's ct_merge_* helpers, inline: a merge costs less than their executor-thread hand-off.
         builder = self.continuous_token_builder
+        start = len(episode.response_mask)
         merged = builder.merge_assistant_tokens(episode.runtime_ids, token_ids)
         mask, logprobs = builder.align_response_metadata(
             merged,
@@ -220,6 +223,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
             mask,
             logprobs,
         )
+        episode.turn_spans.append((start, len(mask)))
         return token_ids, keep < len(output.token_ids)
 
     async def _append_observation(
@@ -268,6 +272,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
             "truncated": episode.truncated,
             "episode_metrics": episode_metrics(env_id, episode.events),
             "env_id": env_id,
+            "turn_ids": _turn_ids(episode.turn_spans, episode.response_mask),
             "turn_scores": [],
             "tool_rewards": [],
             **episode.server_fields,
@@ -292,6 +297,16 @@ def _one_line(err: BaseException) -> str:
     """``Type: first line of the message``, for events and logs."""
     lines = str(err).strip().splitlines()
     return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _turn_ids(spans: list[tuple[int, int]], mask: list[int]) -> list[int]:
+    """Per response token: the turn that generated it (mask 1 inside that turn's span), else -1."""
+    ids = [-1] * len(mask)
+    for turn, (start, end) in enumerate(spans):
+        for position in range(start, min(end, len(mask))):
+            if mask[position]:
+                ids[position] = turn
+    return ids
 
 
 def _merge_server_fields(episode: _Episode, output: TokenOutput) -> None:
