@@ -67,6 +67,14 @@ class Preset:
     token of the demo's tiny tokenizer: matching a query's code is a one-token copy)."""
     signature_window: int = 9
     """Candidate-list prefix in which the gold entity's code is unique (K x (Rej_max + 1) of the rows' env)."""
+    lure_share: float = 0.0
+    """Share of query images whose stored candidate list puts look-alikes above the gold: a gold entity within
+    the first ``lure_depth`` candidates is moved to a uniformly drawn later rank of that prefix (never the
+    first). The pixel retriever's top-1 is then weak against a verifier (the paper's E-VQA setting, R@1 15%)
+    while R@``lure_depth`` is unchanged. The live index's query embeddings are not changed: it concerns the
+    stored (``precomputed``) candidate lists the demo reads."""
+    lure_depth: int = 9
+    """Prefix of the candidate list the gold is moved within (K x (Rej_max + 1) of the grid that reads it)."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -111,9 +119,37 @@ PRESETS: dict[str, Preset] = {
         ),
         signature_alphabet=48,
     ),
+    # The demo with a retriever whose top-1 is weak against the verifier (for MMAgent-R² Table 5's direction):
+    # on 60% of query images look-alikes are ranked above the gold within the first 9 candidates: R@1 / R@3 /
+    # R@9 19.3 / 35.3 / 84.7% against the demo's 41.7 / 67.0 / 84.7% (seed 0, every row; measured with
+    # benchmarks/env_step.recall). Only the candidate lists change; entities, questions and rows are the demo's.
+    "demo_weak_top1": Preset(
+        300,
+        600,
+        6,
+        variant_scale=0.06,
+        query_noise=0.20,
+        pixel_noise=0.05,
+        comparison_fraction=0.0,
+        env_id="KBVQA-Demo-v0",
+        env_kwargs=(
+            ("candidates_per_batch", 1),
+            ("rerank_by_index", True),
+            ("visual_check", True),
+            ("text_top_k", 1),
+        ),
+        signature_alphabet=48,
+        lure_share=0.6,
+        lure_depth=9,
+    ),
     # What gymnasium.make("KBVQA-v0") builds: tiny, fast, with comparison questions.
     "tiny": Preset(60, 40, 6, variant_scale=0.06, query_noise=0.20, pixel_noise=0.05),
 }
+
+
+PRESETS["demo_k7"] = replace(PRESETS["demo"], signature_window=21)
+"""The demo KB with signature codes unique within the first 21 candidates: what Table 6's K = 7 pages
+through at Rej_max = 2 (the demo's 9 would let a look-alike past rank 9 share the gold's code)."""
 
 
 def _signatures(rng: np.random.Generator, count: int) -> list[str]:

@@ -104,6 +104,26 @@ def _write_tables(out: Path, tables: KBTables, ranked: np.ndarray) -> None:
     ).to_parquet(out / "queries.parquet")
 
 
+def lure_gold(ranked: np.ndarray, gold: np.ndarray, share: float, depth: int, seed: int) -> np.ndarray:
+    """``ranked`` with look-alikes above the gold on a ``share`` of queries: a gold within the first ``depth``
+    candidates is moved to a uniformly drawn later rank of that prefix (never the first); the others keep
+    their order. Queries whose gold is outside the prefix, or already last in it, are left as they are."""
+    if not 0 <= share <= 1 or depth < 2:
+        raise ValueError(f"lure_share must be in [0, 1] and lure_depth >= 2, got {share}, {depth}")
+    rng = np.random.default_rng([seed, 7])
+    out = ranked.copy()
+    for q, (row, entity) in enumerate(zip(out, gold, strict=True)):
+        where = np.flatnonzero(row[:depth] == entity)
+        if len(where) == 0 or rng.random() >= share:
+            continue
+        rank = int(where[0])
+        if rank >= min(depth, len(row)) - 1:
+            continue
+        target = int(rng.integers(rank + 1, min(depth, len(row))))  # a later rank in the prefix
+        out[q, : target + 1] = np.insert(np.delete(row[: target + 1], rank), target, entity)
+    return out
+
+
 def alphabet_signatures(
     ranked: np.ndarray, query_entities: np.ndarray, num_entities: int, alphabet: int, window: int, seed: int
 ) -> list[str]:
@@ -182,6 +202,8 @@ def write_kb(
     np.save(out / "index" / "entity_embeddings.npy", entity_emb)
     entity_index = build_sharded_index(out / "index" / "encoded" / "entities", out / "index" / "entities")
     ranked = _rank_queries(out, tables, entity_emb, preset.num_candidates)
+    if preset.lure_share > 0:
+        ranked = lure_gold(ranked, tables.query_entities, preset.lure_share, preset.lure_depth, seed)
     n = len(tables.entity_text)
     if preset.signature_alphabet:
         tables.signatures = alphabet_signatures(ranked, tables.query_entities, n, preset.signature_alphabet,

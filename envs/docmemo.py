@@ -109,7 +109,18 @@ class DocMemoConfig:
     show_images: bool = True
     """Attach evidence page images to observations."""
     crop_dense_pages: bool = False
-    """Add two half-page crops (twice the resolution) for table and chart pages."""
+    """Add two half-page crops (twice the resolution) for table and chart pages (the seed's adaptive-granularity
+    evidence access; Table 4 removes it)."""
+    schema_memory: bool = True
+    """Show the schema memory (document outline) with the candidates. False: a Table 4 removal."""
+    belief_update: bool = True
+    """Write the policy's useful / irrelevant marks into the page beliefs (Beta updates and propagation).
+    False: the marks still go to episodic memory, the beliefs stay at their similarity prior (Table 4's
+    "w/o Bayesian page belief updating")."""
+    episodic_memory: bool = True
+    """Show episodic memory: earlier rounds' queries, notes, marks and evidence read, in the candidate and
+    evidence views. False removes it from every view (a Table 4 removal); set ``reshow_evidence`` with it,
+    since nothing then recalls evidence read before."""
     image_max_side: int = 1024
     """Longer side of observation images; pages are downscaled to it, keeping the aspect ratio."""
     encoder: str = "text"
@@ -318,8 +329,8 @@ class DocMemoEnv(gymnasium.Env):
         return views.candidate_view(
             self.question,
             self.store,
-            c.max_sections,
-            self.episodic,
+            c.max_sections if c.schema_memory else None,
+            self.episodic if c.episodic_memory else [],
             self.round,
             c.max_rounds,
             self.query,
@@ -341,7 +352,7 @@ class DocMemoEnv(gymnasium.Env):
         self.seen.update(ranked)
         ranked_means = [round(float(means[p - 1]), 4) for p in ranked]
         self.events.append(ev.evidence(turn, self.round, ranked, ranked_means, new))
-        earlier = views.earlier_evidence(self.episodic, exclude=ranked)
+        earlier = views.earlier_evidence(self.episodic, exclude=ranked) if c.episodic_memory else ""
         self.shown.update(ranked)
         self.phase = "reason"
         images, counts = self._page_images(ranked)
@@ -351,7 +362,8 @@ class DocMemoEnv(gymnasium.Env):
 
     def _refine(self, action: Refine, turn: int) -> tuple[dict[str, Any], bool]:
         """Write feedback into beliefs and episodic memory, then start the next round (or stop at T)."""
-        self.beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
+        if self.config.belief_update:
+            self.beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
         memory = {
             "round": self.round,
             "query": action.query,
@@ -372,7 +384,7 @@ class DocMemoEnv(gymnasium.Env):
 
     def _retry(self, action: Refine, turn: int) -> dict[str, Any]:
         """Search again after a failed search, in the same round; feedback marks still update beliefs."""
-        if self.beliefs is not None and (action.useful or action.irrelevant):
+        if self.beliefs is not None and self.config.belief_update and (action.useful or action.irrelevant):
             self.beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
             self.judged.update(action.useful + action.irrelevant)
         self.query = action.query

@@ -55,7 +55,7 @@ def earlier_evidence(episodic: Sequence[dict], exclude: Sequence[int]) -> str:
 def candidate_view(
     question: str,
     store: DocStore,
-    max_sections: int,
+    max_sections: int | None,
     episodic: Sequence[dict],
     round_index: int,
     max_rounds: int,
@@ -63,8 +63,8 @@ def candidate_view(
     candidates: Sequence[int],
     accumulated: Sequence[int],
 ) -> str:
-    """Start of a round: question, schema memory, episodic memory, candidate pages (1-based)."""
-    lines = [f"Question: {question}", store.schema_text(max_sections)]
+    """Start of a round: question, schema memory (None: not shown), episodic memory, candidate pages (1-based)."""
+    lines = [f"Question: {question}"] + ([] if max_sections is None else [store.schema_text(max_sections)])
     if episodic:
         lines += ["Memory of earlier rounds:", *memory_lines(episodic)]
     lines.append(f"Round {round_index + 1} of {max_rounds}. Search query: {query}")

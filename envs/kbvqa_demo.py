@@ -12,6 +12,8 @@ trained on CPU for minutes cannot. The demo therefore states, in text, what that
   the next batch trade off and the reward's delta matters.
 - ``rerank_by_index``: Rerank may name a candidate by its number in the batch (``1`` or ``[1]``): with K=1
   the demo's Rerank is one constant token, so its decision is Rerank-or-Reject.
+- ``verification_actions``: False removes Rerank and Reject (MMAgent-R² Table 5's "w/o Rerank, w/o
+  Reject"): SearchImage(j) takes the retriever's top-1 as image j's entity, which is all the policy sees.
 
 The transition, the events and the rewards are exactly ``KBVQA-v0``'s: the aids only change what the
 policy reads (three text hooks) and which Rerank arguments resolve.
@@ -26,9 +28,15 @@ from typing import Any
 import numpy as np
 
 from envs import kbvqa_prompts as prompts
+from envs.core import IMAGE_PLACEHOLDER
 from envs.kbvqa import KBVQAConfig, KBVQAEnv
 from envs.kbvqa_state import Batch
 
+TOP1_LINE = (
+    "- In this setting SearchImage(j) returns only the retriever's best candidate for image j, taken as its "
+    "entity: there is no Rerank and no Reject."
+)
+"""Grammar line of the system prompt without verification actions (``verification_actions=False``)."""
 INDEX_RERANK_LINE = (
     "- <rerank>N</rerank>: instead of the name, you may give the number N of the matching candidate ([N]) "
     "in the current batch."
@@ -51,6 +59,11 @@ class DemoAids:
     """Probability that the visual check tells the truth about a batch. Otherwise it errs as a VLM's
     comparison would: on a batch holding the match it misses it (or, with K > 1, names another candidate
     half the time); on a batch without it, it names a random candidate. 1.0 is an oracle check."""
+    verification_actions: bool = True
+    """False: no ``<rerank>`` action at all (Table 5's "w/o Rerank, w/o Reject"): the grammar lists neither
+    Rerank nor Reject, a ``<rerank>`` turn is a ``no_verification_actions`` protocol violation, and
+    SearchImage(j) shows only the retriever's top-1 candidate and records it as image j's entity (a Rerank
+    decision made by the env), so identification is the retriever's R@1. Needs ``max_rejections=0``."""
     visual_check_seed: int = 0
     """Seed of the check's errors. Each error is drawn from this seed and the batch's content (question,
     query image, offset, candidates), so it is deterministic per episode, and the G episodes of a GRPO
@@ -89,6 +102,11 @@ class KBVQADemoEnv(KBVQAEnv):
         if self.aids.rerank_by_index:
             self.system_prompt = prompts.system_prompt(self.config.max_turns, [INDEX_RERANK_LINE])
             self.rerank_argument = "a name or candidate number"
+        if not self.aids.verification_actions:
+            if self.config.max_rejections != 0:
+                raise ValueError("verification_actions=False (no Rerank, no Reject) needs max_rejections=0, "
+                                 f"got {self.config.max_rejections}")  # fmt: skip
+            self.system_prompt = no_verification_prompt(self.config.max_turns)
 
     def _signature(self, image: int) -> str | None:
         """Visual-signature code of query image ``image`` (None for an image outside the KB's query table)."""
@@ -118,6 +136,26 @@ class KBVQADemoEnv(KBVQAEnv):
             number = faulty_check(number, len(hits), self.aids.visual_check_accuracy, draws)
         return f"{text}\n{visual_check_text(None if number is None else self._argument(hits, number))}"
 
+    def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
+        """Without verification actions: the batch's top-1 becomes the image's entity, and only it is shown."""
+        served = len(self.state.batches)
+        text, images = super()._serve_batch(image)
+        if self.aids.verification_actions or len(self.state.batches) == served:  # nothing new was served
+            return text, images
+        batch = self.state.batches[-1]
+        self.state.decide(batch, "rerank", batch.candidates[0])
+        return top1_text(image, batch.names[0]), images[:1]
+
+    def _rerank(self, name: str) -> str:
+        if not self.aids.verification_actions:
+            return self._violation("no_verification_actions", NO_VERIFICATION, entity=name)
+        return super()._rerank(name)
+
+    def _reject(self) -> tuple[str, list[np.ndarray]]:
+        if not self.aids.verification_actions:
+            return self._violation("no_verification_actions", NO_VERIFICATION), []
+        return super()._reject()
+
     def _argument(self, hits: list[Any], number: int) -> str:
         """How Rerank names candidate ``number`` of a batch: ``[number]`` or its name."""
         return f"[{number}]" if self.aids.rerank_by_index else hits[number - 1].payload["name"]
@@ -127,6 +165,23 @@ class KBVQADemoEnv(KBVQAEnv):
         if entity is None and self.aids.rerank_by_index:
             entity = entity_numbered(batch, argument)
         return entity
+
+
+NO_VERIFICATION = "this setting has no Rerank or Reject: SearchImage(j) already took the retriever's top-1."
+
+
+def no_verification_prompt(max_turns: int) -> str:
+    """The system prompt without the Rerank and Reject lines, saying that SearchImage takes the top-1."""
+    lines = [
+        line for line in prompts.system_prompt(max_turns).splitlines() if not line.startswith("- <rerank>")
+    ]
+    answer = next(i for i, line in enumerate(lines) if line.startswith("- <answer>"))
+    return "\n".join([*lines[:answer], TOP1_LINE, *lines[answer:]])
+
+
+def top1_text(image: int, name: str) -> str:
+    """What SearchImage shows without verification actions: the top-1 candidate, taken as the entity."""
+    return f"{prompts.confirmation_text(image, name)} (the retriever's top-1; no verification)\n[1] {IMAGE_PLACEHOLDER} {name}"
 
 
 def faulty_check(true_number: int | None, num_candidates: int, accuracy: float, draws: Any) -> int | None:

@@ -21,9 +21,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rl.ablate.grids import GRIDS, Grid, Variant, run_dir
+from rl.ablate.grids import GRIDS, Grid, Variant, row_label, run_dir
 from rl.ablate.report import write_report
-from rl.ablate.stats import Runs, aggregate, summarize
+from rl.ablate.stats import Runs, aggregate, claims_under_rl, movement, summarize
 from rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def run_parallel(
     if grid.kind == "kbvqa":  # built once here, not raced for by the workers
         from rl.ablate.kbvqa import shared_kb, write_rows
 
-        shared_kb(out)
+        shared_kb(out, grid.kb_preset)
         for variant in grid.variants:
             write_rows(out, variant)
     context = multiprocessing.get_context("spawn")  # torch and faiss threads do not survive fork
@@ -131,6 +131,8 @@ def run_grid(
     if all(len(b) == len(seeds) for b in befores.values()):  # runners that train report where they started
         results["before_grpo"] = {name: {m: summarize([b[s][m] for s in seeds]) for m in grid.metrics}
                                   for name, b in befores.items()}  # fmt: skip
+        results["grpo_movement"] = movement(grid, runs, befores, seeds)
+        claims_under_rl(results["claims"], results["grpo_movement"]["variants"], seeds)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_report(out, grid, results)
     return results
@@ -140,7 +142,7 @@ def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, ex
     """One line per variant: its settings and, for KB-VQA grids, the command that runs its first seed alone."""
     lines = [f"grid {grid.name}: {grid.paper}"]
     for variant in grid.variants:
-        lines.append(f"- {variant.name}: env {variant.env}, reward {variant.reward}, "
+        lines.append(f"- {variant.name} [{row_label(variant)}]: env {variant.env}, reward {variant.reward}, "
                      f"options {variant.options}, overrides {list(variant.overrides)}")  # fmt: skip
         if grid.kind == "kbvqa":
             from rl.ablate.kbvqa import command
@@ -187,7 +189,12 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     results = run_grid(grid, args.out, seeds, steps, args.overrides, jobs=args.jobs)
     for claim in results["claims"]:
-        print(f"{claim['claim']} ({claim['source']}): {claim['verdict']}")
+        under_rl = f"; on seeds GRPO moved: {claim['rl_verdict']}" if "rl_verdict" in claim else ""
+        print(f"{claim['claim']} ({claim['source']}): {claim['verdict']}{under_rl}")
+    if "grpo_movement" in results:
+        moved = results["grpo_movement"]
+        print("GRPO moved the greedy policy: " + ", ".join(f"{n} on {v['moved']}" for n, v in
+              moved["variants"].items()) + f" -> {moved['verdict']}")  # fmt: skip
     print(f"{grid.name}: {len(grid.variants)} variants x {len(seeds)} seeds in {time.perf_counter() - start:.0f}s "
           f"(this call); report: {args.out / 'report.md'}")  # fmt: skip
     return 0

@@ -52,6 +52,11 @@ class Variant:
     Every variant after a grid's first starts from the first's, so variants differ in RL alone (as the
     paper's ablations train each variant with RL from the same model), and a grid warm-starts once a seed;
     ``own_warm_start`` variants are the exception."""
+    row: str = ""
+    """The paper table's own row this variant is (e.g. ``δ = 0.1``); empty: a value or variant ragym adds,
+    which reports label as ragym's (``RAGYM_ROW``), never as the table's."""
+    kb_preset: str = "demo"
+    """KB-VQA: the synthetic KB preset of the grid's shared KB (set from the grid by ``register_grid``)."""
     own_warm_start: bool = False
     """KB-VQA: warm-start on this variant's own prompts instead of the first variant's policy. For a variant
     whose prompt differs in kind (``neither`` shows no visual check), the first's warm start taught a prompt
@@ -95,6 +100,17 @@ class Grid:
     warm_start: tuple[str, ...] = ()
     """KB-VQA: recipe overrides of every warm start the grid runs (``ragym.demo.warm_start.*``), added to the
     overrides of the variants that warm-start themselves (the others start from one of theirs)."""
+    kb_preset: str = "demo"
+    """KB-VQA: the ``data_prep.synthetic_kb`` preset every variant's rows read (one KB per grid folder)."""
+
+
+RAGYM_ROW = "ragym's addition (not in the table)"
+"""How reports label a variant that is not one of the paper table's rows."""
+
+
+def row_label(variant: Variant) -> str:
+    """The table row a variant is, or ``RAGYM_ROW``."""
+    return variant.row or RAGYM_ROW
 
 
 def slug(variant: Variant) -> str:
@@ -127,19 +143,27 @@ T6 = "MMAgent-R² Table 6"
 GRIDS: dict[str, Grid] = {}
 """Every grid ``ragym ablate`` knows, by name (``register_grid`` adds one)."""
 
+DELTAS = ((0.2, "δ = 0.2 (the paper's)"), (0.1, "δ = 0.1"), (0.3, "δ = 0.3"), (0.0, ""), (0.5, ""), (1.0, ""))
+"""Table 8's δ values (0.2 first: the baseline), then ragym's additions (no row label)."""
+KS = ((5, "K = 5 (the paper's)"), (3, "K = 3"), (7, "K = 7"), (1, ""))
+"""Table 6's K values (5 first: the baseline), then ragym's addition K = 1 (the CPU demo's own K)."""
+REJMAXES = ((2, "Rej_max = 2 (the paper's)"), (0, "Rej_max = 0"), (1, "Rej_max = 1"), (3, "Rej_max = 3"))
+"""Table 7's Rej_max values (2 first: the baseline)."""
+
 _KBVQA_GRIDS = (
     Grid(
         "verification",
         "kbvqa",
         (
-            # K=3 candidates a batch, so Rerank has a choice to make (the check names one of them or none).
-            Variant("full", _acc(candidates_per_batch=3)),
-            # No Reject: one batch per image (Rej_max=0), the check still shown.
-            Variant("rerank_only", _acc(candidates_per_batch=3, max_rejections=0)),
-            # Neither: one batch and no check, so the policy can only take the retriever's top-1.
+            # K=3 candidates a batch (ragym's: the paper's base is 5), so Rerank has a choice to make.
+            Variant("full", _acc(candidates_per_batch=3), row="w/ Rerank + Reject"),
+            # No Reject: one batch per image (Rej_max=0 is Table 7's row equal to Table 5's "w/o Reject").
+            Variant("rerank_only", _acc(candidates_per_batch=3, max_rejections=0), row="w/o Reject"),
+            # Neither: no Rerank and no Reject action at all; SearchImage takes the retriever's top-1.
             Variant(
                 "neither",
-                _acc(candidates_per_batch=3, max_rejections=0, visual_check=False),
+                _acc(candidates_per_batch=3, max_rejections=0, verification_actions=False),
+                row="w/o Rerank, w/o Reject",
                 own_warm_start=True,
             ),  # fmt: skip
         ),
@@ -148,26 +172,25 @@ _KBVQA_GRIDS = (
             Claim("ident_acc", "full", ">", "rerank_only", T5),
             Claim("ident_acc", "rerank_only", ">", "neither", T5),
         ),
-        T5 + " (effect of Rerank and Reject)",
+        T5 + " (effect of Rerank and Reject), on the weak-top-1 demo KB (look-alikes ranked above the gold)",
         ABLATE_STEPS,
         # At K=3 an expert that rejects a true match half the time leaves the greedy policy rejecting every
         # batch (its Reject() outweighs each of the three numbers); 0.3 leaves it following the check.
         ("ragym.demo.warm_start.reject_noise=0.3",),
+        kb_preset="demo_weak_top1",
     ),
     Grid(
         "delta",
         "kbvqa",
-        tuple(
-            Variant(f"delta={d}", _acc(), {"verification": {"delta": d}}) for d in (0.2, 0.0, 0.1, 0.5, 1.0)
-        ),
+        tuple(Variant(f"delta={d}", _acc(), {"verification": {"delta": d}}, row=r) for d, r in DELTAS),
         KB,
         (
-            Claim("needless_rejections", "delta=1.0", ">", "delta=0.2", T8),
-            Claim("needless_rejections", "delta=0.2", ">", "delta=0.0", T8),
-            Claim("ident_acc", "delta=0.2", ">", "delta=0.0", T8),
-            Claim("ident_acc", "delta=0.2", ">", "delta=1.0", T8),
+            Claim("rejections", "delta=0.2", ">", "delta=0.1", T8),
+            Claim("rejections", "delta=0.3", ">", "delta=0.2", T8),
+            Claim("ident_acc", "delta=0.2", ">", "delta=0.1", T8),
+            Claim("ident_acc", "delta=0.2", ">", "delta=0.3", T8),
         ),
-        T8 + " (rejection reward weight delta; 0.2 is the paper's and the baseline)",
+        T8 + " (rejection reward weight δ: the table's 0.1, 0.2 (baseline), 0.3; 0, 0.5, 1.0 are ragym's)",
         ABLATE_STEPS,
         # Reject() or confirm on a match is a coin flip for the warm-started policy: delta decides which wins.
         (KNIFE_EDGE,),
@@ -175,7 +198,7 @@ _KBVQA_GRIDS = (
     Grid(
         "rejmax",
         "kbvqa",
-        tuple(Variant(f"rej_max={r}", _acc(max_rejections=r)) for r in (2, 0, 1, 3)),
+        tuple(Variant(f"rej_max={r}", _acc(max_rejections=r), row=label) for r, label in REJMAXES),
         KB,
         (
             Claim("ident_acc", "rej_max=1", ">", "rej_max=0", T7),
@@ -190,16 +213,18 @@ _KBVQA_GRIDS = (
         "k",
         "kbvqa",
         # Each K is its own prompt shape, so each warm-starts on its own prompts.
-        tuple(Variant(f"k={k}", _acc(candidates_per_batch=k), own_warm_start=k > 1) for k in (1, 3, 5)),
+        tuple(Variant(f"k={k}", _acc(candidates_per_batch=k), row=r, own_warm_start=True) for k, r in KS),
         KB,
         (
-            Claim("rejections", "k=1", ">", "k=3", T6),
             Claim("rejections", "k=3", ">", "k=5", T6),
-            Claim("ident_acc", "k=5", ">", "k=1", T6),
+            Claim("rejections", "k=5", ">", "k=7", T6),
+            Claim("ident_acc", "k=5", ">", "k=3", T6),
+            Claim("ident_acc", "k=7", ">", "k=5", T6),
         ),
-        T6 + " (candidates per batch; the demo's K=1 is the baseline)",
+        T6 + " (candidates per batch: the table's 3, 5 (baseline), 7; K = 1 is ragym's, the CPU demo's own)",
         ABLATE_STEPS,
         ("ragym.demo.warm_start.reject_noise=0.3",),
+        kb_preset="demo_k7",
     ),
 )
 
@@ -211,6 +236,7 @@ def register_grid(grid: Grid) -> Grid:
         first = grid.variants[0].name
         shared = [replace(v, overrides=(*v.overrides, *grid.warm_start)) if v.name == first or v.own_warm_start
                   else replace(v, warm_start_from=first) for v in grid.variants]  # fmt: skip
+        shared = [replace(v, kb_preset=grid.kb_preset) for v in shared]
         grid = replace(grid, variants=tuple(shared))
     if grid.name in GRIDS:
         raise ValueError(f"ablation grid {grid.name!r} is already registered")

@@ -29,19 +29,20 @@ BASE_REWARD = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"
 """The demo's reward recipe, which a variant's reward parameters edit."""
 
 
-def shared_kb(grid_dir: Path) -> Path:
-    """The demo KB every variant's rows point at (``DIR/kb``, built once, as ``ragym demo`` builds it)."""
+def shared_kb(grid_dir: Path, preset: str = "demo") -> Path:
+    """The KB every variant's rows point at, built once: ``DIR/kb`` for the demo preset (as ``ragym demo``
+    builds it), ``DIR/kb-PRESET`` for another (``Grid.kb_preset``)."""
     from data_prep.synthetic_kb import PRESETS, build_kb
 
-    kb = grid_dir / "kb"
+    kb = grid_dir / ("kb" if preset == "demo" else f"kb-{preset}")
     if not (kb / "kb.json").exists():
-        build_kb(kb, PRESETS["demo"], seed=0, name="synthetic-demo")
+        build_kb(kb, PRESETS[preset], seed=0, name=f"synthetic-{preset}")
     return kb
 
 
 def write_rows(grid_dir: Path, variant: Variant) -> Path:
     """``DIR/rows/VARIANT/{train,test}.parquet``: the demo rows with the variant's env kwargs; same row count."""
-    kb, out = shared_kb(grid_dir), grid_dir / "rows" / slug(variant)
+    kb, out = shared_kb(grid_dir, variant.kb_preset), grid_dir / "rows" / slug(variant)
     out.mkdir(parents=True, exist_ok=True)
     for split in ("train", "test"):
         frame = pd.read_parquet(kb / "data" / f"{split}.parquet")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rl.ablate.grids import Grid
+from rl.ablate.grids import Grid, row_label
+from rl.ablate.stats import WARM_STARTS
 
 
 def _cell(stats: dict[str, Any], base: str) -> str:
@@ -17,13 +18,36 @@ def _cell(stats: dict[str, Any], base: str) -> str:
 def table(grid: Grid, results: dict[str, Any]) -> list[str]:
     """The markdown table: one row per variant, mean ± std per metric (``seeds disagree`` flagged)."""
     base = grid.variants[0].name
-    lines = ["| variant | " + " | ".join(grid.metrics) + " | wall time |",
-             "|---" * (len(grid.metrics) + 2) + "|"]  # fmt: skip
+    lines = ["| variant | table row | " + " | ".join(grid.metrics) + " | wall time |",
+             "|---" * (len(grid.metrics) + 3) + "|"]  # fmt: skip
     for variant in grid.variants:
         stats = results["variants"][variant.name]
         cells = [_cell(stats[m], base) for m in grid.metrics]
         wall = results.get("wall_time_s", {}).get(variant.name, 0.0)
-        lines.append(f"| {variant.name} | " + " | ".join(cells) + f" | {wall:.0f} s |")
+        lines.append(f"| {variant.name} | {row_label(variant)} | " + " | ".join(cells) + f" | {wall:.0f} s |")
+    return lines
+
+
+def movement_lines(grid: Grid, moved: dict[str, Any], seeds: list[int]) -> list[str]:
+    """How far GRPO moved each variant's greedy policy (after - before per seed), and the grid's verdict."""
+    shown = [m for m in ("ident_acc", "rejections", "needless_rejections") if m in grid.metrics]
+    lines = ["", "## How far GRPO moved the greedy policy", "",
+             f"After minus before GRPO on the held-out rows, per seed ({', '.join(map(str, seeds))}). The "
+             "evaluation is greedy and deterministic, so a variant whose metrics did not change on a seed "
+             "ended that seed where its warm start put it.", "",
+             "| variant | " + " | ".join(f"Δ {m} per seed" for m in shown) + " | moved on |",
+             "|---" * (len(shown) + 2) + "|"]  # fmt: skip
+    for variant in grid.variants:
+        info = moved["variants"][variant.name]
+        deltas = [" / ".join(f"{d:+.3f}" for d in info["after_minus_before"][m]) for m in shown]
+        lines.append(f"| {variant.name} | " + " | ".join(deltas) + f" | {info['moved']} |")
+    still = [v.name for v in grid.variants if moved["variants"][v.name]["moved"] == "no seed"]
+    if moved["verdict"] == WARM_STARTS:
+        lines += ["", f"**This grid {WARM_STARTS}**: GRPO moved no variant's greedy policy on any seed, so its "
+                  "table compares warm starts and is no measurement of the paper's RL claims."]  # fmt: skip
+    elif still:
+        lines += ["", f"Not moved by GRPO on any seed (their rows measure their warm starts, not RL): "
+                  f"{', '.join(still)}."]  # fmt: skip
     return lines
 
 
@@ -66,12 +90,17 @@ def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
             lines.append(
                 f"| {variant.name} | " + " | ".join(_cell(stats[m], base) for m in grid.metrics) + " |"
             )
+    if "grpo_movement" in results:
+        lines += movement_lines(grid, results["grpo_movement"], seeds)
     if results["claims"]:
-        lines += ["", "## The paper's directions, seed by seed", "", "| claim | source | per seed | verdict |",
-                  "|---|---|---|---|"]  # fmt: skip
+        rl = "grpo_movement" in results
+        lines += ["", "## The paper's directions, seed by seed", "",
+                  "| claim | source | per seed | verdict |" + (" seeds GRPO moved | verdict on them |" if rl else ""),
+                  "|---|---|---|---|" + ("---|---|" if rl else "")]  # fmt: skip
         for c in results["claims"]:
             held = " ".join("yes" if h else "no" for h in c["held_per_seed"])
-            lines.append(f"| {c['claim']} | {c['source']} | {held} | {c['verdict']} |")
+            tail = f" {', '.join(map(str, c['rl_seeds'])) or 'none'} | {c['rl_verdict']} |" if rl else ""
+            lines.append(f"| {c['claim']} | {c['source']} | {held} | {c['verdict']} |{tail}")
     lines += ["", f"![per-seed values and means of {', '.join(shown)}](ablation.png)", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))

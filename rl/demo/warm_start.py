@@ -71,6 +71,8 @@ _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
 """Where the expert writes a name or answer copied from an observation (Reject() excluded)."""
 _NAME_SLOT = re.compile(r'(<answer>|SearchText\(\[")')
 """The same when Rerank takes candidate numbers (only answers and text queries copy names)."""
+_TAKEN = re.compile(r"^Confirmed: the entity in Image (\d+) is (.+)\. \(the retriever's top-1")
+"""The env's own confirmation of the top-1 without verification actions (``envs.kbvqa_demo.top1_text``)."""
 
 
 class NoisyExpert(SignaturePolicy):
@@ -107,6 +109,9 @@ class NoisyExpert(SignaturePolicy):
         space) the decision is the exact same tokens as in the context, a copy a tiny policy can learn.
         A candidate number (``rerank_by_index``) is one whole token with no space before it.
         """
+        taken = _TAKEN.match(obs_text)
+        if taken:  # no verification actions: the env took the top-1, which the expert then looks up
+            self.confirmed[int(taken.group(1))] = taken.group(2)
         slot = _NAME_SLOT if self.by_index else _COPY_SLOT
         return slot.sub(r"\1 ", super().act(obs_text))
 

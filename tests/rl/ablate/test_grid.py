@@ -125,9 +125,10 @@ def test_the_issue_grids_exist_with_their_variants_and_metrics() -> None:
         name: [v.name for v in GRIDS[name].variants] for name in ("verification", "delta", "rejmax", "k")
     }
     assert main_grids["verification"] == ["full", "rerank_only", "neither"]
-    assert sorted(main_grids["delta"]) == ["delta=0.0", "delta=0.1", "delta=0.2", "delta=0.5", "delta=1.0"]
+    assert main_grids["delta"][:3] == ["delta=0.2", "delta=0.1", "delta=0.3"]  # Table 8's, then ragym's
+    assert sorted(main_grids["delta"][3:]) == ["delta=0.0", "delta=0.5", "delta=1.0"]
     assert sorted(main_grids["rejmax"]) == [f"rej_max={r}" for r in range(4)]
-    assert main_grids["k"] == ["k=1", "k=3", "k=5"]
+    assert main_grids["k"] == ["k=5", "k=3", "k=7", "k=1"]  # Table 6's (5 the base), then ragym's K=1
     for name in main_grids:
         assert {"ident_acc", "needless_rejections", "rejections"} <= set(GRIDS[name].metrics)
     assert not math.isnan(GRIDS["verification"].variants[0].env["visual_check_accuracy"])
@@ -149,7 +150,9 @@ def test_list_prints_each_variant_as_a_demo_command(tmp_path: Path, capsys: pyte
 
     kwargs = json.loads(pd.read_parquet(rows)["extra_info"].iloc[0]["env_kwargs"])
     assert kwargs["max_rejections"] == 0 and kwargs["visual_check_accuracy"] == 0.8
-    assert len(pd.read_parquet(rows)) == len(pd.read_parquet(tmp_path / "kb" / "data" / "train.parquet"))
+    assert len(pd.read_parquet(rows)) == len(
+        pd.read_parquet(tmp_path / "kb-demo_weak_top1" / "data" / "train.parquet")
+    )
 
 
 def test_only_seeds_and_variants_split_a_grid_that_a_last_call_aggregates(
