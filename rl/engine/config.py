@@ -19,8 +19,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from rl.engine.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, FilterConfig
 from rl.engine.grpo import UpdateConfig
 from rl.errors import UsageError
+from rl.guards import GUARDS_SECTION, read_guards
 from rl.recipe.compose import recipe_keys, resolve_recipe_path
 from rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from rl.recipe.retrieval import recipe_retrieval_url
@@ -152,6 +154,12 @@ class EngineConfig:
     """torch intra-op threads (0: torch's default)."""
     trace_groups_per_step: int
     """GRPO groups per step (and per evaluation) recorded for ``ragym view`` under ``output_dir/traces``."""
+    filter_groups: FilterConfig
+    """Dynamic sampling (verl's ``algorithm.filter_groups``): drop and refill groups whose rewards are flat."""
+    guards: dict[str, Any]
+    """Collapse guards by name (``ragym.guards``, ``rl.guards``); a guard the recipe leaves out is off."""
+    outcome_metric: str | None
+    """The reward term that is the task's outcome (``ragym.outcome_metric``); None: not stated."""
 
 
 AGENT_LOOP_KEYS = (
@@ -248,4 +256,16 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         batch_wait_s=g(f"{ENGINE_SECTION}.batch_wait_s"),
         num_threads=g(f"{ENGINE_SECTION}.num_threads"),
         trace_groups_per_step=g(f"{ENGINE_SECTION}.trace_groups_per_step"),
+        filter_groups=FilterConfig(
+            enable=g(f"{FILTER_SECTION}.enable"),
+            metric=g(f"{FILTER_SECTION}.metric"),
+            max_num_gen_batches=g(f"{FILTER_SECTION}.max_num_gen_batches"),
+        ),
+        guards=read_guards(_optional(reader, GUARDS_SECTION)),
+        outcome_metric=_optional(reader, OUTCOME_KEY),
     )
+
+
+def _optional(reader: RecipeReader, key: str) -> Any:
+    """A ragym key a recipe may leave out (None then); read through ``reader`` when it is there."""
+    return reader.get(key) if OmegaConf.select(reader.config, key, default=None) is not None else None

@@ -56,6 +56,19 @@ def advantage_stats(advantages: Any, mask: Any) -> dict[str, float]:
     }
 
 
+def response_length_stats(lengths: list[int], limit: int) -> dict[str, float]:
+    """verl's ``response_length/*``: mean/max/min of response-side tokens and the share at the ``limit``."""
+    if not lengths:
+        return {}
+    values = np.asarray(lengths, dtype=np.float64)
+    return {
+        "response_length/mean": float(values.mean()),
+        "response_length/max": float(values.max()),
+        "response_length/min": float(values.min()),
+        "response_length/clip_ratio": float(np.mean(values >= limit)),
+    }
+
+
 class MetricsSink:
     """Writes step metrics to ``metrics.jsonl`` (always), the console and wandb (when configured)."""
 
@@ -93,7 +106,9 @@ class MetricsSink:
             f.write(json.dumps({"step": step, **metrics, **(extra or {})}) + "\n")
         if self.console:
             shown = {
-                k: v for k, v in metrics.items() if k.startswith(("reward/", "grpo/zero", "actor/entropy"))
+                k: v
+                for k, v in metrics.items()
+                if k.startswith(("reward/", "grpo/zero", "actor/entropy", "dynamic_sampling/flat"))
             }
             logger.info("step %d %s", step, " ".join(f"{k}={v:.3f}" for k, v in sorted(shown.items())))
         if self.wandb is not None:

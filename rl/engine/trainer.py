@@ -25,13 +25,15 @@ from verl.utils.config import omega_conf_to_dataclass
 from rl.agent_loop.loop import make_agent_loop
 from rl.data.rows import load_rows
 from rl.engine.config import EngineConfig
+from rl.engine.dynamic_sampling import SampledBatch, reward_weights, sample_groups, shaped_metric_warning
 from rl.engine.grpo import assemble, compute_advantages, update_policy
 from rl.engine.hf_server import HFServer
-from rl.engine.metrics import MetricsSink, advantage_stats, summarize
+from rl.engine.metrics import MetricsSink, advantage_stats, response_length_stats, summarize
 from rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
-from rl.engine.rollout import EpisodeResult, run_episodes
+from rl.engine.rollout import EpisodeResult, RolloutTimes, run_episodes
 from rl.engine.vision import ImageInputs
 from rl.errors import UsageError
+from rl.guards import GuardMonitor, GuardStop
 from rl.models import load_policy
 from rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from rl.view.trace import TraceConfig, TraceWriter
@@ -64,11 +66,16 @@ class RowOrder:
 
     def next_batch(self) -> list[int]:
         """Row indices of the next step (incomplete tail batches are dropped, as verl's sampler does)."""
-        if self.position + self.batch_size > self.num_rows:
+        return self.next_rows(self.batch_size)
+
+    def next_rows(self, count: int) -> list[int]:
+        """The next ``count`` row indices (a step's batch, or a dynamic-sampling refill); a tail shorter than
+        ``count`` is skipped for the next epoch."""
+        if self.position + count > self.num_rows:
             self.epoch, self.position = self.epoch + 1, 0
-        batch = self._order()[self.position : self.position + self.batch_size]
-        self.position += self.batch_size
-        return [int(i) for i in batch]
+        rows = self._order()[self.position : self.position + count]
+        self.position += count
+        return [int(i) for i in rows]
 
     def state(self) -> dict[str, int]:
         """The cursor."""
@@ -130,17 +137,22 @@ class LocalTrainer:
         self.last_times: dict[str, float] = {}
         self.traces = TraceWriter(Path(cfg.output_dir) / "traces", self.tokenizer,
                                   TraceConfig(cfg.trace_groups_per_step), self.step if resume else -1)  # fmt: skip
+        self.guards = GuardMonitor(cfg.guards, cfg.output_dir)
+        if cfg.filter_groups.enable:
+            warning = shaped_metric_warning(
+                cfg.filter_groups.metric, cfg.outcome_metric, reward_weights(cfg.reward_kwargs)
+            )
+            if warning:
+                logger.warning("%s", warning)
 
     # ----- one step ---------------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
         """Roll out one batch of groups, compute GRPO advantages, update the policy; returns step metrics."""
         cfg = self.cfg
-        indices = self.order.next_batch()
-        rows = [self.train_rows[i] for i in indices]
-        results, times = run_episodes(
-            self.loop, self.agent_loop, self.server, rows, cfg.rollout_n, self._sampling(cfg.sampling),
-            cfg.reward_kwargs, group_prefix=f"s{self.step}",
-        )  # fmt: skip
+        sampled, times = self._sample_batch()
+        indices = [index for index, _ in sampled.rows]
+        rows = [row for _, row in sampled.rows]
+        results = [episode for group in sampled.groups for episode in group]
         update_start = time.perf_counter()
         batch = assemble([r.sample() for r in results])
         compute_advantages(batch, self.algo_config, cfg.update)
@@ -156,12 +168,39 @@ class LocalTrainer:
         trace_s = time.perf_counter() - trace_start
         metrics.update(self._episode_metrics(results))
         metrics.update(advantage_stats(batch.advantages, batch.response_mask))
+        metrics.update(
+            response_length_stats([len(r.output.response_ids) for r in results], cfg.response_length)
+        )
+        metrics.update(sampled.metrics())
         metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
         self.last_times = {"generate": times.generate, "env": times.env, "reward": times.reward,
                            "rollout": times.total, "update": update_s, "trace": trace_s}  # fmt: skip
         metrics.update({f"timing_s/{k}": v for k, v in self.last_times.items()})
+        stop = self.guards.check(self.step, metrics)
         self.sink.log(self.step, metrics, extra={"rows": indices})
+        if stop is not None:
+            self.save()
+            raise GuardStop(stop.line())
         return metrics
+
+    def _sample_batch(self) -> tuple[SampledBatch, RolloutTimes]:
+        """The step's groups: one rollout of ``train_batch_size`` rows, plus refills under dynamic sampling."""
+        cfg, total = self.cfg, RolloutTimes()
+
+        def rollout(num_rows: int, round_: int) -> tuple[list[Any], list[EpisodeResult]]:
+            indices = self.order.next_rows(num_rows)
+            rows = [self.train_rows[i] for i in indices]
+            # A refill may draw a row again (a new epoch): its group id names the round too.
+            prefix = f"s{self.step}" if round_ == 0 else f"s{self.step}r{round_}"
+            results, times = run_episodes(
+                self.loop, self.agent_loop, self.server, rows, cfg.rollout_n, self._sampling(cfg.sampling),
+                cfg.reward_kwargs, group_prefix=prefix,
+            )  # fmt: skip
+            for name in ("total", "generate", "env", "reward"):
+                setattr(total, name, getattr(total, name) + getattr(times, name))
+            return list(zip(indices, rows, strict=True)), results
+
+        return sample_groups(rollout, cfg.train_batch_size, cfg.filter_groups), total
 
     def evaluate(self, rows: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Greedy (``val_kwargs``) episodes on held-out rows; returns ``val/``-free summary metrics."""

@@ -39,6 +39,7 @@ RAGYM_KEYS = (
     "ragym.images.candidate_max_pixels",
     "ragym.images.min_pixels",
     "ragym.images.cache_bytes",
+    "ragym.outcome_metric",
 )
 """ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, the
 retrieval service's address (``rl.recipe.retrieval``) and the image budget (``rl.recipe.images``)."""
@@ -51,6 +52,13 @@ RAGYM_SECTIONS = {
     "ragym.demo.warm_start": ("rl.demo.warm_start", "WarmStartConfig"),
     "ragym.r3g_demo.policy": ("rl.tiny.policy", "TinyPolicyConfig"),
     "ragym.r3g_demo.warm_start": ("rl.demo.warm_start", "WarmStartConfig"),
+    # Collapse guards (rl.guards.GUARD_TYPES): one section per guard.
+    "ragym.guards.no_search": ("rl.guards", "NoSearchGuard"),
+    "ragym.guards.reject_all": ("rl.guards", "DecisionShareGuard"),
+    "ragym.guards.accept_all": ("rl.guards", "DecisionShareGuard"),
+    "ragym.guards.format_only": ("rl.guards", "FormatOnlyGuard"),
+    "ragym.guards.entropy_floor": ("rl.guards", "ThresholdGuard"),
+    "ragym.guards.length_limit": ("rl.guards", "ThresholdGuard"),
 }
 """ragym sections read as a whole into a config dataclass: their keys are that dataclass's fields."""
 

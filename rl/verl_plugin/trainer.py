@@ -27,6 +27,8 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from envs.core import IMAGE_PLACEHOLDER
 from rl.agent_loop.verl_metrics import step_metrics
+from rl.engine.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, reward_weights, shaped_metric_warning
+from rl.guards import GUARDS_SECTION, GuardMonitor, read_guards
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +87,21 @@ class RagymTrainer(PPOTrainerSync):
         extra_fields = [dict(fields) for fields in columns["extra_fields"]]
         uids = [str(uid) for uid in columns["uid"]]
         metrics.update(step_metrics(extra_fields, uids))
+        self._signal(global_steps, metrics, len(set(uids)))
         self._trace(global_steps, data, columns, extra_fields, uids)
+
+    def _signal(self, step: int, metrics: dict, num_groups: int) -> None:
+        """Dynamic sampling's flat share and the collapse guards (``rl.guards``); a ``stop`` ends the run after
+        this step (its metrics are still logged)."""
+        if getattr(self, "_ragym_guards", None) is None:
+            self._ragym_guards = _start_signal(self.config)
+        evicted = float(metrics.get("training/filter_groups/evicted_samples", 0))
+        surplus = float(metrics.get("training/filter_groups/discarded_surplus_samples", 0))
+        metrics["dynamic_sampling/flat_group_share"] = evicted / max(evicted + surplus + num_groups, 1)
+        stop = self._ragym_guards.check(step, metrics)
+        if stop is not None:
+            logger.error("ragym: %s; stopping after this step", stop.line())
+            self.total_training_steps = step  # verl's loop ends once this step is logged
 
     def _trace(
         self, step: int, data: Any, columns: dict[str, list], extra_fields: list[dict], uids: list[str]
@@ -128,6 +144,22 @@ class RagymTrainer(PPOTrainerSync):
             self._ragym_traces = TraceWriter(root, self.tokenizer, TraceConfig(groups), self.global_steps - 1)
             logger.info("ragym traces: %d groups per step -> %s", groups, root)
         return self._ragym_traces
+
+
+def _start_signal(config: Any) -> GuardMonitor:
+    """The run's guard monitor; warns once when dynamic sampling keys on a shaped reward, not the outcome."""
+    if OmegaConf.select(config, f"{FILTER_SECTION}.enable", default=False):
+        kwargs = OmegaConf.to_container(config.reward.custom_reward_function.reward_kwargs, resolve=True)
+        warning = shaped_metric_warning(
+            str(OmegaConf.select(config, f"{FILTER_SECTION}.metric")),
+            OmegaConf.select(config, OUTCOME_KEY, default=None),
+            reward_weights(kwargs),
+        )
+        if warning:
+            logger.warning("%s", warning)
+    section = OmegaConf.select(config, GUARDS_SECTION, default=None)
+    guards = read_guards(OmegaConf.to_container(section, resolve=True) if section is not None else None)
+    return GuardMonitor(guards, config.trainer.default_local_dir)
 
 
 def _column(data: Any, key: str) -> list[Any]:

@@ -1,0 +1,303 @@
+"""Collapse guards: named checks on the per-step metric stream that warn, or stop a run that is going bad.
+
+Both engines feed one ``GuardMonitor`` the dict of metrics they log each step (the local engine's names:
+``reward/<term>``, ``episode/<metric>``, ``actor/entropy``, ``response_length/clip_ratio``; ragym's verl
+trainer mode logs the same). Each guard watches one collapse the issue trackers of search-agent training
+are full of: tool use abandoned, every batch rejected (or accepted), a format reward gamed while the outcome
+stays flat, entropy collapse, responses cut at the length budget. A guard's thresholds and its action
+(``off``, ``warn`` or ``stop``) are recipe fields under ``ragym.guards.<name>``. A firing is logged as
+``guard/<name>`` = 1 in that step's metrics and appended to ``<run>/guards.jsonl``, which ``ragym view``
+shows; ``stop`` ends the run with one line naming the guard, the step and the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rl.errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+ACTIONS = ("off", "warn", "stop")
+"""What a guard does when it fires."""
+GUARDS_SECTION = "ragym.guards"
+"""Recipe section: one mapping per guard name."""
+GUARDS_FILE = "guards.jsonl"
+"""Every firing of a run, one JSON line each, in the run's output folder."""
+
+
+@dataclass(frozen=True)
+class NoSearchGuard:
+    """Fires when no episode searched at any of the first ``steps`` steps: the policy abandoned its tool."""
+
+    action: str = "off"
+    """off, warn or stop."""
+    metric: str = "episode/searches"
+    """Searches per episode (batch mean); DocMemo, MEMORA and R3G name their own search action's count."""
+    steps: int = 5
+    """K: the steps observed before the guard decides."""
+
+
+@dataclass(frozen=True)
+class DecisionShareGuard:
+    """Fires when one decision kind makes up at least ``min_share`` of all decisions for ``steps`` steps."""
+
+    action: str = "off"
+    """off, warn or stop."""
+    metric: str = "episode/actions/reject"
+    """Decisions of the watched kind per episode (batch mean)."""
+    other_metric: str = "episode/actions/rerank"
+    """Decisions of the opposite kind per episode (batch mean)."""
+    min_share: float = 1.0
+    """Share of the watched kind among both at or above which a step counts (1.0: every decision)."""
+    steps: int = 10
+    """N: consecutive steps before the guard fires."""
+
+
+@dataclass(frozen=True)
+class FormatOnlyGuard:
+    """Fires when, over ``window`` steps, the format term rose by ``min_rise`` while the outcome did not."""
+
+    action: str = "off"
+    """off, warn or stop."""
+    format_metric: str = "reward/format"
+    """The format term (batch mean)."""
+    outcome_metric: str = "reward/outcome"
+    """The outcome term (batch mean)."""
+    window: int = 10
+    """Steps compared: the mean of the later half minus the mean of the earlier half."""
+    min_rise: float = 0.2
+    """Rise of the format term at or above which it counts as rising."""
+    max_outcome_rise: float = 0.02
+    """Rise of the outcome term below which it counts as flat."""
+
+
+@dataclass(frozen=True)
+class ThresholdGuard:
+    """Fires when ``metric`` is beyond ``threshold`` (below it, or above with ``above``) for ``steps`` steps."""
+
+    action: str = "off"
+    """off, warn or stop."""
+    metric: str = "actor/entropy"
+    """The watched metric."""
+    threshold: float = 0.05
+    """The floor (or, with ``above``, the ceiling)."""
+    above: bool = False
+    """Fire on values at or above ``threshold`` instead of below it."""
+    steps: int = 3
+    """N: consecutive steps before the guard fires."""
+
+
+GUARD_TYPES: dict[str, type] = {
+    "no_search": NoSearchGuard,
+    "reject_all": DecisionShareGuard,
+    "accept_all": DecisionShareGuard,
+    "format_only": FormatOnlyGuard,
+    "entropy_floor": ThresholdGuard,
+    "length_limit": ThresholdGuard,
+}
+"""Every guard name and its config type (the recipe keys under ``ragym.guards.<name>``)."""
+DEFAULTS: dict[str, Any] = {
+    "no_search": NoSearchGuard(),
+    "reject_all": DecisionShareGuard(),
+    "accept_all": DecisionShareGuard(metric="episode/actions/rerank", other_metric="episode/actions/reject"),
+    "format_only": FormatOnlyGuard(),
+    "entropy_floor": ThresholdGuard(),
+    "length_limit": ThresholdGuard(metric="response_length/clip_ratio", threshold=0.5, above=True),
+}
+"""Each guard's config when the recipe leaves it (or a field of it) out: every guard off."""
+
+
+@dataclass(frozen=True)
+class Firing:
+    """One guard firing at one step."""
+
+    guard: str
+    step: int
+    action: str
+    detail: str
+    """The numbers that made it fire."""
+
+    def line(self) -> str:
+        """The one line a user reads: which guard, which step, the numbers."""
+        return f"guard {self.guard} fired at step {self.step}: {self.detail} (action: {self.action})"
+
+
+class GuardStop(UsageError):
+    """A guard with ``action: stop`` fired; the message is its one line."""
+
+
+def read_guards(section: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Guard configs from the recipe's ``ragym.guards`` mapping; an unknown name, field or action is an error."""
+    section = dict(section or {})
+    unknown = sorted(set(section) - set(GUARD_TYPES))
+    if unknown:
+        raise UsageError(f"{GUARDS_SECTION}: unknown guards {unknown}; known: {sorted(GUARD_TYPES)}")
+    out = {}
+    for name, default in DEFAULTS.items():
+        given = dict(section.get(name) or {})
+        names = {f.name for f in fields(default)}
+        if set(given) - names:
+            raise UsageError(f"{GUARDS_SECTION}.{name}: unknown keys {sorted(set(given) - names)}")
+        config = type(default)(**{**asdict(default), **given})
+        if config.action not in ACTIONS:
+            raise UsageError(
+                f"{GUARDS_SECTION}.{name}.action must be one of {ACTIONS}, got {config.action!r}"
+            )
+        out[name] = config
+    return out
+
+
+@dataclass
+class _State:
+    """What one guard remembers between steps."""
+
+    streak: int = 0
+    seen: int = 0
+    searched: bool = False
+    fired: bool = False
+    history: deque = field(default_factory=deque)
+    missing_warned: bool = False
+
+
+class GuardMonitor:
+    """Runs every guard that is not off on each step's metrics; records and returns the firings."""
+
+    def __init__(self, guards: Mapping[str, Any], out_dir: str | Path | None = None) -> None:
+        self.guards = {name: g for name, g in guards.items() if g.action != "off"}
+        self.state = {name: _State() for name in self.guards}
+        self.path = Path(out_dir) / GUARDS_FILE if out_dir is not None else None
+
+    def update(self, step: int, metrics: Mapping[str, Any]) -> list[Firing]:
+        """Check ``metrics`` of ``step`` with every guard that is on; log and record the firings, return them."""
+        firings = []
+        for name, guard in self.guards.items():
+            detail = _CHECKS[type(guard)](name, guard, self.state[name], metrics)
+            if detail is not None:
+                firings.append(Firing(name, step, guard.action, detail))
+        for firing in firings:
+            log = logger.error if firing.action == "stop" else logger.warning
+            log("%s", firing.line())
+            if self.path is not None:
+                with self.path.open("a") as f:
+                    f.write(json.dumps({**asdict(firing), "message": firing.line()}) + "\n")
+        return firings
+
+    def step_metrics(self, firings: list[Firing]) -> dict[str, float]:
+        """``guard/<name>``: 1.0 for each guard that fired this step, 0.0 for the others that are on."""
+        fired = {f.guard for f in firings}
+        return {f"guard/{name}": float(name in fired) for name in self.guards}
+
+    def check(self, step: int, metrics: dict[str, Any]) -> Firing | None:
+        """``update`` plus the ``guard/<name>`` metrics added to ``metrics``; the first stop firing, if any."""
+        firings = self.update(step, metrics)
+        metrics.update(self.step_metrics(firings))
+        return next((f for f in firings if f.action == "stop"), None)
+
+
+def _value(name: str, key: str, state: _State, metrics: Mapping[str, Any]) -> float | None:
+    """``metrics[key]`` as a float; a missing one is logged once per guard (the guard cannot judge)."""
+    if key in metrics and metrics[key] is not None:
+        return float(metrics[key])
+    if not state.missing_warned:
+        logger.warning("guard %s: this run logs no %r (yet); the guard waits for it", name, key)
+        state.missing_warned = True
+    return None
+
+
+def _push(state: _State, value: Any, size: int) -> list[Any]:
+    """Append ``value`` to the guard's history, keep the last ``size``; the history as a list."""
+    state.history.append(value)
+    while len(state.history) > size:
+        state.history.popleft()
+    return list(state.history)
+
+
+def _streak(state: _State, holds: bool, steps: int) -> bool:
+    """Count consecutive steps where the condition holds; True once when the streak reaches ``steps``."""
+    state.streak = state.streak + 1 if holds else 0
+    if not holds:
+        state.fired = False  # re-arm: a later streak fires again
+    if state.streak >= steps and not state.fired:
+        state.fired = True
+        return True
+    return False
+
+
+def _no_search(name: str, g: NoSearchGuard, state: _State, metrics: Mapping[str, Any]) -> str | None:
+    value = _value(name, g.metric, state, metrics)
+    if value is None or state.seen >= g.steps:
+        return None
+    state.seen += 1
+    state.searched = state.searched or value > 0
+    if state.seen == g.steps and not state.searched:
+        return f"{g.metric} = 0 at each of the first {g.steps} steps"
+    return None
+
+
+def _decision_share(
+    name: str, g: DecisionShareGuard, state: _State, metrics: Mapping[str, Any]
+) -> str | None:
+    mine, other = _value(name, g.metric, state, metrics), _value(name, g.other_metric, state, metrics)
+    if mine is None or other is None:
+        return None
+    share = mine / (mine + other) if mine + other > 0 else None
+    history = _push(state, share, g.steps)
+    if _streak(state, share is not None and share >= g.min_share, g.steps):
+        shares = ", ".join(f"{s:.2f}" for s in history)
+        return f"{g.metric} share of decisions >= {g.min_share} for {g.steps} steps ({shares})"
+    return None
+
+
+def _format_only(name: str, g: FormatOnlyGuard, state: _State, metrics: Mapping[str, Any]) -> str | None:
+    fmt, outcome = (
+        _value(name, g.format_metric, state, metrics),
+        _value(name, g.outcome_metric, state, metrics),
+    )
+    if fmt is None or outcome is None:
+        return None
+    history = _push(state, (fmt, outcome), g.window)
+    if len(history) < g.window:
+        return None
+    half = g.window // 2
+    early, late = history[:half], history[-half:]
+    rise = [sum(v[i] for v in late) / half - sum(v[i] for v in early) / half for i in (0, 1)]
+    if _streak(state, rise[0] >= g.min_rise and rise[1] < g.max_outcome_rise, 1):
+        return (f"over {g.window} steps {g.format_metric} rose {rise[0]:+.3f} (>= {g.min_rise}) while "
+                f"{g.outcome_metric} moved {rise[1]:+.3f} (< {g.max_outcome_rise})")  # fmt: skip
+    return None
+
+
+def _threshold(name: str, g: ThresholdGuard, state: _State, metrics: Mapping[str, Any]) -> str | None:
+    value = _value(name, g.metric, state, metrics)
+    if value is None:
+        return None
+    history = _push(state, value, g.steps)
+    holds = value >= g.threshold if g.above else value < g.threshold
+    if _streak(state, holds, g.steps):
+        values = ", ".join(f"{v:.3f}" for v in history)
+        side = ">=" if g.above else "<"
+        return f"{g.metric} {side} {g.threshold} for {g.steps} steps ({values})"
+    return None
+
+
+_CHECKS = {
+    NoSearchGuard: _no_search,
+    DecisionShareGuard: _decision_share,
+    FormatOnlyGuard: _format_only,
+    ThresholdGuard: _threshold,
+}
+
+
+def read_firings(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The firings recorded in ``run_dir/guards.jsonl`` (none when the file is absent)."""
+    path = Path(run_dir) / GUARDS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

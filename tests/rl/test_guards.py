@@ -1,0 +1,125 @@
+"""Collapse guards on made-up metric streams: each fires on its collapse, none fires on a healthy run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rl.errors import UsageError
+from rl.guards import GUARDS_FILE, GuardMonitor, read_firings, read_guards
+
+KBVQA_GUARDS = {
+    "no_search": {"action": "warn", "metric": "episode/searches", "steps": 3},
+    "reject_all": {"action": "warn", "min_share": 1.0, "steps": 4},
+    "accept_all": {"action": "warn", "metric": "episode/actions/rerank",
+                   "other_metric": "episode/actions/reject", "min_share": 1.0, "steps": 4},
+    "format_only": {"action": "warn", "window": 6, "min_rise": 0.2, "max_outcome_rise": 0.02},
+    "entropy_floor": {"action": "warn", "threshold": 0.05, "steps": 2},
+    "length_limit": {"action": "stop", "metric": "response_length/clip_ratio", "threshold": 0.5,
+                     "above": True, "steps": 2},
+}  # fmt: skip
+
+
+def healthy(step: int) -> dict[str, float]:
+    """A run that learns, shaped like the CPU demo's: it starts by rejecting every batch and learns to confirm
+    the match within a few steps, format stays at 1, the outcome rises, entropy falls slowly."""
+    reject = max(3.0 - 0.5 * step, 0.9)
+    rerank = min(0.2 * step, 1.0)
+    return {
+        "episode/searches": 2.0,
+        "episode/actions/reject": reject,
+        "episode/actions/rerank": rerank,
+        "reward/format": 1.0,
+        "reward/outcome": min(0.05 * step, 0.8),
+        "actor/entropy": 0.6 - 0.01 * step,
+        "response_length/clip_ratio": 0.0,
+    }
+
+
+def run(stream: list[dict[str, float]], guards: dict | None = None, out=None) -> list:
+    monitor = GuardMonitor(read_guards(guards or KBVQA_GUARDS), out)
+    return [f for step, metrics in enumerate(stream, 1) for f in monitor.update(step, metrics)]
+
+
+def test_no_guard_fires_on_a_healthy_run():
+    assert run([healthy(s) for s in range(30)]) == []
+
+
+def with_(step: int, **changes: float) -> dict[str, float]:
+    return {**healthy(step), **{k.replace("__", "/"): v for k, v in changes.items()}}
+
+
+@pytest.mark.parametrize(
+    ("name", "stream", "fired_at"),
+    [
+        # Tool use abandoned from the start.
+        ("no_search", [with_(s, episode__searches=0.0) for s in range(10)], 3),
+        # Every decision a rejection for 4 steps, after a healthy start (the delta >= 0.5 collapse).
+        (
+            "reject_all",
+            [healthy(6)] * 2 + [with_(s, **{"episode__actions/rerank": 0.0}) for s in range(6)],
+            6,
+        ),
+        # Every decision a confirmation.
+        ("accept_all", [with_(s, **{"episode__actions/reject": 0.0}) for s in range(5, 12)], 4),
+        # Format climbs 0.5 -> 1.0 while the outcome stays at 0.
+        ("format_only", [with_(s, reward__format=0.5 + 0.1 * s, reward__outcome=0.0) for s in range(6)], 6),
+        ("entropy_floor", [healthy(1)] + [with_(s, actor__entropy=0.01) for s in range(4)], 3),
+        ("length_limit", [with_(s, **{"response_length/clip_ratio": 0.9}) for s in range(4)], 2),
+    ],
+)
+def test_each_guard_fires_on_its_collapse(name, stream, fired_at):
+    firings = run(stream)
+    assert [(f.guard, f.step) for f in firings] == [(name, fired_at)]
+
+
+def test_no_search_does_not_fire_once_any_step_searched():
+    stream = [with_(s, episode__searches=0.0) for s in range(10)]
+    stream[1]["episode/searches"] = 0.25
+    assert run(stream) == []
+
+
+def test_a_streak_fires_once_and_again_after_it_breaks():
+    low = {**healthy(1), "actor/entropy": 0.0}
+    stream = [low] * 5 + [healthy(1)] + [low] * 2
+    assert [f.step for f in run(stream)] == [2, 8]
+
+
+def test_stop_is_one_line_naming_guard_step_and_numbers(tmp_path):
+    monitor = GuardMonitor(read_guards(KBVQA_GUARDS), tmp_path)
+    metrics = {**healthy(3), "response_length/clip_ratio": 0.75}
+    assert monitor.check(1, dict(metrics)) is None
+    step_two = dict(metrics)
+    stop = monitor.check(2, step_two)
+    line = stop.line()
+    assert "\n" not in line
+    assert line == ("guard length_limit fired at step 2: response_length/clip_ratio >= 0.5 for 2 steps "
+                    "(0.750, 0.750) (action: stop)")  # fmt: skip
+    assert step_two["guard/length_limit"] == 1.0 and step_two["guard/entropy_floor"] == 0.0
+    recorded = read_firings(tmp_path)
+    assert [(r["guard"], r["step"], r["message"]) for r in recorded] == [("length_limit", 2, line)]
+    assert json.loads((tmp_path / GUARDS_FILE).read_text())["action"] == "stop"
+
+
+def test_a_missing_metric_is_reported_not_guessed(caplog):
+    firings = run([{"actor/entropy": 0.5}] * 4, {"no_search": {"action": "stop", "steps": 2}})
+    assert firings == []
+    assert "this run logs no 'episode/searches'" in caplog.text
+
+
+def test_guards_are_off_unless_the_recipe_turns_them_on():
+    assert GuardMonitor(read_guards(None)).guards == {}
+
+
+@pytest.mark.parametrize(
+    ("section", "error"),
+    [
+        ({"entropy": {"action": "warn"}}, "unknown guards"),
+        ({"entropy_floor": {"floor": 0.1}}, "unknown keys"),
+        ({"entropy_floor": {"action": "halt"}}, "must be one of"),
+    ],
+)
+def test_bad_guard_config_is_an_error(section, error):
+    with pytest.raises(UsageError, match=error):
+        read_guards(section)
