@@ -35,6 +35,8 @@ class Corpus:
     images: dict[str, Path] = field(default_factory=dict)
     """Image key -> PNG file."""
     title: str = ""
+    guards: list[dict[str, Any]] = field(default_factory=list)
+    """Collapse-guard firings of the run (``rl.guards``: its ``guards.jsonl``), shown above the list."""
     _fields: dict[str, list[str]] | None = None
 
     @property
@@ -124,7 +126,19 @@ def load(path: str | Path) -> Corpus:
         episodes = [{**e, "source": path.parent.name} for e in _from_rollouts(path)]
     for number, episode in enumerate(episodes):
         episode["id"] = f"e{number}"
-    return Corpus(episodes, images, title=str(path))
+    return Corpus(episodes, images, title=str(path), guards=_guard_firings(path))
+
+
+def _guard_firings(path: Path) -> list[dict[str, Any]]:
+    """The firings in the run folder that holds ``path`` (the folder itself, or a trace folder's parent)."""
+    from rl.guards import read_firings
+
+    run = path if path.is_dir() else path.parent
+    for folder in (run, run.parent):
+        firings = read_firings(folder)
+        if firings:
+            return firings
+    return []
 
 
 # ----- list rows ------------------------------------------------------------------------------------
@@ -197,7 +211,8 @@ def index(corpus: Corpus) -> dict[str, Any]:
     rows = [summary(e, corpus.fields) for e in corpus.episodes]
     tags = Counter(tag for row in rows for tag in row["tags"])
     terms = sorted({t for row in rows for t in row["terms"]})
-    return {"title": corpus.title, "episodes": rows, "tags": sorted(tags.items()), "terms": terms}
+    return {"title": corpus.title, "episodes": rows, "tags": sorted(tags.items()), "terms": terms,
+            "guards": [g["message"] for g in corpus.guards]}  # fmt: skip
 
 
 # ----- one episode ----------------------------------------------------------------------------------

@@ -123,3 +123,15 @@ def test_guards_are_off_unless_the_recipe_turns_them_on():
 def test_bad_guard_config_is_an_error(section, error):
     with pytest.raises(UsageError, match=error):
         read_guards(section)
+
+
+def test_ragym_view_shows_the_runs_firings(tmp_path):
+    from rl.view import data
+
+    monitor = GuardMonitor(read_guards(KBVQA_GUARDS), tmp_path)
+    stream = [with_(s, episode__searches=0.0) for s in range(3)]
+    lines = [f.line() for step, m in enumerate(stream, 1) for f in monitor.update(step, m)]
+    episode = {"data_source": "fake", "turns": ["<answer>x</answer>"], "events": [], "ground_truth": ["x"]}
+    (tmp_path / "rollouts.jsonl").write_text(json.dumps(episode) + "\n")
+    assert lines and data.index(data.load(tmp_path))["guards"] == lines
+    assert data.index(data.load(tmp_path / "rollouts.jsonl"))["guards"] == lines

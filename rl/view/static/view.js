@@ -103,7 +103,9 @@ function listView(app) {
       COLUMNS.map(([key, , show]) => el("td", { class: ["reward", "advantage", "num_turns", "num_tokens"].includes(key) || key.startsWith("term:") ? "num" : (key === "token_issues" ? "warn" : null) }, show(r)))));
     table.replaceChildren(el("thead", {}, head), el("tbody", {}, body));
   }
-  app.replaceChildren(filterBar(rerender), count, table);
+  // Collapse-guard firings of the run (guards.jsonl): which guard, at which step, the numbers.
+  const guards = (INDEX.guards || []).length ? el("ul", { id: "guards", class: "warn" }, INDEX.guards.map((g) => el("li", {}, g))) : "";
+  app.replaceChildren(guards, filterBar(rerender), count, table);
   rerender();
 }
 
