@@ -17,6 +17,7 @@ import torch
 import verl.utils.torch_functional as verl_F
 from verl.trainer.ppo import core_algos
 
+from rl.credit import TurnCreditInputs
 from rl.engine.vision import ImageInputs, rope_positions
 
 
@@ -85,8 +86,13 @@ def assemble(samples: list[Sample]) -> Batch:
     return Batch(samples=samples, response_mask=mask, rewards=rewards)
 
 
-def compute_advantages(batch: Batch, algo_config: Any, cfg: UpdateConfig) -> torch.Tensor:
-    """verl's advantage estimator on outcome rewards placed at each episode's last response token."""
+def compute_advantages(
+    batch: Batch, algo_config: Any, cfg: UpdateConfig, turn_credit: TurnCreditInputs | None = None
+) -> torch.Tensor:
+    """verl's advantage estimator on outcome rewards placed at each episode's last response token.
+
+    ``turn_credit``: the batch's turn structure, which the ``turn_credit`` estimator needs (``rl.credit``).
+    """
     mask = batch.response_mask
     last = (mask.shape[1] - 1 - mask.flip(-1).argmax(-1)).clamp(min=0)  # [N] last mask-1 position
     token_rewards = torch.zeros_like(mask)
@@ -99,6 +105,7 @@ def compute_advantages(batch: Batch, algo_config: Any, cfg: UpdateConfig) -> tor
         index=index,
         norm_adv_by_std_in_grpo=cfg.norm_adv_by_std,
         config=algo_config,
+        **({"turn_credit": turn_credit} if turn_credit is not None else {}),
     )
     batch.advantages = advantages
     return advantages

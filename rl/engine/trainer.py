@@ -23,6 +23,8 @@ from tqdm import tqdm
 from verl.utils.config import omega_conf_to_dataclass
 
 from rl.agent_loop.loop import make_agent_loop
+from rl.credit import TURN_CREDIT
+from rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
 from rl.data.rows import load_rows
 from rl.engine.config import EngineConfig
 from rl.engine.dynamic_sampling import SampledBatch, reward_weights, sample_groups, shaped_metric_warning
@@ -118,6 +120,11 @@ class LocalTrainer:
         self.agent_loop = make_agent_loop(config, self.server, self.tokenizer, self.processor)
         self.actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
         self.algo_config = omega_conf_to_dataclass(config.algorithm)
+        # Turn-level credit scores each turn with the recipe's own rubric (rl.credit).
+        self.turn_credit = (
+            (recipe_rubric(cfg.reward_kwargs), step_weight(config))
+            if cfg.update.adv_estimator == TURN_CREDIT else None
+        )  # fmt: skip
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
@@ -155,7 +162,8 @@ class LocalTrainer:
         results = [episode for group in sampled.groups for episode in group]
         update_start = time.perf_counter()
         batch = assemble([r.sample() for r in results])
-        compute_advantages(batch, self.algo_config, cfg.update)
+        credit = self.turn_credit and local_turn_credit(rows, results, cfg.rollout_n, *self.turn_credit)
+        compute_advantages(batch, self.algo_config, cfg.update, credit)
         metrics = update_policy(
             self.model, self.optimizer, self.image_inputs, batch, self.actor_config, cfg.update,
             self.update_generator,

@@ -39,6 +39,7 @@ RAGYM_KEYS = (
     "ragym.images.candidate_max_pixels",
     "ragym.images.min_pixels",
     "ragym.images.cache_bytes",
+    "ragym.turn_credit.step_weight",
     "ragym.outcome_metric",
 )
 """ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, the
