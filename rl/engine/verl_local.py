@@ -30,8 +30,6 @@ logger = logging.getLogger(__name__)
 
 AGENT_LOOP_KEY = "actor_rollout_ref.rollout.agent.agent_loop_config_path"
 """The recipe key naming the agent-loop registry file (relative to the repository in shipped recipes)."""
-WARM_START_ROWS = 8
-"""Training rows whose expert episodes the toy policy imitates."""
 PRIVATE_NETWORK = ["unshare", "--net", "--pid", "--kill-child", "--mount-proc"]
 """A private network (loopback only) and PID namespace: Ray's servers are unreachable from outside, and every
 process the run started dies with it."""
@@ -70,7 +68,7 @@ def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str
         random_policy = build_tiny_policy("qwen2_5_vl", toy_dir / "policy" / "random", seed=0)
         import pandas as pd
 
-        rows = pd.read_parquet(data / "train.parquet").head(WARM_START_ROWS).to_dict("records")
+        rows = pd.read_parquet(data / "train.parquet").to_dict("records")
         warm_start(random_policy, rows, config, policy)
     return [
         f"data.train_files={data / 'train.parquet'}",

@@ -60,10 +60,10 @@ def expert_for(env_id: str, env: Any, seed: int) -> Any:
     raise ValueError(f"no scripted expert for {env_id}")
 
 
-EPOCHS = {"R3G-v0": 48}
-"""Passes over the expert's episodes where the default (16) leaves the policy short of a whole episode: R3G's
-judge turn scores every pool image, the longest turn any env asks for."""
-DEFAULT_EPOCHS = 16
+SCHEDULE = {"KBVQA-v0": (16, 20), "R3G-v0": (8, 48)}
+"""(rows, passes) where the default (8 rows, 16 passes) leaves the policy rarely finishing an episode: KB-VQA's
+episodes are four turns, R3G's judge turn scores every pool image (the longest turn any env asks for)."""
+DEFAULT_SCHEDULE = (8, 16)
 LEARNING_RATE = 3e-3
 """High for a 0.5M-parameter policy: a few passes make the expert's moves likely, not certain (rewards vary)."""
 
@@ -77,13 +77,15 @@ def warm_start(
     epochs: int | None = None,
     seed: int = 0,
 ) -> Path:
-    """Imitate a scripted expert's episodes on ``rows`` (``expert_for``) and save the policy to ``out``.
+    """Imitate a scripted expert's episodes on the first of ``rows`` (``expert_for``; how many rows and passes:
+    ``SCHEDULE``) and save the policy to ``out``.
 
     ``config`` is a composed recipe (its rollout and data sections build the agent loop that tokenizes the
     turns exactly as training will).
     """
     env_ids = {dict(row["extra_info"])["env_id"] for row in rows}
-    epochs = epochs or max(EPOCHS.get(env_id, DEFAULT_EPOCHS) for env_id in env_ids)
+    num_rows, default_epochs = max(SCHEDULE.get(env_id, DEFAULT_SCHEDULE) for env_id in env_ids)
+    rows, epochs = rows[:num_rows], epochs or default_epochs
     model, tokenizer, processor = load_policy(policy_dir)
     server = ReplayServer(tokenizer)
     agent_loop = make_agent_loop(config, server, tokenizer, processor)

@@ -46,12 +46,13 @@ def workdir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _script(workdir: Path, overrides: list[str]) -> str:
+def _script(workdir: Path, overrides: list[str], recipe: str = "kbvqa_tiny_cpu", flags: tuple[str, ...] = (),
+            resources: str = "--num-cpus 2 --num-gpus 0", timeout_s: int = JOB_TIMEOUT_S) -> str:  # fmt: skip
     """The bash program run inside the namespaces: start Ray, submit and follow the job, always stop Ray."""
     bin_dir = Path(sys.executable).parent
     address = "http://127.0.0.1:8265"
-    submit = ["python", "-m", "rl.cli", "submit", "kbvqa_tiny_cpu", "--address", address, "--follow",
-              "--timeout", str(JOB_TIMEOUT_S), "--submission-id", "ragym-ray-test",
+    submit = ["python", "-m", "rl.cli", "submit", recipe, "--address", address, "--follow",
+              "--timeout", str(timeout_s), "--submission-id", "ragym-ray-test", *flags,
               "--env", "WANDB_MODE=disabled", "--env", "HF_HUB_OFFLINE=1", *overrides]  # fmt: skip
     return f"""
 set -u
@@ -59,7 +60,7 @@ export PATH={bin_dir}:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 ip link set lo up
 trap 'ray stop --force >/dev/null 2>&1' EXIT
 ray start --head --node-ip-address 127.0.0.1 --port 6380 --dashboard-host 127.0.0.1 --dashboard-port 8265 \\
-    --num-cpus 2 --num-gpus 0 --temp-dir {workdir}/ray --disable-usage-stats || exit 90
+    {resources} --temp-dir {workdir}/ray --disable-usage-stats || exit 90
 {" ".join(submit)}
 rc=$?
 python -m rl.cli jobs --address {address} list
@@ -99,3 +100,32 @@ def test_local_engine_job_succeeds_on_a_loopback_ray_cluster(workdir: Path) -> N
     assert "step 1" in result.stdout, log  # the engine's metrics line, streamed from the job's logs
     assert "ragym-ray-test" in result.stdout.split("SUBMISSION_ID", 1)[-1], log  # `ragym jobs list`
     assert (out / "global_step_1" / "model.safetensors").is_file(), log
+
+
+VERL_JOB_TIMEOUT_S = 600
+"""Longest wait for the verl job (two toy steps take about 1.5 min on 2 idle cores)."""
+
+
+def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path) -> None:
+    """`ragym submit RECIPE --cpu` on a Ray cluster started with a logical GPU: verl's trainer through the plugin."""
+    from rl.engine.verl_local import toy_overrides
+    from rl.recipe.compose import resolve_recipe_path
+    from rl.recipe.platforms import cluster_overrides, merge_overrides, platform_overrides
+
+    refusal = _unshare_refusal()
+    if refusal:
+        pytest.skip(refusal)
+    recipe = "kbvqa_qwen2_5_vl_7b"
+    base = merge_overrides(cluster_overrides("cpu"), platform_overrides("toy"))
+    toy = toy_overrides(resolve_recipe_path(recipe), workdir / "toy", base)
+    out = workdir / "verl"
+    overrides = merge_overrides(platform_overrides("toy"), toy, [f"trainer.default_local_dir={out}",
+                                                                   "trainer.total_training_steps=1"])  # fmt: skip
+    script = _script(workdir, overrides, recipe, ("--cpu",), "--num-cpus 16 --num-gpus 1", VERL_JOB_TIMEOUT_S)
+    result = subprocess.run(["timeout", str(VERL_JOB_TIMEOUT_S + 60), *UNSHARE, "bash", "-c", script],
+                            cwd=REPO, capture_output=True, text=True, check=False)  # fmt: skip
+    log = f"stdout:\n{result.stdout[-6000:]}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, log
+    assert "ragym: job ragym-ray-test SUCCEEDED" in result.stdout, log
+    assert "step:1 - " in result.stdout and "reward/total:" in result.stdout, log  # verl's metrics + ragym's
+    assert (out / "global_step_1" / "actor").is_dir(), log
