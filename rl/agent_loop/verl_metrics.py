@@ -34,3 +34,10 @@ def step_metrics(extra_fields: Sequence[Mapping[str, Any]], group_ids: Sequence[
         breakdowns.append({k: float(v) for k, v in scored.items() if k.startswith("reward/")})
         stats.append(dict(fields["episode_metrics"]))
     return summarize(rewards, breakdowns, stats, list(group_ids))
+
+
+def tq_column(data: Any, key: str) -> list[Any]:
+    """A non-tensor field of a batch read back from TransferQueue, as a list with one item per trajectory
+    (taken out of ``data``: indexing a non-tensor field returns tensordict's own list type)."""
+    value = data.pop(key)
+    return value.tolist() if hasattr(value, "tolist") else list(value)

@@ -14,6 +14,7 @@ from typing import Any
 
 import transfer_queue as tq
 
+from rl.agent_loop.verl_metrics import tq_column
 from rl.credit.inputs import recipe_rubric, step_weight, turn_credit_inputs
 from rl.credit.turn_credit import TURN_CREDIT, TurnCreditInputs, turn_credit_batch
 
@@ -35,7 +36,7 @@ class TurnCreditMixin:
         """The inputs for the batch's rows; verl's padding rows (copies with no response) get no turns."""
         if getattr(self, "_turn_credit_rubric", None) is None:
             self._turn_credit_rubric = recipe_rubric(self.config.reward.custom_reward_function.reward_kwargs)
-        columns = {key: _column(data, key) for key in FIELDS}
+        columns = {key: tq_column(data, key) for key in FIELDS}
         real = [i for i, tag in enumerate(tags) if not tag.get("is_padding", False)]
         built = turn_credit_inputs(
             [dict(columns["extra_fields"][i]) for i in real],
@@ -54,9 +55,3 @@ class TurnCreditMixin:
                 built.anchors[k],
             )
         return TurnCreditInputs(turn_ids, steps, anchors, built.step_weight)
-
-
-def _column(data: Any, key: str) -> list[Any]:
-    """A non-tensor field of a TransferQueue batch as a list, one item per trajectory."""
-    value = data[key]
-    return value.tolist() if hasattr(value, "tolist") else list(value)

@@ -26,7 +26,8 @@ from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from envs.core import IMAGE_PLACEHOLDER
-from rl.agent_loop.verl_metrics import step_metrics
+from rl.agent_loop.verl_metrics import step_metrics, tq_column
+from rl.credit.verl_trainer import TurnCreditMixin
 from rl.engine.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, reward_weights, shaped_metric_warning
 from rl.guards import GUARDS_SECTION, GuardMonitor, read_guards
 
@@ -67,8 +68,9 @@ class _Episode:
 
 
 @register_trainer(TRAINER_MODE)
-class RagymTrainer(PPOTrainerSync):
-    """verl's synchronous trainer with ragym's metrics and traces added to each step."""
+class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
+    """verl's synchronous trainer with ragym's metrics, traces and guards added to each step, and the inputs of
+    the turn-level credit estimator (``algorithm.adv_estimator: turn_credit``) fetched for it."""
 
     def _compute_metrics(
         self, batch: Any, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
@@ -81,7 +83,7 @@ class RagymTrainer(PPOTrainerSync):
             return
         data = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id, select_fields=FIELDS)
         columns = {
-            key: _column(data, key)
+            key: tq_column(data, key)
             for key in ("uid", "extra_fields", "data_source", "reward_model", "extra_info")
         }
         extra_fields = [dict(fields) for fields in columns["extra_fields"]]
@@ -160,9 +162,3 @@ def _start_signal(config: Any) -> GuardMonitor:
     section = OmegaConf.select(config, GUARDS_SECTION, default=None)
     guards = read_guards(OmegaConf.to_container(section, resolve=True) if section is not None else None)
     return GuardMonitor(guards, config.trainer.default_local_dir)
-
-
-def _column(data: Any, key: str) -> list[Any]:
-    """A non-tensor field of a TransferQueue batch as a list, one item per trajectory."""
-    value = data.pop(key)
-    return value.tolist() if hasattr(value, "tolist") else list(value)
