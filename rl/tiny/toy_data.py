@@ -87,7 +87,8 @@ def _docmemo_rows(split: str) -> list[dict[str, Any]]:
     """Questions over DocMemo's synthetic report, one per question length (the env draws the question from the
     seed; the seeds kept are the first to draw each length): a toy batch whose trajectories all have the same
     length makes TransferQueue build a malformed nested tensor of position ids (verl 0.9.1, TransferQueue
-    0.1.11), and the synthetic report's ten questions share lengths."""
+    0.1.11), and the synthetic report's ten questions share lengths. Answers are scored by MMLongBench-Doc's
+    rules (``data_source: mmlongbench_doc``), whose annotation format the synthetic questions follow."""
     from envs.docmemo_synthetic import synthetic_questions
     from envs.registry import make_env
 
@@ -101,7 +102,7 @@ def _docmemo_rows(split: str) -> list[dict[str, Any]]:
             truth = {"answer": question.answer, "answer_format": question.answer_format,
                      "evidence_pages": list(question.evidence_pages)}  # fmt: skip
             by_length[len(question.question)] = _row(
-                "DocMemo-v0", seed, split, "synthetic_docmemo", truth, None
+                "DocMemo-v0", seed, split, "mmlongbench_doc", truth, None
             )
     env.close()
     return list(by_length.values())
