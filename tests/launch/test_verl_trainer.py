@@ -3,8 +3,9 @@
 Each run is the cluster path on CPU through ragym's plugin: verl's v1 trainer with TransferQueue, its data
 pipeline and agent-loop workers, ragym's agent loop, env and reward recipe, FSDP2 on gloo, the hf rollout with
 weights synced every step, checkpoints and the recipe snapshot. The policy is a tiny one warm-started on a
-scripted expert, so rewards differ within a group and the gradient is not zero. Then: a resume continues at
-step 3, ``ragym export`` reads the checkpoint and ``ragym eval`` runs the export. Everything runs inside a
+scripted expert, so rewards differ within a group and the gradient is not zero. Then: ragym's metrics and
+trace are there, (KB-VQA) a resume continues at step 3, ``ragym export`` reads the checkpoint and
+``ragym eval`` runs the export. Everything runs inside a
 private network namespace (``--network private``): Ray can only listen on loopback and dies with the run.
 """
 
@@ -35,6 +36,9 @@ RECIPES = {
     "MEMORA-v0": "memora_qwen2_5_vl_7b",
     "R3G-v0": "r3g_qwen2_5_vl_7b",
 }
+RESUMED = "KBVQA-v0"
+"""The env whose run is also resumed (verl's resume is env-independent; each resume costs a trainer start-up,
+~1 min of CI on 2 cores)."""
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +91,7 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("env_id", list(RECIPES))
-def test_two_grpo_steps_resume_export_and_eval(env_id: str, toy: Path) -> None:
+def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path) -> None:
     recipe = RECIPES[env_id]
     metrics = train(recipe, toy)
     assert sorted(metrics) == [1, 2], f"steps seen: {sorted(metrics)}"
@@ -111,15 +115,18 @@ def test_two_grpo_steps_resume_export_and_eval(env_id: str, toy: Path) -> None:
     assert all(len(r["advantages"]) == len(r["response_ids"]) == len(r["response_mask"]) for r in recorded)
     ragym("view", str(traces), "--export", str(toy / "view" / recipe), cwd=toy)
 
-    resumed = train(recipe, toy, "trainer.total_training_steps=3")
-    assert sorted(resumed) == [3], f"a resume from global_step_2 must run step 3 only, ran {sorted(resumed)}"
-    assert (checkpoints / "global_step_3" / "actor").is_dir()
+    if env_id == RESUMED:
+        resumed = train(recipe, toy, "trainer.total_training_steps=3")
+        assert sorted(resumed) == [3], (
+            f"a resume from global_step_2 must run step 3 only, ran {sorted(resumed)}"
+        )
+        assert (checkpoints / "global_step_3" / "actor").is_dir()
 
     export = toy / "export" / recipe
     ragym("export", str(checkpoints), "--out", str(export), cwd=toy)
     before, after = weights(toy / "policy" / env_id), weights(export)
     assert before.keys() == after.keys()
-    assert any(not torch.equal(before[k], after[k]) for k in before), "three GRPO steps changed no weight"
+    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no weight"
     ragym("eval", "--model", str(export), "--data", str(toy / env_id / "data" / "test.parquet"),
           "--out", str(toy / "eval" / recipe), "--limit", "4", cwd=toy)  # fmt: skip
     assert (toy / "eval" / recipe / "metrics.json").is_file()
