@@ -1,7 +1,7 @@
 """Where a GRPO step's time goes: verl's own trainer (``timing_s/*``) beside the local engine, same recipe and data.
 
-Both engines run the toy KB-VQA run (`ragym train --engine verl --toy DIR`: the paper recipe at toy size, the
-same synthetic rows and warm-started tiny policy) for ``--steps`` steps, in this one run, on this machine (verl
+Both engines run the toy KB-VQA run (`ragym train --engine verl --toy DIR`: the CPU demo's recipe at toy size,
+the same synthetic rows and warm-started tiny policy) for ``--steps`` steps, in this one run, on this machine (verl
 on CPU through ragym's plugin). Prints one row per step and engine: generation (rollout incl. env and reward
 inside the agent loop), old log-probs, update, weight sync, checkpoint, and the whole step; the last line is
 ``ratio=`` verl's mean step time over the local engine's, steps after the first (the first includes warm-up).
@@ -18,7 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-RECIPE = "kbvqa_qwen2_5_vl_7b"
+RECIPE = "kbvqa_tiny_cpu"
+"""The CPU demo's recipe: it has the local engine's section, and verl ignores that section."""
+VERL_ONLY = [
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path="
+    + str(Path(__file__).resolve().parents[1] / "recipes/agent_loops/ragym.yaml"),
+    "actor_rollout_ref.rollout.agent.default_agent_loop=ragym_env",
+]
+"""What verl needs that the local engine does not: the agent-loop registry file (the local engine builds its loop in
+process)."""
 VERL_KEYS = {
     "generate": "timing_s/gen",
     "old_log_prob": "timing_s/old_log_prob",
@@ -32,16 +40,16 @@ VERL_KEYS = {
 
 def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     """verl's per-step metrics of a fresh toy run (its own checkpoint folder)."""
-    from tests.launch.test_verl_trainer import step_metrics
+    from rl.engine.verl_local import console_step_metrics
 
     ckpt = toy / "bench_checkpoints" / f"verl-{time.time_ns()}"
     command = [sys.executable, "-m", "rl.cli", "train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy),
                f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}",
-               f"trainer.default_local_dir={ckpt}"]  # fmt: skip
+               f"trainer.default_local_dir={ckpt}", *VERL_ONLY]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"verl run failed:\n{(done.stdout + done.stderr)[-4000:]}")
-    return step_metrics(done.stdout + done.stderr)
+    return console_step_metrics(done.stdout + done.stderr)
 
 
 def run_local(toy: Path, steps: int) -> dict[int, dict[str, float]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -131,3 +132,22 @@ def run_verl(recipe: str, overrides: list[str], *, toy: Path | None = None, netw
                 " ".join(command[-len(command) + command.index("verl.trainer.main_ppo") - 1:]))  # fmt: skip
     logger.info("checkpoints: %s", OmegaConf.select(config, "trainer.default_local_dir"))
     return subprocess.run(command, env=env, check=False).returncode
+
+
+def console_step_metrics(log: str) -> dict[int, dict[str, float]]:
+    """verl's console metrics per step (``step:N - key:value - ...``), numeric values only."""
+    steps: dict[int, dict[str, float]] = {}
+    for line in log.splitlines():
+        match = re.search(r"step:(\d+) - (.*)$", line)
+        if not match:
+            continue
+        values = {}
+        for item in match.group(2).split(" - "):
+            key, _, value = item.partition(":")
+            number = re.sub(r"^np\.\w+\((.*)\)$", r"\1", value.strip())
+            try:
+                values[key.strip()] = float(number)
+            except ValueError:
+                continue
+        steps[int(match.group(1))] = values
+    return steps

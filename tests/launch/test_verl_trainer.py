@@ -12,7 +12,6 @@ private network namespace (``--network private``): Ray can only listen on loopba
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rl.engine.verl_local import private_network_refusal
+from rl.engine.verl_local import console_step_metrics, private_network_refusal
 
 pytestmark = pytest.mark.ray
 
@@ -61,29 +60,10 @@ def ragym(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT_S) -> str:
     return log
 
 
-def step_metrics(log: str) -> dict[int, dict[str, float]]:
-    """verl's console metrics per step (``step:N - key:value - ...``), numeric values only."""
-    steps: dict[int, dict[str, float]] = {}
-    for line in log.splitlines():
-        match = re.search(r"step:(\d+) - (.*)$", line)
-        if not match:
-            continue
-        values = {}
-        for item in match.group(2).split(" - "):
-            key, _, value = item.partition(":")
-            number = re.sub(r"^np\.\w+\((.*)\)$", r"\1", value.strip())
-            try:
-                values[key.strip()] = float(number)
-            except ValueError:
-                continue
-        steps[int(match.group(1))] = values
-    return steps
-
-
 def train(recipe: str, toy: Path, *overrides: str) -> dict[int, dict[str, float]]:
     log = ragym("train", "--engine", "verl", "--recipe", recipe, "--toy", str(toy), "--network", "private",
                 *overrides, cwd=toy)  # fmt: skip
-    return step_metrics(log)
+    return console_step_metrics(log)
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:
