@@ -102,8 +102,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         # and run episodes under several event loops, so bind it to the one running this episode.
         self.loop = asyncio.get_running_loop()
         spec = EpisodeSpec.from_extra_info(dict(kwargs["extra_info"]))
-        # verl gives every sample a unique ``priority``; the G samples of a row share its index.
-        request_id = f"det-{int(kwargs['priority'])}" if self._full_determinism else uuid4().hex
+        request_id = _deterministic_request_id(spec.seed, kwargs) if self._full_determinism else uuid4().hex
         try:
             env, obs, info = await self._start(spec)
         except Exception as err:  # noqa: BLE001 - a row whose env cannot start is an error episode, not a dead run
@@ -307,6 +306,14 @@ def _turn_ids(spans: list[tuple[int, int]], mask: list[int]) -> list[int]:
             if mask[position]:
                 ids[position] = turn
     return ids
+
+
+def _deterministic_request_id(row_index: int, kwargs: dict[str, Any]) -> str:
+    """A request id that names the sample the same way in every run: verl's legacy worker gives each sample a
+    unique ``priority``; its v1 worker passes none, but numbers a row's G samples (``session_id``)."""
+    if "priority" in kwargs:
+        return f"det-{int(kwargs['priority'])}"
+    return f"det-{row_index}-{int(kwargs['session_id'])}"
 
 
 def _merge_server_fields(episode: _Episode, output: TokenOutput) -> None:

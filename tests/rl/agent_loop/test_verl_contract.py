@@ -70,3 +70,19 @@ def test_a_server_without_steps_gives_none_not_a_missing_key(tiny_policy_dir) ->
     assert fields["min_global_steps"] is None and fields["max_global_steps"] is None
     with pytest.raises(TypeError):  # why the v1 trainer needs a server that tags (verl's, or ragym's hf)
         np.array([fields["min_global_steps"]], dtype=int)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"priority": 7}, "det-7"),  # the legacy worker numbers every sample
+        (
+            {"session_id": 2, "uid": "random-uuid"},
+            "det-5-2",
+        ),  # the v1 worker: the row and the sample in its group
+    ],
+)
+def test_full_determinism_names_samples_under_both_workers(kwargs, expected) -> None:
+    from rl.agent_loop.loop import _deterministic_request_id
+
+    assert _deterministic_request_id(5, kwargs) == expected
