@@ -114,7 +114,9 @@ def run_episodes(
         index = int(row["extra_info"]["index"])
         stats = dict(output.extra_fields["episode_metrics"])
         stats["response_length"] = float(sum(output.response_mask))
-        results.append(EpisodeResult(index, f"{group_prefix}-{index}", output, score, stats))
+        # The group id names the row's position too: rows of a mixed file (``ragym prep mix``) share indices.
+        group = f"{group_prefix}-{i // num_per_row}-{index}"
+        results.append(EpisodeResult(index, group, output, score, stats))
     times.reward = time.perf_counter() - reward_start
     times.total = time.perf_counter() - start
     return results, times

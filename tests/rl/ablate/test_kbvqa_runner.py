@@ -38,7 +38,8 @@ def test_verification_grid_runs_every_variant(tmp_path: Path) -> None:
         assert (runs / name / "seed_0" / "result.json").is_file()
     rows = pd.read_parquet(tmp_path / "rows" / "neither" / "test.parquet")
     kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"])
-    assert (kwargs["visual_check"], kwargs["max_rejections"], kwargs["visual_check_accuracy"]) == (
+    # Table 5's "w/o Rerank, w/o Reject": the Rerank action is gone (not the demo's visual hint).
+    assert (kwargs["verification_actions"], kwargs["max_rejections"], kwargs["visual_check_accuracy"]) == (
         False,
         0,
         0.8,
