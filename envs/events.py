@@ -85,7 +85,7 @@ def _event(event_type: str, turn: int, /, **fields: Any) -> Event:
 # ===== Shared kinds (every env) =========================================================================
 SHARED_KINDS = (
     "action", "format_error", "protocol_violation", "truncated", "answer", "retrieval_error", "episode_error",
-)
+)  # fmt: skip
 EVENT_KINDS.update(SHARED_KINDS)
 
 
