@@ -99,15 +99,20 @@ def score_numerical(prediction: str, answer_eval: Any) -> float:
     return float(range_iou(pred, (low, high)) >= RANGE_IOU_THRESHOLD - 1e-12)
 
 
-def check_ground_truth(ground_truth: Any) -> tuple[list[Any], str]:
-    """``(answer_eval, lower-case question type)``; a malformed annotation is a ValueError naming it."""
+def _fields(ground_truth: Any) -> tuple[Any, str]:
+    """``(answer_eval, lower-case question type)`` of an annotation; a missing field is a ValueError naming it."""
     if (
         not isinstance(ground_truth, dict)
         or "answer_eval" not in ground_truth
         or "question_type" not in ground_truth
     ):
         raise ValueError(f"MMhops ground truth needs answer_eval and question_type, got {ground_truth!r}")
-    answer_eval, question_type = ground_truth["answer_eval"], str(ground_truth["question_type"]).lower()
+    return ground_truth["answer_eval"], str(ground_truth["question_type"]).lower()
+
+
+def check_ground_truth(ground_truth: Any) -> tuple[list[Any], str]:
+    """``(answer_eval, lower-case question type)``; a malformed annotation is a ValueError naming it."""
+    answer_eval, question_type = _fields(ground_truth)
     if question_type not in QUESTION_TYPES:
         raise ValueError(f"MMhops question_type must be one of String/Time/Numerical, got {question_type!r}")
     if not isinstance(answer_eval, (list, tuple)) or not answer_eval:
@@ -125,13 +130,7 @@ def score_mmhops(
     >>> score_mmhops("the Louvre", {"answer_eval": ["Louvre"], "question_type": "String"})
     1.0
     """
-    if (
-        not isinstance(ground_truth, dict)
-        or "answer_eval" not in ground_truth
-        or "question_type" not in ground_truth
-    ):
-        raise ValueError(f"MMhops ground truth needs answer_eval and question_type, got {ground_truth!r}")
-    answer_eval, question_type = ground_truth["answer_eval"], str(ground_truth["question_type"]).lower()
+    answer_eval, question_type = _fields(ground_truth)
     if question_type == "numerical":
         return score_numerical(prediction, answer_eval)
     answers = list(answer_eval) if isinstance(answer_eval, (list, tuple)) else [answer_eval]
