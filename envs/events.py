@@ -121,9 +121,20 @@ def _optional_str(kind: str, name: str, value: Any) -> str | None:
     return _str(kind, name, value, optional=True)
 
 
-def truncated(turn: int, reason: str) -> Event:
-    """A budget ended the episode (``max_turns``, ``max_response_length``, ``generated_vision_token``, ...)."""
-    return _event("truncated", turn, reason=_str("truncated", "reason", reason))
+def truncated(
+    turn: int, reason: str, observation_tokens: int | None = None, visual_tokens: int | None = None
+) -> Event:
+    """A budget ended the episode (``max_turns``, ``max_response_length``, ``generated_vision_token``, ...).
+
+    When an observation the env served did not fit the response length, the agent loop records its size:
+    ``observation_tokens`` (text and images) and ``visual_tokens`` (its images' share, set by the recipe's image
+    budget), so a truncation the budget caused is told apart from the policy's own (``None`` otherwise).
+    """
+    fields: dict[str, Any] = {}
+    if observation_tokens is not None:
+        fields["observation_tokens"] = _int("truncated", "observation_tokens", observation_tokens, 0)
+        fields["visual_tokens"] = _int("truncated", "visual_tokens", visual_tokens or 0, 0)
+    return _event("truncated", turn, reason=_str("truncated", "reason", reason), **fields)
 
 
 def answer(turn: int, text: str, forced: bool = False) -> Event:

@@ -18,6 +18,10 @@ from typing import Any
 
 from envs.events import Event, events_of
 
+POLICY_TRUNCATIONS = ("max_response_length", "generated_vision_token")
+"""Loop truncations the policy's own tokens cause (its generation filled the response length, or it generated
+a token only the processor may place); an observation that did not fit is the env's (and the image budget's)."""
+
 Metrics = dict[str, float | None]
 """Metric name -> value (None: does not apply to this episode)."""
 MetricFn = Callable[[list[Event]], Metrics]
@@ -65,7 +69,8 @@ def episode_metrics(env_id: str, events: list[Event]) -> Metrics:
 
 
 def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metrics:
-    """Turns, the action histogram, format errors, violations, truncation, whether the policy answered, and
+    """Turns, the action histogram, format errors, violations, truncation (any, by the policy's own tokens, by an
+    observation that did not fit, by one whose images did: the image budget's share), whether the policy answered, and
     searches the retrieval service could not answer (``retrieval_errors``), and whether the env raised and ended
     the episode (``errors``: an ``episode_error`` event).
 
@@ -81,11 +86,16 @@ def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metric
         raise ValueError(f"action kinds {sorted(unknown)} are not among the registered {list(action_kinds)}")
     turns = 1 + max((e["turn"] for e in events), default=-1)
     answers = events_of(events, "answer")
+    cuts = events_of(events, "truncated")
     metrics: Metrics = {
         "turns": float(max(turns, 0)),
         "format_errors": float(len(events_of(events, "format_error"))),
         "protocol_violations": float(len(events_of(events, "protocol_violation"))),
-        "truncated": float(bool(events_of(events, "truncated"))),
+        "truncated": float(bool(cuts)),
+        "truncated_by_policy": float(any(c["reason"] in POLICY_TRUNCATIONS and "observation_tokens" not in c
+                                         for c in cuts)),  # fmt: skip
+        "truncated_by_observation": float(any("observation_tokens" in c for c in cuts)),
+        "truncated_by_images": float(any(c.get("visual_tokens", 0) > 0 for c in cuts)),
         "answered": float(any(not a["forced"] for a in answers)),
         "retrieval_errors": float(len(events_of(events, "retrieval_error"))),
         "errors": float(bool(events_of(events, "episode_error"))),

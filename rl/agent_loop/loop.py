@@ -186,8 +186,9 @@ class RagymEnvAgentLoop(AgentLoopBase):
                 return self._truncate(episode, turn, "max_turns")
             if len(episode.response_mask) >= self.response_length:
                 return self._truncate(episode, turn, "max_response_length")
-            if not await self._append_observation(episode, obs, token_ids, turn):
-                return self._truncate(episode, turn, "max_response_length")
+            overflow = await self._append_observation(episode, obs, token_ids, turn)
+            if overflow is not None:
+                return self._truncate(episode, turn, "max_response_length", *overflow)
 
     async def _generate(self, episode: _Episode, sampling_params: dict[str, Any]) -> tuple[list[int], bool]:
         """One assistant turn, appended with mask 1 and its logprobs: (the ids kept, whether it was cut)."""
@@ -227,8 +228,9 @@ class RagymEnvAgentLoop(AgentLoopBase):
 
     async def _append_observation(
         self, episode: _Episode, obs: dict[str, Any], token_ids: list[int], turn: int
-    ) -> bool:
-        """Append the observation as mask-0 context; False (nothing appended) when it would not fit."""
+    ) -> tuple[int, int] | None:
+        """Append the observation as mask-0 context; when it would not fit, append nothing and return its size:
+        (tokens, of which visual), so the truncation names what the env's observation and its images cost."""
         message, images = observation_message(obs, turn)
         self._assert_mm_supported(bool(images))
         previous = [*episode.messages, {"role": "assistant", "content": episode.turns[-1]}]
@@ -242,17 +244,22 @@ class RagymEnvAgentLoop(AgentLoopBase):
         merged = builder.merge_context_tokens(previous, [*previous, message], runtime)
         mask, logprobs = builder.align_response_metadata(merged, mask, logprobs)
         if len(mask) > self.response_length:
-            return False
+            added = merged.token_ids[len(runtime):]
+            return len(added), sum(t in self._vision_ids for t in added)
         episode.messages = [*previous, message]
         episode.runtime_ids, episode.response_mask = merged.token_ids, mask
         episode.response_logprobs = logprobs
         episode.images.extend(images)
         episode.observations.append({"text": obs["text"], "num_images": len(images)})
-        return True
+        return None
 
-    def _truncate(self, episode: _Episode, turn: int, reason: str) -> None:
-        """End the episode on a loop budget, recorded as a ``truncated`` event the rewards can see."""
-        episode.events = [*episode.events, ev.truncated(turn, reason)]
+    def _truncate(
+        self, episode: _Episode, turn: int, reason: str, observation_tokens: int | None = None,
+        visual_tokens: int | None = None,
+    ) -> None:
+        """End the episode on a loop budget, recorded as a ``truncated`` event the rewards can see (with the size
+        of the observation that did not fit, when one did not)."""
+        episode.events = [*episode.events, ev.truncated(turn, reason, observation_tokens, visual_tokens)]
         episode.truncated = True
 
     def _output(self, episode: _Episode, env_id: str) -> AgentLoopOutput:

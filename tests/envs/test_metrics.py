@@ -54,6 +54,7 @@ def test_kbvqa_counts() -> None:
     metrics = episode_metrics("KBVQA-v0", events)
     expected = {
         "turns": 6.0, "format_errors": 1.0, "protocol_violations": 1.0, "truncated": 0.0, "answered": 1.0,
+        "truncated_by_policy": 0.0, "truncated_by_observation": 0.0, "truncated_by_images": 0.0,
         "retrieval_errors": 0.0, "errors": 0.0, "actions/search_image": 2.0, "actions/search_text": 0.0, "actions/rerank": 1.0, "actions/reject": 1.0,
         "actions/answer": 1.0, "actions/invalid": 1.0, "ident_acc": 0.0, "ident_image_share": 0.0,
         "rejections": 1.0, "needless_rejections": 0.0, "verification_acc": 0.5, "boundaries": 1.0,
@@ -85,6 +86,23 @@ def test_turns_count_a_turn_the_agent_loop_cut() -> None:
     ]
     metrics = episode_metrics("KBVQA-v0", events)
     assert (metrics["turns"], metrics["truncated"], metrics["answered"]) == (2.0, 1.0, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("cut", "by_policy", "by_observation", "by_images"),
+    [
+        (ev.truncated(1, "max_response_length"), 1.0, 0.0, 0.0),
+        (ev.truncated(1, "generated_vision_token"), 1.0, 0.0, 0.0),
+        (ev.truncated(1, "max_response_length", observation_tokens=900, visual_tokens=780), 0.0, 1.0, 1.0),
+        (ev.truncated(1, "max_response_length", observation_tokens=40, visual_tokens=0), 0.0, 1.0, 0.0),
+        (ev.truncated(1, "max_turns"), 0.0, 0.0, 0.0),
+    ],
+)
+def test_truncations_are_told_apart_by_cause(cut, by_policy, by_observation, by_images) -> None:
+    metrics = episode_metrics("KBVQA-v0", [ev.task(1, ["e1"], 2, 2, 8), ev.action(0, "search_image", True), cut])
+    assert metrics["truncated"] == 1.0
+    assert (metrics["truncated_by_policy"], metrics["truncated_by_observation"]) == (by_policy, by_observation)
+    assert metrics["truncated_by_images"] == by_images
 
 
 def test_forced_answer_is_not_answered() -> None:

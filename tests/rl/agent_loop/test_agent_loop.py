@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import rl.agent_loop.loop
+from envs.metrics import shared_metrics
 from rl.agent_loop.loop import make_agent_loop
 from rl.models import load_processor
 from rl.tiny.policy import ARCHS
@@ -17,6 +18,7 @@ from tests.rl.fakes import FakeSearchEnv, ScriptedServer, rollout_config
 SEARCH = "<reason>look</reason><search>red bird</search> text after the stop string"
 ANSWER = "<reason>done</reason><answer>a bird</answer>"
 MERGE = 2
+KINDS = ("search_image", "answer", "invalid")
 
 
 @pytest.fixture(autouse=True)
@@ -152,6 +154,46 @@ def test_length_budget_truncates(tiny_policy_dir, response_length):
     assert _num_pads(processor, out.prompt_ids + out.response_ids) == _implied_pads(
         processor, out.multi_modal_data["images"]
     )
+
+
+@pytest.mark.parametrize("response_length", [5, 8, 20, 60, 400])
+def test_a_truncation_names_its_cause(tiny_policy_dir, response_length):
+    """The policy's own tokens filling the length vs an observation (its images: the budget's share) not fitting."""
+    processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
+    row = _row(env_kwargs={"max_turns": 40})
+    out, server = _run(processor, [SEARCH] * 40, config=rollout_config(response_length=response_length), row=row)
+    cut = out.extra_fields["events"][-1]
+    assert cut["type"] == "truncated" and cut["reason"] == "max_response_length"
+    metrics = shared_metrics(out.extra_fields["events"], KINDS)
+    generated = len(server.calls[-1]["output"].token_ids)
+    # The scripted search turn is 11 tokens: up to 8 the policy's own turn fills the length.
+    assert ("observation_tokens" in cut) is (response_length > 11)
+    if "observation_tokens" in cut:
+        # The last observation did not fit: what is kept plus it is over the length; its images are counted.
+        assert len(out.response_mask) + cut["observation_tokens"] > response_length
+        image_tokens = _implied_pads(processor, [np.zeros((28, 28, 3), np.uint8)])
+        assert cut["visual_tokens"] >= image_tokens > 0
+        assert (metrics["truncated_by_observation"], metrics["truncated_by_images"]) == (1.0, 1.0)
+        assert metrics["truncated_by_policy"] == 0.0
+    else:
+        # The policy's last turn filled the length itself.
+        assert len(out.response_mask) >= response_length and generated > 0
+        assert (metrics["truncated_by_policy"], metrics["truncated_by_observation"]) == (1.0, 0.0)
+    assert metrics["truncated"] == 1.0
+
+
+def test_an_image_free_observation_that_does_not_fit_is_not_the_budget(tiny_policy_dir):
+    processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
+    row = _row(env_kwargs={"max_turns": 40, "num_candidates": 0})
+    for length in range(20, 200, 7):
+        out, _ = _run(processor, [SEARCH] * 40, config=rollout_config(response_length=length), row=row)
+        cut = out.extra_fields["events"][-1]
+        if "observation_tokens" in cut:
+            assert cut["visual_tokens"] == 0
+            metrics = shared_metrics(out.extra_fields["events"], KINDS)
+            assert (metrics["truncated_by_observation"], metrics["truncated_by_images"]) == (1.0, 0.0)
+            return
+    pytest.fail("no response length in 20..200 cut the episode at an observation")
 
 
 def test_malformed_output_is_an_env_event_and_the_episode_goes_on(processor):
