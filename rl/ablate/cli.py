@@ -5,7 +5,9 @@ time in worker processes, warm starts first), each into ``DIR/runs/VARIANT/seed_
 ``result.json``; a re-run skips finished runs (and the demo
 engine resumes an interrupted one from its checkpoint). Then writes ``DIR/results.json`` (mean, std and
 per-seed values per variant and metric, directions per seed, the paper's claims checked) and
-``DIR/report.md`` with a plot. ``--list`` prints each variant's command and runs nothing.
+``DIR/report.md`` with a plot. Grids with a target Ident. (``credit``, ``credit_delta05``) also evaluate the
+held-out rows during GRPO (every ``--eval-every`` steps) and report each run's steps to the target and what
+dynamic sampling dropped (``rl.ablate.speed``). ``--list`` prints each variant's command and runs nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from rl.ablate.grids import GRIDS, Grid, Variant, row_label, run_dir
 from rl.ablate.report import write_report
+from rl.ablate.speed import NOT_REACHED, Curves, speed
 from rl.ablate.stats import Runs, aggregate, claims_under_rl, movement, summarize
 from rl.errors import UsageError
 
@@ -112,6 +115,8 @@ def run_grid(
     runs: Runs = {v.name: {} for v in grid.variants}
     walls: dict[str, list[float]] = {v.name: [] for v in grid.variants}
     befores: Runs = {v.name: {} for v in grid.variants}
+    curves: Curves = {v.name: {} for v in grid.variants}
+    sampling: dict[str, dict[int, dict]] = {v.name: {} for v in grid.variants}
     if jobs > 1:
         run_parallel(grid, out, seeds, steps, extra, run, jobs)
     for seed in seeds:  # seed-major: a killed grid has every variant at the same number of seeds
@@ -126,6 +131,12 @@ def run_grid(
             walls[variant.name].append(result["wall_time_s"])
             if "before_grpo" in result:
                 befores[variant.name][seed] = result["before_grpo"]
+            if grid.target is not None:
+                if "held_out_curve" not in result:
+                    raise RuntimeError(f"{path} has no held-out curve (trainer.test_freq was off): rerun that "
+                                       f"run in a new --out")  # fmt: skip
+                curves[variant.name][seed] = result["held_out_curve"]
+                sampling[variant.name][seed] = result["train_sampling"]
     results = aggregate(grid, runs, seeds)
     results["wall_time_s"] = {name: sum(w) for name, w in walls.items()}
     if all(len(b) == len(seeds) for b in befores.values()):  # runners that train report where they started
@@ -133,6 +144,8 @@ def run_grid(
                                   for name, b in befores.items()}  # fmt: skip
         results["grpo_movement"] = movement(grid, runs, befores, seeds)
         claims_under_rl(results["claims"], results["grpo_movement"]["variants"], seeds)
+    if grid.target is not None:
+        results.update(speed(grid, curves, sampling, seeds))
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_report(out, grid, results)
     return results
@@ -141,6 +154,9 @@ def run_grid(
 def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str]) -> list[str]:
     """One line per variant: its settings and, for KB-VQA grids, the command that runs its first seed alone."""
     lines = [f"grid {grid.name}: {grid.paper}"]
+    if grid.target is not None:
+        lines.append(f"steps_to_target: the first held-out evaluation (every {grid.eval_every} GRPO steps and the "
+                     f"last) with ident_acc >= {grid.target.ident_acc}: {grid.target.source}")  # fmt: skip
     for variant in grid.variants:
         lines.append(f"- {variant.name} [{row_label(variant)}]: env {variant.env}, reward {variant.reward}, "
                      f"options {variant.options}, overrides {list(variant.overrides)}")  # fmt: skip
@@ -168,6 +184,9 @@ def main(argv: list[str]) -> int:
                         "a later call with --seeds N aggregates all)")  # fmt: skip
     parser.add_argument("--only-variants", help="comma-separated variants to run now (results.json and the "
                         "claims then cover only these; a later call without it aggregates all)")  # fmt: skip
+    parser.add_argument("--eval-every", type=int, help="held-out greedy evaluation every N GRPO steps during "
+                        "training, the curve of steps_to_target (grids with a target: credit, credit_delta05; "
+                        "default: the grid's, 5)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides applied to every variant")
     args = parser.parse_intermixed_args(argv)
     if args.seeds < 1 or args.jobs < 1:
@@ -182,6 +201,14 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"grid {grid.name} has no variant {sorted(unknown)[0]!r}")
         claims = tuple(c for c in grid.claims if {c.left, c.right} <= set(names))
         grid = replace(grid, variants=tuple(v for v in grid.variants if v.name in names), claims=claims)
+    if args.eval_every is not None:
+        if grid.target is None:
+            raise UsageError(f"--eval-every: grid {grid.name} keeps no held-out curve (no steps_to_target)")
+        if args.eval_every < 1:
+            raise UsageError(f"--eval-every must be >= 1, got {args.eval_every}")
+        # After the variant's own test_freq, so it wins; recorded with the folder's overrides (resume checks it).
+        args.overrides = [*args.overrides, f"trainer.test_freq={args.eval_every}"]
+        grid = replace(grid, eval_every=args.eval_every)
     steps = args.steps if args.steps is not None else grid.steps
     if args.list:
         print("\n".join(list_commands(grid, args.out, seeds, steps, args.overrides)))
@@ -195,6 +222,11 @@ def main(argv: list[str]) -> int:
         moved = results["grpo_movement"]
         print("GRPO moved the greedy policy: " + ", ".join(f"{n} on {v['moved']}" for n, v in
               moved["variants"].items()) + f" -> {moved['verdict']}")  # fmt: skip
+    if "steps_to_target" in results:
+        reach = results["steps_to_target"]
+        print(f"steps to held-out ident_acc >= {reach['target_ident_acc']} per seed: " + ", ".join(
+            f"{name} " + "/".join(NOT_REACHED if s is None else str(s) for s in v["per_seed"])
+            for name, v in reach["variants"].items()))  # fmt: skip
     print(f"{grid.name}: {len(grid.variants)} variants x {len(seeds)} seeds in {time.perf_counter() - start:.0f}s "
           f"(this call); report: {args.out / 'report.md'}")  # fmt: skip
     return 0

@@ -80,6 +80,16 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Target:
+    """A held-out Ident. that a grid's runs race to (``steps_to_target``, ``rl.ablate.speed``)."""
+
+    ident_acc: float
+    """The held-out ``ident_acc`` to reach."""
+    source: str
+    """Where the value comes from (the report says it)."""
+
+
+@dataclass(frozen=True)
 class Grid:
     """A named ablation: variants over seeds, run by one runner kind, checked against the paper's claims."""
 
@@ -102,6 +112,12 @@ class Grid:
     overrides of the variants that warm-start themselves (the others start from one of theirs)."""
     kb_preset: str = "demo"
     """KB-VQA: the ``data_prep.synthetic_kb`` preset every variant's rows read (one KB per grid folder)."""
+    target: Target | None = None
+    """KB-VQA: the held-out Ident. whose first evaluated step each run reports (``steps_to_target``); None: the
+    grid reports no held-out curve."""
+    eval_every: int = 0
+    """KB-VQA: held-out greedy evaluation every N GRPO steps (``trainer.test_freq``), the curve
+    ``steps_to_target`` reads; 0: only before and after GRPO (the demo recipe's)."""
 
 
 RAGYM_ROW = "ragym's addition (not in the table)"
@@ -237,9 +253,15 @@ def register_grid(grid: Grid) -> Grid:
         shared = [replace(v, overrides=(*v.overrides, *grid.warm_start)) if v.name == first or v.own_warm_start
                   else replace(v, warm_start_from=first) for v in grid.variants]  # fmt: skip
         shared = [replace(v, kb_preset=grid.kb_preset) for v in shared]
+        # The engine's periodic held-out evaluation; ``--eval-every`` appends another test_freq, which wins.
+        if grid.eval_every > 0:
+            test_freq = f"trainer.test_freq={grid.eval_every}"
+            shared = [replace(v, overrides=(*v.overrides, test_freq)) for v in shared]
         grid = replace(grid, variants=tuple(shared))
     if grid.name in GRIDS:
         raise ValueError(f"ablation grid {grid.name!r} is already registered")
+    if grid.target is not None and (grid.kind != "kbvqa" or grid.eval_every < 1):
+        raise ValueError(f"grid {grid.name!r}: a target needs a KB-VQA grid with a curve (eval_every >= 1)")
     if len({v.name for v in grid.variants}) != len(grid.variants):
         raise ValueError(f"grid {grid.name!r} has duplicate variant names")
     names = {v.name for v in grid.variants}
@@ -252,3 +274,49 @@ def register_grid(grid: Grid) -> Grid:
 
 for _grid in _KBVQA_GRIDS:
     register_grid(_grid)
+
+
+DEMO_IDENT = Target(0.79, "the CPU demo's held-out Ident. after its 30 GRPO steps (README, `ragym demo` seeds 0 "
+                    "and 1: ident_acc 0.00 -> 0.79, 38 of the 48 held-out questions)")  # fmt: skip
+"""Target of the credit grids: what the demo reached (38/48 = 0.792 is also the most any policy identifies on
+those rows: the gold is among the candidates an image can get for 38 of them)."""
+CREDIT_EVAL_EVERY = 5
+"""Held-out greedy evaluation every 5 GRPO steps in the credit grids. Cheap: in the ``credit`` grid's grpo run
+(seed 0) four evaluations (48 greedy episodes each) and the run's start-up took 34 s together, a GRPO step 5.6 s.
+Needed: that run's held-out ident_acc was 0.00, 0.00, 0.19, 0.79 at steps 0, 10, 20, 30, so every 10 steps
+leaves most runs at "30" or "not reached"."""
+CREDIT_VARIANTS = (
+    ("grpo", "grpo", False),
+    ("turn_credit", "turn_credit", False),
+    ("grpo_dyn_sampling", "grpo", True),
+    ("turn_credit_dyn_sampling", "turn_credit", True),
+)
+"""(name, ``algorithm.adv_estimator``, ``algorithm.filter_groups.enable``): the papers' episode-level GRPO first
+(the baseline), turn-level credit (``rl.credit``), each with dynamic sampling (the recipe's filter: the rubric
+total must vary within a group, at most 4 generation rounds a step)."""
+
+
+def _credit_variants(env: dict[str, Any], reward: dict[str, dict[str, Any]]) -> tuple[Variant, ...]:
+    """The four credit variants on one setting (env kwargs, reward params); every one is ragym's (no row)."""
+    return tuple(
+        Variant(name, env, reward, (f"algorithm.adv_estimator={estimator}",
+                                    f"algorithm.filter_groups.enable={str(dynamic).lower()}"))
+        for name, estimator, dynamic in CREDIT_VARIANTS
+    )  # fmt: skip
+
+
+_ISSUE_27 = ("ragym's comparison (issue #27; no paper table has it): episode-level GRPO (the papers'), turn-level "
+            "credit, each with and without dynamic sampling")  # fmt: skip
+# The CPU demo itself: its KB, perfect visual check, warm start (reject_noise 0.8) and 30 GRPO steps.
+register_grid(
+    Grid("credit", "kbvqa", _credit_variants({}, {}), KB, (),
+         _ISSUE_27 + ", on the CPU demo's task (its 30 GRPO steps, perfect visual check, warm start)",
+         target=DEMO_IDENT, eval_every=CREDIT_EVAL_EVERY)
+)  # fmt: skip
+# The delta grid's delta=0.5 run (same rows, reward, warm start, steps), where GRPO learned to reject every batch.
+register_grid(
+    Grid("credit_delta05", "kbvqa", _credit_variants(_acc(), {"verification": {"delta": 0.5}}), KB, (),
+         _ISSUE_27 + ", on the delta grid's δ = 0.5 setting (visual check accuracy 0.8, warm start reject_noise "
+         "0.5, 80 GRPO steps), where episode-level GRPO learned to reject every batch",
+         ABLATE_STEPS, (KNIFE_EDGE,), target=DEMO_IDENT, eval_every=CREDIT_EVAL_EVERY)
+)  # fmt: skip

@@ -20,7 +20,9 @@ import torch
 import yaml
 
 from rl.ablate.grids import KBVQA_METRICS, Variant, run_dir, slug
+from rl.ablate.speed import held_out_evaluations, sampling_summary
 from rl.demo.run import DEMO_RECIPE, prepare
+from rl.engine.metrics import read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +140,9 @@ def _trainer(grid_dir: Path, variant: Variant, seed: int, steps: int | None, ext
 def run_kbvqa(
     grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]
 ) -> dict[str, Any]:
-    """GRPO (after a warm start) for one (variant, seed) in ``DIR/runs/VARIANT/seed_S``; its held-out metrics."""
+    """GRPO (after a warm start) for one (variant, seed) in ``DIR/runs/VARIANT/seed_S``: its held-out metrics
+    before and after, the held-out curve when the run evaluates during GRPO (``trainer.test_freq``), and the
+    dynamic-sampling shares of its steps."""
     os.environ.setdefault("WANDB_MODE", "disabled")
     logger.info("%s seed %d: %s", variant.name, seed, command(grid_dir, variant, seed, steps, extra))
     start = time.perf_counter()
@@ -147,11 +151,24 @@ def run_kbvqa(
     if not before_path.exists():  # a resumed run keeps the evaluation of the policy GRPO started from
         before_path.write_text(json.dumps(trainer.evaluate()))
     trainer.fit()
-    after = trainer.evaluate()
+    records = read_metrics(Path(trainer.cfg.output_dir) / "metrics.jsonl")
+    # The engine's own held-out evaluations (every trainer.test_freq steps and the last). Greedy evaluation is
+    # deterministic: the last step's logged one is what evaluating again would give.
+    evaluations = held_out_evaluations(records)
+    last = bool(evaluations) and evaluations[-1][0] == trainer.step
+    after = evaluations[-1][1] if last else trainer.evaluate()
     trainer.close()
-    metrics = _metrics(after, f"{variant.name} seed {seed}")
-    before = _metrics(json.loads(before_path.read_text()), f"{variant.name} seed {seed} (before GRPO)")
-    return {"metrics": metrics, "before_grpo": before, "wall_time_s": time.perf_counter() - start}
+    what = f"{variant.name} seed {seed}"
+    metrics = _metrics(after, what)
+    before = _metrics(json.loads(before_path.read_text()), f"{what} (before GRPO)")
+    result: dict[str, Any] = {"metrics": metrics, "before_grpo": before}
+    if evaluations:  # the held-out curve, step 0 being the policy GRPO started from
+        result["held_out_curve"] = [{"step": 0, **before}] + [
+            {"step": step, **_metrics(evaluation, f"{what} (step {step})")}
+            for step, evaluation in evaluations
+        ]
+    result["train_sampling"] = sampling_summary(records, trainer.cfg.filter_groups.enable)
+    return {**result, "wall_time_s": time.perf_counter() - start}
 
 
 def _metrics(evaluation: dict[str, Any], what: str) -> dict[str, float]:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.ablate.grids import Grid, row_label
+from rl.ablate.speed import plot_curves, speed_lines
 from rl.ablate.stats import WARM_STARTS
 
 
@@ -92,6 +93,9 @@ def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
             )
     if "grpo_movement" in results:
         lines += movement_lines(grid, results["grpo_movement"], seeds)
+    if "steps_to_target" in results:
+        plot_curves(grid, results, out / "curve.png")
+        lines += speed_lines(grid, results)
     if results["claims"]:
         rl = "grpo_movement" in results
         lines += ["", "## The paper's directions, seed by seed", "",

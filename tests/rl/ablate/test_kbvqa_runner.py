@@ -48,3 +48,38 @@ def test_verification_grid_runs_every_variant(tmp_path: Path) -> None:
     before = (runs / "neither" / "seed_0" / "result.json").stat().st_mtime
     assert main(["verification", "--out", str(tmp_path), "--seeds", "1", *TINY]) == 0
     assert (runs / "neither" / "seed_0" / "result.json").stat().st_mtime == before
+
+
+@pytest.mark.slow
+def test_credit_grid_runs_every_variant_with_its_estimator_and_a_held_out_curve(tmp_path: Path) -> None:
+    import torch
+
+    tiny = ["--steps", "2", *TINY[2:]]
+    assert main(["credit", "--out", str(tmp_path), "--seeds", "1", *tiny]) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    names = ["grpo", "turn_credit", "grpo_dyn_sampling", "turn_credit_dyn_sampling"]
+    assert list(results["variants"]) == names and set(results["grpo_movement"]["variants"]) == set(names)
+    reach, groups = results["steps_to_target"], results["group_sampling"]
+    assert reach["target_ident_acc"] == 0.79
+    for name in names:
+        run = json.loads((tmp_path / "runs" / name / "seed_0" / "result.json").read_text())
+        # Evaluated before GRPO and at the last step (test_freq 5 > 2 steps); the last point is the result.
+        assert [p["step"] for p in run["held_out_curve"]] == [0, 2]
+        assert run["held_out_curve"][-1]["ident_acc"] == run["metrics"]["ident_acc"]
+        assert run["held_out_curve"][0]["ident_acc"] == run["before_grpo"]["ident_acc"]
+        assert reach["variants"][name]["per_seed"][0] in (None, 0, 2)
+        # The run trained with the variant's estimator and filter (the checkpoint records its config).
+        state = torch.load(tmp_path / "runs" / name / "seed_0" / "grpo" / "global_step_2" / "engine_state.pt",
+                           weights_only=False)  # fmt: skip
+        algorithm = json.loads(state["config"])["algorithm"]
+        dynamic = name.endswith("_dyn_sampling")
+        assert algorithm["adv_estimator"] == name.removesuffix("_dyn_sampling")
+        assert algorithm["filter_groups"]["enable"] is dynamic and groups[name]["dynamic_sampling"] is dynamic
+        assert (
+            run["train_sampling"]["steps"] == 2 and 0.0 <= run["train_sampling"]["dropped_group_share"] <= 1.0
+        )
+        if not dynamic:
+            assert groups[name]["dropped_group_share"] is None and run["train_sampling"]["gen_batches"] == 1.0
+    report = (tmp_path / "report.md").read_text()
+    assert "## Steps to the target: held-out ident_acc >= 0.79" in report and "steps 0, 2" in report
+    assert (tmp_path / "curve.png").stat().st_size > 0
