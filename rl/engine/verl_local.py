@@ -12,6 +12,7 @@ elsewhere), where Ray listens where its defaults say.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rl.errors import UsageError
+from rl.guards import GUARDS_FILE, GuardStop
 from rl.recipe.check import check_recipe
 from rl.recipe.compose import PACKAGE_ROOT, REWARD_KWARGS, resolve_recipe_path
 from rl.recipe.platforms import merge_overrides, platform_overrides
@@ -130,8 +132,27 @@ def run_verl(recipe: str, overrides: list[str], *, toy: Path | None = None, netw
         env.setdefault("RAY_AUTH_MODE", "disabled")  # nothing outside the namespace can reach the cluster
     logger.info("verl trainer (%s network, %s): %s", network, "GPU" if gpu_present() else "CPU plugin",
                 " ".join(command[-len(command) + command.index("verl.trainer.main_ppo") - 1:]))  # fmt: skip
-    logger.info("checkpoints: %s", OmegaConf.select(config, "trainer.default_local_dir"))
-    return subprocess.run(command, env=env, check=False).returncode
+    out_dir = OmegaConf.select(config, "trainer.default_local_dir")
+    logger.info("checkpoints: %s", out_dir)
+    firings = Path(out_dir) / GUARDS_FILE
+    seen = firings.stat().st_size if firings.exists() else 0
+    code = subprocess.run(command, env=env, check=False).returncode
+    stop = guard_stop(firings, seen)
+    if code == 0 and stop is not None:
+        raise GuardStop(stop)  # verl's loop ended early and cleanly; the run did not finish
+    return code
+
+
+def guard_stop(firings: Path, offset: int = 0) -> str | None:
+    """The line of a ``stop`` guard that fired in this run (recorded after ``offset`` in ``guards.jsonl``)."""
+    if not firings.exists():
+        return None
+    with firings.open("rb") as f:
+        f.seek(offset)
+        lines = f.read().decode().splitlines()
+    stops = [json.loads(line) for line in lines if line.strip()]
+    stops = [s for s in stops if s.get("action") == "stop"]
+    return stops[0]["message"] if stops else None
 
 
 def console_step_metrics(log: str) -> dict[int, dict[str, float]]:

@@ -135,3 +135,52 @@ def test_ragym_view_shows_the_runs_firings(tmp_path):
     (tmp_path / "rollouts.jsonl").write_text(json.dumps(episode) + "\n")
     assert lines and data.index(data.load(tmp_path))["guards"] == lines
     assert data.index(data.load(tmp_path / "rollouts.jsonl"))["guards"] == lines
+
+
+@pytest.mark.parametrize(
+    ("earlier", "during", "stops"),
+    [
+        ([], [("entropy_floor", "stop")], True),
+        ([], [("length_at_limit", "warn")], False),
+        ([("entropy_floor", "stop")], [], False),  # a firing of an earlier run in the same folder
+        ([("length_at_limit", "warn")], [("length_at_limit", "warn"), ("no_search", "stop")], True),
+    ],
+)
+def test_a_stop_guard_under_verls_trainer_ends_ragym_train_in_error(
+    tmp_path, monkeypatch, earlier, during, stops
+):
+    """verl's loop ends cleanly after a ``stop`` guard's step; ``ragym train --engine verl`` then says which
+    guard in one line and exits 2, as the local engine does (a firing recorded before this run does not count)."""
+    import json
+    import subprocess
+
+    from omegaconf import OmegaConf
+
+    from rl.engine import verl_local
+    from rl.guards import GUARDS_FILE, Firing, GuardStop
+
+    firings = tmp_path / GUARDS_FILE
+
+    def record(items):
+        with firings.open("a") as f:
+            for step, (guard, action) in enumerate(items, start=1):
+                firing = Firing(guard, step, action, "numbers")
+                f.write(json.dumps({**firing.__dict__, "message": firing.line()}) + "\n")
+
+    record(earlier)
+    config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
+    monkeypatch.setattr(
+        verl_local, "verl_command", lambda *a: (["python", "-m", "verl.trainer.main_ppo"], config)
+    )
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def trainer(command, env, check):
+        record(during)
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(verl_local.subprocess, "run", trainer)
+    if stops:
+        with pytest.raises(GuardStop, match=r"guard \w+ fired at step \d+: numbers \(action: stop\)"):
+            verl_local.run_verl("kbvqa_tiny_cpu", [], network="host")
+    else:
+        assert verl_local.run_verl("kbvqa_tiny_cpu", [], network="host") == 0
