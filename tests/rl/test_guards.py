@@ -184,3 +184,51 @@ def test_a_stop_guard_under_verls_trainer_ends_ragym_train_in_error(
             verl_local.run_verl("kbvqa_tiny_cpu", [], network="host")
     else:
         assert verl_local.run_verl("kbvqa_tiny_cpu", [], network="host") == 0
+
+
+GUARDED_RECIPES = {
+    "kbvqa_tiny_cpu": "KBVQA-v0",
+    "kbvqa_qwen2_5_vl_7b": "KBVQA-v0",
+    "kbvqa_qwen3_vl_8b": "KBVQA-v0",
+    "r3g_qwen2_5_vl_7b": "R3G-v0",
+    "memora_qwen2_5_vl_7b": "MEMORA-v0",
+}
+"""Shipped recipes with guards on, and the env whose metrics they watch."""
+STEP_METRICS = {"actor/entropy", "response_length/clip_ratio"}
+"""Metrics both engines log for every env."""
+
+
+@pytest.mark.parametrize(("recipe", "env_id"), sorted(GUARDED_RECIPES.items()))
+def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env_id):
+    """A guard on a metric the run never logs would never fire: each active guard names the env's action
+    kinds, its episode metrics, its reward recipe's terms, or a trainer metric, and the outcome term is the
+    recipe's ``ragym.outcome_metric``."""
+    from dataclasses import fields
+
+    from omegaconf import OmegaConf
+
+    from envs.metrics import _REGISTRY
+    from rl.recipe.compose import PACKAGE_ROOT
+    from tests.envs.test_metrics import _kbvqa
+
+    config = OmegaConf.load(PACKAGE_ROOT / "recipes" / f"{recipe}.yaml")
+    section = OmegaConf.to_container(config.ragym.guards, resolve=False)
+    reward = OmegaConf.load(PACKAGE_ROOT / config.reward.custom_reward_function.reward_kwargs.recipe_path)
+    known = {f"reward/{term}" for term in reward.terms} | STEP_METRICS
+    known |= {f"episode/actions/{kind}" for kind in _REGISTRY[env_id].action_kinds}
+    if env_id == "KBVQA-v0":
+        known |= {f"episode/{name}" for name in episode_metrics_keys(_kbvqa)}
+    active = {name: guard for name, guard in read_guards(section).items() if guard.action != "off"}
+    assert active, f"{recipe} turns no guard on"
+    for name, guard in active.items():
+        for field in fields(guard):
+            if field.name.endswith("metric"):
+                assert getattr(guard, field.name) in known, f"{recipe}: {name}.{field.name}"
+    if "format_only" in active:
+        assert active["format_only"].outcome_metric == config.ragym.outcome_metric
+
+
+def episode_metrics_keys(kbvqa_events) -> set[str]:
+    from envs.metrics import episode_metrics
+
+    return set(episode_metrics("KBVQA-v0", kbvqa_events(["e1"], (1, "e1"))))
