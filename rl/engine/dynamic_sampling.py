@@ -98,13 +98,16 @@ class SampledBatch:
     num_flat: int = 0
     num_topped_up: int = 0
     """Flat groups trained on because the round bound was reached."""
+    filtered: bool = True
+    """Flat groups were dropped (``filter_groups.enable``); otherwise only counted, and every group trained on."""
 
     def metrics(self) -> dict[str, float]:
         """``dynamic_sampling/*``: the flat share of every generated group, rounds, drops and top-ups."""
+        dropped = self.num_flat - self.num_topped_up if self.filtered else 0
         return {
             "dynamic_sampling/flat_group_share": self.num_flat / max(self.num_generated, 1),
             "dynamic_sampling/gen_batches": float(self.num_rounds),
-            "dynamic_sampling/dropped_groups": float(self.num_flat - self.num_topped_up),
+            "dynamic_sampling/dropped_groups": float(dropped),
             "dynamic_sampling/topped_up_groups": float(self.num_topped_up),
         }
 
@@ -132,7 +135,7 @@ def sample_groups(rollout: RolloutFn, num_groups: int, cfg: FilterConfig) -> Sam
         out.num_generated += len(good) + len(bad)
         out.num_flat += len(bad)
         if not cfg.enable:  # only counted: the step trains on every group, in rollout order
-            out.rows, out.groups = list(rows), _grouped(episodes)
+            out.rows, out.groups, out.filtered = list(rows), _grouped(episodes), False
             return out
     chosen = kept[:num_groups]
     if len(chosen) < num_groups:  # the bound: train on flat groups (zero advantage) rather than a short batch

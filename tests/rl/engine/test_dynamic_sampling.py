@@ -87,6 +87,7 @@ def test_filtering_off_only_counts_flat_groups():
     assert out.rows == ["r0.0", "r0.1", "r0.2"] and rollouts.asked == [3]
     assert out.metrics()["dynamic_sampling/flat_group_share"] == 2 / 3
     assert out.num_topped_up == 0
+    assert out.metrics()["dynamic_sampling/dropped_groups"] == 0.0  # counted, trained on: none dropped
 
 
 def test_enabled_without_a_metric_is_an_error():
