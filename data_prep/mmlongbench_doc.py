@@ -1,6 +1,7 @@
 """MMLongBench-Doc -> DocMemo document stores + verl parquet rows.
 
 ``python -m data_prep.mmlongbench_doc --samples samples.json --documents DIR --out OUT [--dpi 144] [--limit N]``
+(then the token budget report of the rows at ``docmemo_qwen2_5_vl_7b``: ``data_prep.budget_report``)
 
 Writes ``OUT/docs/<doc_key>/`` (``envs.doc_store`` layout: page images at ``--dpi``, page text, extractive
 summaries, page types, page embeddings from all-MiniLM-L6-v2 over page text, or from a CLIP-style model
@@ -25,6 +26,7 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
+from data_prep.budget_report import add_budget_args, options_of, print_budget_report
 from data_prep.encoding import EncodeConfig, Item, encode_to_array
 from data_prep.encoding.encoders import EnvEncoderItems
 from data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
@@ -234,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         help="embed page images with this local CLIP-style model instead "
         "(the env then needs encoder=visual and the same visual_model_path)",
     )
+    add_budget_args(parser)
     args = parser.parse_args(argv)
+    budget = options_of(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = PrepConfig(dpi=args.dpi, zero_page=args.zero_page)
     if args.visual_model_path:
@@ -246,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         k: report[k] for k in ("num_rows_in", "num_rows_out", "num_rows_rejected", "rejected_by_reason")
     }
     print(json.dumps(summary))
+    print_budget_report("mmlongbench-doc", [args.out / "data" / f"{cfg.split}.parquet"], budget)
     return 0
 
 

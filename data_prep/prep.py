@@ -8,7 +8,9 @@
     ragym prep mm-bright --raw DIR --domain academia --task 1|2 --out DIR [--descriptions FILE]
 
 Each dataset run prints and saves ``OUT/report.json``: rows in = rows out + rows rejected per split, with a
-count per reason, the KB and index sizes, and the image retriever's R@1 / R@5 / R@pool per split.
+count per reason, the KB and index sizes, and the image retriever's R@1 / R@5 / R@pool per split. Then every
+prep prints the token budget report of a sample of the rows it wrote (``ragym budget``) at its env's paper recipe:
+``--budget-recipe R`` picks another, ``--budget-rows N`` the sample (200), ``--no-budget-report`` skips it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from data_prep import evqa, infoseek, kb_images, mmhops
+from data_prep.budget_report import print_budget_report, split_budget_args
 from data_prep.kb_build import BuildConfig, build
 from data_prep.kb_records import Report
 
@@ -159,6 +162,15 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     command, rest = argv[0], argv[1:]
+    rest, budget = split_budget_args(rest)
+    status = _run(command, rest)
+    if status == 0 and command != "kb-images":
+        print_budget_report(command, _written_rows(command, rest), budget)
+    return status
+
+
+def _run(command: str, rest: list[str]) -> int:
+    """Run one prep subcommand; its exit status."""
     if command in DATASETS:
         try:
             prep_dataset(command, rest)
@@ -185,3 +197,14 @@ def main(argv: list[str]) -> int:
         print(f"ragym prep: unknown subcommand {command!r}\n{__doc__}", file=sys.stderr)
         return 2
     return 0
+
+
+def _written_rows(command: str, rest: list[str]) -> list[Path]:
+    """The parquet rows a finished prep wrote: ``OUT/train.parquet`` and ``OUT/val.parquet`` for ``mix``,
+    ``OUT/data/*.parquet`` for the others."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--out", type=Path, required=True)
+    out = parser.parse_known_args(rest)[0].out
+    if command == "mix":
+        return [out / "train.parquet", out / "val.parquet"]
+    return sorted((out / "data").glob("*.parquet"))

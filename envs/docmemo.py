@@ -58,10 +58,14 @@ from envs.core import MAX_TURN_CHARS, Retriever
 from envs.doc_store import DocStore, doc_key, load_store
 from envs.docmemo_actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
 from envs.docmemo_synthetic import synthetic_questions, synthetic_store
+from envs.image_budget import ImageBudget, budget_of
 from envs.page_beliefs import PageBeliefs, lambda_schedule, minmax_normalise, top_k_fresh_first
 from envs.page_retrieval import PageRetriever, TextPageEncoder, VisualPageEncoder, similarity_vector
 from envs.service.client import TOKEN_ENV, URL_ENV, ClientConfig, RetrievalUnavailable, shared_retriever
 from envs.spaces import FreeText, text_image_space
+
+PAGE_MAX_PIXELS = 12_845_056
+"""Qwen2.5-VL's own ``max_pixels``: the default page budget, which leaves pages to ``image_max_side``."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,16 @@ class DocMemoConfig:
     since nothing then recalls evidence read before."""
     image_max_side: int = 1024
     """Longer side of observation images; pages are downscaled to it, keeping the aspect ratio."""
+    candidate_max_pixels: int = PAGE_MAX_PIXELS
+    """Page budget: most pixels of a shown page image (and of each dense-page crop) after ``image_max_side``,
+    fitted once with the processor's rule (README "Image budgets"); the recipe's ``ragym.images`` sets it. The
+    default, Qwen2.5-VL's own ``max_pixels``, bounds nothing ``image_max_side`` has not already bounded."""
+    query_max_pixels: int = PAGE_MAX_PIXELS
+    """DocMemo shows no query image; kept so one recipe budget fits every env."""
+    image_min_pixels: int = ImageBudget.image_min_pixels
+    """Fewest pixels of a fitted page (the processor's ``min_pixels``)."""
+    image_factor: int = ImageBudget.image_factor
+    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
     encoder: str = "text"
     """Page encoder: ``text`` (all-MiniLM-L6-v2, CPU) or ``visual`` (``visual_model_path`` on ``device``)."""
     visual_model_path: str = ""
@@ -138,6 +152,7 @@ class DocMemoConfig:
     """Retries of a failed service search (with backoff) before it counts as unavailable."""
 
     def __post_init__(self) -> None:
+        budget_of(self)  # a budget no page fits is refused here, naming the field
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
         least = {"num_candidates": 1, "num_evidence": 1, "max_rounds": 1, "max_turns": 1, "radius": 0,
                  "max_turn_chars": 1, "evidence_text_chars": 0, "image_max_side": 1,
@@ -179,6 +194,7 @@ class DocMemoEnv(gymnasium.Env):
         if unknown:
             raise TypeError(f"DocMemoEnv: unknown config fields {sorted(unknown)}")
         self.config = replace(config or DocMemoConfig(), **overrides)
+        self.image_budget = budget_of(self.config)
         self.store_root = Path(store_root) if store_root else None
         self._retriever_factory = retriever_factory
         self._service_url = self.config.retrieval_url or os.environ.get(URL_ENV) or None
@@ -398,11 +414,11 @@ class DocMemoEnv(gymnasium.Env):
         for p in pages:
             page = self.store.page_image(p - 1)
             extra = (
-                views.dense_crops(page, c.image_max_side)
+                views.dense_crops(page, c.image_max_side, self.image_budget)
                 if (c.crop_dense_pages and self.store.page_types[p - 1] in ("table", "chart"))
                 else []
             )
-            images += [views.fit(page, c.image_max_side), *extra]
+            images += [views.fit(page, c.image_max_side, self.image_budget), *extra]
             counts.append(1 + len(extra))
         return images, counts
 

@@ -12,6 +12,7 @@ from PIL import Image
 
 from envs.core import IMAGE_PLACEHOLDER
 from envs.doc_store import DocStore
+from envs.image_budget import ImageBudget
 
 SYSTEM_PROMPT = """You answer questions about one long document by finding its evidence pages.
 Each round you see candidate pages (number, type, summary); select the ones worth reading, then read the
@@ -120,17 +121,25 @@ def retrieval_unavailable_view(turns_left: int) -> str:
     )
 
 
-def fit(image: np.ndarray, max_side: int) -> np.ndarray:
-    """``image`` as uint8 (H, W, 3), downscaled so its longer side is at most ``max_side``."""
+def fit(image: np.ndarray, max_side: int, budget: ImageBudget | None = None) -> np.ndarray:
+    """``image`` as uint8 (H, W, 3), downscaled so its longer side is at most ``max_side``; when the page
+    budget (``budget``'s candidate pixels) binds at that size, resampled once, straight to the budget's
+    fitted size instead (multiples of its factor, as the processor would resize it: README "Image budgets")."""
     pil = Image.fromarray(image).convert("RGB")
+    height, width = image.shape[:2]
+    scale = min(1.0, max_side / max(height, width))
+    side_h, side_w = max(1, round(height * scale)), max(1, round(width * scale))
+    if budget is not None and budget.needs_resize(side_h, side_w, "candidate"):
+        fitted_h, fitted_w = budget.fitted_size(side_h, side_w, "candidate")
+        return np.asarray(pil.resize((fitted_w, fitted_h), Image.Resampling.BICUBIC), dtype=np.uint8).copy()
     pil.thumbnail((max_side, max_side), Image.Resampling.BILINEAR)
     return np.asarray(pil, dtype=np.uint8).copy()
 
 
-def dense_crops(image: np.ndarray, max_side: int) -> list[np.ndarray]:
+def dense_crops(image: np.ndarray, max_side: int, budget: ImageBudget | None = None) -> list[np.ndarray]:
     """Top and bottom halves of a dense page, each at the full size budget (about twice the detail)."""
     half = image.shape[0] // 2
-    return [fit(image[:half], max_side), fit(image[half:], max_side)]
+    return [fit(image[:half], max_side, budget), fit(image[half:], max_side, budget)]
 
 
 def clean(text: str) -> str:

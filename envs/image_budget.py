@@ -71,6 +71,10 @@ class ImageBudget:
         """The most visual tokens one ``role`` image can cost."""
         return self.max_pixels(role) // self.image_factor**2
 
+    def fitted_size(self, height: int, width: int, role: str) -> tuple[int, int]:
+        """The (height, width) ``fit`` resizes a ``height x width`` image of ``role`` to when it ``needs_resize``."""
+        return fitted_size(height, width, self.max_pixels(role), self.image_min_pixels, self.image_factor)
+
 
 def budget_of(config: object) -> ImageBudget:
     """The budget an env config's ``BUDGET_FIELDS`` describe (validated)."""
@@ -108,11 +112,17 @@ def fit_image(image: np.ndarray, max_pixels: int, min_pixels: int, factor: int) 
     height, width = image.shape[:2]
     if not _needs_resize(height, width, max_pixels, min_pixels, factor):
         return image
-    fitted = _at_least(*fit_size(height, width, max_pixels, min_pixels, factor), min_pixels, factor)
+    fitted = fitted_size(height, width, max_pixels, min_pixels, factor)
     resized = Image.fromarray(np.ascontiguousarray(image)).resize(
         (fitted[1], fitted[0]), Image.Resampling.BICUBIC
     )
     return np.asarray(resized, dtype=np.uint8)
+
+
+def fitted_size(height: int, width: int, max_pixels: int, min_pixels: int, factor: int) -> tuple[int, int]:
+    """The size ``fit_image`` resamples to: ``fit_size``, grown by whole blocks to ``min_pixels`` if rounding fell
+    below it."""
+    return _at_least(*fit_size(height, width, max_pixels, min_pixels, factor), min_pixels, factor)
 
 
 def _needs_resize(height: int, width: int, max_pixels: int, min_pixels: int, factor: int) -> bool:

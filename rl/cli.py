@@ -54,6 +54,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "serve a KB's retrievers over HTTP (batched, cached; 127.0.0.1 by default)",
     ),
     "ablate": ("rl.ablate.cli", "the papers' ablation tables in miniature: a grid of demo variants x seeds"),
+    "budget": (
+        "rl.budget.cli",
+        "tokens per episode (text, visual) of rows' longest episodes at a recipe's settings, and the truncated share",
+    ),
 }
 
 

@@ -12,12 +12,14 @@ import pandas as pd
 import pytest
 
 import envs
+from envs import docmemo_views
 from envs import kb as kb_module
-from envs.image_budget import BUDGET_FIELDS, ImageBudget, visual_tokens
+from envs.docmemo import DocMemoConfig
+from envs.image_budget import BUDGET_FIELDS, ImageBudget, budget_of, visual_tokens
 from envs.kbvqa_actions import SearchImage, format_action
 from envs.memora import MemoraEnv
 from envs.r3g import R3GEnv
-from tests.photos import write_photo
+from tests.photos import photo, write_photo
 
 QWEN25 = ImageBudget()  # 1,024 tokens per query image, 256 per candidate, factor 28
 QWEN3 = ImageBudget(1024 * 32 * 32, 256 * 32 * 32, 256 * 256, 32)
@@ -123,3 +125,26 @@ def test_memora_query_photo_is_fitted(tmp_path: Path, budget: ImageBudget) -> No
     obs, _ = env.reset(options={"query": "what is shown?", "image_path": str(path)})
     assert len(obs["images"]) == 1
     assert_within(obs["images"], budget, "query")
+
+
+@BUDGETS
+def test_docmemo_pages_and_crops_are_fitted_to_the_page_budget(budget: ImageBudget) -> None:
+    page = photo(1700, 2200)  # a letter page at 200 dpi
+    pages = ImageBudget(budget.query_max_pixels, 512 * budget.image_factor**2, budget.image_min_pixels,
+                        budget.image_factor)  # fmt: skip
+    fitted = docmemo_views.fit(page, 1024, pages)
+    assert fitted.shape[0] < 1024 and fitted.shape[0] > fitted.shape[1]  # fitted once, aspect kept
+    assert visual_tokens(*fitted.shape[:2], budget.image_factor) > 0.9 * pages.max_tokens("candidate")
+    assert_within((fitted, *docmemo_views.dense_crops(page, 1024, pages)), pages, "candidate")
+
+
+def test_docmemo_pages_keep_image_max_side_when_the_budget_does_not_bind() -> None:
+    page = photo(1700, 2200)
+    default = budget_of(DocMemoConfig())  # no recipe: Qwen2.5-VL's own max_pixels, looser than 1024 px
+    assert np.array_equal(docmemo_views.fit(page, 1024, default), docmemo_views.fit(page, 1024))
+    assert docmemo_views.fit(page, 1024, default).shape == (1024, 791, 3)  # as before budgets: the thumbnail
+
+
+def test_docmemo_refuses_a_page_budget_no_page_fits() -> None:
+    with pytest.raises(ValueError, match="candidate_max_pixels"):
+        DocMemoConfig(candidate_max_pixels=100)

@@ -7,6 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from envs import kb as kb_module
+from envs.docmemo import DocMemoConfig
 from envs.kbvqa import KBVQAConfig
 from envs.r3g import R3GConfig
 from rl.errors import UsageError
@@ -14,7 +15,8 @@ from rl.recipe.check import check_recipe
 from rl.recipe.compose import RECIPES_DIR
 from rl.recipe.images import apply_recipe_images, recipe_images, recipe_processor_kwargs, with_image_budget
 
-BUDGETED = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen3_vl_8b", "r3g_qwen2_5_vl_7b", "memora_qwen2_5_vl_7b")
+BUDGETED = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen3_vl_8b", "r3g_qwen2_5_vl_7b", "memora_qwen2_5_vl_7b",
+            "docmemo_qwen2_5_vl_7b")  # fmt: skip
 VISION_MARKERS = 2
 """<|vision_start|> and <|vision_end|> around each image's pad tokens."""
 TEXT_TOKENS_PER_TURN = 512
@@ -46,13 +48,16 @@ def test_shipped_recipes_set_one_budget_everywhere(name: str) -> None:
 def _paper_episode(name: str) -> tuple[int, int, int]:
     """(query images in the prompt, candidate images in the response, policy turns) of the paper's episode
     at its settings: KB-VQA with N = 2 query images (comparison rows), each paged Rej_max + 1 batches of K;
-    R3G's pool P and evidence k; MEMORA's one query image."""
+    R3G's pool P and evidence k; MEMORA's one query image; DocMemo's E evidence pages in each of T rounds."""
     if name.startswith("kbvqa"):
         kb = KBVQAConfig()
         return 2, 2 * (kb.max_rejections + 1) * kb.candidates_per_batch, kb.max_turns
     if name.startswith("r3g"):
         r3g = R3GConfig()
         return 1, r3g.pool_size + r3g.top_k, r3g.max_turns
+    if name.startswith("docmemo"):
+        docmemo = DocMemoConfig()
+        return 0, docmemo.num_evidence * docmemo.max_rounds, docmemo.max_turns
     return 1, 0, 0
 
 
@@ -95,9 +100,8 @@ def test_the_budget_reaches_every_env_that_shows_images() -> None:
     images = recipe_images(composed("kbvqa_qwen3_vl_8b"))
     expected = {"query_max_pixels": 1024 * 32 * 32, "candidate_max_pixels": 256 * 32 * 32,
                 "image_min_pixels": 65536, "image_factor": 32}  # fmt: skip
-    for env_id in ("KBVQA-v0", "KBVQA-Demo-v0", "R3G-v0", "MEMORA-v0"):
+    for env_id in ("KBVQA-v0", "KBVQA-Demo-v0", "R3G-v0", "MEMORA-v0", "DocMemo-v0"):
         assert with_image_budget(env_id, {"x": 1}, images) == {"x": 1, **expected}
-    assert with_image_budget("DocMemo-v0", {"x": 1}, images) == {"x": 1}  # pages: image_max_side
 
 
 def test_a_row_that_sets_another_budget_is_an_error() -> None:

@@ -1,0 +1,123 @@
+"""``ragym budget --recipe RECIPE --rows ROWS.parquet [--limit N] [--tokenizer PATH] [--estimate-text]
+[--action-tokens N] [--json OUT] [key=value ...]``, and the report ``ragym prep`` prints for the rows it writes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from rl.budget.report import ACTION_TOKENS, PREP_SAMPLE, budget_report
+from rl.budget.tokens import TextCounter
+from rl.errors import UsageError
+
+MODEL_KEY = "actor_rollout_ref.model.path"
+
+
+def load_config(recipe: str, overrides: Sequence[str]) -> DictConfig:
+    """The composed recipe; a missing recipe is one line."""
+    from rl.recipe.compose import load_recipe
+
+    try:
+        return load_recipe(recipe, list(overrides))
+    except FileNotFoundError as err:
+        raise UsageError(str(err)) from err
+
+
+def text_counter(
+    config: DictConfig, tokenizer: str | None, estimate: bool
+) -> tuple[TextCounter, str, Path | None]:
+    """(counter, where its tokenizer is, the model folder for the processor's settings): ``tokenizer``, else the
+    recipe's model path when it is a local folder, else the chars / 3.5 estimate when ``estimate`` allows it."""
+    model = OmegaConf.select(config, MODEL_KEY, default=None)
+    path = Path(tokenizer) if tokenizer else Path(str(model)) if model and Path(str(model)).is_dir() else None
+    if path is None:
+        if not estimate:
+            raise UsageError(
+                f"no tokenizer: the recipe's {MODEL_KEY} ({model}) is not a local folder; pass --tokenizer PATH "
+                "(a local model or tokenizer folder), or --estimate-text to estimate text as characters / 3.5"
+            )
+        return TextCounter(None), "", None
+    if not path.is_dir():
+        raise UsageError(f"--tokenizer {path} is not a folder (a local model or tokenizer folder)")
+    from transformers import AutoTokenizer
+
+    try:
+        loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise UsageError(f"cannot load a tokenizer from {path}: {str(err).splitlines()[0]}") from err
+    if not getattr(loaded, "chat_template", None):  # VL checkpoints may keep it beside the processor instead
+        jinja, saved = path / "chat_template.jinja", path / "chat_template.json"
+        if jinja.is_file():
+            loaded.chat_template = jinja.read_text()
+        elif saved.is_file():
+            loaded.chat_template = json.loads(saved.read_text()).get("chat_template")
+    return TextCounter(loaded), str(path), path
+
+
+def write_json(path: Path, report: dict[str, Any], extra: dict[str, Any]) -> None:
+    """The per-episode numbers, the summary and the assumptions as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {**extra, **{k: report[k] for k in ("summary", "assumptions", "skipped_rows", "episodes")}}
+    path.write_text(json.dumps(body, indent=1, default=str) + "\n")
+
+
+def main(argv: list[str]) -> int:
+    """``ragym budget``: print the token distribution of each row's longest episode and the truncated share."""
+    from rl.data.rows import load_rows
+
+    parser = argparse.ArgumentParser(prog="ragym budget", description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
+    parser.add_argument("--rows", required=True, help="verl parquet rows (ragym prep's)")
+    parser.add_argument("--limit", type=int, default=-1, help="only the first N rows")
+    parser.add_argument("--tokenizer", help="local tokenizer or model folder (default: the recipe's model path "
+                        "when it is a local folder)")  # fmt: skip
+    parser.add_argument("--estimate-text", action="store_true",
+                        help="without a tokenizer, estimate text tokens as characters / 3.5 (labelled estimated)")  # fmt: skip
+    parser.add_argument("--action-tokens", type=int, default=ACTION_TOKENS,
+                        help=f"count each generated turn as at least N tokens (default {ACTION_TOKENS}: a real "
+                        "policy reasons at more length than the scripted turns)")  # fmt: skip
+    parser.add_argument("--json", type=Path, help="also write the per-episode numbers and the summary here")
+    parser.add_argument(
+        "overrides", nargs="*", help="recipe overrides, e.g. ragym.images.candidate_max_pixels=..."
+    )
+    args = parser.parse_args(argv)
+    if args.action_tokens < 0:
+        raise UsageError(f"--action-tokens must be >= 0, got {args.action_tokens}")
+    config = load_config(args.recipe, args.overrides)
+    text, source, model_dir = text_counter(config, args.tokenizer, args.estimate_text)
+    loaded = load_rows(args.rows, args.limit, "skip", check_reset=False)
+    header = f"budget: recipe {args.recipe} on {args.rows} ({len(loaded.rows):,} rows)"
+    skipped = [bad.describe() for bad in loaded.bad]
+    report = budget_report(loaded.rows, config, text, source, args.action_tokens, header, model_dir, skipped)
+    print(report["text"])
+    if args.json:
+        write_json(args.json, report, {"recipe": args.recipe, "rows": args.rows, "overrides": args.overrides})
+    return 0
+
+
+def prep_report(
+    files: Sequence[Path], recipe: str, sample: int = PREP_SAMPLE, seed: int = 0
+) -> dict[str, Any]:
+    """The budget report ``ragym prep`` prints: a seeded sample of ``sample`` rows of ``files`` at ``recipe``, text
+    tokens from the recipe's model when it is a local folder, else estimated (labelled)."""
+    from rl.data.rows import load_rows
+
+    config = load_config(recipe, [])
+    text, source, model_dir = text_counter(config, None, estimate=True)
+    loaded = load_rows([str(f) for f in files], -1, "skip", check_reset=False)
+    rows = loaded.rows
+    if len(rows) > sample:
+        keep = np.sort(np.random.default_rng(seed).choice(len(rows), size=sample, replace=False))
+        rows = [rows[i] for i in keep]
+    names = ", ".join(str(f) for f in files)
+    header = f"budget: recipe {recipe} on a sample of {len(rows):,} rows of {names}"
+    skipped = [bad.describe() for bad in loaded.bad]
+    report = budget_report(rows, config, text, source, ACTION_TOKENS, header, model_dir, skipped)
+    print(report["text"])
+    return report
