@@ -104,6 +104,9 @@ class MemoraConfig(ScoreWeights):
     """Seed of the built-in synthetic domain."""
     doc_chars: int = 200
     """Characters of each candidate's text shown."""
+    repeat_doc_text: bool = False
+    """Show every listed candidate's text after every turn; by default a candidate's text is shown the first
+    time it is listed and later lists give its number, score and id (its text is already in the context)."""
     memory_query_chars: int = 120
     """Characters of each memory's query shown."""
     show_image: bool = True
@@ -208,6 +211,7 @@ class MemoraEnv(gymnasium.Env):
         memory = self.memory(domain)
         self.state = EpisodeState.start(c, opts, domain, memory, self.collection())
         self.turn, self._done = 0, False
+        self._shown: set[str] | None = None if c.repeat_doc_text else set()
         sims, queries = [s for _, s in self.state.memories], [r.query for r, _ in self.state.memories]
         self.events = [ev.memory_read(domain, len(memory), sims, queries)]
         self.events.append(
@@ -277,7 +281,7 @@ class MemoraEnv(gymnasium.Env):
         return "\n".join(
             [
                 views.factors_view(s.factors, s.priorities, s.priors),
-                views.candidates_view(s.top_rows(), len(s.pool), s.signals(), c.doc_chars),
+                views.candidates_view(s.top_rows(), len(s.pool), s.signals(), c.doc_chars, self._shown),
                 views.budget_view(left, c.max_turns - self.turn),
             ]
         )

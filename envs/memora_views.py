@@ -44,12 +44,26 @@ def query_view(query: str, has_image: bool, description: str | None) -> str:
 
 
 def candidates_view(
-    rows: Sequence[tuple[int, str, float, str]], num_pool: int, signals: dict[str, float], doc_chars: int
+    rows: Sequence[tuple[int, str, float, str]],
+    num_pool: int,
+    signals: dict[str, float],
+    doc_chars: int,
+    shown: set[str] | None = None,
 ) -> str:
-    """Top candidates as ``[n] (score) docid: text``, then the controller's two signals."""
+    """Top candidates as ``[n] (score) docid: text``, then the controller's two signals.
+
+    With ``shown`` (the docids whose text this episode already showed; updated here), a candidate shown before
+    is listed without its text (``[n] (score) docid (text above)``): the policy's context holds it, and
+    repeating K_c texts after every turn made MEMORA's longest episode overflow its response length.
+    """
     lines = [f"Candidates (top {len(rows)} of {num_pool} by factor-aware score):"]
     for number, docid, score, text in rows:
+        if shown is not None and docid in shown:
+            lines.append(f"[{number}] ({score:.3f}) {docid} (text above)")
+            continue
         lines.append(f"[{number}] ({score:.3f}) {docid}: {text[:doc_chars]}")
+        if shown is not None:
+            shown.add(docid)
     lines.append(
         f"Controller signals: top-K margin {signals['margin']:.4f}, evidence support {signals['support']:.2f}"
     )

@@ -246,3 +246,21 @@ def test_image_description_reaches_the_view_and_the_first_stage() -> None:
         options={"query": "q", "image_description": "diagram"}
     )
     assert events_of(info["events"], "first_stage")[0]["ranking"] == ["a", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_a_candidates_text_is_shown_once_unless_the_config_repeats_it(repeat: bool) -> None:
+    """After the first listing a candidate appears by number, score and id only (its text is in the context);
+    a candidate a subquery adds is shown with its text the first time. ``repeat_doc_text`` shows every text
+    every time."""
+    env = small_env(repeat_doc_text=repeat)
+    first = env.reset(options=OPTIONS)[0]["text"]
+    assert all(f"{d}: {TEXTS[d]}" in first for d in "abcd")
+    env.step(turn("<decompose><factor p=1>x</factor></decompose>"))
+    second = env.step(turn("<subquery f=1>sub e</subquery>"))[0]["text"]
+    assert f"e: {TEXTS['e']}" in second  # new to the episode
+    for d in "abc":  # d left the top K_c = 4 when e joined
+        assert (f"{d}: {TEXTS[d]}" in second) is repeat
+        assert (f"{d} (text above)" in second) is not repeat
+    # A new episode starts afresh.
+    assert all(f"{d}: {TEXTS[d]}" in env.reset(options=OPTIONS)[0]["text"] for d in "abcd")

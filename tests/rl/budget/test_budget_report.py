@@ -55,15 +55,7 @@ def test_the_papers_longest_episode_is_played_with_every_image_under_its_budget(
     assert longest["prompt_visual"] <= num_query * (budget.max_tokens("query") + 2)
 
 
-@pytest.mark.parametrize(
-    "recipe",
-    [
-        *(r for r in PAPER if not r.startswith("memora")),
-        pytest.param("memora_qwen2_5_vl_7b", marks=pytest.mark.xfail(strict=True, reason=(
-            "text, not images: MEMORA-v0 shows K_c = 30 candidates x 200 characters after each of the 13 turns "
-            "(~7,300 characters a turn), ~28k tokens estimated, ~45k with the test tokenizer, against 24,576"))),
-    ],
-)  # fmt: skip
+@pytest.mark.parametrize("recipe", PAPER)
 def test_each_shipped_recipe_fits_its_papers_longest_episode(recipe, report_of) -> None:
     report, config = report_of(recipe), load_config(recipe, [])
     for episode in report["episodes"]:
@@ -178,3 +170,4 @@ def test_prep_reports_on_a_bounded_sample(paper_rows, capsys) -> None:
     report = prep_report([paper_rows("docmemo")], "docmemo_qwen2_5_vl_7b", sample=1)
     assert report["summary"]["episodes"] == 1
     assert "on a sample of 1 rows of" in capsys.readouterr().out
+
