@@ -12,6 +12,13 @@ IMAGE_PLACEHOLDER = "<image>"
 """Marks, in an observation's text, where the next image of ``obs["images"]`` goes (one per image, in order)."""
 
 
+def defuse(text: str) -> str:
+    """Text from data or from the policy with any literal image marker defused: an observation's markers are the
+    env's own, one per image (a literal ``<image>`` in a document, question or echoed query would make the agent
+    loop's image count wrong and end the episode in error)."""
+    return text.replace(IMAGE_PLACEHOLDER, "(image)")
+
+
 @dataclass(frozen=True)
 class Hit:
     """One retrieval result: a document/entity id, its score, and whatever the caller needs to show it."""

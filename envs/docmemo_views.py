@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image
 
-from envs.core import IMAGE_PLACEHOLDER
+from envs.core import IMAGE_PLACEHOLDER, defuse
 from envs.doc_store import DocStore
 from envs.image_budget import ImageBudget
 
@@ -144,4 +144,4 @@ def dense_crops(image: np.ndarray, max_side: int, budget: ImageBudget | None = N
 
 def clean(text: str) -> str:
     """Document text with the image placeholder defused, so placeholders match ``obs["images"]`` exactly."""
-    return text.replace(IMAGE_PLACEHOLDER, "(image)")
+    return defuse(text)

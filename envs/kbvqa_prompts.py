@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envs.core import IMAGE_PLACEHOLDER, Hit
+from envs.core import IMAGE_PLACEHOLDER, Hit, defuse
 
 SYSTEM_PROMPT = """You answer questions about the entities shown in one or more query images, using a knowledge base.
 Each turn, first think inside <reason>...</reason>, then give exactly one action tag:
@@ -32,7 +32,7 @@ def task_prompt(question: str, num_images: int, image_notes: Sequence[str] = ())
     """The first observation: one line per query image (its placeholder, then its note), then the question."""
     notes = list(image_notes) or [""] * num_images
     lines = [f"Image {j}: {IMAGE_PLACEHOLDER}{note}" for j, note in enumerate(notes, 1)]
-    return "\n".join([*lines, f"Question: {question}"])
+    return "\n".join([*lines, f"Question: {defuse(question)}"])
 
 
 def batch_text(
@@ -42,7 +42,7 @@ def batch_text(
     notes = list(candidate_notes) or [""] * len(hits)
     header = f"Candidates for Image {image}{query_note}, ranks {offset + 1}-{offset + len(hits)}:"
     lines = [
-        f"[{i}] {IMAGE_PLACEHOLDER} {hit.payload['name']}{note}"
+        f"[{i}] {IMAGE_PLACEHOLDER} {defuse(hit.payload['name'])}{note}"
         for i, (hit, note) in enumerate(zip(hits, notes, strict=True), 1)
     ]
     return "\n".join([header, *lines])
@@ -52,8 +52,8 @@ def passages_text(queries: Sequence[str], results: Sequence[Sequence[Hit]]) -> s
     """Passages for each text query, concatenated in query order."""
     parts = []
     for query, hits in zip(queries, results, strict=True):
-        parts.append(f'Results for "{query}":')
-        parts += [f"[{i}] {hit.payload['title']}: {hit.payload['text']}" for i, hit in enumerate(hits, 1)]
+        parts.append(f'Results for "{defuse(query)}":')
+        parts += [f"[{i}] {defuse(hit.payload['title'])}: {defuse(hit.payload['text'])}" for i, hit in enumerate(hits, 1)]
         if not hits:
             parts.append("(no passage found)")
     return "\n".join(parts)
@@ -61,7 +61,7 @@ def passages_text(queries: Sequence[str], results: Sequence[Sequence[Hit]]) -> s
 
 def confirmation_text(image: int, name: str) -> str:
     """Echo of a Rerank decision; the confirmed name becomes a premise for later turns."""
-    return f"Confirmed: the entity in Image {image} is {name}."
+    return f"Confirmed: the entity in Image {image} is {defuse(name)}."
 
 
 def boundary_text(image: int, rejections: int, batches: int) -> str:

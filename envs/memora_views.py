@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from envs.core import IMAGE_PLACEHOLDER
+from envs.core import IMAGE_PLACEHOLDER, defuse
 from envs.memora_memory import MemoryRecord
 
 SYSTEM_PROMPT = """You rerank documents for a reasoning-intensive query as MEMORA's factor committee and controller.
@@ -26,20 +26,20 @@ def memory_view(memories: Sequence[tuple[MemoryRecord, float]], num_records: int
     lines = [f"Domain memory ({len(memories)} of {num_records} past episodes, most similar first):"]
     mark = {"helped": "+", "hurt": "-", "neutral": "~"}
     for i, (record, sim) in enumerate(memories, 1):
-        factors = ", ".join(f"{mark[f.outcome]}{f.text}" for f in record.factors) or "none"
+        factors = ", ".join(f"{mark[f.outcome]}{defuse(f.text)}" for f in record.factors) or "none"
         lines.append(
-            f"  M{i} (similarity {sim:.2f}, nDCG@10 {record.ndcg:.2f}) {record.query[:query_chars]!r}; factors: {factors}"
+            f"  M{i} (similarity {sim:.2f}, nDCG@10 {record.ndcg:.2f}) {defuse(record.query[:query_chars])!r}; factors: {factors}"
         )
     return "\n".join(lines)
 
 
 def query_view(query: str, has_image: bool, description: str | None) -> str:
     """The query, with its image placeholder or image description for multimodal queries."""
-    text = f"Query: {query}"
+    text = f"Query: {defuse(query)}"
     if has_image:
         text += f"\nQuery image: {IMAGE_PLACEHOLDER}"
     if description:
-        text += f"\nQuery image description: {description}"
+        text += f"\nQuery image description: {defuse(description)}"
     return text
 
 
@@ -61,7 +61,7 @@ def candidates_view(
         if shown is not None and docid in shown:
             lines.append(f"[{number}] ({score:.3f}) {docid} (text above)")
             continue
-        lines.append(f"[{number}] ({score:.3f}) {docid}: {text[:doc_chars]}")
+        lines.append(f"[{number}] ({score:.3f}) {docid}: {defuse(text[:doc_chars])}")
         if shown is not None:
             shown.add(docid)
     lines.append(
@@ -78,7 +78,7 @@ def factors_view(
         return "Factors: none yet."
     lines = ["Factors (priority given -> used; memory prior helped/hurt):"]
     for k, ((text, p), used, (helped, hurt)) in enumerate(zip(factors, adjusted, priors, strict=True), 1):
-        lines.append(f"  f{k} {text!r}: {p:.2f} -> {used:.2f} (h={helped}, l={hurt})")
+        lines.append(f"  f{k} {defuse(text)!r}: {p:.2f} -> {used:.2f} (h={helped}, l={hurt})")
     return "\n".join(lines)
 
 

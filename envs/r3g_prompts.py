@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from envs.core import IMAGE_PLACEHOLDER
+from envs.core import IMAGE_PLACEHOLDER, defuse
 
 _STEPS_PLAN = (
     "1. <plan>CUES</plan>: from the question and the query image alone, list the visual cues you need.\n"
@@ -51,13 +51,13 @@ def system_prompt(use_plan: bool, judge: bool, pool_size: int, top_k: int, max_t
 
 def task_text(question: str, options: Mapping[str, str] | None) -> str:
     """The first observation: the query image, the question and its options."""
-    lines = [f"Query image: {IMAGE_PLACEHOLDER}", f"Question: {question}"]
-    lines += [f"{letter}. {text}" for letter, text in (options or {}).items()]
+    lines = [f"Query image: {IMAGE_PLACEHOLDER}", f"Question: {defuse(question)}"]
+    lines += [f"{letter}. {defuse(text)}" for letter, text in (options or {}).items()]
     return "\n".join(lines)
 
 
 def _caption(caption: str, show: bool) -> str:
-    return f" {caption}" if show and caption else ""
+    return f" {defuse(caption)}" if show and caption else ""
 
 
 def pool_text(captions: Sequence[str], show_captions: bool) -> str:
@@ -74,7 +74,7 @@ def evidence_text(captions: Sequence[str], show_captions: bool, plan: str | None
     lines = [f"Evidence ({len(captions)} image{'s' if len(captions) != 1 else ''}, {order}):"]
     lines += [f"[{i}] {IMAGE_PLACEHOLDER}{_caption(c, show_captions)}" for i, c in enumerate(captions, 1)]
     if plan:
-        lines.append(f"Your plan: {plan}")
+        lines.append(f"Your plan: {defuse(plan)}")
     lines.append("Answer with <answer>LETTER</answer>.")
     return "\n".join(lines)
 

@@ -1,0 +1,58 @@
+"""A literal ``<image>`` in data or in the policy's own text never adds an image marker to an observation.
+
+The agent loop places one image per marker and ends an episode whose counts differ in error, so a document,
+question or echoed query that contains the marker text would break episodes (found by ``ragym budget``, whose
+fixture documents quoted the README).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+import envs
+from envs.core import IMAGE_PLACEHOLDER
+from envs.kbvqa_actions import SearchImage, SearchText, format_action
+from envs.memora import MemoraEnv
+from envs.memora_corpus import Collection
+from tests.envs.test_memora import FakeRetriever, turn
+
+LITERAL = f"what does {IMAGE_PLACEHOLDER} show"
+
+
+def _markers_match(obs: dict) -> bool:
+    return obs["text"].count(IMAGE_PLACEHOLDER) == len(obs["images"])
+
+
+def test_kbvqa_question_and_an_echoed_text_query(tiny_kb: Path) -> None:
+    frame = pd.read_parquet(tiny_kb / "data" / "train.parquet")
+    options = {**json.loads(frame.iloc[0]["extra_info"]["env_options"]), "question": LITERAL}
+    env = envs.make_env("KBVQA-v0", kb_dir=str(tiny_kb))
+    obs, _ = env.reset(options=options)
+    assert _markers_match(obs) and "what does (image) show" in obs["text"]
+    obs, *_ = env.step(format_action(SearchText([LITERAL])))
+    assert _markers_match(obs) and '"what does (image) show"' in obs["text"]
+    obs, *_ = env.step(format_action(SearchImage(1)))
+    assert _markers_match(obs) and len(obs["images"]) > 0
+
+
+def test_r3g_question_and_the_echoed_plan(r3g_task: Path) -> None:
+    frame = pd.read_parquet(r3g_task / "data" / "train.parquet")
+    options = {**json.loads(frame.iloc[0]["extra_info"]["env_options"]), "question": LITERAL}
+    env = envs.make_env("R3G-v0", task_dir=str(r3g_task))
+    obs, _ = env.reset(options=options)
+    assert _markers_match(obs) and len(obs["images"]) == 1
+    for action in (f"<plan>find {IMAGE_PLACEHOLDER} cues</plan>", "<retrieve></retrieve>"):
+        obs, *_ = env.step(action)
+        assert _markers_match(obs)
+
+
+def test_memora_query_documents_and_echoed_factors() -> None:
+    texts = {"a": f"alpha {IMAGE_PLACEHOLDER} one", "b": "beta two", "c": "gamma", "d": "delta"}
+    env = MemoraEnv(collection=Collection(texts, FakeRetriever()), k0=4, kc=4, k=2, k_min=1)
+    obs, _ = env.reset(options={"query": LITERAL, "domain": "toy"})
+    assert _markers_match(obs) and "alpha (image) one" in obs["text"]
+    obs, *_ = env.step(turn(f"<decompose><factor p=1>{IMAGE_PLACEHOLDER} x</factor></decompose>"))
+    assert _markers_match(obs) and "(image) x" in obs["text"]
