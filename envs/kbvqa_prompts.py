@@ -53,7 +53,10 @@ def passages_text(queries: Sequence[str], results: Sequence[Sequence[Hit]]) -> s
     parts = []
     for query, hits in zip(queries, results, strict=True):
         parts.append(f'Results for "{defuse(query)}":')
-        parts += [f"[{i}] {defuse(hit.payload['title'])}: {defuse(hit.payload['text'])}" for i, hit in enumerate(hits, 1)]
+        parts += [
+            f"[{i}] {defuse(hit.payload['title'])}: {defuse(hit.payload['text'])}"
+            for i, hit in enumerate(hits, 1)
+        ]
         if not hits:
             parts.append("(no passage found)")
     return "\n".join(parts)

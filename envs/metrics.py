@@ -92,8 +92,9 @@ def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metric
         "format_errors": float(len(events_of(events, "format_error"))),
         "protocol_violations": float(len(events_of(events, "protocol_violation"))),
         "truncated": float(bool(cuts)),
-        "truncated_by_policy": float(any(c["reason"] in POLICY_TRUNCATIONS and "observation_tokens" not in c
-                                         for c in cuts)),  # fmt: skip
+        "truncated_by_policy": float(
+            any(c["reason"] in POLICY_TRUNCATIONS and "observation_tokens" not in c for c in cuts)
+        ),
         "truncated_by_observation": float(any("observation_tokens" in c for c in cuts)),
         "truncated_by_images": float(any(c.get("visual_tokens", 0) > 0 for c in cuts)),
         "answered": float(any(not a["forced"] for a in answers)),

@@ -244,7 +244,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         merged = builder.merge_context_tokens(previous, [*previous, message], runtime)
         mask, logprobs = builder.align_response_metadata(merged, mask, logprobs)
         if len(mask) > self.response_length:
-            added = merged.token_ids[len(runtime):]
+            added = merged.token_ids[len(runtime) :]
             return len(added), sum(t in self._vision_ids for t in added)
         episode.messages = [*previous, message]
         episode.runtime_ids, episode.response_mask = merged.token_ids, mask
@@ -254,7 +254,11 @@ class RagymEnvAgentLoop(AgentLoopBase):
         return None
 
     def _truncate(
-        self, episode: _Episode, turn: int, reason: str, observation_tokens: int | None = None,
+        self,
+        episode: _Episode,
+        turn: int,
+        reason: str,
+        observation_tokens: int | None = None,
         visual_tokens: int | None = None,
     ) -> None:
         """End the episode on a loop budget, recorded as a ``truncated`` event the rewards can see (with the size

@@ -99,9 +99,14 @@ def test_turns_count_a_turn_the_agent_loop_cut() -> None:
     ],
 )
 def test_truncations_are_told_apart_by_cause(cut, by_policy, by_observation, by_images) -> None:
-    metrics = episode_metrics("KBVQA-v0", [ev.task(1, ["e1"], 2, 2, 8), ev.action(0, "search_image", True), cut])
+    metrics = episode_metrics(
+        "KBVQA-v0", [ev.task(1, ["e1"], 2, 2, 8), ev.action(0, "search_image", True), cut]
+    )
     assert metrics["truncated"] == 1.0
-    assert (metrics["truncated_by_policy"], metrics["truncated_by_observation"]) == (by_policy, by_observation)
+    assert (metrics["truncated_by_policy"], metrics["truncated_by_observation"]) == (
+        by_policy,
+        by_observation,
+    )
     assert metrics["truncated_by_images"] == by_images
 
 

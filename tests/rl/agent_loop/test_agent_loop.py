@@ -161,7 +161,9 @@ def test_a_truncation_names_its_cause(tiny_policy_dir, response_length):
     """The policy's own tokens filling the length vs an observation (its images: the budget's share) not fitting."""
     processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
     row = _row(env_kwargs={"max_turns": 40})
-    out, server = _run(processor, [SEARCH] * 40, config=rollout_config(response_length=response_length), row=row)
+    out, server = _run(
+        processor, [SEARCH] * 40, config=rollout_config(response_length=response_length), row=row
+    )
     cut = out.extra_fields["events"][-1]
     assert cut["type"] == "truncated" and cut["reason"] == "max_response_length"
     metrics = shared_metrics(out.extra_fields["events"], KINDS)

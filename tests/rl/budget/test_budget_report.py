@@ -170,4 +170,3 @@ def test_prep_reports_on_a_bounded_sample(paper_rows, capsys) -> None:
     report = prep_report([paper_rows("docmemo")], "docmemo_qwen2_5_vl_7b", sample=1)
     assert report["summary"]["episodes"] == 1
     assert "on a sample of 1 rows of" in capsys.readouterr().out
-
