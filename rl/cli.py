@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+import warnings
 from collections.abc import Callable
 
 # name -> ("module" or "module:function", one-line help); the function (default ``main``) takes the argv
@@ -69,7 +70,7 @@ def command_main(name: str) -> Callable[[list[str]], int]:
 
 def _usage() -> str:
     width = max(map(len, COMMANDS))
-    lines = ["usage: ragym [--debug] COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: ragym [--debug] [--verbose] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -101,12 +102,37 @@ _LIBRARY_ERRORS = (
 """(module, exception) pairs that mean the user's input is wrong; only checked when already imported."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Dispatch ``ragym COMMAND ...`` to its module's ``main``; a user error is one line (``--debug``: raise)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+OWN_LOGGERS = ("rl", "envs", "rewards", "data_prep", "benchmarks", "__main__")
+"""Top-level logger names of ragym's own code: their INFO lines are about the user's work."""
+
+
+class _OwnOrWarning(logging.Filter):
+    """Passes ragym's own records and every library's warnings and errors (libraries' INFO lines, such as the ten
+    ``faiss.loader`` lines every command began with, stay out unless ``--verbose``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name.split(".", 1)[0] in OWN_LOGGERS
+
+
+def configure_logging(verbose: bool) -> None:
+    """INFO for ragym's loggers; libraries at WARNING (their import-time notices too) unless ``verbose``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if verbose:
+        return
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _OwnOrWarning) for f in handler.filters):
+            handler.addFilter(_OwnOrWarning())
+    # verl lists the optional training engines it could not import (torchtitan, megatron, ...) on every import.
+    warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch ``ragym COMMAND ...`` to its module's ``main``; a user error is one line (``--debug``: raise);
+    ``--verbose`` lets libraries' INFO lines through."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug, verbose = "--debug" in argv, "--verbose" in argv
+    argv = [a for a in argv if a not in ("--debug", "--verbose")]
+    configure_logging(verbose)
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
