@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from rl.tiny.policy import build_tiny_policy
+from rl.models import load_processor
+from rl.tiny.policy import TinyPolicyConfig, build_tiny_policy
+
+REAL_SETTINGS = {
+    # arch: (processor min_pixels, max_pixels as shipped in the models' preprocessor configs, the recipe)
+    "qwen2_5_vl": (56 * 56, 12_845_056, "kbvqa_qwen2_5_vl_7b"),
+    "qwen3_vl": (256 * 256, 16_777_216, "kbvqa_qwen3_vl_8b"),
+}
+"""The real models' processor pixel ranges (their patch and merge sizes come with the tiny policy's arch)."""
 
 
 @pytest.fixture(scope="session")
@@ -18,6 +26,24 @@ def tiny_policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str],
     def get(arch: str) -> Path:
         if arch not in built:
             built[arch] = build_tiny_policy(arch, tmp_path_factory.mktemp(f"tiny_{arch}"), seed=0)
+        return built[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def real_policy(tmp_path_factory: pytest.TempPathFactory):
+    """``real_policy(arch)``: (folder, processor) of a tiny policy with the real model's patch, merge and pixels."""
+    built = {}
+
+    def get(arch: str):
+        if arch not in built:
+            least, most, _ = REAL_SETTINGS[arch]
+            config = TinyPolicyConfig(vocab_size=600, min_pixels=least, max_pixels=most)
+            out = build_tiny_policy(
+                arch, tmp_path_factory.mktemp(arch), corpus=["hello world"] * 4, config=config
+            )
+            built[arch] = (out, load_processor(out))
         return built[arch]
 
     return get

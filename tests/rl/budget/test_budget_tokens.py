@@ -13,34 +13,9 @@ from PIL import Image
 from envs.registry import make_env
 from rl.budget.cli import load_config, main
 from rl.budget.tokens import VISION_MARKERS, TextCounter, pixel_rule
-from rl.models import load_processor
 from rl.recipe.images import recipe_images, recipe_processor_kwargs, with_image_budget
-from rl.tiny.policy import TinyPolicyConfig, build_tiny_policy
 from tests.photos import photo
-
-REAL_SETTINGS = {
-    # arch: (processor min_pixels, max_pixels as the models ship them, the recipe)
-    "qwen2_5_vl": (56 * 56, 12_845_056, "kbvqa_qwen2_5_vl_7b"),
-    "qwen3_vl": (256 * 256, 16_777_216, "kbvqa_qwen3_vl_8b"),
-}
-
-
-@pytest.fixture(scope="module")
-def real_policy(tmp_path_factory: pytest.TempPathFactory):
-    """``real_policy(arch)``: (folder, processor) of a tiny policy with the real model's patch, merge and pixels."""
-    built = {}
-
-    def get(arch: str):
-        if arch not in built:
-            least, most, _ = REAL_SETTINGS[arch]
-            config = TinyPolicyConfig(vocab_size=600, min_pixels=least, max_pixels=most)
-            out = build_tiny_policy(
-                arch, tmp_path_factory.mktemp(arch), corpus=["hello world"] * 4, config=config
-            )
-            built[arch] = (out, load_processor(out))
-        return built[arch]
-
-    return get
+from tests.rl.conftest import REAL_SETTINGS
 
 
 def pads(processor, image: Image.Image, kwargs: dict) -> int:

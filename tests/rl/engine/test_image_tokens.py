@@ -19,37 +19,12 @@ from envs.image_budget import ImageBudget, visual_tokens
 from rl.agent_loop.loop import make_agent_loop
 from rl.engine.vision import ImageInputs
 from rl.errors import UsageError
-from rl.models import load_processor
 from rl.recipe.check import check_recipe
 from rl.recipe.compose import RECIPES_DIR
 from rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
-from rl.tiny.policy import TinyPolicyConfig, build_tiny_policy
 from tests.photos import photo, write_photo
+from tests.rl.conftest import REAL_SETTINGS
 from tests.rl.fakes import ScriptedServer, rollout_config
-
-REAL_SETTINGS = {
-    # arch: (processor min_pixels, max_pixels as shipped in the models' preprocessor configs, the recipe)
-    "qwen2_5_vl": (56 * 56, 12_845_056, "kbvqa_qwen2_5_vl_7b"),
-    "qwen3_vl": (256 * 256, 16_777_216, "kbvqa_qwen3_vl_8b"),
-}
-
-
-@pytest.fixture(scope="module")
-def real_processor(tmp_path_factory: pytest.TempPathFactory):
-    """``real_processor(arch)``: a tiny policy's processor with the real model's patch, merge and pixel range."""
-    built = {}
-
-    def get(arch: str):
-        if arch not in built:
-            least, most, _ = REAL_SETTINGS[arch]
-            cfg = TinyPolicyConfig(vocab_size=600, min_pixels=least, max_pixels=most)
-            out = build_tiny_policy(
-                arch, tmp_path_factory.mktemp(arch), corpus=["hello world"] * 4, config=cfg
-            )
-            built[arch] = (out, load_processor(out))
-        return built[arch]
-
-    return get
 
 
 def recipe(arch: str):
@@ -63,8 +38,8 @@ def placeholder_count(processor, image: Image.Image, kwargs: dict) -> int:
 
 
 @pytest.mark.parametrize("arch", list(REAL_SETTINGS))
-def test_the_recipe_bounds_a_raw_photo_in_verls_processor_and_the_local_engine(arch, real_processor) -> None:
-    _, processor = real_processor(arch)
+def test_the_recipe_bounds_a_raw_photo_in_verls_processor_and_the_local_engine(arch, real_policy) -> None:
+    _, processor = real_policy(arch)
     config = recipe(arch)
     budget, kwargs = recipe_images(config).budget, recipe_processor_kwargs(config)
     raw = Image.fromarray(photo(4000, 3000))
@@ -80,8 +55,8 @@ def test_the_recipe_bounds_a_raw_photo_in_verls_processor_and_the_local_engine(a
 
 @pytest.mark.parametrize("arch", list(REAL_SETTINGS))
 @pytest.mark.parametrize("role", ["query", "candidate"])
-def test_an_env_fitted_photo_is_not_resized_again(arch, role, real_processor) -> None:
-    _, processor = real_processor(arch)
+def test_an_env_fitted_photo_is_not_resized_again(arch, role, real_policy) -> None:
+    _, processor = real_policy(arch)
     config = recipe(arch)
     budget, kwargs = recipe_images(config).budget, recipe_processor_kwargs(config)
     fitted = budget.fit(photo(3000, 2000, 1), role)
@@ -95,8 +70,8 @@ def test_an_env_fitted_photo_is_not_resized_again(arch, role, real_processor) ->
     assert tokens == visual_tokens(height, width, budget.image_factor) <= budget.max_tokens(role)
 
 
-def test_a_factor_that_is_not_the_policys_is_an_error(real_processor) -> None:
-    _, processor = real_processor("qwen3_vl")
+def test_a_factor_that_is_not_the_policys_is_an_error(real_policy) -> None:
+    _, processor = real_policy("qwen3_vl")
     check_processor_factor(recipe_images(recipe("qwen3_vl")), processor)
     with pytest.raises(UsageError, match="factor is 28 but the policy's processor has patch size 16"):
         check_processor_factor(recipe_images(recipe("qwen2_5_vl")), processor)
@@ -125,10 +100,8 @@ def photo_kb(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 
 @pytest.mark.parametrize("arch", list(REAL_SETTINGS))
-def test_agent_loop_episodes_spend_at_most_the_recipes_tokens_per_image(
-    arch, real_processor, photo_kb
-) -> None:
-    _, processor = real_processor(arch)
+def test_agent_loop_episodes_spend_at_most_the_recipes_tokens_per_image(arch, real_policy, photo_kb) -> None:
+    _, processor = real_policy(arch)
     root, options = photo_kb
     images_node = OmegaConf.to_container(recipe(arch).ragym.images, resolve=True)
     images_node["candidate_max_pixels"] = 96 * images_node["factor"] ** 2  # not the env default: injected
