@@ -36,8 +36,8 @@ from envs.metrics import episode_metrics
 from envs.registry import make_env
 from rl.agent_loop.observations import EpisodeSpec, observation_message
 from rl.agent_loop.render_cache import RenderCache
-from rl.recipe.images import apply_recipe_images, with_image_budget
-from rl.recipe.retrieval import recipe_retrieval_url, with_retrieval_url
+from rl.recipe.images import apply_recipe_images
+from rl.recipe.retrieval import recipe_retrieval_url
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +123,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
 
     async def _start(self, spec: EpisodeSpec) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         """Build the row's env and reset it: (env, first observation, info)."""
-        env_kwargs = with_retrieval_url(spec.env_id, spec.env_kwargs, self._retrieval_url)
-        env = make_env(spec.env_id, **with_image_budget(spec.env_id, env_kwargs, self._images))
+        env = make_env(spec.env_id, **spec.recipe_env_kwargs(self._retrieval_url, self._images))
         try:
             obs, info = await self._in_executor(
                 functools.partial(env.reset, seed=spec.seed, options=spec.env_options)

@@ -41,6 +41,15 @@ class EpisodeSpec:
             raise ValueError(f"row {row}: env_kwargs must be a JSON object and env_options an object or null")
         return cls(extra_info["env_id"], kwargs, options, int(extra_info.get("index", 0)))
 
+    def recipe_env_kwargs(self, retrieval_url: str | None, images: Any) -> dict[str, Any]:
+        """The kwargs the row's env is built with: its ``env_kwargs`` plus the recipe's retrieval URL and image
+        budget (``rl.recipe.retrieval`` / ``rl.recipe.images``; the agent loop and ``ragym budget`` both)."""
+        from rl.recipe.images import with_image_budget
+        from rl.recipe.retrieval import with_retrieval_url
+
+        kwargs = with_retrieval_url(self.env_id, self.env_kwargs, retrieval_url)
+        return with_image_budget(self.env_id, kwargs, images)
+
 
 def _json_field(extra_info: dict[str, Any], key: str, row: Any) -> Any:
     """A JSON-string field of ``extra_info`` (an already-decoded dict passes through)."""

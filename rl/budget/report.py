@@ -50,19 +50,16 @@ class RowEpisodes:
         self.max_turns = OmegaConf.select(config, MAX_TURNS_KEY, default=None)
         self._envs: dict[str, Any] = {}
 
-    def env(self, env_id: str, env_kwargs: dict[str, Any]) -> Any:
-        """The row's env: its ``env_kwargs`` plus the recipe's retrieval URL and image budget."""
-        from rl.recipe.images import with_image_budget
-        from rl.recipe.retrieval import with_retrieval_url
-
-        if env_id not in SUPPORTED_ENVS:
+    def env(self, spec: Any) -> Any:
+        """The row's env, built with the kwargs the agent loop uses (``EpisodeSpec.recipe_env_kwargs``)."""
+        if spec.env_id not in SUPPORTED_ENVS:
             raise UsageError(
-                f"no longest-episode policy for {env_id}; ragym budget knows {', '.join(SUPPORTED_ENVS)}"
+                f"no longest-episode policy for {spec.env_id}; ragym budget knows {', '.join(SUPPORTED_ENVS)}"
             )
-        kwargs = with_image_budget(env_id, with_retrieval_url(env_id, env_kwargs, self.url), self.images)
-        key = json.dumps([env_id, kwargs], sort_keys=True, default=str)
+        kwargs = spec.recipe_env_kwargs(self.url, self.images)
+        key = json.dumps([spec.env_id, kwargs], sort_keys=True, default=str)
         if key not in self._envs:
-            self._envs[key] = make_env(env_id, **kwargs)
+            self._envs[key] = make_env(spec.env_id, **kwargs)
             # MEMORA: read the domain memory on disk, never write the user's files.
             if kwargs.get("memory_dir"):
                 self._envs[key].freeze_memory()
@@ -75,7 +72,7 @@ class RowEpisodes:
         from rl.agent_loop.observations import EpisodeSpec
 
         spec = EpisodeSpec.from_extra_info(dict(row["extra_info"]))
-        env = self.env(spec.env_id, spec.env_kwargs)
+        env = self.env(spec)
         played = play_longest(spec.env_id, env, spec.env_options, spec.seed, self.max_turns)
         return count_episode(played, env.system_prompt, spec.seed, spec.env_id, text, pixels, action_tokens)
 

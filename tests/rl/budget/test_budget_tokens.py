@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from envs.registry import make_env
+from rl.agent_loop.observations import EpisodeSpec
 from rl.budget.cli import load_config, main
 from rl.budget.tokens import VISION_MARKERS, TextCounter, pixel_rule
 from rl.recipe.images import recipe_images, recipe_processor_kwargs, with_image_budget
@@ -95,7 +96,7 @@ def test_the_counts_are_the_agent_loops_own_for_the_same_turns(paper_rows, real_
     counted = json.loads(out.read_text())["episodes"][0]  # the comparison row: 8 turns, 30 candidates
     recipe_config = load_config(recipe, [])
     row = pd.read_parquet(rows)["extra_info"].iloc[0]
-    env = RowEpisodes(recipe_config).env(row["env_id"], json.loads(row["env_kwargs"]))
+    env = RowEpisodes(recipe_config).env(EpisodeSpec.from_extra_info(dict(row)))
     turns = play_longest(row["env_id"], env, json.loads(row["env_options"]), int(row["index"]), 8).turns
     # The agent loop, fed the same turns by a scripted server, with the recipe's budget and processor range.
     config = rollout_config(response_length=100_000, max_assistant_turns=8)
