@@ -125,13 +125,13 @@ PRESETS: dict[str, Preset] = {
 
 
 PRESETS["demo_k7"] = replace(PRESETS["demo"], signature_window=21)
-# The demo with a retriever whose top-1 is weak against the verifier (for MMAgent-R² Table 5's direction):
-# on 60% of query images look-alikes are ranked above the gold within the first 9 candidates: R@1 / R@3 /
-# R@9 19.3 / 35.3 / 84.7% against the demo's 41.7 / 67.0 / 84.7% (seed 0, every row; measured with
-# benchmarks/env_step.recall). Only the candidate lists change; entities, questions and rows are the demo's.
-PRESETS["demo_weak_top1"] = replace(PRESETS["demo"], lure_share=0.6, lure_depth=9)
 """The demo KB with signature codes unique within the first 21 candidates: what Table 6's K = 7 pages
 through at Rej_max = 2 (the demo's 9 would let a look-alike past rank 9 share the gold's code)."""
+PRESETS["demo_weak_top1"] = replace(PRESETS["demo"], lure_share=0.6, lure_depth=9)
+"""The demo with a retriever whose top-1 is weak against the verifier (for MMAgent-R² Table 5's direction): on
+60% of query images look-alikes are ranked above the gold within the first 9 candidates: R@1 / R@3 / R@9 19.3 /
+35.3 / 84.7% against the demo's 41.7 / 67.0 / 84.7% (seed 0, every row; measured with benchmarks/env_step.recall).
+Only the candidate lists change; entities, questions and rows are the demo's."""
 
 
 def _signatures(rng: np.random.Generator, count: int) -> list[str]:
