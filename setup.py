@@ -2,7 +2,14 @@
 
 from setuptools import find_packages, setup
 
-# The one place the verl version is pinned; rl.verl_version reads it back from the installed metadata.
+# The repository keeps one folder per layer at the top level; each installs under the one ``ragym`` namespace
+# (``envs/`` is ``ragym.envs``), so ``pip install`` puts only ``ragym`` on the path, editable installs included.
+LAYERS = ("envs", "rewards", "rl", "data_prep")
+PACKAGES = [
+    f"ragym.{name}" for name in find_packages(include=[p for layer in LAYERS for p in (layer, f"{layer}.*")])
+]
+
+# The one place the verl version is pinned; ragym.rl.verl_version reads it back from the installed metadata.
 VERL_REQUIREMENT = "verl==0.9.1"
 
 setup(
@@ -10,10 +17,9 @@ setup(
     version="0.1.0",
     description="Train agentic retrievers (KB-VQA, long-document retrieval) with GRPO on verl.",
     python_requires=">=3.10",
-    packages=find_packages(
-        include=["envs", "envs.*", "rewards", "rewards.*", "rl", "rl.*", "data_prep", "data_prep.*"]
-    ),
-    package_data={"envs": ["*.txt"], "rl": ["*.yaml"]},
+    packages=PACKAGES,
+    package_dir={f"ragym.{layer}": layer for layer in LAYERS},
+    package_data={"ragym.rl.view": ["static/*"]},
     install_requires=[
         # torch is installed first by the Makefile (the CPU wheel); a range keeps pip from pulling a CUDA build.
         "torch>=2.6",
@@ -39,7 +45,7 @@ setup(
         "matplotlib",
         "tqdm",
         "wandb",
-        # serve: the retrieval service as a Ray Serve app (envs/service/ray_serve.py).
+        # serve: the retrieval service as a Ray Serve app (envs/retrieval/service/ray_serve.py).
         "ray[default,serve]",
         "orjson",
         "datasets",
@@ -64,14 +70,14 @@ setup(
         "dev": ["playwright", "pytest", "ruff", "hypothesis", "pytrec-eval-terrier", "scikit-image"],
     },
     entry_points={
-        "console_scripts": ["ragym=rl.cli:main"],
-        # Builders of the envs' built-in synthetic data (envs.registry.synthetic_data): envs never import data_prep.
+        "console_scripts": ["ragym=ragym.rl.cli:main"],
+        # Builders of the envs' built-in synthetic data (ragym.envs.registry.synthetic_data): envs never import data_prep.
         "ragym.synthetic_data": [
-            "kbvqa = data_prep.synthetic_kb:cached_kb",
-            "r3g = data_prep.r3g_synthetic:cached_task",
+            "kbvqa = ragym.data_prep.synthetic_kb:cached_kb",
+            "r3g = ragym.data_prep.r3g_synthetic:cached_task",
         ],
         # verl imports these in every process (trainer, workers, agent loops): ragym's CPU platform and hf
         # rollout (inert on GPU machines; rl/verl_plugin).
-        "verl.plugins": ["ragym = rl.verl_plugin.plugin"],
+        "verl.plugins": ["ragym = ragym.rl.verl_plugin.plugin"],
     },
 )

@@ -23,9 +23,9 @@ from sentence_transformers import SentenceTransformerTrainer, SentenceTransforme
 from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
-from rl.retriever.augment import augment_query
-from rl.retriever.config import recipe_from_dict, with_overrides
-from rl.retriever.train import build_trainer, load_encoder
+from ragym.rl.retriever.augment import augment_query
+from ragym.rl.retriever.config import recipe_from_dict, with_overrides
+from ragym.rl.retriever.train import build_trainer, load_encoder
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 SEPARATOR = "\n"

@@ -31,10 +31,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data_prep.mmlongbench_doc import PrepConfig, prepare  # noqa: E402
-from envs.docmemo import DocMemoEnv  # noqa: E402
-from envs.page_beliefs import PageBeliefs  # noqa: E402
-from rl.ablate.docmemo import oracle_loop  # noqa: E402
+from ragym.data_prep.mmlongbench_doc import PrepConfig, prepare  # noqa: E402
+from ragym.envs.docmemo.beliefs import PageBeliefs  # noqa: E402
+from ragym.envs.docmemo.env import DocMemoEnv  # noqa: E402
+from ragym.rl.ablate.docmemo import oracle_loop  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "mmlongbench_doc"
 

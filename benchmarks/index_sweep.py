@@ -3,9 +3,9 @@ exact top-15, each candidate built and measured in the same run on the same vect
 
 Memory counts everything the serialized index holds (codes, ids, coarse centroids, codebooks, transforms,
 refine codes). Queries are stored vectors, each excluded from its own results, as in
-``data_prep.encoding.index``. One line per candidate (factory, nprobe, k_factor). With ``--disk-refine`` each
+``ragym.data_prep.encoding.index``. One line per candidate (factory, nprobe, k_factor). With ``--disk-refine`` each
 candidate is measured a second time with its ``k_factor * 15`` candidates re-ranked exactly against float16
-full vectors (``envs.retrieval.DiskRefinedIndex``, what ``refine="disk"`` reads from disk): memory is the
+full vectors (``ragym.envs.retrieval.retrievers.DiskRefinedIndex``, what ``refine="disk"`` reads from disk): memory is the
 same faiss bytes, and the line adds the refine vectors' share of the exact size.
 
     OMP_NUM_THREADS=1 python benchmarks/index_sweep.py --make-up hierarchical --num 200000 \\
@@ -21,9 +21,9 @@ import time
 import faiss
 import numpy as np
 
-from data_prep.encoding.clustered import MAKE_UPS, make_generator
-from data_prep.encoding.index import no_polysemous_training
-from envs.retrieval import DiskRefinedIndex, normalise, set_search_params
+from ragym.data_prep.encoding.clustered import MAKE_UPS, make_generator
+from ragym.data_prep.encoding.index import no_polysemous_training
+from ragym.envs.retrieval.retrievers import DiskRefinedIndex, normalise, set_search_params
 
 K = 15
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from rl.models import load_policy  # noqa: E402
+from ragym.rl.models import load_policy  # noqa: E402
 
 
 def main() -> None:

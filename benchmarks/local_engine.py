@@ -3,7 +3,7 @@
     python benchmarks/local_engine.py [--steps 3] [--workdir DIR] [--model DIR] [--shadow-size 512x8]
 
 Runs GRPO steps of the CPU demo recipe on the synthetic demo KB with a tiny policy: ``--model``, or one
-briefly warm-started by ``rl.demo.run.prepare`` in ``--workdir`` (built once, ~30 s), so that episodes are
+briefly warm-started by ``ragym.rl.demo.run.prepare`` in ``--workdir`` (built once, ~30 s), so that episodes are
 multi-turn as in the demo (an untrained policy rarely gets past its first turn).
 
 What is measured, and how:
@@ -34,9 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import rl.agent_loop.loop  # noqa: E402
+import ragym.rl.agent_loop.loop  # noqa: E402
 from benchmarks.local_engine_probes import CpuClock, ShadowGenerator  # noqa: E402
-from rl.engine.main import build_trainer  # noqa: E402
+from ragym.rl.engine.main import build_trainer  # noqa: E402
 
 
 class TimedEnv:
@@ -64,19 +64,19 @@ past its first turn and fills its token budget, which would make generation look
 
 
 def _inputs(workdir: Path, model: str | None) -> tuple[Path, Path]:
-    """The demo KB and the policy: ``model``, or a briefly warm-started tiny policy built by ``rl.demo.run``."""
+    """The demo KB and the policy: ``model``, or a briefly warm-started tiny policy built by ``ragym.rl.demo.run``."""
     if not (workdir / "warm_start" / "warm_start.json").exists():  # written last: everything else exists
         # In a child process: the warm start leaves a large heap whose garbage collections would be charged
         # to whatever code runs next (the agent loop, measured on a first run at 5x its steady cost).
-        code = f"from pathlib import Path; from rl.demo.run import prepare; prepare(Path({str(workdir)!r}), 0, extra_overrides={WARM_START!r})"
+        code = f"from pathlib import Path; from ragym.rl.demo.run import prepare; prepare(Path({str(workdir)!r}), 0, extra_overrides={WARM_START!r})"
         subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
     return workdir / "kb", Path(model) if model else workdir / "warm_start"
 
 
 def _instrument(trainer, clock: CpuClock) -> None:
     """Route the agent loop's episodes, executor calls, env and server requests through ``clock``."""
-    make_env = rl.agent_loop.loop.make_env
-    rl.agent_loop.loop.make_env = lambda *a, **k: TimedEnv(clock.call("env", make_env, *a, **k), clock)
+    make_env = ragym.rl.agent_loop.loop.make_env
+    ragym.rl.agent_loop.loop.make_env = lambda *a, **k: TimedEnv(clock.call("env", make_env, *a, **k), clock)
     agent_loop, server = trainer.agent_loop, trainer.server
     run, generate = agent_loop.run, server.generate
     agent_loop.run = lambda *a, **k: clock.coroutine("agent_loop", run(*a, **k))

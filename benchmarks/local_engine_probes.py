@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from rl.engine.hf_server import HFServer, sample_tokens
+from ragym.rl.engine.hf_server import HFServer, sample_tokens
 
 
 class CpuClock:
@@ -149,7 +149,7 @@ class ShadowGenerator:
 def _shadow_model(model: torch.nn.Module, tokenizer: Any, hidden: int, layers: int) -> torch.nn.Module:
     """A random-weight policy of the same architecture and token ids, with a wider and deeper language model."""
     # The tiny-policy config builder keeps every special-token id and the vision tower's input format.
-    from rl.tiny.policy import TinyPolicyConfig, model_config
+    from ragym.rl.tiny.policy import TinyPolicyConfig, model_config
 
     heads = max(1, hidden // 64)
     config = TinyPolicyConfig(

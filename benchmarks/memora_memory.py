@@ -17,13 +17,13 @@ import time
 
 import numpy as np
 
-from envs.events import events_of
-from envs.memora import MemoraEnv
-from envs.memora_corpus import bm25_collection
-from envs.memora_synthetic import FACETS, SyntheticConfig, synthetic_domain
-from rewards.memora import ranking_ndcg
-from rl.eval.memora_models import ScriptedModel
-from rl.eval.memora_pipeline import MemoraPipeline
+from ragym.envs.events import events_of
+from ragym.envs.memora.corpus import bm25_collection
+from ragym.envs.memora.env import MemoraEnv
+from ragym.envs.memora.synthetic import FACETS, SyntheticConfig, synthetic_domain
+from ragym.rewards.memora import ranking_ndcg
+from ragym.rl.eval.memora_models import ScriptedModel
+from ragym.rl.eval.memora_pipeline import MemoraPipeline
 
 
 def run(seed: int, depth: int, use_memory: bool = True) -> tuple[float, float, float, float]:

@@ -1,7 +1,7 @@
 """The encoding step at speed and the compressed index at scale, each against its baseline in the same run.
 
 1. Index: ``--num-vectors`` (default 1M) 768-d synthetic embeddings of make-up ``--make-up``
-   (``data_prep.encoding.clustered.MAKE_UPS``: ``hierarchical``, calibrated to real embeddings' neighbour
+   (``ragym.data_prep.encoding.clustered.MAKE_UPS``: ``hierarchical``, calibrated to real embeddings' neighbour
    statistics, or the earlier ``gaussian128``) written as encoded shards, indexed by ``build_sharded_index``;
    prints the index's memory against the exact flat index and its recall@15 against exact top-15
    (``--queries`` stored vectors as queries, themselves excluded). Goal: recall >= 0.95 at <= 1/8 of the
@@ -30,18 +30,18 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.encoding import EncodeConfig, Item, encode_items, read_items, shards, write_items
-from data_prep.encoding.clustered import MAKE_UPS, make_generator
-from data_prep.encoding.encoders import SentenceItems
-from data_prep.encoding.index import (
+from ragym.data_prep.encoding import EncodeConfig, Item, encode_items, read_items, shards, write_items
+from ragym.data_prep.encoding.clustered import MAKE_UPS, make_generator
+from ragym.data_prep.encoding.encoders import SentenceItems
+from ragym.data_prep.encoding.index import (
     IndexOptions,
     VectorBlocks,
     build_sharded_index,
     load_sharded_index,
     search_shards,
 )
-from data_prep.encoding.tiny import build_tiny_text_encoder
-from envs.retrieval import RefineVectors
+from ragym.data_prep.encoding.tiny import build_tiny_text_encoder
+from ragym.envs.retrieval.retrievers import RefineVectors
 
 WORDS = "the museum river bridge painter tower garden station history built century north city".split()
 

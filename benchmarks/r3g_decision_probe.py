@@ -1,9 +1,9 @@
 """Teacher-forced probe of an R3G demo policy's judge decisions on held-out rows.
 
-    python -m rl.demo.r3g --out runs/r3g_demo_s0 --seed 0
+    python -m ragym.rl.demo.r3g --out runs/r3g_demo_s0 --seed 0
     python benchmarks/r3g_decision_probe.py runs/r3g_demo_s0 runs/r3g_demo_s0/warm_start [--rows 24]
 
-Replays the noiseless expert (``rl.demo.r3g.R3GExpert``, noise 0) on the first ``--rows`` held-out rows and
+Replays the noiseless expert (``ragym.rl.demo.r3g.R3GExpert``, noise 0) on the first ``--rows`` held-out rows and
 prints, per expert token, the policy's mean probability of it: ``word:visible`` (gold image) and
 ``word:hidden`` (look-alike) after ``]``, ``a=:1`` and ``a=:0`` after ``a=``. A policy that reads the
 captions has ``word:*`` near 1; a decision conditioned on the word has ``a=:1`` near 1 and ``a=:0`` near
@@ -23,14 +23,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from rl.agent_loop.loop import make_agent_loop  # noqa: E402
-from rl.demo.r3g import DECISION_TOKEN, RECIPE, R3GExpert  # noqa: E402
-from rl.demo.warm_start import ReplayServer, _replay  # noqa: E402
-from rl.engine.grpo import response_log_probs  # noqa: E402
-from rl.engine.trainer import read_rows  # noqa: E402
-from rl.engine.vision import ImageInputs  # noqa: E402
-from rl.models import load_policy  # noqa: E402
-from rl.recipe.compose import load_recipe  # noqa: E402
+from ragym.rl.agent_loop.loop import make_agent_loop  # noqa: E402
+from ragym.rl.demo.r3g import DECISION_TOKEN, RECIPE, R3GExpert  # noqa: E402
+from ragym.rl.demo.warm_start import ReplayServer, _replay  # noqa: E402
+from ragym.rl.engine.grpo import response_log_probs  # noqa: E402
+from ragym.rl.engine.trainer import read_rows  # noqa: E402
+from ragym.rl.engine.vision import ImageInputs  # noqa: E402
+from ragym.rl.models import load_policy  # noqa: E402
+from ragym.rl.recipe.compose import load_recipe  # noqa: E402
 
 
 def probe(out: Path, model_dir: str, num_rows: int) -> dict[str, list[float]]:

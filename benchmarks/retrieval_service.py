@@ -2,7 +2,7 @@
 
 The index is a recorded one: ``--kb-dir KB`` (the KB's entity index, retriever ``image``), or by default a
 flat index of ``--num-vectors`` x ``--dim`` random unit vectors written once by the encoding step's index code
-(``data_prep.encoding.index``: what a KB records below 200k vectors) and served as a shard manifest
+(``ragym.data_prep.encoding.index``: what a KB records below 200k vectors) and served as a shard manifest
 (retriever ``vec``). The service is ``ragym serve`` in its own process with its defaults (plus
 ``--serve-args`` to measure a tuned setting), in this machine's environment untouched. Bare faiss is the same
 index loaded the way ``ragym serve`` loads it, searched here in batches of ``--clients`` queries, with one
@@ -48,7 +48,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import faiss  # noqa: E402
 
-from envs.search_settings import available_cores, set_search_threads  # noqa: E402
+from ragym.envs.retrieval.search_settings import available_cores, set_search_threads  # noqa: E402
 
 
 def unit_vectors(num: int, dim: int, seed: int) -> np.ndarray:
@@ -63,8 +63,8 @@ def unit_vectors(num: int, dim: int, seed: int) -> np.ndarray:
 
 def recorded_index(num: int, dim: int) -> Path:
     """The benchmark's index folder (``index.json`` + shard), written once by the encoding step's index code."""
-    from data_prep.encoding.index import INDEX_MANIFEST, IndexOptions, VectorBlocks, index_vectors
-    from data_prep.synthetic_kb import cache_root
+    from ragym.data_prep.encoding.index import INDEX_MANIFEST, IndexOptions, VectorBlocks, index_vectors
+    from ragym.data_prep.synthetic_kb import cache_root
 
     out = cache_root() / "bench" / f"service-flat-{num}x{dim}"
     if not (out / INDEX_MANIFEST).is_file():
@@ -78,15 +78,15 @@ def recorded_index(num: int, dim: int) -> Path:
 def target(args: argparse.Namespace) -> tuple[list[str], str, Any]:
     """(``ragym serve`` arguments, retriever name, the index loaded as the service loads it)."""
     if args.kb_dir:
-        from envs.kb import load_kb
-        from envs.retrieval import IndexSpec
+        from ragym.envs.kbvqa.kb import load_kb
+        from ragym.envs.retrieval.retrievers import IndexSpec
 
         return (
             ["--kb-dir", args.kb_dir],
             "image",
             load_kb(args.kb_dir).image_retriever(IndexSpec(kind="auto")),
         )
-    from envs.service.shards import ShardedRetriever
+    from ragym.envs.retrieval.service.shards import ShardedRetriever
 
     manifest = recorded_index(args.num_vectors, args.dim)
     sharded = ShardedRetriever.from_manifest(manifest)
@@ -112,7 +112,7 @@ def bare_faiss_qps(
 def service(serve_args: list[str], port: int, extra: list[str]) -> Any:
     """``ragym serve`` on 127.0.0.1:``port`` in its own process until the block ends; yields its log file."""
     log = Path(tempfile.mkstemp(prefix="ragym-serve-", suffix=".log")[1])
-    command = [sys.executable, "-m", "rl.cli", "serve", *serve_args, "--port", str(port), *extra]
+    command = [sys.executable, "-m", "ragym.rl.cli", "serve", *serve_args, "--port", str(port), *extra]
     with log.open("w") as sink:
         process = subprocess.Popen(command, cwd=REPO, env=SERVICE_ENV, stdout=sink, stderr=subprocess.STDOUT)
     try:

@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rewards import Episode, Rubric  # noqa: E402
-from rewards.verl import compute_score  # noqa: E402
+from ragym.rewards import Episode, Rubric  # noqa: E402
+from ragym.rewards.verl import compute_score  # noqa: E402
 from tests.rewards.synthetic import synthetic_episode  # noqa: E402
 
 RECIPE = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"
@@ -38,8 +38,8 @@ def rate(label: str, n: int, fn: Callable[[], object]) -> float:
 def env_rollout_rate(num_episodes: int) -> float | None:
     """Episodes per second of KBVQA-v0 with a scripted SearchImage / Rerank-first / Answer policy."""
     try:
-        from envs.kbvqa_actions import Answer, Rerank, SearchImage, format_action
-        from envs.registry import make_env
+        from ragym.envs.kbvqa.actions import Answer, Rerank, SearchImage, format_action
+        from ragym.envs.registry import make_env
     except ImportError as err:
         print(f"env rollout rate skipped: {err}")
         return None
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         rate(f"term {term.name}", n, lambda t=term: [t.fn(ep, **t.params) for ep in episodes])
     full = rate("Rubric.score (all terms)", n, lambda: [rubric.score(ep) for ep in episodes])
     seam = rate(
-        "rewards.verl.compute_score (verl seam)",
+        "ragym.rewards.verl.compute_score (verl seam)",
         n,
         lambda: [compute_score(ds, "", gt, extra, recipe_path=str(RECIPE)) for ds, gt, extra in verl_args],
     )

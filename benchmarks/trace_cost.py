@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.local_engine import _inputs  # noqa: E402
-from rl.engine.main import build_trainer  # noqa: E402
-from rl.view.trace import TraceConfig  # noqa: E402
+from ragym.rl.engine.main import build_trainer  # noqa: E402
+from ragym.rl.view.trace import TraceConfig  # noqa: E402
 
 
 def _disk(root: Path) -> int:

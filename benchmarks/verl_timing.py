@@ -40,10 +40,10 @@ VERL_KEYS = {
 
 def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     """verl's per-step metrics of a fresh toy run (its own checkpoint folder)."""
-    from rl.engine.verl_local import console_step_metrics
+    from ragym.rl.engine.verl_local import console_step_metrics
 
     ckpt = toy / "bench_checkpoints" / f"verl-{time.time_ns()}"
-    command = [sys.executable, "-m", "rl.cli", "train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy),
+    command = [sys.executable, "-m", "ragym.rl.cli", "train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy),
                f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}",
                f"trainer.default_local_dir={ckpt}", *VERL_ONLY]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -54,10 +54,10 @@ def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
 
 def run_local(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     """The local engine's per-step metrics on the same recipe, rows and policy (in this process)."""
-    from rl.engine.main import build_trainer
-    from rl.engine.verl_local import toy_overrides
-    from rl.recipe.compose import resolve_recipe_path
-    from rl.recipe.platforms import merge_overrides, platform_overrides
+    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.engine.verl_local import toy_overrides
+    from ragym.rl.recipe.compose import resolve_recipe_path
+    from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
 
     toy_set = platform_overrides("toy")
     overrides = merge_overrides(toy_set, toy_overrides(resolve_recipe_path(RECIPE), toy, toy_set),

@@ -63,8 +63,8 @@ def split_budget_args(argv: Sequence[str]) -> tuple[list[str], BudgetOptions]:
 
 def options_of(args: argparse.Namespace) -> BudgetOptions:
     """The budget options of parsed arguments; a recipe that does not exist is refused before any prep work."""
-    from rl.errors import UsageError
-    from rl.recipe.compose import resolve_recipe_path
+    from ragym.rl.errors import UsageError
+    from ragym.rl.recipe.compose import resolve_recipe_path
 
     if args.budget_rows < 1:
         raise UsageError(f"--budget-rows must be >= 1, got {args.budget_rows}")
@@ -78,8 +78,8 @@ def options_of(args: argparse.Namespace) -> BudgetOptions:
 
 def print_budget_report(prep: str, files: Sequence[Path], options: BudgetOptions) -> dict | None:
     """Print the report for ``files`` (the rows ``prep`` wrote); None when skipped or when it cannot run."""
-    from rl.budget.cli import prep_report
-    from rl.errors import UsageError
+    from ragym.rl.budget.cli import prep_report
+    from ragym.rl.errors import UsageError
 
     files = [f for f in files if f.is_file()]
     if not options.enabled or not files:

@@ -19,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from data_prep.kb_files import read_kb_file
-from data_prep.kb_records import Article, Report, RowError, Sample, require_str
-from rewards.answers import score_answer
-from rewards.evqa import QUESTION_TYPES
+from ragym.data_prep.kb_files import read_kb_file
+from ragym.data_prep.kb_records import Article, Report, RowError, Sample, require_str
+from ragym.rewards.answers import score_answer
+from ragym.rewards.evqa import QUESTION_TYPES
 
 SPLITS = ("train", "val", "test")
 KB_NAME = "encyclopedic_kb_wiki.json"

@@ -15,7 +15,7 @@ numbers) is Numerical, answers that are all years/dates are Time, anything else 
 Gold entities: the withkb ``entity_id`` (a QID) is matched to the KB article carrying that QID, and only where
 the KB carries none for it, to an article without a QID by the withkb ``entity_text`` title; the report counts
 each way per split (``gold_match``). A row with no withkb line or no matching article keeps a null gold in
-evaluation splits (scored on its answer) and is rejected from training (``data_prep.kb_build``).
+evaluation splits (scored on its answer) and is rejected from training (``ragym.data_prep.kb_build``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from data_prep.kb_files import read_kb_file
-from data_prep.kb_records import Article, Report, RowError, Sample, iter_jsonl, require_str
-from rewards.answers import score_answer
+from ragym.data_prep.kb_files import read_kb_file
+from ragym.data_prep.kb_records import Article, Report, RowError, Sample, iter_jsonl, require_str
+from ragym.rewards.answers import score_answer
 
 SPLITS = ("train", "val")
 KB_NAMES = (
@@ -124,7 +124,9 @@ def _sample(row: Any, split: str, withkb: dict, qtypes: dict, find_image: ImageF
     if "answer_eval" not in row:
         raise RowError("missing_answer_eval", f"{data_id} has no answer_eval (test/human rows have none)")
     qtype, inferred = _question_type(row, qtypes.get(data_id))
-    gold = withkb.get(data_id) or {}  # none: the row still scores on its answer (data_prep.kb_build decides)
+    gold = (
+        withkb.get(data_id) or {}
+    )  # none: the row still scores on its answer (ragym.data_prep.kb_build decides)
     answer_eval = row["answer_eval"]
     if qtype != "Numerical" and (
         not isinstance(answer_eval, list)

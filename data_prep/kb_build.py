@@ -1,4 +1,4 @@
-"""Write a real benchmark's KB and verl rows in the ``envs.kb`` format: entities, 800-character passages,
+"""Write a real benchmark's KB and verl rows in the ``ragym.envs.kbvqa.kb`` format: entities, 800-character passages,
 image and text indexes, precomputed candidate lists, the reachability filter (training splits only) and a report.
 
 Readers hand over ``Article`` and ``Sample`` records; this module knows no dataset. An entity is indexed by its
@@ -22,12 +22,12 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from data_prep.encoding.index import VectorBlocks, index_summary, index_vectors
-from data_prep.kb_encode import encode
-from data_prep.kb_images import image_file
-from data_prep.kb_records import Article, Report, RowError, Sample, chunk_text
-from envs.kb import KB_FORMAT, KB_VERSION
-from envs.retrieval import BM25Retriever, build_index, normalise
+from ragym.data_prep.encoding.index import VectorBlocks, index_summary, index_vectors
+from ragym.data_prep.kb_encode import encode
+from ragym.data_prep.kb_images import image_file
+from ragym.data_prep.kb_records import Article, Report, RowError, Sample, chunk_text
+from ragym.envs.kbvqa.kb import KB_FORMAT, KB_VERSION
+from ragym.envs.retrieval.retrievers import BM25Retriever, build_index, normalise
 
 log = logging.getLogger(__name__)
 ENV_ID = "KBVQA-v0"
@@ -43,7 +43,7 @@ class BuildConfig:
     max_rejections: int = 2
     """Rej_max: each query image has (Rej_max + 1) x K precomputed candidates."""
     image_encoder: dict[str, Any] = field(default_factory=lambda: {"name": "pixel"})
-    """``envs.encoders`` spec: ``{"name": "eva_clip", "kwargs": {"model_path": ..., "processor_path": ...}}``
+    """``ragym.envs.retrieval.encoders`` spec: ``{"name": "eva_clip", "kwargs": {"model_path": ..., "processor_path": ...}}``
     for the paper's index; ``pixel`` is the CPU stand-in."""
     text_encoder: dict[str, Any] | None = None
     """``{"name": "e5", "kwargs": {"model_path": ...}}`` writes dense passage vectors; BM25 is always built."""
@@ -183,7 +183,7 @@ def _passages(articles: list[Article], ids: list[str], loose: list[tuple[str, st
 
 def _row(sample: Sample, index: int, data_source: str, env_kwargs: str, paths: list[str], golds: list[str | None],
          candidates: list[list[str]]) -> dict[str, Any]:  # fmt: skip
-    """One verl row, in the synthetic KB's schema (``data_prep.synthetic_kb_io``)."""
+    """One verl row, in the synthetic KB's schema (``ragym.data_prep.synthetic_kb_io``)."""
     options = {
         "question": sample.question,
         "query_images": paths,
@@ -326,7 +326,7 @@ def build(
         "num_queries": len(query_paths),
         "index": {"entities": {"path": "index/entities", **index_summary(entity_index)}},
         "extra": {
-            "generator": "data_prep.kb_build",
+            "generator": "ragym.data_prep.kb_build",
             "candidates_per_batch": cfg.candidates_per_batch,
             "max_rejections": cfg.max_rejections,
             "recall": recall,

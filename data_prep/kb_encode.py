@@ -1,8 +1,8 @@
 """The one place real KB preparation encodes images and texts: through the shared encoding step.
 
-Everything ``data_prep.kb_build`` embeds goes through ``encode``: entity images with titles, query images and
-passages, as ``data_prep.encoding`` items (sharded, resumable vector shards with a progress bar; the same
-encoders run as Ray Data actors at scale). The models are ``envs.encoders``: EVA-CLIP image+title, E5 with its
+Everything ``ragym.data_prep.kb_build`` embeds goes through ``encode``: entity images with titles, query images and
+passages, as ``ragym.data_prep.encoding`` items (sharded, resumable vector shards with a progress bar; the same
+encoders run as Ray Data actors at scale). The models are ``ragym.envs.retrieval.encoders``: EVA-CLIP image+title, E5 with its
 prefixes, or the CPU pixel features.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.encoding import EncodeConfig, EncoderSpec, Item, encode_to_array
+from ragym.data_prep.encoding import EncodeConfig, EncoderSpec, Item, encode_to_array
 
 ROLES = ("entities", "queries", "passages")
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from data_prep.kb_records import Article, Report, RowError, iter_json_object, iter_jsonl
+from ragym.data_prep.kb_records import Article, Report, RowError, iter_json_object, iter_jsonl
 
 _QID = re.compile(r"Q[1-9]\d*")
 

@@ -1,6 +1,6 @@
 """Shared records of the real KB-VQA readers: KB articles, samples, passage chunking and the prep report.
 
-Every reader (``data_prep.infoseek``, ``data_prep.evqa``, ``data_prep.mmhops``) turns the official files
+Every reader (``ragym.data_prep.infoseek``, ``ragym.data_prep.evqa``, ``ragym.data_prep.mmhops``) turns the official files
 into ``Article`` and ``Sample`` records and records each row it cannot use in a ``Report`` with a reason,
 so a run always accounts for every input row: rows in = rows out + rows rejected.
 """
@@ -61,7 +61,7 @@ class Sample:
     gold_keys: tuple[str | None, ...]
     """KB key of the gold entity of each image (None where the dataset does not give one)."""
     ground_truth: dict[str, Any]
-    """The annotation in the form ``rewards.answers.score_answer`` reads for this data source."""
+    """The annotation in the form ``ragym.rewards.answers.score_answer`` reads for this data source."""
     question_type: str
     """The dataset's question type (String/Numerical/Time, templated/2_hop/..., Bridge/Compare)."""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from data_prep.kb_records import Article, Report, RowError, Sample, iter_jsonl, require_str
-from rewards.mmhops import check_ground_truth
+from ragym.data_prep.kb_records import Article, Report, RowError, Sample, iter_jsonl, require_str
+from ragym.rewards.mmhops import check_ground_truth
 
 SPLITS = ("train", "validation", "test")
 GOLD_COLUMNS = ("entity_ids", "gold_entities", "entity_id", "wikidata_ids", "wikidata_id")

@@ -1,9 +1,9 @@
 """MMLongBench-Doc -> DocMemo document stores + verl parquet rows.
 
-``python -m data_prep.mmlongbench_doc --samples samples.json --documents DIR --out OUT [--dpi 144] [--limit N]``
-(then the token budget report of the rows at ``docmemo_qwen2_5_vl_7b``: ``data_prep.budget_report``)
+``python -m ragym.data_prep.mmlongbench_doc --samples samples.json --documents DIR --out OUT [--dpi 144] [--limit N]``
+(then the token budget report of the rows at ``docmemo_qwen2_5_vl_7b``: ``ragym.data_prep.budget_report``)
 
-Writes ``OUT/docs/<doc_key>/`` (``envs.doc_store`` layout: page images at ``--dpi``, page text, extractive
+Writes ``OUT/docs/<doc_key>/`` (``ragym.envs.docmemo.store`` layout: page images at ``--dpi``, page text, extractive
 summaries, page types, page embeddings from all-MiniLM-L6-v2 over page text, or from a CLIP-style model
 over page images with ``--visual-model-path``), ``OUT/data/test.parquet`` (data_source
 ``mmlongbench_doc``, ground truth ``{"answer", "answer_format", "evidence_pages"}`` with 1-based pages) and
@@ -26,12 +26,12 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
-from data_prep.budget_report import add_budget_args, options_of, print_budget_report
-from data_prep.encoding import EncodeConfig, Item, encode_to_array
-from data_prep.encoding.encoders import EnvEncoderItems
-from data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
-from envs.doc_store import DocStore, doc_key, save_store, summarise
-from envs.page_retrieval import PageEncoder, TextPageEncoder, VisualPageEncoder
+from ragym.data_prep.budget_report import add_budget_args, options_of, print_budget_report
+from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
+from ragym.data_prep.encoding.encoders import EnvEncoderItems
+from ragym.data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
+from ragym.envs.docmemo.pages import PageEncoder, TextPageEncoder, VisualPageEncoder
+from ragym.envs.docmemo.store import DocStore, doc_key, save_store, summarise
 
 log = logging.getLogger(__name__)
 DATA_SOURCE = "mmlongbench_doc"

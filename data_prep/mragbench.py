@@ -10,7 +10,7 @@ options A-D, ``answer_choice``, ``scenario``, the query image, as gold evidence 
 The corpus is every distinct image (content hash) among the ``gt_images`` and ``retrieved_images`` of the
 rows kept, plus the files of ``--corpus`` (the separately distributed ``image_corpus`` folder), so a
 ground-truth image that is also a corpus file is one corpus entry. Captions are empty (MRAG-Bench has none).
-Splits: ``test`` when sha1(question id) falls under ``--test-fraction`` (``data_prep.r3g_task.split_of``).
+Splits: ``test`` when sha1(question id) falls under ``--test-fraction`` (``ragym.data_prep.r3g_task.split_of``).
 ``OUT/report.json``: rows in = rows out + rows rejected, by reason.
 """
 
@@ -29,8 +29,8 @@ from typing import Any
 
 from PIL import Image
 
-from data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
-from envs.encoders import make_image_encoder
+from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
+from ragym.envs.retrieval.encoders import make_image_encoder
 
 log = logging.getLogger(__name__)
 DATA_SOURCE = "mragbench"

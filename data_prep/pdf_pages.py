@@ -15,7 +15,7 @@ import numpy as np
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_raw
 
-from envs.doc_store import Section
+from ragym.envs.docmemo.store import Section
 
 _NUMBER = re.compile(r"^[\$€£(]?[-+]?\d[\d,.]*%?\)?$")
 

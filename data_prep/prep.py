@@ -3,8 +3,8 @@
     ragym prep infoseek|evqa|mmhops --raw DIR --out DIR [--limit N] [--image-encoder JSON] [--text-encoder JSON]
     ragym prep mix --out DIR infoseek=65000 evqa=67000 mmhops=17000 [--root DIR] [--seed S]
     ragym prep kb-images infoseek|evqa --raw DIR [--out DIR] [--workers N]   (MMhops-KB lists no URLs)
-    ragym prep mragbench --raw DIR --out DIR [--limit N] [--corpus DIR]   (R3G task folder, see data_prep.mragbench)
-    ragym prep bright --raw DIR --task biology --out DIR [--long] [--qrels FILE]   (MEMORA-v0, data_prep.bright)
+    ragym prep mragbench --raw DIR --out DIR [--limit N] [--corpus DIR]   (R3G task folder, see ragym.data_prep.mragbench)
+    ragym prep bright --raw DIR --task biology --out DIR [--long] [--qrels FILE]   (MEMORA-v0, ragym.data_prep.bright)
     ragym prep mm-bright --raw DIR --domain academia --task 1|2 --out DIR [--descriptions FILE]
 
 Each dataset run prints and saves ``OUT/report.json``: rows in = rows out + rows rejected per split, with a
@@ -23,10 +23,10 @@ from typing import Any
 
 import pandas as pd
 
-from data_prep import evqa, infoseek, kb_images, mmhops
-from data_prep.budget_report import print_budget_report, split_budget_args
-from data_prep.kb_build import BuildConfig, build
-from data_prep.kb_records import Report
+from ragym.data_prep import evqa, infoseek, kb_images, mmhops
+from ragym.data_prep.budget_report import print_budget_report, split_budget_args
+from ragym.data_prep.kb_build import BuildConfig, build
+from ragym.data_prep.kb_records import Report
 
 DATASETS = ("infoseek", "evqa", "mmhops")
 EVAL_SPLITS = {"infoseek": ("val",), "evqa": ("test", "val"), "mmhops": ("test", "validation")}
@@ -185,12 +185,12 @@ def _run(command: str, rest: list[str]) -> int:
     elif command in (
         "bright",
         "mm-bright",
-    ):  # MEMORA's benchmarks: a corpus and MEMORA-v0 rows (data_prep.bright)
-        from data_prep import bright
+    ):  # MEMORA's benchmarks: a corpus and MEMORA-v0 rows (ragym.data_prep.bright)
+        from ragym.data_prep import bright
 
         return bright.main(command, rest)
-    elif command == "mragbench":  # R3G's benchmark: its own task-folder layout (data_prep.mragbench)
-        from data_prep import mragbench
+    elif command == "mragbench":  # R3G's benchmark: its own task-folder layout (ragym.data_prep.mragbench)
+        from ragym.data_prep import mragbench
 
         return mragbench.main(rest)
     else:

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
-from envs.encoders import PixelImageEncoder
+from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
+from ragym.envs.retrieval.encoders import PixelImageEncoder
 
 DATA_SOURCE = "synthetic_r3g"
 GENERATOR_VERSION = 1

@@ -1,6 +1,6 @@
-"""Writes an R3G task folder (``envs.r3g_corpus`` layout): corpus images and features, query features, rows.
+"""Writes an R3G task folder (``ragym.envs.r3g.corpus`` layout): corpus images and features, query features, rows.
 
-Shared by ``data_prep.mragbench`` and ``data_prep.r3g_synthetic`` so both produce the same schema.
+Shared by ``ragym.data_prep.mragbench`` and ``ragym.data_prep.r3g_synthetic`` so both produce the same schema.
 Splits: a row is ``test`` when the first 8 hex digits of sha1(question id) / 16**8 < ``test_fraction``,
 so the split of a question never depends on ``--limit``, row order or the other questions.
 """
@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from data_prep.encoding import EncodeConfig, Item, encode_to_array
-from data_prep.encoding.encoders import EnvEncoderItems
-from envs.encoders import ImageEncoder
-from envs.retrieval import normalise
+from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
+from ragym.data_prep.encoding.encoders import EnvEncoderItems
+from ragym.envs.retrieval.encoders import ImageEncoder
+from ragym.envs.retrieval.retrievers import normalise
 
 ENV_ID = "R3G-v0"
 

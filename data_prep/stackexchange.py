@@ -6,7 +6,7 @@ question with a chain-of-thought intent, splits deterministically by thread id a
 inside each split. Writes ``train.jsonl``/``test.jsonl`` (pairs), ``corpus.jsonl`` (answers) and
 ``report.json`` (rows in = rows out + rows rejected, by reason).
 
-    python -m data_prep.stackexchange --input Posts.xml --out data/se --exclude-ids bench_ids.txt \\
+    python -m ragym.data_prep.stackexchange --input Posts.xml --out data/se --exclude-ids bench_ids.txt \\
         --cutoff 2024-01-01 --annotator offline --limit 1000
 """
 
@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from data_prep.annotators import (
+from ragym.data_prep.annotators import (
     OFFLINE_ANNOTATOR_NAME,
     Annotator,
     AnnotatorError,
@@ -28,8 +28,8 @@ from data_prep.annotators import (
     ChatAnnotatorConfig,
     OfflineAnnotator,
 )
-from data_prep.hard_negatives import mine_bm25_negatives
-from data_prep.stackexchange_readers import QAPair, Rejection, read_pairs
+from ragym.data_prep.hard_negatives import mine_bm25_negatives
+from ragym.data_prep.stackexchange_readers import QAPair, Rejection, read_pairs
 
 logger = logging.getLogger(__name__)
 

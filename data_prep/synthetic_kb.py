@@ -1,7 +1,7 @@
 """Synthetic KB-VQA knowledge base: look-alike entities, passages, query images, candidates, parquet rows.
 
 ``ragym build-kb --out DIR --preset P [--num-entities N --num-rows N --seed S]`` writes exactly the
-``envs.kb`` on-disk format plus ``DIR/data/{train,test}.parquet`` in verl's row schema, so nothing
+``ragym.envs.kbvqa.kb`` on-disk format plus ``DIR/data/{train,test}.parquet`` in verl's row schema, so nothing
 downstream knows the data is synthetic. Difficulty presets set the pixel retriever's R@1 / R@15
 (``benchmarks/env_step.py`` prints them); ``demo`` is the CPU demo's (small, one candidate per batch, the env's visual check).
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep import synthetic_images as images
-from data_prep import synthetic_text as text
-from data_prep.synthetic_kb_io import KBTables, write_kb
+from ragym.data_prep import synthetic_images as images
+from ragym.data_prep import synthetic_text as text
+from ragym.data_prep.synthetic_kb_io import KBTables, write_kb
 
 log = logging.getLogger(__name__)
 GENERATOR_VERSION = 6

@@ -1,4 +1,4 @@
-"""Write generated synthetic KB tables in the ``envs.kb`` on-disk format, plus verl parquet rows."""
+"""Write generated synthetic KB tables in the ``ragym.envs.kbvqa.kb`` on-disk format, plus verl parquet rows."""
 
 from __future__ import annotations
 
@@ -11,15 +11,22 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from data_prep import synthetic_images as images
-from data_prep.encoding import EncodeConfig, EncoderSpec, Item, encode_items, encode_to_array, load_encoded
-from data_prep.encoding.index import build_sharded_index, index_summary
-from data_prep.synthetic_text import EntityText
-from envs.kb import KB_FORMAT, KB_VERSION
-from envs.retrieval import BM25Retriever, build_index, normalise
+from ragym.data_prep import synthetic_images as images
+from ragym.data_prep.encoding import (
+    EncodeConfig,
+    EncoderSpec,
+    Item,
+    encode_items,
+    encode_to_array,
+    load_encoded,
+)
+from ragym.data_prep.encoding.index import build_sharded_index, index_summary
+from ragym.data_prep.synthetic_text import EntityText
+from ragym.envs.kbvqa.kb import KB_FORMAT, KB_VERSION
+from ragym.envs.retrieval.retrievers import BM25Retriever, build_index, normalise
 
 if TYPE_CHECKING:
-    from data_prep.synthetic_kb import Preset
+    from ragym.data_prep.synthetic_kb import Preset
 
 DATA_SOURCE = "synthetic_kbvqa"
 _CHUNK = 2048  # entities rendered and saved per batch (bounds memory at 100k+ entities)
@@ -242,7 +249,7 @@ def write_kb(
         # What the encoding step built over the entity vectors: kind, memory, recall@K against exact search.
         "index": {"entities": {"path": "index/entities", **index_summary(entity_index)}},
         "extra": {
-            "generator": "data_prep.synthetic_kb",
+            "generator": "ragym.data_prep.synthetic_kb",
             "seed": seed,
             "preset": preset.__dict__ | {"env_kwargs": dict(preset.env_kwargs)},
         },

@@ -1,6 +1,6 @@
 """Anchor states: what each env says a policy turn faced, so turn-level credit compares like with like.
 
-Turn-level credit (``rl.credit``) compares a turn's step return only with turns of other episodes of the same
+Turn-level credit (``ragym.rl.credit``) compares a turn's step return only with turns of other episodes of the same
 GRPO group that faced the same anchor. An anchor is a function of the events before the turn (never of the
 turn's own action), written as a JSON string. Each env registers one function ``events -> {turn: anchor}``;
 turns it leaves out have no anchor and get the episode advantage only. Turn 0 never has one: every episode of
@@ -21,7 +21,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from envs.events import Event, events_of
+from ragym.envs.events import Event, events_of
 
 AnchorFn = Callable[[list[Event]], dict[int, str]]
 """``fn(events) -> {turn: anchor}`` for the turns that faced a declared anchor state."""

@@ -145,7 +145,7 @@ def answer(turn: int, text: str, forced: bool = False) -> Event:
 def retrieval_error(turn: int, retriever: str, reason: str, detail: str) -> Event:
     """A search got no answer from the retrieval service (the policy was told retrieval is unavailable).
 
-    ``reason``: ``timeout``, ``connection``, ``server_error`` or ``circuit_open`` (``envs.service.client``).
+    ``reason``: ``timeout``, ``connection``, ``server_error`` or ``circuit_open`` (``ragym.envs.retrieval.service.client``).
     """
     return _event(
         "retrieval_error",
@@ -167,7 +167,7 @@ def episode_error(turn: int, stage: str, error: str) -> Event:
     return _event("episode_error", turn, stage=stage, error=_str("episode_error", "error", error))
 
 
-# ===== KBVQA-v0 (envs/kbvqa.py): images are 1-based, as the policy writes SearchImage(j) ==============
+# ===== KBVQA-v0 (envs/kbvqa/env.py): images are 1-based, as the policy writes SearchImage(j) ==============
 KBVQA_KINDS = ("task", "search_image", "search_text", "verification", "boundary")
 EVENT_KINDS.update(KBVQA_KINDS)
 
@@ -283,7 +283,7 @@ def boundary(turn: int, image: int, rejections: int) -> Event:
     )
 
 
-# ===== DocMemo-v0 (envs/docmemo.py): pages are 1-based, as in MMLongBench-Doc ===========================
+# ===== DocMemo-v0 (envs/docmemo/env.py): pages are 1-based, as in MMLongBench-Doc ===========================
 DOCMEMO_KINDS = ("candidates", "selected", "evidence", "feedback", "beliefs")
 EVENT_KINDS.update(DOCMEMO_KINDS)
 
@@ -373,7 +373,7 @@ def docmemo_answer(turn: int, text: str, not_answerable: bool, round: int) -> Ev
     }
 
 
-# ===== MEMORA-v0 (envs/memora.py): documents are corpus ids; factors are 1-based, as the policy writes f=k =
+# ===== MEMORA-v0 (envs/memora/env.py): documents are corpus ids; factors are 1-based, as the policy writes f=k =
 MEMORA_KINDS = ("memory_read", "first_stage", "decompose", "subquery", "factor_evidence", "verdict",
                 "final_ranking", "memory_write")  # fmt: skip
 EVENT_KINDS.update(MEMORA_KINDS)
@@ -495,7 +495,7 @@ def memory_write(
     )  # fmt: skip
 
 
-# ===== R3G-v0 (envs/r3g.py): images are corpus ids; candidates are 1-based, as the policy writes [i] ======
+# ===== R3G-v0 (envs/r3g/env.py): images are corpus ids; candidates are 1-based, as the policy writes [i] ======
 R3G_KINDS = ("r3g_task", "plan", "coarse_retrieval", "judge_error", "evidence_selected")
 EVENT_KINDS.update(R3G_KINDS)
 

@@ -1,6 +1,6 @@
 """Every episode metric, computed from the episode's events alone.
 
-One definition serves training logs (``rl.engine``), ``ragym eval``, ``ragym rollout``, the demo and the
+One definition serves training logs (``ragym.rl.engine``), ``ragym eval``, ``ragym rollout``, the demo and the
 agent loop's ``extra_fields``. ``episode_metrics(env_id, events)`` returns the metrics every env shares
 (turns, the action histogram, format errors, ...) plus the env's own, registered with
 ``@register_metrics(env_id, action_kinds=...)``. A value is None where it does not apply (Ident. without
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envs.events import Event, events_of
+from ragym.envs.events import Event, events_of
 
 POLICY_TRUNCATIONS = ("max_response_length", "generated_vision_token")
 """Loop truncations the policy's own tokens cause (its generation filled the response length, or it generated
@@ -221,7 +221,7 @@ def r3g_metrics(events: list[Event]) -> Metrics:
 
     Gold images come from the ``r3g_task`` event; None where the row has none.
 
-    >>> from envs.events import evidence_selected, plan, r3g_task
+    >>> from ragym.envs.events import evidence_selected, plan, r3g_task
     >>> evs = [r3g_task(["g"], "Angle", 5, 1, "fused", True), plan(0, "p"),
     ...        evidence_selected(2, ["x", "g"], [0.6, 0.4], [0.1, 0.9], [0.7, 1.3], [1], ["g"], "fused")]
     >>> m = r3g_metrics(evs); m["recall@1"], m["evidence_recall"], m["plan_first"]

@@ -4,13 +4,15 @@ Importing this package registers every built-in reward (``outcome``, ``format``,
 ``retrieval_recall``, the ``docmemo_*``, ``memora_*`` and ``r3g_*`` terms).
 """
 
-from rewards import docmemo, kbvqa, memora, r3g, verification  # noqa: F401  (registers the DocMemo, KB-VQA, MEMORA, R3G rewards)
-from rewards.answers import answer_metric_name, score_answer
-from rewards.episode import Episode
-from rewards.infoseek import infoseek_final_score
-from rewards.registry import get_reward, register_reward, registered_rewards
-from rewards.retrieval import ndcg_at_k, recall_at_k
-from rewards.rubric import RewardError, Rubric, RubricResult
+from ragym.envs.retrieval.ranking import ndcg_at_k, recall_at_k
+
+# Registers the DocMemo, KB-VQA, MEMORA and R3G rewards.
+from ragym.rewards import docmemo, kbvqa, memora, r3g, verification  # noqa: F401
+from ragym.rewards.answers import answer_metric_name, score_answer
+from ragym.rewards.episode import Episode
+from ragym.rewards.infoseek import infoseek_final_score
+from ragym.rewards.registry import get_reward, register_reward, registered_rewards
+from ragym.rewards.rubric import RewardError, Rubric, RubricResult
 
 __all__ = [
     "Episode",

@@ -15,11 +15,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from rewards.evqa import AnswerEquivalence, evqa_metric_name, score_evqa
-from rewards.infoseek import score_infoseek
-from rewards.mmhops import score_mmhops
-from rewards.mmlongbench import score_mmlongbench
-from rewards.text import normalize_squad, token_f1
+from ragym.rewards.evqa import AnswerEquivalence, evqa_metric_name, score_evqa
+from ragym.rewards.infoseek import score_infoseek
+from ragym.rewards.mmhops import score_mmhops
+from ragym.rewards.mmlongbench import score_mmlongbench
+from ragym.rewards.text import normalize_squad, token_f1
 
 GENERIC_METRICS = ("em", "f1")
 PAPER_TIME_YEAR_TOLERANCE = 1

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from rewards.text import normalize_squad
+from ragym.rewards.text import normalize_squad
 
 LETTERS = ("A", "B", "C", "D")
 _LEADING = re.compile(r"^\s*[\(\[]?\s*([A-Da-d])\s*(?:[\)\]\.:,]|$)(?:\s|$)")

@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import rewards  # noqa: F401  (registers the built-in rewards)
-from rewards.answers import answer_metric_name
-from rewards.episode import Episode
-from rewards.rubric import RewardError, Rubric, RubricResult
+from ragym import rewards  # noqa: F401  (registers the built-in rewards)
+from ragym.rewards.answers import answer_metric_name
+from ragym.rewards.episode import Episode
+from ragym.rewards.rubric import RewardError, Rubric, RubricResult
 
 
 def read_episodes(path: Path) -> Iterator[Episode]:

@@ -1,6 +1,6 @@
 """DocMemo reward terms: answer correctness (MMLongBench-Doc rules), format, and step-level evidence terms.
 
-All terms read ``episode.events`` (vocabulary in ``envs.docmemo``) and the ground truth
+All terms read ``episode.events`` (vocabulary in ``ragym.envs.docmemo.env``) and the ground truth
 ``{"answer", "answer_format", "evidence_pages"}`` (1-based pages, empty for "Not answerable"). The
 evidence terms return None for questions without gold pages, so the rubric skips them there.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.docmemo_actions import ParseError, parse_action
-from envs.events import events_of
-from rewards.answers import score_answer
-from rewards.episode import Episode
-from rewards.registry import register_reward
-from rewards.text import has_markup
-from rewards.turn_format import TurnFormatParams, parses_with, turn_format_score
+from ragym.envs.docmemo.actions import ParseError, parse_action
+from ragym.envs.events import events_of
+from ragym.rewards.answers import score_answer
+from ragym.rewards.episode import Episode
+from ragym.rewards.registry import register_reward
+from ragym.rewards.text import has_markup
+from ragym.rewards.turn_format import TurnFormatParams, parses_with, turn_format_score
 
 _PARSES = parses_with(parse_action, ParseError)
 

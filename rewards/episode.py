@@ -16,9 +16,9 @@ class Episode:
     turns: list[str]
     """The policy's raw text for each turn, in order (decoded generated tokens only)."""
     events: list[dict[str, Any]]
-    """``info["events"]`` of the final step (see ``envs.events``)."""
+    """``info["events"]`` of the final step (see ``ragym.envs.events``)."""
     ground_truth: Any
-    """The benchmark's own annotation form (see ``rewards.score_answer``)."""
+    """The benchmark's own annotation form (see ``ragym.rewards.score_answer``)."""
     truncated: bool = False
     """The episode ended by a turn or length budget, not by an answer."""
     extra: dict[str, Any] = field(default_factory=dict)

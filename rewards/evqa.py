@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Protocol
 
-from rewards.text import normalize_evqa
+from ragym.rewards.text import normalize_evqa
 
 QUESTION_TYPES = ("templated", "automatic", "multi_answer", "2_hop")
 MULTI_ANSWER_IOU = 0.5

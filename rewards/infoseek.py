@@ -1,4 +1,4 @@
-"""InfoSeek answer scoring and the official aggregate (MMhops, close to it, is ``rewards.mmhops``).
+"""InfoSeek answer scoring and the official aggregate (MMhops, close to it, is ``ragym.rewards.mmhops``).
 
 Ground truth is the official annotation: ``{"answer_eval": [...], "question_type": "String" | "Time" |
 "Numerical"}``. Strings score by normalised exact match against any alias. Numerical ``answer_eval`` is
@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from rewards.text import normalize_squad
+from ragym.rewards.text import normalize_squad
 
 RANGE_IOU_THRESHOLD = 0.5
 """Official: a range prediction is correct when its IoU with the gold range reaches 0.5."""

@@ -2,7 +2,7 @@
 
 ``outcome`` scores the final answer, ``format`` the action grammar of every turn, ``verification`` each
 Rerank/Reject decision (Eq. 3-4), and ``retrieval_recall`` whether a served batch held the gold entity.
-All of them read ``episode.events`` (vocabulary in ``envs.events``) and never text hidden in reasoning.
+All of them read ``episode.events`` (vocabulary in ``ragym.envs.events``) and never text hidden in reasoning.
 """
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.events import events_of
-from rewards.answers import GENERIC_METRICS, score_answer
-from rewards.episode import Episode
-from rewards.evqa import load_equivalence
-from rewards.registry import register_reward
-from rewards.text import has_markup
+from ragym.envs.events import events_of
+from ragym.rewards.answers import GENERIC_METRICS, score_answer
+from ragym.rewards.episode import Episode
+from ragym.rewards.evqa import load_equivalence
+from ragym.rewards.registry import register_reward
+from ragym.rewards.text import has_markup
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -106,7 +106,7 @@ def _turn_flags(episode: Episode) -> list[bool]:
     missing = [t for t in range(len(episode.turns)) if t not in flags]
     if missing:
         # Turns the env never saw (a reply cut by the length budget) are judged by the env's own parser.
-        from envs.kbvqa_actions import ParseError, parse_action
+        from ragym.envs.kbvqa.actions import ParseError, parse_action
 
         for t in missing:
             flags[t] = not isinstance(parse_action(episode.turns[t]), ParseError)

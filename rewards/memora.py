@@ -2,8 +2,8 @@
 
 Ground truth is ``{"qrels": {docid: relevance}, "excluded_ids": [docid, ...]}`` (BRIGHT: gold ids get
 relevance 1, excluded ids are removed from rankings before the cut-off). The ranking terms read the
-``final_ranking`` and ``first_stage`` events (``envs.events``, MEMORA section) and score them with
-``rewards.retrieval.ndcg_at_k`` (trec_eval parity).
+``final_ranking`` and ``first_stage`` events (``ragym.envs.events``, MEMORA section) and score them with
+``ragym.envs.retrieval.ranking.ndcg_at_k`` (trec_eval parity).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envs.events import events_of
-from envs.memora_actions import ParseError, parse_action
-from rewards.episode import Episode
-from rewards.registry import register_reward
-from rewards.retrieval import ndcg_at_k
-from rewards.turn_format import TurnFormatParams, parses_with, turn_format_score
+from ragym.envs.events import events_of
+from ragym.envs.memora.actions import ParseError, parse_action
+from ragym.envs.retrieval.ranking import ndcg_at_k
+from ragym.rewards.episode import Episode
+from ragym.rewards.registry import register_reward
+from ragym.rewards.turn_format import TurnFormatParams, parses_with, turn_format_score
 
 _PARSES = parses_with(parse_action, ParseError)
 

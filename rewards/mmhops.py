@@ -22,7 +22,13 @@ import math
 import re
 from typing import Any
 
-from rewards.infoseek import RANGE_IOU_THRESHOLD, parse_number_or_range, range_iou, score_strings, score_time
+from ragym.rewards.infoseek import (
+    RANGE_IOU_THRESHOLD,
+    parse_number_or_range,
+    range_iou,
+    score_strings,
+    score_time,
+)
 
 QUESTION_TYPES = ("string", "time", "numerical")
 _NUMBER_WORDS = re.compile(

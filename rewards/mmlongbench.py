@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from rewards.text import anls
+from ragym.rewards.text import anls
 
 ANLS_THRESHOLD = 0.5
 """Official: ANLS below or at 0.5 counts as 0."""

@@ -1,8 +1,8 @@
 """R3G reward terms: evidence recall@k, format, and the judge term (nDCG of the fused pool ranking).
 
 Answer correctness is the shared ``outcome`` term: this module registers the multiple-choice scorer
-(``rewards.choices``) for the R3G data sources, so ``outcome`` and ``ragym eval`` score the option letter.
-All terms read ``episode.events`` (vocabulary in ``envs.events``, R3G-v0 section) and the ground truth
+(``ragym.rewards.choices``) for the R3G data sources, so ``outcome`` and ``ragym eval`` score the option letter.
+All terms read ``episode.events`` (vocabulary in ``ragym.envs.events``, R3G-v0 section) and the ground truth
 ``{"answer_choice", "answer", "options", "gold_images", "scenario"}``.
 """
 
@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.events import events_of
-from rewards.answers import register_answer_scorer
-from rewards.choices import score_choice
-from rewards.episode import Episode
-from rewards.registry import register_reward
-from rewards.retrieval import ndcg_at_k
+from ragym.envs.events import events_of
+from ragym.envs.retrieval.ranking import ndcg_at_k
+from ragym.rewards.answers import register_answer_scorer
+from ragym.rewards.choices import score_choice
+from ragym.rewards.episode import Episode
+from ragym.rewards.registry import register_reward
 
 R3G_DATA_SOURCES = ("mragbench", "synthetic_r3g")
 for _source in R3G_DATA_SOURCES:

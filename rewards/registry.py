@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from rewards.episode import Episode
+from ragym.rewards.episode import Episode
 
 RewardFn = Callable[..., "float | None"]
 """``fn(episode: Episode, **params) -> float | None``; params are the recipe's keyword arguments."""

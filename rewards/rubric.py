@@ -27,9 +27,9 @@ from typing import Any
 
 import yaml
 
-from envs.events import events_of
-from rewards.episode import Episode
-from rewards.registry import RewardFn, get_reward, reward_params, validate_params
+from ragym.envs.events import events_of
+from ragym.rewards.episode import Episode
+from ragym.rewards.registry import RewardFn, get_reward, reward_params, validate_params
 
 _RECIPE_KEYS = {"terms", "name", "description"}
 _TERM_KEYS = {"weight", "reward", "params", "data_sources"}

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from envs.events import events_of
-from rewards.episode import Episode
-from rewards.memora import CostParams
-from rewards.r3g import r3g_judge_ndcg
-from rewards.registry import get_reward
-from rewards.rubric import Rubric
-from rewards.verification import verification_decisions
+from ragym.envs.events import events_of
+from ragym.rewards.episode import Episode
+from ragym.rewards.memora import CostParams
+from ragym.rewards.r3g import r3g_judge_ndcg
+from ragym.rewards.registry import get_reward
+from ragym.rewards.rubric import Rubric
+from ragym.rewards.verification import verification_decisions
 
 StepSplit = Callable[..., "dict[int, float] | None"]
 """``fn(episode, **params) -> {turn: value} | None``, summing to the reward's value."""

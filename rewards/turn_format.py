@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envs.events import events_of
-from rewards.episode import Episode
+from ragym.envs.events import events_of
+from ragym.rewards.episode import Episode
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from envs.events import events_of
-from rewards.episode import Episode
-from rewards.registry import register_reward
+from ragym.envs.events import events_of
+from ragym.rewards.episode import Episode
+from ragym.rewards.registry import register_reward
 
 BatchKey = tuple[Any, Any]
 """(query image index, batch id)."""

@@ -4,7 +4,7 @@ In a training recipe::
 
     reward:
       custom_reward_function:
-        path: pkg://rewards.verl      # imported as a package module, so its rubric cache is shared
+        path: pkg://ragym.rewards.verl      # imported as a package module, so its rubric cache is shared
         name: compute_score
         reward_kwargs:
           recipe: {terms: {outcome: {weight: 1.0}, ...}}    # or recipe_path: recipes/rewards/mmagent_r2.yaml
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from rewards.episode import Episode
-from rewards.rubric import Rubric, apply_overrides, load_recipe, plain_config
+from ragym.rewards.episode import Episode
+from ragym.rewards.rubric import Rubric, apply_overrides, load_recipe, plain_config
 
 # Keyword arguments verl itself may add to every call; they mean nothing to a rule-based rubric.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
@@ -58,7 +58,7 @@ def rubric_for(
     recipe: Mapping[str, Any] | None = None, recipe_path: str | None = None, overrides: Any = None
 ) -> Rubric:
     """The rubric for exactly one of ``recipe`` (a dict) or ``recipe_path``, with ``overrides`` merged in
-    (``rewards.rubric.apply_overrides``), built once per process."""
+    (``ragym.rewards.rubric.apply_overrides``), built once per process."""
     if (recipe is None) == (recipe_path is None):
         raise TypeError("pass exactly one of reward_kwargs.recipe or reward_kwargs.recipe_path")
     overrides_json = json.dumps(plain_config(overrides), sort_keys=True)

@@ -13,50 +13,65 @@ from collections.abc import Callable
 # and one broken optional dependency cannot break every command.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
-        "rl.demo.run",
+        "ragym.rl.demo.run",
         "CPU demo: synthetic KB + tiny policy, warm start, GRPO, before/after evaluation",
     ),
-    "rollout": ("rl.eval.scripted", "scripted-policy rollouts on an environment, printing episode metrics"),
-    "tiny-policy": ("rl.tiny.policy", "build a tiny Qwen2.5-VL / Qwen3-VL policy from config"),
-    "train": ("rl.engine.main", "run the local GRPO engine on a recipe"),
-    "score": ("rewards.cli", "score saved episodes with a reward recipe and print the breakdown"),
-    "submit": ("rl.cluster.submit:submit_main", "submit a GRPO job to a Ray cluster with `ray job submit`"),
-    "jobs": ("rl.cluster.submit:jobs_main", "list, tail or stop Ray jobs"),
+    "rollout": (
+        "ragym.rl.eval.scripted",
+        "scripted-policy rollouts on an environment, printing episode metrics",
+    ),
+    "tiny-policy": ("ragym.rl.tiny.policy", "build a tiny Qwen2.5-VL / Qwen3-VL policy from config"),
+    "train": ("ragym.rl.engine.main", "run the local GRPO engine on a recipe"),
+    "score": ("ragym.rewards.cli", "score saved episodes with a reward recipe and print the breakdown"),
+    "submit": (
+        "ragym.rl.cluster.submit:submit_main",
+        "submit a GRPO job to a Ray cluster with `ray job submit`",
+    ),
+    "jobs": ("ragym.rl.cluster.submit:jobs_main", "list, tail or stop Ray jobs"),
     "export": (
-        "rl.export",
+        "ragym.rl.export",
         "export a verl FSDP or local-engine checkpoint to a Hugging Face model directory",
     ),
-    "eval": ("rl.eval.evaluate", "evaluate a policy with the agent loop and report the paper's metrics"),
-    "build-kb": ("data_prep.synthetic_kb", "write a synthetic KB-VQA knowledge base and parquet rows"),
+    "eval": (
+        "ragym.rl.eval.evaluate",
+        "evaluate a policy with the agent loop and report the paper's metrics",
+    ),
+    "build-kb": ("ragym.data_prep.synthetic_kb", "write a synthetic KB-VQA knowledge base and parquet rows"),
     "prep": (
-        "data_prep.prep",
+        "ragym.data_prep.prep",
         "real KB-VQA data: InfoSeek / E-VQA / MMhops into KBs and verl rows, the training mix, KB images",
     ),
     "r3g-demo": (
-        "rl.demo.r3g",
+        "ragym.rl.demo.r3g",
         "CPU demo: GRPO on the synthetic R3G task vs the paper's no-module ablation (evidence Recall@1)",
     ),
     "r3g-baselines": (
-        "rl.eval.r3g_baselines",
+        "ragym.rl.eval.r3g_baselines",
         "MRAG, the paper's ablations and the fixed R3G pipeline on R3G-v0 rows (scripted or chat judge)",
     ),
     "retriever-demo": (
-        "rl.retriever.demo",
+        "ragym.rl.retriever.demo",
         "CPU demo: fine-tune MEMORA-R on Skeptics pairs, before/after nDCG@10",
     ),
-    "train-retriever": ("rl.retriever.cli", "train the MEMORA-R dense retriever from a recipe"),
+    "train-retriever": ("ragym.rl.retriever.cli", "train the MEMORA-R dense retriever from a recipe"),
     "memora-baseline": (
-        "rl.eval.memora_baseline",
+        "ragym.rl.eval.memora_baseline",
         "MEMORA's fixed pipeline (scripted or OpenAI-compatible LLM) on MEMORA-v0 rows: nDCG@10 vs first stage",
     ),
-    "view": ("rl.view.cli", "browse episodes turn by turn (images, events, rewards, tokens) on 127.0.0.1"),
+    "view": (
+        "ragym.rl.view.cli",
+        "browse episodes turn by turn (images, events, rewards, tokens) on 127.0.0.1",
+    ),
     "serve": (
-        "envs.service.serve",
+        "ragym.envs.retrieval.service.serve",
         "serve a KB's retrievers over HTTP (batched, cached; 127.0.0.1 by default)",
     ),
-    "ablate": ("rl.ablate.cli", "the papers' ablation tables in miniature: a grid of demo variants x seeds"),
+    "ablate": (
+        "ragym.rl.ablate.cli",
+        "the papers' ablation tables in miniature: a grid of demo variants x seeds",
+    ),
     "budget": (
-        "rl.budget.cli",
+        "ragym.rl.budget.cli",
         "tokens per episode (text, visual) of rows' longest episodes at a recipe's settings, and the truncated share",
     ),
 }
@@ -79,7 +94,7 @@ def user_error(err: BaseException) -> str | None:
     """The one-line message for a user error (ragym's ``UsageError`` or a library error that means one: a
     missing file, malformed YAML, a bad Hydra override, a model path that is neither a folder nor a hub id);
     None for anything else, which is a bug and keeps its traceback."""
-    from rl.errors import UsageError
+    from ragym.rl.errors import UsageError
 
     if isinstance(err, UsageError):
         return str(err)
@@ -102,7 +117,7 @@ _LIBRARY_ERRORS = (
 """(module, exception) pairs that mean the user's input is wrong; only checked when already imported."""
 
 
-OWN_LOGGERS = ("rl", "envs", "rewards", "data_prep", "benchmarks", "__main__")
+OWN_LOGGERS = ("ragym", "benchmarks", "__main__")
 """Top-level logger names of ragym's own code: their INFO lines are about the user's work."""
 
 

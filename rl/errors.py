@@ -6,6 +6,6 @@ from __future__ import annotations
 class UsageError(ValueError):
     """Something the user gave (a flag, a file, a recipe, a row) is wrong; the message says what and what to do.
 
-    ``rl.cli`` prints ``ragym COMMAND: <message>`` without a traceback (``--debug`` shows it); library errors
+    ``ragym.rl.cli`` prints ``ragym COMMAND: <message>`` without a traceback (``--debug`` shows it); library errors
     that mean the same (a missing file, a malformed recipe) are converted to it at the command's edge.
     """

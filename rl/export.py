@@ -26,7 +26,7 @@ from transformers import AutoConfig, GenerationConfig
 from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
-from rl.errors import UsageError
+from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ def _merge_verl(actor_dir: Path, out: Path) -> None:
     FSDPModelMerger(config).merge_and_save()
     if not any((out / name).is_file() for name in PROCESSOR_FILES):
         # verl's hf_processor needs the video processor (torchvision); ragym's loader builds an image-only one.
-        from rl.models import load_processor
+        from ragym.rl.models import load_processor
 
         load_processor(actor_dir / "huggingface").save_pretrained(out)
 
@@ -165,7 +165,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, recipe: str | Non
     if recipe is not None:
         from omegaconf import OmegaConf
 
-        from rl.recipe.compose import load_recipe
+        from ragym.rl.recipe.compose import load_recipe
 
         found = Checkpoint(found.kind, found.model_dir, found.step,
                            OmegaConf.to_container(load_recipe(recipe), resolve=True))  # fmt: skip

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rl.errors import UsageError
+from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
-"""``python -m data_prep.encoding``: encode a JSON-lines item file into shards, locally or on Ray."""
+"""``python -m ragym.data_prep.encoding``: encode a JSON-lines item file into shards, locally or on Ray."""
 
 import sys
 
-from data_prep.encoding.cli import main
+from ragym.data_prep.encoding.cli import main
 
 sys.exit(main(sys.argv[1:]))

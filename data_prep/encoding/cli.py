@@ -1,7 +1,7 @@
 """Command line of the encoding step: ``encode`` items into shards, then ``index`` the shards.
 
-    python -m data_prep.encoding encode --items items.jsonl --out DIR --encoder minilm [--ray ADDRESS]
-    python -m data_prep.encoding index --encoded DIR --out INDEX_DIR [--exact-below N --recall-k 15]
+    python -m ragym.data_prep.encoding encode --items items.jsonl --out DIR --encoder minilm [--ray ADDRESS]
+    python -m ragym.data_prep.encoding index --encoded DIR --out INDEX_DIR [--exact-below N --recall-k 15]
 
 A killed ``encode`` resumes where it stopped when run again with the same arguments.
 """
@@ -14,10 +14,10 @@ import logging
 import sys
 from pathlib import Path
 
-from data_prep.encoding.encoders import DTYPES, ROLES, EncoderSpec
-from data_prep.encoding.index import IndexOptions
-from data_prep.encoding.items import EncodingError, read_items
-from data_prep.encoding.pipeline import EncodeConfig, encode_items
+from ragym.data_prep.encoding.encoders import DTYPES, ROLES, EncoderSpec
+from ragym.data_prep.encoding.index import IndexOptions
+from ragym.data_prep.encoding.items import EncodingError, read_items
+from ragym.data_prep.encoding.pipeline import EncodeConfig, encode_items
 
 
 def _encode(args: argparse.Namespace) -> dict:
@@ -33,7 +33,7 @@ def _encode(args: argparse.Namespace) -> dict:
 
 
 def _index(args: argparse.Namespace) -> dict:
-    from data_prep.encoding.index import build_sharded_index
+    from ragym.data_prep.encoding.index import build_sharded_index
 
     names = ("exact_below", "recall_k", "max_shard_vectors", "transform", "code", "refine", "nprobe",
              "k_factor", "nlist", "target_recall", "train_size")  # fmt: skip
@@ -43,7 +43,9 @@ def _index(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str]) -> int:
     """Parse ``argv`` and run ``encode`` or ``index``; prints a JSON summary."""
-    parser = argparse.ArgumentParser(prog="python -m data_prep.encoding", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m ragym.data_prep.encoding", description=__doc__.splitlines()[0]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     enc = sub.add_parser("encode", help="items (JSON lines) -> vector shards")
     enc.add_argument("--items", type=Path, required=True, help='JSON lines of {"id", "text", "image"}')
@@ -105,7 +107,7 @@ def main(argv: list[str]) -> int:
     try:
         summary = _encode(args) if args.command == "encode" else _index(args)
     except (EncodingError, FileNotFoundError) as error:  # bad input: one line, no traceback
-        print(f"python -m data_prep.encoding {args.command}: {error}", file=sys.stderr)
+        print(f"python -m ragym.data_prep.encoding {args.command}: {error}", file=sys.stderr)
         return 2
     print(json.dumps(summary))
     return 0

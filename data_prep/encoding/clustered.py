@@ -17,7 +17,7 @@ Rows are generated in blocks from per-block seeds, so any block can be drawn wit
 This make-up is kept as the named preset ``gaussian128``. Measured beside real text embeddings
 (``benchmarks/embedding_stats.py``), its neighbour gaps and local intrinsic dimensionality are like theirs, but
 its spectrum is far steeper (13 axes hold half its variance; all-MiniLM-L6-v2 needs 43 of 384). The default
-make-up, ``hierarchical`` (``data_prep.encoding.hierarchical``), is fitted to all of those statistics.
+make-up, ``hierarchical`` (``ragym.data_prep.encoding.hierarchical``), is fitted to all of those statistics.
 ``make_generator(name)`` builds either.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.encoding.hierarchical import HierarchicalSpec, HierarchicalVectors
+from ragym.data_prep.encoding.hierarchical import HierarchicalSpec, HierarchicalVectors
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 An ``ItemEncoder`` splits encoding in two so that decoding and tokenising the next batch run on a background
 thread while the model runs on this one. ``EncoderSpec`` names an encoder in a form that travels to Ray
 actors (and into manifests); ``build_encoder`` turns it into an ``ItemEncoder`` with the same code locally
-and on every actor. The models themselves are ``envs.encoders`` and ``envs.page_retrieval``'s: the role
+and on every actor. The models themselves are ``ragym.envs.retrieval.encoders`` and ``ragym.envs.docmemo.pages``'s: the role
 says which of their methods embeds an item (``entities``: image + title, ``queries``, ``passages``,
 ``pages``: page text and image).
 """
@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from data_prep.encoding.items import EncodingError, Item, item_text, load_image
+from ragym.data_prep.encoding.items import EncodingError, Item, item_text, load_image
 
 ROLES = ("entities", "queries", "passages", "pages")
 """Which method of an ``envs`` encoder embeds an item."""
@@ -142,13 +142,13 @@ def build_encoder(spec: EncoderSpec) -> ItemEncoder:
     if spec.name in (*SENTENCE_PREFIXES, "sentence") and spec.role in ("passages", "queries"):
         return _sentence_items(spec, kwargs)
     if spec.name in ("pixel", "eva_clip"):
-        from envs.encoders import make_image_encoder
+        from ragym.envs.retrieval.encoders import make_image_encoder
 
         if spec.name == "eva_clip":
             kwargs.setdefault("device", spec.device)
         return EnvEncoderItems(make_image_encoder({"name": spec.name, "kwargs": kwargs}), spec.role)
     if spec.name in ("page_text", "page_visual"):
-        from envs.page_retrieval import TextPageEncoder, VisualPageEncoder
+        from ragym.envs.docmemo.pages import TextPageEncoder, VisualPageEncoder
 
         cls = TextPageEncoder if spec.name == "page_text" else VisualPageEncoder
         return EnvEncoderItems(cls(device=spec.device, **kwargs), "pages")
@@ -158,14 +158,14 @@ def build_encoder(spec: EncoderSpec) -> ItemEncoder:
 
 
 def _sentence_items(spec: EncoderSpec, kwargs: dict[str, Any]) -> SentenceItems:
-    """minilm / e5 / a sentence-transformers folder, with the prefix of the role (``envs.encoders`` kwargs)."""
-    from envs.encoders import _sentence_model, minilm_path
+    """minilm / e5 / a sentence-transformers folder, with the prefix of the role (``ragym.envs.retrieval.encoders`` kwargs)."""
+    from ragym.envs.retrieval.encoders import _sentence_model, minilm_path
 
     path = kwargs.pop("model_path", None) or (minilm_path() if spec.name == "minilm" else None)
     if path is None:
         raise ValueError(f"encoder {spec.name!r} needs kwargs.model_path")
     device = kwargs.pop("device", spec.device)
-    # envs.encoders.SentenceEncoder's kwargs carry both prefixes; the role picks one.
+    # ragym.envs.retrieval.encoders.SentenceEncoder's kwargs carry both prefixes; the role picks one.
     query_prefix = kwargs.pop("query_prefix", "query: " if spec.name == "e5" else "")
     passage_prefix = kwargs.pop("passage_prefix", SENTENCE_PREFIXES.get(spec.name, ""))
     prefix = query_prefix if spec.role == "queries" else passage_prefix

@@ -31,10 +31,10 @@ from typing import Any
 import faiss
 import numpy as np
 
-from data_prep.encoding import shards
-from data_prep.encoding.items import EncodingError
-from envs.retrieval import DiskRefinedIndex, RefineVectors, normalise, set_search_params
-from envs.search_settings import apply_search_settings
+from ragym.data_prep.encoding import shards
+from ragym.data_prep.encoding.items import EncodingError
+from ragym.envs.retrieval.retrievers import DiskRefinedIndex, RefineVectors, normalise, set_search_params
+from ragym.envs.retrieval.search_settings import apply_search_settings
 
 log = logging.getLogger(__name__)
 INDEX_FORMAT = "ragym-sharded-index"
@@ -125,7 +125,7 @@ class IndexOptions:
         return min(num_vectors, size)
 
     def search(self, nprobe: int | None = None) -> dict[str, int]:
-        """Search-time parameters a faiss file does not keep (``envs.retrieval.set_search_params``)."""
+        """Search-time parameters a faiss file does not keep (``ragym.envs.retrieval.retrievers.set_search_params``)."""
         return {
             "nprobe": nprobe or self.nprobe or 8,
             "k_factor": self.k_factor,

@@ -4,7 +4,7 @@
 (checking their ids still match the stream), and encodes the rest in batches of ``batch_size``: a producer
 thread reads the stream and hands batches to ``num_workers`` threads that run ``preprocess`` (decode,
 tokenise) while this thread runs ``forward``, at most ``prefetch`` batches ahead. With ``ray_address`` the
-same per-shard code runs on Ray Data actors instead (``data_prep.encoding.ray_data``).
+same per-shard code runs on Ray Data actors instead (``ragym.data_prep.encoding.ray_data``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.encoding import shards
-from data_prep.encoding.encoders import EncoderSpec, ItemEncoder, build_encoder
-from data_prep.encoding.items import EncodingError, Item
+from ragym.data_prep.encoding import shards
+from ragym.data_prep.encoding.encoders import EncoderSpec, ItemEncoder, build_encoder
+from ragym.data_prep.encoding.items import EncodingError, Item
 
 log = logging.getLogger(__name__)
 _END = object()
@@ -183,7 +183,7 @@ def encode_items(
     with tqdm(total=total, unit="item", unit_scale=True, desc=f"encode {root.name}", smoothing=0.1,
               disable=not config.progress, mininterval=1.0) as bar:  # fmt: skip
         if ray is not None:
-            from data_prep.encoding.ray_data import run_on_ray
+            from ragym.data_prep.encoding.ray_data import run_on_ray
 
             if not isinstance(encoder, EncoderSpec):
                 raise ValueError("encoding on Ray needs an EncoderSpec: each actor builds its own encoder")

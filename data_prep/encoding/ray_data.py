@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.encoding.encoders import EncoderSpec, build_encoder
-from data_prep.encoding.items import Item
+from ragym.data_prep.encoding.encoders import EncoderSpec, build_encoder
+from ragym.data_prep.encoding.items import Item
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class ShardActor:
     """A Ray Data actor: one encoder (on one GPU where the cluster has them) encoding whole shards."""
 
     def __init__(self, spec: dict[str, Any], root: str, config: dict[str, Any]) -> None:
-        from data_prep.encoding.pipeline import EncodeConfig
+        from ragym.data_prep.encoding.pipeline import EncodeConfig
 
         self.encoder = build_encoder(EncoderSpec.from_dict(spec))
         self.root = Path(root)
@@ -36,7 +36,7 @@ class ShardActor:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Encode and write each shard of the batch; returns (shard, count) per shard."""
-        from data_prep.encoding.pipeline import run_shards
+        from ragym.data_prep.encoding.pipeline import run_shards
 
         work = [
             (int(index), [Item.from_json(line) for line in str(text).splitlines()])
@@ -50,8 +50,7 @@ def _connect(address: str) -> bool:
     """Join the cluster at ``address`` unless this process already has; True when we joined (and must leave)."""
     import ray
 
-    import data_prep
-    import envs
+    from ragym import data_prep, envs
 
     if ray.is_initialized():
         return False

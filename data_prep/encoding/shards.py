@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from data_prep.encoding.items import EncodingError
+from ragym.data_prep.encoding.items import EncodingError
 
 FORMAT = "ragym-encoded-shards"
 VERSION = 1

@@ -7,7 +7,7 @@ engine resumes an interrupted one from its checkpoint). Then writes ``DIR/result
 per-seed values per variant and metric, directions per seed, the paper's claims checked) and
 ``DIR/report.md`` with a plot. Grids with a target Ident. (``credit``, ``credit_delta05``) also evaluate the
 held-out rows during GRPO (every ``--eval-every`` steps) and report each run's steps to the target and what
-dynamic sampling dropped (``rl.ablate.speed``). ``--list`` prints each variant's command and runs nothing.
+dynamic sampling dropped (``ragym.rl.ablate.speed``). ``--list`` prints each variant's command and runs nothing.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rl.ablate.grids import GRIDS, Grid, Variant, row_label, run_dir
-from rl.ablate.report import write_report
-from rl.ablate.speed import NOT_REACHED, Curves, speed
-from rl.ablate.stats import Runs, aggregate, claims_under_rl, movement, summarize
-from rl.errors import UsageError
+from ragym.rl.ablate.grids import GRIDS, Grid, Variant, row_label, run_dir
+from ragym.rl.ablate.report import write_report
+from ragym.rl.ablate.speed import NOT_REACHED, Curves, speed
+from ragym.rl.ablate.stats import Runs, aggregate, claims_under_rl, movement, summarize
+from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +41,15 @@ GRID_STATE = "grid.json"
 def runner_for(kind: str) -> Runner:
     """The run function of a grid kind (imported lazily: the KB-VQA runner loads torch and verl)."""
     if kind == "kbvqa":
-        from rl.ablate.kbvqa import run_kbvqa
+        from ragym.rl.ablate.kbvqa import run_kbvqa
 
         return run_kbvqa
     if kind == "docmemo":
-        from rl.ablate.docmemo import run_docmemo
+        from ragym.rl.ablate.docmemo import run_docmemo
 
         return run_docmemo
     if kind == "memora_r":
-        from rl.ablate.memora_r import run_memora_r
+        from ragym.rl.ablate.memora_r import run_memora_r
 
         return run_memora_r
     raise ValueError(f"no runner for grid kind {kind!r}")
@@ -81,7 +81,7 @@ def run_parallel(
     """Every unfinished (variant, seed) in ``jobs`` worker processes: first the runs that warm-start
     themselves, then the ones that start from another variant's warm start (which must exist by then)."""
     if grid.kind == "kbvqa":  # built once here, not raced for by the workers
-        from rl.ablate.kbvqa import shared_kb, write_rows
+        from ragym.rl.ablate.kbvqa import shared_kb, write_rows
 
         shared_kb(out, grid.kb_preset)
         for variant in grid.variants:
@@ -161,7 +161,7 @@ def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, ex
         lines.append(f"- {variant.name} [{row_label(variant)}]: env {variant.env}, reward {variant.reward}, "
                      f"options {variant.options}, overrides {list(variant.overrides)}")  # fmt: skip
         if grid.kind == "kbvqa":
-            from rl.ablate.kbvqa import command
+            from ragym.rl.ablate.kbvqa import command
 
             lines.append("    " + command(out, variant, seeds[0], steps, extra))
     return lines
@@ -236,5 +236,5 @@ def _register_optional_grids() -> None:
     """Grids whose modules define them (imported here so ``--help`` lists them)."""
     import importlib
 
-    for module in ("rl.ablate.docmemo", "rl.ablate.memora_r"):
+    for module in ("ragym.rl.ablate.docmemo", "ragym.rl.ablate.memora_r"):
         importlib.import_module(module)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rl.ablate.grids import Claim, Grid, Variant, register_grid
+from ragym.rl.ablate.grids import Claim, Grid, Variant, register_grid
 
 SHARED_DOCS = Path(__file__).resolve().parents[3] / "shared" / "data" / "mmlongbench_doc"
 """The shared MMLongBench-Doc samples and PDFs (``/work/shared/data/mmlongbench_doc``)."""
@@ -42,7 +42,7 @@ T4 = "DocMemo Table 4 (shape: evidence recall per round instead of answer accura
 
 def load_rows(grid_dir: Path) -> list[dict[str, Any]]:
     """Answerable prepared rows with gold pages (``DIR/prepared``, prepared from the shared data once)."""
-    from data_prep.mmlongbench_doc import PrepConfig, prepare
+    from ragym.data_prep.mmlongbench_doc import PrepConfig, prepare
 
     prepared = grid_dir / "prepared"
     if not (prepared / "data" / "test.parquet").is_file():
@@ -66,7 +66,7 @@ def load_rows(grid_dir: Path) -> list[dict[str, Any]]:
 def oracle_loop(env: Any, options: dict[str, Any], gold: set[int], seed: int, feedback: bool,
                 remember: bool) -> list[set[int]]:  # fmt: skip
     """Distinct evidence pages shown by the end of each round (``remember``: skip pages read before)."""
-    from envs.events import events_of
+    from ragym.envs.events import events_of
 
     _, info = env.reset(seed=seed, options=options)
     read: set[int] = set()
@@ -96,7 +96,7 @@ def run_docmemo(
 ) -> dict[str, Any]:
     """Recall after each round and the final all-hit rate of one variant and Thompson seed, over every row
     (``steps``: only the first ``steps`` rows, for quick checks)."""
-    from envs.docmemo import DocMemoEnv
+    from ragym.envs.docmemo.env import DocMemoEnv
 
     if extra:
         raise ValueError(f"the docmemo grid takes no recipe overrides, got {extra}")

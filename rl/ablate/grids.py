@@ -81,7 +81,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class Target:
-    """A held-out Ident. that a grid's runs race to (``steps_to_target``, ``rl.ablate.speed``)."""
+    """A held-out Ident. that a grid's runs race to (``steps_to_target``, ``ragym.rl.ablate.speed``)."""
 
     ident_acc: float
     """The held-out ``ident_acc`` to reach."""
@@ -111,7 +111,7 @@ class Grid:
     """KB-VQA: recipe overrides of every warm start the grid runs (``ragym.demo.warm_start.*``), added to the
     overrides of the variants that warm-start themselves (the others start from one of theirs)."""
     kb_preset: str = "demo"
-    """KB-VQA: the ``data_prep.synthetic_kb`` preset every variant's rows read (one KB per grid folder)."""
+    """KB-VQA: the ``ragym.data_prep.synthetic_kb`` preset every variant's rows read (one KB per grid folder)."""
     target: Target | None = None
     """KB-VQA: the held-out Ident. whose first evaluated step each run reports (``steps_to_target``); None: the
     grid reports no held-out curve."""
@@ -292,7 +292,7 @@ CREDIT_VARIANTS = (
     ("turn_credit_dyn_sampling", "turn_credit", True),
 )
 """(name, ``algorithm.adv_estimator``, ``algorithm.filter_groups.enable``): the papers' episode-level GRPO first
-(the baseline), turn-level credit (``rl.credit``), each with dynamic sampling (the recipe's filter: the rubric
+(the baseline), turn-level credit (``ragym.rl.credit``), each with dynamic sampling (the recipe's filter: the rubric
 total must vary within a group, at most 4 generation rounds a step)."""
 
 

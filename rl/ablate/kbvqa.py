@@ -19,10 +19,10 @@ import pandas as pd
 import torch
 import yaml
 
-from rl.ablate.grids import KBVQA_METRICS, Variant, run_dir, slug
-from rl.ablate.speed import held_out_evaluations, sampling_summary
-from rl.demo.run import DEMO_RECIPE, prepare
-from rl.engine.metrics import read_metrics
+from ragym.rl.ablate.grids import KBVQA_METRICS, Variant, run_dir, slug
+from ragym.rl.ablate.speed import held_out_evaluations, sampling_summary
+from ragym.rl.demo.run import DEMO_RECIPE, prepare
+from ragym.rl.engine.metrics import read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ BASE_REWARD = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"
 def shared_kb(grid_dir: Path, preset: str = "demo") -> Path:
     """The KB every variant's rows point at, built once: ``DIR/kb`` for the demo preset (as ``ragym demo``
     builds it), ``DIR/kb-PRESET`` for another (``Grid.kb_preset``)."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 
     kb = grid_dir / ("kb" if preset == "demo" else f"kb-{preset}")
     if not (kb / "kb.json").exists():
@@ -118,9 +118,9 @@ def command(grid_dir: Path, variant: Variant, seed: int, steps: int | None, extr
 
 def _trainer(grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> Any:
     """The local engine for one (variant, seed): after ``ragym demo``'s preparation, or from a shared warm start."""
-    from rl.engine.config import RecipeReader, read_engine_config
-    from rl.engine.trainer import LocalTrainer
-    from rl.recipe.compose import load_recipe
+    from ragym.rl.engine.config import RecipeReader, read_engine_config
+    from ragym.rl.engine.trainer import LocalTrainer
+    from ragym.rl.recipe.compose import load_recipe
 
     if not variant.warm_start_from:
         config, reader, _ = prepare(run_dir(grid_dir, variant, seed), seed, steps, DEMO_RECIPE,

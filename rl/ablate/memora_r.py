@@ -1,4 +1,4 @@
-"""The ``memora_r`` grid: MEMORA's Table 4 (``rl.retriever.ablation``) over seeds, in ``ragym ablate``.
+"""The ``memora_r`` grid: MEMORA's Table 4 (``ragym.rl.retriever.ablation``) over seeds, in ``ragym ablate``.
 
 Each variant is one of the ablation's cumulative rows, trained and evaluated as ``ragym retriever-demo``
 does (the shared Skeptics pairs, offline annotations, all-MiniLM-L6-v2, ``memora_r_cpu``); the seed is
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rl.ablate.grids import Claim, Grid, Variant, register_grid, run_dir
+from ragym.rl.ablate.grids import Claim, Grid, Variant, register_grid, run_dir
 
 RECIPE = "memora_r_cpu"
 """The retriever demo's recipe."""
@@ -20,14 +20,14 @@ DEFAULT_STEPS = 12
 """Optimiser steps per trained row (the retriever demo's ``--max-steps``)."""
 T4 = "MEMORA Table 4 (MEMORA-R training ablation)"
 ROWS = ("zero-shot", "+ contrastive FT", "+ hard negatives", "+ reasoning-trace augmentation")
-"""``rl.retriever.ablation`` row names, in order (checked against it at run time)."""
+"""``ragym.rl.retriever.ablation`` row names, in order (checked against it at run time)."""
 
 
 def _data(grid_dir: Path) -> Path:
     """The prepared Skeptics pairs, shared by every variant and seed (prepared once)."""
-    from data_prep.annotators import OfflineAnnotator
-    from data_prep.stackexchange import PrepConfig, prepare
-    from rl.retriever.demo import SKEPTICS_JSONL
+    from ragym.data_prep.annotators import OfflineAnnotator
+    from ragym.data_prep.stackexchange import PrepConfig, prepare
+    from ragym.rl.retriever.demo import SKEPTICS_JSONL
 
     data_dir = grid_dir / "data"
     if not (data_dir / "report.json").is_file():
@@ -39,11 +39,11 @@ def run_memora_r(
     grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]
 ) -> dict[str, Any]:
     """Train (unless zero-shot) and evaluate one Table 4 row with ``seed``; nDCG@10 and recalls."""
-    from rl.retriever.ablation import table4_rows
-    from rl.retriever.config import load_retriever_recipe, with_overrides
-    from rl.retriever.data import heldout_eval_set
-    from rl.retriever.evaluate import EvalConfig, evaluate_encoder
-    from rl.retriever.train import load_encoder, train_retriever
+    from ragym.rl.retriever.ablation import table4_rows
+    from ragym.rl.retriever.config import load_retriever_recipe, with_overrides
+    from ragym.rl.retriever.data import heldout_eval_set
+    from ragym.rl.retriever.evaluate import EvalConfig, evaluate_encoder
+    from ragym.rl.retriever.train import load_encoder, train_retriever
 
     if extra:
         raise ValueError(f"the memora_r grid takes no recipe overrides, got {extra}")
@@ -59,7 +59,7 @@ def run_memora_r(
     )
     rows = {row.name: row for row in table4_rows(recipe)}
     if tuple(rows) != ROWS:
-        raise RuntimeError(f"rl.retriever.ablation rows are {tuple(rows)}, this grid knows {ROWS}")
+        raise RuntimeError(f"ragym.rl.retriever.ablation rows are {tuple(rows)}, this grid knows {ROWS}")
     row = rows[variant.name]
     model = load_encoder(recipe.model) if row.recipe is None else train_retriever(row.recipe)
     eval_config = EvalConfig(query_prompt=recipe.model.query_prompt)

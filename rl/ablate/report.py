@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rl.ablate.grids import Grid, row_label
-from rl.ablate.speed import plot_curves, speed_lines
-from rl.ablate.stats import WARM_STARTS
+from ragym.rl.ablate.grids import Grid, row_label
+from ragym.rl.ablate.speed import plot_curves, speed_lines
+from ragym.rl.ablate.stats import WARM_STARTS
 
 
 def _cell(stats: dict[str, Any], base: str) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rl.ablate.grids import Grid
-from rl.ablate.stats import direction, summarize
+from ragym.rl.ablate.grids import Grid
+from ragym.rl.ablate.stats import direction, summarize
 
 FLAT = "dynamic_sampling/flat_group_share"
 DROPPED = "dynamic_sampling/dropped_groups"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rl.ablate.grids import Claim, Grid
+from ragym.rl.ablate.grids import Claim, Grid
 
 Runs = dict[str, dict[int, dict[str, float]]]
 """variant -> seed -> metric -> value (the finished runs)."""

@@ -31,13 +31,13 @@ from verl.utils.profiler import simple_timer
 from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.replica import TokenOutput
 
-from envs import events as ev
-from envs.metrics import episode_metrics
-from envs.registry import make_env
-from rl.agent_loop.observations import EpisodeSpec, observation_message
-from rl.agent_loop.render_cache import RenderCache
-from rl.recipe.images import apply_recipe_images
-from rl.recipe.retrieval import recipe_retrieval_url
+from ragym.envs import events as ev
+from ragym.envs.metrics import episode_metrics
+from ragym.envs.registry import make_env
+from ragym.rl.agent_loop.observations import EpisodeSpec, observation_message
+from ragym.rl.agent_loop.render_cache import RenderCache
+from ragym.rl.recipe.images import apply_recipe_images
+from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
 logger = logging.getLogger(__name__)
 

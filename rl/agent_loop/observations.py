@@ -1,4 +1,4 @@
-"""Env observations as chat messages and the episode spec a dataset row carries (metrics: ``envs.metrics``)."""
+"""Env observations as chat messages and the episode spec a dataset row carries (metrics: ``ragym.envs.metrics``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from envs.core import IMAGE_PLACEHOLDER
+from ragym.envs.core import IMAGE_PLACEHOLDER
 
 OBSERVATION_ROLE = "user"
 """Chat role of env observations: Qwen-VL templates render images in user turns on every version."""
@@ -43,9 +43,9 @@ class EpisodeSpec:
 
     def recipe_env_kwargs(self, retrieval_url: str | None, images: Any) -> dict[str, Any]:
         """The kwargs the row's env is built with: its ``env_kwargs`` plus the recipe's retrieval URL and image
-        budget (``rl.recipe.retrieval`` / ``rl.recipe.images``; the agent loop and ``ragym budget`` both)."""
-        from rl.recipe.images import with_image_budget
-        from rl.recipe.retrieval import with_retrieval_url
+        budget (``ragym.rl.recipe.retrieval`` / ``ragym.rl.recipe.images``; the agent loop and ``ragym budget`` both)."""
+        from ragym.rl.recipe.images import with_image_budget
+        from ragym.rl.recipe.retrieval import with_retrieval_url
 
         kwargs = with_retrieval_url(self.env_id, self.env_kwargs, retrieval_url)
         return with_image_budget(self.env_id, kwargs, images)

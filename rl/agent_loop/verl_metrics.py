@@ -1,11 +1,11 @@
 """ragym's per-step metrics from what verl keeps of each trajectory: the same keys the local engine logs.
 
 verl 0.9.1 keeps, per trajectory, the agent loop's ``extra_fields`` with the reward function's result merged in
-as ``extra_fields["reward_extra_info"]`` (``rewards.verl.compute_score``: ``score`` and ``reward/<term>``) and
-the agent loop's ``episode_metrics`` (``envs.metrics``). Neither of verl's trainers turns those into training
+as ``extra_fields["reward_extra_info"]`` (``ragym.rewards.verl.compute_score``: ``score`` and ``reward/<term>``) and
+the agent loop's ``episode_metrics`` (``ragym.envs.metrics``). Neither of verl's trainers turns those into training
 metrics (only validation reads ``reward_extra_info``), so a trainer step that wants them calls ``step_metrics``
 on the step's trajectories: ``reward/total``, ``reward/<term>``, ``episode/<metric>`` (``episode/errors``
-included) and ``grpo/zero_adv_group_share``, exactly as ``rl.engine.metrics.summarize`` computes them.
+included) and ``grpo/zero_adv_group_share``, exactly as ``ragym.rl.engine.metrics.summarize`` computes them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rl.engine.metrics import summarize
+from ragym.rl.engine.metrics import summarize
 
 
 def step_metrics(extra_fields: Sequence[Mapping[str, Any]], group_ids: Sequence[str]) -> dict[str, float]:
@@ -28,7 +28,7 @@ def step_metrics(extra_fields: Sequence[Mapping[str, Any]], group_ids: Sequence[
         scored = fields.get("reward_extra_info")
         if not isinstance(scored, Mapping) or "score" not in scored:
             raise ValueError(
-                "a trajectory has no reward_extra_info with a score: is the reward rewards.verl.compute_score?"
+                "a trajectory has no reward_extra_info with a score: is the reward ragym.rewards.verl.compute_score?"
             )
         rewards.append(float(scored["score"]))
         breakdowns.append({k: float(v) for k, v in scored.items() if k.startswith("reward/")})

@@ -12,16 +12,16 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from rl.budget.report import ACTION_TOKENS, PREP_SAMPLE, budget_report
-from rl.budget.tokens import TextCounter
-from rl.errors import UsageError
+from ragym.rl.budget.report import ACTION_TOKENS, PREP_SAMPLE, budget_report
+from ragym.rl.budget.tokens import TextCounter
+from ragym.rl.errors import UsageError
 
 MODEL_KEY = "actor_rollout_ref.model.path"
 
 
 def load_config(recipe: str, overrides: Sequence[str]) -> DictConfig:
     """The composed recipe; a missing recipe is one line."""
-    from rl.recipe.compose import load_recipe
+    from ragym.rl.recipe.compose import load_recipe
 
     try:
         return load_recipe(recipe, list(overrides))
@@ -69,7 +69,7 @@ def write_json(path: Path, report: dict[str, Any], extra: dict[str, Any]) -> Non
 
 def main(argv: list[str]) -> int:
     """``ragym budget``: print the token distribution of each row's longest episode and the truncated share."""
-    from rl.data.rows import load_rows
+    from ragym.rl.data.rows import load_rows
 
     parser = argparse.ArgumentParser(prog="ragym budget", description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
@@ -106,7 +106,7 @@ def prep_report(
 ) -> dict[str, Any]:
     """The budget report ``ragym prep`` prints: a seeded sample of ``sample`` rows of ``files`` at ``recipe``, text
     tokens from the recipe's model when it is a local folder, else estimated (labelled)."""
-    from rl.data.rows import load_rows
+    from ragym.rl.data.rows import load_rows
 
     config = load_config(recipe, [])
     text, source, model_dir = text_counter(config, None, estimate=True)

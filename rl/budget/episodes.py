@@ -3,8 +3,8 @@
 - ``KBVQA-v0`` / ``KBVQA-Demo-v0``: every query image searched and paged to its last batch (Rej_max rejections,
   so Rej_max + 1 batches of K candidates), one SearchText with the last batches' top names, then the answer.
 - ``R3G-v0``: plan, retrieve (pool of P), judge every pooled image, answer with the k evidence images
-  (``rl.demo.r3g.R3GExpert``).
-- ``MEMORA-v0``: MEMORA's fixed pipeline (``rl.eval.memora_pipeline``) with K_max factors, never stopping
+  (``ragym.rl.demo.r3g.R3GExpert``).
+- ``MEMORA-v0``: MEMORA's fixed pipeline (``ragym.rl.eval.memora_pipeline``) with K_max factors, never stopping
   early: decompose, a subquery and an extraction over the whole pool per factor, expansions while the budgets
   last, the judge, stop.
 - ``DocMemo-v0``: every round selects all candidates (E new evidence pages) and refines, the last one answers:
@@ -25,10 +25,10 @@ from typing import Any
 import gymnasium
 import numpy as np
 
-from envs.kbvqa_actions import Answer, Reject, SearchImage, SearchText, format_action
-from envs.kbvqa_prompts import LAST_TURN_NOTICE
-from rl.errors import UsageError
-from rl.eval.scripted import run_episode
+from ragym.envs.kbvqa.actions import Answer, Reject, SearchImage, SearchText, format_action
+from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
+from ragym.rl.errors import UsageError
+from ragym.rl.eval.scripted import run_episode
 
 KBVQA_ENVS = ("KBVQA-v0", "KBVQA-Demo-v0")
 SUPPORTED_ENVS = (*KBVQA_ENVS, "R3G-v0", "MEMORA-v0", "DocMemo-v0")
@@ -76,7 +76,7 @@ class TurnCap(gymnasium.Wrapper):
 class LongestKBVQA:
     """Pages every query image to its last batch, reads the last batches' top names, answers.
 
-    ``rl.eval.scripted.SignaturePolicy`` confirms a matching candidate as soon as one is shown; the longest
+    ``ragym.rl.eval.scripted.SignaturePolicy`` confirms a matching candidate as soon as one is shown; the longest
     episode rejects every batch it may, so this is its own small policy.
     """
 
@@ -146,7 +146,7 @@ def _policy(env_id: str, env: Any) -> Any:
     if env_id in KBVQA_ENVS:
         return LongestKBVQA(env)
     if env_id == "R3G-v0":
-        from rl.demo.r3g import R3GExpert
+        from ragym.rl.demo.r3g import R3GExpert
 
         return R3GExpert(env, np.random.default_rng(0), noise=0.0)
     if env_id == "DocMemo-v0":
@@ -158,8 +158,8 @@ def _policy(env_id: str, env: Any) -> Any:
 
 def _play_memora(log: TurnCap, options: dict[str, Any] | None, seed: int) -> None:
     """MEMORA's fixed pipeline with K_max factors whose controller never stops early."""
-    from rl.eval.memora_models import ScriptedModel
-    from rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
+    from ragym.rl.eval.memora_models import ScriptedModel
+    from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
 
     config = log.unwrapped.config
     pipeline = PipelineConfig(num_factors=config.k_max, stop_threshold=math.inf, expand_below=math.inf,

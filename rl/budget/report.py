@@ -2,8 +2,8 @@
 at the recipe's settings, their distribution, and the share the recipe's lengths would truncate.
 
 Each row's env is built as the agent loop builds it (the row's ``env_kwargs``, the recipe's ``ragym.images``
-budget and retrieval service); ``rl.budget.episodes`` plays the paper's longest episode on it and
-``rl.budget.tokens`` counts it. An episode is truncated when its prompt exceeds ``data.max_prompt_length`` or its
+budget and retrieval service); ``ragym.rl.budget.episodes`` plays the paper's longest episode on it and
+``ragym.rl.budget.tokens`` counts it. An episode is truncated when its prompt exceeds ``data.max_prompt_length`` or its
 response ``data.max_response_length``. ``ragym prep`` prints the same report for a sample of the rows it writes.
 """
 
@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from envs.registry import make_env
-from rl.budget.episodes import SUPPORTED_ENVS, play_longest
-from rl.budget.tokens import EpisodeTokens, PixelRule, TextCounter, count_episode, pixel_rule
-from rl.data.rows import DataError
-from rl.errors import UsageError
+from ragym.envs.registry import make_env
+from ragym.rl.budget.episodes import SUPPORTED_ENVS, play_longest
+from ragym.rl.budget.tokens import EpisodeTokens, PixelRule, TextCounter, count_episode, pixel_rule
+from ragym.rl.data.rows import DataError
+from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +42,8 @@ class RowEpisodes:
     """Builds each row's env exactly as the agent loop does (cached per env id and kwargs) and plays it."""
 
     def __init__(self, config: DictConfig) -> None:
-        from rl.recipe.images import apply_recipe_images
-        from rl.recipe.retrieval import recipe_retrieval_url
+        from ragym.rl.recipe.images import apply_recipe_images
+        from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
         self.images = apply_recipe_images(config)  # also sizes this process's image cache, as the loop does
         self.url = recipe_retrieval_url(config)
@@ -69,7 +69,7 @@ class RowEpisodes:
         self, row: dict[str, Any], text: TextCounter, pixels: PixelRule, action_tokens: int
     ) -> EpisodeTokens:
         """The row's longest episode, counted."""
-        from rl.agent_loop.observations import EpisodeSpec
+        from ragym.rl.agent_loop.observations import EpisodeSpec
 
         spec = EpisodeSpec.from_extra_info(dict(row["extra_info"]))
         env = self.env(spec)
@@ -177,7 +177,7 @@ def budget_report(rows: Sequence[dict[str, Any]], config: DictConfig, text: Text
         text.describe(text_source),
         f"visual tokens: the processor's resize (factor {pixels.factor}, {pixels.min_pixels:,}-"
         f"{pixels.max_pixels:,} pixels, from {pixels.source}) + 2 markers per image",
-        f"episodes: the paper's longest per row (rl.budget.episodes), at most {OmegaConf.select(config, MAX_TURNS_KEY)} "
+        f"episodes: the paper's longest per row (ragym.rl.budget.episodes), at most {OmegaConf.select(config, MAX_TURNS_KEY)} "
         f"turns; each generated turn counted as max(its scripted text, {action_tokens}) tokens (--action-tokens)",
     ]
     limits = (summary["max_prompt_length"], summary["max_response_length"])

@@ -3,7 +3,7 @@
 Text: the conversation rendered with the tokenizer's chat template (the system prompt and the task in the
 prompt; every turn and every observation in context after it), minus the three vision tokens the template writes
 per image; without a tokenizer, characters / 3.5 plus the ChatML scaffold (labelled estimated). Visual: each
-shown image's size resized by the processor's own rule (``envs.image_budget.fit_size``, equal to
+shown image's size resized by the processor's own rule (``ragym.envs.image_budget.fit_size``, equal to
 transformers' ``smart_resize``) at the recipe's pixel range, one token per ``factor x factor`` block, plus the two
 vision markers around it.
 """
@@ -18,11 +18,11 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from envs.image_budget import fit_size, visual_tokens
-from rl.agent_loop.observations import observation_message
-from rl.budget.episodes import Played
-from rl.errors import UsageError
-from rl.recipe.images import IMAGES_KEY, recipe_images, recipe_processor_kwargs
+from ragym.envs.image_budget import fit_size, visual_tokens
+from ragym.rl.agent_loop.observations import observation_message
+from ragym.rl.budget.episodes import Played
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.images import IMAGES_KEY, recipe_images, recipe_processor_kwargs
 
 CHARS_PER_TOKEN = 3.5
 """Characters per text token when no tokenizer is available (``--estimate-text``)."""

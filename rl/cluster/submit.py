@@ -2,11 +2,12 @@
 
 ``ragym submit RECIPE [overrides...]`` checks the recipe locally (verl's schema and validation, so a typo
 fails here and not after the upload), then submits the job that ``ray job submit`` would: the repository
-as the job's working directory (every node imports ``envs``/``rewards``/``rl`` from it), the ragym
+as the job's working directory with ragym's code beside it as the ``ragym`` package (Ray's ``py_modules``: every
+node imports ``ragym.envs``, ``ragym.rl``... from the submitted copy, whatever is installed there), the ragym
 environment variables of the submitting shell, optional pip packages, and the entry point: verl's
 ``main_ppo`` on the recipe, or the local engine (``ragym train``) for recipes with a ``ragym.engine``
 section. ``--with-retrieval KB_DIR`` first deploys the retrieval service on the cluster as a Ray Serve
-app (``envs.service.ray_serve``) and fills in the recipe's ``ragym.retrieval.url`` with its address; a
+app (``ragym.envs.retrieval.service.ray_serve``) and fills in the recipe's ``ragym.retrieval.url`` with its address; a
 recipe's address reaches every env of the job (the agent loop's ``retrieval_url``, ``$RAGYM_RETRIEVAL_URL``).
 ``ragym jobs list|logs|stop`` wraps Ray's job client.
 """
@@ -15,10 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,11 +30,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rl.errors import UsageError
-from rl.recipe.check import check_recipe
-from rl.recipe.compose import resolve_recipe_path, validate_recipe
-from rl.recipe.platforms import cluster_overrides, merge_overrides
-from rl.recipe.retrieval import URL_KEY, recipe_retrieval_url
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.check import check_recipe
+from ragym.rl.recipe.compose import resolve_recipe_path, validate_recipe
+from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides
+from ragym.rl.recipe.retrieval import URL_KEY, recipe_retrieval_url
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository: shipped as the job's working directory."""
@@ -60,6 +64,9 @@ WORKING_DIR_EXCLUDES = (
 )
 """Never uploaded with the working directory: environments, outputs and caches (Ray also honours .gitignore)."""
 
+CODE_FOLDERS = ("envs", "rewards", "rl", "data_prep")
+"""The repository's code folders: they travel as the ``ragym`` package (``py_modules``), not in the working dir."""
+
 TERMINAL_STATUSES = ("SUCCEEDED", "FAILED", "STOPPED")
 """Ray job statuses after which nothing changes."""
 
@@ -77,7 +84,7 @@ class RetrievalService:
 
     def deploy_command(self) -> str:
         """The shell command that deploys the app (detached) from the job's driver."""
-        return shlex.join(["python", "-m", "envs.service.ray_serve", "--kb-dir", self.kb_dir,
+        return shlex.join(["python", "-m", "ragym.envs.retrieval.service.ray_serve", "--kb-dir", self.kb_dir,
                            "--replicas", str(self.replicas), "--port", str(self.port)])  # fmt: skip
 
     @property
@@ -97,7 +104,7 @@ class Submission:
     entrypoint: str
     """Shell command Ray runs in the unpacked working directory."""
     runtime_env: dict[str, Any]
-    """Ray runtime environment: working_dir, excludes, env_vars, optional pip."""
+    """Ray runtime environment: working_dir, py_modules (the staged ``ragym`` package), excludes, env_vars, optional pip."""
 
     def ray_command(self, address: str) -> list[str]:
         """The equivalent ``ray job submit`` command line, secrets masked (for --dry-run and logs)."""
@@ -118,6 +125,20 @@ def _relative_to_repo(path: Path, repo_root: Path) -> Path:
     except ValueError:
         raise UsageError(f"recipe {path} is outside the repository {repo_root}; only the repository is "
                          "shipped to the cluster, so copy the recipe under recipes/") from None  # fmt: skip
+
+
+def stage_package(repo_root: Path, into: Path | None = None) -> Path:
+    """ragym's code laid out as the installed package (``<dir>/ragym/envs``, ``<dir>/ragym/rl``...), for Ray's
+    ``py_modules``; a fresh temporary folder (removed when this process exits) unless ``into`` is given."""
+    if into is None:
+        into = Path(tempfile.mkdtemp(prefix="ragym-job-"))
+        atexit.register(shutil.rmtree, into, ignore_errors=True)
+    package = into / "ragym"
+    for folder in CODE_FOLDERS:
+        shutil.copytree(
+            repo_root / folder, package / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
+    return package
 
 
 def build_submission(
@@ -159,7 +180,7 @@ def build_submission(
             raise UsageError(
                 "--nodes/--gpus-per-node apply to verl jobs; the local engine runs in one process"
             )
-        command = ["python", "-m", "rl.cli", "train", "--recipe", str(relative), *overrides]
+        command = ["python", "-m", "ragym.rl.cli", "train", "--recipe", str(relative), *overrides]
         entrypoint = shlex.join(command)
     elif engine == "verl":
         validate_recipe(config)
@@ -178,7 +199,8 @@ def build_submission(
         entrypoint = f"{retrieval.deploy_command()} && {entrypoint}"
     runtime_env: dict[str, Any] = {
         "working_dir": str(repo_root),
-        "excludes": list(WORKING_DIR_EXCLUDES),
+        "py_modules": [str(stage_package(REPO_ROOT))],  # the code running this, wherever the recipe lives
+        "excludes": [*WORKING_DIR_EXCLUDES, *(f"/{folder}/" for folder in CODE_FOLDERS)],
         "env_vars": env_vars,
     }
     if pip:

@@ -1,6 +1,6 @@
 """Turn-level credit: the ``turn_credit`` advantage estimator (registered with verl on import) and its inputs."""
 
-from rl.credit.turn_credit import (
+from ragym.rl.credit.turn_credit import (
     TURN_CREDIT,
     TurnCreditInputs,
     compute_turn_credit_advantage,

@@ -2,7 +2,7 @@
 
 Per trajectory: the agent loop's ``extra_fields`` (``turn_ids``, ``events``, ``turns``, ``env_id``) and the
 row's data source and ground truth. Step rewards come from the training recipe's own reward recipe (the rubric
-``rewards.verl.compute_score`` scores with), anchors from the env's declaration (``envs.anchors``).
+``ragym.rewards.verl.compute_score`` scores with), anchors from the env's declaration (``ragym.envs.anchors``).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from envs.anchors import turn_anchors
-from rewards.rubric import Rubric, plain_config
-from rewards.steps import rubric_step_rewards
-from rewards.verl import episode_from_verl, rubric_for
-from rl.credit.turn_credit import TurnCreditInputs
+from ragym.envs.anchors import turn_anchors
+from ragym.rewards.rubric import Rubric, plain_config
+from ragym.rewards.steps import rubric_step_rewards
+from ragym.rewards.verl import episode_from_verl, rubric_for
+from ragym.rl.credit.turn_credit import TurnCreditInputs
 
 STEP_WEIGHT_KEY = "ragym.turn_credit.step_weight"
 """Recipe key: w, the weight of the step advantage (default 1.0)."""

@@ -8,8 +8,8 @@ The advantage of a token generated in turn t of episode i in GRPO group g is
   ``algorithm.norm_adv_by_std_in_grpo``).
 - ``A_step(i, t) = G(i, t) - mean{ G(j, u) : j != i in g, anchor(j, u) = anchor(i, t) }``: the turn's step
   return ``G(i, t) = sum_{u >= t} gamma^(u - t) r(i, u)`` (``r``: the rubric's step rewards,
-  ``rewards.steps``; ``gamma``: ``algorithm.gamma``) minus the mean step return of the turns of the *other*
-  episodes of the group that faced the same anchor state (``envs.anchors``). No division by a standard
+  ``ragym.rewards.steps``; ``gamma``: ``algorithm.gamma``) minus the mean step return of the turns of the *other*
+  episodes of the group that faced the same anchor state (``ragym.envs.anchors``). No division by a standard
   deviation. 0 when no other episode of the group reached the anchor, or the turn has none.
 - ``w``: ``ragym.turn_credit.step_weight``.
 
@@ -21,7 +21,7 @@ statistic of its own returns (Dr. GRPO's bias). Observation tokens (mask 0) get 
 
 verl hands a registered estimator only the rewards, the response mask, the group ids and the algorithm config;
 the per-token turn ids, step rewards and anchors come as ``turn_credit=`` (the local engine) or from
-``turn_credit_batch`` (a verl trainer that fetched them for the batch: ``rl.credit.verl_trainer``).
+``turn_credit_batch`` (a verl trainer that fetched them for the batch: ``ragym.rl.credit.verl_trainer``).
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ class TurnCreditInputs:
     turn_ids: Sequence[Sequence[int]]
     """Per episode, per response token: the policy turn that generated it, -1 for observation tokens."""
     step_rewards: Sequence[dict[int, float]]
-    """Per episode: {turn: weighted step reward} (``rewards.steps.rubric_step_rewards``)."""
+    """Per episode: {turn: weighted step reward} (``ragym.rewards.steps.rubric_step_rewards``)."""
     anchors: Sequence[dict[int, str]]
-    """Per episode: {turn: anchor state} (``envs.anchors.turn_anchors``)."""
+    """Per episode: {turn: anchor state} (``ragym.envs.anchors.turn_anchors``)."""
     step_weight: float = 1.0
     """w: weight of the step advantage (``ragym.turn_credit.step_weight``)."""
 
@@ -113,7 +113,7 @@ def compute_turn_credit_advantage(
     if inputs is None:
         raise ValueError(
             "adv_estimator=turn_credit needs the batch's turn ids, step rewards and anchors: the local engine "
-            "passes them; under verl's trainer use trainer.v1.trainer_mode: ragym (rl.credit.verl_trainer)"
+            "passes them; under verl's trainer use trainer.v1.trainer_mode: ragym (ragym.rl.credit.verl_trainer)"
         )
     num, width = response_mask.shape
     if len(inputs.turn_ids) != num:

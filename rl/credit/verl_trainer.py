@@ -14,9 +14,9 @@ from typing import Any
 
 import transfer_queue as tq
 
-from rl.agent_loop.verl_metrics import tq_column
-from rl.credit.inputs import recipe_rubric, step_weight, turn_credit_inputs
-from rl.credit.turn_credit import TURN_CREDIT, TurnCreditInputs, turn_credit_batch
+from ragym.rl.agent_loop.verl_metrics import tq_column
+from ragym.rl.credit.inputs import recipe_rubric, step_weight, turn_credit_inputs
+from ragym.rl.credit.turn_credit import TURN_CREDIT, TurnCreditInputs, turn_credit_batch
 
 FIELDS = ["extra_fields", "data_source", "reward_model"]
 """What the mixin reads back from TransferQueue (the agent loop's output and the row, already stored)."""

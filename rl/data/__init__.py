@@ -1,5 +1,5 @@
 """Dataset rows for every entry point (train, eval, rollout): loaded and validated in one place."""
 
-from rl.data.rows import BadRow, RowSet, load_rows
+from ragym.rl.data.rows import BadRow, RowSet, load_rows
 
 __all__ = ["BadRow", "RowSet", "load_rows"]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rl.errors import UsageError
+from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -153,14 +153,14 @@ class RowChecker:
         if self.check_reset:
             self._num_checked += 1
             if self._num_checked % self.IMAGE_CACHE_ROWS == 0:
-                from envs.kb import clear_image_cache
+                from ragym.envs.kbvqa.kb import clear_image_cache
 
                 clear_image_cache()
             env = self._env(str(extra_info["env_id"]), kwargs)
             env.reset(seed=int(extra_info["index"]), options=options)
 
     def _env(self, env_id: str, kwargs: dict[str, Any]) -> Any:
-        import envs
+        from ragym import envs
 
         key = json.dumps([env_id, kwargs], sort_keys=True)
         if key not in self._envs:

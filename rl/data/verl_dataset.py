@@ -1,10 +1,10 @@
 """verl's dataset with ragym's row check: the rows verl's trainer reads are checked as ``ragym train`` checks
-them (``rl.data.rows``), and bad ones are listed, then skipped or refused.
+them (``ragym.rl.data.rows``), and bad ones are listed, then skipped or refused.
 
 A recipe selects it through verl's own seam::
 
     data:
-      custom_cls: {path: pkg://rl.data.verl_dataset, name: RagymDataset}
+      custom_cls: {path: pkg://ragym.rl.data.verl_dataset, name: RagymDataset}
       bad_rows: skip        # or refuse; ``ragym train --engine verl --bad-rows refuse`` sets it
 
 verl reads the parquet files into one table (and samples ``data.*_max_samples`` rows from it); this class then
@@ -20,12 +20,12 @@ from typing import Any
 
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from rl.data.rows import BAD_ROW_POLICIES, RowChecker, RowSet, check_rows, report_bad_rows
+from ragym.rl.data.rows import BAD_ROW_POLICIES, RowChecker, RowSet, check_rows, report_bad_rows
 
 logger = logging.getLogger(__name__)
 
 BAD_ROWS_KEY = "bad_rows"
-"""The ``data.`` key this class reads: one of ``rl.data.rows.BAD_ROW_POLICIES`` (default ``skip``)."""
+"""The ``data.`` key this class reads: one of ``ragym.rl.data.rows.BAD_ROW_POLICIES`` (default ``skip``)."""
 
 
 class RagymDataset(RLHFDataset):

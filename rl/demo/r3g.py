@@ -1,6 +1,6 @@
 """``ragym r3g-demo --out DIR [--seed S] [--steps N]``: the R3G CPU demo, end to end.
 
-On the synthetic R3G task (``data_prep.r3g_synthetic``, preset ``demo``: P=3 look-alikes per class, one of
+On the synthetic R3G task (``ragym.data_prep.r3g_synthetic``, preset ``demo``: P=3 look-alikes per class, one of
 them showing the cue, captions shown), a ~0.5M-parameter tiny Qwen2.5-VL policy is warm-started by
 imitating an over-generous scripted expert (it calls the look-alikes answerable with probability ``noise``,
 so the warm-started policy's likeliest judge ties the pool and Stage-1 decides, as the paper's no-module
@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from envs.r3g_actions import ACTION_TAGS
-from envs.registry import make_env
-from rl.demo.warm_start import ReplayServer, WarmStartConfig, _replay, imitate
+from ragym.envs.r3g.actions import ACTION_TAGS
+from ragym.envs.registry import make_env
+from ragym.rl.demo.warm_start import ReplayServer, WarmStartConfig, _replay, imitate
 
 logger = logging.getLogger(__name__)
 
@@ -132,10 +132,10 @@ def _corpus(rows: list[dict[str, Any]], repeats: int) -> Iterator[str]:
 
 def build_inputs(out: Path, reader: Any, seed: int) -> Path:
     """The synthetic task and the untrained tiny policy under ``out`` (each built once)."""
-    from data_prep.r3g_synthetic import PRESETS, build_task
-    from rl.engine.trainer import read_rows
-    from rl.tiny.corpus import builtin_corpus
-    from rl.tiny.policy import TinyPolicyConfig, build_tiny_policy
+    from ragym.data_prep.r3g_synthetic import PRESETS, build_task
+    from ragym.rl.engine.trainer import read_rows
+    from ragym.rl.tiny.corpus import builtin_corpus
+    from ragym.rl.tiny.policy import TinyPolicyConfig, build_tiny_policy
 
     task, policy = out / "task", out / "tiny_policy"
     if not (task / "corpus" / "manifest.json").exists():
@@ -152,10 +152,10 @@ def build_inputs(out: Path, reader: Any, seed: int) -> Path:
 
 def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: int) -> dict[str, Any]:
     """Imitate the noisy expert and save the result as a Hugging Face model in ``out_dir``."""
-    from rl.agent_loop.loop import make_agent_loop
-    from rl.engine.trainer import read_rows
-    from rl.engine.vision import ImageInputs
-    from rl.models import load_policy
+    from ragym.rl.agent_loop.loop import make_agent_loop
+    from ragym.rl.engine.trainer import read_rows
+    from ragym.rl.engine.vision import ImageInputs
+    from ragym.rl.models import load_policy
 
     cfg = WarmStartConfig(**reader.get("ragym.r3g_demo.warm_start"), protocol_share=0.0, seed=seed)
     start = time.perf_counter()
@@ -177,15 +177,15 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
 
 
 DEMO_BASELINES = ("no_modules", "mrag_topk", "r3g_fixed")
-"""``rl.eval.r3g_baselines.BASELINES`` the demo reports (the synthetic task has no benchmark list for ``mrag``)."""
+"""``ragym.rl.eval.r3g_baselines.BASELINES`` the demo reports (the synthetic task has no benchmark list for ``mrag``)."""
 
 
 def baselines(val_files: str, limit: int) -> dict[str, Any]:
     """The no-module ablation, MRAG's plain top-k and the fixed R3G pipeline (scripted judge) on the held-out
     rows the policy is evaluated on."""
-    from rewards import Rubric
-    from rl.eval.r3g_baselines import ScriptedModel, evaluate_baseline
-    from rl.eval.r3g_report import summarize
+    from ragym.rewards import Rubric
+    from ragym.rl.eval.r3g_baselines import ScriptedModel, evaluate_baseline
+    from ragym.rl.eval.r3g_report import summarize
 
     rows = pd.read_parquet(val_files).head(limit)
     rubric = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})
@@ -200,9 +200,9 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
     """The whole demo into ``out`` (re-running resumes); returns what ``metrics.json`` holds."""
     import torch
 
-    from rl.engine.config import RecipeReader, read_engine_config
-    from rl.engine.trainer import LocalTrainer
-    from rl.recipe.compose import load_recipe
+    from ragym.rl.engine.config import RecipeReader, read_engine_config
+    from ragym.rl.engine.trainer import LocalTrainer
+    from ragym.rl.recipe.compose import load_recipe
 
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -238,7 +238,7 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
 
 
 def main(argv: list[str]) -> int:
-    """``python -m rl.demo.r3g --out DIR [--seed S] [--steps N] [overrides...]``."""
+    """``python -m ragym.rl.demo.r3g --out DIR [--seed S] [--steps N] [overrides...]``."""
     parser = argparse.ArgumentParser(prog="ragym r3g-demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seed", type=int, default=0)

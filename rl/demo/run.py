@@ -23,18 +23,18 @@ import pandas as pd
 import torch
 from omegaconf import OmegaConf
 
-from rl.agent_loop.loop import make_agent_loop
-from rl.demo.report import write_report
-from rl.demo.warm_start import WarmStartConfig, expert_samples, imitate
-from rl.engine.config import RecipeReader, read_engine_config
-from rl.engine.main import check_keys
-from rl.engine.trainer import LocalTrainer, read_rows
-from rl.engine.vision import ImageInputs
-from rl.errors import UsageError
-from rl.export import record_export
-from rl.recipe.compose import load_recipe
-from rl.view.data import load as load_traces
-from rl.view.site import Site
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.demo.report import write_report
+from ragym.rl.demo.warm_start import WarmStartConfig, expert_samples, imitate
+from ragym.rl.engine.config import RecipeReader, read_engine_config
+from ragym.rl.engine.main import check_keys
+from ragym.rl.engine.trainer import LocalTrainer, read_rows
+from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.errors import UsageError
+from ragym.rl.export import record_export
+from ragym.rl.recipe.compose import load_recipe
+from ragym.rl.view.data import load as load_traces
+from ragym.rl.view.site import Site
 
 logger = logging.getLogger(__name__)
 
@@ -64,8 +64,8 @@ def _kb_corpus(kb_dir: Path, repeats: int) -> Iterator[str]:
 
 def _build_inputs(out: Path, reader: RecipeReader, seed: int) -> tuple[Path, Path]:
     """The demo KB and the untrained tiny policy under ``out`` (built once)."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.tiny.policy import TinyPolicyConfig, build_tiny_policy, default_corpus
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.tiny.policy import TinyPolicyConfig, build_tiny_policy, default_corpus
 
     kb_dir, policy_dir = out / "kb", out / "tiny_policy"
     preset, arch = reader.get("ragym.demo.kb_preset"), reader.get("ragym.demo.arch")
@@ -83,7 +83,7 @@ def _warm_start(
     config: Any, reader: RecipeReader, policy_dir: Path, out_dir: Path, seed: int
 ) -> dict[str, Any]:
     """Imitate the noisy expert on training rows and save the result as a HF model in ``out_dir``."""
-    from rl.models import load_policy
+    from ragym.rl.models import load_policy
 
     cfg = WarmStartConfig(**reader.get("ragym.demo.warm_start"), seed=seed)
     logger.info("warm start: %s", cfg)

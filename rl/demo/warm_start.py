@@ -1,7 +1,7 @@
 """Supervised warm start on env-generated trajectories of a noisy scripted expert.
 
 A randomly initialised tiny policy never emits a well-formed turn, so every GRPO group would score the
-same and teach nothing. The demo therefore first imitates ``rl.eval.scripted.SignaturePolicy`` whose
+same and teach nothing. The demo therefore first imitates ``ragym.rl.eval.scripted.SignaturePolicy`` whose
 verification decisions are replaced by a random other candidate with probability ``noise`` and by a needless
 Reject with probability ``reject_noise`` (the demo's expert is over-cautious): the warm-started policy knows
 the grammar and the protocol but verifies badly, which GRPO then has to fix from reward alone. The decision
@@ -24,11 +24,11 @@ import numpy as np
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
-from envs.registry import make_env
-from rl.engine.grpo import Sample, response_log_probs
-from rl.engine.rollout import row_kwargs
-from rl.engine.vision import ImageInputs
-from rl.eval.scripted import SignaturePolicy, run_episode
+from ragym.envs.registry import make_env
+from ragym.rl.engine.grpo import Sample, response_log_probs
+from ragym.rl.engine.rollout import row_kwargs
+from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.eval.scripted import SignaturePolicy, run_episode
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
 _NAME_SLOT = re.compile(r'(<answer>|SearchText\(\[")')
 """The same when Rerank takes candidate numbers (only answers and text queries copy names)."""
 _TAKEN = re.compile(r"^Confirmed: the entity in Image (\d+) is (.+)\. \(the retriever's top-1")
-"""The env's own confirmation of the top-1 without verification actions (``envs.kbvqa_demo.top1_text``)."""
+"""The env's own confirmation of the top-1 without verification actions (``ragym.envs.kbvqa.demo.top1_text``)."""
 
 
 class NoisyExpert(SignaturePolicy):

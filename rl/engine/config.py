@@ -19,13 +19,13 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from rl.engine.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, FilterConfig
-from rl.engine.grpo import UpdateConfig
-from rl.errors import UsageError
-from rl.guards import GUARDS_SECTION, read_guards
-from rl.recipe.compose import recipe_keys, resolve_recipe_path
-from rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
-from rl.recipe.retrieval import recipe_retrieval_url
+from ragym.rl.engine.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, FilterConfig
+from ragym.rl.engine.grpo import UpdateConfig
+from ragym.rl.errors import UsageError
+from ragym.rl.guards import GUARDS_SECTION, read_guards
+from ragym.rl.recipe.compose import recipe_keys, resolve_recipe_path
+from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
+from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ class EngineConfig:
     resume_from_path: str | None
     """The ``global_step_N`` folder ``resume_path`` continues from."""
     reward_kwargs: dict[str, Any]
-    """``reward.custom_reward_function.reward_kwargs`` (the reward recipe), passed to ``rewards.verl``."""
+    """``reward.custom_reward_function.reward_kwargs`` (the reward recipe), passed to ``ragym.rewards.verl``."""
     batch_wait_s: float
     """Longest wait of the generation server for all live episodes to ask (``ragym.engine``)."""
     num_threads: int
@@ -157,7 +157,7 @@ class EngineConfig:
     filter_groups: FilterConfig
     """Dynamic sampling (verl's ``algorithm.filter_groups``): drop and refill groups whose rewards are flat."""
     guards: dict[str, Any]
-    """Collapse guards by name (``ragym.guards``, ``rl.guards``); a guard the recipe leaves out is off."""
+    """Collapse guards by name (``ragym.guards``, ``ragym.rl.guards``); a guard the recipe leaves out is off."""
     outcome_metric: str | None
     """The reward term that is the task's outcome (``ragym.outcome_metric``); None: not stated."""
 
@@ -187,9 +187,9 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         if g(key):
             raise UsageError(f"{key}=true needs a reference model, which the local engine does not load")
     reward_fn = (g("reward.custom_reward_function.path"), g("reward.custom_reward_function.name"))
-    if reward_fn != ("pkg://rewards.verl", "compute_score"):
+    if reward_fn != ("pkg://ragym.rewards.verl", "compute_score"):
         raise UsageError(
-            f"reward.custom_reward_function must be pkg://rewards.verl / compute_score, got {reward_fn}"
+            f"reward.custom_reward_function must be pkg://ragym.rewards.verl / compute_score, got {reward_fn}"
         )
     rollout, actor = "actor_rollout_ref.rollout", "actor_rollout_ref.actor"
     n, batch = g(f"{rollout}.n"), g("data.train_batch_size")

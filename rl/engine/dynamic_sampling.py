@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rl.errors import UsageError
+from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class FilterConfig:
 
 
 class Scored(Protocol):
-    """An episode with a group id and ``compute_score``'s values (``rl.engine.rollout.EpisodeResult``)."""
+    """An episode with a group id and ``compute_score``'s values (``ragym.rl.engine.rollout.EpisodeResult``)."""
 
     uid: str
     score: dict[str, float]
@@ -163,7 +163,7 @@ def _grouped(episodes: Sequence[Scored]) -> list[list[Scored]]:
 
 def reward_weights(reward_kwargs: Mapping[str, Any]) -> dict[str, float]:
     """Term name -> weight of the rubric ``reward.custom_reward_function.reward_kwargs`` names."""
-    from rewards.verl import rubric_for
+    from ragym.rewards.verl import rubric_for
 
     rubric = rubric_for(
         reward_kwargs.get("recipe"), reward_kwargs.get("recipe_path"), reward_kwargs.get("overrides")

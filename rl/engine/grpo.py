@@ -17,8 +17,8 @@ import torch
 import verl.utils.torch_functional as verl_F
 from verl.trainer.ppo import core_algos
 
-from rl.credit import TurnCreditInputs
-from rl.engine.vision import ImageInputs, rope_positions
+from ragym.rl.credit import TurnCreditInputs
+from ragym.rl.engine.vision import ImageInputs, rope_positions
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Sample:
 
 @dataclass(frozen=True)
 class UpdateConfig:
-    """The actor/algorithm knobs of one GRPO update (read from the recipe by ``rl.engine.config``)."""
+    """The actor/algorithm knobs of one GRPO update (read from the recipe by ``ragym.rl.engine.config``)."""
 
     mini_batch_size: int
     """Episodes per optimiser step (verl: ``ppo_mini_batch_size`` x rollout n)."""
@@ -91,7 +91,7 @@ def compute_advantages(
 ) -> torch.Tensor:
     """verl's advantage estimator on outcome rewards placed at each episode's last response token.
 
-    ``turn_credit``: the batch's turn structure, which the ``turn_credit`` estimator needs (``rl.credit``).
+    ``turn_credit``: the batch's turn structure, which the ``turn_credit`` estimator needs (``ragym.rl.credit``).
     """
     mask = batch.response_mask
     last = (mask.shape[1] - 1 - mask.flip(-1).argmax(-1)).clamp(min=0)  # [N] last mask-1 position

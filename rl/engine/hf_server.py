@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache
 from verl.workers.rollout.replica import TokenOutput
 
-from rl.engine.vision import ImageInputs, image_key, rope_positions
+from ragym.rl.engine.vision import ImageInputs, image_key, rope_positions
 
 logger = logging.getLogger(__name__)
 

@@ -7,12 +7,12 @@ import argparse
 import logging
 from pathlib import Path
 
-from rl.data.rows import BAD_ROW_POLICIES
-from rl.engine.config import ENGINE_SECTION, RecipeReader, read_engine_config, recipe_set_keys
-from rl.engine.trainer import LocalTrainer
-from rl.errors import UsageError
-from rl.recipe.check import unknown_keys
-from rl.recipe.compose import load_recipe
+from ragym.rl.data.rows import BAD_ROW_POLICIES
+from ragym.rl.engine.config import ENGINE_SECTION, RecipeReader, read_engine_config, recipe_set_keys
+from ragym.rl.engine.trainer import LocalTrainer
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.check import unknown_keys
+from ragym.rl.recipe.compose import load_recipe
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +79,9 @@ def main(argv: list[str]) -> int:
             raise UsageError(
                 "--max-steps is the local engine's; with --engine verl set trainer.total_training_steps"
             )
-        from rl.engine.verl_local import run_verl
+        from ragym.rl.engine.verl_local import run_verl
 
-        # ragym's dataset class (rl.data.verl_dataset) reads the policy from data.bad_rows.
+        # ragym's dataset class (ragym.rl.data.verl_dataset) reads the policy from data.bad_rows.
         bad_rows = [f"++data.bad_rows={args.bad_rows}"] if args.bad_rows else []
         return run_verl(args.recipe, [*bad_rows, *args.overrides], toy=args.toy, network=args.network)
     if args.toy is not None:

@@ -1,4 +1,4 @@
-"""Per-step metrics: batch means of rewards and episode metrics (``envs.metrics``), and sinks (console, jsonl, wandb).
+"""Per-step metrics: batch means of rewards and episode metrics (``ragym.envs.metrics``), and sinks (console, jsonl, wandb).
 
 wandb runs offline when ``WANDB_API_KEY`` is not set (sync later with ``wandb sync``);
 ``WANDB_MODE=disabled`` turns it off entirely.
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from envs.metrics import mean_metrics
+from ragym.envs.metrics import mean_metrics
 
 logger = logging.getLogger(__name__)
 

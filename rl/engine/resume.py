@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rl.errors import UsageError
+from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 

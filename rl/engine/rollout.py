@@ -1,6 +1,6 @@
 """Episodes for the local engine: the ragym agent loop against the in-process server, scored by the rubric.
 
-Rewards go through ``rewards.verl.compute_score``, the same seam verl's reward loop calls on the cluster,
+Rewards go through ``ragym.rewards.verl.compute_score``, the same seam verl's reward loop calls on the cluster,
 with the agent loop's ``extra_fields`` merged into ``extra_info`` as verl merges them.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
-from rewards.verl import compute_score
-from rl.engine.grpo import Sample
+from ragym.rewards.verl import compute_score
+from ragym.rl.engine.grpo import Sample
 
 
 @dataclass
@@ -30,7 +30,7 @@ class EpisodeResult:
     score: dict[str, float]
     """``compute_score``'s result: ``score`` (the total) and ``reward/<term>`` values."""
     stats: dict[str, float | None] = field(default_factory=dict)
-    """Episode metrics from the env's events (``envs.metrics``, as the agent loop computed them)."""
+    """Episode metrics from the env's events (``ragym.envs.metrics``, as the agent loop computed them)."""
 
     @property
     def reward(self) -> float:

@@ -22,23 +22,28 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 from verl.utils.config import omega_conf_to_dataclass
 
-from rl.agent_loop.loop import make_agent_loop
-from rl.credit import TURN_CREDIT
-from rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
-from rl.data.rows import load_rows
-from rl.engine.config import EngineConfig
-from rl.engine.dynamic_sampling import SampledBatch, reward_weights, sample_groups, shaped_metric_warning
-from rl.engine.grpo import assemble, compute_advantages, update_policy
-from rl.engine.hf_server import HFServer
-from rl.engine.metrics import MetricsSink, advantage_stats, response_length_stats, summarize
-from rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
-from rl.engine.rollout import EpisodeResult, RolloutTimes, run_episodes
-from rl.engine.vision import ImageInputs
-from rl.errors import UsageError
-from rl.guards import GuardMonitor, GuardStop
-from rl.models import load_policy
-from rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
-from rl.view.trace import TraceConfig, TraceWriter
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.credit import TURN_CREDIT
+from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
+from ragym.rl.data.rows import load_rows
+from ragym.rl.engine.config import EngineConfig
+from ragym.rl.engine.dynamic_sampling import (
+    SampledBatch,
+    reward_weights,
+    sample_groups,
+    shaped_metric_warning,
+)
+from ragym.rl.engine.grpo import assemble, compute_advantages, update_policy
+from ragym.rl.engine.hf_server import HFServer
+from ragym.rl.engine.metrics import MetricsSink, advantage_stats, response_length_stats, summarize
+from ragym.rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
+from ragym.rl.engine.rollout import EpisodeResult, RolloutTimes, run_episodes
+from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.errors import UsageError
+from ragym.rl.guards import GuardMonitor, GuardStop
+from ragym.rl.models import load_policy
+from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
+from ragym.rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +125,7 @@ class LocalTrainer:
         self.agent_loop = make_agent_loop(config, self.server, self.tokenizer, self.processor)
         self.actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
         self.algo_config = omega_conf_to_dataclass(config.algorithm)
-        # Turn-level credit scores each turn with the recipe's own rubric (rl.credit).
+        # Turn-level credit scores each turn with the recipe's own rubric (ragym.rl.credit).
         self.turn_credit = (
             (recipe_rubric(cfg.reward_kwargs), step_weight(config))
             if cfg.update.adv_estimator == TURN_CREDIT else None

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from envs.byte_cache import ByteLRU
+from ragym.envs.byte_cache import ByteLRU
 
 
 def image_key(image: Any) -> int:

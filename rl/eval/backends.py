@@ -3,7 +3,7 @@
 A backend is an object with verl's server-manager method ``generate(request_id=, prompt_ids=,
 sampling_params=, image_data=) -> TokenOutput`` plus the episode accounting ``run_episodes`` calls
 (``track_episodes``, ``episode_done``, ``stats.generate_s``), and the tokenizer and processor the agent
-loop needs. ``rl.eval.evaluate`` takes any such backend, so tests can inject a scripted one.
+loop needs. ``ragym.rl.eval.evaluate`` takes any such backend, so tests can inject a scripted one.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl.engine.hf_server import HFServer, ServerStats
-from rl.engine.vision import ImageInputs
-from rl.models import load_policy, load_processor
+from ragym.rl.engine.hf_server import HFServer, ServerStats
+from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.models import load_policy, load_processor
 
 BACKENDS = ("auto", "vllm", "hf")
 """``auto`` picks vLLM when it is importable and a GPU is visible, else ``hf``."""

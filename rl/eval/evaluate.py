@@ -5,7 +5,7 @@ unseen-question and unseen-entity splits when the rows carry that split; every s
 entity identification accuracy (Ident., MMAgent-R² Table 4) beside the retriever's R@1 and R@K ceiling
 (K = candidates per batch x (Rej_max + 1), the pool reranking and rejection can reach), average rejections,
 turns and the format-error rate; the MMAgent-R² Tables 2-4 columns (E-VQA Single-Hop / Two-Hop, InfoSeek
-Unseen-Q / Unseen-E, MMhops Bridging / Comparison) with per-question-type columns (``rl.eval.kbvqa_tables``);
+Unseen-Q / Unseen-E, MMhops Bridging / Comparison) with per-question-type columns (``ragym.rl.eval.kbvqa_tables``);
 the text retriever SearchText used. Written as ``metrics.json``, ``metrics.md``, ``episodes.jsonl``,
 ``rollouts.jsonl`` (re-scorable with ``ragym score``) and plots.
 """
@@ -26,18 +26,18 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from envs.events import events_of
-from rewards.answers import PAPER_TIME_YEAR_TOLERANCE
-from rewards.infoseek import infoseek_final_score
-from rewards.verl import episode_from_verl
-from rl.data.rows import BAD_ROW_POLICIES, load_rows
-from rl.engine.rollout import EpisodeResult, run_episodes
-from rl.errors import UsageError
-from rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
-from rl.eval.kbvqa_tables import figures, paper_columns, row_groups
-from rl.eval.r3g_report import r3g_summary
-from rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
-from rl.view.trace import TraceConfig, TraceWriter
+from ragym.envs.events import events_of
+from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
+from ragym.rewards.infoseek import infoseek_final_score
+from ragym.rewards.verl import episode_from_verl
+from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
+from ragym.rl.engine.rollout import EpisodeResult, run_episodes
+from ragym.rl.errors import UsageError
+from ragym.rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
+from ragym.rl.eval.kbvqa_tables import figures, paper_columns, row_groups
+from ragym.rl.eval.r3g_report import r3g_summary
+from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
+from ragym.rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
 
@@ -76,16 +76,16 @@ class EpisodeRecord:
     format_errors: int
     ident: float | None
     """Ident. of the episode (MMAgent-R² 4.2.2): 1 when every query image's confirmed entity is its gold
-    entity, else 0; None where the env has no such metric (``envs.metrics``)."""
+    entity, else 0; None where the env has no such metric (``ragym.envs.metrics``)."""
     gold_ranks: list[int | None]
     """Per query image: the gold entity's rank in the retriever's list within the pool, None if outside."""
     pool_size: int | None
     """Candidates reachable per image, K x (Rej_max + 1); None when the retriever ceiling is unknown."""
     episode: str
-    """The episode as ``rewards.episode.Episode`` JSON: ``ragym score`` re-scores it with any reward recipe."""
+    """The episode as ``ragym.rewards.episode.Episode`` JSON: ``ragym score`` re-scores it with any reward recipe."""
     subset: str | None = None
     """The paper's column the row belongs to (E-VQA single_hop / two_hop, InfoSeek unseen_question /
-    unseen_entity, MMhops bridge / compare; ``rl.eval.kbvqa_tables``), None elsewhere."""
+    unseen_entity, MMhops bridge / compare; ``ragym.rl.eval.kbvqa_tables``), None elsewhere."""
     question_type: str | None = None
     """The row's question type (InfoSeek / MMhops String, Numerical, Time; E-VQA templated, ...), if any."""
     text_retriever: str | None = None
@@ -102,9 +102,9 @@ def _json(value: Any) -> Any:
 
 def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     """Gold ranks in the KB's precomputed candidate lists (the paper's served candidates)."""
-    from envs.kb import load_kb
-    from envs.kbvqa import KBVQAConfig
-    from envs.kbvqa_demo import split_aids
+    from ragym.envs.kbvqa.demo import split_aids
+    from ragym.envs.kbvqa.env import KBVQAConfig
+    from ragym.envs.kbvqa.kb import load_kb
 
     if row["extra_info"]["env_id"] not in ("KBVQA-v0", "KBVQA-Demo-v0"):
         return [], None  # the retriever ceiling is a KB-VQA metric (DocMemo rows have no candidate lists)
@@ -127,7 +127,7 @@ def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
 def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -> EpisodeRecord:
     """Everything the metrics need from one scored episode, read from its events."""
     events = result.output.extra_fields["events"]
-    metrics = result.output.extra_fields["episode_metrics"]  # envs.metrics, computed by the agent loop
+    metrics = result.output.extra_fields["episode_metrics"]  # ragym.envs.metrics, computed by the agent loop
     answers = events_of(events, "answer")
     ranks, pool = ranker(row)
     extra_info = {**dict(row["extra_info"]), **result.output.extra_fields}
@@ -214,7 +214,7 @@ def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, c
              trace: TraceWriter | None = None) -> list[EpisodeRecord]:  # fmt: skip
     """One greedy episode per row through the ragym agent loop on ``backend``, in batches with a progress bar;
     ``on_batch`` gets each batch's records as soon as they exist (``ragym eval`` streams them to disk)."""
-    from rl.agent_loop.loop import make_agent_loop
+    from ragym.rl.agent_loop.loop import make_agent_loop
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)  # verl's agent loop binds to the current loop at construction
@@ -241,7 +241,7 @@ def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, c
 
 def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictConfig:
     """The recipe the agent loop runs with: ``--recipe``, else the one ``ragym export`` recorded."""
-    from rl.recipe.compose import load_recipe
+    from ragym.rl.recipe.compose import load_recipe
 
     exported = model / "ragym_export.json"
     if not (model / "config.json").is_file():
@@ -260,7 +260,7 @@ def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictCo
 
 def main(argv: list[str]) -> int:
     """``ragym eval --model DIR --data PARQUET [--data ...] --out DIR [--recipe R] [overrides...]``."""
-    from rl.eval.report import ReportStream
+    from ragym.rl.eval.report import ReportStream
 
     parser = argparse.ArgumentParser(prog="ragym eval", description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, type=Path, help="Hugging Face model directory")

@@ -31,7 +31,7 @@ FIGURES = (("accuracy", "Acc."), ("ident", "Ident."), ("retriever_r1", "R@1"), (
 
 
 class Scored(Protocol):
-    """What one evaluated episode contributes here (``rl.eval.evaluate.EpisodeRecord`` is one)."""
+    """What one evaluated episode contributes here (``ragym.rl.eval.evaluate.EpisodeRecord`` is one)."""
 
     correct: float
     ident: float | None

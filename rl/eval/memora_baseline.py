@@ -14,7 +14,7 @@ With ``--num-factors`` outside the env's K_min..K_max (N = 1 of the paper's Fig.
 widened to admit N, and ``metrics.json`` records it.
 
 Writes ``OUT/episodes.jsonl`` (the held-out episodes; ``ragym score`` reads it) and ``OUT/metrics.json`` (mean
-episode metrics from ``envs.metrics``, the memora reward recipe's terms, LLM calls per query and the split),
+episode metrics from ``ragym.envs.metrics``, the memora reward recipe's terms, LLM calls per query and the split),
 and prints the headline: nDCG@10 beside the first stage's, actions, LLM calls per query and memory hits.
 """
 
@@ -27,12 +27,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from envs.memora_synthetic import FACETS
-from envs.metrics import episode_metrics, mean_metrics
-from envs.registry import make_env
-from rewards import Episode, Rubric
-from rl.eval.memora_models import GENERIC_FACETS, LLMConfig, ScriptedModel
-from rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
+from ragym.envs.memora.synthetic import FACETS
+from ragym.envs.metrics import episode_metrics, mean_metrics
+from ragym.envs.registry import make_env
+from ragym.rewards import Episode, Rubric
+from ragym.rl.eval.memora_models import GENERIC_FACETS, LLMConfig, ScriptedModel
+from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "rewards" / "memora.yaml"
 
@@ -44,7 +44,7 @@ WARMUP_FRACTION = 0.8
 def synthetic_rows(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The first ``count`` queries of the built-in synthetic domain as rows, split chronologically into
     (warm-up, held-out) at ``WARMUP_FRACTION`` (env defaults, in-env memory)."""
-    from envs.memora_corpus import synthetic_collection
+    from ragym.envs.memora.corpus import synthetic_collection
 
     domain = synthetic_collection(0)[0]
     rows = []
@@ -169,7 +169,7 @@ def main(argv: list[str]) -> int:
     if args.synthetic and args.warmup:
         parser.error("--warmup goes with --data; --synthetic splits its own stream")
     if args.model == "openai":
-        from rl.eval.memora_llm import OpenAIChatModel
+        from ragym.rl.eval.memora_llm import OpenAIChatModel
 
         key = os.environ[args.api_key_env] if args.api_key_env else None
         cache = args.cache or str(args.out / "llm_cache.jsonl")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rl.eval.memora_models import LLMConfig, LLMError
+from ragym.rl.eval.memora_models import LLMConfig, LLMError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -3,7 +3,7 @@
 Both answer the calls the paper makes to GPT-4o: factor decomposition (with the memory summary), a subquery
 for one factor (section 3.6), evidence extraction for one factor over a batch of candidates, and the listwise
 meta-verdict judge, which receives the factor evidence graph and the memory summary (section 3.11). The
-scripted model is lexical and deterministic (tests, the CPU demo); ``rl.eval.memora_llm.OpenAIChatModel`` posts
+scripted model is lexical and deterministic (tests, the CPU demo); ``ragym.rl.eval.memora_llm.OpenAIChatModel`` posts
 chat completions to any OpenAI-compatible endpoint (configured by ``LLMConfig`` below), caches every answer on
 disk by request, and retries failures.
 """
@@ -14,7 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from envs.memora_memory import bag_of_words, cosine
+from ragym.envs.memora.memory import bag_of_words, cosine
 
 STOPWORDS = frozenset(
     "the a an of and in to with for on about this that some often many why does do is are what how matter here".split()

@@ -28,7 +28,7 @@ from typing import Any
 
 import gymnasium
 
-from rl.eval.memora_models import CommitteeModel
+from ragym.rl.eval.memora_models import CommitteeModel
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ no-module ablation (no plan, Stage-1 only, top-1 of R3G's pool); ``BASELINES`` k
 it is skipped, and the skip and its reason are written to ``metrics.json``.
 
 A fixed model plays every learned step through the env's own grammar, so baselines and trained policies
-share the pool, the fusion, the events and the metrics (``rl.eval.r3g_report``):
+share the pool, the fusion, the events and the metrics (``ragym.rl.eval.r3g_report``):
 
-- ``ChatModel``: a frozen MLLM behind an OpenAI-compatible endpoint (``rl.eval.r3g_chat``) writes the plan,
+- ``ChatModel``: a frozen MLLM behind an OpenAI-compatible endpoint (``ragym.rl.eval.r3g_chat``) writes the plan,
   the judge lines and the answer.
 - ``ScriptedModel``: offline; judges by a cue word in the candidates' captions (the synthetic task's, shown
   with ``show_captions``) and answers with the option named in the evidence caption. It has no signal on
@@ -29,11 +29,11 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from envs.r3g import R3GEnv
-from rewards import Rubric
-from rewards.episode import Episode
-from rl.eval.r3g_chat import ChatClient, ChatConfig, user_content
-from rl.eval.r3g_report import EpisodeScore, markdown, summarize
+from ragym.envs.r3g.env import R3GEnv
+from ragym.rewards import Rubric
+from ragym.rewards.episode import Episode
+from ragym.rl.eval.r3g_chat import ChatClient, ChatConfig, user_content
+from ragym.rl.eval.r3g_report import EpisodeScore, markdown, summarize
 
 MRAG_K = 5
 """Images MRAG feeds the model: MRAG-Bench's retrieved top-5."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from envs.core import IMAGE_PLACEHOLDER
+from ragym.envs.core import IMAGE_PLACEHOLDER
 
 RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 

@@ -1,7 +1,7 @@
 """R3G's reported numbers from episodes: accuracy and Recall@1/3/5, overall and per scenario (paper, 4.x).
 
 Recall@K is R3G's: 1 when any ground-truth image is in the top K of the final pool ranking. Every value
-comes from the episode's events (``envs.metrics``, R3G-v0 section) and its outcome score.
+comes from the episode's events (``ragym.envs.metrics``, R3G-v0 section) and its outcome score.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envs.metrics import RECALL_KS, r3g_metrics
+from ragym.envs.metrics import RECALL_KS, r3g_metrics
 
 COLUMNS = ("accuracy", *(f"recall@{k}" for k in RECALL_KS), "gold_in_pool", "judge_errors", "format_errors")
 """The summary's per-group metrics, in table order."""

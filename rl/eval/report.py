@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rl.eval.kbvqa_tables import markdown as kbvqa_markdown
-from rl.eval.r3g_report import markdown as r3g_markdown
+from ragym.rl.eval.kbvqa_tables import markdown as kbvqa_markdown
+from ragym.rl.eval.r3g_report import markdown as r3g_markdown
 
 COLUMNS = (
     ("accuracy", "Acc."),

@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from envs.events import events_of
-from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
-from envs.kbvqa_demo import AID_FIELDS, KBVQADemoEnv
-from envs.kbvqa_prompts import LAST_TURN_NOTICE
-from envs.metrics import episode_metrics, mean_metrics
-from rewards.answers import PAPER_TIME_YEAR_TOLERANCE, score_answer
+from ragym.envs.events import events_of
+from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
+from ragym.envs.kbvqa.demo import AID_FIELDS, KBVQADemoEnv
+from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
+from ragym.envs.metrics import episode_metrics, mean_metrics
+from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE, score_answer
 
 _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: ([^\s)]+)\))?$", re.MULTILINE)
 _CHECK = re.compile(
@@ -184,7 +184,7 @@ def run_episode(env: Any, policy: Any, seed: int, options: dict[str, Any] | None
 def rollout_metrics(
     env_id: str, events: list[dict[str, Any]], data_source: str, ground_truth: Any
 ) -> dict[str, float | None]:
-    """The episode metrics (``envs.metrics``) plus ``answer_acc``: the answer scored like the outcome reward."""
+    """The episode metrics (``ragym.envs.metrics``) plus ``answer_acc``: the answer scored like the outcome reward."""
     answers = events_of(events, "answer")
     answer = answers[0]["text"] if answers else None
     accuracy = score_answer(data_source, answer, ground_truth, time_year_tolerance=PAPER_TIME_YEAR_TOLERANCE)
@@ -206,8 +206,8 @@ class RowEnvs:
 
     def for_row(self, row: dict[str, Any]) -> tuple[str, Any, Any]:
         """``(env_id, env, policy)`` for ``row`` (the env wrapped in an ObservationLog when traced)."""
-        import envs
-        from rl.view.trace import ObservationLog
+        from ragym import envs
+        from ragym.rl.view.trace import ObservationLog
 
         kwargs = json.loads(row["extra_info"]["env_kwargs"])
         kwargs |= ({"kb_dir": self.kb_dir} if self.kb_dir else {}) | self.overrides
@@ -226,8 +226,8 @@ def main(argv: list[str]) -> int:
     """``ragym rollout``: scripted-policy episodes on a KB-VQA KB, printing mean episode metrics as JSON."""
     import pandas as pd
 
-    from rl.data.rows import BAD_ROW_POLICIES, load_rows
-    from rl.view.trace import TraceConfig, TraceWriter
+    from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
+    from ragym.rl.view.trace import TraceConfig, TraceWriter
 
     parser = argparse.ArgumentParser(prog="ragym rollout", description=__doc__.splitlines()[0])
     parser.add_argument("--kb-dir", help="KB folder for every row (default: each row's own; without --data, "
@@ -252,7 +252,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     kwargs = json.loads(args.env_kwargs) | ({"show_visual_signature": True} if args.show_signature else {})
     if not args.kb_dir and not args.data:
-        from data_prep.synthetic_kb import cached_kb
+        from ragym.data_prep.synthetic_kb import cached_kb
 
         args.kb_dir = str(cached_kb(args.preset))
     data = args.data or f"{args.kb_dir}/data/{args.split}.parquet"

@@ -18,8 +18,8 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from rl.errors import UsageError
-from rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
 
 OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs", "ray_kwargs.ray_init")
 """Keys absent from verl's defaults that are allowed, with everything below them: the reward recipe verl
@@ -43,23 +43,23 @@ RAGYM_KEYS = (
     "ragym.outcome_metric",
 )
 """ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, the
-retrieval service's address (``rl.recipe.retrieval``) and the image budget (``rl.recipe.images``)."""
+retrieval service's address (``ragym.rl.recipe.retrieval``) and the image budget (``ragym.rl.recipe.images``)."""
 VERL_DATA_KEYS = ("data.bad_rows",)
-"""Keys ragym adds to verl's ``data`` section, read by ragym's dataset class (``rl.data.verl_dataset``)."""
+"""Keys ragym adds to verl's ``data`` section, read by ragym's dataset class (``ragym.rl.data.verl_dataset``)."""
 RAGYM_SECTIONS = {
     # ``ragym train`` also checks that it read every ``ragym.engine`` key it was given.
-    "ragym.engine": ("rl.engine.config", "EngineConfig"),
-    "ragym.demo.policy": ("rl.tiny.policy", "TinyPolicyConfig"),
-    "ragym.demo.warm_start": ("rl.demo.warm_start", "WarmStartConfig"),
-    "ragym.r3g_demo.policy": ("rl.tiny.policy", "TinyPolicyConfig"),
-    "ragym.r3g_demo.warm_start": ("rl.demo.warm_start", "WarmStartConfig"),
-    # Collapse guards (rl.guards.GUARD_TYPES): one section per guard.
-    "ragym.guards.no_search": ("rl.guards", "NoSearchGuard"),
-    "ragym.guards.reject_all": ("rl.guards", "DecisionShareGuard"),
-    "ragym.guards.accept_all": ("rl.guards", "DecisionShareGuard"),
-    "ragym.guards.format_only": ("rl.guards", "FormatOnlyGuard"),
-    "ragym.guards.entropy_floor": ("rl.guards", "ThresholdGuard"),
-    "ragym.guards.length_limit": ("rl.guards", "ThresholdGuard"),
+    "ragym.engine": ("ragym.rl.engine.config", "EngineConfig"),
+    "ragym.demo.policy": ("ragym.rl.tiny.policy", "TinyPolicyConfig"),
+    "ragym.demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
+    "ragym.r3g_demo.policy": ("ragym.rl.tiny.policy", "TinyPolicyConfig"),
+    "ragym.r3g_demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
+    # Collapse guards (ragym.rl.guards.GUARD_TYPES): one section per guard.
+    "ragym.guards.no_search": ("ragym.rl.guards", "NoSearchGuard"),
+    "ragym.guards.reject_all": ("ragym.rl.guards", "DecisionShareGuard"),
+    "ragym.guards.accept_all": ("ragym.rl.guards", "DecisionShareGuard"),
+    "ragym.guards.format_only": ("ragym.rl.guards", "FormatOnlyGuard"),
+    "ragym.guards.entropy_floor": ("ragym.rl.guards", "ThresholdGuard"),
+    "ragym.guards.length_limit": ("ragym.rl.guards", "ThresholdGuard"),
 }
 """ragym sections read as a whole into a config dataclass: their keys are that dataclass's fields."""
 

@@ -16,7 +16,7 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
 from omegaconf import DictConfig, OmegaConf
 
-from rl.errors import UsageError
+from ragym.rl.errors import UsageError
 
 RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
 """The repository's committed recipes."""
@@ -80,7 +80,7 @@ def resolve_relative(value: str, recipe: Path) -> Path:
 
 def resolve_reward_recipe(config: DictConfig, recipe: Path) -> None:
     """Make the reward recipe path absolute and build its rubric, so a bad reward recipe fails at load time."""
-    from rewards.verl import rubric_for
+    from ragym.rewards.verl import rubric_for
 
     kwargs = OmegaConf.select(config, REWARD_KWARGS)
     if kwargs is None or OmegaConf.select(config, "reward.custom_reward_function.path") is None:

@@ -21,9 +21,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from envs.image_budget import BUDGET_FIELDS, ImageBudget
-from rl.errors import UsageError
-from rl.recipe.retrieval import env_config_fields
+from ragym.envs.image_budget import BUDGET_FIELDS, ImageBudget
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.retrieval import env_config_fields
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def _check_processor_keys(config: DictConfig, images: RecipeImages) -> None:
 
 def apply_recipe_images(config: DictConfig) -> RecipeImages | None:
     """Read the recipe's budget and size this process's decoded-image cache to it (logged)."""
-    from envs.kb import configure_image_cache
+    from ragym.envs.kbvqa.kb import configure_image_cache
 
     images = recipe_images(config)
     if images is not None:

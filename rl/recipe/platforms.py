@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import yaml
 
-from rl.recipe.compose import RECIPES_DIR
+from ragym.rl.recipe.compose import RECIPES_DIR
 
 PLATFORMS_DIR = RECIPES_DIR / "platforms"
 """Where the override sets live."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rl.errors import UsageError
+from ragym.rl.errors import UsageError
 
 URL_KEY = "ragym.retrieval.url"
 """Recipe key of the service's base URL (``http://host:port``; null: none)."""
@@ -35,7 +35,7 @@ def recipe_retrieval_url(config: DictConfig) -> str | None:
 @functools.cache
 def env_config_fields(env_id: str) -> frozenset[str]:
     """Field names of ``env_id``'s config dataclass (its constructor's ``config`` argument)."""
-    from envs.registry import registered_envs
+    from ragym.envs.registry import registered_envs
 
     module, name = registered_envs()[env_id].split(":")
     cls = getattr(importlib.import_module(module), name)

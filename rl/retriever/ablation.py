@@ -16,10 +16,10 @@ from typing import Any
 
 from sentence_transformers import SentenceTransformer
 
-from rl.retriever.config import RetrieverRecipe, with_overrides
-from rl.retriever.data import EvalSet
-from rl.retriever.evaluate import EvalConfig, evaluate_encoder
-from rl.retriever.train import load_encoder, train_retriever
+from ragym.rl.retriever.config import RetrieverRecipe, with_overrides
+from ragym.rl.retriever.data import EvalSet
+from ragym.rl.retriever.evaluate import EvalConfig, evaluate_encoder
+from ragym.rl.retriever.train import load_encoder, train_retriever
 
 logger = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """``ragym train-retriever --recipe R``: train MEMORA-R, evaluate it, export model + faiss index.
 
 Single process on CPU or one GPU; multi-GPU through the launcher, which the Hugging Face trainer detects:
-    torchrun --nproc_per_node 4 -m rl.retriever.cli --recipe memora_r_qwen3_embedding
+    torchrun --nproc_per_node 4 -m ragym.rl.retriever.cli --recipe memora_r_qwen3_embedding
 Writes ``<output_dir>/model`` (sentence-transformers), ``<output_dir>/export`` (model + faiss index, see
-``rl.retriever.export``) and ``<output_dir>/metrics.json`` (held-out and optional BRIGHT nDCG@10/Recall@k).
+``ragym.rl.retriever.export``) and ``<output_dir>/metrics.json`` (held-out and optional BRIGHT nDCG@10/Recall@k).
 ``--ablation`` runs the paper's Table 4 rows instead and prints the table.
 """
 
@@ -19,12 +19,12 @@ from typing import Any
 import torch.distributed as dist
 import yaml
 
-from rl.retriever.ablation import format_table, run_ablation
-from rl.retriever.config import RetrieverRecipe, load_retriever_recipe, with_overrides
-from rl.retriever.data import heldout_eval_set, load_bright, load_corpus
-from rl.retriever.evaluate import EvalConfig, evaluate_encoder
-from rl.retriever.export import export_retriever
-from rl.retriever.train import train_retriever
+from ragym.rl.retriever.ablation import format_table, run_ablation
+from ragym.rl.retriever.config import RetrieverRecipe, load_retriever_recipe, with_overrides
+from ragym.rl.retriever.data import heldout_eval_set, load_bright, load_corpus
+from ragym.rl.retriever.evaluate import EvalConfig, evaluate_encoder
+from ragym.rl.retriever.export import export_retriever
+from ragym.rl.retriever.train import train_retriever
 
 logger = logging.getLogger(__name__)
 

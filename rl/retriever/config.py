@@ -36,7 +36,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Where the prepared pairs live (the output folder of ``data_prep.stackexchange``)."""
+    """Where the prepared pairs live (the output folder of ``ragym.data_prep.stackexchange``)."""
 
     data_dir: str = "data/stackexchange"
     """Folder with ``train.jsonl``, ``test.jsonl`` and ``corpus.jsonl``."""

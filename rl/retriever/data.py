@@ -12,7 +12,7 @@ from typing import Any
 
 from datasets import Dataset
 
-from rl.retriever.augment import ANCHOR_COLUMN, REASONING_COLUMN
+from ragym.rl.retriever.augment import ANCHOR_COLUMN, REASONING_COLUMN
 
 EvalSet = tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]
 """(queries, corpus, qrels)."""

@@ -14,13 +14,13 @@ import logging
 import time
 from pathlib import Path
 
-from data_prep.annotators import OfflineAnnotator
-from data_prep.stackexchange import PrepConfig, prepare
-from rl.retriever.ablation import REASONING, ZERO_SHOT, format_table, run_ablation
-from rl.retriever.config import REPO_ROOT, load_retriever_recipe, with_overrides
-from rl.retriever.data import heldout_eval_set, load_corpus
-from rl.retriever.evaluate import EvalConfig
-from rl.retriever.export import export_retriever
+from ragym.data_prep.annotators import OfflineAnnotator
+from ragym.data_prep.stackexchange import PrepConfig, prepare
+from ragym.rl.retriever.ablation import REASONING, ZERO_SHOT, format_table, run_ablation
+from ragym.rl.retriever.config import REPO_ROOT, load_retriever_recipe, with_overrides
+from ragym.rl.retriever.data import heldout_eval_set, load_corpus
+from ragym.rl.retriever.evaluate import EvalConfig
+from ragym.rl.retriever.export import export_retriever
 
 logger = logging.getLogger(__name__)
 

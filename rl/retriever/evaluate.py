@@ -1,7 +1,7 @@
 """nDCG@10 and Recall@k of a dense encoder on a (queries, corpus, qrels) set: held-out pairs or a BRIGHT task.
 
 Queries are embedded raw (no reasoning trace): MEMORA-R sees [r; q] only in training (section 3.2).
-Search is exact inner product over normalised embeddings through ``envs.retrieval.FaissRetriever``, the
+Search is exact inner product over normalised embeddings through ``ragym.envs.retrieval.retrievers.FaissRetriever``, the
 same code path the environments use, so evaluation and serving rank identically.
 """
 
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 from sentence_transformers import SentenceTransformer
 
-from data_prep.encoding import EncodeConfig, Item, encode_to_array
-from data_prep.encoding.encoders import SentenceItems
-from envs.retrieval import FaissRetriever
-from rewards.retrieval import ndcg_at_k, recall_at_k
-from rl.retriever.data import EvalSet
+from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
+from ragym.data_prep.encoding.encoders import SentenceItems
+from ragym.envs.retrieval.ranking import ndcg_at_k, recall_at_k
+from ragym.envs.retrieval.retrievers import FaissRetriever
+from ragym.rl.retriever.data import EvalSet
 
 
 @dataclass(frozen=True)

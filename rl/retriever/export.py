@@ -4,15 +4,15 @@ Layout of an export folder::
 
     model/            sentence-transformers model directory (loadable with SentenceTransformer(path))
     index/            the document index, built by the encoding step's index code
-                      (``data_prep.encoding.index``: exact below 200K documents, compressed codes + an exact
+                      (``ragym.data_prep.encoding.index``: exact below 200K documents, compressed codes + an exact
                       re-ranking from float16 vectors on disk above, sharded when large; ``index/index.json``
                       records its kind, memory and recall@15)
     docids.json       row -> docid
     passages.jsonl    {"docid", "text"} per row, shown as the hit payload
     retriever.json    format version, query prompt, dimension, number of documents, and the
-                      ``text_encoder`` entry a KB-VQA manifest (envs/kb.py) needs to serve this model
+                      ``text_encoder`` entry a KB-VQA manifest (envs/kbvqa/kb.py) needs to serve this model
 
-``load_dense_retriever(folder)`` returns an ``envs.retrieval.EncodedRetriever``: text queries in, ``Hit``s out.
+``load_dense_retriever(folder)`` returns an ``ragym.envs.retrieval.retrievers.EncodedRetriever``: text queries in, ``Hit``s out.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pathlib import Path
 import faiss
 from sentence_transformers import SentenceTransformer
 
-from data_prep.encoding.index import IndexOptions, VectorBlocks, index_summary, index_vectors
-from envs.retrieval import EncodedRetriever, FaissRetriever
-from envs.service.shards import ShardedRetriever
-from rl.retriever.evaluate import encode, encode_corpus
+from ragym.data_prep.encoding.index import IndexOptions, VectorBlocks, index_summary, index_vectors
+from ragym.envs.retrieval.retrievers import EncodedRetriever, FaissRetriever
+from ragym.envs.retrieval.service.shards import ShardedRetriever
+from ragym.rl.retriever.evaluate import encode, encode_corpus
 
 EXPORT_FORMAT = "ragym-dense-retriever-v2"
 """Written to ``retriever.json``; bump it when the layout changes (v1: one flat ``index.faiss``, still read)."""
@@ -62,7 +62,7 @@ def export_retriever(
         "dim": int(vectors.shape[1]),
         "num_docs": len(docids),
         "index": {"path": "index", **index_summary(index)},
-        # A KB-VQA manifest's ``text_encoder`` entry (envs.encoders.make_text_encoder) that serves this model.
+        # A KB-VQA manifest's ``text_encoder`` entry (ragym.envs.retrieval.encoders.make_text_encoder) that serves this model.
         "kb_text_encoder": {
             "name": "minilm",
             "kwargs": {"model_path": str((out_dir / "model").resolve()), "query_prefix": query_prompt or ""},

@@ -24,9 +24,15 @@ from sentence_transformers.sentence_transformer.losses import (
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 from torch import nn
 
-from rl.retriever.augment import ANCHOR_COLUMN, ReasoningQueryCollator
-from rl.retriever.config import LossConfig, ModelConfig, RetrieverRecipe, TrainConfig, resolve_model_path
-from rl.retriever.data import build_train_dataset, load_corpus, read_jsonl
+from ragym.rl.retriever.augment import ANCHOR_COLUMN, ReasoningQueryCollator
+from ragym.rl.retriever.config import (
+    LossConfig,
+    ModelConfig,
+    RetrieverRecipe,
+    TrainConfig,
+    resolve_model_path,
+)
+from ragym.rl.retriever.data import build_train_dataset, load_corpus, read_jsonl
 
 logger = logging.getLogger(__name__)
 

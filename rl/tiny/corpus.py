@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from rl.agent_loop.chat_template import DEFAULT_SYSTEM_PROMPT
+from ragym.rl.agent_loop.chat_template import DEFAULT_SYSTEM_PROMPT
 
 CORPUS_ENV_ID = "KBVQA-v0"
 """Env whose system prompt and observations join the default corpus when it is registered."""
@@ -56,7 +56,7 @@ def builtin_corpus(seed: int = 0) -> Iterator[str]:
 
 def env_corpus(env_id: str = CORPUS_ENV_ID, num_episodes: int = NUM_ENV_EPISODES) -> Iterator[str]:
     """The env's system prompt and first observations of a few seeded episodes; nothing if unregistered."""
-    import envs
+    from ragym import envs
 
     if env_id not in envs.registered_envs():
         return

@@ -2,7 +2,7 @@
 
 They are real ``Qwen2_5_VLForConditionalGeneration`` / ``Qwen3VLForConditionalGeneration`` models of
 about a million parameters, saved in Hugging Face format with a tokenizer, a processor (PIL image
-processor, no video processor) and ragym's own Qwen-style chat template, so ``rl.models.load_policy``
+processor, no video processor) and ragym's own Qwen-style chat template, so ``ragym.rl.models.load_policy``
 loads them exactly like Qwen2.5-VL-7B. They exist for the CPU demo, the tests and debugging.
 """
 
@@ -26,9 +26,9 @@ from transformers import (
     Qwen3VLForConditionalGeneration,
 )
 
-from envs.kbvqa_actions import ACTION_TAGS, REASON_TAG
-from rl.agent_loop.chat_template import CHAT_TEMPLATE
-from rl.models import make_processor
+from ragym.envs.kbvqa.actions import ACTION_TAGS, REASON_TAG
+from ragym.rl.agent_loop.chat_template import CHAT_TEMPLATE
+from ragym.rl.models import make_processor
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ SPECIAL_TOKENS = (
 
 
 GRAMMAR_TOKENS = tuple(f"<{close}{tag}>" for tag in (REASON_TAG, *ACTION_TAGS) for close in ("", "/"))
-"""The KB-VQA action tags, from the env's own grammar (``envs/kbvqa_actions.py``)."""
+"""The KB-VQA action tags, from the env's own grammar (``envs/kbvqa/actions.py``)."""
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def _mrope_section(head_dim: int) -> list[int]:
 
 def default_corpus() -> Iterator[str]:
     """Text covering the chat scaffold and the env grammars: built-in lines, plus KBVQA-v0 text when registered."""
-    from rl.tiny.corpus import builtin_corpus, env_corpus
+    from ragym.rl.tiny.corpus import builtin_corpus, env_corpus
 
     yield from builtin_corpus()
     yield from env_corpus()
@@ -238,7 +238,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        from rl.errors import UsageError
+        from ragym.rl.errors import UsageError
 
         # Never overwrite a folder: it may hold trained weights (and their optimizer state beside them).
         raise UsageError(f"--out {out} exists and is not empty; give a new or empty folder")

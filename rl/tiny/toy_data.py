@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from rl.agent_loop.loop import AGENT_NAME
+from ragym.rl.agent_loop.loop import AGENT_NAME
 
 TOY_ENVS = {"kbvqa": "KBVQA-v0", "docmemo": "DocMemo-v0", "memora": "MEMORA-v0", "r3g": "R3G-v0"}
 """The environment a shipped recipe trains, by the first word of its file name (``kbvqa_qwen2_5_vl_7b``)."""
@@ -39,12 +39,12 @@ def toy_rows(env_id: str, out: Path) -> Path:
     if (data / "test.parquet").is_file():
         return data
     if env_id == "KBVQA-v0":
-        from data_prep.synthetic_kb import main as build_kb
+        from ragym.data_prep.synthetic_kb import main as build_kb
 
         if build_kb(["--out", str(out), "--preset", "tiny"]) != 0:
             raise RuntimeError(f"building the tiny synthetic KB in {out} failed")
     elif env_id == "R3G-v0":
-        from data_prep.r3g_synthetic import PRESETS, build_task
+        from ragym.data_prep.r3g_synthetic import PRESETS, build_task
 
         build_task(out, PRESETS["tiny"])
     elif env_id == "MEMORA-v0":
@@ -89,8 +89,8 @@ def _docmemo_rows(split: str) -> list[dict[str, Any]]:
     length makes TransferQueue build a malformed nested tensor of position ids (verl 0.9.1, TransferQueue
     0.1.11), and the synthetic report's ten questions share lengths. Answers are scored by MMLongBench-Doc's
     rules (``data_source: mmlongbench_doc``), whose annotation format the synthetic questions follow."""
-    from envs.docmemo_synthetic import synthetic_questions
-    from envs.registry import make_env
+    from ragym.envs.docmemo.synthetic import synthetic_questions
+    from ragym.envs.registry import make_env
 
     env = make_env("DocMemo-v0")
     by_length: dict[int, dict[str, Any]] = {}
@@ -110,7 +110,7 @@ def _docmemo_rows(split: str) -> list[dict[str, Any]]:
 
 def _memora_row(index: int, split: str) -> dict[str, Any]:
     """A query of MEMORA's synthetic domain (in stream order), its qrels as the ground truth."""
-    from envs.memora_corpus import synthetic_collection
+    from ragym.envs.memora.corpus import synthetic_collection
 
     domain = synthetic_collection(0)[0]
     query = domain.queries[index % len(domain.queries)]

@@ -4,7 +4,7 @@ A random tiny policy writes no well-formed action, so every episode of a GRPO gr
 policy gradient is exactly zero. After a few passes over a scripted expert's episodes the policy plays the
 expert's moves only some of the time: rewards differ within a group, and a GRPO step has something to learn
 from. Used by ``ragym train --engine verl --toy`` and the trainer tests; the CPU demo has its own, longer
-warm start (``rl.demo.warm_start``).
+warm start (``ragym.rl.demo.warm_start``).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from envs.registry import make_env
-from rl.agent_loop.loop import make_agent_loop
-from rl.demo.warm_start import ReplayServer, WarmStartConfig, imitate
-from rl.engine.grpo import Sample
-from rl.engine.rollout import row_kwargs
-from rl.engine.vision import ImageInputs
-from rl.eval.scripted import run_episode
-from rl.models import load_policy
+from ragym.envs.registry import make_env
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.demo.warm_start import ReplayServer, WarmStartConfig, imitate
+from ragym.rl.engine.grpo import Sample
+from ragym.rl.engine.rollout import row_kwargs
+from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.eval.scripted import run_episode
+from ragym.rl.models import load_policy
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +46,8 @@ class OneTurn:
 def expert_for(env_id: str, env: Any, seed: int) -> Any:
     """A scripted expert for ``env_id``: the env's protocol played to the end (KB-VQA, R3G), or its final
     action at once (DocMemo answers, MEMORA stops) where playing on needs reading the pages or the pool."""
-    from rl.demo.r3g import R3GExpert
-    from rl.eval.scripted import SignaturePolicy
+    from ragym.rl.demo.r3g import R3GExpert
+    from ragym.rl.eval.scripted import SignaturePolicy
 
     if env_id in ("KBVQA-v0", "KBVQA-Demo-v0"):
         return SignaturePolicy(env)

@@ -1,7 +1,7 @@
 """ragym's verl plugin: what verl's own trainer needs from ragym, added through verl's registries (no edit to
 verl, no copy of it).
 
-verl loads ``rl.verl_plugin.plugin`` in every process that imports it (the ``verl.plugins`` entry point of
+verl loads ``ragym.rl.verl_plugin.plugin`` in every process that imports it (the ``verl.plugins`` entry point of
 ``setup.py``). It registers:
 - a CPU platform (``platform``) that verl's auto-detection only picks when no accelerator answers, an ``hf``
   rollout backend (``rollout``) that only a recipe naming it uses, and two adaptations that only act on the

@@ -24,15 +24,15 @@ def install() -> None:
     from verl.workers.rollout import base as rollout_base
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from rl.verl_plugin.platform import PlatformCPU
-    from rl.verl_plugin.rollout import ROLLOUT_NAME
+    from ragym.rl.verl_plugin.platform import PlatformCPU
+    from ragym.rl.verl_plugin.rollout import ROLLOUT_NAME
 
     # Registered after verl's own platforms: auto-detection tries those first and reaches this one only
     # when none of them finds its accelerator.
     PlatformRegistry.register(platform="cpu")(PlatformCPU)
     RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
     # verl resolves a rollout's trainer-side class from this table (no public registration call in 0.9.1).
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "rl.verl_plugin.rollout.HFServerAdapter"
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "ragym.rl.verl_plugin.rollout.HFServerAdapter"
     verl_distributed.initialize_global_process_group_ray = _plain_gloo(
         verl_distributed.initialize_global_process_group_ray
     )
@@ -42,7 +42,7 @@ def install() -> None:
     verl_utils.hf_processor = _with_ragym_processor(verl_utils.hf_processor)
     verl_model_config.hf_processor = verl_utils.hf_processor
     _text_only_batches_fix()
-    import rl.verl_plugin.trainer  # noqa: F401  (registers the ``ragym`` v1 trainer mode)
+    import ragym.rl.verl_plugin.trainer  # noqa: F401  (registers the ``ragym`` v1 trainer mode)
 
     if on_cpu():
         # verl registers its FSDP engines for CUDA and NPU only; the same engine runs on CPU tensors (FSDP2 on
@@ -65,7 +65,7 @@ def _text_only_batches_fix() -> None:
 
 
 def _load_replica() -> type:
-    from rl.verl_plugin.rollout import HFRolloutReplica
+    from ragym.rl.verl_plugin.rollout import HFRolloutReplica
 
     return HFRolloutReplica
 
@@ -98,7 +98,7 @@ def _with_ragym_processor(hf_processor: Any) -> Any:
         processor = hf_processor(name_or_path, **kwargs)
         if processor is not None:
             return processor
-        from rl.models import load_processor
+        from ragym.rl.models import load_processor
 
         try:
             return load_processor(name_or_path)

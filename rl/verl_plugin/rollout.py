@@ -36,9 +36,9 @@ class HFGenerationServer:
     """The Ray actor that holds the rollout model: verl's ``generate`` plus the control calls its replicas get."""
 
     def __init__(self, model_path: str, response_length: int, seed: int) -> None:
-        from rl.engine.hf_server import HFServer
-        from rl.engine.vision import ImageInputs
-        from rl.models import load_policy
+        from ragym.rl.engine.hf_server import HFServer
+        from ragym.rl.engine.vision import ImageInputs
+        from ragym.rl.models import load_policy
 
         model, tokenizer, processor = load_policy(model_path)
         model.eval()

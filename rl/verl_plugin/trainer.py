@@ -6,7 +6,7 @@ function's ``reward_extra_info``: ``score`` and ``reward/<term>``) in TransferQu
 training steps. This subclass extends the one method that turns a step's batch into metrics
 (``_compute_metrics``): it reads those fields for the step's trajectories and adds ``reward/total``,
 ``reward/<term>``, ``episode/<metric>`` and ``grpo/zero_adv_group_share`` (the local engine's names,
-``rl.agent_loop.verl_metrics``), then records up to ``ragym.verl.trace_groups_per_step`` GRPO groups to
+``ragym.rl.agent_loop.verl_metrics``), then records up to ``ragym.verl.trace_groups_per_step`` GRPO groups to
 ``<trainer.default_local_dir>/traces`` (``ragym view`` opens it; TransferQueue keeps no raw images, so the
 trace has the episodes' tokens, masks, advantages, turns, events and rewards, without pictures).
 Nothing else of verl's loop changes.
@@ -25,11 +25,16 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
-from envs.core import IMAGE_PLACEHOLDER
-from rl.agent_loop.verl_metrics import step_metrics, tq_column
-from rl.credit.verl_trainer import TurnCreditMixin
-from rl.engine.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, reward_weights, shaped_metric_warning
-from rl.guards import GUARDS_SECTION, GuardMonitor, read_guards
+from ragym.envs.core import IMAGE_PLACEHOLDER
+from ragym.rl.agent_loop.verl_metrics import step_metrics, tq_column
+from ragym.rl.credit.verl_trainer import TurnCreditMixin
+from ragym.rl.engine.dynamic_sampling import (
+    FILTER_SECTION,
+    OUTCOME_KEY,
+    reward_weights,
+    shaped_metric_warning,
+)
+from ragym.rl.guards import GUARDS_SECTION, GuardMonitor, read_guards
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +63,7 @@ class _Output:
 
 @dataclass
 class _Episode:
-    """A trajectory as ``rl.view.trace.TraceWriter.record`` takes it."""
+    """A trajectory as ``ragym.rl.view.trace.TraceWriter.record`` takes it."""
 
     output: _Output
     uid: str
@@ -93,7 +98,7 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
         self._trace(global_steps, data, columns, extra_fields, uids)
 
     def _signal(self, step: int, metrics: dict, num_groups: int) -> None:
-        """Dynamic sampling's flat share and the collapse guards (``rl.guards``); a ``stop`` ends the run after
+        """Dynamic sampling's flat share and the collapse guards (``ragym.rl.guards``); a ``stop`` ends the run after
         this step (its metrics are still logged)."""
         if getattr(self, "_ragym_guards", None) is None:
             self._ragym_guards = _start_signal(self.config)
@@ -140,7 +145,7 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
     def _trace_writer(self, groups: int) -> Any:
         """The run's trace writer (created at the first step; a resumed run keeps earlier steps' records)."""
         if getattr(self, "_ragym_traces", None) is None:
-            from rl.view.trace import TraceConfig, TraceWriter
+            from ragym.rl.view.trace import TraceConfig, TraceWriter
 
             root = Path(self.config.trainer.default_local_dir) / "traces"
             self._ragym_traces = TraceWriter(root, self.tokenizer, TraceConfig(groups), self.global_steps - 1)

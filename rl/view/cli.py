@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from rl.view.data import load
-from rl.view.site import Site
+from ragym.rl.view.data import load
+from ragym.rl.view.site import Site
 
 logger = logging.getLogger(__name__)
 

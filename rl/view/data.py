@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.core import IMAGE_PLACEHOLDER
-from rl.view.tokens import token_issues, token_spans
-from rl.view.trace import MARKER
+from ragym.envs.core import IMAGE_PLACEHOLDER
+from ragym.rl.view.tokens import token_issues, token_spans
+from ragym.rl.view.trace import MARKER
 
 CODE = re.compile(r"^[a-z][a-z0-9_]*$")
 """A string field value that is a code (``reject``, ``no_action``), not free text or an id."""
@@ -36,7 +36,7 @@ class Corpus:
     """Image key -> PNG file."""
     title: str = ""
     guards: list[dict[str, Any]] = field(default_factory=list)
-    """Collapse-guard firings of the run (``rl.guards``: its ``guards.jsonl``), shown above the list."""
+    """Collapse-guard firings of the run (``ragym.rl.guards``: its ``guards.jsonl``), shown above the list."""
     _fields: dict[str, list[str]] | None = None
 
     @property
@@ -74,7 +74,7 @@ def find_traces(root: Path) -> list[Path]:
 
 
 def _from_rollouts(path: Path) -> list[dict[str, Any]]:
-    """Episodes of a ``rollouts.jsonl`` (``rewards.episode.Episode`` lines), with ``ragym eval``'s scores
+    """Episodes of a ``rollouts.jsonl`` (``ragym.rewards.episode.Episode`` lines), with ``ragym eval``'s scores
     from the ``episodes.jsonl`` beside it (same order) when present: no tokens, observations or images."""
     rollouts = _jsonl(path)
     has_scores = path.with_name("episodes.jsonl").is_file()
@@ -131,7 +131,7 @@ def load(path: str | Path) -> Corpus:
 
 def _guard_firings(path: Path) -> list[dict[str, Any]]:
     """The firings in the run folder that holds ``path`` (the folder itself, or a trace folder's parent)."""
-    from rl.guards import read_firings
+    from ragym.rl.guards import read_firings
 
     run = path if path.is_dir() else path.parent
     for folder in (run, run.parent):

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rl.view.data import Corpus, episode_view, index
+from ragym.rl.view.data import Corpus, episode_view, index
 
 STATIC = Path(__file__).with_name("static")
 """``index.html``, ``view.js`` and ``view.css``: plain HTML/JS, no build step."""

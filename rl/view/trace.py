@@ -93,7 +93,7 @@ def episode_line(
     row: dict[str, Any], result: Any, step: int, phase: str, images: ImageStore, token_text: TokenText,
     advantages: list[float] | None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One ``episodes.jsonl`` record from a dataset row and its scored ``rl.engine.rollout.EpisodeResult``."""
+    """One ``episodes.jsonl`` record from a dataset row and its scored ``ragym.rl.engine.rollout.EpisodeResult``."""
     output, extra = result.output, result.output.extra_fields
     keys = [images.put(image) for image in (output.multi_modal_data or {}).get("images", [])]
     prompt_ids, response_ids = [int(i) for i in output.prompt_ids], [int(i) for i in output.response_ids]
@@ -217,7 +217,7 @@ class TraceWriter:
     def record_scripted(
         self, row: dict[str, Any], episode: dict[str, Any], observations: list[dict[str, Any]], reward: float
     ) -> None:
-        """One episode of a scripted policy (``rl.eval.scripted.run_episode`` on an ``ObservationLog``-wrapped
+        """One episode of a scripted policy (``ragym.rl.eval.scripted.run_episode`` on an ``ObservationLog``-wrapped
         env): turns, events and every observation, scored by ``reward``; no tokens (there were none)."""
         index = int(row["extra_info"]["index"])
         shown = [

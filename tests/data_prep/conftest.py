@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.prep import prep_dataset
+from ragym.data_prep.prep import prep_dataset
 from tests.data_prep import kbvqa_fixtures as fx
 
 # K=2, Rej_max=0: a pool of 2 of 7 entities, so the fixtures' black query image is unreachable.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_prep.encoding import EncodeConfig, Item, encode_items
+from ragym.data_prep.encoding import EncodeConfig, Item, encode_items
 
 DIM = 8
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from data_prep.kb_images import image_file
+from ragym.data_prep.kb_images import image_file
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "colorwheel")
 TITLES = ("Astronaut portrait", "Coffee cup", "Chelsea the cat", "Saturn rocket", "Hubble deep field",

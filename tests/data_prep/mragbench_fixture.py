@@ -2,7 +2,7 @@
 
 Same columns and feature types as ``uclanlp/MRAG-Bench`` (image cells ``{"bytes", "path"}``, image lists),
 written with ``datasets`` so the parquet carries the same Hugging Face feature metadata. Rows 0-7 are
-valid; rows 8-12 are each broken in one way (the reason ``data_prep.mragbench`` must report).
+valid; rows 8-12 are each broken in one way (the reason ``ragym.data_prep.mragbench`` must report).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.annotators import AnnotatorError, ChatAnnotator, ChatAnnotatorConfig
+from ragym.data_prep.annotators import AnnotatorError, ChatAnnotator, ChatAnnotatorConfig
 
 MAX_REQUESTS = 20  # the fake server refuses to serve more, so a retry loop gone wrong cannot spin forever
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data_prep.encoding import (
+from ragym.data_prep.encoding import (
     EncodeConfig,
     EncoderSpec,
     EncodingError,
@@ -22,7 +22,7 @@ from data_prep.encoding import (
     load_encoded,
     shards,
 )
-from envs.encoders import PixelImageEncoder
+from ragym.envs.retrieval.encoders import PixelImageEncoder
 from tests.data_prep.encoding_fakes import DIM, HashEncoder, items
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,14 @@ import faiss
 import numpy as np
 import pytest
 
-from data_prep.encoding.clustered import ClusteredSpec, ClusteredVectors
-from data_prep.encoding.index import IndexOptions, build_sharded_index, load_sharded_index, search_shards
-from envs.retrieval import DiskRefinedIndex
+from ragym.data_prep.encoding.clustered import ClusteredSpec, ClusteredVectors
+from ragym.data_prep.encoding.index import (
+    IndexOptions,
+    build_sharded_index,
+    load_sharded_index,
+    search_shards,
+)
+from ragym.envs.retrieval.retrievers import DiskRefinedIndex
 from tests.data_prep.encoding_fakes import encode_table
 
 NUM, DIM, K = 4000, 32, 15
@@ -91,7 +96,7 @@ def test_the_refine_step_raises_recall(encoded: Path, tmp_path: Path) -> None:
 def test_cli_indexes_an_encoded_folder(
     encoded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from data_prep.encoding import cli
+    from ragym.data_prep.encoding import cli
 
     argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "idx"), "--exact-below", "5000"]
     assert cli.main(argv) == 0
@@ -105,7 +110,7 @@ def test_compressed_indexes_skip_polysemous_training() -> None:
     it dominated the training of a 256-sub-quantizer refine code."""
     import faiss
 
-    from data_prep.encoding.index import no_polysemous_training
+    from ragym.data_prep.encoding.index import no_polysemous_training
 
     index = faiss.index_factory(48, "IVF4,PQ8x8,Refine(PQ16x8)", faiss.METRIC_INNER_PRODUCT)
     base = faiss.downcast_index(index.base_index)
@@ -153,7 +158,7 @@ def test_the_default_compressed_index_is_rabitq_re_ranked_from_disk(
 def test_the_service_loads_a_disk_refined_index_and_answers_like_the_build(
     encoded: Path, vectors: np.ndarray, tmp_path: Path
 ) -> None:
-    from envs.service.shards import ShardedRetriever
+    from ragym.envs.retrieval.service.shards import ShardedRetriever
 
     options = IndexOptions(**TWO_COMPRESSED_SHARDS, num_eval_queries=50)
     build_sharded_index(encoded, tmp_path / "idx", options)
@@ -172,7 +177,7 @@ def test_the_service_loads_a_disk_refined_index_and_answers_like_the_build(
 
 
 def test_cli_passes_the_compressed_code_through(encoded: Path, tmp_path: Path) -> None:
-    from data_prep.encoding import cli
+    from ragym.data_prep.encoding import cli
 
     argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "idx"), "--exact-below", "1000",
             "--code", "PQ8x4", "--refine", "SQ8", "--nprobe", "4", "--k-factor", "3"]  # fmt: skip
@@ -203,13 +208,13 @@ def test_bad_index_options_are_refused_before_any_training(encoded: Path, tmp_pa
 def test_the_cli_reports_bad_input_in_one_line(
     encoded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from data_prep.encoding import cli
+    from ragym.data_prep.encoding import cli
 
     argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "idx"), "--k-factor", "0"]
     assert cli.main(argv) == 2
     assert (
         capsys.readouterr().err
-        == "python -m data_prep.encoding index: index options must be >= 1 (nlist, train_size, nprobe: >= 0): {'k_factor': 0}\n"
+        == "python -m ragym.data_prep.encoding index: index options must be >= 1 (nlist, train_size, nprobe: >= 0): {'k_factor': 0}\n"
     )
     assert cli.main(["index", "--encoded", str(tmp_path / "nothing"), "--out", str(tmp_path / "idx")]) == 2
     err = capsys.readouterr().err
@@ -236,7 +241,7 @@ def test_ivf_cells_grow_with_the_corpus_and_training_follows_them() -> None:
 def test_an_array_a_prep_holds_indexes_exactly_like_the_same_vectors_in_shards(
     encoded: Path, vectors: np.ndarray, tmp_path: Path
 ) -> None:
-    from data_prep.encoding.index import VectorBlocks, index_vectors
+    from ragym.data_prep.encoding.index import VectorBlocks, index_vectors
 
     options = IndexOptions(**TWO_COMPRESSED_SHARDS, num_eval_queries=100)
     from_shards = build_sharded_index(encoded, tmp_path / "a", options)

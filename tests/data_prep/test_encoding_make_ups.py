@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data_prep.encoding.clustered import MAKE_UPS, ClusteredVectors, make_generator
-from data_prep.encoding.hierarchical import HierarchicalSpec, HierarchicalVectors
-from data_prep.encoding.neighbour_stats import neighbours
+from ragym.data_prep.encoding.clustered import MAKE_UPS, ClusteredVectors, make_generator
+from ragym.data_prep.encoding.hierarchical import HierarchicalSpec, HierarchicalVectors
+from ragym.data_prep.encoding.neighbour_stats import neighbours
 
 SMALL = HierarchicalSpec(dim=64, num_topics=20, num_subtopics=200, pool_size=256, noise_fraction=0.0)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from data_prep.encoding.neighbour_stats import lid_mle, nearest, neighbours, spectrum
+from ragym.data_prep.encoding.neighbour_stats import lid_mle, nearest, neighbours, spectrum
 
 
 def _circle(num: int) -> np.ndarray:

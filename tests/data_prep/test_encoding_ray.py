@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.encoding import EncodeConfig, EncoderSpec, Item, encode_items, write_items
-from data_prep.encoding.tiny import build_tiny_text_encoder
+from ragym.data_prep.encoding import EncodeConfig, EncoderSpec, Item, encode_items, write_items
+from ragym.data_prep.encoding.tiny import build_tiny_text_encoder
 from tests.launch.test_ray_job import UNSHARE, _unshare_refusal
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -42,7 +42,7 @@ def _inputs(workdir: Path) -> tuple[list[Item], Path]:
 
 def _cluster_script(workdir: Path, runs: list[list[str]]) -> str:
     bin_dir = Path(sys.executable).parent
-    commands = "\n".join(f"python -m data_prep.encoding {shlex.join(args)} || exit 91" for args in runs)
+    commands = "\n".join(f"python -m ragym.data_prep.encoding {shlex.join(args)} || exit 91" for args in runs)
     return f"""
 set -u
 export PATH={bin_dir}:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_prep.encoding import pipeline
-from data_prep.mmlongbench_doc import PrepConfig, build_store
-from data_prep.synthetic_kb import PRESETS, build_kb
-from envs.encoders import PixelImageEncoder, SentenceEncoder
-from envs.kb import load_kb, read_image
-from envs.page_retrieval import TextPageEncoder
+from ragym.data_prep.encoding import pipeline
+from ragym.data_prep.mmlongbench_doc import PrepConfig, build_store
+from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.envs.docmemo.pages import TextPageEncoder
+from ragym.envs.kbvqa.kb import load_kb, read_image
+from ragym.envs.retrieval.encoders import PixelImageEncoder, SentenceEncoder
 from tests.data_prep.test_mmlongbench_doc import write_pdf
 
 
@@ -42,7 +42,7 @@ def spy(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
 @pytest.mark.slow  # builds a KB and loads a sentence-transformers model: ~15 s on an idle machine
 def test_synthetic_kb_encodes_entities_queries_and_passages_through_the_step(spy, tmp_path: Path) -> None:
-    from data_prep.encoding.tiny import build_tiny_text_encoder
+    from ragym.data_prep.encoding.tiny import build_tiny_text_encoder
 
     # A tiny BERT stands in for E5 (same loader, same ``passage: `` prefix), so no download is needed.
     tiny = str(build_tiny_text_encoder(tmp_path / "tiny", hidden=32, layers=1))
@@ -78,8 +78,8 @@ def test_docmemo_pages_go_through_the_step(spy, tmp_path: Path) -> None:
 def test_memora_r_export_encodes_the_corpus_through_the_step(spy, tmp_path: Path) -> None:
     from sentence_transformers import SentenceTransformer
 
-    from data_prep.encoding.tiny import build_tiny_text_encoder
-    from rl.retriever.export import export_retriever
+    from ragym.data_prep.encoding.tiny import build_tiny_text_encoder
+    from ragym.rl.retriever.export import export_retriever
 
     model = SentenceTransformer(str(build_tiny_text_encoder(tmp_path / "tiny", hidden=32, layers=1)))
     corpus = {f"d{i}": f"document number {i} about topic {i % 3}" for i in range(10)}
@@ -91,7 +91,7 @@ def test_memora_r_export_encodes_the_corpus_through_the_step(spy, tmp_path: Path
 
 
 def test_r3g_image_corpora_go_through_the_step(spy, tmp_path: Path) -> None:
-    from data_prep.r3g_synthetic import Preset, build_task
+    from ragym.data_prep.r3g_synthetic import Preset, build_task
 
     task = build_task(
         tmp_path / "task", Preset(num_classes=3, images_per_class=2, queries_per_class=1), seed=0

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_prep.prep import prep_dataset
-from envs.encoders import EvaClipImageEncoder, make_text_encoder
-from envs.kb import load_kb
+from ragym.data_prep.prep import prep_dataset
+from ragym.envs.kbvqa.kb import load_kb
+from ragym.envs.retrieval.encoders import EvaClipImageEncoder, make_text_encoder
 from tests.data_prep import kbvqa_fixtures as fx
 
 EVA_MODULE = '''
@@ -144,7 +144,7 @@ def _row_env(kb: Path, split: str):
     """The env a prepared row starts (its own env kwargs, nothing added), reset on that row."""
     import pandas as pd
 
-    import envs
+    from ragym import envs
 
     row = pd.read_parquet(kb / "data" / f"{split}.parquet").iloc[0]
     env = envs.make_env("KBVQA-v0", **json.loads(row["extra_info"]["env_kwargs"]))
@@ -154,8 +154,8 @@ def _row_env(kb: Path, split: str):
 
 def test_a_kb_prepared_with_e5_searches_text_with_e5(e5_dir: Path, tmp_path: Path) -> None:
     """MMAgent-R² C.1: text search is dense E5; rows of a KB with E5 vectors use it without being told."""
-    from envs.events import events_of
-    from envs.kbvqa_actions import SearchText, format_action
+    from ragym.envs.events import events_of
+    from ragym.envs.kbvqa.actions import SearchText, format_action
 
     fx.write_infoseek(tmp_path / "raw")
     text = {"name": "e5", "kwargs": {"model_path": str(e5_dir)}}
@@ -172,7 +172,7 @@ def test_a_kb_prepared_with_e5_searches_text_with_e5(e5_dir: Path, tmp_path: Pat
 
 
 def test_a_kb_prepared_without_a_text_encoder_searches_with_bm25(prepared) -> None:
-    import envs
+    from ragym import envs
 
     kb, _, _ = prepared["infoseek"]
     assert json.loads((kb / "kb.json").read_text())["text_retrievers"] == ["bm25"]

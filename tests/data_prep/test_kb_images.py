@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data_prep.kb_images import DownloadConfig, download, image_file
-from data_prep.prep import fetch_images
+from ragym.data_prep.kb_images import DownloadConfig, download, image_file
+from ragym.data_prep.prep import fetch_images
 
 FAST = DownloadConfig(workers=3, retries=2, backoff_s=0.01, timeout_s=5.0)
 
@@ -88,9 +88,9 @@ def test_prep_uses_downloaded_entity_images(server, tmp_path: Path) -> None:
     (raw / "Wiki6M_ver_1_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kb))
     assert fetch_images(["infoseek", "--raw", str(raw), "--workers", "2", "--retries", "0"]) == {
         "urls": 3, "already_present": 0, "downloaded": 2, "failed": 1}  # fmt: skip
-    from data_prep.kb_build import BuildConfig, _entity_images
-    from data_prep.kb_files import read_kb_file
-    from data_prep.kb_records import Report
+    from ragym.data_prep.kb_build import BuildConfig, _entity_images
+    from ragym.data_prep.kb_files import read_kb_file
+    from ragym.data_prep.kb_records import Report
 
     report = Report("infoseek")
     articles = read_kb_file(raw / "Wiki6M_ver_1_0.jsonl", report)

@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_prep.kb_records import PASSAGE_CHARS, Report, chunk_text
+from ragym.data_prep.kb_records import PASSAGE_CHARS, Report, chunk_text
 
 SENTENCES = [f"Sentence number {i} says something about the entity." for i in range(40)]
 

@@ -10,15 +10,15 @@ import pandas as pd
 import pytest
 import yaml
 
-from rl.cli import main as ragym
+from ragym.rl.cli import main as ragym
 
 
 @pytest.mark.slow
 def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
-    from rl.engine.main import build_trainer
-    from rl.engine.metrics import read_metrics
-    from rl.eval.evaluate import main as evaluate
-    from rl.tiny.policy import build_tiny_policy
+    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.engine.metrics import read_metrics
+    from ragym.rl.eval.evaluate import main as evaluate
+    from ragym.rl.tiny.policy import build_tiny_policy
 
     root = next(iter(prepared.values()))[0].parent
     repo = Path(__file__).resolve().parents[2]

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_prep.kb_records import PASSAGE_CHARS
-from data_prep.prep import prep_dataset
-from data_prep.synthetic_kb import PRESETS, build_kb
-from envs.kb import load_kb
-from rewards.answers import score_answer
+from ragym.data_prep.kb_records import PASSAGE_CHARS
+from ragym.data_prep.prep import prep_dataset
+from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.envs.kbvqa.kb import load_kb
+from ragym.rewards.answers import score_answer
 
 
 def _rows(kb: Path, split: str) -> pd.DataFrame:
@@ -185,7 +185,7 @@ def test_kb_contents(prepared) -> None:
 
 
 def test_the_prepared_kb_records_and_serves_its_entity_index(prepared) -> None:
-    from envs.retrieval import FaissRetriever, IndexSpec
+    from ragym.envs.retrieval.retrievers import FaissRetriever, IndexSpec
 
     for kb_dir, _, _ in prepared.values():
         kb = load_kb(kb_dir)
@@ -228,10 +228,10 @@ def test_resume_reuses_the_encoding_steps_shards(tmp_path: Path) -> None:
 
 def test_a_kept_row_without_a_gold_scores_on_its_answer_alone(prepared) -> None:
     """The paper's reward on a kept evaluation row: outcome and format apply, verification does not."""
-    import envs
-    from envs.kbvqa_actions import Answer, Reject, SearchImage, format_action
-    from rewards.episode import Episode
-    from rewards.rubric import Rubric
+    from ragym import envs
+    from ragym.envs.kbvqa.actions import Answer, Reject, SearchImage, format_action
+    from ragym.rewards.episode import Episode
+    from ragym.rewards.rubric import Rubric
 
     kb, _, _ = prepared["infoseek"]
     row = next(

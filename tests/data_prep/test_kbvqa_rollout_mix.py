@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from data_prep.prep import mix
-from rl.eval.scripted import main as rollout
+from ragym.data_prep.prep import mix
+from ragym.rl.eval.scripted import main as rollout
 
 
 @pytest.fixture(scope="module")

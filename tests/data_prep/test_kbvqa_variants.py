@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from data_prep import infoseek, mmhops
-from data_prep.kb_files import read_kb_file
-from data_prep.kb_records import Report, iter_json_object
+from ragym.data_prep import infoseek, mmhops
+from ragym.data_prep.kb_files import read_kb_file
+from ragym.data_prep.kb_records import Report, iter_json_object
 from tests.data_prep import kbvqa_fixtures as fx
 
 EVQA_ENTRY = {"title": "Example Hall", "section_titles": ["Example Hall", "History"],
@@ -143,7 +143,7 @@ def test_mmhops_shards_without_feature_metadata_read_images_by_content(tmp_path:
 
 
 def test_mmhops_shards_with_no_image_column_are_refused_in_one_line(tmp_path: Path, capsys) -> None:
-    from data_prep.prep import main as prep
+    from ragym.data_prep.prep import main as prep
 
     raw = tmp_path / "raw"
     fx.write_mmhops(raw)
@@ -159,7 +159,7 @@ def test_mmhops_shards_with_no_image_column_are_refused_in_one_line(tmp_path: Pa
 
 
 def test_mmhops_kb_image_root_default_is_the_one_help_states(tmp_path: Path, capsys) -> None:
-    from data_prep.prep import prep_dataset
+    from ragym.data_prep.prep import prep_dataset
 
     raw = tmp_path / "raw"
     fx.write_mmhops(raw)

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_prep.mmlongbench_doc import PrepConfig, RowError, main, parse_evidence_pages, prepare
-from data_prep.pdf_pages import PageTypeRules, PdfPage, classify_page, read_pdf
-from envs.doc_store import doc_key, load_store
-from envs.docmemo import DocMemoEnv
+from ragym.data_prep.mmlongbench_doc import PrepConfig, RowError, main, parse_evidence_pages, prepare
+from ragym.data_prep.pdf_pages import PageTypeRules, PdfPage, classify_page, read_pdf
+from ragym.envs.docmemo.env import DocMemoEnv
+from ragym.envs.docmemo.store import doc_key, load_store
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

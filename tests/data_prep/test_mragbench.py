@@ -9,12 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_prep.mragbench import prepare
-from data_prep.prep import main as prep_main
-from envs.encoders import PixelImageEncoder
-from envs.events import events_of
-from envs.r3g import R3GEnv
-from envs.r3g_corpus import read_rgb
+from ragym.data_prep.mragbench import prepare
+from ragym.data_prep.prep import main as prep_main
+from ragym.envs.events import events_of
+from ragym.envs.r3g.corpus import read_rgb
+from ragym.envs.r3g.env import R3GEnv
+from ragym.envs.retrieval.encoders import PixelImageEncoder
 from tests.data_prep.mragbench_fixture import BROKEN, NUM_VALID, write_fixture
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.annotators import OFFLINE_ANNOTATOR_NAME, OFFLINE_MARKER, OfflineAnnotator
-from data_prep.hard_negatives import mine_bm25_negatives
-from data_prep.stackexchange import PrepConfig, main, prepare, split_of
-from data_prep.stackexchange_readers import QAPair, Rejection, read_posts_xml
+from ragym.data_prep.annotators import OFFLINE_ANNOTATOR_NAME, OFFLINE_MARKER, OfflineAnnotator
+from ragym.data_prep.hard_negatives import mine_bm25_negatives
+from ragym.data_prep.stackexchange import PrepConfig, main, prepare, split_of
+from ragym.data_prep.stackexchange_readers import QAPair, Rejection, read_posts_xml
 from tests.rl.retriever_fixtures import write_pairs_jsonl
 
 POSTS_XML = """<?xml version="1.0" encoding="utf-8"?>

@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_prep import synthetic_kb
-from data_prep.synthetic_kb import PRESETS, build_kb, cached_kb
-from envs.kb import load_kb
+from ragym.data_prep import synthetic_kb
+from ragym.data_prep.synthetic_kb import PRESETS, build_kb, cached_kb
+from ragym.envs.kbvqa.kb import load_kb
 
 ROW_COLUMNS = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
 
@@ -117,7 +117,7 @@ def test_cached_kb_builds_once_and_rows_point_at_the_cache(
 
 
 def test_demo_rows_build_the_one_candidate_visual_check_env(tmp_path: Path) -> None:
-    import envs
+    from ragym import envs
 
     out = build_kb(tmp_path / "demo", replace(PRESETS["demo"], num_entities=60, num_rows=10), seed=0)
     extra = pd.read_parquet(out / "data/train.parquet")["extra_info"][0]

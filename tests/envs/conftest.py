@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +28,6 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 @pytest.fixture(scope="session")
 def r3g_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small synthetic R3G task: 12 classes of 5 look-alike images, one showing the cue."""
-    from data_prep.r3g_synthetic import Preset, build_task
+    from ragym.data_prep.r3g_synthetic import Preset, build_task
 
     return build_task(tmp_path_factory.mktemp("r3g") / "task", Preset(num_classes=12), seed=1)

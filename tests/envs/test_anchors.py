@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from envs import events as ev
-from envs.anchors import turn_anchors
-from envs.registry import registered_envs
+from ragym.envs import events as ev
+from ragym.envs.anchors import turn_anchors
+from ragym.envs.registry import registered_envs
 
 
 def test_every_registered_env_declares_anchors() -> None:

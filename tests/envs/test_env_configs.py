@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from envs.kbvqa import KBVQAConfig
+from ragym.envs.kbvqa.env import KBVQAConfig
 
 
 @pytest.mark.parametrize(
@@ -28,7 +28,7 @@ def test_the_papers_settings_and_the_least_ones_are_accepted():
      ("kappa", -1.0), ("eta", float("nan")), ("encoder", "audio")],
 )  # fmt: skip
 def test_docmemo_nonsense_settings_name_the_field(field, value):
-    from envs.docmemo import DocMemoConfig
+    from ragym.envs.docmemo.env import DocMemoConfig
 
     with pytest.raises(ValueError, match=f"DocMemoConfig.{field} must be"):
         DocMemoConfig(**{field: value})

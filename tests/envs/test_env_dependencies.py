@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.registry import synthetic_data
+from ragym.envs.registry import synthetic_data
 
 ENVS_DIR = Path(__file__).resolve().parents[2] / "envs"
 
@@ -30,7 +30,7 @@ def test_env_modules_do_not_import_data_prep_or_rl(path: Path) -> None:
 
 
 def test_synthetic_data_comes_from_the_installed_provider(tmp_path: Path) -> None:
-    from data_prep.synthetic_kb import cached_kb
+    from ragym.data_prep.synthetic_kb import cached_kb
 
     assert synthetic_data("kbvqa", "tiny") == str(cached_kb("tiny"))
 

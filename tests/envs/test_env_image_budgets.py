@@ -11,14 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import envs
-from envs import docmemo_views
-from envs import kb as kb_module
-from envs.docmemo import DocMemoConfig
-from envs.image_budget import BUDGET_FIELDS, ImageBudget, budget_of, visual_tokens
-from envs.kbvqa_actions import SearchImage, format_action
-from envs.memora import MemoraEnv
-from envs.r3g import R3GEnv
+from ragym import envs
+from ragym.envs.docmemo import views as docmemo_views
+from ragym.envs.docmemo.env import DocMemoConfig
+from ragym.envs.image_budget import BUDGET_FIELDS, ImageBudget, budget_of, visual_tokens
+from ragym.envs.kbvqa import kb as kb_module
+from ragym.envs.kbvqa.actions import SearchImage, format_action
+from ragym.envs.memora.env import MemoraEnv
+from ragym.envs.r3g.env import R3GEnv
 from tests.photos import photo, write_photo
 
 QWEN25 = ImageBudget()  # 1,024 tokens per query image, 256 per candidate, factor 28

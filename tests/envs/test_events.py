@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from envs import events as ev
+from ragym.envs import events as ev
 
 
 def test_verification_derives_gold_in_batch_and_correct() -> None:
@@ -79,7 +79,7 @@ def test_every_constructor_makes_a_registered_kind() -> None:
         ev.r3g_task(["g"], "Angle", 2, 1, "fused", True), ev.plan(0, "cues"),
         ev.coarse_retrieval(1, ["g", "h"], [0.9, 0.8], [0.9, 0.8], ["g"]), ev.judge_error(2, None, "no_line"),
         ev.evidence_selected(2, ["g", "h"], [0.9, 0.8], [0.5, None], [0.7, 0.8], [0], ["g"], "fused"),
-        # MEMORA-v0 (every field is checked in tests/envs/test_memora_events.py)
+        # MEMORA-v0 (every field is checked in tests/envs/memora/test_memora_events.py)
         ev.memory_read("d", 0, [], []), ev.first_stage(None, ["a"], [1.0]), ev.decompose(0, ["f"], [1.0], [1.0], [[0, 0]]),
         ev.subquery(1, 1, "t", ["a"], [], 1), ev.factor_evidence(2, 1, ["a"], [0.5], ["s"]), ev.verdict(3, ["a"]),
         ev.final_ranking(4, ["a"], [0.1], 10, False, 0.1, 0.0), ev.memory_write(4, "d", False, "no_qrels", None, None, []),

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
-from envs import kb as kb_module
-from envs.byte_cache import ByteLRU
-from envs.image_budget import ImageBudget, fit_image, fit_size, visual_tokens
+from ragym.envs.byte_cache import ByteLRU
+from ragym.envs.image_budget import ImageBudget, fit_image, fit_size, visual_tokens
+from ragym.envs.kbvqa import kb as kb_module
 from tests.photos import photo, write_photo
 
 QWEN25 = {"factor": 28, "min_pixels": 56 * 56}

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pandas as pd
 
-import envs
-from envs.core import IMAGE_PLACEHOLDER
-from envs.kbvqa_actions import SearchImage, SearchText, format_action
-from envs.memora import MemoraEnv
-from envs.memora_corpus import Collection
-from tests.envs.test_memora import FakeRetriever, turn
+from ragym import envs
+from ragym.envs.core import IMAGE_PLACEHOLDER
+from ragym.envs.kbvqa.actions import SearchImage, SearchText, format_action
+from ragym.envs.memora.corpus import Collection
+from ragym.envs.memora.env import MemoraEnv
+from tests.envs.memora.test_memora import FakeRetriever, turn
 
 LITERAL = f"what does {IMAGE_PLACEHOLDER} show"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from envs import events as ev
-from envs.metrics import episode_metrics, mean_metrics, register_metrics, registered_metrics
+from ragym.envs import events as ev
+from ragym.envs.metrics import episode_metrics, mean_metrics, register_metrics, registered_metrics
 
 CANDS = ["e1", "e2"]
 

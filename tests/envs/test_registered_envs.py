@@ -2,7 +2,7 @@
 
 A new ``register_env`` line is covered here with no test edit: it must build with no arguments (its built-in
 synthetic task), pass check_env, survive random turns built from its own action tags, record only events of
-known kinds, and have episode metrics registered in ``envs.metrics``.
+known kinds, and have episode metrics registered in ``ragym.envs.metrics``.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs
-from envs.events import EVENT_KINDS
-from envs.metrics import episode_metrics, registered_metrics
-from envs.registry import make_env
+from ragym import envs
+from ragym.envs.events import EVENT_KINDS
+from ragym.envs.metrics import episode_metrics, registered_metrics
+from ragym.envs.registry import make_env
 
 JUNK = ["", "x", "<reason>", "</reason>", "()", "[1]", "1", "Reject()", '["q"]', "SearchImage(1)", "\n", "🙂"]
 EPISODES = 3
@@ -36,7 +36,7 @@ def random_turn(rng: np.random.Generator, stop_strings: tuple[str, ...]) -> str:
 def test_registered_env_passes_check_env_and_a_fuzz(env_id: str) -> None:
     env = make_env(env_id)
     check_env(env, skip_render_check=True)
-    assert env_id in registered_metrics(), f"{env_id} has no episode metrics in envs.metrics"
+    assert env_id in registered_metrics(), f"{env_id} has no episode metrics in ragym.envs.metrics"
     rng = np.random.default_rng(0)
     for episode in range(EPISODES):
         obs, info = env.reset(seed=episode)

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.synthetic_kb import main as build_kb
-from rl.recipe.compose import RECIPES_DIR
-from rl.tiny.policy import build_tiny_policy
+from ragym.data_prep.synthetic_kb import main as build_kb
+from ragym.rl.recipe.compose import RECIPES_DIR
+from ragym.rl.tiny.policy import build_tiny_policy
 
 pytestmark = pytest.mark.ray
 
@@ -51,7 +51,7 @@ def _script(workdir: Path, overrides: list[str], recipe: str = "kbvqa_tiny_cpu",
     """The bash program run inside the namespaces: start Ray, submit and follow the job, always stop Ray."""
     bin_dir = Path(sys.executable).parent
     address = "http://127.0.0.1:8265"
-    submit = ["python", "-m", "rl.cli", "submit", recipe, "--address", address, "--follow",
+    submit = ["python", "-m", "ragym.rl.cli", "submit", recipe, "--address", address, "--follow",
               "--timeout", str(timeout_s), "--submission-id", "ragym-ray-test", *flags,
               "--env", "WANDB_MODE=disabled", "--env", "HF_HUB_OFFLINE=1", *overrides]  # fmt: skip
     return f"""
@@ -63,7 +63,7 @@ ray start --head --node-ip-address 127.0.0.1 --port 6380 --dashboard-host 127.0.
     {resources} --temp-dir {workdir}/ray --disable-usage-stats || exit 90
 {" ".join(submit)}
 rc=$?
-python -m rl.cli jobs --address {address} list
+python -m ragym.rl.cli jobs --address {address} list
 exit $rc
 """
 
@@ -108,9 +108,9 @@ VERL_JOB_TIMEOUT_S = 600
 
 def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path) -> None:
     """`ragym submit RECIPE --cpu` on a Ray cluster started with a logical GPU: verl's trainer through the plugin."""
-    from rl.engine.verl_local import toy_overrides
-    from rl.recipe.compose import resolve_recipe_path
-    from rl.recipe.platforms import cluster_overrides, merge_overrides, platform_overrides
+    from ragym.rl.engine.verl_local import toy_overrides
+    from ragym.rl.recipe.compose import resolve_recipe_path
+    from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides, platform_overrides
 
     refusal = _unshare_refusal()
     if refusal:

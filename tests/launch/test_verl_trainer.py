@@ -23,7 +23,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rl.engine.verl_local import console_step_metrics, private_network_refusal
+from ragym.rl.engine.verl_local import console_step_metrics, private_network_refusal
 
 pytestmark = pytest.mark.ray
 
@@ -53,7 +53,7 @@ def toy() -> Iterator[Path]:
 
 def ragym(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT_S) -> str:
     """Run ``ragym ARGS`` from ``cwd`` (not the repository: commands must work from any folder)."""
-    done = subprocess.run([sys.executable, "-m", "rl.cli", *args], cwd=cwd, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "ragym.rl.cli", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, check=False)  # fmt: skip
     log = done.stdout + done.stderr
     assert done.returncode == 0, f"ragym {' '.join(args[:4])} failed ({done.returncode}):\n{log[-6000:]}"

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rewards.answers import PAPER_TIME_YEAR_TOLERANCE
-from rewards.rubric import Rubric
-from rl.eval.evaluate import EvalConfig
-from rl.recipe.check import check_recipe, uncommented_knobs, unknown_keys
-from rl.recipe.compose import RECIPES_DIR
+from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
+from ragym.rewards.rubric import Rubric
+from ragym.rl.eval.evaluate import EvalConfig
+from ragym.rl.recipe.check import check_recipe, uncommented_knobs, unknown_keys
+from ragym.rl.recipe.compose import RECIPES_DIR
 
 # Sub-folders that hold other kinds of YAML, each tested where it is used.
 NOT_TRAINING_RECIPES = ("rewards", "retriever", "agent_loops", "platforms")
@@ -102,17 +102,17 @@ def test_cluster_recipes_point_at_files_that_exist_in_the_repository() -> None:
         config = check_recipe(path)
         loops = repo / config.actor_rollout_ref.rollout.agent.agent_loop_config_path
         entries = yaml.safe_load(loops.read_text())
-        assert {"name": "ragym_env", "_target_": "rl.agent_loop.loop.RagymEnvAgentLoop"} in entries
+        assert {"name": "ragym_env", "_target_": "ragym.rl.agent_loop.loop.RagymEnvAgentLoop"} in entries
         reward_path = config.reward.custom_reward_function.path
-        assert reward_path == "pkg://rewards.verl"
+        assert reward_path == "pkg://ragym.rewards.verl"
 
 
 def test_reward_module_loads_through_verls_loader() -> None:
     from verl.utils.import_utils import load_extern_object
 
-    from rewards.verl import compute_score
+    from ragym.rewards.verl import compute_score
 
-    assert load_extern_object("pkg://rewards.verl", "compute_score") is compute_score
+    assert load_extern_object("pkg://ragym.rewards.verl", "compute_score") is compute_score
 
 
 def test_unknown_key_is_reported(tmp_path: Path) -> None:
@@ -179,7 +179,7 @@ def test_agent_loop_registry_file_loads_the_way_verls_worker_loads_it(
     from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
     from verl.utils.import_utils import resolve_config_path
 
-    from rl.agent_loop.loop import RagymEnvAgentLoop
+    from ragym.rl.agent_loop.loop import RagymEnvAgentLoop
 
     monkeypatch.chdir(RECIPES_DIR.parent)  # a Ray job's working directory is the repository
     config = check_recipe(RECIPES_DIR / "kbvqa_qwen2_5_vl_7b.yaml")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rewards import Episode
+from ragym.rewards import Episode
 
 
 def brevity(episode: Episode, *, max_turns: int = 8) -> float:

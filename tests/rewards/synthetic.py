@@ -10,9 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from envs import events as ev
-from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, format_action
-from rewards.episode import Episode
+from ragym.envs import events as ev
+from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, format_action
+from ragym.rewards.episode import Episode
 
 
 @dataclass(frozen=True)

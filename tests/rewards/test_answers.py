@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards import infoseek_final_score, score_answer
-from rewards.answers import answer_data_sources, answer_metric_name
-from rewards.mmlongbench import parse_list
+from ragym.rewards import infoseek_final_score, score_answer
+from ragym.rewards.answers import answer_data_sources, answer_metric_name
+from ragym.rewards.mmlongbench import parse_list
 
 NUM = {"answer_eval": [{"wikidata": 1240.0, "range": [1200.0, 1300.0]}], "question_type": "Numerical"}
 STR = {"answer_eval": ["Eiffel Tower", "Tour Eiffel"], "question_type": "String"}

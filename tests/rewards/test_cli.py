@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rewards import Rubric
-from rewards.cli import main
+from ragym.rewards import Rubric
+from ragym.rewards.cli import main
 from tests.rewards.synthetic import synthetic_episode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,14 +80,14 @@ def test_missing_episodes_file(tmp_path: Path, capsys: pytest.CaptureFixture) ->
 
 
 def test_ragym_dispatches_score(episodes_file: Path, capsys: pytest.CaptureFixture) -> None:
-    from rl.cli import main as ragym
+    from ragym.rl.cli import main as ragym
 
     assert ragym(["score", "--recipe", str(PAPER_RECIPE), "--episodes", str(episodes_file)]) == 0
     assert "TOTAL" in capsys.readouterr().out
 
 
 def test_evqa_exact_match_only_is_labelled(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from rewards import Episode
+    from ragym.rewards import Episode
 
     answer = {"type": "answer", "turn": 0, "text": "Alps", "forced": False}
     path = tmp_path / "evqa.jsonl"

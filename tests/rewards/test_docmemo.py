@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import rewards.docmemo  # noqa: F401  (registers the DocMemo rewards)
-from envs.docmemo import DocMemoEnv
-from rewards.episode import Episode
-from rewards.registry import get_reward
-from rewards.rubric import Rubric
+import ragym.rewards.docmemo  # noqa: F401  (registers the DocMemo rewards)
+from ragym.envs.docmemo.env import DocMemoEnv
+from ragym.rewards.episode import Episode
+from ragym.rewards.registry import get_reward
+from ragym.rewards.rubric import Rubric
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "rewards" / "docmemo.yaml"
 GT = {"answer": "1337", "answer_format": "Int", "evidence_pages": [4, 6]}

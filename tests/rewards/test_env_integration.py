@@ -8,12 +8,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rewards.verl import compute_score
+from ragym.rewards.verl import compute_score
 
-pytest.importorskip("envs.kbvqa", reason="the KB-VQA env is not in this checkout")
+pytest.importorskip("ragym.envs.kbvqa.env", reason="the KB-VQA env is not in this checkout")
 
-from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, format_action  # noqa: E402
-from envs.registry import make_env  # noqa: E402
+from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, format_action  # noqa: E402
+from ragym.envs.registry import make_env  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPE = str(REPO / "recipes" / "rewards" / "mmagent_r2.yaml")

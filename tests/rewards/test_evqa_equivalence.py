@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rewards import score_answer
-from rewards.evqa import load_equivalence
+from ragym.rewards import score_answer
+from ragym.rewards.evqa import load_equivalence
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_equivalence_model_scores_a_probability_and_gates_at_one_half(tiny_model
 
 
 def test_outcome_reward_takes_the_model_path_from_the_recipe(tiny_model_dir: Path) -> None:
-    from rewards import Episode, Rubric
+    from ragym.rewards import Episode, Rubric
 
     gt = {"answer": "Pyrenees", "question_type": "automatic", "question": "which mountains"}
     ep = Episode("evqa", ["t"], [{"type": "answer", "turn": 0, "text": "Andes", "forced": False}], gt)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from envs import events as ev
-from envs.kbvqa_actions import Answer, Reject, Rerank, SearchImage, format_action
-from rewards import Episode, get_reward
+from ragym.envs import events as ev
+from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, format_action
+from ragym.rewards import Episode, get_reward
 
 CANDS_A = ["e1", "e2", "gold", "e4", "e5"]
 CANDS_B = ["e6", "e7", "e8", "e9", "e10"]

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from envs import events as ev
-from envs.memora import MemoraEnv
-from rewards import Episode, Rubric
-from rewards.memora import memora_action_cost, memora_first_stage_ndcg, memora_format, memora_ndcg
+from ragym.envs import events as ev
+from ragym.envs.memora.env import MemoraEnv
+from ragym.rewards import Episode, Rubric
+from ragym.rewards.memora import memora_action_cost, memora_first_stage_ndcg, memora_format, memora_ndcg
 
 QRELS = {"qrels": {"b": 1, "c": 2}, "excluded_ids": ["x"]}
 IDEAL = 2 + 1 / math.log2(3)  # c (rel 2) at rank 1, b (rel 1) at rank 2

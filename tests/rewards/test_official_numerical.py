@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewards import score_answer
-from rewards.mmhops import check_ground_truth, replace_number_words
+from ragym.rewards import score_answer
+from ragym.rewards.mmhops import check_ground_truth, replace_number_words
 
 LISTED = {"answer_eval": [{"wikidata": 30.0, "range": [27.0, 33.0]}], "question_type": "Numerical"}
 BARE = {"answer_eval": {"wikidata": 30.0, "range": [27.0, 33.0]}, "question_type": "Numerical"}

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from envs import events as ev
-from rewards import Rubric, score_answer
-from rewards.choices import parse_choice
-from rewards.episode import Episode
-from rewards.r3g import r3g_evidence_recall, r3g_format, r3g_judge_ndcg
+from ragym.envs import events as ev
+from ragym.rewards import Rubric, score_answer
+from ragym.rewards.choices import parse_choice
+from ragym.rewards.episode import Episode
+from ragym.rewards.r3g import r3g_evidence_recall, r3g_format, r3g_judge_ndcg
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "rewards" / "r3g.yaml"
 POOL = ["p1", "p2", "g", "p4", "p5"]

@@ -8,12 +8,12 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from rewards import Rubric
-from rewards.rubric import apply_overrides, load_recipe
-from rewards.verl import compute_score
-from rl.errors import UsageError
-from rl.recipe.compose import REWARD_KWARGS
-from rl.recipe.compose import load_recipe as load_training_recipe
+from ragym.rewards import Rubric
+from ragym.rewards.rubric import apply_overrides, load_recipe
+from ragym.rewards.verl import compute_score
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.compose import REWARD_KWARGS
+from ragym.rl.recipe.compose import load_recipe as load_training_recipe
 from tests.rewards.test_verl import PAPER_RECIPE, verl_args
 
 DELTA = f"+{REWARD_KWARGS}.overrides.terms.verification.params.delta=0.3"

@@ -9,13 +9,13 @@ import pkgutil
 
 import pytest
 
-import rewards
-from rewards import get_reward, register_reward, registered_rewards
-from rewards.registry import reward_params
+from ragym import rewards
+from ragym.rewards import get_reward, register_reward, registered_rewards
+from ragym.rewards.registry import reward_params
 from tests.rewards.synthetic import SyntheticConfig, synthetic_episode
 
-KBVQA_MODULES = ("rewards.kbvqa", "rewards.verification")
-MODULES = sorted(m.name for m in pkgutil.iter_modules(rewards.__path__, "rewards."))
+KBVQA_MODULES = ("ragym.rewards.kbvqa", "ragym.rewards.verification")
+MODULES = sorted(m.name for m in pkgutil.iter_modules(rewards.__path__, "ragym.rewards."))
 
 
 @pytest.mark.parametrize("module_name", MODULES)

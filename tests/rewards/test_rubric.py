@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rewards import Episode, RewardError, Rubric
+from ragym.rewards import Episode, RewardError, Rubric
 from tests.rewards.synthetic import synthetic_episode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +135,7 @@ def test_recipe_from_yaml_file_and_from_training_recipe(tmp_path: Path) -> None:
                 "defaults": ["ppo_trainer", "_self_"],
                 "reward": {
                     "custom_reward_function": {
-                        "path": "pkg://rewards.verl",
+                        "path": "pkg://ragym.rewards.verl",
                         "name": "compute_score",
                         "reward_kwargs": {"recipe": reward_recipe},
                     }

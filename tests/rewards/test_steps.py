@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from envs import events as ev
-from rewards.episode import Episode
-from rewards.memora import memora_action_cost
-from rewards.r3g import r3g_judge_ndcg
-from rewards.rubric import Rubric
-from rewards.steps import memora_cost_steps, r3g_judge_steps, rubric_step_rewards, verification_steps
-from rewards.verification import verification
+from ragym.envs import events as ev
+from ragym.rewards.episode import Episode
+from ragym.rewards.memora import memora_action_cost
+from ragym.rewards.r3g import r3g_judge_ndcg
+from ragym.rewards.rubric import Rubric
+from ragym.rewards.steps import memora_cost_steps, r3g_judge_steps, rubric_step_rewards, verification_steps
+from ragym.rewards.verification import verification
 
 CANDIDATES_0, CANDIDATES_1 = ["e1", "e2"], ["e3", "gold"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rewards import Rubric
-from rewards.verl import compute_score
+from ragym.rewards import Rubric
+from ragym.rewards.verl import compute_score
 from tests.rewards.synthetic import synthetic_episode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_verl_loads_it_through_its_own_seam() -> None:
         {
             "reward": {
                 "custom_reward_function": {
-                    "path": "pkg://rewards.verl",
+                    "path": "pkg://ragym.rewards.verl",
                     "name": "compute_score",
                     "reward_kwargs": {"recipe": RECIPE},
                 }

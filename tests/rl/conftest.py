@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rl.models import load_processor
-from rl.tiny.policy import TinyPolicyConfig, build_tiny_policy
+from ragym.rl.models import load_processor
+from ragym.rl.tiny.policy import TinyPolicyConfig, build_tiny_policy
 
 REAL_SETTINGS = {
     # arch: (processor min_pixels, max_pixels as shipped in the models' preprocessor configs, the recipe)

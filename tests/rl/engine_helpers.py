@@ -14,7 +14,7 @@ from transformers import (
     Qwen3VLForConditionalGeneration,
 )
 
-from rl.tiny.policy import train_tokenizer
+from ragym.rl.tiny.policy import train_tokenizer
 
 CORPUS = [
     "<|im_start|>user\nWhich entity is shown? <|vision_start|><|image_pad|><|vision_end|><|im_end|>\n",

@@ -12,9 +12,9 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
 from verl.workers.rollout.replica import TokenOutput
 
-from envs import events as ev
-from envs.core import IMAGE_PLACEHOLDER
-from envs.metrics import register_metrics
+from ragym.envs import events as ev
+from ragym.envs.core import IMAGE_PLACEHOLDER
+from ragym.envs.metrics import register_metrics
 
 IMAGE_SIZE = 64
 

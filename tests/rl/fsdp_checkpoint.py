@@ -27,7 +27,7 @@ def _rank(rank: int, policy_dir: str, out_dir: str, port: int) -> None:
     from transformers import AutoModelForImageTextToText
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
 
-    from rl.models import load_processor
+    from ragym.rl.models import load_processor
 
     model = AutoModelForImageTextToText.from_pretrained(policy_dir, dtype=torch.float32)
     with torch.no_grad():

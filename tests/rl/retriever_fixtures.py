@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from data_prep.annotators import OfflineAnnotator
-from data_prep.stackexchange import PrepConfig, prepare
+from ragym.data_prep.annotators import OfflineAnnotator
+from ragym.data_prep.stackexchange import PrepConfig, prepare
 
 TOPICS = [
     (

@@ -25,14 +25,14 @@ TINY_TRAIN = [
 
 def _ragym(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    return subprocess.run([sys.executable, "-m", "rl.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "ragym.rl.cli", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)  # fmt: skip
 
 
 @pytest.mark.slow
 def test_train_eval_rollout_outside_the_repository_on_bad_rows(tmp_path, capsys):
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.tiny.policy import build_tiny_policy
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.tiny.policy import build_tiny_policy
 
     kb = build_kb(tmp_path / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
     policy = build_tiny_policy("qwen2_5_vl", tmp_path / "policy", seed=0)
@@ -67,7 +67,7 @@ def test_train_eval_rollout_outside_the_repository_on_bad_rows(tmp_path, capsys)
     assert json.loads(run.stdout.strip().splitlines()[-1])["episodes"] == 3
 
     # User errors: one line saying what is wrong, non-zero exit; --debug shows the traceback.
-    from rl.cli import main
+    from ragym.rl.cli import main
 
     os.chdir(work)
     capsys.readouterr()  # what the fixtures printed

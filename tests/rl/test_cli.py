@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl import cli
+from ragym.rl import cli
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))
@@ -28,14 +28,14 @@ def test_a_commands_log_is_ragyms_own_unless_verbose(tmp_path, verbose: bool) ->
 
     flags = ["--verbose"] if verbose else []
     done = subprocess.run(
-        [sys.executable, "-m", "rl.cli", *flags, "build-kb", "--out", str(tmp_path / "kb"), "--preset", "tiny"],
+        [sys.executable, "-m", "ragym.rl.cli", *flags, "build-kb", "--out", str(tmp_path / "kb"), "--preset", "tiny"],
         capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     lines = [line for line in done.stderr.splitlines() if " INFO " in line or " DEBUG " in line]
-    assert any("data_prep.synthetic_kb: wrote synthetic-tiny KB" in line for line in lines)
+    assert any("ragym.data_prep.synthetic_kb: wrote synthetic-tiny KB" in line for line in lines)
     foreign = [line for line in lines if line.split(" ", 4)[3].split(".")[0] not in cli.OWN_LOGGERS]
     if verbose:
         assert any("faiss.loader" in line for line in foreign)
     else:
         assert foreign == [] and "faiss.loader" not in done.stderr
-        assert lines[0].split(" ", 4)[3].startswith("data_prep.")
+        assert lines[0].split(" ", 4)[3].startswith("ragym.data_prep.")

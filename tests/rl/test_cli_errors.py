@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rl.cli import main
+from ragym.rl.cli import main
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 

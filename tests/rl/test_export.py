@@ -15,10 +15,10 @@ from omegaconf import OmegaConf
 from safetensors.torch import load_file
 from transformers import AutoModelForImageTextToText
 
-from rl.errors import UsageError
-from rl.export import RECIPE_SNAPSHOT, RecipeSnapshot, export_checkpoint, inspect_checkpoint
-from rl.models import load_policy, load_processor
-from rl.recipe.compose import RECIPES_DIR, load_recipe
+from ragym.rl.errors import UsageError
+from ragym.rl.export import RECIPE_SNAPSHOT, RecipeSnapshot, export_checkpoint, inspect_checkpoint
+from ragym.rl.models import load_policy, load_processor
+from ragym.rl.recipe.compose import RECIPES_DIR, load_recipe
 from tests.rl.fsdp_checkpoint import SCALE
 
 REPO = RECIPES_DIR.parent
@@ -77,8 +77,8 @@ def test_verl_fsdp_checkpoint_round_trips_weight_by_weight(
 def test_local_engine_checkpoint_round_trips_weight_by_weight(
     tiny_policy_dir: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    from data_prep.synthetic_kb import main as build_kb
-    from rl.engine.main import main as train
+    from ragym.data_prep.synthetic_kb import main as build_kb
+    from ragym.rl.engine.main import main as train
 
     assert build_kb(["--out", str(tmp_path / "kb"), "--preset", "tiny"]) == 0
     run = tmp_path / "grpo"

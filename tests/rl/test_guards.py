@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from rl.errors import UsageError
-from rl.guards import GUARDS_FILE, GuardMonitor, read_firings, read_guards
+from ragym.rl.errors import UsageError
+from ragym.rl.guards import GUARDS_FILE, GuardMonitor, read_firings, read_guards
 
 KBVQA_GUARDS = {
     "no_search": {"action": "warn", "metric": "episode/searches", "steps": 3},
@@ -126,7 +126,7 @@ def test_bad_guard_config_is_an_error(section, error):
 
 
 def test_ragym_view_shows_the_runs_firings(tmp_path):
-    from rl.view import data
+    from ragym.rl.view import data
 
     monitor = GuardMonitor(read_guards(KBVQA_GUARDS), tmp_path)
     stream = [with_(s, episode__searches=0.0) for s in range(3)]
@@ -156,8 +156,8 @@ def test_a_stop_guard_under_verls_trainer_ends_ragym_train_in_error(
 
     from omegaconf import OmegaConf
 
-    from rl.engine import verl_local
-    from rl.guards import GUARDS_FILE, Firing, GuardStop
+    from ragym.rl.engine import verl_local
+    from ragym.rl.guards import GUARDS_FILE, Firing, GuardStop
 
     firings = tmp_path / GUARDS_FILE
 
@@ -207,8 +207,8 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
 
     from omegaconf import OmegaConf
 
-    from envs.metrics import _REGISTRY
-    from rl.recipe.compose import PACKAGE_ROOT
+    from ragym.envs.metrics import _REGISTRY
+    from ragym.rl.recipe.compose import PACKAGE_ROOT
     from tests.envs.test_metrics import _kbvqa
 
     config = OmegaConf.load(PACKAGE_ROOT / "recipes" / f"{recipe}.yaml")
@@ -229,6 +229,6 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
 
 
 def episode_metrics_keys(kbvqa_events) -> set[str]:
-    from envs.metrics import episode_metrics
+    from ragym.envs.metrics import episode_metrics
 
     return set(episode_metrics("KBVQA-v0", kbvqa_events(["e1"], (1, "e1"))))

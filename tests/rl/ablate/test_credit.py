@@ -10,10 +10,19 @@ import pandas as pd
 import pytest
 import yaml
 
-from rl.ablate.cli import main, run_grid
-from rl.ablate.grids import DEMO_IDENT, GRIDS, RAGYM_ROW, Grid, Target, Variant, register_grid, row_label
-from rl.ablate.kbvqa import variant_overrides
-from rl.ablate.speed import (
+from ragym.rl.ablate.cli import main, run_grid
+from ragym.rl.ablate.grids import (
+    DEMO_IDENT,
+    GRIDS,
+    RAGYM_ROW,
+    Grid,
+    Target,
+    Variant,
+    register_grid,
+    row_label,
+)
+from ragym.rl.ablate.kbvqa import variant_overrides
+from ragym.rl.ablate.speed import (
     DROPPED,
     FLAT,
     ROUNDS,
@@ -23,7 +32,7 @@ from rl.ablate.speed import (
     sampling_summary,
     steps_to_target,
 )
-from rl.errors import UsageError
+from ragym.rl.errors import UsageError
 
 
 # ----- steps to the target on made-up curves -----------------------------------------------------------------
@@ -163,9 +172,9 @@ def test_credit_grids_have_the_four_variants_labelled_as_ragyms() -> None:
 
 def composed(grid_dir: Path, variant: Variant, extra: list[str] | None = None):
     """The demo recipe as the variant's run composes it (rows, reward recipe, overrides), read by the engine."""
-    from rl.demo.run import DEMO_RECIPE
-    from rl.engine.config import RecipeReader, read_engine_config
-    from rl.recipe.compose import load_recipe
+    from ragym.rl.demo.run import DEMO_RECIPE
+    from ragym.rl.engine.config import RecipeReader, read_engine_config
+    from ragym.rl.recipe.compose import load_recipe
 
     config = load_recipe(DEMO_RECIPE, variant_overrides(grid_dir, variant, extra or []))
     cfg = read_engine_config(RecipeReader(config))

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from rl.ablate.cli import main, run_grid
-from rl.ablate.grids import GRIDS, Claim, Grid, Variant, register_grid
-from rl.ablate.stats import direction
-from rl.errors import UsageError
+from ragym.rl.ablate.cli import main, run_grid
+from ragym.rl.ablate.grids import GRIDS, Claim, Grid, Variant, register_grid
+from ragym.rl.ablate.stats import direction
+from ragym.rl.errors import UsageError
 
 GRID = Grid(
     "fake",
@@ -160,7 +160,7 @@ def test_only_seeds_and_variants_split_a_grid_that_a_last_call_aggregates(
 ) -> None:
     runner = FakeRunner()
     monkeypatch.setitem(GRIDS, "fake", GRID)
-    monkeypatch.setattr("rl.ablate.cli.runner_for", lambda kind: runner)
+    monkeypatch.setattr("ragym.rl.ablate.cli.runner_for", lambda kind: runner)
     assert (
         main(
             ["fake", "--out", str(tmp_path), "--seeds", "2", "--only-seeds", "1", "--only-variants", "mixed"]
@@ -182,7 +182,7 @@ def parallel_run(out: Path, variant: Variant, seed: int, steps: int | None, extr
     """A runner for worker processes: a variant that starts from another's warm start needs that one done."""
     import os
 
-    from rl.ablate.grids import run_dir
+    from ragym.rl.ablate.grids import run_dir
 
     if variant.warm_start_from:
         assert (run_dir(out, Variant(variant.warm_start_from), seed) / "result.json").is_file()

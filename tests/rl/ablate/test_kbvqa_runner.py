@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rl.ablate.cli import main
+from ragym.rl.ablate.cli import main
 
 TINY = [
     "--steps", "1", "ragym.demo.warm_start.num_episodes=2", "ragym.demo.warm_start.epochs=1",

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl.ablate.cli import _register_optional_grids, run_grid
-from rl.ablate.grids import GRIDS, RAGYM_ROW, Claim, Grid, Variant, row_label
-from rl.ablate.stats import WARM_STARTS
+from ragym.rl.ablate.cli import _register_optional_grids, run_grid
+from ragym.rl.ablate.grids import GRIDS, RAGYM_ROW, Claim, Grid, Variant, row_label
+from ragym.rl.ablate.stats import WARM_STARTS
 
 _register_optional_grids()
 
@@ -43,7 +43,7 @@ def test_k_grid_has_table_6_values_with_k5_as_base() -> None:
     named = {c.left for c in grid.claims} | {c.right for c in grid.claims}
     assert named == {"k=3", "k=5", "k=7"}
     # K=7 pages through 21 candidates at Rej_max=2: the grid's KB keeps codes unique that deep.
-    from data_prep.synthetic_kb import PRESETS
+    from ragym.data_prep.synthetic_kb import PRESETS
 
     assert PRESETS[grid.kb_preset].signature_window >= 7 * 3
     assert all(v.kb_preset == grid.kb_preset for v in grid.variants)
@@ -91,7 +91,7 @@ class FixedRetriever:
         self.scores = scores
 
     def search(self, query: str, k: int) -> list:
-        from envs.core import Hit
+        from ragym.envs.retrieval.hits import Hit
 
         order = np.argsort(-np.asarray(self.scores), kind="stable")[:k]
         return [Hit(str(i + 1), float(self.scores[i])) for i in order]
@@ -99,8 +99,8 @@ class FixedRetriever:
 
 def _two_rounds(**overrides: object) -> tuple[dict, dict]:
     """Round 1 select + refine marking the first candidate useful; returns round 2's obs and info."""
-    from envs.docmemo import DocMemoEnv
-    from envs.events import events_of
+    from ragym.envs.docmemo.env import DocMemoEnv
+    from ragym.envs.events import events_of
 
     scores = [0.1 * (i % 5) for i in range(20)]
     env = DocMemoEnv(retriever_factory=lambda store: FixedRetriever(scores), show_images=False, **overrides)
@@ -113,7 +113,7 @@ def _two_rounds(**overrides: object) -> tuple[dict, dict]:
 
 
 def test_docmemo_memory_switches_remove_that_memory_only() -> None:
-    from envs.events import events_of
+    from ragym.envs.events import events_of
 
     obs, info = _two_rounds()
     assert "Memory of earlier rounds" in obs["text"] and "Document:" in obs["text"]
@@ -137,7 +137,7 @@ def test_docmemo_memory_switches_remove_that_memory_only() -> None:
 # ----- Table 5's `neither`: no Rerank action ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def weak_kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 
     preset = replace(PRESETS["demo_weak_top1"], num_entities=60, num_rows=40)
     return build_kb(tmp_path_factory.mktemp("kb") / "kb", preset, seed=0)
@@ -150,9 +150,9 @@ def _options(kb: Path) -> dict:
 
 
 def test_neither_env_has_no_rerank_action_and_takes_the_top1(weak_kb: Path) -> None:
-    from envs.events import events_of
-    from envs.kbvqa_demo import KBVQADemoEnv
-    from envs.metrics import kbvqa_metrics
+    from ragym.envs.events import events_of
+    from ragym.envs.kbvqa.demo import KBVQADemoEnv
+    from ragym.envs.metrics import kbvqa_metrics
 
     env = KBVQADemoEnv(kb_dir=str(weak_kb), candidates_per_batch=3, max_rejections=0, visual_check=True,
                        rerank_by_index=True, verification_actions=False)  # fmt: skip
@@ -180,7 +180,7 @@ def test_neither_env_has_no_rerank_action_and_takes_the_top1(weak_kb: Path) -> N
 
 
 def test_weak_top1_kb_puts_lookalikes_above_the_gold_without_losing_it() -> None:
-    from data_prep.synthetic_kb_io import lure_gold
+    from ragym.data_prep.synthetic_kb_io import lure_gold
 
     rng = np.random.default_rng(0)
     ranked = np.stack([rng.permutation(50) for _ in range(400)])  # (queries, candidates)

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-import rl.agent_loop.loop
-from envs.metrics import shared_metrics
-from rl.agent_loop.loop import make_agent_loop
-from rl.models import load_processor
-from rl.tiny.policy import ARCHS
+import ragym.rl.agent_loop.loop
+from ragym.envs.metrics import shared_metrics
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.models import load_processor
+from ragym.rl.tiny.policy import ARCHS
 from tests.rl.fakes import FakeSearchEnv, ScriptedServer, rollout_config
 
 SEARCH = "<reason>look</reason><search>red bird</search> text after the stop string"
@@ -24,7 +24,9 @@ KINDS = ("search_image", "answer", "invalid")
 @pytest.fixture(autouse=True)
 def fake_env(monkeypatch):
     """Rows name ``Fake-v0``; the loop builds ``FakeSearchEnv`` with the row's kwargs."""
-    monkeypatch.setattr(rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FakeSearchEnv(**kwargs))
+    monkeypatch.setattr(
+        ragym.rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FakeSearchEnv(**kwargs)
+    )
 
 
 @pytest.fixture(params=ARCHS)
@@ -94,7 +96,9 @@ def test_image_placeholders_match_images_and_never_mask_one(processor):
     out, server = _run(processor, [SEARCH, SEARCH, ANSWER])
     images = out.multi_modal_data["images"]
     assert len(images) == 2 + 2 + 2  # two query images, two candidates per search
-    vision_ids = {processor.tokenizer.convert_tokens_to_ids(t) for t in rl.agent_loop.loop.VISION_TOKENS}
+    vision_ids = {
+        processor.tokenizer.convert_tokens_to_ids(t) for t in ragym.rl.agent_loop.loop.VISION_TOKENS
+    }
     assert not any(t in vision_ids for t, m in zip(out.response_ids, out.response_mask, strict=True) if m)
     assert _num_pads(processor, out.prompt_ids + out.response_ids) == _implied_pads(processor, images)
     for call in server.calls:  # every call carries all images so far, matching its placeholders

@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-import envs
-from rl.agent_loop.loop import make_agent_loop
-from rl.models import load_processor
-from rl.tiny.policy import ARCHS
+from ragym import envs
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.models import load_processor
+from ragym.rl.tiny.policy import ARCHS
 from tests.rl.fakes import ScriptedServer, rollout_config
 
 SCRIPT = [

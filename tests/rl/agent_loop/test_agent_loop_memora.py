@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from rl.agent_loop.loop import make_agent_loop
-from rl.models import load_processor
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.models import load_processor
 from tests.rl.fakes import ScriptedServer, rollout_config
 
 SCRIPT = [

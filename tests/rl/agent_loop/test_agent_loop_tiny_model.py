@@ -12,9 +12,9 @@ import asyncio
 import pytest
 import torch
 
-from rl.agent_loop.loop import make_agent_loop
-from rl.models import load_policy
-from rl.tiny.policy import ARCHS
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.models import load_policy
+from ragym.rl.tiny.policy import ARCHS
 from tests.rl.fakes import rollout_config, verl_worker
 
 TURN_CAP = 12

@@ -3,7 +3,7 @@
 verl 0.9.1 (``AgentLoopWorker._agent_loop_postprocess`` -> ``_compute_score``) packs each episode's
 ``extra_fields`` into ``tool_extra_fields``; the reward manager (``NaiveRewardManager.run_single``) merges
 them into the row's ``extra_info`` before calling ``custom_reward_function``. These tests run that real
-verl code in-process (no Ray) with ``rewards.verl.compute_score`` as the reward function.
+verl code in-process (no Ray) with ``ragym.rewards.verl.compute_score`` as the reward function.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import json
 import numpy as np
 import pytest
 
-import rl.agent_loop.loop
-from rewards.verl import compute_score
-from rl.agent_loop.loop import make_agent_loop
-from rl.models import load_processor
-from rl.tiny.policy import ARCHS
+import ragym.rl.agent_loop.loop
+from ragym.rewards.verl import compute_score
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.models import load_processor
+from ragym.rl.tiny.policy import ARCHS
 from tests.rl.fakes import FakeSearchEnv, ScriptedServer, rollout_config, verl_worker
 
 RECIPE = {"terms": {"outcome": {"weight": 1.0}, "format": {"weight": 0.5, "params": {"mode": "fraction"}}}}
@@ -30,7 +30,9 @@ SCRIPT = ["<reason>a</reason><search>bird</search>", "junk", "<reason>b</reason>
 def test_extra_fields_reach_the_reward_and_verl_postprocess_accepts_the_output(
     arch, tiny_policy_dir, monkeypatch
 ):
-    monkeypatch.setattr(rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FakeSearchEnv(**kwargs))
+    monkeypatch.setattr(
+        ragym.rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FakeSearchEnv(**kwargs)
+    )
     processor = load_processor(tiny_policy_dir(arch))
     config = rollout_config(response_length=512)
     seen = []
@@ -103,9 +105,11 @@ def test_verl_instantiates_the_loop_from_the_registry_file(tiny_policy_dir):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     (entry,) = [
-        e for e in OmegaConf.load("recipes/agent_loops/ragym.yaml") if e.name == rl.agent_loop.loop.AGENT_NAME
+        e
+        for e in OmegaConf.load("recipes/agent_loops/ragym.yaml")
+        if e.name == ragym.rl.agent_loop.loop.AGENT_NAME
     ]
-    assert _agent_loop_registry[rl.agent_loop.loop.AGENT_NAME]["_target_"] == entry["_target_"]
+    assert _agent_loop_registry[ragym.rl.agent_loop.loop.AGENT_NAME]["_target_"] == entry["_target_"]
     processor = load_processor(tiny_policy_dir("qwen3_vl"))
     config = rollout_config()
     loop = hydra.utils.instantiate(
@@ -119,5 +123,5 @@ def test_verl_instantiates_the_loop_from_the_registry_file(tiny_policy_dir):
         data_config=DictConfigWrap(config.data),
         tools=ToolListWrap([]),
     )
-    assert isinstance(loop, rl.agent_loop.loop.RagymEnvAgentLoop)
+    assert isinstance(loop, ragym.rl.agent_loop.loop.RagymEnvAgentLoop)
     assert type(loop.continuous_token_builder).__name__ == "QwenVLContinuousTokenBuilder"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import rl.agent_loop.loop
-from envs.events import events_of
-from envs.metrics import mean_metrics
-from rl.agent_loop.loop import make_agent_loop
-from rl.models import load_processor
+import ragym.rl.agent_loop.loop
+from ragym.envs.events import events_of
+from ragym.envs.metrics import mean_metrics
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.models import load_processor
 from tests.rl.fakes import FakeSearchEnv, ScriptedServer, rollout_config
 
 SEARCH = "<reason>look</reason><search>red bird</search>"
@@ -43,7 +43,7 @@ class FailingEnv(FakeSearchEnv):
 
 @pytest.fixture(autouse=True)
 def failing_env(monkeypatch):
-    monkeypatch.setattr(rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FailingEnv(**kwargs))
+    monkeypatch.setattr(ragym.rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FailingEnv(**kwargs))
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def _run(processor, env_kwargs: dict, script=(SEARCH, SEARCH, ANSWER)):
 
 
 def _score(output) -> dict[str, float]:
-    from rewards.verl import compute_score
+    from ragym.rewards.verl import compute_score
 
     ground_truth = json.dumps({"answers": ["a bird"]})
     return compute_score("generic", "", ground_truth, extra_info=output.extra_fields, recipe=RECIPE)
@@ -120,13 +120,13 @@ class _EngineScript(ScriptedServer):
 @pytest.mark.slow
 def test_the_local_engine_trains_through_a_row_whose_image_vanished(tmp_path: Path, monkeypatch):
     """The row passed the load-time check; its query image is deleted before the step (a missing file)."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from envs.kb import clear_image_cache
-    from envs.registry import make_env
-    from rl.engine.main import build_trainer
-    from rl.tiny.policy import build_tiny_policy
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.envs.kbvqa.kb import clear_image_cache
+    from ragym.envs.registry import make_env
+    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.tiny.policy import build_tiny_policy
 
-    monkeypatch.setattr(rl.agent_loop.loop, "make_env", make_env)
+    monkeypatch.setattr(ragym.rl.agent_loop.loop, "make_env", make_env)
     kb = build_kb(tmp_path / "kb", PRESETS["tiny"], seed=0)
     policy = build_tiny_policy("qwen2_5_vl", tmp_path / "policy", seed=0)
     trainer = build_trainer("kbvqa_tiny_cpu", [

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs.core import IMAGE_PLACEHOLDER as IMG
-from rl.agent_loop.observations import EpisodeSpec, observation_message
+from ragym.envs.core import IMAGE_PLACEHOLDER as IMG
+from ragym.rl.agent_loop.observations import EpisodeSpec, observation_message
 
 
 def _images(n: int) -> tuple[np.ndarray, ...]:

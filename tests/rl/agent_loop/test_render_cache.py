@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
-import rl.agent_loop.loop
-import rl.agent_loop.render_cache
-from envs.core import IMAGE_PLACEHOLDER as IMG
-from rl.agent_loop.loop import make_agent_loop
-from rl.agent_loop.observations import observation_message
-from rl.agent_loop.render_cache import RenderCache
-from rl.models import load_processor
-from rl.tiny.policy import ARCHS
+import ragym.rl.agent_loop.loop
+import ragym.rl.agent_loop.render_cache
+from ragym.envs.core import IMAGE_PLACEHOLDER as IMG
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.agent_loop.observations import observation_message
+from ragym.rl.agent_loop.render_cache import RenderCache
+from ragym.rl.models import load_processor
+from ragym.rl.tiny.policy import ARCHS
 from tests.rl.fakes import FakeSearchEnv, ScriptedServer, rollout_config
 
 SYSTEM = {"role": "system", "content": "Search, then <answer>text</answer>."}
@@ -111,10 +111,12 @@ def test_text_builders_are_left_alone(processor):
 
 
 def _rollout(processor, monkeypatch, cached: bool):
-    monkeypatch.setattr(rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FakeSearchEnv(**kwargs))
+    monkeypatch.setattr(
+        ragym.rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FakeSearchEnv(**kwargs)
+    )
     if not cached:
         monkeypatch.setattr(
-            rl.agent_loop.render_cache.RenderCache, "install", classmethod(lambda cls, *a, **k: None)
+            ragym.rl.agent_loop.render_cache.RenderCache, "install", classmethod(lambda cls, *a, **k: None)
         )
     script = ["<search>red bird</search>", "<search>blue bird</search> more", "<answer>a bird</answer>"]
     server = ScriptedServer(processor.tokenizer, script)

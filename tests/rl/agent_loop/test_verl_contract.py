@@ -14,8 +14,8 @@ import pytest
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics
 from verl.workers.rollout.replica import TokenOutput
 
-from rl.agent_loop.loop import make_agent_loop
-from rl.models import load_processor
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.models import load_processor
 from tests.rl.agent_loop.test_agent_loop_kbvqa import SCRIPT
 from tests.rl.fakes import ScriptedServer, rollout_config
 
@@ -83,6 +83,6 @@ def test_a_server_without_steps_gives_none_not_a_missing_key(tiny_policy_dir) ->
     ],
 )
 def test_full_determinism_names_samples_under_both_workers(kwargs, expected) -> None:
-    from rl.agent_loop.loop import _deterministic_request_id
+    from ragym.rl.agent_loop.loop import _deterministic_request_id
 
     assert _deterministic_request_id(5, kwargs) == expected

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rl.agent_loop.verl_metrics import step_metrics
+from ragym.rl.agent_loop.verl_metrics import step_metrics
 
 
 def _fields(score: float, outcome: float, errors: float, searches: float | None) -> dict:
@@ -26,7 +26,7 @@ def test_terms_episode_metrics_and_flat_groups_are_batch_means():
 
 
 def test_a_trajectory_without_ragym_scores_is_an_error():
-    with pytest.raises(ValueError, match="rewards.verl.compute_score"):
+    with pytest.raises(ValueError, match="ragym.rewards.verl.compute_score"):
         step_metrics([{"reward_extra_info": {}, "episode_metrics": {}}], ["a"])
     with pytest.raises(ValueError, match="1 trajectories but 2 group ids"):
         step_metrics([_fields(1.0, 1.0, 0.0, 1.0)], ["a", "b"])

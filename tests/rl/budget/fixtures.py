@@ -45,7 +45,7 @@ def english_tokenizer(out: Path) -> Path:
     its text counts err high."""
     from pydoc_data.topics import topics
 
-    from rl.tiny.policy import train_tokenizer
+    from ragym.rl.tiny.policy import train_tokenizer
 
     train_tokenizer(list(topics.values()), 8192).save_pretrained(out)
     return out
@@ -67,8 +67,8 @@ def kbvqa_rows(out: Path) -> Path:
     query photos and multi-megapixel candidates in every batch the paper's episode can reach (Rej_max + 1 of K)."""
     from dataclasses import replace
 
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from envs import kb as kb_module
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.envs.kbvqa import kb as kb_module
 
     root = build_kb(out / "kb", replace(PRESETS["tiny"], num_rows=40, comparison_fraction=0.3), seed=3)
     frame = pd.read_parquet(root / "data" / "train.parquet")
@@ -89,7 +89,7 @@ def kbvqa_rows(out: Path) -> Path:
 
 def r3g_rows(out: Path) -> Path:
     """A synthetic R3G task (P = 5, k = 1) whose corpus and query images are replaced by photos."""
-    from data_prep.r3g_synthetic import Preset, build_task
+    from ragym.data_prep.r3g_synthetic import Preset, build_task
 
     task = build_task(out / "r3g", Preset(num_classes=2, queries_per_class=2, test_fraction=0.5, pool_size=5))
     for i, path in enumerate(sorted((task / "corpus" / "images").glob("*.png"))):
@@ -128,8 +128,8 @@ def memora_rows(out: Path) -> Path:
 
 def docmemo_rows(out: Path, num_pages: int = 30) -> Path:
     """One 30-page document store (letter pages at 200 dpi, 2,000 characters of text each) and two questions."""
-    from envs.doc_store import DocStore, Section, save_store, summarise
-    from envs.page_retrieval import TEXT_ENCODER_NAME
+    from ragym.envs.docmemo.pages import TEXT_ENCODER_NAME
+    from ragym.envs.docmemo.store import DocStore, Section, save_store, summarise
 
     texts = _english(num_pages, 2000)
     rng = np.random.default_rng(0)

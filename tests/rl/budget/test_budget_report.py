@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rl import cli
-from rl.budget.cli import load_config, main
-from rl.recipe.images import recipe_images
+from ragym.rl import cli
+from ragym.rl.budget.cli import load_config, main
+from ragym.rl.recipe.images import recipe_images
 from tests.rl.budget.fixtures import copy_rows
 
 PAPER = {
@@ -142,8 +142,8 @@ def test_rows_whose_episode_cannot_run_are_listed_and_skipped(paper_rows, tmp_pa
 
 
 def test_prep_prints_the_report_for_the_rows_it_writes(tmp_path: Path, capsys) -> None:
-    from data_prep.prep import main as prep_main
-    from rl.errors import UsageError
+    from ragym.data_prep.prep import main as prep_main
+    from ragym.rl.errors import UsageError
     from tests.data_prep.bright_fixtures import write_mm_bright
 
     raw = write_mm_bright(tmp_path / "raw")
@@ -165,7 +165,7 @@ def test_prep_prints_the_report_for_the_rows_it_writes(tmp_path: Path, capsys) -
 
 
 def test_prep_reports_on_a_bounded_sample(paper_rows, capsys) -> None:
-    from rl.budget.cli import prep_report
+    from ragym.rl.budget.cli import prep_report
 
     report = prep_report([paper_rows("docmemo")], "docmemo_qwen2_5_vl_7b", sample=1)
     assert report["summary"]["episodes"] == 1

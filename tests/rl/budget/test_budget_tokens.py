@@ -10,11 +10,11 @@ import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
-from envs.registry import make_env
-from rl.agent_loop.observations import EpisodeSpec
-from rl.budget.cli import load_config, main
-from rl.budget.tokens import VISION_MARKERS, TextCounter, pixel_rule
-from rl.recipe.images import recipe_images, recipe_processor_kwargs, with_image_budget
+from ragym.envs.registry import make_env
+from ragym.rl.agent_loop.observations import EpisodeSpec
+from ragym.rl.budget.cli import load_config, main
+from ragym.rl.budget.tokens import VISION_MARKERS, TextCounter, pixel_rule
+from ragym.rl.recipe.images import recipe_images, recipe_processor_kwargs, with_image_budget
 from tests.photos import photo
 from tests.rl.conftest import REAL_SETTINGS
 
@@ -83,9 +83,9 @@ def test_text_tokens_come_from_the_chat_template_without_the_vision_tokens(real_
 def test_the_counts_are_the_agent_loops_own_for_the_same_turns(paper_rows, real_policy, tmp_path) -> None:
     import asyncio
 
-    from rl.agent_loop.loop import make_agent_loop
-    from rl.budget.episodes import play_longest
-    from rl.budget.report import RowEpisodes
+    from ragym.rl.agent_loop.loop import make_agent_loop
+    from ragym.rl.budget.episodes import play_longest
+    from ragym.rl.budget.report import RowEpisodes
     from tests.rl.fakes import ScriptedServer, rollout_config
 
     folder, processor = real_policy("qwen2_5_vl")

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rl.cluster import submit
-from rl.cluster.submit import build_submission, format_jobs
-from rl.errors import UsageError
-from rl.recipe.compose import RECIPES_DIR
+from ragym.rl.cluster import submit
+from ragym.rl.cluster.submit import build_submission, format_jobs
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.compose import RECIPES_DIR
 
 REPO = RECIPES_DIR.parent
 SMOKE = "kbvqa_single_gpu_smoke"
@@ -31,6 +31,31 @@ def test_verl_job_runs_main_ppo_on_the_recipe_from_the_working_dir() -> None:
     assert job.submission_id.startswith("ragym-kbvqa_qwen2_5_vl_7b-")
 
 
+def test_the_job_ships_the_code_as_the_ragym_package_only(tmp_path: Path) -> None:
+    """Every node imports ``ragym.*`` from the submitted copy (py_modules); the working dir leaves the folders out,
+    so no node can import a top-level ``envs`` or ``rl``."""
+    job = build_submission("kbvqa_qwen2_5_vl_7b", [])
+    (staged,) = job.runtime_env["py_modules"]
+    assert Path(staged).name == "ragym" and {"/envs/", "/rl/", "/rewards/", "/data_prep/"} <= set(
+        job.runtime_env["excludes"]
+    )
+    assert (Path(staged) / "envs" / "kbvqa" / "env.py").read_text() == (
+        REPO / "envs" / "kbvqa" / "env.py"
+    ).read_text()
+    assert not list(Path(staged).rglob("__pycache__"))
+    # -S: no site-packages, so not ragym's editable install either; only the staged copy can answer (found, not
+    # imported: importing needs the job's third-party packages).
+    probe = ("import importlib.machinery as m, importlib.util as u; top = u.find_spec('ragym').submodule_search_locations;"
+             " print(m.PathFinder.find_spec('ragym.envs', list(top)).origin)")  # fmt: skip
+    env = {"PYTHONPATH": str(Path(staged).parent), "PATH": "/usr/bin:/bin"}
+    found = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=60, check=True).stdout.strip()  # fmt: skip
+    assert found == str(Path(staged) / "envs" / "__init__.py")
+    top_level = subprocess.run([sys.executable, "-S", "-c", "import envs"], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert top_level.returncode != 0 and "No module named 'envs'" in top_level.stderr
+
+
 def test_verl_entrypoint_composes_through_verls_own_main(tmp_path: Path) -> None:
     """Run the entry point exactly as Ray would (a shell in the working dir), asking Hydra only to print."""
     job = build_submission(SMOKE, ["trainer.total_training_steps=2"])
@@ -41,7 +66,7 @@ def test_verl_entrypoint_composes_through_verls_own_main(tmp_path: Path) -> None
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "total_training_steps: 2" in result.stdout
-    assert "path: pkg://rewards.verl" in result.stdout
+    assert "path: pkg://ragym.rewards.verl" in result.stdout
 
 
 def test_cpu_job_applies_the_cpu_platform_before_the_users_overrides() -> None:
@@ -64,7 +89,8 @@ def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
     job = build_submission(recipes / "local.yaml", ["trainer.total_training_steps=1"], repo_root=tmp_path)
     assert job.engine == "local"
     assert (
-        job.entrypoint == "python -m rl.cli train --recipe recipes/local.yaml trainer.total_training_steps=1"
+        job.entrypoint
+        == "python -m ragym.rl.cli train --recipe recipes/local.yaml trainer.total_training_steps=1"
     )
     with pytest.raises(ValueError, match="local engine"):
         build_submission(recipes / "local.yaml", [], nodes=2, repo_root=tmp_path)
@@ -169,7 +195,7 @@ def test_with_retrieval_deploys_the_service_first_and_points_the_envs_at_it() ->
     job = build_submission("kbvqa_qwen2_5_vl_7b", [], retrieval=service)
     deploy, train = job.entrypoint.split(" && ", 1)
     assert deploy == (
-        "python -m envs.service.ray_serve --kb-dir /shared/ragym/data/evqa/kb --replicas 4 --port 8100"
+        "python -m ragym.envs.retrieval.service.ray_serve --kb-dir /shared/ragym/data/evqa/kb --replicas 4 --port 8100"
     )
     assert train.startswith("python -m verl.trainer.main_ppo ")
     assert job.runtime_env["env_vars"]["RAGYM_RETRIEVAL_URL"] == "http://127.0.0.1:8100"
@@ -188,7 +214,7 @@ def test_with_retrieval_on_the_command_line(capsys: pytest.CaptureFixture) -> No
     ]
     assert submit.submit_main(argv) == 0
     printed = capsys.readouterr().out
-    assert "envs.service.ray_serve --kb-dir /kb --replicas 2 --port 8000 &&" in printed
+    assert "ragym.envs.retrieval.service.ray_serve --kb-dir /kb --replicas 2 --port 8000 &&" in printed
     assert "http://127.0.0.1:8000" in printed
 
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 from verl.trainer.ppo import core_algos
 
-import rl.engine.trainer
-from rl.credit import TURN_CREDIT, TurnCreditInputs
-from rl.engine.main import build_trainer
-from rl.recipe.check import check_recipe
-from rl.recipe.compose import RECIPES_DIR
+import ragym.rl.engine.trainer
+from ragym.rl.credit import TURN_CREDIT, TurnCreditInputs
+from ragym.rl.engine.main import build_trainer
+from ragym.rl.recipe.check import check_recipe
+from ragym.rl.recipe.compose import RECIPES_DIR
 from tests.rl.engine_helpers import VARYING_REWARD
 
 TURN_CREDIT_OVERRIDES = [f"algorithm.adv_estimator={TURN_CREDIT}", "+ragym.turn_credit.step_weight=0.5"]
@@ -20,8 +20,8 @@ TURN_CREDIT_OVERRIDES = [f"algorithm.adv_estimator={TURN_CREDIT}", "+ragym.turn_
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):
     """A tiny policy and the demo KB's rows."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.tiny.policy import build_tiny_policy
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.tiny.policy import build_tiny_policy
 
     root = tmp_path_factory.mktemp("credit")
     kb = build_kb(root / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
@@ -47,14 +47,14 @@ def test_local_engine_runs_a_step_with_turn_credit(tiny_setup, tmp_path, monkeyp
         *VARYING_REWARD,
     ]
     seen: list[tuple[TurnCreditInputs, torch.Tensor, torch.Tensor, torch.Tensor]] = []
-    real = rl.engine.trainer.compute_advantages
+    real = ragym.rl.engine.trainer.compute_advantages
 
     def spy(batch, algo_config, cfg, turn_credit=None):
         advantages = real(batch, algo_config, cfg, turn_credit)
         seen.append((turn_credit, batch.response_mask, batch.rewards, advantages))
         return advantages
 
-    monkeypatch.setattr(rl.engine.trainer, "compute_advantages", spy)
+    monkeypatch.setattr(ragym.rl.engine.trainer, "compute_advantages", spy)
     trainer = build_trainer("kbvqa_tiny_cpu", overrides)
     assert trainer.turn_credit[1] == 0.5  # the recipe's step weight
     before = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}

@@ -8,7 +8,7 @@ import torch
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 
-from rl.credit import TURN_CREDIT, TurnCreditInputs, compute_turn_credit_advantage, turn_credit_batch
+from ragym.rl.credit import TURN_CREDIT, TurnCreditInputs, compute_turn_credit_advantage, turn_credit_batch
 
 # Response layout of every episode below: turn 0 (2 tokens), 1 observation token, turn 1 (2 tokens).
 MASK = [1, 1, 0, 1, 1]

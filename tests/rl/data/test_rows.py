@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl.data.rows import BadRow, DataError, load_rows
+from ragym.rl.data.rows import BadRow, DataError, load_rows
 from tests.rl.data.bad_rows import BAD_KINDS, truncated_copy, with_bad_rows
 
 
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory) -> Path:
-    from data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 
     return build_kb(tmp_path_factory.mktemp("rows") / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
 
@@ -23,7 +23,7 @@ def kb(tmp_path_factory) -> Path:
 def test_each_bad_row_is_listed_with_position_and_index_then_skipped(kb, tmp_path, caplog):
     data = tmp_path / "rows.parquet"
     positions = with_bad_rows(kb / "data" / "test.parquet", data, num_good=4)
-    with caplog.at_level(logging.WARNING, logger="rl.data.rows"):
+    with caplog.at_level(logging.WARNING, logger="ragym.rl.data.rows"):
         rows = load_rows(str(data))
     assert len(rows.rows) == 4 and [p for _, p in rows.positions] == [0, 1, 2, 3]
     by_position = {bad.position: bad for bad in rows.bad}
@@ -87,8 +87,8 @@ def test_fingerprint_changes_with_the_rows_used(kb):
 
 
 def test_checking_every_row_keeps_the_image_cache_bounded(kb, monkeypatch):
-    from envs.kb import IMAGE_CACHE, clear_image_cache
-    from rl.data.rows import RowChecker
+    from ragym.envs.kbvqa.kb import IMAGE_CACHE, clear_image_cache
+    from ragym.rl.data.rows import RowChecker
 
     clear_image_cache()
     monkeypatch.setattr(RowChecker, "IMAGE_CACHE_ROWS", 4)
@@ -116,7 +116,7 @@ GOOD_PROMPT = [{"role": "user", "content": "Which bird is this?"}]
 def test_a_row_whose_prompt_verl_cannot_render_is_bad(kb, prompt, reason):
     import pandas as pd
 
-    from rl.data.rows import RowChecker
+    from ragym.rl.data.rows import RowChecker
 
     row = pd.read_parquet(kb / "data" / "test.parquet").to_dict(orient="records")[0] | {"prompt": prompt}
     checker = RowChecker(check_reset=False)

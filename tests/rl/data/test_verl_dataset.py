@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from rl.data.rows import DataError
+from ragym.rl.data.rows import DataError
 from tests.rl.data.bad_rows import with_bad_rows
 
 
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory) -> Path:
-    from data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 
     return build_kb(
         tmp_path_factory.mktemp("verl_rows") / "kb", PRESETS["demo"], seed=0, name="synthetic-demo"
@@ -27,7 +27,7 @@ def _dataset(files: list[Path], tokenizer, tmp_path: Path, **data: object):
     from verl.trainer.ppo.utils import create_rl_dataset
 
     config = OmegaConf.create({
-        "custom_cls": {"path": "pkg://rl.data.verl_dataset", "name": "RagymDataset"},
+        "custom_cls": {"path": "pkg://ragym.rl.data.verl_dataset", "name": "RagymDataset"},
         "cache_dir": str(tmp_path / "cache"), "max_prompt_length": 100_000, "filter_overlong_prompts": False,
         "prompt_key": "prompt", **data,
     })  # fmt: skip
@@ -45,7 +45,7 @@ def test_verl_reads_only_the_valid_rows_and_names_each_bad_one(kb, tmp_path, tok
     data = tmp_path / "rows.parquet"
     positions = with_bad_rows(kb / "data" / "test.parquet", data, num_good=3)
     good = with_bad_rows(kb / "data" / "test.parquet", tmp_path / "more.parquet", num_good=2)
-    with caplog.at_level(logging.WARNING, logger="rl.data.rows"):
+    with caplog.at_level(logging.WARNING, logger="ragym.rl.data.rows"):
         dataset = _dataset([data, tmp_path / "more.parquet"], tokenizer, tmp_path)
     # 3 + 2 good rows; the 3 bad rows of each file are out.
     assert len(dataset) == 5
@@ -71,10 +71,10 @@ def test_sampled_rows_are_named_by_position_in_the_sample(kb, tmp_path, tokenize
     from verl.trainer.ppo.utils import create_rl_dataset
 
     config = OmegaConf.create({
-        "custom_cls": {"path": "pkg://rl.data.verl_dataset", "name": "RagymDataset"},
+        "custom_cls": {"path": "pkg://ragym.rl.data.verl_dataset", "name": "RagymDataset"},
         "cache_dir": str(tmp_path / "cache"), "filter_overlong_prompts": False, "shuffle": False,
     })  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="rl.data.rows"):
+    with caplog.at_level(logging.WARNING, logger="ragym.rl.data.rows"):
         dataset = create_rl_dataset([str(data)], config, tokenizer, None, max_samples=2)
     assert len(dataset) == 1  # the first 2 rows: one good, then the row without extra_info
     assert (

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from rl.demo.run import main
-from rl.models import load_policy
+from ragym.rl.demo.run import main
+from ragym.rl.models import load_policy
 
 TOY = [
     "ragym.demo.warm_start.num_episodes=4",
@@ -43,7 +43,7 @@ def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
     assert all(torch.equal(v, grpo_state[k]) for k, v in model.state_dict().items())
     assert tokenizer.eos_token == "<|im_end|>" and processor.image_processor is not None
     # The checkpoint records its recipe as an exported model does: ``ragym eval --model DIR/checkpoint``.
-    from rl.eval.evaluate import main as eval_main
+    from ragym.rl.eval.evaluate import main as eval_main
 
     data = str(tmp_path / "kb" / "data" / "test.parquet")
     argv = [
@@ -59,15 +59,15 @@ def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
     assert eval_main([*argv, "--backend", "hf"]) == 0
     assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["all"]["num_episodes"] == 1
     # Another seed on this folder would reuse the seed-0 policy, warm start and run: refused, naming the seed.
-    from rl.errors import UsageError
+    from ragym.rl.errors import UsageError
 
     with pytest.raises(UsageError, match="--seed 0"):
         main(["--out", str(tmp_path), "--steps", "1", "--seed", "1", *TOY])
 
 
 def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() -> None:
-    from rl.demo.warm_start import token_weights
-    from rl.engine.grpo import Sample
+    from ragym.rl.demo.warm_start import token_weights
+    from ragym.rl.engine.grpo import Sample
 
     rerank = 7
     sample = Sample([1, rerank], [5, rerank, 9, 3, rerank], [1, 1, 1, 0, 0], [], 0.0, "0")
@@ -79,7 +79,7 @@ def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() ->
 def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> None:
     import numpy as np
 
-    from rl.demo.warm_start import NoisyExpert
+    from ragym.rl.demo.warm_start import NoisyExpert
 
     class Env:  # not the demo env: the expert reranks by name
         unwrapped = None
@@ -97,10 +97,10 @@ def expert_rows(tiny_policy_dir, tmp_path):
     import asyncio
     from dataclasses import replace
 
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.agent_loop.loop import make_agent_loop
-    from rl.engine.trainer import read_rows
-    from rl.models import load_processor
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.agent_loop.loop import make_agent_loop
+    from ragym.rl.engine.trainer import read_rows
+    from ragym.rl.models import load_processor
     from tests.rl.fakes import rollout_config
 
     kb = build_kb(tmp_path / "kb", replace(PRESETS["demo"], num_entities=60, num_rows=60), seed=0)
@@ -114,7 +114,7 @@ def expert_rows(tiny_policy_dir, tmp_path):
 
 
 def _warm_config(**fields):
-    from rl.demo.warm_start import WarmStartConfig
+    from ragym.rl.demo.warm_start import WarmStartConfig
 
     base = dict(num_episodes=24, noise=0.0, reject_noise=0.5, protocol_share=0.0, decision_weight=5.0, epochs=2,
                 batch_size=1, lr=0.0, seed=3)  # fmt: skip
@@ -127,7 +127,7 @@ def _confirmations(samples, tokenizer) -> list[int]:
 
 
 def test_expert_noise_is_drawn_afresh_each_epoch_and_reproducibly(expert_rows) -> None:
-    from rl.demo.warm_start import expert_samples
+    from ragym.rl.demo.warm_start import expert_samples
 
     rows, factory, tokenizer = expert_rows
     cfg = _warm_config()
@@ -138,7 +138,7 @@ def test_expert_noise_is_drawn_afresh_each_epoch_and_reproducibly(expert_rows) -
 
 
 def test_protocol_episodes_are_noiseless_and_teach_no_decision(expert_rows) -> None:
-    from rl.demo.warm_start import expert_samples
+    from ragym.rl.demo.warm_start import expert_samples
 
     rows, factory, tokenizer = expert_rows
     samples = expert_samples(rows, factory, tokenizer, _warm_config(reject_noise=1.0, protocol_share=1.0))
@@ -151,8 +151,8 @@ def test_protocol_episodes_are_noiseless_and_teach_no_decision(expert_rows) -> N
 
 
 def test_demo_folder_check(tmp_path):
-    from rl.demo.run import check_demo_folder
-    from rl.errors import UsageError
+    from ragym.rl.demo.run import check_demo_folder
+    from ragym.rl.errors import UsageError
 
     check_demo_folder(tmp_path, 0, {"arch": "qwen2_5_vl"})
     check_demo_folder(tmp_path, 0, {"arch": "qwen2_5_vl"})  # the same demo resumes

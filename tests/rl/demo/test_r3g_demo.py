@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from data_prep.r3g_synthetic import PRESETS, build_task
-from envs.events import events_of
-from rl.demo.r3g import R3GExpert, _corpus
-from rl.eval.scripted import run_episode
+from ragym.data_prep.r3g_synthetic import PRESETS, build_task
+from ragym.envs.events import events_of
+from ragym.rl.demo.r3g import R3GExpert, _corpus
+from ragym.rl.eval.scripted import run_episode
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def test_fully_generous_expert_is_the_no_module_ablation(rows: list[dict]) -> No
 def test_demo_reports_the_no_module_ablation_under_its_name_beside_mrags_top_k(demo_task: Path) -> None:
     """The demo's "top-1 of the env's own pool" figure is the paper's no-module ablation, not MRAG; MRAG's plain
     top-k (all 5 fed, no reranking) shares its top-1, so Recall@1 agrees while the evidence differs."""
-    from rl.demo.r3g import baselines
+    from ragym.rl.demo.r3g import baselines
 
     result = baselines(str(demo_task / "data" / "test.parquet"), 24)
     assert set(result) == {"no_modules", "mrag_topk", "r3g_fixed"}
@@ -89,8 +89,8 @@ def test_expert_branches_enumerate_the_noise_with_its_probabilities(
     rows: list[dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One episode per noise branch, weighted by its probability: the exact expectation of the noisy expert."""
-    import rl.demo.r3g as demo
-    from rl.demo.warm_start import WarmStartConfig
+    from ragym.rl.demo import r3g as demo
+    from ragym.rl.demo.warm_start import WarmStartConfig
 
     def judge_turn(row, expert, server, agent_loop):  # the expert's judge turn instead of a tokenized replay
         episode = run_episode(expert.env, expert, 0, json.loads(row["extra_info"]["env_options"]))
@@ -124,9 +124,9 @@ def test_demo_tokenizer_puts_the_rationale_word_right_before_the_decision_token(
     """The decision token ``" a="`` (space included) directly follows the copied word, one token back."""
     import itertools
 
-    from rl.demo.r3g import DECISION_TOKEN
-    from rl.tiny.corpus import builtin_corpus
-    from rl.tiny.policy import GRAMMAR_TOKENS, train_tokenizer
+    from ragym.rl.demo.r3g import DECISION_TOKEN
+    from ragym.rl.tiny.corpus import builtin_corpus
+    from ragym.rl.tiny.policy import GRAMMAR_TOKENS, train_tokenizer
 
     line = "[2] visible a=1 r=1 t=1"
     tokenizer = train_tokenizer(
@@ -147,8 +147,8 @@ def test_tokenizer_corpus_covers_prompts_and_turns(rows: list[dict]) -> None:
 
 def test_warm_start_up_weights_the_token_after_each_of_several_ids() -> None:
     """The R3G demo weights the word after ``]`` and the score after ``a=``; other and masked tokens keep 1 / 0."""
-    from rl.demo.warm_start import token_weights
-    from rl.engine.grpo import Sample
+    from ragym.rl.demo.warm_start import token_weights
+    from ragym.rl.engine.grpo import Sample
 
     bracket, decision = 7, 8
     sample = Sample(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import rl.demo.warm_start as warm_start
-from rl.demo.warm_start import WarmStartConfig, imitate
-from rl.engine.grpo import Sample
+from ragym.rl.demo import warm_start as warm_start
+from ragym.rl.demo.warm_start import WarmStartConfig, imitate
+from ragym.rl.engine.grpo import Sample
 
 
 class TwoTokenPolicy(torch.nn.Module):

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from rl.engine.dynamic_sampling import FilterConfig, sample_groups, shaped_metric_warning, split_groups
-from rl.errors import UsageError
+from ragym.rl.engine.dynamic_sampling import FilterConfig, sample_groups, shaped_metric_warning, split_groups
+from ragym.rl.errors import UsageError
 
 
 @dataclass
@@ -151,8 +151,8 @@ def test_verl_sync_filter_reads_ragym_groups(monkeypatch):
 @pytest.fixture(scope="module")
 def engine_setup(tmp_path_factory):
     """A tiny policy and the demo KB's rows."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.tiny.policy import build_tiny_policy
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.tiny.policy import build_tiny_policy
 
     root = tmp_path_factory.mktemp("dynamic")
     kb = build_kb(root / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
@@ -167,9 +167,9 @@ def constant_reward(episode) -> float:
 def test_local_engine_step_with_dynamic_sampling_and_a_stop_guard(tmp_path, engine_setup):
     """A real step: every group flat, so the engine refills up to the bound, tops up, logs the share; an
     entropy floor no tiny policy reaches then stops the run with one line, after the step's metrics."""
-    from rl.engine.main import build_trainer
-    from rl.engine.metrics import read_metrics
-    from rl.guards import GuardStop, read_firings
+    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.engine.metrics import read_metrics
+    from ragym.rl.guards import GuardStop, read_firings
     from tests.rl.engine.test_engine_trainer import _overrides
 
     overrides = [

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from rl.engine.hf_server import HFServer, Sampling, sample_tokens
-from rl.engine.vision import ImageInputs, rope_positions
+from ragym.rl.engine.hf_server import HFServer, Sampling, sample_tokens
+from ragym.rl.engine.vision import ImageInputs, rope_positions
 from tests.rl.engine_helpers import build_model, image_processor, tokenizer
 
 ARCHS = ("qwen2_5_vl", "qwen3_vl")

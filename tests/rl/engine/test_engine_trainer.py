@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rl.engine.main import build_trainer
-from rl.engine.metrics import read_metrics
-from rl.engine.trainer import LATEST, RowOrder, latest_checkpoint
-from rl.models import load_policy
+from ragym.rl.engine.main import build_trainer
+from ragym.rl.engine.metrics import read_metrics
+from ragym.rl.engine.trainer import LATEST, RowOrder, latest_checkpoint
+from ragym.rl.models import load_policy
 from tests.rl.engine_helpers import VARYING_REWARD
 
 REPO = Path(__file__).resolve().parents[3]
@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="module")
 def tiny_setup(tmp_path_factory):
     """A tiny policy and the demo KB's rows (built once for the module)."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.tiny.policy import build_tiny_policy
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.tiny.policy import build_tiny_policy
 
     root = tmp_path_factory.mktemp("engine")
     kb = build_kb(root / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
@@ -57,7 +57,7 @@ def _overrides(tiny_setup, out: Path, steps: int) -> list[str]:
 
 
 def test_train_writes_metrics_checkpoints_and_lists_unused_keys(tiny_setup, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="rl.engine.main"):
+    with caplog.at_level(logging.WARNING, logger="ragym.rl.engine.main"):
         trainer = build_trainer("kbvqa_tiny_cpu", _overrides(tiny_setup, tmp_path, steps=2))
     unused = " ".join(r.getMessage() for r in caplog.records if "does not use" in r.getMessage())
     assert "critic.ppo_epochs" in unused
@@ -97,7 +97,7 @@ def test_checkpoint_round_trip_restores_model_optimizer_and_cursor(tiny_setup, t
 def test_killed_run_resumes_with_the_same_data_order(tiny_setup, tmp_path):
     overrides = _overrides(tiny_setup, tmp_path, steps=4)
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "rl.cli", "train", "--recipe", "kbvqa_tiny_cpu", *overrides]
+    cmd = [sys.executable, "-m", "ragym.rl.cli", "train", "--recipe", "kbvqa_tiny_cpu", *overrides]
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marker, deadline = tmp_path / LATEST, time.monotonic() + 240
     while not (marker.exists() and int(marker.read_text()) >= 2) and proc.poll() is None:

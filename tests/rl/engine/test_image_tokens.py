@@ -13,15 +13,15 @@ import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
-from data_prep.synthetic_kb import PRESETS, build_kb
-from envs import kb as kb_module
-from envs.image_budget import ImageBudget, visual_tokens
-from rl.agent_loop.loop import make_agent_loop
-from rl.engine.vision import ImageInputs
-from rl.errors import UsageError
-from rl.recipe.check import check_recipe
-from rl.recipe.compose import RECIPES_DIR
-from rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
+from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.envs.image_budget import ImageBudget, visual_tokens
+from ragym.envs.kbvqa import kb as kb_module
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.check import check_recipe
+from ragym.rl.recipe.compose import RECIPES_DIR
+from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from tests.photos import photo, write_photo
 from tests.rl.conftest import REAL_SETTINGS
 from tests.rl.fakes import ScriptedServer, rollout_config

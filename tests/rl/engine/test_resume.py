@@ -9,10 +9,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from rl.engine.main import build_trainer
-from rl.engine.metrics import read_metrics
-from rl.engine.resume import LATEST, check_same_run, drop_metrics_after, resume_point
-from rl.errors import UsageError
+from ragym.rl.engine.main import build_trainer
+from ragym.rl.engine.metrics import read_metrics
+from ragym.rl.engine.resume import LATEST, check_same_run, drop_metrics_after, resume_point
+from ragym.rl.errors import UsageError
 from tests.rl.engine.test_engine_trainer import _overrides, tiny_setup  # noqa: F401 - the module fixture
 
 
@@ -94,7 +94,7 @@ def test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics(tiny_setup, tm
 
 
 def test_a_run_on_data_with_bad_rows_resumes(tiny_setup, tmp_path):  # noqa: F811
-    from data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
     from tests.rl.data.bad_rows import with_bad_rows
 
     # A KB of its own: the missing-image row deletes an image, which the module's KB must keep.

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from envs.events import events_of
-from rl.agent_loop.loop import make_agent_loop
-from rl.engine import trainer as trainer_module
-from rl.engine.main import build_trainer
-from tests.envs.service.helpers import free_port
+from ragym.envs.events import events_of
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.engine import trainer as trainer_module
+from ragym.rl.engine.main import build_trainer
+from tests.envs.retrieval.service.helpers import free_port
 from tests.rl.fakes import ScriptedServer
 
 SCRIPT = [
@@ -64,7 +64,15 @@ class Service:
     """``ragym serve`` in a child process on a fixed loopback port."""
 
     def __init__(self, kb: Path, port: int):
-        self.command = [sys.executable, "-m", "envs.service.serve", "--kb-dir", str(kb), "--port", str(port)]
+        self.command = [
+            sys.executable,
+            "-m",
+            "ragym.envs.retrieval.service.serve",
+            "--kb-dir",
+            str(kb),
+            "--port",
+            str(port),
+        ]
         self.port, self.process = port, None
 
     def start(self) -> None:
@@ -95,8 +103,8 @@ class Service:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.tiny.policy import build_tiny_policy
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.tiny.policy import build_tiny_policy
 
     root = tmp_path_factory.mktemp("fault")
     kb = build_kb(root / "kb", PRESETS["tiny"], seed=0)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rl.eval import evaluate
-from rl.eval.evaluate import kb_gold_ranks, summarize
-from rl.eval.report import ReportStream
+from ragym.rl.eval import evaluate
+from ragym.rl.eval.evaluate import kb_gold_ranks, summarize
+from ragym.rl.eval.report import ReportStream
 
 
 def _strict(path: Path) -> dict:
@@ -21,7 +21,7 @@ def _strict(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def kb(tmp_path_factory) -> Path:
-    from data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 
     return build_kb(tmp_path_factory.mktemp("eval") / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
 

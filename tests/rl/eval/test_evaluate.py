@@ -11,16 +11,23 @@ import numpy as np
 import pytest
 from verl.workers.rollout.replica import TokenOutput
 
-from data_prep.synthetic_kb import main as build_kb
-from envs.kb import load_kb, read_image
-from rewards.episode import Episode
-from rl.engine.hf_server import ServerStats
-from rl.engine.trainer import read_rows
-from rl.eval.backends import Backend
-from rl.eval.evaluate import EpisodeRecord, EvalConfig, kb_gold_ranks, run_eval, summarize, summarize_source
-from rl.eval.report import write_report
-from rl.models import load_processor
-from rl.recipe.compose import load_recipe
+from ragym.data_prep.synthetic_kb import main as build_kb
+from ragym.envs.kbvqa.kb import load_kb, read_image
+from ragym.rewards.episode import Episode
+from ragym.rl.engine.hf_server import ServerStats
+from ragym.rl.engine.trainer import read_rows
+from ragym.rl.eval.backends import Backend
+from ragym.rl.eval.evaluate import (
+    EpisodeRecord,
+    EvalConfig,
+    kb_gold_ranks,
+    run_eval,
+    summarize,
+    summarize_source,
+)
+from ragym.rl.eval.report import write_report
+from ragym.rl.models import load_processor
+from ragym.rl.recipe.compose import load_recipe
 
 K = 5  # candidates per SearchImage batch (KBVQAConfig default, the paper's K)
 
@@ -165,7 +172,7 @@ def test_report_files(tmp_path: Path) -> None:
 def test_cli_runs_the_hf_backend_end_to_end(
     kb_rows: tuple[Path, list[dict[str, Any]]], tiny_policy_dir: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    from rl.eval.evaluate import main
+    from ragym.rl.eval.evaluate import main
 
     kb_dir, _ = kb_rows
     out = tmp_path / "eval"
@@ -175,7 +182,7 @@ def test_cli_runs_the_hf_backend_end_to_end(
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["backend"] == "hf" and metrics["all"]["num_episodes"] == 2
     # The saved rollouts re-score offline under any reward recipe.
-    from rewards.cli import main as score
+    from ragym.rewards.cli import main as score
 
     assert (
         score(["--recipe", "recipes/rewards/mmagent_r2.yaml", "--episodes", str(out / "rollouts.jsonl")]) == 0
@@ -186,8 +193,8 @@ def test_gold_ranks_of_demo_rows_ignore_the_demo_aids(tmp_path: Path) -> None:
     """Demo rows name KBVQA-Demo-v0 with aid kwargs; the retriever ceiling is that of the served lists."""
     from dataclasses import replace
 
-    from data_prep.synthetic_kb import PRESETS
-    from data_prep.synthetic_kb import build_kb as build
+    from ragym.data_prep.synthetic_kb import PRESETS
+    from ragym.data_prep.synthetic_kb import build_kb as build
 
     kb = build(tmp_path / "demo", replace(PRESETS["demo"], num_entities=60, num_rows=10), seed=0)
     row = read_rows(str(kb / "data" / "train.parquet"))[0]

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from rewards.episode import Episode
-from rl.eval.evaluate import EpisodeRecord, kb_gold_ranks, summarize, summarize_source
-from rl.eval.kbvqa_tables import row_groups
-from rl.eval.report import write_report
+from ragym.rewards.episode import Episode
+from ragym.rl.eval.evaluate import EpisodeRecord, kb_gold_ranks, summarize, summarize_source
+from ragym.rl.eval.kbvqa_tables import row_groups
+from ragym.rl.eval.report import write_report
 
 
 def _row(source: str, truth: Any, split: str = "test", question_type: str | None = None) -> dict[str, Any]:
@@ -110,8 +110,8 @@ def test_report_files_carry_the_paper_columns(tmp_path: Path) -> None:
 
 def test_an_unknown_gold_has_no_retriever_rank(tmp_path: Path) -> None:
     """An evaluation row kept with a null gold is outside the R@1 / R@pool ceiling, not a miss in it."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.engine.trainer import read_rows
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.engine.trainer import read_rows
 
     kb = build_kb(tmp_path / "kb", PRESETS["tiny"], seed=0)
     row = next(r for r in read_rows(str(kb / "data" / "test.parquet"))

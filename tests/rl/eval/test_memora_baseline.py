@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from data_prep.prep import main as prep_main
-from rewards import Episode
-from rl.cli import main as ragym
+from ragym.data_prep.prep import main as prep_main
+from ragym.rewards import Episode
+from ragym.rl.cli import main as ragym
 from tests.data_prep.bright_fixtures import write_bright
 
 
@@ -52,7 +52,7 @@ def test_held_out_rows_that_are_warm_up_rows_are_refused(tmp_path: Path) -> None
 
 def test_no_held_out_query_reads_a_held_out_episode(tmp_path: Path, capsys) -> None:
     """The leak of issue 30: held-out queries wrote scored episodes that later held-out queries read."""
-    from envs.memora_corpus import synthetic_collection
+    from ragym.envs.memora.corpus import synthetic_collection
 
     assert ragym(["memora-baseline", "--synthetic", "40", "--out", str(tmp_path)]) == 0
     headline = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -76,10 +76,10 @@ def test_baseline_on_the_synthetic_stream_beats_the_first_stage(tmp_path: Path, 
 
 def test_without_warmup_the_held_out_rows_still_never_write(tmp_path: Path) -> None:
     """An env first built in the held-out phase is frozen too: no held-out row reads another's episode."""
-    from envs.memora_synthetic import FACETS
-    from rl.eval.memora_baseline import run, synthetic_rows
-    from rl.eval.memora_models import ScriptedModel
-    from rl.eval.memora_pipeline import MemoraPipeline
+    from ragym.envs.memora.synthetic import FACETS
+    from ragym.rl.eval.memora_baseline import run, synthetic_rows
+    from ragym.rl.eval.memora_models import ScriptedModel
+    from ragym.rl.eval.memora_pipeline import MemoraPipeline
 
     _, held_out = synthetic_rows(40)
     summary = run(held_out, MemoraPipeline(ScriptedModel(facets=FACETS)), tmp_path)

@@ -11,14 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from envs.events import events_of
-from envs.memora import MemoraEnv
-from envs.memora_corpus import synthetic_collection
-from envs.memora_synthetic import FACETS
-from rewards.memora import ranking_ndcg
-from rl.eval.memora_llm import OpenAIChatModel
-from rl.eval.memora_models import LLMConfig, LLMError, ScriptedModel
-from rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
+from ragym.envs.events import events_of
+from ragym.envs.memora.corpus import synthetic_collection
+from ragym.envs.memora.env import MemoraEnv
+from ragym.envs.memora.synthetic import FACETS
+from ragym.rewards.memora import ranking_ndcg
+from ragym.rl.eval.memora_llm import OpenAIChatModel
+from ragym.rl.eval.memora_models import LLMConfig, LLMError, ScriptedModel
+from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
 
 
 def stream_ndcg(depth: int, test: range, use_memory: bool = True) -> float:

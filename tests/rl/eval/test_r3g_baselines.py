@@ -13,14 +13,21 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from data_prep.mragbench import prepare
-from data_prep.r3g_synthetic import PARTS, Preset, build_task
-from envs.events import events_of
-from envs.r3g import R3GEnv
-from rewards import Rubric
-from rl.eval.r3g_baselines import BASELINES, ChatModel, ScriptedModel, evaluate_baseline, main, run_fixed
-from rl.eval.r3g_chat import ChatClient, ChatConfig, ChatError
-from rl.eval.r3g_report import EpisodeScore
+from ragym.data_prep.mragbench import prepare
+from ragym.data_prep.r3g_synthetic import PARTS, Preset, build_task
+from ragym.envs.events import events_of
+from ragym.envs.r3g.env import R3GEnv
+from ragym.rewards import Rubric
+from ragym.rl.eval.r3g_baselines import (
+    BASELINES,
+    ChatModel,
+    ScriptedModel,
+    evaluate_baseline,
+    main,
+    run_fixed,
+)
+from ragym.rl.eval.r3g_chat import ChatClient, ChatConfig, ChatError
+from ragym.rl.eval.r3g_report import EpisodeScore
 from tests.data_prep.mragbench_fixture import write_fixture
 
 RUBRIC = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})

@@ -10,17 +10,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from data_prep.r3g_synthetic import Preset, build_task
-from envs.events import events_of
-from envs.r3g import R3GEnv
-from envs.r3g_corpus import read_rgb
-from rl.engine.trainer import read_rows
-from rl.eval.backends import Backend
-from rl.eval.evaluate import EvalConfig, run_eval, summarize
-from rl.eval.r3g_baselines import ScriptedModel
-from rl.eval.report import markdown
-from rl.models import load_processor
-from rl.recipe.compose import load_recipe
+from ragym.data_prep.r3g_synthetic import Preset, build_task
+from ragym.envs.events import events_of
+from ragym.envs.r3g.corpus import read_rgb
+from ragym.envs.r3g.env import R3GEnv
+from ragym.rl.engine.trainer import read_rows
+from ragym.rl.eval.backends import Backend
+from ragym.rl.eval.evaluate import EvalConfig, run_eval, summarize
+from ragym.rl.eval.r3g_baselines import ScriptedModel
+from ragym.rl.eval.report import markdown
+from ragym.rl.models import load_processor
+from ragym.rl.recipe.compose import load_recipe
 from tests.rl.eval.test_evaluate import RowScriptedServer
 
 

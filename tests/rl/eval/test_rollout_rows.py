@@ -1,4 +1,4 @@
-"""``ragym rollout --data``: rows come from rl.data.rows, so bad rows are listed and skipped (or refused)."""
+"""``ragym rollout --data``: rows come from ragym.rl.data.rows, so bad rows are listed and skipped (or refused)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from rl.data.rows import DataError
-from rl.eval.scripted import main
+from ragym.rl.data.rows import DataError
+from ragym.rl.eval.scripted import main
 from tests.rl.data.bad_rows import with_bad_rows
 
 
 def test_rollout_skips_bad_rows_or_refuses_them(tmp_path, capsys):
-    from data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 
     kb = build_kb(tmp_path / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
     data = tmp_path / "rows.parquet"

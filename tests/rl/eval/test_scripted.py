@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import envs
-from data_prep.synthetic_kb import PRESETS, build_kb
-from rl.eval import scripted
+from ragym import envs
+from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.rl.eval import scripted
 
 
 @pytest.fixture(scope="module")

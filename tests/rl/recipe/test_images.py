@@ -6,14 +6,19 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from envs import kb as kb_module
-from envs.docmemo import DocMemoConfig
-from envs.kbvqa import KBVQAConfig
-from envs.r3g import R3GConfig
-from rl.errors import UsageError
-from rl.recipe.check import check_recipe
-from rl.recipe.compose import RECIPES_DIR
-from rl.recipe.images import apply_recipe_images, recipe_images, recipe_processor_kwargs, with_image_budget
+from ragym.envs.docmemo.env import DocMemoConfig
+from ragym.envs.kbvqa import kb as kb_module
+from ragym.envs.kbvqa.env import KBVQAConfig
+from ragym.envs.r3g.env import R3GConfig
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.check import check_recipe
+from ragym.rl.recipe.compose import RECIPES_DIR
+from ragym.rl.recipe.images import (
+    apply_recipe_images,
+    recipe_images,
+    recipe_processor_kwargs,
+    with_image_budget,
+)
 
 BUDGETED = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen3_vl_8b", "r3g_qwen2_5_vl_7b", "memora_qwen2_5_vl_7b",
             "docmemo_qwen2_5_vl_7b")  # fmt: skip

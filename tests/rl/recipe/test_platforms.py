@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from rl.recipe.check import check_recipe, uncommented_knobs
-from rl.recipe.platforms import PLATFORMS_DIR, cluster_overrides, merge_overrides, platform_overrides
+from ragym.rl.recipe.check import check_recipe, uncommented_knobs
+from ragym.rl.recipe.platforms import PLATFORMS_DIR, cluster_overrides, merge_overrides, platform_overrides
 
 PAPER_RECIPES = ["kbvqa_qwen2_5_vl_7b", "docmemo_qwen2_5_vl_7b", "memora_qwen2_5_vl_7b", "r3g_qwen2_5_vl_7b"]
 

@@ -6,14 +6,14 @@ import asyncio
 
 import pytest
 
-from rl.agent_loop.loop import make_agent_loop
-from rl.engine.config import RecipeReader, read_engine_config
-from rl.engine.main import check_keys
-from rl.errors import UsageError
-from rl.models import load_processor
-from rl.recipe.compose import load_recipe
-from rl.recipe.retrieval import accepts_retrieval_url, recipe_retrieval_url, with_retrieval_url
-from tests.envs.service.helpers import free_port
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.engine.config import RecipeReader, read_engine_config
+from ragym.rl.engine.main import check_keys
+from ragym.rl.errors import UsageError
+from ragym.rl.models import load_processor
+from ragym.rl.recipe.compose import load_recipe
+from ragym.rl.recipe.retrieval import accepts_retrieval_url, recipe_retrieval_url, with_retrieval_url
+from tests.envs.retrieval.service.helpers import free_port
 from tests.rl.fakes import ScriptedServer
 
 URL = "http://127.0.0.1:9"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rl.cluster.submit import build_submission
-from rl.engine.main import build_trainer
-from rl.errors import UsageError
-from rl.recipe.compose import load_recipe
+from ragym.rl.cluster.submit import build_submission
+from ragym.rl.engine.main import build_trainer
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.compose import load_recipe
 
 
 def inline(delta: str) -> list[str]:
@@ -68,7 +68,7 @@ def test_a_key_nothing_reads_is_an_error_naming_it(tmp_path):
 def test_every_shipped_recipe_is_in_the_readmes_recipe_table() -> None:
     """The README's recipe table lists every YAML under recipes/ (reward recipes and agent-loop configs aside,
     which have their own sections), so the table cannot drift from the folder again."""
-    from rl.recipe.compose import PACKAGE_ROOT
+    from ragym.rl.recipe.compose import PACKAGE_ROOT
 
     readme = (PACKAGE_ROOT / "README.md").read_text()
     table = readme[readme.index("| recipe | what |") :].split("\n\n", 1)[0]

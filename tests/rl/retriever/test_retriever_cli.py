@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rl.retriever import cli as retriever_train
-from rl.retriever import demo as retriever_demo
-from rl.retriever.export import load_dense_retriever
+from ragym.rl.retriever import cli as retriever_train
+from ragym.rl.retriever import demo as retriever_demo
+from ragym.rl.retriever.export import load_dense_retriever
 from tests.rl.retriever_fixtures import prepared_dir, write_pairs_jsonl
 
 TINY = {

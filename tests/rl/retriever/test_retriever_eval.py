@@ -8,15 +8,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs.core import Hit, Retriever
-from envs.encoders import make_text_encoder
-from envs.retrieval import normalise
-from rl.retriever.ablation import CONTRASTIVE, REASONING, ZERO_SHOT, format_table, run_ablation, table4_rows
-from rl.retriever.config import ModelConfig, recipe_from_dict, with_overrides
-from rl.retriever.data import heldout_eval_set, load_bright, load_corpus
-from rl.retriever.evaluate import EvalConfig, encode, evaluate_encoder, score_run
-from rl.retriever.export import export_retriever, load_dense_retriever
-from rl.retriever.train import load_encoder
+from ragym.envs.retrieval.encoders import make_text_encoder
+from ragym.envs.retrieval.hits import Hit, Retriever
+from ragym.envs.retrieval.retrievers import normalise
+from ragym.rl.retriever.ablation import (
+    CONTRASTIVE,
+    REASONING,
+    ZERO_SHOT,
+    format_table,
+    run_ablation,
+    table4_rows,
+)
+from ragym.rl.retriever.config import ModelConfig, recipe_from_dict, with_overrides
+from ragym.rl.retriever.data import heldout_eval_set, load_bright, load_corpus
+from ragym.rl.retriever.evaluate import EvalConfig, encode, evaluate_encoder, score_run
+from ragym.rl.retriever.export import export_retriever, load_dense_retriever
+from ragym.rl.retriever.train import load_encoder
 from tests.rl.retriever_fixtures import prepared_dir
 
 
@@ -89,9 +96,9 @@ def test_bright_format_eval(tmp_path: Path, encoder) -> None:
 def test_a_large_export_is_indexed_by_size_and_still_answers_with_passages(
     tmp_path: Path, encoder, data_dir: Path
 ) -> None:
-    from data_prep.encoding.index import IndexOptions
-    from envs.retrieval import DiskRefinedIndex
-    from envs.service.shards import ShardedRetriever
+    from ragym.data_prep.encoding.index import IndexOptions
+    from ragym.envs.retrieval.retrievers import DiskRefinedIndex
+    from ragym.envs.retrieval.service.shards import ShardedRetriever
 
     corpus = load_corpus(data_dir)
     options = IndexOptions(

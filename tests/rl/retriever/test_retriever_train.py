@@ -9,9 +9,9 @@ import pytest
 import torch
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
-from rl.retriever.augment import ReasoningQueryCollator, augment_query
-from rl.retriever.cli import apply_sets
-from rl.retriever.config import (
+from ragym.rl.retriever.augment import ReasoningQueryCollator, augment_query
+from ragym.rl.retriever.cli import apply_sets
+from ragym.rl.retriever.config import (
     RETRIEVER_RECIPES,
     LossConfig,
     ModelConfig,
@@ -19,8 +19,8 @@ from rl.retriever.config import (
     recipe_from_dict,
     with_overrides,
 )
-from rl.retriever.data import build_train_dataset, load_corpus, read_jsonl
-from rl.retriever.train import build_loss, build_training_args, load_encoder
+from ragym.rl.retriever.data import build_train_dataset, load_corpus, read_jsonl
+from ragym.rl.retriever.train import build_loss, build_training_args, load_encoder
 from tests.rl.retriever_fixtures import prepared_dir
 
 MINILM = ModelConfig(max_seq_length=32)

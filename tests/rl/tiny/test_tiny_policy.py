@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
-from rl.models import load_policy
-from rl.tiny.policy import ARCHS, GRAMMAR_TOKENS, SPECIAL_TOKENS, build_tiny_policy, main
+from ragym.rl.models import load_policy
+from ragym.rl.tiny.policy import ARCHS, GRAMMAR_TOKENS, SPECIAL_TOKENS, build_tiny_policy, main
 
 MERGE = 2  # both tiny processors merge 2x2 patches into one placeholder token
 
@@ -114,7 +114,7 @@ def test_unknown_arch_is_rejected(tmp_path):
 
 
 def test_cli_refuses_a_non_empty_folder(tmp_path):
-    from rl.errors import UsageError
+    from ragym.rl.errors import UsageError
 
     (tmp_path / "trained").mkdir()
     (tmp_path / "trained" / "optimizer.pt").write_bytes(b"state")

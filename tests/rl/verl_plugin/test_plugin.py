@@ -11,10 +11,10 @@ from verl.trainer.ppo.v1 import get_trainer_cls
 from verl.workers.rollout.base import get_rollout_class
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-from rl.verl_plugin import plugin
-from rl.verl_plugin.platform import PlatformCPU
-from rl.verl_plugin.rollout import HFGenerationServer, HFRolloutReplica, HFServerAdapter
-from rl.verl_plugin.trainer import RagymTrainer
+from ragym.rl.verl_plugin import plugin
+from ragym.rl.verl_plugin.platform import PlatformCPU
+from ragym.rl.verl_plugin.rollout import HFGenerationServer, HFRolloutReplica, HFServerAdapter
+from ragym.rl.verl_plugin.trainer import RagymTrainer
 
 
 def test_verl_loads_the_plugin_and_finds_every_registration() -> None:

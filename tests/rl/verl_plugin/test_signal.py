@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 from omegaconf import OmegaConf
 
-from rl.guards import read_firings
+from ragym.rl.guards import read_firings
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 def test_step_logs_flat_share_and_a_stop_guard_ends_the_loop_after_the_step(tmp_path, caplog):
-    from rl.verl_plugin.trainer import RagymTrainer
+    from ragym.rl.verl_plugin.trainer import RagymTrainer
 
     config = OmegaConf.create({
         "algorithm": {"filter_groups": {"enable": True, "metric": "reward"}},

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from verl.workers.rollout.replica import TokenOutput
 
-from rl.engine.hf_server import ServerStats
-from rl.engine.trainer import read_rows
-from rl.eval.backends import Backend
-from rl.view.cli import serve_in_thread
-from rl.view.data import load
-from rl.view.site import Site
-from rl.view.trace import TraceConfig, TraceWriter
+from ragym.rl.engine.hf_server import ServerStats
+from ragym.rl.engine.trainer import read_rows
+from ragym.rl.eval.backends import Backend
+from ragym.rl.view.cli import serve_in_thread
+from ragym.rl.view.data import load
+from ragym.rl.view.site import Site
+from ragym.rl.view.trace import TraceConfig, TraceWriter
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -37,9 +37,9 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """Two GRPO steps and an evaluation of a tiny policy on the demo KB, traced (the demo's layout: grpo/)."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from rl.engine.main import build_trainer
-    from rl.tiny.policy import build_tiny_policy
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.tiny.policy import build_tiny_policy
 
     os.environ.setdefault("WANDB_MODE", "disabled")
     root = tmp_path_factory.mktemp("demo_like")
@@ -85,11 +85,11 @@ class TurnScriptedServer:
 @pytest.fixture(scope="module")
 def eval_dir(tmp_path_factory, tiny_policy_dir) -> Path:
     """A traced ``ragym eval``: half the questions search and reject twice (some rejected batches hold the gold)."""
-    from data_prep.synthetic_kb import PRESETS, build_kb
-    from envs.kbvqa_actions import Answer, Reject, SearchImage, format_action
-    from rl.eval.evaluate import EvalConfig, run_eval
-    from rl.models import load_processor
-    from rl.recipe.compose import load_recipe
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.envs.kbvqa.actions import Answer, Reject, SearchImage, format_action
+    from ragym.rl.eval.evaluate import EvalConfig, run_eval
+    from ragym.rl.models import load_processor
+    from ragym.rl.recipe.compose import load_recipe
 
     root = tmp_path_factory.mktemp("eval")
     kb = build_kb(root / "kb", PRESETS["tiny"], seed=0, name="synthetic-tiny")

@@ -10,14 +10,14 @@ import urllib.request
 import pytest
 import torch
 
-import rl.agent_loop.loop
-from rl.agent_loop.loop import make_agent_loop
-from rl.engine.rollout import EpisodeResult
-from rl.models import load_processor
-from rl.view import data, tokens
-from rl.view.cli import serve_in_thread
-from rl.view.site import Site
-from rl.view.trace import TraceConfig, TraceWriter
+import ragym.rl.agent_loop.loop
+from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.engine.rollout import EpisodeResult
+from ragym.rl.models import load_processor
+from ragym.rl.view import data, tokens
+from ragym.rl.view.cli import serve_in_thread
+from ragym.rl.view.site import Site
+from ragym.rl.view.trace import TraceConfig, TraceWriter
 from tests.rl.fakes import FakeSearchEnv, ScriptedServer, rollout_config
 
 SEARCH = "<reason>look</reason><search>red bird</search>"
@@ -47,7 +47,7 @@ def _results(processor, rows: list[dict], per_row: int, script: list[str], step:
                 pytest.MonkeyPatch.context() as patch
             ):  # rows name ``Fake-v0``: the loop builds FakeSearchEnv
                 patch.setattr(
-                    rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FakeSearchEnv(**kwargs)
+                    ragym.rl.agent_loop.loop, "make_env", lambda env_id, **kwargs: FakeSearchEnv(**kwargs)
                 )
                 output = asyncio.run(
                     loop.run(params, extra_info=row["extra_info"], raw_prompt=[], priority=j)
@@ -283,7 +283,7 @@ def test_questions_without_a_row_index_are_keyed_by_their_task():
     assert data.question_key(episode("a")).startswith("fake:")
 
 
-@pytest.mark.parametrize("env_id", sorted(__import__("envs").registered_envs()))
+@pytest.mark.parametrize("env_id", sorted(__import__("ragym.envs", fromlist=["envs"]).registered_envs()))
 def test_every_registered_env_is_shown_from_its_events_and_observations(env_id, processor, tmp_path):
     """No per-env code: any env's episode lays out, lists and tokenizes (two malformed turns, then the budget)."""
     row = {"data_source": env_id, "reward_model": {"ground_truth": "[]"},
@@ -305,7 +305,7 @@ def test_every_registered_env_is_shown_from_its_events_and_observations(env_id, 
 
 
 def test_bad_inputs_are_errors_naming_the_problem(processor, tmp_path):
-    from rl.view.trace import split_observations
+    from ragym.rl.view.trace import split_observations
 
     with pytest.raises(ValueError, match="observations hold 1 images, the episode has 2"):
         split_observations([{"text": "<image>", "num_images": 1}], ["a", "b"])
@@ -320,7 +320,7 @@ def test_bad_inputs_are_errors_naming_the_problem(processor, tmp_path):
 
 
 def test_scripted_rollouts_write_a_trace_without_tokens(tmp_path):
-    from rl.eval.scripted import main as rollout
+    from ragym.rl.eval.scripted import main as rollout
 
     assert rollout(["--preset", "tiny", "--episodes", "3", "--policy", "oracle", "--out", str(tmp_path)]) == 0
     corpus = data.load(tmp_path)

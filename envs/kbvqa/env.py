@@ -1,0 +1,365 @@
+"""``KBVQA-v0``: the MMAgent-R² knowledge-based VQA environment (sections 3.1-3.2, Table 1, Appendix A).
+
+The policy sees N query images and a question, and acts with SearchImage(j), SearchText([q..]),
+Rerank(e), Reject() and Answer(y) (grammar in ``ragym.envs.kbvqa.actions``; stop strings ``</search_call>``,
+``</rerank>``, ``</answer>``). Rules:
+
+- SearchImage(j) serves the next non-overlapping batch of K candidates of image j and makes j active.
+  Each image gets at most ``max_rejections + 1`` batches; past that, the boundary prompt is returned.
+- Each batch admits one verification decision (Rerank of one of its names, or Reject()). Reject()
+  serves the next batch of the active image (or the boundary prompt at the limit). A second decision on
+  the same batch is a ``protocol_violation`` and changes nothing, so repeating Rerank(e*) earns nothing.
+- Malformed turns and forbidden actions never raise: the observation says what was wrong, an event is
+  recorded, and the turn is used.
+- Truncation rule: when one turn is left the observation asks for the answer; if turn ``max_turns`` is not
+  an Answer, the episode is truncated and an ``answer`` event with ``forced=True`` and empty text is
+  recorded (the forced answer scores as no answer).
+
+``reset(options=row_env_options)`` takes ``question``, ``query_images`` (paths, relative to the KB
+folder or absolute), ``gold_entities`` (one entity id or null per image) and optional ``answers``;
+``options`` None or empty samples a row of the KB's ``data/train.parquet``. Gold data never reaches an observation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pandas as pd
+
+from ragym.envs import events as ev
+from ragym.envs.core import MAX_TURN_CHARS
+from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.kbvqa import prompts as prompts
+from ragym.envs.kbvqa.actions import (
+    STOP_STRINGS,
+    ParseError,
+    Reject,
+    Rerank,
+    SearchImage,
+    SearchText,
+    action_kind,
+)
+from ragym.envs.kbvqa.actions import parse_action as parse_turn
+from ragym.envs.kbvqa.kb import TEXT_RETRIEVERS, KnowledgeBase, load_kb, read_image
+from ragym.envs.kbvqa.state import EpisodeState, copy_events
+from ragym.envs.registry import synthetic_data
+from ragym.envs.retrieval.retrievers import IndexSpec, page
+from ragym.envs.retrieval.service.client import (
+    TOKEN_ENV,
+    URL_ENV,
+    ClientConfig,
+    RetrievalUnavailable,
+    shared_retriever,
+)
+from ragym.envs.spaces import text_image_space
+
+
+@dataclass(frozen=True)
+class KBVQAConfig:
+    """Everything that shapes a KB-VQA episode; defaults are the paper's (K=5, Rej_max=2, T_max=8, top-3)."""
+
+    kb_dir: str | None = None
+    """KB folder (``ragym.envs.kbvqa.kb`` format). None builds and caches the small synthetic ``preset`` KB."""
+    preset: str = "tiny"
+    """Synthetic preset used when ``kb_dir`` is None."""
+    candidates_per_batch: int = 5
+    """K: candidates per SearchImage batch."""
+    max_rejections: int = 2
+    """Rej_max: rejections per query image; an image gets at most Rej_max + 1 batches."""
+    max_turns: int = 8
+    """T_max: policy turns per episode."""
+    text_top_k: int = 3
+    """Passages returned per SearchText query."""
+    max_text_queries: int = 5
+    """Most queries one SearchText may carry (more is a protocol violation)."""
+    text_retriever: str = "auto"
+    """``auto`` (dense when the KB has passage vectors, as the paper's E5 index, else BM25), ``bm25`` or
+    ``dense`` (the KB's text encoder over stored passage vectors); the one used is in the ``task`` event."""
+    retrieval_url: str | None = None
+    """Base URL of the retrieval service (``ragym serve``) serving this KB: SearchImage and SearchText then
+    go over HTTP. None reads ``$RAGYM_RETRIEVAL_URL`` (set once per job by the launch), and searches in
+    process when that is unset too."""
+    retrieval_timeout_s: float = 10.0
+    """Per-attempt timeout of a service search; after the retries the policy is told retrieval is down."""
+    retrieval_retries: int = 2
+    """Retries of a failed service search (with backoff) before it counts as unavailable."""
+    candidate_source: str = "precomputed"
+    """``precomputed`` (the KB's stored candidate lists, as in the paper) or ``live`` (faiss search)."""
+    index_kind: str = "auto"
+    """faiss index for live search: ``auto`` (the KB's built index when kb.json records one, else ``flat``),
+    ``built`` (that index, required), or one built at load: ``flat``, ``hnsw`` or ``ivf``."""
+    max_turn_chars: int = MAX_TURN_CHARS
+    """Longer turns are an ``oversized`` format error."""
+    last_turn_notice: bool = True
+    """Tell the policy, before its last turn, to answer now."""
+    max_obs_chars: int = 200_000
+    """Upper bound of the observation-space text length."""
+    max_images_per_obs: int = 32
+    """Upper bound of images in one observation (the space's limit)."""
+    max_image_side: int = 4096
+    """Upper bound of an image side in the observation space."""
+    query_max_pixels: int = ImageBudget.query_max_pixels
+    """Most pixels of a shown query image (fitted once, as the processor would: README "Image budgets");
+    the recipe's ``ragym.images`` sets it for every env."""
+    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
+    """Most pixels of a shown candidate image."""
+    image_min_pixels: int = ImageBudget.image_min_pixels
+    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
+    image_factor: int = ImageBudget.image_factor
+    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
+
+    def __post_init__(self) -> None:
+        budget_of(self)  # a budget no image fits is refused here, naming the field
+        # Settings that make no episode possible are refused here, naming the field, before any work starts.
+        minimum = {"candidates_per_batch": 1, "max_rejections": 0, "max_turns": 1, "text_top_k": 1,
+                   "max_text_queries": 1, "retrieval_retries": 0, "max_turn_chars": 1}  # fmt: skip
+        for name, least in minimum.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"KBVQAConfig.{name} must be an int >= {least}, got {value!r}")
+        if self.text_retriever not in ("auto", *TEXT_RETRIEVERS):
+            raise ValueError(
+                f"KBVQAConfig.text_retriever must be auto, bm25 or dense, got {self.text_retriever!r}"
+            )
+        if not self.retrieval_timeout_s > 0:
+            raise ValueError(f"KBVQAConfig.retrieval_timeout_s must be > 0, got {self.retrieval_timeout_s!r}")
+
+
+class KBVQAEnv(gymnasium.Env):
+    """The KB-VQA agent environment; action = the policy's raw turn text, obs = {"text", "images"}."""
+
+    metadata = {"render_modes": []}
+    stop_strings: tuple[str, ...] = STOP_STRINGS
+
+    def __init__(self, config: KBVQAConfig | None = None, **overrides: Any):
+        self.config = config or KBVQAConfig(**overrides)
+        if config is not None and overrides:
+            raise TypeError("pass either a KBVQAConfig or keyword overrides, not both")
+        cfg = self.config
+        self.image_budget = budget_of(cfg)
+        self.kb: KnowledgeBase = load_kb(cfg.kb_dir or synthetic_data("kbvqa", cfg.preset))
+        self.system_prompt = prompts.system_prompt(cfg.max_turns)
+        self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
+        self.observation_space = text_image_space(
+            cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
+        )
+        if cfg.candidate_source not in ("live", "precomputed"):
+            raise ValueError(
+                f"candidate_source must be 'precomputed' or 'live', not {cfg.candidate_source!r}"
+            )
+        self._service_url = cfg.retrieval_url or os.environ.get(URL_ENV) or None
+        if self._service_url:
+            name = "image" if cfg.candidate_source == "live" else "candidates"
+            self._image_retriever = self._service(name)
+        elif cfg.candidate_source == "live":
+            self._image_retriever = self.kb.image_retriever(IndexSpec(kind=cfg.index_kind))
+        else:
+            self._image_retriever = self.kb.candidate_retriever()
+        self.text_retriever_kind = self._text_retriever_kind()
+        self._text_retriever = None  # built on first SearchText: BM25/dense loading is not free
+        self._rows: pd.DataFrame | None = None
+        self.state: EpisodeState | None = None
+
+    # ----- gymnasium API -------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode from ``options`` (a row's env options) or a sampled synthetic row."""
+        super().reset(seed=seed)
+        options = options or self._sample_options()  # None or {} (what check_env passes) samples a row
+        cfg = self.config
+        self.state = EpisodeState.start(options, self.kb, cfg.candidate_source)
+        self.state.record(
+            ev.task(self.state.num_images, self.state.gold_entities, cfg.max_rejections,
+                    cfg.candidates_per_batch, cfg.max_turns, text_retriever=self.text_retriever_kind)
+        )  # fmt: skip
+        text = self._task_text()
+        images = tuple(np.array(read_image(p, self.image_budget, "query")) for p in self.state.query_paths)
+        return {"text": text, "images": images}, self._info()
+
+    def step(self, action: str):
+        """Parse and execute one policy turn."""
+        if self.state is None or self.state.done:
+            raise RuntimeError("call reset() before step() (and after the episode ended)")
+        state, cfg = self.state, self.config
+        parsed = parse_turn(action if isinstance(action, str) else str(action), max_chars=cfg.max_turn_chars)
+        state.record(ev.action(state.turn, action_kind(parsed), not isinstance(parsed, ParseError)))
+        text, images = self._execute(parsed)
+        state.turn += 1
+        truncated = False
+        if not state.done and state.turn >= cfg.max_turns:
+            state.record(ev.truncated(state.turn - 1, "max_turns"))
+            state.record(ev.answer(state.turn - 1, "", forced=True))
+            state.done = truncated = True
+        elif not state.done and cfg.last_turn_notice and state.turn == cfg.max_turns - 1:
+            text = f"{text}\n{prompts.LAST_TURN_NOTICE}"
+        obs = {"text": text, "images": tuple(np.array(im) for im in images)}
+        return obs, 0.0, state.terminated, truncated, self._info()
+
+    # ----- transitions ---------------------------------------------------------------------------
+    def _execute(self, parsed: Any) -> tuple[str, list[np.ndarray]]:
+        state = self.state
+        if isinstance(parsed, ParseError):
+            state.record(ev.format_error(state.turn, parsed.reason))
+            return prompts.error_text(parsed.message), []
+        if isinstance(parsed, SearchImage):
+            return self._search_image(parsed.image)
+        if isinstance(parsed, SearchText):
+            return self._search_text(parsed.queries), []
+        if isinstance(parsed, Rerank):
+            return self._rerank(parsed.entity), []
+        if isinstance(parsed, Reject):
+            return self._reject()
+        state.record(ev.answer(state.turn, parsed.text))
+        state.done = state.terminated = True
+        return "", []
+
+    def _violation(self, reason: str, message: str, **where: Any) -> str:
+        self.state.record(ev.protocol_violation(self.state.turn, reason, **where))
+        return prompts.error_text(message)
+
+    def _search_image(self, image: int) -> tuple[str, list[np.ndarray]]:
+        state, cfg = self.state, self.config
+        if not 1 <= image <= state.num_images:
+            message = f"Image {image} does not exist; images are numbered 1 to {state.num_images}."
+            return self._violation("image_out_of_range", message, image=image), []
+        state.active_image = image
+        if state.batches_served(image) > cfg.max_rejections:
+            return self._boundary(image)
+        return self._serve_batch(image)
+
+    def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
+        state, k = self.state, self.config.candidates_per_batch
+        offset = state.offsets[image]
+        try:
+            hits = page(self._image_retriever, state.image_query(image), offset, k)
+        except RetrievalUnavailable as error:
+            return self._unavailable("image", error), []
+        if not hits:
+            message = f"no more candidates exist for Image {image}."
+            return self._violation("no_more_candidates", message, image=image), []
+        batch = state.new_batch(image, offset, hits)
+        state.record(
+            ev.search_image(state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset)
+        )
+        # image pack, else files; fitted to the candidate budget
+        images = [self.kb.entity_image(h.docid, h.payload["image"], self.image_budget) for h in hits]
+        return self._batch_text(image, offset, hits), images
+
+    def _decision_batch(self, decision: str, entity: str | None = None):
+        """The active batch if it still admits a decision, else the violation message."""
+        batch = self.state.active_batch()
+        if batch is None:
+            msg = "there is no candidate batch to verify; call SearchImage(j) first."
+            return None, self._violation("no_active_batch", msg, entity=entity)
+        if batch.decided:
+            msg = f"a decision was already made on the current batch of Image {batch.image}."
+            where = {"image": batch.image, "batch_id": batch.batch_id, "entity": entity}
+            return None, self._violation("second_decision_on_batch", msg, decision=decision, **where)
+        return batch, ""
+
+    def _rerank(self, name: str) -> str:
+        batch, error = self._decision_batch("rerank", name)
+        if batch is None:
+            return error
+        entity = self._resolve(batch, name)
+        if entity is None:
+            what = self.rerank_argument
+            msg = f"{name!r} is not a candidate of the current batch of Image {batch.image}; copy {what} exactly."
+            return self._violation(
+                "unknown_entity", msg, image=batch.image, batch_id=batch.batch_id, entity=name
+            )
+        self.state.decide(batch, "rerank", entity)
+        return prompts.confirmation_text(batch.image, batch.name_of(entity))
+
+    def _reject(self) -> tuple[str, list[np.ndarray]]:
+        batch, error = self._decision_batch("reject")
+        if batch is None:
+            return error, []
+        state, image = self.state, batch.image
+        state.decide(batch, "reject", None)
+        state.rejections[image] += 1
+        if state.batches_served(image) > self.config.max_rejections:  # exploration depth used up
+            return self._boundary(image)
+        return self._serve_batch(image)
+
+    def _boundary(self, image: int) -> tuple[str, list[np.ndarray]]:
+        """The boundary prompt (no batch), stating the image's actual rejections and batches."""
+        state = self.state
+        state.record(ev.boundary(state.turn, image, state.rejections[image]))
+        text = prompts.boundary_text(image, state.rejections[image], state.batches_served(image))
+        return text, []
+
+    def _search_text(self, queries: tuple[str, ...]) -> str:
+        cfg = self.config
+        if len(queries) > cfg.max_text_queries:
+            msg = f"SearchText got {len(queries)} queries; at most {cfg.max_text_queries} are allowed."
+            return self._violation("too_many_queries", msg)
+        kind = self.text_retriever_kind
+        if self._text_retriever is None:
+            self._text_retriever = self._service(kind) if self._service_url else self.kb.text_retriever(kind)
+        try:
+            results = self._text_retriever.batch_search(list(queries), cfg.text_top_k)
+        except RetrievalUnavailable as error:
+            return self._unavailable(kind, error)
+        ids = [h.docid for hits in results for h in hits]
+        self.state.record(ev.search_text(self.state.turn, queries, ids))
+        return prompts.passages_text(queries, results)
+
+    # ----- what the policy reads (``ragym.envs.kbvqa.demo`` adds the CPU demo's aids here) ----------------
+    rerank_argument = "a name"
+    """What a Rerank may name, as the unknown-entity notice says it."""
+
+    def _task_text(self) -> str:
+        """The first observation's text: the query images and the question."""
+        return prompts.task_prompt(self.state.question, self.state.num_images)
+
+    def _batch_text(self, image: int, offset: int, hits: list[Any]) -> str:
+        """A served batch's text: the candidates' images and names."""
+        return prompts.batch_text(image, offset, hits)
+
+    def _resolve(self, batch: Any, argument: str) -> str | None:
+        """The candidate a Rerank argument names (its shown name), else None."""
+        return batch.entity_named(argument)
+
+    # ----- helpers -------------------------------------------------------------------------------
+    def _service(self, name: str) -> Any:
+        """The service's ``name`` retriever; shared by this process's envs (one breaker per service)."""
+        cfg = self.config
+        client = ClientConfig(timeout_s=cfg.retrieval_timeout_s, max_retries=cfg.retrieval_retries,
+                              token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
+        return shared_retriever(self._service_url, name, client)
+
+    def _text_retriever_kind(self) -> str:
+        """The text retriever this env searches with: the configured one, or the KB's default for ``auto``."""
+        kind = self.config.text_retriever
+        if kind == "auto":
+            return self.kb.default_text_retriever()
+        if kind not in self.kb.text_retrievers():
+            raise ValueError(f"text_retriever={kind!r} but the KB at {self.kb.root} has only "
+                             f"{list(self.kb.text_retrievers())} (dense needs `ragym prep --text-encoder`)")  # fmt: skip
+        return kind
+
+    def _unavailable(self, retriever: str, error: RetrievalUnavailable) -> str:
+        """The service did not answer: the turn is used, nothing is served, and the policy is told."""
+        self.state.record(ev.retrieval_error(self.state.turn, retriever, error.reason, error.detail))
+        return prompts.retrieval_unavailable_text()
+
+    def _info(self) -> dict[str, Any]:
+        return {"events": copy_events(self.state.events), "turn": self.state.turn}
+
+    def _sample_options(self) -> dict[str, Any]:
+        if self._rows is None:
+            path = self.kb.root / "data" / "train.parquet"
+            if not path.exists():
+                raise FileNotFoundError(f"reset(options=None) samples rows from {path}, which does not exist")
+            self._rows = pd.read_parquet(path)
+        row = self._rows.iloc[int(self.np_random.integers(len(self._rows)))]
+        return json.loads(row["extra_info"]["env_options"])
+
+
+CONFIG_FIELDS = tuple(f.name for f in fields(KBVQAConfig))
+"""Names accepted as ``env_kwargs``."""

@@ -1,0 +1,66 @@
+"""MEMORA-v0's document collections and first-stage retrievers, loaded once per process.
+
+The verl agent loop builds a fresh env for every episode, so corpora and BM25 indexes are cached here by
+path: one load per process, shared by every env instance.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ragym.envs.memora.synthetic import SyntheticConfig, SyntheticDomain, synthetic_domain
+from ragym.envs.retrieval.hits import Retriever
+from ragym.envs.retrieval.retrievers import BM25Retriever
+
+
+@dataclass(frozen=True)
+class Collection:
+    """Document texts by id and the first-stage retriever over them."""
+
+    texts: dict[str, str]
+    retriever: Retriever
+
+
+def read_corpus(path: Path) -> dict[str, str]:
+    """A ``documents.jsonl`` written by ``ragym prep``: one ``{"id", "content"}`` object per line."""
+    texts: dict[str, str] = {}
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            docid, content = str(row["id"]), row["content"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(
+                f"{path}:{number}: expected a JSON object with 'id' and 'content': {err}"
+            ) from err
+        if not isinstance(content, str):
+            raise ValueError(f"{path}:{number}: 'content' must be a string")
+        if docid in texts:
+            raise ValueError(f"{path}:{number}: duplicate document id {docid!r}")
+        texts[docid] = content
+    if not texts:
+        raise ValueError(f"{path}: no documents")
+    return texts
+
+
+def bm25_collection(texts: dict[str, str]) -> Collection:
+    """BM25 over ``texts`` (hits carry no payload: the env looks texts up by id)."""
+    docids = list(texts)
+    return Collection(texts, BM25Retriever.build([texts[d] for d in docids], docids))
+
+
+@functools.lru_cache(maxsize=8)
+def corpus_collection(path: str) -> Collection:
+    """The BM25 collection of a corpus file, built once per process."""
+    return bm25_collection(read_corpus(Path(path)))
+
+
+@functools.lru_cache(maxsize=4)
+def synthetic_collection(seed: int = 0) -> tuple[SyntheticDomain, Collection]:
+    """The built-in synthetic domain and its BM25 collection."""
+    domain = synthetic_domain(SyntheticConfig(seed=seed))
+    return domain, bm25_collection(domain.corpus)

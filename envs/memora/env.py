@@ -1,0 +1,324 @@
+"""``MEMORA-v0``: committee reranking with episodic factor memory (seed 000, issue 16).
+
+Reset shows the query (text, and its image or image description), the K_m nearest episodes of the
+domain's memory (never an episode of the same query: ``query_id`` or text) and the top K_c of the first stage's K_0 candidates. The policy plays MEMORA's factor
+committee and controller: ``decompose`` (factors with priorities), ``subquery`` (retrieval that grows the
+pool), ``extract`` (factor-document evidence into the bipartite graph), ``judge`` (listwise verdict) and
+``stop``; each kind has a call budget. After every action the env recomputes the factor-aware score
+(``ragym.envs.memora.scoring``) and shows the new top candidates with the controller's signals. On ``stop`` (or
+when the turn budget runs out) it emits the final ranking and writes the episode to the domain memory,
+with each factor's outcome judged against the qrels the reset options carry (never shown). Grammar:
+``ragym.envs.memora.actions``. Events: the MEMORA section of ``ragym.envs.events``.
+
+Reset options: ``{"query", "query_id", "domain", "qrels", "excluded_ids", "image_path",
+"image_description", "first_stage"}`` (only ``query`` is required; ``first_stage`` is a precomputed
+``[[docid, score], ...]`` run, otherwise the injected retriever runs). No options: a query of the built-in
+synthetic domain.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+from PIL import Image
+
+from ragym.envs import events as ev
+from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.memora import views as views
+from ragym.envs.memora.actions import (
+    STOP_STRINGS,
+    Decompose,
+    Extract,
+    Judge,
+    ParseError,
+    Stop,
+    Subquery,
+    parse_action,
+)
+from ragym.envs.memora.corpus import Collection, corpus_collection, synthetic_collection
+from ragym.envs.memora.memory import EpisodicMemory
+from ragym.envs.memora.scoring import ScoreWeights
+from ragym.envs.memora.state import EpisodeState
+from ragym.envs.spaces import FreeText, text_image_space
+
+_OPTION_KEYS = {
+    "query",
+    "query_id",
+    "domain",
+    "qrels",
+    "excluded_ids",
+    "image_path",
+    "image_description",
+    "first_stage",
+}
+
+
+@dataclass(frozen=True)
+class MemoraConfig(ScoreWeights):
+    """Every MEMORA-v0 knob: the paper's numbers (section 4.2) where it gives them, ragym's elsewhere."""
+
+    k0: int = 50
+    """K_0: first-stage candidates."""
+    kc: int = 30
+    """K_c: candidates shown (top of the pool by factor-aware score)."""
+    k: int = 10
+    """K: length of the final ranking."""
+    k_min: int = 2
+    """K_min: fewest factors a decomposition may have."""
+    k_max: int = 5
+    """K_max: most factors a decomposition may have (the paper's default N = 3 is the baseline's choice)."""
+    k_m: int = 4
+    """K_m: memories retrieved at reset."""
+    evidence_scale: float = 10.0
+    """Raw evidence scores are in [0, evidence_scale]; the edge weight is score / scale."""
+    subquery_k: int = 10
+    """Documents one subquery retrieves (new ones join the pool)."""
+    max_pool: int = 100
+    """Pool size cap: a subquery adds nothing past it."""
+    max_decompose: int = 2
+    """Decompose calls per episode (a second one replaces the factors and clears the graph)."""
+    max_subqueries: int = 5
+    """Subquery calls per episode."""
+    max_extracts: int = 10
+    """Extract calls per episode (one call scores many documents for one factor)."""
+    max_judges: int = 2
+    """Judge calls per episode (the latest verdict counts)."""
+    max_turns: int = 16
+    """Turn budget, format errors included; at the end the final ranking is forced."""
+    factor_match: float = 0.5
+    """Cosine between factor texts for a memory factor to count towards the factor prior (h, l)."""
+    memory_dir: str | None = None
+    """Folder of per-domain memory files (``<domain>.jsonl``); None keeps memory in this env instance only."""
+    memory_frozen: bool = False
+    """Evaluation: read memory, never write it."""
+    domain: str = "default"
+    """Domain used when reset options name none."""
+    corpus_path: str | None = None
+    """``documents.jsonl`` of ``ragym prep``; None uses the built-in synthetic domain."""
+    synthetic_seed: int = 0
+    """Seed of the built-in synthetic domain."""
+    doc_chars: int = 200
+    """Characters of each candidate's text shown."""
+    repeat_doc_text: bool = False
+    """Show every listed candidate's text after every turn; by default a candidate's text is shown the first
+    time it is listed and later lists give its number, score and id (its text is already in the context)."""
+    memory_query_chars: int = 120
+    """Characters of each memory's query shown."""
+    show_image: bool = True
+    """Attach the query image (``image_path``) to the reset observation."""
+    describe_in_first_stage: bool = True
+    """The first stage searches with the query text plus its image description, when there is one."""
+    image_max_side: int = 1024
+    """Longer side of the query image."""
+    query_max_pixels: int = ImageBudget.query_max_pixels
+    """Most pixels of the shown query image (fitted as the processor would: README "Image budgets"); the
+    recipe's ``ragym.images`` sets it for every env."""
+    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
+    """Most pixels of a retrieved image (MEMORA shows none; kept so one recipe budget fits every env)."""
+    image_min_pixels: int = ImageBudget.image_min_pixels
+    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
+    image_factor: int = ImageBudget.image_factor
+    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
+    max_turn_chars: int = 8192
+    """Longer turns are an ``oversized`` format error."""
+    max_obs_chars: int = 16384
+    """Bound of the text observation space."""
+
+
+class MemoraEnv(gymnasium.Env):
+    """MEMORA's committee reranking as a text-in, text-out environment with persistent domain memory."""
+
+    metadata = {"render_modes": []}
+    stop_strings: tuple[str, ...] = STOP_STRINGS
+    system_prompt: str = views.SYSTEM_PROMPT
+
+    def __init__(
+        self, config: MemoraConfig | None = None, collection: Collection | None = None, **overrides: Any
+    ):
+        """``collection`` injects documents and a first-stage retriever; ``overrides`` replace config fields."""
+        unknown = set(overrides) - {f.name for f in fields(MemoraConfig)}
+        if unknown:
+            raise TypeError(f"MemoraEnv: unknown config fields {sorted(unknown)}")
+        self.config = c = replace(config or MemoraConfig(), **overrides)
+        self.image_budget = budget_of(c)  # a budget no image fits is refused here, naming the field
+        if not 1 <= c.k_min <= c.k_max or not c.k <= c.kc <= c.k0 <= c.max_pool:
+            raise ValueError(f"MemoraEnv: need 1 <= k_min <= k_max and k <= kc <= k0 <= max_pool, got {c}")
+        self._collection, self._injected = collection, collection is not None
+        self._memories: dict[str, EpisodicMemory] = {}
+        self.observation_space = text_image_space(c.max_obs_chars, 1, c.image_max_side)
+        self.action_space = FreeText(c.max_turn_chars)
+        self._done = True
+
+    def collection(self) -> Collection:
+        """The documents and first-stage retriever: injected, a corpus file, or the synthetic domain."""
+        if self._collection is None:
+            c = self.config
+            self._collection = (
+                corpus_collection(c.corpus_path)
+                if c.corpus_path
+                else synthetic_collection(c.synthetic_seed)[1]
+            )
+        return self._collection
+
+    def memory(self, domain: str) -> EpisodicMemory:
+        """The domain's episodic memory (re-read from disk when other writers appended to it)."""
+        c = self.config
+        if domain not in self._memories:
+            path = Path(c.memory_dir) / f"{domain}.jsonl" if c.memory_dir else None
+            self._memories[domain] = EpisodicMemory(path, frozen=c.memory_frozen)
+        store = self._memories[domain]
+        store.refresh()
+        return store
+
+    def freeze_memory(self) -> None:
+        """From now on read every domain's memory without writing it (the held-out phase after warm-up)."""
+        self.config = replace(self.config, memory_frozen=True)
+        for store in self._memories.values():
+            store.frozen = True
+
+    def _options(self, options: dict[str, Any] | None) -> dict[str, Any]:
+        if not options:
+            c = self.config
+            if c.corpus_path or self._injected:
+                raise ValueError(
+                    "MemoraEnv.reset needs options with a 'query' unless it uses the synthetic domain"
+                )
+            domain = synthetic_collection(c.synthetic_seed)[0]
+            row = domain.queries[int(self.np_random.integers(len(domain.queries)))]
+            return {
+                "query_id": row["id"],
+                "query": row["query"],
+                "qrels": row["qrels"],
+                "domain": domain.name,
+            }
+        unknown = set(options) - _OPTION_KEYS
+        if unknown or not isinstance(options.get("query"), str) or not options["query"].strip():
+            raise ValueError(
+                f"MEMORA reset options need a non-empty str 'query'; unknown keys {sorted(unknown)}"
+            )
+        return dict(options)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode: memory, first-stage candidates and the reset view (module docstring)."""
+        super().reset(seed=seed)
+        opts = self._options(options)
+        c, domain = self.config, opts.get("domain") or self.config.domain
+        memory = self.memory(domain)
+        self.state = EpisodeState.start(c, opts, domain, memory, self.collection())
+        self.turn, self._done = 0, False
+        self._shown: set[str] | None = None if c.repeat_doc_text else set()
+        sims, queries = [s for _, s in self.state.memories], [r.query for r, _ in self.state.memories]
+        self.events = [ev.memory_read(domain, len(memory), sims, queries)]
+        self.events.append(
+            ev.first_stage(opts.get("query_id"), list(self.state.pool), self.state.first_scores)
+        )
+        images = self._query_image(opts.get("image_path"))
+        text = "\n\n".join(
+            [
+                views.query_view(opts["query"], bool(images), opts.get("image_description")),
+                views.memory_view(self.state.memories, len(memory), c.memory_query_chars),
+                self._status_text(),
+            ]
+        )
+        return self._obs(text, images), self._info()
+
+    def step(self, action: str):
+        """Apply one policy turn; malformed or forbidden turns become an error observation and an event."""
+        if self._done:
+            raise RuntimeError("MEMORA episode is over; call reset() first")
+        turn, parsed = self.turn, parse_action(action, self.config.max_turn_chars)
+        kind = "invalid" if isinstance(parsed, ParseError) else type(parsed).__name__.lower()
+        self.events.append(ev.action(turn, kind, kind != "invalid"))
+        self.turn += 1
+        turns_left = self.config.max_turns - self.turn
+        terminated = truncated = False
+        if isinstance(parsed, ParseError):
+            self.events.append(ev.format_error(turn, parsed.reason))
+            text = views.error_view(parsed.reason, turns_left)
+        else:
+            violation = self.state.violation(parsed)
+            if violation is not None:
+                self.events.append(ev.protocol_violation(turn, violation[0]))
+                text = views.error_view(f"{violation[0]}: {violation[1]}", turns_left)
+            elif isinstance(parsed, Stop):
+                terminated, text = True, "Episode finished."
+            else:
+                text = self._apply(parsed, turn)
+        if not terminated and turns_left <= 0:
+            self.events.append(ev.truncated(turn, "max_turns"))
+            truncated, text = True, "No turns left; the final ranking is the current one."
+        if terminated or truncated:
+            self._finish(turn, forced=truncated)
+        self._done = terminated or truncated
+        return self._obs(text), 0.0, terminated, truncated, self._info()
+
+    def _apply(self, action: Decompose | Subquery | Extract | Judge, turn: int) -> str:
+        """Run a well-formed, allowed action, record its event, and show the new status."""
+        s = self.state
+        if isinstance(action, Decompose):
+            s.decompose(action.factors)
+            texts, raw = [t for t, _ in s.factors], [p for _, p in s.factors]
+            self.events.append(ev.decompose(turn, texts, raw, list(s.priorities), s.priors))
+        elif isinstance(action, Subquery):
+            retrieved, added = s.subquery(action.text)
+            self.events.append(ev.subquery(turn, action.factor, action.text, retrieved, added, len(s.pool)))
+        elif isinstance(action, Extract):
+            docs, weights, snippets = s.extract(action.factor - 1, action.evidence)
+            self.events.append(ev.factor_evidence(turn, action.factor, docs, weights, snippets))
+        else:
+            s.judge([n - 1 for n in action.order])
+            self.events.append(ev.verdict(turn, [s.pool[n - 1] for n in action.order]))
+        return self._status_text()
+
+    def _status_text(self) -> str:
+        s, c = self.state, self.config
+        left = {kind: c_max - s.calls[kind] for kind, c_max in s.budgets.items()}
+        return "\n".join(
+            [
+                views.factors_view(s.factors, s.priorities, s.priors),
+                views.candidates_view(s.top_rows(), len(s.pool), s.signals(), c.doc_chars, self._shown),
+                views.budget_view(left, c.max_turns - self.turn),
+            ]
+        )
+
+    def _finish(self, turn: int, forced: bool) -> None:
+        """Emit the final ranking and write the episode to the domain memory."""
+        s = self.state
+        order, scores = s.final_ranking()
+        signals = s.signals()
+        self.events.append(
+            ev.final_ranking(
+                turn, order, scores, self.config.k, forced, signals["margin"], signals["support"]
+            )
+        )
+        written, reason, record = s.memory_record(order)
+        if record is not None and written:
+            written = s.memory.write(record)
+            reason = "written" if written else "frozen"
+        ndcg = record.ndcg if record is not None else None
+        outcomes = [f.outcome for f in record.factors] if record is not None else []
+        self.events.append(
+            ev.memory_write(turn, s.domain, written, reason, ndcg, s.first_stage_ndcg(), outcomes)
+        )
+
+    def _query_image(self, path: str | None) -> list[np.ndarray]:
+        if not path or not self.config.show_image:
+            return []
+        try:
+            image = Image.open(path).convert("RGB")
+        except OSError as err:
+            raise ValueError(f"MEMORA query image {path!r} cannot be read: {err}") from err
+        # Within image_max_side a photo also fits the default budget: the fit below then resizes nothing.
+        image.thumbnail((self.config.image_max_side, self.config.image_max_side))
+        return [self.image_budget.fit(np.asarray(image, dtype=np.uint8), "query")]
+
+    def _obs(self, text: str, images: list[np.ndarray] | None = None) -> dict[str, Any]:
+        return {"text": text[: self.config.max_obs_chars], "images": tuple(images or [])}
+
+    def _info(self) -> dict[str, Any]:
+        return {"events": copy.deepcopy(self.events), "view": self.state.view()}

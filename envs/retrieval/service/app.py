@@ -1,0 +1,215 @@
+"""The retrieval service as a plain ASGI app (uvicorn standalone, Ray Serve on a cluster).
+
+Routes (JSON in and out; ``ragym.envs.retrieval.service.wire`` has the query and hit forms):
+
+- ``POST /search``        ``{"retriever", "query", "k"}`` -> ``{"hits": [hit...]}``
+- ``POST /batch_search``  ``{"retriever", "queries", "k"}`` -> ``{"results": [[hit...]...]}``
+- ``GET /health``         liveness, always 200 while the process serves: ``{"status": "ok", "ready": bool}``
+- ``GET /ready``          200 with the retrievers, cache and batch counters once every index is loaded, else 503
+
+With a token configured, every route but ``/health`` needs ``Authorization: Bearer <token>`` (else 401).
+Every query goes through the replay cache, then its retriever's dynamic batcher; the results are the
+``Hit`` lists the in-process retriever returns for the normalised query.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ragym.envs.retrieval.search_settings import set_search_threads
+from ragym.envs.retrieval.service.batcher import DynamicBatcher
+from ragym.envs.retrieval.service.cache import ReplayCache, cache_key, normalise_query
+from ragym.envs.retrieval.service.config import ServiceConfig
+from ragym.envs.retrieval.service.wire import BadRequest, decode_query, dumps, hits_to_json, loads
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Served:
+    """One retriever the service answers for, and the queries it takes."""
+
+    retriever: Any
+    """Anything with ``batch_search(queries, k) -> list[list[Hit]]``."""
+    query: str = "text"
+    """``text`` (strings) or ``vector`` (float32 vectors of ``dim``)."""
+    dim: int | None = None
+    """Vector length a ``vector`` retriever expects."""
+
+    def check(self, name: str, query: Any) -> None:
+        """Reject a query this retriever cannot take (422)."""
+        if self.query == "text" and not isinstance(query, str):
+            raise BadRequest(f"retriever {name!r} takes text queries")
+        if self.query == "vector":
+            if not isinstance(query, np.ndarray):
+                raise BadRequest(f"retriever {name!r} takes vector queries")
+            if self.dim is not None and query.shape != (self.dim,):
+                raise BadRequest(f"retriever {name!r} takes {self.dim}-d vectors, got {query.shape[0]}")
+
+
+Loader = Callable[[], dict[str, Served]]
+"""Builds the served retrievers (runs in a thread at startup so /health answers while indexes load)."""
+
+
+class RetrievalApp:
+    """ASGI app: auth, routing, cache and batching in front of named retrievers."""
+
+    def __init__(self, retrievers: dict[str, Served] | Loader, config: ServiceConfig | None = None):
+        self.config = config = config or ServiceConfig()
+        self._loader = retrievers if callable(retrievers) else (lambda: retrievers)
+        self.retrievers: dict[str, Served] = {}
+        self.cache = ReplayCache(config.cache_size)
+        self.batchers: dict[str, DynamicBatcher] = {}
+        self.load_error: str | None = None
+        # Searches run in these threads, each with the plan's OpenMP threads, so that concurrent index calls
+        # stay within the cores (ragym.envs.retrieval.search_settings: spinning OpenMP teams stall on a busy node).
+        self.thread_plan = config.thread_plan()
+        log.info("%s", self.thread_plan.describe())
+        self._executor = ThreadPoolExecutor(
+            max_workers=config.search_workers,
+            thread_name_prefix="ragym-search",
+            initializer=set_search_threads,
+            initargs=(self.thread_plan.threads, True),
+        )
+        self._loading: asyncio.Task | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Every retriever is loaded."""
+        return bool(self.batchers)
+
+    async def start(self) -> None:
+        """Load the retrievers (in a thread) and give each its batcher."""
+        try:
+            served = await asyncio.get_running_loop().run_in_executor(self._executor, self._loader)
+        except Exception as error:
+            self.load_error = f"{type(error).__name__}: {error}"
+            log.exception("loading the retrievers failed")
+            return
+        self.retrievers = served
+        wait_s = self.config.max_wait_ms / 1000
+        self.batchers = {
+            name: DynamicBatcher(s.retriever, self.config.max_batch_size, wait_s, self._executor)
+            for name, s in served.items()
+        }
+        log.info("retrieval service ready: %s", sorted(served))
+
+    def _ensure_started(self) -> None:
+        if self._loading is None:
+            self._loading = asyncio.get_running_loop().create_task(self.start())
+
+    async def search(self, name: str, queries: list[Any], k: int) -> list[list[dict[str, Any]]]:
+        """Hits (as JSON data) for decoded queries: cache first, then the batcher."""
+        if not self.ready:
+            raise BadRequest(self.load_error or "the retrieval service is still loading its indexes", 503)
+        if name not in self.batchers:
+            raise BadRequest(f"unknown retriever {name!r}; serving {sorted(self.batchers)}", 404)
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.config.max_k:
+            raise BadRequest(f"k must be an integer in 1..{self.config.max_k}, got {k!r}")
+        served, batcher = self.retrievers[name], self.batchers[name]
+        waits = []
+        for query in queries:
+            query = normalise_query(query)
+            served.check(name, query)
+            key = cache_key(name, query, k)
+            found = self.cache.lookup(key)
+            if found is None:
+                found = batcher.submit(query, k)
+                self.cache.start(key, found)
+            waits.append(found)
+        results = []
+        for found in waits:
+            hits = await found if isinstance(found, asyncio.Future) else found
+            results.append(hits_to_json(hits))
+        return results
+
+    def status(self) -> dict[str, Any]:
+        """Readiness details: retrievers, cache and batch counters."""
+        return {
+            "ready": self.ready,
+            "retrievers": {n: {"query": s.query, "dim": s.dim} for n, s in self.retrievers.items()},
+            "cache": {**self.cache.stats.as_dict(), "entries": len(self.cache)},
+            "batches": {n: b.stats.as_dict() for n, b in self.batchers.items()},
+            "search_threads": asdict(self.thread_plan),
+            "error": self.load_error,
+        }
+
+    async def _route(
+        self, method: str, path: str, headers: dict[bytes, bytes], body: bytes
+    ) -> tuple[int, Any]:
+        if path == "/health" and method == "GET":
+            return 200, {"status": "ok", "ready": self.ready}
+        self._authorise(headers)
+        if path == "/ready" and method == "GET":
+            return (200 if self.ready else 503), self.status()
+        if path in ("/search", "/batch_search"):
+            if method != "POST":
+                raise BadRequest(f"{path} takes POST", 405)
+            data = loads(body)
+            if not isinstance(data, dict):
+                raise BadRequest("the body must be a JSON object")
+            single = path == "/search"
+            raw = [data.get("query")] if single else data.get("queries")
+            if not isinstance(raw, list):
+                raise BadRequest("batch_search needs 'queries': a list")
+            if len(raw) > self.config.max_queries_per_request:
+                raise BadRequest(f"at most {self.config.max_queries_per_request} queries per request", 413)
+            results = await self.search(
+                str(data.get("retriever")), [decode_query(q) for q in raw], data.get("k")
+            )
+            return 200, ({"hits": results[0]} if single else {"results": results})
+        raise BadRequest(f"no route {method} {path}", 404)
+
+    def _authorise(self, headers: dict[bytes, bytes]) -> None:
+        if self.config.token is None:
+            return
+        given = headers.get(b"authorization", b"")
+        if not hmac.compare_digest(given, b"Bearer " + self.config.token.encode()):
+            raise BadRequest("missing or wrong bearer token", 401)
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        self._ensure_started()
+        body, more = b"", True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        headers = dict(scope.get("headers") or [])
+        try:
+            status, payload = await self._route(scope["method"], scope["path"], headers, body)
+        except BadRequest as error:
+            status, payload = error.status, {"error": str(error)}
+        except Exception as error:  # a failing index is the server's fault, and the client should know why
+            log.exception("search failed")
+            status, payload = 500, {"error": f"{type(error).__name__}: {error}"}
+        data = dumps(payload)
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(data)).encode())]})  # fmt: skip
+        await send({"type": "http.response.body", "body": data})
+
+    async def _lifespan(self, receive: Callable, send: Callable) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._ensure_started()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                for batcher in self.batchers.values():
+                    batcher.close()
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                await send({"type": "lifespan.shutdown.complete"})
+                return

@@ -1,0 +1,213 @@
+"""The env's retriever over the service: timeouts, bounded retries with backoff, and a circuit breaker.
+
+``ServiceRetriever(url, name)`` has the ``Retriever`` interface (``search`` / ``batch_search`` returning
+``Hit`` lists), so an env swaps it in for an in-process retriever. A request that times out, cannot
+connect, or gets a 5xx is retried ``max_retries`` times with exponential backoff; if it still fails the
+call raises ``RetrievalUnavailable`` (the env turns that into an observation and a ``retrieval_error``
+event). After ``failure_threshold`` failed calls in a row the breaker opens: calls fail at once for
+``reset_after_s`` instead of each waiting out its timeouts, then one probe call is let through, and a
+success closes the breaker again. A 4xx is the caller's bug and raises ``RetrievalRequestError`` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from ragym.envs.retrieval.hits import Hit
+from ragym.envs.retrieval.service.wire import dumps, encode_query, hits_from_json, loads
+
+
+class RetrievalUnavailable(RuntimeError):
+    """The service could not answer (down, stalled, failing, or the breaker is open)."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"retrieval unavailable ({reason}): {detail}")
+        self.reason = reason
+        """``timeout``, ``connection``, ``server_error`` or ``circuit_open``."""
+        self.detail = detail
+
+
+class RetrievalRequestError(ValueError):
+    """The service refused the request as sent (4xx): a bug on the calling side, never retried."""
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How long and how often the client tries before it reports the service unavailable."""
+
+    timeout_s: float = 10.0
+    """Socket timeout of one attempt (connect, and each read)."""
+    max_retries: int = 2
+    """Further attempts after the first fails (so at most ``max_retries + 1`` per call)."""
+    backoff_s: float = 0.2
+    """Wait before the first retry; doubles on each further retry."""
+    backoff_max_s: float = 2.0
+    """Longest wait between two attempts."""
+    failure_threshold: int = 3
+    """Failed calls in a row that open the breaker."""
+    reset_after_s: float = 5.0
+    """How long an open breaker fails calls at once before letting one probe through."""
+    token: str | None = None
+    """Bearer token, when the service requires one."""
+
+
+class CircuitBreaker:
+    """Closed -> open after N failures in a row -> half-open after a cool-down -> closed on a success."""
+
+    def __init__(self, failure_threshold: int, reset_after_s: float, clock=time.monotonic):
+        self.failure_threshold = failure_threshold
+        self.reset_after_s = reset_after_s
+        self.clock = clock
+        self.failures = 0
+        self.opened_at: float | None = None
+        self._probing = False
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> str:
+        """``closed``, ``open`` or ``half_open``."""
+        if self.opened_at is None:
+            return "closed"
+        return "half_open" if self.clock() - self.opened_at >= self.reset_after_s else "open"
+
+    def allow(self) -> bool:
+        """Whether a call may go out now (in half-open state, only one probe at a time)."""
+        with self._lock:
+            state = self.state
+            if state == "closed":
+                return True
+            if state == "half_open" and not self._probing:
+                self._probing = True
+                return True
+            return False
+
+    def record(self, ok: bool) -> None:
+        """Count a finished call."""
+        with self._lock:
+            self._probing = False
+            if ok:
+                self.failures, self.opened_at = 0, None
+                return
+            self.failures += 1
+            if self.failures >= self.failure_threshold or self.opened_at is not None:
+                self.opened_at = self.clock()
+
+
+class ServiceRetriever:
+    """One named retriever of the service, with the ``Retriever`` interface."""
+
+    def __init__(self, url: str, name: str, config: ClientConfig | None = None):
+        config = config or ClientConfig()
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"retrieval service URL must be http://host:port, got {url!r}")
+        self.url, self.name, self.config = url, name, config
+        self._host, self._port = parts.hostname, parts.port or 80
+        self.breaker = CircuitBreaker(config.failure_threshold, config.reset_after_s)
+        self._local = threading.local()  # one keep-alive connection per thread (env steps run in a pool)
+
+    def search(self, query: Any, k: int) -> list[Hit]:
+        """Top-k hits for one query (a string, or a numpy vector for vector retrievers)."""
+        return self.batch_search([query], k)[0]
+
+    def batch_search(self, queries: list[Any], k: int) -> list[list[Hit]]:
+        """Top-k hits per query, in one request."""
+        body = {"retriever": self.name, "queries": [encode_query(q) for q in queries], "k": k}
+        results = self.call("POST", "/batch_search", body)["results"]
+        return [hits_from_json(hits) for hits in results]
+
+    async def abatch_search(self, queries: list[Any], k: int) -> list[list[Hit]]:
+        """``batch_search`` from async code, without blocking the event loop."""
+        return await asyncio.to_thread(self.batch_search, queries, k)
+
+    def ready(self) -> bool:
+        """Whether the service answers ``/ready`` with 200 (one attempt, no retries, breaker untouched)."""
+        try:
+            status, _ = self._request("GET", "/ready", None)
+        except (OSError, http.client.HTTPException):
+            return False
+        return status == 200
+
+    def call(self, method: str, path: str, body: Any) -> Any:
+        """One call with retries and the breaker; JSON in, JSON out."""
+        if not self.breaker.allow():
+            raise RetrievalUnavailable(
+                "circuit_open", f"{self.url} failed {self.breaker.failures} calls in a row"
+            )
+        cfg, error = self.config, None
+        for attempt in range(cfg.max_retries + 1):
+            if attempt:
+                time.sleep(min(cfg.backoff_s * 2 ** (attempt - 1), cfg.backoff_max_s))
+            try:
+                status, data = self._request(method, path, body)
+            except TimeoutError as exc:
+                error = RetrievalUnavailable(
+                    "timeout", f"{self.url}{path}: no answer in {cfg.timeout_s} s ({exc})"
+                )
+                continue
+            except (OSError, http.client.HTTPException) as exc:
+                error = RetrievalUnavailable("connection", f"{self.url}{path}: {type(exc).__name__}: {exc}")
+                continue
+            if status < 400:
+                self.breaker.record(True)
+                return data
+            message = data.get("error", data) if isinstance(data, dict) else data
+            if status < 500:
+                self.breaker.record(True)  # the service is up; the request was wrong
+                raise RetrievalRequestError(f"{self.url}{path} answered {status}: {message}")
+            error = RetrievalUnavailable("server_error", f"{self.url}{path} answered {status}: {message}")
+        self.breaker.record(False)
+        raise error
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.config.timeout_s)
+            self._local.conn = conn
+        return conn
+
+    def _request(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        conn = self._connection()
+        try:
+            conn.request(method, path, body=None if body is None else dumps(body), headers=headers)
+            response = conn.getresponse()
+            raw = response.read()
+        except BaseException:
+            conn.close()  # a half-read connection cannot be reused
+            self._local.conn = None
+            raise
+        try:
+            return response.status, loads(raw)
+        except ValueError:
+            return response.status, {"error": raw[:200].decode(errors="replace")}
+
+
+URL_ENV = "RAGYM_RETRIEVAL_URL"
+"""Environment variable naming the service for every env of a job (set once by the launch or submit)."""
+
+TOKEN_ENV = "RAGYM_RETRIEVAL_TOKEN"
+"""Environment variable holding the bearer token (read by the server and the client)."""
+
+_SHARED: dict[tuple[str, str, ClientConfig], ServiceRetriever] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_retriever(url: str, name: str, config: ClientConfig | None = None) -> ServiceRetriever:
+    """One client per (url, retriever, config) in this process: the envs of a worker share its breaker, so
+    once the service is known to be down every episode fails fast instead of each waiting out timeouts."""
+    config = config or ClientConfig(token=os.environ.get(TOKEN_ENV) or None)
+    with _SHARED_LOCK:
+        key = (url, name, config)
+        if key not in _SHARED:
+            _SHARED[key] = ServiceRetriever(url, name, config)
+        return _SHARED[key]

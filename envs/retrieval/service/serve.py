@@ -1,0 +1,96 @@
+"""``ragym serve``: the retrieval service for one machine (uvicorn, 127.0.0.1 unless told otherwise).
+
+    ragym serve --kb-dir DIR [--doc-store-root DIR] [--shards NAME=shards.json] [--port 8765]
+                [--max-batch-size 64] [--max-wait-ms 2] [--cache-size 100000] [--gpu 0]
+                [--search-workers 4] [--search-threads 0] [--cpu-cores 0] [--omp-wait-policy passive]
+
+The bearer token, when wanted, comes from ``$RAGYM_RETRIEVAL_TOKEN`` (never a command-line argument, which
+other users can read in the process list). The OpenMP wait policy is set before faiss loads (OpenMP reads it
+once), so this module imports the service, and with it faiss, only in ``main``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from ragym.envs.retrieval.search_settings import WAIT_POLICIES, request_wait_policy
+from ragym.envs.retrieval.service.client import TOKEN_ENV
+from ragym.envs.retrieval.service.config import DEFAULT_HOST, ServiceConfig
+
+log = logging.getLogger(__name__)
+
+
+def _shard_set(text: str) -> tuple[str, str]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--shards expects NAME=MANIFEST, got {text!r}")
+    return name, path
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line of ``ragym serve``."""
+    defaults = ServiceConfig()
+    parser = argparse.ArgumentParser(prog="ragym serve", description=__doc__.splitlines()[0])
+    parser.add_argument("--kb-dir", help="KB-VQA knowledge base folder")
+    parser.add_argument("--doc-store-root", help="folder of DocMemo document stores (page search)")
+    parser.add_argument("--shards", type=_shard_set, action="append", default=[], metavar="NAME=MANIFEST",
+                        help="serve a sharded index (ragym.envs.retrieval.service.shards manifest) as retriever NAME")  # fmt: skip
+    parser.add_argument("--index-kind", default="auto", choices=("auto", "built", "flat", "hnsw", "ivf"),
+                        help="auto: the KB's built index (index/entities/index.json) when recorded, else flat")  # fmt: skip
+    parser.add_argument("--gpu", type=int, help="GPU device for faiss (needs faiss-gpu)")
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help="bind address (default 127.0.0.1: this machine only)"
+    )
+    parser.add_argument("--port", type=int, default=defaults.port)
+    parser.add_argument("--max-batch-size", type=int, default=defaults.max_batch_size)
+    parser.add_argument("--max-wait-ms", type=float, default=defaults.max_wait_ms)
+    parser.add_argument("--cache-size", type=int, default=defaults.cache_size)
+    parser.add_argument("--search-workers", type=int, default=defaults.search_workers,
+                        help="index calls that may run at once (one per retriever at a time)")  # fmt: skip
+    parser.add_argument("--search-threads", type=int, default=defaults.search_threads,
+                        help="OpenMP threads per index call; 0: one, or with the passive wait policy the "
+                             "cores shared out among the search workers")  # fmt: skip
+    parser.add_argument("--cpu-cores", type=int, default=defaults.cpu_cores,
+                        help="cores the service may use; 0: its CPU affinity / cgroup quota")  # fmt: skip
+    parser.add_argument("--omp-wait-policy", choices=WAIT_POLICIES, default=defaults.omp_wait_policy,
+                        help="passive: idle OpenMP threads sleep (a busy node cannot stall them); "
+                             "$OMP_WAIT_POLICY wins when set")  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def service_config(args: argparse.Namespace) -> ServiceConfig:
+    """The ``ServiceConfig`` the flags describe (the token from ``$RAGYM_RETRIEVAL_TOKEN``)."""
+    return ServiceConfig(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
+                         cache_size=args.cache_size, token=os.environ.get(TOKEN_ENV) or None,
+                         host=args.host, port=args.port, search_workers=args.search_workers,
+                         search_threads=args.search_threads, cpu_cores=args.cpu_cores,
+                         omp_wait_policy=args.omp_wait_policy)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until interrupted."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    config = service_config(args)
+    policy = request_wait_policy(config.omp_wait_policy)
+    if policy != config.omp_wait_policy and config.omp_wait_policy != "default":
+        log.warning("OpenMP wait policy is %s, not %s ($OMP_WAIT_POLICY, or faiss was loaded before)",
+                    policy, config.omp_wait_policy)  # fmt: skip
+    from ragym.envs.retrieval.service.app import RetrievalApp
+    from ragym.envs.retrieval.service.catalog import CatalogSpec, load_catalog
+    from ragym.envs.retrieval.service.shards import read_manifest
+
+    for _, manifest in args.shards:  # a missing index file stops here, not after the server is up
+        read_manifest(manifest)
+    catalog = CatalogSpec(args.kb_dir, args.doc_store_root, tuple(args.shards), args.index_kind, args.gpu)
+    app = RetrievalApp(lambda: load_catalog(catalog), config)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="info", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

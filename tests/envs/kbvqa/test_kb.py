@@ -1,0 +1,58 @@
+"""The on-disk KB format: loader cache, layout checks, payloads without gold labels."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ragym.envs.kbvqa.kb import KB_FORMAT, load_kb, read_image
+
+
+def test_loading_twice_returns_the_cached_kb(tiny_kb: Path) -> None:
+    kb = load_kb(tiny_kb)
+    assert load_kb(str(tiny_kb)) is kb
+    assert kb.image_retriever() is kb.image_retriever()
+
+
+def test_tables_line_up_with_embeddings(tiny_kb: Path) -> None:
+    kb = load_kb(tiny_kb)
+    assert kb.entity_embeddings.shape[0] == len(kb.entities) == kb.manifest["num_entities"]
+    assert kb.query_embeddings.shape[0] == len(kb.queries)
+    assert np.allclose(np.linalg.norm(kb.entity_embeddings, axis=1), 1.0, atol=1e-5)
+    assert set(kb.passages["entity_id"]) <= set(kb.entities["entity_id"])
+    assert all(set(c) <= set(kb.entity_row) for c in kb.queries["candidates"])
+
+
+def test_payloads_show_name_image_and_signature_only(tiny_kb: Path) -> None:
+    kb = load_kb(tiny_kb)
+    payload = kb.entity_payload(0)
+    assert set(payload) == {"name", "image", "signature"}
+    assert read_image(payload["image"]).shape == (56, 56, 3)
+
+
+@pytest.mark.parametrize("broken", ["entities.parquet", "index/entity_embeddings.npy", "kb.json"])
+def test_missing_files_are_named(tiny_kb: Path, tmp_path: Path, broken: str) -> None:
+    copy = tmp_path / "kb"
+    shutil.copytree(tiny_kb, copy)
+    (copy / broken).unlink()
+    with pytest.raises(FileNotFoundError, match=broken.split("/")[-1]):
+        load_kb(copy)
+
+
+def test_wrong_format_version_is_an_error(tiny_kb: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "kb"
+    shutil.copytree(tiny_kb, copy)
+    manifest = json.loads((copy / "kb.json").read_text())
+    (copy / "kb.json").write_text(json.dumps({**manifest, "format": KB_FORMAT, "version": 99}))
+    with pytest.raises(ValueError, match="version"):
+        load_kb(copy)
+
+
+def test_entity_vectors_are_mapped_not_copied_into_each_process(tiny_kb: Path) -> None:
+    kb = load_kb(tiny_kb)
+    assert isinstance(kb.entity_embeddings, np.memmap) and not kb.entity_embeddings.flags.writeable
+    assert Path(kb.entity_embeddings.filename) == (tiny_kb / "index" / "entity_embeddings.npy").resolve()

@@ -1,0 +1,266 @@
+"""MEMORA-v0: reset view, the factor-aware score by hand, budgets and violations, memory write/read/freeze."""
+
+from __future__ import annotations
+
+import json
+
+import gymnasium
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from ragym import envs
+from ragym.envs.events import events_of
+from ragym.envs.memora.corpus import Collection
+from ragym.envs.memora.env import MemoraEnv
+from ragym.envs.retrieval.hits import Hit
+
+TEXTS = {"a": "alpha one", "b": "beta two", "c": "gamma three", "d": "delta four", "e": "epsilon five"}
+
+
+class FakeRetriever:
+    """First stage a > b > c > d; a query containing 'sub' returns e, a; one containing 'diagram' d, c."""
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        order = ["e", "a"] if "sub" in query else ["d", "c"] if "diagram" in query else ["a", "b", "c", "d"]
+        return [Hit(d, 10.0 - i) for i, d in enumerate(order)][:k]
+
+    def batch_search(self, queries: list[str], k: int) -> list[list[Hit]]:
+        return [self.search(q, k) for q in queries]
+
+
+def small_env(**overrides) -> MemoraEnv:
+    config = {"k0": 4, "kc": 4, "k": 2, "max_pool": 8, "k_min": 1, **overrides}
+    return MemoraEnv(collection=Collection(TEXTS, FakeRetriever()), **config)
+
+
+def turn(action: str) -> str:
+    return f"<reason>r</reason>{action}"
+
+
+OPTIONS = {"query": "q", "query_id": "q1", "domain": "toy", "qrels": {"c": 1}}
+
+
+def test_check_env_and_registration() -> None:
+    assert "MEMORA-v0" in envs.registered_envs()
+    check_env(gymnasium.make("MEMORA-v0").unwrapped, skip_render_check=True)
+
+
+def test_seeded_reset_is_deterministic() -> None:
+    one, two = MemoraEnv(), MemoraEnv()
+    assert one.reset(seed=5)[0]["text"] == two.reset(seed=5)[0]["text"]
+
+
+def test_score_by_hand() -> None:
+    """Two factors, evidence on c; with the paper's lambdas the scores below are computed by hand."""
+    env = small_env()
+    env.reset(options=OPTIONS)
+    env.step(turn("<decompose><factor p=3>gamma</factor><factor p=1>three</factor></decompose>"))
+    env.step(turn("<extract f=1><e d=3 s=10>gamma</e><e d=2 s=5>b</e></extract>"))
+    _, _, terminated, _, info = env.step(turn("<stop></stop>"))
+    assert terminated
+    final = events_of(info["events"], "final_ranking")[0]
+    # priorities 0.75 / 0.25; R = 1 - rank/4 -> a 1.0, b 0.75, c 0.5, d 0.25
+    # c: U = 0.75*1.0, C = 1/2 (only f1 >= 0.5); S = 0.9*(0.4*0.75 + 0.3*0.5 + 0.1*0.5) = 0.45
+    # b: U = 0.75*0.5, C = 1/2; S = 0.9*(0.4*0.375 + 0.3*0.5 + 0.1*0.75) = 0.3375
+    # a: S = 0.9*0.1*1.0 = 0.09; d: 0.9*0.1*0.25 = 0.0225
+    assert final["ranking"] == ["c", "b", "a", "d"]
+    assert final["scores"] == pytest.approx([0.45, 0.3375, 0.09, 0.0225])
+    assert not final["forced"]
+
+
+def test_judge_subquery_and_numbers_stay_stable() -> None:
+    env = small_env()
+    env.reset(options=OPTIONS)
+    env.step(turn("<decompose><factor p=1>x</factor></decompose>"))
+    _, _, _, _, info = env.step(turn("<subquery f=1>sub e</subquery>"))
+    sub = events_of(info["events"], "subquery")[0]
+    assert sub["retrieved"] == ["e", "a"] and sub["added"] == ["e"] and sub["pool_size"] == 5
+    assert any(c["number"] == 5 and c["docid"] == "e" for c in info["view"]["candidates"])
+    _, _, _, _, info = env.step(turn("<judge>4 > 5</judge>"))
+    assert events_of(info["events"], "verdict")[0]["order"] == ["d", "e"]
+    _, _, _, _, info = env.step(turn("<stop></stop>"))
+    # d: V = 1 -> 0.9*(0.2 + 0.1*0.25) = 0.2025; e (subquery rank 0): 0.9*(0.2*0.5 + 0.1) = 0.18
+    assert events_of(info["events"], "final_ranking")[0]["ranking"][:2] == ["d", "e"]
+
+
+@pytest.mark.parametrize(
+    ("action", "reason"),
+    [
+        ("<extract f=1><e d=1 s=3>x</e></extract>", "no_factors"),
+        ("<subquery f=1>x</subquery>", "no_factors"),
+        ("<judge>9</judge>", "bad_candidate"),
+        ("<decompose>" + "<factor p=1>x</factor>" * 6 + "</decompose>", "factor_count"),
+    ],
+)
+def test_forbidden_actions_change_nothing(action: str, reason: str) -> None:
+    env = small_env()
+    env.reset(options=OPTIONS)
+    before = env.state.view()
+    _, _, _, _, info = env.step(turn(action))
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == reason
+    assert env.state.view() == before
+
+
+def test_evidence_checks_and_budgets() -> None:
+    env = small_env(max_subqueries=1)
+    env.reset(options=OPTIONS)
+    env.step(turn("<decompose><factor p=1>x</factor><factor p=1>y</factor></decompose>"))
+    for action, reason in [
+        ("<extract f=3><e d=1 s=3>x</e></extract>", "bad_factor"),
+        ("<extract f=1><e d=1 s=11>x</e></extract>", "bad_score"),
+        ("<extract f=1><e d=1 s=1>x</e><e d=1 s=2>y</e></extract>", "duplicate_candidate"),
+    ]:
+        _, _, _, _, info = env.step(turn(action))
+        assert events_of(info["events"], "protocol_violation")[-1]["reason"] == reason
+    env.step(turn("<subquery f=1>sub</subquery>"))
+    _, _, _, _, info = env.step(turn("<subquery f=2>sub</subquery>"))
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "budget_exhausted"
+    assert len(events_of(info["events"], "subquery")) == 1
+
+
+def test_turn_budget_forces_the_final_ranking() -> None:
+    env = small_env(max_turns=2)
+    env.reset(options=OPTIONS)
+    env.step("nonsense")
+    _, _, terminated, truncated, info = env.step(turn("<judge>2</judge>"))
+    assert truncated and not terminated
+    final = events_of(info["events"], "final_ranking")[0]
+    assert final["forced"] and final["ranking"][0] == "b"
+    assert events_of(info["events"], "format_error")[0]["reason"] == "no_action"
+    with pytest.raises(RuntimeError, match="over"):
+        env.step(turn("<stop></stop>"))
+
+
+def test_excluded_ids_and_precomputed_first_stage() -> None:
+    env = small_env()
+    _, info = env.reset(options={**OPTIONS, "excluded_ids": ["a"]})
+    assert events_of(info["events"], "first_stage")[0]["ranking"] == ["b", "c", "d"]
+    _, info = env.reset(options={"query": "q", "first_stage": [["d", 3.0], ["c", 2.0]]})
+    assert events_of(info["events"], "first_stage")[0]["ranking"] == ["d", "c"]
+    with pytest.raises(ValueError, match="not in the collection"):
+        env.reset(options={"query": "q", "first_stage": [["zz", 1.0]]})
+    with pytest.raises(ValueError, match="unknown keys"):
+        env.reset(options={"query": "q", "gold": 1})
+
+
+def play_factor_episode(env: MemoraEnv, options: dict) -> dict:
+    env.reset(options=options)
+    env.step(turn("<decompose><factor p=1>gamma three</factor><factor p=1>delta four</factor></decompose>"))
+    env.step(turn("<extract f=1><e d=3 s=9>gamma</e></extract>"))
+    env.step(turn("<extract f=2><e d=4 s=9>delta</e></extract>"))
+    return env.step(turn("<stop></stop>"))[4]
+
+
+def test_memory_is_written_with_outcomes_persists_and_freezes(tmp_path) -> None:
+    env = small_env(memory_dir=str(tmp_path))
+    info = play_factor_episode(env, {**OPTIONS, "query": "gamma question"})
+    write = events_of(info["events"], "memory_write")[0]
+    assert write["written"] and write["outcomes"] == ["helped", "hurt"]  # c is relevant, d is not
+    record = json.loads((tmp_path / "toy.jsonl").read_text())
+    assert record["top_docs"] == ["c", "d"] and record["ndcg"] == pytest.approx(1.0)
+    # A new env instance (as the agent loop builds per episode) reads it back and shows it.
+    fresh = small_env(memory_dir=str(tmp_path))
+    obs, info = fresh.reset(options={**OPTIONS, "query_id": "q2", "query": "another gamma question"})
+    assert "gamma question" in obs["text"] and "+gamma three" in obs["text"] and "-delta four" in obs["text"]
+    assert events_of(info["events"], "memory_read")[0]["hits"] == 1
+    # The factor prior: the same factors now get (h, l) = (1, 0) and (0, 1), and c's memory prior.
+    fresh.step(turn("<decompose><factor p=1>gamma three</factor><factor p=1>delta four</factor></decompose>"))
+    assert fresh.state.priors == [(1, 0), (0, 1)]
+    assert fresh.state.priorities.tolist() == pytest.approx([0.8, 0.2])
+    frozen = small_env(memory_dir=str(tmp_path), memory_frozen=True)
+    info = play_factor_episode(frozen, OPTIONS)
+    assert events_of(info["events"], "memory_write")[0]["reason"] == "frozen"
+    assert len((tmp_path / "toy.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_query_never_reads_its_own_past_episodes(tmp_path) -> None:
+    """A rerun, a later epoch or a GRPO sibling of q1 finds q1's scored episode in the memory file, but is
+    never shown it; another query is."""
+    play_factor_episode(small_env(memory_dir=str(tmp_path)), {**OPTIONS, "query": "gamma question"})
+    for options in (
+        {**OPTIONS, "query": "gamma question, asked again"},
+        {"query": "gamma  Question", "domain": "toy"},
+    ):
+        obs, info = small_env(memory_dir=str(tmp_path)).reset(options=options)  # same id; same text
+        assert info["view"]["memories"] == [] and "no similar past episode (1 stored)" in obs["text"]
+        assert events_of(info["events"], "memory_read")[0]["hits"] == 0
+    _, info = small_env(memory_dir=str(tmp_path)).reset(
+        options={**OPTIONS, "query_id": "q2", "query": "gamma?"}
+    )
+    assert [m["query_id"] for m in info["view"]["memories"]] == ["q1"]
+
+
+def test_own_memory_gives_a_stop_at_once_policy_nothing() -> None:
+    """The leak of issue 30: one earlier scored episode of the same query raised an immediate stop's nDCG@10
+    by 0.11 on these 40 queries (its document prior boosted its own relevant documents); now by nothing."""
+    from ragym.envs.memora.corpus import synthetic_collection
+    from ragym.envs.memora.synthetic import FACETS
+    from ragym.rewards.memora import ranking_ndcg
+    from ragym.rl.eval.memora_models import ScriptedModel
+    from ragym.rl.eval.memora_pipeline import MemoraPipeline
+
+    domain, collection = synthetic_collection(0)
+    pipeline = MemoraPipeline(ScriptedModel(facets=FACETS))
+
+    def stop_at_once(env: MemoraEnv, options: dict) -> float:
+        env.reset(options=options)
+        ranking = events_of(env.step(turn("<stop></stop>"))[4]["events"], "final_ranking")[0]["ranking"]
+        return ranking_ndcg(ranking, options["qrels"], set(), 10)
+
+    for q in domain.queries[:40]:
+        options = {"query": q["query"], "query_id": q["id"], "qrels": q["qrels"], "domain": "d"}
+        empty = stop_at_once(MemoraEnv(collection=collection), options)
+        env = MemoraEnv(collection=collection)
+        pipeline.play(env, options)  # a scored episode of this very query, written to memory
+        assert len(env.memory("d")) == 1
+        assert stop_at_once(env, options) == empty, q["id"]
+
+
+def test_no_qrels_no_memory_write() -> None:
+    env = small_env()
+    info = play_factor_episode(env, {"query": "q"})
+    assert events_of(info["events"], "memory_write")[0]["reason"] == "no_qrels"
+    assert len(env.memory("default")) == 0
+
+
+def test_observations_never_show_qrels() -> None:
+    env = small_env()
+    obs, _ = env.reset(options={**OPTIONS, "qrels": {"c": 1, "secret-doc": 1}})
+    assert "secret-doc" not in obs["text"] and "qrels" not in obs["text"]
+
+
+def test_empty_first_stage_still_ends_with_an_empty_ranking() -> None:
+    env = small_env()
+    obs, info = env.reset(options={"query": "q", "first_stage": []})
+    assert "top 0 of 0" in obs["text"]
+    _, _, terminated, _, info = env.step(turn("<stop></stop>"))
+    assert terminated and events_of(info["events"], "final_ranking")[0]["ranking"] == []
+
+
+def test_image_description_reaches_the_view_and_the_first_stage() -> None:
+    env = small_env()
+    obs, info = env.reset(options={"query": "q", "image_description": "a circuit diagram"})
+    assert "Query image description: a circuit diagram" in obs["text"] and obs["images"] == ()
+    assert events_of(info["events"], "first_stage")[0]["ranking"] == ["d", "c"]
+    _, info = small_env(describe_in_first_stage=False).reset(
+        options={"query": "q", "image_description": "diagram"}
+    )
+    assert events_of(info["events"], "first_stage")[0]["ranking"] == ["a", "b", "c", "d"]
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_a_candidates_text_is_shown_once_unless_the_config_repeats_it(repeat: bool) -> None:
+    """After the first listing a candidate appears by number, score and id only (its text is in the context);
+    a candidate a subquery adds is shown with its text the first time. ``repeat_doc_text`` shows every text
+    every time."""
+    env = small_env(repeat_doc_text=repeat)
+    first = env.reset(options=OPTIONS)[0]["text"]
+    assert all(f"{d}: {TEXTS[d]}" in first for d in "abcd")
+    env.step(turn("<decompose><factor p=1>x</factor></decompose>"))
+    second = env.step(turn("<subquery f=1>sub e</subquery>"))[0]["text"]
+    assert f"e: {TEXTS['e']}" in second  # new to the episode
+    for d in "abc":  # d left the top K_c = 4 when e joined
+        assert (f"{d}: {TEXTS[d]}" in second) is repeat
+        assert (f"{d} (text above)" in second) is not repeat
+    # A new episode starts afresh.
+    assert all(f"{d}: {TEXTS[d]}" in env.reset(options=OPTIONS)[0]["text"] for d in "abcd")

@@ -1,0 +1,142 @@
+"""Dynamic batching and the replay cache, driven through the app's search (no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from ragym.envs.retrieval.service.app import RetrievalApp, Served
+from ragym.envs.retrieval.service.cache import cache_key, normalise_query
+from ragym.envs.retrieval.service.config import ServiceConfig
+from ragym.envs.retrieval.service.wire import BadRequest
+from tests.envs.retrieval.service.helpers import Recording, random_faiss
+
+
+def _app(retriever, **config) -> RetrievalApp:
+    return RetrievalApp({"vec": Served(retriever, "vector", 16)}, ServiceConfig(**config))
+
+
+async def _gather(app: RetrievalApp, queries, k: int):
+    await app.start()
+    return await asyncio.gather(*(app.search("vec", [q], k) for q in queries))
+
+
+def test_concurrent_queries_are_coalesced_and_match_one_at_a_time() -> None:
+    inner, vectors = random_faiss()
+    recording = Recording(inner, delay_s=0.02)
+    app = _app(recording, max_batch_size=8, max_wait_ms=20, cache_size=0)
+    queries = list(vectors[:40] + 0.01)
+    answers = asyncio.run(_gather(app, queries, 5))
+    expected = [inner.search(q, 5) for q in queries]
+    assert [[h["docid"] for h in a[0]] for a in answers] == [[h.docid for h in e] for e in expected]
+    # Scores agree to float32 rounding (a batch of 20+ goes through BLAS, one query through faiss's own loop).
+    got = [h["score"] for a in answers for h in a[0]]
+    assert got == pytest.approx([h.score for e in expected for h in e], rel=1e-5)
+    assert [[h["payload"] for h in a[0]] for a in answers] == [[h.payload for h in e] for e in expected]
+    sizes = [size for size, _ in recording.calls]
+    assert sum(sizes) == 40 and max(sizes) <= 8
+    assert len(sizes) <= 10, f"40 concurrent queries took {len(sizes)} index calls: {sizes}"
+
+
+def test_each_k_gets_its_own_index_call_and_its_own_answer() -> None:
+    inner, vectors = random_faiss()
+    recording = Recording(inner)
+    app = _app(recording, max_wait_ms=20, cache_size=0)
+
+    async def run():
+        await app.start()
+        return await asyncio.gather(app.search("vec", [vectors[0]], 3), app.search("vec", [vectors[0]], 7))
+
+    three, seven = asyncio.run(run())
+    assert [h["docid"] for h in three[0]] == [h.docid for h in inner.search(vectors[0], 3)]
+    assert [h["docid"] for h in seven[0]] == [h.docid for h in inner.search(vectors[0], 7)]
+    assert sorted(recording.calls) == [(1, 3), (1, 7)]
+
+
+def test_a_failing_batch_fails_its_requests_and_the_next_batch_works() -> None:
+    inner, vectors = random_faiss()
+    recording = Recording(inner)
+    app = _app(recording, cache_size=0)
+
+    async def run():
+        await app.start()
+        recording.fail_with = RuntimeError("index on fire")
+        with pytest.raises(RuntimeError, match="index on fire"):
+            await app.search("vec", [vectors[0]], 2)
+        recording.fail_with = None
+        return await app.search("vec", [vectors[0]], 2)
+
+    assert [h["docid"] for h in asyncio.run(run())[0]] == [h.docid for h in inner.search(vectors[0], 2)]
+
+
+def test_cache_hits_misses_and_in_flight_joins() -> None:
+    inner, vectors = random_faiss()
+    recording = Recording(inner, delay_s=0.02)
+    app = _app(recording, max_wait_ms=5)
+
+    async def run():
+        await app.start()
+        group = await asyncio.gather(
+            *(app.search("vec", [vectors[1]], 4) for _ in range(8))
+        )  # one GRPO group
+        again = await app.search("vec", [vectors[1]], 4)
+        other_k = await app.search("vec", [vectors[1]], 5)
+        return group, again, other_k
+
+    group, again, other_k = asyncio.run(run())
+    assert all(g == group[0] for g in group) and again == group[0]
+    assert sorted(recording.calls) == [(1, 4), (1, 5)]  # 8 + 1 queries for k=4 searched once
+    stats = app.cache.stats
+    assert (stats.misses, stats.joined, stats.hits) == (2, 7, 1)
+    assert stats.as_dict()["hit_rate"] == pytest.approx(8 / 10)
+
+
+def test_errors_are_not_cached() -> None:
+    inner, vectors = random_faiss()
+    recording = Recording(inner)
+    app = _app(recording)
+
+    async def run():
+        await app.start()
+        recording.fail_with = RuntimeError("transient")
+        with pytest.raises(RuntimeError):
+            await app.search("vec", [vectors[2]], 2)
+        recording.fail_with = None
+        return await app.search("vec", [vectors[2]], 2)
+
+    assert len(asyncio.run(run())[0]) == 2
+    assert len(recording.calls) == 2
+
+
+def test_text_queries_are_normalised_before_search_and_caching() -> None:
+    assert normalise_query("  who  built\tthe\n bridge ") == "who built the bridge"
+    assert normalise_query("ﬁre") == "fire"  # NFKC folds the ligature
+    assert cache_key("bm25", "a b", 3) != cache_key("bm25", "a b", 4)
+    v = np.ones(4, dtype=np.float64)
+    assert cache_key("v", normalise_query(v), 3) == cache_key("v", normalise_query(v.astype(np.float32)), 3)
+
+
+@pytest.mark.parametrize(
+    ("query", "k", "status"),
+    [(np.zeros(8, dtype=np.float32), 3, 422), ("text", 3, 422), (np.zeros(16, dtype=np.float32), 0, 422)],
+)
+def test_bad_queries_are_refused(query, k: int, status: int) -> None:
+    inner, _ = random_faiss()
+    app = _app(inner)
+
+    async def run():
+        await app.start()
+        await app.search("vec", [query], k)
+
+    with pytest.raises(BadRequest) as error:
+        asyncio.run(run())
+    assert error.value.status == status
+
+
+def test_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="max_batch_size"):
+        ServiceConfig(max_batch_size=0)
+    with pytest.raises(ValueError, match="token"):
+        ServiceConfig(token="")

@@ -1,0 +1,96 @@
+"""The retrieval service as a Ray Serve app (2 replicas + a 2-shard index) answers a KB-VQA rollout.
+
+Runs inside private network, PID and mount namespaces (as ``tests/launch/test_ray_job.py``): Ray and the
+Serve proxy listen only on the namespace's loopback, and nothing outlives the test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.launch.test_ray_job import UNSHARE, _unshare_refusal
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[4]
+TIMEOUT_S = 240
+
+CHECK = """
+import sys
+import numpy as np
+from ragym import envs
+from ragym.envs.kbvqa.kb import load_kb
+from ragym.envs.retrieval.service.client import ServiceRetriever
+from ragym.rl.eval.scripted import SignaturePolicy, run_episode
+
+kb_dir, url = sys.argv[1], sys.argv[2]
+runs = []
+for retrieval_url in ("", url):
+    env = envs.make_env("KBVQA-v0", kb_dir=kb_dir, candidate_source="live", retrieval_url=retrieval_url)
+    runs.append([run_episode(env, SignaturePolicy(env), seed) for seed in range(3)])
+assert runs[0] == runs[1], "rollout over Ray Serve differs from the in-process one"
+assert not any(e["type"] == "retrieval_error" for ep in runs[1] for e in ep["events"])
+kb = load_kb(kb_dir)
+queries = list(kb.query_embeddings[:4])
+local = kb.image_retriever().batch_search(queries, 7)
+sharded = ServiceRetriever(url, "image_shards").batch_search(queries, 7)
+assert [[h.docid for h in x] for x in sharded] == [[h.docid for h in x] for x in local], "shard merge"
+print("RAY_SERVE_ROLLOUT_OK", len(runs[1]), "episodes")
+"""
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A short path under /tmp: Ray's socket paths must stay under 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="ragym-serve-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_ray_serve_deployment_answers_a_rollout(workdir: Path) -> None:
+    refusal = _unshare_refusal()
+    if refusal:
+        pytest.skip(refusal)
+    from ragym.data_prep.synthetic_kb import main as build_kb
+    from ragym.envs.kbvqa.kb import load_kb
+    from ragym.envs.retrieval.service.shards import split_into_shards
+
+    assert build_kb(["--out", str(workdir / "kb"), "--preset", "tiny"]) == 0
+    kb = load_kb(workdir / "kb")
+    manifest = split_into_shards(
+        kb.entity_embeddings, kb.entities["entity_id"].tolist(), 2, workdir / "shards"
+    )
+    (workdir / "check.py").write_text(CHECK)
+    bin_dir = Path(sys.executable).parent
+    script = f"""
+set -u
+export PATH={bin_dir}:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
+ip link set lo up
+trap 'ray stop --force >/dev/null 2>&1' EXIT
+ray start --head --node-ip-address 127.0.0.1 --port 6381 --dashboard-host 127.0.0.1 --include-dashboard false \\
+    --num-cpus 2 --num-gpus 0 --temp-dir {workdir}/ray --disable-usage-stats || exit 90
+python -m ragym.envs.retrieval.service.ray_serve --kb-dir {workdir}/kb --shards image_shards={manifest} --replicas 2 \\
+    --cpus-per-replica 0 --port 8011 || exit 91
+python -c "
+import time, urllib.request
+for _ in range(240):
+    try:
+        if urllib.request.urlopen('http://127.0.0.1:8011/ready', timeout=2).status == 200: break
+    except OSError: time.sleep(0.5)
+" 
+python {workdir}/check.py {workdir}/kb http://127.0.0.1:8011
+"""
+    result = subprocess.run(
+        ["timeout", str(TIMEOUT_S), *UNSHARE, "bash", "-c", script],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    log = f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
+    assert result.returncode == 0, log
+    assert "RAY_SERVE_ROLLOUT_OK 3 episodes" in result.stdout, log

@@ -1,0 +1,98 @@
+"""Retrievers: faiss flat/ANN inner product, BM25, precomputed lists, exact paging, one interface."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragym.envs.retrieval.hits import Retriever
+from ragym.envs.retrieval.retrievers import (
+    BM25Retriever,
+    CandidateListRetriever,
+    FaissRetriever,
+    IndexSpec,
+    normalise,
+    page,
+)
+
+
+@pytest.fixture(scope="module")
+def vectors() -> np.ndarray:
+    return np.random.default_rng(0).normal(size=(2000, 32)).astype(np.float32)
+
+
+def brute_force(vectors: np.ndarray, query: np.ndarray, k: int) -> list[str]:
+    scores = normalise(vectors) @ (query / np.linalg.norm(query))
+    return [f"d{i}" for i in np.argsort(-scores, kind="stable")[:k]]
+
+
+def test_flat_search_is_exact_cosine_ranking(vectors: np.ndarray) -> None:
+    retriever = FaissRetriever.from_vectors(
+        vectors, [f"d{i}" for i in range(len(vectors))], lambda r: {"row": r}
+    )
+    query = np.random.default_rng(1).normal(size=32).astype(np.float32)
+    hits = retriever.search(normalise(query[None])[0], 10)
+    assert [h.docid for h in hits] == brute_force(vectors, query, 10)
+    assert [h.payload["row"] for h in hits] == [int(h.docid[1:]) for h in hits]
+    assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+
+
+@pytest.mark.parametrize("kind", ["hnsw", "ivf"])
+def test_ann_indexes_recall_most_of_the_exact_top10(vectors: np.ndarray, kind: str) -> None:
+    ids = [f"d{i}" for i in range(len(vectors))]
+    ann = FaissRetriever.from_vectors(vectors, ids, spec=IndexSpec(kind=kind, ivf_probe=16))
+    queries = normalise(vectors[:50] + 0.1)
+    overlap = [len({h.docid for h in ann.search(q, 10)} & set(brute_force(vectors, q, 10))) for q in queries]
+    assert np.mean(overlap) >= 8.0
+
+
+def test_unknown_index_kind_is_an_error(vectors: np.ndarray) -> None:
+    with pytest.raises(ValueError, match="unknown index kind"):
+        FaissRetriever.from_vectors(
+            vectors, [str(i) for i in range(len(vectors))], spec=IndexSpec(kind="lsh")
+        )
+
+
+def test_paging_concatenates_to_the_full_ranking(vectors: np.ndarray) -> None:
+    retriever = FaissRetriever.from_vectors(vectors, [f"d{i}" for i in range(len(vectors))])
+    query = normalise(vectors[7:8])[0]
+    pages = [h.docid for offset in range(0, 20, 5) for h in page(retriever, query, offset, 5)]
+    assert pages == [h.docid for h in retriever.search(query, 20)]
+    assert len(set(pages)) == 20
+
+
+def test_bm25_finds_the_document_sharing_rare_terms(tmp_path) -> None:
+    texts = [
+        "the cobalt spire was built in 1801",
+        "the amber spire stands in brenvale",
+        "a moth of the fern group",
+    ]
+    bm25 = BM25Retriever.build(texts, ["a", "b", "c"], lambda r: {"text": texts[r]})
+    assert bm25.search("amber spire", 2)[0].docid == "b"
+    bm25.save(tmp_path / "bm25")
+    loaded = BM25Retriever.load(tmp_path / "bm25", ["a", "b", "c"])
+    assert [[h.docid for h in hits] for hits in loaded.batch_search(["moth", "cobalt 1801"], 1)] == [
+        ["c"],
+        ["a"],
+    ]
+    assert loaded.search("zebra", 3) == []  # no shared term, no hit
+
+
+def test_candidate_lists_page_exactly_and_reject_unknown_keys() -> None:
+    lists = CandidateListRetriever({"q": [f"e{i}" for i in range(12)]}, lambda d: {"name": d.upper()})
+    assert [h.docid for h in page(lists, "q", 10, 5)] == ["e10", "e11"]
+    assert lists.search("q", 1)[0].payload == {"name": "E0"}
+    with pytest.raises(KeyError, match="no precomputed candidate list"):
+        lists.search("other", 5)
+
+
+@pytest.mark.parametrize(
+    "retriever",
+    [
+        FaissRetriever.from_vectors(np.eye(4, dtype=np.float32), list("abcd")),
+        BM25Retriever.build(["alpha beta", "beta gamma"], ["a", "b"]),
+        CandidateListRetriever({"q": ["a"]}),
+    ],
+)
+def test_every_backend_implements_the_retriever_protocol(retriever) -> None:
+    assert isinstance(retriever, Retriever)
