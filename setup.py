@@ -45,7 +45,7 @@ setup(
         "matplotlib",
         "tqdm",
         "wandb",
-        # serve: the retrieval service as a Ray Serve app (envs/retrieval/service/ray_serve.py).
+        # serve: the retrieval service as a Ray Serve app (envs/serving/ray_serve.py).
         "ray[default,serve]",
         "orjson",
         "datasets",

@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from ragym.rl.retriever.data import read_trec_qrels
+from ragym.envs.retrieval.trec import read_trec_qrels
 
 ENV_ID = "MEMORA-v0"
 

@@ -63,7 +63,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "browse episodes turn by turn (images, events, rewards, tokens) on 127.0.0.1",
     ),
     "serve": (
-        "ragym.envs.retrieval.service.serve",
+        "ragym.envs.serving.cli",
         "serve a KB's retrievers over HTTP (batched, cached; 127.0.0.1 by default)",
     ),
     "ablate": (

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from ragym.data_prep.encoding.encoders import EncoderSpec, build_encoder
 from ragym.data_prep.encoding.items import Item
+from ragym.data_prep.encoding.worker import EncodeConfig, run_shards
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +29,12 @@ class ShardActor:
     """A Ray Data actor: one encoder (on one GPU where the cluster has them) encoding whole shards."""
 
     def __init__(self, spec: dict[str, Any], root: str, config: dict[str, Any]) -> None:
-        from ragym.data_prep.encoding.pipeline import EncodeConfig
-
         self.encoder = build_encoder(EncoderSpec.from_dict(spec))
         self.root = Path(root)
         self.config = EncodeConfig(**{**config, "progress": False})
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Encode and write each shard of the batch; returns (shard, count) per shard."""
-        from ragym.data_prep.encoding.pipeline import run_shards
-
         work = [
             (int(index), [Item.from_json(line) for line in str(text).splitlines()])
             for index, text in zip(batch["shard"], batch["items"], strict=True)

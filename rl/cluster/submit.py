@@ -7,7 +7,7 @@ node imports ``ragym.envs``, ``ragym.rl``... from the submitted copy, whatever i
 environment variables of the submitting shell, optional pip packages, and the entry point: verl's
 ``main_ppo`` on the recipe, or the local engine (``ragym train``) for recipes with a ``ragym.engine``
 section. ``--with-retrieval KB_DIR`` first deploys the retrieval service on the cluster as a Ray Serve
-app (``ragym.envs.retrieval.service.ray_serve``) and fills in the recipe's ``ragym.retrieval.url`` with its address; a
+app (``ragym.envs.serving.ray_serve``) and fills in the recipe's ``ragym.retrieval.url`` with its address; a
 recipe's address reaches every env of the job (the agent loop's ``retrieval_url``, ``$RAGYM_RETRIEVAL_URL``).
 ``ragym jobs list|logs|stop`` wraps Ray's job client.
 """
@@ -84,7 +84,7 @@ class RetrievalService:
 
     def deploy_command(self) -> str:
         """The shell command that deploys the app (detached) from the job's driver."""
-        return shlex.join(["python", "-m", "ragym.envs.retrieval.service.ray_serve", "--kb-dir", self.kb_dir,
+        return shlex.join(["python", "-m", "ragym.envs.serving.ray_serve", "--kb-dir", self.kb_dir,
                            "--replicas", str(self.replicas), "--port", str(self.port)])  # fmt: skip
 
     @property

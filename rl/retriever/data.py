@@ -12,6 +12,7 @@ from typing import Any
 
 from datasets import Dataset
 
+from ragym.envs.retrieval.trec import read_trec_qrels
 from ragym.rl.retriever.augment import ANCHOR_COLUMN, REASONING_COLUMN
 
 EvalSet = tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]
@@ -75,19 +76,6 @@ def _pick(row: dict[str, Any], names: tuple[str, ...], where: str) -> Any:
         if name in row:
             return row[name]
     raise ValueError(f"{where}: none of the fields {list(names)} present")
-
-
-def read_trec_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """TREC qrels (``qid iter docid rel``, whitespace-separated) as ``{qid: {docid: rel}}``."""
-    qrels: dict[str, dict[str, int]] = {}
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split()
-        if len(parts) != 4:
-            raise ValueError(f"{path}:{line_no}: expected 'qid iter docid rel', got {line!r}")
-        qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
-    return qrels
 
 
 def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path) -> EvalSet:

@@ -12,7 +12,7 @@ the shard's full vectors (row order) that re-score its candidates from disk (``r
 (``ragym.data_prep.encoding.index``) is such a manifest. A query goes to every shard for its top k; ``merge_hits`` keeps
 the k best by score (ties: lower shard, then shard rank), so a sharded flat index returns what one flat
 index over all rows returns. In one process ``ShardedRetriever`` searches the shards in turn; on Ray each
-shard is its own deployment and the ingress merges (``ragym.envs.retrieval.service.ray_serve``).
+shard is its own deployment and the ingress merges (``ragym.envs.serving.ray_serve``).
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ def _kb_recorded(tmp_path: Path, tiny_kb: Path) -> object:
 
 
 def _shard_manifest(tmp_path: Path, tiny_kb: Path) -> object:
-    from ragym.envs.retrieval.service.catalog import CatalogSpec, load_catalog
     from ragym.envs.retrieval.service.shards import split_into_shards
+    from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 
     manifest = split_into_shards(_vectors(), [f"d{i}" for i in range(40)], 2, tmp_path / "shards")
     return load_catalog(CatalogSpec(shard_sets=(("vec", str(manifest)),)))["vec"]

@@ -11,9 +11,9 @@ import pytest
 
 from ragym.envs.kbvqa.kb import load_kb
 from ragym.envs.retrieval.service.app import RetrievalApp
-from ragym.envs.retrieval.service.catalog import CatalogSpec, load_catalog
 from ragym.envs.retrieval.service.client import ClientConfig, RetrievalRequestError, ServiceRetriever
 from ragym.envs.retrieval.service.config import ServiceConfig
+from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 from tests.envs.retrieval.service.helpers import ids, running
 
 

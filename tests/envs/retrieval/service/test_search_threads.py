@@ -18,9 +18,9 @@ from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.retrievers import FaissRetriever
 from ragym.envs.retrieval.service.app import RetrievalApp, Served
 from ragym.envs.retrieval.service.config import ServiceConfig
-from ragym.envs.retrieval.service.ray_serve import Deployment, replica_options
-from ragym.envs.retrieval.service.serve import parse_args, service_config
 from ragym.envs.retrieval.service.shards import split_into_shards
+from ragym.envs.serving.cli import parse_args, service_config
+from ragym.envs.serving.ray_serve import Deployment, replica_options
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -98,7 +98,7 @@ def test_service_searches_run_with_the_planned_threads(config: ServiceConfig, ex
 
 def test_ragym_serve_sets_the_wait_policy_before_faiss_and_logs_its_choice(tmp_path: Path) -> None:
     manifest = split_into_shards(_vectors(20), [f"d{i}" for i in range(20)], 1, tmp_path)
-    code = ("import sys, uvicorn; uvicorn.run = lambda *a, **k: None; from ragym.envs.retrieval.service.serve import main; "
+    code = ("import sys, uvicorn; uvicorn.run = lambda *a, **k: None; from ragym.envs.serving.cli import main; "
             "sys.exit(main(sys.argv[1:]))")  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     argv = ["--shards", f"vec={manifest}", "--cpu-cores", "8", "--search-workers", "2"]

@@ -10,8 +10,8 @@ import pytest
 
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.service.app import RetrievalApp
-from ragym.envs.retrieval.service.catalog import CatalogSpec, load_catalog
 from ragym.envs.retrieval.service.shards import ShardedRetriever, merge_hits, read_manifest, split_into_shards
+from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 from tests.envs.retrieval.service.helpers import ids, random_faiss
 
 

@@ -81,8 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("OpenMP wait policy is %s, not %s ($OMP_WAIT_POLICY, or faiss was loaded before)",
                     policy, config.omp_wait_policy)  # fmt: skip
     from ragym.envs.retrieval.service.app import RetrievalApp
-    from ragym.envs.retrieval.service.catalog import CatalogSpec, load_catalog
     from ragym.envs.retrieval.service.shards import read_manifest
+    from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 
     for _, manifest in args.shards:  # a missing index file stops here, not after the server is up
         read_manifest(manifest)

@@ -1,6 +1,6 @@
 """The retrieval service as a Ray Serve application: N replicas of the app, and one deployment per shard.
 
-    python -m ragym.envs.retrieval.service.ray_serve --kb-dir DIR [--replicas 4] [--shards NAME=shards.json
+    python -m ragym.envs.serving.ray_serve --kb-dir DIR [--replicas 4] [--shards NAME=shards.json
         --shard-replicas 2] [--gpus-per-replica 1] [--port 8000]
 
 connects to the running cluster (``ray start`` first, or inside a Ray job), deploys the app detached and
@@ -24,9 +24,9 @@ import numpy as np
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.search_settings import WAIT_POLICY_ENV
 from ragym.envs.retrieval.service.app import RetrievalApp, Served
-from ragym.envs.retrieval.service.catalog import CatalogSpec, load_catalog
 from ragym.envs.retrieval.service.config import ServiceConfig
 from ragym.envs.retrieval.service.shards import ShardSpec, load_shard, merge_hits, read_manifest
+from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 
 APP_NAME = "ragym-retrieval"
 """Name of the Serve application (``serve status``, ``serve shutdown``)."""
@@ -140,7 +140,7 @@ def deploy(catalog: CatalogSpec, config: ServiceConfig, deployment: Deployment, 
 
 def main(argv: list[str] | None = None) -> int:
     """Deploy from the command line (the ``ragym serve`` flags plus replicas and resources)."""
-    from ragym.envs.retrieval.service.serve import parse_args, service_config
+    from ragym.envs.serving.cli import parse_args, service_config
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--replicas", type=int, default=1)

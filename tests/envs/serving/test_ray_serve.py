@@ -19,7 +19,7 @@ from tests.launch.test_ray_job import UNSHARE, _unshare_refusal
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 240
 
 CHECK = """
@@ -76,7 +76,7 @@ ip link set lo up
 trap 'ray stop --force >/dev/null 2>&1' EXIT
 ray start --head --node-ip-address 127.0.0.1 --port 6381 --dashboard-host 127.0.0.1 --include-dashboard false \\
     --num-cpus 2 --num-gpus 0 --temp-dir {workdir}/ray --disable-usage-stats || exit 90
-python -m ragym.envs.retrieval.service.ray_serve --kb-dir {workdir}/kb --shards image_shards={manifest} --replicas 2 \\
+python -m ragym.envs.serving.ray_serve --kb-dir {workdir}/kb --shards image_shards={manifest} --replicas 2 \\
     --cpus-per-replica 0 --port 8011 || exit 91
 python -c "
 import time, urllib.request
