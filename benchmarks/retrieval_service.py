@@ -11,12 +11,16 @@ bare faiss at its best). Two settings, each alternating windows of bare faiss an
 ``idle`` (nothing else of ours running) and ``co-tenant`` (``--cotenants`` CPU-bound processes, each bounded by
 a deadline, as rollout workers keep a training node busy). Load: ``--clients`` concurrent keep-alive
 connections on loopback, each sending one single-query search at a time, every query distinct (no cache hits).
-Then, unless ``--questions 0``, the replay cache hit rate of a GRPO-like workload.
+Then, unless ``--questions 0``, the replay cache hit rate of a GRPO-like workload. Last, unless ``--no-floor``,
+the HTTP floor: the same load on ``ragym serve`` over a flat index of ``--floor-vectors`` vectors of the same
+dimension (the same request path with almost no search), in both settings. Service and clients share this
+machine's cores, so a service can answer at most ``1 / (1/bare + 1/floor)`` queries a second: the printed
+``ceiling`` is that bound as a ratio, what no service in front of this index can beat here.
 
 Usage: ``python benchmarks/retrieval_service.py [--num-vectors 200000] [--dim 768] [--kb-dir KB] [--clients 64]
 [--seconds 12] [--rounds 3] [--cotenants 1] [--serve-args "--search-threads 2"]``. Last line:
-``ratio=<service QPS / bare faiss QPS> p99/p50=<x>`` in the co-tenant setting (goals: ratio >= 0.8,
-p99/p50 <= 2.5).
+``ratio=<service QPS / bare faiss QPS> p99/p50=<x> ceiling=<floor / (floor + bare)>`` in the co-tenant setting
+(goals: ratio >= 0.8, p99/p50 <= 2.5).
 """
 
 from __future__ import annotations
@@ -244,6 +248,31 @@ def report(setting: str, result: dict, cores: int) -> tuple[float, float]:
     return qps / ceiling, p99 / p50
 
 
+def floor_qps(args: argparse.Namespace, dim: int) -> dict[str, float]:
+    """Service QPS over a tiny index of the same dimension (the HTTP floor), idle and beside the co-tenant; every
+    window sends queries of its own (no cache hits), enough that no client runs out early."""
+    manifest = recorded_index(args.floor_vectors, dim)
+    count = 2 * args.rounds + 1
+    encoded = encoded_requests("vec", unit_vectors(args.clients * 200 * count, dim, seed=3), args.k)
+    windows = [encoded[i::count] for i in range(count)]
+    seconds = args.seconds / args.rounds
+    floors = {}
+    with service(["--shards", f"vec={manifest}"], args.port + 1, shlex.split(args.serve_args)):
+        asyncio.run(load(args.port + 1, windows[-1], args.clients, 30))  # warm-up
+        floors["idle"] = float(np.mean([asyncio.run(load(args.port + 1, windows[r], args.clients, seconds))[0]
+                                        for r in range(args.rounds)]))  # fmt: skip
+        with cotenants(args.cotenants, args.seconds + 60):
+            floors["busy"] = float(np.mean([asyncio.run(load(args.port + 1, windows[args.rounds + r], args.clients,
+                                                             seconds))[0] for r in range(args.rounds)]))  # fmt: skip
+    return floors
+
+
+def ceiling(result: dict, floor: float) -> float:
+    """The most a service can reach as a ratio, when answering costs ``1/floor`` on top of bare faiss's search."""
+    bare = max(float(np.mean(result["one"])), float(np.mean(result["all"])))
+    return floor / (floor + bare)
+
+
 def grpo_hit_rate(port: int, name: str, dim: int, args: argparse.Namespace) -> tuple[dict, float]:
     """Cache counters after a GRPO-like workload, and the share of its searches that repeat an earlier one
     (the best any cache can do). Each question's group of episodes searches concurrently: every episode
@@ -289,6 +318,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--group-size", type=int, default=8, help="GRPO workload: episodes per question")
     parser.add_argument("--epochs", type=int, default=2, help="GRPO workload: passes over the questions")
     parser.add_argument("--port", type=int, default=18765)
+    parser.add_argument("--floor-vectors", type=int, default=1000, help="index size of the HTTP floor run")
+    parser.add_argument("--no-floor", action="store_true", help="skip the HTTP floor run")
     return parser.parse_args()
 
 
@@ -322,8 +353,14 @@ def main() -> None:
                   f"(hits={cache['hits']} joined in flight={cache['joined']} misses={cache['misses']})")  # fmt: skip
     print(f"load average {os.getloadavg()[0]:.1f} at the end; bare faiss OpenMP wait policy "
           f"{os.environ.get('OMP_WAIT_POLICY', 'default')}, faiss max threads {faiss.omp_get_max_threads()}")  # fmt: skip
+    floors = {} if args.no_floor else floor_qps(args, dim)
+    for setting, result in (("idle", idle), ("busy", busy)):
+        if setting in floors:
+            print(f"[{setting}] HTTP floor ({args.floor_vectors} x {dim} index): {floors[setting]:.0f} q/s; "
+                  f"ceiling={ceiling(result, floors[setting]):.3f}")  # fmt: skip
     ratio, spread = report(f"co-tenant x{args.cotenants}", busy, cores)
-    print(f"ratio={ratio:.3f} p99/p50={spread:.2f}")
+    bound = f" ceiling={ceiling(busy, floors['busy']):.3f}" if floors else ""
+    print(f"ratio={ratio:.3f} p99/p50={spread:.2f}{bound}")
 
 
 if __name__ == "__main__":

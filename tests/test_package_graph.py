@@ -1,0 +1,111 @@
+"""ragym's package graph: imports point only down the layers, and no set of modules imports itself round.
+
+Layers, bottom first: retrieval (``ragym.envs.retrieval``: retrievers, encoders, indexes, the service, ranking
+metrics), envs (the shared core and one package per environment), rewards, data_prep, rl. Every import that can
+run counts, inside functions too (a lazy import is still a dependency); imports under ``if TYPE_CHECKING:`` are
+annotations only and never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FOLDERS = ("envs", "rewards", "rl", "data_prep")
+ALLOWED = {
+    "retrieval": {"retrieval"},
+    "envs": {"envs", "retrieval"},
+    "rewards": {"rewards", "envs", "retrieval"},
+    "data_prep": {"data_prep", "rewards", "envs", "retrieval"},
+    "rl": {"rl", "data_prep", "rewards", "envs", "retrieval"},
+}
+"""Which layers each layer may import."""
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(["ragym", *parts])
+
+
+MODULES = {module_name(p): p for folder in FOLDERS for p in sorted((REPO / folder).rglob("*.py"))}
+
+
+def layer(module: str) -> str:
+    if module == "ragym.envs.retrieval" or module.startswith("ragym.envs.retrieval."):
+        return "retrieval"
+    return module.split(".")[1]
+
+
+def imports(module: str) -> set[str]:
+    """The ragym modules ``module`` imports (``from pkg import name`` counts ``pkg.name`` when that is a module)."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    type_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for child in node.body
+        for inner in ast.walk(child)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
+            for alias in node.names:
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+    return {name for name in found if name in MODULES and name != module}
+
+
+GRAPH = nx.DiGraph((module, target) for module in MODULES for target in imports(module))
+
+
+def test_the_graph_sees_every_layer() -> None:
+    assert {layer(m) for m in MODULES} == set(ALLOWED)
+    assert GRAPH.number_of_edges() > 500  # the parser reads ragym's imports, not nothing
+
+
+@pytest.mark.parametrize("source", sorted(ALLOWED))
+def test_imports_point_down_the_layers(source: str) -> None:
+    upward = sorted(
+        f"{a} -> {b}" for a, b in GRAPH.edges if layer(a) == source and layer(b) not in ALLOWED[source]
+    )
+    assert not upward, f"{source} imports above itself:\n" + "\n".join(upward)
+
+
+def test_no_import_circle() -> None:
+    circles = [sorted(c) for c in nx.strongly_connected_components(GRAPH) if len(c) > 1]
+    assert not circles, "modules that import each other round:\n" + "\n".join(map(str, circles))
+
+
+def test_installing_ragym_puts_only_ragym_on_the_path(tmp_path: Path) -> None:
+    """The distribution's one top-level name is ``ragym``; outside the repository ``envs``, ``rl``, ``rewards`` and
+    ``data_prep`` are not importable (the editable install maps ``ragym.envs`` onto ``envs/`` and nothing else)."""
+    from importlib.metadata import distribution
+
+    assert distribution("ragym").read_text("top_level.txt").split() == ["ragym"]
+    probe = "import importlib.util as u; print([n for n in ('envs', 'rl', 'rewards', 'data_prep') if u.find_spec(n)])"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=60, check=True).stdout.strip()  # fmt: skip
+    assert found == "[]"
+    spec = subprocess.run([sys.executable, "-c", "import ragym.envs.kbvqa.env as m; print(m.__name__)"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    assert spec.stdout.strip() == "ragym.envs.kbvqa.env"
