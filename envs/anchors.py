@@ -6,13 +6,7 @@ turn's own action), written as a JSON string. Each env registers one function ``
 turns it leaves out have no anchor and get the episode advantage only. Turn 0 never has one: every episode of
 a group starts from the same task, so the episode advantage is already that state's comparison.
 
-- ``KBVQA-v0`` / ``KBVQA-Demo-v0``: the query image and the candidate batch shown (image, batch id, candidates),
-  for the turn right after the batch was served: the turn that verifies it.
-- ``DocMemo-v0``: the round and the view shown (``candidates`` before a selection, ``evidence`` before an
-  answer or refinement) of the row's document (the group shares the document).
-- ``R3G-v0``: the coarse pool shown to the judge turn; the evidence shown to the answer turn.
-- ``MEMORA-v0``: the candidate pool (first stage plus every subquery's additions, as a set) and the kinds
-  of the well-formed actions taken so far.
+Each env's package declares its function in its ``anchors`` module (``ragym.envs.kbvqa.anchors``, ...).
 """
 
 from __future__ import annotations
@@ -53,58 +47,6 @@ def turn_anchors(env_id: str, events: list[Event]) -> dict[int, str]:
     return {turn: anchor for turn, anchor in _ANCHORS[env_id](events).items() if turn >= 1}
 
 
-def _key(*parts: Any) -> str:
+def anchor_key(*parts: Any) -> str:
+    """An anchor: ``parts`` (plain JSON data) as one compact JSON string, so equal states give equal strings."""
     return json.dumps(parts, separators=(",", ":"))
-
-
-@register_anchors("KBVQA-v0", "KBVQA-Demo-v0")
-def kbvqa_anchors(events: list[Event]) -> dict[int, str]:
-    """The turn after a ``search_image`` event faced that batch: (image, batch id, candidates).
-
-    >>> from envs import events as ev
-    >>> kbvqa_anchors([ev.search_image(0, 1, 0, ["e1", "e2"], "e2", 0)])
-    {1: '["batch",1,0,["e1","e2"]]'}
-    """
-    return {
-        e["turn"] + 1: _key("batch", e["image"], e["batch_id"], e["candidates"])
-        for e in events_of(events, "search_image")
-    }
-
-
-@register_anchors("DocMemo-v0")
-def docmemo_anchors(events: list[Event]) -> dict[int, str]:
-    """The turn after a ``candidates`` (or ``evidence``) event faced that round's candidate (evidence) view."""
-    anchors = {}
-    for event in events:
-        if event["type"] in ("candidates", "evidence"):
-            anchors[event["turn"] + 1] = _key(event["type"], event["round"])
-    return anchors
-
-
-@register_anchors("R3G-v0")
-def r3g_anchors(events: list[Event]) -> dict[int, str]:
-    """The judge turn faced the coarse pool; the answer turn faced the selected evidence."""
-    anchors = {}
-    for event in events:  # in order: without a judge turn the evidence (shown last) is what the next turn saw
-        if event["type"] == "coarse_retrieval":
-            anchors[event["turn"] + 1] = _key("pool", event["pool"])
-        elif event["type"] == "evidence_selected":
-            anchors[event["turn"] + 1] = _key("evidence", event["selected"])
-    return anchors
-
-
-@register_anchors("MEMORA-v0")
-def memora_anchors(events: list[Event]) -> dict[int, str]:
-    """Each turn after a well-formed action faced the pool so far and the action kinds so far."""
-    first = events_of(events, "first_stage")
-    pool = set(first[0]["ranking"]) if first else set()
-    added = {e["turn"]: e["added"] for e in events_of(events, "subquery")}
-    kinds: list[str] = []
-    anchors = {}
-    for action in events_of(events, "action"):
-        turn = action["turn"]
-        pool.update(added.get(turn, ()))
-        if action["well_formed"]:
-            kinds.append(action["kind"])
-        anchors[turn + 1] = _key("pool", sorted(pool), kinds)
-    return anchors

@@ -2,7 +2,7 @@
 
 ``outcome`` scores the final answer, ``format`` the action grammar of every turn, ``verification`` each
 Rerank/Reject decision (Eq. 3-4), and ``retrieval_recall`` whether a served batch held the gold entity.
-All of them read ``episode.events`` (vocabulary in ``ragym.envs.events``) and never text hidden in reasoning.
+All of them read ``episode.events`` (vocabulary in ``ragym.envs.kbvqa.events``) and never text hidden in reasoning.
 """
 
 from __future__ import annotations

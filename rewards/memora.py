@@ -2,7 +2,7 @@
 
 Ground truth is ``{"qrels": {docid: relevance}, "excluded_ids": [docid, ...]}`` (BRIGHT: gold ids get
 relevance 1, excluded ids are removed from rankings before the cut-off). The ranking terms read the
-``final_ranking`` and ``first_stage`` events (``ragym.envs.events``, MEMORA section) and score them with
+``final_ranking`` and ``first_stage`` events (``ragym.envs.memora.events``) and score them with
 ``ragym.envs.retrieval.ranking.ndcg_at_k`` (trec_eval parity).
 """
 

@@ -2,7 +2,7 @@
 
 Answer correctness is the shared ``outcome`` term: this module registers the multiple-choice scorer
 (``ragym.rewards.choices``) for the R3G data sources, so ``outcome`` and ``ragym eval`` score the option letter.
-All terms read ``episode.events`` (vocabulary in ``ragym.envs.events``, R3G-v0 section) and the ground truth
+All terms read ``episode.events`` (vocabulary in ``ragym.envs.r3g.events``) and the ground truth
 ``{"answer_choice", "answer", "options", "gold_images", "scenario"}``.
 """
 

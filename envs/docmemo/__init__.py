@@ -1,0 +1,7 @@
+"""The DocMemo environment. Importing the package registers DocMemo-v0 with its event kinds, episode metrics
+and anchor states (the env class itself is imported lazily, by gymnasium)."""
+
+from ragym.envs.docmemo import anchors, events, metrics  # noqa: F401  (importing them registers them)
+from ragym.envs.registry import register_env
+
+register_env("DocMemo-v0", "ragym.envs.docmemo.env:DocMemoEnv")

@@ -54,6 +54,7 @@ import numpy as np
 
 from ragym.envs import events as ev
 from ragym.envs.core import MAX_TURN_CHARS
+from ragym.envs.docmemo import events as docmemo_ev
 from ragym.envs.docmemo import views as views
 from ragym.envs.docmemo.actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
 from ragym.envs.docmemo.beliefs import PageBeliefs, lambda_schedule, minmax_normalise, top_k_fresh_first
@@ -288,7 +289,9 @@ class DocMemoEnv(gymnasium.Env):
             self.events.append(ev.format_error(turn, parsed.reason))
             obs = self._error_obs(parsed.reason)
         elif isinstance(parsed, Answer):
-            self.events.append(ev.docmemo_answer(turn, parsed.text, parsed.not_answerable, self.round))
+            self.events.append(
+                docmemo_ev.docmemo_answer(turn, parsed.text, parsed.not_answerable, self.round)
+            )
             obs, terminated = self._obs("Episode finished."), True
         else:
             violation = self._violation(parsed)
@@ -346,7 +349,9 @@ class DocMemoEnv(gymnasium.Env):
         self.seen.update(self.candidates)
         scores_shown = [round(float(scores[i]), 4) for i in top]
         self.events.append(
-            ev.candidates(turn, self.round, self.query, lam, self.candidates, scores_shown, _rounded(means))
+            docmemo_ev.candidates(
+                turn, self.round, self.query, lam, self.candidates, scores_shown, _rounded(means)
+            )
         )
         self.phase = "select"
         return views.candidate_view(
@@ -365,7 +370,7 @@ class DocMemoEnv(gymnasium.Env):
         """Grow A_t and show its top-E pages by posterior mean, unshown ones first (``reshow_evidence``)."""
         c = self.config
         self.accumulated += [p for p in action.pages if p not in self.accumulated]
-        self.events.append(ev.selected(turn, self.round, action.pages, self.accumulated))
+        self.events.append(docmemo_ev.selected(turn, self.round, action.pages, self.accumulated))
         means = self.beliefs.mean()
         pool_means = [means[p - 1] for p in self.accumulated]
         stale = () if c.reshow_evidence else self.shown
@@ -374,7 +379,7 @@ class DocMemoEnv(gymnasium.Env):
         self.evidence = ranked
         self.seen.update(ranked)
         ranked_means = [round(float(means[p - 1]), 4) for p in ranked]
-        self.events.append(ev.evidence(turn, self.round, ranked, ranked_means, new))
+        self.events.append(docmemo_ev.evidence(turn, self.round, ranked, ranked_means, new))
         earlier = views.earlier_evidence(self.episodic, exclude=ranked) if c.episodic_memory else ""
         self.shown.update(ranked)
         self.phase = "reason"
@@ -396,8 +401,8 @@ class DocMemoEnv(gymnasium.Env):
         }
         self.judged.update(action.useful + action.irrelevant)
         self.episodic.append({**memory, "evidence": list(self.evidence)})
-        self.events.append(ev.feedback(turn, **memory))
-        self.events.append(ev.beliefs(turn, self.round, _rounded(self.beliefs.mean())))
+        self.events.append(docmemo_ev.feedback(turn, **memory))
+        self.events.append(docmemo_ev.beliefs(turn, self.round, _rounded(self.beliefs.mean())))
         if self.round + 1 >= self.config.max_rounds:
             self.events.append(ev.truncated(turn, "max_rounds"))
             return self._obs("No rounds left; the episode ends without an answer."), True

@@ -34,6 +34,7 @@ import pandas as pd
 from ragym.envs import events as ev
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.kbvqa import prompts as prompts
 from ragym.envs.kbvqa.actions import (
     STOP_STRINGS,
@@ -173,7 +174,7 @@ class KBVQAEnv(gymnasium.Env):
         cfg = self.config
         self.state = EpisodeState.start(options, self.kb, cfg.candidate_source)
         self.state.record(
-            ev.task(self.state.num_images, self.state.gold_entities, cfg.max_rejections,
+            kbvqa_ev.task(self.state.num_images, self.state.gold_entities, cfg.max_rejections,
                     cfg.candidates_per_batch, cfg.max_turns, text_retriever=self.text_retriever_kind)
         )  # fmt: skip
         text = self._task_text()
@@ -243,7 +244,9 @@ class KBVQAEnv(gymnasium.Env):
             return self._violation("no_more_candidates", message, image=image), []
         batch = state.new_batch(image, offset, hits)
         state.record(
-            ev.search_image(state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset)
+            kbvqa_ev.search_image(
+                state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset
+            )
         )
         # image pack, else files; fitted to the candidate budget
         images = [self.kb.entity_image(h.docid, h.payload["image"], self.image_budget) for h in hits]
@@ -289,7 +292,7 @@ class KBVQAEnv(gymnasium.Env):
     def _boundary(self, image: int) -> tuple[str, list[np.ndarray]]:
         """The boundary prompt (no batch), stating the image's actual rejections and batches."""
         state = self.state
-        state.record(ev.boundary(state.turn, image, state.rejections[image]))
+        state.record(kbvqa_ev.boundary(state.turn, image, state.rejections[image]))
         text = prompts.boundary_text(image, state.rejections[image], state.batches_served(image))
         return text, []
 
@@ -306,7 +309,7 @@ class KBVQAEnv(gymnasium.Env):
         except RetrievalUnavailable as error:
             return self._unavailable(kind, error)
         ids = [h.docid for hits in results for h in hits]
-        self.state.record(ev.search_text(self.state.turn, queries, ids))
+        self.state.record(kbvqa_ev.search_text(self.state.turn, queries, ids))
         return prompts.passages_text(queries, results)
 
     # ----- what the policy reads (``ragym.envs.kbvqa.demo`` adds the CPU demo's aids here) ----------------

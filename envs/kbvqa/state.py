@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragym.envs import events as ev
+from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.kbvqa.kb import KnowledgeBase, read_image
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.retrievers import normalise
@@ -96,7 +97,7 @@ class EpisodeState:
         return len(self.query_paths)
 
     def record(self, event: ev.Event) -> None:
-        """Append an event (built by an ``ragym.envs.events`` constructor)."""
+        """Append an event (built by an ``ragym.envs.kbvqa.events`` or shared ``ragym.envs.events`` constructor)."""
         self.events.append(event)
 
     def image_query(self, image: int) -> Any:
@@ -132,7 +133,7 @@ class EpisodeState:
         if decision == "rerank":
             self.confirmed[batch.image] = entity
         self.record(
-            ev.verification(
+            kbvqa_ev.verification(
                 self.turn, decision, entity, batch.image, batch.batch_id, batch.candidates, batch.gold_entity
             )
         )

@@ -1,0 +1,7 @@
+"""The MEMORA environment. Importing the package registers MEMORA-v0 with its event kinds, episode metrics
+and anchor states (the env class itself is imported lazily, by gymnasium)."""
+
+from ragym.envs.memora import anchors, events, metrics  # noqa: F401  (importing them registers them)
+from ragym.envs.registry import register_env
+
+register_env("MEMORA-v0", "ragym.envs.memora.env:MemoraEnv")

@@ -8,7 +8,7 @@ pool), ``extract`` (factor-document evidence into the bipartite graph), ``judge`
 (``ragym.envs.memora.scoring``) and shows the new top candidates with the controller's signals. On ``stop`` (or
 when the turn budget runs out) it emits the final ranking and writes the episode to the domain memory,
 with each factor's outcome judged against the qrels the reset options carry (never shown). Grammar:
-``ragym.envs.memora.actions``. Events: the MEMORA section of ``ragym.envs.events``.
+``ragym.envs.memora.actions``. Events: ``ragym.envs.memora.events``.
 
 Reset options: ``{"query", "query_id", "domain", "qrels", "excluded_ids", "image_path",
 "image_description", "first_stage"}`` (only ``query`` is required; ``first_stage`` is a precomputed
@@ -29,6 +29,7 @@ from PIL import Image
 
 from ragym.envs import events as ev
 from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.memora import events as memora_ev
 from ragym.envs.memora import views as views
 from ragym.envs.memora.actions import (
     STOP_STRINGS,
@@ -213,9 +214,9 @@ class MemoraEnv(gymnasium.Env):
         self.turn, self._done = 0, False
         self._shown: set[str] | None = None if c.repeat_doc_text else set()
         sims, queries = [s for _, s in self.state.memories], [r.query for r, _ in self.state.memories]
-        self.events = [ev.memory_read(domain, len(memory), sims, queries)]
+        self.events = [memora_ev.memory_read(domain, len(memory), sims, queries)]
         self.events.append(
-            ev.first_stage(opts.get("query_id"), list(self.state.pool), self.state.first_scores)
+            memora_ev.first_stage(opts.get("query_id"), list(self.state.pool), self.state.first_scores)
         )
         images = self._query_image(opts.get("image_path"))
         text = "\n\n".join(
@@ -263,16 +264,18 @@ class MemoraEnv(gymnasium.Env):
         if isinstance(action, Decompose):
             s.decompose(action.factors)
             texts, raw = [t for t, _ in s.factors], [p for _, p in s.factors]
-            self.events.append(ev.decompose(turn, texts, raw, list(s.priorities), s.priors))
+            self.events.append(memora_ev.decompose(turn, texts, raw, list(s.priorities), s.priors))
         elif isinstance(action, Subquery):
             retrieved, added = s.subquery(action.text)
-            self.events.append(ev.subquery(turn, action.factor, action.text, retrieved, added, len(s.pool)))
+            self.events.append(
+                memora_ev.subquery(turn, action.factor, action.text, retrieved, added, len(s.pool))
+            )
         elif isinstance(action, Extract):
             docs, weights, snippets = s.extract(action.factor - 1, action.evidence)
-            self.events.append(ev.factor_evidence(turn, action.factor, docs, weights, snippets))
+            self.events.append(memora_ev.factor_evidence(turn, action.factor, docs, weights, snippets))
         else:
             s.judge([n - 1 for n in action.order])
-            self.events.append(ev.verdict(turn, [s.pool[n - 1] for n in action.order]))
+            self.events.append(memora_ev.verdict(turn, [s.pool[n - 1] for n in action.order]))
         return self._status_text()
 
     def _status_text(self) -> str:
@@ -292,7 +295,7 @@ class MemoraEnv(gymnasium.Env):
         order, scores = s.final_ranking()
         signals = s.signals()
         self.events.append(
-            ev.final_ranking(
+            memora_ev.final_ranking(
                 turn, order, scores, self.config.k, forced, signals["margin"], signals["support"]
             )
         )
@@ -303,7 +306,7 @@ class MemoraEnv(gymnasium.Env):
         ndcg = record.ndcg if record is not None else None
         outcomes = [f.outcome for f in record.factors] if record is not None else []
         self.events.append(
-            ev.memory_write(turn, s.domain, written, reason, ndcg, s.first_stage_ndcg(), outcomes)
+            memora_ev.memory_write(turn, s.domain, written, reason, ndcg, s.first_stage_ndcg(), outcomes)
         )
 
     def _query_image(self, path: str | None) -> list[np.ndarray]:

@@ -19,7 +19,7 @@ An episode (grammar in ``ragym.envs.r3g.actions``; stop strings ``</plan>``, ``<
 ``reset(options=row_env_options)`` takes ``question``, ``options`` (letter -> text, or null),
 ``query_image`` (path relative to the task folder), ``gold_images`` (corpus ids), ``scenario`` and, for
 ``pool_source="benchmark"`` (MRAG), ``retrieved_images`` (the benchmark's own list, corpus ids); no options
-samples a row of ``data/train.parquet``. Gold data never reaches an observation. Events: ``ragym.envs.events`` (R3G-v0 section).
+samples a row of ``data/train.parquet``. Gold data never reaches an observation. Events: ``ragym.envs.r3g.events``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ragym.envs import events as ev
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.image_budget import ImageBudget, budget_of
 from ragym.envs.kbvqa.kb import read_image
+from ragym.envs.r3g import events as r3g_ev
 from ragym.envs.r3g import prompts as prompts
 from ragym.envs.r3g.actions import (
     STOP_STRINGS,
@@ -189,7 +190,7 @@ class R3GEnv(gymnasium.Env):
         self.state = _State(dict(options), [str(g) for g in options["gold_images"]])
         self.state.given_pool = self._given_pool(options) if cfg.pool_source == "benchmark" else None
         pool_size = len(self.state.given_pool) if self.state.given_pool is not None else cfg.pool_size
-        self.state.events.append(ev.r3g_task(self.state.gold, str(options.get("scenario", "")), pool_size,
+        self.state.events.append(r3g_ev.r3g_task(self.state.gold, str(options.get("scenario", "")), pool_size,
                                              cfg.top_k, cfg.rerank, cfg.use_plan, cfg.pool_source,
                                              cfg.judge_guidelines))  # fmt: skip
         text = prompts.task_text(options["question"], options.get("options"))
@@ -250,7 +251,7 @@ class R3GEnv(gymnasium.Env):
         if state.pool is not None:
             return self._violation("plan_after_retrieval", "the plan must come before any evidence.")
         state.plan = text
-        state.events.append(ev.plan(state.turn, text))
+        state.events.append(r3g_ev.plan(state.turn, text))
         return prompts.PLAN_RECORDED
 
     def _retrieve(self) -> tuple[str, list[np.ndarray]]:
@@ -266,7 +267,7 @@ class R3GEnv(gymnasium.Env):
             state.pool, sims = self.corpus.coarse(query, cfg.pool_size)
         state.stage1 = stage1_scores(sims, cfg.temperature)
         state.events.append(
-            ev.coarse_retrieval(state.turn, self._ids(state.pool), sims, state.stage1, state.gold)
+            r3g_ev.coarse_retrieval(state.turn, self._ids(state.pool), sims, state.stage1, state.gold)
         )
         if not self.judges:
             return self._select([None] * len(state.pool), [])
@@ -301,11 +302,11 @@ class R3GEnv(gymnasium.Env):
     ) -> tuple[str, list[np.ndarray]]:
         """Rank the pool, keep the top k as evidence, and show it."""
         state, cfg = self.state, self.config
-        state.events += [ev.judge_error(state.turn, c, r) for c, r in errors]
+        state.events += [r3g_ev.judge_error(state.turn, c, r) for c, r in errors]
         final = final_scores(state.stage1, [s or 0.0 for s in stage2], cfg.rerank)
         chosen = top_k(final, cfg.top_k)
         state.evidence = [state.pool[i] for i in chosen]
-        state.events.append(ev.evidence_selected(state.turn, self._ids(state.pool), state.stage1, stage2, final,
+        state.events.append(r3g_ev.evidence_selected(state.turn, self._ids(state.pool), state.stage1, stage2, final,
                                                  chosen, state.gold, cfg.rerank))  # fmt: skip
         captions = [self.corpus.captions[i] for i in state.evidence]
         text = prompts.evidence_text(captions, cfg.show_captions, state.plan, cfg.rerank)

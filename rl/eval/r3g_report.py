@@ -1,7 +1,7 @@
 """R3G's reported numbers from episodes: accuracy and Recall@1/3/5, overall and per scenario (paper, 4.x).
 
 Recall@K is R3G's: 1 when any ground-truth image is in the top K of the final pool ranking. Every value
-comes from the episode's events (``ragym.envs.metrics``, R3G-v0 section) and its outcome score.
+comes from the episode's events (``ragym.envs.r3g.metrics``) and its outcome score.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ragym.envs.metrics import RECALL_KS, r3g_metrics
+from ragym.envs.r3g.metrics import RECALL_KS, r3g_metrics
 
 COLUMNS = ("accuracy", *(f"recall@{k}" for k in RECALL_KS), "gold_in_pool", "judge_errors", "format_errors")
 """The summary's per-group metrics, in table order."""
@@ -43,9 +43,9 @@ def _group(episodes: list[EpisodeScore]) -> dict[str, Any]:
 def summarize(episodes: list[EpisodeScore]) -> dict[str, Any]:
     """Overall and per-scenario accuracy and recall (scenarios sorted by name).
 
-    >>> from envs import events as ev
-    >>> evs = [ev.r3g_task(["g"], "Angle", 2, 1, "fused", True),
-    ...        ev.evidence_selected(1, ["x", "g"], [0.5, 0.5], [0.0, 1.0], [0.5, 1.5], [1], ["g"], "fused")]
+    >>> from ragym.envs.r3g import events as r3g_ev
+    >>> evs = [r3g_ev.r3g_task(["g"], "Angle", 2, 1, "fused", True),
+    ...        r3g_ev.evidence_selected(1, ["x", "g"], [0.5, 0.5], [0.0, 1.0], [0.5, 1.5], [1], ["g"], "fused")]
     >>> s = summarize([EpisodeScore(evs, 1.0, "Angle"), EpisodeScore(evs, 0.0, "Scope")])
     >>> s["all"]["accuracy"], s["all"]["recall@1"], s["by_scenario"]["Scope"]["accuracy"]
     (0.5, 1.0, 0.0)

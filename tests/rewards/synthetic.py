@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 
 from ragym.envs import events as ev
+from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, format_action
 from ragym.rewards.episode import Episode
 
@@ -51,7 +52,7 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
     rng = random.Random(seed)
     turns: list[str] = []
     golds = [f"entity_{seed}_{image}" for image in range(1, num_images + 1)]
-    events: list[dict] = [ev.task(num_images, golds, cfg.rej_max, cfg.batch_size, cfg.max_turns)]
+    events: list[dict] = [kbvqa_ev.task(num_images, golds, cfg.rej_max, cfg.batch_size, cfg.max_turns)]
     batch_id = 0
 
     def act(action, kind: str) -> int:
@@ -73,7 +74,7 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
             in_batch = offset <= rank < offset + cfg.batch_size
             if in_batch:
                 candidates[rank - offset] = gold
-            events.append(ev.search_image(turn, image, batch_id, candidates, gold, offset))
+            events.append(kbvqa_ev.search_image(turn, image, batch_id, candidates, gold, offset))
             rerank = (
                 in_batch
                 and rng.random() < cfg.p_recognise
@@ -83,12 +84,12 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
             choice = (gold if in_batch else rng.choice(candidates)) if rerank else None
             turn = act(Rerank(choice), "rerank") if rerank else act(Reject(), "reject")
             decision = "rerank" if rerank else "reject"
-            events.append(ev.verification(turn, decision, choice, image, batch_id, candidates, gold))
+            events.append(kbvqa_ev.verification(turn, decision, choice, image, batch_id, candidates, gold))
             batch_id += 1
             if rerank:
                 break
             if rejections == cfg.rej_max:
-                events.append(ev.boundary(turn, image, rejections + 1))
+                events.append(kbvqa_ev.boundary(turn, image, rejections + 1))
     text = f"answer {seed}" if rng.random() < cfg.p_correct_answer else f"wrong {seed}"
     truncated = len(turns) >= cfg.max_turns
     if truncated:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragym.envs import events as ev
+from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, format_action
 from ragym.rewards import Episode, get_reward
 
@@ -15,7 +16,7 @@ CANDS_B = ["e6", "e7", "e8", "e9", "e10"]
 def batch(
     batch_id: int, candidates: list[str], image: int = 1, gold: str | None = "gold", offset: int = 0
 ) -> dict:
-    return ev.search_image(0, image, batch_id, candidates, gold, offset)
+    return kbvqa_ev.search_image(0, image, batch_id, candidates, gold, offset)
 
 
 def decide(
@@ -23,7 +24,7 @@ def decide(
 ) -> dict:
     """A verification event whose ``correct`` flag claims success whatever happened (a lying env)."""
     decision = "reject" if entity is None else "rerank"
-    return {**ev.verification(1, decision, entity, image, batch_id, candidates, gold), "correct": True}
+    return {**kbvqa_ev.verification(1, decision, entity, image, batch_id, candidates, gold), "correct": True}
 
 
 def answer(text: str, forced: bool = False) -> dict:
@@ -232,7 +233,7 @@ def test_retrieval_recall(events: list[dict], params: dict, expected: float | No
 
 def test_rej_max_comes_from_the_episode_and_a_mismatch_fails_loudly() -> None:
     """An env run with Rej_max=3 serves four batches; the reward counts all four, or refuses another limit."""
-    events = [ev.task(1, ["gold"], 3, 5, 8)]
+    events = [kbvqa_ev.task(1, ["gold"], 3, 5, 8)]
     for b in range(4):
         cands = [f"x{b}_{i}" for i in range(5)]
         events += [batch(b, cands, offset=5 * b), decide(b, cands, None)]

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from ragym.envs import events as ev
+from ragym.envs.memora import events as memora_ev
 from ragym.envs.memora.env import MemoraEnv
 from ragym.rewards import Episode, Rubric
 from ragym.rewards.memora import memora_action_cost, memora_first_stage_ndcg, memora_format, memora_ndcg
@@ -18,8 +19,8 @@ IDEAL = 2 + 1 / math.log2(3)  # c (rel 2) at rank 1, b (rel 1) at rank 2
 def ranking_episode(ranking: list[str], first: list[str] | None = None, turns: int = 1) -> Episode:
     events = [ev.action(t, "stop" if t == turns - 1 else "extract", True) for t in range(turns)]
     if first is not None:
-        events.insert(0, ev.first_stage("q", first, [1.0] * len(first)))
-    events.append(ev.final_ranking(turns - 1, ranking, [1.0] * len(ranking), 10, False, 0.0, 0.0))
+        events.insert(0, memora_ev.first_stage("q", first, [1.0] * len(first)))
+    events.append(memora_ev.final_ranking(turns - 1, ranking, [1.0] * len(ranking), 10, False, 0.0, 0.0))
     return Episode("bright", ["t"] * turns, events, QRELS)
 
 
@@ -39,7 +40,7 @@ def test_ndcg_of_the_final_ranking(ranking: list[str], expected: float) -> None:
 
 
 def test_unfinished_episode_and_first_stage() -> None:
-    episode = Episode("bright", ["t"], [ev.first_stage("q", ["b", "a"], [2.0, 1.0])], QRELS)
+    episode = Episode("bright", ["t"], [memora_ev.first_stage("q", ["b", "a"], [2.0, 1.0])], QRELS)
     assert memora_ndcg(episode) == 0.0 and memora_ndcg(episode, unfinished=-1.0) == -1.0
     assert memora_first_stage_ndcg(episode) == pytest.approx(1 / IDEAL)
     assert memora_first_stage_ndcg(ranking_episode(["c"])) is None

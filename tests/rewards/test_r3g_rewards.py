@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragym.envs import events as ev
+from ragym.envs.r3g import events as r3g_ev
 from ragym.rewards import Rubric, score_answer
 from ragym.rewards.choices import parse_choice
 from ragym.rewards.episode import Episode
@@ -22,13 +23,13 @@ TRUTH = {"answer_choice": "C", "answer": "red", "options": {"A": "blue", "B": "g
 def episode(final: list[float] | None, answer: str | None = "C", k: int = 1, rerank: str = "fused",
             extra: list[dict] | None = None, pool: list[str] = POOL) -> Episode:  # fmt: skip
     """plan, retrieve, judge (ranking by ``final``), answer; ``final`` None: the pool was never judged."""
-    events = [ev.r3g_task(["g"], "lid", 5, k, rerank, True), ev.action(0, "plan", True), ev.plan(0, "p"),
-              ev.action(1, "retrieve", True), ev.coarse_retrieval(1, pool, [0.9] * 5, [0.2] * 5, ["g"])]  # fmt: skip
+    events = [r3g_ev.r3g_task(["g"], "lid", 5, k, rerank, True), ev.action(0, "plan", True), r3g_ev.plan(0, "p"),
+              ev.action(1, "retrieve", True), r3g_ev.coarse_retrieval(1, pool, [0.9] * 5, [0.2] * 5, ["g"])]  # fmt: skip
     turns = ["<plan>p</plan>", "<retrieve></retrieve>"]
     if final is not None:
         order = sorted(range(5), key=lambda i: (-final[i], i))
         events += [ev.action(2, "judge", True),
-                   ev.evidence_selected(2, pool, [0.2] * 5, [None] * 5, final, order[:k], ["g"], rerank)]  # fmt: skip
+                   r3g_ev.evidence_selected(2, pool, [0.2] * 5, [None] * 5, final, order[:k], ["g"], rerank)]  # fmt: skip
         turns.append("<judge>...</judge>")
     if answer is not None:
         events += [ev.action(len(turns), "answer", True), ev.answer(len(turns), answer)]
@@ -75,8 +76,8 @@ def test_recall_without_gold_is_skipped_and_fraction_mode() -> None:
     [
         ([], 1.0, 1.0),
         ([ev.protocol_violation(1, "second_retrieval")], 0.0, 0.75),
-        ([ev.judge_error(2, 4, "out_of_range")], 0.0, 0.75),
-        ([ev.judge_error(2, 4, "not_judged"), ev.format_error(3, "x")], 0.0, 0.75),
+        ([r3g_ev.judge_error(2, 4, "out_of_range")], 0.0, 0.75),
+        ([r3g_ev.judge_error(2, 4, "not_judged"), ev.format_error(3, "x")], 0.0, 0.75),
     ],
 )
 def test_format_table(extra: list[dict], binary: float, fraction: float) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ragym.envs import events as ev
+from ragym.envs.kbvqa import events as kbvqa_ev
+from ragym.envs.r3g import events as r3g_ev
 from ragym.rewards.episode import Episode
 from ragym.rewards.memora import memora_action_cost
 from ragym.rewards.r3g import r3g_judge_ndcg
@@ -17,18 +19,18 @@ CANDIDATES_0, CANDIDATES_1 = ["e1", "e2"], ["e3", "gold"]
 
 def _kbvqa(decisions: list[ev.Event]) -> Episode:
     events = [
-        ev.task(1, ["gold"], max_rejections=2, candidates_per_batch=2, max_turns=8),
-        ev.search_image(0, 1, 0, CANDIDATES_0, "gold", 0),
+        kbvqa_ev.task(1, ["gold"], max_rejections=2, candidates_per_batch=2, max_turns=8),
+        kbvqa_ev.search_image(0, 1, 0, CANDIDATES_0, "gold", 0),
         *decisions,
     ]
     return Episode("synthetic_kbvqa", [""] * 5, events, ["Paris"])
 
 
-REJECT_0 = ev.verification(1, "reject", None, 1, 0, CANDIDATES_0, "gold")
-SERVE_1 = ev.search_image(1, 1, 1, CANDIDATES_1, "gold", 2)
-RERANK_1 = ev.verification(2, "rerank", "gold", 1, 1, CANDIDATES_1, "gold")
-REJECT_1 = ev.verification(2, "reject", None, 1, 1, CANDIDATES_1, "gold")
-AGAIN_1 = ev.verification(3, "rerank", "gold", 1, 1, CANDIDATES_1, "gold")
+REJECT_0 = kbvqa_ev.verification(1, "reject", None, 1, 0, CANDIDATES_0, "gold")
+SERVE_1 = kbvqa_ev.search_image(1, 1, 1, CANDIDATES_1, "gold", 2)
+RERANK_1 = kbvqa_ev.verification(2, "rerank", "gold", 1, 1, CANDIDATES_1, "gold")
+REJECT_1 = kbvqa_ev.verification(2, "reject", None, 1, 1, CANDIDATES_1, "gold")
+AGAIN_1 = kbvqa_ev.verification(3, "rerank", "gold", 1, 1, CANDIDATES_1, "gold")
 
 
 @pytest.mark.parametrize(
@@ -48,7 +50,7 @@ def test_verification_split_credits_each_decision_at_its_turn(decisions, expecte
 
 
 def test_verification_split_is_none_without_gold() -> None:
-    events = [ev.search_image(0, 1, 0, CANDIDATES_0, None, 0)]
+    events = [kbvqa_ev.search_image(0, 1, 0, CANDIDATES_0, None, 0)]
     assert verification_steps(Episode("generic", [""], events, "x")) is None
 
 
@@ -62,8 +64,8 @@ def test_memora_cost_split_charges_each_action_at_its_turn() -> None:
 
 def test_r3g_judge_split_is_the_judge_turns() -> None:
     events = [
-        ev.coarse_retrieval(1, ["x", "g"], [0.9, 0.8], [0.6, 0.4], ["g"]),
-        ev.evidence_selected(2, ["x", "g"], [0.6, 0.4], [0.1, 0.9], [0.7, 1.3], [1], ["g"], "fused"),
+        r3g_ev.coarse_retrieval(1, ["x", "g"], [0.9, 0.8], [0.6, 0.4], ["g"]),
+        r3g_ev.evidence_selected(2, ["x", "g"], [0.6, 0.4], [0.1, 0.9], [0.7, 1.3], [1], ["g"], "fused"),
     ]
     episode = Episode("synthetic_r3g", ["p", "r", "j"], events, {"gold_images": ["g"]})
     assert r3g_judge_steps(episode) == {2: r3g_judge_ndcg(episode)} == {2: 1.0}

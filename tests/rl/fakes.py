@@ -14,6 +14,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from ragym.envs import events as ev
 from ragym.envs.core import IMAGE_PLACEHOLDER
+from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.metrics import register_metrics
 
 IMAGE_SIZE = 64
@@ -62,7 +63,7 @@ class FakeSearchEnv(gymnasium.Env):
             return {"text": "", "images": ()}, 0.0, True, False, self._info()
         if action.count("<search>") == 1 and action.endswith("</search>"):
             self.events += [ev.action(turn, "search_image", True)]
-            self.events += [ev.search_image(turn, 1, turn, ["a", "b"], None, 0)]
+            self.events += [kbvqa_ev.search_image(turn, 1, turn, ["a", "b"], None, 0)]
             images = tuple(self._image() for _ in range(self.num_candidates))
             text = "\n".join(f"[{i}] {IMAGE_PLACEHOLDER} entity {i}" for i in range(1, len(images) + 1))
             obs = {"text": text, "images": images}

@@ -209,7 +209,7 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
 
     from ragym.envs.metrics import _REGISTRY
     from ragym.rl.recipe.compose import PACKAGE_ROOT
-    from tests.envs.test_metrics import _kbvqa
+    from tests.envs.kbvqa.test_kbvqa_metrics import _kbvqa
 
     config = OmegaConf.load(PACKAGE_ROOT / "recipes" / f"{recipe}.yaml")
     section = OmegaConf.to_container(config.ragym.guards, resolve=False)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.envs.docmemo.env import DocMemoEnv
-from ragym.envs.events import EVENT_KINDS
+from ragym.envs.events import registered_event_kinds
 
 FRAGMENTS = [
     "<reason>",
@@ -66,7 +66,7 @@ def test_random_turns_never_raise(seed, actions):
         steps += 1
         assert obs in ENV.observation_space and reward == 0.0
         assert obs["text"].count(IMAGE_PLACEHOLDER) == len(obs["images"])
-        assert all(e["turn"] < steps and e["type"] in EVENT_KINDS for e in info["events"])
+        assert all(e["turn"] < steps and e["type"] in registered_event_kinds() for e in info["events"])
         if term or trunc:
             done = True
             break

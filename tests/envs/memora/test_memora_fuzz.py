@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ragym.envs.events import EVENT_KINDS, events_of
+from ragym.envs.events import events_of, registered_event_kinds
 from ragym.envs.memora.env import MemoraEnv
 
 FRAGMENTS = [
@@ -55,7 +55,7 @@ turns = st.lists(
 def check(info: dict, steps: int) -> None:
     events = info["events"]
     json.dumps(events)
-    assert all(e["type"] in EVENT_KINDS and e["turn"] < steps for e in events)
+    assert all(e["type"] in registered_event_kinds() and e["turn"] < steps for e in events)
     assert len(events_of(events, "action")) == steps
     view = info["view"]
     assert len(view["candidates"]) <= ENV.config.kc and view["pool_size"] <= ENV.config.max_pool

@@ -152,7 +152,7 @@ def _options(kb: Path) -> dict:
 def test_neither_env_has_no_rerank_action_and_takes_the_top1(weak_kb: Path) -> None:
     from ragym.envs.events import events_of
     from ragym.envs.kbvqa.demo import KBVQADemoEnv
-    from ragym.envs.metrics import kbvqa_metrics
+    from ragym.envs.kbvqa.metrics import kbvqa_metrics
 
     env = KBVQADemoEnv(kb_dir=str(weak_kb), candidates_per_batch=3, max_rejections=0, visual_check=True,
                        rerank_by_index=True, verification_actions=False)  # fmt: skip

@@ -13,6 +13,7 @@ from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
 import ragym.rl.credit.verl_trainer
 from ragym.envs import events as ev
+from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.rl.credit.verl_trainer import TurnCreditMixin
 
 BATCH = ["gold", "e2"]
@@ -22,8 +23,8 @@ MASK = [1, 1, 0, 1, 1]
 
 def _extra_fields(decision: ev.Event | None) -> dict:
     events = [
-        ev.task(1, ["gold"], max_rejections=1, candidates_per_batch=2, max_turns=4),
-        ev.search_image(0, 1, 0, BATCH, "gold", 0),
+        kbvqa_ev.task(1, ["gold"], max_rejections=1, candidates_per_batch=2, max_turns=4),
+        kbvqa_ev.search_image(0, 1, 0, BATCH, "gold", 0),
         *([decision] if decision else []),
     ]
     return {
@@ -71,8 +72,8 @@ def _config(estimator: str):
 
 
 def test_the_mixin_hands_verls_advantage_code_the_batch_turns(monkeypatch):
-    rerank = ev.verification(1, "rerank", "gold", 1, 0, BATCH, "gold")  # rho 1
-    reject = ev.verification(1, "reject", None, 1, 0, BATCH, "gold")  # gold was there: rho 0
+    rerank = kbvqa_ev.verification(1, "rerank", "gold", 1, 0, BATCH, "gold")  # rho 1
+    reject = kbvqa_ev.verification(1, "reject", None, 1, 0, BATCH, "gold")  # gold was there: rho 0
     fields = [_extra_fields(rerank), _extra_fields(reject), _extra_fields(rerank), _extra_fields(None)]
     stored = {
         "extra_fields": fields,

@@ -1,0 +1,84 @@
+"""KBVQA-v0 episode metrics (``ragym.envs.kbvqa.metrics``): hand-computed values and the paper's Ident."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragym.envs import events as ev
+from ragym.envs.kbvqa import events as kbvqa_ev
+from ragym.envs.metrics import episode_metrics
+
+CANDS = ["e1", "e2"]
+
+
+def _kbvqa(golds: list[str | None], *decisions: tuple[int, str | None]) -> list[dict]:
+    """A KB-VQA episode: per (image, entity) one search and one decision (None: Reject), then an answer."""
+    events = [kbvqa_ev.task(len(golds), golds, 2, 2, 8)]
+    for turn, (image, entity) in enumerate(decisions):
+        gold = golds[image - 1]
+        events += [
+            ev.action(2 * turn, "search_image", True),
+            kbvqa_ev.search_image(2 * turn, image, turn, CANDS, gold, 0),
+        ]
+        kind = "reject" if entity is None else "rerank"
+        events += [ev.action(2 * turn + 1, kind, True)]
+        events += [kbvqa_ev.verification(2 * turn + 1, kind, entity, image, turn, CANDS, gold)]
+    last = 2 * len(decisions)
+    return [*events, ev.action(last, "answer", True), ev.answer(last, "x")]
+
+
+IDENT_CASES = [
+    # (name, golds, decisions, ident_acc, ident_image_share)
+    ("one image matched", ["e1"], [(1, "e1")], 1.0, 1.0),
+    ("one image wrong", ["e1"], [(1, "e2")], 0.0, 0.0),
+    ("rejected only", ["e1"], [(1, None)], 0.0, 0.0),
+    ("both of two matched", ["e1", "e2"], [(1, "e1"), (2, "e2")], 1.0, 1.0),
+    ("one of two matched: the sample fails (4.2.2)", ["e1", "e2"], [(1, "e1"), (2, "e1")], 0.0, 0.5),
+    ("second image never searched", ["e1", "e2"], [(1, "e1")], 0.0, 0.5),
+    ("a later rerank replaces the first", ["e1"], [(1, "e2"), (1, "e1")], 1.0, 1.0),
+    ("no gold: not applicable", [None], [(1, "e1")], None, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("golds", "decisions", "ident", "share"), [c[1:] for c in IDENT_CASES], ids=[c[0] for c in IDENT_CASES]
+)
+def test_kbvqa_ident_counts_a_sample_only_when_every_image_is_matched(golds, decisions, ident, share) -> None:
+    metrics = episode_metrics("KBVQA-v0", _kbvqa(golds, *decisions))
+    assert (metrics["ident_acc"], metrics["ident_image_share"]) == (ident, share)
+
+
+def test_kbvqa_counts() -> None:
+    events = _kbvqa(["e9"], (1, None), (1, "e1"))  # gold outside both batches: reject right, rerank wrong
+    events += [kbvqa_ev.boundary(4, 1, 1), ev.protocol_violation(4, "no_active_batch", entity=None)]
+    events += [ev.format_error(5, "no_action"), ev.action(5, "invalid", False)]
+    metrics = episode_metrics("KBVQA-v0", events)
+    expected = {
+        "turns": 6.0, "format_errors": 1.0, "protocol_violations": 1.0, "truncated": 0.0, "answered": 1.0,
+        "truncated_by_policy": 0.0, "truncated_by_observation": 0.0, "truncated_by_images": 0.0,
+        "retrieval_errors": 0.0, "errors": 0.0, "actions/search_image": 2.0, "actions/search_text": 0.0, "actions/rerank": 1.0, "actions/reject": 1.0,
+        "actions/answer": 1.0, "actions/invalid": 1.0, "ident_acc": 0.0, "ident_image_share": 0.0,
+        "rejections": 1.0, "needless_rejections": 0.0, "verification_acc": 0.5, "boundaries": 1.0,
+        "searches": 2.0,
+    }  # fmt: skip
+    assert metrics == expected
+
+
+@pytest.mark.parametrize(
+    ("golds", "decisions", "needless"),
+    [
+        (["e9"], [(1, None), (1, None)], 0.0),  # gold in no batch: both rejections right
+        (["e1"], [(1, None), (1, "e1")], 1.0),  # gold e1 was in the rejected batch
+        (["e2"], [(1, None), (1, None)], 2.0),
+        (["e1"], [(1, "e2")], 0.0),  # a wrong Rerank is not a rejection
+    ],
+)
+def test_kbvqa_needless_rejections_count_rejected_batches_that_held_the_gold(
+    golds, decisions, needless
+) -> None:
+    assert episode_metrics("KBVQA-v0", _kbvqa(golds, *decisions))["needless_rejections"] == needless
+
+
+def test_kbvqa_metrics_need_the_task_event() -> None:
+    with pytest.raises(ValueError, match="exactly one 'task' event"):
+        episode_metrics("KBVQA-v0", [ev.action(0, "answer", True)])
