@@ -21,6 +21,7 @@ import pandas as pd
 
 from ragym import envs
 from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.envs import image_cache
 from ragym.envs.image_budget import visual_tokens
 from ragym.envs.kbvqa import kb as kb_module
 from ragym.envs.kbvqa.actions import Answer, Reject, SearchImage, format_action
@@ -58,7 +59,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=2400)
     parser.add_argument("--height", type=int, default=1800)
     args = parser.parse_args()
-    kb_module.configure_image_cache(args.cache_mb << 20)
+    image_cache.configure_image_cache(args.cache_mb << 20)
     checkpoints = {int(c) for c in args.checkpoints.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
         kb_dir, rows = photo_kb(Path(tmp), args.width, args.height)
@@ -78,7 +79,7 @@ def main() -> None:
                 sum(visual_tokens(*im.shape[:2], env.unwrapped.image_budget.image_factor) for im in images)
             )
             if episode in checkpoints:
-                cache = kb_module.IMAGE_CACHE
+                cache = image_cache.IMAGE_CACHE
                 print(f"episodes={episode} peak_rss={peak_rss_mib():.0f}MiB cache={cache.num_bytes / 2**20:.1f}MiB "
                       f"entries={cache.num_entries} evictions={cache.num_evictions} "
                       f"visual_tokens/episode={sum(tokens) / len(tokens):.0f} (max {max(tokens)})", flush=True)  # fmt: skip

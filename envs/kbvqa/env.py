@@ -34,6 +34,7 @@ import pandas as pd
 from ragym.envs import events as ev
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.kbvqa import prompts as prompts
 from ragym.envs.kbvqa.actions import (
@@ -46,7 +47,7 @@ from ragym.envs.kbvqa.actions import (
     action_kind,
 )
 from ragym.envs.kbvqa.actions import parse_action as parse_turn
-from ragym.envs.kbvqa.kb import TEXT_RETRIEVERS, KnowledgeBase, load_kb, read_image
+from ragym.envs.kbvqa.kb import TEXT_RETRIEVERS, KnowledgeBase, load_kb
 from ragym.envs.kbvqa.state import EpisodeState, copy_events
 from ragym.envs.registry import synthetic_data
 from ragym.envs.retrieval.retrievers import IndexSpec, page

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragym.envs import events as ev
+from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa import events as kbvqa_ev
-from ragym.envs.kbvqa.kb import KnowledgeBase, read_image
+from ragym.envs.kbvqa.kb import KnowledgeBase
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.retrievers import normalise
 

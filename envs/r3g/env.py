@@ -35,7 +35,7 @@ import pandas as pd
 from ragym.envs import events as ev
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.image_budget import ImageBudget, budget_of
-from ragym.envs.kbvqa.kb import read_image
+from ragym.envs.image_cache import read_image
 from ragym.envs.r3g import events as r3g_ev
 from ragym.envs.r3g import prompts as prompts
 from ragym.envs.r3g.actions import (

@@ -153,7 +153,7 @@ class RowChecker:
         if self.check_reset:
             self._num_checked += 1
             if self._num_checked % self.IMAGE_CACHE_ROWS == 0:
-                from ragym.envs.kbvqa.kb import clear_image_cache
+                from ragym.envs.image_cache import clear_image_cache
 
                 clear_image_cache()
             env = self._env(str(extra_info["env_id"]), kwargs)

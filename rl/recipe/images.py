@@ -96,7 +96,7 @@ def _check_processor_keys(config: DictConfig, images: RecipeImages) -> None:
 
 def apply_recipe_images(config: DictConfig) -> RecipeImages | None:
     """Read the recipe's budget and size this process's decoded-image cache to it (logged)."""
-    from ragym.envs.kbvqa.kb import configure_image_cache
+    from ragym.envs.image_cache import configure_image_cache
 
     images = recipe_images(config)
     if images is not None:

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from ragym import envs
+from ragym.envs import image_cache
 from ragym.envs.docmemo import views as docmemo_views
 from ragym.envs.docmemo.env import DocMemoConfig
 from ragym.envs.image_budget import BUDGET_FIELDS, ImageBudget, budget_of, visual_tokens
@@ -41,9 +42,9 @@ def assert_within(images: tuple[np.ndarray, ...], budget: ImageBudget, role: str
 
 @pytest.fixture(autouse=True)
 def _fresh_image_cache():
-    kb_module.clear_image_cache()
+    image_cache.clear_image_cache()
     yield
-    kb_module.clear_image_cache()
+    image_cache.clear_image_cache()
 
 
 @pytest.fixture(scope="module")

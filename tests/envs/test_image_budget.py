@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
+from ragym.envs import image_cache
 from ragym.envs.byte_cache import ByteLRU
 from ragym.envs.image_budget import ImageBudget, fit_image, fit_size, visual_tokens
-from ragym.envs.kbvqa import kb as kb_module
 from tests.photos import photo, write_photo
 
 QWEN25 = {"factor": 28, "min_pixels": 56 * 56}
@@ -114,10 +114,10 @@ def test_byte_lru_resize_evicts_down_to_the_new_budget() -> None:
 @pytest.fixture
 def small_image_cache():
     """The process's image cache, emptied and set to 8 MB for the test, restored after."""
-    cache = kb_module.IMAGE_CACHE
+    cache = image_cache.IMAGE_CACHE
     before = cache.max_bytes
     cache.clear()
-    kb_module.configure_image_cache(8_000_000)
+    image_cache.configure_image_cache(8_000_000)
     yield cache
     cache.clear()
     cache.resize(before)
@@ -127,15 +127,15 @@ def test_decoded_images_are_cached_fitted_and_bounded_in_bytes(tmp_path: Path, s
     budget = ImageBudget()
     paths = [write_photo(tmp_path / f"p{i}.jpg", 3000, 2000, i) for i in range(12)]
     for path in paths:
-        image = kb_module.read_image(path, budget, "candidate")
+        image = image_cache.read_image(path, budget, "candidate")
         assert visual_tokens(*image.shape[:2], 28) <= 256 and not image.flags.writeable
         assert small_image_cache.num_bytes <= 8_000_000
     # 12 fitted candidates (~0.6 MB each) fit in 8 MB: all are cached, and served again without a decode.
     assert small_image_cache.num_entries == 12
-    again = kb_module.read_image(paths[0], budget, "candidate")
-    assert again is kb_module.read_image(paths[0], budget, "candidate")
+    again = image_cache.read_image(paths[0], budget, "candidate")
+    assert again is image_cache.read_image(paths[0], budget, "candidate")
     # Full-size decodes (18 MB each) exceed the budget: returned, never cached, and nothing is held beyond it.
-    full = kb_module.read_image(paths[1])
+    full = image_cache.read_image(paths[1])
     assert full.shape == (2000, 3000, 3) and small_image_cache.num_bytes <= 8_000_000
     assert small_image_cache.num_entries == 12
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ragym.envs.image_cache import read_image
 from ragym.envs.image_pack import PACK_INDEX, ImagePack, main, write_image_pack
-from ragym.envs.kbvqa.kb import load_kb, read_image
+from ragym.envs.kbvqa.kb import load_kb
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragym.envs.kbvqa.kb import KB_FORMAT, load_kb, read_image
+from ragym.envs.image_cache import read_image
+from ragym.envs.kbvqa.kb import KB_FORMAT, load_kb
 
 
 def test_loading_twice_returns_the_cached_kb(tiny_kb: Path) -> None:

@@ -121,7 +121,7 @@ class _EngineScript(ScriptedServer):
 def test_the_local_engine_trains_through_a_row_whose_image_vanished(tmp_path: Path, monkeypatch):
     """The row passed the load-time check; its query image is deleted before the step (a missing file)."""
     from ragym.data_prep.synthetic_kb import PRESETS, build_kb
-    from ragym.envs.kbvqa.kb import clear_image_cache
+    from ragym.envs.image_cache import clear_image_cache
     from ragym.envs.registry import make_env
     from ragym.rl.engine.main import build_trainer
     from ragym.rl.tiny.policy import build_tiny_policy

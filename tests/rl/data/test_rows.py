@@ -87,7 +87,7 @@ def test_fingerprint_changes_with_the_rows_used(kb):
 
 
 def test_checking_every_row_keeps_the_image_cache_bounded(kb, monkeypatch):
-    from ragym.envs.kbvqa.kb import IMAGE_CACHE, clear_image_cache
+    from ragym.envs.image_cache import IMAGE_CACHE, clear_image_cache
     from ragym.rl.data.rows import RowChecker
 
     clear_image_cache()

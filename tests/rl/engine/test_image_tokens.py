@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.envs import image_cache
 from ragym.envs.image_budget import ImageBudget, visual_tokens
 from ragym.envs.kbvqa import kb as kb_module
 from ragym.rl.agent_loop.loop import make_agent_loop
@@ -110,7 +111,7 @@ def test_agent_loop_episodes_spend_at_most_the_recipes_tokens_per_image(arch, re
                                        "max_pixels": images_node["query_max_pixels"]}  # fmt: skip
     config.actor_rollout_ref.rollout.prompt_length = 4096
     config.ragym = {"images": images_node}
-    kb_module.clear_image_cache()
+    image_cache.clear_image_cache()
     server = ScriptedServer(processor.tokenizer, SCRIPT)
     loop = make_agent_loop(config, server, processor.tokenizer, processor)
     row = {"index": 0, "env_id": "KBVQA-v0", "env_kwargs": json.dumps({"kb_dir": str(root)}),
@@ -124,4 +125,4 @@ def test_agent_loop_episodes_spend_at_most_the_recipes_tokens_per_image(arch, re
     assert tokens[0] <= budget.max_tokens("query") and max(tokens[1:]) <= 96
     num_pads = sum(1 for t in out.prompt_ids + out.response_ids if t == processor.image_token_id)
     assert num_pads == sum(tokens)  # placeholders = what the processor expands these sizes to
-    assert kb_module.IMAGE_CACHE.max_bytes == images_node["cache_bytes"]
+    assert image_cache.IMAGE_CACHE.max_bytes == images_node["cache_bytes"]

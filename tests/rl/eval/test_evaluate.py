@@ -12,7 +12,8 @@ import pytest
 from verl.workers.rollout.replica import TokenOutput
 
 from ragym.data_prep.synthetic_kb import main as build_kb
-from ragym.envs.kbvqa.kb import load_kb, read_image
+from ragym.envs.image_cache import read_image
+from ragym.envs.kbvqa.kb import load_kb
 from ragym.rewards.episode import Episode
 from ragym.rl.engine.hf_server import ServerStats
 from ragym.rl.engine.trainer import read_rows

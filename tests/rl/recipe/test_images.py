@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+from ragym.envs import image_cache
 from ragym.envs.docmemo.env import DocMemoConfig
-from ragym.envs.kbvqa import kb as kb_module
 from ragym.envs.kbvqa.env import KBVQAConfig
 from ragym.envs.r3g.env import R3GConfig
 from ragym.rl.errors import UsageError
@@ -118,9 +118,9 @@ def test_a_row_that_sets_another_budget_is_an_error() -> None:
 
 
 def test_applying_the_recipe_sizes_the_process_image_cache() -> None:
-    before = kb_module.IMAGE_CACHE.max_bytes
+    before = image_cache.IMAGE_CACHE.max_bytes
     try:
         apply_recipe_images(composed("kbvqa_qwen2_5_vl_7b", ["ragym.images.cache_bytes=12345678"]))
-        assert kb_module.IMAGE_CACHE.max_bytes == 12_345_678
+        assert image_cache.IMAGE_CACHE.max_bytes == 12_345_678
     finally:
-        kb_module.IMAGE_CACHE.resize(before)
+        image_cache.IMAGE_CACHE.resize(before)
