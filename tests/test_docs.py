@@ -95,11 +95,13 @@ def test_the_readme_is_short() -> None:
     assert len(README.read_text().splitlines()) < README_MAX_LINES
 
 
-def test_the_readme_command_table_names_every_command() -> None:
-    rows = table_after(README.read_text(), "| command |")
+@pytest.mark.parametrize("page", [README, DOCS / "index.md"], ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_the_command_tables_name_every_command(page: Path) -> None:
+    """README's command table (one line each) and the manual's (with each command's arguments)."""
+    rows = table_after(page.read_text(), "| command |")
     listed = {name for row in rows for name in re.findall(r"ragym ([a-z][\w-]*)", row[0])}
-    assert set(COMMANDS) - listed == set(), "commands missing from README's command table"
-    assert listed - set(COMMANDS) == set(), "README's command table names commands that do not exist"
+    assert set(COMMANDS) - listed == set(), "commands missing from the command table"
+    assert listed - set(COMMANDS) == set(), "the command table names commands that do not exist"
 
 
 def test_the_recipe_table_names_every_recipe() -> None:
