@@ -67,7 +67,15 @@ setup(
             "deepspeed",
             "qwen-vl-utils",
         ],
-        "dev": ["playwright", "pytest", "ruff", "hypothesis", "pytrec-eval-terrier", "scikit-image"],
+        "dev": [
+            "playwright",
+            "pytest",
+            "ruff",
+            "hypothesis",
+            "pytrec-eval-terrier",
+            "scikit-image",
+            "mkdocs==1.6.1",
+        ],
     },
     entry_points={
         "console_scripts": ["ragym=ragym.rl.cli:main"],

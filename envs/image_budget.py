@@ -30,7 +30,7 @@ MAX_ASPECT_RATIO = 200
 @dataclass(frozen=True)
 class ImageBudget:
     """Pixels one image may occupy after fitting; defaults: 1,024 tokens per query image, 256 per candidate
-    (Qwen2.5-VL, factor 28), the KB-VQA recipe's settings (README "Image budgets")."""
+    (Qwen2.5-VL, factor 28), the KB-VQA recipe's settings (docs/scale.md)."""
 
     query_max_pixels: int = 1024 * 28 * 28
     """Most pixels of an image the task gives (a KB-VQA query image, R3G's and MEMORA's query image)."""

@@ -11,7 +11,7 @@ Layout, beside the KB's other index files::
     index/images_index.npy   int64 (num_entities, 4): byte offset, height, width, channels (3)
 
 ``python -m ragym.envs.image_pack KB_DIR [--max-side 448]`` writes it (``--max-side`` shrinks large images the
-way the policy's processor would anyway, bounding the pack: see README "Retrieval service").
+way the policy's processor would anyway, bounding the pack: see docs/service.md "Candidate images").
 """
 
 from __future__ import annotations

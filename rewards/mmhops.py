@@ -11,7 +11,7 @@ not all numbers (InfoSeek's ``[{"wikidata": v, "range": [lo, hi]}]`` included) s
 ``float(gt)`` fails into ``return 0``; an unknown question type scores as String, as upstream does.
 ``check_ground_truth`` is the strict check data prep runs, so such rows are rejected there, not scored.
 
-Departures (named in the README): a prediction with no number scores 0; upstream parses it as ``[0, 0]``,
+Departures (named in docs/rewards.md): a prediction with no number scores 0; upstream parses it as ``[0, 0]``,
 which credits an empty answer whenever the gold range contains 0. A NaN gold bound scores 0 (upstream's
 min/max of it depends on order), and String/Time with no alias score 0 (upstream's ``max`` of nothing raises).
 """

@@ -137,7 +137,7 @@ class DocMemoConfig:
     """Longer side of observation images; pages are downscaled to it, keeping the aspect ratio."""
     candidate_max_pixels: int = PAGE_MAX_PIXELS
     """Page budget: most pixels of a shown page image (and of each dense-page crop) after ``image_max_side``,
-    fitted once with the processor's rule (README "Image budgets"); the recipe's ``ragym.images`` sets it. The
+    fitted once with the processor's rule (docs/scale.md); the recipe's ``ragym.images`` sets it. The
     default, Qwen2.5-VL's own ``max_pixels``, bounds nothing ``image_max_side`` has not already bounded."""
     query_max_pixels: int = PAGE_MAX_PIXELS
     """DocMemo shows no query image; kept so one recipe budget fits every env."""

@@ -124,7 +124,7 @@ def retrieval_unavailable_view(turns_left: int) -> str:
 def fit(image: np.ndarray, max_side: int, budget: ImageBudget | None = None) -> np.ndarray:
     """``image`` as uint8 (H, W, 3), downscaled so its longer side is at most ``max_side``; when the page
     budget (``budget``'s candidate pixels) binds at that size, resampled once, straight to the budget's
-    fitted size instead (multiples of its factor, as the processor would resize it: README "Image budgets")."""
+    fitted size instead (multiples of its factor, as the processor would resize it: docs/scale.md)."""
     pil = Image.fromarray(image).convert("RGB")
     height, width = image.shape[:2]
     scale = min(1.0, max_side / max(height, width))

@@ -106,7 +106,7 @@ class KBVQAConfig:
     max_image_side: int = 4096
     """Upper bound of an image side in the observation space."""
     query_max_pixels: int = ImageBudget.query_max_pixels
-    """Most pixels of a shown query image (fitted once, as the processor would: README "Image budgets");
+    """Most pixels of a shown query image (fitted once, as the processor would: docs/scale.md);
     the recipe's ``ragym.images`` sets it for every env."""
     candidate_max_pixels: int = ImageBudget.candidate_max_pixels
     """Most pixels of a shown candidate image."""

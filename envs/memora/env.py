@@ -117,7 +117,7 @@ class MemoraConfig(ScoreWeights):
     image_max_side: int = 1024
     """Longer side of the query image."""
     query_max_pixels: int = ImageBudget.query_max_pixels
-    """Most pixels of the shown query image (fitted as the processor would: README "Image budgets"); the
+    """Most pixels of the shown query image (fitted as the processor would: docs/scale.md); the
     recipe's ``ragym.images`` sets it for every env."""
     candidate_max_pixels: int = ImageBudget.candidate_max_pixels
     """Most pixels of a retrieved image (MEMORA shows none; kept so one recipe budget fits every env)."""

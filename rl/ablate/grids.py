@@ -276,8 +276,8 @@ for _grid in _KBVQA_GRIDS:
     register_grid(_grid)
 
 
-DEMO_IDENT = Target(0.79, "the CPU demo's held-out Ident. after its 30 GRPO steps (README, `ragym demo` seeds 0 "
-                    "and 1: ident_acc 0.00 -> 0.79, 38 of the 48 held-out questions)")  # fmt: skip
+DEMO_IDENT = Target(0.79, "the CPU demo's held-out Ident. after its 30 GRPO steps (docs/results.md, `ragym demo` "
+                    "seeds 0 and 1: ident_acc 0.00 -> 0.79, 38 of the 48 held-out questions)")  # fmt: skip
 """Target of the credit grids: what the demo reached (38/48 = 0.792 is also the most any policy identifies on
 those rows: the gold is among the candidates an image can get for 38 of them)."""
 CREDIT_EVAL_EVERY = 5

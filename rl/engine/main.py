@@ -26,7 +26,7 @@ def check_keys(recipe: str, overrides: list[str], reader: RecipeReader) -> list[
     if unknown:
         raise UsageError(
             f"recipe {recipe}: no ragym command or verl reads {', '.join(unknown)}; check the spelling "
-            "(README: the local engine, unused keys)"
+            "(docs/training.md: the local engine)"
         )
     return reader.unused_keys(set_keys)
 

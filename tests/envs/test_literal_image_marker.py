@@ -2,7 +2,7 @@
 
 The agent loop places one image per marker and ends an episode whose counts differ in error, so a document,
 question or echoed query that contains the marker text would break episodes (found by ``ragym budget``, whose
-fixture documents quoted the README).
+fixture documents quoted ragym's own docs).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from ragym.rl.recipe.compose import load_recipe as load_training_recipe
 from tests.rewards.test_verl import PAPER_RECIPE, verl_args
 
 DELTA = f"+{REWARD_KWARGS}.overrides.terms.verification.params.delta=0.3"
-"""The README's example override."""
+"""The example override of docs/rewards.md."""
 
 
 def _paper_with_delta(delta: float) -> dict:

@@ -100,12 +100,11 @@ def r3g_rows(out: Path) -> Path:
 
 
 def _english(num: int, chars: int) -> list[str]:
-    """``num`` passages of ``chars`` characters of real English (ragym's README, wrapped around), its literal
-    ``<image>`` placeholders defused: MEMORA-v0 shows query and document text verbatim, and a stray placeholder
-    there is an episode error (more markers than images) in the agent loop."""
-    text = " ".join(
-        (REPO_ROOT / "README.md").read_text(encoding="utf-8").replace("<image>", "(image)").split()
-    )
+    """``num`` passages of ``chars`` characters of real English (ragym's manual, docs/, wrapped around), its
+    literal ``<image>`` placeholders defused: MEMORA-v0 shows query and document text verbatim, and a stray
+    placeholder there is an episode error (more markers than images) in the agent loop."""
+    manual = " ".join(page.read_text(encoding="utf-8") for page in sorted((REPO_ROOT / "docs").glob("*.md")))
+    text = " ".join(manual.replace("<image>", "(image)").split())
     return [(text * 2)[i * chars : (i + 1) * chars] for i in range(num)]
 
 

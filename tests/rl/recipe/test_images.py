@@ -25,7 +25,7 @@ BUDGETED = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen3_vl_8b", "r3g_qwen2_5_vl_7b", "me
 VISION_MARKERS = 2
 """<|vision_start|> and <|vision_end|> around each image's pad tokens."""
 TEXT_TOKENS_PER_TURN = 512
-"""Allowance per policy turn for generated text plus the observation's text (README "Image budgets")."""
+"""Allowance per policy turn for generated text plus the observation's text (docs/scale.md, "Image budgets")."""
 SYSTEM_PROMPT_TOKENS = 1024
 """Allowance for the system prompt and question (each env's is well under 3,500 characters)."""
 

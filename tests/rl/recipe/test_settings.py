@@ -63,20 +63,3 @@ def test_a_key_nothing_reads_is_an_error_naming_it(tmp_path):
         build_trainer(
             "kbvqa_tiny_cpu", ["+ragym.demo.warm_start.epoch=2", f"trainer.default_local_dir={tmp_path}"]
         )
-
-
-def test_every_shipped_recipe_is_in_the_readmes_recipe_table() -> None:
-    """The README's recipe table lists every YAML under recipes/ (reward recipes and agent-loop configs aside,
-    which have their own sections), so the table cannot drift from the folder again."""
-    from ragym.rl.recipe.compose import PACKAGE_ROOT
-
-    readme = (PACKAGE_ROOT / "README.md").read_text()
-    table = readme[readme.index("| recipe | what |") :].split("\n\n", 1)[0]
-    listed = {cell.strip("` ") for line in table.splitlines()[2:] for cell in line.split("|")[1].split(",")}
-    root = PACKAGE_ROOT / "recipes"
-    shipped = {
-        str(p.relative_to(root).with_suffix(""))
-        for p in root.rglob("*.yaml")
-        if p.parent.name not in ("rewards", "agent_loops")
-    }
-    assert shipped - listed == set()
