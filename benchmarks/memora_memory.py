@@ -18,7 +18,6 @@ import time
 import numpy as np
 
 from ragym.envs.events import events_of
-from ragym.envs.memora.corpus import bm25_collection
 from ragym.envs.memora.env import MemoraEnv
 from ragym.envs.memora.synthetic import FACETS, SyntheticConfig, synthetic_domain
 from ragym.rewards.memora import ranking_ndcg
@@ -30,7 +29,7 @@ def run(seed: int, depth: int, use_memory: bool = True) -> tuple[float, float, f
     """(first-stage nDCG@10, final nDCG@10, actions, LLM calls per episode) on the held-out 20% after
     ``depth`` warm-ups."""
     domain = synthetic_domain(SyntheticConfig(seed=seed))
-    env = MemoraEnv(collection=bm25_collection(domain.corpus))
+    env = MemoraEnv(synthetic_seed=seed)  # the same synthetic domain, BM25 first stage
     pipeline = MemoraPipeline(ScriptedModel(facets=FACETS, use_memory=use_memory))
     split = int(0.8 * len(domain.queries))
     if depth > split:

@@ -1,17 +1,35 @@
-"""The ragym environment registry: one name per env class, registered with gymnasium too."""
+"""The ragym environment registry: one name per env class, registered with gymnasium too, and ``make_env``,
+the edge that builds envs and resolves the retrieval service they search through."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import gymnasium
 
+from ragym.envs.retrieval.hits import RetrieverSource
+from ragym.envs.retrieval.service.client import TOKEN_ENV, URL_ENV, ClientConfig, service_retrievers
+
 _ENVS: dict[str, str] = {}
+_SERVICE_ENVS: set[str] = set()
+
+SERVICE_KWARGS = ("retrieval_url", "retrieval_timeout_s", "retrieval_retries")
+"""Env kwargs ``make_env`` takes for the retrieval service (rows and recipes name them beside the config's):
+its base URL (None, "" or absent: ``$RAGYM_RETRIEVAL_URL``, and in process when that is unset too),
+the per-attempt timeout of a search (10 s), and retries of a failed search before it counts as unavailable (2)."""
 
 
-def register_env(env_id: str, entry_point: str, **kwargs) -> None:
-    """Register ``env_id`` (versioned, e.g. ``KBVQA-v0``) with ragym and gymnasium; duplicates are an error."""
+def register_env(env_id: str, entry_point: str, *, searches_service: bool = False, **kwargs: Any) -> None:
+    """Register ``env_id`` (versioned, e.g. ``KBVQA-v0``) with ragym and gymnasium; duplicates are an error.
+
+    ``searches_service``: the env's retrievers can be the retrieval service's (``ragym serve`` serves them
+    under the names the env asks for), so ``make_env`` resolves a service for it."""
     if env_id in _ENVS:
         raise ValueError(f"environment {env_id!r} is already registered (by {_ENVS[env_id]})")
     _ENVS[env_id] = entry_point
+    if searches_service:
+        _SERVICE_ENVS.add(env_id)
     gymnasium.register(id=env_id, entry_point=entry_point, **kwargs)
 
 
@@ -20,11 +38,46 @@ def registered_envs() -> dict[str, str]:
     return dict(_ENVS)
 
 
-def make_env(env_id: str, **kwargs) -> gymnasium.Env:
-    """Build a registered ragym env, unwrapped (the agent loop needs the raw env, no checker wrappers)."""
+def searches_service(env_id: str) -> bool:
+    """Whether ``env_id`` was registered as searching through the retrieval service when one is named."""
+    return env_id in _SERVICE_ENVS
+
+
+def make_env(env_id: str, *, retriever: RetrieverSource | None = None, **kwargs: Any) -> gymnasium.Env:
+    """Build a registered ragym env, unwrapped (the agent loop needs the raw env, no checker wrappers).
+
+    For an env that searches the service, ``retrieval_url`` / ``retrieval_timeout_s`` / ``retrieval_retries``
+    (``SERVICE_KWARGS``) and ``$RAGYM_RETRIEVAL_URL`` resolve here, once per process, into the shared
+    ``ServiceRetrievers`` passed to the env as ``retriever``; an explicit ``retriever`` wins over them all.
+    """
     if env_id not in _ENVS:
         raise KeyError(f"unknown environment {env_id!r}; registered: {sorted(_ENVS)}")
+    if searches_service(env_id):
+        service = service_source(**{k: kwargs.pop(k) for k in SERVICE_KWARGS if k in kwargs})
+        retriever = retriever or service
+    if retriever is not None:
+        kwargs["retriever"] = retriever
     return gymnasium.make(env_id, disable_env_checker=True, **kwargs).unwrapped
+
+
+def service_source(
+    retrieval_url: str | None = None, retrieval_timeout_s: float = 10.0, retrieval_retries: int = 2
+) -> RetrieverSource | None:
+    """The retrieval service named by ``retrieval_url`` (else ``$RAGYM_RETRIEVAL_URL``), or None for neither.
+
+    One source per (URL, client settings) in the process, so every env of a worker shares its clients and
+    their circuit breakers; settings that make no search possible are refused here, naming the kwarg.
+    """
+    if isinstance(retrieval_timeout_s, bool) or not 0 < retrieval_timeout_s < float("inf"):
+        raise ValueError(f"retrieval_timeout_s must be a number > 0, got {retrieval_timeout_s!r}")
+    if isinstance(retrieval_retries, bool) or not isinstance(retrieval_retries, int) or retrieval_retries < 0:
+        raise ValueError(f"retrieval_retries must be an int >= 0, got {retrieval_retries!r}")
+    url = retrieval_url or os.environ.get(URL_ENV)
+    if not url:
+        return None
+    client = ClientConfig(timeout_s=retrieval_timeout_s, max_retries=retrieval_retries,
+                          token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
+    return service_retrievers(url, client)
 
 
 SYNTHETIC_DATA_GROUP = "ragym.synthetic_data"

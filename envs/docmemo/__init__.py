@@ -4,4 +4,4 @@ and anchor states (the env class itself is imported lazily, by gymnasium)."""
 from ragym.envs.docmemo import anchors, events, metrics  # noqa: F401  (importing them registers them)
 from ragym.envs.registry import register_env
 
-register_env("DocMemo-v0", "ragym.envs.docmemo.env:DocMemoEnv")
+register_env("DocMemo-v0", "ragym.envs.docmemo.env:DocMemoEnv", searches_service=True)

@@ -11,7 +11,7 @@ irrelevant pages -> belief update). The episode ends on an answer or after T rou
 ``ragym.envs.docmemo.actions``.
 
 Page numbers in actions, observations and events are 1-based, as in MMLongBench-Doc. Reset options:
-``{"question": str, "doc_id": str}`` (the store is ``<store_root>/<doc_key(doc_id)>``); no options
+``{"question": str, "doc_id": str}`` (the store is ``<config.store_root>/<doc_key(doc_id)>``); no options
 samples a question over the built-in synthetic report. Gold pages are never given to the env.
 
 Events (``info["events"]``, each with ``type`` and ``turn``; reset-time events have ``turn`` -1):
@@ -34,17 +34,16 @@ Events (``info["events"]``, each with ``type`` and ``turn``; reset-time events h
 - ``retrieval_error``: the page search got no answer from the retrieval service (``retriever``, ``reason``,
   ``detail``); no candidates are shown, and a ``refine`` retries the search without using up a round.
 
-Retrieval service: with ``retrieval_url`` (or ``$RAGYM_RETRIEVAL_URL``) set, documents loaded from
-``store_root`` are searched through the service's ``pages/<doc_key>`` retrievers (``ragym serve
---doc-store-root``), with the client's timeouts, retries and circuit breaker; the built-in synthetic report and
-an explicit ``retriever_factory`` stay in process.
+Retrieval: ``DocMemoEnv(config=None, *, retriever=None, **overrides)``. ``retriever`` (a ``RetrieverSource``)
+is asked for ``pages/<doc_key(doc_id)>``, one retriever per document, whose hits are 1-based page numbers:
+``make_env`` passes the retrieval service's (``ragym serve --doc-store-root``, with the client's timeouts,
+retries and circuit breaker) when a row, the recipe or ``$RAGYM_RETRIEVAL_URL`` names one. None searches in
+process with the configured page encoder (``PageRetriever``).
 """
 
 from __future__ import annotations
 
 import copy
-import os
-from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -62,14 +61,8 @@ from ragym.envs.docmemo.pages import PageRetriever, TextPageEncoder, VisualPageE
 from ragym.envs.docmemo.store import DocStore, doc_key, load_store
 from ragym.envs.docmemo.synthetic import synthetic_questions, synthetic_store
 from ragym.envs.image_budget import ImageBudget, budget_of
-from ragym.envs.retrieval.hits import Retriever
-from ragym.envs.retrieval.service.client import (
-    TOKEN_ENV,
-    URL_ENV,
-    ClientConfig,
-    RetrievalUnavailable,
-    shared_retriever,
-)
+from ragym.envs.retrieval.hits import Retriever, RetrieverSource
+from ragym.envs.retrieval.service.client import RetrievalUnavailable
 from ragym.envs.spaces import FreeText, text_image_space
 
 PAGE_MAX_PIXELS = 12_845_056
@@ -79,6 +72,10 @@ PAGE_MAX_PIXELS = 12_845_056
 @dataclass(frozen=True)
 class DocMemoConfig:
     """Every DocMemo knob; T, the schedule shape and the loop follow the seed, the numbers are ours (it gives none)."""
+
+    store_root: str | None = None
+    """Folder of per-document stores (``ragym prep mmlongbench_doc``), one per ``doc_key(doc_id)``; None
+    allows only the built-in synthetic report (reset without options)."""
 
     kappa: float = 2.0
     """Prior strength: alpha = 1 + kappa c, beta = 1 + kappa (1 - c) from first-round similarity c. Small
@@ -151,20 +148,12 @@ class DocMemoConfig:
     """Local directory of a CLIP-style model; required when ``encoder`` is ``visual``."""
     device: str = "cpu"
     """Device of the page encoder."""
-    retrieval_url: str | None = None
-    """Base URL of the retrieval service serving ``store_root``'s documents (``pages/<doc_key>``). None reads
-    ``$RAGYM_RETRIEVAL_URL`` (set once per job), and searches in process when that is unset too."""
-    retrieval_timeout_s: float = 10.0
-    """Per-attempt timeout of a service search; after the retries the policy is told retrieval is down."""
-    retrieval_retries: int = 2
-    """Retries of a failed service search (with backoff) before it counts as unavailable."""
 
     def __post_init__(self) -> None:
         budget_of(self)  # a budget no page fits is refused here, naming the field
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
         least = {"num_candidates": 1, "num_evidence": 1, "max_rounds": 1, "max_turns": 1, "radius": 0,
-                 "max_turn_chars": 1, "evidence_text_chars": 0, "image_max_side": 1,
-                 "retrieval_retries": 0}  # fmt: skip
+                 "max_turn_chars": 1, "evidence_text_chars": 0, "image_max_side": 1}  # fmt: skip
         for name, minimum in least.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -174,10 +163,6 @@ class DocMemoConfig:
                 raise ValueError(
                     f"DocMemoConfig.{name} must be a finite number >= 0, got {getattr(self, name)!r}"
                 )
-        if not 0 < self.retrieval_timeout_s < float("inf"):
-            raise ValueError(
-                f"DocMemoConfig.retrieval_timeout_s must be > 0, got {self.retrieval_timeout_s!r}"
-            )
         if self.encoder not in ("text", "visual"):
             raise ValueError(f"DocMemoConfig.encoder must be 'text' or 'visual', got {self.encoder!r}")
 
@@ -191,21 +176,21 @@ class DocMemoEnv(gymnasium.Env):
 
     def __init__(
         self,
-        store_root: str | None = None,
         config: DocMemoConfig | None = None,
-        retriever_factory: Callable[[DocStore], Retriever] | None = None,
+        *,
+        retriever: RetrieverSource | None = None,
         **overrides: Any,
     ) -> None:
-        """``store_root`` holds per-document stores; ``overrides`` replace config fields by name."""
+        """``retriever`` serves the page searches (module docstring); ``overrides`` replace config fields."""
         names = {f.name for f in fields(DocMemoConfig)}
         unknown = set(overrides) - names
         if unknown:
             raise TypeError(f"DocMemoEnv: unknown config fields {sorted(unknown)}")
         self.config = replace(config or DocMemoConfig(), **overrides)
         self.image_budget = budget_of(self.config)
-        self.store_root = Path(store_root) if store_root else None
-        self._retriever_factory = retriever_factory
-        self._service_url = self.config.retrieval_url or os.environ.get(URL_ENV) or None
+        self.store_root = Path(self.config.store_root) if self.config.store_root else None
+        self.retrievers = retriever
+        """Where each document's pages are searched: the source passed in, else None (in process)."""
         c = self.config
         # Dense pages may bring two crops each, hence three images per evidence page at most.
         self.observation_space = text_image_space(c.max_obs_chars, 3 * c.num_evidence, c.image_max_side)
@@ -225,22 +210,19 @@ class DocMemoEnv(gymnasium.Env):
                 raise ValueError(f"DocMemo encoder must be 'text' or 'visual', got {c.encoder!r}")
         return self._encoder
 
-    def _default_retriever(self, store: DocStore) -> Retriever:
+    def _page_retriever(self, store: DocStore, key: str) -> Retriever:
+        """The page search of document ``key`` (its store's folder): ``pages/<key>`` of the source passed in,
+        else in process."""
+        if self.retrievers is not None:
+            return self.retrievers.retriever(f"pages/{key}")
         return PageRetriever(store, self._page_encoder())
 
-    def _service_retriever(self, store_dir: Path) -> Retriever:
-        """The service's retriever of one stored document; shared by this process's envs (one breaker)."""
-        c = self.config
-        client = ClientConfig(timeout_s=c.retrieval_timeout_s, max_retries=c.retrieval_retries,
-                              token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
-        return shared_retriever(self._service_url, f"pages/{store_dir.name}", client)
-
     def _load(self, options: dict[str, Any] | None) -> tuple[str, DocStore]:
-        store_dir = None
         if not options:  # None or {}: a question over the built-in synthetic report
             questions = synthetic_questions()
             question = questions[int(self.np_random.integers(len(questions)))].question
             store = synthetic_store(self._page_encoder())
+            key = doc_key(store.doc_id)
         else:
             unknown = set(options) - {"question", "doc_id"}
             if unknown or not all(isinstance(options.get(k), str) for k in ("question", "doc_id")):
@@ -248,17 +230,11 @@ class DocMemoEnv(gymnasium.Env):
                     f"DocMemo reset options need str 'question' and 'doc_id' only, got {sorted(options)}"
                 )
             if self.store_root is None:
-                raise ValueError(f"DocMemo reset for doc {options['doc_id']!r} needs store_root")
-            store_dir = self.store_root / doc_key(options["doc_id"])
-            question, store = options["question"], load_store(store_dir)
+                raise ValueError(f"DocMemo reset for doc {options['doc_id']!r} needs config.store_root")
+            key = doc_key(options["doc_id"])
+            question, store = options["question"], load_store(self.store_root / key)
         if store.doc_id not in self._retrievers:
-            if self._retriever_factory is not None:
-                retriever = self._retriever_factory(store)
-            elif self._service_url and store_dir is not None:
-                retriever = self._service_retriever(store_dir)
-            else:
-                retriever = self._default_retriever(store)
-            self._retrievers[store.doc_id] = retriever
+            self._retrievers[store.doc_id] = self._page_retriever(store, key)
         self.retriever = self._retrievers[store.doc_id]
         return question, store
 

@@ -31,6 +31,7 @@ from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.envs.kbvqa import prompts as prompts
 from ragym.envs.kbvqa.env import KBVQAConfig, KBVQAEnv
 from ragym.envs.kbvqa.state import Batch
+from ragym.envs.retrieval.hits import RetrieverSource
 
 TOP1_LINE = (
     "- In this setting SearchImage(j) returns only the retriever's best candidate for image j, taken as its "
@@ -88,12 +89,12 @@ def split_aids(kwargs: dict[str, Any]) -> tuple[DemoAids, dict[str, Any]]:
 class KBVQADemoEnv(KBVQAEnv):
     """``KBVQA-v0`` whose observations carry the demo aids; kwargs are ``KBVQAConfig`` and ``DemoAids`` fields."""
 
-    def __init__(self, config: KBVQAConfig | None = None, aids: DemoAids | None = None, **overrides: Any):
-        given, overrides = split_aids(overrides)
-        if aids is not None and given != DemoAids():
-            raise TypeError("pass either a DemoAids or aid keyword overrides, not both")
-        self.aids = aids or given
-        super().__init__(config, **overrides)
+    def __init__(
+        self, config: KBVQAConfig | None = None, *, retriever: RetrieverSource | None = None, **overrides: Any
+    ):
+        """As ``KBVQAEnv``; the ``DemoAids`` fields among ``overrides`` set the aids (all off by default)."""
+        self.aids, overrides = split_aids(overrides)
+        super().__init__(config, retriever=retriever, **overrides)
         signatures = self.kb.queries["signature"]
         if (self.aids.visual_check or self.aids.show_visual_signature) and signatures.isna().all():
             raise ValueError(

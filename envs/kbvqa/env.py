@@ -18,12 +18,18 @@ Rerank(e), Reject() and Answer(y) (grammar in ``ragym.envs.kbvqa.actions``; stop
 ``reset(options=row_env_options)`` takes ``question``, ``query_images`` (paths, relative to the KB
 folder or absolute), ``gold_entities`` (one entity id or null per image) and optional ``answers``;
 ``options`` None or empty samples a row of the KB's ``data/train.parquet``. Gold data never reaches an observation.
+
+Retrieval: ``KBVQAEnv(config=None, *, retriever=None, **overrides)``. ``retriever`` (a ``RetrieverSource``) is
+asked for ``candidates`` (``candidate_source="precomputed"``) or ``image`` (``live``) for SearchImage, and for
+the text retriever in use (``bm25`` or ``dense``) for SearchText: ``make_env`` passes the retrieval service's
+(``ragym serve`` over this KB) when a row, the recipe or ``$RAGYM_RETRIEVAL_URL`` names one. None searches the
+KB in process (``KBRetrievers``). A search the service cannot answer is an observation and a
+``retrieval_error`` event.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -47,17 +53,12 @@ from ragym.envs.kbvqa.actions import (
     action_kind,
 )
 from ragym.envs.kbvqa.actions import parse_action as parse_turn
-from ragym.envs.kbvqa.kb import TEXT_RETRIEVERS, KnowledgeBase, load_kb
+from ragym.envs.kbvqa.kb import TEXT_RETRIEVERS, KBRetrievers, KnowledgeBase, load_kb
 from ragym.envs.kbvqa.state import EpisodeState, copy_events
 from ragym.envs.registry import synthetic_data
+from ragym.envs.retrieval.hits import RetrieverSource
 from ragym.envs.retrieval.retrievers import IndexSpec, page
-from ragym.envs.retrieval.service.client import (
-    TOKEN_ENV,
-    URL_ENV,
-    ClientConfig,
-    RetrievalUnavailable,
-    shared_retriever,
-)
+from ragym.envs.retrieval.service.client import RetrievalUnavailable
 from ragym.envs.spaces import text_image_space
 
 
@@ -82,14 +83,6 @@ class KBVQAConfig:
     text_retriever: str = "auto"
     """``auto`` (dense when the KB has passage vectors, as the paper's E5 index, else BM25), ``bm25`` or
     ``dense`` (the KB's text encoder over stored passage vectors); the one used is in the ``task`` event."""
-    retrieval_url: str | None = None
-    """Base URL of the retrieval service (``ragym serve``) serving this KB: SearchImage and SearchText then
-    go over HTTP. None reads ``$RAGYM_RETRIEVAL_URL`` (set once per job by the launch), and searches in
-    process when that is unset too."""
-    retrieval_timeout_s: float = 10.0
-    """Per-attempt timeout of a service search; after the retries the policy is told retrieval is down."""
-    retrieval_retries: int = 2
-    """Retries of a failed service search (with backoff) before it counts as unavailable."""
     candidate_source: str = "precomputed"
     """``precomputed`` (the KB's stored candidate lists, as in the paper) or ``live`` (faiss search)."""
     index_kind: str = "auto"
@@ -119,7 +112,7 @@ class KBVQAConfig:
         budget_of(self)  # a budget no image fits is refused here, naming the field
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
         minimum = {"candidates_per_batch": 1, "max_rejections": 0, "max_turns": 1, "text_top_k": 1,
-                   "max_text_queries": 1, "retrieval_retries": 0, "max_turn_chars": 1}  # fmt: skip
+                   "max_text_queries": 1, "max_turn_chars": 1}  # fmt: skip
         for name, least in minimum.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -128,8 +121,6 @@ class KBVQAConfig:
             raise ValueError(
                 f"KBVQAConfig.text_retriever must be auto, bm25 or dense, got {self.text_retriever!r}"
             )
-        if not self.retrieval_timeout_s > 0:
-            raise ValueError(f"KBVQAConfig.retrieval_timeout_s must be > 0, got {self.retrieval_timeout_s!r}")
 
 
 class KBVQAEnv(gymnasium.Env):
@@ -138,7 +129,10 @@ class KBVQAEnv(gymnasium.Env):
     metadata = {"render_modes": []}
     stop_strings: tuple[str, ...] = STOP_STRINGS
 
-    def __init__(self, config: KBVQAConfig | None = None, **overrides: Any):
+    def __init__(
+        self, config: KBVQAConfig | None = None, *, retriever: RetrieverSource | None = None, **overrides: Any
+    ):
+        """``retriever`` serves the searches (module docstring); ``overrides`` are ``KBVQAConfig`` fields."""
         self.config = config or KBVQAConfig(**overrides)
         if config is not None and overrides:
             raise TypeError("pass either a KBVQAConfig or keyword overrides, not both")
@@ -154,14 +148,10 @@ class KBVQAEnv(gymnasium.Env):
             raise ValueError(
                 f"candidate_source must be 'precomputed' or 'live', not {cfg.candidate_source!r}"
             )
-        self._service_url = cfg.retrieval_url or os.environ.get(URL_ENV) or None
-        if self._service_url:
-            name = "image" if cfg.candidate_source == "live" else "candidates"
-            self._image_retriever = self._service(name)
-        elif cfg.candidate_source == "live":
-            self._image_retriever = self.kb.image_retriever(IndexSpec(kind=cfg.index_kind))
-        else:
-            self._image_retriever = self.kb.candidate_retriever()
+        self.retrievers = retriever or KBRetrievers(self.kb, IndexSpec(kind=cfg.index_kind))
+        """Where SearchImage and SearchText search: the one passed in, else the KB in process."""
+        image_name = "image" if cfg.candidate_source == "live" else "candidates"
+        self._image_retriever = self.retrievers.retriever(image_name)
         self.text_retriever_kind = self._text_retriever_kind()
         self._text_retriever = None  # built on first SearchText: BM25/dense loading is not free
         self._rows: pd.DataFrame | None = None
@@ -304,7 +294,7 @@ class KBVQAEnv(gymnasium.Env):
             return self._violation("too_many_queries", msg)
         kind = self.text_retriever_kind
         if self._text_retriever is None:
-            self._text_retriever = self._service(kind) if self._service_url else self.kb.text_retriever(kind)
+            self._text_retriever = self.retrievers.retriever(kind)
         try:
             results = self._text_retriever.batch_search(list(queries), cfg.text_top_k)
         except RetrievalUnavailable as error:
@@ -330,13 +320,6 @@ class KBVQAEnv(gymnasium.Env):
         return batch.entity_named(argument)
 
     # ----- helpers -------------------------------------------------------------------------------
-    def _service(self, name: str) -> Any:
-        """The service's ``name`` retriever; shared by this process's envs (one breaker per service)."""
-        cfg = self.config
-        client = ClientConfig(timeout_s=cfg.retrieval_timeout_s, max_retries=cfg.retrieval_retries,
-                              token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
-        return shared_retriever(self._service_url, name, client)
-
     def _text_retriever_kind(self) -> str:
         """The text retriever this env searches with: the configured one, or the KB's default for ``auto``."""
         kind = self.config.text_retriever

@@ -229,6 +229,24 @@ class KnowledgeBase:
         return self._retrievers[kind]
 
 
+@dataclass(frozen=True)
+class KBRetrievers:
+    """A KB's own retrievers as a ``RetrieverSource``, searched in process under the service's names:
+    ``candidates`` (the stored lists), ``image`` (live faiss search with ``index``), ``bm25`` and ``dense``."""
+
+    kb: KnowledgeBase
+    index: IndexSpec = DEFAULT_SPEC
+    """The faiss index of live ``image`` search (``KBVQAConfig.index_kind``)."""
+
+    def retriever(self, name: str) -> Any:
+        """The KB's retriever ``name`` (built once per KB and shared by every env on its path)."""
+        if name == "candidates":
+            return self.kb.candidate_retriever()
+        if name == "image":
+            return self.kb.image_retriever(self.index)
+        return self.kb.text_retriever(name)
+
+
 def _check_layout(root: Path) -> None:
     missing = [name for name in REQUIRED_FILES if not (root / name).exists()]
     if missing:

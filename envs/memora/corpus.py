@@ -1,4 +1,4 @@
-"""MEMORA-v0's document collections and first-stage retrievers, loaded once per process.
+"""MEMORA-v0's document collections and in-process first-stage retrievers, loaded once per process.
 
 The verl agent loop builds a fresh env for every episode, so corpora and BM25 indexes are cached here by
 path: one load per process, shared by every env instance.
@@ -54,9 +54,15 @@ def bm25_collection(texts: dict[str, str]) -> Collection:
 
 
 @functools.lru_cache(maxsize=8)
+def corpus_texts(path: str) -> dict[str, str]:
+    """The documents of a corpus file, read once per process."""
+    return read_corpus(Path(path))
+
+
+@functools.lru_cache(maxsize=8)
 def corpus_collection(path: str) -> Collection:
     """The BM25 collection of a corpus file, built once per process."""
-    return bm25_collection(read_corpus(Path(path)))
+    return bm25_collection(corpus_texts(path))
 
 
 @functools.lru_cache(maxsize=4)

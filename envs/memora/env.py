@@ -12,8 +12,13 @@ with each factor's outcome judged against the qrels the reset options carry (nev
 
 Reset options: ``{"query", "query_id", "domain", "qrels", "excluded_ids", "image_path",
 "image_description", "first_stage"}`` (only ``query`` is required; ``first_stage`` is a precomputed
-``[[docid, score], ...]`` run, otherwise the injected retriever runs). No options: a query of the built-in
+``[[docid, score], ...]`` run, otherwise the first stage runs). No options: a query of the built-in
 synthetic domain.
+
+Retrieval: ``MemoraEnv(config=None, *, retriever=None, **overrides)``. The documents are ``corpus_path``'s (or
+the synthetic domain's); ``retriever`` (a ``RetrieverSource``) is asked for ``first_stage``, the retriever
+that serves the reset's first stage and every subquery (hits' ``docid`` must be document ids of the corpus).
+None: BM25 over the documents, built once per corpus per process.
 """
 
 from __future__ import annotations
@@ -41,11 +46,15 @@ from ragym.envs.memora.actions import (
     Subquery,
     parse_action,
 )
-from ragym.envs.memora.corpus import Collection, corpus_collection, synthetic_collection
+from ragym.envs.memora.corpus import Collection, corpus_collection, corpus_texts, synthetic_collection
 from ragym.envs.memora.memory import EpisodicMemory
 from ragym.envs.memora.scoring import ScoreWeights
 from ragym.envs.memora.state import EpisodeState
+from ragym.envs.retrieval.hits import RetrieverSource
 from ragym.envs.spaces import FreeText, text_image_space
+
+FIRST_STAGE = "first_stage"
+"""The name MEMORA asks its ``retriever`` source for: the first-stage retriever over the corpus."""
 
 _OPTION_KEYS = {
     "query",
@@ -139,9 +148,13 @@ class MemoraEnv(gymnasium.Env):
     system_prompt: str = views.SYSTEM_PROMPT
 
     def __init__(
-        self, config: MemoraConfig | None = None, collection: Collection | None = None, **overrides: Any
+        self,
+        config: MemoraConfig | None = None,
+        *,
+        retriever: RetrieverSource | None = None,
+        **overrides: Any,
     ):
-        """``collection`` injects documents and a first-stage retriever; ``overrides`` replace config fields."""
+        """``retriever`` serves the first stage (module docstring); ``overrides`` replace config fields."""
         unknown = set(overrides) - {f.name for f in fields(MemoraConfig)}
         if unknown:
             raise TypeError(f"MemoraEnv: unknown config fields {sorted(unknown)}")
@@ -149,21 +162,30 @@ class MemoraEnv(gymnasium.Env):
         self.image_budget = budget_of(c)  # a budget no image fits is refused here, naming the field
         if not 1 <= c.k_min <= c.k_max or not c.k <= c.kc <= c.k0 <= c.max_pool:
             raise ValueError(f"MemoraEnv: need 1 <= k_min <= k_max and k <= kc <= k0 <= max_pool, got {c}")
-        self._collection, self._injected = collection, collection is not None
+        self.retrievers = retriever
+        """Where the first stage comes from: the source passed in, else None (BM25 in process)."""
+        self._collection: Collection | None = None
         self._memories: dict[str, EpisodicMemory] = {}
         self.observation_space = text_image_space(c.max_obs_chars, 1, c.image_max_side)
         self.action_space = FreeText(c.max_turn_chars)
         self._done = True
 
     def collection(self) -> Collection:
-        """The documents and first-stage retriever: injected, a corpus file, or the synthetic domain."""
+        """The documents (a corpus file, or the synthetic domain) and the first-stage retriever over them."""
         if self._collection is None:
             c = self.config
-            self._collection = (
-                corpus_collection(c.corpus_path)
-                if c.corpus_path
-                else synthetic_collection(c.synthetic_seed)[1]
-            )
+            if self.retrievers is not None:
+                synthetic = not c.corpus_path
+                texts = (
+                    synthetic_collection(c.synthetic_seed)[0].corpus
+                    if synthetic
+                    else corpus_texts(c.corpus_path)
+                )
+                self._collection = Collection(texts, self.retrievers.retriever(FIRST_STAGE))
+            elif c.corpus_path:
+                self._collection = corpus_collection(c.corpus_path)
+            else:
+                self._collection = synthetic_collection(c.synthetic_seed)[1]
         return self._collection
 
     def memory(self, domain: str) -> EpisodicMemory:
@@ -185,7 +207,7 @@ class MemoraEnv(gymnasium.Env):
     def _options(self, options: dict[str, Any] | None) -> dict[str, Any]:
         if not options:
             c = self.config
-            if c.corpus_path or self._injected:
+            if c.corpus_path:
                 raise ValueError(
                     "MemoraEnv.reset needs options with a 'query' unless it uses the synthetic domain"
                 )

@@ -26,6 +26,7 @@ import pandas as pd
 from PIL import Image
 
 from ragym.envs.retrieval.encoders import ImageEncoder, make_image_encoder
+from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.retrievers import normalise
 
 
@@ -108,6 +109,23 @@ class ImageCorpus:
         sims = self.embeddings @ query  # (n,)
         order = np.lexsort((np.arange(len(sims)), -sims))[:pool_size]
         return [int(i) for i in order], [float(sims[i]) for i in order]
+
+
+class CoarseRetriever:
+    """R3G's coarse search over an ``ImageCorpus`` as a ``Retriever``: queries are unit image features, hits
+    the corpus images by cosine similarity (ties: lower row first)."""
+
+    def __init__(self, corpus: ImageCorpus):
+        self.corpus = corpus
+
+    def search(self, query: np.ndarray, k: int) -> list[Hit]:
+        """The top ``k`` corpus images for one unit query feature (``docid``: the corpus ``image_id``)."""
+        rows, sims = self.corpus.coarse(query, k)
+        return [Hit(self.corpus.image_ids[r], s) for r, s in zip(rows, sims, strict=True)]
+
+    def batch_search(self, queries: list[np.ndarray], k: int) -> list[list[Hit]]:
+        """``search`` per query."""
+        return [self.search(q, k) for q in queries]
 
 
 def stage1_scores(similarities: list[float], temperature: float) -> list[float]:

@@ -20,6 +20,11 @@ An episode (grammar in ``ragym.envs.r3g.actions``; stop strings ``</plan>``, ``<
 ``query_image`` (path relative to the task folder), ``gold_images`` (corpus ids), ``scenario`` and, for
 ``pool_source="benchmark"`` (MRAG), ``retrieved_images`` (the benchmark's own list, corpus ids); no options
 samples a row of ``data/train.parquet``. Gold data never reaches an observation. Events: ``ragym.envs.r3g.events``.
+
+Retrieval: ``R3GEnv(config=None, *, retriever=None, **overrides)``. ``retriever`` (a ``RetrieverSource``) is asked
+for ``image``, the coarse search: its queries are unit query-image features (stored, else encoded by
+``config.encoder``), its hits' ``docid`` corpus image ids. None searches the task's corpus embeddings in
+process (``CoarseRetriever``). A benchmark pool (``pool_source="benchmark"``) is given, not searched.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from ragym.envs.r3g.corpus import (
     JUDGED_MODES,
     POOL_SOURCES,
     RERANK_MODES,
+    CoarseRetriever,
     ImageCorpus,
     JudgeWeights,
     final_scores,
@@ -60,6 +66,7 @@ from ragym.envs.r3g.corpus import (
 )
 from ragym.envs.registry import synthetic_data
 from ragym.envs.retrieval.encoders import ImageEncoder
+from ragym.envs.retrieval.hits import NamedRetrievers, RetrieverSource
 from ragym.envs.spaces import text_image_space
 
 REQUIRED_OPTIONS = ("question", "query_image", "gold_images")
@@ -92,6 +99,9 @@ class R3GConfig:
     ablation (the same three scores, asked for without their definitions)."""
     use_plan: bool = True
     """Plan before retrieval (R3G); False is the no-plan ablation and MRAG (a plan is then a violation)."""
+    encoder: ImageEncoder | None = None
+    """Encoder of query images that have no stored feature (an object, so never in a row's env_kwargs); None:
+    the one the corpus manifest names."""
     show_captions: bool = False
     """CPU-demo aid layer: show each image's corpus caption beside it (MRAG-Bench images have none)."""
     max_turns: int = 6
@@ -155,8 +165,9 @@ class R3GEnv(gymnasium.Env):
     stop_strings: tuple[str, ...] = STOP_STRINGS
 
     def __init__(
-        self, config: R3GConfig | None = None, encoder: ImageEncoder | None = None, **overrides: Any
+        self, config: R3GConfig | None = None, *, retriever: RetrieverSource | None = None, **overrides: Any
     ):
+        """``retriever`` serves the coarse search (module docstring); ``overrides`` are ``R3GConfig`` fields."""
         if config is not None and overrides:
             raise TypeError("pass either an R3GConfig or keyword overrides, not both")
         self.config = cfg = config or R3GConfig(**overrides)
@@ -164,7 +175,8 @@ class R3GEnv(gymnasium.Env):
         self.corpus = ImageCorpus.load(cfg.task_dir or synthetic_data("r3g", cfg.preset))
         if cfg.pool_source == "corpus" and cfg.pool_size > len(self.corpus):
             raise ValueError(f"pool_size {cfg.pool_size} exceeds the corpus ({len(self.corpus)} images)")
-        self.encoder = encoder
+        self.retrievers = retriever or NamedRetrievers({"image": CoarseRetriever(self.corpus)})
+        """Where the coarse search runs: the source passed in, else the corpus in process."""
         self.judges = cfg.rerank in JUDGED_MODES
         """Whether this configuration has a judge turn."""
         self.system_prompt = prompts.system_prompt(
@@ -260,11 +272,12 @@ class R3GEnv(gymnasium.Env):
             return self._violation("retrieve_before_plan", "write your plan with <plan>...</plan> first."), []
         if state.pool is not None:
             return self._violation("second_retrieval", "the candidate pool was already retrieved."), []
-        query = self.corpus.query_vector(state.options["query_image"], self.encoder)
+        query = self.corpus.query_vector(state.options["query_image"], cfg.encoder)
         if state.given_pool is not None:  # the benchmark's list, in its order: similarities are recorded only
             state.pool, sims = list(state.given_pool), self.corpus.similarities(query, state.given_pool)
         else:
-            state.pool, sims = self.corpus.coarse(query, cfg.pool_size)
+            hits = self.retrievers.retriever("image").search(query, cfg.pool_size)
+            state.pool, sims = self.corpus.rows_of([h.docid for h in hits]), [h.score for h in hits]
         state.stage1 = stage1_scores(sims, cfg.temperature)
         state.events.append(
             r3g_ev.coarse_retrieval(state.turn, self._ids(state.pool), sims, state.stage1, state.gold)

@@ -96,7 +96,7 @@ def run_docmemo(
 ) -> dict[str, Any]:
     """Recall after each round and the final all-hit rate of one variant and Thompson seed, over every row
     (``steps``: only the first ``steps`` rows, for quick checks)."""
-    from ragym.envs.docmemo.env import DocMemoEnv
+    from ragym.envs.registry import make_env
 
     if extra:
         raise ValueError(f"the docmemo grid takes no recipe overrides, got {extra}")
@@ -109,7 +109,7 @@ def run_docmemo(
         key = json.dumps(row["kwargs"], sort_keys=True)
         if key not in envs_by_kwargs:
             kwargs = {**row["kwargs"], "show_images": False, "max_rounds": NUM_ROUNDS, **variant.env}
-            envs_by_kwargs[key] = DocMemoEnv(**kwargs)
+            envs_by_kwargs[key] = make_env("DocMemo-v0", **kwargs)
         shown = oracle_loop(envs_by_kwargs[key], row["options"], row["gold"], seed,
                             variant.options.get("feedback", True), variant.options.get("remember", True))  # fmt: skip
         for t in range(NUM_ROUNDS):

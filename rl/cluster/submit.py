@@ -89,7 +89,7 @@ class RetrievalService:
 
     @property
     def url(self) -> str:
-        """What the job's envs read from ``$RAGYM_RETRIEVAL_URL``."""
+        """What ``make_env`` resolves from ``$RAGYM_RETRIEVAL_URL`` for the job's envs that search the service."""
         return f"http://127.0.0.1:{self.port}"
 
 

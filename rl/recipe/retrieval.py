@@ -1,7 +1,8 @@
 """The recipe's one retrieval-service address (``ragym.retrieval.url``) and the envs it reaches.
 
 A recipe names the service once; the local engine and the verl agent loop pass it as ``retrieval_url`` to
-every env whose config has that field (KB-VQA, DocMemo), unless the row's ``env_kwargs`` name one, and
+every env registered as searching the service (KB-VQA, DocMemo), unless the row's ``env_kwargs`` name one
+(``make_env`` turns it into the retriever the env searches through), and
 ``ragym submit`` also exports it to the job as ``$RAGYM_RETRIEVAL_URL``. Null (the default) leaves envs as
 configured: in-process search, or ``$RAGYM_RETRIEVAL_URL`` where the job's environment sets it.
 """
@@ -47,8 +48,10 @@ def env_config_fields(env_id: str) -> frozenset[str]:
 
 
 def accepts_retrieval_url(env_id: str) -> bool:
-    """Whether ``env_id``'s config dataclass (its constructor's ``config`` argument) has ``retrieval_url``."""
-    return "retrieval_url" in env_config_fields(env_id)
+    """Whether ``make_env`` resolves a ``retrieval_url`` for ``env_id`` (registered as searching the service)."""
+    from ragym.envs.registry import searches_service
+
+    return searches_service(env_id)
 
 
 def with_retrieval_url(env_id: str, env_kwargs: dict[str, Any], url: str | None) -> dict[str, Any]:

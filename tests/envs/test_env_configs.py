@@ -10,7 +10,7 @@ from ragym.envs.kbvqa.env import KBVQAConfig
 @pytest.mark.parametrize(
     ("field", "value"),
     [("candidates_per_batch", 0), ("max_turns", 0), ("max_rejections", -1), ("text_top_k", 0),
-     ("max_text_queries", 0), ("max_turns", 2.5), ("retrieval_timeout_s", 0.0)],
+     ("max_text_queries", 0), ("max_turns", 2.5)],
 )  # fmt: skip
 def test_nonsense_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"KBVQAConfig.{field} must be"):

@@ -15,8 +15,9 @@ import pandas as pd
 from ragym import envs
 from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.envs.kbvqa.actions import SearchImage, SearchText, format_action
-from ragym.envs.memora.corpus import Collection
 from ragym.envs.memora.env import MemoraEnv
+from ragym.envs.retrieval.hits import NamedRetrievers
+from tests.envs.fakes import write_corpus
 from tests.envs.memora.test_memora import FakeRetriever, turn
 
 LITERAL = f"what does {IMAGE_PLACEHOLDER} show"
@@ -49,9 +50,10 @@ def test_r3g_question_and_the_echoed_plan(r3g_task: Path) -> None:
         assert _markers_match(obs)
 
 
-def test_memora_query_documents_and_echoed_factors() -> None:
+def test_memora_query_documents_and_echoed_factors(tmp_path: Path) -> None:
     texts = {"a": f"alpha {IMAGE_PLACEHOLDER} one", "b": "beta two", "c": "gamma", "d": "delta"}
-    env = MemoraEnv(collection=Collection(texts, FakeRetriever()), k0=4, kc=4, k=2, k_min=1)
+    corpus, first_stage = write_corpus(texts, tmp_path), NamedRetrievers({"first_stage": FakeRetriever()})
+    env = MemoraEnv(corpus_path=corpus, retriever=first_stage, k0=4, kc=4, k=2, k_min=1)
     obs, _ = env.reset(options={"query": LITERAL, "domain": "toy"})
     assert _markers_match(obs) and "alpha (image) one" in obs["text"]
     obs, *_ = env.step(turn(f"<decompose><factor p=1>{IMAGE_PLACEHOLDER} x</factor></decompose>"))

@@ -198,16 +198,33 @@ URL_ENV = "RAGYM_RETRIEVAL_URL"
 TOKEN_ENV = "RAGYM_RETRIEVAL_TOKEN"
 """Environment variable holding the bearer token (read by the server and the client)."""
 
-_SHARED: dict[tuple[str, str, ClientConfig], ServiceRetriever] = {}
+
+class ServiceRetrievers:
+    """The service's retrievers as a ``RetrieverSource``: one ``ServiceRetriever`` per name, built on first use."""
+
+    def __init__(self, url: str, config: ClientConfig | None = None):
+        self.url, self.config = url, config or ClientConfig(token=os.environ.get(TOKEN_ENV) or None)
+        self._retrievers: dict[str, ServiceRetriever] = {}
+        self._lock = threading.Lock()
+
+    def retriever(self, name: str) -> ServiceRetriever:
+        """The service's retriever ``name`` (one client per name, so one breaker per name)."""
+        with self._lock:
+            if name not in self._retrievers:
+                self._retrievers[name] = ServiceRetriever(self.url, name, self.config)
+            return self._retrievers[name]
+
+
+_SHARED: dict[tuple[str, ClientConfig], ServiceRetrievers] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_retriever(url: str, name: str, config: ClientConfig | None = None) -> ServiceRetriever:
-    """One client per (url, retriever, config) in this process: the envs of a worker share its breaker, so
+def service_retrievers(url: str, config: ClientConfig | None = None) -> ServiceRetrievers:
+    """One source per (url, config) in this process: the envs of a worker share its clients and breakers, so
     once the service is known to be down every episode fails fast instead of each waiting out timeouts."""
     config = config or ClientConfig(token=os.environ.get(TOKEN_ENV) or None)
     with _SHARED_LOCK:
-        key = (url, name, config)
+        key = (url, config)
         if key not in _SHARED:
-            _SHARED[key] = ServiceRetriever(url, name, config)
+            _SHARED[key] = ServiceRetrievers(url, config)
         return _SHARED[key]

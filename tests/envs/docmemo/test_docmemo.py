@@ -16,6 +16,7 @@ from ragym.envs.docmemo.env import DocMemoConfig, DocMemoEnv
 from ragym.envs.docmemo.synthetic import synthetic_questions
 from ragym.envs.events import events_of
 from ragym.envs.retrieval.hits import Hit
+from tests.envs.fakes import EveryName
 
 
 class FixedRetriever:
@@ -96,7 +97,7 @@ def test_scripted_episode_select_refine_answer(env):
 
 def test_useful_feedback_raises_posterior_and_neighbours():
     scores = [0.1 * (i % 5) for i in range(20)]
-    env = DocMemoEnv(retriever_factory=lambda store: FixedRetriever(scores), radius=1, decay=0.5)
+    env = DocMemoEnv(retriever=EveryName(FixedRetriever(scores)), radius=1, decay=0.5)
     _, info = env.reset(seed=0)
     page = last(info, "candidates")["pages"][0]
     env.step(turn(f"<select>{page}</select>"))
@@ -234,9 +235,7 @@ def test_dense_page_crops_and_image_switch():
     table_page = 19  # the synthetic report's finance table
     scores = [1.0 if i == table_page - 1 else 0.0 for i in range(20)]
     for crop, show, expected in [(True, True, 3), (False, True, 1), (True, False, 0)]:
-        env = DocMemoEnv(
-            retriever_factory=lambda s: FixedRetriever(scores), crop_dense_pages=crop, show_images=show
-        )
+        env = DocMemoEnv(retriever=EveryName(FixedRetriever(scores)), crop_dense_pages=crop, show_images=show)
         _, info = env.reset(seed=0)
         assert last(info, "candidates")["pages"][0] == table_page
         obs, *_ = env.step(turn(f"<select>{table_page}</select>"))

@@ -10,6 +10,7 @@ from ragym.envs.docmemo.env import DocMemoEnv
 from ragym.envs.docmemo.views import earlier_evidence, memory_lines
 from ragym.envs.events import events_of
 from tests.envs.docmemo.test_docmemo import FixedRetriever, last, turn
+from tests.envs.fakes import EveryName
 
 # (pages, scores, k, stale, expected): expected is best first by score, ties to the lower page
 SELECTION_CASES = [
@@ -38,7 +39,7 @@ def make_env(**overrides) -> DocMemoEnv:
     """Page p scores (21 - p) / 20 and lambda stays 1: candidates are pages in order, beliefs rank the same
     way until feedback moves them; radius 0 keeps feedback on the marked page."""
     scores = [(20 - i) / 20 for i in range(20)]
-    return DocMemoEnv(retriever_factory=lambda store: FixedRetriever(scores), eta=1.0, radius=0, **overrides)
+    return DocMemoEnv(retriever=EveryName(FixedRetriever(scores)), eta=1.0, radius=0, **overrides)
 
 
 def play(env: DocMemoEnv):

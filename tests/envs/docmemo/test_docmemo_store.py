@@ -9,7 +9,7 @@ from ragym.envs.docmemo.env import DocMemoEnv
 from ragym.envs.docmemo.pages import PageRetriever, TextPageEncoder, similarity_vector
 from ragym.envs.docmemo.store import DocStore, Section, doc_key, load_store, save_store, summarise
 from ragym.envs.docmemo.synthetic import synthetic_questions
-from ragym.envs.retrieval.hits import Hit, Retriever
+from ragym.envs.retrieval.hits import Hit, NamedRetrievers, Retriever
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,9 @@ def test_env_on_a_store_from_disk(tmp_path):
     save_store(store, tmp_path / doc_key(store.doc_id), dpi=72)
     env = DocMemoEnv(
         store_root=str(tmp_path),
-        retriever_factory=lambda s: PageRetriever(s, ConstantEncoder()),
+        retriever=NamedRetrievers(
+            {f"pages/{doc_key(store.doc_id)}": PageRetriever(store, ConstantEncoder())}
+        ),
         num_candidates=2,
     )
     obs, info = env.reset(seed=0, options={"question": "Where is the chart?", "doc_id": store.doc_id})

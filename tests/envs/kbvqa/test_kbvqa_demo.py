@@ -116,11 +116,11 @@ def test_rerank_by_index_resolves_the_numbered_candidate(tiny_kb: Path, argument
         assert events_of(info["events"], "verification")[-1]["entity"] == batch.candidates[position]
 
 
-def test_aids_come_as_one_object_or_as_keywords(tiny_kb: Path) -> None:
-    env = KBVQADemoEnv(aids=DemoAids(visual_check=True), kb_dir=str(tiny_kb))
+def test_aid_keywords_set_the_aids_and_the_rest_the_config(tiny_kb: Path) -> None:
+    env = KBVQADemoEnv(visual_check=True, kb_dir=str(tiny_kb))
     assert env.aids == DemoAids(visual_check=True) and env.config.kb_dir == str(tiny_kb)
-    with pytest.raises(TypeError, match="not both"):
-        KBVQADemoEnv(aids=DemoAids(), visual_check=True, kb_dir=str(tiny_kb))
+    with pytest.raises(TypeError, match="no_such_field"):
+        KBVQADemoEnv(visual_check=True, no_such_field=1, kb_dir=str(tiny_kb))
 
 
 FAULTY_CASES = [

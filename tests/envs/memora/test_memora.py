@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import gymnasium
 import pytest
@@ -10,9 +12,9 @@ from gymnasium.utils.env_checker import check_env
 
 from ragym import envs
 from ragym.envs.events import events_of
-from ragym.envs.memora.corpus import Collection
 from ragym.envs.memora.env import MemoraEnv
-from ragym.envs.retrieval.hits import Hit
+from ragym.envs.retrieval.hits import Hit, NamedRetrievers
+from tests.envs.fakes import write_corpus
 
 TEXTS = {"a": "alpha one", "b": "beta two", "c": "gamma three", "d": "delta four", "e": "epsilon five"}
 
@@ -28,9 +30,13 @@ class FakeRetriever:
         return [self.search(q, k) for q in queries]
 
 
+_FOLDER = tempfile.TemporaryDirectory()  # removed when the module is
+CORPUS = write_corpus(TEXTS, Path(_FOLDER.name))
+
+
 def small_env(**overrides) -> MemoraEnv:
-    config = {"k0": 4, "kc": 4, "k": 2, "max_pool": 8, "k_min": 1, **overrides}
-    return MemoraEnv(collection=Collection(TEXTS, FakeRetriever()), **config)
+    config = {"k0": 4, "kc": 4, "k": 2, "max_pool": 8, "k_min": 1, "corpus_path": CORPUS, **overrides}
+    return MemoraEnv(retriever=NamedRetrievers({"first_stage": FakeRetriever()}), **config)
 
 
 def turn(action: str) -> str:
@@ -199,7 +205,7 @@ def test_own_memory_gives_a_stop_at_once_policy_nothing() -> None:
     from ragym.rl.eval.memora_models import ScriptedModel
     from ragym.rl.eval.memora_pipeline import MemoraPipeline
 
-    domain, collection = synthetic_collection(0)
+    domain = synthetic_collection(0)[0]
     pipeline = MemoraPipeline(ScriptedModel(facets=FACETS))
 
     def stop_at_once(env: MemoraEnv, options: dict) -> float:
@@ -209,8 +215,8 @@ def test_own_memory_gives_a_stop_at_once_policy_nothing() -> None:
 
     for q in domain.queries[:40]:
         options = {"query": q["query"], "query_id": q["id"], "qrels": q["qrels"], "domain": "d"}
-        empty = stop_at_once(MemoraEnv(collection=collection), options)
-        env = MemoraEnv(collection=collection)
+        empty = stop_at_once(MemoraEnv(), options)
+        env = MemoraEnv()
         pipeline.play(env, options)  # a scored episode of this very query, written to memory
         assert len(env.memory("d")) == 1
         assert stop_at_once(env, options) == empty, q["id"]

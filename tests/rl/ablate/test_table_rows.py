@@ -14,6 +14,7 @@ import pytest
 from ragym.rl.ablate.cli import _register_optional_grids, run_grid
 from ragym.rl.ablate.grids import GRIDS, RAGYM_ROW, Claim, Grid, Variant, row_label
 from ragym.rl.ablate.stats import WARM_STARTS
+from tests.envs.fakes import EveryName
 
 _register_optional_grids()
 
@@ -103,7 +104,7 @@ def _two_rounds(**overrides: object) -> tuple[dict, dict]:
     from ragym.envs.events import events_of
 
     scores = [0.1 * (i % 5) for i in range(20)]
-    env = DocMemoEnv(retriever_factory=lambda store: FixedRetriever(scores), show_images=False, **overrides)
+    env = DocMemoEnv(retriever=EveryName(FixedRetriever(scores)), show_images=False, **overrides)
     _, info = env.reset(seed=0)
     page = events_of(info["events"], "candidates")[-1]["pages"][0]
     env.step(f"<reason>r</reason><select>{page}</select>")

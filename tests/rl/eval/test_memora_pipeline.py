@@ -22,8 +22,8 @@ from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
 
 
 def stream_ndcg(depth: int, test: range, use_memory: bool = True) -> float:
-    domain, collection = synthetic_collection(0)
-    env = MemoraEnv(collection=collection)
+    domain = synthetic_collection(0)[0]
+    env = MemoraEnv()  # the synthetic domain of seed 0, BM25 first stage
     pipeline = MemoraPipeline(ScriptedModel(facets=FACETS, use_memory=use_memory))
     for q in domain.queries[:depth]:
         pipeline.play(env, {"query": q["query"], "qrels": q["qrels"], "domain": "d"})
@@ -173,8 +173,8 @@ class Recording(ScriptedModel):
 
 
 def test_judge_gets_the_evidence_graph_and_memory_and_extraction_covers_the_pool() -> None:
-    domain, collection = synthetic_collection(0)
-    env, never_stop = MemoraEnv(collection=collection), PipelineConfig(stop_threshold=99.0, extract_batch=16)
+    domain = synthetic_collection(0)[0]
+    env, never_stop = MemoraEnv(), PipelineConfig(stop_threshold=99.0, extract_batch=16)
     for q in domain.queries[:5]:  # other queries' episodes in memory
         MemoraPipeline(ScriptedModel(facets=FACETS)).play(
             env, {"query": q["query"], "qrels": q["qrels"], "domain": "d"}
@@ -204,8 +204,8 @@ def test_judge_gets_the_evidence_graph_and_memory_and_extraction_covers_the_pool
 def test_llm_calls_follow_the_cost_model_and_one_factor_runs(num_factors: int) -> None:
     """Calls = decompose + a subquery per factor and per expansion + ceil(pool / batch) per extraction +
     judge, counted from the events (Fig. 3's cost axis); N = 1 runs once K_min admits it."""
-    domain, collection = synthetic_collection(0)
-    env = MemoraEnv(collection=collection, k_min=1)
+    domain = synthetic_collection(0)[0]
+    env = MemoraEnv(k_min=1)
     pipeline = MemoraPipeline(ScriptedModel(facets=FACETS), PipelineConfig(num_factors=num_factors))
     for q in domain.queries[:8]:
         info = pipeline.play(

@@ -25,7 +25,7 @@ def test_envs_that_search_get_the_address_and_a_rows_own_address_wins() -> None:
     ]  # fmt: skip
     assert with_retrieval_url("DocMemo-v0", {"max_rounds": 2}, URL) == {"max_rounds": 2, "retrieval_url": URL}
     assert with_retrieval_url("KBVQA-v0", {"retrieval_url": "http://other:1"}, URL)["retrieval_url"] != URL
-    assert with_retrieval_url("R3G-v0", {}, URL) == {}  # R3G has no retrieval_url field
+    assert with_retrieval_url("R3G-v0", {}, URL) == {}  # R3G searches no service
     assert with_retrieval_url("KBVQA-v0", {}, None) == {}
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ragym.envs.docmemo.env import DocMemoEnv
+from ragym.envs import make_env
 from ragym.envs.docmemo.store import DocStore, doc_key, save_store
 from ragym.envs.events import events_of
 from ragym.envs.metrics import episode_metrics
-from ragym.envs.retrieval.hits import Hit
+from ragym.envs.retrieval.hits import Hit, NamedRetrievers
 from ragym.envs.retrieval.service.app import RetrievalApp, Served
 from ragym.envs.retrieval.service.client import ServiceRetriever
 from tests.envs.retrieval.service.helpers import Recording, free_port, running
@@ -48,8 +48,8 @@ def test_docmemo_reports_a_dead_then_stalled_service_and_recovers(tmp_path: Path
     root = _store_root(tmp_path)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = DocMemoEnv(str(root), retrieval_url=url, retrieval_timeout_s=0.5, retrieval_retries=0,
-                     show_images=False, max_turns=40)  # fmt: skip
+    env = make_env("DocMemo-v0", store_root=str(root), retrieval_url=url, retrieval_timeout_s=0.5,
+                   retrieval_retries=0, show_images=False, max_turns=40)  # fmt: skip
     options = {"question": "What was the revenue?", "doc_id": DOC}
 
     start = time.monotonic()
@@ -88,11 +88,10 @@ def test_docmemo_reports_a_dead_then_stalled_service_and_recovers(tmp_path: Path
     assert errors >= 2 and episode_metrics("DocMemo-v0", info["events"])["retrieval_errors"] == errors
 
 
-def test_an_explicit_retriever_factory_stays_in_process(tmp_path: Path, monkeypatch) -> None:
+def test_an_explicit_retriever_wins_over_the_service(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("RAGYM_RETRIEVAL_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
-    env = DocMemoEnv(
-        str(_store_root(tmp_path)), retriever_factory=lambda store: FixedPages(), show_images=False
-    )
+    pages = NamedRetrievers({f"pages/{doc_key(DOC)}": FixedPages()})
+    env = make_env("DocMemo-v0", store_root=str(_store_root(tmp_path)), retriever=pages, show_images=False)
     obs, info = env.reset(seed=0, options={"question": "What was the revenue?", "doc_id": DOC})
     assert not events_of(info["events"], "retrieval_error")
     assert events_of(info["events"], "candidates")[0]["pages"][:3] == [2, 4, 6]
