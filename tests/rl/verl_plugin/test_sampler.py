@@ -143,3 +143,27 @@ def test_it_keeps_the_settings_verl_gave_its_own_buffer(monkeypatch, bound):
         3,
     )
     assert ours.bounded == (bound > 0) and ours._refill_unbounded is print
+
+
+def test_the_ragym_trainer_samples_with_verls_sync_buffer_and_the_recipes_bound(caplog):
+    """verl picks its buffer, refill granularity and TransferQueue checkpoints by ``trainer_mode == "sync"``;
+    ragym's mode is the sync trainer under another name, so it must get the sync buffer (not the async one),
+    bounded by the recipe, without verl's warning that the bound is ignored."""
+    import logging
+
+    from ragym.rl.recipe.check import check_recipe
+    from ragym.rl.recipe.compose import resolve_recipe_path
+    from ragym.rl.verl_plugin.trainer import RagymTrainer
+
+    config = check_recipe(
+        resolve_recipe_path("kbvqa_qwen2_5_vl_7b"),
+        ["algorithm.filter_groups.enable=true", "algorithm.filter_groups.max_num_gen_batches=3"],
+    )
+    trainer = RagymTrainer.__new__(RagymTrainer)  # verl's __init__ starts workers; this is the part it calls
+    trainer.config = config
+    with caplog.at_level(logging.INFO):
+        buffer = trainer._build_replay_buffer()
+    assert type(buffer) is RagymReplayBuffer and trainer.trainer_mode == "sync"
+    assert buffer.bounded and buffer.max_num_gen_batches == 3
+    assert buffer.train_batch_size == config.data.train_batch_size and buffer.gen_batch_size == 1
+    assert "is ignored" not in caplog.text
