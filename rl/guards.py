@@ -8,6 +8,11 @@ stays flat, entropy collapse, responses cut at the length budget. A guard's thre
 (``off``, ``warn`` or ``stop``) are recipe fields under ``ragym.guards.<name>``. A firing is logged as
 ``guard/<name>`` = 1 in that step's metrics and appended to ``<run>/guards.jsonl``, which ``ragym view``
 shows; ``stop`` ends the run with one line naming the guard, the step and the numbers.
+
+A guard whose metrics are all held-out ones (``val/<metric>``: the periodic evaluation both engines log,
+``trainer.test_freq``) is a validation guard: it is checked only at steps that have an evaluation result and
+counts evaluations, not steps (``val_ident_floor``, ``val_reject_all``, or any guard pointed at ``val/`` keys).
+The evaluation before training (``trainer.val_before_train``) is the untrained baseline and is not checked.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ GUARDS_SECTION = "ragym.guards"
 """Recipe section: one mapping per guard name."""
 GUARDS_FILE = "guards.jsonl"
 """Every firing of a run, one JSON line each, in the run's output folder."""
+VAL_PREFIX = "val/"
+"""Held-out evaluation metrics (``val/`` + the training names); a guard reading them counts evaluations."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ class DecisionShareGuard:
     min_share: float = 1.0
     """Share of the watched kind among both at or above which a step counts (1.0: every decision)."""
     steps: int = 10
-    """N: consecutive steps before the guard fires."""
+    """N: consecutive steps (evaluations, for ``val/`` metrics) before the guard fires."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +98,7 @@ class ThresholdGuard:
     above: bool = False
     """Fire on values at or above ``threshold`` instead of below it."""
     steps: int = 3
-    """N: consecutive steps before the guard fires."""
+    """N: consecutive steps (evaluations, for a ``val/`` metric) before the guard fires."""
 
 
 GUARD_TYPES: dict[str, type] = {
@@ -101,6 +108,8 @@ GUARD_TYPES: dict[str, type] = {
     "format_only": FormatOnlyGuard,
     "entropy_floor": ThresholdGuard,
     "length_limit": ThresholdGuard,
+    "val_ident_floor": ThresholdGuard,
+    "val_reject_all": DecisionShareGuard,
 }
 """Every guard name and its config type (the recipe keys under ``ragym.guards.<name>``)."""
 DEFAULTS: dict[str, Any] = {
@@ -110,6 +119,10 @@ DEFAULTS: dict[str, Any] = {
     "format_only": FormatOnlyGuard(),
     "entropy_floor": ThresholdGuard(),
     "length_limit": ThresholdGuard(metric="response_length/clip_ratio", threshold=0.5, above=True),
+    "val_ident_floor": ThresholdGuard(metric="val/episode/ident_acc", threshold=0.05, steps=2),
+    "val_reject_all": DecisionShareGuard(
+        metric="val/episode/actions/reject", other_metric="val/episode/actions/rerank", steps=2
+    ),
 }
 """Each guard's config when the recipe leaves it (or a field of it) out: every guard off."""
 
@@ -133,6 +146,16 @@ class GuardStop(UsageError):
     """A guard with ``action: stop`` fired; the message is its one line."""
 
 
+def guard_metrics(guard: Any) -> list[str]:
+    """The metric keys ``guard`` reads (its fields named ``*metric``)."""
+    return [getattr(guard, f.name) for f in fields(guard) if f.name.endswith("metric")]
+
+
+def reads_validation(guard: Any) -> bool:
+    """Whether ``guard`` watches held-out evaluations (every metric it reads is a ``val/`` one)."""
+    return all(key.startswith(VAL_PREFIX) for key in guard_metrics(guard))
+
+
 def read_guards(section: Mapping[str, Any] | None) -> dict[str, Any]:
     """Guard configs from the recipe's ``ragym.guards`` mapping; an unknown name, field or action is an error."""
     section = dict(section or {})
@@ -150,6 +173,13 @@ def read_guards(section: Mapping[str, Any] | None) -> dict[str, Any]:
             raise UsageError(
                 f"{GUARDS_SECTION}.{name}.action must be one of {ACTIONS}, got {config.action!r}"
             )
+        held_out = [key.startswith(VAL_PREFIX) for key in guard_metrics(config)]
+        if any(held_out) and not all(held_out):
+            # Evaluations and training steps come at different rates: one streak cannot count both.
+            raise UsageError(
+                f"{GUARDS_SECTION}.{name}: its metrics {guard_metrics(config)} mix held-out ({VAL_PREFIX}) and "
+                "training ones; a guard reads one or the other"
+            )
         out[name] = config
     return out
 
@@ -164,20 +194,37 @@ class _State:
     fired: bool = False
     history: deque = field(default_factory=deque)
     missing_warned: bool = False
+    unit: str = "steps"
+    """What the guard counts: training steps, or evaluations for a validation guard."""
 
 
 class GuardMonitor:
-    """Runs every guard that is not off on each step's metrics; records and returns the firings."""
+    """Runs every guard that is not off on each step's metrics; records and returns the firings.
+
+    A step's metrics may hold training metrics, an evaluation's ``val/`` metrics, or both (verl logs them in
+    one dict, the local engine in two records of the same step): a training guard is checked when training
+    metrics are there, a validation guard when ``val/`` ones are.
+    """
 
     def __init__(self, guards: Mapping[str, Any], out_dir: str | Path | None = None) -> None:
         self.guards = {name: g for name, g in guards.items() if g.action != "off"}
-        self.state = {name: _State() for name in self.guards}
+        self.on_validation = {name: reads_validation(g) for name, g in self.guards.items()}
+        self.state = {
+            name: _State(unit="evaluations" if self.on_validation[name] else "steps") for name in self.guards
+        }
         self.path = Path(out_dir) / GUARDS_FILE if out_dir is not None else None
+        self.checked: list[str] = []
+        """The guards the last ``update`` checked."""
 
     def update(self, step: int, metrics: Mapping[str, Any]) -> list[Firing]:
-        """Check ``metrics`` of ``step`` with every guard that is on; log and record the firings, return them."""
+        """Check ``metrics`` of ``step`` with every guard that is on and has its kind of metrics there; log and
+        record the firings, return them."""
+        held_out = any(key.startswith(VAL_PREFIX) for key in metrics)
+        training = any(not key.startswith(VAL_PREFIX) for key in metrics)
+        self.checked = [n for n in self.guards if (held_out if self.on_validation[n] else training)]
         firings = []
-        for name, guard in self.guards.items():
+        for name in self.checked:
+            guard = self.guards[name]
             detail = _CHECKS[type(guard)](name, guard, self.state[name], metrics)
             if detail is not None:
                 firings.append(Firing(name, step, guard.action, detail))
@@ -190,9 +237,9 @@ class GuardMonitor:
         return firings
 
     def step_metrics(self, firings: list[Firing]) -> dict[str, float]:
-        """``guard/<name>``: 1.0 for each guard that fired this step, 0.0 for the others that are on."""
+        """``guard/<name>``: 1.0 for each guard that fired this step, 0.0 for the others the last update checked."""
         fired = {f.guard for f in firings}
-        return {f"guard/{name}": float(name in fired) for name in self.guards}
+        return {f"guard/{name}": float(name in fired) for name in self.checked}
 
     def check(self, step: int, metrics: dict[str, Any]) -> Firing | None:
         """``update`` plus the ``guard/<name>`` metrics added to ``metrics``; the first stop firing, if any."""
@@ -237,7 +284,7 @@ def _no_search(name: str, g: NoSearchGuard, state: _State, metrics: Mapping[str,
     state.seen += 1
     state.searched = state.searched or value > 0
     if state.seen == g.steps and not state.searched:
-        return f"{g.metric} = 0 at each of the first {g.steps} steps"
+        return f"{g.metric} = 0 at each of the first {g.steps} {state.unit}"
     return None
 
 
@@ -251,7 +298,7 @@ def _decision_share(
     history = _push(state, share, g.steps)
     if _streak(state, share is not None and share >= g.min_share, g.steps):
         shares = ", ".join(f"{s:.2f}" for s in history)
-        return f"{g.metric} share of decisions >= {g.min_share} for {g.steps} steps ({shares})"
+        return f"{g.metric} share of decisions >= {g.min_share} for {g.steps} {state.unit} ({shares})"
     return None
 
 
@@ -269,7 +316,7 @@ def _format_only(name: str, g: FormatOnlyGuard, state: _State, metrics: Mapping[
     early, late = history[:half], history[-half:]
     rise = [sum(v[i] for v in late) / half - sum(v[i] for v in early) / half for i in (0, 1)]
     if _streak(state, rise[0] >= g.min_rise and rise[1] < g.max_outcome_rise, 1):
-        return (f"over {g.window} steps {g.format_metric} rose {rise[0]:+.3f} (>= {g.min_rise}) while "
+        return (f"over {g.window} {state.unit} {g.format_metric} rose {rise[0]:+.3f} (>= {g.min_rise}) while "
                 f"{g.outcome_metric} moved {rise[1]:+.3f} (< {g.max_outcome_rise})")  # fmt: skip
     return None
 
@@ -283,7 +330,7 @@ def _threshold(name: str, g: ThresholdGuard, state: _State, metrics: Mapping[str
     if _streak(state, holds, g.steps):
         values = ", ".join(f"{v:.3f}" for v in history)
         side = ">=" if g.above else "<"
-        return f"{g.metric} {side} {g.threshold} for {g.steps} steps ({values})"
+        return f"{g.metric} {side} {g.threshold} for {g.steps} {state.unit} ({values})"
     return None
 
 

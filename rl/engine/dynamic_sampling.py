@@ -7,6 +7,9 @@ too) the local engine drops such groups and rolls out fresh rows in their place,
 (they add no gradient) so every step trains on ``train_batch_size`` groups. ``metric`` names what must
 vary: ``reward`` (the rubric total, as verl reads ``rm_scores``) or any ``compute_score`` key (``score``,
 ``reward/<term>``). Filtering off, the flat share is only counted (``grpo/zero_adv_group_share``).
+Under verl's trainer (``trainer.v1.trainer_mode: ragym``) ragym's replay buffer applies the same keys to verl's
+streaming refill, bounded at ``max_num_gen_batches`` x ``train_batch_size`` prompts per step
+(``ragym.rl.verl_plugin.sampler``).
 """
 
 from __future__ import annotations

@@ -241,6 +241,7 @@ class LocalTrainer:
         cfg, history = self.cfg, []
         end = cfg.total_steps if max_steps is None else min(cfg.total_steps, self.step + max_steps)
         if cfg.val_before_train and self.step == 0 and self.val_rows:
+            # The untrained baseline: logged, not guarded (verl's trainer does not guard it either).
             self.sink.log(0, {f"val/{k}": v for k, v in self.evaluate().items()})
         progress = tqdm(total=end, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
         while self.step < end:
@@ -250,11 +251,22 @@ class LocalTrainer:
             progress.set_postfix(reward=f"{metrics['reward/total']:.3f}")
             last = self.step == end
             if cfg.test_freq > 0 and (self.step % cfg.test_freq == 0 or last) and self.val_rows:
-                self.sink.log(self.step, {f"val/{k}": v for k, v in self.evaluate().items()})
+                self.validate()
             if (cfg.save_freq > 0 and self.step % cfg.save_freq == 0) or last:
                 self.save()
         progress.close()
         return history
+
+    def validate(self) -> dict[str, float]:
+        """Evaluate on the held-out rows and log ``val/*`` at this step; guards on ``val/`` metrics read them, and
+        a ``stop`` ends the run here (the step is checkpointed first)."""
+        metrics = {f"val/{k}": v for k, v in self.evaluate().items()}
+        stop = self.guards.check(self.step, metrics)
+        self.sink.log(self.step, metrics)
+        if stop is not None:
+            self.save()
+            raise GuardStop(stop.line())
+        return metrics
 
     # ----- checkpoints --------------------------------------------------------------------------
     def save(self) -> Path:

@@ -19,6 +19,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from ragym.rl.errors import UsageError
+from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION
 from ragym.rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
 
 OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs", "ray_kwargs.ray_init")
@@ -53,13 +54,8 @@ RAGYM_SECTIONS = {
     "ragym.demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
     "ragym.r3g_demo.policy": ("ragym.rl.tiny.policy", "TinyPolicyConfig"),
     "ragym.r3g_demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
-    # Collapse guards (ragym.rl.guards.GUARD_TYPES): one section per guard.
-    "ragym.guards.no_search": ("ragym.rl.guards", "NoSearchGuard"),
-    "ragym.guards.reject_all": ("ragym.rl.guards", "DecisionShareGuard"),
-    "ragym.guards.accept_all": ("ragym.rl.guards", "DecisionShareGuard"),
-    "ragym.guards.format_only": ("ragym.rl.guards", "FormatOnlyGuard"),
-    "ragym.guards.entropy_floor": ("ragym.rl.guards", "ThresholdGuard"),
-    "ragym.guards.length_limit": ("ragym.rl.guards", "ThresholdGuard"),
+    # Collapse guards: one section per guard.
+    **{f"{GUARDS_SECTION}.{name}": ("ragym.rl.guards", kind.__name__) for name, kind in GUARD_TYPES.items()},
 }
 """ragym sections read as a whole into a config dataclass: their keys are that dataclass's fields."""
 

@@ -9,6 +9,9 @@ training steps. This subclass extends the one method that turns a step's batch i
 ``ragym.rl.agent_loop.verl_metrics``), then records up to ``ragym.verl.trace_groups_per_step`` GRPO groups to
 ``<trainer.default_local_dir>/traces`` (``ragym view`` opens it; TransferQueue keeps no raw images, so the
 trace has the episodes' tokens, masks, advantages, turns, events and rewards, without pictures).
+Its evaluations add ``val/<metric>`` (the local engine's held-out names) to verl's ``val-core``/``val-aux``
+ones, so collapse guards on ``val/`` metrics read them at the steps that evaluate. Its replay buffer
+(``ragym.rl.verl_plugin.sampler``) is verl's synchronous one with DAPO's ``max_num_gen_batches`` bound.
 Nothing else of verl's loop changes.
 """
 
@@ -23,6 +26,7 @@ import numpy as np
 import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1 import register_trainer
+from verl.trainer.ppo.v1 import trainer_base as verl_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
@@ -34,12 +38,19 @@ from ragym.rl.engine.dynamic_sampling import (
     reward_weights,
     shaped_metric_warning,
 )
-from ragym.rl.guards import GUARDS_SECTION, GuardMonitor, read_guards
+from ragym.rl.errors import UsageError
+from ragym.rl.guards import GUARDS_SECTION, VAL_PREFIX, GuardMonitor, read_guards
+from ragym.rl.verl_plugin.sampler import TOPPED_UP_KEY, RagymReplayBuffer
 
 logger = logging.getLogger(__name__)
 
 TRAINER_MODE = "ragym"
 """``trainer.v1.trainer_mode`` of this trainer."""
+SYNC_MODE = "sync"
+"""The mode verl's trainer code branches on (``trainer_mode == "sync"``: replay buffer, refill granularity,
+TransferQueue checkpoints): this trainer is verl's sync trainer, under its own registry name."""
+IGNORED_BOUND_WARNING = "algorithm.filter_groups.max_num_gen_batches=%s is ignored"
+"""The start of verl's warning that its buffer ignores the bound, which ragym's buffer honours."""
 TRACE_GROUPS_KEY = "ragym.verl.trace_groups_per_step"
 """Recipe key: GRPO groups recorded per step for ``ragym view`` (0: none)."""
 DEFAULT_TRACE_GROUPS = 4
@@ -77,6 +88,39 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
     """verl's synchronous trainer with ragym's metrics, traces and guards added to each step, and the inputs of
     the turn-level credit estimator (``algorithm.adv_estimator: turn_credit``) fetched for it."""
 
+    def _build_replay_buffer(self) -> RagymReplayBuffer:
+        """verl's sync replay buffer with verl's settings, as ``RagymReplayBuffer`` (the DAPO bound, held-out
+        episodes); called from verl's ``__init__``."""
+        # verl reads trainer_mode from the registry name; every branch on it must take the sync trainer's side.
+        self.trainer_mode = SYNC_MODE
+        if OmegaConf.select(self.config, "trainer.v1.sampler.custom_sampler.path"):
+            raise UsageError(
+                f"trainer.v1.trainer_mode={TRAINER_MODE} brings its own replay buffer "
+                "(ragym.rl.verl_plugin.sampler); unset trainer.v1.sampler.custom_sampler"
+            )
+        if OmegaConf.select(self.config, "trainer.v1.sampler.sync_refill_failed_groups", default=False):
+            raise UsageError(
+                f"trainer.v1.sampler.sync_refill_failed_groups is not supported by trainer_mode={TRAINER_MODE} "
+                "(its refill bound counts only the refills of flat groups)"
+            )
+        bound = int(OmegaConf.select(self.config, f"{FILTER_SECTION}.max_num_gen_batches", default=0) or 0)
+        quiet = _DropMessage(IGNORED_BOUND_WARNING)
+        verl_trainer.logger.addFilter(quiet)
+        try:
+            buffer = super()._build_replay_buffer()
+        finally:
+            verl_trainer.logger.removeFilter(quiet)
+        return RagymReplayBuffer.like(buffer, bound)
+
+    def _validate(self) -> dict[str, float]:
+        """verl's evaluation metrics plus ``val/<metric>``: the local engine's names for the same episodes."""
+        metrics = super()._validate()
+        episodes = self.replay_buffer.take_val_episodes()
+        if episodes:
+            uids, extra_fields = [uid for uid, _ in episodes], [fields for _, fields in episodes]
+            metrics.update({f"{VAL_PREFIX}{k}": v for k, v in step_metrics(extra_fields, uids).items()})
+        return metrics
+
     def _compute_metrics(
         self, batch: Any, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
     ) -> None:
@@ -104,7 +148,13 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
             self._ragym_guards = _start_signal(self.config)
         evicted = float(metrics.get("training/filter_groups/evicted_samples", 0))
         surplus = float(metrics.get("training/filter_groups/discarded_surplus_samples", 0))
-        metrics["dynamic_sampling/flat_group_share"] = evicted / max(evicted + surplus + num_groups, 1)
+        topped_up = float(metrics.get(TOPPED_UP_KEY, 0))
+        # Flat among the groups this step finished: those dropped and those trained on at the bound.
+        metrics["dynamic_sampling/flat_group_share"] = (evicted + topped_up) / max(
+            evicted + surplus + num_groups, 1
+        )
+        metrics["dynamic_sampling/dropped_groups"] = evicted
+        metrics["dynamic_sampling/topped_up_groups"] = topped_up
         stop = self._ragym_guards.check(step, metrics)
         if stop is not None:
             logger.error("ragym: %s; stopping after this step", stop.line())
@@ -167,3 +217,14 @@ def _start_signal(config: Any) -> GuardMonitor:
     section = OmegaConf.select(config, GUARDS_SECTION, default=None)
     guards = read_guards(OmegaConf.to_container(section, resolve=True) if section is not None else None)
     return GuardMonitor(guards, config.trainer.default_local_dir)
+
+
+class _DropMessage(logging.Filter):
+    """Drops log records whose message template starts with ``prefix``."""
+
+    def __init__(self, prefix: str) -> None:
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.prefix)

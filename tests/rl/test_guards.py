@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -125,6 +126,53 @@ def test_bad_guard_config_is_an_error(section, error):
         read_guards(section)
 
 
+def test_a_guard_reads_held_out_metrics_or_training_ones_not_both():
+    with pytest.raises(UsageError, match="mix held-out"):
+        read_guards({"format_only": {"action": "warn", "format_metric": "val/reward/format"}})
+
+
+def test_a_held_out_guard_waits_for_evaluations_and_a_training_guard_for_training_steps():
+    """verl logs both kinds in one dict on evaluation steps, the local engine in two records: each guard is
+    checked when its kind is there, so neither kind's streak advances on the other's records."""
+    guards = {"val_ident_floor": {"action": "warn", "threshold": 0.5, "steps": 2},
+              "entropy_floor": {"action": "warn", "threshold": 0.05, "steps": 2}}  # fmt: skip
+    monitor = GuardMonitor(read_guards(guards))
+    stream = [
+        {"actor/entropy": 0.01},  # entropy 1 of 2
+        {"val/episode/ident_acc": 0.1},  # Ident. 1 of 2 (the local engine's evaluation record)
+        {"actor/entropy": 0.5},  # entropy streak broken
+        {"actor/entropy": 0.01, "val/episode/ident_acc": 0.2},  # verl's evaluation step: Ident. 2 of 2
+    ]
+    fired = [(step, f.guard) for step, m in enumerate(stream, 1) for f in monitor.update(step, m)]
+    assert fired == [(4, "val_ident_floor")]
+    assert set(monitor.checked) == {"val_ident_floor", "entropy_floor"}
+
+
+DEMO_METRICS = Path(__file__).parent / "fixtures" / "demo_seed0_guard_metrics.jsonl"
+"""The metrics every guard of the demo recipe reads, from a ``ragym demo`` run (seed 0, 30 GRPO steps), and its
+held-out evaluation after training under their ``val/`` names."""
+
+
+def test_the_demo_recipes_guards_fire_on_none_of_the_demos_metrics():
+    from omegaconf import OmegaConf
+
+    from ragym.rl.recipe.compose import PACKAGE_ROOT
+
+    config = OmegaConf.load(PACKAGE_ROOT / "recipes" / "kbvqa_tiny_cpu.yaml")
+    guards = read_guards(OmegaConf.to_container(config.ragym.guards))
+    assert {"val_ident_floor", "val_reject_all", "reject_all"} <= {
+        n for n, g in guards.items() if g.action != "off"
+    }
+    monitor = GuardMonitor(guards)
+    records = [json.loads(line) for line in DEMO_METRICS.read_text().splitlines()]
+    checked = set()
+    for record in records:
+        step = record.pop("step")
+        assert monitor.update(step, record) == [], f"step {step}"
+        checked |= set(monitor.checked)
+    assert checked == {n for n, g in guards.items() if g.action != "off"}  # every shipped guard was checked
+
+
 def test_ragym_view_shows_the_runs_firings(tmp_path):
     from ragym.rl.view import data
 
@@ -220,6 +268,8 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
         known |= {f"episode/{name}" for name in episode_metrics_keys(_kbvqa)}
     active = {name: guard for name, guard in read_guards(section).items() if guard.action != "off"}
     assert active, f"{recipe} turns no guard on"
+    # Held-out evaluations log the same episode metrics and reward terms under val/ (both engines).
+    known |= {f"val/{key}" for key in known if key.startswith(("episode/", "reward/"))}
     for name, guard in active.items():
         for field in fields(guard):
             if field.name.endswith("metric"):
