@@ -12,8 +12,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy as np
 from ragym.data_prep import synthetic_images as images
 from ragym.data_prep import synthetic_text as text
 from ragym.data_prep.synthetic_kb_io import KBTables, write_kb
+from ragym.envs.files import atomic_write
 
 log = logging.getLogger(__name__)
 GENERATOR_VERSION = 6
@@ -221,12 +220,12 @@ def cached_kb(preset_name: str, seed: int = 0) -> Path:
     if (target / "kb.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    build_kb(tmp, PRESETS[preset_name], seed, name=f"synthetic-{preset_name}", rows_kb_dir=target)
-    try:
-        os.rename(tmp, target)
-    except OSError:  # another process finished first; its copy is identical
-        shutil.rmtree(tmp, ignore_errors=True)
+    atomic_write(
+        target,
+        lambda tmp: build_kb(
+            tmp, PRESETS[preset_name], seed, name=f"synthetic-{preset_name}", rows_kb_dir=target
+        ),
+    )  # concurrent builders: the first one's copy is kept
     return target
 
 

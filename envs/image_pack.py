@@ -24,6 +24,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from ragym.envs.files import atomic_write
+
 PACK_DATA = "index/images.u8"
 PACK_INDEX = "index/images_index.npy"
 
@@ -71,16 +73,21 @@ def write_image_pack(kb_dir: str | Path, max_side: int | None = None) -> int:
     root = Path(kb_dir)
     paths = pd.read_parquet(root / "entities.parquet", columns=["image"])["image"].tolist()
     index = np.zeros((len(paths), 4), dtype=np.int64)
-    tmp = root / (PACK_DATA + ".tmp")
-    offset = 0
-    with open(tmp, "wb") as out:
-        for row, rel in enumerate(paths):
-            pixels = _decoded(root / rel, max_side)  # a missing or broken image fails here, naming the file
-            out.write(pixels.tobytes())
-            index[row] = (offset, *pixels.shape)
-            offset += pixels.size
-    np.save(root / PACK_INDEX, index)
-    tmp.replace(root / PACK_DATA)  # the data file appears last and whole: a reader never sees half a pack
+
+    def write_data(tmp: Path) -> int:
+        offset = 0
+        with open(tmp, "wb") as out:
+            for row, rel in enumerate(paths):
+                pixels = _decoded(
+                    root / rel, max_side
+                )  # a missing or broken image fails here, naming the file
+                out.write(pixels.tobytes())
+                index[row] = (offset, *pixels.shape)
+                offset += pixels.size
+        np.save(root / PACK_INDEX, index)
+        return offset
+
+    offset = atomic_write(root / PACK_DATA, write_data)  # the data appears last and whole: never half a pack
     log.info("packed %d entity images (%.1f MB) into %s", len(paths), offset / 1e6, root / PACK_DATA)
     return len(paths)
 

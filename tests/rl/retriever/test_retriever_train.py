@@ -19,7 +19,7 @@ from ragym.rl.retriever.config import (
     recipe_from_dict,
     with_overrides,
 )
-from ragym.rl.retriever.data import build_train_dataset, load_corpus, read_jsonl
+from ragym.rl.retriever.data import build_train_dataset, load_corpus, read_rows
 from ragym.rl.retriever.train import build_loss, build_training_args, load_encoder
 from tests.rl.retriever_fixtures import prepared_dir
 
@@ -85,7 +85,7 @@ def test_committed_recipes_load_and_typos_fail(tmp_path: Path) -> None:
 
 
 def test_dataset_columns_follow_loss_order(data_dir: Path) -> None:
-    rows = read_jsonl(data_dir / "train.jsonl")
+    rows = read_rows(data_dir / "train.jsonl")
     dataset = build_train_dataset(rows, load_corpus(data_dir), num_hard_negatives=1, with_reasoning=True)
     assert dataset.column_names == ["anchor", "reasoning", "positive", "negative_1"]
     assert dataset[0]["positive"] != dataset[0]["negative_1"]
