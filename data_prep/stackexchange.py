@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,11 +24,10 @@ from pathlib import Path
 from ragym.data_prep.annotators import (
     OFFLINE_ANNOTATOR_NAME,
     Annotator,
-    AnnotatorError,
     ChatAnnotator,
-    ChatAnnotatorConfig,
     OfflineAnnotator,
 )
+from ragym.data_prep.chat import ChatConfig, ChatError
 from ragym.data_prep.hard_negatives import mine_bm25_negatives
 from ragym.data_prep.stackexchange_readers import QAPair, Rejection, read_pairs
 
@@ -101,8 +101,8 @@ def annotate_rows(pairs: list[QAPair], annotator: Annotator, test_fraction: floa
     for pair in pairs:
         try:
             reasoning = annotator.annotate(pair.question)
-        except AnnotatorError as err:
-            raise AnnotatorError(f"question {pair.site}/{pair.question_id}: {err}") from err
+        except ChatError as err:
+            raise ChatError(f"question {pair.site}/{pair.question_id}: {err}") from err
         row = asdict(pair)
         row.update(
             reasoning=reasoning, annotator=annotator.name, split=split_of(pair.question_id, test_fraction)
@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     annotator: Annotator = OfflineAnnotator()
     if args.annotator == "chat":
         cache = args.chat_cache or args.out / "annotations_cache.jsonl"
-        annotator = ChatAnnotator(ChatAnnotatorConfig(args.chat_base_url, args.chat_model, cache))
+        key = os.environ.get("OPENAI_API_KEY")  # unset for a local server
+        annotator = ChatAnnotator(ChatConfig(args.chat_base_url, args.chat_model, key, cache, max_retries=5))
     report = prepare(args.input, args.out, annotator, config, excluded)
     print(json.dumps({k: v for k, v in report.items() if k != "rejected_examples"}, indent=2))
     return 0
