@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from ragym.data_prep.rows import verl_row
 from ragym.envs.files import read_jsonl
 from ragym.rl.retriever.data import read_trec_qrels
 
@@ -122,20 +123,9 @@ def make_row(
     """One verl row; the qrels go to the reward's ground truth and to the env (memory outcome, never shown)."""
     truth = {"qrels": options["qrels"], "excluded_ids": options["excluded_ids"]}
     env_kwargs = {**env_kwargs, "domain": options["domain"]}
-    return {
-        "data_source": data_source,
-        "agent_name": "ragym_env",
-        "prompt": [{"role": "user", "content": options["query"]}],
-        "ability": "reasoning_retrieval",
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, ensure_ascii=False)},
-        "extra_info": {
-            "index": index,
-            "split": split,
-            "env_id": ENV_ID,
-            "env_kwargs": json.dumps(env_kwargs),
-            "env_options": json.dumps(options, ensure_ascii=False),
-        },
-    }
+    return verl_row(data_source=data_source, ability="reasoning_retrieval", question=options["query"],
+                    ground_truth=truth, index=index, split=split, env_id=ENV_ID, env_kwargs=env_kwargs,
+                    env_options=options)  # fmt: skip
 
 
 def write_task(

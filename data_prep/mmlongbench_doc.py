@@ -30,6 +30,7 @@ from ragym.data_prep.budget_report import add_budget_args, options_of, print_bud
 from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
 from ragym.data_prep.encoding.encoders import EnvEncoderItems
 from ragym.data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
+from ragym.data_prep.rows import verl_row
 from ragym.envs.docmemo.pages import PageEncoder, TextPageEncoder, VisualPageEncoder
 from ragym.envs.docmemo.store import DocStore, doc_key, save_store, summarise
 
@@ -115,20 +116,9 @@ def make_row(sample: dict[str, Any], index: int, pages: list[int], store_root: P
     """One parquet row in the common schema; gold stays in ``reward_model`` only."""
     truth = {"answer": sample["answer"], "answer_format": sample["answer_format"], "evidence_pages": pages}
     options = {"question": sample["question"], "doc_id": sample["doc_id"]}
-    return {
-        "data_source": DATA_SOURCE,
-        "agent_name": "ragym_env",
-        "prompt": [{"role": "user", "content": sample["question"]}],
-        "ability": "long_document_qa",
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, ensure_ascii=False)},
-        "extra_info": {
-            "index": index,
-            "split": cfg.split,
-            "env_id": cfg.env_id,
-            "env_kwargs": json.dumps({"store_root": str(store_root)}),
-            "env_options": json.dumps(options, ensure_ascii=False),
-        },
-    }
+    return verl_row(data_source=DATA_SOURCE, ability="long_document_qa", question=sample["question"],
+                    ground_truth=truth, index=index, split=cfg.split, env_id=cfg.env_id,
+                    env_kwargs={"store_root": str(store_root)}, env_options=options)  # fmt: skip
 
 
 def _check_sample(sample: Any) -> None:
