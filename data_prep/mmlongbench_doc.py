@@ -1,6 +1,6 @@
 """MMLongBench-Doc -> DocMemo document stores + verl parquet rows.
 
-``python -m ragym.data_prep.mmlongbench_doc --samples samples.json --documents DIR --out OUT [--dpi 144] [--limit N]``
+``ragym prep mmlongbench-doc --samples samples.json --documents DIR --out OUT [--dpi 144] [--limit N]``
 (then the token budget report of the rows at ``docmemo_qwen2_5_vl_7b``: ``ragym.data_prep.budget_report``)
 
 Writes ``OUT/docs/<doc_key>/`` (``ragym.envs.docmemo.store`` layout: page images at ``--dpi``, page text, extractive
@@ -26,7 +26,6 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
-from ragym.data_prep.budget_report import add_budget_args, options_of, print_budget_report
 from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
 from ragym.data_prep.encoding.encoders import EnvEncoderItems
 from ragym.data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
@@ -209,9 +208,9 @@ def prepare(
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     """Command line entry point; prints the report summary."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym prep mmlongbench-doc", description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=Path, required=True, help="MMLongBench-Doc samples.json")
     parser.add_argument(
         "--documents", type=Path, required=True, help="folder of the PDFs (file name = doc_id)"
@@ -226,9 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         help="embed page images with this local CLIP-style model instead "
         "(the env then needs encoder=visual and the same visual_model_path)",
     )
-    add_budget_args(parser)
     args = parser.parse_args(argv)
-    budget = options_of(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = PrepConfig(dpi=args.dpi, zero_page=args.zero_page)
     if args.visual_model_path:
@@ -240,9 +237,4 @@ def main(argv: list[str] | None = None) -> int:
         k: report[k] for k in ("num_rows_in", "num_rows_out", "num_rows_rejected", "rejected_by_reason")
     }
     print(json.dumps(summary))
-    print_budget_report("mmlongbench-doc", [args.out / "data" / f"{cfg.split}.parquet"], budget)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

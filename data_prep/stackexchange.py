@@ -6,7 +6,7 @@ question with a chain-of-thought intent, splits deterministically by thread id a
 inside each split. Writes ``train.jsonl``/``test.jsonl`` (pairs), ``corpus.jsonl`` (answers) and
 ``report.json`` (rows in = rows out + rows rejected, by reason).
 
-    python -m ragym.data_prep.stackexchange --input Posts.xml --out data/se --exclude-ids bench_ids.txt \\
+    ragym prep stackexchange --input Posts.xml --out data/se --exclude-ids bench_ids.txt \\
         --cutoff 2024-01-01 --annotator offline --limit 1000
 """
 
@@ -174,7 +174,7 @@ def prepare(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ragym prep stackexchange", description=__doc__.split("\n")[0])
     parser.add_argument("--input", type=Path, required=True, help="Posts.xml or Skeptics-format .jsonl")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--exclude-ids", type=Path, help="benchmark corpus post ids, one per line")
@@ -194,7 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     """Command-line entry: prepare one Stack Exchange source and print the report."""
     args = _parser().parse_args(argv)
     config = PrepConfig(
@@ -215,8 +215,3 @@ def main(argv: list[str] | None = None) -> int:
     report = prepare(args.input, args.out, annotator, config, excluded)
     print(json.dumps({k: v for k, v in report.items() if k != "rejected_examples"}, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    raise SystemExit(main())

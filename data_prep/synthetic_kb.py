@@ -1,6 +1,6 @@
 """Synthetic KB-VQA knowledge base: look-alike entities, passages, query images, candidates, parquet rows.
 
-``ragym build-kb --out DIR --preset P [--num-entities N --num-rows N --seed S]`` writes exactly the
+``ragym prep synthetic-kb --out DIR --preset P [--num-entities N --num-rows N --seed S]`` writes exactly the
 ``ragym.envs.kbvqa.kb`` on-disk format plus ``DIR/data/{train,test}.parquet`` in verl's row schema, so nothing
 downstream knows the data is synthetic. Difficulty presets set the pixel retriever's R@1 / R@15
 (``benchmarks/env_step.py`` prints them); ``demo`` is the CPU demo's (small, one candidate per batch, the env's visual check).
@@ -230,8 +230,8 @@ def cached_kb(preset_name: str, seed: int = 0) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    """``ragym build-kb``: write a synthetic KB and its dataset rows."""
-    parser = argparse.ArgumentParser(prog="ragym build-kb", description=__doc__.splitlines()[0])
+    """``ragym prep synthetic-kb``: write a synthetic KB and its dataset rows."""
+    parser = argparse.ArgumentParser(prog="ragym prep synthetic-kb", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="output folder (must be empty or absent)")
     parser.add_argument("--preset", default="demo", choices=sorted(PRESETS))
     parser.add_argument("--num-entities", type=int, help="override the preset's entity count")

@@ -10,7 +10,7 @@ Layout, beside the KB's other index files::
     index/images.u8          uint8 RGB bytes of every entity image, entities.parquet row order
     index/images_index.npy   int64 (num_entities, 4): byte offset, height, width, channels (3)
 
-``python -m ragym.envs.image_pack KB_DIR [--max-side 448]`` writes it (``--max-side`` shrinks large images the
+``ragym prep image-pack KB_DIR [--max-side 448]`` writes it (``--max-side`` shrinks large images the
 way the policy's processor would anyway, bounding the pack: see README "Retrieval service").
 """
 
@@ -92,16 +92,12 @@ def write_image_pack(kb_dir: str | Path, max_side: int | None = None) -> int:
     return len(paths)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     """Write a KB's image pack."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym prep image-pack", description=__doc__.splitlines()[0])
     parser.add_argument("kb_dir")
     parser.add_argument("--max-side", type=int, help="shrink images whose longer side exceeds this")
     args = parser.parse_args(argv)
     count = write_image_pack(args.kb_dir, args.max_side)
     print(f"entities in={count} images packed={count} rejected=0")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
