@@ -10,7 +10,7 @@ import torch
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
 from ragym.rl.retriever.augment import ReasoningQueryCollator, augment_query
-from ragym.rl.retriever.cli import apply_sets
+from ragym.rl.retriever.cli import apply_overrides
 from ragym.rl.retriever.config import (
     RETRIEVER_RECIPES,
     LossConfig,
@@ -80,7 +80,7 @@ def test_committed_recipes_load_and_typos_fail(tmp_path: Path) -> None:
     bad.write_text("train:\n  batchsize: 4\n")
     with pytest.raises(ValueError, match=r"bad.yaml.train: unknown key\(s\) \['batchsize'\]"):
         load_retriever_recipe(bad)
-    recipe = apply_sets(recipe_from_dict({}), ["train.max_steps=3", "augment.separator=' | '"])
+    recipe = apply_overrides(recipe_from_dict({}), ["train.max_steps=3", "augment.separator=' | '"])
     assert recipe.train.max_steps == 3 and recipe.augment.separator == " | "
 
 
