@@ -32,6 +32,8 @@ from typing import Any
 
 import pandas as pd
 
+from ragym.data_prep.rows import verl_row
+from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.trec import read_trec_qrels
 
 ENV_ID = "MEMORA-v0"
@@ -53,10 +55,9 @@ def read_split(raw: Path, config: str, split: str) -> list[dict[str, Any]]:
         return [row for shard in shards for row in pd.read_parquet(shard).to_dict("records")]
     for path in (folder / f"{split}.jsonl", folder / f"{split}.json"):
         if path.exists():
-            text = path.read_text(encoding="utf-8")
             if path.suffix == ".json":
-                return list(json.loads(text))
-            return [json.loads(line) for line in text.splitlines() if line.strip()]
+                return list(json.loads(path.read_text(encoding="utf-8")))
+            return [row for _, row in read_jsonl(path)]
     raise FileNotFoundError(f"no {split}*.parquet, {split}.jsonl or {split}.json in {folder}")
 
 
@@ -122,20 +123,9 @@ def make_row(
     """One verl row; the qrels go to the reward's ground truth and to the env (memory outcome, never shown)."""
     truth = {"qrels": options["qrels"], "excluded_ids": options["excluded_ids"]}
     env_kwargs = {**env_kwargs, "domain": options["domain"]}
-    return {
-        "data_source": data_source,
-        "agent_name": "ragym_env",
-        "prompt": [{"role": "user", "content": options["query"]}],
-        "ability": "reasoning_retrieval",
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, ensure_ascii=False)},
-        "extra_info": {
-            "index": index,
-            "split": split,
-            "env_id": ENV_ID,
-            "env_kwargs": json.dumps(env_kwargs),
-            "env_options": json.dumps(options, ensure_ascii=False),
-        },
-    }
+    return verl_row(data_source=data_source, ability="reasoning_retrieval", question=options["query"],
+                    ground_truth=truth, index=index, split=split, env_id=ENV_ID, env_kwargs=env_kwargs,
+                    env_options=options)  # fmt: skip
 
 
 def write_task(
@@ -234,10 +224,8 @@ def prep_mm_bright(args: argparse.Namespace) -> dict:
     images = _image_table(args.raw, args.domain) if args.task == 2 else {}
     descriptions = {}
     if args.descriptions:
-        for line in args.descriptions.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                descriptions[str(row["id"])] = str(row["description"])
+        for _, row in read_jsonl(args.descriptions):
+            descriptions[str(row["id"])] = str(row["description"])
 
     def build(row: dict[str, Any]) -> dict[str, Any]:
         options = query_options(row, args.domain, "gold_ids", "negative_ids", corpus, None)

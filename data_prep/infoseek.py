@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ragym.data_prep.kb_files import read_kb_file
-from ragym.data_prep.kb_records import Article, Report, RowError, Sample, iter_jsonl, require_str
+from ragym.data_prep.kb_records import Article, Report, RowError, Sample, require_str
+from ragym.envs.files import read_jsonl
 from ragym.rewards.answers import score_answer
 
 SPLITS = ("train", "val")
@@ -57,7 +58,7 @@ def _by_data_id(path: Path, field: str) -> dict[str, Any]:
     """``data_id -> row[field]`` of a side file (withkb, qtype); empty when the file is absent."""
     out: dict[str, Any] = {}
     if path.exists():
-        for _, row in iter_jsonl(path):
+        for _, row in read_jsonl(path, yield_broken=True):
             if isinstance(row, dict) and "data_id" in row and field in row:
                 out[str(row["data_id"])] = row
     return out
@@ -71,7 +72,7 @@ class ImageFinder:
         self.mapped: dict[str, str] = {}
         for root in [raw, *self.roots]:
             if (root / "id2image.jsonl").exists():
-                for _, row in iter_jsonl(root / "id2image.jsonl"):
+                for _, row in read_jsonl(root / "id2image.jsonl", yield_broken=True):
                     if isinstance(row, dict) and "image_id" in row and "image_path" in row:
                         path = Path(row["image_path"])
                         self.mapped[str(row["image_id"])] = str(path if path.is_absolute() else root / path)
@@ -193,7 +194,7 @@ def read(
             continue
         withkb = _by_data_id(raw / f"infoseek_{split}_withkb.jsonl", "entity_id")
         qtypes = _by_data_id(raw / f"infoseek_{split}_qtype.jsonl", "question_type")
-        for count, (number, row) in enumerate(iter_jsonl(path)):
+        for count, (number, row) in enumerate(read_jsonl(path, yield_broken=True)):
             if limit is not None and count >= limit:
                 break
             report.read(split)

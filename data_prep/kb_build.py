@@ -26,6 +26,7 @@ from ragym.data_prep.encoding.index import VectorBlocks, index_summary, index_ve
 from ragym.data_prep.kb_encode import encode
 from ragym.data_prep.kb_images import image_file
 from ragym.data_prep.kb_records import Article, Report, RowError, Sample, chunk_text
+from ragym.data_prep.rows import verl_row
 from ragym.envs.kbvqa.kb import KB_FORMAT, KB_VERSION
 from ragym.envs.retrieval.retrievers import BM25Retriever, build_index, normalise
 
@@ -181,7 +182,7 @@ def _passages(articles: list[Article], ids: list[str], loose: list[tuple[str, st
     return frame
 
 
-def _row(sample: Sample, index: int, data_source: str, env_kwargs: str, paths: list[str], golds: list[str | None],
+def _row(sample: Sample, index: int, data_source: str, env_kwargs: dict[str, Any], paths: list[str], golds: list[str | None],
          candidates: list[list[str]]) -> dict[str, Any]:  # fmt: skip
     """One verl row, in the synthetic KB's schema (``ragym.data_prep.synthetic_kb_io``)."""
     options = {
@@ -190,31 +191,21 @@ def _row(sample: Sample, index: int, data_source: str, env_kwargs: str, paths: l
         "gold_entities": golds,
         "question_type": sample.question_type,
     }
-    return {
-        "data_source": data_source,
-        "agent_name": "ragym_env",
-        "prompt": [{"role": "user", "content": sample.question}],
-        "ability": "kbvqa",
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(sample.ground_truth)},
-        "extra_info": {
-            "index": index,
-            # InfoSeek's data_split (val_unseen_question / val_unseen_entity): ragym eval's harmonic mean reads it.
-            "split": str(sample.extra.get("data_split", sample.split)),
-            "env_id": ENV_ID,
-            "env_kwargs": env_kwargs,
-            "env_options": json.dumps(options),
-            "sample_id": sample.sample_id,
-            "candidates": json.dumps(candidates),
-            "dataset_fields": json.dumps(sample.extra, default=str),
-        },
-    }
+    return verl_row(
+        data_source=data_source, ability="kbvqa", question=sample.question, ground_truth=sample.ground_truth,
+        index=index,
+        # InfoSeek's data_split (val_unseen_question / val_unseen_entity): ragym eval's harmonic mean reads it.
+        split=str(sample.extra.get("data_split", sample.split)),
+        env_id=ENV_ID, env_kwargs=env_kwargs, env_options=options, sample_id=sample.sample_id,
+        candidates=json.dumps(candidates), dataset_fields=json.dumps(sample.extra, default=str),
+    )  # fmt: skip
 
 
 def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str], ranked: np.ndarray,
                 entity_ids: list[str], cfg: BuildConfig, report: Report) -> None:  # fmt: skip
     """Apply the reachability filter to training splits and write ``data/<split>.parquet``."""
-    env_kwargs = json.dumps({"kb_dir": str(out.resolve()), "candidates_per_batch": cfg.candidates_per_batch,
-                             "max_rejections": cfg.max_rejections})  # fmt: skip
+    env_kwargs = {"kb_dir": str(out.resolve()), "candidates_per_batch": cfg.candidates_per_batch,
+                  "max_rejections": cfg.max_rejections}  # fmt: skip
     rows: dict[str, list[dict[str, Any]]] = {}
     for sample, queries, golds in kept:
         candidates = [[entity_ids[r] for r in ranked[q] if r >= 0] for q in queries]

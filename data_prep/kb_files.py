@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ragym.data_prep.kb_records import Article, Report, RowError, iter_json_object, iter_jsonl
+from ragym.data_prep.kb_records import Article, Report, RowError, iter_json_object
+from ragym.envs.files import read_jsonl
 
 _QID = re.compile(r"Q[1-9]\d*")
 
@@ -70,7 +71,7 @@ def _entry(key: str, entry: Any) -> Article:
 
 
 def _jsonl_entries(path: Path) -> Iterator[tuple[str, Any]]:
-    for number, obj in iter_jsonl(path):
+    for number, obj in read_jsonl(path, yield_broken=True):
         where = f"{path.name}:{number}"
         if isinstance(obj, Exception):
             yield where, RowError("malformed_json", f"{where}: {obj}")

@@ -7,7 +7,6 @@ so a run always accounts for every input row: rows in = rows out + rows rejected
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from collections import Counter
@@ -159,19 +158,6 @@ def require_str(row: dict[str, Any], key: str, row_name: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise RowError(f"missing_{key}", f"{row_name} has no usable {key!r} (got {value!r})")
     return value
-
-
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed object or the JSONDecodeError)`` of each non-blank line (.jsonl or .jsonl.gz)."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as err:
-                yield number, err
 
 
 class _Stream:

@@ -22,7 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ragym.data_prep.kb_records import Article, Report, RowError, Sample, iter_jsonl, require_str
+from ragym.data_prep.kb_records import Article, Report, RowError, Sample, require_str
+from ragym.envs.files import read_jsonl
 from ragym.rewards.mmhops import check_ground_truth
 
 SPLITS = ("train", "validation", "test")
@@ -128,7 +129,7 @@ def read_kb(
     """Entities from the image corpus (text = their text-corpus passages) and the passages of no entity."""
     root = image_root or kb / "image"
     texts: dict[str, list[str]] = {}
-    for number, row in iter_jsonl(kb / "text" / "text_corpus.jsonl"):
+    for number, row in read_jsonl(kb / "text" / "text_corpus.jsonl", yield_broken=True):
         report.read("kb_text")
         contents = row.get("contents") if isinstance(row, dict) else None
         if not isinstance(contents, str) or not contents.strip():
@@ -139,7 +140,7 @@ def read_kb(
         texts.setdefault(title, []).append(body)
         report.keep("kb_text")
     articles, seen = [], set()
-    for number, row in iter_jsonl(kb / "image" / "image_corpus.jsonl"):
+    for number, row in read_jsonl(kb / "image" / "image_corpus.jsonl", yield_broken=True):
         report.read("kb")
         try:
             if not isinstance(row, dict):

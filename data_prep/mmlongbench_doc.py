@@ -1,6 +1,6 @@
 """MMLongBench-Doc -> DocMemo document stores + verl parquet rows.
 
-``python -m ragym.data_prep.mmlongbench_doc --samples samples.json --documents DIR --out OUT [--dpi 144] [--limit N]``
+``ragym prep mmlongbench-doc --samples samples.json --documents DIR --out OUT [--dpi 144] [--limit N]``
 (then the token budget report of the rows at ``docmemo_qwen2_5_vl_7b``: ``ragym.data_prep.budget_report``)
 
 Writes ``OUT/docs/<doc_key>/`` (``ragym.envs.docmemo.store`` layout: page images at ``--dpi``, page text, extractive
@@ -26,10 +26,10 @@ from typing import Any
 import pandas as pd
 from PIL import Image
 
-from ragym.data_prep.budget_report import add_budget_args, options_of, print_budget_report
 from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
 from ragym.data_prep.encoding.encoders import EnvEncoderItems
 from ragym.data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
+from ragym.data_prep.rows import verl_row
 from ragym.envs.docmemo.pages import PageEncoder, TextPageEncoder, VisualPageEncoder
 from ragym.envs.docmemo.store import DocStore, doc_key, save_store, summarise
 
@@ -115,20 +115,9 @@ def make_row(sample: dict[str, Any], index: int, pages: list[int], store_root: P
     """One parquet row in the common schema; gold stays in ``reward_model`` only."""
     truth = {"answer": sample["answer"], "answer_format": sample["answer_format"], "evidence_pages": pages}
     options = {"question": sample["question"], "doc_id": sample["doc_id"]}
-    return {
-        "data_source": DATA_SOURCE,
-        "agent_name": "ragym_env",
-        "prompt": [{"role": "user", "content": sample["question"]}],
-        "ability": "long_document_qa",
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth, ensure_ascii=False)},
-        "extra_info": {
-            "index": index,
-            "split": cfg.split,
-            "env_id": cfg.env_id,
-            "env_kwargs": json.dumps({"store_root": str(store_root)}),
-            "env_options": json.dumps(options, ensure_ascii=False),
-        },
-    }
+    return verl_row(data_source=DATA_SOURCE, ability="long_document_qa", question=sample["question"],
+                    ground_truth=truth, index=index, split=cfg.split, env_id=cfg.env_id,
+                    env_kwargs={"store_root": str(store_root)}, env_options=options)  # fmt: skip
 
 
 def _check_sample(sample: Any) -> None:
@@ -219,9 +208,9 @@ def prepare(
     return report
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     """Command line entry point; prints the report summary."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym prep mmlongbench-doc", description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=Path, required=True, help="MMLongBench-Doc samples.json")
     parser.add_argument(
         "--documents", type=Path, required=True, help="folder of the PDFs (file name = doc_id)"
@@ -236,9 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         help="embed page images with this local CLIP-style model instead "
         "(the env then needs encoder=visual and the same visual_model_path)",
     )
-    add_budget_args(parser)
     args = parser.parse_args(argv)
-    budget = options_of(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = PrepConfig(dpi=args.dpi, zero_page=args.zero_page)
     if args.visual_model_path:
@@ -250,9 +237,4 @@ def main(argv: list[str] | None = None) -> int:
         k: report[k] for k in ("num_rows_in", "num_rows_out", "num_rows_rejected", "rejected_by_reason")
     }
     print(json.dumps(summary))
-    print_budget_report("mmlongbench-doc", [args.out / "data" / f"{cfg.split}.parquet"], budget)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,23 +1,26 @@
-"""``ragym prep``: real KB-VQA benchmarks into ragym KBs and verl rows, the training mix, and KB images.
+"""``ragym prep NAME``: every dataset ragym trains or evaluates on, from its official files to verl rows.
 
-    ragym prep infoseek|evqa|mmhops --raw DIR --out DIR [--limit N] [--image-encoder JSON] [--text-encoder JSON]
-    ragym prep mix --out DIR infoseek=65000 evqa=67000 mmhops=17000 [--root DIR] [--seed S]
-    ragym prep kb-images infoseek|evqa --raw DIR [--out DIR] [--workers N]   (MMhops-KB lists no URLs)
-    ragym prep mragbench --raw DIR --out DIR [--limit N] [--corpus DIR]   (R3G task folder, see ragym.data_prep.mragbench)
-    ragym prep bright --raw DIR --task biology --out DIR [--long] [--qrels FILE]   (MEMORA-v0, ragym.data_prep.bright)
-    ragym prep mm-bright --raw DIR --domain academia --task 1|2 --out DIR [--descriptions FILE]
+    ragym prep --list                      the registered preps, one a line
+    ragym prep NAME --help                 one prep's options
 
-Each dataset run prints and saves ``OUT/report.json``: rows in = rows out + rows rejected per split, with a
-count per reason, the KB and index sizes, and the image retriever's R@1 / R@5 / R@pool per split. Then every
-prep prints the token budget report of a sample of the rows it wrote (``ragym budget``) at its env's paper recipe:
-``--budget-recipe R`` picks another, ``--budget-rows N`` the sample (200), ``--no-budget-report`` skips it.
+The registry ``PREPS`` below names each prep's function: real KB-VQA benchmarks (infoseek, evqa, mmhops) into
+KBs and rows, the training mix, KB images, MRAG-Bench (R3G), BRIGHT and MM-BRIGHT (MEMORA), MMLongBench-Doc
+(DocMemo), Stack Exchange pairs (MEMORA-R), the synthetic KB of the CPU demo, a KB's image pack.
+
+Each dataset run prints and saves ``OUT/report.json``: rows in = rows out + rows rejected, with a count per
+reason. Every prep that writes verl rows then prints the token budget report of a sample of them
+(``ragym budget``) at its env's paper recipe: ``--budget-recipe R`` picks another, ``--budget-rows N`` the
+sample (200), ``--no-budget-report`` skips it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,55 +159,97 @@ def fetch_images(argv: list[str]) -> dict[str, int]:
     return counts
 
 
+@dataclass(frozen=True)
+class Prep:
+    """One registered data preparation."""
+
+    target: str
+    """``module:function``; called as ``function(*args, argv)``, it returns the exit status or its report (a
+    dict: success)."""
+    help: str
+    """One line for ``ragym prep --list``."""
+    args: tuple[str, ...] = ()
+    """Leading arguments of the function (the dataset name, for functions that serve several)."""
+    budget: bool = True
+    """Whether it writes verl rows, which the token budget report then samples."""
+
+
+PREPS: dict[str, Prep] = {
+    "infoseek": Prep(f"{__name__}:run_dataset", "InfoSeek -> KB-VQA KB and rows", ("infoseek",)),
+    "evqa": Prep(f"{__name__}:run_dataset", "Encyclopedic-VQA -> KB-VQA KB and rows", ("evqa",)),
+    "mmhops": Prep(f"{__name__}:run_dataset", "MMhops-R -> KB-VQA KB and rows", ("mmhops",)),
+    "mix": Prep(f"{__name__}:mix", "the KB-VQA training mix (dataset=N each) and the evaluation rows"),
+    "kb-images": Prep(f"{__name__}:fetch_images", "download InfoSeek / E-VQA KB images", budget=False),
+    "mragbench": Prep("ragym.data_prep.mragbench:main", "MRAG-Bench -> R3G task folder and rows"),
+    "bright": Prep("ragym.data_prep.bright:main", "BRIGHT -> MEMORA-v0 corpus and rows", ("bright",)),
+    "mm-bright": Prep(
+        "ragym.data_prep.bright:main", "MM-BRIGHT -> MEMORA-v0 corpus and rows", ("mm-bright",)
+    ),
+    "mmlongbench-doc": Prep(
+        "ragym.data_prep.mmlongbench_doc:main", "MMLongBench-Doc -> DocMemo stores and rows"
+    ),
+    "stackexchange": Prep(
+        "ragym.data_prep.stackexchange:main", "Stack Exchange -> MEMORA-R training pairs", budget=False
+    ),
+    "synthetic-kb": Prep(
+        "ragym.data_prep.synthetic_kb:main", "the synthetic KB-VQA KB and rows", budget=False
+    ),
+    "image-pack": Prep(
+        "ragym.envs.image_pack:main", "a KB's entity images, decoded once, packed", budget=False
+    ),
+}
+"""Every dataset ``ragym prep NAME`` prepares; a new benchmark's prep adds one line here."""
+
+
+def prep_main(name: str) -> Callable[..., int]:
+    """The function that runs ``ragym prep NAME`` (imports its module)."""
+    module, _, function = PREPS[name].target.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def _usage() -> str:
+    width = max(map(len, PREPS))
+    lines = ["usage: ragym prep NAME [ARGS...] | ragym prep --list", "", "preps:"]
+    return "\n".join(lines + [f"  {name.ljust(width)}  {prep.help}" for name, prep in PREPS.items()])
+
+
 def main(argv: list[str]) -> int:
-    """``ragym prep SUBCOMMAND ...``."""
+    """``ragym prep NAME ...``: run one registered prep, then the budget report of the rows it wrote."""
     if not argv or argv[0] in {"-h", "--help"}:
-        print(__doc__)
+        print(_usage())
         return 0
-    command, rest = argv[0], argv[1:]
-    rest, budget = split_budget_args(rest)
-    status = _run(command, rest)
-    if status == 0 and command != "kb-images":
-        print_budget_report(command, _written_rows(command, rest), budget)
+    if argv[0] == "--list":
+        print("\n".join(PREPS))
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in PREPS:
+        print(f"ragym prep: unknown prep {name!r}\n{_usage()}", file=sys.stderr)
+        return 2
+    prep = PREPS[name]
+    rest, budget = split_budget_args(rest) if prep.budget else (rest, None)
+    result = prep_main(name)(*prep.args, rest)
+    status = result if isinstance(result, int) else 0
+    if status == 0 and budget is not None:
+        print_budget_report(name, _written_rows(name, rest), budget)
     return status
 
 
-def _run(command: str, rest: list[str]) -> int:
-    """Run one prep subcommand; its exit status."""
-    if command in DATASETS:
-        try:
-            prep_dataset(command, rest)
-        # Files ragym cannot read as the dataset: one line, no traceback (as the encoding command does).
-        except mmhops.ShardSchemaError as err:
-            print(f"ragym prep {command}: {err}", file=sys.stderr)
-            return 2
-    elif command == "mix":
-        mix(rest)
-    elif command == "kb-images":
-        fetch_images(rest)
-    elif command in (
-        "bright",
-        "mm-bright",
-    ):  # MEMORA's benchmarks: a corpus and MEMORA-v0 rows (ragym.data_prep.bright)
-        from ragym.data_prep import bright
-
-        return bright.main(command, rest)
-    elif command == "mragbench":  # R3G's benchmark: its own task-folder layout (ragym.data_prep.mragbench)
-        from ragym.data_prep import mragbench
-
-        return mragbench.main(rest)
-    else:
-        print(f"ragym prep: unknown subcommand {command!r}\n{__doc__}", file=sys.stderr)
+def run_dataset(name: str, argv: list[str]) -> int:
+    """``ragym prep infoseek|evqa|mmhops``; files ragym cannot read as the dataset are one line, no traceback."""
+    try:
+        prep_dataset(name, argv)
+    except mmhops.ShardSchemaError as err:
+        print(f"ragym prep {name}: {err}", file=sys.stderr)
         return 2
     return 0
 
 
-def _written_rows(command: str, rest: list[str]) -> list[Path]:
+def _written_rows(name: str, rest: list[str]) -> list[Path]:
     """The parquet rows a finished prep wrote: ``OUT/train.parquet`` and ``OUT/val.parquet`` for ``mix``,
     ``OUT/data/*.parquet`` for the others."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     parser.add_argument("--out", type=Path, required=True)
     out = parser.parse_known_args(rest)[0].out
-    if command == "mix":
+    if name == "mix":
         return [out / "train.parquet", out / "val.parquet"]
     return sorted((out / "data").glob("*.parquet"))

@@ -12,8 +12,6 @@ only by chance (about 1 / images per class).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import numpy as np
 from PIL import Image
 
 from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
+from ragym.envs.files import atomic_write
 from ragym.envs.retrieval.encoders import PixelImageEncoder
 
 DATA_SOURCE = "synthetic_r3g"
@@ -113,10 +112,7 @@ def cached_task(preset_name: str, seed: int = 0) -> Path:
     if (target / "corpus" / "manifest.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    build_task(tmp, PRESETS[preset_name], seed, rows_task_dir=target)
-    try:
-        os.rename(tmp, target)
-    except OSError:  # another process finished first; its copy is identical
-        shutil.rmtree(tmp, ignore_errors=True)
+    atomic_write(
+        target, lambda tmp: build_task(tmp, PRESETS[preset_name], seed, rows_task_dir=target)
+    )  # concurrent builders: the first one's copy is kept
     return target

@@ -18,6 +18,7 @@ import pandas as pd
 
 from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
 from ragym.data_prep.encoding.encoders import EnvEncoderItems
+from ragym.data_prep.rows import verl_row
 from ragym.envs.retrieval.encoders import ImageEncoder
 from ragym.envs.retrieval.retrievers import normalise
 
@@ -91,7 +92,7 @@ def write_queries(out: Path, paths: list[str], encoder: ImageEncoder) -> None:
     np.save(out / "queries" / "embeddings.npy", normalise(vectors))
 
 
-def verl_row(
+def task_row(
     row: TaskRow, index: int, split: str, data_source: str, env_kwargs: dict[str, Any]
 ) -> dict[str, Any]:
     """The verl parquet row of one question (ground truth as a JSON string, env options inside)."""
@@ -101,22 +102,9 @@ def verl_row(
         options["retrieved_images"] = row.retrieved_images
     truth = {"answer_choice": row.answer_choice, "answer": row.answer, "options": row.options,
              "gold_images": row.gold_images, "scenario": row.scenario}  # fmt: skip
-    return {
-        "data_source": data_source,
-        "agent_name": "ragym_env",
-        "prompt": [{"role": "user", "content": row.question}],
-        "ability": "r3g",
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
-        "extra_info": {
-            "index": index,
-            "split": split,
-            "env_id": ENV_ID,
-            "env_kwargs": json.dumps(env_kwargs),
-            "env_options": json.dumps(options),
-            "scenario": row.scenario,
-            "question_id": row.question_id,
-        },  # fmt: skip
-    }
+    return verl_row(data_source=data_source, ability="r3g", question=row.question, ground_truth=truth,
+                    index=index, split=split, env_id=ENV_ID, env_kwargs=env_kwargs, env_options=options,
+                    scenario=row.scenario, question_id=row.question_id)  # fmt: skip
 
 
 def write_rows(out: Path, rows: list[TaskRow], data_source: str, test_fraction: float,
@@ -128,7 +116,7 @@ def write_rows(out: Path, rows: list[TaskRow], data_source: str, test_fraction: 
     records = {"train": [], "test": []}
     for index, row in enumerate(rows):
         split = split_of(row.question_id, test_fraction)
-        records[split].append(verl_row(row, index, split, data_source, kwargs))
+        records[split].append(task_row(row, index, split, data_source, kwargs))
     for split, recs in records.items():
         pd.DataFrame.from_records(recs, columns=["data_source", "agent_name", "prompt", "ability", "reward_model",
                                                  "extra_info"]).to_parquet(out / "data" / f"{split}.parquet")  # fmt: skip

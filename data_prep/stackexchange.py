@@ -6,7 +6,7 @@ question with a chain-of-thought intent, splits deterministically by thread id a
 inside each split. Writes ``train.jsonl``/``test.jsonl`` (pairs), ``corpus.jsonl`` (answers) and
 ``report.json`` (rows in = rows out + rows rejected, by reason).
 
-    python -m ragym.data_prep.stackexchange --input Posts.xml --out data/se --exclude-ids bench_ids.txt \\
+    ragym prep stackexchange --input Posts.xml --out data/se --exclude-ids bench_ids.txt \\
         --cutoff 2024-01-01 --annotator offline --limit 1000
 """
 
@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import logging
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,11 +24,10 @@ from pathlib import Path
 from ragym.data_prep.annotators import (
     OFFLINE_ANNOTATOR_NAME,
     Annotator,
-    AnnotatorError,
     ChatAnnotator,
-    ChatAnnotatorConfig,
     OfflineAnnotator,
 )
+from ragym.data_prep.chat import ChatConfig, ChatError
 from ragym.data_prep.hard_negatives import mine_bm25_negatives
 from ragym.data_prep.stackexchange_readers import QAPair, Rejection, read_pairs
 
@@ -101,8 +101,8 @@ def annotate_rows(pairs: list[QAPair], annotator: Annotator, test_fraction: floa
     for pair in pairs:
         try:
             reasoning = annotator.annotate(pair.question)
-        except AnnotatorError as err:
-            raise AnnotatorError(f"question {pair.site}/{pair.question_id}: {err}") from err
+        except ChatError as err:
+            raise ChatError(f"question {pair.site}/{pair.question_id}: {err}") from err
         row = asdict(pair)
         row.update(
             reasoning=reasoning, annotator=annotator.name, split=split_of(pair.question_id, test_fraction)
@@ -174,7 +174,7 @@ def prepare(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="ragym prep stackexchange", description=__doc__.split("\n")[0])
     parser.add_argument("--input", type=Path, required=True, help="Posts.xml or Skeptics-format .jsonl")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--exclude-ids", type=Path, help="benchmark corpus post ids, one per line")
@@ -194,7 +194,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     """Command-line entry: prepare one Stack Exchange source and print the report."""
     args = _parser().parse_args(argv)
     config = PrepConfig(
@@ -210,12 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     annotator: Annotator = OfflineAnnotator()
     if args.annotator == "chat":
         cache = args.chat_cache or args.out / "annotations_cache.jsonl"
-        annotator = ChatAnnotator(ChatAnnotatorConfig(args.chat_base_url, args.chat_model, cache))
+        key = os.environ.get("OPENAI_API_KEY")  # unset for a local server
+        annotator = ChatAnnotator(ChatConfig(args.chat_base_url, args.chat_model, key, cache, max_retries=5))
     report = prepare(args.input, args.out, annotator, config, excluded)
     print(json.dumps({k: v for k, v in report.items() if k != "rejected_examples"}, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
-    raise SystemExit(main())

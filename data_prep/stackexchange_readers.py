@@ -6,13 +6,14 @@ with a reason, so the caller can check rows in = rows out + rows rejected.
 
 from __future__ import annotations
 
-import json
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+
+from ragym.envs.files import JsonlError, read_jsonl
 
 
 @dataclass(frozen=True)
@@ -128,35 +129,29 @@ _JSONL_FIELDS = ("question", "questionId", "answer", "answerId")
 
 def read_skeptics_jsonl(path: Path, site: str = "skeptics") -> Iterator[QAPair | Rejection]:
     """Pairs from the Skeptics jsonl format (one question/answer pair per line; no dates in this source)."""
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            where = f"{path}:{line_no}"
-            if not line.strip():
-                yield Rejection(where, "blank_line")
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                yield Rejection(where, "bad_json")
-                continue
-            missing = [name for name in _JSONL_FIELDS if not isinstance(row, dict) or name not in row]
-            if missing:
-                yield Rejection(where, f"missing_field:{missing[0]}")
-                continue
-            question, answer = str(row["question"]).strip(), str(row["answer"]).strip()
-            if not question or not answer:
-                yield Rejection(where, "empty_text")
-                continue
-            yield QAPair(
-                site=site,
-                question_id=str(row["questionId"]),
-                question=question,
-                answer_id=str(row["answerId"]),
-                answer=answer,
-                question_date=row.get("questionDate"),
-                answer_date=row.get("answerDate"),
-                category=row.get("category"),
-            )
+    for line_no, row in read_jsonl(path, yield_broken=True):
+        where = f"{path}:{line_no}"
+        if isinstance(row, JsonlError):
+            yield Rejection(where, "bad_json")
+            continue
+        missing = [name for name in _JSONL_FIELDS if not isinstance(row, dict) or name not in row]
+        if missing:
+            yield Rejection(where, f"missing_field:{missing[0]}")
+            continue
+        question, answer = str(row["question"]).strip(), str(row["answer"]).strip()
+        if not question or not answer:
+            yield Rejection(where, "empty_text")
+            continue
+        yield QAPair(
+            site=site,
+            question_id=str(row["questionId"]),
+            question=question,
+            answer_id=str(row["answerId"]),
+            answer=answer,
+            question_date=row.get("questionDate"),
+            answer_date=row.get("answerDate"),
+            category=row.get("category"),
+        )
 
 
 def read_pairs(path: Path, site: str | None = None) -> Iterator[QAPair | Rejection]:

@@ -1,6 +1,6 @@
 """Synthetic KB-VQA knowledge base: look-alike entities, passages, query images, candidates, parquet rows.
 
-``ragym build-kb --out DIR --preset P [--num-entities N --num-rows N --seed S]`` writes exactly the
+``ragym prep synthetic-kb --out DIR --preset P [--num-entities N --num-rows N --seed S]`` writes exactly the
 ``ragym.envs.kbvqa.kb`` on-disk format plus ``DIR/data/{train,test}.parquet`` in verl's row schema, so nothing
 downstream knows the data is synthetic. Difficulty presets set the pixel retriever's R@1 / R@15
 (``benchmarks/env_step.py`` prints them); ``demo`` is the CPU demo's (small, one candidate per batch, the env's visual check).
@@ -12,8 +12,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -23,6 +21,7 @@ import numpy as np
 from ragym.data_prep import synthetic_images as images
 from ragym.data_prep import synthetic_text as text
 from ragym.data_prep.synthetic_kb_io import KBTables, write_kb
+from ragym.envs.files import atomic_write
 
 log = logging.getLogger(__name__)
 GENERATOR_VERSION = 6
@@ -221,18 +220,18 @@ def cached_kb(preset_name: str, seed: int = 0) -> Path:
     if (target / "kb.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    build_kb(tmp, PRESETS[preset_name], seed, name=f"synthetic-{preset_name}", rows_kb_dir=target)
-    try:
-        os.rename(tmp, target)
-    except OSError:  # another process finished first; its copy is identical
-        shutil.rmtree(tmp, ignore_errors=True)
+    atomic_write(
+        target,
+        lambda tmp: build_kb(
+            tmp, PRESETS[preset_name], seed, name=f"synthetic-{preset_name}", rows_kb_dir=target
+        ),
+    )  # concurrent builders: the first one's copy is kept
     return target
 
 
 def main(argv: list[str]) -> int:
-    """``ragym build-kb``: write a synthetic KB and its dataset rows."""
-    parser = argparse.ArgumentParser(prog="ragym build-kb", description=__doc__.splitlines()[0])
+    """``ragym prep synthetic-kb``: write a synthetic KB and its dataset rows."""
+    parser = argparse.ArgumentParser(prog="ragym prep synthetic-kb", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="output folder (must be empty or absent)")
     parser.add_argument("--preset", default="demo", choices=sorted(PRESETS))
     parser.add_argument("--num-entities", type=int, help="override the preset's entity count")

@@ -21,6 +21,7 @@ from ragym.data_prep.encoding import (
     load_encoded,
 )
 from ragym.data_prep.encoding.index import build_sharded_index, index_summary
+from ragym.data_prep.rows import verl_row
 from ragym.data_prep.synthetic_text import EntityText
 from ragym.envs.kbvqa.kb import KB_FORMAT, KB_VERSION
 from ragym.envs.retrieval.retrievers import BM25Retriever, build_index, normalise
@@ -160,7 +161,7 @@ def _rows(tables: KBTables, preset: Preset, seed: int, kb_dir: Path) -> pd.DataF
     """verl rows: one per question, split deterministically into train and test."""
     rng = np.random.default_rng(seed + 1)
     is_test = rng.random(len(tables.questions)) < preset.test_fraction
-    env_kwargs = json.dumps({"kb_dir": str(Path(kb_dir).resolve()), **dict(preset.env_kwargs)})
+    env_kwargs = {"kb_dir": str(Path(kb_dir).resolve()), **dict(preset.env_kwargs)}
     records: list[dict[str, Any]] = []
     query = 0
     for i, ((question, answers, qtype), gold) in enumerate(zip(tables.questions, tables.gold, strict=True)):
@@ -175,21 +176,9 @@ def _rows(tables: KBTables, preset: Preset, seed: int, kb_dir: Path) -> pd.DataF
         }
         split = "test" if is_test[i] else "train"
         records.append(
-            {
-                "data_source": DATA_SOURCE,
-                "agent_name": "ragym_env",
-                "prompt": [{"role": "user", "content": question}],
-                "ability": "kbvqa",
-                "reward_model": {"style": "rule", "ground_truth": json.dumps(answers)},
-                "extra_info": {
-                    "index": i,
-                    "split": split,
-                    "env_id": preset.env_id,
-                    "env_kwargs": env_kwargs,
-                    "env_options": json.dumps(options),
-                },
-            }
-        )
+            verl_row(data_source=DATA_SOURCE, ability="kbvqa", question=question, ground_truth=answers, index=i,
+                     split=split, env_id=preset.env_id, env_kwargs=env_kwargs, env_options=options)
+        )  # fmt: skip
     return pd.DataFrame.from_records(records)
 
 

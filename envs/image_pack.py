@@ -10,7 +10,7 @@ Layout, beside the KB's other index files::
     index/images.u8          uint8 RGB bytes of every entity image, entities.parquet row order
     index/images_index.npy   int64 (num_entities, 4): byte offset, height, width, channels (3)
 
-``python -m ragym.envs.image_pack KB_DIR [--max-side 448]`` writes it (``--max-side`` shrinks large images the
+``ragym prep image-pack KB_DIR [--max-side 448]`` writes it (``--max-side`` shrinks large images the
 way the policy's processor would anyway, bounding the pack: see docs/service.md "Candidate images").
 """
 
@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from PIL import Image
+
+from ragym.envs.files import atomic_write
 
 PACK_DATA = "index/images.u8"
 PACK_INDEX = "index/images_index.npy"
@@ -71,30 +73,31 @@ def write_image_pack(kb_dir: str | Path, max_side: int | None = None) -> int:
     root = Path(kb_dir)
     paths = pd.read_parquet(root / "entities.parquet", columns=["image"])["image"].tolist()
     index = np.zeros((len(paths), 4), dtype=np.int64)
-    tmp = root / (PACK_DATA + ".tmp")
-    offset = 0
-    with open(tmp, "wb") as out:
-        for row, rel in enumerate(paths):
-            pixels = _decoded(root / rel, max_side)  # a missing or broken image fails here, naming the file
-            out.write(pixels.tobytes())
-            index[row] = (offset, *pixels.shape)
-            offset += pixels.size
-    np.save(root / PACK_INDEX, index)
-    tmp.replace(root / PACK_DATA)  # the data file appears last and whole: a reader never sees half a pack
+
+    def write_data(tmp: Path) -> int:
+        offset = 0
+        with open(tmp, "wb") as out:
+            for row, rel in enumerate(paths):
+                pixels = _decoded(
+                    root / rel, max_side
+                )  # a missing or broken image fails here, naming the file
+                out.write(pixels.tobytes())
+                index[row] = (offset, *pixels.shape)
+                offset += pixels.size
+        np.save(root / PACK_INDEX, index)
+        return offset
+
+    offset = atomic_write(root / PACK_DATA, write_data)  # the data appears last and whole: never half a pack
     log.info("packed %d entity images (%.1f MB) into %s", len(paths), offset / 1e6, root / PACK_DATA)
     return len(paths)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> int:
     """Write a KB's image pack."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym prep image-pack", description=__doc__.splitlines()[0])
     parser.add_argument("kb_dir")
     parser.add_argument("--max-side", type=int, help="shrink images whose longer side exceeds this")
     args = parser.parse_args(argv)
     count = write_image_pack(args.kb_dir, args.max_side)
     print(f"entities in={count} images packed={count} rejected=0")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

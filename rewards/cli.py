@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ragym import rewards  # noqa: F401  (registers the built-in rewards)
+from ragym.envs.files import read_jsonl
 from ragym.rewards.answers import answer_metric_name
 from ragym.rewards.episode import Episode
 from ragym.rewards.rubric import RewardError, Rubric, RubricResult
@@ -21,14 +22,11 @@ from ragym.rewards.rubric import RewardError, Rubric, RubricResult
 
 def read_episodes(path: Path) -> Iterator[Episode]:
     """Episodes from a jsonl file of ``Episode.to_json()`` lines; a bad line is an error naming it."""
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield Episode.from_dict(json.loads(line))
-            except (json.JSONDecodeError, ValueError, TypeError) as err:
-                raise ValueError(f"{path}:{number}: not an episode: {err}") from err
+    for number, row in read_jsonl(path):
+        try:
+            yield Episode.from_dict(row)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"{path}:{number}: not an episode: {err}") from err
 
 
 def breakdown_table(rubric: Rubric, results: list[RubricResult]) -> str:

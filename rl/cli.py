@@ -36,10 +36,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ragym.rl.eval.evaluate",
         "evaluate a policy with the agent loop and report the paper's metrics",
     ),
-    "build-kb": ("ragym.data_prep.synthetic_kb", "write a synthetic KB-VQA knowledge base and parquet rows"),
     "prep": (
         "ragym.data_prep.prep",
-        "real KB-VQA data: InfoSeek / E-VQA / MMhops into KBs and verl rows, the training mix, KB images",
+        "prepare a dataset into verl rows (and its KB, corpus or stores): `ragym prep --list` names them",
     ),
     "r3g-demo": (
         "ragym.rl.demo.r3g",

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from ragym.data_prep.encoding import shards
 from ragym.data_prep.encoding.items import EncodingError
+from ragym.envs.files import atomic_write
 from ragym.envs.retrieval.retrievers import DiskRefinedIndex, RefineVectors, normalise, set_search_params
 from ragym.envs.retrieval.search_settings import apply_search_settings
 
@@ -202,38 +203,28 @@ def _shard_plan(counts: list[int], max_vectors: int) -> list[list[int]]:
     return plan
 
 
-def _temporary(path: Path) -> Path:
-    """Where ``path`` is written before it is renamed into place (a killed build leaves no partial file)."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = _temporary(path)
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-class _RefineWriter:
-    """Writes an index shard's full vectors, float16, to a ``.npy`` under a temporary name; ``close`` renames
-    it into place (so a killed build leaves no half-written refine file under the final name)."""
-
-    def __init__(self, path: Path, rows: int, dim: int):
-        self.path, self.rows, self.filled = path, rows, 0
-        self.tmp = _temporary(path)
-        self.array = np.lib.format.open_memmap(self.tmp, mode="w+", dtype=np.float16, shape=(rows, dim))
-
-    def add(self, vectors: np.ndarray) -> None:
-        self.array[self.filled : self.filled + len(vectors)] = vectors
-        self.filled += len(vectors)
-
-    def close(self) -> str:
-        """Flush, check every row was written, rename into place; returns the file name."""
-        if self.filled != self.rows:
-            raise RuntimeError(f"{self.path}: wrote {self.filled} of {self.rows} refine rows")
-        self.array.flush()
-        del self.array
-        os.replace(self.tmp, self.path)
-        return self.path.name
+def _add_members(
+    index: faiss.Index, source: VectorBlocks, members: list[int], refine: Path | None = None
+) -> list[str]:
+    """Add the members' normalised vectors to ``index`` and, with ``refine``, as float16 to a ``.npy`` there
+    (the shard's full vectors for disk refinement); returns their ids in index order."""
+    rows = sum(source.counts[m] for m in members)
+    array = (
+        None if refine is None else np.lib.format.open_memmap(refine, "w+", np.float16, (rows, source.dim))
+    )
+    ids: list[str] = []
+    for member in members:
+        block_ids, block = source.read(member)
+        vectors = normalise(block)
+        index.add(vectors)
+        if array is not None:
+            array[len(ids) : len(ids) + len(vectors)] = vectors
+        ids.extend(block_ids)
+    if len(ids) != rows:
+        raise RuntimeError(f"{refine or 'index shard'}: read {len(ids)} of {rows} vectors")
+    if array is not None:
+        array.flush()
+    return ids
 
 
 def _configure(index: faiss.Index | DiskRefinedIndex, options: IndexOptions) -> None:
@@ -296,20 +287,15 @@ def index_vectors(source: VectorBlocks, out: Path, options: IndexOptions = Index
         index = faiss.clone_index(template)
         name = f"shard-{number:03d}"
         record = {"index": f"{name}.faiss", "ids": f"{name}.ids", "offset": offset}
-        ids: list[str] = []
-        refine = _RefineWriter(out / f"{name}.refine.npy", sum(source.counts[m] for m in members),
-                               dim) if disk_refine else None  # fmt: skip
-        for member in members:
-            block_ids, block = source.read(member)
-            vectors = normalise(block)
-            index.add(vectors)
-            if refine is not None:
-                refine.add(vectors)
-            ids.extend(block_ids)
-        _write(out / f"{name}.ids", "".join(i + "\n" for i in ids).encode("utf-8"))
-        _write(out / f"{name}.faiss", faiss.serialize_index(index).tobytes())
-        if refine is not None:
-            record["refine"] = refine.close()
+        refine = f"{name}.refine.npy"
+        if disk_refine:  # written under a temporary name: a killed build leaves no half refine file
+            ids = atomic_write(out / refine, partial(_add_members, index, source, members))
+        else:
+            ids = _add_members(index, source, members)
+        atomic_write(out / f"{name}.ids", "".join(i + "\n" for i in ids))
+        atomic_write(out / f"{name}.faiss", faiss.serialize_index(index).tobytes())
+        if disk_refine:
+            record["refine"] = refine
             index = DiskRefinedIndex(index, RefineVectors(out / record["refine"]))
         _configure(index, options)
         indexes.append((offset, index))
@@ -339,7 +325,7 @@ def index_vectors(source: VectorBlocks, out: Path, options: IndexOptions = Index
         "options": asdict(options),
         "shards": records,
     }
-    _write(out / INDEX_MANIFEST, json.dumps(result, indent=2).encode("utf-8"))
+    atomic_write(out / INDEX_MANIFEST, json.dumps(result, indent=2))
     log.info("%s index over %d vectors: %.3f of exact memory, recall@%d %.3f", result["kind"], num,
              result["memory_ratio"], options.recall_k, quality["recall"])  # fmt: skip
     return result

@@ -6,9 +6,12 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from PIL import Image
+
+from ragym.envs.files import read_jsonl
 
 
 class EncodingError(ValueError):
@@ -41,7 +44,13 @@ class Item:
     @classmethod
     def from_json(cls, line: str) -> Item:
         """Parse one JSON line written by ``to_json`` (unknown keys are an error, not ignored)."""
-        record = json.loads(line)
+        return cls.from_record(json.loads(line))
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Item:
+        """The item of one parsed ``{"id", "text", "image"}`` object (unknown keys are an error)."""
+        if not isinstance(record, dict):
+            raise TypeError(f"expected a JSON object, got {type(record).__name__}")
         unknown = set(record) - {"id", "text", "image"}
         if unknown:
             raise EncodingError(f"item {record.get('id')!r} has unknown fields {sorted(unknown)}")
@@ -51,17 +60,14 @@ class Item:
 def read_items(path: Path) -> Iterator[Item]:
     """Items from a JSON-lines file (``{"id", "text", "image"}`` per line); image paths relative to it."""
     base = path.parent
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                item = Item.from_json(line)
-            except (json.JSONDecodeError, TypeError) as err:
-                raise EncodingError(f"{path}:{number}: not an item: {err}") from err
-            if item.image is not None and not Path(item.image).is_absolute():
-                item = Item(item.id, item.text, str(base / item.image))
-            yield item
+    for number, record in read_jsonl(path):
+        try:
+            item = Item.from_record(record)
+        except TypeError as err:
+            raise EncodingError(f"{path}:{number}: not an item: {err}") from err
+        if item.image is not None and not Path(item.image).is_absolute():
+            item = Item(item.id, item.text, str(base / item.image))
+        yield item
 
 
 def write_items(path: Path, items: Iterable[Item]) -> int:

@@ -15,7 +15,6 @@ straddle shards and every shard is cut into the same batches, so a resumed run w
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ragym.data_prep.encoding.items import EncodingError
+from ragym.envs.files import atomic_write
 
 FORMAT = "ragym-encoded-shards"
 VERSION = 1
@@ -41,20 +41,6 @@ def shard_paths(root: Path, index: int) -> tuple[Path, Path]:
     return base.with_suffix(".ids"), base.with_suffix(".npy")
 
 
-def _atomic_write(path: Path, write: Any, durable: bool = True) -> None:
-    """Write through ``write(file)`` to a temporary sibling, flush it to disk if ``durable``, rename over ``path``.
-
-    The rename alone survives a killed process; the flush also survives a machine that goes down.
-    """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as f:
-        write(f)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_shard(root: Path, index: int, ids: list[str], vectors: np.ndarray, durable: bool = True) -> None:
     """Write one finished shard: ids first, vectors last (the vectors file marks the shard finished)."""
     if vectors.shape[0] != len(ids):
@@ -64,8 +50,16 @@ def write_shard(root: Path, index: int, ids: list[str], vectors: np.ndarray, dur
         raise EncodingError(f"shard {shard_name(index)}: non-finite vectors for items {bad}")
     ids_path, vec_path = shard_paths(root, index)
     ids_path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(ids_path, lambda f: f.write("".join(i + "\n" for i in ids).encode("utf-8")), durable)
-    _atomic_write(vec_path, lambda f: np.save(f, np.ascontiguousarray(vectors, dtype=np.float32)), durable)
+    atomic_write(ids_path, "".join(i + "\n" for i in ids), durable=durable)
+    atomic_write(
+        vec_path, lambda tmp: _save_npy(tmp, np.ascontiguousarray(vectors, dtype=np.float32)), durable=durable
+    )
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save`` to exactly ``path`` (given a name, numpy would append ``.npy`` to a temporary's)."""
+    with path.open("wb") as f:
+        np.save(f, array)
 
 
 def is_finished(root: Path, index: int) -> bool:
@@ -96,7 +90,7 @@ def check_config(root: Path, config: dict[str, Any]) -> None:
             )
         return
     root.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, lambda f: f.write(json.dumps(record, indent=2, sort_keys=True).encode("utf-8")))
+    atomic_write(path, json.dumps(record, indent=2, sort_keys=True), durable=True)
 
 
 def write_manifest(root: Path, counts: list[int], dim: int) -> dict[str, Any]:
@@ -109,7 +103,7 @@ def write_manifest(root: Path, counts: list[int], dim: int) -> dict[str, Any]:
         "dtype": "float32",
         "shards": [{"name": shard_name(i), "count": int(c)} for i, c in enumerate(counts)],
     }
-    _atomic_write(root / MANIFEST, lambda f: f.write(json.dumps(manifest, indent=2).encode("utf-8")))
+    atomic_write(root / MANIFEST, json.dumps(manifest, indent=2), durable=True)
     return manifest
 
 

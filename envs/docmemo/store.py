@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from ragym.envs.files import read_jsonl
+
 PAGE_TYPES = ("text", "table", "chart", "image-heavy")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _STORES: dict[str, DocStore] = {}
@@ -143,7 +145,7 @@ def _read_store(directory: Path) -> DocStore:
     if not meta_path.is_file():
         raise FileNotFoundError(f"no DocMemo document store at {directory} (missing meta.json)")
     meta = json.loads(meta_path.read_text())
-    rows = [json.loads(line) for line in (directory / "pages.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [row for _, row in read_jsonl(directory / "pages.jsonl")]
     if [r["page"] for r in rows] != list(range(1, meta["num_pages"] + 1)):
         raise ValueError(f"{directory / 'pages.jsonl'}: pages are not 1..{meta['num_pages']} in order")
     images = tuple(str(directory / "images" / f"page_{r['page']:04d}.png") for r in rows)

@@ -96,7 +96,7 @@ class KnowledgeBase:
         if self.image_pack is not None and len(self.image_pack) != len(self.entities):
             raise ValueError(
                 f"{self.root / PACK_INDEX} holds {len(self.image_pack)} images for {len(self.entities)} "
-                "entities: rebuild it with `python -m ragym.envs.image_pack`"
+                "entities: rebuild it with `ragym prep image-pack`"
             )
 
     def entity_payload(self, row: int) -> dict[str, Any]:

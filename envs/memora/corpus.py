@@ -7,10 +7,10 @@ path: one load per process, shared by every env instance.
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragym.envs.files import read_jsonl
 from ragym.envs.memora.synthetic import SyntheticConfig, SyntheticDomain, synthetic_domain
 from ragym.envs.retrieval.hits import Retriever
 from ragym.envs.retrieval.retrievers import BM25Retriever
@@ -27,13 +27,10 @@ class Collection:
 def read_corpus(path: Path) -> dict[str, str]:
     """A ``documents.jsonl`` written by ``ragym prep``: one ``{"id", "content"}`` object per line."""
     texts: dict[str, str] = {}
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, row in read_jsonl(path):
         try:
-            row = json.loads(line)
             docid, content = str(row["id"]), row["content"]
-        except (ValueError, KeyError, TypeError) as err:
+        except (KeyError, TypeError) as err:
             raise ValueError(
                 f"{path}:{number}: expected a JSON object with 'id' and 'content': {err}"
             ) from err

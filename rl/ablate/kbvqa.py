@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 import yaml
 
+from ragym.envs.files import atomic_write
 from ragym.rl.ablate.grids import KBVQA_METRICS, Variant, run_dir, slug
 from ragym.rl.ablate.speed import held_out_evaluations, sampling_summary
 from ragym.rl.demo.run import DEMO_RECIPE, prepare
@@ -55,10 +56,8 @@ def write_rows(grid_dir: Path, variant: Variant) -> Path:
         written = frame.assign(extra_info=infos)
         if len(written) != len(frame):  # rows in = rows out: nothing is filtered here
             raise RuntimeError(f"{split}: {len(frame)} rows in, {len(written)} out")
-        # Written whole, then renamed: another process of the same grid may be reading the rows.
-        partial = out / f".{split}.{os.getpid()}.parquet"
-        written.to_parquet(partial)
-        os.replace(partial, out / f"{split}.parquet")
+        # Written whole: another process of the same grid may be reading the rows.
+        atomic_write(out / f"{split}.parquet", written.to_parquet)
     return out
 
 

@@ -31,6 +31,7 @@ from verl.utils.profiler import simple_timer
 from verl.utils.rollout_trace import rollout_trace_op
 from verl.workers.rollout.replica import TokenOutput
 
+from ragym.data_prep.rows import AGENT_NAME
 from ragym.envs import events as ev
 from ragym.envs.metrics import episode_metrics
 from ragym.envs.registry import make_env
@@ -40,9 +41,6 @@ from ragym.rl.recipe.images import apply_recipe_images
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
 logger = logging.getLogger(__name__)
-
-AGENT_NAME = "ragym_env"
-"""The ``agent_name`` dataset rows use to select this loop."""
 
 MAX_CACHED_RENDERS = 4096
 """Renders (conversation -> token ids) the render cache keeps: first prompts of live groups, turn prefixes."""

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from omegaconf import OmegaConf
 
+from ragym.envs.files import read_jsonl
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.demo.report import write_report
 from ragym.rl.demo.warm_start import WarmStartConfig, expert_samples, imitate
@@ -204,7 +205,7 @@ def run_demo(
     record_export(out / "checkpoint", Path(cfg.output_dir) / f"global_step_{trainer.step}", "local",
                   trainer.step, recipe, OmegaConf.to_container(config, resolve=True))  # fmt: skip
     trainer.close()
-    history = [json.loads(line) for line in (out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    history = [row for _, row in read_jsonl(out / "grpo" / "metrics.jsonl")]
     train = [h for h in history if "reward/total" in h]
     result = {
         "seed": seed,

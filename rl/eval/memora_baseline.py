@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +161,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--limit", type=int, help="only the first N held-out rows")
     parser.add_argument("--model", choices=("scripted", "openai"), default="scripted")
-    parser.add_argument("--base-url", default=LLMConfig.base_url)
-    parser.add_argument("--llm-model", default=LLMConfig.model)
+    parser.add_argument("--base-url", default=LLMConfig.chat.base_url)
+    parser.add_argument("--llm-model", default=LLMConfig.chat.model)
     parser.add_argument("--api-key-env", help="name of the environment variable holding the API key")
     parser.add_argument("--cache", help="JSON-lines answer cache (default OUT/llm_cache.jsonl)")
     parser.add_argument("--num-factors", type=int, default=PipelineConfig.num_factors)
@@ -173,9 +174,10 @@ def main(argv: list[str]) -> int:
 
         key = os.environ[args.api_key_env] if args.api_key_env else None
         cache = args.cache or str(args.out / "llm_cache.jsonl")
-        model = OpenAIChatModel(
-            LLMConfig(base_url=args.base_url, model=args.llm_model, api_key=key, cache_path=cache)
+        chat = replace(
+            LLMConfig.chat, base_url=args.base_url, model=args.llm_model, api_key=key, cache_path=cache
         )
+        model = OpenAIChatModel(LLMConfig(chat))
     else:
         model = ScriptedModel(facets=FACETS if args.synthetic else GENERIC_FACETS)
     if args.synthetic:

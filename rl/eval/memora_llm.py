@@ -1,27 +1,22 @@
-"""``OpenAIChatModel``: MEMORA's LLM calls on an OpenAI-compatible endpoint, cached and retried.
+"""``OpenAIChatModel``: MEMORA's LLM calls through the shared chat client (``ragym.data_prep.chat``).
 
 Every call asks for a JSON object (decompose: ``{"factors": [{"text", "priority"}]}``; subquery:
 ``{"subquery": "..."}``; extract: ``{"evidence": [{"doc", "score", "snippet"}]}``; judge: ``{"order":
 [numbers]}``). The judge's prompt carries the factor evidence graph (each candidate's per-factor score and
 snippet) and the memory summary, as section 3.11 describes. An answer that is not
 such an object counts as a failure and is retried like a timeout or a 5xx; after ``max_retries`` the call
-raises ``LLMError`` naming the endpoint and the last problem. Answers are cached by the SHA-256 of the
-request body, in memory and, with ``cache_path``, in a JSON-lines file that later runs reuse.
+raises ``ChatError`` naming the endpoint and the last problem. Answers are cached as the client caches them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
-from ragym.rl.eval.memora_models import LLMConfig, LLMError
+from ragym.data_prep.chat import ChatClient
+from ragym.rl.eval.memora_models import LLMConfig
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,17 +84,7 @@ class OpenAIChatModel:
 
     def __init__(self, config: LLMConfig) -> None:
         self.config = config
-        self.cache: dict[str, str] = {}
-        self.num_requests = 0
-        path = Path(config.cache_path) if config.cache_path else None
-        if path is not None and path.exists():
-            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-                try:
-                    row = json.loads(line)
-                    self.cache[row["key"]] = row["content"]
-                except (ValueError, KeyError, TypeError) as err:
-                    raise ValueError(f"{path}:{number}: bad cache line: {err}") from err
-        self._cache_path = path
+        self.client = ChatClient(config.chat)
 
     def decompose(
         self, query: str, memories: list[dict[str, Any]], num_factors: int
@@ -151,70 +136,18 @@ class OpenAIChatModel:
         )
 
     def _call(self, prompt: str, temperature: float, parse: Callable[[dict[str, Any]], T]) -> T:
-        """One parsed JSON answer: from the cache, or from the endpoint with retries (bad shapes are retried)."""
-        body = {
-            "model": self.config.model,
-            "temperature": temperature,
-            "messages": [{"role": "user", "content": prompt}],
-            "response_format": {"type": "json_object"},
-        }
-        key = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-        if key in self.cache:
-            return parse(json.loads(self.cache[key]))
-        problem = ""
-        for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                time.sleep(self.config.backoff_s * 2 ** (attempt - 1))
-            try:
-                content = self._post(body)
-                answer = json.loads(content)
-                if not isinstance(answer, dict):
-                    raise ValueError("the answer is not a JSON object")
-                result = parse(answer)
-            except (
-                urllib.error.URLError,
-                TimeoutError,
-                ConnectionError,
-                ValueError,
-                KeyError,
-                TypeError,
-            ) as err:
-                problem = f"{type(err).__name__}: {err}"
-                logger.warning(
-                    "LLM call to %s failed (attempt %d): %s", self.config.base_url, attempt + 1, problem
-                )
-                continue
-            self._store(key, content)
-            return result
-        raise LLMError(
-            f"{self.config.base_url}: no usable answer after {self.config.max_retries + 1} attempts ({problem})"
+        """One parsed JSON answer (a reply that is not such an object, or lacks what ``parse`` reads, is retried)."""
+        messages = [{"role": "user", "content": prompt}]
+        return self.client.complete(
+            messages, temperature=temperature, json_object=True, parse=lambda text: parse(_object(text))
         )
 
-    def _post(self, body: dict[str, Any]) -> str:
-        headers = {"Content-Type": "application/json"}
-        if self.config.api_key:
-            headers["Authorization"] = f"Bearer {self.config.api_key}"
-        request = urllib.request.Request(
-            self.config.base_url.rstrip("/") + "/chat/completions",
-            json.dumps(body).encode(),
-            headers,
-            method="POST",
-        )
-        self.num_requests += 1
-        try:
-            with urllib.request.urlopen(request, timeout=self.config.timeout_s) as response:
-                return json.loads(response.read())["choices"][0]["message"]["content"]
-        except urllib.error.HTTPError as err:
-            if err.code in _RETRY_STATUS:
-                raise ConnectionError(f"HTTP {err.code}") from err
-            raise LLMError(f"{self.config.base_url}: HTTP {err.code} {err.reason}") from err
 
-    def _store(self, key: str, content: str) -> None:
-        self.cache[key] = content
-        if self._cache_path is not None:
-            self._cache_path.parent.mkdir(parents=True, exist_ok=True)
-            with self._cache_path.open("a", encoding="utf-8") as f:
-                f.write(json.dumps({"key": key, "content": content}) + "\n")
+def _object(text: str) -> dict[str, Any]:
+    answer = json.loads(text)
+    if not isinstance(answer, dict):
+        raise ValueError("the answer is not a JSON object")
+    return answer
 
 
 def _text(answer: dict[str, Any], key: str) -> str:

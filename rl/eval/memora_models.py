@@ -4,8 +4,8 @@ Both answer the calls the paper makes to GPT-4o: factor decomposition (with the 
 for one factor (section 3.6), evidence extraction for one factor over a batch of candidates, and the listwise
 meta-verdict judge, which receives the factor evidence graph and the memory summary (section 3.11). The
 scripted model is lexical and deterministic (tests, the CPU demo); ``ragym.rl.eval.memora_llm.OpenAIChatModel`` posts
-chat completions to any OpenAI-compatible endpoint (configured by ``LLMConfig`` below), caches every answer on
-disk by request, and retries failures.
+chat completions through the shared client (``ragym.data_prep.chat``: disk cache, retries), configured by
+``LLMConfig`` below.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ragym.data_prep.chat import ChatConfig
 from ragym.envs.memora.memory import bag_of_words, cosine
 
 STOPWORDS = frozenset(
@@ -146,31 +147,15 @@ class ScriptedModel:
         return [c["number"] for _, c in sorted(enumerate(candidates), key=key)]
 
 
-class LLMError(RuntimeError):
-    """The endpoint failed or answered something unusable after every retry."""
-
-
 @dataclass(frozen=True)
 class LLMConfig:
-    """Where and how to call an OpenAI-compatible chat-completions endpoint."""
+    """The endpoint (``ChatConfig``: URL, model, key, cache, retries) and the temperature of each call kind."""
 
-    base_url: str = "http://127.0.0.1:8000/v1"
-    """Endpoint root; ``/chat/completions`` is appended."""
-    model: str = "gpt-4o"
-    """Model name sent with every request (the paper: GPT-4o)."""
-    api_key: str | None = None
-    """Bearer token, if the endpoint needs one."""
+    chat: ChatConfig = ChatConfig(model="gpt-4o", max_retries=3)
+    """Where and how patiently to call the chat endpoint (the paper's model: GPT-4o)."""
     extract_temperature: float = 0.2
     """Temperature of evidence extraction (the paper: 0.2)."""
     judge_temperature: float = 0.0
     """Temperature of the judge (the paper: 0.0)."""
     plan_temperature: float = 0.0
     """Temperature of decomposition and subquery writing (the paper gives none; ragym: 0.0, like the judge)."""
-    timeout_s: float = 60.0
-    """Per-request timeout."""
-    max_retries: int = 3
-    """Retries after the first attempt (timeouts, connection errors, 429/5xx, unparsable answers)."""
-    backoff_s: float = 1.0
-    """First retry delay; doubles each retry."""
-    cache_path: str | None = None
-    """JSON-lines cache of answers by request hash (None: in memory only)."""

@@ -10,7 +10,7 @@ it is skipped, and the skip and its reason are written to ``metrics.json``.
 A fixed model plays every learned step through the env's own grammar, so baselines and trained policies
 share the pool, the fusion, the events and the metrics (``ragym.rl.eval.r3g_report``):
 
-- ``ChatModel``: a frozen MLLM behind an OpenAI-compatible endpoint (``ragym.rl.eval.r3g_chat``) writes the plan,
+- ``ChatModel``: a frozen MLLM behind an OpenAI-compatible endpoint (``ragym.data_prep.chat``) writes the plan,
   the judge lines and the answer.
 - ``ScriptedModel``: offline; judges by a cue word in the candidates' captions (the synthetic task's, shown
   with ``show_captions``) and answers with the option named in the evidence caption. It has no signal on
@@ -27,12 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pandas as pd
 
+from ragym.data_prep.chat import ChatClient, ChatConfig, image_content
+from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.envs.r3g.env import R3GEnv
 from ragym.rewards import Rubric
 from ragym.rewards.episode import Episode
-from ragym.rl.eval.r3g_chat import ChatClient, ChatConfig, user_content
 from ragym.rl.eval.r3g_report import EpisodeScore, markdown, summarize
 
 MRAG_K = 5
@@ -97,8 +99,26 @@ class ScriptedModel:
         return next((letter for letter, text in options.items() if f": {text.lower()}" in said), "A")
 
 
+MAX_REPLY_TOKENS = 512
+"""Reply length limit of the frozen MLLM (a plan, five judged lines, or a letter)."""
+
+
+def user_content(text: str, images: list[np.ndarray]) -> list[dict[str, Any]]:
+    """An observation as OpenAI content parts: text pieces with each image where its placeholder stands."""
+    pieces = text.split(IMAGE_PLACEHOLDER)
+    if len(pieces) - 1 != len(images):
+        raise ValueError(f"{len(pieces) - 1} image placeholders for {len(images)} images")
+    parts: list[dict[str, Any]] = []
+    for i, piece in enumerate(pieces):
+        if piece:
+            parts.append({"type": "text", "text": piece})
+        if i < len(images):
+            parts.append(image_content(images[i]))
+    return parts
+
+
 class ChatModel:
-    """The fixed pipeline's frozen MLLM over an OpenAI-compatible endpoint (cached, retried)."""
+    """The fixed pipeline's frozen MLLM over an OpenAI-compatible endpoint (the shared client: cached, retried)."""
 
     def __init__(self, config: ChatConfig, system_prompt: str) -> None:
         self.client = ChatClient(config)
@@ -108,7 +128,7 @@ class ChatModel:
         content = [part for obs in observations for part in user_content(obs["text"], list(obs["images"]))]
         messages = [{"role": "system", "content": self.system_prompt},
                     {"role": "user", "content": [*content, {"type": "text", "text": instruction}]}]  # fmt: skip
-        return self.client.complete(messages)
+        return self.client.complete(messages, max_tokens=MAX_REPLY_TOKENS, parse=str)
 
     def plan(self, task: dict[str, Any]) -> str:
         """Reasoning before evidence: the visual cues needed."""
@@ -187,7 +207,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", choices=("scripted", "chat"), default="scripted")
     parser.add_argument("--base-url", default=ChatConfig.base_url)
     parser.add_argument("--model-name", default=ChatConfig.model)
-    parser.add_argument("--cache-dir", help="reply cache folder (default OUT/chat_cache)")
+    parser.add_argument("--cache", help="JSON-lines reply cache (default OUT/chat_cache.jsonl)")
     parser.add_argument("--max-retries", type=int, default=ChatConfig.max_retries)
     args = parser.parse_args(argv)
     rows = pd.read_parquet(args.data)
@@ -202,7 +222,8 @@ def main(argv: list[str]) -> int:
         if args.model == "chat":
             env_kwargs = {**json.loads(rows.iloc[0]["extra_info"]["env_kwargs"]), **BASELINES[name]}
             config = ChatConfig(base_url=args.base_url, model=args.model_name, max_retries=args.max_retries,
-                                cache_dir=args.cache_dir or str(args.out / "chat_cache"))  # fmt: skip
+                                cache_path=args.cache or str(args.out / "chat_cache.jsonl"),
+                                timeout_s=120.0)  # fmt: skip
             model: FixedModel = ChatModel(config, R3GEnv(**env_kwargs).system_prompt)
         else:
             model = ScriptedModel()

@@ -24,6 +24,7 @@ from ragym.envs.kbvqa.demo import AID_FIELDS, KBVQADemoEnv
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
 from ragym.envs.metrics import episode_metrics, mean_metrics
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE, score_answer
+from ragym.rl.recipe.overrides import parse_overrides
 
 _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: ([^\s)]+)\))?$", re.MULTILINE)
 _CHECK = re.compile(
@@ -241,16 +242,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--env-kwargs",
-        default="{}",
-        help="JSON env config overrides of the rows' env_kwargs, e.g. '{\"max_turns\": 6}'",
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="env config overrides of the rows' env_kwargs, e.g. max_turns=6",
     )
     parser.add_argument(
         "--show-signature", action="store_true", help="shorthand for show_visual_signature=true"
     )
     parser.add_argument("--out", help="also write the episodes to OUT/traces for ragym view")
     args = parser.parse_args(argv)
-    kwargs = json.loads(args.env_kwargs) | ({"show_visual_signature": True} if args.show_signature else {})
+    kwargs = parse_overrides(args.overrides) | (
+        {"show_visual_signature": True} if args.show_signature else {}
+    )
     if not args.kb_dir and not args.data:
         from ragym.data_prep.synthetic_kb import cached_kb
 

@@ -1,4 +1,4 @@
-"""``ragym train-retriever --recipe R``: train MEMORA-R, evaluate it, export model + faiss index.
+"""``ragym train-retriever --recipe R [section.key=value ...]``: train MEMORA-R, evaluate it, export model + faiss index.
 
 Single process on CPU or one GPU; multi-GPU through the launcher, which the Hugging Face trainer detects:
     torchrun --nproc_per_node 4 -m ragym.rl.retriever.cli --recipe memora_r_qwen3_embedding
@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
-import yaml
 
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.overrides import parse_overrides
 from ragym.rl.retriever.ablation import format_table, run_ablation
 from ragym.rl.retriever.config import RetrieverRecipe, load_retriever_recipe, with_overrides
 from ragym.rl.retriever.data import heldout_eval_set, load_bright, load_corpus
@@ -29,14 +30,13 @@ from ragym.rl.retriever.train import train_retriever
 logger = logging.getLogger(__name__)
 
 
-def apply_sets(recipe: RetrieverRecipe, sets: list[str]) -> RetrieverRecipe:
+def apply_overrides(recipe: RetrieverRecipe, items: list[str]) -> RetrieverRecipe:
     """Apply ``section.key=value`` overrides (values parsed as YAML, so numbers and lists work)."""
-    for item in sets:
-        key, sep, raw = item.partition("=")
+    for key, value in parse_overrides(items).items():
         section, dot, name = key.partition(".")
-        if not sep or not dot:
-            raise ValueError(f"--set {item!r}: expected section.key=value")
-        recipe = with_overrides(recipe, **{section: {name: yaml.safe_load(raw)}})
+        if not dot:
+            raise UsageError(f"override {key}=...: expected section.key=value (e.g. train.max_steps=1)")
+        recipe = with_overrides(recipe, **{section: {name: value}})
     return recipe
 
 
@@ -44,12 +44,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ragym train-retriever", description=__doc__.split("\n")[0])
     parser.add_argument("--recipe", required=True, help="path, or name under recipes/retriever/")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="SECTION.KEY=VALUE", help="override a field"
-    )
-    parser.add_argument(
         "--ablation", action="store_true", help="run Table 4 rows instead of one training run"
     )
     parser.add_argument("--no-export", action="store_true", help="skip the faiss export")
+    parser.add_argument(
+        "overrides", nargs="*", metavar="SECTION.KEY=VALUE", help="recipe overrides, e.g. train.max_steps=1"
+    )
     parser.add_argument(
         "--bright", nargs=3, metavar=("CORPUS", "QUERIES", "QRELS"), help="also evaluate on a BRIGHT task"
     )
@@ -71,7 +71,7 @@ def evaluate_all(model: Any, recipe: RetrieverRecipe, bright: list[str] | None) 
 def main(argv: list[str] | None = None) -> int:
     """Train (or ablate) per the recipe; print and save metrics."""
     args = _parser().parse_args(argv)
-    recipe = apply_sets(load_retriever_recipe(args.recipe), args.set)
+    recipe = apply_overrides(load_retriever_recipe(args.recipe), args.overrides)
     out = Path(recipe.train.output_dir)
     if args.ablation:
         data_dir = Path(recipe.data.data_dir)

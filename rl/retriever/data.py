@@ -6,12 +6,12 @@ Evaluation sets are TREC-style dicts: ``queries = {qid: text}``, ``corpus = {doc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
 
+from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.trec import read_trec_qrels
 from ragym.rl.retriever.augment import ANCHOR_COLUMN, REASONING_COLUMN
 
@@ -19,23 +19,14 @@ EvalSet = tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]
 """(queries, corpus, qrels)."""
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a jsonl file; a bad line raises naming the file and line."""
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{line_no}: not JSON ({err})") from err
-    return rows
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of a prepared jsonl file (a broken line raises naming the file and line)."""
+    return [row for _, row in read_jsonl(path)]
 
 
 def load_corpus(data_dir: Path) -> dict[str, str]:
     """docid -> answer text from a prepared folder's ``corpus.jsonl``."""
-    return {row["docid"]: row["text"] for row in read_jsonl(data_dir / "corpus.jsonl")}
+    return {row["docid"]: row["text"] for row in read_rows(data_dir / "corpus.jsonl")}
 
 
 def build_train_dataset(
@@ -65,7 +56,7 @@ def build_train_dataset(
 
 def heldout_eval_set(data_dir: Path, split: str = "test") -> EvalSet:
     """The split's raw questions against the whole answer corpus; each question's own answer is relevant."""
-    rows = read_jsonl(data_dir / f"{split}.jsonl")
+    rows = read_rows(data_dir / f"{split}.jsonl")
     queries = {row["question_id"]: row["question"] for row in rows}
     qrels = {row["question_id"]: {row["answer_id"]: 1} for row in rows}
     return queries, load_corpus(data_dir), qrels
@@ -81,13 +72,13 @@ def _pick(row: dict[str, Any], names: tuple[str, ...], where: str) -> Any:
 def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path) -> EvalSet:
     """A BRIGHT-format task: corpus and queries jsonl (``id``/``text`` style fields) plus TREC qrels."""
     corpus = {}
-    for i, row in enumerate(read_jsonl(corpus_path), 1):
+    for i, row in read_jsonl(corpus_path):
         where = f"{corpus_path}:{i}"
         corpus[str(_pick(row, ("id", "_id", "docid"), where))] = _pick(
             row, ("text", "contents", "content"), where
         )
     queries = {}
-    for i, row in enumerate(read_jsonl(queries_path), 1):
+    for i, row in read_jsonl(queries_path):
         where = f"{queries_path}:{i}"
         queries[str(_pick(row, ("id", "_id", "query_id", "qid"), where))] = _pick(
             row, ("query", "text"), where

@@ -25,6 +25,7 @@ import faiss
 from sentence_transformers import SentenceTransformer
 
 from ragym.data_prep.encoding.index import IndexOptions, VectorBlocks, index_summary, index_vectors
+from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.retrievers import EncodedRetriever, FaissRetriever
 from ragym.envs.retrieval.service.shards import ShardedRetriever
 from ragym.rl.retriever.evaluate import encode, encode_corpus
@@ -80,7 +81,7 @@ def _load(folder: str, device: str | None) -> EncodedRetriever:
     if meta.get("format") not in (EXPORT_FORMAT, OLD_FORMAT):
         raise ValueError(f"{path}/retriever.json: format {meta.get('format')!r}, expected {EXPORT_FORMAT!r}")
     docids = json.loads((path / "docids.json").read_text(encoding="utf-8"))
-    passages = [json.loads(line)["text"] for line in (path / "passages.jsonl").open(encoding="utf-8")]
+    passages = [row["text"] for _, row in read_jsonl(path / "passages.jsonl")]
     model = SentenceTransformer(str(path / "model"), device=device)
     prompt = meta["query_prompt"]
     if meta["format"] == OLD_FORMAT:

@@ -32,7 +32,7 @@ from ragym.rl.retriever.config import (
     TrainConfig,
     resolve_model_path,
 )
-from ragym.rl.retriever.data import build_train_dataset, load_corpus, read_jsonl
+from ragym.rl.retriever.data import build_train_dataset, load_corpus, read_rows
 
 logger = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def build_trainer(
 def training_dataset(recipe: RetrieverRecipe) -> Dataset:
     """The recipe's training pairs with their mined negatives and, when augmenting, their annotations."""
     data_dir = Path(recipe.data.data_dir)
-    rows = read_jsonl(data_dir / "train.jsonl")[: recipe.data.limit]
+    rows = read_rows(data_dir / "train.jsonl")[: recipe.data.limit]
     if not rows:
         raise ValueError(f"{data_dir / 'train.jsonl'}: no training pairs")
     return build_train_dataset(

@@ -6,13 +6,12 @@ cluster path (verl's trainer, the agent loop, the env, the reward recipe) runs o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from ragym.rl.agent_loop.loop import AGENT_NAME
+from ragym.data_prep.rows import verl_row
 
 TOY_ENVS = {"kbvqa": "KBVQA-v0", "docmemo": "DocMemo-v0", "memora": "MEMORA-v0", "r3g": "R3G-v0"}
 """The environment a shipped recipe trains, by the first word of its file name (``kbvqa_qwen2_5_vl_7b``)."""
@@ -61,20 +60,9 @@ def _row(
     env_id: str, index: int, split: str, source: str, truth: dict, options: dict | None
 ) -> dict[str, Any]:
     """One verl row that resets ``env_id`` with ``options`` (None: the env's own synthetic draw for the seed)."""
-    return {
-        "data_source": source,
-        "agent_name": AGENT_NAME,
-        "prompt": [{"role": "user", "content": "(the env writes the prompt)"}],
-        "ability": env_id.split("-")[0].lower(),
-        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
-        "extra_info": {
-            "index": index,
-            "split": split,
-            "env_id": env_id,
-            "env_kwargs": "{}",
-            "env_options": json.dumps(options),
-        },  # fmt: skip
-    }
+    return verl_row(data_source=source, ability=env_id.split("-")[0].lower(), question="(the env writes the prompt)",
+                    ground_truth=truth, index=index, split=split, env_id=env_id, env_kwargs={},
+                    env_options=options)  # fmt: skip
 
 
 def _write(data: Path, splits: dict[str, list[dict[str, Any]]]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
+from ragym.envs.files import read_jsonl
 from ragym.rl.view.tokens import token_issues, token_spans
 from ragym.rl.view.trace import MARKER
 
@@ -55,14 +56,7 @@ class Corpus:
 
 
 def _jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err})") from err
-    return rows
+    return [row for _, row in read_jsonl(path)]
 
 
 def find_traces(root: Path) -> list[Path]:

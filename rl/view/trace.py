@@ -19,6 +19,8 @@ from typing import Any
 import gymnasium
 from PIL import Image
 
+from ragym.envs.files import atomic_write, read_jsonl
+
 TRACE_VERSION = 1
 """Format version written in ``trace.json`` and every episode line."""
 MARKER = "trace.json"
@@ -54,9 +56,7 @@ class ImageStore:
         if key not in self.known:
             buffer = io.BytesIO()
             image.convert("RGB").save(buffer, format="PNG")
-            tmp = self.root / f"{key}.png.tmp"
-            tmp.write_bytes(buffer.getvalue())
-            tmp.rename(self.root / f"{key}.png")  # a killed run never leaves half an image under its key
+            atomic_write(self.root / f"{key}.png", buffer.getvalue())  # a killed run leaves no half image
             self.known.add(key)
         return key
 
@@ -167,11 +167,10 @@ class TraceWriter:
         if keep_steps_up_to < 0 or not self.path.is_file():
             return []
         kept, groups = [], set()
-        for line in self.path.read_text().splitlines():
-            record = json.loads(line) if line.strip() else None
-            if record is None or record["step"] > keep_steps_up_to:
+        for _, record in read_jsonl(self.path):
+            if record["step"] > keep_steps_up_to:
                 continue
-            kept.append(line)
+            kept.append(json.dumps(record, ensure_ascii=False))
             self.followed.add(record["row_index"])
             if (record["phase"], record["step"], record["group"]) not in groups:
                 groups.add((record["phase"], record["step"], record["group"]))

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ragym.data_prep.annotators import AnnotatorError, ChatAnnotator, ChatAnnotatorConfig
+from ragym.data_prep.annotators import ChatAnnotator
+from ragym.data_prep.chat import ChatConfig, ChatError
 
 MAX_REQUESTS = 20  # the fake server refuses to serve more, so a retry loop gone wrong cannot spin forever
 
@@ -61,7 +62,7 @@ def fake_chat() -> Iterator[tuple[FakeChat, str]]:
 
 def _annotator(url: str, cache: Path, max_retries: int = 3) -> ChatAnnotator:
     return ChatAnnotator(
-        ChatAnnotatorConfig(url, "fake-model", cache, max_retries=max_retries, backoff_s=0.0, timeout_s=5)
+        ChatConfig(url, "fake-model", cache_path=cache, max_retries=max_retries, backoff_s=0.0, timeout_s=5)
     )
 
 
@@ -100,7 +101,7 @@ def test_retries(
     if succeeds:
         assert annotator.annotate("q?") == "intent of: q?"
     else:
-        with pytest.raises(AnnotatorError):
+        with pytest.raises(ChatError):
             annotator.annotate("q?")
         assert not (tmp_path / "cache.jsonl").exists()  # failures are never cached
     assert len(state.requests) == num_requests
@@ -109,5 +110,5 @@ def test_retries(
 def test_unreachable_endpoint_raises_after_retries(tmp_path: Path) -> None:
     # Port 9 on loopback (discard) is closed here: every attempt is a connection error.
     annotator = _annotator("http://127.0.0.1:9/v1", tmp_path / "cache.jsonl", max_retries=1)
-    with pytest.raises(AnnotatorError, match="2 attempts"):
+    with pytest.raises(ChatError, match="2 attempts"):
         annotator.annotate("q?")

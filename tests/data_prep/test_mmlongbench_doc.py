@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ragym.data_prep.mmlongbench_doc import PrepConfig, RowError, main, parse_evidence_pages, prepare
+from ragym.data_prep.mmlongbench_doc import PrepConfig, RowError, parse_evidence_pages, prepare
 from ragym.data_prep.pdf_pages import PageTypeRules, PdfPage, classify_page, read_pdf
+from ragym.data_prep.prep import main as prep_main
 from ragym.envs.docmemo.env import DocMemoEnv
 from ragym.envs.docmemo.store import doc_key, load_store
 
@@ -241,7 +242,7 @@ def test_integration_on_shared_documents(shared_data, tmp_path, capsys):
         "--limit",
         "4",
     ]
-    assert main(argv) == 0
+    assert prep_main(["mmlongbench-doc", *argv]) == 0  # the command: prep, then the budget report
     printed = capsys.readouterr().out.strip().splitlines()
     summary = json.loads(next(line for line in printed if line.startswith("{")))
     # Then the token budget report of the rows at DocMemo's paper recipe (text estimated: no local model).

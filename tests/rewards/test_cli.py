@@ -53,7 +53,7 @@ def test_none_terms_are_counted(tmp_path: Path, episodes_file: Path, capsys: pyt
     [
         ("terms:\n  outcome: {weight: 1, params: {dleta: 1}}\n", None, "unknown parameter(s) ['dleta']"),
         (None, '{"data_source": "generic"}\n', "episodes.jsonl:1: not an episode"),
-        (None, "not json\n", "episodes.jsonl:1: not an episode"),
+        (None, "not json\n", "episodes.jsonl:1: not JSON"),
     ],
 )
 def test_errors_name_the_culprit(

@@ -28,7 +28,7 @@ def test_a_commands_log_is_ragyms_own_unless_verbose(tmp_path, verbose: bool) ->
 
     flags = ["--verbose"] if verbose else []
     done = subprocess.run(
-        [sys.executable, "-m", "ragym.rl.cli", *flags, "build-kb", "--out", str(tmp_path / "kb"), "--preset", "tiny"],
+        [sys.executable, "-m", "ragym.rl.cli", *flags, "prep", "synthetic-kb", "--out", str(tmp_path / "kb"), "--preset", "tiny"],
         capture_output=True, text=True, timeout=300, check=True,
     )  # fmt: skip
     lines = [line for line in done.stderr.splitlines() if " INFO " in line or " DEBUG " in line]

@@ -11,13 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
+from ragym.data_prep.chat import ChatConfig, ChatError
 from ragym.envs.events import events_of
 from ragym.envs.memora.corpus import synthetic_collection
 from ragym.envs.memora.env import MemoraEnv
 from ragym.envs.memora.synthetic import FACETS
 from ragym.rewards.memora import ranking_ndcg
 from ragym.rl.eval.memora_llm import OpenAIChatModel
-from ragym.rl.eval.memora_models import LLMConfig, LLMError, ScriptedModel
+from ragym.rl.eval.memora_models import LLMConfig, ScriptedModel
 from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
 
 
@@ -100,7 +101,11 @@ def fake_server() -> Iterator[str]:
 
 def model(url: str, tmp_path, **kw) -> OpenAIChatModel:
     return OpenAIChatModel(
-        LLMConfig(base_url=url, backoff_s=0.0, cache_path=str(tmp_path / "cache.jsonl"), api_key="k", **kw)
+        LLMConfig(
+            ChatConfig(
+                base_url=url, backoff_s=0.0, cache_path=str(tmp_path / "cache.jsonl"), api_key="k", **kw
+            )
+        )
     )
 
 
@@ -119,10 +124,10 @@ def test_client_retries_then_caches_on_disk(fake_server: str, tmp_path) -> None:
 
 def test_client_gives_up_with_a_clear_error(fake_server: str, tmp_path) -> None:
     FakeOpenAI.replies = [(200, json.dumps({"evidence": "none"}))] * 3
-    with pytest.raises(LLMError, match="3 attempts"):
+    with pytest.raises(ChatError, match="3 attempts"):
         model(fake_server, tmp_path, max_retries=2).extract("q", "f", [{"number": 1, "text": "t"}])
     FakeOpenAI.replies = [(401, "")]
-    with pytest.raises(LLMError, match="HTTP 401"):
+    with pytest.raises(ChatError, match="HTTP 401"):
         model(fake_server, tmp_path).judge("q", [], [{"number": 1, "text": "t"}], [], [])
     assert len(FakeOpenAI.requests) == 4  # 401 is not retried
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ragym.data_prep.chat import ChatClient, ChatConfig, ChatError
 from ragym.data_prep.mragbench import prepare
 from ragym.data_prep.r3g_synthetic import PARTS, Preset, build_task
 from ragym.envs.events import events_of
@@ -26,7 +27,6 @@ from ragym.rl.eval.r3g_baselines import (
     main,
     run_fixed,
 )
-from ragym.rl.eval.r3g_chat import ChatClient, ChatConfig, ChatError
 from ragym.rl.eval.r3g_report import EpisodeScore
 from tests.data_prep.mragbench_fixture import write_fixture
 
@@ -163,7 +163,7 @@ def server() -> Iterator[str]:
 def test_chat_model_runs_the_fixed_pipeline_with_cache(task: Path, server: str, tmp_path: Path) -> None:
     row = all_rows(task).iloc[0]
     env = R3GEnv(**json.loads(row["extra_info"]["env_kwargs"]))
-    config = ChatConfig(base_url=server, cache_dir=str(tmp_path / "cache"), backoff_s=0.01)
+    config = ChatConfig(base_url=server, cache_path=str(tmp_path / "cache.jsonl"), backoff_s=0.01)
     model = ChatModel(config, env.system_prompt)
     events = run_fixed(env, json.loads(row["extra_info"]["env_options"]), model)
     chosen = events_of(events, "evidence_selected")[0]

@@ -33,7 +33,7 @@ def _recipe(tmp_path: Path, **sections: dict) -> Path:
 def test_train_retriever_trains_evaluates_and_exports(tmp_path: Path) -> None:
     data_dir = prepared_dir(tmp_path)
     recipe = _recipe(tmp_path, data={"data_dir": str(data_dir)}, train={"output_dir": str(tmp_path / "run")})
-    assert retriever_train.main(["--recipe", str(recipe), "--set", "train.max_steps=1"]) == 0
+    assert retriever_train.main(["--recipe", str(recipe), "train.max_steps=1"]) == 0
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["heldout"]["num_queries"] == 6 and 0.0 <= metrics["heldout"]["ndcg@10"] <= 1.0
     hits = load_dense_retriever(metrics["export_dir"]).search(

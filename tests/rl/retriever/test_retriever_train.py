@@ -10,7 +10,7 @@ import torch
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
 from ragym.rl.retriever.augment import ReasoningQueryCollator, augment_query
-from ragym.rl.retriever.cli import apply_sets
+from ragym.rl.retriever.cli import apply_overrides
 from ragym.rl.retriever.config import (
     RETRIEVER_RECIPES,
     LossConfig,
@@ -19,7 +19,7 @@ from ragym.rl.retriever.config import (
     recipe_from_dict,
     with_overrides,
 )
-from ragym.rl.retriever.data import build_train_dataset, load_corpus, read_jsonl
+from ragym.rl.retriever.data import build_train_dataset, load_corpus, read_rows
 from ragym.rl.retriever.train import build_loss, build_training_args, load_encoder
 from tests.rl.retriever_fixtures import prepared_dir
 
@@ -80,12 +80,12 @@ def test_committed_recipes_load_and_typos_fail(tmp_path: Path) -> None:
     bad.write_text("train:\n  batchsize: 4\n")
     with pytest.raises(ValueError, match=r"bad.yaml.train: unknown key\(s\) \['batchsize'\]"):
         load_retriever_recipe(bad)
-    recipe = apply_sets(recipe_from_dict({}), ["train.max_steps=3", "augment.separator=' | '"])
+    recipe = apply_overrides(recipe_from_dict({}), ["train.max_steps=3", "augment.separator=' | '"])
     assert recipe.train.max_steps == 3 and recipe.augment.separator == " | "
 
 
 def test_dataset_columns_follow_loss_order(data_dir: Path) -> None:
-    rows = read_jsonl(data_dir / "train.jsonl")
+    rows = read_rows(data_dir / "train.jsonl")
     dataset = build_train_dataset(rows, load_corpus(data_dir), num_hard_negatives=1, with_reasoning=True)
     assert dataset.column_names == ["anchor", "reasoning", "positive", "negative_1"]
     assert dataset[0]["positive"] != dataset[0]["negative_1"]

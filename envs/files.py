@@ -1,0 +1,94 @@
+"""The two file helpers every layer shares: a write that is whole or absent, and a JSON-lines reader.
+
+They sit in the envs core because it is the lowest layer that needs them (environment stores and corpora are
+JSON lines; the image pack is written atomically); data preparation, rewards and rl import them from here.
+Retrieval (``envs/retrieval``) needs neither and imports nothing outside itself.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class JsonlError(ValueError):
+    """A line of a JSON-lines file that is not JSON; the message starts with ``path:line``."""
+
+    def __init__(self, path: Path, line_number: int, error: json.JSONDecodeError) -> None:
+        super().__init__(f"{path}:{line_number}: not JSON ({error})")
+        self.path, self.line_number = path, line_number
+
+
+def read_jsonl(path: str | Path, *, yield_broken: bool = False) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of each non-blank line of a ``.jsonl`` (or gzipped ``.jsonl.gz``) file, lazily.
+
+    A line that is not JSON raises ``JsonlError`` naming the file and line; with ``yield_broken`` that error is
+    yielded in place of the value and reading goes on (a data preparation counts it as a rejected row).
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "rows.jsonl"
+    >>> _ = path.write_text('{"a": 1}\\n\\n[2]\\n')
+    >>> list(read_jsonl(path))
+    [(1, {'a': 1}), (3, [2])]
+    """
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as err:
+                if not yield_broken:
+                    raise JsonlError(path, number, err) from err
+                value = JsonlError(path, number, err)
+            yield number, value
+
+
+def atomic_write(
+    path: str | Path, content: bytes | str | Callable[[Path], T], *, durable: bool = False
+) -> T | None:
+    """Write ``path`` whole or not at all: into a temporary sibling, then renamed over ``path`` in one step.
+
+    ``content`` is bytes or text (UTF-8) to write, or a function that writes the temporary path it is given (a
+    file, or a directory it creates) and whose result is returned. ``durable`` flushes the file to disk before
+    the rename, so the write also survives a machine that goes down, not only a killed process. A write that
+    raises removes the temporary and leaves ``path`` as it was. A directory cannot be renamed over an existing
+    one: when another writer published the same directory first, its copy is kept and this one removed
+    (concurrent builders of one directory build the same content).
+    """
+    path = Path(path)
+    # pid and a random token: concurrent processes and threads never share a temporary.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        if isinstance(content, bytes | str):
+            data = content.encode("utf-8") if isinstance(content, str) else content
+            tmp.write_bytes(data)
+            result = None
+        else:
+            result = content(tmp)
+        if durable and tmp.is_file():
+            with tmp.open("rb") as written:
+                os.fsync(written.fileno())
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            if not (tmp.is_dir() and path.is_dir()):
+                raise
+            shutil.rmtree(tmp)  # another writer published the same directory first
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+    return result

@@ -1,0 +1,47 @@
+"""``ragym prep NAME``: one registry of preps; every one is listed, resolves, and answers ``--help`` as itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ragym.data_prep import prep
+from ragym.data_prep.budget_report import PAPER_RECIPES
+
+
+def test_list_prints_every_registered_name(capsys: pytest.CaptureFixture) -> None:
+    assert prep.main(["--list"]) == 0
+    assert capsys.readouterr().out.split() == list(prep.PREPS)
+    assert {"infoseek", "mragbench", "bright", "mmlongbench-doc", "stackexchange", "synthetic-kb"} <= set(
+        prep.PREPS
+    )
+
+
+@pytest.mark.parametrize("name", sorted(prep.PREPS))
+def test_every_prep_runs_its_own_help(name: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as done:
+        prep.main([name, "--help"])
+    assert done.value.code == 0
+    assert f"usage: ragym prep {name}" in capsys.readouterr().out
+
+
+def test_an_unknown_prep_is_refused_with_the_list(capsys: pytest.CaptureFixture) -> None:
+    assert prep.main(["nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown prep 'nosuch'" in err and "synthetic-kb" in err
+
+
+def test_a_prep_runs_through_the_registry(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert prep.main(["synthetic-kb", "--out", str(tmp_path / "kb"), "--preset", "tiny"]) == 0
+    rows = pd.read_parquet(tmp_path / "kb" / "data" / "train.parquet")
+    assert len(rows) > 0 and set(rows["agent_name"]) == {"ragym_env"}
+
+
+def test_only_row_writing_preps_take_the_budget_flags(tmp_path: Path) -> None:
+    # synthetic-kb writes no report-worthy rows: a budget flag is not one of its options.
+    with pytest.raises(SystemExit):
+        prep.main(["synthetic-kb", "--out", str(tmp_path / "kb"), "--no-budget-report"])
+    # every prep that writes rows has a paper recipe for its budget report
+    assert {n for n, p in prep.PREPS.items() if p.budget} <= set(PAPER_RECIPES)

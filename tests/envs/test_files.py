@@ -1,0 +1,88 @@
+"""The shared file helpers: an atomic write never leaves a partial file, a broken JSON line is named."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from ragym.envs.files import JsonlError, atomic_write, read_jsonl
+
+
+def test_atomic_write_writes_bytes_text_and_through_a_writer(tmp_path: Path) -> None:
+    atomic_write(tmp_path / "a.bin", b"\x00\x01")
+    atomic_write(tmp_path / "b.txt", "héllo")
+    result = atomic_write(tmp_path / "c.txt", lambda tmp: tmp.write_text("via writer"))
+    assert (tmp_path / "a.bin").read_bytes() == b"\x00\x01"
+    assert (tmp_path / "b.txt").read_text(encoding="utf-8") == "héllo"
+    assert (tmp_path / "c.txt").read_text() == "via writer" and result == len("via writer")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.txt", "c.txt"]
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "rows.jsonl"
+    target.write_text("old\n")
+
+    def half_then_crash(tmp: Path) -> None:
+        tmp.write_text("half a ro")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(target, half_then_crash, durable=True)
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]
+
+
+def test_a_failed_first_write_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(ZeroDivisionError):
+        atomic_write(tmp_path / "new", lambda tmp: (tmp.mkdir(), (tmp / "x").write_text("1"), 1 / 0))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_published_first_by_another_writer_is_kept(tmp_path: Path) -> None:
+    target = tmp_path / "kb"
+
+    def build(text: str):
+        def write(tmp: Path) -> None:
+            tmp.mkdir()
+            (tmp / "kb.json").write_text(text)
+
+        return write
+
+    atomic_write(target, build("first"))
+    atomic_write(target, build("second"))  # a racing builder finishing later
+    assert (target / "kb.json").read_text() == "first"
+    assert [p.name for p in tmp_path.iterdir()] == ["kb"]
+
+
+def test_read_jsonl_numbers_lines_and_skips_blank_ones(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n\n  \n[1, 2]\n"text"\n')
+    assert list(read_jsonl(path)) == [(1, {"a": 1}), (4, [1, 2]), (5, "text")]
+
+
+def test_read_jsonl_reads_gzip(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write('{"a": 1}\n{"a": 2}\n')
+    assert [row["a"] for _, row in read_jsonl(path)] == [1, 2]
+
+
+def test_a_broken_line_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2\n{"a": 3}\n')
+    rows = read_jsonl(path)
+    assert next(rows) == (1, {"a": 1})
+    with pytest.raises(JsonlError, match=r"rows\.jsonl:2: not JSON") as err:
+        next(rows)
+    assert (err.value.path, err.value.line_number) == (path, 2)
+
+
+def test_yield_broken_hands_the_error_over_and_reads_on(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"a": 1}\nnot json\n{"a": 3}\n')
+    rows = list(read_jsonl(path, yield_broken=True))
+    assert [n for n, _ in rows] == [1, 2, 3]
+    assert isinstance(rows[1][1], JsonlError) and rows[1][1].line_number == 2
+    assert rows[2][1] == {"a": 3}
