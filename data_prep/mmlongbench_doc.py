@@ -1,7 +1,7 @@
 """MMLongBench-Doc -> DocMemo document stores + verl parquet rows.
 
 ``ragym prep mmlongbench-doc --samples samples.json --documents DIR --out OUT [--dpi 144] [--limit N]``
-(then the token budget report of the rows at ``docmemo_qwen2_5_vl_7b``: ``ragym.data_prep.budget_report``)
+(then the token budget report of the rows at ``docmemo_qwen2_5_vl_7b``: ``ragym.rl.budget.prep_report``)
 
 Writes ``OUT/docs/<doc_key>/`` (``ragym.envs.docmemo.store`` layout: page images at ``--dpi``, page text, extractive
 summaries, page types, page embeddings from all-MiniLM-L6-v2 over page text, or from a CLIP-style model

@@ -8,9 +8,8 @@ KBs and rows, the training mix, KB images, MRAG-Bench (R3G), BRIGHT and MM-BRIGH
 (DocMemo), Stack Exchange pairs (MEMORA-R), the synthetic KB of the CPU demo, a KB's image pack.
 
 Each dataset run prints and saves ``OUT/report.json``: rows in = rows out + rows rejected, with a count per
-reason. Every prep that writes verl rows then prints the token budget report of a sample of them
-(``ragym budget``) at its env's paper recipe: ``--budget-recipe R`` picks another, ``--budget-rows N`` the
-sample (200), ``--no-budget-report`` skips it.
+reason. The ``ragym prep`` command (``ragym.rl.prep``) then prints the token budget report of a sample of the
+rows a prep wrote (preps registered with ``budget=True``).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from typing import Any
 import pandas as pd
 
 from ragym.data_prep import evqa, infoseek, kb_images, mmhops
-from ragym.data_prep.budget_report import print_budget_report, split_budget_args
 from ragym.data_prep.kb_build import BuildConfig, build
 from ragym.data_prep.kb_records import Report
 
@@ -214,7 +212,8 @@ def _usage() -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``ragym prep NAME ...``: run one registered prep, then the budget report of the rows it wrote."""
+    """Run one registered prep (``NAME ARGS...``; ``--help``, ``--list``); its exit status. ``ragym prep``
+    (``ragym.rl.prep``) runs this, then the token budget report of the rows it wrote."""
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
@@ -225,13 +224,8 @@ def main(argv: list[str]) -> int:
     if name not in PREPS:
         print(f"ragym prep: unknown prep {name!r}\n{_usage()}", file=sys.stderr)
         return 2
-    prep = PREPS[name]
-    rest, budget = split_budget_args(rest) if prep.budget else (rest, None)
-    result = prep_main(name)(*prep.args, rest)
-    status = result if isinstance(result, int) else 0
-    if status == 0 and budget is not None:
-        print_budget_report(name, _written_rows(name, rest), budget)
-    return status
+    result = prep_main(name)(*PREPS[name].args, rest)
+    return result if isinstance(result, int) else 0
 
 
 def run_dataset(name: str, argv: list[str]) -> int:
@@ -244,7 +238,7 @@ def run_dataset(name: str, argv: list[str]) -> int:
     return 0
 
 
-def _written_rows(name: str, rest: list[str]) -> list[Path]:
+def written_rows(name: str, rest: list[str]) -> list[Path]:
     """The parquet rows a finished prep wrote: ``OUT/train.parquet`` and ``OUT/val.parquet`` for ``mix``,
     ``OUT/data/*.parquet`` for the others."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)

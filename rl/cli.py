@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "evaluate a policy with the agent loop and report the paper's metrics",
     ),
     "prep": (
-        "ragym.data_prep.prep",
+        "ragym.rl.prep",
         "prepare a dataset into verl rows (and its KB, corpus or stores): `ragym prep --list` names them",
     ),
     "r3g-demo": (

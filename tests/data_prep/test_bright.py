@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ragym.data_prep.prep import main as prep_main
 from ragym.envs.events import events_of
 from ragym.envs.registry import make_env
 from ragym.envs.retrieval.trec import read_trec_qrels
 from ragym.rewards import Episode, Rubric
+from ragym.rl.prep import main as prep_main
 from tests.data_prep.bright_fixtures import BRIGHT_DOCS, write_bright, write_mm_bright
 
 SHARED_QRELS = Path(__file__).resolve().parents[3] / "shared" / "data" / "bright_qrels"

@@ -143,7 +143,7 @@ def test_mmhops_shards_without_feature_metadata_read_images_by_content(tmp_path:
 
 
 def test_mmhops_shards_with_no_image_column_are_refused_in_one_line(tmp_path: Path, capsys) -> None:
-    from ragym.data_prep.prep import main as prep
+    from ragym.rl.prep import main as prep
 
     raw = tmp_path / "raw"
     fx.write_mmhops(raw)

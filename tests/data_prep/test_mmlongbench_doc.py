@@ -12,9 +12,9 @@ import pytest
 
 from ragym.data_prep.mmlongbench_doc import PrepConfig, RowError, parse_evidence_pages, prepare
 from ragym.data_prep.pdf_pages import PageTypeRules, PdfPage, classify_page, read_pdf
-from ragym.data_prep.prep import main as prep_main
 from ragym.envs.docmemo.env import DocMemoEnv
 from ragym.envs.docmemo.store import doc_key, load_store
+from ragym.rl.prep import main as prep_main
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

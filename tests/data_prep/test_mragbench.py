@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 
 from ragym.data_prep.mragbench import prepare
-from ragym.data_prep.prep import main as prep_main
 from ragym.envs.events import events_of
 from ragym.envs.r3g.corpus import read_rgb
 from ragym.envs.r3g.env import R3GEnv
 from ragym.envs.retrieval.encoders import PixelImageEncoder
+from ragym.rl.prep import main as prep_main
 from tests.data_prep.mragbench_fixture import BROKEN, NUM_VALID, write_fixture
 
 

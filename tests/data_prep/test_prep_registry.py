@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from ragym.data_prep import prep
-from ragym.data_prep.budget_report import PAPER_RECIPES
+from ragym.rl.budget.prep_report import PAPER_RECIPES
 
 
 def test_list_prints_every_registered_name(capsys: pytest.CaptureFixture) -> None:
@@ -40,8 +40,13 @@ def test_a_prep_runs_through_the_registry(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_only_row_writing_preps_take_the_budget_flags(tmp_path: Path) -> None:
+    from ragym.rl.prep import main as ragym_prep
+
     # synthetic-kb writes no report-worthy rows: a budget flag is not one of its options.
     with pytest.raises(SystemExit):
-        prep.main(["synthetic-kb", "--out", str(tmp_path / "kb"), "--no-budget-report"])
+        ragym_prep(["synthetic-kb", "--out", str(tmp_path / "kb"), "--no-budget-report"])
+    # data preparation alone never takes them: the budget report is the ragym prep command's (rl)
+    with pytest.raises(SystemExit):
+        prep.main(["mragbench", "--raw", str(tmp_path), "--out", str(tmp_path / "o"), "--no-budget-report"])
     # every prep that writes rows has a paper recipe for its budget report
     assert {n for n, p in prep.PREPS.items() if p.budget} <= set(PAPER_RECIPES)

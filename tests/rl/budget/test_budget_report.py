@@ -142,8 +142,8 @@ def test_rows_whose_episode_cannot_run_are_listed_and_skipped(paper_rows, tmp_pa
 
 
 def test_prep_prints_the_report_for_the_rows_it_writes(tmp_path: Path, capsys) -> None:
-    from ragym.data_prep.prep import main as prep_main
     from ragym.rl.errors import UsageError
+    from ragym.rl.prep import main as prep_main
     from tests.data_prep.bright_fixtures import write_mm_bright
 
     raw = write_mm_bright(tmp_path / "raw")

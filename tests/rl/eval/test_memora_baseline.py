@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ragym.data_prep.prep import main as prep_main
 from ragym.rewards import Episode
 from ragym.rl.cli import main as ragym
+from ragym.rl.prep import main as prep_main
 from tests.data_prep.bright_fixtures import write_bright
 
 

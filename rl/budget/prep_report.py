@@ -14,6 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragym.rl.budget.cli import prep_report
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.compose import resolve_recipe_path
+
 logger = logging.getLogger(__name__)
 
 PAPER_RECIPES = {
@@ -63,9 +67,6 @@ def split_budget_args(argv: Sequence[str]) -> tuple[list[str], BudgetOptions]:
 
 def options_of(args: argparse.Namespace) -> BudgetOptions:
     """The budget options of parsed arguments; a recipe that does not exist is refused before any prep work."""
-    from ragym.rl.errors import UsageError
-    from ragym.rl.recipe.compose import resolve_recipe_path
-
     if args.budget_rows < 1:
         raise UsageError(f"--budget-rows must be >= 1, got {args.budget_rows}")
     if args.budget_recipe and not args.no_budget_report:
@@ -78,9 +79,6 @@ def options_of(args: argparse.Namespace) -> BudgetOptions:
 
 def print_budget_report(prep: str, files: Sequence[Path], options: BudgetOptions) -> dict | None:
     """Print the report for ``files`` (the rows ``prep`` wrote); None when skipped or when it cannot run."""
-    from ragym.rl.budget.cli import prep_report
-    from ragym.rl.errors import UsageError
-
     files = [f for f in files if f.is_file()]
     if not options.enabled or not files:
         return None
