@@ -21,7 +21,6 @@ from ragym.rl.eval.memora_models import LLMConfig
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 DECOMPOSE_PROMPT = """Decompose the retrieval query into {n} intent factors with priorities (summing to 1).
 Past episodes of this domain (factors marked helped/hurt) may show which factors matter.
