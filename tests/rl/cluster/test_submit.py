@@ -195,7 +195,7 @@ def test_with_retrieval_deploys_the_service_first_and_points_the_envs_at_it() ->
     job = build_submission("kbvqa_qwen2_5_vl_7b", [], retrieval=service)
     deploy, train = job.entrypoint.split(" && ", 1)
     assert deploy == (
-        "python -m ragym.envs.retrieval.service.ray_serve --kb-dir /shared/ragym/data/evqa/kb --replicas 4 --port 8100"
+        "python -m ragym.envs.serving.ray_serve --kb-dir /shared/ragym/data/evqa/kb --replicas 4 --port 8100"
     )
     assert train.startswith("python -m verl.trainer.main_ppo ")
     assert job.runtime_env["env_vars"]["RAGYM_RETRIEVAL_URL"] == "http://127.0.0.1:8100"
@@ -214,7 +214,7 @@ def test_with_retrieval_on_the_command_line(capsys: pytest.CaptureFixture) -> No
     ]
     assert submit.submit_main(argv) == 0
     printed = capsys.readouterr().out
-    assert "ragym.envs.retrieval.service.ray_serve --kb-dir /kb --replicas 2 --port 8000 &&" in printed
+    assert "ragym.envs.serving.ray_serve --kb-dir /kb --replicas 2 --port 8000 &&" in printed
     assert "http://127.0.0.1:8000" in printed
 
 

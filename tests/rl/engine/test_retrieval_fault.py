@@ -67,7 +67,7 @@ class Service:
         self.command = [
             sys.executable,
             "-m",
-            "ragym.envs.retrieval.service.serve",
+            "ragym.envs.serving.cli",
             "--kb-dir",
             str(kb),
             "--port",
