@@ -13,8 +13,8 @@ resolves the first query image through ``examples_images`` (written to ``OUT/ima
 (JSON lines ``{"id", "description"}``) adds image descriptions for text-only policies.
 
 Writes ``OUT/documents.jsonl``, ``OUT/data/warmup.parquet`` and ``OUT/data/test.parquet`` (verl rows for
-``MEMORA-v0``) and ``OUT/report.json``: for queries and for documents, rows in = rows out + rows rejected, by
-reason, and the split. The split is the paper's (section 5.3): the usable queries in chronological order, the
+``MEMORA-v0``) and ``OUT/report.json`` (``ragym.data_prep.report``): for the splits ``queries`` and ``documents``,
+rows in = rows out + rows rejected, by reason; its details hold the warm-up/test split. The split is the paper's (section 5.3): the usable queries in chronological order, the
 first ``--warmup-fraction`` (0.8) the warm-up pool whose episodes write the domain memory, the rest held out.
 The rows carry no date, so the dataset's own row order stands for time (ragym's choice). ``--memory-dir DIR``
 puts the episodic memory on disk (``<DIR>/<domain>.jsonl``), so it persists across the episodes of a run (the
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from ragym.data_prep.report import PrepReport
 from ragym.data_prep.rows import verl_row
 from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.trec import read_trec_qrels
@@ -70,17 +70,20 @@ def _ids(value: Any) -> list[str]:
     return [str(v) for v in list(value) if str(v) != "N/A"]
 
 
-def read_documents(rows: list[dict[str, Any]], report: Counter) -> dict[str, str]:
-    """``{id: content}``; rows without an id or text content, or repeating an id, are rejected."""
+def read_documents(rows: list[dict[str, Any]], report: PrepReport) -> dict[str, str]:
+    """``{id: content}``; rows without an id or text content, or repeating an id, are rejected (split
+    ``documents``)."""
     texts: dict[str, str] = {}
-    for row in rows:
+    for index, row in enumerate(rows):
+        report.read("documents")
         docid, content = row.get("id"), row.get("content")
         if docid is None or not isinstance(content, str):
-            report["missing_field"] += 1
+            report.reject("documents", "missing_field", f"document {index}: no id or text content")
         elif str(docid) in texts:
-            report["duplicate_id"] += 1
+            report.reject("documents", "duplicate_id", f"document {index}: id {docid!r} appeared before")
         else:
             texts[str(docid)] = content
+            report.keep("documents")
     return texts
 
 
@@ -129,8 +132,8 @@ def make_row(
 
 
 def write_task(
-    args: argparse.Namespace, name: str, examples: list, corpus: dict[str, str], doc_report: Counter, build
-) -> dict:
+    args: argparse.Namespace, examples: list, corpus: dict[str, str], report: PrepReport, build
+) -> PrepReport:
     """Write corpus, rows and report; ``build(row) -> options`` raises ``RowError`` for rejected rows."""
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -138,37 +141,26 @@ def write_task(
     with corpus_path.open("w", encoding="utf-8") as f:
         for docid, content in corpus.items():
             f.write(json.dumps({"id": docid, "content": content}, ensure_ascii=False) + "\n")
-    usable, rejected = [], []
+    usable = []
     for index, example in enumerate(examples):
+        report.read("queries")
         try:
             usable.append((index, build(example)))
+            report.keep("queries")
         except RowError as err:
-            rejected.append({"index": index, "reason": err.reason, "detail": err.detail})
+            report.reject("queries", err.reason, f"example {index}: {err.detail}")
     num_warmup = int(args.warmup_fraction * len(usable))
     (out / "data").mkdir(exist_ok=True)
     columns = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
     for split, part in zip(SPLITS, (usable[:num_warmup], usable[num_warmup:]), strict=True):
         env_kwargs = split_env_kwargs(args, corpus_path, split)
-        rows = [make_row(options, index, name, env_kwargs, split) for index, options in part]
+        rows = [make_row(options, index, report.dataset, env_kwargs, split) for index, options in part]
         pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / f"{split}.parquet")
-    num_docs_in = len(corpus) + sum(doc_report.values())
     ids = [options["query_id"] for _, options in usable]
-    report = {
-        "dataset": name,
-        "queries": {"num_rows_in": len(examples), "num_rows_out": len(usable), "num_rows_rejected": len(rejected),
-                    "rejected_by_reason": dict(sorted(Counter(r["reason"] for r in rejected).items())),
-                    "rejected_examples": rejected[:20]},
-        "documents": {"num_rows_in": num_docs_in, "num_rows_out": len(corpus),
-                      "num_rows_rejected": sum(doc_report.values()), "rejected_by_reason": dict(sorted(doc_report.items()))},
-        "split": {"order": SPLIT_ORDER, "warmup_fraction": args.warmup_fraction, "num_warmup": num_warmup,
-                  "num_test": len(usable) - num_warmup, "warmup_query_ids": ids[:num_warmup],
-                  "test_query_ids": ids[num_warmup:]},
-    }  # fmt: skip
-    for part in ("queries", "documents"):
-        r = report[part]
-        if r["num_rows_in"] != r["num_rows_out"] + r["num_rows_rejected"]:
-            raise AssertionError(f"row accounting broken ({part}): {r}")  # a bug here, never bad input
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    report.details["split"] = {"order": SPLIT_ORDER, "warmup_fraction": args.warmup_fraction,
+                               "num_warmup": num_warmup, "num_test": len(usable) - num_warmup,
+                               "warmup_query_ids": ids[:num_warmup], "test_query_ids": ids[num_warmup:]}  # fmt: skip
+    report.save(out)
     return report
 
 
@@ -189,9 +181,9 @@ def warmup_fraction(text: str) -> float:
     return value
 
 
-def prep_bright(args: argparse.Namespace) -> dict:
+def prep_bright(args: argparse.Namespace) -> PrepReport:
     """One BRIGHT task (``examples`` + ``documents`` or ``long_documents``)."""
-    report: Counter = Counter()
+    report = PrepReport(f"bright_{args.task}")
     corpus = read_documents(
         read_split(args.raw, "long_documents" if args.long else "documents", args.task), report
     )
@@ -202,7 +194,7 @@ def prep_bright(args: argparse.Namespace) -> dict:
     def build(row: dict[str, Any]) -> dict[str, Any]:
         return query_options(row, args.task, gold_key, "excluded_ids", corpus, qrels)
 
-    return write_task(args, f"bright_{args.task}", examples, corpus, report, build)
+    return write_task(args, examples, corpus, report, build)
 
 
 def _image_table(raw: Path, domain: str) -> dict[str, bytes]:
@@ -215,9 +207,9 @@ def _image_table(raw: Path, domain: str) -> dict[str, bytes]:
     return table
 
 
-def prep_mm_bright(args: argparse.Namespace) -> dict:
+def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
     """One MM-BRIGHT domain, Task 1 (text) or Task 2 (text + first query image)."""
-    report: Counter = Counter()
+    report = PrepReport(f"mm_bright_task{args.task}_{args.domain}")
     corpus = read_documents(read_split(args.raw, "documents", args.domain), report)
     config = "examples" if args.task == 1 else "examples_multimodal"
     examples = read_split(args.raw, config, args.domain)[: args.limit]
@@ -243,7 +235,7 @@ def prep_mm_bright(args: argparse.Namespace) -> dict:
             options["image_description"] = descriptions[options["query_id"]]
         return options
 
-    return write_task(args, f"mm_bright_task{args.task}_{args.domain}", examples, corpus, report, build)
+    return write_task(args, examples, corpus, report, build)
 
 
 def main(command: str, argv: list[str]) -> int:
@@ -278,8 +270,5 @@ def main(command: str, argv: list[str]) -> int:
         )
     args = parser.parse_args(argv)
     report = prep_bright(args) if command == "bright" else prep_mm_bright(args)
-    split = {k: v for k, v in report["split"].items() if not k.endswith("query_ids")}
-    print(
-        json.dumps({**{k: report[k] for k in ("dataset", "queries", "documents")}, "split": split}, indent=2)
-    )
+    print(report.format())
     return 0

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ragym.data_prep.kb_files import read_kb_file
-from ragym.data_prep.kb_records import Article, Report, RowError, Sample, require_str
+from ragym.data_prep.kb_records import Article, RowError, Sample, require_str
+from ragym.data_prep.report import PrepReport
 from ragym.rewards.answers import score_answer
 from ragym.rewards.evqa import QUESTION_TYPES
 
@@ -77,7 +78,7 @@ def _ground_truth(row: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
 
 
 def _samples(
-    row: dict[str, Any], split: str, name: str, find_image: ImageFinder, report: Report
+    row: dict[str, Any], split: str, name: str, find_image: ImageFinder, report: PrepReport
 ) -> list[Sample]:
     """The (question, image) samples of one CSV row; each unusable image is one rejected pair."""
     ids = [i.strip() for i in (row.get("dataset_image_ids") or "").split("|") if i.strip()]
@@ -114,7 +115,7 @@ def _samples(
 
 def read(
     raw: Path,
-    report: Report,
+    report: PrepReport,
     limit: int | None = None,
     kb: Path | None = None,
     landmarks: Path | None = None,
@@ -152,4 +153,4 @@ def read(
 
 def image_urls(raw: Path, kb: Path | None = None) -> list[str]:
     """Reference-image URLs of the KB (what ``ragym prep kb-images`` fetches)."""
-    return [a.image_url for a in read_kb_file(kb or raw / KB_NAME, Report("evqa")) if a.image_url]
+    return [a.image_url for a in read_kb_file(kb or raw / KB_NAME, PrepReport("evqa")) if a.image_url]

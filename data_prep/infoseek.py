@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ragym.data_prep.kb_files import read_kb_file
-from ragym.data_prep.kb_records import Article, Report, RowError, Sample, require_str
+from ragym.data_prep.kb_records import Article, RowError, Sample, require_str
+from ragym.data_prep.report import PrepReport
 from ragym.envs.files import read_jsonl
 from ragym.rewards.answers import score_answer
 
@@ -155,7 +156,7 @@ def _sample(row: Any, split: str, withkb: dict, qtypes: dict, find_image: ImageF
     return Sample(data_id, split, question, (path,), (gold_key,), truth, qtype, extra)
 
 
-def _to_kb_keys(samples: list[Sample], articles: list[Article], report: Report) -> list[Sample]:
+def _to_kb_keys(samples: list[Sample], articles: list[Article], report: PrepReport) -> list[Sample]:
     """Map each withkb QID onto its KB article: by QID where the KB carries QIDs, else by the withkb entity
     title among articles with no QID (a title never overrides a QID); counted per split under ``gold_match``."""
     by_qid = {a.qid: a.key for a in articles if a.qid is not None}
@@ -163,7 +164,7 @@ def _to_kb_keys(samples: list[Sample], articles: list[Article], report: Report) 
     for a in articles:
         if a.qid is None:
             by_title.setdefault(a.title, a.key)
-    counts = report.sizes.setdefault("gold_match", {})
+    counts = report.details.setdefault("gold_match", {})
     out = []
     for s in samples:
         qid, title = s.gold_keys[0], s.extra.get("entity_text")
@@ -182,7 +183,11 @@ def _to_kb_keys(samples: list[Sample], articles: list[Article], report: Report) 
 
 
 def read(
-    raw: Path, report: Report, limit: int | None = None, kb: Path | None = None, image_dir: Path | None = None
+    raw: Path,
+    report: PrepReport,
+    limit: int | None = None,
+    kb: Path | None = None,
+    image_dir: Path | None = None,
 ) -> tuple[list[Article], list[Sample]]:
     """The KB articles and the usable samples of every split present in ``raw`` (first ``limit`` per split)."""
     articles = read_kb_file(kb or find_kb(raw), report)
@@ -204,11 +209,11 @@ def read(
                 samples.append(_sample(row, split, withkb, qtypes, find_image))
             except RowError as err:
                 report.reject(split, err.reason, f"{path.name}:{number}: {err}")
-    if not samples and not report.rows_in:
+    if not samples and not report.num_in:
         raise FileNotFoundError(f"no infoseek_{{train,val}}.jsonl in {raw}")
     return articles, _to_kb_keys(samples, articles, report)
 
 
 def image_urls(raw: Path, kb: Path | None = None) -> list[str]:
     """Reference-image URLs of the KB (what ``ragym prep kb-images`` fetches)."""
-    return [a.image_url for a in read_kb_file(kb or find_kb(raw), Report("infoseek")) if a.image_url]
+    return [a.image_url for a in read_kb_file(kb or find_kb(raw), PrepReport("infoseek")) if a.image_url]

@@ -25,7 +25,8 @@ from PIL import Image
 from ragym.data_prep.encoding.index import VectorBlocks, index_summary, index_vectors
 from ragym.data_prep.kb_encode import encode
 from ragym.data_prep.kb_images import image_file
-from ragym.data_prep.kb_records import Article, Report, RowError, Sample, chunk_text
+from ragym.data_prep.kb_records import Article, RowError, Sample, chunk_text
+from ragym.data_prep.report import PrepReport
 from ragym.data_prep.rows import verl_row
 from ragym.envs.kbvqa.kb import KB_FORMAT, KB_VERSION
 from ragym.envs.retrieval.retrievers import BM25Retriever, build_index, normalise
@@ -69,7 +70,7 @@ def _readable(path: str) -> bool:
         return False
 
 
-def _entity_images(out: Path, articles: list[Article], cfg: BuildConfig, report: Report) -> list[str]:
+def _entity_images(out: Path, articles: list[Article], cfg: BuildConfig, report: PrepReport) -> list[str]:
     """Each entity's image path (absolute, or the KB's placeholder), counting those without one."""
     (out / "images").mkdir(parents=True, exist_ok=True)
     Image.new("RGB", (64, 64), (128, 128, 128)).save(out / PLACEHOLDER)
@@ -80,10 +81,10 @@ def _entity_images(out: Path, articles: list[Article], cfg: BuildConfig, report:
             fetched = image_file(cfg.kb_images, article.image_url)
             path = str(fetched) if fetched.exists() else None
         if path is not None and not _readable(path):
-            report.sizes["entity_images_unreadable"] = report.sizes.get("entity_images_unreadable", 0) + 1
+            report.details["entity_images_unreadable"] = report.details.get("entity_images_unreadable", 0) + 1
             path = None
         paths.append(str(Path(path).resolve()) if path else PLACEHOLDER)
-    report.sizes["entities_without_image"] = sum(p == PLACEHOLDER for p in paths)
+    report.details["entities_without_image"] = sum(p == PLACEHOLDER for p in paths)
     return paths
 
 
@@ -111,7 +112,7 @@ def _save_query_image(out: Path, image: Any, number: int) -> str:
     return rel
 
 
-def _known_golds(sample: Sample, key_row: dict[str, int], cfg: BuildConfig, report: Report) -> Sample:
+def _known_golds(sample: Sample, key_row: dict[str, int], cfg: BuildConfig, report: PrepReport) -> Sample:
     """``sample`` with gold keys the KB lacks set to None: an evaluation row is scored on its answer alone
     (D.1: every test sample is evaluated), counted under ``eval_gold_unknown``; a training row is rejected."""
     reason = sample.extra.get("gold_missing")
@@ -123,14 +124,14 @@ def _known_golds(sample: Sample, key_row: dict[str, int], cfg: BuildConfig, repo
     if sample.split in cfg.train_splits:
         detail = f"{missing} not in the KB" if missing else "the dataset names no gold entity"
         raise RowError(reason, f"{sample.sample_id}: {detail}")
-    unknown = report.sizes.setdefault("eval_gold_unknown", {}).setdefault(sample.split, {})
+    unknown = report.details.setdefault("eval_gold_unknown", {}).setdefault(sample.split, {})
     unknown[reason] = unknown.get(reason, 0) + 1
     golds = tuple(None if k is None or k not in key_row else k for k in sample.gold_keys)
     return replace(sample, gold_keys=golds, extra={**sample.extra, "gold_missing": reason})
 
 
 def _resolve_samples(
-    out: Path, samples: list[Sample], key_row: dict[str, int], cfg: BuildConfig, report: Report
+    out: Path, samples: list[Sample], key_row: dict[str, int], cfg: BuildConfig, report: PrepReport
 ) -> tuple[list, list]:
     """(kept samples with their query paths and gold rows, query image paths in order); rejects are counted."""
     kept, query_paths = [], []
@@ -202,7 +203,7 @@ def _row(sample: Sample, index: int, data_source: str, env_kwargs: dict[str, Any
 
 
 def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str], ranked: np.ndarray,
-                entity_ids: list[str], cfg: BuildConfig, report: Report) -> None:  # fmt: skip
+                entity_ids: list[str], cfg: BuildConfig, report: PrepReport) -> None:  # fmt: skip
     """Apply the reachability filter to training splits and write ``data/<split>.parquet``."""
     env_kwargs = {"kb_dir": str(out.resolve()), "candidates_per_batch": cfg.candidates_per_batch,
                   "max_rejections": cfg.max_rejections}  # fmt: skip
@@ -250,7 +251,7 @@ def build(
     data_source: str,
     articles: list[Article],
     samples: list[Sample],
-    report: Report,
+    report: PrepReport,
     cfg: BuildConfig = BuildConfig(),
     loose_passages: list[tuple[str, str]] = (),
 ) -> dict[str, Any]:
@@ -301,7 +302,7 @@ def build(
         out / "queries.parquet")  # fmt: skip
     recall = _recall(kept, ranked, cfg)
     _write_rows(out, data_source, kept, query_paths, ranked, entity_ids, cfg, report)
-    report.sizes.update({"num_entities": len(articles), "num_passages": len(passages),
+    report.details.update({"num_entities": len(articles), "num_passages": len(passages),
                          "num_query_images": len(query_paths), "index_dim": int(entity_vectors.shape[1]),
                          "recall": recall, "text_retrievers": manifest_text_retrievers(cfg)})  # fmt: skip
     manifest = {
@@ -324,5 +325,5 @@ def build(
         },  # fmt: skip
     }
     (out / "kb.json").write_text(json.dumps(manifest, indent=2, default=str))
-    report.save(out / "report.json")
+    report.save(out)
     return report.as_dict()

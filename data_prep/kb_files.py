@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ragym.data_prep.kb_records import Article, Report, RowError, iter_json_object
+from ragym.data_prep.kb_records import Article, RowError, iter_json_object
+from ragym.data_prep.report import PrepReport
 from ragym.envs.files import read_jsonl
 
 _QID = re.compile(r"Q[1-9]\d*")
@@ -83,7 +84,7 @@ def _jsonl_entries(path: Path) -> Iterator[tuple[str, Any]]:
             yield where, RowError("malformed_kb_entry", f"{where}: neither a Wiki6M row nor {{url: entry}}")
 
 
-def read_kb_file(path: Path, report: Report) -> list[Article]:
+def read_kb_file(path: Path, report: PrepReport) -> list[Article]:
     """Every usable article of one KB file, in file order; rejects are counted in ``report`` (split ``kb``)."""
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         entries: Iterator[tuple[str, Any]] = _jsonl_entries(path)

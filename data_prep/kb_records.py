@@ -1,7 +1,7 @@
-"""Shared records of the real KB-VQA readers: KB articles, samples, passage chunking and the prep report.
+"""Shared records of the real KB-VQA readers: KB articles, samples and passage chunking.
 
 Every reader (``ragym.data_prep.infoseek``, ``ragym.data_prep.evqa``, ``ragym.data_prep.mmhops``) turns the official files
-into ``Article`` and ``Sample`` records and records each row it cannot use in a ``Report`` with a reason,
+into ``Article`` and ``Sample`` records and records each row it cannot use in a ``ragym.data_prep.report.PrepReport`` with a reason,
 so a run always accounts for every input row: rows in = rows out + rows rejected.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,55 +65,6 @@ class Sample:
     extra: dict[str, Any] = field(default_factory=dict)
     """Dataset fields worth keeping in the row (e.g. InfoSeek's data_split for the harmonic mean); a reader
     that cannot name a gold entity puts the reason under ``gold_missing`` (training rows are then rejected)."""
-
-
-class Report:
-    """Counts of rows read, kept and rejected (with a reason each), per split; printed and saved as JSON."""
-
-    def __init__(self, dataset: str):
-        self.dataset = dataset
-        self.rows_in: Counter[str] = Counter()
-        self.rows_out: Counter[str] = Counter()
-        self.rejected: dict[str, Counter[str]] = {}
-        self.examples: dict[str, str] = {}
-        self.sizes: dict[str, Any] = {}
-
-    def read(self, split: str, num: int = 1) -> None:
-        """Count ``num`` input rows of ``split``."""
-        self.rows_in[split] += num
-
-    def keep(self, split: str, num: int = 1) -> None:
-        """Count ``num`` rows of ``split`` written out."""
-        self.rows_out[split] += num
-
-    def reject(self, split: str, reason: str, message: str) -> None:
-        """Count one rejected row of ``split`` under ``reason``; the first message per reason is kept."""
-        self.rejected.setdefault(split, Counter())[reason] += 1
-        self.examples.setdefault(reason, message)
-
-    def balanced(self) -> bool:
-        """Whether rows in = rows out + rows rejected for every split."""
-        splits = set(self.rows_in) | set(self.rows_out) | set(self.rejected)
-        return all(
-            self.rows_in[s] == self.rows_out[s] + sum(self.rejected.get(s, Counter()).values())
-            for s in splits
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as plain JSON-able data."""
-        return {
-            "dataset": self.dataset,
-            "rows_in": dict(self.rows_in),
-            "rows_out": dict(self.rows_out),
-            "rejected": {s: dict(c) for s, c in self.rejected.items()},
-            "reason_examples": self.examples,
-            "balanced": self.balanced(),
-            **self.sizes,
-        }
-
-    def save(self, path: Path) -> None:
-        """Write the report to ``path`` as indented JSON."""
-        path.write_text(json.dumps(self.as_dict(), indent=2, default=str))
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

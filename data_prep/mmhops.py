@@ -22,7 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ragym.data_prep.kb_records import Article, Report, RowError, Sample, require_str
+from ragym.data_prep.kb_records import Article, RowError, Sample, require_str
+from ragym.data_prep.report import PrepReport
 from ragym.envs.files import read_jsonl
 from ragym.rewards.mmhops import check_ground_truth
 
@@ -101,7 +102,7 @@ def _sample(row: dict[str, Any], split: str, image_columns: list[str], name: str
     return Sample(sample_id, split, question, images, _gold(row, len(cells), sample_id), truth, kind, extra)
 
 
-def _read_split(files: list[Path], split: str, report: Report, limit: int | None) -> list[Sample]:
+def _read_split(files: list[Path], split: str, report: PrepReport, limit: int | None) -> list[Sample]:
     from datasets import load_dataset
 
     dataset = load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
@@ -117,14 +118,14 @@ def _read_split(files: list[Path], split: str, report: Report, limit: int | None
             try:
                 samples.append(_sample(row, split, image_columns, f"{split} row {count}"))
                 if samples[-1].gold_keys[0] is None:
-                    report.sizes["gold_unknown"] = report.sizes.get("gold_unknown", 0) + 1
+                    report.details["gold_unknown"] = report.details.get("gold_unknown", 0) + 1
             except RowError as err:
                 report.reject(split, err.reason, str(err))
     return samples
 
 
 def read_kb(
-    kb: Path, report: Report, image_root: Path | None = None
+    kb: Path, report: PrepReport, image_root: Path | None = None
 ) -> tuple[list[Article], list[tuple[str, str]]]:
     """Entities from the image corpus (text = their text-corpus passages) and the passages of no entity."""
     root = image_root or kb / "image"
@@ -163,7 +164,7 @@ def read_kb(
 
 def read(
     raw: Path,
-    report: Report,
+    report: PrepReport,
     limit: int | None = None,
     kb: Path | None = None,
     kb_image_root: Path | None = None,
@@ -178,6 +179,6 @@ def read(
         files = sorted((raw / "data").glob(f"{split}-*.parquet"))
         if files:
             samples += _read_split(files, split, report, limit)
-    if not report.rows_in.keys() - {"kb", "kb_text"}:
+    if not report.num_in.keys() - {"kb", "kb_text"}:
         raise FileNotFoundError(f"no data/{{train,validation,test}}-*.parquet in {raw}")
     return articles, samples, loose

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from PIL import Image
 from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
 from ragym.data_prep.encoding.encoders import EnvEncoderItems
 from ragym.data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
+from ragym.data_prep.report import PrepReport
 from ragym.data_prep.rows import verl_row
 from ragym.envs.docmemo.pages import PageEncoder, TextPageEncoder, VisualPageEncoder
 from ragym.envs.docmemo.store import DocStore, doc_key, save_store, summarise
@@ -167,15 +167,17 @@ def prepare(
     cfg: PrepConfig,
     limit: int | None = None,
     encoder: PageEncoder | None = None,
-) -> dict[str, Any]:
+) -> PrepReport:
     """Run the preparation, write stores, parquet and report; returns the report."""
     samples = json.loads(Path(samples_path).read_text(encoding="utf-8"))
     if not isinstance(samples, list):
         raise ValueError(f"{samples_path}: expected a JSON list of samples")
     samples = samples[:limit] if limit is not None else samples
     stores = _Stores(Path(documents), out / "docs", encoder or TextPageEncoder(), cfg)
-    rows, rejected, zero_mapped = [], [], []
+    report = PrepReport("mmlongbench_doc")
+    rows, zero_mapped = [], []
     for index, sample in enumerate(samples):
+        report.read(cfg.split)
         try:
             _check_sample(sample)
             pages, mapped = parse_evidence_pages(sample["evidence_pages"], cfg.zero_page)
@@ -183,28 +185,21 @@ def prepare(
             if pages and pages[-1] > store.num_pages:
                 raise RowError("evidence_page_out_of_range", f"page {pages[-1]} > {store.num_pages} pages")
         except RowError as err:
-            rejected.append({"index": index, "reason": err.reason, "detail": err.detail})
+            report.reject(cfg.split, err.reason, f"sample {index}: {err.detail}")
             continue
         if mapped:
             zero_mapped.append(index)
         rows.append(make_row(sample, index, pages, (out / "docs").resolve(), cfg))
+        report.keep(cfg.split)
     (out / "data").mkdir(parents=True, exist_ok=True)
     columns = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
     pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / f"{cfg.split}.parquet")
-    reasons = Counter(r["reason"] for r in rejected)
-    report = {
-        "num_rows_in": len(samples),
-        "num_rows_out": len(rows),
-        "num_rows_rejected": len(rejected),
-        "rejected_by_reason": dict(sorted(reasons.items())),
+    report.details.update({
         "evidence_page_zero_mapped_to_1": zero_mapped,
         "documents_built": sorted(d for d, s in stores.built.items() if isinstance(s, DocStore)),
         "documents_missing": sorted(d for d, s in stores.built.items() if isinstance(s, RowError)),
-        "rejected_examples": rejected[:20],
-    }
-    if report["num_rows_in"] != report["num_rows_out"] + report["num_rows_rejected"]:
-        raise AssertionError(f"row accounting broken: {report}")  # a bug here, never bad input
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    })  # fmt: skip
+    report.save(out)
     return report
 
 
@@ -233,8 +228,5 @@ def main(argv: list[str]) -> int:
     else:
         encoder = TextPageEncoder(device=args.device)
     report = prepare(args.samples, args.documents, args.out, cfg, args.limit, encoder)
-    summary = {
-        k: report[k] for k in ("num_rows_in", "num_rows_out", "num_rows_rejected", "rejected_by_reason")
-    }
-    print(json.dumps(summary))
+    print(report.format())
     return 0

@@ -11,7 +11,8 @@ The corpus is every distinct image (content hash) among the ``gt_images`` and ``
 rows kept, plus the files of ``--corpus`` (the separately distributed ``image_corpus`` folder), so a
 ground-truth image that is also a corpus file is one corpus entry. Captions are empty (MRAG-Bench has none).
 Splits: ``test`` when sha1(question id) falls under ``--test-fraction`` (``ragym.data_prep.r3g_task.split_of``).
-``OUT/report.json``: rows in = rows out + rows rejected, by reason.
+``OUT/report.json``: rows in = rows out + rows rejected, by reason, for the ``questions`` and the ``--corpus``
+files (``corpus_files``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
-import json
 import logging
 import tempfile
 from collections import Counter
@@ -30,6 +30,7 @@ from typing import Any
 from PIL import Image
 
 from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
+from ragym.data_prep.report import PrepReport
 from ragym.envs.retrieval.encoders import make_image_encoder
 
 log = logging.getLogger(__name__)
@@ -150,47 +151,42 @@ def _corpus_files(corpus: Path | None) -> list[Path]:
 
 
 def prepare(raw: Path, out: Path, limit: int | None = None, corpus: Path | None = None,
-            test_fraction: float = 0.3, encoder: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+            test_fraction: float = 0.3, encoder: dict[str, Any] | None = None) -> PrepReport:  # fmt: skip
     """Write the task folder ``out``; returns the report (also ``out/report.json``)."""
     encoder_spec = encoder or {"name": "pixel", "kwargs": {}}
     out.mkdir(parents=True, exist_ok=True)
     images = _Images(out)
-    rows, rejected, seen = [], [], set()
+    report = PrepReport(DATA_SOURCE)
+    rows, seen = [], set()
     with tempfile.TemporaryDirectory() as cache:
         records = read_records(raw, limit, Path(cache))
         for index, record in enumerate(records):
+            report.read("questions")
             try:
                 if str(record.get("id")) in seen:
                     raise RowError("duplicate_id", f"id {record.get('id')!r} appeared before")
                 rows.append(_convert(record, images))
                 seen.add(rows[-1].question_id)
+                report.keep("questions")
             except RowError as err:
-                rejected.append(
-                    {"index": index, "id": record.get("id"), "reason": err.reason, "detail": err.detail}
-                )
-    corpus_files = _corpus_files(corpus)
-    bad_corpus = []
-    for path in corpus_files:
+                report.reject("questions", err.reason, f"row {index} (id {record.get('id')!r}): {err.detail}")
+    for path in _corpus_files(corpus):
+        report.read("corpus_files")
         try:
             images.add(_image_bytes({"bytes": path.read_bytes()}, "corpus_file"), "corpus/images")
+            report.keep("corpus_files")
         except RowError as err:
-            bad_corpus.append({"file": str(path), "detail": err.detail})
+            report.reject("corpus_files", err.reason, f"{path}: {err.detail}")
     encoder_obj = make_image_encoder(encoder_spec)
     write_corpus(out, images.ids, images.paths, [""] * len(images.ids), encoder_obj, encoder_spec)
     write_queries(out, [r.query_image for r in rows], encoder_obj)
-    splits = write_rows(out, rows, DATA_SOURCE, test_fraction)
-    reasons = Counter(r["reason"] for r in rejected)
-    report = {
-        "num_rows_in": len(records), "num_rows_out": len(rows), "num_rows_rejected": len(rejected),
-        "rejected_by_reason": dict(sorted(reasons.items())), "rejected_examples": rejected[:20],
-        "splits": splits, "test_fraction": test_fraction, "num_corpus_images": len(images.ids),
-        "num_corpus_files_in": len(corpus_files), "corpus_files_rejected": bad_corpus,
-        "scenarios": dict(sorted(Counter(r.scenario for r in rows).items())), "image_encoder": encoder_spec,
+    report.details.update({
+        "splits": write_rows(out, rows, DATA_SOURCE, test_fraction), "test_fraction": test_fraction,
+        "num_corpus_images": len(images.ids), "image_encoder": encoder_spec,
+        "scenarios": dict(sorted(Counter(r.scenario for r in rows).items())),
         "num_rows_without_retrieved": sum(not r.retrieved_images for r in rows),
-    }  # fmt: skip
-    if report["num_rows_in"] != report["num_rows_out"] + report["num_rows_rejected"]:
-        raise AssertionError(f"row accounting is off: {report}")
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    })  # fmt: skip
+    report.save(out)
     return report
 
 
@@ -219,13 +215,5 @@ def main(argv: list[str]) -> int:
             "device": args.device,
         }
     report = prepare(args.raw, args.out, args.limit, args.corpus, args.test_fraction, spec)
-    keys = (
-        "num_rows_in",
-        "num_rows_out",
-        "num_rows_rejected",
-        "rejected_by_reason",
-        "splits",
-        "num_corpus_images",
-    )
-    print(json.dumps({k: report[k] for k in keys}, indent=1))
+    print(report.format())
     return 0

@@ -27,7 +27,7 @@ import pandas as pd
 
 from ragym.data_prep import evqa, infoseek, kb_images, mmhops
 from ragym.data_prep.kb_build import BuildConfig, build
-from ragym.data_prep.kb_records import Report
+from ragym.data_prep.report import PrepReport
 
 DATASETS = ("infoseek", "evqa", "mmhops")
 EVAL_SPLITS = {"infoseek": ("val",), "evqa": ("test", "val"), "mmhops": ("test", "validation")}
@@ -63,7 +63,7 @@ def _dataset_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _read(name: str, args: argparse.Namespace, report: Report) -> tuple[list, list, list]:
+def _read(name: str, args: argparse.Namespace, report: PrepReport) -> tuple[list, list, list]:
     if name == "infoseek":
         return (*infoseek.read(args.raw, report, args.limit, args.kb, args.image_dir), [])
     if name == "evqa":
@@ -78,7 +78,7 @@ def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         parser.error(f"{args.out} is not empty (pass --resume to continue an interrupted run there)")
-    report = Report(name)
+    report = PrepReport(name)
     articles, samples, loose = _read(name, args, report)
     cfg = BuildConfig(
         candidates_per_batch=args.candidates_per_batch,
@@ -88,17 +88,11 @@ def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
         kb_images=args.kb_images or args.raw / "kb_images",
     )
     result = build(args.out, name, articles, samples, report, cfg, loose)
-    _print_report(result)
-    return result
-
-
-def _print_report(result: dict[str, Any]) -> None:
-    print(json.dumps(result, indent=2, default=str))
-    for split, row in result.get("recall", {}).items():
+    print(report.format())
+    for split, row in result["details"].get("recall", {}).items():
         figures = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
         print(f"{result['dataset']} {split}: {figures}")
-    if not result["balanced"]:
-        raise RuntimeError("rows in != rows out + rows rejected; this is a bug in data_prep")
+    return result
 
 
 def mix(argv: list[str]) -> dict[str, Any]:

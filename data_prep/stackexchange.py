@@ -4,7 +4,7 @@ Reads a data-dump ``Posts.xml`` or the Skeptics jsonl, pairs each question with 
 drops contaminated threads (post ids in a benchmark corpus list, or posted after a cutoff), annotates each
 question with a chain-of-thought intent, splits deterministically by thread id and mines BM25 hard negatives
 inside each split. Writes ``train.jsonl``/``test.jsonl`` (pairs), ``corpus.jsonl`` (answers) and
-``report.json`` (rows in = rows out + rows rejected, by reason).
+``report.json`` (rows in = rows out + rows rejected, by reason, over the ``threads`` read).
 
     ragym prep stackexchange --input Posts.xml --out data/se --exclude-ids bench_ids.txt \\
         --cutoff 2024-01-01 --annotator offline --limit 1000
@@ -29,9 +29,12 @@ from ragym.data_prep.annotators import (
 )
 from ragym.data_prep.chat import ChatConfig, ChatError
 from ragym.data_prep.hard_negatives import mine_bm25_negatives
+from ragym.data_prep.report import PrepReport
 from ragym.data_prep.stackexchange_readers import QAPair, Rejection, read_pairs
 
 logger = logging.getLogger(__name__)
+INPUT_ROWS = "threads"
+"""The report's one split: input rows are threads (a question post of a dump, or a jsonl line)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +140,7 @@ def prepare(
     annotator: Annotator,
     config: PrepConfig,
     excluded_ids: set[str] | None = None,
-) -> dict:
+) -> PrepReport:
     """Run the whole preparation and write its files; returns the report."""
     pairs, rejections, num_in = collect_pairs(input_path, excluded_ids or set(), config)
     rows = annotate_rows(pairs, annotator, config.test_fraction)
@@ -152,24 +155,22 @@ def prepare(
         for row in rows:
             doc = {"docid": row["answer_id"], "text": row["answer"], "thread_id": row["question_id"]}
             f.write(json.dumps({**doc, "site": row["site"], "split": row["split"]}) + "\n")
+    report = PrepReport("stackexchange")
+    report.read(INPUT_ROWS, num_in)
+    report.keep(INPUT_ROWS, len(rows))
+    for rejection in rejections:
+        report.reject(INPUT_ROWS, rejection.reason, rejection.row)
     reasons = Counter(r.reason for r in rejections)
-    report = {
+    report.details.update({
         "input": str(input_path),
-        "num_rows_in": num_in,
-        "num_rows_out": len(rows),
-        "num_rows_rejected": len(rejections),
-        "rejected_by_reason": dict(sorted(reasons.items())),
         "contamination": {c: reasons.get(c, 0) for c in ("contaminated_id", "after_cutoff", "undated")},
         "splits": dict(Counter(r["split"] for r in rows)),
         "annotator": annotator.name,
         "offline_annotations": annotator.name == OFFLINE_ANNOTATOR_NAME,
         "num_rows_negatives_topped_up": num_topped_up,
         "config": asdict(config),
-        "rejected_examples": [asdict(r) for r in rejections[:20]],
-    }
-    if report["num_rows_in"] != report["num_rows_out"] + report["num_rows_rejected"]:
-        raise AssertionError(f"row accounting broken: {report}")  # a bug here, never bad input
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    })  # fmt: skip
+    report.save(out_dir)
     return report
 
 
@@ -213,5 +214,5 @@ def main(argv: list[str]) -> int:
         key = os.environ.get("OPENAI_API_KEY")  # unset for a local server
         annotator = ChatAnnotator(ChatConfig(args.chat_base_url, args.chat_model, key, cache, max_retries=5))
     report = prepare(args.input, args.out, annotator, config, excluded)
-    print(json.dumps({k: v for k, v in report.items() if k != "rejected_examples"}, indent=2))
+    print(report.format())
     return 0

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from ragym.data_prep.annotators import OfflineAnnotator
-from ragym.data_prep.stackexchange import PrepConfig, prepare
+from ragym.data_prep.stackexchange import INPUT_ROWS, PrepConfig, prepare
 from ragym.rl.retriever.ablation import REASONING, ZERO_SHOT, format_table, run_ablation
 from ragym.rl.retriever.config import REPO_ROOT, load_retriever_recipe, with_overrides
 from ragym.rl.retriever.data import heldout_eval_set, load_corpus
@@ -69,9 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         "after": by_row[REASONING][headline],
         "ablation": results,
         "table": format_table(results, headline),
-        "data": {k: report[k] for k in ("num_rows_in", "num_rows_out", "rejected_by_reason", "splits")},
-        "annotator": report["annotator"],
-        "offline_annotations": report["offline_annotations"],
+        "data": {**report.as_dict()["splits"][INPUT_ROWS], "splits": report.details["splits"]},
+        "annotator": report.details["annotator"],
+        "offline_annotations": report.details["offline_annotations"],
         "max_steps_per_row": args.max_steps,
         "wall_s": round(time.perf_counter() - started, 1),
     }

@@ -27,11 +27,13 @@ def test_bright_rows_in_equal_out_plus_rejected(tmp_path: Path) -> None:
     raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
     assert prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out)]) == 0
     report = json.loads((out / "report.json").read_text())
-    assert report["queries"]["num_rows_in"] == 6 and report["queries"]["num_rows_out"] == 2
-    assert report["queries"]["rejected_by_reason"] == {
+    assert (
+        report["splits"]["queries"]["num_rows_in"] == 6 and report["splits"]["queries"]["num_rows_out"] == 2
+    )
+    assert report["splits"]["queries"]["rejected_by_reason"] == {
         "empty_query": 1, "excluded_overlaps_gold": 1, "gold_not_in_corpus": 1, "no_gold": 1,
     }  # fmt: skip
-    assert report["documents"] == {"num_rows_in": 7, "num_rows_out": 5, "num_rows_rejected": 2,
+    assert report["splits"]["documents"] == {"num_rows_in": 7, "num_rows_out": 5, "num_rows_rejected": 2,
                                    "rejected_by_reason": {"duplicate_id": 1, "missing_field": 1}}  # fmt: skip
     (first,), (second,) = rows(out, "warmup"), rows(out)  # two usable queries: int(0.8 x 2) = 1 warm-up
     options = json.loads(first["extra_info"]["env_options"])
@@ -107,7 +109,7 @@ def test_split_is_chronological_80_20_recorded_and_held_out_rows_never_write(tmp
     assert [json.loads(r["extra_info"]["env_options"])["query_id"] for r in warmup] == ids[:8]
     assert [json.loads(r["extra_info"]["env_options"])["query_id"] for r in test] == ids[8:]
     assert [r["extra_info"]["index"] for r in warmup + test] == list(range(10))
-    split = json.loads((out / "report.json").read_text())["split"]
+    split = json.loads((out / "report.json").read_text())["details"]["split"]
     assert split["warmup_fraction"] == 0.8 and (split["num_warmup"], split["num_test"]) == (8, 2)
     assert split["warmup_query_ids"] == ids[:8] and split["test_query_ids"] == ids[8:]
     assert "row order" in split["order"]
@@ -132,7 +134,9 @@ def test_split_is_chronological_80_20_recorded_and_held_out_rows_never_write(tmp
 def test_bright_long_documents_and_trec_qrels(tmp_path: Path) -> None:
     raw = write_bright(tmp_path / "raw")
     prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(tmp_path / "long"), "--long"])
-    assert json.loads((tmp_path / "long" / "report.json").read_text())["queries"]["num_rows_out"] == 1
+    assert (
+        json.loads((tmp_path / "long" / "report.json").read_text())["splits"]["queries"]["num_rows_out"] == 1
+    )
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("0\t0\tinsects_attracted_to_light/Phototaxis_3.txt\t1\n1\t0\tbird_song/Song_0.txt\t0\n")
     prep_main(
@@ -149,7 +153,10 @@ def test_bright_long_documents_and_trec_qrels(tmp_path: Path) -> None:
         ]
     )
     report = json.loads((tmp_path / "q" / "report.json").read_text())
-    assert report["queries"]["num_rows_out"] == 1 and report["queries"]["rejected_by_reason"]["no_gold"] == 4
+    assert (
+        report["splits"]["queries"]["num_rows_out"] == 1
+        and report["splits"]["queries"]["rejected_by_reason"]["no_gold"] == 4
+    )
     assert json.loads(rows(tmp_path / "q")[0]["extra_info"]["env_options"])["qrels"] == {
         "insects_attracted_to_light/Phototaxis_3.txt": 1
     }
@@ -159,7 +166,7 @@ def test_mm_bright_task2_resolves_images_and_task1_ignores_them(tmp_path: Path) 
     raw = write_mm_bright(tmp_path / "raw")
     out = tmp_path / "t2"
     prep_main(["mm-bright", "--raw", str(raw), "--domain", "academia", "--task", "2", "--out", str(out)])
-    report = json.loads((out / "report.json").read_text())["queries"]
+    report = json.loads((out / "report.json").read_text())["splits"]["queries"]
     assert report["num_rows_out"] == 1 and report["rejected_by_reason"] == {
         "missing_image": 1,
         "no_query_image": 1,
@@ -173,7 +180,7 @@ def test_mm_bright_task2_resolves_images_and_task1_ignores_them(tmp_path: Path) 
     prep_main(
         ["mm-bright", "--raw", str(raw), "--domain", "academia", "--task", "1", "--out", str(tmp_path / "t1")]
     )
-    assert json.loads((tmp_path / "t1" / "report.json").read_text())["queries"]["num_rows_out"] == 3
+    assert json.loads((tmp_path / "t1" / "report.json").read_text())["splits"]["queries"]["num_rows_out"] == 3
 
 
 def test_missing_split_is_a_clear_error(tmp_path: Path) -> None:

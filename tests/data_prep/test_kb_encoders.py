@@ -127,7 +127,7 @@ def test_prep_with_both_real_encoders(eva_dir: Path, e5_dir: Path, tmp_path: Pat
     text = {"name": "e5", "kwargs": {"model_path": str(e5_dir)}}
     report = prep_dataset("infoseek", ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb"),
                                        "--image-encoder", json.dumps(image), "--text-encoder", json.dumps(text)])  # fmt: skip
-    assert report["index_dim"] == 2 * PROJECTION and report["balanced"]
+    assert report["details"]["index_dim"] == 2 * PROJECTION
     kb = load_kb(tmp_path / "kb")
     imageless = (kb.entities["image"] == "images/no_image.png").to_numpy()
     assert imageless.sum() == 1

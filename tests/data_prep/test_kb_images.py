@@ -90,10 +90,10 @@ def test_prep_uses_downloaded_entity_images(server, tmp_path: Path) -> None:
         "urls": 3, "already_present": 0, "downloaded": 2, "failed": 1}  # fmt: skip
     from ragym.data_prep.kb_build import BuildConfig, _entity_images
     from ragym.data_prep.kb_files import read_kb_file
-    from ragym.data_prep.kb_records import Report
+    from ragym.data_prep.report import PrepReport
 
-    report = Report("infoseek")
+    report = PrepReport("infoseek")
     articles = read_kb_file(raw / "Wiki6M_ver_1_0.jsonl", report)
     images = _entity_images(tmp_path / "kb", articles, BuildConfig(kb_images=raw / "kb_images"), report)
     assert [Path(p).parent.parent.name for p in images[:2]] == ["kb_images"] * 2
-    assert images[2] == "images/no_image.png" and report.sizes["entities_without_image"] == 1
+    assert images[2] == "images/no_image.png" and report.details["entities_without_image"] == 1

@@ -1,4 +1,4 @@
-"""Passage chunking (800 characters, sentence boundaries where possible) and the prep report's accounting."""
+"""Passage chunking (800 characters, sentence boundaries where possible)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragym.data_prep.kb_records import PASSAGE_CHARS, Report, chunk_text
+from ragym.data_prep.kb_records import PASSAGE_CHARS, chunk_text
 
 SENTENCES = [f"Sentence number {i} says something about the entity." for i in range(40)]
 
@@ -36,16 +36,3 @@ def test_chunking_keeps_every_word_and_the_limit(text: str, limit: int) -> None:
     chunks = chunk_text(text, max_chars=limit)
     assert all(0 < len(c) <= limit for c in chunks)
     assert re.sub(r"\s+", "", "".join(chunks)) == re.sub(r"\s+", "", text)
-
-
-def test_report_balances_and_keeps_one_example_per_reason() -> None:
-    report = Report("x")
-    report.read("train", 3)
-    report.keep("train")
-    report.reject("train", "missing_image", "row 2: no file")
-    assert not report.balanced()
-    report.reject("train", "missing_image", "row 3: no file")
-    assert report.balanced()
-    data = report.as_dict()
-    assert data["rejected"] == {"train": {"missing_image": 2}}
-    assert data["reason_examples"] == {"missing_image": "row 2: no file"}

@@ -21,6 +21,11 @@ def _rows(kb: Path, split: str) -> pd.DataFrame:
     return pd.read_parquet(kb / "data" / f"{split}.parquet")
 
 
+def _rejected(report: dict) -> dict[str, dict[str, int]]:
+    """``{split: {reason: count}}`` of the splits with a rejected row."""
+    return {s: c["rejected_by_reason"] for s, c in report["splits"].items() if c["rejected_by_reason"]}
+
+
 def _options(row: pd.Series) -> dict:
     return json.loads(row["extra_info"]["env_options"])
 
@@ -28,13 +33,13 @@ def _options(row: pd.Series) -> dict:
 @pytest.mark.parametrize("name", ["infoseek", "evqa", "mmhops"])
 def test_every_row_is_accounted_for_with_its_reason(prepared, name: str) -> None:
     kb, report, expected = prepared[name]
-    assert report["rejected"] == expected
-    assert report["balanced"]
-    for split, count in report["rows_out"].items():
+    assert _rejected(report) == expected
+    for split, counts in report["splits"].items():
+        assert counts["num_rows_in"] == counts["num_rows_out"] + counts["num_rows_rejected"]
         if split not in ("kb", "kb_text"):
-            assert len(_rows(kb, split)) == count
+            assert len(_rows(kb, split)) == counts["num_rows_out"]
     saved = json.loads((kb / "report.json").read_text())
-    assert saved["rows_in"] == report["rows_in"] and saved["num_entities"] == len(
+    assert saved["splits"] == report["splits"] and saved["details"]["num_entities"] == len(
         pd.read_parquet(kb / "entities.parquet")
     )
 
@@ -111,8 +116,8 @@ def test_evaluation_rows_without_a_known_gold_are_kept_and_counted(prepared, nam
     expected = {}
     for reason in unknown.values():
         expected[reason] = expected.get(reason, 0) + 1
-    assert report["eval_gold_unknown"] == {split: expected}
-    assert "gold_entity_not_in_kb" not in report["rejected"].get(split, {})
+    assert report["details"]["eval_gold_unknown"] == {split: expected}
+    assert "gold_entity_not_in_kb" not in _rejected(report).get(split, {})
     train = _rows(kb, "train")
     assert not any(
         "gold_missing" in json.loads(r["extra_info"]["dataset_fields"]) for _, r in train.iterrows()
@@ -123,7 +128,7 @@ def test_infoseek_golds_are_matched_by_qid_and_counted(prepared) -> None:
     _, report, _ = prepared["infoseek"]
     # Wiki6M keys are QIDs: train rows 0-7 match by QID, row 11 (Q999) matches nothing, row 12 has no withkb
     # line; val rows 0-2 match, row 4 (Q999) does not, row 5 has no withkb line (row 3 was rejected before).
-    assert report["gold_match"] == {
+    assert report["details"]["gold_match"] == {
         "train": {"qid": 8, "title": 0, "unmatched": 1, "no_gold": 1},
         "val": {"qid": 3, "title": 0, "unmatched": 1, "no_gold": 1},
     }
@@ -131,7 +136,7 @@ def test_infoseek_golds_are_matched_by_qid_and_counted(prepared) -> None:
 
 def test_evqa_pairs_two_hop_and_multi_answer(prepared) -> None:
     kb, report, _ = prepared["evqa"]
-    assert report["rows_in"]["train"] == 11  # ten CSV rows, the first with two image ids
+    assert report["splits"]["train"]["num_rows_in"] == 11  # ten CSV rows, the first with two image ids
     rows = _rows(kb, "train")
     entities = load_kb(kb).entities.set_index("entity_id")
     first = [r for _, r in rows.iterrows() if r["extra_info"]["sample_id"].startswith("evqa_train_2_")]
@@ -168,16 +173,16 @@ def test_mmhops_multi_image_rows_carry_one_gold_per_image(prepared) -> None:
     assert _options(train["MMhops_train_00003"])["gold_entities"] == [
         None
     ]  # no gold column value: kept, counted
-    assert report["gold_unknown"] == 1
+    assert report["details"]["gold_unknown"] == 1
 
 
 def test_kb_contents(prepared) -> None:
     for kb, report, _ in prepared.values():
         loaded = load_kb(kb)
         assert (loaded.passages["text"].str.len() <= PASSAGE_CHARS).all()
-        assert len(loaded.passages) == report["num_passages"] > len(loaded.entities)
+        assert len(loaded.passages) == report["details"]["num_passages"] > len(loaded.entities)
         assert np.allclose(np.linalg.norm(loaded.entity_embeddings, axis=1), 1.0, atol=1e-5)
-        assert report["entities_without_image"] == 1
+        assert report["details"]["entities_without_image"] == 1
         imageless = loaded.entities[loaded.entities["image"] == "images/no_image.png"]
         assert len(imageless) == 1 and (kb / "images" / "no_image.png").exists()
     mm = load_kb(prepared["mmhops"][0]).passages
@@ -223,7 +228,7 @@ def test_resume_reuses_the_encoding_steps_shards(tmp_path: Path) -> None:
     second = prep_dataset("infoseek", [*args, "--resume"])
     assert [p.stat().st_mtime_ns for p in shards] == stamps  # nothing re-encoded
     assert np.array_equal(np.load(tmp_path / "kb" / "index" / "entity_embeddings.npy"), vectors)
-    assert second["rows_out"] == first["rows_out"] and second["recall"] == first["recall"]
+    assert second["splits"] == first["splits"] and second["details"]["recall"] == first["details"]["recall"]
 
 
 def test_a_kept_row_without_a_gold_scores_on_its_answer_alone(prepared) -> None:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from ragym.data_prep import infoseek, mmhops
 from ragym.data_prep.kb_files import read_kb_file
-from ragym.data_prep.kb_records import Report, iter_json_object
+from ragym.data_prep.kb_records import iter_json_object
+from ragym.data_prep.report import PrepReport
 from tests.data_prep import kbvqa_fixtures as fx
 
 EVQA_ENTRY = {"title": "Example Hall", "section_titles": ["Example Hall", "History"],
@@ -47,10 +48,10 @@ def test_kb_file_shapes(tmp_path: Path, name: str, content: str, key: str) -> No
             handle.write(content)
     else:
         path.write_text(content)
-    report = Report("x")
+    report = PrepReport("x")
     [article] = read_kb_file(path, report)
     assert article.key == key and article.title in ("Example Hall", "Example Bridge") and article.text
-    assert report.balanced() and report.rows_out["kb"] == 1
+    assert report.num_in["kb"] == report.num_out["kb"] == 1
     if key == "Q7":
         assert article.image_url is None
     else:
@@ -60,14 +61,14 @@ def test_kb_file_shapes(tmp_path: Path, name: str, content: str, key: str) -> No
 def test_a_json_kb_that_is_not_an_object_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "kb.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match=r"kb.json: expected one of '\{', found '\['"):
-        read_kb_file(tmp_path / "kb.json", Report("x"))
+        read_kb_file(tmp_path / "kb.json", PrepReport("x"))
 
 
 def test_infoseek_on_a_url_keyed_kb_maps_golds_by_entity_title(tmp_path: Path) -> None:
     fx.write_infoseek(tmp_path / "raw")
     kb = {fx.WIKI + t.replace(" ", "_"): {**EVQA_ENTRY, "title": t, "url": ""} for t in fx.TITLES}
     (tmp_path / "raw" / "infoseek_100k_wiki.json").write_text(json.dumps(kb))
-    report = Report("infoseek")
+    report = PrepReport("infoseek")
     articles, samples = infoseek.read(tmp_path / "raw", report)  # the 100K KB is preferred over Wiki6M
     assert {a.key for a in articles} == set(kb)
     golds = {s.sample_id: s.gold_keys[0] for s in samples}
@@ -90,14 +91,14 @@ def test_infoseek_golds_match_by_qid_where_the_kb_carries_one_and_by_title_only_
         chelsea: {**EVQA_ENTRY, "title": "Chelsea the cat"},  # no QID: the title may name it
     }
     (tmp_path / "raw" / "infoseek_100k_wiki.json").write_text(json.dumps(kb))
-    report = Report("infoseek")
+    report = PrepReport("infoseek")
     _, samples = infoseek.read(tmp_path / "raw", report)
     golds = {s.sample_id: s.gold_keys[0] for s in samples if s.split == "train"}
     assert golds["infoseek_train_00000000"] == astronaut  # by QID, whatever the title
     assert golds["infoseek_train_00000001"] == "Q101"  # "Coffee cup" is Q555: not in the KB
     assert golds["infoseek_train_00000002"] == chelsea  # by title: that article carries no QID
     # Train rows 0-7, 11, 12 reach matching; golds Q100 | Q101 Q102 Q103 Q104 Q102 Q103 Q105 Q999 | none.
-    assert report.sizes["gold_match"]["train"] == {"qid": 1, "title": 2, "unmatched": 6, "no_gold": 1}
+    assert report.details["gold_match"]["train"] == {"qid": 1, "title": 2, "unmatched": 6, "no_gold": 1}
 
 
 def test_mmhops_image_columns_under_other_names(tmp_path: Path) -> None:
@@ -115,11 +116,11 @@ def test_mmhops_image_columns_under_other_names(tmp_path: Path) -> None:
             "answer_eval": [["a"], ["b"]], "split": ["COMPARE", "Bridge"], "problem_type": ["String", "String"],
             "image_1": [{"bytes": png, "path": None}] * 2, "image_2": [{"bytes": png, "path": None}, None]}  # fmt: skip
     Dataset.from_dict(rows, features=features).to_parquet(str(raw / "data" / "test-00000-of-00001.parquet"))
-    report = Report("mmhops")
+    report = PrepReport("mmhops")
     _, samples, _ = mmhops.read(raw, report)
     assert [len(s.images) for s in samples] == [2, 1]
     assert [s.question_type for s in samples] == ["Compare", "Bridge"]
-    assert samples[0].gold_keys == (None, None) and report.sizes["gold_unknown"] == 2
+    assert samples[0].gold_keys == (None, None) and report.details["gold_unknown"] == 2
 
 
 def _strip_feature_metadata(raw: Path, drop: tuple[str, ...] = ()) -> None:
@@ -134,12 +135,12 @@ def _strip_feature_metadata(raw: Path, drop: tuple[str, ...] = ()) -> None:
 def test_mmhops_shards_without_feature_metadata_read_images_by_content(tmp_path: Path) -> None:
     raw = tmp_path / "raw"
     fx.write_mmhops(raw)
-    with_features, plain = Report("mmhops"), Report("mmhops")
+    with_features, plain = PrepReport("mmhops"), PrepReport("mmhops")
     _, expected, _ = mmhops.read(raw, with_features)
     _strip_feature_metadata(raw)
     _, samples, _ = mmhops.read(raw, plain)
     assert len(samples) == len(expected) > 0 and samples == expected
-    assert plain.rejected == with_features.rejected and plain.rows_in == with_features.rows_in
+    assert plain.rejected == with_features.rejected and plain.num_in == with_features.num_in
 
 
 def test_mmhops_shards_with_no_image_column_are_refused_in_one_line(tmp_path: Path, capsys) -> None:
@@ -149,7 +150,7 @@ def test_mmhops_shards_with_no_image_column_are_refused_in_one_line(tmp_path: Pa
     fx.write_mmhops(raw)
     _strip_feature_metadata(raw, drop=("images",))
     with pytest.raises(mmhops.ShardSchemaError, match=r"no image column .*'problem'"):
-        mmhops.read(raw, Report("mmhops"))
+        mmhops.read(raw, PrepReport("mmhops"))
     assert prep(["mmhops", "--raw", str(raw), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err  # also holds the datasets library's progress bars
     [line] = [line for line in err.splitlines() if line.startswith("ragym prep")]
@@ -163,7 +164,7 @@ def test_mmhops_kb_image_root_default_is_the_one_help_states(tmp_path: Path, cap
 
     raw = tmp_path / "raw"
     fx.write_mmhops(raw)
-    articles, _ = mmhops.read_kb(raw / "MMhops-KB", Report("mmhops"))
+    articles, _ = mmhops.read_kb(raw / "MMhops-KB", PrepReport("mmhops"))
     found = [Path(a.image_path) for a in articles if a.image_path]
     assert found and all(raw / "MMhops-KB" / "image" in path.parents for path in found)
     with pytest.raises(SystemExit):

@@ -80,14 +80,15 @@ def prepared(tmp_path_factory):
     (root / "samples.json").write_text(json.dumps(samples))
     out = root / "out"
     report = prepare(root / "samples.json", docs, out, PrepConfig(dpi=30), limit=10)
-    return out, report
+    return out, report.as_dict()
 
 
 def test_report_accounts_for_every_row(prepared):
     out, report = prepared
-    assert report["num_rows_in"] == 10 == report["num_rows_out"] + report["num_rows_rejected"]
-    assert report["num_rows_out"] == 4
-    assert report["rejected_by_reason"] == {
+    counts = report["splits"]["test"]
+    assert counts["num_rows_in"] == 10 == counts["num_rows_out"] + counts["num_rows_rejected"]
+    assert counts["num_rows_out"] == 4
+    assert counts["rejected_by_reason"] == {
         "bad_evidence_pages": 1,
         "evidence_page_out_of_range": 1,
         "missing_fields": 1,
@@ -95,11 +96,11 @@ def test_report_accounts_for_every_row(prepared):
         "unknown_answer_format": 1,
         "unreadable_pdf": 1,
     }
-    assert report["evidence_page_zero_mapped_to_1"] == [3]
-    assert report["documents_missing"] == ["absent.pdf", "broken.pdf"]
+    assert report["details"]["evidence_page_zero_mapped_to_1"] == [3]
+    assert report["details"]["documents_missing"] == ["absent.pdf", "broken.pdf"]
     assert json.loads((out / "report.json").read_text()) == report
     missing = next(r for r in report["rejected_examples"] if r["reason"] == "missing_pdf")
-    assert missing["index"] == 4 and "absent.pdf" in missing["detail"]
+    assert missing["detail"].startswith("sample 4: ") and "absent.pdf" in missing["detail"]
 
 
 def test_rows_follow_the_common_schema(prepared):
@@ -244,15 +245,13 @@ def test_integration_on_shared_documents(shared_data, tmp_path, capsys):
     ]
     assert prep_main(["mmlongbench-doc", *argv]) == 0  # the command: prep, then the budget report
     printed = capsys.readouterr().out.strip().splitlines()
-    summary = json.loads(next(line for line in printed if line.startswith("{")))
-    # Then the token budget report of the rows at DocMemo's paper recipe (text estimated: no local model).
+    # First the prep report, then the token budget report of the rows at DocMemo's paper recipe (text
+    # estimated: no local model).
+    assert printed[:2] == [
+        "mmlongbench_doc: rows in = rows out + rows rejected",
+        "  test  4 = 3 + 1  (missing_pdf 1)",
+    ]
     assert printed[-1].startswith("budget: 3 episodes, response p90 ") and "ESTIMATED" in "\n".join(printed)
-    assert summary == {
-        "num_rows_in": 4,
-        "num_rows_out": 3,
-        "num_rows_rejected": 1,
-        "rejected_by_reason": {"missing_pdf": 1},
-    }
     store = load_store(out / "docs" / doc_key(doc))
     gold = [
         json.loads(r["ground_truth"])["evidence_pages"]
@@ -289,9 +288,10 @@ def test_a_page_that_cannot_be_read_is_a_rejected_row(tmp_path):
     broken_page_pdf(docs / "torn.pdf")
     samples = [sample("torn.pdf", "[1]"), sample("report.pdf", "[1]", "north")]
     (tmp_path / "samples.json").write_text(json.dumps(samples))
-    report = prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30))
-    assert report["num_rows_in"] == 2 == report["num_rows_out"] + report["num_rows_rejected"]
-    assert report["rejected_by_reason"] == {"unreadable_page": 1}
+    report = prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30)).as_dict()
+    counts = report["splits"]["test"]
+    assert counts["num_rows_in"] == 2 == counts["num_rows_out"] + counts["num_rows_rejected"]
+    assert counts["rejected_by_reason"] == {"unreadable_page": 1}
     example = next(r for r in report["rejected_examples"] if r["reason"] == "unreadable_page")
     assert "torn.pdf: page 2 cannot be read" in json.dumps(example)
     assert len(pd.read_parquet(tmp_path / "out" / "data" / "test.parquet")) == 1

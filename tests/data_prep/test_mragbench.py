@@ -32,10 +32,16 @@ def rows(out: Path) -> pd.DataFrame:
 
 def test_rows_in_equal_out_plus_rejected_with_reasons(prepared: tuple[Path, dict]) -> None:
     out, report = prepared
-    assert (report["num_rows_in"], report["num_rows_out"], report["num_rows_rejected"]) == (13, NUM_VALID, 5)
-    assert {r["index"]: r["reason"] for r in report["rejected_examples"]} == BROKEN
-    assert sum(report["splits"].values()) == NUM_VALID == len(rows(out))
-    assert 0 < report["splits"]["test"] < NUM_VALID  # both splits used at 0.5
+    questions = report["splits"]["questions"]
+    assert (questions["num_rows_in"], questions["num_rows_out"], questions["num_rows_rejected"]) == (
+        13,
+        NUM_VALID,
+        5,
+    )
+    rejected = {r["detail"].split(" (id")[0]: r["reason"] for r in report["rejected_examples"]}
+    assert rejected == {f"row {index}": reason for index, reason in BROKEN.items()}
+    assert sum(report["details"]["splits"].values()) == NUM_VALID == len(rows(out))
+    assert 0 < report["details"]["splits"]["test"] < NUM_VALID  # both splits used at 0.5
 
 
 def test_corpus_dedupes_identical_images_and_holds_gold(prepared: tuple[Path, dict]) -> None:
@@ -43,7 +49,7 @@ def test_corpus_dedupes_identical_images_and_holds_gold(prepared: tuple[Path, di
     corpus = pd.read_parquet(out / "corpus" / "corpus.parquet")
     # Each valid question: 2 gold crops and 2 retrieved images, one of them byte-identical to a gold crop
     # (stored once) and one crop of another photo: 8 x 2 gold + 8 retrieved.
-    assert report["num_corpus_images"] == len(corpus) == NUM_VALID * 3
+    assert report["details"]["num_corpus_images"] == len(corpus) == NUM_VALID * 3
     assert not corpus["image_id"].duplicated().any()
     truth = [json.loads(t["ground_truth"]) for t in rows(out)["reward_model"]]
     assert all(len(t["gold_images"]) == 2 and set(t["gold_images"]) <= set(corpus["image_id"]) for t in truth)
@@ -64,7 +70,7 @@ def test_splits_do_not_depend_on_limit(prepared: tuple[Path, dict], tmp_path: Pa
     out, _ = prepared
     raw = write_fixture(tmp_path / "raw")
     report = prepare(raw, tmp_path / "small", limit=4, test_fraction=0.5)
-    assert report["num_rows_in"] == 4 and report["num_rows_out"] == 4
+    assert report.num_in["questions"] == report.num_out["questions"] == 4
     full = {e["question_id"]: e["split"] for e in rows(out)["extra_info"]}
     small = {e["question_id"]: e["split"] for e in rows(tmp_path / "small")["extra_info"]}
     assert small == {q: full[q] for q in small}
@@ -89,7 +95,7 @@ def test_rows_carry_the_benchmarks_retrieved_list_in_order(prepared: tuple[Path,
     out, report = prepared
     corpus = pd.read_parquet(out / "corpus" / "corpus.parquet")
     options = [json.loads(e["env_options"]) for e in rows(out)["extra_info"]]
-    assert report["num_rows_without_retrieved"] == 0
+    assert report["details"]["num_rows_without_retrieved"] == 0
     for o in options:
         expected = 1 if o["scenario"] == "Incomplete" else 2
         assert len(o["retrieved_images"]) == expected and set(o["retrieved_images"]) <= set(

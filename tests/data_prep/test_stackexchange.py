@@ -9,7 +9,7 @@ import pytest
 
 from ragym.data_prep.annotators import OFFLINE_ANNOTATOR_NAME, OFFLINE_MARKER, OfflineAnnotator
 from ragym.data_prep.hard_negatives import mine_bm25_negatives
-from ragym.data_prep.stackexchange import PrepConfig, main, prepare, split_of
+from ragym.data_prep.stackexchange import INPUT_ROWS, PrepConfig, main, prepare, split_of
 from ragym.data_prep.stackexchange_readers import QAPair, Rejection, read_posts_xml
 from tests.rl.retriever_fixtures import write_pairs_jsonl
 
@@ -79,13 +79,14 @@ def test_contamination_counts_and_rows_accounting(
     expected: dict,
 ) -> None:
     config = PrepConfig(num_negatives=1, cutoff=cutoff, reject_undated=reject_undated)
-    report = prepare(posts_xml, tmp_path / "out", OfflineAnnotator(), config, excluded)
-    assert report["contamination"] == expected
-    assert report["num_rows_in"] == 5  # question posts; answers are attached, not rows
-    assert report["num_rows_in"] == report["num_rows_out"] + report["num_rows_rejected"]
-    assert report["rejected_by_reason"]["no_answer"] == 1
+    report = prepare(posts_xml, tmp_path / "out", OfflineAnnotator(), config, excluded).as_dict()
+    threads = report["splits"][INPUT_ROWS]
+    assert report["details"]["contamination"] == expected
+    assert threads["num_rows_in"] == 5  # question posts; answers are attached, not rows
+    assert threads["num_rows_in"] == threads["num_rows_out"] + threads["num_rows_rejected"]
+    assert threads["rejected_by_reason"]["no_answer"] == 1
     written = sum(1 for s in ("train", "test") for _ in (tmp_path / "out" / f"{s}.jsonl").open())
-    assert written == report["num_rows_out"] == 4 - sum(expected.values())
+    assert written == threads["num_rows_out"] == 4 - sum(expected.values())
 
 
 def test_jsonl_reader_rejects_bad_rows_with_reasons(tmp_path: Path) -> None:
@@ -95,15 +96,16 @@ def test_jsonl_reader_rejects_bad_rows_with_reasons(tmp_path: Path) -> None:
         f.write(json.dumps({"question": "q", "questionId": "1"}) + "\n")
         f.write(json.dumps({"question": " ", "questionId": "2", "answer": "a", "answerId": "3"}) + "\n")
         f.write(json.dumps({"question": "dup", "questionId": "100", "answer": "a", "answerId": "4"}) + "\n")
-    report = prepare(path, tmp_path / "out", OfflineAnnotator(), PrepConfig(num_negatives=2))
-    assert report["num_rows_in"] == 10 and report["num_rows_out"] == 6
-    assert report["rejected_by_reason"] == {
+    report = prepare(path, tmp_path / "out", OfflineAnnotator(), PrepConfig(num_negatives=2)).as_dict()
+    threads = report["splits"][INPUT_ROWS]
+    assert threads["num_rows_in"] == 10 and threads["num_rows_out"] == 6
+    assert threads["rejected_by_reason"] == {
         "bad_json": 1,
         "duplicate_question_id": 1,
         "empty_text": 1,
         "missing_field:answer": 1,
     }
-    assert any(r["row"] == f"{path}:7" and r["reason"] == "bad_json" for r in report["rejected_examples"])
+    assert {"split": INPUT_ROWS, "reason": "bad_json", "detail": f"{path}:7"} in report["rejected_examples"]
 
 
 def test_limit_and_deterministic_splits(tmp_path: Path) -> None:
@@ -111,7 +113,9 @@ def test_limit_and_deterministic_splits(tmp_path: Path) -> None:
     assert main(["--input", str(path), "--out", str(tmp_path / "a"), "--limit", "5"]) == 0
     assert main(["--input", str(path), "--out", str(tmp_path / "b")]) == 0
     report_a = json.loads((tmp_path / "a" / "report.json").read_text())
-    assert report_a["num_rows_in"] == 5 and report_a["num_rows_out"] == 5
+    assert (
+        report_a["splits"][INPUT_ROWS]["num_rows_in"] == report_a["splits"][INPUT_ROWS]["num_rows_out"] == 5
+    )
     split_a = {
         json.loads(line)["question_id"]: s
         for s in ("train", "test")
@@ -134,7 +138,10 @@ def test_offline_annotations_are_labelled_everywhere(tmp_path: Path) -> None:
     report = prepare(
         write_pairs_jsonl(tmp_path / "p.jsonl"), tmp_path / "out", OfflineAnnotator(), PrepConfig()
     )
-    assert report["annotator"] == OFFLINE_ANNOTATOR_NAME and report["offline_annotations"] is True
+    assert (
+        report.details["annotator"] == OFFLINE_ANNOTATOR_NAME
+        and report.details["offline_annotations"] is True
+    )
     rows = [json.loads(line) for s in ("train", "test") for line in (tmp_path / "out" / f"{s}.jsonl").open()]
     assert rows and all(r["annotator"] == OFFLINE_ANNOTATOR_NAME for r in rows)
     assert all(r["reasoning"].startswith(OFFLINE_MARKER) for r in rows)
@@ -170,6 +177,7 @@ def test_shared_skeptics_accounting(shared_data: Path, tmp_path: Path) -> None:
     if not path.is_file():
         pytest.skip(f"{path} is absent")
     report = prepare(path, tmp_path / "out", OfflineAnnotator(), PrepConfig(num_negatives=2, limit=120))
-    assert report["num_rows_in"] == 120
-    assert report["num_rows_in"] == report["num_rows_out"] + report["num_rows_rejected"]
-    assert sum(report["splits"].values()) == report["num_rows_out"]
+    threads = report.as_dict()["splits"][INPUT_ROWS]
+    assert threads["num_rows_in"] == 120
+    assert threads["num_rows_in"] == threads["num_rows_out"] + threads["num_rows_rejected"]
+    assert sum(report.details["splits"].values()) == threads["num_rows_out"]

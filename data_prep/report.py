@@ -1,0 +1,133 @@
+"""The report every prep writes: rows in = rows out + rows rejected (with a reason each), per split.
+
+A prep counts each input row once, as read, and then either as written or as rejected under a short reason.
+A "split" here is a group of input rows counted on its own: a dataset split (``train``, ``val``) or a kind of
+input (``kb`` articles, BRIGHT ``documents``). The report is printed with ``format`` and saved beside the rows
+as ``OUT/report.json``; both check the invariant first, so a prep whose counts do not add up fails loudly (a
+bug in the prep, never bad input). Prep-specific figures (recall, the split's query ids) go under ``details``.
+
+>>> report = PrepReport("toy")
+>>> report.read("train", 3)
+>>> report.keep("train", 2)
+>>> report.reject("train", "missing_image", "row 2: no file")
+>>> report.as_dict()["splits"]
+{'train': {'num_rows_in': 3, 'num_rows_out': 2, 'num_rows_rejected': 1, 'rejected_by_reason': {'missing_image': 1}}}
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+EXAMPLES_PER_REASON = 5
+"""Rejected rows kept as examples per (split, reason): enough to find the cause, bounded on a full dataset."""
+
+_DETAIL_CHARS = 100
+"""A printed detail longer than this is cut (the whole value is in report.json)."""
+
+
+class UnbalancedReport(RuntimeError):
+    """Rows in != rows out + rows rejected for some split: a counting bug in the prep, never bad input."""
+
+
+class PrepReport:
+    """Rows read, written and rejected (by reason) per split of one prep, with its prep-specific details."""
+
+    def __init__(self, dataset: str) -> None:
+        self.dataset = dataset
+        """The prepared dataset's name (the rows' data source where it has one)."""
+        self.num_in: Counter[str] = Counter()
+        """Input rows read, per split."""
+        self.num_out: Counter[str] = Counter()
+        """Rows written, per split."""
+        self.rejected: dict[str, Counter[str]] = {}
+        """Rejected rows per split, counted by reason."""
+        self.examples: list[dict[str, str]] = []
+        """The first ``EXAMPLES_PER_REASON`` rejected rows of each (split, reason): split, reason, detail."""
+        self.details: dict[str, Any] = {}
+        """Prep-specific figures (JSON-able), saved and printed after the counts."""
+
+    def read(self, split: str, num: int = 1) -> None:
+        """Count ``num`` input rows of ``split``."""
+        self.num_in[split] += num
+
+    def keep(self, split: str, num: int = 1) -> None:
+        """Count ``num`` rows of ``split`` written out."""
+        self.num_out[split] += num
+
+    def reject(self, split: str, reason: str, detail: str) -> None:
+        """Count one rejected row of ``split`` under ``reason``; ``detail`` names the row and what is wrong."""
+        reasons = self.rejected.setdefault(split, Counter())
+        reasons[reason] += 1
+        if reasons[reason] <= EXAMPLES_PER_REASON:
+            self.examples.append({"split": split, "reason": reason, "detail": str(detail)})
+
+    def splits(self) -> list[str]:
+        """Every split counted, in the order first seen."""
+        return list(dict.fromkeys([*self.num_in, *self.num_out, *self.rejected]))
+
+    def num_rejected(self, split: str) -> int:
+        """Rejected rows of ``split``, all reasons."""
+        return sum(self.rejected.get(split, Counter()).values())
+
+    def check(self) -> None:
+        """Raise ``UnbalancedReport`` unless rows in = rows out + rows rejected for every split."""
+        broken = {
+            s: (self.num_in[s], self.num_out[s], self.num_rejected(s))
+            for s in self.splits()
+            if self.num_in[s] != self.num_out[s] + self.num_rejected(s)
+        }
+        if broken:
+            raise UnbalancedReport(
+                f"{self.dataset}: rows in != rows out + rows rejected for (split: in, out, rejected) {broken}"
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as JSON-able data (checked first): dataset, splits, rejected_examples, details."""
+        self.check()
+        splits = {
+            s: {
+                "num_rows_in": self.num_in[s],
+                "num_rows_out": self.num_out[s],
+                "num_rows_rejected": self.num_rejected(s),
+                "rejected_by_reason": dict(sorted(self.rejected.get(s, Counter()).items())),
+            }
+            for s in self.splits()
+        }
+        return {"dataset": self.dataset, "splits": splits, "rejected_examples": self.examples,
+                "details": self.details}  # fmt: skip
+
+    def save(self, out: Path) -> Path:
+        """Write ``out/report.json`` (checked first); returns its path."""
+        data = self.as_dict()
+        path = Path(out) / "report.json"
+        path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+        return path
+
+    def format(self) -> str:
+        """The report for a terminal (checked first): one line per split, then each detail on one line.
+
+        >>> report = PrepReport("toy")
+        >>> report.read("train", 3); report.keep("train", 2); report.reject("train", "no_gold", "row 1")
+        >>> report.details["num_entities"] = 7
+        >>> print(report.format())
+        toy: rows in = rows out + rows rejected
+          train  3 = 2 + 1  (no_gold 1)
+          num_entities: 7
+        """
+        data = self.as_dict()
+        width = max((len(s) for s in data["splits"]), default=0)
+        lines = [f"{self.dataset}: rows in = rows out + rows rejected"]
+        for split, counts in data["splits"].items():
+            reasons = ", ".join(f"{r} {n}" for r, n in counts["rejected_by_reason"].items())
+            lines.append(
+                f"  {split.ljust(width)}  {counts['num_rows_in']} = {counts['num_rows_out']}"
+                f" + {counts['num_rows_rejected']}" + (f"  ({reasons})" if reasons else "")
+            )
+        for key, value in self.details.items():
+            text = json.dumps(value, default=str)
+            cut = text if len(text) <= _DETAIL_CHARS else text[:_DETAIL_CHARS] + "..."
+            lines.append(f"  {key}: {cut}")
+        return "\n".join(lines)
