@@ -3,7 +3,7 @@
 Env workers (the local engine's and eval's threads, verl's agent-loop workers) encode DocMemo queries with
 all-MiniLM-L6-v2 in process. torch's default gives each call one OpenMP thread per core, and OpenMP threads
 spin while they wait for each other, so on a node other work keeps busy a call stalls. ragym's setting
-(``ragym.envs.docmemo.pages.cpu_encode_threads``): each query-encoder call with ``search_threads()`` torch threads
+(``ragym.envs.retrieval.page_encoders.cpu_encode_threads``): each query-encoder call with ``search_threads()`` torch threads
 (one) in its own thread, calls concurrent. Both are measured in one run, alternating windows, with
 ``--workers`` threads each encoding one distinct query per call (a DocMemo round), idle and beside
 ``--cotenants`` bounded CPU-bound processes.
@@ -29,8 +29,8 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402  (first: its OpenMP reads the wait policy now, before the import below sets one)
 
 from benchmarks.retrieval_service import cotenants  # noqa: E402
-from ragym.envs.docmemo import pages as page_retrieval  # noqa: E402
-from ragym.envs.docmemo.pages import TextPageEncoder  # noqa: E402
+from ragym.envs.retrieval import page_encoders as page_retrieval  # noqa: E402
+from ragym.envs.retrieval.page_encoders import TextPageEncoder  # noqa: E402
 
 _COUNTER = itertools.count()
 

@@ -30,8 +30,8 @@ from ragym.data_prep.encoding.encoders import EnvEncoderItems
 from ragym.data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
 from ragym.data_prep.report import PrepReport
 from ragym.data_prep.rows import verl_row
-from ragym.envs.docmemo.pages import PageEncoder, TextPageEncoder, VisualPageEncoder
 from ragym.envs.docmemo.store import DocStore, doc_key, save_store, summarise
+from ragym.envs.retrieval.page_encoders import PageEncoder, TextPageEncoder, VisualPageEncoder
 
 log = logging.getLogger(__name__)
 DATA_SOURCE = "mmlongbench_doc"

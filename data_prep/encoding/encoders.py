@@ -148,7 +148,7 @@ def build_encoder(spec: EncoderSpec) -> ItemEncoder:
             kwargs.setdefault("device", spec.device)
         return EnvEncoderItems(make_image_encoder({"name": spec.name, "kwargs": kwargs}), spec.role)
     if spec.name in ("page_text", "page_visual"):
-        from ragym.envs.docmemo.pages import TextPageEncoder, VisualPageEncoder
+        from ragym.envs.retrieval.page_encoders import TextPageEncoder, VisualPageEncoder
 
         cls = TextPageEncoder if spec.name == "page_text" else VisualPageEncoder
         return EnvEncoderItems(cls(device=spec.device, **kwargs), "pages")

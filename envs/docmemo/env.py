@@ -57,11 +57,12 @@ from ragym.envs.docmemo import events as docmemo_ev
 from ragym.envs.docmemo import views as views
 from ragym.envs.docmemo.actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
 from ragym.envs.docmemo.beliefs import PageBeliefs, lambda_schedule, minmax_normalise, top_k_fresh_first
-from ragym.envs.docmemo.pages import PageRetriever, TextPageEncoder, VisualPageEncoder, similarity_vector
+from ragym.envs.docmemo.pages import PageRetriever, similarity_vector
 from ragym.envs.docmemo.store import DocStore, doc_key, load_store
 from ragym.envs.docmemo.synthetic import synthetic_questions, synthetic_store
 from ragym.envs.image_budget import ImageBudget, budget_of
 from ragym.envs.retrieval.hits import Retriever, RetrieverSource
+from ragym.envs.retrieval.page_encoders import TextPageEncoder, VisualPageEncoder
 from ragym.envs.retrieval.service.client import RetrievalUnavailable
 from ragym.envs.spaces import FreeText, text_image_space
 

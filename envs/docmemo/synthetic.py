@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from ragym.envs.docmemo.pages import PageEncoder
 from ragym.envs.docmemo.store import DocStore, Section, summarise
+from ragym.envs.retrieval.page_encoders import PageEncoder
 
 REGIONS = ("Northern", "Coastal", "Highland", "Eastern", "Valley", "Lakeside", "Southern", "Harbour")
 PRODUCTS = ("barley", "timber", "wool", "copper", "salt", "honey", "flax", "granite")

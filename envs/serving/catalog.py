@@ -71,8 +71,9 @@ def _kb_retrievers(spec: CatalogSpec) -> dict[str, Served]:
 
 
 def _page_retrievers(root: Path) -> dict[str, Served]:
-    from ragym.envs.docmemo.pages import PageRetriever, TextPageEncoder
+    from ragym.envs.docmemo.pages import PageRetriever
     from ragym.envs.docmemo.store import load_store
+    from ragym.envs.retrieval.page_encoders import TextPageEncoder
 
     folders = sorted(p.parent for p in root.glob("*/meta.json"))
     if not folders:

@@ -14,10 +14,10 @@ import pytest
 from ragym.data_prep.encoding import pipeline
 from ragym.data_prep.mmlongbench_doc import PrepConfig, build_store
 from ragym.data_prep.synthetic_kb import PRESETS, build_kb
-from ragym.envs.docmemo.pages import TextPageEncoder
 from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa.kb import load_kb
 from ragym.envs.retrieval.encoders import PixelImageEncoder, SentenceEncoder
+from ragym.envs.retrieval.page_encoders import TextPageEncoder
 from tests.data_prep.test_mmlongbench_doc import write_pdf
 
 

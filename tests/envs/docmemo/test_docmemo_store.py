@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from ragym.envs.docmemo.env import DocMemoEnv
-from ragym.envs.docmemo.pages import PageRetriever, TextPageEncoder, similarity_vector
+from ragym.envs.docmemo.pages import PageRetriever, similarity_vector
 from ragym.envs.docmemo.store import DocStore, Section, doc_key, load_store, save_store, summarise
 from ragym.envs.docmemo.synthetic import synthetic_questions
 from ragym.envs.retrieval.hits import Hit, NamedRetrievers, Retriever
+from ragym.envs.retrieval.page_encoders import TextPageEncoder
 
 
 @pytest.mark.parametrize(
@@ -166,7 +167,7 @@ def tiny_clip_dir(tmp_path_factory):
 
 
 def test_visual_encoder_path_runs_on_cpu(tiny_clip_dir):
-    from ragym.envs.docmemo.pages import VisualPageEncoder
+    from ragym.envs.retrieval.page_encoders import VisualPageEncoder
 
     encoder = VisualPageEncoder(tiny_clip_dir, device="cpu")
     pages = encoder.encode_pages([], [np.zeros((50, 40, 3), np.uint8), np.full((60, 30, 3), 200, np.uint8)])

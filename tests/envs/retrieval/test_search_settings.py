@@ -171,8 +171,8 @@ def test_query_encoding_on_cpu_runs_with_the_search_threads_and_restores_torch(m
     thread only, torch's own count back afterwards; concurrent callers each keep theirs; a GPU is untouched."""
     import torch
 
-    from ragym.envs.docmemo.pages import cpu_encode_threads
     from ragym.envs.retrieval import search_settings
+    from ragym.envs.retrieval.page_encoders import cpu_encode_threads
 
     monkeypatch.setattr(search_settings, "_THREADS", None)
     monkeypatch.setenv("RAGYM_SEARCH_THREADS", "1")

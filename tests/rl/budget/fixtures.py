@@ -127,8 +127,8 @@ def memora_rows(out: Path) -> Path:
 
 def docmemo_rows(out: Path, num_pages: int = 30) -> Path:
     """One 30-page document store (letter pages at 200 dpi, 2,000 characters of text each) and two questions."""
-    from ragym.envs.docmemo.pages import TEXT_ENCODER_NAME
     from ragym.envs.docmemo.store import DocStore, Section, save_store, summarise
+    from ragym.envs.retrieval.page_encoders import TEXT_ENCODER_NAME
 
     texts = _english(num_pages, 2000)
     rng = np.random.default_rng(0)

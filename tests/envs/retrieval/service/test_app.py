@@ -142,8 +142,9 @@ def test_single_search_route_and_malformed_bodies(kb_url: str, tiny_kb: Path) ->
 @pytest.mark.slow  # loads all-MiniLM-L6-v2 (shared with the DocMemo tests when they run in the same session)
 def test_docmemo_page_search_is_served_per_document(tmp_path: Path) -> None:
 
-    from ragym.envs.docmemo.pages import PageRetriever, TextPageEncoder
+    from ragym.envs.docmemo.pages import PageRetriever
     from ragym.envs.docmemo.store import DocStore, save_store
+    from ragym.envs.retrieval.page_encoders import TextPageEncoder
 
     encoder = TextPageEncoder()
     texts = ("Revenue by region grew.", "Northern shipments fell.", "Board members.", "Outlook for 2027.")
