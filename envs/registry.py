@@ -63,7 +63,8 @@ def make_env(env_id: str, *, retriever: RetrieverSource | None = None, **kwargs:
 def service_source(
     retrieval_url: str | None = None, retrieval_timeout_s: float = 10.0, retrieval_retries: int = 2
 ) -> RetrieverSource | None:
-    """The retrieval service named by ``retrieval_url`` (else ``$RAGYM_RETRIEVAL_URL``), or None for neither.
+    """The retrieval service named by ``retrieval_url`` (else ``$RAGYM_RETRIEVAL_URL``), or None for neither; an
+    empty ``retrieval_url`` searches in process even where the variable is set.
 
     One source per (URL, client settings) in the process, so every env of a worker shares its clients and
     their circuit breakers; settings that make no search possible are refused here, naming the kwarg.
@@ -72,7 +73,7 @@ def service_source(
         raise ValueError(f"retrieval_timeout_s must be a number > 0, got {retrieval_timeout_s!r}")
     if isinstance(retrieval_retries, bool) or not isinstance(retrieval_retries, int) or retrieval_retries < 0:
         raise ValueError(f"retrieval_retries must be an int >= 0, got {retrieval_retries!r}")
-    url = retrieval_url or os.environ.get(URL_ENV)
+    url = os.environ.get(URL_ENV) if retrieval_url is None else retrieval_url
     if not url:
         return None
     client = ClientConfig(timeout_s=retrieval_timeout_s, max_retries=retrieval_retries,

@@ -135,3 +135,9 @@ def test_an_explicit_retriever_wins_and_unset_means_in_process(monkeypatch) -> N
     assert make_env("KBVQA-v0", retriever=mine).retrievers is mine
     monkeypatch.delenv("RAGYM_RETRIEVAL_URL")
     assert isinstance(make_env("KBVQA-v0").retrievers, KBRetrievers)
+
+
+def test_an_empty_url_searches_in_process_even_with_the_variable_set(monkeypatch) -> None:
+    monkeypatch.setenv("RAGYM_RETRIEVAL_URL", URL)
+    assert isinstance(make_env("KBVQA-v0", retrieval_url="").retrievers, KBRetrievers)
+    assert not isinstance(make_env("KBVQA-v0").retrievers, KBRetrievers)  # the variable alone: the service
