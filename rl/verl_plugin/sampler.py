@@ -107,7 +107,9 @@ class RagymReplayBuffer(ReplayBuffer):
     ) -> tuple[list[str], dict[str, dict], dict[str, int]]:
         """verl's choice (oldest first), varying groups before kept flat ones of the same age, then by uid: verl
         sorts a set, so its ties fall in hash order and a run's batches change with ``PYTHONHASHSEED``."""
-        ordered = sorted(sampleable_keys, key=lambda uid: (uid in self._kept_flat, uid))  # verl's sort is stable
+        ordered = sorted(
+            sampleable_keys, key=lambda uid: (uid in self._kept_flat, uid)
+        )  # verl's sort is stable
         return super()._select_prompt_uids(partition_id, ordered, batch_size)
 
     def _record_val(self, batch: Any) -> None:
