@@ -312,6 +312,12 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=12.0, help="load time of each side per setting")
     parser.add_argument("--rounds", type=int, default=3, help="alternating bare-faiss / service windows")
     parser.add_argument("--k", type=int, default=10)
+    parser.add_argument(
+        "--requests-per-client",
+        type=int,
+        default=120,
+        help="distinct queries each client may send per window (enough that none runs out early)",
+    )
     parser.add_argument("--cotenants", type=int, default=1, help="CPU-bound co-tenant processes")
     parser.add_argument("--serve-args", default="", help="extra ragym serve flags (a tuned setting)")
     parser.add_argument("--questions", type=int, default=32, help="GRPO workload: questions (0: skip)")
@@ -332,7 +338,7 @@ def main() -> None:
           f"{cores} cores; ragym serve {shlex.join([*serve_args, *shlex.split(args.serve_args)])}; "
           f"load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     num_windows = 2 * args.rounds + 1
-    queries = unit_vectors(args.clients * 40 * num_windows, dim, seed=1)
+    queries = unit_vectors(args.clients * args.requests_per_client * num_windows, dim, seed=1)
     encoded = encoded_requests(name, queries, args.k)
     per_window = [encoded[i::num_windows] for i in range(num_windows)]
     with service(serve_args, args.port, shlex.split(args.serve_args)) as log:

@@ -2,7 +2,10 @@
 
 The G episodes of one GRPO group often send the same query at nearly the same moment: the first one
 starts the search, the others wait on its future instead of searching again. Finished results stay in a
-bounded LRU, so evaluation and re-scoring replay identical hits.
+bounded LRU, so evaluation and re-scoring replay identical hits. An entry is kept as its wire bytes, one object the
+garbage collector never walks: kept as hit objects, a full cache of 100,000 entries held millions of tracked
+objects, and the collector's full passes over them stalled every request in flight (``ragym serve`` on a 100k-entity
+KB, 64 clients, distinct queries: p99 / p50 latency 4.0 with the cache on, 2.2 with it off).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ragym.envs.retrieval.hits import Hit
+from ragym.envs.retrieval.service.wire import dumps, hits_from_json, hits_to_json, loads
 
 
 def normalise_query(query: str | np.ndarray) -> str | np.ndarray:
@@ -58,7 +62,7 @@ class ReplayCache:
     def __init__(self, size: int):
         self.size = size
         self.stats = CacheStats()
-        self._done: OrderedDict[tuple, list[Hit]] = OrderedDict()
+        self._done: OrderedDict[tuple, bytes] = OrderedDict()
         self._pending: dict[tuple, asyncio.Future] = {}
 
     def lookup(self, key: tuple) -> list[Hit] | asyncio.Future | None:
@@ -69,7 +73,7 @@ class ReplayCache:
         if key in self._done:
             self._done.move_to_end(key)
             self.stats.hits += 1
-            return self._done[key]
+            return hits_from_json(loads(self._done[key]))
         if key in self._pending:
             self.stats.joined += 1
             return self._pending[key]
@@ -87,7 +91,7 @@ class ReplayCache:
         self._pending.pop(key, None)
         if future.cancelled() or future.exception() is not None:
             return
-        self._done[key] = future.result()
+        self._done[key] = dumps(hits_to_json(future.result()))
         if len(self._done) > self.size:
             self._done.popitem(last=False)
 
