@@ -2,7 +2,7 @@
 
     ragym serve --kb-dir DIR [--doc-store-root DIR] [--shards NAME=shards.json] [--port 8765]
                 [--max-batch-size 64] [--max-wait-ms 2] [--cache-size 100000] [--gpu 0]
-                [--search-workers 4] [--search-threads 0] [--cpu-cores 0] [--omp-wait-policy passive]
+                [--search-workers 4] [--search-threads 0] [--batch-splits 1] [--cpu-cores 0] [--omp-wait-policy passive]
 
 The bearer token, when wanted, comes from ``$RAGYM_RETRIEVAL_TOKEN`` (never a command-line argument, which
 other users can read in the process list). The OpenMP wait policy is set before faiss loads (OpenMP reads it
@@ -52,6 +52,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--search-threads", type=int, default=defaults.search_threads,
                         help="OpenMP threads per index call; 0: one, or with the passive wait policy the "
                              "cores shared out among the search workers")  # fmt: skip
+    parser.add_argument("--batch-splits", type=int, default=defaults.batch_splits,
+                        help="chunks a full batch is searched in at once (1: one index call; a core each suits "
+                             "a node the service has to itself)")  # fmt: skip
     parser.add_argument("--cpu-cores", type=int, default=defaults.cpu_cores,
                         help="cores the service may use; 0: its CPU affinity / cgroup quota")  # fmt: skip
     parser.add_argument("--omp-wait-policy", choices=WAIT_POLICIES, default=defaults.omp_wait_policy,
@@ -65,7 +68,7 @@ def service_config(args: argparse.Namespace) -> ServiceConfig:
     return ServiceConfig(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
                          cache_size=args.cache_size, token=os.environ.get(TOKEN_ENV) or None,
                          host=args.host, port=args.port, search_workers=args.search_workers,
-                         search_threads=args.search_threads, cpu_cores=args.cpu_cores,
+                         search_threads=args.search_threads, cpu_cores=args.cpu_cores, batch_splits=args.batch_splits,
                          omp_wait_policy=args.omp_wait_policy)  # fmt: skip
 
 

@@ -97,7 +97,9 @@ class RetrievalApp:
         self.retrievers = served
         wait_s = self.config.max_wait_ms / 1000
         self.batchers = {
-            name: DynamicBatcher(s.retriever, self.config.max_batch_size, wait_s, self._executor)
+            name: DynamicBatcher(
+                s.retriever, self.config.max_batch_size, wait_s, self._executor, self.config.batch_splits
+            )
             for name, s in served.items()
         }
         log.info("retrieval service ready: %s", sorted(served))

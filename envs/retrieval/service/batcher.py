@@ -2,8 +2,11 @@
 
 Each retriever gets one batcher with one worker task. The worker takes every query waiting (up to
 ``max_batch_size``); if fewer are waiting it waits at most ``max_wait_s`` for more, then runs one
-``batch_search`` per distinct k in a worker thread (faiss and bm25s release the GIL, so the event loop
-keeps parsing requests meanwhile). Under load, batches grow with the number of concurrent clients, which is
+``batch_search`` per distinct k in worker threads (faiss and bm25s release the GIL, so the event loop
+keeps parsing requests meanwhile). A batch of at least ``2 x min_chunk`` queries may be split into up to ``parallel``
+chunks searched at once (``ragym serve --batch-splits``): with one OpenMP thread per search one index call uses
+one core, so on an idle node splitting uses the others; beside a busy co-tenant it costs, since the batch waits
+for its slowest chunk. Under load, batches grow with the number of concurrent clients, which is
 what keeps throughput near the index's batch throughput instead of its one-query throughput.
 """
 
@@ -37,11 +40,21 @@ class BatchStats:
                 "largest_batch": self.largest_batch, "mean_batch": mean}  # fmt: skip
 
 
+MIN_CHUNK = 24
+"""Fewest queries per chunk of a split batch: faiss's BLAS path (threshold 20, ``search_settings``) and its
+per-call overhead both want batches, so a batch is split only while each chunk keeps this many."""
+
+
 class DynamicBatcher:
     """Coalesces concurrent ``submit`` calls for one retriever into ``batch_search`` calls."""
 
-    def __init__(self, retriever: Any, max_batch_size: int, max_wait_s: float, executor: ThreadPoolExecutor):
+    def __init__(self, retriever: Any, max_batch_size: int, max_wait_s: float, executor: ThreadPoolExecutor,
+                 parallel: int = 1, min_chunk: int = MIN_CHUNK):  # fmt: skip
+        if parallel < 1 or min_chunk < 1:
+            raise ValueError(f"parallel and min_chunk must be >= 1, got {parallel}, {min_chunk}")
         self.retriever = retriever
+        self.parallel = parallel
+        self.min_chunk = min_chunk
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
         self.executor = executor
@@ -84,7 +97,7 @@ class DynamicBatcher:
         for k, items in by_k.items():
             queries = [q for q, _ in items]
             try:
-                results = await loop.run_in_executor(self.executor, self.retriever.batch_search, queries, k)
+                results = await self._search(loop, queries, k)
                 if len(results) != len(queries):
                     raise RuntimeError(
                         f"batch_search returned {len(results)} results for {len(queries)} queries"
@@ -101,6 +114,16 @@ class DynamicBatcher:
             for (_, future), hits in zip(items, results, strict=True):
                 if not future.done():
                     future.set_result(hits)
+
+    async def _search(self, loop: asyncio.AbstractEventLoop, queries: list[Any], k: int) -> list[list[Any]]:
+        """``batch_search`` over ``queries``, in up to ``parallel`` chunks of at least ``min_chunk`` at once."""
+        parts = max(1, min(self.parallel, len(queries) // self.min_chunk))
+        bounds = [len(queries) * i // parts for i in range(parts + 1)]
+        calls = [
+            loop.run_in_executor(self.executor, self.retriever.batch_search, queries[lo:hi], k)
+            for lo, hi in zip(bounds, bounds[1:], strict=False)
+        ]
+        return [hits for chunk in await asyncio.gather(*calls) for hits in chunk]
 
     def close(self) -> None:
         """Stop the worker; queries still waiting get a ``RuntimeError``."""

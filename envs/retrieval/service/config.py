@@ -35,6 +35,10 @@ class ServiceConfig:
     search_threads: int = 0
     """OpenMP threads per index call; 0 chooses (``ragym.envs.retrieval.search_settings.plan_threads``): one, or with the
     passive wait policy the cores shared out among ``search_workers``."""
+    batch_splits: int = 1
+    """Chunks a full batch is split into and searched at once (each chunk >= 24 queries): 1 keeps one index call
+    per batch, best beside a busy co-tenant (a chunk stalled behind it stalls the whole batch); on a node the
+    service has to itself, one per core nearly doubled the 2-core KB figure (``benchmarks/retrieval_service.py``)."""
     cpu_cores: int = 0
     """Cores the service may use; 0: those this process may run on (CPU affinity, cgroup CPU quota)."""
     omp_wait_policy: str = "passive"
@@ -50,6 +54,8 @@ class ServiceConfig:
             raise ValueError(f"cache_size must be >= 0, got {self.cache_size}")
         if self.token is not None and not self.token:
             raise ValueError("token must be a non-empty string or None")
+        if self.batch_splits < 1:
+            raise ValueError(f"batch_splits must be >= 1, got {self.batch_splits}")
         if self.search_workers < 1 or self.search_threads < 0 or self.cpu_cores < 0:
             raise ValueError(f"search_workers must be >= 1, search_threads and cpu_cores >= 0; got "
                              f"{self.search_workers}, {self.search_threads}, {self.cpu_cores}")  # fmt: skip

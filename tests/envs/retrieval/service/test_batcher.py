@@ -140,3 +140,18 @@ def test_config_rejects_nonsense() -> None:
         ServiceConfig(max_batch_size=0)
     with pytest.raises(ValueError, match="token"):
         ServiceConfig(token="")
+
+
+def test_a_full_batch_is_split_into_chunks_only_when_asked() -> None:
+    inner, vectors = random_faiss()
+    queries = list(vectors[:64] + 0.01)
+    expected = [[h.docid for h in inner.search(q, 3)] for q in queries]
+    # 4 splits of 64 queries: chunks keep >= 24 queries, so 2 chunks at most.
+    for splits, chunks in ((1, [64]), (2, [32, 32]), (4, [32, 32])):
+        recording = Recording(inner, delay_s=0.05)
+        app = _app(recording, max_batch_size=64, max_wait_ms=200, cache_size=0, batch_splits=splits)
+        answers = asyncio.run(_gather(app, queries, 3))
+        assert [[h["docid"] for h in a[0]] for a in answers] == expected  # every query keeps its own hits
+        assert sorted(size for size, _ in recording.calls) == chunks
+    with pytest.raises(ValueError, match="batch_splits must be >= 1"):
+        ServiceConfig(batch_splits=0)

@@ -45,13 +45,14 @@ def _vectors(num: int, dim: int = 8) -> np.ndarray:
 
 def test_the_flags_become_service_config_fields() -> None:
     args = parse_args(["--kb-dir", "kb", "--search-workers", "2", "--search-threads", "3", "--cpu-cores", "6",
-                       "--omp-wait-policy", "active"])  # fmt: skip
+                       "--omp-wait-policy", "active", "--batch-splits", "2"])  # fmt: skip
     config = service_config(args)
-    assert (config.search_workers, config.search_threads, config.cpu_cores, config.omp_wait_policy) == (
-        2, 3, 6, "active"
-    )  # fmt: skip
+    assert (config.search_workers, config.search_threads, config.cpu_cores, config.omp_wait_policy,
+            config.batch_splits) == (2, 3, 6, "active", 2)  # fmt: skip
     defaults = service_config(parse_args(["--kb-dir", "kb"]))
-    assert (defaults.search_workers, defaults.search_threads, defaults.cpu_cores) == (4, 0, 0)
+    assert (defaults.search_workers, defaults.search_threads, defaults.cpu_cores, defaults.batch_splits) == (
+        4, 0, 0, 1
+    )  # fmt: skip
     assert defaults.omp_wait_policy == "passive"
     with pytest.raises(SystemExit):
         parse_args(["--kb-dir", "kb", "--omp-wait-policy", "lazy"])
