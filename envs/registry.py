@@ -16,7 +16,7 @@ _SERVICE_ENVS: set[str] = set()
 
 SERVICE_KWARGS = ("retrieval_url", "retrieval_timeout_s", "retrieval_retries")
 """Env kwargs ``make_env`` takes for the retrieval service (rows and recipes name them beside the config's):
-its base URL (None, "" or absent: ``$RAGYM_RETRIEVAL_URL``, and in process when that is unset too),
+its base URL (None or absent: ``$RAGYM_RETRIEVAL_URL``, in process when that is unset too; "": in process),
 the per-attempt timeout of a search (10 s), and retries of a failed search before it counts as unavailable (2)."""
 
 

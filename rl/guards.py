@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ragym.envs.files import read_jsonl
 from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -347,4 +348,4 @@ def read_firings(run_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(run_dir) / GUARDS_FILE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [firing for _, firing in read_jsonl(path)]

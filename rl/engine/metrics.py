@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ragym.envs.files import read_jsonl
 from ragym.envs.metrics import mean_metrics
 
 logger = logging.getLogger(__name__)
@@ -122,4 +123,4 @@ class MetricsSink:
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All records of a metrics jsonl, in order."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    return [record for _, record in read_jsonl(path)]

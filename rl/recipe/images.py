@@ -15,7 +15,11 @@ disagree are an error naming them, before any episode runs.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
 import logging
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +27,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from ragym.envs.image_budget import BUDGET_FIELDS, ImageBudget
 from ragym.rl.errors import UsageError
-from ragym.rl.recipe.retrieval import env_config_fields
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +108,20 @@ def apply_recipe_images(config: DictConfig) -> RecipeImages | None:
         log.info("image budget: %d tokens per query image, %d per candidate (factor %d)",
                  budget.max_tokens("query"), budget.max_tokens("candidate"), budget.image_factor)  # fmt: skip
     return images
+
+
+@functools.cache
+def env_config_fields(env_id: str) -> frozenset[str]:
+    """Field names of ``env_id``'s config dataclass (its constructor's ``config`` argument)."""
+    from ragym.envs.registry import registered_envs
+
+    module, name = registered_envs()[env_id].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    hint = typing.get_type_hints(cls.__init__).get("config")
+    options = typing.get_args(hint) or (hint,)
+    return frozenset(
+        f.name for option in options if dataclasses.is_dataclass(option) for f in dataclasses.fields(option)
+    )
 
 
 def with_image_budget(env_id: str, env_kwargs: dict[str, Any], images: RecipeImages | None) -> dict[str, Any]:

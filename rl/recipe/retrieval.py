@@ -9,10 +9,6 @@ configured: in-process search, or ``$RAGYM_RETRIEVAL_URL`` where the job's envir
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import importlib
-import typing
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -33,29 +29,10 @@ def recipe_retrieval_url(config: DictConfig) -> str | None:
     return url
 
 
-@functools.cache
-def env_config_fields(env_id: str) -> frozenset[str]:
-    """Field names of ``env_id``'s config dataclass (its constructor's ``config`` argument)."""
-    from ragym.envs.registry import registered_envs
-
-    module, name = registered_envs()[env_id].split(":")
-    cls = getattr(importlib.import_module(module), name)
-    hint = typing.get_type_hints(cls.__init__).get("config")
-    options = typing.get_args(hint) or (hint,)
-    return frozenset(
-        f.name for option in options if dataclasses.is_dataclass(option) for f in dataclasses.fields(option)
-    )
-
-
-def accepts_retrieval_url(env_id: str) -> bool:
-    """Whether ``make_env`` resolves a ``retrieval_url`` for ``env_id`` (registered as searching the service)."""
-    from ragym.envs.registry import searches_service
-
-    return searches_service(env_id)
-
-
 def with_retrieval_url(env_id: str, env_kwargs: dict[str, Any], url: str | None) -> dict[str, Any]:
     """``env_kwargs`` plus ``retrieval_url=url`` for an env that searches; a row's own address wins."""
-    if url is None or "retrieval_url" in env_kwargs or not accepts_retrieval_url(env_id):
+    from ragym.envs.registry import searches_service
+
+    if url is None or "retrieval_url" in env_kwargs or not searches_service(env_id):
         return env_kwargs
     return {**env_kwargs, "retrieval_url": url}

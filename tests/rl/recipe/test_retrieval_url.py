@@ -6,13 +6,14 @@ import asyncio
 
 import pytest
 
+from ragym.envs.registry import searches_service
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.engine.config import RecipeReader, read_engine_config
 from ragym.rl.engine.main import check_keys
 from ragym.rl.errors import UsageError
 from ragym.rl.models import load_processor
 from ragym.rl.recipe.compose import load_recipe
-from ragym.rl.recipe.retrieval import accepts_retrieval_url, recipe_retrieval_url, with_retrieval_url
+from ragym.rl.recipe.retrieval import recipe_retrieval_url, with_retrieval_url
 from tests.envs.retrieval.service.helpers import free_port
 from tests.rl.fakes import ScriptedServer
 
@@ -20,7 +21,7 @@ URL = "http://127.0.0.1:9"
 
 
 def test_envs_that_search_get_the_address_and_a_rows_own_address_wins() -> None:
-    assert [e for e in ("KBVQA-v0", "KBVQA-Demo-v0", "DocMemo-v0") if accepts_retrieval_url(e)] == [
+    assert [e for e in ("KBVQA-v0", "KBVQA-Demo-v0", "DocMemo-v0") if searches_service(e)] == [
         "KBVQA-v0", "KBVQA-Demo-v0", "DocMemo-v0"
     ]  # fmt: skip
     assert with_retrieval_url("DocMemo-v0", {"max_rounds": 2}, URL) == {"max_rounds": 2, "retrieval_url": URL}
