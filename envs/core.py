@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+from typing import Any, TypeVar
+
+C = TypeVar("C")
+
 MAX_TURN_CHARS = 8192
 """Default upper bound on one policy turn's length in every env (``max_turn_chars``); longer text is an
 ``oversized`` format error."""
@@ -14,3 +19,21 @@ def defuse(text: str) -> str:
     env's own, one per image (a literal ``<image>`` in a document, question or echoed query would make the agent
     loop's image count wrong and end the episode in error)."""
     return text.replace(IMAGE_PLACEHOLDER, "(image)")
+
+
+class UnknownSetting(TypeError):
+    """An env keyword that is not a field of the env's config (the message lists the fields there are)."""
+
+
+def env_config(env: str, cls: type[C], config: C | None, overrides: dict[str, Any]) -> C:
+    """The config of env class ``env``: ``config`` (else ``cls``'s defaults) with ``overrides`` applied; a
+    keyword that is not a field of ``cls`` is an ``UnknownSetting`` naming it and listing the fields."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise UnknownSetting(
+            f"{env}: unknown config fields {unknown} (its settings: {', '.join(sorted(names))})"
+        )
+    if config is None:
+        return cls(**overrides)
+    return replace(config, **overrides) if overrides else config

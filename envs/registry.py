@@ -3,7 +3,11 @@ the edge that builds envs and resolves the retrieval service they search through
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
 import os
+import typing
 from typing import Any
 
 import gymnasium
@@ -41,6 +45,19 @@ def registered_envs() -> dict[str, str]:
 def searches_service(env_id: str) -> bool:
     """Whether ``env_id`` was registered as searching through the retrieval service when one is named."""
     return env_id in _SERVICE_ENVS
+
+
+@functools.cache
+def config_fields(env_id: str) -> frozenset[str]:
+    """Field names of ``env_id``'s config dataclass (its constructor's ``config`` argument): the keyword
+    overrides the env takes."""
+    module, name = _ENVS[env_id].split(":")
+    cls = getattr(importlib.import_module(module), name)
+    hint = typing.get_type_hints(cls.__init__).get("config")
+    options = typing.get_args(hint) or (hint,)
+    return frozenset(
+        f.name for option in options if dataclasses.is_dataclass(option) for f in dataclasses.fields(option)
+    )
 
 
 def make_env(env_id: str, *, retriever: RetrieverSource | None = None, **kwargs: Any) -> gymnasium.Env:

@@ -112,6 +112,7 @@ _LIBRARY_ERRORS = (
     ("hydra.errors", "HydraException"),
     ("omegaconf.errors", "OmegaConfBaseException"),
     ("huggingface_hub.errors", "HFValidationError"),
+    ("ragym.envs.core", "UnknownSetting"),
 )
 """(module, exception) pairs that mean the user's input is wrong; only checked when already imported."""
 

@@ -44,7 +44,7 @@ process with the configured page encoder (``PageRetriever``).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ import gymnasium
 import numpy as np
 
 from ragym.envs import events as ev
-from ragym.envs.core import MAX_TURN_CHARS
+from ragym.envs.core import MAX_TURN_CHARS, env_config
 from ragym.envs.docmemo import events as docmemo_ev
 from ragym.envs.docmemo import views as views
 from ragym.envs.docmemo.actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
@@ -183,11 +183,7 @@ class DocMemoEnv(gymnasium.Env):
         **overrides: Any,
     ) -> None:
         """``retriever`` serves the page searches (module docstring); ``overrides`` replace config fields."""
-        names = {f.name for f in fields(DocMemoConfig)}
-        unknown = set(overrides) - names
-        if unknown:
-            raise TypeError(f"DocMemoEnv: unknown config fields {sorted(unknown)}")
-        self.config = replace(config or DocMemoConfig(), **overrides)
+        self.config = env_config("DocMemoEnv", DocMemoConfig, config, overrides)
         self.image_budget = budget_of(self.config)
         self.store_root = Path(self.config.store_root) if self.config.store_root else None
         self.retrievers = retriever

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ragym.envs import events as ev
-from ragym.envs.core import MAX_TURN_CHARS
+from ragym.envs.core import MAX_TURN_CHARS, env_config
 from ragym.envs.image_budget import ImageBudget, budget_of
 from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa import events as kbvqa_ev
@@ -133,9 +133,9 @@ class KBVQAEnv(gymnasium.Env):
         self, config: KBVQAConfig | None = None, *, retriever: RetrieverSource | None = None, **overrides: Any
     ):
         """``retriever`` serves the searches (module docstring); ``overrides`` are ``KBVQAConfig`` fields."""
-        self.config = config or KBVQAConfig(**overrides)
         if config is not None and overrides:
             raise TypeError("pass either a KBVQAConfig or keyword overrides, not both")
+        self.config = env_config(type(self).__name__, KBVQAConfig, config, overrides)
         cfg = self.config
         self.image_budget = budget_of(cfg)
         self.kb: KnowledgeBase = load_kb(cfg.kb_dir or synthetic_data("kbvqa", cfg.preset))

@@ -24,7 +24,7 @@ None: BM25 over the documents, built once per corpus per process.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import numpy as np
 from PIL import Image
 
 from ragym.envs import events as ev
+from ragym.envs.core import env_config
 from ragym.envs.image_budget import ImageBudget, budget_of
 from ragym.envs.memora import events as memora_ev
 from ragym.envs.memora import views as views
@@ -155,10 +156,7 @@ class MemoraEnv(gymnasium.Env):
         **overrides: Any,
     ):
         """``retriever`` serves the first stage (module docstring); ``overrides`` replace config fields."""
-        unknown = set(overrides) - {f.name for f in fields(MemoraConfig)}
-        if unknown:
-            raise TypeError(f"MemoraEnv: unknown config fields {sorted(unknown)}")
-        self.config = c = replace(config or MemoraConfig(), **overrides)
+        self.config = c = env_config("MemoraEnv", MemoraConfig, config, overrides)
         self.image_budget = budget_of(c)  # a budget no image fits is refused here, naming the field
         if not 1 <= c.k_min <= c.k_max or not c.k <= c.kc <= c.k0 <= c.max_pool:
             raise ValueError(f"MemoraEnv: need 1 <= k_min <= k_max and k <= kc <= k0 <= max_pool, got {c}")

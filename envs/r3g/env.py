@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ragym.envs import events as ev
-from ragym.envs.core import MAX_TURN_CHARS
+from ragym.envs.core import MAX_TURN_CHARS, env_config
 from ragym.envs.image_budget import ImageBudget, budget_of
 from ragym.envs.image_cache import read_image
 from ragym.envs.r3g import events as r3g_ev
@@ -170,7 +170,7 @@ class R3GEnv(gymnasium.Env):
         """``retriever`` serves the coarse search (module docstring); ``overrides`` are ``R3GConfig`` fields."""
         if config is not None and overrides:
             raise TypeError("pass either an R3GConfig or keyword overrides, not both")
-        self.config = cfg = config or R3GConfig(**overrides)
+        self.config = cfg = env_config("R3GEnv", R3GConfig, config, overrides)
         self.image_budget = budget_of(cfg)
         self.corpus = ImageCorpus.load(cfg.task_dir or synthetic_data("r3g", cfg.preset))
         if cfg.pool_source == "corpus" and cfg.pool_size > len(self.corpus):

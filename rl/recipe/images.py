@@ -15,17 +15,14 @@ disagree are an error naming them, before any episode runs.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import importlib
 import logging
-import typing
 from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from ragym.envs.image_budget import BUDGET_FIELDS, ImageBudget
+from ragym.envs.registry import config_fields
 from ragym.rl.errors import UsageError
 
 log = logging.getLogger(__name__)
@@ -110,24 +107,10 @@ def apply_recipe_images(config: DictConfig) -> RecipeImages | None:
     return images
 
 
-@functools.cache
-def env_config_fields(env_id: str) -> frozenset[str]:
-    """Field names of ``env_id``'s config dataclass (its constructor's ``config`` argument)."""
-    from ragym.envs.registry import registered_envs
-
-    module, name = registered_envs()[env_id].split(":")
-    cls = getattr(importlib.import_module(module), name)
-    hint = typing.get_type_hints(cls.__init__).get("config")
-    options = typing.get_args(hint) or (hint,)
-    return frozenset(
-        f.name for option in options if dataclasses.is_dataclass(option) for f in dataclasses.fields(option)
-    )
-
-
 def with_image_budget(env_id: str, env_kwargs: dict[str, Any], images: RecipeImages | None) -> dict[str, Any]:
     """``env_kwargs`` plus the recipe's budget for an env that shows images; a row that sets a budget field
     to another value is an error (one budget per run: the processor's ``max_pixels`` is sized to it)."""
-    if images is None or not set(BUDGET_FIELDS) <= env_config_fields(env_id):
+    if images is None or not set(BUDGET_FIELDS) <= config_fields(env_id):
         return env_kwargs
     budget = images.env_kwargs()
     clash = {k: env_kwargs[k] for k in BUDGET_FIELDS if k in env_kwargs and env_kwargs[k] != budget[k]}

@@ -33,3 +33,16 @@ def test_docmemo_nonsense_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"DocMemoConfig.{field} must be"):
         DocMemoConfig(**{field: value})
     DocMemoConfig()
+
+
+@pytest.mark.parametrize("env_id", ["KBVQA-v0", "KBVQA-Demo-v0", "DocMemo-v0", "MEMORA-v0", "R3G-v0"])
+def test_an_unknown_setting_is_refused_naming_it_and_the_settings_there_are(env_id):
+    from ragym.envs import make_env
+    from ragym.envs.core import UnknownSetting
+    from ragym.rl.cli import user_error
+
+    with pytest.raises(
+        UnknownSetting, match=r"unknown config fields \['nosuchkey'\] \(its settings: .*max_turns"
+    ) as err:
+        make_env(env_id, nosuchkey=3)
+    assert user_error(err.value) == str(err.value)  # a command prints it as one line, no traceback
