@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from pathlib import Path
 
 from ragym.envs.retrieval.search_settings import WAIT_POLICIES, request_wait_policy
 from ragym.envs.retrieval.service.client import TOKEN_ENV
@@ -87,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     from ragym.envs.retrieval.service.shards import read_manifest
     from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 
-    for _, manifest in args.shards:  # a missing index file stops here, not after the server is up
+    # a missing folder or index file stops here, not as a load error after the server is up
+    for flag, folder in (("--kb-dir", args.kb_dir), ("--doc-store-root", args.doc_store_root)):
+        if folder is not None and not Path(folder).is_dir():
+            raise FileNotFoundError(f"{flag} {folder}: no such folder")
+    for _, manifest in args.shards:
         read_manifest(manifest)
     catalog = CatalogSpec(args.kb_dir, args.doc_store_root, tuple(args.shards), args.index_kind, args.gpu)
     app = RetrievalApp(lambda: load_catalog(catalog), config)
