@@ -276,13 +276,12 @@ class FaissRetriever:
         if k <= 0:
             return [[] for _ in queries]
         scores, rows = self.raw_search(np.stack(queries), k)
+        docids, payload = self.docids, self.payload
+        # tolist(): Python floats and ints in one call each, not a numpy scalar per hit (the service builds
+        # every hit of a 64-query batch here, holding the GIL its event loop needs)
         return [
-            [
-                Hit(self.docids[r], float(s), self.payload(int(r)))
-                for s, r in zip(srow, rrow, strict=True)
-                if r >= 0
-            ]
-            for srow, rrow in zip(scores, rows, strict=True)
+            [Hit(docids[r], s, payload(r)) for s, r in zip(srow, rrow, strict=True) if r >= 0]
+            for srow, rrow in zip(scores.tolist(), rows.tolist(), strict=True)
         ]
 
 

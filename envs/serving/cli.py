@@ -58,6 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "a node the service has to itself)")  # fmt: skip
     parser.add_argument("--cpu-cores", type=int, default=defaults.cpu_cores,
                         help="cores the service may use; 0: its CPU affinity / cgroup quota")  # fmt: skip
+    parser.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
+                        help="keep the loaded indexes' objects in the garbage collector's full passes")  # fmt: skip
     parser.add_argument("--omp-wait-policy", choices=WAIT_POLICIES, default=defaults.omp_wait_policy,
                         help="passive: idle OpenMP threads sleep (a busy node cannot stall them); "
                              "$OMP_WAIT_POLICY wins when set")  # fmt: skip
@@ -70,7 +72,7 @@ def service_config(args: argparse.Namespace) -> ServiceConfig:
                          cache_size=args.cache_size, token=os.environ.get(TOKEN_ENV) or None,
                          host=args.host, port=args.port, search_workers=args.search_workers,
                          search_threads=args.search_threads, cpu_cores=args.cpu_cores, batch_splits=args.batch_splits,
-                         omp_wait_policy=args.omp_wait_policy)  # fmt: skip
+                         omp_wait_policy=args.omp_wait_policy, gc_freeze=args.gc_freeze)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         read_manifest(manifest)
     catalog = CatalogSpec(args.kb_dir, args.doc_store_root, tuple(args.shards), args.index_kind, args.gpu)
     app = RetrievalApp(lambda: load_catalog(catalog), config)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="info", access_log=False)
+    # no proxy-headers middleware: the service never reads the client address, and it wraps every request
+    uvicorn.run(
+        app, host=config.host, port=config.port, log_level="info", access_log=False, proxy_headers=False
+    )
     return 0
 
 

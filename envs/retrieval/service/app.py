@@ -9,12 +9,14 @@ Routes (JSON in and out; ``ragym.envs.retrieval.service.wire`` has the query and
 
 With a token configured, every route but ``/health`` needs ``Authorization: Bearer <token>`` (else 401).
 Every query goes through the replay cache, then its retriever's dynamic batcher; the results are the
-``Hit`` lists the in-process retriever returns for the normalised query.
+``Hit`` lists the in-process retriever returns for the normalised query, each encoded once, in the search thread
+(``wire.encode_hits``): the cache keeps those bytes and every answer, cached or not, is assembled from them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import hmac
 import logging
 from collections.abc import Callable
@@ -28,7 +30,14 @@ from ragym.envs.retrieval.search_settings import set_search_threads
 from ragym.envs.retrieval.service.batcher import DynamicBatcher
 from ragym.envs.retrieval.service.cache import ReplayCache, cache_key, normalise_query
 from ragym.envs.retrieval.service.config import ServiceConfig
-from ragym.envs.retrieval.service.wire import BadRequest, decode_query, dumps, hits_to_json, loads
+from ragym.envs.retrieval.service.wire import (
+    BadRequest,
+    decode_query,
+    dumps,
+    encode_hits,
+    loads,
+    results_body,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +104,21 @@ class RetrievalApp:
             log.exception("loading the retrievers failed")
             return
         self.retrievers = served
+        if self.config.gc_freeze:
+            gc.collect()
+            gc.freeze()  # the loaded tables live as long as the service: full collections need not walk them
+            log.info(
+                "%d objects moved out of the garbage collector's passes (gc.freeze)", gc.get_freeze_count()
+            )
         wait_s = self.config.max_wait_ms / 1000
         self.batchers = {
             name: DynamicBatcher(
-                s.retriever, self.config.max_batch_size, wait_s, self._executor, self.config.batch_splits
+                s.retriever,
+                self.config.max_batch_size,
+                wait_s,
+                self._executor,
+                self.config.batch_splits,
+                encode=encode_hits,
             )
             for name, s in served.items()
         }
@@ -108,8 +128,8 @@ class RetrievalApp:
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self.start())
 
-    async def search(self, name: str, queries: list[Any], k: int) -> list[list[dict[str, Any]]]:
-        """Hits (as JSON data) for decoded queries: cache first, then the batcher."""
+    async def search(self, name: str, queries: list[Any], k: int) -> list[bytes]:
+        """Each decoded query's hit list as JSON bytes (``wire.encode_hits``): cache first, then the batcher."""
         if not self.ready:
             raise BadRequest(self.load_error or "the retrieval service is still loading its indexes", 503)
         if name not in self.batchers:
@@ -127,11 +147,7 @@ class RetrievalApp:
                 found = batcher.submit(query, k)
                 self.cache.start(key, found)
             waits.append(found)
-        results = []
-        for found in waits:
-            hits = await found if isinstance(found, asyncio.Future) else found
-            results.append(hits_to_json(hits))
-        return results
+        return [await found if isinstance(found, asyncio.Future) else found for found in waits]
 
     def status(self) -> dict[str, Any]:
         """Readiness details: retrievers, cache and batch counters."""
@@ -147,6 +163,7 @@ class RetrievalApp:
     async def _route(
         self, method: str, path: str, headers: dict[bytes, bytes], body: bytes
     ) -> tuple[int, Any]:
+        """(status, payload): JSON data, or a search's body already encoded (bytes)."""
         if path == "/health" and method == "GET":
             return 200, {"status": "ok", "ready": self.ready}
         self._authorise(headers)
@@ -167,7 +184,7 @@ class RetrievalApp:
             results = await self.search(
                 str(data.get("retriever")), [decode_query(q) for q in raw], data.get("k")
             )
-            return 200, ({"hits": results[0]} if single else {"results": results})
+            return 200, results_body(single, results)
         raise BadRequest(f"no route {method} {path}", 404)
 
     def _authorise(self, headers: dict[bytes, bytes]) -> None:
@@ -197,7 +214,7 @@ class RetrievalApp:
         except Exception as error:  # a failing index is the server's fault, and the client should know why
             log.exception("search failed")
             status, payload = 500, {"error": f"{type(error).__name__}: {error}"}
-        data = dumps(payload)
+        data = payload if isinstance(payload, bytes) else dumps(payload)
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(data)).encode())]})  # fmt: skip

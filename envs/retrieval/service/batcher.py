@@ -6,7 +6,8 @@ Each retriever gets one batcher with one worker task. The worker takes every que
 keeps parsing requests meanwhile). A batch of at least ``2 x min_chunk`` queries may be split into up to ``parallel``
 chunks searched at once (``ragym serve --batch-splits``): with one OpenMP thread per search one index call uses
 one core, so on an idle node splitting uses the others; beside a busy co-tenant it costs, since the batch waits
-for its slowest chunk. Under load, batches grow with the number of concurrent clients, which is
+for its slowest chunk. With ``encode``, each query's hits are encoded in the same worker thread, so a result
+leaves the batcher in the form the service caches and answers with. Under load, batches grow with the number of concurrent clients, which is
 what keeps throughput near the index's batch throughput instead of its one-query throughput.
 """
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -32,12 +35,15 @@ class BatchStats:
     """Queries answered by them."""
     largest_batch: int = 0
     """Most queries in one index call."""
+    busy_s: float = 0.0
+    """Seconds index calls were running (wall clock; a split batch counts once): its share of a window says how
+    much of the time the index searched, the rest being the request path and the wait for a batch to fill."""
 
     def as_dict(self) -> dict[str, Any]:
         """Counters and the mean batch size."""
         mean = self.num_queries / self.num_batches if self.num_batches else 0.0
         return {"batches": self.num_batches, "queries": self.num_queries,
-                "largest_batch": self.largest_batch, "mean_batch": mean}  # fmt: skip
+                "largest_batch": self.largest_batch, "mean_batch": mean, "busy_s": self.busy_s}  # fmt: skip
 
 
 MIN_CHUNK = 24
@@ -49,7 +55,8 @@ class DynamicBatcher:
     """Coalesces concurrent ``submit`` calls for one retriever into ``batch_search`` calls."""
 
     def __init__(self, retriever: Any, max_batch_size: int, max_wait_s: float, executor: ThreadPoolExecutor,
-                 parallel: int = 1, min_chunk: int = MIN_CHUNK):  # fmt: skip
+                 parallel: int = 1, min_chunk: int = MIN_CHUNK,
+                 encode: Callable[[list[Any]], Any] | None = None):  # fmt: skip
         if parallel < 1 or min_chunk < 1:
             raise ValueError(f"parallel and min_chunk must be >= 1, got {parallel}, {min_chunk}")
         self.retriever = retriever
@@ -58,6 +65,7 @@ class DynamicBatcher:
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
         self.executor = executor
+        self.encode = encode
         self.stats = BatchStats()
         self._queue: deque[tuple[Any, int, asyncio.Future]] = deque()
         self._wake = asyncio.Event()
@@ -65,7 +73,7 @@ class DynamicBatcher:
         self._worker: asyncio.Task | None = None
 
     def submit(self, query: Any, k: int) -> asyncio.Future:
-        """A future of the top-k hits for ``query``, answered with the next batch."""
+        """A future of the top-k hits for ``query`` (encoded, with ``encode``), answered with the next batch."""
         if self._worker is None:
             self._worker = asyncio.get_running_loop().create_task(self._run())
         future = asyncio.get_running_loop().create_future()
@@ -96,6 +104,7 @@ class DynamicBatcher:
         loop = asyncio.get_running_loop()
         for k, items in by_k.items():
             queries = [q for q, _ in items]
+            started = time.perf_counter()
             try:
                 results = await self._search(loop, queries, k)
                 if len(results) != len(queries):
@@ -108,6 +117,8 @@ class DynamicBatcher:
                     if not future.done():
                         future.set_exception(error)
                 continue
+            finally:
+                self.stats.busy_s += time.perf_counter() - started
             self.stats.num_batches += 1
             self.stats.num_queries += len(queries)
             self.stats.largest_batch = max(self.stats.largest_batch, len(queries))
@@ -120,10 +131,15 @@ class DynamicBatcher:
         parts = max(1, min(self.parallel, len(queries) // self.min_chunk))
         bounds = [len(queries) * i // parts for i in range(parts + 1)]
         calls = [
-            loop.run_in_executor(self.executor, self.retriever.batch_search, queries[lo:hi], k)
+            loop.run_in_executor(self.executor, self._search_chunk, queries[lo:hi], k)
             for lo, hi in zip(bounds, bounds[1:], strict=False)
         ]
         return [hits for chunk in await asyncio.gather(*calls) for hits in chunk]
+
+    def _search_chunk(self, queries: list[Any], k: int) -> list[Any]:
+        """One index call (in a worker thread), each query's hits encoded there too."""
+        results = self.retriever.batch_search(queries, k)
+        return results if self.encode is None else [self.encode(hits) for hits in results]
 
     def close(self) -> None:
         """Stop the worker; queries still waiting get a ``RuntimeError``."""

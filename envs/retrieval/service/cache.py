@@ -1,11 +1,12 @@
-"""The replay cache: (retriever, normalised query, k) -> hits, with in-flight requests shared.
+"""The replay cache: (retriever, normalised query, k) -> the encoded hit list, with in-flight requests shared.
 
 The G episodes of one GRPO group often send the same query at nearly the same moment: the first one
 starts the search, the others wait on its future instead of searching again. Finished results stay in a
-bounded LRU, so evaluation and re-scoring replay identical hits. An entry is kept as its wire bytes, one object the
-garbage collector never walks: kept as hit objects, a full cache of 100,000 entries held millions of tracked
-objects, and the collector's full passes over them stalled every request in flight (``ragym serve`` on a 100k-entity
-KB, 64 clients, distinct queries: p99 / p50 latency 4.0 with the cache on, 2.2 with it off).
+bounded LRU, so evaluation and re-scoring replay identical hits. An entry is the hit list's wire bytes
+(``wire.encode_hits``), which the service answers with as they are: one object the garbage collector never walks
+(kept as hit objects, a full cache of 100,000 entries held millions of tracked objects, and the collector's full
+passes over them stalled every request in flight: ``ragym serve`` on a 100k-entity KB, 64 clients, distinct
+queries, p99 / p50 latency 4.0 with the cache on, 2.2 with it off), and a cached answer costs no decoding.
 """
 
 from __future__ import annotations
@@ -18,9 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
-from ragym.envs.retrieval.hits import Hit
-from ragym.envs.retrieval.service.wire import dumps, hits_from_json, hits_to_json, loads
 
 
 def normalise_query(query: str | np.ndarray) -> str | np.ndarray:
@@ -57,7 +55,8 @@ class CacheStats:
 
 
 class ReplayCache:
-    """Bounded LRU of finished results plus the futures of searches in flight (one event loop)."""
+    """Bounded LRU of finished results (encoded hit lists) plus the futures of searches in flight (one event
+    loop)."""
 
     def __init__(self, size: int):
         self.size = size
@@ -65,15 +64,16 @@ class ReplayCache:
         self._done: OrderedDict[tuple, bytes] = OrderedDict()
         self._pending: dict[tuple, asyncio.Future] = {}
 
-    def lookup(self, key: tuple) -> list[Hit] | asyncio.Future | None:
-        """Finished hits, the future of a search in flight, or None (the caller searches and calls ``start``)."""
+    def lookup(self, key: tuple) -> bytes | asyncio.Future | None:
+        """The finished entry, the future of a search in flight, or None (the caller searches and calls
+        ``start``)."""
         if self.size == 0:
             self.stats.misses += 1
             return None
         if key in self._done:
             self._done.move_to_end(key)
             self.stats.hits += 1
-            return hits_from_json(loads(self._done[key]))
+            return self._done[key]
         if key in self._pending:
             self.stats.joined += 1
             return self._pending[key]
@@ -81,7 +81,8 @@ class ReplayCache:
         return None
 
     def start(self, key: tuple, future: asyncio.Future) -> None:
-        """Register a search in flight; its result is stored when it succeeds (errors are not cached)."""
+        """Register a search in flight, whose result is its encoded hit list; the result is stored when it succeeds
+        (errors are not cached)."""
         if self.size == 0:
             return
         self._pending[key] = future
@@ -91,7 +92,7 @@ class ReplayCache:
         self._pending.pop(key, None)
         if future.cancelled() or future.exception() is not None:
             return
-        self._done[key] = dumps(hits_to_json(future.result()))
+        self._done[key] = future.result()
         if len(self._done) > self.size:
             self._done.popitem(last=False)
 

@@ -47,9 +47,18 @@ def decode_query(data: Any) -> str | np.ndarray:
     raise BadRequest(f"a query is a string, {{'f32': base64}} or a list of numbers, not {str(data)[:80]!r}")
 
 
-def hits_to_json(hits: list[Hit]) -> list[dict[str, Any]]:
-    """Hits as JSON data."""
-    return [{"docid": h.docid, "score": h.score, "payload": h.payload} for h in hits]
+def encode_hits(hits: list[Hit]) -> bytes:
+    """One query's hit list as JSON bytes, the form the service caches and answers with: orjson writes each ``Hit``
+    dataclass as ``{"docid", "score", "payload"}`` directly, without an intermediate dict per hit."""
+    return dumps(hits)
+
+
+def results_body(single: bool, encoded: list[bytes]) -> bytes:
+    """A ``/search`` (``{"hits": ...}``) or ``/batch_search`` (``{"results": [...]}``) response body from hit lists
+    already encoded: answering a cached query decodes and re-encodes nothing."""
+    if single:
+        return b'{"hits":' + encoded[0] + b"}"
+    return b'{"results":[' + b",".join(encoded) + b"]}"
 
 
 def hits_from_json(data: list[dict[str, Any]]) -> list[Hit]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from ragym.envs.retrieval.service.app import RetrievalApp, Served
 from ragym.envs.retrieval.service.cache import cache_key, normalise_query
 from ragym.envs.retrieval.service.config import ServiceConfig
-from ragym.envs.retrieval.service.wire import BadRequest
+from ragym.envs.retrieval.service.wire import BadRequest, loads
 from tests.envs.retrieval.service.helpers import Recording, random_faiss
 
 
@@ -18,9 +19,16 @@ def _app(retriever, **config) -> RetrievalApp:
     return RetrievalApp({"vec": Served(retriever, "vector", 16)}, ServiceConfig(**config))
 
 
+async def _hits(app: RetrievalApp, query, k: int) -> list[dict]:
+    """One query's hits as the service answers them: its encoded hit list, decoded."""
+    (encoded,) = await app.search("vec", [query], k)
+    assert isinstance(encoded, bytes)
+    return loads(encoded)
+
+
 async def _gather(app: RetrievalApp, queries, k: int):
     await app.start()
-    return await asyncio.gather(*(app.search("vec", [q], k) for q in queries))
+    return await asyncio.gather(*(_hits(app, q, k) for q in queries))
 
 
 def test_concurrent_queries_are_coalesced_and_match_one_at_a_time() -> None:
@@ -30,11 +38,11 @@ def test_concurrent_queries_are_coalesced_and_match_one_at_a_time() -> None:
     queries = list(vectors[:40] + 0.01)
     answers = asyncio.run(_gather(app, queries, 5))
     expected = [inner.search(q, 5) for q in queries]
-    assert [[h["docid"] for h in a[0]] for a in answers] == [[h.docid for h in e] for e in expected]
+    assert [[h["docid"] for h in a] for a in answers] == [[h.docid for h in e] for e in expected]
     # Scores agree to float32 rounding (a batch of 20+ goes through BLAS, one query through faiss's own loop).
-    got = [h["score"] for a in answers for h in a[0]]
+    got = [h["score"] for a in answers for h in a]
     assert got == pytest.approx([h.score for e in expected for h in e], rel=1e-5)
-    assert [[h["payload"] for h in a[0]] for a in answers] == [[h.payload for h in e] for e in expected]
+    assert [[h["payload"] for h in a] for a in answers] == [[h.payload for h in e] for e in expected]
     sizes = [size for size, _ in recording.calls]
     assert sum(sizes) == 40 and max(sizes) <= 8
     assert len(sizes) <= 10, f"40 concurrent queries took {len(sizes)} index calls: {sizes}"
@@ -47,11 +55,11 @@ def test_each_k_gets_its_own_index_call_and_its_own_answer() -> None:
 
     async def run():
         await app.start()
-        return await asyncio.gather(app.search("vec", [vectors[0]], 3), app.search("vec", [vectors[0]], 7))
+        return await asyncio.gather(_hits(app, vectors[0], 3), _hits(app, vectors[0], 7))
 
     three, seven = asyncio.run(run())
-    assert [h["docid"] for h in three[0]] == [h.docid for h in inner.search(vectors[0], 3)]
-    assert [h["docid"] for h in seven[0]] == [h.docid for h in inner.search(vectors[0], 7)]
+    assert [h["docid"] for h in three] == [h.docid for h in inner.search(vectors[0], 3)]
+    assert [h["docid"] for h in seven] == [h.docid for h in inner.search(vectors[0], 7)]
     assert sorted(recording.calls) == [(1, 3), (1, 7)]
 
 
@@ -64,11 +72,11 @@ def test_a_failing_batch_fails_its_requests_and_the_next_batch_works() -> None:
         await app.start()
         recording.fail_with = RuntimeError("index on fire")
         with pytest.raises(RuntimeError, match="index on fire"):
-            await app.search("vec", [vectors[0]], 2)
+            await _hits(app, vectors[0], 2)
         recording.fail_with = None
-        return await app.search("vec", [vectors[0]], 2)
+        return await _hits(app, vectors[0], 2)
 
-    assert [h["docid"] for h in asyncio.run(run())[0]] == [h.docid for h in inner.search(vectors[0], 2)]
+    assert [h["docid"] for h in asyncio.run(run())] == [h.docid for h in inner.search(vectors[0], 2)]
 
 
 def test_cache_hits_misses_and_in_flight_joins() -> None:
@@ -78,11 +86,9 @@ def test_cache_hits_misses_and_in_flight_joins() -> None:
 
     async def run():
         await app.start()
-        group = await asyncio.gather(
-            *(app.search("vec", [vectors[1]], 4) for _ in range(8))
-        )  # one GRPO group
-        again = await app.search("vec", [vectors[1]], 4)
-        other_k = await app.search("vec", [vectors[1]], 5)
+        group = await asyncio.gather(*(_hits(app, vectors[1], 4) for _ in range(8)))  # one GRPO group
+        again = await _hits(app, vectors[1], 4)
+        other_k = await _hits(app, vectors[1], 5)
         return group, again, other_k
 
     group, again, other_k = asyncio.run(run())
@@ -102,11 +108,11 @@ def test_errors_are_not_cached() -> None:
         await app.start()
         recording.fail_with = RuntimeError("transient")
         with pytest.raises(RuntimeError):
-            await app.search("vec", [vectors[2]], 2)
+            await _hits(app, vectors[2], 2)
         recording.fail_with = None
-        return await app.search("vec", [vectors[2]], 2)
+        return await _hits(app, vectors[2], 2)
 
-    assert len(asyncio.run(run())[0]) == 2
+    assert len(asyncio.run(run())) == 2
     assert len(recording.calls) == 2
 
 
@@ -128,7 +134,7 @@ def test_bad_queries_are_refused(query, k: int, status: int) -> None:
 
     async def run():
         await app.start()
-        await app.search("vec", [query], k)
+        await _hits(app, query, k)
 
     with pytest.raises(BadRequest) as error:
         asyncio.run(run())
@@ -151,7 +157,37 @@ def test_a_full_batch_is_split_into_chunks_only_when_asked() -> None:
         recording = Recording(inner, delay_s=0.05)
         app = _app(recording, max_batch_size=64, max_wait_ms=200, cache_size=0, batch_splits=splits)
         answers = asyncio.run(_gather(app, queries, 3))
-        assert [[h["docid"] for h in a[0]] for a in answers] == expected  # every query keeps its own hits
+        assert [[h["docid"] for h in a] for a in answers] == expected  # every query keeps its own hits
         assert sorted(size for size, _ in recording.calls) == chunks
     with pytest.raises(ValueError, match="batch_splits must be >= 1"):
         ServiceConfig(batch_splits=0)
+
+
+def test_the_index_busy_time_counts_the_index_calls() -> None:
+    inner, vectors = random_faiss()
+    app = _app(Recording(inner, delay_s=0.05), cache_size=0, max_wait_ms=0)
+
+    async def run():
+        await app.start()
+        for vector in vectors[:3]:
+            await _hits(app, vector, 2)
+
+    asyncio.run(run())
+    stats = app.status()["batches"]["vec"]
+    assert stats["batches"] == 3
+    assert 0.15 <= stats["busy_s"] < 3.0  # three calls of at least 50 ms each, not the time between them
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_loaded_indexes_leave_the_garbage_collectors_passes(freeze: bool) -> None:
+    inner, _ = random_faiss()
+    app = _app(inner, gc_freeze=freeze)
+    gc.unfreeze()
+    try:
+        asyncio.run(app.start())
+        tracked = {id(o) for o in gc.get_objects()}
+        # frozen objects are in the permanent generation, which collections (and gc.get_objects) skip
+        assert (id(app.retrievers["vec"]) in tracked) is not freeze
+        assert (gc.get_freeze_count() > 0) is freeze
+    finally:
+        gc.unfreeze()

@@ -53,7 +53,8 @@ def test_the_flags_become_service_config_fields() -> None:
     assert (defaults.search_workers, defaults.search_threads, defaults.cpu_cores, defaults.batch_splits) == (
         4, 0, 0, 1
     )  # fmt: skip
-    assert defaults.omp_wait_policy == "passive"
+    assert defaults.omp_wait_policy == "passive" and defaults.gc_freeze
+    assert not service_config(parse_args(["--kb-dir", "kb", "--no-gc-freeze"])).gc_freeze
     with pytest.raises(SystemExit):
         parse_args(["--kb-dir", "kb", "--omp-wait-policy", "lazy"])
 

@@ -11,6 +11,7 @@ import pytest
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.service.app import RetrievalApp
 from ragym.envs.retrieval.service.shards import ShardedRetriever, merge_hits, read_manifest, split_into_shards
+from ragym.envs.retrieval.service.wire import loads
 from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 from tests.envs.retrieval.service.helpers import ids, random_faiss
 
@@ -49,7 +50,9 @@ def test_the_service_serves_a_shard_set_by_name(tmp_path: Path) -> None:
         await app.start()
         return await app.search("passages", [vectors[7]], 4)
 
-    assert [h["docid"] for h in asyncio.run(run())[0]] == [h.docid for h in whole.search(vectors[7], 4)]
+    assert [h["docid"] for h in loads(asyncio.run(run())[0])] == [
+        h.docid for h in whole.search(vectors[7], 4)
+    ]
     assert app.retrievers["passages"].query == "vector" and app.retrievers["passages"].dim == 16
 
 
