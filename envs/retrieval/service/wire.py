@@ -8,6 +8,7 @@ JSON strings. A hit is ``{"docid", "score", "payload"}``.
 from __future__ import annotations
 
 import base64
+import binascii
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,10 @@ def decode_query(data: Any) -> str | np.ndarray:
     if isinstance(data, str):
         return data
     if isinstance(data, dict) and isinstance(data.get("f32"), str):
-        raw = base64.b64decode(data["f32"])
+        try:
+            raw = binascii.a2b_base64(data["f32"])
+        except ValueError as error:  # binascii.Error, or a non-ASCII string
+            raise BadRequest(f"an f32 vector must be base64 text: {error}") from None
         if len(raw) % 4:
             raise BadRequest("an f32 vector must be a whole number of 4-byte floats")
         return np.frombuffer(raw, dtype=np.float32)

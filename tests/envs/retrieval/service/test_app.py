@@ -137,6 +137,13 @@ def test_single_search_route_and_malformed_bodies(kb_url: str, tiny_kb: Path) ->
     too_many = json.dumps({"retriever": "bm25", "queries": ["x"] * 1025, "k": 1}).encode()
     assert _post(kb_url, "/batch_search", too_many)[0] == 413
     assert _post(kb_url, "/nowhere", b"{}")[0] == 404
+    for bad_vector in ("abc", "é" * 8):  # bad padding, not ASCII: the client's mistake (422), not a 500
+        status, body = _post(
+            kb_url,
+            "/search",
+            json.dumps({"retriever": "image", "query": {"f32": bad_vector}, "k": 2}).encode(),
+        )
+        assert status == 422 and "base64" in body["error"], body
 
 
 @pytest.mark.slow  # loads all-MiniLM-L6-v2 (shared with the DocMemo tests when they run in the same session)
