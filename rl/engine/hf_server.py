@@ -5,6 +5,10 @@ per turn, from many episodes at once. Requests that arrive together are decoded 
 prompts (the G episodes of a GRPO group on their first turn) are prefilled once and their KV cache is
 expanded to G rows, which is what makes a step cheap on CPU. Each episode the caller announces with
 ``track_episodes`` is awaited before a batch starts, so a batch holds every live episode's turn.
+
+Sampling draws from the server's seeded generator, in an order fixed by the batch's content; a request whose
+``sampling_params`` carry a ``seed`` (vLLM's per-request seed) draws from its own generator instead, so its
+tokens do not depend on which other requests share its batch.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 _KNOWN_PARAMS = {
     "temperature", "top_p", "top_k", "max_tokens", "max_new_tokens", "stop", "stop_token_ids",
-    "include_stop_str_in_output", "logprobs", "repetition_penalty",
+    "include_stop_str_in_output", "logprobs", "repetition_penalty", "seed",
 }  # fmt: skip
 
 
@@ -74,6 +78,8 @@ class _Request:
     images: list[Any]
     future: asyncio.Future
     request_id: str
+    generator: torch.Generator | None
+    """The request's own generator (its ``seed``), or None: the server's."""
 
 
 @dataclass
@@ -144,8 +150,10 @@ class HFServer:
         """Sample one turn for ``prompt_ids`` (images in placeholder order); verl's server-manager signature."""
         loop = asyncio.get_running_loop()
         sampling = Sampling.from_params(sampling_params, self.default_max_tokens)
+        seed = sampling_params.get("seed")
+        generator = None if seed is None else torch.Generator().manual_seed(int(seed))
         request = _Request(
-            list(prompt_ids), sampling, list(image_data or []), loop.create_future(), request_id
+            list(prompt_ids), sampling, list(image_data or []), loop.create_future(), request_id, generator
         )
         self._pending.append(request)
         if self._arrived is None:
@@ -207,7 +215,11 @@ class HFServer:
     def _decode(self, requests: list[_Request], sampling: Sampling) -> list[TokenOutput]:
         """Prefill each distinct prompt once, expand the cache to one row per request, then sample."""
         logits, cache, attention, next_pos = self.prefill_shared(requests)
-        return self._sample_loop(logits, cache, attention, next_pos, sampling)
+        own = [request.generator for request in requests]
+        generator: torch.Generator | list[torch.Generator] = self.generator
+        if any(g is not None for g in own):  # row by row only when some request brought its own seed
+            generator = [self.generator if g is None else g for g in own]
+        return self._sample_loop(logits, cache, attention, next_pos, sampling, generator)
 
     def prefill_shared(self, requests: list[Any]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
         """Prefill each distinct (prompt, images) once and expand the results to one row per request: the
@@ -262,8 +274,10 @@ class HFServer:
         attention: torch.Tensor,
         next_pos: torch.Tensor,
         sampling: Sampling,
+        generator: torch.Generator | list[torch.Generator],
     ) -> list[TokenOutput]:
-        """Sample until every row hit EOS, a stop token/string or its budget."""
+        """Sample (from ``generator``: ``sample_tokens``) until every row hit EOS, a stop token/string or its
+        budget."""
         num_rows = logits.shape[0]
         tokens: list[list[int]] = [[] for _ in range(num_rows)]
         logprobs: list[list[float]] = [[] for _ in range(num_rows)]
@@ -271,7 +285,7 @@ class HFServer:
         stop_ids = self.eos_ids | set(sampling.stop_token_ids)
         window = max((len(s) for s in sampling.stop), default=0) + 2
         for step in range(sampling.max_tokens):
-            token, logprob = sample_tokens(logits, sampling, self.generator)  # [B], [B]
+            token, logprob = sample_tokens(logits, sampling, generator)  # [B], [B]
             for row in range(num_rows):
                 if done[row]:
                     continue
@@ -306,9 +320,10 @@ class HFServer:
 
 
 def sample_tokens(
-    logits: torch.Tensor, sampling: Sampling, generator: torch.Generator
+    logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | list[torch.Generator]
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row of ``logits`` [B, V]; returns ids [B] and their log-probs under temperature."""
+    """Sample one token per row of ``logits`` [B, V] from ``generator`` (one for the batch, or one per row);
+    returns ids [B] and their log-probs under temperature."""
     if sampling.temperature <= 0:
         token = logits.argmax(dim=-1)
         return token, torch.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
@@ -323,5 +338,10 @@ def sample_tokens(
         cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
         drop = cumulative - sorted_logits.softmax(dim=-1) >= sampling.top_p  # keep the token crossing p
         filtered.scatter_(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
-    token = torch.multinomial(filtered.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+    probs = filtered.softmax(dim=-1)  # [B, V]
+    if isinstance(generator, torch.Generator):
+        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    else:  # each row draws from its own generator: a row's token does not depend on the rows beside it
+        token = torch.cat([torch.multinomial(row[None], 1, generator=g)[0]
+                           for row, g in zip(probs, generator, strict=True)])  # fmt: skip
     return token, logprobs.gather(-1, token[:, None]).squeeze(-1)

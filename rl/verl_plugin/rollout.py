@@ -6,16 +6,23 @@ sends its weights to the rollout (``HFServerAdapter.update_weights``, in the tra
 them to the server actor, and tags every output with the step of the weights that produced it
 (``extra_fields["global_steps"]``, which verl's v1 trainer reads). It exists so verl's own trainer runs on a
 machine without a GPU (tests, CI, debugging); on GPUs recipes use vLLM.
+
+Sampling is seeded from ``actor_rollout_ref.rollout.seed``: each turn draws from its own generator, seeded by
+that seed, the weights' step, the request id and the turn's prompt length (``turn_seed``), never from a stream
+shared with whichever turns arrived in the same batch (which depends on timing). With the request ids that
+``rollout.full_determinism`` makes (row and sample, not random), a seeded run's rollouts repeat exactly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 import ray
 import torch
+from verl.workers.config.rollout import RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
@@ -32,10 +39,21 @@ def server_actor_name(replica_rank: int) -> str:
     return f"{SERVER_PREFIX}server_{replica_rank}"
 
 
+def turn_seed(seed: int, global_steps: int | None, request_id: str, num_prompt_tokens: int) -> int:
+    """The sampling seed of one turn: the rollout's ``seed`` mixed with what names the turn (the weights' step,
+    the episode's request id, its prompt length, which grows every turn), as a 63-bit integer.
+
+    >>> turn_seed(42, 1, "det-0-0", 240) == turn_seed(42, 1, "det-0-0", 240) != turn_seed(42, 2, "det-0-0", 240)
+    True
+    """
+    key = f"{seed}/{global_steps}/{request_id}/{num_prompt_tokens}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
 class HFGenerationServer:
     """The Ray actor that holds the rollout model: verl's ``generate`` plus the control calls its replicas get."""
 
-    def __init__(self, model_path: str, response_length: int, seed: int) -> None:
+    def __init__(self, model_path: str, config: RolloutConfig) -> None:
         from ragym.rl.engine.hf_server import HFServer
         from ragym.rl.engine.vision import ImageInputs
         from ragym.rl.models import load_policy
@@ -43,10 +61,11 @@ class HFGenerationServer:
         model, tokenizer, processor = load_policy(model_path)
         model.eval()
         self.model = model
+        self.seed = config.seed
         # batch_wait_s 0: requests that arrive together are batched; none is held back waiting for others.
         self.server = HFServer(
             model, tokenizer, ImageInputs(processor.image_processor),
-            default_max_tokens=response_length, batch_wait_s=0.0, seed=seed,
+            default_max_tokens=config.response_length, batch_wait_s=0.0, seed=config.seed,
         )  # fmt: skip
         self.global_steps: int | None = None
         self.num_weight_updates = 0
@@ -61,9 +80,12 @@ class HFGenerationServer:
         video_data: list[Any] | None = None,
         **kwargs: Any,
     ) -> TokenOutput:
-        """One turn for ``prompt_ids``, tagged with the step of the weights that generated it."""
+        """One turn for ``prompt_ids``, sampled with its ``turn_seed`` (unless the request brings a ``seed``) and
+        tagged with the step of the weights that generated it."""
         if video_data:
             raise ValueError("the hf rollout serves images only; this request carries video")
+        seed = turn_seed(self.seed, self.global_steps, request_id, len(prompt_ids))
+        sampling_params = {"seed": seed, **sampling_params}
         output = await self.server.generate(
             request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, image_data=image_data
         )
@@ -154,7 +176,7 @@ class HFRolloutReplica(RolloutReplica):
             .options(
                 name=server_actor_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency
             )
-            .remote(str(self.model_config.path), self.config.response_length, self.config.seed or 0)
+            .remote(str(self.model_config.path), self.config)
         )
         await server.stats.remote()  # raises here, not at the first request, when the model cannot load
         self.servers = [server]

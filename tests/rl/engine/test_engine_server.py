@@ -118,6 +118,21 @@ def test_identical_prompts_get_the_same_samples_per_request_id_whatever_the_arri
     assert forward["r0"] != forward["r2"] or forward["r1"] != forward["r3"]  # same prompt, own samples
 
 
+def test_a_request_with_a_seed_draws_the_same_tokens_alone_or_in_a_batch():
+    model = build_model()
+    short, long = _prompt(model, 0, "question"), _prompt(model, 0, "a much longer question")
+    seeded = {"prompt_ids": short, "sampling_params": {"temperature": 1.0, "max_tokens": 6, "seed": 11}}
+    unseeded = [
+        {"prompt_ids": p, "sampling_params": {"temperature": 1.0, "max_tokens": 6}} for p in (short, long)
+    ]
+    alone = _run(_server(model, "qwen2_5_vl", seed=7), [seeded])[0].token_ids
+    # Another server seed, padded beside a longer prompt, after rows that draw from the server's generator.
+    other_seed = {**seeded, "sampling_params": {**seeded["sampling_params"], "seed": 12}}
+    batched = _run(_server(model, "qwen2_5_vl", seed=8), [*unseeded, seeded, other_seed])
+    assert batched[2].token_ids == alone
+    assert batched[3].token_ids != alone
+
+
 def test_stop_string_ends_the_turn_at_the_token_that_completes_it():
     model, tok = build_model(), tokenizer()
     prompt = _prompt(model, 0, "question")

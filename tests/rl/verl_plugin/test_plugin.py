@@ -8,6 +8,7 @@ import pytest
 import torch
 from verl.plugin.platform.platform_manager import PlatformRegistry
 from verl.trainer.ppo.v1 import get_trainer_cls
+from verl.workers.config.rollout import RolloutConfig
 from verl.workers.rollout.base import get_rollout_class
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
@@ -73,9 +74,14 @@ def test_text_only_forward_fix_gives_the_vision_output_a_mean() -> None:
     assert BaseModelOutputWithPooling(last_hidden_state=hidden).mean() == hidden.mean()
 
 
+def rollout_config(seed: int) -> RolloutConfig:
+    """verl's rollout section as the replica gets it (``actor_rollout_ref.rollout``)."""
+    return RolloutConfig(name="hf", response_length=8, seed=seed)
+
+
 @pytest.fixture(scope="module")
 def server(tiny_policy_dir) -> HFGenerationServer:
-    return HFGenerationServer(str(tiny_policy_dir("qwen2_5_vl")), response_length=8, seed=0)
+    return HFGenerationServer(str(tiny_policy_dir("qwen2_5_vl")), rollout_config(seed=0))
 
 
 def test_server_tags_outputs_with_the_weights_step(server) -> None:
@@ -98,3 +104,46 @@ def test_server_loads_the_trainers_weights_and_refuses_partial_ones(server) -> N
     with pytest.raises(KeyError, match="does not have"):
         server.update_weights({**state, "lm_head.nonsense": torch.zeros(1)}, global_steps=4)
     assert server.global_steps == 3  # a refused update changes nothing
+
+
+GROUP = [f"det-0-{sample}" for sample in range(4)]
+"""A row's four samples, named as the agent loop names them under ``rollout.full_determinism``."""
+
+
+def sample_group(
+    server: HFGenerationServer, request_ids: list[str], *, together: bool
+) -> dict[str, list[int]]:
+    """Each request's sampled tokens for one prompt: all requests in one batch, or one batch each."""
+    params = {"temperature": 1.0, "max_tokens": 6}
+
+    async def one(request_id: str) -> tuple[str, list[int]]:
+        output = await server.generate(request_id, prompt_ids=[5, 6, 7, 8], sampling_params=params)
+        return request_id, list(output.token_ids)
+
+    async def run() -> list[tuple[str, list[int]]]:
+        if together:
+            return await asyncio.gather(*map(one, request_ids))
+        return [await one(request_id) for request_id in request_ids]
+
+    return dict(asyncio.run(run()))
+
+
+def test_a_seeded_rollout_repeats_however_its_requests_are_batched(tiny_policy_dir) -> None:
+    path = str(tiny_policy_dir("qwen2_5_vl"))
+    first, second = HFGenerationServer(path, rollout_config(5)), HFGenerationServer(path, rollout_config(5))
+    together = sample_group(first, GROUP, together=True)
+    one_by_one = sample_group(second, GROUP[::-1], together=False)
+    assert (first.stats()["num_batches"], second.stats()["num_batches"]) == (1, 4)
+    assert one_by_one == together
+    assert len({tuple(tokens) for tokens in together.values()}) == len(GROUP)  # each sample has its own draws
+
+
+def test_the_rollout_seed_comes_from_the_config_and_each_step_draws_afresh(tiny_policy_dir) -> None:
+    path = str(tiny_policy_dir("qwen2_5_vl"))
+    five = sample_group(HFGenerationServer(path, rollout_config(5)), GROUP, together=True)
+    six = HFGenerationServer(path, rollout_config(6))
+    at_step_none = sample_group(six, GROUP, together=True)
+    assert all(at_step_none[request_id] != five[request_id] for request_id in GROUP)
+    six.set_global_steps(2)  # the same request ids at the next step (verl numbers samples per row)
+    at_step_two = sample_group(six, GROUP, together=True)
+    assert all(at_step_two[request_id] != at_step_none[request_id] for request_id in GROUP)
