@@ -24,7 +24,7 @@ def test_cpu_and_toy_compose_on_every_paper_recipe(recipe: str) -> None:
     assert config.actor_rollout_ref.model.override_config.attn_implementation == "sdpa"
     # One logical GPU per trainer worker for a Ray instance the trainer starts itself.
     assert config.ray_kwargs.ray_init.num_gpus == config.trainer.n_gpus_per_node == 1
-    assert config.data.train_batch_size == 2 and config.trainer.total_training_steps == 2
+    assert config.data.train_batch_size == 4 and config.trainer.total_training_steps == 2
 
 
 def test_a_later_group_wins_and_added_keys_keep_their_plus() -> None:
