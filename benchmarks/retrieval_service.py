@@ -218,6 +218,11 @@ def ready_status(port: int) -> dict:
     return json.loads(conn.getresponse().read())
 
 
+def busy_seconds(port: int, name: str) -> float:
+    """Seconds the service's index calls for retriever ``name`` have run so far (``busy_s`` in ``/ready``)."""
+    return ready_status(port)["batches"][name]["busy_s"]
+
+
 def measure(
     args: argparse.Namespace, index: Any, queries: np.ndarray, requests: list[list[bytes]], name: str
 ) -> dict:
@@ -229,11 +234,9 @@ def measure(
     for r in range(args.rounds):
         one.append(bare_faiss_qps(index, queries, args.clients, args.k, window, 1))
         all_cores.append(bare_faiss_qps(index, queries, args.clients, args.k, window, cores))
-        before, start = ready_status(args.port)["batches"][name]["busy_s"], time.perf_counter()
+        before, start = busy_seconds(args.port, name), time.perf_counter()
         qps, lat = asyncio.run(load(args.port, requests[r], args.clients, window))
-        busy.append(
-            (ready_status(args.port)["batches"][name]["busy_s"] - before) / (time.perf_counter() - start)
-        )
+        busy.append((busy_seconds(args.port, name) - before) / (time.perf_counter() - start))
         served.append(qps)
         latencies.append(lat)
     return {
@@ -277,7 +280,7 @@ def floor_qps(args: argparse.Namespace, dim: int) -> dict[str, float]:
         floors["idle"] = float(np.mean([asyncio.run(load(args.port + 1, windows[r], args.clients, seconds))[0]
                                         for r in range(args.rounds)]))  # fmt: skip
         with cotenants(args.cotenants, args.seconds + 60):
-            floors["busy"] = float(np.mean([asyncio.run(load(args.port + 1, windows[args.rounds + r], args.clients,
+            floors[f"co-tenant x{args.cotenants}"] = float(np.mean([asyncio.run(load(args.port + 1, windows[args.rounds + r], args.clients,
                                                              seconds))[0] for r in range(args.rounds)]))  # fmt: skip
     return floors
 

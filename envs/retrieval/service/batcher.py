@@ -3,17 +3,19 @@
 Each retriever gets one batcher with one worker task. The worker takes every query waiting (up to
 ``max_batch_size``); if fewer are waiting it waits at most ``max_wait_s`` for more, then runs one
 ``batch_search`` per distinct k in worker threads (faiss and bm25s release the GIL, so the event loop
-keeps parsing requests meanwhile). A batch of at least ``2 x min_chunk`` queries may be split into up to ``parallel``
-chunks searched at once (``ragym serve --batch-splits``): with one OpenMP thread per search one index call uses
-one core, so on an idle node splitting uses the others; beside a busy co-tenant it costs, since the batch waits
-for its slowest chunk. With ``encode``, each query's hits are encoded in the same worker thread, so a result
-leaves the batcher in the form the service caches and answers with. Under load, batches grow with the number of concurrent clients, which is
-what keeps throughput near the index's batch throughput instead of its one-query throughput.
+keeps parsing requests meanwhile). A batch of at least ``2 x min_chunk`` queries may be split into up to
+``parallel`` chunks searched at once (``ragym serve --batch-splits``): with one OpenMP thread per search one index
+call uses one core, so on an idle node splitting uses the others; beside a busy co-tenant it costs, since the batch
+waits for its slowest chunk. With ``encode``, each query's hits are encoded in the same worker thread, so a result
+leaves the batcher in the form the service caches and answers with. Under load, batches grow with the number of
+concurrent clients, which is what keeps throughput near the index's batch throughput instead of its one-query
+throughput.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import deque
@@ -132,7 +134,7 @@ class DynamicBatcher:
         bounds = [len(queries) * i // parts for i in range(parts + 1)]
         calls = [
             loop.run_in_executor(self.executor, self._search_chunk, queries[lo:hi], k)
-            for lo, hi in zip(bounds, bounds[1:], strict=False)
+            for lo, hi in itertools.pairwise(bounds)
         ]
         return [hits for chunk in await asyncio.gather(*calls) for hits in chunk]
 
