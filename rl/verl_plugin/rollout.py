@@ -61,11 +61,12 @@ class HFGenerationServer:
         model, tokenizer, processor = load_policy(model_path)
         model.eval()
         self.model = model
-        self.seed = config.seed
+        # a null rollout.seed draws as seed 0, as it did before turns were seeded
+        self.seed = config.seed or 0
         # batch_wait_s 0: requests that arrive together are batched; none is held back waiting for others.
         self.server = HFServer(
             model, tokenizer, ImageInputs(processor.image_processor),
-            default_max_tokens=config.response_length, batch_wait_s=0.0, seed=config.seed,
+            default_max_tokens=config.response_length, batch_wait_s=0.0, seed=self.seed,
         )  # fmt: skip
         self.global_steps: int | None = None
         self.num_weight_updates = 0

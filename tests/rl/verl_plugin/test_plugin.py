@@ -74,7 +74,7 @@ def test_text_only_forward_fix_gives_the_vision_output_a_mean() -> None:
     assert BaseModelOutputWithPooling(last_hidden_state=hidden).mean() == hidden.mean()
 
 
-def rollout_config(seed: int) -> RolloutConfig:
+def rollout_config(seed: int | None) -> RolloutConfig:
     """verl's rollout section as the replica gets it (``actor_rollout_ref.rollout``)."""
     return RolloutConfig(name="hf", response_length=8, seed=seed)
 
@@ -147,3 +147,9 @@ def test_the_rollout_seed_comes_from_the_config_and_each_step_draws_afresh(tiny_
     six.set_global_steps(2)  # the same request ids at the next step (verl numbers samples per row)
     at_step_two = sample_group(six, GROUP, together=True)
     assert all(at_step_two[request_id] != at_step_none[request_id] for request_id in GROUP)
+
+
+def test_a_null_rollout_seed_draws_as_seed_zero(tiny_policy_dir) -> None:
+    path = str(tiny_policy_dir("qwen2_5_vl"))
+    unseeded = sample_group(HFGenerationServer(path, rollout_config(None)), GROUP, together=True)
+    assert unseeded == sample_group(HFGenerationServer(path, rollout_config(0)), GROUP, together=True)
