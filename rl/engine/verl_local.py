@@ -94,10 +94,32 @@ def absolute_paths(config: DictConfig, recipe: Path) -> list[str]:
     return out
 
 
-def verl_command(recipe: str, overrides: list[str], toy: Path | None) -> tuple[list[str], DictConfig]:
-    """The ``main_ppo`` command line for ``recipe`` with the platform's, the toy's and the user's overrides."""
+ROLLOUTS = ("hf", "vllm")
+"""Rollouts ``--rollout`` chooses between on a machine without a GPU (a GPU run uses the recipe's, vLLM)."""
+
+
+def cpu_platform(rollout: str) -> list[str]:
+    """The overrides that run a recipe on this machine's CPU with ``rollout`` serving the policy."""
+    if rollout not in ROLLOUTS:
+        raise UsageError(f"--rollout {rollout}: not a CPU rollout; choose one of {', '.join(ROLLOUTS)}")
+    groups = [platform_overrides("cpu")]
+    if rollout == "vllm":
+        from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_refusal
+
+        refusal = vllm_cpu_refusal()
+        if refusal:
+            raise UsageError(f"--rollout vllm: {refusal}")
+        groups.append(platform_overrides("vllm_cpu"))
+    return merge_overrides(*groups)
+
+
+def verl_command(
+    recipe: str, overrides: list[str], toy: Path | None, rollout: str = "hf"
+) -> tuple[list[str], DictConfig]:
+    """The ``main_ppo`` command line for ``recipe`` with the platform's, the toy's and the user's overrides;
+    ``rollout`` is the CPU rollout (ignored where a GPU runs the recipe as written)."""
     path = resolve_recipe_path(recipe)
-    groups = [] if gpu_present() else [platform_overrides("cpu")]
+    groups = [] if gpu_present() else [cpu_platform(rollout)]
     if toy is not None:
         groups += [platform_overrides("toy"), toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
     merged = merge_overrides(*groups, overrides)
@@ -108,9 +130,11 @@ def verl_command(recipe: str, overrides: list[str], toy: Path | None) -> tuple[l
     return command, config
 
 
-def run_verl(recipe: str, overrides: list[str], *, toy: Path | None = None, network: str = "auto") -> int:
+def run_verl(
+    recipe: str, overrides: list[str], *, toy: Path | None = None, network: str = "auto", rollout: str = "hf"
+) -> int:
     """Run verl's trainer to the end of the recipe; returns its exit status."""
-    command, config = verl_command(recipe, overrides, toy)
+    command, config = verl_command(recipe, overrides, toy, rollout)
     joining = bool(os.environ.get("RAY_ADDRESS"))
     if network == "auto":
         network = "host" if joining or private_network_refusal() else "private"

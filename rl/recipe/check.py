@@ -10,7 +10,7 @@ verl's free-form maps), the sections verl turns into dataclasses must convert, a
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import yaml
@@ -100,6 +100,20 @@ def _ragym_known(path: str) -> bool:
     return False
 
 
+def _dataclass_field(path: str, base: DictConfig) -> bool:
+    """True when ``path`` is a field of the config dataclass verl converts its section into, though verl's
+    YAML leaves it out (``actor_rollout_ref.rollout.enable_sleep_mode``): the dataclass reads it."""
+    import dataclasses
+
+    from hydra.utils import get_class
+
+    section, _, field = path.rpartition(".")
+    if section not in DATACLASS_SECTIONS:
+        return False
+    target = OmegaConf.select(base, f"{section}._target_")
+    return bool(target) and field in {f.name for f in dataclasses.fields(get_class(target))}
+
+
 def _is_known(path: str, base: DictConfig) -> bool:
     """True when ``path`` exists in verl's config, in ragym's section or falls under a free-form map."""
     if any(path == open_map or path.startswith(open_map + ".") for open_map in OPEN_MAPS):
@@ -108,6 +122,8 @@ def _is_known(path: str, base: DictConfig) -> bool:
         return True
     if path == "ragym" or path.startswith("ragym."):
         return _ragym_known(path)
+    if _dataclass_field(path, base):
+        return True
     parts = path.split(".")
     node: object = base
     for depth, part in enumerate(parts):
@@ -165,9 +181,14 @@ def _knob_nodes(node: yaml.MappingNode, prefix: str = "") -> Iterator[tuple[yaml
 
 
 def check_recipe(
-    recipe: str | Path, overrides: list[str] | None = None, *, validate: bool = True
+    recipe: str | Path,
+    overrides: list[str] | None = None,
+    *,
+    validate: bool = True,
+    before_verl: Callable[[DictConfig], None] | None = None,
 ) -> DictConfig:
-    """Compose ``recipe``, reject unknown keys, convert verl's dataclass sections and (``validate``) run
+    """Compose ``recipe``, reject unknown keys, run ``before_verl`` on the composed config (checks that list every
+    problem, ahead of verl's, which stop at the first), convert verl's dataclass sections and (``validate``) run
     verl's ``validate_config``, whose GPU-count rules only apply to jobs that verl itself runs."""
     from verl.utils.config import omega_conf_to_dataclass
 
@@ -178,6 +199,8 @@ def check_recipe(
             f"{', '.join(unknown)}; check the spelling"
         )
     config = load_recipe(recipe, overrides)
+    if before_verl is not None:
+        before_verl(config)
     for section in DATACLASS_SECTIONS:
         omega_conf_to_dataclass(OmegaConf.select(config, section))
     if validate:

@@ -1,0 +1,54 @@
+"""The vLLM worker extension of ragym's CPU vLLM rollout; imported by vLLM's worker processes only (it imports
+vLLM), through ``engine_kwargs.vllm.worker_extension_cls`` in ``recipes/platforms/vllm_cpu.yaml``."""
+
+from __future__ import annotations
+
+import torch
+from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
+from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
+from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+WORKER_EXTENSION = "ragym.rl.verl_plugin.vllm_worker.CPUWorkerExtension"
+"""The vLLM worker extension a CPU run names (``engine_kwargs.vllm.worker_extension_cls``, vllm_cpu.yaml)."""
+
+
+class CPUWorkerExtension(vLLMColocateWorkerExtension):
+    """verl's vLLM worker extension with a weight sync that vLLM's CPU backend can take, step after step.
+
+    vLLM's CPU backend repacks each linear weight for its GEMM kernels after loading and leaves the layer
+    without its checkpoint-format parameter (``dispatch_cpu_unquantized_gemm(..., remove_weight=True)``), so
+    verl's plain ``load_weights`` of the next step's tensors finds nothing to load into. vLLM's own layerwise
+    reload restores each layer's checkpoint-format parameters, loads, and re-packs once a layer is complete:
+    the weights then equal a fresh load of the same tensors (tests/rl/verl_plugin/test_vllm_cpu.py).
+    """
+
+    def update_weights_from_ipc(
+        self, peft_config: dict | None = None, base_sync_done: bool = False, use_shm: bool = False
+    ) -> None:
+        """Receive the trainer's full weights bucket by bucket and reload them in place."""
+        if peft_config:
+            raise NotImplementedError("ragym's CPU vLLM rollout syncs full weights only (no LoRA adapters)")
+        model = self.model_runner.model
+        initialize_layerwise_reload(model)
+
+        def load(weights: list[tuple[str, torch.Tensor]], is_last: bool) -> None:
+            # The receiver hands out views of its shared-memory bucket, which the next bucket overwrites while
+            # a half-loaded layer still holds them (and whose close fails while they live): load copies.
+            self._update_weights([(name, tensor.clone()) for name, tensor in weights], None, False)
+
+        receiver = BucketedWeightReceiver(zmq_handle=self._get_zmq_handle(), device="cpu", use_shm=use_shm)
+        receiver.receive_weights(on_bucket_received=load)
+        finalize_layerwise_reload(model, self.model_runner.vllm_config.model_config)
+        _repack_embeddings(model)
+
+
+def _repack_embeddings(model: object) -> None:
+    """Re-pack every vocabulary embedding's GEMM copy from its (reloaded) weight.
+
+    A tied output layer shares the embedding's weight but keeps a packed copy of its own for the logits GEMM;
+    the layerwise reload processes only one owner of a tied parameter (vLLM's stated limitation), so the
+    output layer would go on computing logits from the old weights."""
+    for module in model.modules():
+        if isinstance(module, VocabParallelEmbedding):
+            module.quant_method.process_weights_after_loading(module)
