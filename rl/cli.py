@@ -90,7 +90,7 @@ def _usage() -> str:
 
 
 def user_error(err: BaseException) -> str | None:
-    """The one-line message for a user error (ragym's ``UsageError`` or a library error that means one: a
+    """The message for a user error, one line per problem (ragym's ``UsageError`` or a library error that means one: a
     missing file, malformed YAML, a bad Hydra override, a model path that is neither a folder nor a hub id);
     None for anything else, which is a bug and keeps its traceback."""
     from ragym.rl.errors import UsageError
@@ -161,7 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         message = None if debug else user_error(err)
         if message is None:
             raise
-        print(f"ragym {name}: {message} (--debug shows the traceback)", file=sys.stderr)
+        *problems, last = message.splitlines() or [message]
+        for line in problems:  # several problems: one line each
+            print(f"ragym {name}: {line}", file=sys.stderr)
+        print(f"ragym {name}: {last} (--debug shows the traceback)", file=sys.stderr)
         return 2
 
 

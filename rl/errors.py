@@ -7,5 +7,6 @@ class UsageError(ValueError):
     """Something the user gave (a flag, a file, a recipe, a row) is wrong; the message says what and what to do.
 
     ``ragym.rl.cli`` prints ``ragym COMMAND: <message>`` without a traceback (``--debug`` shows it); library errors
-    that mean the same (a missing file, a malformed recipe) are converted to it at the command's edge.
+    that mean the same (a missing file, a malformed recipe) are converted to it at the command's edge. A message
+    of several lines is several problems found at once (``ragym submit``'s size checks): one printed line each.
     """

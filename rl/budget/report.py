@@ -21,7 +21,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from ragym.envs.registry import make_env
-from ragym.rl.budget.episodes import SUPPORTED_ENVS, play_longest
+from ragym.rl.budget.episodes import SUPPORTED_ENVS, Played, play_longest
 from ragym.rl.budget.tokens import EpisodeTokens, PixelRule, TextCounter, count_episode, pixel_rule
 from ragym.rl.data.rows import DataError
 from ragym.rl.errors import UsageError
@@ -75,6 +75,15 @@ class RowEpisodes:
         env = self.env(spec)
         played = play_longest(spec.env_id, env, spec.env_options, spec.seed, self.max_turns)
         return count_episode(played, env.system_prompt, spec.seed, spec.env_id, text, pixels, action_tokens)
+
+    def measure_prompt(self, row: dict[str, Any], text: TextCounter, pixels: PixelRule) -> EpisodeTokens:
+        """The row's prompt alone (its env reset, nothing played), counted: what the agent loop sends first."""
+        from ragym.rl.agent_loop.observations import EpisodeSpec
+
+        spec = EpisodeSpec.from_extra_info(dict(row["extra_info"]))
+        env = self.env(spec)
+        obs, _ = env.reset(seed=spec.seed, options=spec.env_options)
+        return count_episode(Played([], [obs]), env.system_prompt, spec.seed, spec.env_id, text, pixels, 0)
 
     def close(self) -> None:
         """Close the envs built."""

@@ -1,7 +1,8 @@
 """``ragym submit`` and ``ragym jobs``: run a recipe as a Ray job and follow it.
 
 ``ragym submit RECIPE [overrides...]`` checks the recipe locally (verl's schema and validation, so a typo
-fails here and not after the upload), then submits the job that ``ray job submit`` would: the repository
+fails here and not after the upload; for verl jobs, the sizes verl and vLLM would refuse on the cluster's GPUs:
+``ragym.rl.cluster.sizes``, every problem one line), then submits the job that ``ray job submit`` would: the repository
 as the job's working directory with ragym's code beside it as the ``ragym`` package (Ray's ``py_modules``: every
 node imports ``ragym.envs``, ``ragym.rl``... from the submitted copy, whatever is installed there), the ragym
 environment variables of the submitting shell, optional pip packages, and the entry point: verl's
@@ -18,6 +19,7 @@ import argparse
 import asyncio
 import atexit
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -30,11 +32,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from ragym.rl.budget.prompts import LongestPrompt, longest_prompt, recipe_data_files
+from ragym.rl.cluster.sizes import check_sizes
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path, validate_recipe
 from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides
 from ragym.rl.recipe.retrieval import URL_KEY, recipe_retrieval_url
+
+logger = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 """The repository: shipped as the job's working directory."""
@@ -171,10 +177,15 @@ def build_submission(
         overrides = merge_overrides(cluster_overrides("cpu"), overrides)
     if retrieval is not None:  # the deployed service is the recipe's address (++: set or add the key)
         overrides.append(f"++{URL_KEY}={retrieval.url}")
-    config = check_recipe(path, overrides, validate=False)
+
+    def sizes(config: Any) -> None:  # verl jobs: every size verl or vLLM would refuse on the cluster, at once
+        if _engine(config, engine) == "verl":
+            at = check_sizes(config, recipe_prompt(config, repo_root))
+            logger.info("sizes checked for %s (data-parallel %d)", at.describe(), at.data_parallel)
+
+    config = check_recipe(path, overrides, validate=False, before_verl=sizes)
     url = recipe_retrieval_url(config)
-    if engine == "auto":
-        engine = "local" if OmegaConf.select(config, "ragym.engine") is not None else "verl"
+    engine = _engine(config, engine)
     if engine == "local":
         if cluster:
             raise UsageError(
@@ -207,6 +218,25 @@ def build_submission(
         runtime_env["pip"] = list(pip)
     job_id = submission_id or f"ragym-{path.stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     return Submission(job_id, engine, entrypoint, runtime_env)
+
+
+def _engine(config: Any, engine: str) -> str:
+    """``auto``: the local engine for a recipe with a ``ragym.engine`` section, else verl."""
+    if engine != "auto":
+        return engine
+    return "local" if OmegaConf.select(config, "ragym.engine") is not None else "verl"
+
+
+def recipe_prompt(config: Any, repo_root: Path) -> LongestPrompt | None:
+    """The longest prompt of the recipe's data files that are here (relative ones under the working dir the job
+    runs in), counted as ``ragym budget`` counts it; None when none is here (the checks then rely on the cap)."""
+    files = recipe_data_files(config, repo_root)
+    present = [path for path in files if path.is_file()]
+    if not present:
+        logger.info("prompts not counted: the recipe's data files are not here (%s); the checks take prompts at "
+                    "data.max_prompt_length", ", ".join(map(str, files)) or "none set")  # fmt: skip
+        return None
+    return longest_prompt(config, present)
 
 
 def _client(address: str) -> Any:
