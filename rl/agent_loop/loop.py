@@ -290,7 +290,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
             response_mask=episode.response_mask,
             response_logprobs=episode.response_logprobs,
             multi_modal_data={"images": episode.images} if episode.images else {},
-            num_turns=len(episode.messages) + 1,
+            num_turns=_num_turns(episode.messages),
             metrics=episode.metrics,
             extra_fields=extra_fields,
         )
@@ -304,6 +304,13 @@ def _one_line(err: BaseException) -> str:
     """``Type: first line of the message``, for events and logs."""
     lines = str(err).strip().splitlines()
     return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def _num_turns(messages: list[dict[str, Any]]) -> int:
+    """Turns as verl's own multi-turn loop counts them (``user_turns + assistant_turns + 1``, tool_agent_loop.py):
+    the prompt, every observation after it, every generated turn; the system prompt is none. The last generated
+    turn is never in ``messages`` (each is added with the observation that follows it), hence the + 1."""
+    return sum(message["role"] != "system" for message in messages) + 1
 
 
 def _turn_ids(spans: list[tuple[int, int]], mask: list[int]) -> list[int]:

@@ -139,6 +139,8 @@ def test_turn_budgets(tiny_policy_dir, max_assistant_turns, env_max_turns, num_t
     row = _row(env_kwargs={"max_turns": env_max_turns})
     out, server = _run(processor, [SEARCH, SEARCH, SEARCH, ANSWER], config=config, row=row)
     assert len(out.extra_fields["turns"]) == len(server.calls) == num_turns
+    # verl's count (tool_agent_loop.py): the prompt, every turn, and an observation after every turn but the last.
+    assert out.num_turns == 1 + num_turns + (num_turns - 1)
     truncations = [e for e in out.extra_fields["events"] if e["type"] == "truncated"]
     assert out.extra_fields["truncated"] is (reason is not None)
     assert [e["reason"] for e in truncations] == ([reason] if reason else [])

@@ -76,6 +76,7 @@ def test_a_failed_reset_is_an_error_episode_with_no_trainable_token(processor):
     assert sum(output.response_mask) == 0
     # One request for the weights' step tags, which verl's v1 trainer reads from every trajectory.
     assert len(server.calls) == 1 and server.calls[0]["params"]["max_tokens"] == 1
+    assert output.num_turns == 2  # the placeholder prompt and the one generated token, as verl counts them
     assert "min_global_steps" in output.extra_fields and "max_global_steps" in output.extra_fields
     metrics = output.extra_fields["episode_metrics"]
     assert metrics["errors"] == 1.0 and "searches" not in metrics  # the env's own metrics do not apply
@@ -89,6 +90,7 @@ def test_a_step_that_raises_ends_the_episode_with_its_events_kept(processor):
     assert events[-1] == {"type": "episode_error", "turn": 1, "stage": "step",
                           "error": "ConnectionError: retrieval server at http://127.0.0.1:1 is dead"}  # fmt: skip
     assert len(server.calls) == 2 and output.extra_fields["turns"] == [SEARCH, SEARCH]
+    assert output.num_turns == 1 + 2 + 1  # the prompt, two turns, the observation of the first
     assert sum(output.response_mask) == 0 and len(output.response_ids) > 10
     assert output.extra_fields["episode_metrics"]["errors"] == 1.0
     assert _score(output)["score"] == 0.0
