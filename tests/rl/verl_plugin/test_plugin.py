@@ -14,7 +14,7 @@ from verl.workers.rollout.replica import RolloutReplicaRegistry
 
 from ragym.rl.verl_plugin import plugin
 from ragym.rl.verl_plugin.platform import PlatformCPU
-from ragym.rl.verl_plugin.rollout import HFGenerationServer, HFRolloutReplica, HFServerAdapter
+from ragym.rl.verl_plugin.rollout import HFGenerationServer, HFRolloutReplica, HFServerAdapter, turn_seed
 from ragym.rl.verl_plugin.trainer import RagymTrainer
 
 
@@ -153,3 +153,23 @@ def test_a_null_rollout_seed_draws_as_seed_zero(tiny_policy_dir) -> None:
     path = str(tiny_policy_dir("qwen2_5_vl"))
     unseeded = sample_group(HFGenerationServer(path, rollout_config(None)), GROUP, together=True)
     assert unseeded == sample_group(HFGenerationServer(path, rollout_config(0)), GROUP, together=True)
+
+
+def test_the_turns_of_one_episode_draw_their_own_seeds(server, monkeypatch) -> None:
+    """An episode's turns share the request id, the weights' step and the rollout seed; only the prompt, which grows
+    by the turn and its observation, tells them apart. Seeded alike, every turn would replay the first turn's
+    random draws."""
+    assert turn_seed(5, 2, "det-0-0", 240) != turn_seed(5, 2, "det-0-0", 241)
+    seeds = []
+    inner = server.server.generate
+
+    async def recording(request_id, **kwargs):
+        seeds.append(kwargs["sampling_params"]["seed"])
+        return await inner(request_id, **kwargs)
+
+    monkeypatch.setattr(server.server, "generate", recording)
+    params = {"temperature": 1.0, "max_tokens": 4}
+    for prompt in ([5, 6, 7, 8], [5, 6, 7, 8, 9, 10, 11]):  # a turn, then the next: the same request id
+        asyncio.run(server.generate("det-0-0", prompt_ids=prompt, sampling_params=params))
+    assert seeds == [turn_seed(server.seed, server.global_steps, "det-0-0", n) for n in (4, 7)]
+    assert seeds[0] != seeds[1]
