@@ -116,6 +116,40 @@ def test_errors_are_not_cached() -> None:
     assert len(recording.calls) == 2
 
 
+def test_the_same_vector_sent_to_two_retrievers_gets_each_ones_answer() -> None:
+    """A KB serves its entities' image vectors and its passages' dense vectors side by side, often at one
+    dimension: a vector's cache entry is its retriever's, or the second retriever answers with the first's hits."""
+    from ragym.envs.retrieval.retrievers import FaissRetriever
+
+    def retriever(prefix: str, seed: int) -> Recording:
+        vectors = np.random.default_rng(seed).standard_normal((200, 16)).astype(np.float32)
+        return Recording(
+            FaissRetriever.from_vectors(vectors, [f"{prefix}{i}" for i in range(200)], lambda r: {})
+        )
+
+    image, passage = retriever("entity-", 0), retriever("passage-", 1)
+    app = RetrievalApp({"image": Served(image, "vector", 16), "passage": Served(passage, "vector", 16)},
+                       ServiceConfig(max_wait_ms=20))  # fmt: skip
+    query = np.random.default_rng(2).standard_normal(16).astype(np.float32)
+
+    async def docids(name: str) -> list[str]:
+        (encoded,) = await app.search(name, [query], 3)
+        return [hit["docid"] for hit in loads(encoded)]
+
+    async def run() -> tuple[list[list[str]], list[list[str]]]:
+        await app.start()
+        # The second in flight as the first is searched (joined), then both finished (from the cache).
+        together = await asyncio.gather(docids("image"), docids("passage"))
+        one_after_the_other = [await docids("image"), await docids("passage")]
+        return list(together), one_after_the_other
+
+    together, cached = asyncio.run(run())
+    expected = [[h.docid for h in r.inner.search(query, 3)] for r in (image, passage)]
+    assert expected[0][0].startswith("entity-") and expected[1][0].startswith("passage-")
+    assert together == cached == expected
+    assert len(image.calls) == len(passage.calls) == 1  # each searched once; the repeats came from the cache
+
+
 def test_text_queries_are_normalised_before_search_and_caching() -> None:
     assert normalise_query("  who  built\tthe\n bridge ") == "who built the bridge"
     assert normalise_query("ﬁre") == "fire"  # NFKC folds the ligature
