@@ -120,6 +120,7 @@ class HFServer:
         self.generator = torch.Generator().manual_seed(seed)
         eos = model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
+        self.banned_ids = torch.tensor(vision_placeholder_ids(model.config))  # [P]
         self.pad_id = tokenizer.pad_token_id
         self.stats = ServerStats()
         self._pending: list[_Request] = []
@@ -285,6 +286,7 @@ class HFServer:
         stop_ids = self.eos_ids | set(sampling.stop_token_ids)
         window = max((len(s) for s in sampling.stop), default=0) + 2
         for step in range(sampling.max_tokens):
+            logits.index_fill_(-1, self.banned_ids, float("-inf"))  # as verl's vLLM server masks them
             token, logprob = sample_tokens(logits, sampling, generator)  # [B], [B]
             for row in range(num_rows):
                 if done[row]:
@@ -317,6 +319,13 @@ class HFServer:
             return False
         tail = self.tokenizer.decode(ids[-window:], skip_special_tokens=False)
         return any(s in tail for s in stop)
+
+
+def vision_placeholder_ids(config: Any) -> list[int]:
+    """Token ids a policy must never sample: the image and video placeholders, which mean something only with
+    an image or video behind them (a sampled one breaks the pairing of placeholders with ``image_grid_thw`` in
+    every later forward pass, verl #7038). verl's vLLM server masks the same ids."""
+    return [config.image_token_id, config.video_token_id]
 
 
 def sample_tokens(

@@ -183,3 +183,27 @@ def test_sampling_filters(params, allowed):
 def test_unsupported_sampling_is_an_error():
     with pytest.raises(ValueError, match="repetition_penalty"):
         Sampling.from_params({"repetition_penalty": 1.2}, default_max_tokens=4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_policy_never_samples_a_vision_placeholder(arch):
+    """verl #7038: a sampled image / video placeholder has no image behind it and breaks every later forward.
+    The logits are forced toward both placeholders; sampling must still pick something else."""
+    model = build_model(arch)
+    placeholders = [model.config.image_token_id, model.config.video_token_id]
+
+    def favour_placeholders(module, args, output):
+        output.logits[..., placeholders] += 1e4
+        return output
+
+    model.register_forward_hook(favour_placeholders)
+    server = _server(model, arch)
+    params = {"temperature": 1.0, "max_tokens": 8}
+    requests = [
+        {"prompt_ids": _prompt(model, 0, f"question {i}"), "sampling_params": params} for i in range(4)
+    ]
+    outputs = _run(server, requests)
+    sampled = {token for output in outputs for token in output.token_ids}
+    assert len(sampled) > 0
+    assert sampled.isdisjoint(placeholders)
+    assert all(np.isfinite(output.log_probs).all() for output in outputs)
