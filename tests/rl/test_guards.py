@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,56 @@ def with_(step: int, **changes: float) -> dict[str, float]:
 def test_each_guard_fires_on_its_collapse(name, stream, fired_at):
     firings = run(stream)
     assert [(f.guard, f.step) for f in firings] == [(name, fired_at)]
+
+
+def _just_below(value: float) -> float:
+    """The largest float below ``value``: the other side of a threshold, as close as a float gets."""
+    return math.nextafter(value, -math.inf)
+
+
+ENTROPY = {"action": "warn", "threshold": 0.05, "steps": 1}
+CLIP = {"action": "warn", "metric": "response_length/clip_ratio", "threshold": 0.5, "above": True, "steps": 1}
+IDENT = {"action": "warn", "threshold": 0.05, "steps": 1}
+SHARE = {"action": "warn", "min_share": 0.5, "steps": 1}
+FORMAT = {"action": "warn", "window": 2, "min_rise": 0.5, "max_outcome_rise": 0.25}
+SEARCH = {"action": "warn", "steps": 1}
+
+
+def _format(late_format: float, late_outcome: float) -> list[dict[str, float]]:
+    """Two steps: format 0.25 -> ``late_format``, outcome 0 -> ``late_outcome`` (dyadic: the rises are exact)."""
+    return [{"reward/format": 0.25, "reward/outcome": 0.0},
+            {"reward/format": late_format, "reward/outcome": late_outcome}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "stream", "fires"),
+    [
+        # A floor fires below its threshold (docs: entropy < threshold), not at it.
+        ("entropy_floor", ENTROPY, [{"actor/entropy": 0.05}], False),
+        ("entropy_floor", ENTROPY, [{"actor/entropy": _just_below(0.05)}], True),
+        ("val_ident_floor", IDENT, [{"val/episode/ident_acc": 0.05}], False),
+        ("val_ident_floor", IDENT, [{"val/episode/ident_acc": _just_below(0.05)}], True),
+        # A ceiling (above: true) fires at its threshold (clip_ratio >= threshold), not just below it.
+        ("length_limit", CLIP, [{"response_length/clip_ratio": 0.5}], True),
+        ("length_limit", CLIP, [{"response_length/clip_ratio": _just_below(0.5)}], False),
+        # A decision share fires at min_share (share >= min_share): 1 of 1 + 1 is exactly 0.5.
+        ("reject_all", SHARE, [{"episode/actions/reject": 1.0, "episode/actions/rerank": 1.0}], True),
+        ("reject_all", SHARE, [{"episode/actions/reject": _just_below(1.0), "episode/actions/rerank": 1.0}], False),
+        ("accept_all", {**SHARE, "metric": "episode/actions/rerank", "other_metric": "episode/actions/reject"},
+         [{"episode/actions/rerank": 1.0, "episode/actions/reject": 1.0}], True),
+        # Format rising by min_rise counts (>=), by less does not; an outcome rising by max_outcome_rise is not
+        # flat (< max_outcome_rise), by less it is.
+        ("format_only", FORMAT, _format(0.75, 0.0), True),
+        ("format_only", FORMAT, _format(_just_below(0.75), 0.0), False),
+        ("format_only", FORMAT, _format(0.75, 0.25), False),
+        ("format_only", FORMAT, _format(0.75, _just_below(0.25)), True),
+        # No search means 0 searches; the smallest positive mean is a search.
+        ("no_search", SEARCH, [{"episode/searches": 0.0}], True),
+        ("no_search", SEARCH, [{"episode/searches": math.nextafter(0.0, 1.0)}], False),
+    ],
+)  # fmt: skip
+def test_each_guard_at_exactly_its_threshold(name, config, stream, fires):
+    assert bool(run(stream, {name: config})) is fires
 
 
 def test_no_search_does_not_fire_once_any_step_searched():
