@@ -105,11 +105,14 @@ def _turn_flags(episode: Episode) -> list[bool]:
         flags[turn] = flags.get(turn, True) and event.get("well_formed") is True
     missing = [t for t in range(len(episode.turns)) if t not in flags]
     if missing:
-        # Turns the env never saw (a reply cut by the length budget) are judged by the env's own parser.
+        # Turns the env never saw (a reply cut by the length budget) are judged by the env's own parser,
+        # with the action set the episode ran with (no Reject under allow_reject=False).
         from ragym.envs.kbvqa.actions import ParseError, parse_action
 
+        allow_reject = all(task.get("allow_reject", True) for task in events_of(episode.events, "task"))
         for t in missing:
-            flags[t] = not isinstance(parse_action(episode.turns[t]), ParseError)
+            parsed = parse_action(episode.turns[t], allow_reject=allow_reject)
+            flags[t] = not isinstance(parsed, ParseError)
     return [flags[t] for t in sorted(flags)]
 
 

@@ -3,7 +3,9 @@
 Both are computed from the env's events only. Correctness is recomputed from the batch the env served
 (its ``search_image`` event), not taken from a ``correct`` flag, and at most one decision per
 (image, batch) counts, so even a misbehaving env cannot let a policy farm reward by repeating
-``Rerank(e*)`` or rejecting beyond ``Rej_max``.
+``Rerank(e*)`` or rejecting beyond ``Rej_max``. Whether a Reject at the limit (of an image's last allowed
+batch, which Algorithm S1 answers with the boundary prompt and does not count) is paid is the recipe's
+``pay_reject_at_limit``; it too is recomputed from the served batches, not taken from the event's flag.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragym.envs.events import events_of
+from ragym.envs.kbvqa.metrics import limit_batches
 from ragym.rewards.episode import Episode
 from ragym.rewards.registry import register_reward
 
@@ -31,6 +34,12 @@ class VerificationParams:
     plus one per rejection) can earn reward. Null reads it from the episode's ``task`` event (the limit the
     env ran with); set, it must equal that limit (a mismatch raises), so a Rej_max sweep cannot be scored
     with another limit. Null with no ``task`` event trusts the env to serve no more."""
+    pay_reject_at_limit: bool = False
+    """Pay a Reject() of an image's last allowed batch (issued when its RejCount already equals Rej_max) like
+    any other: delta when the gold is not in the batch. Algorithm S1 (lines 14-20) answers that Reject with
+    the boundary prompt and does not count it as a rejection, so by default it earns nothing: a policy that
+    rejects every batch is not paid for a Reject that changed nothing, and at Rej_max = 0 (Table 7) no Reject
+    is paid. True reads Eq. 4's "every verification decision" as including it (docs/rewards.md)."""
 
     def __post_init__(self) -> None:
         if (
@@ -43,6 +52,8 @@ class VerificationParams:
             raise ValueError(f"delta must be a finite number >= 0, got {self.delta!r}")
         if self.rej_max is not None and (not isinstance(self.rej_max, int) or self.rej_max < 0):
             raise ValueError(f"rej_max must be null or an int >= 0, got {self.rej_max!r}")
+        if not isinstance(self.pay_reject_at_limit, bool):
+            raise ValueError(f"pay_reject_at_limit must be true or false, got {self.pay_reject_at_limit!r}")
 
 
 def served_batches(episode: Episode, rej_max: int | None = None) -> dict[BatchKey, dict[str, Any]]:
@@ -84,7 +95,9 @@ def _rho(decision: dict[str, Any], batch: dict[str, Any], delta: float) -> float
 
 @register_reward("verification", params=VerificationParams)
 def verification(episode: Episode, **params: Any) -> float | None:
-    """R_ver (Eq. 3): sum of rho over the first decision on each served batch of every query image.
+    """R_ver (Eq. 3): sum of rho over the first decision on each served batch of every query image; a Reject
+    at the limit counts only with ``pay_reject_at_limit`` and a Reject of an episode run without the Reject
+    action (``allow_reject=False``) never does.
 
     None when no served batch has a gold entity (nothing to verify against).
 
@@ -106,9 +119,13 @@ def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, f
     None when no served batch has a gold entity (as ``verification``).
     """
     cfg = VerificationParams(**params)
-    batches = served_batches(episode, episode_rej_max(episode, cfg.rej_max))
+    rej_max = episode_rej_max(episode, cfg.rej_max)
+    batches = served_batches(episode, rej_max)
     if not any(batch.get("gold_entity") is not None for batch in batches.values()):
         return None
+    # Without the Reject action (Table 5's "w/o Reject") no Reject is paid, even one a broken env recorded.
+    rejects_pay = all(task.get("allow_reject", True) for task in events_of(episode.events, "task"))
+    at_limit = set() if cfg.pay_reject_at_limit else _rejects_at_limit(episode, rej_max)
     counted, decided = [], set()
     for decision in events_of(episode.events, "verification"):
         key = (decision["image"], decision["batch_id"])
@@ -119,8 +136,19 @@ def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, f
         # A decision on a batch that was never served (or lies beyond Rej_max) earns nothing.
         if batch is None or batch.get("gold_entity") is None:
             continue
+        if decision["decision"] == "reject" and (not rejects_pay or key in at_limit):
+            continue
         counted.append((int(decision["turn"]), _rho(decision, batch, cfg.delta)))
     return counted
+
+
+def _rejects_at_limit(episode: Episode, rej_max: int | None) -> set[BatchKey]:
+    """The batches a Reject of which is at the limit: each image's (Rej_max + 1)-th served batch, or, with no
+    known limit, the ones whose Reject the env flagged ``at_limit``."""
+    if rej_max is not None:
+        return limit_batches(episode.events, rej_max)
+    decisions = events_of(episode.events, "verification")
+    return {(d["image"], d["batch_id"]) for d in decisions if d.get("at_limit")}
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,9 @@ Grammar of one turn (MMAgent-R², Table 1 and Appendix B; whitespace around bloc
     decision := "Reject()" | ENTITY_NAME                  # Rerank(e) is the bare entity name
                                                           # (KBVQA-Demo-v0 also resolves a number)
 
+Without the Reject action (``allow_reject=False``, MMAgent-R² Table 5's "w/o Reject") ``Reject()`` is a
+``reject_not_allowed`` parse error, not an entity name.
+
 The paper has three stop strings (``</search_call>``, ``</rerank>``, ``</answer>``), so both searches share
 ``<search_call>`` and Reject lives inside ``<rerank>`` as ``Reject()``. The reason block is required, text
 outside the blocks is not allowed, and tags never nest. ``parse_action`` is also what the reward module
@@ -78,7 +81,8 @@ class ParseError:
 
     reason: str
     """``oversized``, ``no_action``, ``multiple_actions``, ``nested_tags``, ``unbalanced_tags``,
-    ``missing_reason``, ``multiple_reasons``, ``text_outside_tags``, ``reason_after_action`` or ``bad_argument``."""
+    ``missing_reason``, ``multiple_reasons``, ``text_outside_tags``, ``reason_after_action``, ``bad_argument``
+    or ``reject_not_allowed``."""
     message: str
     """Plain-language explanation shown to the policy in the next observation."""
 
@@ -125,7 +129,7 @@ def _parse_call(inner: str) -> Action | ParseError:
     return ParseError("bad_argument", "<search_call> must hold SearchImage(j) or SearchText([...]).")
 
 
-def _parse_block(tag: str, inner: str) -> Action | ParseError:
+def _parse_block(tag: str, inner: str, allow_reject: bool) -> Action | ParseError:
     """The typed action for one action block."""
     if tag == "search_call":
         return _parse_call(inner)
@@ -134,11 +138,20 @@ def _parse_block(tag: str, inner: str) -> Action | ParseError:
         return ParseError("bad_argument", f"<{tag}> is empty.")
     if tag == "answer":
         return Answer(body)
-    return Reject() if body == REJECT_TOKEN else Rerank(body)
+    if body != REJECT_TOKEN:
+        return Rerank(body)
+    return Reject() if allow_reject else ParseError("reject_not_allowed", NO_REJECT)
 
 
-def parse_action(text: str, *, max_chars: int = MAX_TURN_CHARS) -> Action | ParseError:
-    """Parse one policy turn into a typed action, or explain why it is not well formed."""
+NO_REJECT = "there is no Reject() in this setting; confirm a candidate with <rerank>NAME</rerank> or go on."
+"""The parse-error message for ``Reject()`` without the Reject action."""
+
+
+def parse_action(
+    text: str, *, max_chars: int = MAX_TURN_CHARS, allow_reject: bool = True
+) -> Action | ParseError:
+    """Parse one policy turn into a typed action, or explain why it is not well formed (``allow_reject``
+    False: the env offers no Reject, so ``Reject()`` is malformed)."""
     if len(text) > max_chars:
         return ParseError("oversized", f"the turn has {len(text)} characters; the limit is {max_chars}.")
     blocks = _blocks(text)
@@ -159,7 +172,7 @@ def parse_action(text: str, *, max_chars: int = MAX_TURN_CHARS) -> Action | Pars
         return ParseError("reason_after_action", "the <reason> block must come before the action tag.")
     if text[:r_start].strip() or text[r_end:a_start].strip() or text[a_end:].strip():
         return ParseError("text_outside_tags", "write nothing outside the <reason> block and the action tag.")
-    return _parse_block(tag, inner)
+    return _parse_block(tag, inner, allow_reject)
 
 
 def format_action(action: Action, reason: str = "") -> str:

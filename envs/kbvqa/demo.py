@@ -101,7 +101,9 @@ class KBVQADemoEnv(KBVQAEnv):
                 f"the visual-signature aids need signatures, and the KB at {self.kb.root} has none"
             )
         if self.aids.rerank_by_index:
-            self.system_prompt = prompts.system_prompt(self.config.max_turns, [INDEX_RERANK_LINE])
+            self.system_prompt = prompts.system_prompt(
+                self.config.max_turns, [INDEX_RERANK_LINE], allow_reject=self.config.allow_reject
+            )
             self.rerank_argument = "a name or candidate number"
         if not self.aids.verification_actions:
             if self.config.max_rejections != 0:

@@ -7,8 +7,12 @@ Rerank(e), Reject() and Answer(y) (grammar in ``ragym.envs.kbvqa.actions``; stop
 - SearchImage(j) serves the next non-overlapping batch of K candidates of image j and makes j active.
   Each image gets at most ``max_rejections + 1`` batches; past that, the boundary prompt is returned.
 - Each batch admits one verification decision (Rerank of one of its names, or Reject()). Reject()
-  serves the next batch of the active image (or the boundary prompt at the limit). A second decision on
-  the same batch is a ``protocol_violation`` and changes nothing, so repeating Rerank(e*) earns nothing.
+  serves the next batch of the active image and counts as one of its rejections; on the image's last
+  allowed batch (its RejCount already Rej_max) it brings the boundary prompt instead and is not counted
+  (Algorithm S1, lines 14-20; the ``verification`` event says ``at_limit``). A second decision on the same
+  batch is a ``protocol_violation`` and changes nothing, so repeating Rerank(e*) earns nothing.
+- ``allow_reject=False`` (Table 5's "w/o Reject"): the system prompt lists no Reject, the parser reads
+  ``Reject()`` as a malformed turn, and the ``task`` event says so for the rewards.
 - Malformed turns and forbidden actions never raise: the observation says what was wrong, an event is
   recorded, and the turn is used.
 - Truncation rule: when one turn is left the observation asks for the answer; if turn ``max_turns`` is not
@@ -74,6 +78,11 @@ class KBVQAConfig:
     """K: candidates per SearchImage batch."""
     max_rejections: int = 2
     """Rej_max: rejections per query image; an image gets at most Rej_max + 1 batches."""
+    allow_reject: bool = True
+    """Offer the Reject action. False is MMAgent-R² Table 5's "w/o Reject": no Reject in the system prompt,
+    ``Reject()`` is a format error, and the verification reward pays none; needs ``max_rejections=0`` (one
+    batch per image: without Reject there is no candidate expansion). Not the same as Table 7's Rej_max = 0,
+    where Reject is offered and brings the boundary prompt."""
     max_turns: int = 8
     """T_max: policy turns per episode."""
     text_top_k: int = 3
@@ -117,6 +126,11 @@ class KBVQAConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"KBVQAConfig.{name} must be an int >= {least}, got {value!r}")
+        if not isinstance(self.allow_reject, bool):
+            raise ValueError(f"KBVQAConfig.allow_reject must be true or false, got {self.allow_reject!r}")
+        if not self.allow_reject and self.max_rejections != 0:
+            raise ValueError("KBVQAConfig.allow_reject=False (no Reject action) needs max_rejections=0, "
+                             f"got {self.max_rejections}")  # fmt: skip
         if self.text_retriever not in ("auto", *TEXT_RETRIEVERS):
             raise ValueError(
                 f"KBVQAConfig.text_retriever must be auto, bm25 or dense, got {self.text_retriever!r}"
@@ -139,7 +153,7 @@ class KBVQAEnv(gymnasium.Env):
         cfg = self.config
         self.image_budget = budget_of(cfg)
         self.kb: KnowledgeBase = load_kb(cfg.kb_dir or synthetic_data("kbvqa", cfg.preset))
-        self.system_prompt = prompts.system_prompt(cfg.max_turns)
+        self.system_prompt = prompts.system_prompt(cfg.max_turns, allow_reject=cfg.allow_reject)
         self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
         self.observation_space = text_image_space(
             cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
@@ -166,7 +180,8 @@ class KBVQAEnv(gymnasium.Env):
         self.state = EpisodeState.start(options, self.kb, cfg.candidate_source)
         self.state.record(
             kbvqa_ev.task(self.state.num_images, self.state.gold_entities, cfg.max_rejections,
-                    cfg.candidates_per_batch, cfg.max_turns, text_retriever=self.text_retriever_kind)
+                    cfg.candidates_per_batch, cfg.max_turns, text_retriever=self.text_retriever_kind,
+                    allow_reject=cfg.allow_reject)
         )  # fmt: skip
         text = self._task_text()
         images = tuple(np.array(read_image(p, self.image_budget, "query")) for p in self.state.query_paths)
@@ -177,7 +192,8 @@ class KBVQAEnv(gymnasium.Env):
         if self.state is None or self.state.done:
             raise RuntimeError("call reset() before step() (and after the episode ended)")
         state, cfg = self.state, self.config
-        parsed = parse_turn(action if isinstance(action, str) else str(action), max_chars=cfg.max_turn_chars)
+        turn_text = action if isinstance(action, str) else str(action)
+        parsed = parse_turn(turn_text, max_chars=cfg.max_turn_chars, allow_reject=cfg.allow_reject)
         state.record(ev.action(state.turn, action_kind(parsed), not isinstance(parsed, ParseError)))
         text, images = self._execute(parsed)
         state.turn += 1
@@ -274,10 +290,13 @@ class KBVQAEnv(gymnasium.Env):
         if batch is None:
             return error, []
         state, image = self.state, batch.image
+        # The active image's current batch is its latest; past Rej_max + 1 batches none is served, so this is
+        # Algorithm S1's RejCount(j) = Rej_max (the batch cap also covers batches paged by SearchImage).
+        if state.batches_served(image) > self.config.max_rejections:
+            state.decide(batch, "reject", None, at_limit=True)  # judged, but not a rejection: RejCount stays
+            return self._boundary(image)
         state.decide(batch, "reject", None)
         state.rejections[image] += 1
-        if state.batches_served(image) > self.config.max_rejections:  # exploration depth used up
-            return self._boundary(image)
         return self._serve_batch(image)
 
     def _boundary(self, image: int) -> tuple[str, list[np.ndarray]]:

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ragym.envs.events import Event, int_field, make_event, register_event_kinds, str_field, str_list
+from ragym.envs.events import (
+    Event,
+    bool_field,
+    int_field,
+    make_event,
+    register_event_kinds,
+    str_field,
+    str_list,
+)
 
 KINDS = ("task", "search_image", "search_text", "verification", "boundary")
 """The event kinds KBVQA-v0 adds to the shared vocabulary."""
@@ -22,13 +30,16 @@ def task(
     candidates_per_batch: int,
     max_turns: int,
     text_retriever: str | None = None,
+    allow_reject: bool = True,
 ) -> Event:
     """Emitted by ``reset`` (turn -1): the episode's images, gold entities and the limits it runs with.
 
     Metrics read the image count from it (Ident. needs every image, searched or not) and the verification
     reward reads Rej_max from it, so a reward recipe cannot silently score with another limit.
     ``text_retriever`` is what SearchText searches (``bm25`` or ``dense``; None where no env says), so an
-    evaluation reports which text search its numbers came from.
+    evaluation reports which text search its numbers came from. ``allow_reject`` False: the episode had no
+    Reject action (Table 5's "w/o Reject"), so the format check reads ``Reject()`` as malformed and the
+    verification reward pays no Reject.
     """
     gold = str_list("task", "gold_entities", gold_entities, optional=True)
     num = int_field("task", "num_images", num_images, minimum=1)
@@ -43,6 +54,7 @@ def task(
         candidates_per_batch=int_field("task", "candidates_per_batch", candidates_per_batch, minimum=1),
         max_turns=int_field("task", "max_turns", max_turns, minimum=1),
         text_retriever=str_field("task", "text_retriever", text_retriever, optional=True),
+        allow_reject=bool_field("task", "allow_reject", allow_reject),
     )
 
 
@@ -89,9 +101,12 @@ def verification(
     batch_id: int,
     candidates: Sequence[str],
     gold_entity: str | None,
+    at_limit: bool = False,
 ) -> Event:
     """The first decision on a batch; ``gold_in_batch`` and ``correct`` (Rerank(e*), or Reject when e* is not
-    in the batch) are derived from the batch here."""
+    in the batch) are derived from the batch here. ``at_limit``: a Reject of the image's last allowed batch,
+    which brought the boundary prompt and is not counted as a rejection (Algorithm S1, lines 14-20); readers
+    recompute it from the served batches (``ragym.envs.kbvqa.metrics.limit_batches``)."""
     if decision not in ("rerank", "reject"):
         raise ValueError(f"verification event: decision must be 'rerank' or 'reject', got {decision!r}")
     entity = str_field("verification", "entity", entity, optional=True)
@@ -102,6 +117,8 @@ def verification(
     names = str_list("verification", "candidates", candidates)
     gold = str_field("verification", "gold_entity", gold_entity, optional=True)
     in_batch = gold is not None and gold in names
+    if at_limit and decision != "reject":
+        raise ValueError("verification event: only a reject can be at the rejection limit")
     return make_event(
         "verification",
         turn,
@@ -113,11 +130,13 @@ def verification(
         gold_entity=gold,
         gold_in_batch=in_batch,
         correct=entity == gold if decision == "rerank" else not in_batch,
+        at_limit=bool_field("verification", "at_limit", at_limit),
     )
 
 
 def boundary(turn: int, image: int, rejections: int) -> Event:
-    """The boundary prompt was returned instead of a batch; ``rejections``: the image's rejections so far."""
+    """The boundary prompt was returned instead of a batch; ``rejections``: the image's counted rejections so far
+    (never more than Rej_max)."""
     return make_event(
         "boundary",
         turn,

@@ -9,11 +9,38 @@ ACTION_KINDS = ("search_image", "search_text", "rerank", "reject", "answer", "in
 """Every ``action`` kind KBVQA-v0 records."""
 
 
+def limit_batches(events: list[Event], max_rejections: int) -> set[tuple[int, int]]:
+    """(image, batch id) of each served batch that is its image's last allowed one, the (Rej_max + 1)-th.
+
+    A Reject of such a batch is issued when the image's RejCount already equals Rej_max: in MMAgent-R²'s
+    Algorithm S1 (lines 14-20) it brings the boundary prompt and does not increment RejCount. Derived from
+    the served batches, not taken from the decision's ``at_limit`` flag, so the metrics and the verification
+    reward read it the same way in any saved episode.
+
+    >>> from ragym.envs.kbvqa import events as kbvqa_ev
+    >>> served = [kbvqa_ev.search_image(t, 1, t, ["a"], None, t) for t in range(3)]
+    >>> sorted(limit_batches(served, 1)), sorted(limit_batches(served, 2))
+    ([(1, 1)], [(1, 2)])
+    """
+    ordinal: dict[int, int] = {}
+    at_limit, seen = set(), set()
+    for batch in events_of(events, "search_image"):
+        key = (batch["image"], batch["batch_id"])
+        if key in seen:
+            continue
+        seen.add(key)
+        ordinal[batch["image"]] = ordinal.get(batch["image"], 0) + 1
+        if ordinal[batch["image"]] == max_rejections + 1:
+            at_limit.add(key)
+    return at_limit
+
+
 @register_metrics("KBVQA-Demo-v0", action_kinds=ACTION_KINDS)  # the same episodes, with demo aids
 @register_metrics("KBVQA-v0", action_kinds=ACTION_KINDS)
 def kbvqa_metrics(events: list[Event]) -> Metrics:
     """Ident. (MMAgent-R² 4.2.2: 1 only when every query image's confirmed entity is its gold entity),
-    the share of images identified, rejections (and needless ones), verification accuracy, boundary prompts and searches.
+    the share of images identified, rejections (Algorithm S1's RejCount, summed over images: a Reject at the
+    limit is not one, and is counted apart), verification accuracy, boundary prompts and searches.
 
     An image's confirmed entity is its last Rerank; correctness is recomputed from gold and candidates.
     """
@@ -30,14 +57,17 @@ def kbvqa_metrics(events: list[Event]) -> Metrics:
         for v in verifications
         if v["gold_entity"] is not None
     ]
+    last = limit_batches(events, task["max_rejections"])
+    rejects = [v for v in verifications if v["decision"] == "reject"]
+    counted = [v for v in rejects if (v["image"], v["batch_id"]) not in last]
     return {
         "ident_acc": float(all(matched)) if has_gold else None,
         "ident_image_share": sum(matched) / len(matched) if has_gold else None,
-        "rejections": float(sum(v["decision"] == "reject" for v in verifications)),
-        # Table 8's cost of a large delta: Reject() of a batch that held the gold entity.
-        "needless_rejections": float(
-            sum(v["decision"] == "reject" and v["gold_entity"] in v["candidates"] for v in verifications)
-        ),
+        "rejections": float(len(counted)),
+        # Table 8's cost of a large delta: a counted Reject() of a batch that held the gold entity.
+        "needless_rejections": float(sum(v["gold_entity"] in v["candidates"] for v in counted)),
+        # Reject() of an image's last allowed batch: the boundary prompt, not a rejection (Algorithm S1).
+        "rejects_at_limit": float(len(rejects) - len(counted)),
         "verification_acc": sum(right) / len(right) if right else None,
         "boundaries": float(len(events_of(events, "boundary"))),
         "searches": float(len(events_of(events, "search_image")) + len(events_of(events, "search_text"))),

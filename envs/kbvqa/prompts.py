@@ -22,11 +22,19 @@ Each turn, first think inside <reason>...</reason>, then give exactly one action
 Write nothing outside the <reason> block and the action tag. You have at most {max_turns} turns."""
 
 
-def system_prompt(max_turns: int, extra_lines: Sequence[str] = ()) -> str:
-    """The system prompt with the turn budget filled in; ``extra_lines`` go before the Reject line."""
+REJECT_LINE = (
+    "\n- <rerank>Reject()</rerank>: no candidate of the current batch matches; you get the next batch "
+    "(a limited number of times per image)."
+)
+"""The Reject line of the action list (absent with ``allow_reject=False``)."""
+
+
+def system_prompt(max_turns: int, extra_lines: Sequence[str] = (), allow_reject: bool = True) -> str:
+    """The system prompt with the turn budget filled in; ``extra_lines`` go where the Reject line is, before
+    it (``allow_reject`` False lists no Reject: Table 5's "w/o Reject")."""
     text = SYSTEM_PROMPT.format(max_turns=max_turns)
-    anchor = "\n- <rerank>Reject()</rerank>"
-    return text.replace(anchor, "".join(f"\n{line}" for line in extra_lines) + anchor, 1)
+    extra = "".join(f"\n{line}" for line in extra_lines)
+    return text.replace(REJECT_LINE, extra + (REJECT_LINE if allow_reject else ""), 1)
 
 
 def task_prompt(question: str, num_images: int, image_notes: Sequence[str] = ()) -> str:

@@ -128,16 +128,15 @@ class EpisodeState:
         """The current batch of the active image, if any."""
         return None if self.active_image is None else self.current.get(self.active_image)
 
-    def decide(self, batch: Batch, decision: str, entity: str | None) -> None:
-        """Record the batch's one verification decision."""
+    def decide(self, batch: Batch, decision: str, entity: str | None, at_limit: bool = False) -> None:
+        """Record the batch's one verification decision (``at_limit``: a Reject that is not counted)."""
         batch.decided = True
         if decision == "rerank":
             self.confirmed[batch.image] = entity
         self.record(
-            kbvqa_ev.verification(
-                self.turn, decision, entity, batch.image, batch.batch_id, batch.candidates, batch.gold_entity
-            )
-        )
+            kbvqa_ev.verification(self.turn, decision, entity, batch.image, batch.batch_id, batch.candidates,
+                                  batch.gold_entity, at_limit=at_limit)
+        )  # fmt: skip
 
 
 def _query(kb: KnowledgeBase, path: str, row: int | None, candidate_source: str) -> Any:

@@ -173,8 +173,15 @@ _KBVQA_GRIDS = (
         (
             # K=3 candidates a batch (ragym's: the paper's base is 5), so Rerank has a choice to make.
             Variant("full", _acc(candidates_per_batch=3), row="w/ Rerank + Reject"),
-            # No Reject: one batch per image (Rej_max=0 is Table 7's row equal to Table 5's "w/o Reject").
-            Variant("rerank_only", _acc(candidates_per_batch=3, max_rejections=0), row="w/o Reject"),
+            # No Reject action at all (allow_reject=False: not in the prompt, a format error if written, never
+            # paid), one batch per image; not Table 7's Rej_max = 0, where Reject is offered and brings the
+            # boundary prompt. Its prompt lacks the Reject line, so it warm-starts on its own prompts.
+            Variant(
+                "rerank_only",
+                _acc(candidates_per_batch=3, max_rejections=0, allow_reject=False),
+                row="w/o Reject",
+                own_warm_start=True,
+            ),
             # Neither: no Rerank and no Reject action at all; SearchImage takes the retriever's top-1.
             Variant(
                 "neither",

@@ -3,8 +3,8 @@
 Policies (each turns the env's observations into canonical turn texts):
 - ``signature``: what the CPU demo policy should learn. Searches each image, reranks the candidate the env's
   visual check names (else the one whose visual signature matches the query's, else the top-1 candidate
-  when signatures are hidden), rejects when none matches, reads the confirmed entities' passages and
-  extracts the answer. Uses no gold data.
+  when signatures are hidden), rejects when none matches (without the Reject action, moves on), reads the
+  confirmed entities' passages and extracts the answer. Uses no gold data.
 - ``oracle``: reranks the gold entity when it is in the batch, else rejects (reads gold ids: an upper bound).
 - ``random``: random actions, malformed text included (exercises every error path).
 """
@@ -47,6 +47,7 @@ class SignaturePolicy:
         # KBVQA-Demo-v0 with rerank_by_index: Rerank names the candidate by its number in the batch.
         unwrapped = env.unwrapped
         self.by_index = isinstance(unwrapped, KBVQADemoEnv) and unwrapped.aids.rerank_by_index
+        self.may_reject = unwrapped.config.allow_reject
 
     def reset(self, obs: dict[str, Any]) -> None:
         """Start an episode from the task observation."""
@@ -80,12 +81,14 @@ class SignaturePolicy:
             # The reason states what verification found, whatever the (possibly noisy) choice: a policy
             # imitating it reads the observation in its reason and decides right after.
             reason = "a candidate matches the query" if match else "no candidate matches the query"
-            return format_action(Rerank(self._argument(name, hits)) if name else Reject(), reason)
+            if name or self.may_reject:
+                return format_action(Rerank(self._argument(name, hits)) if name else Reject(), reason)
+            self.image += 1  # no Reject action (Table 5's "w/o Reject"): leave the image unconfirmed
+        elif obs_text.startswith(("Confirmed:", "Rejection limit")):
+            self.image += 1
         if obs_text.startswith("Results for"):
             self.passages = obs_text
             return format_action(Answer(self._answer()), "read the passages")
-        if obs_text.startswith(("Confirmed:", "Rejection limit")):
-            self.image += 1
         if self.image <= self.num_images:
             return format_action(SearchImage(self.image), f"identify the entity in image {self.image}")
         names = list(self.confirmed.values())

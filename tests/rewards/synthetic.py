@@ -84,12 +84,16 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
             choice = (gold if in_batch else rng.choice(candidates)) if rerank else None
             turn = act(Rerank(choice), "rerank") if rerank else act(Reject(), "reject")
             decision = "rerank" if rerank else "reject"
-            events.append(kbvqa_ev.verification(turn, decision, choice, image, batch_id, candidates, gold))
+            # Algorithm S1: a Reject of the last allowed batch brings the boundary prompt and is not counted.
+            at_limit = not rerank and rejections == cfg.rej_max
+            events.append(
+                kbvqa_ev.verification(turn, decision, choice, image, batch_id, candidates, gold, at_limit)
+            )
             batch_id += 1
             if rerank:
                 break
-            if rejections == cfg.rej_max:
-                events.append(kbvqa_ev.boundary(turn, image, rejections + 1))
+            if at_limit:
+                events.append(kbvqa_ev.boundary(turn, image, rejections))
     text = f"answer {seed}" if rng.random() < cfg.p_correct_answer else f"wrong {seed}"
     truncated = len(turns) >= cfg.max_turns
     if truncated:

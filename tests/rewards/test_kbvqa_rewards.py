@@ -105,24 +105,98 @@ def test_delta_is_the_reject_reward(delta: float) -> None:
     assert score("verification", episode([batch(0, CANDS_B), decide(0, CANDS_B, None)]), delta=delta) == delta
 
 
-def test_rejections_beyond_rej_max_earn_nothing() -> None:
-    """A misbehaving env serves 6 gold-free batches; only the first rej_max + 1 can earn delta."""
+def _rejected_batches(num: int, image: int = 1, first_id: int = 0) -> list[dict]:
+    """``num`` gold-free batches of ``image``, each rejected (the env's ``at_limit`` flag left out)."""
     events = []
-    for b in range(6):
+    for b in range(first_id, first_id + num):
         cands = [f"x{b}_{i}" for i in range(5)]
-        events += [batch(b, cands, offset=5 * b), decide(b, cands, None)]
-    assert score("verification", episode(events), delta=0.2, rej_max=2) == pytest.approx(0.6)
-    assert score("verification", episode(events), delta=0.2) == pytest.approx(1.2)
+        events += [
+            batch(b, cands, image=image, offset=5 * (b - first_id)),
+            decide(b, cands, None, image=image),
+        ]
+    return events
+
+
+def test_rejections_beyond_rej_max_earn_nothing() -> None:
+    """A misbehaving env serves 6 gold-free batches; only the first rej_max + 1 can earn delta, and the
+    (rej_max + 1)-th only when the recipe pays a Reject at the limit."""
+    events = _rejected_batches(6)
+    assert score("verification", episode(events), delta=0.2, rej_max=2) == pytest.approx(0.4)
+    paid = score("verification", episode(events), delta=0.2, rej_max=2, pay_reject_at_limit=True)
+    assert paid == pytest.approx(0.6)
+    assert score("verification", episode(events), delta=0.2) == pytest.approx(
+        1.2
+    )  # no limit known, none flagged
 
 
 def test_rej_max_counts_batches_per_image() -> None:
-    events = [
-        batch(0, CANDS_B),
-        decide(0, CANDS_B, None),
-        batch(1, CANDS_B, image=2),
-        decide(1, CANDS_B, None, image=2),
-    ]
-    assert score("verification", episode(events), delta=0.2, rej_max=0) == pytest.approx(0.4)
+    events = _rejected_batches(1) + _rejected_batches(1, image=2, first_id=1)
+    assert score("verification", episode(events), delta=0.2, rej_max=0) == 0.0  # both at the limit
+    assert score(
+        "verification", episode(events), delta=0.2, rej_max=0, pay_reject_at_limit=True
+    ) == pytest.approx(0.4)
+
+
+REJECT_AT_LIMIT_CASES = [
+    # (name, Rej_max, rejected gold-free batches, pay_reject_at_limit, R_ver): Algorithm S1 counts a Reject only
+    # below the limit; the recipe decides whether the one at the limit (the (Rej_max + 1)-th batch) is paid.
+    ("Rej_max 0, unpaid", 0, 1, False, 0.0),
+    ("Rej_max 0, paid", 0, 1, True, 0.2),
+    ("Rej_max 1, below the limit", 1, 1, False, 0.2),
+    ("Rej_max 1, one below and one at, unpaid", 1, 2, False, 0.2),
+    ("Rej_max 1, one below and one at, paid", 1, 2, True, 0.4),
+    ("Rej_max 2, reject-all, unpaid", 2, 3, False, 0.4),
+    ("Rej_max 2, reject-all, paid", 2, 3, True, 0.6),
+    ("Rej_max 2, stopped below the limit", 2, 2, False, 0.4),
+]
+
+
+@pytest.mark.parametrize(
+    ("rej_max", "num", "pay", "expected"),
+    [c[1:] for c in REJECT_AT_LIMIT_CASES],
+    ids=[c[0] for c in REJECT_AT_LIMIT_CASES],
+)
+def test_a_reject_at_the_limit_is_paid_only_when_the_recipe_says(rej_max, num, pay, expected) -> None:
+    """The limit read from the episode's task event, as in training (rej_max: null)."""
+    events = [kbvqa_ev.task(1, ["gold"], rej_max, 5, 8), *_rejected_batches(num)]
+    assert score("verification", episode(events), delta=0.2, pay_reject_at_limit=pay) == pytest.approx(
+        expected
+    )
+
+
+def test_with_no_known_limit_the_envs_at_limit_flag_decides() -> None:
+    cands = CANDS_B
+    flagged = {
+        **kbvqa_ev.verification(1, "reject", None, 1, 0, cands, "gold", at_limit=True),
+        "correct": True,
+    }
+    events = [batch(0, cands), flagged]
+    assert score("verification", episode(events), delta=0.2) == 0.0
+    assert score("verification", episode(events), delta=0.2, pay_reject_at_limit=True) == pytest.approx(0.2)
+
+
+def test_without_the_reject_action_no_reject_is_paid() -> None:
+    """allow_reject=False: a Reject a broken env recorded earns nothing; a Rerank(e*) still earns 1."""
+    task = kbvqa_ev.task(1, ["gold"], 0, 5, 8, allow_reject=False)
+    rejected = [task, batch(0, CANDS_B), decide(0, CANDS_B, None)]
+    assert score("verification", episode(rejected), delta=0.2, pay_reject_at_limit=True) == 0.0
+    reranked = [task, batch(0, CANDS_A), decide(0, CANDS_A, "gold")]
+    assert score("verification", episode(reranked), delta=0.2) == 1.0
+
+
+@pytest.mark.parametrize(("allow_reject", "expected"), [(True, 1.0), (False, 0.0)])
+def test_format_reads_reject_as_malformed_without_the_reject_action(
+    allow_reject: bool, expected: float
+) -> None:
+    """A turn the env never saw is judged by the parser with the episode's action set."""
+    turns = [format_action(SearchImage(1), "r"), format_action(Reject(), "r")]
+    events = [kbvqa_ev.task(1, ["gold"], 0, 5, 8, allow_reject=allow_reject)]
+    assert score("format", episode(events, turns=turns)) == expected
+
+
+def test_pay_reject_at_limit_must_be_a_bool() -> None:
+    with pytest.raises(ValueError, match="pay_reject_at_limit must be true or false"):
+        score("verification", episode([batch(0, CANDS_B)]), pay_reject_at_limit="yes")
 
 
 OUTCOME_CASES = [
@@ -237,7 +311,8 @@ def test_rej_max_comes_from_the_episode_and_a_mismatch_fails_loudly() -> None:
     for b in range(4):
         cands = [f"x{b}_{i}" for i in range(5)]
         events += [batch(b, cands, offset=5 * b), decide(b, cands, None)]
-    assert score("verification", episode(events), delta=0.2) == pytest.approx(0.8)
-    assert score("verification", episode(events), delta=0.2, rej_max=3) == pytest.approx(0.8)
+    # The fourth batch's Reject is at the limit (Algorithm S1): unpaid by default.
+    assert score("verification", episode(events), delta=0.2) == pytest.approx(0.6)
+    assert score("verification", episode(events), delta=0.2, rej_max=3) == pytest.approx(0.6)
     with pytest.raises(ValueError, match="rej_max=2 but the episode ran with max_rejections=3"):
         score("verification", episode(events), delta=0.2, rej_max=2)

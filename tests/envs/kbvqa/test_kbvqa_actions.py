@@ -95,3 +95,15 @@ def test_max_chars_is_a_parameter() -> None:
     text = f"{R}<answer>abc</answer>"
     assert isinstance(parse_action(text, max_chars=len(text) - 1), ParseError)
     assert parse_action(text, max_chars=len(text)) == Answer("abc")
+
+
+@pytest.mark.parametrize(("text", "expected"), VALID)
+def test_without_the_reject_action_only_reject_becomes_malformed(text: str, expected: object) -> None:
+    """``allow_reject=False`` (Table 5's "w/o Reject"): ``Reject()`` is a ``reject_not_allowed`` error, the
+    rest parses as before (``Reject`` without parentheses stays an entity name for the env to refuse)."""
+    result = parse_action(text, allow_reject=False)
+    if expected == Reject():
+        assert isinstance(result, ParseError) and result.reason == "reject_not_allowed"
+        assert "no Reject()" in result.message
+    else:
+        assert result == expected

@@ -16,7 +16,8 @@ from ragym.envs.events import events_of
 from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
 from ragym.envs.kbvqa.env import KBVQAEnv
 from ragym.envs.kbvqa.kb import load_kb
-from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
+from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE, REJECT_LINE
+from ragym.envs.metrics import episode_metrics
 
 SEARCH1 = format_action(SearchImage(1))
 REJECT = format_action(Reject())
@@ -102,25 +103,85 @@ def test_paging_is_exact_and_capped_at_rej_max_plus_one_batches(tiny_kb: Path) -
 
 @pytest.mark.parametrize("max_rejections", [0, 1, 2, 3])
 def test_reject_serves_next_batch_until_rej_max_then_boundary(tiny_kb: Path, max_rejections: int) -> None:
+    """Algorithm S1, lines 14-20: below the limit a Reject serves a batch and counts; at RejCount = Rej_max it
+    brings the boundary prompt and does not count (Table 7: 0 rejections at Rej_max = 0)."""
     env = env_for(tiny_kb, max_rejections=max_rejections, max_turns=10)
     env.reset(options=rows(tiny_kb, "single")[1])
     env.step(SEARCH1)
-    for _ in range(max_rejections):
-        obs, *_ = env.step(REJECT)
+    for counted in range(1, max_rejections + 1):  # below the limit
+        obs, *_, info = env.step(REJECT)
         assert obs["text"].startswith("Candidates for Image 1")
-    obs, *_, info = env.step(REJECT)
-    # Every Reject counts, the one that hit the limit included.
+        assert env.state.rejections[1] == counted
+        assert events_of(info["events"], "verification")[-1]["at_limit"] is False
+    obs, *_, info = env.step(REJECT)  # at the limit
+    assert env.state.rejections[1] == max_rejections
     expected = (
-        f"Rejection limit reached for Image 1 ({max_rejections + 1} rejections, {max_rejections + 1} batches"
+        f"Rejection limit reached for Image 1 ({max_rejections} rejections, {max_rejections + 1} batches"
     )
-    assert obs["text"].startswith(expected)
+    assert obs["text"].startswith(expected) and obs["images"] == ()
     assert len(events_of(info["events"], "search_image")) == max_rejections + 1
     decisions = events_of(info["events"], "verification")
     assert [d["decision"] for d in decisions] == ["reject"] * (max_rejections + 1)
+    assert [d["at_limit"] for d in decisions] == [False] * max_rejections + [True]
     assert [d["correct"] for d in decisions] == [not d["gold_in_batch"] for d in decisions]
     assert events_of(info["events"], "boundary") == [
-        {"type": "boundary", "turn": max_rejections + 1, "image": 1, "rejections": max_rejections + 1}
+        {"type": "boundary", "turn": max_rejections + 1, "image": 1, "rejections": max_rejections}
     ]
+    metrics = episode_metrics("KBVQA-v0", info["events"])
+    assert (metrics["rejections"], metrics["rejects_at_limit"]) == (max_rejections, 1.0)
+    # The last batch had its decision: another Reject changes nothing and is never counted.
+    obs, *_, info = env.step(REJECT)
+    assert obs["text"].startswith("Invalid action") and env.state.rejections[1] == max_rejections
+    assert episode_metrics("KBVQA-v0", info["events"])["rejections"] == max_rejections
+
+
+def test_a_reject_after_batches_paged_by_search_image_is_at_the_limit(tiny_kb: Path) -> None:
+    """Three SearchImage calls use an image's Rej_max + 1 = 3 batches: a Reject of the third is not counted."""
+    env = env_for(tiny_kb, max_rejections=2)
+    env.reset(options=rows(tiny_kb, "single")[0])
+    for _ in range(3):
+        env.step(SEARCH1)
+    obs, *_, info = env.step(REJECT)
+    assert obs["text"].startswith("Rejection limit reached for Image 1 (0 rejections, 3 batches served)")
+    assert events_of(info["events"], "verification")[-1]["at_limit"] is True
+    assert episode_metrics("KBVQA-v0", info["events"])["rejections"] == 0.0
+
+
+def test_without_the_reject_action_the_prompt_parser_and_task_agree(tiny_kb: Path) -> None:
+    """Table 5's "w/o Reject": allow_reject=False lists no Reject, and ``Reject()`` is a format error."""
+    with_reject, without = (
+        env_for(tiny_kb, max_rejections=0),
+        env_for(tiny_kb, max_rejections=0, allow_reject=False),
+    )
+    assert "Reject()" in with_reject.system_prompt and "Reject()" not in without.system_prompt
+    assert without.system_prompt == with_reject.system_prompt.replace(REJECT_LINE, "")  # only that line goes
+    _, info = without.reset(options=rows(tiny_kb, "single")[0])
+    assert info["events"][0]["allow_reject"] is False
+    without.step(SEARCH1)
+    obs, *_, info = without.step(REJECT)
+    assert obs["text"].startswith("Invalid action: there is no Reject()")
+    assert events_of(info["events"], "action")[-1] == {"type": "action", "turn": 1, "kind": "invalid",
+                                                       "well_formed": False}  # fmt: skip
+    assert events_of(info["events"], "format_error")[-1]["reason"] == "reject_not_allowed"
+    assert events_of(info["events"], "verification") == [] and events_of(info["events"], "boundary") == []
+    # The batch still admits its Rerank.
+    obs, *_ = without.step(format_action(Rerank(without.state.active_batch().names[0])))
+    assert obs["text"].startswith("Confirmed: the entity in Image 1 is")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"allow_reject": False}, "allow_reject=False .* needs max_rejections=0, got 2"),
+        ({"allow_reject": False, "max_rejections": 1}, "needs max_rejections=0, got 1"),
+        ({"allow_reject": "no", "max_rejections": 0}, "allow_reject must be true or false"),
+    ],
+)
+def test_allow_reject_settings_that_make_no_sense_are_refused(
+    tiny_kb: Path, kwargs: dict, error: str
+) -> None:
+    with pytest.raises(ValueError, match=error):
+        env_for(tiny_kb, **kwargs)
 
 
 def _gold_name(env: KBVQAEnv) -> str | None:

@@ -6,14 +6,15 @@ import pytest
 
 from ragym.envs import events as ev
 from ragym.envs.kbvqa import events as kbvqa_ev
+from ragym.envs.kbvqa.metrics import limit_batches
 from ragym.envs.metrics import episode_metrics
 
 CANDS = ["e1", "e2"]
 
 
-def _kbvqa(golds: list[str | None], *decisions: tuple[int, str | None]) -> list[dict]:
+def _kbvqa(golds: list[str | None], *decisions: tuple[int, str | None], rej_max: int = 2) -> list[dict]:
     """A KB-VQA episode: per (image, entity) one search and one decision (None: Reject), then an answer."""
-    events = [kbvqa_ev.task(len(golds), golds, 2, 2, 8)]
+    events = [kbvqa_ev.task(len(golds), golds, rej_max, 2, 8)]
     for turn, (image, entity) in enumerate(decisions):
         gold = golds[image - 1]
         events += [
@@ -58,8 +59,8 @@ def test_kbvqa_counts() -> None:
         "truncated_by_policy": 0.0, "truncated_by_observation": 0.0, "truncated_by_images": 0.0,
         "retrieval_errors": 0.0, "errors": 0.0, "actions/search_image": 2.0, "actions/search_text": 0.0, "actions/rerank": 1.0, "actions/reject": 1.0,
         "actions/answer": 1.0, "actions/invalid": 1.0, "ident_acc": 0.0, "ident_image_share": 0.0,
-        "rejections": 1.0, "needless_rejections": 0.0, "verification_acc": 0.5, "boundaries": 1.0,
-        "searches": 2.0,
+        "rejections": 1.0, "needless_rejections": 0.0, "rejects_at_limit": 0.0, "verification_acc": 0.5,
+        "boundaries": 1.0, "searches": 2.0,
     }  # fmt: skip
     assert metrics == expected
 
@@ -77,6 +78,38 @@ def test_kbvqa_needless_rejections_count_rejected_batches_that_held_the_gold(
     golds, decisions, needless
 ) -> None:
     assert episode_metrics("KBVQA-v0", _kbvqa(golds, *decisions))["needless_rejections"] == needless
+
+
+REJECT_LIMIT_CASES = [
+    # (name, Rej_max, golds, decisions, rejections, rejects_at_limit, needless): Algorithm S1's RejCount per
+    # image, so `rejections` never exceeds Rej_max per image; the image's (Rej_max + 1)-th batch is the last.
+    ("Rej_max 0: the one Reject is at the limit", 0, ["e9"], [(1, None)], 0.0, 1.0, 0.0),
+    ("Rej_max 1: the first Reject is below it", 1, ["e9"], [(1, None)], 1.0, 0.0, 0.0),
+    ("Rej_max 1: the second is at it", 1, ["e9"], [(1, None), (1, None)], 1.0, 1.0, 0.0),
+    ("Rej_max 2: three Rejects count two", 2, ["e9"], [(1, None)] * 3, 2.0, 1.0, 0.0),
+    ("a needless Reject at the limit is not a rejection", 0, ["e1"], [(1, None)], 0.0, 1.0, 0.0),
+    ("each image has its own limit", 0, ["e9", "e8"], [(1, None), (2, None)], 0.0, 2.0, 0.0),
+    ("a Rerank of the last batch is no Reject", 0, ["e1"], [(1, "e1")], 0.0, 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("rej_max", "golds", "decisions", "rejections", "at_limit", "needless"),
+    [c[1:] for c in REJECT_LIMIT_CASES],
+    ids=[c[0] for c in REJECT_LIMIT_CASES],
+)
+def test_kbvqa_rejections_stop_at_rej_max(rej_max, golds, decisions, rejections, at_limit, needless) -> None:
+    metrics = episode_metrics("KBVQA-v0", _kbvqa(golds, *decisions, rej_max=rej_max))
+    assert (metrics["rejections"], metrics["rejects_at_limit"]) == (rejections, at_limit)
+    assert metrics["needless_rejections"] == needless
+
+
+def test_limit_batches_follow_each_image_in_serving_order() -> None:
+    served = [kbvqa_ev.search_image(0, image, b, CANDS, None, 0) for b, image in enumerate([1, 2, 1, 1, 2])]
+    assert limit_batches(served, 0) == {(1, 0), (2, 1)}
+    assert limit_batches(served, 1) == {(1, 2), (2, 4)}
+    assert limit_batches(served, 2) == {(1, 3)}
+    assert limit_batches(served + served[:1], 0) == {(1, 0), (2, 1)}  # a batch logged twice is one batch
 
 
 def test_kbvqa_metrics_need_the_task_event() -> None:

@@ -139,17 +139,19 @@ def test_list_prints_each_variant_as_a_demo_command(tmp_path: Path, capsys: pyte
         main(["verification", "--out", str(tmp_path), "--seeds", "2", "--list", "--steps", "3", "x.y=1"]) == 0
     )
     out = capsys.readouterr().out
-    # full and neither (its own warm start) are whole demos; rerank_only runs GRPO from full's warm start.
-    assert out.count("ragym demo --out") == 2 and out.count("ragym train --recipe kbvqa_tiny_cpu") == 1
-    assert (
-        out.count(f"actor_rollout_ref.model.path={tmp_path / 'runs' / 'full' / 'seed_0' / 'warm_start'}") == 1
-    )
+    # Every variant's prompt differs in kind (rerank_only lists no Reject, neither no Rerank), so each is a
+    # whole demo with its own warm start.
+    assert out.count("ragym demo --out") == 3 and out.count("ragym train --recipe kbvqa_tiny_cpu") == 0
     rows = tmp_path / "rows" / "rerank_only" / "train.parquet"
     assert f"data.train_files={rows}" in out and "--steps 3" in out and "x.y=1" in out
     import pandas as pd
 
     kwargs = json.loads(pd.read_parquet(rows)["extra_info"].iloc[0]["env_kwargs"])
-    assert kwargs["max_rejections"] == 0 and kwargs["visual_check_accuracy"] == 0.8
+    assert (kwargs["max_rejections"], kwargs["allow_reject"], kwargs["visual_check_accuracy"]) == (
+        0,
+        False,
+        0.8,
+    )
     assert len(pd.read_parquet(rows)) == len(
         pd.read_parquet(tmp_path / "kb-demo_weak_top1" / "data" / "train.parquet")
     )

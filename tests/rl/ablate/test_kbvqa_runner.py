@@ -31,10 +31,9 @@ def test_verification_grid_runs_every_variant(tmp_path: Path) -> None:
     assert "Before GRPO" in (tmp_path / "report.md").read_text()
     runs = tmp_path / "runs"
     assert (runs / "full" / "seed_0" / "warm_start" / "warm_start.json").is_file()
-    # rerank_only starts GRPO from full's warm start; neither (no check in its prompt) warm-starts on its own.
-    assert not (runs / "rerank_only" / "seed_0" / "warm_start").exists()
-    assert (runs / "neither" / "seed_0" / "warm_start" / "warm_start.json").is_file()
+    # rerank_only (no Reject in its prompt) and neither (no Rerank) warm-start on their own prompts.
     for name in ("rerank_only", "neither"):
+        assert (runs / name / "seed_0" / "warm_start" / "warm_start.json").is_file()
         assert (runs / name / "seed_0" / "result.json").is_file()
     rows = pd.read_parquet(tmp_path / "rows" / "neither" / "test.parquet")
     kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"])

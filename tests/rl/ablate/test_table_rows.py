@@ -61,6 +61,10 @@ def test_verification_grid_rows_and_neither_has_no_verification_actions() -> Non
     assert env["neither"]["verification_actions"] is False and env["neither"]["max_rejections"] == 0
     assert env["neither"].get("visual_check", True) is True  # the hint is not what `neither` removes
     assert "verification_actions" not in env["full"] and "verification_actions" not in env["rerank_only"]
+    # Table 5's "w/o Reject" has no Reject action at all, unlike Table 7's Rej_max = 0 (Reject offered).
+    assert (env["rerank_only"]["allow_reject"], env["rerank_only"]["max_rejections"]) == (False, 0)
+    assert "allow_reject" not in env["full"] and "allow_reject" not in GRIDS["rejmax"].variants[1].env
+    assert GRIDS["rejmax"].variants[1].env["max_rejections"] == 0
     assert grid.kb_preset == "demo_weak_top1"
 
 

@@ -74,3 +74,16 @@ def test_signature_policy_acts_on_the_visual_check_in_every_rerank_form(demo_kb:
     assert mean(checked, "verification_acc") == 1.0  # signatures hidden: only the check can tell
     assert mean(checked, "ident_acc") == mean(oracle, "ident_acc") > 0
     assert mean(checked, "protocol_violations") == mean(checked, "format_errors") == 0
+
+
+def test_signature_policy_without_the_reject_action_moves_on_instead(demo_kb: Path) -> None:
+    """Table 5's "w/o Reject": the policy never writes Reject(), so it makes no format error, and it
+    identifies only what the first batch holds (what Rej_max = 0 with Reject offered also reaches)."""
+    flags = {"visual_check": True, "candidates_per_batch": 3, "max_rejections": 0}
+    without = run(demo_kb, "signature", allow_reject=False, **flags)
+    offered = run(demo_kb, "signature", **flags)
+    assert mean(without, "format_errors") == mean(without, "protocol_violations") == 0
+    assert mean(without, "actions/reject") == 0 < mean(offered, "actions/reject")
+    assert mean(without, "ident_acc") == mean(offered, "ident_acc")
+    assert mean(offered, "rejections") == 0  # every Reject at Rej_max = 0 is at the limit
+    assert mean(offered, "rejects_at_limit") == mean(offered, "actions/reject")
