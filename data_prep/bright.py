@@ -17,9 +17,12 @@ Writes ``OUT/documents.jsonl``, ``OUT/data/warmup.parquet`` and ``OUT/data/test.
 rows in = rows out + rows rejected, by reason; its details hold the warm-up/test split. The split is the paper's (section 5.3): the usable queries in chronological order, the
 first ``--warmup-fraction`` (0.8) the warm-up pool whose episodes write the domain memory, the rest held out.
 The rows carry no date, so the dataset's own row order stands for time (ragym's choice). ``--memory-dir DIR``
-puts the episodic memory on disk (``<DIR>/<domain>.jsonl``), so it persists across the episodes of a run (the
-agent loop builds an env per episode); held-out rows always read the memory frozen (with or without a
-folder), and ``--freeze-memory`` freezes the warm-up rows too.
+puts the episodic memory on disk, one file per prep task (``<DIR>/<task>.jsonl``, the task being the report's
+dataset name, ``bright_biology``, ``bright_biology_long``, ``mm_bright_task2_academia``: two tasks never share
+a memory, whose document ids and queries would not match), so it persists across the episodes of a run (the
+agent loop builds an env per episode, and GRPO and ``ragym eval`` refuse MEMORA rows without a folder);
+held-out rows always read the memory frozen (with or without a folder), and ``--freeze-memory`` freezes the
+warm-up rows too.
 """
 
 from __future__ import annotations
@@ -95,7 +98,8 @@ def query_options(
     corpus: dict[str, str],
     qrels: dict | None,
 ) -> dict[str, Any]:
-    """The env options of one example; raises ``RowError`` for unusable rows."""
+    """The env options of one example (``domain``: its prep task, the name of its memory file); raises
+    ``RowError`` for unusable rows."""
     if "id" not in row or not isinstance(row.get("query"), str):
         raise RowError("missing_field", f"row lacks id or query: {sorted(row)[:8]}")
     qid, query = str(row["id"]), row["query"].strip()
@@ -157,6 +161,8 @@ def write_task(
         rows = [make_row(options, index, report.dataset, env_kwargs, split) for index, options in part]
         pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / f"{split}.parquet")
     ids = [options["query_id"] for _, options in usable]
+    if args.memory_dir is not None and usable:
+        report.details["memory_file"] = str(args.memory_dir.resolve() / f"{usable[0][1]['domain']}.jsonl")
     report.details["split"] = {"order": SPLIT_ORDER, "warmup_fraction": args.warmup_fraction,
                                "num_warmup": num_warmup, "num_test": len(usable) - num_warmup,
                                "warmup_query_ids": ids[:num_warmup], "test_query_ids": ids[num_warmup:]}  # fmt: skip
@@ -184,6 +190,7 @@ def warmup_fraction(text: str) -> float:
 def prep_bright(args: argparse.Namespace) -> PrepReport:
     """One BRIGHT task (``examples`` + ``documents`` or ``long_documents``)."""
     report = PrepReport(f"bright_{args.task}")
+    memory = f"{report.dataset}_long" if args.long else report.dataset  # long documents: other document ids
     corpus = read_documents(
         read_split(args.raw, "long_documents" if args.long else "documents", args.task), report
     )
@@ -192,7 +199,7 @@ def prep_bright(args: argparse.Namespace) -> PrepReport:
     gold_key = "gold_ids_long" if args.long else "gold_ids"
 
     def build(row: dict[str, Any]) -> dict[str, Any]:
-        return query_options(row, args.task, gold_key, "excluded_ids", corpus, qrels)
+        return query_options(row, memory, gold_key, "excluded_ids", corpus, qrels)
 
     return write_task(args, examples, corpus, report, build)
 
@@ -220,7 +227,7 @@ def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
             descriptions[str(row["id"])] = str(row["description"])
 
     def build(row: dict[str, Any]) -> dict[str, Any]:
-        options = query_options(row, args.domain, "gold_ids", "negative_ids", corpus, None)
+        options = query_options(row, report.dataset, "gold_ids", "negative_ids", corpus, None)
         if args.task == 2:
             paths = _ids(row.get("image_paths"))
             if not paths:

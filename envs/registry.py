@@ -17,6 +17,7 @@ from ragym.envs.retrieval.service.client import TOKEN_ENV, URL_ENV, ClientConfig
 
 _ENVS: dict[str, str] = {}
 _SERVICE_ENVS: set[str] = set()
+_SHARED_STATE: dict[str, str] = {}
 
 SERVICE_KWARGS = ("retrieval_url", "retrieval_timeout_s", "retrieval_retries")
 """Env kwargs ``make_env`` takes for the retrieval service (rows and recipes name them beside the config's):
@@ -24,16 +25,27 @@ its base URL (None or absent: ``$RAGYM_RETRIEVAL_URL``, in process when that is 
 the per-attempt timeout of a search (10 s), and retries of a failed search before it counts as unavailable (2)."""
 
 
-def register_env(env_id: str, entry_point: str, *, searches_service: bool = False, **kwargs: Any) -> None:
+def register_env(
+    env_id: str,
+    entry_point: str,
+    *,
+    searches_service: bool = False,
+    shared_state_kwarg: str | None = None,
+    **kwargs: Any,
+) -> None:
     """Register ``env_id`` (versioned, e.g. ``KBVQA-v0``) with ragym and gymnasium; duplicates are an error.
 
     ``searches_service``: the env's retrievers can be the retrieval service's (``ragym serve`` serves them
-    under the names the env asks for), so ``make_env`` resolves a service for it."""
+    under the names the env asks for), so ``make_env`` resolves a service for it. ``shared_state_kwarg``: the
+    env kwarg naming the folder through which its episodes share state across env instances (MEMORA's
+    episodic memory, ``memory_dir``); the agent loop builds one env per episode, so rows run there must set it."""
     if env_id in _ENVS:
         raise ValueError(f"environment {env_id!r} is already registered (by {_ENVS[env_id]})")
     _ENVS[env_id] = entry_point
     if searches_service:
         _SERVICE_ENVS.add(env_id)
+    if shared_state_kwarg is not None:
+        _SHARED_STATE[env_id] = shared_state_kwarg
     gymnasium.register(id=env_id, entry_point=entry_point, **kwargs)
 
 
@@ -45,6 +57,11 @@ def registered_envs() -> dict[str, str]:
 def searches_service(env_id: str) -> bool:
     """Whether ``env_id`` was registered as searching through the retrieval service when one is named."""
     return env_id in _SERVICE_ENVS
+
+
+def shared_state_kwarg(env_id: str) -> str | None:
+    """The env kwarg through which ``env_id``'s episodes share state across env instances, or None."""
+    return _SHARED_STATE.get(env_id)
 
 
 @functools.cache

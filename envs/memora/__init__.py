@@ -4,4 +4,5 @@ and anchor states (the env class itself is imported lazily, by gymnasium)."""
 from ragym.envs.memora import anchors, events, metrics  # noqa: F401  (importing them registers them)
 from ragym.envs.registry import register_env
 
-register_env("MEMORA-v0", "ragym.envs.memora.env:MemoraEnv")
+# The episodic memory outlives an env instance only through its folder (the agent loop builds one env per episode).
+register_env("MEMORA-v0", "ragym.envs.memora.env:MemoraEnv", shared_state_kwarg="memory_dir")

@@ -1,7 +1,8 @@
 """``MEMORA-v0``: committee reranking with episodic factor memory (seed 000, issue 16).
 
 Reset shows the query (text, and its image or image description), the K_m nearest episodes of the
-domain's memory (never an episode of the same query: ``query_id`` or text) and the top K_c of the first stage's K_0 candidates. The policy plays MEMORA's factor
+domain's memory (never an episode of the same query: ``query_id``, text, or nearly the same words; one per
+other query) and the top K_c of the first stage's K_0 candidates. The policy plays MEMORA's factor
 committee and controller: ``decompose`` (factors with priorities), ``subquery`` (retrieval that grows the
 pool), ``extract`` (factor-document evidence into the bipartite graph), ``judge`` (listwise verdict) and
 ``stop``; each kind has a call budget. After every action the env recomputes the factor-aware score
@@ -48,7 +49,7 @@ from ragym.envs.memora.actions import (
     parse_action,
 )
 from ragym.envs.memora.corpus import Collection, corpus_collection, corpus_texts, synthetic_collection
-from ragym.envs.memora.memory import EpisodicMemory
+from ragym.envs.memora.memory import OWN_QUERY_SIMILARITY, EpisodicMemory
 from ragym.envs.memora.scoring import ScoreWeights
 from ragym.envs.memora.state import EpisodeState
 from ragym.envs.retrieval.hits import RetrieverSource
@@ -104,7 +105,11 @@ class MemoraConfig(ScoreWeights):
     factor_match: float = 0.5
     """Cosine between factor texts for a memory factor to count towards the factor prior (h, l)."""
     memory_dir: str | None = None
-    """Folder of per-domain memory files (``<domain>.jsonl``); None keeps memory in this env instance only."""
+    """Folder of per-domain memory files (``<domain>.jsonl``); None keeps memory in this env instance only
+    (rows run by the agent loop, which builds one env per episode, must name one: ``ragym.rl.data.rows``)."""
+    own_query_similarity: float = OWN_QUERY_SIMILARITY
+    """Bag-of-words cosine from which a memory record's query counts as the reading query's own (a copy under
+    another id, a trailing "?"), so the query never reads it (``ragym.envs.memora.memory``)."""
     memory_frozen: bool = False
     """Evaluation: read memory, never write it."""
     domain: str = "default"
@@ -160,6 +165,10 @@ class MemoraEnv(gymnasium.Env):
         self.image_budget = budget_of(c)  # a budget no image fits is refused here, naming the field
         if not 1 <= c.k_min <= c.k_max or not c.k <= c.kc <= c.k0 <= c.max_pool:
             raise ValueError(f"MemoraEnv: need 1 <= k_min <= k_max and k <= kc <= k0 <= max_pool, got {c}")
+        if not 0 < c.own_query_similarity <= 1:
+            raise ValueError(
+                f"MemoraEnv: own_query_similarity must be in (0, 1], got {c.own_query_similarity}"
+            )
         self.retrievers = retriever
         """Where the first stage comes from: the source passed in, else None (BM25 in process)."""
         self._collection: Collection | None = None

@@ -14,8 +14,11 @@ is nearest (bag-of-words cosine) are shown; from them the env derives the two pr
 A store with a ``path`` appends one JSON line per record, so memory persists across episodes, env
 instances and processes (the verl agent loop builds an env per episode); ``frozen`` stops writes for
 evaluation. A query never reads its own past: its records carry the nDCG and factor outcomes computed
-from its qrels, so ``nearest`` skips every record of the same query (same id, or same text), whether it
-comes from an earlier epoch, a rerun or a GRPO sibling (section 5.3: memory without leakage).
+from its qrels, so ``nearest`` skips every record of the same query (same id, the same words once case and
+punctuation are set aside, or a bag-of-words cosine of at least ``OWN_QUERY_SIMILARITY``: a copy with another
+id or a trailing "?"), whether it comes from an earlier epoch, a rerun or a GRPO sibling (section 5.3: memory
+without leakage). ``nearest`` also shows at most one record per query (its latest): under GRPO every rollout
+of a query writes one, and the K_m nearest would otherwise often be K_m rollouts of one other query.
 
 >>> m = EpisodicMemory()
 >>> m.write(MemoryRecord("why do glaciers melt", (FactorOutcome("ice melt rate", 0.6, "helped"),), ("d1",), 1.0))
@@ -23,6 +26,8 @@ True
 >>> [r.query for r, _ in m.nearest("glaciers melt fast", 4)]
 ['why do glaciers melt']
 >>> m.nearest("why do glaciers melt", 4)  # its own episode is never shown
+[]
+>>> m.nearest("Why do glaciers melt?", 4, query_id="q7")  # nor a copy of it under another id
 []
 """
 
@@ -37,6 +42,14 @@ from pathlib import Path
 
 OUTCOMES = ("helped", "hurt", "neutral")
 _WORD = re.compile(r"[a-z0-9]+")
+OWN_QUERY_SIMILARITY = 0.95
+"""Bag-of-words cosine from which a record's query counts as the reading query itself (a near-identical copy):
+a twenty-word query with one word replaced is at it (19 / 20), with two below (0.9). In MEMORA's synthetic
+domain 0-3 of the 12,720 pairs of distinct queries reach it (domain seeds 0-2: the same words permuted); at 0.9,
+9-14 do (same topic words, shared fillers), which cost the memory benchmark 0.04 nDCG@10 at 100 warm-up
+episodes (docs/memora.md)."""
+_TOLERANCE = 1e-9
+"""Float slack of that comparison (a cosine of 9 / 10 computes as 0.8999999999999999)."""
 
 
 def bag_of_words(text: str) -> Counter:
@@ -104,10 +117,13 @@ class MemoryRecord:
             raise ValueError(f"{where}: bad memory record: {err}") from err
 
 
-def same_query(record: MemoryRecord, query: str, query_id: str | None) -> bool:
-    """Whether ``record`` is an episode of this query: the same id, or the same text (ids can be absent)."""
-    same_id = query_id is not None and record.query_id == str(query_id)
-    return same_id or " ".join(record.query.split()).lower() == " ".join(query.split()).lower()
+def normalised(text: str) -> str:
+    """The words of ``text``, lower-cased, without punctuation, one space apart.
+
+    >>> normalised("  Why do  Glaciers melt?! ")
+    'why do glaciers melt'
+    """
+    return " ".join(_WORD.findall(text.lower()))
 
 
 class EpisodicMemory:
@@ -118,6 +134,7 @@ class EpisodicMemory:
         self.frozen = frozen
         self.records: list[MemoryRecord] = []
         self._bags: list[Counter] = []
+        self._keys: list[str] = []  # each record's normalised query: its query's key in ``nearest``
         self._offset = 0  # bytes of the file already read
         self._line_no = 0
         self.refresh()
@@ -140,6 +157,7 @@ class EpisodicMemory:
     def _add(self, record: MemoryRecord) -> None:
         self.records.append(record)
         self._bags.append(bag_of_words(record.query))
+        self._keys.append(normalised(record.query))
 
     def write(self, record: MemoryRecord) -> bool:
         """Store ``record`` (appended to the file when there is one); False when the memory is frozen."""
@@ -154,16 +172,26 @@ class EpisodicMemory:
         self.refresh()  # reads this record back, after any other writer's records appended before it
         return True
 
-    def nearest(self, query: str, k: int, query_id: str | None = None) -> list[tuple[MemoryRecord, float]]:
-        """The k records most similar to ``query`` (similarity > 0), most similar first, none of the query's own."""
-        bag = bag_of_words(query)
-        scored = [
-            (cosine(bag, b), -i)
-            for i, b in enumerate(self._bags)
-            if not same_query(self.records[i], query, query_id)
-        ]
-        scored = sorted((s for s in scored if s[0] > 0), reverse=True)[:k]  # older first on ties
-        return [(self.records[-neg_index], sim) for sim, neg_index in scored]
+    def nearest(
+        self, query: str, k: int, query_id: str | None = None, own_similarity: float = OWN_QUERY_SIMILARITY
+    ) -> list[tuple[MemoryRecord, float]]:
+        """The k records most similar to ``query`` (similarity > 0), most similar first, one per other query (its
+        latest record) and none of the query's own: the same id, the same normalised text, or a bag-of-words
+        cosine of at least ``own_similarity`` (ids can be absent, and a copy of a query can carry another id)."""
+        bag, key = bag_of_words(query), normalised(query)
+        latest: dict[str, tuple[float, int]] = {}  # another query's normalised text -> (similarity, index)
+        for i, (record, record_bag, record_key) in enumerate(
+            zip(self.records, self._bags, self._keys, strict=True)
+        ):
+            similarity = cosine(bag, record_bag)
+            same_id = query_id is not None and record.query_id == str(query_id)
+            # The query's own: the same id, the same normalised text, or nearly the same words.
+            if similarity <= 0 or same_id or record_key == key or similarity >= own_similarity - _TOLERANCE:
+                continue
+            latest[record_key] = (similarity, i)
+        # Most similar first, older first on ties.
+        scored = sorted(latest.values(), key=lambda item: (-item[0], item[1]))[:k]
+        return [(self.records[i], similarity) for similarity, i in scored]
 
     def __len__(self) -> int:
         return len(self.records)

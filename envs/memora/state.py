@@ -74,7 +74,8 @@ class EpisodeState:
         if missing:
             raise ValueError(f"MEMORA first-stage documents not in the collection: {missing[:3]}")
         query_id = None if opts.get("query_id") is None else str(opts["query_id"])
-        memories = memory.nearest(opts["query"], config.k_m, query_id)  # never the query's own episodes
+        # Never the query's own episodes; one per other query.
+        memories = memory.nearest(opts["query"], config.k_m, query_id, config.own_query_similarity)
         qrels = opts.get("qrels")
         return cls(
             config=config,

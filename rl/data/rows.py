@@ -34,6 +34,11 @@ class DataError(UsageError):
     """Rows that cannot be used: a missing or unreadable file, no valid row, or bad rows under ``refuse``."""
 
 
+class SharedStateMissing(ValueError):
+    """A row whose env shares state across episodes only through a folder its ``env_kwargs`` do not name:
+    every episode would start from empty state, so the run is refused (not one row skipped)."""
+
+
 @dataclass(frozen=True)
 class BadRow:
     """One row (or a whole file) that cannot start an episode, and why."""
@@ -151,6 +156,7 @@ class RowChecker:
         if kwargs is None:
             raise ValueError("extra_info.env_kwargs must be a JSON object, got null")
         if self.check_reset:
+            _check_shared_state(str(extra_info["env_id"]), kwargs)
             self._num_checked += 1
             if self._num_checked % self.IMAGE_CACHE_ROWS == 0:
                 from ragym.envs.image_cache import clear_image_cache
@@ -179,6 +185,20 @@ class RowChecker:
             if not isinstance(env, Exception):
                 env.close()
         self._envs.clear()
+
+
+def _check_shared_state(env_id: str, kwargs: dict[str, Any]) -> None:
+    """Refuse rows of an env whose episodes share state through a folder (MEMORA's episodic memory) that the
+    row does not name: the agent loop builds one env per episode, so each would start from nothing."""
+    from ragym.envs.registry import shared_state_kwarg
+
+    name = shared_state_kwarg(env_id)
+    if name is not None and not kwargs.get(name):
+        raise SharedStateMissing(
+            f"{env_id} rows need env_kwargs.{name}, the folder its episodes share: the agent loop builds one env "
+            f"per episode, so without it every episode starts from an empty memory; prepare the rows with "
+            f"`ragym prep bright|mm-bright ... --memory-dir DIR`, or set env_kwargs.{name}"
+        )
 
 
 def _read_file(path: str, limit: int) -> list[dict[str, Any]]:
@@ -230,6 +250,8 @@ def check_rows(
     for file, position, row in located:
         try:
             checker.check(row)
+        except SharedStateMissing as err:  # the setting is wrong, not the row: skipping would hide it
+            raise DataError(f"{file} row {position}: {err}") from err
         except Exception as err:  # noqa: BLE001 - any failure to start the episode makes the row bad
             index = _index((row.get("extra_info") or {}).get("index"))
             result.bad.append(BadRow(file, position, index, _one_line(err)))

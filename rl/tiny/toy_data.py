@@ -47,7 +47,8 @@ def toy_rows(env_id: str, out: Path) -> Path:
 
         build_task(out, PRESETS["tiny"])
     elif env_id == "MEMORA-v0":
-        _write(data, {split: [_memora_row(offset + i, split) for i in range(NUM_TOY_ROWS)]
+        memory = out / "memory"  # the episodic memory the train rows write and the test rows read, frozen
+        _write(data, {split: [_memora_row(offset + i, split, memory) for i in range(NUM_TOY_ROWS)]
                       for split, offset in (("train", 0), ("test", NUM_TOY_ROWS))})  # fmt: skip
     elif env_id == "DocMemo-v0":
         _write(data, {split: _docmemo_rows(split) for split in ("train", "test")})
@@ -57,11 +58,12 @@ def toy_rows(env_id: str, out: Path) -> Path:
 
 
 def _row(
-    env_id: str, index: int, split: str, source: str, truth: dict, options: dict | None
-) -> dict[str, Any]:
+    env_id: str, index: int, split: str, source: str, truth: dict, options: dict | None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """One verl row that resets ``env_id`` with ``options`` (None: the env's own synthetic draw for the seed)."""
     return verl_row(data_source=source, ability=env_id.split("-")[0].lower(), question="(the env writes the prompt)",
-                    ground_truth=truth, index=index, split=split, env_id=env_id, env_kwargs={},
+                    ground_truth=truth, index=index, split=split, env_id=env_id, env_kwargs=env_kwargs or {},
                     env_options=options)  # fmt: skip
 
 
@@ -96,8 +98,9 @@ def _docmemo_rows(split: str) -> list[dict[str, Any]]:
     return list(by_length.values())
 
 
-def _memora_row(index: int, split: str) -> dict[str, Any]:
-    """A query of MEMORA's synthetic domain (in stream order), its qrels as the ground truth."""
+def _memora_row(index: int, split: str, memory: Path) -> dict[str, Any]:
+    """A query of MEMORA's synthetic domain (in stream order), its qrels as the ground truth; the train rows
+    write the episodic memory in ``memory``, the test rows read it frozen (as ``ragym prep bright`` splits)."""
     from ragym.envs.memora.corpus import synthetic_collection
 
     domain = synthetic_collection(0)[0]
@@ -105,4 +108,5 @@ def _memora_row(index: int, split: str) -> dict[str, Any]:
     options = {"query_id": query["id"], "query": query["query"], "qrels": query["qrels"],
                "excluded_ids": query["excluded_ids"], "domain": domain.name}  # fmt: skip
     truth = {"qrels": query["qrels"], "excluded_ids": query["excluded_ids"]}
-    return _row("MEMORA-v0", index, split, "synthetic_memora", truth, options)
+    kwargs = {"memory_dir": str(memory.resolve()), "memory_frozen": split == "test"}
+    return _row("MEMORA-v0", index, split, "synthetic_memora", truth, options, kwargs)

@@ -76,7 +76,7 @@ def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
     assert (
         result.breakdown["ndcg"] == result.breakdown["first_stage_ndcg"] == pytest.approx(1.0)
     )  # BM25 finds it
-    assert json.loads((tmp_path / "mem" / "biology.jsonl").read_text())["ndcg"] == pytest.approx(1.0)
+    assert json.loads((tmp_path / "mem" / "bright_biology.jsonl").read_text())["ndcg"] == pytest.approx(1.0)
 
 
 def write_stream(raw: Path, ids: list[str]) -> Path:
@@ -119,9 +119,9 @@ def test_split_is_chronological_80_20_recorded_and_held_out_rows_never_write(tmp
         env = make_env("MEMORA-v0", **json.loads(row["extra_info"]["env_kwargs"]))
         env.reset(options=json.loads(row["extra_info"]["env_options"]))
         env.step("<reason>r</reason><stop></stop>")
-    assert [json.loads(line)["query_id"] for line in (mem / "biology.jsonl").read_text().splitlines()] == [
-        "17"
-    ]
+    assert [
+        json.loads(line)["query_id"] for line in (mem / "bright_biology.jsonl").read_text().splitlines()
+    ] == ["17"]
     # Without a memory folder the held-out rows are frozen too: a runner sharing one env never lets them write.
     prep_main([*args[:-2], "--out", str(tmp_path / "nodir")])
     assert json.loads(rows(tmp_path / "nodir")[0]["extra_info"]["env_kwargs"])["memory_frozen"] is True
@@ -181,6 +181,31 @@ def test_mm_bright_task2_resolves_images_and_task1_ignores_them(tmp_path: Path) 
         ["mm-bright", "--raw", str(raw), "--domain", "academia", "--task", "1", "--out", str(tmp_path / "t1")]
     )
     assert json.loads((tmp_path / "t1" / "report.json").read_text())["splits"]["queries"]["num_rows_out"] == 3
+
+
+def test_each_prep_task_writes_its_own_memory_file(tmp_path: Path) -> None:
+    """Short and long BRIGHT documents, and MM-BRIGHT's Task 1 and Task 2 of one domain, share a memory folder
+    but never a memory file: their document ids (and, across tasks, their queries) would leak or not match."""
+    mem, bright, mm = tmp_path / "mem", write_bright(tmp_path / "bright"), write_mm_bright(tmp_path / "mm")
+    preps = {
+        "bright_biology": ["bright", "--raw", str(bright), "--task", "biology"],
+        "bright_biology_long": ["bright", "--raw", str(bright), "--task", "biology", "--long"],
+        "mm_bright_task1_academia": ["mm-bright", "--raw", str(mm), "--domain", "academia", "--task", "1"],
+        "mm_bright_task2_academia": ["mm-bright", "--raw", str(mm), "--domain", "academia", "--task", "2"],
+    }
+    for name, args in preps.items():
+        out = tmp_path / name
+        prep_main([*args, "--out", str(out), "--memory-dir", str(mem), "--warmup-fraction", "1"])
+        domains = {json.loads(r["extra_info"]["env_kwargs"])["domain"] for r in rows(out, "warmup")}
+        assert domains == {name}
+        assert json.loads((out / "report.json").read_text())["details"]["memory_file"] == str(
+            mem.resolve() / f"{name}.jsonl"
+        )
+        row = rows(out, "warmup")[0]
+        env = make_env("MEMORA-v0", **json.loads(row["extra_info"]["env_kwargs"]))
+        env.reset(options=json.loads(row["extra_info"]["env_options"]))
+        env.step("<reason>r</reason><stop></stop>")
+    assert sorted(p.name for p in mem.iterdir()) == sorted(f"{name}.jsonl" for name in preps)
 
 
 def test_missing_split_is_a_clear_error(tmp_path: Path) -> None:

@@ -92,3 +92,46 @@ def test_doctests(module: str) -> None:
     import importlib
 
     assert doctest.testmod(importlib.import_module(module)).failed == 0
+
+
+LONG = "why do moths fly in circles around street lamps at night yet ignore bright stars high above quiet dark fields"
+"""Twenty distinct words: one word edited keeps a cosine of 19 / 20 = 0.95 with it, two words 18 / 20."""
+ONE_EDIT = LONG.replace("street", "garden")
+TWO_EDITS = ONE_EDIT.replace("lamps", "lights")
+OWN_CASES = [
+    # (name, reading query, its id, shown?) against one record of LONG with id "7"
+    ("another query", "birds sing at dawn near lamps", "9", True),
+    ("the same id, reworded", "how do birds sing", "7", False),
+    ("the same words, a trailing ? and case", LONG.capitalize() + "?", "9", False),
+    ("the same words, punctuation and spacing, no id", LONG.replace(" fly ", " -- fly,  "), None, False),
+    ("one word edited: cosine 0.95", ONE_EDIT, "9", False),
+    ("two words edited: cosine 0.9", TWO_EDITS, "9", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("query", "query_id", "shown"), [c[1:] for c in OWN_CASES], ids=[c[0] for c in OWN_CASES]
+)
+def test_near_identical_queries_are_the_query_own(query: str, query_id: str | None, shown: bool) -> None:
+    memory = EpisodicMemory()
+    memory.write(MemoryRecord(LONG, (), ("d1",), 1.0, "7"))
+    assert [r.query_id for r, _ in memory.nearest(query, 4, query_id)] == (["7"] if shown else [])
+
+
+def test_the_own_query_threshold_is_a_setting() -> None:
+    memory = EpisodicMemory()
+    memory.write(MemoryRecord(LONG, (), ("d1",), 1.0, "7"))
+    assert memory.nearest(TWO_EDITS, 4, "9", own_similarity=0.9) == []
+    assert [r.query_id for r, _ in memory.nearest(TWO_EDITS, 4, "9", own_similarity=0.91)] == ["7"]
+
+
+def test_nearest_shows_one_record_per_query_its_latest(tmp_path) -> None:
+    """GRPO writes a record per rollout: four rollouts of q8 must not fill the K_m = 2 nearest."""
+    memory = EpisodicMemory(tmp_path / "m.jsonl")
+    for rollout in range(4):
+        memory.write(MemoryRecord("moths circle street lamps", (), (f"d{rollout}",), 0.1 * rollout, "8"))
+    memory.write(MemoryRecord("moths near lamps at night", (), ("e",), 1.0, "5"))
+    memory.write(MemoryRecord("Moths circle street lamps!", (), ("d9",), 0.9, None))  # q8 again, no id
+    nearest = memory.nearest("do moths circle lamps", 2, "1")
+    assert [(r.query_id, r.top_docs) for r, _ in nearest] == [(None, ("d9",)), ("5", ("e",))]
+    assert len(memory) == 6  # every record stays stored; only the read picks one per query

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from ragym.rl.data.rows import BadRow, DataError, load_rows
+from ragym.rl.tiny.toy_data import _memora_row
 from tests.rl.data.bad_rows import BAD_KINDS, truncated_copy, with_bad_rows
 
 
@@ -141,3 +144,45 @@ def test_rows_with_empty_or_null_prompts_are_listed_and_skipped(kb, tmp_path):
         (1, "prompt is an empty list (no chat message)"),
         (2, "prompt is missing"),
     ]
+
+
+def _memora_rows(path: Path, memory_dirs: list[str | None]) -> Path:
+    """MEMORA-v0 rows of the toy data (its synthetic domain), each with or without a memory folder."""
+    rows = []
+    for index, memory_dir in enumerate(memory_dirs):
+        row = _memora_row(index, "train", path.parent / "memory")
+        kwargs = json.loads(row["extra_info"]["env_kwargs"])
+        kwargs = {**kwargs, "memory_dir": memory_dir} if memory_dir is not None else {}
+        rows.append({**row, "extra_info": {**row["extra_info"], "env_kwargs": json.dumps(kwargs)}})
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+@pytest.mark.parametrize("on_bad", ["skip", "refuse"])
+def test_memora_rows_without_a_memory_folder_refuse_the_run(tmp_path, on_bad):
+    """The agent loop builds one env per episode: MEMORA-v0 rows without memory_dir would train and validate
+    with an empty episodic memory, so the whole run stops (even under skip), naming the row and the fix."""
+    data = _memora_rows(tmp_path / "memora.parquet", [str(tmp_path / "memory"), None])
+    with pytest.raises(DataError) as err:
+        load_rows(str(data), on_bad=on_bad)
+    message = str(err.value)
+    assert "\n" not in message and "memora.parquet row 1" in message
+    assert "env_kwargs.memory_dir" in message and "--memory-dir DIR" in message
+
+
+def test_memora_rows_with_a_memory_folder_load_and_budgets_do_not_ask(tmp_path):
+    data = _memora_rows(tmp_path / "memora.parquet", [str(tmp_path / "memory")] * 2)
+    assert len(load_rows(str(data)).rows) == 2
+    bare = _memora_rows(tmp_path / "bare.parquet", [None, None])
+    assert len(load_rows(str(bare), check_reset=False).rows) == 2  # `ragym budget` runs no episode
+
+
+def test_toy_memora_rows_share_a_memory_the_test_rows_read_frozen(tmp_path):
+    """`ragym train --toy` on the MEMORA recipe passes the check: its train rows write one memory folder."""
+    from ragym.rl.tiny.toy_data import toy_rows
+
+    data = toy_rows("MEMORA-v0", tmp_path)
+    for split, frozen in (("train", False), ("test", True)):
+        loaded = load_rows(str(data / f"{split}.parquet"), limit=2)
+        kwargs = [json.loads(row["extra_info"]["env_kwargs"]) for row in loaded.rows]
+        assert {(k["memory_dir"], k["memory_frozen"]) for k in kwargs} == {(str(tmp_path / "memory"), frozen)}
