@@ -20,7 +20,7 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
     without its checkpoint-format parameter (``dispatch_cpu_unquantized_gemm(..., remove_weight=True)``), so
     verl's plain ``load_weights`` of the next step's tensors finds nothing to load into. vLLM's own layerwise
     reload restores each layer's checkpoint-format parameters, loads, and re-packs once a layer is complete:
-    the weights then equal a fresh load of the same tensors (tests/rl/verl_plugin/test_vllm_cpu.py).
+    the weights then equal a fresh load of the same tensors (``tests/launch/test_verl_vllm.py``).
     """
 
     def update_weights_from_ipc(
@@ -30,7 +30,7 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
         if peft_config:
             raise NotImplementedError("ragym's CPU vLLM rollout syncs full weights only (no LoRA adapters)")
         model = self.model_runner.model
-        initialize_layerwise_reload(model)
+        begin_reload(model)
 
         def load(weights: list[tuple[str, torch.Tensor]], is_last: bool) -> None:
             # The receiver hands out views of its shared-memory bucket, which the next bucket overwrites while
@@ -39,16 +39,21 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
 
         receiver = BucketedWeightReceiver(zmq_handle=self._get_zmq_handle(), device="cpu", use_shm=use_shm)
         receiver.receive_weights(on_bucket_received=load)
-        finalize_layerwise_reload(model, self.model_runner.vllm_config.model_config)
-        _repack_embeddings(model)
+        end_reload(model, self.model_runner.vllm_config.model_config)
 
 
-def _repack_embeddings(model: object) -> None:
-    """Re-pack every vocabulary embedding's GEMM copy from its (reloaded) weight.
+def begin_reload(model: torch.nn.Module) -> None:
+    """Give every layer back its checkpoint-format parameters, to be loaded with ``model.load_weights``."""
+    initialize_layerwise_reload(model)
+
+
+def end_reload(model: torch.nn.Module, model_config: object) -> None:
+    """Process the reloaded layers for the CPU kernels, then re-pack every vocabulary embedding's GEMM copy.
 
     A tied output layer shares the embedding's weight but keeps a packed copy of its own for the logits GEMM;
     the layerwise reload processes only one owner of a tied parameter (vLLM's stated limitation), so the
     output layer would go on computing logits from the old weights."""
+    finalize_layerwise_reload(model, model_config)
     for module in model.modules():
         if isinstance(module, VocabParallelEmbedding):
             module.quant_method.process_weights_after_loading(module)
