@@ -204,10 +204,13 @@ def _row(sample: Sample, index: int, data_source: str, env_kwargs: dict[str, Any
 
 def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str], ranked: np.ndarray,
                 entity_ids: list[str], cfg: BuildConfig, report: PrepReport) -> None:  # fmt: skip
-    """Apply the reachability filter to training splits and write ``data/<split>.parquet``."""
+    """Apply the reachability filter to training splits and write ``data/<split>.parquet``; rows written with an
+    image whose gold entity is unknown are counted per split (``rows_without_gold``): no verification reward,
+    reachability filter, Ident. or retriever rank applies to them."""
     env_kwargs = {"kb_dir": str(out.resolve()), "candidates_per_batch": cfg.candidates_per_batch,
                   "max_rejections": cfg.max_rejections}  # fmt: skip
     rows: dict[str, list[dict[str, Any]]] = {}
+    without_gold = report.details.setdefault("rows_without_gold", {})
     for sample, queries, golds in kept:
         candidates = [[entity_ids[r] for r in ranked[q] if r >= 0] for q in queries]
         gold_ids = [None if g is None else entity_ids[g] for g in golds]
@@ -220,6 +223,8 @@ def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str],
         paths = [query_paths[q] for q in queries]
         split_rows.append(_row(sample, len(split_rows), data_source, env_kwargs, paths, gold_ids, candidates))
         report.keep(sample.split)
+        if None in gold_ids:
+            without_gold[sample.split] = without_gold.get(sample.split, 0) + 1
     (out / "data").mkdir(exist_ok=True)
     for split, records in rows.items():
         pd.DataFrame.from_records(records).to_parquet(out / "data" / f"{split}.parquet")

@@ -12,8 +12,10 @@ images: every column whose feature is an Image or a list of Images, in column or
 without Hugging Face's feature metadata, a ``{"bytes", "path"}`` struct or a list of them (how ``datasets`` stores
 an Image); shards with no such column are refused (``ShardSchemaError``), never read as rows without images.
 A gold entity per image is
-read from the first of ``GOLD_COLUMNS`` present (the card names none); rows without one keep null golds and are
-counted under ``gold_unknown`` (the reachability filter cannot test them).
+read from the first of ``GOLD_COLUMNS`` present (the card names none, and the released shards carry none of
+them); rows without one keep null golds. They are written, counted per split under the report's
+``rows_without_gold``, train on the outcome and format terms only (no verification reward, no reachability
+filter), and leave Table 4's MMhops Ident. and R@k n/a in ``ragym eval``.
 """
 
 from __future__ import annotations
@@ -117,8 +119,6 @@ def _read_split(files: list[Path], split: str, report: PrepReport, limit: int | 
             report.read(split)
             try:
                 samples.append(_sample(row, split, image_columns, f"{split} row {count}"))
-                if samples[-1].gold_keys[0] is None:
-                    report.details["gold_unknown"] = report.details.get("gold_unknown", 0) + 1
             except RowError as err:
                 report.reject(split, err.reason, str(err))
     return samples

@@ -92,7 +92,25 @@ def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
     for split, row in result["details"].get("recall", {}).items():
         figures = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
         print(f"{result['dataset']} {split}: {figures}")
+    for line in without_gold_lines(result):
+        print(line)
     return result
+
+
+NO_GOLD_EFFECT = (
+    "no verification reward, reachability filter, Ident. or retriever rank applies, so a training row trains on "
+    "the outcome and format terms only and an evaluation row is scored on its answer alone (docs/data.md)"
+)
+"""What a row without a gold entity means, printed beside its count."""
+
+
+def without_gold_lines(report: dict[str, Any]) -> list[str]:
+    """One line per split with rows written without a gold entity: how many, and what that means."""
+    counts = report["details"].get("rows_without_gold", {})
+    return [
+        f"{report['dataset']} {split}: {n} rows without a gold entity: {NO_GOLD_EFFECT}"
+        for split, n in counts.items()
+    ]
 
 
 def mix(argv: list[str]) -> dict[str, Any]:

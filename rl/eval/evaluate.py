@@ -34,7 +34,7 @@ from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
 from ragym.rl.engine.rollout import EpisodeResult, run_episodes
 from ragym.rl.errors import UsageError
 from ragym.rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
-from ragym.rl.eval.kbvqa_tables import figures, paper_columns, row_groups
+from ragym.rl.eval.kbvqa_tables import figures, na_notes, paper_columns, row_groups
 from ragym.rl.eval.r3g_report import r3g_summary
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
@@ -308,4 +308,7 @@ def main(argv: list[str]) -> int:
             "bad_rows": [bad.describe() for bad in row_set.bad], **summarize(records),
         })  # fmt: skip
     print(json.dumps(metrics["all"], indent=1))
+    for source, summary in metrics["by_source"].items():
+        for note in na_notes(source, summary["paper"]) if summary.get("paper") else []:
+            print(f"note: {note}")  # why a column of the paper's tables is n/a (also in metrics.md)
     return 0

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from ragym.data_prep.kb_records import PASSAGE_CHARS
-from ragym.data_prep.prep import prep_dataset
+from ragym.data_prep.prep import prep_dataset, without_gold_lines
 from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 from ragym.envs.kbvqa.kb import load_kb
 from ragym.rewards.answers import score_answer
@@ -173,7 +173,23 @@ def test_mmhops_multi_image_rows_carry_one_gold_per_image(prepared) -> None:
     assert _options(train["MMhops_train_00003"])["gold_entities"] == [
         None
     ]  # no gold column value: kept, counted
-    assert report["details"]["gold_unknown"] == 1
+    assert report["details"]["rows_without_gold"] == {"train": 1, "test": 1}  # test: a gold not in the KB
+
+
+@pytest.mark.parametrize("name", ["infoseek", "evqa", "mmhops"])
+def test_rows_without_a_gold_are_counted_per_split_and_said(prepared, name: str) -> None:
+    """Every written row whose gold entity is unknown for an image is counted (the rows say so themselves),
+    and the prep prints what such a row trains on."""
+    kb, report, _ = prepared[name]
+    counted = {}
+    for split in [p.stem for p in (kb / "data").glob("*.parquet")]:
+        num = sum(None in _options(row)["gold_entities"] for _, row in _rows(kb, split).iterrows())
+        if num:
+            counted[split] = num
+    assert report["details"]["rows_without_gold"] == counted
+    lines = without_gold_lines(report)
+    assert len(lines) == len(counted) and all("outcome and format terms only" in x for x in lines)
+    assert name != "mmhops" or lines[0].startswith("mmhops train: 1 rows without a gold entity")
 
 
 def test_kb_contents(prepared) -> None:

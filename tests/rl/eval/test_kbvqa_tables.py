@@ -5,6 +5,7 @@ of rows whose gold entity is unknown."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from ragym.rewards.episode import Episode
 from ragym.rl.eval.evaluate import EpisodeRecord, kb_gold_ranks, summarize, summarize_source
-from ragym.rl.eval.kbvqa_tables import row_groups
+from ragym.rl.eval.kbvqa_tables import NO_GOLD, na_notes, not_available, row_groups
 from ragym.rl.eval.report import write_report
 
 
@@ -121,3 +122,32 @@ def test_an_unknown_gold_has_no_retriever_rank(tmp_path: Path) -> None:
     options["gold_entities"][0] = None
     row = {**row, "extra_info": {**row["extra_info"], "env_options": json.dumps(options)}}
     assert kb_gold_ranks(row) == (known[1:], pool)
+
+
+def test_an_n_a_cell_says_why(tmp_path: Path) -> None:
+    """MMhops rows name no gold entity: Table 4's Ident. and R@k are n/a, and the report says why, per cell."""
+    mmhops = [_record("mmhops", 1.0, "bridge", "String"), _record("mmhops", 0.0, "bridge", "Time")]
+    paper = summarize_source(mmhops)["paper"]
+    na = paper["not_available"]
+    assert set(na) == {"Bridging", "Comparison", "All", "String", "Time"}
+    assert na["Comparison"] == dict.fromkeys(["Acc.", "Ident.", "R@1", "R@pool"], "no episode in this column")
+    assert set(na["Bridging"]) == {"Ident.", "R@1", "R@pool"}  # its accuracy is known
+    assert "golds ragym cannot derive" in na["Bridging"]["Ident."] and "MMhops" in na["Bridging"]["R@1"]
+    notes = na_notes("mmhops", paper)
+    assert notes[0].startswith("mmhops Ident., R@1, R@pool n/a in Bridging, All, String, Time: no episode")
+    assert notes[1] == "mmhops Acc., Ident., R@1, R@pool n/a in Comparison: no episode in this column"
+    metrics = {"model": "m", "backend": "hf", "data": ["x.parquet"], **summarize(mmhops)}
+    write_report(metrics, [r.__dict__ for r in mmhops], tmp_path)
+    assert f"- {notes[0]}" in (tmp_path / "metrics.md").read_text()
+    # Another benchmark's unknown gold gets the reason without MMhops' note; known figures get none.
+    assert summarize_source(EVQA)["paper"]["not_available"] == {}
+    infoseek = summarize_source(INFOSEEK)["paper"]["not_available"]
+    assert infoseek["Unseen-E"] == dict.fromkeys(["Ident.", "R@1", "R@pool"], NO_GOLD)
+    assert infoseek["Unseen-Q"] == {"Ident.": NO_GOLD}  # ranked, but no Ident. recorded
+
+
+def test_the_ceiling_without_candidate_lists_is_n_a_for_that_reason() -> None:
+    live = [replace(_record("infoseek", 1.0, "unseen_entity", "String", ident=1.0), pool_size=None)]
+    reasons = not_available("infoseek", live, {"retriever_r1": None, "ident": 1.0})
+    assert reasons == {"retriever_r1": "the rows' env serves no precomputed candidate lists, on which the "
+                                       "ceiling is measured"}  # fmt: skip
