@@ -68,6 +68,20 @@ def test_verification_grid_rows_and_neither_has_no_verification_actions() -> Non
     assert grid.kb_preset == "demo_weak_top1"
 
 
+def test_memora_r_grid_rows_are_memora_table_4_rows() -> None:
+    """Every variant is one of MEMORA Table 4's own rows (none is ragym's), and the claims compare them."""
+    labels = rows("memora_r")
+    assert list(labels) == [
+        "zero-shot",
+        "+ contrastive FT",
+        "+ hard negatives",
+        "+ reasoning-trace augmentation",
+    ]
+    assert RAGYM_ROW not in labels.values() and len(set(labels.values())) == 4
+    assert labels["+ reasoning-trace augmentation"] == "+ reasoning trace augmentation (full MEMORA-R)"
+    assert "Qwen-Embedding" in labels["zero-shot"] and "hard negative" in labels["+ hard negatives"]
+
+
 def test_docmemo_grid_has_table_4_rows_and_each_removal_removes_that_memory() -> None:
     grid = GRIDS["docmemo"]
     labels = rows("docmemo")
