@@ -226,7 +226,8 @@ class RagymEnvAgentLoop(AgentLoopBase):
     async def _append_observation(
         self, episode: _Episode, obs: dict[str, Any], token_ids: list[int], turn: int
     ) -> tuple[int, int] | None:
-        """Append the observation as mask-0 context; when it would not fit, append nothing and return its size:
+        """Append the observation as mask-0 context; when it would not fit with room for one more generated
+        token, append nothing and return its size:
         (tokens, of which visual), so the truncation names what the env's observation and its images cost."""
         message, images = observation_message(obs, turn)
         self._assert_mm_supported(bool(images))
@@ -240,7 +241,8 @@ class RagymEnvAgentLoop(AgentLoopBase):
         builder = self.continuous_token_builder
         merged = builder.merge_context_tokens(previous, [*previous, message], runtime)
         mask, logprobs = builder.align_response_metadata(merged, mask, logprobs)
-        if len(mask) > self.response_length:
+        # An observation that leaves no token for the next turn does not fit either.
+        if len(mask) >= self.response_length:
             added = merged.token_ids[len(runtime) :]
             return len(added), sum(t in self._vision_ids for t in added)
         episode.messages = [*previous, message]

@@ -177,8 +177,8 @@ def test_a_truncation_names_its_cause(tiny_policy_dir, response_length):
     # The scripted search turn is 11 tokens: up to 8 the policy's own turn fills the length.
     assert ("observation_tokens" in cut) is (response_length > 11)
     if "observation_tokens" in cut:
-        # The last observation did not fit: what is kept plus it is over the length; its images are counted.
-        assert len(out.response_mask) + cut["observation_tokens"] > response_length
+        # The last observation did not fit: what is kept plus it leaves no room; its images are counted.
+        assert len(out.response_mask) + cut["observation_tokens"] >= response_length
         image_tokens = _implied_pads(processor, [np.zeros((28, 28, 3), np.uint8)])
         assert cut["visual_tokens"] >= image_tokens > 0
         assert (metrics["truncated_by_observation"], metrics["truncated_by_images"]) == (1.0, 1.0)
@@ -257,3 +257,18 @@ def test_bad_rows_are_errors_naming_the_row(tiny_policy_dir, extra_info, match):
     processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
     with pytest.raises(ValueError, match=match):
         _run(processor, [ANSWER], row=extra_info)
+
+
+def test_no_turn_is_asked_for_with_no_room_left(tiny_policy_dir):
+    """An observation that fills the response length exactly leaves no token to generate: the episode ends
+    there (truncated), instead of asking the server for 0 tokens (vLLM raises that to 1, one past the length,
+    and past ``max_model_len`` when the prompt is at its cap)."""
+    processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
+    row = _row(env_kwargs={"max_turns": 40, "num_candidates": 0})
+    exact = 0
+    for length in range(20, 160):
+        out, server = _run(processor, [SEARCH] * 40, config=rollout_config(response_length=length), row=row)
+        assert all(call["params"]["max_tokens"] >= 1 for call in server.calls), length
+        assert len(out.response_mask) <= length
+        exact += len(out.response_mask) == length and out.response_mask[-1] == 0
+    assert exact == 0, "an observation filled the length and the episode went on"
