@@ -12,18 +12,15 @@ private network namespace (``--network private``): Ray can only listen on loopba
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from ragym.rl.engine.verl_local import console_step_metrics, private_network_refusal
+from ragym.rl.engine.verl_local import console_step_metrics
 
 pytestmark = pytest.mark.ray
 
@@ -42,17 +39,6 @@ rollout with wrong image features measured 0.06-0.11 (docs/training.md, vLLM on 
 RESUMED = "KBVQA-v0"
 """The env whose run is also resumed (verl's resume is env-independent; each resume costs a trainer start-up,
 ~1 min of CI on 2 cores)."""
-
-
-@pytest.fixture(scope="module")
-def toy() -> Iterator[Path]:
-    """One toy folder for the module (rows and warm-started policies are built once per env)."""
-    refusal = private_network_refusal()
-    if refusal:
-        pytest.skip(refusal)
-    path = Path(tempfile.mkdtemp(prefix="ragym-verl-"))  # short: Ray's socket paths stay under 107 bytes
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def ragym(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT_S) -> str:
