@@ -11,6 +11,7 @@ dispatch still see ``Qwen2_5_VLProcessor`` / ``Qwen3VLProcessor``), the same on 
 from __future__ import annotations
 
 import functools
+import json
 import types
 from pathlib import Path
 
@@ -34,6 +35,14 @@ _FAMILY = {
     "qwen3_vl": (Qwen3VLProcessor, Qwen3VLModel),
 }
 """Root ``model_type`` -> (stock processor class, model class whose ``get_rope_index`` verl binds)."""
+VIDEO_PROCESSORS = {
+    "Qwen2_5_VLProcessor": "Qwen2VLVideoProcessor",
+    "Qwen3VLProcessor": "Qwen3VLVideoProcessor",
+}
+"""The video processor class a real checkpoint of each processor class names."""
+_VIDEO_SETTINGS = ("do_convert_rgb", "do_normalize", "do_rescale", "do_resize", "image_mean", "image_std",
+                   "merge_size", "patch_size", "resample", "rescale_factor", "size", "temporal_patch_size")  # fmt: skip
+"""Image processor settings the named video processor takes over."""
 
 
 @functools.cache
@@ -43,8 +52,29 @@ def image_only_processor_class(stock: type[ProcessorMixin]) -> type[ProcessorMix
     def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
         stock.__init__(self, image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        out = stock.save_pretrained(self, save_directory, *args, **kwargs)
+        name_video_processor(Path(save_directory) / "processor_config.json", stock.__name__)
+        return out
+
     # Same __name__ on purpose: save_pretrained writes it as processor_class, and verl dispatches on it.
-    return type(stock.__name__, (stock,), {"__init__": __init__, "__module__": __name__})
+    namespace = {"__init__": __init__, "save_pretrained": save_pretrained, "__module__": __name__}
+    return type(stock.__name__, (stock,), namespace)
+
+
+def name_video_processor(processor_config: Path, processor_class: str) -> None:
+    """Name a video processor in a saved processor config, as real Qwen-VL checkpoints do.
+
+    ragym feeds no video, but ``AutoProcessor`` (vLLM's processor; verl's ``hf_processor`` where torchvision is
+    installed) builds the family's full processor and refuses a folder without one. Written as settings, not
+    saved from the class: transformers' video processors need torchvision, which a CPU install lacks."""
+    settings = json.loads(processor_config.read_text())
+    image = settings["image_processor"]
+    settings["video_processor"] = {
+        **{key: image[key] for key in _VIDEO_SETTINGS if key in image},
+        "video_processor_type": VIDEO_PROCESSORS[processor_class],
+    }
+    processor_config.write_text(json.dumps(settings, indent=2) + "\n")
 
 
 def make_processor(model_type: str, image_processor, tokenizer, chat_template: str) -> ProcessorMixin:

@@ -9,7 +9,6 @@ loads them exactly like Qwen2.5-VL-7B. They exist for the CPU demo, the tests an
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -198,27 +197,6 @@ def _processor(arch: str, cfg: TinyPolicyConfig, tokenizer: PreTrainedTokenizerF
     return make_processor(arch, image_processor, tokenizer, CHAT_TEMPLATE)
 
 
-VIDEO_PROCESSORS = {"qwen2_5_vl": "Qwen2VLVideoProcessor", "qwen3_vl": "Qwen3VLVideoProcessor"}
-"""The video processor class a real checkpoint of each architecture names."""
-
-
-def _add_video_processor(processor_config: Path, arch: str) -> None:
-    """Name a video processor in the saved processor config, as real Qwen-VL checkpoints do.
-
-    ragym feeds no video, but ``AutoProcessor`` (vLLM's processor, verl's ``hf_processor`` where torchvision is
-    installed) builds the family's full processor and refuses a folder without one. Written as settings, not
-    saved from the class: transformers' video processors need torchvision, which a CPU install lacks."""
-    settings = json.loads(processor_config.read_text())
-    image = settings["image_processor"]
-    keys = ("do_convert_rgb", "do_normalize", "do_rescale", "do_resize", "image_mean", "image_std",
-            "merge_size", "patch_size", "resample", "rescale_factor", "size", "temporal_patch_size")  # fmt: skip
-    settings["video_processor"] = {
-        **{key: image[key] for key in keys},
-        "video_processor_type": VIDEO_PROCESSORS[arch],
-    }
-    processor_config.write_text(json.dumps(settings, indent=2) + "\n")
-
-
 def build_tiny_policy(
     arch: str,
     out_dir: str | Path,
@@ -246,7 +224,6 @@ def build_tiny_policy(
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
     _processor(arch, config, tokenizer).save_pretrained(out)
-    _add_video_processor(out / "processor_config.json", arch)
     num_params = sum(p.numel() for p in model.parameters())
     logger.info("tiny %s policy: %d parameters, vocab %d -> %s", arch, num_params, len(tokenizer), out)
     return out
