@@ -86,12 +86,15 @@ def score_answer(
     time_year_tolerance: int | None = None,
     equivalence: AnswerEquivalence | None = None,
     generic_metric: str = "em",
+    no_number_as_zero: bool = False,
 ) -> float:
     """Score ``prediction`` against ``ground_truth`` with ``data_source``'s official metric, in [0, 1].
 
     ``time_year_tolerance`` (InfoSeek/MMhops Time questions): None is the official exact match, n accepts
     a year within n. ``equivalence`` (E-VQA): the BEM-style model tried after exact match fails.
-    ``generic_metric``: ``em`` or ``f1`` for ``generic`` and ``synthetic_kbvqa``.
+    ``generic_metric``: ``em`` or ``f1`` for ``generic`` and ``synthetic_kbvqa``. ``no_number_as_zero``
+    (InfoSeek/MMhops Numerical questions): read a prediction without a number as 0, as the official scorers
+    do (``ragym eval``); False scores it 0, the training reward's departure (``ragym.rewards.infoseek``).
 
     >>> score_answer("infoseek", "1,240 m", {"answer_eval": [{"wikidata": 1240, "range": [1200, 1300]}],
     ...                                       "question_type": "Numerical"})
@@ -105,6 +108,7 @@ def score_answer(
         "time_year_tolerance": time_year_tolerance,
         "equivalence": equivalence,
         "generic_metric": generic_metric,
+        "no_number_as_zero": no_number_as_zero,
     }
     score = float(_SCORERS[data_source](prediction, ground_truth, **options))
     # Every scorer returns 0/1 or a similarity; clamp anyway so no reward can leave [0, 1] or be NaN.
@@ -120,16 +124,20 @@ def answer_metric_name(data_source: str, equivalence: AnswerEquivalence | None =
     return evqa_metric_name(equivalence) if data_source == "evqa" else data_source
 
 
-def _infoseek(prediction: str, ground_truth: Any, *, time_year_tolerance: int | None, **_: Any) -> float:
-    return score_infoseek(prediction, ground_truth, time_year_tolerance)
+def _infoseek(
+    prediction: str, ground_truth: Any, *, time_year_tolerance: int | None, no_number_as_zero: bool, **_: Any
+) -> float:
+    return score_infoseek(prediction, ground_truth, time_year_tolerance, no_number_as_zero)
 
 
 def _evqa(prediction: str, ground_truth: Any, *, equivalence: AnswerEquivalence | None, **_: Any) -> float:
     return score_evqa(prediction, ground_truth, equivalence)
 
 
-def _mmhops(prediction: str, ground_truth: Any, *, time_year_tolerance: int | None, **_: Any) -> float:
-    return score_mmhops(prediction, ground_truth, time_year_tolerance)
+def _mmhops(
+    prediction: str, ground_truth: Any, *, time_year_tolerance: int | None, no_number_as_zero: bool, **_: Any
+) -> float:
+    return score_mmhops(prediction, ground_truth, time_year_tolerance, no_number_as_zero)
 
 
 def _mmlongbench(prediction: str, ground_truth: Any, **_: Any) -> float:

@@ -5,6 +5,12 @@ Ground truth is the official annotation: ``{"answer_eval": [...], "question_type
 ``[{"wikidata": v, "range": [lo, hi]}]``, the bare object, or the flat ``[lo, hi]`` (all three are ranges):
 a single-number prediction must fall inside the range, a range prediction must lie inside it or overlap it
 with IoU >= 0.5. Time answers score by exact match, as the official script does (its docstring promises +-1 year; ``time_year_tolerance`` gives that reading).
+
+Departure, in training only: a numerical prediction that holds no number scores 0 here by default. The
+official scorer parses it as the range ``[0, 0]``, so "zero", "unknown" or an empty answer scores 1 on every
+question whose gold range contains 0; a training reward that paid for text without a number would teach the
+policy to write none on such questions. ``no_number_as_zero=True`` is the official reading, which ``ragym eval``
+uses (docs/rewards.md).
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ def parse_number_or_range(text: str) -> float | tuple[float, float] | None:
     """The number or ``(low, high)`` range an answer states, as the official parser reads it.
 
     The first two numbers form a range when ascending; a descending pair keeps the first number only.
-    None when the text holds no finite number (the official code returns ``[0, 0]`` there, which would
-    credit an empty answer whenever the gold range contains 0).
+    None when the text holds no finite number (the official code returns ``[0, 0]`` there, which credits an
+    empty answer whenever the gold range contains 0: ``no_number``).
 
     >>> parse_number_or_range("about 1,200 m"), parse_number_or_range("9-10"), parse_number_or_range("n/a")
     (1200.0, (9.0, 10.0), None)
@@ -59,6 +65,13 @@ def parse_number_or_range(text: str) -> float | tuple[float, float] | None:
     if len(numbers) >= 2 and numbers[0] <= numbers[1]:
         return (numbers[0], numbers[1])
     return numbers[0]
+
+
+def no_number(
+    parsed: float | tuple[float, float] | None, as_zero: bool
+) -> float | tuple[float, float] | None:
+    """``parsed``, or for a prediction without a number (None) the official ``[0, 0]`` when ``as_zero``."""
+    return (0.0, 0.0) if parsed is None and as_zero else parsed
 
 
 def range_iou(a: tuple[float, float], b: tuple[float, float]) -> float:
@@ -112,15 +125,18 @@ def _gold_range(answer_eval: Any) -> tuple[float, float]:
     return min(low, high), max(low, high)
 
 
-def score_numerical(prediction: str, answer_eval: Any) -> float:
-    """1.0 when the predicted number lies in the gold range, or the predicted range matches it.
+def score_numerical(prediction: str, answer_eval: Any, no_number_as_zero: bool = False) -> float:
+    """1.0 when the predicted number lies in the gold range, or the predicted range matches it. A prediction
+    with no number scores 0, or, with ``no_number_as_zero`` (the official parser), is the range ``[0, 0]``.
 
     >>> gold = [{"wikidata": 1887, "range": [1880, 1890]}]
     >>> score_numerical("1887", gold), score_numerical("1884-1892", gold), score_numerical("1800-1900", gold)
     (1.0, 1.0, 0.0)
+    >>> score_numerical("zero", [-1, 1]), score_numerical("zero", [-1, 1], no_number_as_zero=True)
+    (0.0, 1.0)
     """
     low, high = _gold_range(answer_eval)
-    pred = parse_number_or_range(prediction)
+    pred = no_number(parse_number_or_range(prediction), no_number_as_zero)
     if pred is None:
         return 0.0
     if isinstance(pred, float):
@@ -165,9 +181,13 @@ def score_strings(prediction: str, answers: Sequence[Any]) -> float:
 
 
 def score_infoseek(
-    prediction: str, ground_truth: dict[str, Any], time_year_tolerance: int | None = None
+    prediction: str,
+    ground_truth: dict[str, Any],
+    time_year_tolerance: int | None = None,
+    no_number_as_zero: bool = False,
 ) -> float:
-    """Score one InfoSeek / MMhops prediction against the official annotation."""
+    """Score one InfoSeek prediction against the official annotation (``no_number_as_zero``: the official
+    reading of a numerical prediction without a number, module docstring)."""
     try:
         answer_eval, question_type = ground_truth["answer_eval"], str(ground_truth["question_type"]).lower()
     except (KeyError, TypeError) as err:
@@ -179,7 +199,7 @@ def score_infoseek(
             f"InfoSeek question_type must be one of String/Time/Numerical, got {question_type!r}"
         )
     if question_type == "numerical":
-        return score_numerical(prediction, answer_eval)
+        return score_numerical(prediction, answer_eval, no_number_as_zero)
     answers = answer_eval if isinstance(answer_eval, list) else [answer_eval]
     if question_type == "time":
         return score_time(prediction, answers, time_year_tolerance)

@@ -42,10 +42,16 @@ class OutcomeParams:
     """Score the answer the env forced at the turn limit (Algorithm S1, line 26); false scores it 0."""
     markup_scores_zero: bool = True
     """An answer containing a tag (``</answer>``, ``<b>``...) scores 0: tag injection earns nothing."""
+    no_number_as_zero: bool = False
+    """InfoSeek/MMhops Numerical questions: read an answer without a number as 0, as the official scorers do
+    (so "unknown" scores 1 where the gold range holds 0); ``ragym eval`` sets it. False (training) scores such an
+    answer 0, so the reward never pays text without a number (a departure: docs/rewards.md)."""
 
     def __post_init__(self) -> None:
         _check_optional_int("time_year_tolerance", self.time_year_tolerance, 0)
         _check_choice("generic_metric", self.generic_metric, GENERIC_METRICS)
+        if not isinstance(self.no_number_as_zero, bool):
+            raise ValueError(f"no_number_as_zero must be true or false, got {self.no_number_as_zero!r}")
 
 
 @register_reward("outcome", params=OutcomeParams)
@@ -78,6 +84,7 @@ def outcome(episode: Episode, **params: Any) -> float | None:
         time_year_tolerance=cfg.time_year_tolerance,
         equivalence=equivalence,
         generic_metric=cfg.generic_metric,
+        no_number_as_zero=cfg.no_number_as_zero,
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from ragym.rewards.infoseek import (
     RANGE_IOU_THRESHOLD,
+    no_number,
     parse_number_or_range,
     range_iou,
     score_strings,
@@ -87,14 +88,18 @@ def gold_range(answer_eval: Any) -> tuple[float, float]:
     return bounds
 
 
-def score_numerical(prediction: str, answer_eval: Any) -> float:
-    """1.0 when the prediction's number lies in the gold range or its range matches it; 0 for a gold upstream can't read.
+def score_numerical(prediction: str, answer_eval: Any, no_number_as_zero: bool = False) -> float:
+    """1.0 when the prediction's number lies in the gold range or its range matches it; 0 for a gold upstream
+    can't read. A prediction with no number scores 0, or, with ``no_number_as_zero``, is upstream's ``[0, 0]``
+    (a departure in training, as InfoSeek's: ``ragym.rewards.infoseek``).
 
     >>> score_numerical("twelve", ["10.8", "13.2"]), score_numerical("9-11", ["10.8", "13.2"])
     (1.0, 0.0)
+    >>> score_numerical("no idea", ["-1", "1"]), score_numerical("no idea", ["-1", "1"], no_number_as_zero=True)
+    (0.0, 1.0)
     """
     bounds = official_gold_range(answer_eval)
-    pred = parse_number_or_range(replace_number_words(prediction))
+    pred = no_number(parse_number_or_range(replace_number_words(prediction)), no_number_as_zero)
     if bounds is None or pred is None:
         return 0.0
     low, high = bounds
@@ -129,16 +134,20 @@ def check_ground_truth(ground_truth: Any) -> tuple[list[Any], str]:
 
 
 def score_mmhops(
-    prediction: str, ground_truth: dict[str, Any], time_year_tolerance: int | None = None
+    prediction: str,
+    ground_truth: dict[str, Any],
+    time_year_tolerance: int | None = None,
+    no_number_as_zero: bool = False,
 ) -> float:
-    """Score one MMhops prediction against its annotation (official metric; ``time_year_tolerance`` as InfoSeek's).
+    """Score one MMhops prediction against its annotation (official metric; ``time_year_tolerance`` and
+    ``no_number_as_zero`` as InfoSeek's).
 
     >>> score_mmhops("the Louvre", {"answer_eval": ["Louvre"], "question_type": "String"})
     1.0
     """
     answer_eval, question_type = _fields(ground_truth)
     if question_type == "numerical":
-        return score_numerical(prediction, answer_eval)
+        return score_numerical(prediction, answer_eval, no_number_as_zero)
     answers = list(answer_eval) if isinstance(answer_eval, (list, tuple)) else [answer_eval]
     if question_type == "time":
         return score_time(prediction, answers, time_year_tolerance)

@@ -2,7 +2,9 @@
 
 Follows the official ``eval_score`` rules, with one deliberate change: the official scorer calls ``eval`` on
 list answers that start with ``[``. Model output is data, never code, so lists are read with
-``ast.literal_eval`` (literals only) under a size limit, falling back to splitting on commas.
+``ast.literal_eval`` (literals only) under a size limit, falling back to splitting on commas. Strings are
+lower-cased with ``.lower()`` (``clean_string``) and ANLS normalises by the length of their ``.upper()`` forms
+(``ragym.rewards.text.anls``), as the official ``anls_compute`` does: ``ß`` and ligatures count as two letters.
 """
 
 from __future__ import annotations

@@ -102,12 +102,19 @@ def levenshtein(a: str, b: str) -> int:
 def anls(reference: str, prediction: str, threshold: float) -> float:
     """Average normalised Levenshtein similarity of one pair, zero at or below ``threshold``.
 
+    The distance is over the strings as given; the length that normalises it is that of their upper-case
+    forms, as the official scorers compute it (MMLongBench-Doc's ``anls_compute``, from DocVQA's):
+    ``max(len(gt.upper()), len(pred.upper()))``. Python's ``upper`` lengthens ``ß`` ("SS") and ligatures
+    (``ﬁ`` -> "FI"), so a string holding them normalises by more characters than it has.
+
     >>> anls("paris", "pari", 0.5)
     0.8
     >>> anls("paris", "london", 0.5)
     0.0
+    >>> round(anls("fußball", "fussbal", 0.5), 3)  # distance 3, length len("FUSSBALL") = 8, not 7
+    0.625
     """
-    length = max(len(reference), len(prediction))
+    length = max(len(reference.upper()), len(prediction.upper()))
     if length == 0:
         return 1.0
     # The length gap alone bounds the distance from below: skip the quadratic DP on hopeless pairs

@@ -55,6 +55,9 @@ class EvalConfig:
     """Time answers within this many years count (InfoSeek protocol as the paper states it, 4.1.1)."""
     bem_model_path: str | None = None
     """E-VQA: local BEM-style answer-equivalence model (paper: BEM >= 0.5); None scores exact match only."""
+    no_number_as_zero: bool = True
+    """InfoSeek/MMhops Numerical: an answer without a number reads as 0, as the official scorers read it (the
+    training reward scores it 0 instead: ``ragym.rewards.infoseek``)."""
     batch_wait_s: float = 0.5
     """HF backend: longest wait for all live episodes to ask before a generation batch starts."""
     seed: int = 0
@@ -200,6 +203,13 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
     }
 
 
+def eval_reward(cfg: EvalConfig) -> dict[str, Any]:
+    """The reward kwargs episodes are scored with: the outcome term alone, under the official scorers' rules."""
+    params = {"time_year_tolerance": cfg.time_year_tolerance, "bem_model_path": cfg.bem_model_path,
+              "no_number_as_zero": cfg.no_number_as_zero}  # fmt: skip
+    return {"recipe": {"terms": {"outcome": {"weight": 1.0, "params": params}}}}
+
+
 def sampling_from(config: DictConfig) -> dict[str, Any]:
     """The recipe's validation sampling (greedy unless ``val_kwargs.do_sample``)."""
     val = config.actor_rollout_ref.rollout.val_kwargs
@@ -219,8 +229,7 @@ def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, c
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)  # verl's agent loop binds to the current loop at construction
     agent_loop = make_agent_loop(config, backend.server, backend.tokenizer, backend.processor)
-    params = {"time_year_tolerance": cfg.time_year_tolerance, "bem_model_path": cfg.bem_model_path}
-    reward = {"recipe": {"terms": {"outcome": {"weight": 1.0, "params": params}}}}
+    reward = eval_reward(cfg)
     records: list[EpisodeRecord] = []
     try:
         for start in tqdm(range(0, len(rows), cfg.batch_size), desc="eval", unit="batch", dynamic_ncols=True):

@@ -179,6 +179,39 @@ def test_list_predictions_are_never_evaluated_as_code(tmp_path: Path) -> None:
     assert parse_list("[" * 100_000 + "]" * 100_000)  # deep nesting: no RecursionError, falls back to split
 
 
+def _official_anls(gt: str, pred: str) -> float:
+    """MMLongBench-Doc's ``anls_compute`` (threshold 0.5) as its source reads: the distance over the cleaned,
+    ``.lower()``-ed strings, normalised by the length of their ``.upper()`` forms."""
+    from ragym.rewards.text import levenshtein
+
+    length = max(len(gt.upper()), len(pred.upper()))
+    value = 1.0 - levenshtein(gt, pred) / length
+    return 0.0 if value <= 0.5 else value
+
+
+ANLS_CASES = [
+    # (name, gold, prediction, by hand): Python's upper() writes ß as "SS" and a ligature as its letters, so the
+    # official length is longer than the string; a length without upper() gave 0.857, 0.909 and 0.8 here.
+    ("ß in the longer string", "Maßstab", "Masstab", 1 - 1 / 8),
+    ("ligatures in both", "ﬁnal ﬁgure", "ﬁnal ﬁgures", 1 - 1 / 13),
+    ("ß on both sides", "Straße", "Strasse", 1 - 2 / 7),
+    ("ß in a list item", "['Weißbier', 'Pils']", "['Weisbier', 'Pils']", 1 - 1 / 9),
+    ("plain ASCII", "Eiffel Tower", "Eifel Tower", 1 - 1 / 12),
+]
+
+
+@pytest.mark.parametrize(
+    ("gold", "prediction", "expected"), [c[1:] for c in ANLS_CASES], ids=[c[0] for c in ANLS_CASES]
+)
+def test_mmlongbench_anls_normalises_as_the_official_scorer(
+    gold: str, prediction: str, expected: float
+) -> None:
+    fmt = "List" if gold.startswith("[") else "Str"
+    assert score_answer("mmlongbench_doc", prediction, mmlb(gold, fmt)) == pytest.approx(expected, abs=1e-12)
+    if fmt == "Str":
+        assert expected == pytest.approx(_official_anls(gold.lower(), prediction.lower()), abs=1e-12)
+
+
 def test_infoseek_final_score_is_harmonic_mean() -> None:
     assert infoseek_final_score([1, 1, 0, 0], [1, 0, 0, 0]) == pytest.approx(2 * 0.5 * 0.25 / 0.75)
     assert infoseek_final_score([0], [1]) < 1e-6

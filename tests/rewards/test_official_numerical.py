@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragym.rewards import score_answer
+from ragym.rewards import Episode, get_reward, score_answer
 from ragym.rewards.mmhops import check_ground_truth, replace_number_words
 
 LISTED = {"answer_eval": [{"wikidata": 30.0, "range": [27.0, 33.0]}], "question_type": "Numerical"}
@@ -136,3 +136,39 @@ def test_score_answer_never_raises_on_a_prediction(prediction, gold) -> None:
     for source in ("mmhops", "infoseek"):
         score = score_answer(source, prediction, gold)
         assert math.isfinite(score) and 0.0 <= score <= 1.0
+
+
+NO_NUMBER_CASES = [
+    # (name, data source, prediction, gold range, official score): the official parsers read an answer without a
+    # number as [0, 0], so it is right exactly when the gold range holds 0; ragym's training reward pays 0.
+    ("infoseek 'zero', range holds 0", "infoseek", "zero", [-1, 1], 1.0),
+    ("infoseek 'unknown', range holds 0", "infoseek", "unknown", [0, 5], 1.0),
+    ("infoseek empty, range holds 0", "infoseek", "", [-3, 0], 1.0),
+    ("infoseek 'zero', range without 0", "infoseek", "zero", [1, 5], 0.0),
+    ("infoseek '0', range holds 0 (a number)", "infoseek", "0", [-1, 1], 1.0),
+    ("mmhops 'no idea', range holds 0", "mmhops", "no idea", ["-1", "1"], 1.0),
+    ("mmhops 'no idea', range without 0", "mmhops", "no idea", ["10.8", "13.2"], 0.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("source", "prediction", "gold", "official"),
+    [c[1:] for c in NO_NUMBER_CASES],
+    ids=[c[0] for c in NO_NUMBER_CASES],
+)
+def test_an_answer_without_a_number_scores_as_the_official_scorer_only_when_asked(
+    source: str, prediction: str, gold: list, official: float
+) -> None:
+    """``no_number_as_zero`` (what ``ragym eval`` sets) matches the official scorers; the training reward stays
+    stricter and never pays text without a number (a named departure)."""
+    truth = {"answer_eval": gold, "question_type": "Numerical"}
+    assert score_answer(source, prediction, truth, no_number_as_zero=True) == official
+    has_number = any(ch.isdigit() for ch in prediction)
+    assert score_answer(source, prediction, truth) == (official if has_number else 0.0)
+    episode = Episode(
+        source, ["t"], [{"type": "answer", "turn": 0, "text": prediction, "forced": False}], truth
+    )
+    assert get_reward("outcome")(episode, no_number_as_zero=True) == official
+    assert get_reward("outcome")(episode) == (
+        official if has_number else 0.0
+    )  # the training recipe's default

@@ -21,6 +21,7 @@ from ragym.rl.eval.backends import Backend
 from ragym.rl.eval.evaluate import (
     EpisodeRecord,
     EvalConfig,
+    eval_reward,
     kb_gold_ranks,
     run_eval,
     summarize,
@@ -205,3 +206,17 @@ def test_gold_ranks_of_demo_rows_ignore_the_demo_aids(tmp_path: Path) -> None:
     served = [h.docid for h in load_kb(kb).candidate_retriever().search(str(kb / json.loads(
         row["extra_info"]["env_options"])["query_images"][0]), 3)]  # fmt: skip
     assert pool == 3 and ranks == [served.index(gold) if gold in served else None]  # K=1 x (Rej_max + 1)
+
+
+def test_eval_scores_answers_as_the_official_scorers() -> None:
+    """``ragym eval``'s outcome term reads a numerical answer without a number as 0, as the official InfoSeek
+    and MMhops scorers do (the training reward does not); the paper's +-1 year for Time answers."""
+    from ragym.rewards import Rubric
+
+    rubric = Rubric.from_recipe(eval_reward(EvalConfig())["recipe"])
+    truth = {"answer_eval": [{"wikidata": 0, "range": [-1, 1]}], "question_type": "Numerical"}
+    episode = Episode(
+        "infoseek", ["t"], [{"type": "answer", "turn": 0, "text": "zero", "forced": False}], truth
+    )
+    assert rubric.score(episode).breakdown == {"outcome": 1.0}
+    assert [t.params["time_year_tolerance"] for t in rubric.terms] == [1]
