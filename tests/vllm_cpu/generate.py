@@ -1,9 +1,10 @@
-"""Sampling with vLLM's CPU backend from a policy folder, for one multi-image prompt; prints JSON.
+"""Sampling with vLLM's CPU backend from a policy folder, for one multi-image prompt; writes JSON
+(a file: vLLM's own shutdown logs also go to standard output).
 
 Run as a script under ``ragym.rl.verl_plugin.vllm_cpu.vllm_cpu_environment`` (vLLM's engine core starts by
 spawn, so this cannot run inside pytest's process)::
 
-    python tests/vllm_cpu/generate.py MODEL [--reload OTHER] --images A.png B.png ... --text TEXT
+    python tests/vllm_cpu/generate.py MODEL [--reload OTHER] --images A.png B.png ... --text TEXT --out OUT.json
 
 ``--reload OTHER`` loads OTHER's weights into the running engine in place, through the same layerwise reload
 ragym's worker extension runs at every weight sync, before sampling.
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--reload")
     parser.add_argument("--images", nargs="+", required=True)
     parser.add_argument("--text", required=True)
+    parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
     from PIL import Image
@@ -42,12 +44,18 @@ def main() -> None:
 
     from ragym.rl.models import load_processor
 
-    content = [{"type": "text", "text": "Image 1:"}, {"type": "image"}, {"type": "text", "text": "Candidates:"}]
+    content = [
+        {"type": "text", "text": "Image 1:"},
+        {"type": "image"},
+        {"type": "text", "text": "Candidates:"},
+    ]
     for rank in range(1, len(args.images)):
         content += [{"type": "text", "text": f"[{rank}]"}, {"type": "image"}]
     content.append({"type": "text", "text": args.text})
     messages = [{"role": "user", "content": content}]
-    prompt = load_processor(args.model).apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt = load_processor(args.model).apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    )
     llm = LLM(model=args.model, dtype="float32", enforce_eager=True, max_model_len=4096,
               kv_cache_memory_bytes=256 * 2**20, limit_mm_per_prompt={"image": len(args.images)}, seed=0,
               mm_processor_kwargs={"min_pixels": 3136, "max_pixels": 200704})  # fmt: skip
@@ -59,8 +67,10 @@ def main() -> None:
     completion = output.outputs[0]
     steps = zip(completion.logprobs, completion.token_ids, strict=True)
     logprobs = [step[token].logprob for step, token in steps]
-    print(json.dumps({"prompt_token_ids": list(output.prompt_token_ids), "token_ids": list(completion.token_ids),
-                      "logprobs": logprobs}))  # fmt: skip
+    result = {"prompt_token_ids": list(output.prompt_token_ids), "token_ids": list(completion.token_ids),
+              "logprobs": logprobs}  # fmt: skip
+    with open(args.out, "w") as f:
+        json.dump(result, f)
 
 
 if __name__ == "__main__":

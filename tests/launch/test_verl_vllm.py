@@ -1,0 +1,129 @@
+"""verl's vLLM rollout, for real, on CPU: ``ragym train --engine verl --toy --rollout vllm``.
+
+The cluster path with vLLM in place of ragym's hf rollout: verl's ``vLLMReplica`` and HTTP server on vLLM's CPU
+backend (``make vllm-cpu``), ragym's agent loop with images, the trainer's weights synced into vLLM every step
+(ragym's worker extension), the GRPO update, export and eval. The rollout's log-probs of its own samples must
+agree with the trainer's as closely as the hf rollout's do: a gap there turns GRPO off-policy without a word.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_environment
+from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, ragym, train
+from tests.vllm_cpu import need_vllm_cpu
+
+pytestmark = pytest.mark.ray
+
+FAST_LR = "actor_rollout_ref.actor.optim.lr=1e-3"
+"""A learning rate at which one GRPO step moves the tiny policy visibly: a rollout that kept serving the old
+weights at step 2 would then disagree with the trainer far beyond ``PROBS_DIFF_BOUND``."""
+
+
+@pytest.fixture(autouse=True)
+def _vllm_cpu() -> None:
+    need_vllm_cpu()
+
+
+def assert_agrees(metrics: dict[int, dict[str, float]]) -> None:
+    """Both steps ran, rewards varied within a group, and the rollout's log-probs match the trainer's."""
+    assert sorted(metrics) == [1, 2], f"steps seen: {sorted(metrics)}"
+    assert any(m["critic/score/max"] > m["critic/score/min"] for m in metrics.values()), metrics
+    assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
+    for step, m in metrics.items():
+        assert m["training/rollout_probs_diff_valid"] == 1, (step, m)
+        assert m["training/rollout_probs_diff_mean"] < PROBS_DIFF_BOUND, (step, m)
+
+
+@pytest.mark.parametrize(
+    "env_id, recipe", [("KBVQA-v0", "kbvqa_qwen2_5_vl_7b"), ("R3G-v0", "r3g_qwen2_5_vl_7b")]
+)
+def test_two_grpo_steps_with_vllm_export_and_eval(env_id: str, recipe: str, toy: Path) -> None:
+    out = toy / "vllm" / recipe  # not the hf runs' folder, which verl would resume from
+    metrics = train(recipe, toy, "--rollout", "vllm", FAST_LR, f"trainer.default_local_dir={out}")
+    assert_agrees(metrics)
+    # The trainer moved the weights at step 1 (by far more than the bound allows a stale rollout)...
+    assert metrics[1]["actor/grad_norm"] > 0
+    # ... and every trajectory of step 2 came from the weights step 1 left (staleness 0 in verl's books).
+    assert all(m["training/off_policy/trajectory_staleness/max"] == 0 for m in metrics.values())
+    export = toy / "vllm_export" / recipe
+    ragym("export", str(out), "--out", str(export), cwd=toy)
+    ragym("eval", "--model", str(export), "--data", str(toy / env_id / "data" / "test.parquet"),
+          "--out", str(toy / "vllm_eval" / recipe), "--limit", "4", cwd=toy)  # fmt: skip
+    assert json.loads((toy / "vllm_eval" / recipe / "metrics.json").read_text())
+
+
+PROCESSOR_KWARGS = {"min_pixels": 3136, "max_pixels": 200704}
+"""What ``tests/vllm_cpu/generate.py`` gives vLLM's processor, and the HF side here its own."""
+
+
+def photos(folder: Path) -> list[Path]:
+    """A query and four candidates of real sizes: photographs (scikit-image's) and a 12-megapixel frame."""
+    import numpy as np
+    from PIL import Image
+    from skimage import data
+
+    frames = [data.astronaut(), data.chelsea(), data.coffee(), data.rocket()]
+    frames.append(np.random.default_rng(0).integers(0, 255, (3000, 4000, 3), dtype=np.uint8))
+    paths = []
+    for i, frame in enumerate(frames):
+        paths.append(folder / f"photo{i}.png")
+        Image.fromarray(frame).save(paths[-1])
+    return paths
+
+
+@pytest.mark.parametrize("arch", ["qwen3_vl", "qwen2_5_vl"])
+def test_vllm_serves_synced_weights_as_the_trainer_scores_them(arch: str, toy: Path) -> None:
+    """vLLM's server for each policy family starts on ragym's tiny policy; weights reloaded in place (the CPU
+    weight sync's path) replace the served ones entirely; every image expands to as many tokens as ragym's
+    processor gives it; and vLLM's log-probs of its samples equal a Hugging Face forward of the reloaded policy
+    over the same tokens and images."""
+    import torch
+    from PIL import Image
+
+    from ragym.rl.engine.vision import ImageInputs, rope_positions
+    from ragym.rl.models import load_policy
+    from ragym.rl.tiny.policy import build_tiny_policy
+
+    folder = toy / "served" / arch
+    served_first = build_tiny_policy(arch, folder / "first", seed=0)
+    synced = build_tiny_policy(arch, folder / "synced", seed=1)
+    images = photos(folder)
+    script = Path(__file__).parents[1] / "vllm_cpu" / "generate.py"
+    env = {**vllm_cpu_environment(dict(os.environ)), "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    command = [sys.executable, str(script), str(served_first), "--reload", str(synced),
+               "--images", *map(str, images), "--text", "which candidate is it?",
+               "--out", str(folder / "served.json")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=toy, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    served = json.loads((folder / "served.json").read_text())
+    assert len(served["token_ids"]) > 0
+
+    model, _, processor = load_policy(synced)
+    pictures = [Image.open(path).convert("RGB") for path in images]
+    vision = ImageInputs(processor.image_processor, PROCESSOR_KWARGS).encode(pictures)
+    merge = processor.image_processor.merge_size**2
+    assert (
+        served["prompt_token_ids"].count(model.config.image_token_id)
+        == int(vision["image_grid_thw"].prod(-1).sum()) // merge
+    )
+    ids = torch.tensor([served["prompt_token_ids"] + served["token_ids"]])
+    positions = rope_positions(model, ids, torch.ones_like(ids), vision["image_grid_thw"])
+    with torch.no_grad():
+        logits = model(
+            input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, **vision
+        ).logits
+    start = len(served["prompt_token_ids"]) - 1
+    expected = torch.log_softmax(logits[0, start:-1].float(), -1)
+    expected = expected.gather(-1, torch.tensor(served["token_ids"])[:, None]).squeeze(-1)
+    assert torch.allclose(expected, torch.tensor(served["logprobs"]), atol=1e-3), (
+        expected,
+        served["logprobs"],
+    )
