@@ -25,8 +25,8 @@ def server_settings(config: DictConfig) -> dict[str, Any]:
     (``verl/workers/rollout/vllm_rollout/vllm_async_server.py``), without the per-replica ones (seed offset,
     data-parallel addresses)."""
     rollout = OmegaConf.to_container(OmegaConf.select(config, ROLLOUT), resolve=True)
-    engine_kwargs = {k: v for k, v in ((rollout.get("engine_kwargs") or {}).get("vllm") or {}).items()}
-    engine_kwargs = {key: value for key, value in engine_kwargs.items() if value is not None}
+    vllm_kwargs = (rollout.get("engine_kwargs") or {}).get("vllm") or {}
+    engine_kwargs = {key: value for key, value in vllm_kwargs.items() if value is not None}
     if rollout.get("limit_images"):
         engine_kwargs["limit_mm_per_prompt"] = {"image": rollout["limit_images"]}
     compilation = engine_kwargs.pop("compilation_config", None) or {}
@@ -35,7 +35,7 @@ def server_settings(config: DictConfig) -> dict[str, Any]:
     compilation.setdefault("cudagraph_mode", "FULL_AND_PIECEWISE")
     if rollout.get("cudagraph_capture_sizes"):
         compilation["cudagraph_capture_sizes"] = rollout["cudagraph_capture_sizes"]
-    settings = {
+    return {
         "dtype": rollout["dtype"],
         "load_format": rollout["load_format"],
         "skip_tokenizer_init": False,
@@ -57,7 +57,6 @@ def server_settings(config: DictConfig) -> dict[str, Any]:
         "compilation_config": json.dumps(compilation),
         **engine_kwargs,
     }
-    return settings
 
 
 def vllm_engine_args(config: DictConfig, model_path: str) -> Any:

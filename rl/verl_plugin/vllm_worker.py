@@ -9,9 +9,6 @@ from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
-WORKER_EXTENSION = "ragym.rl.verl_plugin.vllm_worker.CPUWorkerExtension"
-"""The vLLM worker extension a CPU run names (``engine_kwargs.vllm.worker_extension_cls``, vllm_cpu.yaml)."""
-
 
 class CPUWorkerExtension(vLLMColocateWorkerExtension):
     """verl's vLLM worker extension with a weight sync that vLLM's CPU backend can take, step after step.
@@ -30,7 +27,7 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
         if peft_config:
             raise NotImplementedError("ragym's CPU vLLM rollout syncs full weights only (no LoRA adapters)")
         model = self.model_runner.model
-        begin_reload(model)
+        initialize_layerwise_reload(model)  # every layer gets its checkpoint-format parameters back
 
         def load(weights: list[tuple[str, torch.Tensor]], is_last: bool) -> None:
             # The receiver hands out views of its shared-memory bucket, which the next bucket overwrites while
@@ -42,13 +39,9 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
         end_reload(model, self.model_runner.vllm_config.model_config)
 
 
-def begin_reload(model: torch.nn.Module) -> None:
-    """Give every layer back its checkpoint-format parameters, to be loaded with ``model.load_weights``."""
-    initialize_layerwise_reload(model)
-
-
 def end_reload(model: torch.nn.Module, model_config: object) -> None:
-    """Process the reloaded layers for the CPU kernels, then re-pack every vocabulary embedding's GEMM copy.
+    """After ``initialize_layerwise_reload`` and ``model.load_weights``: process the reloaded layers for the CPU
+    kernels, then re-pack every vocabulary embedding's GEMM copy.
 
     A tied output layer shares the embedding's weight but keeps a packed copy of its own for the logits GEMM;
     the layerwise reload processes only one owner of a tied parameter (vLLM's stated limitation), so the

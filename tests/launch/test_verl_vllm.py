@@ -18,6 +18,7 @@ import pytest
 
 from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_environment
 from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, ragym, train
+from tests.rl.engine_helpers import reference_logprobs
 from tests.vllm_cpu import need_vllm_cpu
 
 pytestmark = pytest.mark.ray
@@ -88,7 +89,7 @@ def test_vllm_serves_synced_weights_as_the_trainer_scores_them(arch: str, toy: P
     import torch
     from PIL import Image
 
-    from ragym.rl.engine.vision import ImageInputs, rope_positions
+    from ragym.rl.engine.vision import ImageInputs
     from ragym.rl.models import load_policy
     from ragym.rl.tiny.policy import build_tiny_policy
 
@@ -114,15 +115,7 @@ def test_vllm_serves_synced_weights_as_the_trainer_scores_them(arch: str, toy: P
         served["prompt_token_ids"].count(model.config.image_token_id)
         == int(vision["image_grid_thw"].prod(-1).sum()) // merge
     )
-    ids = torch.tensor([served["prompt_token_ids"] + served["token_ids"]])
-    positions = rope_positions(model, ids, torch.ones_like(ids), vision["image_grid_thw"])
-    with torch.no_grad():
-        logits = model(
-            input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, **vision
-        ).logits
-    start = len(served["prompt_token_ids"]) - 1
-    expected = torch.log_softmax(logits[0, start:-1].float(), -1)
-    expected = expected.gather(-1, torch.tensor(served["token_ids"])[:, None]).squeeze(-1)
+    expected = reference_logprobs(model, served["prompt_token_ids"], served["token_ids"], vision)
     assert torch.allclose(expected, torch.tensor(served["logprobs"]), atol=1e-3), (
         expected,
         served["logprobs"],

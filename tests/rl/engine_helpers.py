@@ -77,3 +77,19 @@ VARYING_REWARD = [
     "reward:'tests.rl.engine_helpers:first_turn_length'}}}",
 ]
 """Overrides replacing the demo's reward recipe with ``first_turn_length``."""
+
+
+def reference_logprobs(model, prompt_ids: list[int], token_ids: list[int], vision: dict) -> torch.Tensor:
+    """Log-probs [T] of ``token_ids`` after ``prompt_ids`` from one full Hugging Face forward: what the trainer
+    computes, the reference a rollout's own log-probs are checked against."""
+    from ragym.rl.engine.vision import rope_positions
+
+    ids = torch.tensor([prompt_ids + token_ids])
+    positions = rope_positions(model, ids, torch.ones_like(ids), vision.get("image_grid_thw"))
+    with torch.no_grad():
+        logits = model(
+            input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, **vision
+        ).logits
+    start = len(prompt_ids) - 1
+    logprobs = torch.log_softmax(logits[0, start:-1].float(), -1)  # [T, V]
+    return logprobs.gather(-1, torch.tensor(token_ids)[:, None]).squeeze(-1)

@@ -19,12 +19,13 @@ import json
 def reload_from(worker: object, folder: str) -> int:
     """In a vLLM worker: reload the weights of ``folder`` in place, as the CPU weight sync does."""
     from safetensors.torch import load_file
+    from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
-    from ragym.rl.verl_plugin.vllm_worker import begin_reload, end_reload
+    from ragym.rl.verl_plugin.vllm_worker import end_reload
 
     model = worker.model_runner.model
     weights = load_file(f"{folder}/model.safetensors")
-    begin_reload(model)
+    initialize_layerwise_reload(model)
     model.load_weights(list(weights.items()))
     end_reload(model, worker.model_runner.vllm_config.model_config)
     return len(weights)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from ragym.rl.engine.hf_server import HFServer, Sampling, sample_tokens
-from ragym.rl.engine.vision import ImageInputs, rope_positions
-from tests.rl.engine_helpers import build_model, image_processor, tokenizer
+from ragym.rl.engine.vision import ImageInputs
+from tests.rl.engine_helpers import build_model, image_processor, reference_logprobs, tokenizer
 
 ARCHS = ("qwen2_5_vl", "qwen3_vl")
 
@@ -63,18 +63,9 @@ def test_logprobs_match_a_full_forward_for_padded_and_shared_rows(arch):
     outputs = _run(server, requests)
     assert server.stats.num_prefill_rows == 2  # the two identical prompts were prefilled once
     for request, output in zip(requests, outputs, strict=True):
-        ids = torch.tensor([request["prompt_ids"] + output.token_ids])
         vision = ImageInputs(image_processor(arch)).encode(request["image_data"])
-        positions = rope_positions(model, ids, torch.ones_like(ids), vision["image_grid_thw"])
-        with torch.no_grad():
-            logits = model(
-                input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions, **vision
-            ).logits
-        start = len(request["prompt_ids"]) - 1
-        expected = torch.log_softmax(logits[0, start:-1].float(), -1).gather(
-            -1, torch.tensor(output.token_ids)[:, None]
-        )
-        assert torch.allclose(expected.squeeze(-1), torch.tensor(output.log_probs), atol=1e-4)
+        expected = reference_logprobs(model, request["prompt_ids"], output.token_ids, vision)
+        assert torch.allclose(expected, torch.tensor(output.log_probs), atol=1e-4)
 
 
 def test_same_seed_same_outputs_and_budget_respected():
