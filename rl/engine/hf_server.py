@@ -286,8 +286,7 @@ class HFServer:
         stop_ids = self.eos_ids | set(sampling.stop_token_ids)
         window = max((len(s) for s in sampling.stop), default=0) + 2
         for step in range(sampling.max_tokens):
-            logits.index_fill_(-1, self.banned_ids, float("-inf"))  # as verl's vLLM server masks them
-            token, logprob = sample_tokens(logits, sampling, generator)  # [B], [B]
+            token, logprob = sample_tokens(logits, sampling, generator, self.banned_ids)  # [B], [B]
             for row in range(num_rows):
                 if done[row]:
                     continue
@@ -321,6 +320,11 @@ class HFServer:
         return any(s in tail for s in stop)
 
 
+def _without(logits: torch.Tensor, banned: torch.Tensor | None) -> torch.Tensor:
+    """A copy of ``logits`` [B, V] with the ``banned`` ids [P] at -inf."""
+    return logits.clone() if banned is None else logits.index_fill(-1, banned, float("-inf"))
+
+
 def vision_placeholder_ids(config: Any) -> list[int]:
     """Token ids a policy must never sample: the image and video placeholders, which mean something only with
     an image or video behind them (a sampled one breaks the pairing of placeholders with ``image_grid_thw`` in
@@ -329,16 +333,20 @@ def vision_placeholder_ids(config: Any) -> list[int]:
 
 
 def sample_tokens(
-    logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | list[torch.Generator]
+    logits: torch.Tensor,
+    sampling: Sampling,
+    generator: torch.Generator | list[torch.Generator],
+    banned: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row of ``logits`` [B, V] from ``generator`` (one for the batch, or one per row);
-    returns ids [B] and their log-probs under temperature."""
+    """Sample one token per row of ``logits`` [B, V] from ``generator`` (one for the batch, or one per row),
+    never one of the ``banned`` ids [P]; returns ids [B] and their log-probs under temperature over the whole
+    vocabulary (what the trainer recomputes: a banned id only leaves the draw, not the distribution scored)."""
     if sampling.temperature <= 0:
-        token = logits.argmax(dim=-1)
+        token = _without(logits, banned).argmax(dim=-1)
         return token, torch.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
     scaled = logits / sampling.temperature
     logprobs = torch.log_softmax(scaled, dim=-1)  # [B, V] what the trainer recomputes
-    filtered = scaled.clone()
+    filtered = _without(scaled, banned)
     if 0 < sampling.top_k < filtered.shape[-1]:
         kth = filtered.topk(sampling.top_k, dim=-1).values[:, -1:]
         filtered[filtered < kth] = float("-inf")
