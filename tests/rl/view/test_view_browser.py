@@ -217,14 +217,15 @@ def test_exported_folder_opens_from_disk(run_dir, browser, tmp_path):
     page.close()
 
 
-REJECTED_GOLD = "verification correct=false decision=reject gold_in_batch=true"
-"""The filter tag of a Reject of a batch that held the gold entity."""
+REJECTED_GOLD = "verification at_limit=false correct=false decision=reject gold_in_batch=true"
+"""The filter tag of a counted Reject (not one at the rejection limit) of a batch that held the gold entity."""
 
 
 def test_rejected_gold_batches_are_two_clicks_away(eval_dir, browser, tmp_path):
     episodes = load(eval_dir).episodes
     expected = [e["id"] for e in episodes if any(
-        v["type"] == "verification" and v["decision"] == "reject" and v["gold_in_batch"] for v in e["events"])]  # fmt: skip
+        v["type"] == "verification" and v["decision"] == "reject" and v["gold_in_batch"] and not v["at_limit"]
+        for v in e["events"])]  # fmt: skip
     assert 0 < len(expected) < len(episodes)  # the filter separates something
     server, url = serve_in_thread(Site(load(eval_dir)))
     page = browser.new_page(viewport={"width": 1280, "height": 900})
