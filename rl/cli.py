@@ -76,6 +76,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+OWN_WAIT_POLICY = ("serve",)
+"""Commands that choose the OpenMP wait policy themselves (``ragym serve --omp-wait-policy``)."""
+
+
+def prepare_process(name: str) -> None:
+    """Process-wide settings for ``ragym NAME``, made before its module imports torch or faiss: the passive
+    OpenMP wait policy (idle threads sleep instead of spinning on cores other processes need; the processes it
+    starts, Ray's workers included, inherit it), unless the command chooses one itself."""
+    if name not in OWN_WAIT_POLICY:
+        from ragym.envs.retrieval.search_settings import request_wait_policy
+
+        request_wait_policy("passive")
+
+
 def command_main(name: str) -> Callable[[list[str]], int]:
     """The function that runs ``ragym NAME`` (imports its module)."""
     module, _, function = COMMANDS[name][0].partition(":")
@@ -155,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"ragym: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    prepare_process(name)
     try:
         return int(command_main(name)(rest) or 0)
     except Exception as err:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from ragym.envs.retrieval.search_settings import request_wait_policy, use_torch_threads
+
 # No hub is reachable here or in CI: fail fast instead of hanging on a download.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -15,6 +17,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # A retrieval service named by the developer's shell would reroute every KBVQA-v0 env under test.
 os.environ.pop("RAGYM_RETRIEVAL_URL", None)
 os.environ.pop("RAGYM_RETRIEVAL_TOKEN", None)
+# Threads as the ragym commands choose them (docs/training.md#threads): idle OpenMP threads sleep (set before
+# torch or faiss loads; the commands and Ray workers tests start inherit it) and torch computes with one thread
+# ($OMP_NUM_THREADS when set). With torch's default of one spinning thread per core, tests slowed many-fold on a
+# machine other jobs kept busy.
+request_wait_policy("passive")
+use_torch_threads()
+# Workers of the Ray instances tests start (ray start, verl's trainer) at the tests' own priority: at Ray's default
+# niceness (15) any busy process on the machine starved them (a toy verl run beside two took 21 min, not 4).
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"

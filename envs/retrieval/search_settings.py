@@ -1,4 +1,4 @@
-"""faiss search settings every loaded index gets, and the OpenMP threads each search may use.
+"""faiss search settings every loaded index gets, and the OpenMP threads each search (and torch) may use.
 
 Neither setting is stored in an index file, so an index read from disk searches with faiss's defaults
 unless the loader sets them; every loader in ragym (a fresh ``build_index``, a KB's recorded index, a shard
@@ -12,6 +12,12 @@ manifest, a MEMORA-R export) goes through ``FaissRetriever`` or calls ``apply_se
   ran twenty times slower with two threads than with one. So a search gets one thread unless the OpenMP
   wait policy is passive (idle threads sleep); then the cores are shared out among the searches that may
   run at once, so threads per search x concurrent searches never exceeds the cores this process is given.
+- torch: the same spinning, and more. A team of OpenMP threads meets at a barrier after every parallel op,
+  so when another process holds a core the whole team waits for the member that lost it, sleeping or not.
+  Processes that train or run a policy (the local engine, the toy warm start, eval) therefore run torch with
+  one intra-op thread unless told otherwise (``plan_torch_threads``); verl's Ray workers get one from Ray
+  (``$OMP_NUM_THREADS`` = their CPUs, 1 for actors that reserve none). Every ``ragym`` command but
+  ``serve`` (which has its own setting) asks for the passive wait policy before torch loads.
 """
 
 from __future__ import annotations
@@ -29,7 +35,11 @@ log = logging.getLogger(__name__)
 BLAS_THRESHOLD = 20
 """Queries per call from which faiss scans a flat index with BLAS (``faiss.cvar.distance_compute_blas_threshold``)."""
 WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
-"""Read by OpenMP once, when faiss's library loads; setting it later changes nothing."""
+"""Read by OpenMP once, when faiss's or torch's library loads (each its own); setting it later changes nothing."""
+OPENMP_MODULES = ("faiss", "torch")
+"""Modules that load an OpenMP runtime: the wait policy is only requested before any of them is imported."""
+NUM_THREADS_ENV = "OMP_NUM_THREADS"
+"""OpenMP's thread count: torch's when set (by the user, or by Ray for each worker: its CPUs, else 1)."""
 THREADS_ENV = "RAGYM_SEARCH_THREADS"
 """OpenMP threads per in-process search; unset or 0 chooses (``plan_threads``)."""
 CPU_QUOTA = Path("/sys/fs/cgroup/cpu.max")
@@ -64,25 +74,27 @@ def wait_policy() -> str:
 
 
 def request_wait_policy(policy: str) -> str:
-    """Set the OpenMP wait policy before faiss's OpenMP loads; returns the policy in effect.
+    """Set the OpenMP wait policy before faiss's or torch's OpenMP loads; returns the policy in effect.
 
-    A policy the environment already names wins (the user set it); after faiss is loaded nothing changes.
+    A policy the environment already names wins (the user set it); once either library is loaded nothing
+    changes (it would leave one runtime spinning and the other not). Processes this one starts inherit it.
     """
     if policy not in WAIT_POLICIES:
         raise ValueError(f"unknown OpenMP wait policy {policy!r}; expected one of {WAIT_POLICIES}")
-    if policy != "default" and WAIT_POLICY_ENV not in os.environ and "faiss" not in sys.modules:
+    loaded = any(module in sys.modules for module in OPENMP_MODULES)
+    if policy != "default" and WAIT_POLICY_ENV not in os.environ and not loaded:
         os.environ[WAIT_POLICY_ENV] = policy.upper()
     return wait_policy()
 
 
 @dataclass(frozen=True)
 class ThreadPlan:
-    """How many OpenMP threads each faiss search uses, and why."""
+    """How many OpenMP threads each faiss search (or, ``plan_torch_threads``, a process's torch) uses, and why."""
 
     threads: int
     """OpenMP threads per index call."""
     concurrent: int
-    """Index calls that may run at once in this process."""
+    """Index calls that may run at once in this process (1 in a torch plan)."""
     cores: int
     """Cores this process is given."""
     wait_policy: str
@@ -154,3 +166,32 @@ def use_search_threads() -> int:
     threads = search_threads()
     faiss.omp_set_num_threads(threads)
     return threads
+
+
+def plan_torch_threads(threads: int = 0, cores: int = 0, policy: str | None = None) -> ThreadPlan:
+    """torch intra-op threads for a process that trains or runs a policy on CPU: ``threads`` when given, else
+    ``$OMP_NUM_THREADS`` when set, else one, whatever the wait policy (a sleeping team still waits at each
+    barrier for the member another process holds up; ``benchmarks/training_threads.py`` measures it)."""
+    if threads < 0 or cores < 0:
+        raise ValueError(f"threads and cores must be >= 0; got {threads}, {cores}")
+    cores = cores or available_cores()
+    policy = wait_policy() if policy is None else policy
+    text = os.environ.get(NUM_THREADS_ENV, "").split(",")[0].strip()
+    if threads:
+        reason = "set"
+    elif text.isdigit() and int(text) > 0:
+        threads, reason = int(text), f"${NUM_THREADS_ENV}"
+    else:
+        threads, reason = 1, "one per process: a team of threads stalls when another process holds a core"
+    return ThreadPlan(threads, 1, cores, policy, reason)
+
+
+def use_torch_threads(threads: int = 0) -> ThreadPlan:
+    """Give this process's torch ``plan_torch_threads(threads)`` intra-op threads (threads it starts later too)."""
+    import torch
+
+    plan = plan_torch_threads(threads)
+    torch.set_num_threads(plan.threads)
+    log.info("torch threads: %d on %d cores, OpenMP wait policy %s (%s)",
+             plan.threads, plan.cores, plan.wait_policy, plan.reason)  # fmt: skip
+    return plan

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 import yaml
 
 from ragym.envs.files import atomic_write
@@ -130,10 +129,7 @@ def _trainer(grid_dir: Path, variant: Variant, seed: int, steps: int | None, ext
         raise FileNotFoundError(f"{variant.name} starts from {variant.warm_start_from}'s warm start, not at {warm}: "
                                 f"run {variant.warm_start_from} for seed {seed} first")  # fmt: skip
     config = load_recipe(DEMO_RECIPE, train_overrides(grid_dir, variant, seed, steps, extra))
-    cfg = read_engine_config(RecipeReader(config))
-    if cfg.num_threads > 0:
-        torch.set_num_threads(cfg.num_threads)
-    return LocalTrainer(config, cfg)
+    return LocalTrainer(config, read_engine_config(RecipeReader(config)))
 
 
 def run_kbvqa(

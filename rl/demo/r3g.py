@@ -33,6 +33,7 @@ import pandas as pd
 
 from ragym.envs.r3g.actions import ACTION_TAGS
 from ragym.envs.registry import make_env
+from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.demo.warm_start import ReplayServer, WarmStartConfig, _replay, imitate
 
 logger = logging.getLogger(__name__)
@@ -198,8 +199,6 @@ KEYS = ("reward/total", "reward/recall_at_1", "reward/outcome", "reward/format",
 
 def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = None) -> dict[str, Any]:
     """The whole demo into ``out`` (re-running resumes); returns what ``metrics.json`` holds."""
-    import torch
-
     from ragym.rl.engine.config import RecipeReader, read_engine_config
     from ragym.rl.engine.trainer import LocalTrainer
     from ragym.rl.recipe.compose import load_recipe
@@ -213,7 +212,7 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
     config = load_recipe(RECIPE, sets)
     reader = RecipeReader(config)
     engine = read_engine_config(reader)
-    torch.set_num_threads(max(1, engine.num_threads))
+    use_torch_threads(engine.num_threads)
     policy = build_inputs(out, reader, seed)
     if not (out / "warm_start" / "warm_start.json").exists():
         warm_start(config, reader, policy, out / "warm_start", seed)

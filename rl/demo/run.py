@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 from omegaconf import OmegaConf
 
 from ragym.envs.files import read_jsonl
+from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.demo.report import write_report
 from ragym.rl.demo.warm_start import WarmStartConfig, expert_samples, imitate
@@ -169,8 +169,7 @@ def prepare(
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
     check_demo_folder(out, seed, reader.get("ragym.demo"))
-    if cfg.num_threads > 0:
-        torch.set_num_threads(cfg.num_threads)
+    use_torch_threads(cfg.num_threads)  # the warm start below runs before the trainer would set them
     _, policy_dir = _build_inputs(out, reader, seed)
     warm_dir = out / "warm_start"
     reader.get("ragym.demo.warm_start")  # read on resume too: the unused-key list must not depend on it

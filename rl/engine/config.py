@@ -151,7 +151,7 @@ class EngineConfig:
     batch_wait_s: float
     """Longest wait of the generation server for all live episodes to ask (``ragym.engine``)."""
     num_threads: int
-    """torch intra-op threads (0: torch's default)."""
+    """torch intra-op threads (0: ``$OMP_NUM_THREADS``, else one; ``search_settings.plan_torch_threads``)."""
     trace_groups_per_step: int
     """GRPO groups per step (and per evaluation) recorded for ``ragym view`` under ``output_dir/traces``."""
     filter_groups: FilterConfig

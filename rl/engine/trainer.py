@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 from verl.utils.config import omega_conf_to_dataclass
 
+from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.credit import TURN_CREDIT
 from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
@@ -98,8 +99,7 @@ class LocalTrainer:
 
     def __init__(self, config: DictConfig, cfg: EngineConfig, bad_rows: str = "skip") -> None:
         self.config, self.cfg = config, cfg
-        if cfg.num_threads > 0:
-            torch.set_num_threads(cfg.num_threads)
+        use_torch_threads(cfg.num_threads)
         torch.manual_seed(cfg.seed)
         # Rows and the resume point are checked before the model loads: a bad setting costs seconds.
         self.train_set = load_rows(cfg.train_files, on_bad=bad_rows)

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from ragym.envs.events import events_of
+from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from ragym.rewards.infoseek import infoseek_final_score
 from ragym.rewards.verl import episode_from_verl
@@ -298,6 +299,7 @@ def main(argv: list[str]) -> int:
         backend = vllm_backend(args.model, rollout.prompt_length + rollout.response_length,
                                rollout.gpu_memory_utilization, pixels)  # fmt: skip
     else:
+        use_torch_threads()  # on CPU (and for a GPU's host-side work): robust beside other processes
         backend = hf_backend(args.model, rollout.response_length, cfg.batch_wait_s, cfg.seed, pixels)
     check_processor_factor(recipe_images(config), backend.processor)
     logger.info("evaluating %s on %d rows with the %s backend", args.model, len(rows), backend.name)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ragym.envs.registry import make_env
+from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.demo.warm_start import ReplayServer, WarmStartConfig, imitate
 from ragym.rl.engine.grpo import Sample
@@ -82,8 +83,11 @@ def warm_start(
     ``SCHEDULE``) and save the policy to ``out``.
 
     ``config`` is a composed recipe (its rollout and data sections build the agent loop that tokenizes the
-    turns exactly as training will).
+    turns exactly as training will). torch runs with ragym's threads (one unless ``$OMP_NUM_THREADS``): with
+    torch's default (a spinning thread per core) it ran 7-17x slower on a shared 2-core machine
+    (``benchmarks/training_threads.py``).
     """
+    use_torch_threads()
     env_ids = {dict(row["extra_info"])["env_id"] for row in rows}
     num_rows, default_epochs = max(SCHEDULE.get(env_id, DEFAULT_SCHEDULE) for env_id in env_ids)
     rows, epochs = rows[:num_rows], epochs or default_epochs

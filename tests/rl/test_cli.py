@@ -39,3 +39,30 @@ def test_a_commands_log_is_ragyms_own_unless_verbose(tmp_path, verbose: bool) ->
     else:
         assert foreign == [] and "faiss.loader" not in done.stderr
         assert lines[0].split(" ", 4)[3].startswith("ragym.data_prep.")
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"), [("train", "PASSIVE"), ("eval", "PASSIVE"), ("serve", "unset")]
+)
+def test_commands_ask_for_the_passive_wait_policy_before_torch_loads(name: str, expected: str) -> None:
+    """Set in the command's process before its module imports torch, so torch's OpenMP reads it, and inherited by
+    what the command starts (verl's trainer, its Ray workers); ``ragym serve`` has its own ``--omp-wait-policy``."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os, subprocess, sys; from ragym.rl.cli import prepare_process; prepare_process(sys.argv[1]); "
+            "import torch; child = \"import os; print(os.environ.get('OMP_WAIT_POLICY', 'unset'))\"; "
+            "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True).stdout)")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    done = subprocess.run([sys.executable, "-c", code, name], env=env, capture_output=True, text=True, timeout=120,
+                          check=True)  # fmt: skip
+    assert done.stdout.split() == [expected]
+
+
+def test_dispatch_prepares_the_process_before_it_imports_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    order = []
+    monkeypatch.setattr(cli, "prepare_process", lambda name: order.append(("prepare", name)))
+    monkeypatch.setattr(cli, "command_main", lambda name: order.append(("import", name)) or (lambda argv: 0))
+    assert cli.main(["train", "--recipe", "x"]) == 0
+    assert order == [("prepare", "train"), ("import", "train")]

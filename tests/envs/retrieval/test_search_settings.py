@@ -213,3 +213,62 @@ def _check_encode_threads(monkeypatch, search_settings, cpu_encode_threads) -> N
     with cpu_encode_threads("cpu"):
         assert torch.get_num_threads() == 2
     assert torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize(
+    ("threads", "env", "expected", "reason"),
+    [
+        (0, None, 1, "one per process"),  # whatever the cores and the wait policy
+        (0, "3", 3, "$OMP_NUM_THREADS"),  # the user's (or Ray's, in its workers)
+        (0, "4,2", 4, "$OMP_NUM_THREADS"),  # nested levels: the outer one
+        (0, "0", 1, "one per process"),
+        (0, "many", 1, "one per process"),
+        (2, "3", 2, "set"),  # a recipe's ragym.engine.num_threads wins
+    ],
+)
+def test_torch_gets_one_thread_per_process_unless_told_otherwise(
+    monkeypatch: pytest.MonkeyPatch, threads: int, env: str | None, expected: int, reason: str
+) -> None:
+    if env is None:
+        monkeypatch.delenv(search_settings.NUM_THREADS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(search_settings.NUM_THREADS_ENV, env)
+    for policy in ("passive", "default"):
+        plan = search_settings.plan_torch_threads(threads, cores=16, policy=policy)
+        assert (plan.threads, plan.cores, plan.wait_policy) == (expected, 16, policy)
+        assert plan.reason.startswith(reason)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        search_settings.plan_torch_threads(-1)
+
+
+def test_torch_threads_apply_to_the_process_and_to_threads_it_starts_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    import torch
+
+    monkeypatch.delenv(search_settings.NUM_THREADS_ENV, raising=False)
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)
+    seen: list[int] = []
+    try:
+        assert search_settings.use_torch_threads().threads == 1
+        worker = threading.Thread(
+            target=lambda: seen.append(torch.get_num_threads())
+        )  # an env worker, a server
+        worker.start()
+        worker.join()
+        assert torch.get_num_threads() == 1 and seen == [1]
+        assert search_settings.use_torch_threads(3).threads == 3 and torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(original)
+
+
+def test_the_wait_policy_is_not_requested_once_torch_has_loaded() -> None:
+    """torch brings its own OpenMP runtime: asking afterwards would leave faiss's sleeping and torch's spinning."""
+    code = ("import os, torch; from ragym.envs.retrieval.search_settings import request_wait_policy as r; "
+            "print(r('passive'), os.environ.get('OMP_WAIT_POLICY', 'unset'))")  # fmt: skip
+    env = {k: v for k, v in search_settings.os.environ.items() if k != search_settings.WAIT_POLICY_ENV}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["default", "unset"]
