@@ -3,7 +3,8 @@
 Hydra merges a recipe file into verl's ``ppo_trainer`` without struct checks, so a misspelled knob
 (``actor_rollout_ref.rollout.temprature``) composes silently and is ignored on the cluster. These checks
 catch that locally: every leaf key the recipe sets must exist in verl's own config (or sit under one of
-verl's free-form maps), the sections verl turns into dataclasses must convert, and verl's
+verl's free-form maps), the trainer mode must be one of ragym's with the settings it needs
+(``ragym.rl.verl_plugin.modes``), the sections verl turns into dataclasses must convert, and verl's
 ``validate_config`` must pass. ``ragym submit`` and the recipe tests both run them.
 """
 
@@ -21,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION
 from ragym.rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
+from ragym.rl.verl_plugin.modes import mode_problems
 
 OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs", "ray_kwargs.ray_init")
 """Keys absent from verl's defaults that are allowed, with everything below them: the reward recipe verl
@@ -199,6 +201,9 @@ def check_recipe(
             f"{', '.join(unknown)}; check the spelling"
         )
     config = load_recipe(recipe, overrides)
+    problems = mode_problems(config)
+    if problems:
+        raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
     if before_verl is not None:
         before_verl(config)
     for section in DATACLASS_SECTIONS:

@@ -1,17 +1,23 @@
-"""The replay buffer of ragym's verl trainer mode: verl's synchronous one, with DAPO's generation bound, and the
-held-out episodes kept for ragym's ``val/`` metrics.
+"""The replay buffers of ragym's verl trainer modes: verl's synchronous and asynchronous ones, each with DAPO's
+generation bound and the held-out episodes kept for ragym's ``val/`` metrics.
 
 verl 0.9.1's sync ``ReplayBuffer`` drops a finished group whose ``algorithm.filter_groups.metric`` is flat, and
 dispatches two fresh prompts per drop while fewer than ``train_batch_size`` groups vary, with no end: it ignores
 ``max_num_gen_batches`` (its trainer says so and bounds only the prompts in flight). verl's DAPO recipe bounds
-the generation batches of a step. This subclass bounds a step at ``max_num_gen_batches`` x the batch size of
+the generation batches of a step. This buffer bounds a step at ``max_num_gen_batches`` x the batch size of
 prompts, as that recipe counts: at most ``max_num_gen_batches - 1`` batches' worth of refills, and as many
 drops (each drop is refilled, so the step always fills). Past the bound, flat groups are kept and trained on,
 after every varying group (the local engine's top-up, ``ragym.rl.engine.dynamic_sampling``): where the DAPO
 recipe stops the run, ragym trains on a step with less signal and logs how many groups were topped up.
 
-It overrides only the seams verl's ``sample`` loop calls (the refill function, which flat groups it evicts,
-the order it selects in); the loop itself is verl's.
+verl's async ``ReplayBufferAsync`` (trainer modes ``colocate_async``, ``separate_async``) refills exactly the
+groups it evicts (stale, flat or failed), also without end; its ragym form bounds the flat groups a step drops
+at the same ``(max_num_gen_batches - 1)`` x the batch size and keeps the rest, and leaves verl's refill of each
+eviction as it is (a stale group dropped past the bound must still be replaced, or the step never fills).
+
+Both override only the seams verl's ``sample`` loops call (the refill function, which flat groups are evicted,
+the order they select in); the loops themselves, and the eviction of trajectories older than the staleness bound
+(``trainer.v1.sampler.max_off_policy_threshold``), are verl's.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections import Counter
 from typing import Any
 
 import transfer_queue as tq
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 from ragym.rl.agent_loop.verl_metrics import tq_column
 
@@ -31,8 +37,9 @@ TOPPED_UP_KEY = "training/filter_groups/topped_up_samples"
 """Flat groups a step trained on because the bound was reached (beside verl's ``evicted_samples``)."""
 
 
-class RagymReplayBuffer(ReplayBuffer):
-    """verl's sync replay buffer, with the refill bound and a record of the held-out episodes it hands out."""
+class _RagymSampling:
+    """What ragym adds to either of verl's buffers: the per-step bound on flat drops (and, in the sync buffer, on
+    refills) and a record of the held-out episodes handed out. Placed before verl's class in the bases."""
 
     def __init__(self, *, max_num_gen_batches: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -46,7 +53,7 @@ class RagymReplayBuffer(ReplayBuffer):
         """``(uid, extra_fields)`` of every held-out trajectory sampled since the trainer last took them."""
 
     @classmethod
-    def like(cls, buffer: ReplayBuffer, max_num_gen_batches: int) -> RagymReplayBuffer:
+    def like(cls, buffer: ReplayBuffer, max_num_gen_batches: int) -> _RagymSampling:
         """This buffer with the settings verl's trainer gave ``buffer`` (its constructor keeps each as is)."""
         names = [name for name in inspect.signature(ReplayBuffer.__init__).parameters if name != "self"]
         return cls(max_num_gen_batches=max_num_gen_batches, **{name: getattr(buffer, name) for name in names})
@@ -76,7 +83,7 @@ class RagymReplayBuffer(ReplayBuffer):
         episodes, self.val_episodes = self.val_episodes, []
         return episodes
 
-    # ----- the seams of verl's sample loop ---------------------------------------------------------
+    # ----- the seams of verl's sample loops --------------------------------------------------------
     def _refill(self, num_prompts: int) -> int:
         """verl's refill, cut to what the bound has left (verl's loop counts its credit as spent either way)."""
         if not self.bounded:
@@ -123,3 +130,33 @@ class RagymReplayBuffer(ReplayBuffer):
         )
         uids, fields = tq_column(data, "uid"), tq_column(data, "extra_fields")
         self.val_episodes += [(str(uid), dict(extra)) for uid, extra in zip(uids, fields, strict=True)]
+
+
+class RagymReplayBuffer(_RagymSampling, ReplayBuffer):
+    """verl's sync replay buffer, with the refill bound and a record of the held-out episodes it hands out."""
+
+
+class RagymReplayBufferAsync(_RagymSampling, ReplayBufferAsync):
+    """verl's async replay buffer (stale trajectories evicted and counted by verl), with the bound on flat drops
+    and a record of the held-out episodes it hands out."""
+
+    def _refill(self, num_prompts: int) -> int:
+        """verl's refill of exactly what was evicted: flat drops are already within the bound, and stale or failed
+        groups must be replaced for the step to fill."""
+        return self._refill_unbounded(num_prompts)
+
+    def get_sampleable_count(self, global_steps: int, partition_id: str) -> int:
+        """verl's count (separate_async's hybrid switch asks it between steps), spending none of the bound."""
+        drops_left, kept = self._drops_left, set(self._kept_flat)
+        try:
+            return super().get_sampleable_count(global_steps, partition_id)
+        finally:
+            self._drops_left, self._kept_flat = drops_left, kept
+
+
+def ragym_buffer_like(
+    buffer: ReplayBuffer, max_num_gen_batches: int
+) -> RagymReplayBuffer | RagymReplayBufferAsync:
+    """ragym's form of the buffer verl's trainer built for its mode (sync or async), with verl's settings."""
+    cls = RagymReplayBufferAsync if isinstance(buffer, ReplayBufferAsync) else RagymReplayBuffer
+    return cls.like(buffer, max_num_gen_batches)

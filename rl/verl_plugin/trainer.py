@@ -1,18 +1,23 @@
-"""The ``ragym`` v1 trainer mode (``trainer.v1.trainer_mode: ragym``): verl's synchronous trainer, plus ragym's
-per-step metrics and a bounded trace of episodes for ``ragym view``.
+"""ragym's v1 trainer modes (``trainer.v1.trainer_mode: ragym``, ``ragym_colocate_async``,
+``ragym_separate_async``): verl's sync, colocated-async and separate-async trainers, each plus ragym's per-step
+metrics and a bounded trace of episodes for ``ragym view``.
 
 verl 0.9.1 keeps each trajectory's agent-loop ``extra_fields`` (events, turns, episode metrics, and the reward
 function's ``reward_extra_info``: ``score`` and ``reward/<term>``) in TransferQueue, but logs none of it for
-training steps. This subclass extends the one method that turns a step's batch into metrics
+training steps. ``RagymTrainerMixin`` extends the one method that turns a step's batch into metrics
 (``_compute_metrics``): it reads those fields for the step's trajectories and adds ``reward/total``,
 ``reward/<term>``, ``episode/<metric>`` and ``grpo/zero_adv_group_share`` (the local engine's names,
-``ragym.rl.agent_loop.verl_metrics``), then records up to ``ragym.verl.trace_groups_per_step`` GRPO groups to
-``<trainer.default_local_dir>/traces`` (``ragym view`` opens it; TransferQueue keeps no raw images, so the
-trace has the episodes' tokens, masks, advantages, turns, events and rewards, without pictures).
+``ragym.rl.agent_loop.verl_metrics``), the step's off-policy share and stale drops (``off_policy/*``), then
+records up to ``ragym.verl.trace_groups_per_step`` GRPO groups to ``<trainer.default_local_dir>/traces``
+(``ragym view`` opens it; TransferQueue keeps no raw images, so the trace has the episodes' tokens, masks,
+advantages, turns, events, rewards and staleness, without pictures).
 Its evaluations add ``val/<metric>`` (the local engine's held-out names) to verl's ``val-core``/``val-aux``
 ones, so collapse guards on ``val/`` metrics read them at the steps that evaluate. Its replay buffer
-(``ragym.rl.verl_plugin.sampler``) is verl's synchronous one with DAPO's ``max_num_gen_batches`` bound.
-Nothing else of verl's loop changes.
+(``ragym.rl.verl_plugin.sampler``) is verl's buffer for the mode with DAPO's ``max_num_gen_batches`` bound.
+
+One mixin, one class per verl mode made from it (``_ragym_mode``): verl branches on ``self.trainer_mode`` and
+reads ``trainer.v1.<mode>`` by it, so ``trainer_mode`` answers verl's mode name (``ragym.rl.verl_plugin.modes``)
+while verl's registry knows the class by ragym's. Nothing else of verl's loop changes.
 """
 
 from __future__ import annotations
@@ -20,13 +25,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import transfer_queue as tq
 from omegaconf import OmegaConf
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1 import trainer_base as verl_trainer
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
@@ -40,15 +47,18 @@ from ragym.rl.engine.dynamic_sampling import (
 )
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, VAL_PREFIX, GuardMonitor, read_guards
-from ragym.rl.verl_plugin.sampler import TOPPED_UP_KEY, RagymReplayBuffer
+from ragym.rl.verl_plugin.modes import mode_problems, verl_mode
+from ragym.rl.verl_plugin.sampler import (
+    TOPPED_UP_KEY,
+    RagymReplayBuffer,
+    RagymReplayBufferAsync,
+    ragym_buffer_like,
+)
 
 logger = logging.getLogger(__name__)
 
 TRAINER_MODE = "ragym"
-"""``trainer.v1.trainer_mode`` of this trainer."""
-SYNC_MODE = "sync"
-"""The mode verl's trainer code branches on (``trainer_mode == "sync"``: replay buffer, refill granularity,
-TransferQueue checkpoints): this trainer is verl's sync trainer, under its own registry name."""
+"""``trainer.v1.trainer_mode`` of ragym's synchronous trainer (every shipped recipe's)."""
 IGNORED_BOUND_WARNING = "algorithm.filter_groups.max_num_gen_batches=%s is ignored"
 """The start of verl's warning that its buffer ignores the bound, which ragym's buffer honours."""
 TRACE_GROUPS_KEY = "ragym.verl.trace_groups_per_step"
@@ -83,24 +93,39 @@ class _Episode:
     score: dict[str, float]
 
 
-@register_trainer(TRAINER_MODE)
-class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
-    """verl's synchronous trainer with ragym's metrics, traces and guards added to each step, and the inputs of
-    the turn-level credit estimator (``algorithm.adv_estimator: turn_credit``) fetched for it."""
+class RagymTrainerMixin(TurnCreditMixin):
+    """ragym's metrics, traces and guards added to each step of a verl v1 trainer, its replay buffer, and the
+    inputs of the turn-level credit estimator (``algorithm.adv_estimator: turn_credit``) fetched for it. Placed
+    before verl's trainer class in the bases; ``_ragym_mode`` makes one class per verl mode."""
 
-    def _build_replay_buffer(self) -> RagymReplayBuffer:
-        """verl's sync replay buffer with verl's settings, as ``RagymReplayBuffer`` (the DAPO bound, held-out
-        episodes); called from verl's ``__init__``."""
-        # verl reads trainer_mode from the registry name; every branch on it must take the sync trainer's side.
-        self.trainer_mode = SYNC_MODE
+    ragym_mode: ClassVar[str] = TRAINER_MODE
+    """The ``trainer.v1.trainer_mode`` this class is registered under (``ragym.rl.verl_plugin.modes.MODES``)."""
+
+    @property
+    def trainer_mode(self) -> str:
+        """verl's mode name: verl branches on it (replay buffer, refill granularity, TransferQueue checkpoints,
+        prompt persistence) and reads ``trainer.v1.<mode>`` (``parameter_sync_step``, warm-up batches) by it."""
+        return verl_mode(self.ragym_mode)
+
+    @trainer_mode.setter
+    def trainer_mode(self, name: str) -> None:
+        # verl's __init__ assigns the registry name it was started under; the mode is this class's.
+        return None
+
+    def _build_replay_buffer(self) -> RagymReplayBuffer | RagymReplayBufferAsync:
+        """verl's replay buffer for the mode, with verl's settings, in ragym's form (the DAPO bound, held-out
+        episodes); called from verl's ``__init__``, after the checks of the mode's settings."""
+        problems = mode_problems(self.config)
+        if problems:
+            raise UsageError("\n".join(problems))
         if OmegaConf.select(self.config, "trainer.v1.sampler.custom_sampler.path"):
             raise UsageError(
-                f"trainer.v1.trainer_mode={TRAINER_MODE} brings its own replay buffer "
+                f"trainer.v1.trainer_mode={self.ragym_mode} brings its own replay buffer "
                 "(ragym.rl.verl_plugin.sampler); unset trainer.v1.sampler.custom_sampler"
             )
         if OmegaConf.select(self.config, "trainer.v1.sampler.sync_refill_failed_groups", default=False):
             raise UsageError(
-                f"trainer.v1.sampler.sync_refill_failed_groups is not supported by trainer_mode={TRAINER_MODE} "
+                f"trainer.v1.sampler.sync_refill_failed_groups is not supported by trainer_mode={self.ragym_mode} "
                 "(its refill bound counts only the refills of flat groups)"
             )
         bound = int(OmegaConf.select(self.config, f"{FILTER_SECTION}.max_num_gen_batches", default=0) or 0)
@@ -110,7 +135,7 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
             buffer = super()._build_replay_buffer()
         finally:
             verl_trainer.logger.removeFilter(quiet)
-        return RagymReplayBuffer.like(buffer, bound)
+        return ragym_buffer_like(buffer, bound)
 
     def _validate(self) -> dict[str, float]:
         """verl's evaluation metrics plus ``val/<metric>``: the local engine's names for the same episodes."""
@@ -138,8 +163,11 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
         extra_fields = [dict(fields) for fields in columns["extra_fields"]]
         uids = [str(uid) for uid in columns["uid"]]
         metrics.update(step_metrics(extra_fields, uids))
+        tags = [tag for tag in batch.tags if not tag.get("is_padding", False)]
+        versions = [(int(tag["min_global_steps"]), int(tag["max_global_steps"])) for tag in tags]
+        metrics.update(off_policy_metrics(global_steps, versions, metrics))
         self._signal(global_steps, metrics, len(set(uids)))
-        self._trace(global_steps, data, columns, extra_fields, uids)
+        self._trace(global_steps, data, columns, extra_fields, uids, versions)
 
     def _signal(self, step: int, metrics: dict, num_groups: int) -> None:
         """Dynamic sampling's flat share and the collapse guards (``ragym.rl.guards``); a ``stop`` ends the run after
@@ -161,9 +189,11 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
             self.total_training_steps = step  # verl's loop ends once this step is logged
 
     def _trace(
-        self, step: int, data: Any, columns: dict[str, list], extra_fields: list[dict], uids: list[str]
-    ) -> None:
-        """Record a bounded sample of the step's groups under ``<default_local_dir>/traces``."""
+        self, step: int, data: Any, columns: dict[str, list], extra_fields: list[dict], uids: list[str],
+        versions: list[tuple[int, int]],
+    ) -> None:  # fmt: skip
+        """Record a bounded sample of the step's groups under ``<default_local_dir>/traces``, each episode with the
+        weight versions that generated it and its staleness (``trajectory_staleness``)."""
         groups = int(OmegaConf.select(self.config, TRACE_GROUPS_KEY, default=DEFAULT_TRACE_GROUPS))
         if groups <= 0:
             return
@@ -179,7 +209,8 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
             # TransferQueue keeps no raw images: the trace's observations show none.
             observations = [{**o, "num_images": 0, "text": o["text"].replace(IMAGE_MARK, "[image]")}
                             for o in fields.get("observations", [])]  # fmt: skip
-            shown = {**fields, "observations": observations}
+            shown = {**fields, "observations": observations, "weight_versions": list(versions[i]),
+                     "staleness": trajectory_staleness(step, versions[i])}  # fmt: skip
             output = _Output(prompts[i].tolist(), responses[i].tolist(), masks[i].tolist(), shown)
             score = {k: float(v) for k, v in scored.items() if k.startswith("reward/")}
             episodes.append(
@@ -201,6 +232,29 @@ class RagymTrainer(TurnCreditMixin, PPOTrainerSync):
             self._ragym_traces = TraceWriter(root, self.tokenizer, TraceConfig(groups), self.global_steps - 1)
             logger.info("ragym traces: %d groups per step -> %s", groups, root)
         return self._ragym_traces
+
+
+def trajectory_staleness(step: int, versions: tuple[int, int]) -> int:
+    """How many weight updates behind step ``step``'s trainer the oldest weights that generated a trajectory are:
+    ``versions`` is (first, last) weight version its turns came from (verl's ``min/max_global_steps``; version v
+    is the weights after step v); the trainer at step ``step`` holds version ``step - 1``. verl's
+    ``trajectory_staleness_worst``; 0 for every trajectory of a sync step.
+
+    >>> trajectory_staleness(3, (2, 2)), trajectory_staleness(3, (1, 2))
+    (0, 1)
+    """
+    return step - 1 - versions[0]
+
+
+def off_policy_metrics(step: int, versions: list[tuple[int, int]], metrics: dict) -> dict[str, float]:
+    """ragym's off-policy metrics of a step, logged in every mode (0 in sync): the share of trajectories older than
+    the trainer's weights, and the groups verl's async buffer dropped as older than the staleness bound (its
+    ``training/off_policy/evicted_samples``, which verl logs only when there were some)."""
+    stale = [trajectory_staleness(step, v) for v in versions]
+    return {
+        "off_policy/stale_share": sum(s > 0 for s in stale) / max(len(stale), 1),
+        "off_policy/dropped_stale_groups": float(metrics.get("training/off_policy/evicted_samples", 0)),
+    }
 
 
 def _start_signal(config: Any) -> GuardMonitor:
@@ -228,3 +282,25 @@ class _DropMessage(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(self.prefix)
+
+
+VERL_CLASSES = {"sync": PPOTrainerSync, "colocate_async": PPOTrainerColocateAsync,
+                "separate_async": PPOTrainerSeparateAsync}  # fmt: skip
+"""verl's trainer class of each verl mode ragym extends."""
+
+
+def _ragym_mode(class_name: str, mode: str) -> type:
+    """``RagymTrainerMixin`` over the verl trainer that ``mode`` extends, registered with verl as ``mode``."""
+    verl_cls = VERL_CLASSES[verl_mode(mode)]
+    doc = f"verl's {verl_cls.__name__} with ragym's additions (``trainer.v1.trainer_mode: {mode}``)."
+    namespace = {"ragym_mode": mode, "__module__": __name__, "__qualname__": class_name, "__doc__": doc}
+    return register_trainer(mode)(type(class_name, (RagymTrainerMixin, verl_cls), namespace))
+
+
+RagymTrainer = _ragym_mode("RagymTrainer", TRAINER_MODE)
+RagymColocateAsyncTrainer = _ragym_mode("RagymColocateAsyncTrainer", "ragym_colocate_async")
+RagymSeparateAsyncTrainer = _ragym_mode("RagymSeparateAsyncTrainer", "ragym_separate_async")
+TRAINERS = {
+    cls.ragym_mode: cls for cls in (RagymTrainer, RagymColocateAsyncTrainer, RagymSeparateAsyncTrainer)
+}
+"""ragym's trainer class of each ragym mode (every one of ``ragym.rl.verl_plugin.modes.MODES``)."""

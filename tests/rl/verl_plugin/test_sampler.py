@@ -10,7 +10,12 @@ import pytest
 from verl.trainer.ppo.v1 import replay_buffer as rb
 
 from ragym.rl.verl_plugin import sampler
-from ragym.rl.verl_plugin.sampler import TOPPED_UP_KEY, RagymReplayBuffer
+from ragym.rl.verl_plugin.sampler import (
+    TOPPED_UP_KEY,
+    RagymReplayBuffer,
+    RagymReplayBufferAsync,
+    ragym_buffer_like,
+)
 
 GROUP_SIZE = 2
 
@@ -25,12 +30,18 @@ class FakeQueue:
         self.fields: dict[str, dict] = {}
         self.running: list[tuple[str, tuple[float, ...]]] = []
         self.num_dispatched = 0
+        self.global_steps = 1
+        """The trainer's step when a prompt is dispatched (its tag; async buffers age prompts by it)."""
 
     def dispatch(self, num_prompts: int, partition: str = "train") -> int:
         for _ in range(num_prompts):
             uid = f"p{self.num_dispatched}"
             self.num_dispatched += 1
-            self.tags[partition][uid] = {"is_prompt": True, "status": "running", "global_steps": 1}
+            self.tags[partition][uid] = {
+                "is_prompt": True,
+                "status": "running",
+                "global_steps": self.global_steps,
+            }
             self.running.append((uid, self.script.pop(0)))
         return num_prompts
 
@@ -59,13 +70,16 @@ class FakeQueue:
             self.tags[partition_id].pop(key, None)
 
 
-def make_buffer(monkeypatch, script, max_num_gen_batches: int) -> tuple[RagymReplayBuffer, FakeQueue]:
+def make_buffer(
+    monkeypatch, script, max_num_gen_batches: int, cls: type = RagymReplayBuffer, threshold: int | None = None
+) -> tuple[RagymReplayBuffer, FakeQueue]:
     queue = FakeQueue(script)
     monkeypatch.setattr(rb, "tq", queue)
     monkeypatch.setattr(sampler, "tq", queue)
-    buffer = RagymReplayBuffer(
-        max_num_gen_batches=max_num_gen_batches, trainer_mode="sync", trainer_config={},
-        max_off_policy_threshold=None, max_off_policy_strategy="drop", sampler_kwargs={}, poll_interval=0.0,
+    buffer = cls(
+        max_num_gen_batches=max_num_gen_batches, trainer_mode="sync" if cls is RagymReplayBuffer else "colocate_async",
+        trainer_config={}, max_off_policy_threshold=threshold, max_off_policy_strategy="drop", sampler_kwargs={},
+        poll_interval=0.0,
         refill_fn=queue.dispatch, filter_groups_metric="score", train_batch_size=2, gen_batch_size=1,
         max_inflight_gen_batches=1,
     )  # fmt: skip
@@ -118,8 +132,58 @@ def test_without_a_bound_it_is_verls_buffer(monkeypatch):
     assert TOPPED_UP_KEY not in metrics
 
 
-def test_held_out_batches_are_recorded_once(monkeypatch):
-    buffer, queue = make_buffer(monkeypatch, [VARIES], max_num_gen_batches=2)
+# ----- verl's async buffer (trainer modes ragym_colocate_async, ragym_separate_async) ---------------------------
+def async_step(
+    buffer: RagymReplayBufferAsync, queue: FakeQueue, global_steps: int = 1
+) -> tuple[list[str], dict]:
+    batch, metrics = buffer.sample(global_steps=global_steps, partition_id="train", batch_size=2)
+    return sorted({key.split("_")[0] for key in batch.keys}), metrics
+
+
+def test_async_trajectories_older_than_the_bound_are_dropped_counted_and_replaced(monkeypatch):
+    # Bound 2: prompts dispatched at step 1 span 3 weight versions by step 3 (1, 2, 3): verl's buffer drops them
+    # and dispatches as many fresh ones (at step 3), which are sampled instead.
+    buffer, queue = make_buffer(monkeypatch, [VARIES] * 4, 0, cls=RagymReplayBufferAsync, threshold=2)
+    queue.dispatch(2)
+    queue.global_steps = 3
+    selected, metrics = async_step(buffer, queue, global_steps=3)
+    assert selected == ["p2", "p3"] and queue.num_dispatched == 4
+    assert metrics["training/off_policy/evicted_samples"] == 2
+    assert metrics["training/off_policy/evicted_samples_staleness/max"] == 3
+    # Within the bound (span 2 at step 2) nothing is dropped.
+    buffer, queue = make_buffer(monkeypatch, [VARIES] * 2, 0, cls=RagymReplayBufferAsync, threshold=2)
+    queue.dispatch(2)
+    selected, metrics = async_step(buffer, queue, global_steps=2)
+    assert selected == ["p0", "p1"] and "training/off_policy/evicted_samples" not in metrics
+
+
+def test_async_flat_groups_are_dropped_within_the_bound_then_kept(monkeypatch):
+    # Bound 2 x 2 prompts: p0, p1 flat are dropped and replaced one for one (verl's async refill); the
+    # replacements' flat group p2 is past the bound, kept, and trained on after the varying p3.
+    script = [FLAT, FLAT, FLAT, VARIES, VARIES]
+    buffer, queue = make_buffer(monkeypatch, script, 2, cls=RagymReplayBufferAsync, threshold=4)
+    queue.dispatch(2)
+    selected, metrics = async_step(buffer, queue)
+    assert selected == ["p2", "p3"] and queue.num_dispatched == 4
+    assert metrics["training/filter_groups/evicted_samples"] == 2 and metrics[TOPPED_UP_KEY] == 1
+    # Without the bound it is verl's async buffer: p2 is dropped too and p4 replaces it.
+    buffer, queue = make_buffer(monkeypatch, script, 0, cls=RagymReplayBufferAsync, threshold=4)
+    queue.dispatch(2)
+    selected, metrics = async_step(buffer, queue)
+    assert selected == ["p3", "p4"] and metrics["training/filter_groups/evicted_samples"] == 3
+
+
+def test_counting_sampleable_groups_spends_none_of_the_bound(monkeypatch):
+    buffer, queue = make_buffer(monkeypatch, [FLAT, VARIES], 2, cls=RagymReplayBufferAsync, threshold=4)
+    buffer._drops_left = 2
+    queue.dispatch(2)
+    assert buffer.get_sampleable_count(1, "train") == 1  # p0 would be dropped: not sampleable
+    assert buffer._drops_left == 2 and buffer._kept_flat == set()
+
+
+@pytest.mark.parametrize("cls", [RagymReplayBuffer, RagymReplayBufferAsync])
+def test_held_out_batches_are_recorded_once(monkeypatch, cls):
+    buffer, queue = make_buffer(monkeypatch, [VARIES], max_num_gen_batches=2, cls=cls, threshold=1)
     queue.tags["val"]["p0"] = {}  # registered in the held-out partition, as verl's _validate does
     queue.dispatch(1, partition="val")
     batch, _ = buffer.sample(global_steps=1, partition_id="val", batch_size=1)
@@ -131,6 +195,7 @@ def test_held_out_batches_are_recorded_once(monkeypatch):
 
 @pytest.mark.parametrize("bound", [0, 2])
 def test_it_keeps_the_settings_verl_gave_its_own_buffer(monkeypatch, bound):
+    """Sync: the refill cap and the settings verl chose (``like``); async: verl's async buffer, ragym's form."""
     verl_buffer = rb.ReplayBuffer(
         trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
         sampler_kwargs={}, refill_fn=print, filter_groups_metric="reward", train_batch_size=4, gen_batch_size=1,
@@ -143,6 +208,13 @@ def test_it_keeps_the_settings_verl_gave_its_own_buffer(monkeypatch, bound):
         3,
     )
     assert ours.bounded == (bound > 0) and ours._refill_unbounded is print
+    assert type(ragym_buffer_like(verl_buffer, bound)) is RagymReplayBuffer
+    verl_async = rb.ReplayBufferAsync(
+        trainer_mode="colocate_async", trainer_config={}, max_off_policy_threshold=3, max_off_policy_strategy="drop",
+        sampler_kwargs={}, refill_fn=print, filter_groups_metric="reward",
+    )  # fmt: skip
+    theirs = ragym_buffer_like(verl_async, bound)
+    assert type(theirs) is RagymReplayBufferAsync and theirs.max_off_policy_threshold == 3
 
 
 def test_the_ragym_trainer_samples_with_verls_sync_buffer_and_the_recipes_bound(caplog):

@@ -1,0 +1,86 @@
+"""ragym's verl trainer modes (``trainer.v1.trainer_mode``) and the recipe settings each one needs.
+
+Each ragym mode is one of verl 0.9.1's v1 trainer modes with ragym's additions (``ragym.rl.verl_plugin.trainer``):
+reward terms, ``episode/*`` metrics, guards, traces, dynamic sampling's bound and turn-level credit. verl's own
+async mode names run verl's trainer without any of them, so a recipe that names one is refused here. Nothing in
+this module imports verl: ``ragym.rl.recipe.check`` runs it before a job starts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import OmegaConf
+
+MODES = {
+    "ragym": "sync",
+    "ragym_colocate_async": "colocate_async",
+    "ragym_separate_async": "separate_async",
+}
+"""ragym's mode -> the verl mode it extends (and whose settings, ``trainer.v1.<verl mode>``, it reads)."""
+SYNC_MODE = "sync"
+"""verl's synchronous mode: rollout and training alternate, every trajectory comes from the latest weights."""
+MODE_KEY = "trainer.v1.trainer_mode"
+THRESHOLD_KEY = "trainer.v1.sampler.max_off_policy_threshold"
+"""The staleness bound: the most weight versions a trajectory may span, counted from the step its prompt was
+dispatched (verl's ``ReplayBufferAsync`` drops and counts older ones, or waits for them: ``max_off_policy_strategy``)."""
+
+
+def verl_mode(mode: str) -> str:
+    """The verl mode a ragym mode extends.
+
+    >>> verl_mode("ragym_colocate_async")
+    'colocate_async'
+    """
+    if mode not in MODES:
+        raise ValueError(f"{MODE_KEY}={mode} is not a ragym trainer mode; choose one of {', '.join(MODES)}")
+    return MODES[mode]
+
+
+def mode_problems(config: Any) -> list[str]:
+    """What in a composed recipe stops its trainer mode from running with ragym's additions (empty: nothing).
+
+    Checked: the mode is not one of verl's async modes (ragym's additions would be missing); an async mode has
+    a staleness bound (unbounded, a trajectory could be trained on however many updates old it is, and nothing
+    would say so); ``separate_async`` has a rollout pool and a batch that splits into its parameter-sync
+    mini-batches (verl asserts both, less clearly)."""
+    if not OmegaConf.select(config, "trainer.use_v1", default=True):
+        return []  # the legacy trainer has no modes
+    mode = str(OmegaConf.select(config, MODE_KEY))
+    ours = {verl: ragym for ragym, verl in MODES.items() if verl != SYNC_MODE}
+    if mode in ours:
+        return [f"{MODE_KEY}={mode} is verl's own trainer, without ragym's reward/ and episode/ metrics, guards, "
+                f"traces and dynamic-sampling bound: use {MODE_KEY}={ours[mode]}"]  # fmt: skip
+    if mode not in MODES:
+        return []  # verl's default (sync: recipes of the local engine only) or a mode registered by someone else
+    verl = MODES[mode]
+    if verl == SYNC_MODE:
+        return []
+    problems = []
+    if OmegaConf.select(config, THRESHOLD_KEY) is None:
+        problems.append(
+            f"{MODE_KEY}={mode} needs a staleness bound: {THRESHOLD_KEY} is null (unbounded: trajectories of any "
+            "age would be trained on); set a positive integer (verl's default is 8, 1-2 keeps async near on-policy)"
+        )
+    if verl == "separate_async":
+        problems += _separate_problems(config, mode)
+    return problems
+
+
+def _separate_problems(config: Any, mode: str) -> list[str]:
+    problems = []
+    sync_step = int(OmegaConf.select(config, "trainer.v1.separate_async.parameter_sync_step"))
+    batch = int(OmegaConf.select(config, "data.train_batch_size"))
+    mini = int(OmegaConf.select(config, "actor_rollout_ref.actor.ppo_mini_batch_size"))
+    if batch != sync_step * mini:
+        problems.append(
+            f"{MODE_KEY}={mode}: data.train_batch_size ({batch}) must equal trainer.v1.separate_async."
+            f"parameter_sync_step ({sync_step}) x actor_rollout_ref.actor.ppo_mini_batch_size ({mini}); "
+            f"set parameter_sync_step to {batch // mini if batch % mini == 0 else 'a divisor'}"
+        )
+    for key in ("actor_rollout_ref.rollout.nnodes", "actor_rollout_ref.rollout.n_gpus_per_node"):
+        if int(OmegaConf.select(config, key, default=0) or 0) <= 0:
+            problems.append(
+                f"{MODE_KEY}={mode} rolls out on its own GPUs: set {key} (the rollout pool) above 0"
+            )
+    return problems
