@@ -30,6 +30,8 @@ setup(
         "fastapi",
         "uvicorn",
         "transformers>=5.0,<6",
+        # LoRA (ragym.rl.lora): adapters, adapter folders, merging; verl's FSDP LoRA uses the same package.
+        "peft>=0.17,<1",
         "gymnasium>=1.0",
         "numpy",
         "pillow",

@@ -30,6 +30,8 @@ from transformers import (
     Qwen3VLProcessor,
 )
 
+from ragym.rl.lora import adapter_base, is_adapter_dir
+
 _FAMILY = {
     "qwen2_5_vl": (Qwen2_5_VLProcessor, Qwen2_5_VLModel),
     "qwen3_vl": (Qwen3VLProcessor, Qwen3VLModel),
@@ -114,8 +116,15 @@ def load_policy(
     device: str | torch.device = "cpu",
     attn_implementation: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, ProcessorMixin]:
-    """(model, tokenizer, processor) of a Qwen-VL policy directory; GPUs: ``dtype=torch.bfloat16``,
+    """(model, tokenizer, processor) of a Qwen-VL policy directory, or of a peft adapter folder (its base policy
+    with the adapters attached, ``ragym.rl.lora``); GPUs: ``dtype=torch.bfloat16``,
     ``attn_implementation="flash_attention_2"``; the default (None) lets transformers choose (sdpa)."""
+    if is_adapter_dir(path):  # not merged, so the forward is the trainer's
+        from peft import PeftModel
+
+        model, tokenizer, processor = load_policy(adapter_base(path), dtype, device, attn_implementation)
+        PeftModel.from_pretrained(model, str(path)).to(device)  # injects the LoRA layers into ``model``
+        return model, tokenizer, processor
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=dtype, attn_implementation=attn_implementation
     )

@@ -23,6 +23,7 @@ from ragym.rl.engine.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, Filter
 from ragym.rl.engine.grpo import UpdateConfig
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, read_guards
+from ragym.rl.lora import LoraSettings, read_lora
 from ragym.rl.recipe.compose import recipe_keys, resolve_recipe_path
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
@@ -160,6 +161,9 @@ class EngineConfig:
     """Collapse guards by name (``ragym.guards``, ``ragym.rl.guards``); a guard the recipe leaves out is off."""
     outcome_metric: str | None
     """The reward term that is the task's outcome (``ragym.outcome_metric``); None: not stated."""
+    lora: LoraSettings | None
+    """LoRA from verl's keys (``actor_rollout_ref.model.lora_rank`` > 0, ``ragym.rl.lora``); None: every weight
+    trains."""
 
 
 AGENT_LOOP_KEYS = (
@@ -263,6 +267,7 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         ),
         guards=read_guards(_optional(reader, GUARDS_SECTION)),
         outcome_metric=_optional(reader, OUTCOME_KEY),
+        lora=read_lora(g),
     )
 
 

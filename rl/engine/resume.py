@@ -46,6 +46,11 @@ RUN_SETTINGS = (
     "actor_rollout_ref.actor.optim.lr_warmup_steps_ratio",
     "actor_rollout_ref.actor.ppo_mini_batch_size",
     "reward.custom_reward_function.reward_kwargs",
+    # LoRA on or off, and its shape: the checkpoint holds adapters of this rank on these modules, or full weights.
+    "actor_rollout_ref.model.lora_rank",
+    "actor_rollout_ref.model.lora_alpha",
+    "actor_rollout_ref.model.target_modules",
+    "actor_rollout_ref.model.exclude_modules",
 )
 """Settings a resumed run cannot change: the optimizer state, data cursor and rewards belong to them."""
 _STEP_DIR = re.compile(r"global_step_(\d+)$")

@@ -1,8 +1,9 @@
 """The local GRPO engine: rollouts with the ragym agent loop, verl's GRPO update, evaluation, checkpoints.
 
 One process, one model: the policy both serves generation (``HFServer``) and trains. Checkpoints are
-Hugging Face model directories (safetensors, tokenizer, processor) plus ``optimizer.pt`` and
-``engine_state.pt`` (step, data cursor, every RNG), so a resumed run continues with the same data order.
+Hugging Face model directories (safetensors, tokenizer, processor), or under LoRA peft adapter folders, plus
+``optimizer.pt`` and ``engine_state.pt`` (step, data cursor, every RNG), so a resumed run continues with the same
+data order.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from ragym.rl.engine.rollout import EpisodeResult, RolloutTimes, run_episodes
 from ragym.rl.engine.vision import ImageInputs
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GuardMonitor, GuardStop
+from ragym.rl.lora import add_adapters, save_adapter, trainable_parameters
 from ragym.rl.models import load_policy
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
@@ -113,7 +115,12 @@ class LocalTrainer:
             )
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)  # verl's agent loop binds to the current loop at construction
-        self.model, self.tokenizer, self.processor = load_policy(resume or cfg.model_path)
+        # Under LoRA the base always comes from the recipe's model, the adapters from the checkpoint.
+        self.model, self.tokenizer, self.processor = load_policy(
+            cfg.model_path if cfg.lora else (resume or cfg.model_path)
+        )
+        # The peft wrapper (LoRA only): it saves the adapters; its layers run inside ``self.model``'s forward.
+        self.peft = cfg.lora and add_adapters(self.model, cfg.lora, Path(cfg.model_path).resolve(), resume)
         self.model.eval()
         check_processor_factor(recipe_images(config), self.processor)
         # The recipe's pixel range, as verl's processor renders the agent loop's placeholders with it.
@@ -131,7 +138,7 @@ class LocalTrainer:
             if cfg.update.adv_estimator == TURN_CREDIT else None
         )  # fmt: skip
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+            trainable_parameters(self.model), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
         warmup = max(1, cfg.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -285,7 +292,11 @@ class LocalTrainer:
         return out
 
     def save_model(self, out: str | Path) -> None:
-        """The policy as a Hugging Face model directory (safetensors, tokenizer, processor)."""
+        """The policy as a Hugging Face model directory (safetensors, tokenizer, processor); under LoRA the
+        adapters as a peft folder naming the base policy."""
+        if self.peft:
+            save_adapter(self.peft, out)
+            return
         self.model.save_pretrained(out, safe_serialization=True)
         self.processor.save_pretrained(out)
 

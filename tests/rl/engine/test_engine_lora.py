@@ -1,0 +1,174 @@
+"""LoRA in the local engine: verl's recipe keys switch it on, only the language model's adapters train, the
+rollout generates with the updated adapters, and a LoRA checkpoint resumes."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+
+from ragym.rl.engine.grpo import response_log_probs
+from ragym.rl.engine.main import build_trainer
+from ragym.rl.errors import UsageError
+from ragym.rl.lora import VISION_TOWER
+from tests.rl.engine_helpers import VARYING_REWARD
+
+LORA = [
+    "actor_rollout_ref.model.lora_rank=4",
+    "actor_rollout_ref.model.lora_alpha=8",
+    # Large enough that one step moves the step-2 rollout's log-probs measurably.
+    "actor_rollout_ref.actor.optim.lr=0.02",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory):
+    """The demo KB's rows and a tiny Qwen2.5-VL policy (built once for the module)."""
+    from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.tiny.policy import build_tiny_policy
+
+    root = tmp_path_factory.mktemp("lora")
+    kb = build_kb(root / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
+    return kb, build_tiny_policy("qwen2_5_vl", root / "policy", seed=0)
+
+
+def overrides(tiny_setup, out: Path, steps: int, extra: list[str] = LORA) -> list[str]:
+    kb, policy = tiny_setup
+    return [
+        f"actor_rollout_ref.model.path={policy}",
+        f"data.train_files={kb}/data/train.parquet",
+        f"data.val_files={kb}/data/test.parquet",
+        f"trainer.default_local_dir={out}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=1",
+        "trainer.logger=[console]",
+        "data.train_batch_size=2",
+        "data.val_max_samples=2",
+        "data.max_response_length=48",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        *VARYING_REWARD,
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def lora_run(tiny_setup, tmp_path_factory):
+    """Two GRPO steps with LoRA: the trainer, the base weights before, the adapters after step 1, and the
+    episodes each step rolled out."""
+    out = tmp_path_factory.mktemp("lora_run")
+    trainer = build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, out, steps=2))
+    base = {k: v.detach().clone() for k, v in trainer.model.state_dict().items() if "lora_" not in k}
+    sampled, adapters = [], []
+    sample_batch = trainer._sample_batch
+
+    def recording():
+        batch, times = sample_batch()
+        sampled.append(batch)
+        return batch, times
+
+    trainer._sample_batch = recording
+    trainer.fit(max_steps=1)
+    adapters.append({k: v.detach().clone() for k, v in get_peft_model_state_dict(trainer.peft).items()})
+    trainer.fit()
+    yield trainer, base, adapters[0], sampled, out
+    trainer.close()
+
+
+def test_only_language_model_adapters_are_trained(lora_run):
+    trainer, base, _, _, _ = lora_run
+    names = {id(p): n for n, p in trainer.model.named_parameters()}
+    optimized = [names[id(p)] for group in trainer.optimizer.param_groups for p in group["params"]]
+    assert optimized and all(".lora_A." in n or ".lora_B." in n for n in optimized)
+    assert all(".language_model." in n for n in optimized)  # the vision tower has none
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable == set(optimized)
+    state = trainer.model.state_dict()
+    changed = [k for k in base if not torch.equal(base[k], state[k])]
+    assert changed == []  # every base weight, the vision tower's included, bit-identical after 2 steps
+    # B starts at 0: the adapters moved.
+    assert any(state[k].abs().sum() > 0 for k in state if ".lora_B." in k)
+
+
+def test_step_two_generated_with_the_updated_adapters(lora_run):
+    trainer, _, after_step_1, sampled, _ = lora_run
+    episodes = [e for group in sampled[1].groups for e in group]
+    samples = [e.sample() for e in episodes]
+    length = max(len(s.response_ids) for s in samples)
+    temperature = trainer.cfg.update.temperature
+    now = {k: v.clone() for k, v in get_peft_model_state_dict(trainer.peft).items()}  # it aliases the weights
+    set_peft_model_state_dict(trainer.peft, after_step_1)
+    with torch.no_grad():
+        updated = response_log_probs(trainer.model, trainer.image_inputs, samples, length, temperature)[0]
+        with trainer.peft.disable_adapter():  # the base policy: what a rollout without the adapters gives
+            base = response_log_probs(trainer.model, trainer.image_inputs, samples, length, temperature)[0]
+    set_peft_model_state_dict(trainer.peft, now)
+    gaps_updated, gaps_base = [], []
+    for i, episode in enumerate(episodes):
+        mask = torch.tensor(episode.output.response_mask, dtype=torch.bool)
+        rollout = torch.tensor(episode.output.response_logprobs)[mask]
+        gaps_updated.append((rollout - updated[i, : len(mask)][mask]).abs().max())
+        gaps_base.append((rollout - base[i, : len(mask)][mask]).abs().max())
+    assert max(gaps_updated) < 1e-4  # the rollout ran the adapters of step 1
+    assert max(gaps_base) > 1e-2  # and they differ from the base policy's
+
+
+def test_lora_checkpoint_is_an_adapter_and_resumes(lora_run, tiny_setup):
+    trainer, _, _, _, out = lora_run
+    ckpt = out / "global_step_2"
+    assert (ckpt / "adapter_config.json").is_file() and (ckpt / "adapter_model.safetensors").is_file()
+    assert not (ckpt / "model.safetensors").exists()
+    policy_bytes = (Path(tiny_setup[1]) / "model.safetensors").stat().st_size
+    assert (ckpt / "adapter_model.safetensors").stat().st_size < policy_bytes / 5
+    adapters = {k: v.clone() for k, v in get_peft_model_state_dict(trainer.peft).items()}
+    optim = trainer.optimizer.state_dict()["state"]
+    resumed = build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, out, steps=3))
+    try:
+        assert resumed.step == 2
+        loaded = get_peft_model_state_dict(resumed.peft)
+        assert loaded.keys() == adapters.keys() and all(torch.equal(adapters[k], loaded[k]) for k in adapters)
+        state = resumed.optimizer.state_dict()["state"]
+        assert len(state) == len(optim) == len(adapters)
+        assert all(torch.equal(optim[i]["exp_avg_sq"], state[i]["exp_avg_sq"]) for i in optim)
+        base = {k: v.clone() for k, v in resumed.model.state_dict().items() if "lora_" not in k}
+        resumed.fit()
+        assert resumed.step == 3 and (out / "global_step_3" / "adapter_config.json").is_file()
+        after = resumed.model.state_dict()
+        assert all(torch.equal(base[k], after[k]) for k in base)
+    finally:
+        resumed.close()
+
+
+def test_lora_settings_cannot_change_on_resume(lora_run, tiny_setup):
+    _, _, _, _, out = lora_run
+    changed = [*LORA, "actor_rollout_ref.model.lora_rank=8"]
+    with pytest.raises(UsageError, match="lora_rank=4, this run sets 8"):
+        build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, out, steps=9, extra=changed))
+
+
+def test_lora_keys_are_read_not_listed_as_cluster_only(tiny_setup, tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="ragym.rl.engine.main"):
+        trainer = build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, tmp_path, steps=1))
+    trainer.close()
+    assert not [r for r in caplog.records if "lora" in r.getMessage()]
+    assert trainer.cfg.lora.exclude_modules == VISION_TOWER
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["actor_rollout_ref.model.lora_rank=-2"], "lora_rank=-2"),
+        (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=0"], "lora_alpha=0"),
+        (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=[no_such_proj]"],
+         "target_modules"),
+        (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_adapter_path=/nonexistent"],
+         "not a peft adapter folder"),
+    ],
+)  # fmt: skip
+def test_bad_lora_settings_are_refused_naming_the_key(tiny_setup, tmp_path, extra, message):
+    with pytest.raises(UsageError, match=message):
+        build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, tmp_path, steps=1, extra=extra)).close()
