@@ -3,7 +3,9 @@
 The loop runs the real ``DocMemo-v0`` env, driven by an oracle *feedback* policy: it selects every
 candidate it has not read yet (no reranking skill, no gold knowledge), so the env's posterior-mean ranking
 picks the evidence; after reading, it marks the gold pages it was shown useful and the others
-irrelevant; its query stays the question (no rewriting, unlike the paper's reasoner).
+irrelevant, and refines its query as the paper's reasoner does, from the evidence text it was shown (the
+question plus the useful pages' salient terms, or plus what is missing: the rule is in
+``ragym.rl.ablate.docmemo``, whose ``oracle_loop`` this runs).
 The loop runs with the default config and with each of ``reshow_evidence`` (the issue's literal rule:
 evidence may repeat earlier evidence) and ``exclude_judged_candidates`` flipped, and with both.
 Static top-k ranks pages once by the question's similarity. Two page budgets:

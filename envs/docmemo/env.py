@@ -98,8 +98,8 @@ class DocMemoConfig:
     """True: evidence is the top-E of A_t by posterior mean (issue 6's literal step 4), so pages marked useful
     come back every round and use up the budget. False: the top-E among pages of A_t not shown as evidence
     before, topped up with the best shown ones only when fewer than E remain; earlier evidence stays in
-    episodic memory (page numbers, marks, notes) as in the seed. False: final-round recall 0.688 vs 0.623 in
-    ``benchmarks/docmemo_recall.py``."""
+    episodic memory (page numbers, marks, notes) as in the seed. False: final-round recall 0.691 vs 0.626 in
+    ``benchmarks/docmemo_recall.py`` (0.688 vs 0.623 before its oracle refined the query)."""
     exclude_judged_candidates: bool = False
     """Candidates are the top-M among pages not yet marked useful or irrelevant (judged pages only fill up
     when too few remain). Off by default, as issue 6 states C_t: in the oracle benchmark it changes recall
@@ -127,6 +127,11 @@ class DocMemoConfig:
     """Write the policy's useful / irrelevant marks into the page beliefs (Beta updates and propagation).
     False: the marks still go to episodic memory, the beliefs stay at their similarity prior (Table 4's
     "w/o Bayesian page belief updating")."""
+    belief_memory: bool = True
+    """Keep page beliefs across rounds. False: no page-belief memory (part of Table 4's "w/o tri-level
+    memory"): every round's beliefs are the prior of the current query's similarity alone, so neither round
+    1's similarity nor any mark carries over, and evidence is ranked by the current query; needs
+    ``belief_update`` False."""
     episodic_memory: bool = True
     """Show episodic memory: earlier rounds' queries, notes, marks and evidence read, in the candidate and
     evidence views. False removes it from every view (a Table 4 removal); set ``reshow_evidence`` with it,
@@ -164,6 +169,10 @@ class DocMemoConfig:
                 raise ValueError(
                     f"DocMemoConfig.{name} must be a finite number >= 0, got {getattr(self, name)!r}"
                 )
+        if not self.belief_memory and self.belief_update:
+            raise ValueError(
+                "DocMemoConfig.belief_memory=False keeps no beliefs to update: set belief_update=False"
+            )
         if self.encoder not in ("text", "visual"):
             raise ValueError(f"DocMemoConfig.encoder must be 'text' or 'visual', got {self.encoder!r}")
 
@@ -311,7 +320,7 @@ class DocMemoEnv(gymnasium.Env):
             self.phase, self.candidates = "retry", []
             return views.retrieval_unavailable_view(c.max_turns - turn - 1)
         sim = minmax_normalise(similarity_vector(hits, n))
-        if self.beliefs is None:
+        if self.beliefs is None or not c.belief_memory:
             self.beliefs = PageBeliefs(sim, kappa=c.kappa, radius=c.radius, decay=c.decay)
         means = self.beliefs.mean()
         lam = lambda_schedule(self.round, c.lambda_0, c.eta)

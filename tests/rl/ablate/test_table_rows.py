@@ -98,6 +98,7 @@ def test_docmemo_grid_has_table_4_rows_and_each_removal_removes_that_memory() ->
     assert env["no_episodic_memory"]["episodic_memory"] is False
     none = env["no_tri_level_memory"]
     assert (none["schema_memory"], none["episodic_memory"], none["belief_update"]) == (False, False, False)
+    assert none["belief_memory"] is False  # nor round 1's similarity kept as the evidence ranking
     assert none["lambda_0"] == 1.0 and none["eta"] == 1.0  # candidates by similarity alone: no belief memory
     assert not any(v.options for v in grid.variants)  # the oracle is the same; only the env changes
 
