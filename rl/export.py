@@ -8,6 +8,8 @@ Two sources, one output (safetensors, tokenizer, processor, generation config, `
   ``trainer.checkpoint_callback_class``) leaves the resolved recipe beside each checkpoint for the card.
 - a local-engine checkpoint (``global_step_N/`` already holds the HF files, plus ``engine_state.pt`` with
   the step and the resolved recipe); engine state and optimizer stay behind.
+- a local-engine LoRA checkpoint (a peft adapter folder plus the same state): exported as the adapter folder
+  (peft's files, naming its base policy), or with ``--merge`` as the merged Hugging Face model.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
 from ragym.rl.errors import UsageError
+from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +59,7 @@ class Checkpoint:
     """What ``ragym export`` found at the given path."""
 
     kind: str
-    """``verl_fsdp`` or ``local``."""
+    """``verl_fsdp``, ``local`` or ``local_lora`` (a peft adapter folder)."""
     model_dir: Path
     """verl: the actor folder with the shards; local: the HF model folder."""
     step: int | None
@@ -85,13 +88,14 @@ def inspect_checkpoint(path: str | Path) -> Checkpoint:
         )
         recipe = json.loads(snapshot.read_text()) if snapshot else None
         return Checkpoint("verl_fsdp", actor, step, recipe)
-    if (path / "engine_state.pt").is_file() and (path / "config.json").is_file():
+    if (path / "engine_state.pt").is_file() and (is_adapter_dir(path) or (path / "config.json").is_file()):
         state = torch.load(path / "engine_state.pt", weights_only=False)
-        return Checkpoint("local", path, state["step"], json.loads(state["config"]))
+        kind = "local_lora" if is_adapter_dir(path) else "local"
+        return Checkpoint(kind, path, state["step"], json.loads(state["config"]))
     found = sorted(p.name for p in path.iterdir()) if path.is_dir() else "nothing (not a folder)"
     raise UsageError(
         f"{path}: not a verl FSDP checkpoint (no fsdp_config.json here or in actor/) nor a local-engine one "
-        f"(no engine_state.pt + config.json); found {found}"
+        f"(no engine_state.pt + config.json or {ADAPTER_CONFIG}); found {found}"
     )
 
 
@@ -119,6 +123,18 @@ def _copy_local(model_dir: Path, out: Path) -> None:
     for item in sorted(model_dir.iterdir()):
         if item.is_file() and item.name not in LOCAL_ENGINE_ONLY:
             shutil.copy2(item, out / item.name)
+
+
+def _merge_adapter(adapter_dir: Path, out: Path) -> None:
+    """The adapter folder's base policy with its adapters folded into the weights, as a Hugging Face folder."""
+    from peft import PeftModel
+
+    from ragym.rl.models import load_policy
+
+    model, _, processor = load_policy(adapter_base(adapter_dir))
+    model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    model.save_pretrained(out, safe_serialization=True)
+    processor.save_pretrained(out)
 
 
 def _ensure_generation_config(out: Path) -> None:
@@ -156,12 +172,19 @@ def _card(checkpoint: Checkpoint, source: Path, recipe_name: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def export_checkpoint(checkpoint: str | Path, out: str | Path, recipe: str | None = None) -> Path:
-    """Write the HF model directory for ``checkpoint`` to ``out`` (absent or empty) and return it."""
+def export_checkpoint(
+    checkpoint: str | Path, out: str | Path, recipe: str | None = None, merge: bool = False
+) -> Path:
+    """Write the HF model directory for ``checkpoint`` to ``out`` (absent or empty) and return it; a LoRA
+    checkpoint gives its adapter folder, or with ``merge`` the merged model."""
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out} exists and is not empty; give a new or empty folder")
     found = inspect_checkpoint(checkpoint)
+    if merge and found.kind != "local_lora":
+        raise UsageError(
+            f"--merge: {checkpoint} holds full weights ({found.kind}), no adapters; drop --merge"
+        )
     if recipe is not None:
         from omegaconf import OmegaConf
 
@@ -172,10 +195,15 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, recipe: str | Non
     logger.info("exporting %s checkpoint %s (step %s) -> %s", found.kind, found.model_dir, found.step, out)
     if found.kind == "verl_fsdp":
         _merge_verl(found.model_dir, out)
+    elif found.kind == "local_lora" and merge:
+        _merge_adapter(found.model_dir, out)
     else:
         _copy_local(found.model_dir, out)
-    _ensure_generation_config(out)
-    validate_hf_model_output(out)
+    if found.kind == "local_lora" and not merge:
+        adapter_base(out)  # the base it names resolves (offline), or the export fails here, naming it
+    else:
+        _ensure_generation_config(out)
+        validate_hf_model_output(out)
     recipe_name = recipe or (found.recipe or {}).get("trainer", {}).get("experiment_name")
     (out / "README.md").write_text(_card(found, Path(checkpoint).resolve(), recipe_name))
     record_export(out, Path(checkpoint).resolve(), found.kind, found.step, recipe_name, found.recipe)
@@ -190,12 +218,14 @@ def record_export(out: Path, source: Path, kind: str, step: int | None, recipe_n
 
 
 def main(argv: list[str]) -> int:
-    """``ragym export CHECKPOINT --out DIR [--recipe RECIPE]``."""
+    """``ragym export CHECKPOINT --out DIR [--recipe RECIPE] [--merge]``."""
     parser = argparse.ArgumentParser(prog="ragym export", description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", help="run folder, global_step_N folder, or its actor/ folder")
     parser.add_argument("--out", required=True, help="output model directory (absent or empty)")
     parser.add_argument("--recipe", help="recipe to record on the card when the checkpoint has none")
+    parser.add_argument("--merge", action="store_true",
+                        help="a LoRA checkpoint: write the merged model instead of the adapter folder")  # fmt: skip
     args = parser.parse_args(argv)
-    out = export_checkpoint(args.checkpoint, args.out, args.recipe)
+    out = export_checkpoint(args.checkpoint, args.out, args.recipe, args.merge)
     print(f"exported {args.checkpoint} -> {out}")
     return 0

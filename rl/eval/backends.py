@@ -16,6 +16,8 @@ from typing import Any
 
 from ragym.rl.engine.hf_server import HFServer, ServerStats
 from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.errors import UsageError
+from ragym.rl.lora import is_adapter_dir
 from ragym.rl.models import load_policy, load_processor
 
 BACKENDS = ("auto", "vllm", "hf")
@@ -123,6 +125,9 @@ def vllm_backend(
     mm_processor_kwargs: dict[str, Any] | None = None,
 ) -> Backend:  # fmt: skip
     """The policy served by vLLM on the local GPU(s), preprocessing images with ``mm_processor_kwargs``."""
+    if is_adapter_dir(model_dir):
+        raise UsageError(f"--backend vllm serves full models; {model_dir} is a LoRA adapter folder: export the "
+                         "checkpoint with `ragym export --merge`, or evaluate it with --backend hf")  # fmt: skip
     processor = load_processor(model_dir)
     server = VLLMServer(str(model_dir), processor, max_model_len, gpu_memory_utilization, mm_processor_kwargs)
     return Backend(server, processor.tokenizer, processor, "vllm")

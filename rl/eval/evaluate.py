@@ -37,6 +37,7 @@ from ragym.rl.errors import UsageError
 from ragym.rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
 from ragym.rl.eval.kbvqa_tables import figures, na_notes, paper_columns, row_groups
 from ragym.rl.eval.r3g_report import r3g_summary
+from ragym.rl.lora import ADAPTER_CONFIG, is_adapter_dir
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
 
@@ -254,9 +255,10 @@ def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictCo
     from ragym.rl.recipe.compose import load_recipe
 
     exported = model / "ragym_export.json"
-    if not (model / "config.json").is_file():
-        raise UsageError(f"--model {model} is not a Hugging Face model folder (no config.json); give the folder "
-                         "`ragym export` wrote, or a run's global_step_N / the demo's checkpoint/")  # fmt: skip
+    if not (model / "config.json").is_file() and not is_adapter_dir(model):
+        raise UsageError(f"--model {model} is not a Hugging Face model folder (no config.json) nor a peft adapter "
+                         f"folder (no {ADAPTER_CONFIG}); give the folder `ragym export` wrote, or a run's "
+                         "global_step_N / the demo's checkpoint/")  # fmt: skip
     if recipe is not None:
         config = load_recipe(recipe, overrides)
     elif exported.is_file() and json.loads(exported.read_text()).get("recipe"):

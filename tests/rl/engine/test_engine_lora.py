@@ -1,8 +1,10 @@
 """LoRA in the local engine: verl's recipe keys switch it on, only the language model's adapters train, the
-rollout generates with the updated adapters, and a LoRA checkpoint resumes."""
+rollout generates with the updated adapters, a LoRA checkpoint resumes, and its export (the adapter folder, or
+the merged model) evaluates as the trained policy does."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -13,7 +15,10 @@ from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 from ragym.rl.engine.grpo import response_log_probs
 from ragym.rl.engine.main import build_trainer
 from ragym.rl.errors import UsageError
-from ragym.rl.lora import VISION_TOWER
+from ragym.rl.eval.backends import Backend, hf_backend
+from ragym.rl.eval.evaluate import EvalConfig, run_eval
+from ragym.rl.export import export_checkpoint
+from ragym.rl.lora import ADAPTER_CONFIG, VISION_TOWER
 from tests.rl.engine_helpers import VARYING_REWARD
 
 LORA = [
@@ -172,3 +177,58 @@ def test_lora_keys_are_read_not_listed_as_cluster_only(tiny_setup, tmp_path, cap
 def test_bad_lora_settings_are_refused_naming_the_key(tiny_setup, tmp_path, extra, message):
     with pytest.raises(UsageError, match=message):
         build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, tmp_path, steps=1, extra=extra)).close()
+
+
+def test_export_adapter_and_merged_evaluate_as_the_trained_policy(lora_run, tiny_setup, tmp_path):
+    trainer, _, _, _, out = lora_run
+    adapter = export_checkpoint(out / "global_step_2", tmp_path / "adapter")
+    merged = export_checkpoint(out / "global_step_2", tmp_path / "merged", merge=True)
+    config = json.loads((adapter / ADAPTER_CONFIG).read_text())
+    assert Path(config["base_model_name_or_path"]) == Path(tiny_setup[1]).resolve()
+    assert not (adapter / "model.safetensors").exists() and (merged / "model.safetensors").is_file()
+    for folder in (adapter, merged):  # the recipe snapshot, as for full checkpoints
+        recorded = json.loads((folder / "ragym_export.json").read_text())
+        assert recorded["step"] == 2 and recorded["recipe"]["actor_rollout_ref"]["model"]["lora_rank"] == 4
+    rows = trainer.val_rows
+    cfg = EvalConfig(batch_size=len(rows))
+    length = trainer.cfg.response_length
+    trained = Backend(trainer.server, trainer.tokenizer, trainer.processor, "trained")
+    records = {
+        name: run_eval(rows, backend, trainer.config, cfg)
+        for name, backend in (
+            ("trained", trained),
+            ("adapter", hf_backend(adapter, length, cfg.batch_wait_s, cfg.seed)),
+            ("merged", hf_backend(merged, length, cfg.batch_wait_s, cfg.seed)),
+            ("base", hf_backend(tiny_setup[1], length, cfg.batch_wait_s, cfg.seed)),
+        )
+    }
+    episodes = {name: [(r.correct, r.episode) for r in recs] for name, recs in records.items()}
+    assert len(episodes["trained"]) == len(rows)
+    assert episodes["adapter"] == episodes["trained"]
+    assert episodes["merged"] == episodes["trained"]
+    assert episodes["base"] != episodes["trained"]  # what the adapters changed shows in these episodes
+
+
+def test_eval_and_view_take_an_adapter_folder_and_a_lora_run(lora_run, tiny_setup, tmp_path):
+    from ragym.rl.eval.evaluate import main
+    from ragym.rl.view.data import load
+
+    _, _, _, _, out = lora_run
+    adapter = export_checkpoint(out / "global_step_2", tmp_path / "adapter")
+    kb = tiny_setup[0]
+    argv = ["--model", str(adapter), "--data", f"{kb}/data/test.parquet", "--out", str(tmp_path / "eval"),
+            "--limit", "2", "--backend", "hf"]  # fmt: skip
+    assert main(argv) == 0
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics["complete"] and metrics["num_rows"] == 2
+    assert len(load(tmp_path / "eval").episodes) == 2  # ragym view of the adapter's evaluation
+    steps = {e["step"] for e in load(out).episodes if e["phase"] == "train"}  # and of the LoRA run's traces
+    assert {1, 2} <= steps
+
+
+def test_merge_of_full_weights_is_refused(tiny_setup, tmp_path):
+    trainer = build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, tmp_path / "run", steps=1, extra=[]))
+    trainer.save()
+    trainer.close()
+    with pytest.raises(UsageError, match="drop --merge"):
+        export_checkpoint(tmp_path / "run", tmp_path / "out", merge=True)
