@@ -32,7 +32,7 @@ RANK_KEY = f"{MODEL_SECTION}.lora_rank"
 """verl's switch: LoRA is on when it is > 0 (verl's default 0)."""
 LORA_KEYS = ("lora_alpha", "target_modules", "exclude_modules", "lora_adapter_path")
 """The other keys of verl's FSDP LoRA, under ``MODEL_SECTION`` (defaults 16, all-linear, null, null)."""
-VISION_TOWER = r"(.*\.)?visual(\..*)?"
+VISION_TOWER = "(.*[.])?visual([.].*)?"
 """peft ``exclude_modules`` regex (matched against whole module names) of the Qwen-VL vision tower and its
 merger (``model.visual.*``): ragym's default when a LoRA recipe leaves ``exclude_modules`` null."""
 ADAPTER_CONFIG = "adapter_config.json"
@@ -145,3 +145,40 @@ def adapter_base(adapter_dir: str | Path) -> Path:
 def save_adapter(peft: Any, out: str | Path) -> None:
     """Write ``peft``'s adapters as a peft folder (``adapter_config.json``, ``adapter_model.safetensors``)."""
     peft.save_pretrained(str(out), safe_serialization=True)
+
+
+def verl_lora_overrides(config: Any) -> list[str]:
+    """Hydra overrides that give verl's trainer ragym's LoRA default: with ``lora_rank`` > 0 and
+    ``exclude_modules`` null, the vision tower is excluded (verl would adapt every linear layer of it)."""
+    from omegaconf import OmegaConf
+
+    model = OmegaConf.select(config, MODEL_SECTION)
+    if not model.lora_rank or model.exclude_modules is not None:
+        return []
+    return [f"{MODEL_SECTION}.exclude_modules='{VISION_TOWER}'"]
+
+
+def plain_weight_name(name: str) -> str:
+    """A weight's name with peft's wrapping taken off (``base_model.model.`` prefix, ``.base_layer``, the
+    adapter name ``default``): the one name a tensor has whichever side of a LoRA weight sync wrote it.
+
+    >>> plain_weight_name("base_model.model.model.layers.0.q_proj.lora_A.default.weight")
+    'model.layers.0.q_proj.lora_A.weight'
+    >>> plain_weight_name("model.layers.0.q_proj.base_layer.weight")
+    'model.layers.0.q_proj.weight'
+    """
+    name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+    return name.replace(".lora_A.default.", ".lora_A.").replace(".lora_B.default.", ".lora_B.")
+
+
+def attach_adapters(model: torch.nn.Module, peft_config: dict[str, Any]) -> Any:
+    """Inject LoRA layers described by a peft config dict (``LoraConfig.to_dict()``, what verl's weight sync
+    sends) into ``model``, for inference; returns the peft wrapper."""
+    from dataclasses import fields
+
+    from peft import LoraConfig, get_peft_model
+
+    names = {f.name for f in fields(LoraConfig) if f.init}
+    config = LoraConfig(**{k: v for k, v in peft_config.items() if k in names and k != "task_type"})
+    config.inference_mode = True
+    return get_peft_model(model, config)

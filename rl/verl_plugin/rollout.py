@@ -7,6 +7,12 @@ them to the server actor, and tags every output with the step of the weights tha
 (``extra_fields["global_steps"]``, which verl's v1 trainer reads). It exists so verl's own trainer runs on a
 machine without a GPU (tests, CI, debugging); on GPUs recipes use vLLM.
 
+Under LoRA (``actor_rollout_ref.model.lora_rank`` > 0) verl's FSDP engine sends, unless ``model.lora.merge`` is
+set, the base weights once (peft's ``base_layer`` names, at the first sync) and then the adapters alone each
+step, with the peft config; the server attaches the same adapters to its model and loads what arrives. With
+``lora.merge`` it sends merged full weights, loaded as any full sync. Each sync's tensors and bytes are logged
+and kept in ``stats()["weight_syncs"]``.
+
 Sampling is seeded from ``actor_rollout_ref.rollout.seed``: each turn draws from its own generator, seeded by
 that seed, the weights' step, the request id and the turn's prompt length (``turn_seed``), never from a stream
 shared with whichever turns arrived in the same batch (which depends on timing). With the request ids that
@@ -25,6 +31,8 @@ import torch
 from verl.workers.config.rollout import RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+from ragym.rl.lora import plain_weight_name
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +78,8 @@ class HFGenerationServer:
         )  # fmt: skip
         self.global_steps: int | None = None
         self.num_weight_updates = 0
+        self.peft: Any = None  # the LoRA wrapper, once a sync brings a peft config
+        self.weight_syncs: list[dict[str, Any]] = []  # per sync: step, kind, tensors and bytes received
 
     async def generate(
         self,
@@ -93,20 +103,41 @@ class HFGenerationServer:
         output.extra_fields = {**output.extra_fields, "global_steps": self.global_steps}
         return output
 
-    def update_weights(self, state: dict[str, torch.Tensor], global_steps: int | None) -> int:
-        """Load the trainer's weights (every tensor the model has must arrive); returns how many arrived."""
-        own = self.model.state_dict()
-        unknown = sorted(set(state) - set(own))
+    def update_weights(
+        self,
+        state: dict[str, torch.Tensor],
+        global_steps: int | None,
+        peft_config: dict[str, Any] | None = None,
+        base_sync_done: bool = True,
+    ) -> int:
+        """Load the trainer's weights; returns how many arrived. verl's FSDP LoRA sync sends, with its
+        ``peft_config``, either the base weights (``base_sync_done`` false: the first sync where the rollout
+        starts from dummy weights) or the adapters alone (every later sync); without one, full (or merged)
+        weights. Every tensor of that kind the model has must arrive, and nothing else."""
+        if peft_config is not None and self.peft is None:
+            from ragym.rl.lora import attach_adapters
+
+            self.peft = attach_adapters(self.model, peft_config)  # the layers run inside ``self.model``
+        own = {plain_weight_name(name): tensor for name, tensor in self.model.state_dict().items()}
+        tied = {plain_weight_name(name) for name in _tied_names(self.model)}
+        adapters = peft_config is not None and base_sync_done
+        expected = {name for name in own if _is_adapter(name) == adapters}
+        incoming = {plain_weight_name(name): tensor for name, tensor in state.items()}
+        unknown = sorted(set(incoming) - expected)
         if unknown:
             raise KeyError(f"weights the rollout model does not have: {unknown[:5]} ({len(unknown)} in all)")
-        missing = sorted(set(own) - set(state) - _tied_names(self.model))
+        missing = sorted(expected - set(incoming) - tied)
         if missing:
             raise KeyError(f"weights missing from the update: {missing[:5]} ({len(missing)} in all)")
         with torch.no_grad():
-            for name, tensor in state.items():
+            for name, tensor in incoming.items():
                 own[name].copy_(tensor.to(own[name].dtype))
         self.global_steps = global_steps
         self.num_weight_updates += 1
+        kind = "adapters" if adapters else "base weights" if peft_config is not None else "full weights"
+        num_bytes = sum(t.numel() * t.element_size() for t in state.values())
+        self.weight_syncs.append({"step": global_steps, "kind": kind, "num_tensors": len(state),
+                                  "num_bytes": num_bytes})  # fmt: skip
         return len(state)
 
     def set_global_steps(self, global_steps: int) -> None:
@@ -119,7 +150,7 @@ class HFGenerationServer:
         return {
             "generate_s": s.generate_s, "num_requests": s.num_requests, "num_batches": s.num_batches,
             "num_generated_tokens": s.num_generated_tokens, "global_steps": self.global_steps,
-            "num_weight_updates": self.num_weight_updates,
+            "num_weight_updates": self.num_weight_updates, "weight_syncs": self.weight_syncs,
         }  # fmt: skip
 
     # Control calls verl's replicas and checkpoint manager make; nothing to free or pause on CPU.
@@ -149,6 +180,10 @@ class HFGenerationServer:
 
     async def stop_profile(self) -> None:
         return None
+
+
+def _is_adapter(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
 
 
 def _tied_names(model: torch.nn.Module) -> set[str]:
@@ -209,14 +244,22 @@ class HFServerAdapter(BaseRollout):
         weights: Iterable[tuple[str, torch.Tensor]],
         global_steps: int | None = None,
         wire_format: str = "named_tensors",
+        peft_config: dict[str, Any] | None = None,
+        base_sync_done: bool = True,
         **kwargs: Any,
     ) -> None:
-        """Gather the trainer's full tensors on CPU and load them into the server's model."""
+        """Gather the trainer's tensors on CPU and load them into the server's model: full weights, or under
+        verl's LoRA sync the base weights once and then the adapters alone (``HFGenerationServer.update_weights``)."""
         if wire_format != "named_tensors":
             raise ValueError(f"the hf rollout takes full tensors (named_tensors), not {wire_format!r}")
         state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
-        num_loaded = await self._server_actor().update_weights.remote(state, global_steps)
-        logger.info("hf rollout: %d tensors loaded for step %s", num_loaded, global_steps)
+        num_bytes = sum(t.numel() * t.element_size() for t in state.values())
+        num_loaded = await self._server_actor().update_weights.remote(
+            state, global_steps, peft_config, base_sync_done
+        )
+        kind = "full weights" if peft_config is None else "adapters" if base_sync_done else "base weights"
+        logger.info("hf rollout: step %s weight sync: %d tensors, %.3f MB (%s)",
+                    global_steps, num_loaded, num_bytes / 1e6, kind)  # fmt: skip
 
     async def resume(self, tags: list[str]) -> None:
         return None

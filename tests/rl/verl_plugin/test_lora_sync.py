@@ -1,0 +1,82 @@
+"""The hf rollout takes verl's FSDP LoRA weight sync: the base weights once (with peft's ``base_layer`` names), then
+the adapters alone; what it then computes is the trainer's LoRA policy. The tensors are made by verl's own
+``collect_lora_params`` / ``replace_lora_wrapper``, as its FSDP engine makes them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from verl.utils.fsdp_utils import collect_lora_params, replace_lora_wrapper
+
+from ragym.rl.lora import VISION_TOWER, LoraSettings, add_adapters
+from ragym.rl.models import load_policy
+from ragym.rl.verl_plugin.rollout import HFGenerationServer
+from tests.rl.verl_plugin.test_plugin import rollout_config
+
+SETTINGS = LoraSettings(rank=4, alpha=8, target_modules="all-linear", exclude_modules=VISION_TOWER,
+                        adapter_path=None)  # fmt: skip
+
+
+@pytest.fixture
+def trained(tiny_policy_dir):
+    """A trainer-side LoRA policy whose adapters moved (B is no longer 0), and its peft config as verl sends it."""
+    path = tiny_policy_dir("qwen2_5_vl")
+    model = load_policy(path)[0]
+    peft = add_adapters(model, SETTINGS, path)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if ".lora_B." in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
+    return path, model, peft, peft.peft_config["default"]
+
+
+def logits(model: torch.nn.Module) -> torch.Tensor:
+    ids = torch.arange(5, 40)[None]
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+
+
+def test_base_then_adapters_give_the_trainers_policy(trained):
+    path, model, peft, config = trained
+    server = HFGenerationServer(str(path), rollout_config(seed=0))
+    base = collect_lora_params(module=peft, layered_summon=False, base_sync_done=False)
+    base = {replace_lora_wrapper(k, config): v for k, v in base.items()}
+    assert any(".base_layer." in k for k in base)  # the names the KeyError of issue #39 named
+    assert not any("visual" in k and ".base_layer." in k for k in base)  # the vision tower is not adapted
+    server.update_weights(base, 1, config.to_dict(), base_sync_done=False)
+    before = logits(server.model)
+    adapters = collect_lora_params(module=peft, layered_summon=False, base_sync_done=True)
+    assert adapters and all(".lora_A." in k or ".lora_B." in k for k in adapters)
+    server.update_weights(adapters, 1, config.to_dict(), base_sync_done=True)
+    assert torch.equal(logits(server.model), logits(model))
+    assert not torch.allclose(before, logits(model), atol=1e-3)  # the adapters are what made the difference
+    syncs = server.stats()["weight_syncs"]
+    assert [s["kind"] for s in syncs] == ["base weights", "adapters"]
+    full_bytes = sum(t.numel() * t.element_size() for t in base.values())
+    assert syncs[1]["num_bytes"] == sum(t.numel() * t.element_size() for t in adapters.values())
+    assert syncs[1]["num_bytes"] < full_bytes / 5
+
+
+def test_adapters_alone_load_onto_the_served_base(trained):
+    """A rollout that starts from the policy's own files (verl's load_format not dummy) gets adapters only."""
+    path, model, peft, config = trained
+    server = HFGenerationServer(str(path), rollout_config(seed=0))
+    adapters = collect_lora_params(module=peft, layered_summon=False, base_sync_done=True)
+    server.update_weights(adapters, 2, config.to_dict(), base_sync_done=True)
+    assert torch.equal(logits(server.model), logits(model))
+
+
+def test_a_partial_or_foreign_adapter_sync_is_refused(trained):
+    path, _, peft, config = trained
+    server = HFGenerationServer(str(path), rollout_config(seed=0))
+    adapters = collect_lora_params(module=peft, layered_summon=False, base_sync_done=True)
+    name = next(iter(adapters))
+    with pytest.raises(KeyError, match="missing from the update"):
+        server.update_weights({k: v for k, v in adapters.items() if k != name}, 1, config.to_dict())
+    foreign = {
+        **adapters,
+        "base_model.model.model.visual.blocks.0.attn.qkv.lora_A.weight": torch.zeros(4, 16),
+    }
+    with pytest.raises(KeyError, match="does not have"):
+        server.update_weights(foreign, 1, config.to_dict())
