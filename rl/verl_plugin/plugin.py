@@ -42,7 +42,8 @@ def install() -> None:
     verl_utils.hf_processor = _with_ragym_processor(verl_utils.hf_processor)
     verl_model_config.hf_processor = verl_utils.hf_processor
     _text_only_batches_fix()
-    import ragym.rl.verl_plugin.trainer  # noqa: F401  (registers the ``ragym`` v1 trainer mode)
+    import ragym.rl.verl_plugin.trainer  # noqa: F401  (registers ragym's v1 trainer modes)
+    import ragym.rl.verl_plugin.weight_sync  # noqa: F401  (registers the ragym_object_store checkpoint engine)
 
     if on_cpu():
         # verl registers its FSDP engines for CUDA and NPU only; the same engine runs on CPU tensors (FSDP2 on

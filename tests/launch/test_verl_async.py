@@ -1,0 +1,76 @@
+"""ragym's async trainer modes on verl's own trainer, for real: ``ragym train --engine verl --toy`` on KB-VQA with
+``trainer.v1.trainer_mode`` set to each async mode, 2 steps, then a resume to step 3, export and eval.
+
+Rollouts overlap training: verl dispatches a warm-up batch ahead of step 1, so step 2 trains on episodes the
+weights before step 1 generated (one update old). ragym's additions must hold in every mode: the rubric's terms,
+the episode metrics, the off-policy metrics, and a trace whose episodes carry the weight versions the rollout
+tagged them with; verl's staleness metrics stay within the recipe's bound. One run per mode (with its resume),
+in a folder of its own, so the sync test's checkpoints are left as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ragym.rl.verl_plugin.trainer import trajectory_staleness
+from tests.launch.test_verl_trainer import ragym, train, weights
+
+pytestmark = pytest.mark.ray
+
+RECIPE = "kbvqa_qwen2_5_vl_7b"
+ENV_ID = "KBVQA-v0"
+BOUND = 2
+"""``max_off_policy_threshold``: a trajectory may span 2 weight versions, so it is at most 1 update old."""
+MODES = {"ragym_colocate_async": []}
+"""Each async mode with the overrides it needs on the CPU platform beyond the mode's line."""
+RAGYM_KEYS = {"reward/total", "reward/outcome", "episode/turns", "grpo/zero_adv_group_share",
+              "off_policy/stale_share", "off_policy/dropped_stale_groups", "dynamic_sampling/flat_group_share"}  # fmt: skip
+
+
+def check_steps(metrics: dict[int, dict[str, float]], steps: list[int]) -> None:
+    """ragym's metrics at every step, and verl's staleness within the bound."""
+    assert sorted(metrics) == steps, f"steps seen: {sorted(metrics)}"
+    for m in metrics.values():
+        assert RAGYM_KEYS <= m.keys(), sorted(RAGYM_KEYS - m.keys())
+        assert m["reward/total"] == pytest.approx(m["critic/score/mean"], abs=1e-5)
+        assert 0 <= m["training/off_policy/trajectory_staleness_worst/max"] <= BOUND - 1, m
+        assert m["off_policy/dropped_stale_groups"] == m.get("training/off_policy/evicted_samples", 0)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_async_mode_two_steps_resume_export_and_eval(mode: str, toy: Path) -> None:
+    out = toy / "async" / mode
+    overrides = [f"trainer.v1.trainer_mode={mode}", f"trainer.v1.sampler.max_off_policy_threshold={BOUND}",
+                 f"trainer.default_local_dir={out}", *MODES[mode]]  # fmt: skip
+    metrics = train(RECIPE, toy, *overrides)
+    check_steps(metrics, [1, 2])
+    assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
+    # Step 1 trains on the initial weights' episodes; step 2 on the warm-up batch's, generated during step 1's
+    # update by the same weights, one update behind the trainer: the overlap that makes the mode async.
+    assert metrics[1]["off_policy/stale_share"] == 0 and metrics[2]["off_policy/stale_share"] > 0, metrics
+
+    recorded = [json.loads(line) for line in (out / "traces" / "episodes.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in recorded} == {1, 2}
+    # The rollout tags each turn with the version of the weights it served (version v: after step v).
+    assert all(
+        r["staleness"] == trajectory_staleness(r["step"], tuple(r["weight_versions"])) for r in recorded
+    )
+    assert {tuple(r["weight_versions"]) for r in recorded if r["step"] == 1} == {(0, 0)}
+    assert max(r["staleness"] for r in recorded if r["step"] == 2) == 1
+
+    resumed = train(RECIPE, toy, *overrides, "trainer.total_training_steps=3")
+    check_steps(resumed, [3])
+    assert (out / "global_step_3" / "actor").is_dir()
+
+    export = toy / "export" / mode
+    ragym("export", str(out), "--out", str(export), cwd=toy)
+    before, after = weights(toy / "policy" / ENV_ID), weights(export)
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no weight"
+    ragym("eval", "--model", str(export), "--data", str(toy / ENV_ID / "data" / "test.parquet"),
+          "--out", str(toy / "eval" / mode), "--limit", "4", cwd=toy)  # fmt: skip
+    assert (toy / "eval" / mode / "metrics.json").is_file()
