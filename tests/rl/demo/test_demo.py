@@ -77,11 +77,11 @@ def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() ->
 
 @pytest.mark.parametrize(("noise", "reject_noise"), [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0)])
 def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> None:
+    from types import SimpleNamespace
+
     import numpy as np
 
     from ragym.rl.demo.warm_start import NoisyExpert
-
-    from types import SimpleNamespace
 
     class Env:  # not the demo env: the expert reranks by name; Reject is offered
         unwrapped = SimpleNamespace(config=SimpleNamespace(allow_reject=True))
