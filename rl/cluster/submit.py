@@ -35,6 +35,7 @@ from omegaconf import OmegaConf
 from ragym.rl.budget.prompts import LongestPrompt, longest_prompt, recipe_data_files
 from ragym.rl.cluster.sizes import check_sizes
 from ragym.rl.errors import UsageError
+from ragym.rl.lora import verl_lora_overrides
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path, validate_recipe
 from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides
@@ -195,6 +196,7 @@ def build_submission(
         entrypoint = shlex.join(command)
     elif engine == "verl":
         validate_recipe(config)
+        overrides = [*overrides, *verl_lora_overrides(config)]  # LoRA's vision-tower default, as verl_command
         # Hydra resolves --config-path against verl's package unless it is absolute, and the absolute path
         # exists only on the cluster: Ray runs the entry point through a shell inside the unpacked working dir.
         config_dir = f'"$PWD"/{shlex.quote(str(relative.parent))}'

@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_FILE, GuardStop
+from ragym.rl.lora import verl_lora_overrides
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import PACKAGE_ROOT, REWARD_KWARGS, resolve_recipe_path
 from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
@@ -129,7 +130,7 @@ def verl_command(
         groups.append(vllm_cpu_platform())
     merged = merge_overrides(*groups, overrides)
     config = check_recipe(path, merged)
-    merged = merge_overrides(merged, absolute_paths(config, path))
+    merged = merge_overrides(merged, absolute_paths(config, path), verl_lora_overrides(config))
     command = [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(path.parent),
                "--config-name", path.stem, *merged]  # fmt: skip
     return command, config
