@@ -113,7 +113,8 @@ def compute_turn_credit_advantage(
     if inputs is None:
         raise ValueError(
             "adv_estimator=turn_credit needs the batch's turn ids, step rewards and anchors: the local engine "
-            "passes them; under verl's trainer use trainer.v1.trainer_mode: ragym (ragym.rl.credit.verl_trainer)"
+            "passes them; under verl's trainer use trainer.v1.trainer_mode: ragym (or ragym_colocate_async, "
+            "ragym_separate_async: ragym.rl.credit.verl_trainer)"
         )
     num, width = response_mask.shape
     if len(inputs.turn_ids) != num:

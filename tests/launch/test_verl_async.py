@@ -4,8 +4,10 @@
 Rollouts overlap training: verl dispatches a warm-up batch ahead of step 1, so step 2 trains on episodes the
 weights before step 1 generated (one update old). ragym's additions must hold in every mode: the rubric's terms,
 the episode metrics, the off-policy metrics, and a trace whose episodes carry the weight versions the rollout
-tagged them with; verl's staleness metrics stay within the recipe's bound. One run per mode (with its resume),
-in a folder of its own, so the sync test's checkpoints are left as they are.
+tagged them with; verl's staleness metrics stay within the recipe's bound. ``separate_async`` serves rollouts
+from a standalone replica on a second logical GPU, its weights synced through ``ragym_object_store``
+(``ragym.rl.verl_plugin.weight_sync``). One run per mode (with its resume), in a folder of its own, so the sync
+test's checkpoints are left as they are.
 """
 
 from __future__ import annotations
@@ -25,7 +27,19 @@ RECIPE = "kbvqa_qwen2_5_vl_7b"
 ENV_ID = "KBVQA-v0"
 BOUND = 2
 """``max_off_policy_threshold``: a trajectory may span 2 weight versions, so it is at most 1 update old."""
-MODES = {"ragym_colocate_async": []}
+MODES = {
+    "ragym_colocate_async": [],
+    "ragym_separate_async": [
+        # The toy batch (4 prompts) is one mini-batch: one parameter sync per step.
+        "trainer.v1.separate_async.parameter_sync_step=1",
+        # The rollout's own pool: one logical GPU beside the trainer's, so Ray is told of two.
+        "actor_rollout_ref.rollout.nnodes=1",
+        "actor_rollout_ref.rollout.n_gpus_per_node=1",
+        "+ray_kwargs.ray_init.num_gpus=2",
+        # Weights cross processes to the standalone replica (verl refuses the in-process naive engine here).
+        "actor_rollout_ref.rollout.checkpoint_engine.backend=ragym_object_store",
+    ],
+}
 """Each async mode with the overrides it needs on the CPU platform beyond the mode's line."""
 RAGYM_KEYS = {"reward/total", "reward/outcome", "episode/turns", "grpo/zero_adv_group_share",
               "off_policy/stale_share", "off_policy/dropped_stale_groups", "dynamic_sampling/flat_group_share"}  # fmt: skip
@@ -65,6 +79,12 @@ def test_async_mode_two_steps_resume_export_and_eval(mode: str, toy: Path) -> No
     resumed = train(RECIPE, toy, *overrides, "trainer.total_training_steps=3")
     check_steps(resumed, [3])
     assert (out / "global_step_3" / "actor").is_dir()
+    # Step 3's episodes came from weights the trainer synced to the rollout after step 1 or 2 (separate_async:
+    # through ragym_object_store to the standalone replica), never from the initial ones.
+    recorded = [json.loads(line) for line in (out / "traces" / "episodes.jsonl").read_text().splitlines()]
+    assert {r["weight_versions"][0] for r in recorded if r["step"] == 3} <= {1, 2}, recorded[-1][
+        "weight_versions"
+    ]
 
     export = toy / "export" / mode
     ragym("export", str(out), "--out", str(export), cwd=toy)
