@@ -197,6 +197,8 @@ def summary(episode: dict[str, Any], fields: dict[str, list[str]]) -> dict[str, 
         "num_tokens": len(episode.get("response_ids") or []), "num_images": len(episode["images"]),
         "advantage": sum(generated) / len(generated) if generated else None,
         "token_issues": token_issues(episode),
+        # verl trainer modes: the weight versions that generated it, and how many updates old it was trained
+        "weight_versions": episode.get("weight_versions"), "staleness": episode.get("staleness"),
     }  # fmt: skip
 
 

@@ -49,6 +49,7 @@ const COLUMNS = [
   ["actions", "actions", (r) => r.actions.join(" \u203a ")],
   ["num_tokens", "tokens", (r) => r.num_tokens],
   ["truncated", "trunc.", (r) => (r.truncated ? "yes" : "")],
+  ["staleness", "stale", (r) => r.staleness ?? "", (r) => r.staleness ?? -Infinity],
   ["format_errors", "fmt err.", (r) => r.format_errors || ""],
   ["token_issues", "issues", (r) => r.token_issues.join("; "), (r) => r.token_issues.length],
 ];
@@ -174,7 +175,8 @@ function episodeView(app, id) {
     const head = el("div", { class: "card" },
       el("h2", {}, `${s.id}: ${s.phase} step ${s.step}, ${s.data_source}${s.env_id ? ` (${s.env_id})` : ""}`),
       el("a", { href: `#/q/${encodeURIComponent(s.question)}`, id: "question-link" }, `question ${s.question} across steps`),
-      el("p", {}, `source ${s.source}; group ${s.group}; ${s.num_turns} turns; truncated: ${s.truncated}; format errors: ${s.format_errors}`),
+      el("p", {}, `source ${s.source}; group ${s.group}; ${s.num_turns} turns; truncated: ${s.truncated}; format errors: ${s.format_errors}` +
+        (s.staleness == null ? "" : `; weights v${s.weight_versions.join("-v")}, ${s.staleness} update(s) old when trained`)),
       s.token_issues.length ? el("p", { class: "warn" }, s.token_issues.join("; ")) : null,
       el("h3", {}, "reward by term"), terms,
       el("h3", {}, "ground truth"), el("pre", {}, JSON.stringify(ep.ground_truth)));

@@ -333,3 +333,23 @@ def test_scripted_rollouts_write_a_trace_without_tokens(tmp_path):
         )  # the oracle answers right
         view = data.episode_view(corpus, episode["id"])
         assert view["spans"] is None and all(t["observation"] is not None for t in view["turns"])
+
+
+def test_off_policy_episodes_carry_their_weight_versions_into_the_view(processor, tmp_path):
+    """verl's trainer modes add each episode's weight versions and staleness to its trace record; the view lists
+    them. The local engine's episodes have neither (None in the list, no field in the record)."""
+    rows = [_row(2)]
+    results = _results(processor, rows, 2, [ANSWER], step=0)
+    results[1].output.extra_fields.update(weight_versions=[1, 2], staleness=1)
+    writer = TraceWriter(tmp_path / "run" / "traces", processor.tokenizer, TraceConfig(max_groups_per_step=1))
+    assert writer.record(3, "train", rows, results) == 2
+    records = [
+        json.loads(line) for line in (tmp_path / "run" / "traces" / "episodes.jsonl").read_text().splitlines()
+    ]
+    assert "staleness" not in records[0] and (records[1]["weight_versions"], records[1]["staleness"]) == (
+        [1, 2],
+        1,
+    )
+    summaries = {r["reward"]: r for r in data.index(data.load(tmp_path / "run"))["episodes"]}
+    assert (summaries[0.25]["weight_versions"], summaries[0.25]["staleness"]) == ([1, 2], 1)
+    assert (summaries[0.0]["weight_versions"], summaries[0.0]["staleness"]) == (None, None)
