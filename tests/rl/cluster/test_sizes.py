@@ -15,8 +15,8 @@ from ragym.rl.cluster.submit import build_submission
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.compose import RECIPES_DIR, load_recipe
 
-CLUSTER_RECIPES = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen3_vl_8b", "docmemo_qwen2_5_vl_7b", "memora_qwen2_5_vl_7b",
-                   "r3g_qwen2_5_vl_7b")  # fmt: skip
+CLUSTER_RECIPES = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen2_5_vl_7b_lora", "kbvqa_qwen3_vl_8b", "docmemo_qwen2_5_vl_7b",
+                   "memora_qwen2_5_vl_7b", "r3g_qwen2_5_vl_7b")  # fmt: skip
 """The recipes ``ragym submit`` sends to a GPU cluster (verl's trainer, vLLM, the cluster's size from the flags)."""
 SIZES = ((1, 8), (4, 8))
 KBVQA = "kbvqa_qwen2_5_vl_7b"
