@@ -8,8 +8,9 @@ Two sources, one output (safetensors, tokenizer, processor, generation config, `
   ``trainer.checkpoint_callback_class``) leaves the resolved recipe beside each checkpoint for the card.
 - a local-engine checkpoint (``global_step_N/`` already holds the HF files, plus ``engine_state.pt`` with
   the step and the resolved recipe); engine state and optimizer stay behind.
-- a local-engine LoRA checkpoint (a peft adapter folder plus the same state): exported as the adapter folder
-  (peft's files, naming its base policy), or with ``--merge`` as the merged Hugging Face model.
+- a local-engine LoRA checkpoint (a peft adapter folder plus the same state), or a verl FSDP one trained with
+  LoRA: exported as the adapter folder (peft's files, naming its base policy), or with ``--merge`` as the merged
+  Hugging Face model.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from omegaconf import OmegaConf
 from transformers import AutoConfig, GenerationConfig
 from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
 from ragym.rl.errors import UsageError
-from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir
+from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir, read_lora
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +41,8 @@ RECIPE_SNAPSHOT = "ragym_recipe.json"
 """Resolved recipe written beside a verl checkpoint by ``RecipeSnapshot``."""
 LOCAL_ENGINE_ONLY = ("engine_state.pt", "optimizer.pt")
 """Local-engine files that are training state, not model."""
+VERL_ADAPTER_DIR = "lora_adapter"
+"""Where verl's model merger writes a LoRA checkpoint's adapters (beside the base weights)."""
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 """Either marks a saved processor."""
 
@@ -125,16 +129,55 @@ def _copy_local(model_dir: Path, out: Path) -> None:
             shutil.copy2(item, out / item.name)
 
 
-def _merge_adapter(adapter_dir: Path, out: Path) -> None:
-    """The adapter folder's base policy with its adapters folded into the weights, as a Hugging Face folder."""
+def _merge_adapter(adapter_dir: Path, out: Path, base: Path | None = None) -> None:
+    """The adapter folder's base policy (or ``base``) with its adapters folded into the weights, as a Hugging Face
+    folder."""
     from peft import PeftModel
 
     from ragym.rl.models import load_policy
 
-    model, _, processor = load_policy(adapter_base(adapter_dir))
+    model, _, processor = load_policy(base or adapter_base(adapter_dir))
     model = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
     model.save_pretrained(out, safe_serialization=True)
     processor.save_pretrained(out)
+
+
+def _export_verl(checkpoint: Checkpoint, out: Path, merge: bool) -> bool:
+    """A verl FSDP checkpoint into ``out``; returns whether it was a LoRA one. verl's merger writes a LoRA
+    checkpoint as the base weights with the adapters in ``lora_adapter/`` beside them (a peft config of leaf names
+    only, no vision-tower exclusion): they become a peft folder configured from the recipe snapshot (naming the
+    recipe's model as the base), or with ``merge`` are folded into the base weights."""
+    staging = out.with_name(out.name + ".verl_merge")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _merge_verl(checkpoint.model_dir, staging)
+        adapter = staging / VERL_ADAPTER_DIR
+        if not adapter.is_dir():
+            if merge:
+                raise UsageError(
+                    f"--merge: {checkpoint.model_dir} holds full weights, no adapters; drop --merge"
+                )
+            shutil.copytree(staging, out, dirs_exist_ok=True)
+            return False
+        config = OmegaConf.create(checkpoint.recipe or {})
+        settings = read_lora(lambda key: OmegaConf.select(config, key, default=None))
+        if settings is None:
+            raise UsageError(f"{checkpoint.model_dir} holds LoRA adapters but no recipe records their settings; "
+                             "pass --recipe RECIPE (the one it was trained with)")  # fmt: skip
+        settings.peft_config(OmegaConf.select(config, "actor_rollout_ref.model.path")).save_pretrained(
+            adapter
+        )
+        if merge:  # onto the recipe's base where it resolves: the merger's copy of it is rounded to bf16
+            try:
+                base = adapter_base(adapter)
+            except UsageError:
+                base = staging
+            _merge_adapter(adapter, out, base=base)
+        else:
+            _copy_local(adapter, out)
+        return True
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _ensure_generation_config(out: Path) -> None:
@@ -181,25 +224,24 @@ def export_checkpoint(
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out} exists and is not empty; give a new or empty folder")
     found = inspect_checkpoint(checkpoint)
-    if merge and found.kind != "local_lora":
+    if merge and found.kind == "local":
         raise UsageError(
             f"--merge: {checkpoint} holds full weights ({found.kind}), no adapters; drop --merge"
         )
     if recipe is not None:
-        from omegaconf import OmegaConf
-
         from ragym.rl.recipe.compose import load_recipe
 
         found = Checkpoint(found.kind, found.model_dir, found.step,
                            OmegaConf.to_container(load_recipe(recipe), resolve=True))  # fmt: skip
     logger.info("exporting %s checkpoint %s (step %s) -> %s", found.kind, found.model_dir, found.step, out)
+    adapters = found.kind == "local_lora"
     if found.kind == "verl_fsdp":
-        _merge_verl(found.model_dir, out)
-    elif found.kind == "local_lora" and merge:
+        adapters = _export_verl(found, out, merge)
+    elif adapters and merge:
         _merge_adapter(found.model_dir, out)
     else:
         _copy_local(found.model_dir, out)
-    if found.kind == "local_lora" and not merge:
+    if adapters and not merge:
         adapter_base(out)  # the base it names resolves (offline), or the export fails here, naming it
     else:
         _ensure_generation_config(out)

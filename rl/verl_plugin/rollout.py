@@ -35,6 +35,13 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 from ragym.rl.lora import plain_weight_name
 
 logger = logging.getLogger(__name__)
+# Each weight sync's line must reach the run's log from the trainer's Ray worker, whose logging verl leaves at
+# WARNING: this module's records go to stderr at INFO themselves (Ray forwards a worker's stderr to the driver).
+_handler = logging.StreamHandler()
+_handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+logger.addHandler(_handler)
+logger.setLevel(logging.INFO)
+logger.propagate = False
 
 ROLLOUT_NAME = "hf"
 """``actor_rollout_ref.rollout.name`` that selects this backend."""
