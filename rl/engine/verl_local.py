@@ -27,8 +27,9 @@ from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_FILE, GuardStop
 from ragym.rl.lora import verl_lora_overrides
 from ragym.rl.recipe.check import check_recipe
-from ragym.rl.recipe.compose import PACKAGE_ROOT, REWARD_KWARGS, resolve_recipe_path
+from ragym.rl.recipe.compose import PACKAGE_ROOT, REWARD_KWARGS, load_recipe, resolve_recipe_path
 from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
+from ragym.rl.verl_plugin.modes import MODE_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +105,16 @@ ROLLOUTS = ("hf", "vllm")
 """Rollouts ``--rollout`` chooses between on a machine without a GPU (a GPU run uses the recipe's, vLLM)."""
 
 
+CPU_PLATFORM_OF_MODE = {"ragym_separate_async": "cpu_separate_async"}
+"""Trainer modes (``trainer.v1.trainer_mode``) that need more than ``cpu.yaml`` on a machine without a GPU, and the
+platform file (``recipes/platforms/``) the command adds for them, so the mode stays one line there too."""
+
+
+def trainer_mode(recipe: Path, overrides: list[str]) -> str:
+    """The ``trainer.v1.trainer_mode`` of ``recipe`` composed with ``overrides``."""
+    return str(OmegaConf.select(load_recipe(recipe, overrides), MODE_KEY))
+
+
 def vllm_cpu_platform() -> list[str]:
     """The overrides that serve the policy with vLLM's CPU backend (on top of ``cpu.yaml`` and ``toy.yaml``)."""
     from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_refusal
@@ -128,6 +139,10 @@ def verl_command(
         groups += [platform_overrides("toy"), toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
     if on_cpu and rollout == "vllm":  # last: what vLLM's CPU backend needs wins over the toy's settings
         groups.append(vllm_cpu_platform())
+    if on_cpu:  # a trainer mode's own CPU settings (ragym_separate_async: a rollout pool and a weight sync)
+        mode_platform = CPU_PLATFORM_OF_MODE.get(trainer_mode(path, merge_overrides(*groups, overrides)))
+        if mode_platform:
+            groups.append(platform_overrides(mode_platform))
     merged = merge_overrides(*groups, overrides)
     config = check_recipe(path, merged)
     merged = merge_overrides(merged, absolute_paths(config, path), verl_lora_overrides(config))

@@ -16,10 +16,9 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from ragym.rl.verl_plugin.trainer import trajectory_staleness
-from tests.launch.test_verl_trainer import ragym, train, weights
+from tests.launch.test_verl_trainer import export_and_eval, train
 
 pytestmark = pytest.mark.ray
 
@@ -27,20 +26,10 @@ RECIPE = "kbvqa_qwen2_5_vl_7b"
 ENV_ID = "KBVQA-v0"
 BOUND = 2
 """``max_off_policy_threshold``: a trajectory may span 2 weight versions, so it is at most 1 update old."""
-MODES = {
-    "ragym_colocate_async": [],
-    "ragym_separate_async": [
-        # The toy batch (4 prompts) is one mini-batch: one parameter sync per step.
-        "trainer.v1.separate_async.parameter_sync_step=1",
-        # The rollout's own pool: one logical GPU beside the trainer's, so Ray is told of two.
-        "actor_rollout_ref.rollout.nnodes=1",
-        "actor_rollout_ref.rollout.n_gpus_per_node=1",
-        "+ray_kwargs.ray_init.num_gpus=2",
-        # Weights cross processes to the standalone replica (verl refuses the in-process naive engine here).
-        "actor_rollout_ref.rollout.checkpoint_engine.backend=ragym_object_store",
-    ],
-}
-"""Each async mode with the overrides it needs on the CPU platform beyond the mode's line."""
+MODES = ("ragym_colocate_async", "ragym_separate_async")
+"""The async modes, each one recipe line: on CPU, ``ragym train`` adds what separate_async needs beyond it (a
+rollout pool of its own logical GPU, weights through ``ragym_object_store``: ``recipes/platforms/
+cpu_separate_async.yaml``; the toy's one parameter sync per step: ``toy.yaml``)."""
 RAGYM_KEYS = {"reward/total", "reward/outcome", "episode/turns", "grpo/zero_adv_group_share",
               "off_policy/stale_share", "off_policy/dropped_stale_groups", "dynamic_sampling/flat_group_share"}  # fmt: skip
 
@@ -55,11 +44,11 @@ def check_steps(metrics: dict[int, dict[str, float]], steps: list[int]) -> None:
         assert m["off_policy/dropped_stale_groups"] == m.get("training/off_policy/evicted_samples", 0)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", MODES)
 def test_async_mode_two_steps_resume_export_and_eval(mode: str, toy: Path) -> None:
     out = toy / "async" / mode
     overrides = [f"trainer.v1.trainer_mode={mode}", f"trainer.v1.sampler.max_off_policy_threshold={BOUND}",
-                 f"trainer.default_local_dir={out}", *MODES[mode]]  # fmt: skip
+                 f"trainer.default_local_dir={out}"]  # fmt: skip
     metrics = train(RECIPE, toy, *overrides)
     check_steps(metrics, [1, 2])
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
@@ -86,11 +75,4 @@ def test_async_mode_two_steps_resume_export_and_eval(mode: str, toy: Path) -> No
         "weight_versions"
     ]
 
-    export = toy / "export" / mode
-    ragym("export", str(out), "--out", str(export), cwd=toy)
-    before, after = weights(toy / "policy" / ENV_ID), weights(export)
-    assert before.keys() == after.keys()
-    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no weight"
-    ragym("eval", "--model", str(export), "--data", str(toy / ENV_ID / "data" / "test.parquet"),
-          "--out", str(toy / "eval" / mode), "--limit", "4", cwd=toy)  # fmt: skip
-    assert (toy / "eval" / mode / "metrics.json").is_file()
+    export_and_eval(toy, out, mode, ENV_ID)

@@ -61,6 +61,19 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("env_id", list(RECIPES))
+def export_and_eval(toy: Path, checkpoints: Path, name: str, env_id: str) -> None:
+    """``ragym export`` of the run in ``checkpoints`` to ``toy/export/name`` (its weights differ from the toy
+    policy's), then ``ragym eval`` of the export on 4 held-out rows into ``toy/eval/name``."""
+    export = toy / "export" / name
+    ragym("export", str(checkpoints), "--out", str(export), cwd=toy)
+    before, after = weights(toy / "policy" / env_id), weights(export)
+    assert before.keys() == after.keys()
+    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no weight"
+    ragym("eval", "--model", str(export), "--data", str(toy / env_id / "data" / "test.parquet"),
+          "--out", str(toy / "eval" / name), "--limit", "4", cwd=toy)  # fmt: skip
+    assert (toy / "eval" / name / "metrics.json").is_file()
+
+
 def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path) -> None:
     recipe = RECIPES[env_id]
     metrics = train(recipe, toy)
@@ -94,14 +107,7 @@ def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path) -> None:
         )
         assert (checkpoints / "global_step_3" / "actor").is_dir()
 
-    export = toy / "export" / recipe
-    ragym("export", str(checkpoints), "--out", str(export), cwd=toy)
-    before, after = weights(toy / "policy" / env_id), weights(export)
-    assert before.keys() == after.keys()
-    assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no weight"
-    ragym("eval", "--model", str(export), "--data", str(toy / env_id / "data" / "test.parquet"),
-          "--out", str(toy / "eval" / recipe), "--limit", "4", cwd=toy)  # fmt: skip
-    assert (toy / "eval" / recipe / "metrics.json").is_file()
+    export_and_eval(toy, checkpoints, recipe, env_id)
 
 
 def test_kbvqa_on_the_legacy_trainer(toy: Path) -> None:

@@ -19,7 +19,7 @@ from ragym.rl.eval.backends import Backend, hf_backend
 from ragym.rl.eval.evaluate import EvalConfig, run_eval
 from ragym.rl.export import export_checkpoint
 from ragym.rl.lora import ADAPTER_CONFIG, VISION_TOWER
-from tests.rl.engine_helpers import VARYING_REWARD
+from tests.rl.engine.test_engine_trainer import _overrides
 
 LORA = [
     "actor_rollout_ref.model.lora_rank=4",
@@ -41,24 +41,8 @@ def tiny_setup(tmp_path_factory):
 
 
 def overrides(tiny_setup, out: Path, steps: int, extra: list[str] = LORA) -> list[str]:
-    kb, policy = tiny_setup
-    return [
-        f"actor_rollout_ref.model.path={policy}",
-        f"data.train_files={kb}/data/train.parquet",
-        f"data.val_files={kb}/data/test.parquet",
-        f"trainer.default_local_dir={out}",
-        f"trainer.total_training_steps={steps}",
-        "trainer.save_freq=1",
-        "trainer.logger=[console]",
-        "data.train_batch_size=2",
-        "data.val_max_samples=2",
-        "data.max_response_length=48",
-        "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-        *VARYING_REWARD,
-        *extra,
-    ]
+    """The local engine tests' run, 4 samples a group, with ``extra`` (LoRA's keys by default)."""
+    return [*_overrides(tiny_setup, out, steps), "actor_rollout_ref.rollout.n=4", *extra]  # the later n wins
 
 
 @pytest.fixture(scope="module")

@@ -46,3 +46,29 @@ def test_the_trainers_ray_workers_run_at_its_priority(
     monkeypatch.setattr(verl_local.subprocess, "run", trainer)
     assert verl_local.run_verl("kbvqa_tiny_cpu", [], network="host") == 0
     assert seen.get(verl_local.WORKER_NICENESS_ENV) == expected
+
+
+SEPARATE = "trainer.v1.trainer_mode=ragym_separate_async"
+SIZES = ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+         "trainer.v1.separate_async.parameter_sync_step=1", "trainer.v1.sampler.max_off_policy_threshold=2"]  # fmt: skip
+
+
+def test_separate_async_is_one_line_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine without a GPU the command adds the mode's rollout pool and weight sync (the recipe check
+    refuses the mode without them); other modes get none of it, and the user's own value wins."""
+    from ragym.rl.recipe.platforms import platform_overrides
+
+    monkeypatch.setattr(verl_local, "gpu_present", lambda: False)
+    added = platform_overrides("cpu_separate_async")
+    command, config = verl_local.verl_command("kbvqa_qwen2_5_vl_7b", [SEPARATE, *SIZES], None)
+    assert set(added) <= set(command)
+    assert config.actor_rollout_ref.rollout.n_gpus_per_node == 1
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "ragym_object_store"
+
+    colocate = "trainer.v1.trainer_mode=ragym_colocate_async"
+    command, _ = verl_local.verl_command("kbvqa_qwen2_5_vl_7b", [colocate, *SIZES], None)
+    assert not set(added) & set(command)
+
+    mine = "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"
+    command, config = verl_local.verl_command("kbvqa_qwen2_5_vl_7b", [SEPARATE, *SIZES, mine], None)
+    assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "nccl"
