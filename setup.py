@@ -82,6 +82,8 @@ setup(
         "dev": [
             "playwright",
             "pytest",
+            # make test runs the suite on 2 workers (pytest -n 2 --dist loadgroup; tests/launch/conftest.py).
+            "pytest-xdist",
             "ruff",
             "hypothesis",
             "pytrec-eval-terrier",

@@ -27,6 +27,35 @@ use_torch_threads()
 # niceness (15) any busy process on the machine starved them (a toy verl run beside two took 21 min, not 4).
 os.environ.setdefault("RAY_worker_niceness", "0")
 
+VERL_GROUPS = {
+    "tests/launch/test_verl_trainer.py": "verl-hf",
+    "tests/launch/test_verl_lora.py": "verl-hf",
+    "tests/launch/test_verl_async.py": "verl-vllm-async",
+    "tests/launch/test_verl_vllm.py": "verl-vllm-async",
+}
+"""``make test``'s two workers (``pytest -n 2 --dist loadgroup``) each take one group of verl trainer runs first,
+about 30 min of runs each on 2 idle cores, and then share the rest of the suite. A verl run spends most of its
+wall time waiting on start-ups (Ray, worker processes, imports), so two overlap well on 2 cores; each group's
+runs stay in order on one worker and build that worker's toy folder once; each run has its own private network
+and PID namespace. The groups are assigned here rather than by ``xdist_group`` marks, which pytest-xdist 3.8
+drops under pytest 9 (it renames ``item._nodeid``, which pytest 9 no longer reads)."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` with the verl groups above; None (xdist's own choice) for any other ``--dist``."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class VerlGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = VERL_GROUPS.get(nodeid.split("::", 1)[0])
+            return group if group is not None else super()._split_scope(nodeid)
+
+    return VerlGroupScheduling(config, log)
+
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
