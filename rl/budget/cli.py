@@ -1,5 +1,7 @@
 """``ragym budget --recipe RECIPE --rows ROWS.parquet [--limit N] [--tokenizer PATH] [--estimate-text]
-[--action-tokens N] [--json OUT] [key=value ...]``, and the report ``ragym prep`` prints for the rows it writes."""
+[--action-tokens N] [--json OUT] [key=value ...]``, ``ragym budget memory --recipe RECIPE [--gpu-gib G]
+[--model-config PATH] [key=value ...]`` (GPU memory per GPU, full fine-tuning vs LoRA), and the report ``ragym prep``
+prints for the rows it writes."""
 
 from __future__ import annotations
 
@@ -68,8 +70,12 @@ def write_json(path: Path, report: dict[str, Any], extra: dict[str, Any]) -> Non
 
 
 def main(argv: list[str]) -> int:
-    """``ragym budget``: print the token distribution of each row's longest episode and the truncated share."""
+    """``ragym budget``: print the token distribution of each row's longest episode and the truncated share;
+    ``ragym budget memory``: the recipe's GPU memory per GPU."""
     from ragym.rl.data.rows import load_rows
+
+    if argv[:1] == ["memory"]:
+        return memory_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="ragym budget", description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
@@ -121,3 +127,51 @@ def prep_report(
     report = budget_report(rows, config, text, source, ACTION_TOKENS, header, model_dir, skipped)
     print(report["text"])
     return report
+
+
+def memory_main(argv: list[str]) -> int:
+    """``ragym budget memory``: print one GPU's memory under the recipe, full fine-tuning vs LoRA."""
+    from ragym.rl.budget.memory import memory_settings, memory_table
+    from ragym.rl.budget.model_size import load_model_config, model_shape
+    from ragym.rl.lora import RANK_KEY, read_lora
+
+    parser = argparse.ArgumentParser(prog="ragym budget memory", description="GPU memory per GPU of a recipe under "
+                                     "verl's FSDP trainer and a colocated vLLM rollout, full fine-tuning vs LoRA")  # fmt: skip
+    parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
+    parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default 80)")
+    parser.add_argument("--model-config", help="the model's config.json or its folder (default: the recipe's "
+                        "model folder, the Hugging Face cache, or ragym's copy of Qwen2.5-VL-7B-Instruct's)")  # fmt: skip
+    parser.add_argument("--lora-rank", type=int, default=64,
+                        help="the LoRA column's rank when the recipe trains every weight (default 64)")  # fmt: skip
+    parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. trainer.n_gpus_per_node=4")
+    args = parser.parse_args(argv)
+    if args.gpu_gib <= 0:
+        raise UsageError(f"--gpu-gib must be > 0, got {args.gpu_gib}")
+    config = load_config(args.recipe, args.overrides)
+    in_recipe = bool(OmegaConf.select(config, RANK_KEY))
+    if not in_recipe:
+        if args.lora_rank <= 0:
+            raise UsageError(f"--lora-rank must be > 0, got {args.lora_rank}")
+        config = load_config(args.recipe, [*args.overrides, f"{RANK_KEY}={args.lora_rank}"])
+    lora = read_lora(lambda key: OmegaConf.select(config, key))
+    model = str(OmegaConf.select(config, MODEL_KEY))
+    hf_config, source = load_model_config(model, args.model_config)
+    shape = model_shape(hf_config, lora)
+    settings = memory_settings(config)
+    table, _ = memory_table(shape, settings, args.gpu_gib, lora.rank)
+    where = "the recipe's" if in_recipe else "not in the recipe, --lora-rank"
+    print(f"memory per GPU: recipe {args.recipe} on {settings.num_gpus} GPU(s) of {args.gpu_gib:g} GiB, "
+          f"FSDP over {settings.num_shards}, verl's trainer with a colocated vLLM rollout")  # fmt: skip
+    print(f"model {model} (config: {source}): {shape.num_params:,} parameters ({shape.num_vision_params:,} in the "
+          f"vision tower), {shape.num_layers} layers, h {shape.hidden_size}, i {shape.intermediate_size}, "
+          f"kv {shape.kv_size}, V {shape.vocab_size:,}")  # fmt: skip
+    print(f"LoRA ({where}): rank {lora.rank} on {lora.target_modules}, excluding {lora.exclude_modules}")
+    print(f"micro-batch: {settings.tokens:,} tokens per GPU ({settings.tokens_source}); one episode at most "
+          f"{settings.sequence_tokens:,} tokens\n")  # fmt: skip
+    print(table)
+    print("\nformulas (per GPU; ragym.rl.budget.memory): weights P*b/S, gradients P_t*b/S, Adam 2*P_t*b/S (b: "
+          "model_dtype bytes; the fp32 shards are FSDP's master weights), gathered 2*P_layer*2, activations per "
+          "layer T*(6h+2kv+4i)*2 (checkpointed: L*T*h*2 + one layer; without: L layers), logits T*V*4, vLLM its "
+          "share (bf16 weights, KV 2*L*kv*2 B/token). Not counted: the vision tower's activations, CUDA contexts, "
+          "fragmentation: keep a few GiB free")  # fmt: skip
+    return 0
