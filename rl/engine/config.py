@@ -27,6 +27,7 @@ from ragym.rl.lora import LoraSettings, read_lora
 from ragym.rl.recipe.compose import recipe_keys, resolve_recipe_path
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
+from ragym.rl.verl_plugin.modes import THRESHOLD_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -164,6 +165,12 @@ class EngineConfig:
     lora: LoraSettings | None
     """LoRA from verl's keys (``actor_rollout_ref.model.lora_rank`` > 0, ``ragym.rl.lora``); None: every weight
     trains."""
+    async_rollouts: bool
+    """Roll out the next step's episodes on a copy of the policy while the current update runs
+    (``ragym.rl.engine.async_rollouts``)."""
+    staleness_bound: int
+    """With ``async_rollouts``: verl's ``trainer.v1.sampler.max_off_policy_threshold``, the most weight versions a
+    trained-on trajectory may span (older groups are dropped and counted); 0 when synchronous."""
 
 
 AGENT_LOOP_KEYS = (
@@ -268,7 +275,24 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         guards=read_guards(_optional(reader, GUARDS_SECTION)),
         outcome_metric=_optional(reader, OUTCOME_KEY),
         lora=read_lora(g),
+        **_async_settings(g),
     )
+
+
+def _async_settings(g: Any) -> dict[str, Any]:
+    """``async_rollouts`` and its staleness bound, read by verl's async modes' key (refused when not positive)."""
+    enable = g(f"{ENGINE_SECTION}.async_rollouts")
+    if not isinstance(enable, bool):
+        raise UsageError(f"{ENGINE_SECTION}.async_rollouts must be true or false, got {enable!r}")
+    if not enable:
+        return {"async_rollouts": False, "staleness_bound": 0}
+    bound = g(THRESHOLD_KEY)
+    if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+        raise UsageError(
+            f"{ENGINE_SECTION}.async_rollouts=true needs a staleness bound: {THRESHOLD_KEY} must be a positive "
+            f"integer, got {bound!r} (2: at most one update old, what one batch ahead gives)"
+        )
+    return {"async_rollouts": True, "staleness_bound": bound}
 
 
 def _optional(reader: RecipeReader, key: str) -> Any:

@@ -28,6 +28,7 @@ from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.credit import TURN_CREDIT
 from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
 from ragym.rl.data.rows import load_rows
+from ragym.rl.engine.async_rollouts import RolloutAhead, tag_versions
 from ragym.rl.engine.config import EngineConfig
 from ragym.rl.engine.dynamic_sampling import (
     SampledBatch,
@@ -125,8 +126,13 @@ class LocalTrainer:
         check_processor_factor(recipe_images(config), self.processor)
         # The recipe's pixel range, as verl's processor renders the agent loop's placeholders with it.
         self.image_inputs = ImageInputs(self.processor.image_processor, recipe_processor_kwargs(config))
+        # Async rollouts: the server generates with a copy of the policy, synced between rollouts.
+        self.ahead = (
+            RolloutAhead(self.model, state["step"] if state else 0, cfg.staleness_bound, self.loop)
+            if cfg.async_rollouts else None
+        )  # fmt: skip
         self.server = HFServer(
-            self.model, self.tokenizer, self.image_inputs,
+            self.ahead.rollout_policy if self.ahead else self.model, self.tokenizer, self.image_inputs,
             default_max_tokens=cfg.response_length, batch_wait_s=cfg.batch_wait_s, seed=cfg.seed,
         )  # fmt: skip
         self.agent_loop = make_agent_loop(config, self.server, self.tokenizer, self.processor)
@@ -165,27 +171,39 @@ class LocalTrainer:
                 logger.warning("%s", warning)
 
     # ----- one step ---------------------------------------------------------------------------
-    def train_step(self) -> dict[str, float]:
-        """Roll out one batch of groups, compute GRPO advantages, update the policy; returns step metrics."""
-        cfg = self.cfg
-        sampled, times = self._sample_batch()
+    def train_step(self, prefetch: bool | None = None) -> dict[str, float]:
+        """Roll out one batch of groups (async rollouts: take the one rolled out ahead), compute GRPO advantages,
+        update the policy; returns step metrics. ``prefetch`` (async rollouts): roll out the next step's batch
+        during this update (None: unless this is the run's last step)."""
+        cfg, step, off_policy = self.cfg, self.step + 1, {}
+        if self.ahead:
+            ahead, off_policy = self.ahead.take(step, self._sample_batch, cfg.train_batch_size)
+            sampled, times = ahead.sampled, ahead.times
+        else:
+            sampled, times = self._sample_batch()
         indices = [index for index, _ in sampled.rows]
         rows = [row for _, row in sampled.rows]
         results = [episode for group in sampled.groups for episode in group]
+        if self.ahead:
+            tag_versions(results, step, ahead.version)
         update_start = time.perf_counter()
         batch = assemble([r.sample() for r in results])
         credit = self.turn_credit and local_turn_credit(rows, results, cfg.rollout_n, *self.turn_credit)
         compute_advantages(batch, self.algo_config, cfg.update, credit)
+        # A bounded sample of the step's episodes for ``ragym view``, before a rollout ahead shares the tokenizer.
+        trace_start = time.perf_counter()
+        self.traces.record(step, "train", rows, results, batch.advantages)
+        trace_s = time.perf_counter() - trace_start
+        if self.ahead and (step < cfg.total_steps if prefetch is None else prefetch):
+            self.ahead.start(step + 1, self._sample_batch, cfg.train_batch_size, self._rollout_state())
         metrics = update_policy(
             self.model, self.optimizer, self.image_inputs, batch, self.actor_config, cfg.update,
             self.update_generator,
         )  # fmt: skip
         self.scheduler.step()
         self.step += 1
-        update_s = time.perf_counter() - update_start
-        trace_start = time.perf_counter()  # a bounded sample of the step's episodes for ``ragym view``
-        self.traces.record(self.step, "train", rows, results, batch.advantages)
-        trace_s = time.perf_counter() - trace_start
+        update_s = time.perf_counter() - update_start - trace_s
+        metrics.update(off_policy)
         metrics.update(self._episode_metrics(results))
         metrics.update(advantage_stats(batch.advantages, batch.response_mask))
         metrics.update(
@@ -203,15 +221,20 @@ class LocalTrainer:
             raise GuardStop(stop.line())
         return metrics
 
-    def _sample_batch(self) -> tuple[SampledBatch, RolloutTimes]:
-        """The step's groups: one rollout of ``train_batch_size`` rows, plus refills under dynamic sampling."""
+    def _sample_batch(
+        self, step: int | None = None, num_groups: int | None = None
+    ) -> tuple[SampledBatch, RolloutTimes]:
+        """Step ``step``'s groups (default: the next step's): one rollout of ``num_groups`` rows (default: the batch),
+        plus refills under dynamic sampling. Async rollouts call it from their worker, while ``self.step`` moves."""
         cfg, total = self.cfg, RolloutTimes()
+        step = self.step + 1 if step is None else step
+        num_groups = cfg.train_batch_size if num_groups is None else num_groups
 
         def rollout(num_rows: int, round_: int) -> tuple[list[Any], list[EpisodeResult]]:
             indices = self.order.next_rows(num_rows)
             rows = [self.train_rows[i] for i in indices]
             # A refill may draw a row again (a new epoch): its group id names the round too.
-            prefix = f"s{self.step}" if round_ == 0 else f"s{self.step}r{round_}"
+            prefix = f"s{step - 1}" if round_ == 0 else f"s{step - 1}r{round_}"
             results, times = run_episodes(
                 self.loop, self.agent_loop, self.server, rows, cfg.rollout_n, self._sampling(cfg.sampling),
                 cfg.reward_kwargs, group_prefix=prefix,
@@ -220,11 +243,14 @@ class LocalTrainer:
                 setattr(total, name, getattr(total, name) + getattr(times, name))
             return list(zip(indices, rows, strict=True)), results
 
-        return sample_groups(rollout, cfg.train_batch_size, cfg.filter_groups), total
+        return sample_groups(rollout, num_groups, cfg.filter_groups), total
 
     def evaluate(self, rows: list[dict[str, Any]] | None = None) -> dict[str, float]:
         """Greedy (``val_kwargs``) episodes on held-out rows; returns ``val/``-free summary metrics."""
         rows = self.val_rows if rows is None else rows
+        if self.ahead:  # the server's policy takes the trained weights once the rollout in flight has ended
+            self.ahead.wait()
+            self.ahead.sync(self.step)
         results, _ = run_episodes(
             self.loop, self.agent_loop, self.server, rows, 1, self._sampling(self.cfg.val_sampling),
             self.cfg.reward_kwargs, group_prefix="val",
@@ -252,7 +278,7 @@ class LocalTrainer:
             self.sink.log(0, {f"val/{k}": v for k, v in self.evaluate().items()})
         progress = tqdm(total=end, initial=self.step, desc="grpo", unit="step", dynamic_ncols=True)
         while self.step < end:
-            metrics = self.train_step()
+            metrics = self.train_step(prefetch=self.step + 1 < end)
             history.append(metrics)
             progress.update(1)
             progress.set_postfix(reward=f"{metrics['reward/total']:.3f}")
@@ -301,16 +327,24 @@ class LocalTrainer:
         self.processor.save_pretrained(out)
 
     def _engine_state(self) -> dict[str, Any]:
+        # With a rollout in flight (async rollouts), the cursor and random states from before it drew its rows.
+        rollout = (self.ahead and self.ahead.state_before) or self._rollout_state()
         return {
             "step": self.step,
+            **rollout,
+            "update_rng": self.update_generator.get_state(),
+            "config": json.dumps(OmegaConf.to_container(self.config, resolve=True)),
+            "data": self.train_set.fingerprint(),
+        }
+
+    def _rollout_state(self) -> dict[str, Any]:
+        """The part of the engine state that rolling out a batch advances: the data cursor and random states."""
+        return {
             "order": self.order.state(),
             "torch_rng": torch.get_rng_state(),
             "numpy_rng": np.random.get_state(),
             "python_rng": random.getstate(),
             "server_rng": self.server.generator.get_state(),
-            "update_rng": self.update_generator.get_state(),
-            "config": json.dumps(OmegaConf.to_container(self.config, resolve=True)),
-            "data": self.train_set.fingerprint(),
         }
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
@@ -326,6 +360,8 @@ class LocalTrainer:
         self.update_generator.set_state(state["update_rng"])
 
     def close(self) -> None:
-        """Close the metrics sinks and the event loop."""
+        """Close the metrics sinks, the rollout worker (async rollouts) and the event loop."""
+        if self.ahead:
+            self.ahead.close()
         self.sink.close()
         self.loop.close()

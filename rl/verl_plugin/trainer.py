@@ -47,6 +47,8 @@ from ragym.rl.engine.dynamic_sampling import (
 )
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, VAL_PREFIX, GuardMonitor, read_guards
+from ragym.rl.off_policy import off_policy_metrics as shared_off_policy_metrics
+from ragym.rl.off_policy import trajectory_staleness
 from ragym.rl.verl_plugin.modes import mode_problems, verl_mode
 from ragym.rl.verl_plugin.sampler import (
     TOPPED_UP_KEY,
@@ -234,27 +236,13 @@ class RagymTrainerMixin(TurnCreditMixin):
         return self._ragym_traces
 
 
-def trajectory_staleness(step: int, versions: tuple[int, int]) -> int:
-    """How many weight updates behind step ``step``'s trainer the oldest weights that generated a trajectory are:
-    ``versions`` is (first, last) weight version its turns came from (verl's ``min/max_global_steps``; version v
-    is the weights after step v); the trainer at step ``step`` holds version ``step - 1``. verl's
-    ``trajectory_staleness_worst``; 0 for every trajectory of a sync step.
-
-    >>> trajectory_staleness(3, (2, 2)), trajectory_staleness(3, (1, 2))
-    (0, 1)
-    """
-    return step - 1 - versions[0]
-
-
 def off_policy_metrics(step: int, versions: list[tuple[int, int]], metrics: dict) -> dict[str, float]:
-    """ragym's off-policy metrics of a step, logged in every mode (0 in sync): the share of trajectories older than
-    the trainer's weights, and the groups verl's async buffer dropped as older than the staleness bound (its
-    ``training/off_policy/evicted_samples``, which verl logs only when there were some)."""
-    stale = [trajectory_staleness(step, v) for v in versions]
-    return {
-        "off_policy/stale_share": sum(s > 0 for s in stale) / max(len(stale), 1),
-        "off_policy/dropped_stale_groups": float(metrics.get("training/off_policy/evicted_samples", 0)),
-    }
+    """ragym's off-policy metrics of a step (``ragym.rl.off_policy``), logged in every mode (0 in sync); the dropped
+    groups are verl's async buffer's ``training/off_policy/evicted_samples``, which verl logs only when there were
+    some."""
+    return shared_off_policy_metrics(
+        step, versions, int(metrics.get("training/off_policy/evicted_samples", 0))
+    )
 
 
 def _start_signal(config: Any) -> GuardMonitor:

@@ -24,7 +24,8 @@ from ragym.envs.files import atomic_write, read_jsonl
 TRACE_VERSION = 1
 """Format version written in ``trace.json`` and every episode line."""
 OFF_POLICY_KEYS = ("weight_versions", "staleness")
-"""Episode fields a verl trainer mode adds (every mode, 0 staleness in sync); the local engine's episodes have none."""
+"""Episode fields a verl trainer mode adds (every mode, 0 staleness in sync), and the local engine with
+``ragym.engine.async_rollouts``; its synchronous episodes have none."""
 MARKER = "trace.json"
 """The file that makes a folder a trace folder."""
 
@@ -121,7 +122,7 @@ def episode_line(
         "advantages": advantages,
         "token_text": token_text(prompt_ids + response_ids),
         # Off-policy episodes (verl's async modes): the weight versions that generated it and how many updates
-        # behind the trainer the oldest was (ragym.rl.verl_plugin.trainer.trajectory_staleness).
+        # behind the trainer the oldest was (ragym.rl.off_policy.trajectory_staleness).
         **{key: extra[key] for key in OFF_POLICY_KEYS if key in extra},
     }  # fmt: skip
 
