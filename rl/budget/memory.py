@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig, OmegaConf
 
 from ragym.rl.budget.model_size import ModelShape
+from ragym.rl.errors import UsageError
 
 GIB = 2**30
 ACTOR = "actor_rollout_ref.actor"
@@ -91,6 +92,8 @@ def memory_settings(config: DictConfig) -> MemorySettings:
         tokens = micro * sequence // ulysses
         source = f"ppo_micro_batch_size_per_gpu {micro} x {sequence:,} prompt + response tokens / Ulysses {ulysses}"
     dtype = str(get(f"{ACTOR}.fsdp_config.model_dtype"))
+    if dtype not in DTYPE_BYTES:
+        raise UsageError(f"{ACTOR}.fsdp_config.model_dtype={dtype!r}: give one of {', '.join(DTYPE_BYTES)}")
     return MemorySettings(
         num_gpus=num_gpus, num_shards=num_gpus if fsdp_size < 0 else fsdp_size, weight_bytes=DTYPE_BYTES[dtype],
         tokens=tokens, tokens_source=source, checkpointing=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing")),
@@ -106,17 +109,26 @@ class GpuMemory:
     """One GPU's memory in bytes, by what holds it, for one way of training (full or LoRA)."""
 
     weights: float
+    """The FSDP shard of every weight, in ``model_dtype``: P x b / S."""
     gradients: float
+    """The shard of the trainable weights' gradients: P_t x b / S."""
     adam: float
+    """AdamW's exp_avg and exp_avg_sq of the trainable weights: 2 x P_t x b / S."""
     gathered: float
+    """Two decoder layers gathered in bf16 for compute: 2 x P_layer x 2."""
     activations: float
+    """What autograd keeps over one micro-batch, as the recipe runs (checkpointed or not)."""
     activations_unchecked: float
     """What the activations would be without gradient checkpointing (reported, not in the phase totals when
     checkpointing is on)."""
     logits: float
+    """The micro-batch's logits and a buffer of their size: T x V x 4."""
     rollout: float
+    """vLLM's share of the GPU: gpu_memory_utilization x the GPU."""
     rollout_weights: float
+    """vLLM's bf16 weights (and adapters under LoRA) on this GPU."""
     kv_cache: float
+    """What is left of vLLM's share for its KV cache, at most."""
     kv_tokens: int
     """KV-cache tokens vLLM can hold on this GPU (its share of the rollout's), at most."""
 
