@@ -11,7 +11,6 @@ import pytest
 from ragym.rl.budget.memory import GIB, memory_settings, memory_table
 from ragym.rl.budget.model_size import QWEN2_5_VL_7B, config_from_dict, load_model_config, model_shape
 from ragym.rl.cli import main
-from ragym.rl.errors import UsageError
 from ragym.rl.lora import VISION_TOWER, LoraSettings, add_adapters
 from ragym.rl.recipe.compose import load_recipe
 
@@ -108,6 +107,13 @@ def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "does not fit" in peak.split("|")[2] and " fits (" in peak.split("|")[3]
 
 
-def test_unknown_model_without_a_config_is_one_line() -> None:
-    with pytest.raises(UsageError, match="--model-config"):
-        load_model_config("/nonexistent/Some-Model-13B")
+def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    recipe = ["budget", "memory", "--recipe", "kbvqa_qwen2_5_vl_7b_lora_single_gpu"]
+    for argv, message in [
+        ([*recipe, "actor_rollout_ref.model.path=/nonexistent/Some-Model-13B"], "pass --model-config PATH"),
+        ([*recipe, "--model-config", "/nonexistent/config.json"], "neither a config.json nor a folder"),
+        ([*recipe, "--gpu-gib", "0"], "--gpu-gib must be > 0"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0], err
