@@ -170,7 +170,10 @@ def memory_part(args: argparse.Namespace) -> None:
 
 
 def demo(out: Path, seed: int, overrides: list[str]) -> dict[str, Any]:
-    """``ragym demo --out OUT --seed SEED OVERRIDES`` in a fresh process; its metrics.json."""
+    """``ragym demo --out OUT --seed SEED OVERRIDES`` in a fresh process; its metrics.json (a finished folder is
+    read, not run again, so a re-run of the benchmark continues where it stopped)."""
+    if (out / "metrics.json").is_file():
+        return json.loads((out / "metrics.json").read_text())
     command = [
         str(Path(sys.executable).parent / "ragym"),
         "demo",
