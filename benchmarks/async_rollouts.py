@@ -130,7 +130,7 @@ def _serve(kb: Path) -> tuple[subprocess.Popen, str]:
 
 def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, seed: int) -> Run:
     out = Path(tempfile.mkdtemp(prefix=f"{mode}-{seed}-", dir=args.workdir))
-    trainer = build_trainer("kbvqa_tiny_cpu", [
+    trainer = build_trainer(args.recipe, [
         f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
         f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={out}", "trainer.logger=[]",
         f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.resume_mode=disable",
@@ -167,6 +167,7 @@ def _describe(runs: list[Run]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", default="kbvqa_tiny_cpu", help="the CPU demo's recipe (a name or a path)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--batch", type=int, default=2, help="data.train_batch_size (rows per step)")
