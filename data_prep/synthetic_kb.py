@@ -74,6 +74,11 @@ class Preset:
     stored (``precomputed``) candidate lists the demo reads."""
     lure_depth: int = 9
     """Prefix of the candidate list the gold is moved within (K x (Rej_max + 1) of the grid that reads it)."""
+    passage_form: str = "prose"
+    """How passages state their facts: ``prose`` (sentences padded with look-alike filler) or ``slots`` (one
+    sentence, the facts in a fixed order, the year last: ``ragym.data_prep.synthetic_text.passage``)."""
+    question_attributes: tuple[str, ...] = text.QUESTION_ATTRIBUTES
+    """What single-image questions ask: some of ``year``, ``region``, ``who`` (the cataloguer)."""
 
 
 PRESETS: dict[str, Preset] = {
@@ -123,6 +128,8 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+PRESETS["demo_slots"] = replace(PRESETS["demo"], passage_form="slots", question_attributes=("region",))
+
 PRESETS["demo_k7"] = replace(PRESETS["demo"], signature_window=21)
 """The demo KB with signature codes unique within the first 21 candidates: what Table 6's K = 7 pages
 through at Rej_max = 2 (the demo's 9 would let a look-alike past rank 9 share the gold's code)."""
@@ -149,7 +156,7 @@ def generate(preset: Preset, seed: int) -> KBTables:
     looks = images.jitter(rng, base.take(family_of), preset.variant_scale)
     looks.marks = images.entity_marks(np.arange(n))
     entity_text = text.entity_texts(rng, family_of, variant_of)
-    passages = [text.passage(e, rng) for e in entity_text]
+    passages = [text.passage(e, rng, form=preset.passage_form) for e in entity_text]
     questions, gold = [], []
     for _ in range(preset.num_rows):
         if rng.random() < preset.comparison_fraction:
@@ -162,7 +169,9 @@ def generate(preset: Preset, seed: int) -> KBTables:
             gold.append([int(e) for e in pair])
         else:
             entity = int(rng.integers(n))
-            questions.append(text.single_question(entity_text[entity], rng) + ("single",))
+            questions.append(
+                text.single_question(entity_text[entity], rng, preset.question_attributes) + ("single",)
+            )
             gold.append([entity])
     query_entities = np.array([e for g in gold for e in g], dtype=np.int64)
     hard = rng.random(len(query_entities)) < preset.hard_view_fraction

@@ -81,24 +81,61 @@ def entity_texts(rng: np.random.Generator, family_of: np.ndarray, variant_of: np
     ]
 
 
-def passage(entity: EntityText, rng: np.random.Generator, max_chars: int = 800) -> str:
-    """The entity's encyclopedic passage: the facts questions ask about, padded with look-alike filler."""
+PASSAGE_FORMS = ("prose", "slots")
+"""How a passage states its facts (``Preset.passage_form``)."""
+
+
+def passage(entity: EntityText, rng: np.random.Generator, max_chars: int = 800, form: str = "prose") -> str:
+    """The entity's encyclopedic passage: the facts questions ask about, padded with look-alike filler (``prose``),
+    or the facts alone in one fixed order, the region last (``slots``: ``demo_slots``, meant as an answer a small
+    policy copies from the confirmed entity's passage).
+
+    Both forms draw the filler, so a KB's questions and gold entities do not depend on the form.
+
+    >>> e = EntityText("Jade Varmel Moth", "Moth", "Varmel", 1732, "Aldmoor", "Hartley")
+    >>> passage(e, np.random.default_rng(0), form="slots")
+    'Jade Varmel Moth: a moth of the Varmel group, first recorded in 1732, catalogued by Hartley, found in the region of Aldmoor.'
+    """
+    if form not in PASSAGE_FORMS:
+        raise ValueError(f"passage form must be one of {PASSAGE_FORMS}, got {form!r}")
+    filler = "".join(rng.permutation(_FILLER)[: int(rng.integers(1, len(_FILLER) + 1))])
+    if form == "slots":
+        # One short sentence whose last value is the region: the answer is then the last word of the SearchText
+        # observation, a fixed number of tokens before the policy's answer (names and values are single tokens).
+        return (f"{entity.name}: a {entity.noun.lower()} of the {entity.family} group, first recorded in "
+                f"{entity.year}, catalogued by {entity.cataloguer}, found in the region of {entity.region}.")  # fmt: skip
     facts = (
         f"{entity.name} is a {entity.noun.lower()} of the {entity.family} group. "
         f"It was first recorded in {entity.year} and is found in the region of {entity.region}. "
         f"The {entity.name} was catalogued by {entity.cataloguer}. "
     )
-    filler = "".join(rng.permutation(_FILLER)[: int(rng.integers(1, len(_FILLER) + 1))])
     return (facts + filler)[:max_chars].rstrip()
 
 
-def single_question(entity: EntityText, rng: np.random.Generator) -> tuple[str, list[str]]:
-    """A question about the entity in one image and its answer aliases."""
+QUESTION_ATTRIBUTES = ("year", "region", "who")
+"""The attributes a single-image question can ask (``Preset.question_attributes``)."""
+
+
+def single_question(
+    entity: EntityText, rng: np.random.Generator, attributes: tuple[str, ...] = QUESTION_ATTRIBUTES
+) -> tuple[str, list[str]]:
+    """A question about the entity in one image, naming the attribute it asks, and its answer aliases.
+
+    One draw of three picks the attribute, ``attributes[draw % len(attributes)]`` (uniform for one or three of
+    them), whatever ``attributes`` are: a KB's later draws (its questions' entities) do not depend on them.
+
+    >>> e = EntityText("Jade Varmel Moth", "Moth", "Varmel", 1732, "Aldmoor", "Hartley")
+    >>> single_question(e, np.random.default_rng(0), ("year",))
+    ('In which year was the moth in the image first recorded?', ['1732'])
+    """
+    if not attributes or set(attributes) - set(QUESTION_ATTRIBUTES):
+        raise ValueError(f"question attributes must be some of {QUESTION_ATTRIBUTES}, got {attributes!r}")
     noun = entity.noun.lower()
-    kind = int(rng.integers(3))
-    if kind == 0:
+    draw = int(rng.integers(3))
+    kind = attributes[draw % len(attributes)]
+    if kind == "year":
         return f"In which year was the {noun} in the image first recorded?", [str(entity.year)]
-    if kind == 1:
+    if kind == "region":
         return f"In which region is the {noun} in the image found?", [entity.region]
     return f"Who catalogued the {noun} in the image?", [entity.cataloguer]
 

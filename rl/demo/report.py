@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ragym.envs.metrics import episode_metrics
+
 PLOTTED = (
     "reward/total",
     "reward/outcome",
@@ -16,6 +18,37 @@ PLOTTED = (
 ROLLOUT_KEYS = ("reward/total", "reward/verification", "episode/ident_acc", "episode/rejections",
                 "episode/actions/rerank", "grpo/zero_adv_group_share")  # fmt: skip
 """Per-step metrics compared between the first and the last GRPO step."""
+
+
+GAIN_TERMS = ("outcome", "format", "verification")
+"""The weighted reward terms whose sum is ``reward_mean`` (all weights 1 in the demo's reward recipe)."""
+
+
+def gain_shares(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float | None]:
+    """Each reward term's share of the held-out reward gain (its change over the total's); None without a gain.
+
+    >>> gain_shares({"reward_mean": 1.0, "outcome": 0.0, "format": 1.0, "verification": 0.0},
+    ...             {"reward_mean": 2.0, "outcome": 0.25, "format": 1.0, "verification": 0.75})
+    {'outcome': 0.25, 'format': 0.0, 'verification': 0.75}
+    """
+    gain = after["reward_mean"] - before["reward_mean"]
+    if abs(gain) < 1e-9:
+        return dict.fromkeys(GAIN_TERMS)
+    return {term: (after[term] - before[term]) / gain for term in GAIN_TERMS}
+
+
+def outcome_by_identification(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Held-out outcome on the questions whose entity the policy confirmed (episode Ident. 1) and on the others,
+    from trace lines (``ragym.rl.view.trace``: ``env_id``, ``events``, ``terms``); None where there is none."""
+    split: dict[str, list[float]] = {"identified": [], "not_identified": []}
+    for episode in episodes:
+        identified = episode_metrics(episode["env_id"], episode["events"]).get("ident_acc") == 1.0
+        split["identified" if identified else "not_identified"].append(float(episode["terms"]["outcome"]))
+    out: dict[str, Any] = {}
+    for name, values in split.items():
+        out[f"outcome_{name}"] = sum(values) / len(values) if values else None
+        out[f"num_{name}"] = len(values)
+    return out
 
 
 def plot_rewards(train: list[dict[str, Any]], path: Path) -> None:
@@ -44,10 +77,12 @@ def plot_rewards(train: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def _row(name: str, before: Any, after: Any) -> str:
-    if isinstance(before, float):
-        return f"| {name} | {before:.3f} | {after:.3f} |"
-    return f"| {name} | {before} | {after} |"
+def _cell(value: Any) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else "n/a" if value is None else str(value)
+
+
+def _row(name: str, *values: Any) -> str:
+    return f"| {name} | {' | '.join(_cell(v) for v in values)} |"
 
 
 def diagnosis(result: dict[str, Any], train: list[dict[str, Any]]) -> str:
@@ -71,7 +106,8 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
     """Write ``out/report.md`` and ``out/reward_components.png``; returns the report path."""
     plot_rewards(train, out / "reward_components.png")
     before, after, warm = result["before"], result["after"], result["warm_start"]
-    rows = [_row(k, before[k], after[k]) for k in before if k != "actions"]
+    split = ("outcome_identified", "num_identified", "outcome_not_identified", "num_not_identified")
+    rows = [_row(k, before[k], after[k]) for k in before if k != "actions" and k not in split]
     actions = sorted(set(before["actions"]) | set(after["actions"]))
     rows += [
         _row(f"actions/{a} per episode", before["actions"].get(a, 0.0), after["actions"].get(a, 0.0))
@@ -99,6 +135,23 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
         *rows,
         "",
         "zero_adv_group_share: share of GRPO groups whose episodes all scored the same (first / last step).",
+        "",
+        "## What the reward gain is made of",
+        "",
+        "Held-out outcome on the questions whose entity the policy confirmed (Ident. 1) and on the others, and "
+        "each reward term's share of the held-out reward gain (its change / the total's change; the shares sum to 1).",
+        "",
+        "| | before | after |",
+        "|---|---|---|",
+        _row("outcome, entity confirmed", before.get("outcome_identified"), after.get("outcome_identified")),
+        _row("questions with the entity confirmed", before.get("num_identified"), after.get("num_identified")),
+        _row("outcome, entity not confirmed", before.get("outcome_not_identified"),
+             after.get("outcome_not_identified")),
+        _row("questions without", before.get("num_not_identified"), after.get("num_not_identified")),
+        "",
+        "| term | before | after | share of the reward gain |",
+        "|---|---|---|---|",
+        *[_row(term, before[term], after[term], share) for term, share in gain_shares(before, after).items()],
         "",
         "## Training rollouts (sampled), first vs last GRPO step",
         "",

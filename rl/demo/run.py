@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
-from ragym.rl.demo.report import write_report
+from ragym.rl.demo.report import outcome_by_identification, write_report
 from ragym.rl.demo.warm_start import WarmStartConfig, expert_samples, imitate
 from ragym.rl.engine.config import RecipeReader, read_engine_config
 from ragym.rl.engine.main import check_keys
@@ -66,6 +66,7 @@ def _kb_corpus(kb_dir: Path, repeats: int) -> Iterator[str]:
 def _build_inputs(out: Path, reader: RecipeReader, seed: int) -> tuple[Path, Path]:
     """The demo KB and the untrained tiny policy under ``out`` (built once)."""
     from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+    from ragym.rl.tiny.copy_pretrain import CopyPretrainConfig
     from ragym.rl.tiny.policy import TinyPolicyConfig, build_tiny_policy, default_corpus
 
     kb_dir, policy_dir = out / "kb", out / "tiny_policy"
@@ -74,10 +75,30 @@ def _build_inputs(out: Path, reader: RecipeReader, seed: int) -> tuple[Path, Pat
     if not (kb_dir / "kb.json").exists():
         build_kb(kb_dir, PRESETS[preset], seed=0, name="synthetic-demo")
     sizes = TinyPolicyConfig(**reader.get("ragym.demo.policy"))
+    pretrain = CopyPretrainConfig(**reader.get("ragym.demo.copy_pretrain"), seed=seed)
     if not (policy_dir / "config.json").exists():
         corpus = itertools.chain(default_corpus(), _kb_corpus(kb_dir, repeats))
         build_tiny_policy(arch, policy_dir, corpus=corpus, seed=seed, config=sizes)
+        if pretrain.steps:
+            _copy_pretrain(policy_dir, pretrain)
     return kb_dir, policy_dir
+
+
+def _copy_pretrain(policy_dir: Path, cfg: Any) -> None:
+    """Copy-pretrain the tiny policy in ``policy_dir`` on its ordinary tokens (``ragym.rl.tiny.copy_pretrain``)."""
+    import torch
+
+    from ragym.rl.models import load_policy
+    from ragym.rl.tiny.copy_pretrain import copy_pretrain
+
+    start = time.perf_counter()
+    model, tokenizer, _ = load_policy(policy_dir)
+    special = set(tokenizer.all_special_ids)
+    ordinary = torch.tensor([i for i in range(len(tokenizer)) if i not in special])
+    losses = copy_pretrain(model, ordinary, cfg)
+    model.save_pretrained(policy_dir, safe_serialization=True)
+    logger.info("copy pretraining: %d steps, loss %.3f -> %.3f in %.1fs", len(losses), losses[0], losses[-1],
+                time.perf_counter() - start)  # fmt: skip
 
 
 def _warm_start(
@@ -101,13 +122,16 @@ def _warm_start(
         "warm start: %d x %d expert episodes in %.1fs", len(epochs), len(rows), time.perf_counter() - start
     )
     decision_after = tokenizer.convert_tokens_to_ids("<rerank>")
-    losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, decision_after)
+    # Where the expert copies from an observation: the confirmed name into a search call, a value into the answer.
+    copy_spans = [tuple(tokenizer.convert_tokens_to_ids([f"<{tag}>", f"</{tag}>"])) for tag in COPY_TAGS]
+    losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, decision_after, copy_spans)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     asyncio.get_event_loop().close()
     info = {"episodes": len(rows), "epochs": len(epochs), "steps": len(losses), "first_loss": losses[0],
             "final_loss": losses[-1], "seconds": time.perf_counter() - start, "noise": cfg.noise,
-            "reject_noise": cfg.reject_noise, "protocol_share": cfg.protocol_share}  # fmt: skip
+            "reject_noise": cfg.reject_noise, "protocol_share": cfg.protocol_share,
+            "copy_weight": cfg.copy_weight}  # fmt: skip
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     logger.info("warm start: %s", info)
     return info
@@ -118,6 +142,9 @@ def _summary(metrics: dict[str, float]) -> dict[str, Any]:
     out["actions"] = {k.split("/")[-1]: v for k, v in metrics.items() if k.startswith("episode/actions/")}
     return out
 
+
+COPY_TAGS = ("search_call", "answer")
+"""Action tags whose text the warm start weights by ``copy_weight``."""
 
 DEMO_STATE = "demo.json"
 """What a demo folder was built with (seed, ``ragym.demo`` settings): a re-run resumes only the same demo."""
@@ -206,10 +233,24 @@ def run_demo(
     trainer.close()
     history = [row for _, row in read_jsonl(out / "grpo" / "metrics.jsonl")]
     train = [h for h in history if "reward/total" in h]
+    # Every held-out episode is traced (the recipe's trace_groups_per_step covers val_max_samples); a re-run of a
+    # finished demo evaluates again, so the last episode of each row counts.
+    traced = [line for _, line in read_jsonl(Path(cfg.output_dir) / "traces" / "episodes.jsonl")]
+    held_out = {step: outcome_by_identification(list({e["row_index"]: e for e in traced
+                                                      if e["phase"] == "val" and e["step"] == step}.values()))
+                for step in (0, trainer.step)}  # fmt: skip
     result = {
         "seed": seed,
-        "before": {**_summary(before), "zero_adv_group_share": train[0]["grpo/zero_adv_group_share"]},
-        "after": {**_summary(after), "zero_adv_group_share": train[-1]["grpo/zero_adv_group_share"]},
+        "before": {
+            **_summary(before),
+            "zero_adv_group_share": train[0]["grpo/zero_adv_group_share"],
+            **held_out[0],
+        },
+        "after": {
+            **_summary(after),
+            "zero_adv_group_share": train[-1]["grpo/zero_adv_group_share"],
+            **held_out[trainer.step],
+        },
         "grpo_steps": len({h["step"] for h in train}),
         "warm_start": warm,
         "wall_time_s": time.perf_counter() - start,

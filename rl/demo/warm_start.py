@@ -62,6 +62,18 @@ class WarmStartConfig:
     """AdamW learning rate."""
     seed: int
     """Expert noise and shuffling seed."""
+    copy_weight: float = 1.0
+    """Loss weight of the generated tokens inside the copy spans ``imitate`` is given (the demo's: a SearchText
+    call and an answer, where the policy copies a name or a value from an observation) relative to other
+    tokens; the expert's episodes have few such tokens among many formulaic ones."""
+    quote: bool = False
+    """The expert's reason quotes the observation where its action's name or value is (``quoted``): the words
+    before it, then it, so the copy into the reason continues a phrase of the context (what induction heads
+    learn) and the action then copies from a few tokens back."""
+    context_weight: float = 0.0
+    """Loss weight of the observation tokens (the env's text between turns; the generated tokens weigh 1): the
+    next-token loss a pretrained model has had on all text. The env's text repeats names (a candidate, its
+    confirmation, its passage's title and first words), so it holds many copies to learn copying from."""
     lr_decay: bool = False
     """Decay the learning rate linearly to 0 over the imitation steps. With a constant rate and small batches,
     a decision whose targets conflict (a noisy expert) ends wherever the last few batches pushed it."""
@@ -78,17 +90,25 @@ _TAKEN = re.compile(r"^Confirmed: the entity in Image (\d+) is (.+)\. \(the retr
 class NoisyExpert(SignaturePolicy):
     """``SignaturePolicy`` whose verification choice is a random wrong one with probability ``noise``."""
 
-    def __init__(self, env: Any, rng: np.random.Generator, noise: float, reject_noise: float) -> None:
+    def __init__(
+        self, env: Any, rng: np.random.Generator, noise: float, reject_noise: float, quote: bool = False
+    ) -> None:
         super().__init__(env)
-        self.rng, self.noise, self.reject_noise = rng, noise, reject_noise
+        self.rng, self.noise, self.reject_noise, self.quote = rng, noise, reject_noise, quote
 
     @classmethod
     def for_row(
-        cls, row: dict[str, Any], rng: np.random.Generator, noise: float, reject_noise: float
+        cls,
+        row: dict[str, Any],
+        rng: np.random.Generator,
+        noise: float,
+        reject_noise: float,
+        quote: bool = False,
     ) -> NoisyExpert:
         """An expert on a fresh env built as the dataset row says."""
         info = row["extra_info"]
-        return cls(make_env(info["env_id"], **json.loads(info["env_kwargs"])), rng, noise, reject_noise)
+        env = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
+        return cls(env, rng, noise, reject_noise, quote)
 
     def choose(self, hits: list[tuple[str, str | None]], match: str | None) -> str | None:
         """The expert's choice; with probability ``noise`` another candidate, ``reject_noise`` a needless Reject."""
@@ -113,7 +133,35 @@ class NoisyExpert(SignaturePolicy):
         if taken:  # no verification actions: the env took the top-1, which the expert then looks up
             self.confirmed[int(taken.group(1))] = taken.group(2)
         slot = _NAME_SLOT if self.by_index else _COPY_SLOT
-        return slot.sub(r"\1 ", super().act(obs_text))
+        turn = slot.sub(r"\1 ", super().act(obs_text))
+        return quoted(turn, obs_text) if self.quote else turn
+
+
+_QUOTABLE = re.compile(
+    r'^<reason>[^<]*</reason>(<search_call>SearchText\(\[" (.+?)"\]\)|<answer> (.+?)</answer>)'
+)
+"""A turn that copies one name into a text search, or a value into the answer."""
+QUOTE_LEAD_WORDS = 3
+"""Words of the observation before the copied text that the quoting reason repeats."""
+
+
+def quoted(turn: str, obs_text: str) -> str:
+    """``turn`` with a reason that quotes the observation where the action's name or value is (``quote``): the
+    words before its last occurrence there, then it, as the words it then copies are in the observation.
+
+    >>> quoted('<reason>read</reason><answer> 1732</answer>', 'Jade Moth: a moth, first recorded in 1732.')
+    '<reason>first recorded in 1732</reason><answer> 1732</answer>'
+    >>> quoted('<reason>look up</reason><search_call>SearchText([" Jade Moth"])</search_call>',
+    ...        'Confirmed: the entity in Image 1 is Jade Moth.')
+    '<reason>Image 1 is Jade Moth</reason><search_call>SearchText([" Jade Moth"])</search_call>'
+    """
+    match = _QUOTABLE.match(turn)
+    copied = match and (match.group(2) or match.group(3))
+    at = obs_text.rfind(f" {copied}") if copied else -1
+    if at < 0:  # nothing copied from this observation (an answer without evidence: "unknown")
+        return turn
+    lead = " ".join(obs_text[:at].split()[-QUOTE_LEAD_WORDS:])
+    return f"<reason>{lead} {copied}</reason>{turn[turn.index('</reason>') + len('</reason>') :]}"
 
 
 class ReplayServer:
@@ -145,10 +193,11 @@ def expert_samples(
     agent_loop = agent_loop_factory(server)
     samples = []
     for row in rows:
-        noisy = NoisyExpert.for_row(row, rng, cfg.noise, cfg.reject_noise)
+        noisy = NoisyExpert.for_row(row, rng, cfg.noise, cfg.reject_noise, cfg.quote)
         samples.append((_replay(row, noisy, server, agent_loop), cfg.decision_weight))
         if rng.random() < cfg.protocol_share:
-            samples.append((_replay(row, NoisyExpert.for_row(row, rng, 0.0, 0.0), server, agent_loop), 0.0))
+            protocol = NoisyExpert.for_row(row, rng, 0.0, 0.0, cfg.quote)
+            samples.append((_replay(row, protocol, server, agent_loop), 0.0))
     return samples
 
 
@@ -164,12 +213,39 @@ def _replay(row: dict[str, Any], expert: NoisyExpert, server: ReplayServer, agen
                   str(info["index"]))  # fmt: skip
 
 
+def span_mask(token_ids: Sequence[int], spans: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """1.0 on the tokens strictly between an opening id and its closing id of ``spans`` ((open, close) pairs).
+
+    >>> span_mask([5, 1, 7, 8, 2, 7, 1, 9], [(1, 2)]).tolist()
+    [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+    """
+    closing = dict(spans)
+    inside, close, out = False, None, []
+    for token in token_ids:
+        if inside and token == close:
+            inside = False
+        out.append(1.0 if inside else 0.0)
+        if not inside and token in closing:
+            inside, close = True, closing[token]
+    return torch.tensor(out)
+
+
 def token_weights(
-    sample: Sample, decision_after: int | Sequence[int] | None, decision_weight: float
+    sample: Sample,
+    decision_after: int | Sequence[int] | None,
+    decision_weight: float,
+    copy_spans: Sequence[tuple[int, int]] = (),
+    copy_weight: float = 1.0,
+    context_weight: float = 0.0,
 ) -> torch.Tensor:
     """Per-token loss weights: the response mask, ``decision_weight`` on generated tokens after ``decision_after``
-    (one token id, or several)."""
+    (one token id, or several), ``copy_weight`` on generated tokens inside ``copy_spans`` (``span_mask``),
+    ``context_weight`` on the observation tokens (mask 0)."""
     mask = torch.tensor(sample.response_mask, dtype=torch.float32)  # [R]
+    if copy_spans and copy_weight != 1.0:
+        mask = mask * (1.0 + (copy_weight - 1.0) * span_mask(sample.response_ids, copy_spans))
+    if context_weight:
+        mask = mask + context_weight * (1.0 - torch.tensor(sample.response_mask, dtype=torch.float32))
     if decision_after is None:
         return mask
     after = torch.tensor([decision_after] if isinstance(decision_after, int) else list(decision_after))
@@ -184,11 +260,13 @@ def imitate(
     epochs: list[list[tuple[Sample, float] | tuple[Sample, float, float]]],
     cfg: WarmStartConfig,
     decision_after: int | Sequence[int] | None = None,
+    copy_spans: Sequence[tuple[int, int]] = (),
 ) -> list[float]:
     """Maximise the weighted log-likelihood of the mask-1 tokens, one pass over each of ``epochs`` (the
     samples of one epoch each, with their decision-token weights); returns each step's loss.
 
     ``decision_after``: the token id (``<rerank>``), or ids, whose next generated token gets the sample's weight.
+    ``copy_spans``: (open, close) token-id pairs whose inner generated tokens get ``cfg.copy_weight``.
     An optional third element scales all of a sample's weights: the probability of that episode among an
     expert's enumerated noise branches, so the loss is the exact expectation over the noise (soft targets).
     """
@@ -205,7 +283,8 @@ def imitate(
         for start in range(0, len(order), cfg.batch_size):
             pairs = [samples[i] for i in order[start : start + cfg.batch_size]]
             batch = [pair[0] for pair in pairs]
-            unscaled = [token_weights(pair[0], decision_after, pair[1]) for pair in pairs]
+            unscaled = [token_weights(pair[0], decision_after, pair[1], copy_spans, cfg.copy_weight, cfg.context_weight)
+                        for pair in pairs]  # fmt: skip
             # Normalised by the unscaled weights: by the scaled ones, a batch of two unlikely branches would
             # count as much as a likely one and pull the soft targets towards 50/50.
             num_tokens = float(sum(w.sum() for w in unscaled))

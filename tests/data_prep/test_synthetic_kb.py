@@ -161,3 +161,48 @@ def test_cli_writes_a_kb_and_refuses_a_non_empty_folder(
     assert json.loads(capsys.readouterr().out)["num_rows"] == 8
     with pytest.raises(SystemExit):
         synthetic_kb.main(["--out", str(out)])
+
+
+def test_demo_slots_task_names_the_region_and_its_passage_ends_with_it(tmp_path: Path) -> None:
+    """``demo_slots`` (``slots`` passages, region questions): every question names the region, and a SearchText of
+    the gold entity's name shows its passage alone with the answer as the observation's last word; the same KB in
+    the ``demo`` preset asks about the same entities in its own wording (all three attributes)."""
+    from ragym import envs
+
+    sizes = {"num_entities": 60, "num_rows": 40}
+    kb = build_kb(tmp_path / "slots", replace(PRESETS["demo_slots"], **sizes), seed=0)
+    prose = build_kb(tmp_path / "prose", replace(PRESETS["demo"], **sizes), seed=0)
+    names = pd.read_parquet(kb / "entities.parquet").set_index("entity_id")["name"]
+    env = None
+    for _, row in all_rows(kb).iterrows():
+        extra = row["extra_info"]
+        options = json.loads(extra["env_options"])
+        assert re.fullmatch(r"In which region is the \w+ in the image found\?", options["question"])
+        env = env or envs.make_env(extra["env_id"], **json.loads(extra["env_kwargs"]))
+        env.reset(options=options)
+        (gold,) = options["gold_entities"]
+        obs, *_ = env.step(
+            f'<reason>look up</reason><search_call>SearchText(["{names[gold]}"])</search_call>'
+        )
+        (answer,) = options["answers"]
+        assert obs["text"].endswith(
+            f", found in the region of {answer}."
+        )  # the answer in the passage's last slot
+        assert (
+            obs["text"].count("[1] ") == 1 and f"[1] {names[gold]}: " in obs["text"]
+        )  # the gold's passage alone
+    golds = [json.loads(e["env_options"])["gold_entities"] for e in all_rows(kb)["extra_info"]]
+    prose_options = [json.loads(e["env_options"]) for e in all_rows(prose)["extra_info"]]
+    assert golds == [o["gold_entities"] for o in prose_options]
+    questions = " ".join(o["question"] for o in prose_options)
+    assert "year" in questions and "catalogued" in questions  # the demo's own task asks all three attributes
+
+
+def test_synthetic_text_doctests() -> None:
+    """The passage forms and the attribute a question names, as their docstrings show them."""
+    import doctest
+
+    from ragym.data_prep import synthetic_text
+
+    result = doctest.testmod(synthetic_text)
+    assert result.failed == 0 and result.attempted > 0

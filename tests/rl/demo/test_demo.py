@@ -75,6 +75,29 @@ def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() ->
     assert token_weights(sample, None, 4.0).tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
 
 
+def test_warm_start_weights_the_tokens_inside_copy_spans() -> None:
+    from ragym.rl.demo.warm_start import token_weights
+    from ragym.rl.engine.grpo import Sample
+
+    answer, end, rerank = 11, 12, 7  # <answer> ... </answer>, and a decision token after <rerank>
+    sample = Sample(
+        [1], [rerank, 9, answer, 3, 4, end, 5, answer, 6], [1, 1, 1, 1, 1, 1, 1, 1, 0], [], 0.0, "0"
+    )
+    weights = token_weights(sample, rerank, 2.0, [(answer, end)], 3.0).tolist()
+    assert weights == [
+        1.0,
+        2.0,
+        1.0,
+        3.0,
+        3.0,
+        1.0,
+        1.0,
+        1.0,
+        0.0,
+    ]  # an unclosed span counts; the mask still wins
+    assert token_weights(sample, rerank, 2.0).tolist() == [1.0, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+
+
 @pytest.mark.parametrize(("noise", "reject_noise"), [(0.0, 0.0), (0.0, 1.0), (1.0, 0.0)])
 def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> None:
     from types import SimpleNamespace

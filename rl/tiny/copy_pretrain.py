@@ -1,0 +1,84 @@
+"""Copy pretraining of a tiny policy: next-token prediction on random token spans that repeat.
+
+A pretrained VLM arrives able to copy a name or a number from its context; a freshly initialised tiny policy
+does not, and the demo's warm start has too few copies (a name and a value per episode, among hundreds of
+formulaic tokens) for it to learn within minutes (``docs/results.md``, the CPU demo). Predicting the second
+occurrence of a random span is the densest copy signal there is: the tiny policy learns it in ~100 steps
+(induction: find the earlier occurrence of the current token, copy what followed it), on every token of its
+vocabulary, before the warm start teaches the task.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from ragym.rl.engine.vision import rope_positions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CopyPretrainConfig:
+    """How long, and on what spans, the tiny policy is pretrained to copy."""
+
+    steps: int = 0
+    """Optimiser steps (0: no copy pretraining)."""
+    batch_size: int = 16
+    """Sequences per step."""
+    min_span: int = 3
+    """Shortest repeated span, in tokens."""
+    max_span: int = 12
+    """Longest repeated span."""
+    max_gap: int = 24
+    """Most random tokens before the span and between it and its repeat (each drawn in [0, max_gap])."""
+    lr: float = 2.0e-3
+    """AdamW learning rate."""
+    seed: int = 0
+    """Token and length draws."""
+
+
+def copy_batch(
+    generator: torch.Generator, token_ids: torch.Tensor, cfg: CopyPretrainConfig
+) -> tuple[torch.Tensor, int, int]:
+    """One batch ``[B, T]`` of random tokens: a lead, a span, a gap, the span again; returns it with the span's
+    length and where its repeat starts (the same in every row: one length per batch, no padding).
+
+    >>> cfg = CopyPretrainConfig(batch_size=2, min_span=3, max_span=3, max_gap=0)  # no lead, no gap
+    >>> batch, span, start = copy_batch(torch.Generator().manual_seed(0), torch.arange(10, 20), cfg)
+    >>> tuple(batch.shape), span, start, bool((batch[:, :3] == batch[:, 3:]).all())
+    ((2, 6), 3, 3, True)
+    """
+    span = int(torch.randint(cfg.min_span, cfg.max_span + 1, (1,), generator=generator))
+    lead, gap = (int(n) for n in torch.randint(0, cfg.max_gap + 1, (2,), generator=generator))
+    draw = torch.randint(len(token_ids), (cfg.batch_size, lead + span + gap), generator=generator)
+    tokens = token_ids[draw]  # [B, lead + span + gap]
+    repeat = tokens[:, lead : lead + span]  # [B, span]
+    return torch.cat([tokens, repeat], dim=1), span, lead + span + gap
+
+
+def copy_pretrain(model: torch.nn.Module, token_ids: torch.Tensor, cfg: CopyPretrainConfig) -> list[float]:
+    """Train ``model`` to predict each repeated token after the first of the repeat (the first cannot be
+    known); returns each step's loss."""
+    generator = torch.Generator().manual_seed(cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    losses = []
+    model.train()
+    for step in range(cfg.steps):
+        batch, span, start = copy_batch(generator, token_ids, cfg)
+        attention = torch.ones_like(batch)
+        positions = rope_positions(model, batch, attention, None)
+        logits = model(input_ids=batch, attention_mask=attention, position_ids=positions).logits
+        # Logit at p predicts token p + 1: the repeat's tokens 2..span, predicted from positions start..start+span-2.
+        predicted = torch.log_softmax(logits[:, start : start + span - 1].float(), dim=-1)  # [B, span - 1, V]
+        loss = -predicted.gather(-1, batch[:, start + 1 : start + span, None]).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if (step + 1) % 50 == 0:
+            logger.info("copy pretraining step %d: loss %.3f", step + 1, losses[-1])
+    model.eval()
+    return losses
