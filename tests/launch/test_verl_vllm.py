@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_environment
-from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, ragym, train
+from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, RUN_TIMEOUT_S, ragym, train
 from tests.rl.engine_helpers import reference_logprobs
 from tests.vllm_cpu import need_vllm_cpu
 
@@ -102,7 +102,9 @@ def test_vllm_serves_synced_weights_as_the_trainer_scores_them(arch: str, toy: P
     command = [sys.executable, str(script), str(served_first), "--reload", str(synced),
                "--images", *map(str, images), "--text", "which candidate is it?",
                "--out", str(folder / "served.json")]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=toy, env=env, check=False)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=toy, env=env, check=False
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     served = json.loads((folder / "served.json").read_text())
     assert len(served["token_ids"]) > 0
