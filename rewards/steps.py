@@ -41,11 +41,6 @@ def register_step_split(reward: str) -> Callable[[StepSplit], StepSplit]:
     return decorator
 
 
-def step_split_rewards() -> tuple[str, ...]:
-    """The rewards that have a step split."""
-    return tuple(sorted(_SPLITS))
-
-
 def _add(split: dict[int, float], turn: int, value: float) -> None:
     split[turn] = split.get(turn, 0.0) + value
 
