@@ -32,7 +32,7 @@ class StreamTrainer(LocalTrainer):
         self.guards = GuardMonitor(read_guards(GUARDS), out)
         self.sink = MetricsSink(out, [], "ragym", "test", {})
 
-    def train_step(self) -> dict[str, float]:
+    def train_step(self, prefetch: bool | None = None) -> dict[str, float]:
         self.step += 1
         metrics = {"reward/total": 1.0, "actor/entropy": 0.5}
         self.guards.check(self.step, metrics)
