@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_OUT ?= runs/demo
 # pytest-xdist workers: verl's trainer runs wait on start-ups more than they compute, so two of them overlap on
-# 2 cores (tests/launch/conftest.py splits them into two groups, one per worker).
+# 2 cores (tests/conftest.py VERL_GROUPS: two groups of them, one per worker).
 TEST_WORKERS ?= 2
 
 .PHONY: demo test lint venv vllm-cpu gpu-install gpu-lock

@@ -82,7 +82,7 @@ setup(
         "dev": [
             "playwright",
             "pytest",
-            # make test runs the suite on 2 workers (pytest -n 2 --dist loadgroup; tests/launch/conftest.py).
+            # make test runs the suite on 2 workers (pytest -n 2 --dist loadgroup; tests/conftest.py VERL_GROUPS).
             "pytest-xdist",
             "ruff",
             "hypothesis",

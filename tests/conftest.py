@@ -34,11 +34,11 @@ VERL_GROUPS = {
     "tests/launch/test_verl_vllm.py": "verl-vllm-async",
 }
 """``make test``'s two workers (``pytest -n 2 --dist loadgroup``) each take one group of verl trainer runs first,
-about 30 min of runs each on 2 idle cores, and then share the rest of the suite. A verl run spends most of its
+about 35 min each side by side on 2 cores, and then share the rest of the suite. A verl run spends most of its
 wall time waiting on start-ups (Ray, worker processes, imports), so two overlap well on 2 cores; each group's
 runs stay in order on one worker and build that worker's toy folder once; each run has its own private network
 and PID namespace. The groups are assigned here rather than by ``xdist_group`` marks, which pytest-xdist 3.8
-drops under pytest 9 (it renames ``item._nodeid``, which pytest 9 no longer reads)."""
+ignores under pytest 9 (it tags ``item._nodeid``, which pytest 9 no longer reads)."""
 
 
 @pytest.hookimpl(optionalhook=True)
