@@ -12,6 +12,7 @@ from typing import Any
 
 import gymnasium
 
+from ragym.envs.hooks import register_hooks
 from ragym.envs.retrieval.hits import RetrieverSource
 from ragym.envs.retrieval.service.client import TOKEN_ENV, URL_ENV, ClientConfig, service_retrievers
 
@@ -31,6 +32,7 @@ def register_env(
     *,
     searches_service: bool = False,
     shared_state_kwarg: str | None = None,
+    hooks: str | None = None,
     **kwargs: Any,
 ) -> None:
     """Register ``env_id`` (versioned, e.g. ``KBVQA-v0``) with ragym and gymnasium; duplicates are an error.
@@ -38,7 +40,9 @@ def register_env(
     ``searches_service``: the env's retrievers can be the retrieval service's (``ragym serve`` serves them
     under the names the env asks for), so ``make_env`` resolves a service for it. ``shared_state_kwarg``: the
     env kwarg naming the folder through which its episodes share state across env instances (MEMORA's
-    episodic memory, ``memory_dir``); the agent loop builds one env per episode, so rows run there must set it."""
+    episodic memory, ``memory_dir``); the agent loop builds one env per episode, so rows run there must set it.
+    ``hooks``: ``module:attribute`` of the env's ``EnvHooks`` (``ragym.envs.hooks``: its expert, toy rows,
+    longest episode, paper recipe, evaluation summary), loaded when first asked for."""
     if env_id in _ENVS:
         raise ValueError(f"environment {env_id!r} is already registered (by {_ENVS[env_id]})")
     _ENVS[env_id] = entry_point
@@ -46,6 +50,8 @@ def register_env(
         _SERVICE_ENVS.add(env_id)
     if shared_state_kwarg is not None:
         _SHARED_STATE[env_id] = shared_state_kwarg
+    if hooks is not None:
+        register_hooks(env_id, hooks)
     gymnasium.register(id=env_id, entry_point=entry_point, **kwargs)
 
 

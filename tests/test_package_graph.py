@@ -1,9 +1,13 @@
 """ragym's package graph: imports point only down the layers, and no set of modules imports itself round.
 
 Layers, bottom first: retrieval (``ragym.envs.retrieval``: retrievers, encoders, indexes, the service, ranking
-metrics), envs (the shared core and one package per environment), rewards, data_prep, rl. Every import that can
-run counts, inside functions too (a lazy import is still a dependency); imports under ``if TYPE_CHECKING:`` are
-annotations only and never run.
+metrics), envs (the shared core and one package per environment), rewards, data_prep, rl. A module may import its
+own layer and those below it. Every import that can run counts, inside functions too (a lazy import is still a
+dependency); imports under ``if TYPE_CHECKING:`` are annotations only and never run.
+
+One exception, the env's hooks (``envs/<env>/hooks.py``, ``ragym.envs.hooks``): the one module of an env package
+that may import every layer (its scripted expert and toy-data builder live above ``envs``). No module imports it;
+the env registry loads it by the name the env package registers.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("envs", "rewards", "rl", "data_prep")
 ALLOWED = {
+    "hooks": {"hooks", "rl", "data_prep", "rewards", "envs", "retrieval"},
     "retrieval": {"retrieval"},
     "envs": {"envs", "retrieval"},
     "rewards": {"rewards", "envs", "retrieval"},
@@ -39,7 +44,14 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for folder in FOLDERS for p in sorted((REPO / folder).rglob("*.py"))}
 
 
+def is_hooks(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) == 4 and parts[:2] == ["ragym", "envs"] and parts[3] == "hooks"
+
+
 def layer(module: str) -> str:
+    if is_hooks(module):
+        return "hooks"
     if module == "ragym.envs.retrieval" or module.startswith("ragym.envs.retrieval."):
         return "retrieval"
     return module.split(".")[1]
@@ -88,6 +100,13 @@ def test_imports_point_down_the_layers(source: str) -> None:
         f"{a} -> {b}" for a, b in GRAPH.edges if layer(a) == source and layer(b) not in ALLOWED[source]
     )
     assert not upward, f"{source} imports above itself:\n" + "\n".join(upward)
+
+
+def test_no_module_imports_an_env_s_hooks() -> None:
+    hooks = {m for m in MODULES if is_hooks(m)}
+    assert len(hooks) >= 4  # every shipped env has them
+    importers = sorted(f"{a} -> {b}" for a, b in GRAPH.edges if b in hooks)
+    assert not importers, "the registry loads an env's hooks by name; these import them:\n" + "\n".join(importers)
 
 
 def test_no_import_circle() -> None:

@@ -132,3 +132,24 @@ def _diagnose(text: str) -> str:
     if "<reason>" not in text or "</reason>" not in text:
         return "missing_reason"
     return "text_outside_blocks"
+
+
+def format_pages(pages: tuple[int, ...]) -> str:
+    """Page numbers as the grammar writes them (``3,7``)."""
+    return ",".join(str(p) for p in pages)
+
+
+def format_action(action: Action, reason: str = "") -> str:
+    """The canonical turn text for ``action``: ``parse_action`` reads it back as the same action (empty
+    feedback lists are left out, as the grammar allows)."""
+    if isinstance(action, Select):
+        body = f"<select>{format_pages(action.pages)}</select>"
+    elif isinstance(action, Refine):
+        parts = [f"<query>{action.query}</query>"]
+        parts += [f"<note>{action.note}</note>"] if action.note else []
+        parts += [f"<useful>{format_pages(action.useful)}</useful>"] if action.useful else []
+        parts += [f"<irrelevant>{format_pages(action.irrelevant)}</irrelevant>"] if action.irrelevant else []
+        body = f"<refine>{''.join(parts)}</refine>"
+    else:
+        body = f"<answer>{action.text}</answer>"
+    return f"<reason>{reason}</reason>{body}"

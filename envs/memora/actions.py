@@ -151,3 +151,20 @@ def _diagnose(text: str) -> str:
     if "<reason>" not in text or "</reason>" not in text:
         return "missing_reason"
     return "text_outside_blocks"
+
+
+def format_action(action: Action, reason: str = "") -> str:
+    """The canonical turn text for ``action``: ``parse_action`` reads it back as the same action."""
+    if isinstance(action, Decompose):
+        body = "".join(f"<factor p={p:g}>{text}</factor>" for text, p in action.factors)
+        body = f"<decompose>{body}</decompose>"
+    elif isinstance(action, Subquery):
+        body = f"<subquery f={action.factor}>{action.text}</subquery>"
+    elif isinstance(action, Extract):
+        items = "".join(f"<e d={d} s={s:g}>{snippet}</e>" for d, s, snippet in action.evidence)
+        body = f"<extract f={action.factor}>{items}</extract>"
+    elif isinstance(action, Judge):
+        body = f"<judge>{'>'.join(str(n) for n in action.order)}</judge>"
+    else:
+        body = "<stop></stop>"
+    return f"<reason>{reason}</reason>{body}"

@@ -1,6 +1,7 @@
 """The token budget report every prep prints for the rows it wrote (``ragym budget``, on a bounded sample).
 
-Each prep's rows are reported at its env's shipped paper recipe (``--budget-recipe`` picks another,
+Each prep's rows are reported at their env's shipped paper recipe (``EnvHooks.paper_recipe`` of the first row's
+env; ``--budget-recipe`` picks another,
 ``--no-budget-report`` skips it); without a local copy of the recipe's model the text tokens are estimated, and
 the report says so. A report that cannot run is one line on stderr: the rows are written either way.
 """
@@ -14,23 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragym.envs.hooks import hook
 from ragym.rl.budget.cli import prep_report
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.compose import resolve_recipe_path
 
 logger = logging.getLogger(__name__)
 
-PAPER_RECIPES = {
-    "infoseek": "kbvqa_qwen2_5_vl_7b",
-    "evqa": "kbvqa_qwen2_5_vl_7b",
-    "mmhops": "kbvqa_qwen2_5_vl_7b",
-    "mix": "kbvqa_qwen2_5_vl_7b",
-    "mragbench": "r3g_qwen2_5_vl_7b",
-    "bright": "memora_qwen2_5_vl_7b",
-    "mm-bright": "memora_qwen2_5_vl_7b",
-    "mmlongbench-doc": "docmemo_qwen2_5_vl_7b",
-}
-"""Each prep's env's shipped paper recipe."""
 SAMPLE_ROWS = 200
 """Rows reported by default (a seeded sample), so a prep of 100k rows stays fast."""
 
@@ -82,9 +73,23 @@ def print_budget_report(prep: str, files: Sequence[Path], options: BudgetOptions
     files = [f for f in files if f.is_file()]
     if not options.enabled or not files:
         return None
-    recipe = options.recipe or PAPER_RECIPES[prep]
     try:
+        recipe = options.recipe or paper_recipe(files[0])
         return prep_report(files, recipe, options.rows)
     except UsageError as err:
-        print(f"ragym prep {prep}: no budget report ({recipe}): {err}", file=sys.stderr)
+        print(f"ragym prep {prep}: no budget report ({options.recipe or files[0]}): {err}", file=sys.stderr)
         return None
+
+
+def paper_recipe(rows: Path) -> str:
+    """The paper recipe of the env the first row of ``rows`` (a parquet file) resets (``EnvHooks.paper_recipe``)."""
+    import pyarrow.parquet as pq
+
+    batch = next(pq.ParquetFile(rows).iter_batches(batch_size=1, columns=["extra_info"]), None)
+    if batch is None or batch.num_rows == 0:
+        raise UsageError(f"{rows} has no rows")
+    env_id = str(batch.column("extra_info")[0].as_py()["env_id"])
+    try:
+        return hook(env_id, "paper_recipe", "the budget report")
+    except LookupError as err:  # MissingHook, or an env that is not registered
+        raise UsageError(str(err)) from None

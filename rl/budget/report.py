@@ -21,7 +21,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from ragym.envs.registry import make_env
-from ragym.rl.budget.episodes import SUPPORTED_ENVS, Played, play_longest
+from ragym.rl.budget.episodes import Played, longest_episode_of, play_longest
 from ragym.rl.budget.tokens import EpisodeTokens, PixelRule, TextCounter, count_episode, pixel_rule
 from ragym.rl.data.rows import DataError
 from ragym.rl.errors import UsageError
@@ -52,10 +52,7 @@ class RowEpisodes:
 
     def env(self, spec: Any) -> Any:
         """The row's env, built with the kwargs the agent loop uses (``EpisodeSpec.recipe_env_kwargs``)."""
-        if spec.env_id not in SUPPORTED_ENVS:
-            raise UsageError(
-                f"no longest-episode policy for {spec.env_id}; ragym budget knows {', '.join(SUPPORTED_ENVS)}"
-            )
+        longest_episode_of(spec.env_id)  # an env without the hook is refused before it is built
         kwargs = spec.recipe_env_kwargs(self.url, self.images)
         key = json.dumps([spec.env_id, kwargs], sort_keys=True, default=str)
         if key not in self._envs:

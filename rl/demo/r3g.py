@@ -184,9 +184,9 @@ DEMO_BASELINES = ("no_modules", "mrag_topk", "r3g_fixed")
 def baselines(val_files: str, limit: int) -> dict[str, Any]:
     """The no-module ablation, MRAG's plain top-k and the fixed R3G pipeline (scripted judge) on the held-out
     rows the policy is evaluated on."""
+    from ragym.envs.r3g.report import summarize
     from ragym.rewards import Rubric
     from ragym.rl.eval.r3g_baselines import ScriptedModel, evaluate_baseline
-    from ragym.rl.eval.r3g_report import summarize
 
     rows = pd.read_parquet(val_files).head(limit)
     rubric = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from ragym.envs.events import events_of
+from ragym.envs.hooks import env_hooks, envs_with
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from ragym.rewards.infoseek import infoseek_final_score
@@ -36,7 +37,6 @@ from ragym.rl.engine.rollout import EpisodeResult, run_episodes
 from ragym.rl.errors import UsageError
 from ragym.rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
 from ragym.rl.eval.kbvqa_tables import figures, na_notes, paper_columns, row_groups
-from ragym.rl.eval.r3g_report import r3g_summary
 from ragym.rl.lora import ADAPTER_CONFIG, is_adapter_dir
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
@@ -189,11 +189,18 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
         "avg_turns": float(np.mean([r.turns for r in records])),
         "format_error_rate": sum(r.format_errors for r in records) / max(1, turns),
         "answered": float(np.mean([r.answer is not None for r in records])),
-        # R3G rows: accuracy and Recall@1/3/5 overall and per scenario (None for other envs' rows).
-        "r3g": r3g_summary([(json.loads(r.episode)["events"], r.correct) for r in records]),
+        # Each env's own figures (EnvHooks.eval_summary; R3G: accuracy and Recall@1/3/5 overall and per
+        # scenario), under the env's name; None where no episode is the env's.
+        **env_summaries([(json.loads(r.episode)["events"], r.correct) for r in records]),
     }
     summary["paper"] = paper_columns(sources.pop(), records, summary) if len(sources) == 1 else None
     return summary
+
+
+def env_summaries(episodes: list[tuple[list[dict[str, Any]], float]]) -> dict[str, Any]:
+    """Every env's ``EnvHooks.eval_summary`` of (events, correct) pairs, by the env's name."""
+    hooks = {env_hooks(env_id) for env_id in envs_with("eval_summary")}
+    return {h.name: h.eval_summary(episodes) for h in sorted(hooks, key=lambda h: h.name)}
 
 
 def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ no-module ablation (no plan, Stage-1 only, top-1 of R3G's pool); ``BASELINES`` k
 it is skipped, and the skip and its reason are written to ``metrics.json``.
 
 A fixed model plays every learned step through the env's own grammar, so baselines and trained policies
-share the pool, the fusion, the events and the metrics (``ragym.rl.eval.r3g_report``):
+share the pool, the fusion, the events and the metrics (``ragym.envs.r3g.report``):
 
 - ``ChatModel``: a frozen MLLM behind an OpenAI-compatible endpoint (``ragym.data_prep.chat``) writes the plan,
   the judge lines and the answer.
@@ -33,9 +33,9 @@ import pandas as pd
 from ragym.data_prep.chat import ChatClient, ChatConfig, image_content
 from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.envs.r3g.env import R3GEnv
+from ragym.envs.r3g.report import EpisodeScore, markdown, summarize
 from ragym.rewards import Rubric
 from ragym.rewards.episode import Episode
-from ragym.rl.eval.r3g_report import EpisodeScore, markdown, summarize
 
 MRAG_K = 5
 """Images MRAG feeds the model: MRAG-Bench's retrieved top-5."""

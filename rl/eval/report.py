@@ -8,8 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ragym.envs.hooks import env_hooks, envs_with
 from ragym.rl.eval.kbvqa_tables import markdown as kbvqa_markdown
-from ragym.rl.eval.r3g_report import markdown as r3g_markdown
 
 COLUMNS = (
     ("accuracy", "Acc."),
@@ -53,9 +53,11 @@ def markdown(metrics: dict[str, Any]) -> str:
     if paper:  # KB-VQA rows: the paper's Tables 2-4 columns, question types beside them
         lines += ["", "## MMAgent-R² columns", ""]
         lines += [kbvqa_markdown(name, columns) for name, columns in paper.items()]
-    r3g = {name: row["r3g"] for name, row in metrics["by_source"].items() if row.get("r3g")}
-    if r3g:  # R3G rows: the paper's accuracy and Recall@1/3/5 per scenario
-        lines += ["", r3g_markdown(r3g)]
+    for hooks in sorted({env_hooks(e) for e in envs_with("eval_markdown")}, key=lambda h: h.name):
+        # each env's own figures (R3G rows: the paper's accuracy and Recall@1/3/5 per scenario)
+        own = {name: row[hooks.name] for name, row in metrics["by_source"].items() if row.get(hooks.name)}
+        if own:
+            lines += ["", hooks.eval_markdown(own)]
     return "\n".join(lines) + "\n"
 
 

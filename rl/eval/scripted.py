@@ -170,6 +170,20 @@ class RandomPolicy:
         return options[int(self.rng.integers(len(options)))]
 
 
+class OneTurn:
+    """A scripted policy that ends the episode at once with one well-formed final action."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def reset(self, obs: dict[str, Any]) -> None:
+        """Nothing to remember."""
+
+    def act(self, obs_text: str) -> str:
+        """The final action."""
+        return self.text
+
+
 POLICIES = {"signature": SignaturePolicy, "oracle": OraclePolicy, "random": RandomPolicy}
 
 

@@ -15,8 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from ragym.envs.hooks import env_hooks, hook
 from ragym.envs.registry import make_env
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
@@ -30,42 +29,12 @@ from ragym.rl.models import load_policy
 logger = logging.getLogger(__name__)
 
 
-class OneTurn:
-    """An expert that ends the episode at once with a well-formed final action."""
-
-    def __init__(self, env: Any, text: str) -> None:
-        self.env, self.text = env, text
-
-    def reset(self, obs: dict[str, Any]) -> None:
-        """Nothing to remember."""
-
-    def act(self, obs_text: str) -> str:
-        """The final action."""
-        return self.text
-
-
 def expert_for(env_id: str, env: Any, seed: int) -> Any:
-    """A scripted expert for ``env_id``: the env's protocol played to the end (KB-VQA, R3G), or its final
-    action at once (DocMemo answers, MEMORA stops) where playing on needs reading the pages or the pool."""
-    from ragym.rl.demo.r3g import R3GExpert
-    from ragym.rl.eval.scripted import SignaturePolicy
-
-    if env_id in ("KBVQA-v0", "KBVQA-Demo-v0"):
-        return SignaturePolicy(env)
-    if env_id == "R3G-v0":
-        return R3GExpert(env, np.random.default_rng(seed), noise=0.0)
-    if env_id == "DocMemo-v0":
-        return OneTurn(env, "<reason>not in the summaries</reason><answer>Not answerable</answer>")
-    if env_id == "MEMORA-v0":
-        return OneTurn(env, "<reason>the first stage will do</reason><stop></stop>")
-    raise ValueError(f"no scripted expert for {env_id}")
+    """The scripted expert ``env_id``'s hooks register (``EnvHooks.expert``): its protocol played to the end
+    (KB-VQA, R3G), or its final action at once (DocMemo answers, MEMORA stops) where playing on needs reading."""
+    return hook(env_id, "expert", "the toy warm start")(env, seed)
 
 
-SCHEDULE = {"KBVQA-v0": (16, 48), "R3G-v0": (8, 48)}
-"""(rows, passes) where the default (8 rows, 16 passes) leaves the policy rarely finishing an episode: KB-VQA's
-episodes are four turns (at 20 passes a fresh toy run once scored no well-formed episode in 16; at 48 a quarter
-to a half are), R3G's judge turn scores every pool image (the longest turn any env asks for)."""
-DEFAULT_SCHEDULE = (8, 16)
 LEARNING_RATE = 3e-3
 """High for a 0.5M-parameter policy: a few passes make the expert's moves likely, not certain (rewards vary)."""
 
@@ -80,7 +49,7 @@ def warm_start(
     seed: int = 0,
 ) -> Path:
     """Imitate a scripted expert's episodes on the first of ``rows`` (``expert_for``; how many rows and passes:
-    ``SCHEDULE``) and save the policy to ``out``.
+    the envs' ``EnvHooks.warm_schedule``) and save the policy to ``out``.
 
     ``config`` is a composed recipe (its rollout and data sections build the agent loop that tokenizes the
     turns exactly as training will). torch runs with ragym's threads (one unless ``$OMP_NUM_THREADS``): with
@@ -89,7 +58,7 @@ def warm_start(
     """
     use_torch_threads()
     env_ids = {dict(row["extra_info"])["env_id"] for row in rows}
-    num_rows, default_epochs = max(SCHEDULE.get(env_id, DEFAULT_SCHEDULE) for env_id in env_ids)
+    num_rows, default_epochs = max(env_hooks(env_id).warm_schedule for env_id in env_ids)
     rows, epochs = rows[:num_rows], epochs or default_epochs
     model, tokenizer, processor = load_policy(policy_dir)
     server = ReplayServer(tokenizer)

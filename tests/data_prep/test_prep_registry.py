@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from ragym.data_prep import prep
-from ragym.rl.budget.prep_report import PAPER_RECIPES
+from ragym.envs.hooks import env_hooks
+from ragym.envs.registry import registered_envs
+from ragym.rl.recipe.compose import resolve_recipe_path
 
 
 def test_list_prints_every_registered_name(capsys: pytest.CaptureFixture) -> None:
@@ -48,5 +50,6 @@ def test_only_row_writing_preps_take_the_budget_flags(tmp_path: Path) -> None:
     # data preparation alone never takes them: the budget report is the ragym prep command's (rl)
     with pytest.raises(SystemExit):
         prep.main(["mragbench", "--raw", str(tmp_path), "--out", str(tmp_path / "o"), "--no-budget-report"])
-    # every prep that writes rows has a paper recipe for its budget report
-    assert {n for n, p in prep.PREPS.items() if p.budget} <= set(PAPER_RECIPES)
+    # every env's hooks name a shipped paper recipe for the budget report of the rows its preps write
+    for env_id in registered_envs():
+        assert resolve_recipe_path(env_hooks(env_id).paper_recipe).is_file(), env_id

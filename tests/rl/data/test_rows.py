@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from ragym.rl.data.rows import BadRow, DataError, load_rows
-from ragym.rl.tiny.toy_data import _memora_row
+from ragym.rl.tiny.toy_data import toy_rows
 from tests.rl.data.bad_rows import BAD_KINDS, truncated_copy, with_bad_rows
 
 
@@ -148,9 +148,9 @@ def test_rows_with_empty_or_null_prompts_are_listed_and_skipped(kb, tmp_path):
 
 def _memora_rows(path: Path, memory_dirs: list[str | None]) -> Path:
     """MEMORA-v0 rows of the toy data (its synthetic domain), each with or without a memory folder."""
+    toy = pd.read_parquet(toy_rows("MEMORA-v0", path.parent / "toy") / "train.parquet").to_dict("records")
     rows = []
-    for index, memory_dir in enumerate(memory_dirs):
-        row = _memora_row(index, "train", path.parent / "memory")
+    for row, memory_dir in zip(toy, memory_dirs, strict=False):
         kwargs = json.loads(row["extra_info"]["env_kwargs"])
         kwargs = {**kwargs, "memory_dir": memory_dir} if memory_dir is not None else {}
         rows.append({**row, "extra_info": {**row["extra_info"], "env_kwargs": json.dumps(kwargs)}})

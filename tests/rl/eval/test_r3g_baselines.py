@@ -27,7 +27,7 @@ from ragym.rl.eval.r3g_baselines import (
     main,
     run_fixed,
 )
-from ragym.rl.eval.r3g_report import EpisodeScore
+from ragym.envs.r3g.report import EpisodeScore
 from tests.data_prep.mragbench_fixture import write_fixture
 
 RUBRIC = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})

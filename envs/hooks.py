@@ -1,0 +1,106 @@
+"""What an environment gives the rest of ragym besides the env itself: its hooks, registered by its package.
+
+Training and evaluation need a few env-specific pieces: a scripted expert (the toy warm start, ``ragym rollout``),
+toy rows (``--toy``), the paper's longest episode (``ragym budget``), the paper recipe its preps feed, and its own
+evaluation summary. Each env package declares them in one ``EnvHooks`` (in its ``hooks.py``) and names that
+object when it registers (``register_env(..., hooks="pkg.hooks:HOOKS")``); ``rl/`` asks ``env_hooks(env_id)``
+and keeps no per-env list or branch.
+
+``hooks.py`` is the one module of an env package that may import the layers above ``envs`` (the scripted
+policies and toy-data builders live there): nothing imports it by name in code, the registry loads it when a hook
+is first asked for (``tests/test_package_graph.py`` checks both).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class MissingHook(LookupError):
+    """An env has no hook of the kind a command needs; the message names the env, the hook and where it goes."""
+
+
+@dataclass(frozen=True)
+class EnvHooks:
+    """One env's hooks. Every field is optional: a command that needs a missing one says which and stops."""
+
+    name: str
+    """Short name: shipped recipes for the env are named ``{name}_*.yaml`` (``kbvqa_qwen2_5_vl_7b``), which is
+    how ``--toy`` finds a recipe's env."""
+    format_action: Callable[..., str] | None = None
+    """The inverse of the env's parser: an action object (and optionally the reason) -> the turn text."""
+    expert: Callable[[Any, int], Any] | None = None
+    """``expert(env, seed)`` -> a scripted policy (``reset(obs)``, ``act(obs_text) -> turn``) that plays the env's
+    protocol well: the toy warm start imitates it, ``ragym rollout --policy expert`` plays it."""
+    warm_schedule: tuple[int, int] = (8, 16)
+    """(rows, passes) of the toy warm start (``ragym.rl.tiny.warm``): long episodes need more."""
+    toy_rows: Callable[[Path], None] | None = None
+    """``toy_rows(out)`` writes ``out/data/{train,test}.parquet`` (verl rows of the env's synthetic data)."""
+    longest_episode: Callable[[Any, dict[str, Any] | None, int], None] | None = None
+    """``longest_episode(env, options, seed)`` plays the paper's longest episode on ``env`` (a logging wrapper:
+    reset it with ``seed`` and ``options``, then step until done); ``ragym budget`` counts what it logged."""
+    paper_recipe: str | None = None
+    """The shipped recipe that trains the env at the paper's settings: the budget report of a prep that writes
+    the env's rows uses it."""
+    eval_summary: Callable[[list[tuple[list[dict[str, Any]], float]]], dict[str, Any] | None] | None = None
+    """``eval_summary([(events, correct), ...])`` -> the env's own figures in ``ragym eval``'s summary, under
+    ``name`` (None when no episode is the env's)."""
+    eval_markdown: Callable[[dict[str, dict[str, Any]]], str] | None = None
+    """``ragym eval``'s report.md section of the env's figures: data source -> what ``eval_summary`` returned."""
+
+
+_HOOKS: dict[str, str] = {}
+_LOADED: dict[str, EnvHooks] = {}
+
+
+def register_hooks(env_id: str, target: str) -> None:
+    """Name ``env_id``'s hooks: ``module:attribute`` of an ``EnvHooks`` (loaded when first asked for)."""
+    if ":" not in target:
+        raise ValueError(f"{env_id}: hooks must be 'module:attribute', got {target!r}")
+    _HOOKS[env_id] = target
+    _LOADED.pop(env_id, None)
+
+
+def hooked_envs() -> list[str]:
+    """Every env id with hooks, sorted."""
+    return sorted(_HOOKS)
+
+
+def env_hooks(env_id: str) -> EnvHooks:
+    """``env_id``'s hooks; an env registered without them is an error that says where they go."""
+    if env_id not in _LOADED:
+        if env_id not in _HOOKS:
+            raise MissingHook(
+                f"{env_id} registers no hooks: give its register_env(...) hooks='PACKAGE.hooks:HOOKS' "
+                "(docs/environments.md)"
+            )
+        module, attribute = _HOOKS[env_id].split(":")
+        hooks = getattr(importlib.import_module(module), attribute)
+        if not isinstance(hooks, EnvHooks):
+            raise TypeError(f"{env_id}: {_HOOKS[env_id]} is a {type(hooks).__name__}, not an EnvHooks")
+        _LOADED[env_id] = hooks
+    return _LOADED[env_id]
+
+
+def hook(env_id: str, name: str, purpose: str) -> Any:
+    """``env_id``'s hook ``name``; a missing one is a ``MissingHook`` naming ``purpose`` (what needed it)."""
+    found = getattr(env_hooks(env_id), name)
+    if found is None:
+        module = _HOOKS[env_id].split(":")[0]
+        raise MissingHook(f"{purpose} needs {env_id}'s {name!r} hook; {module} does not define it")
+    return found
+
+
+def envs_with(name: str) -> list[str]:
+    """The env ids whose hooks define ``name``, sorted."""
+    return [env_id for env_id in hooked_envs() if getattr(env_hooks(env_id), name) is not None]
+
+
+def env_named(name: str) -> str | None:
+    """The first env id registered whose hooks have the short ``name`` (``kbvqa``: ``KBVQA-v0``, not the demo
+    env registered after it with the same hooks), or None."""
+    return next((env_id for env_id in _HOOKS if env_hooks(env_id).name == name), None)

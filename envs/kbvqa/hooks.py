@@ -1,0 +1,88 @@
+"""KB-VQA's hooks (``ragym.envs.hooks``): the signature expert, the tiny synthetic KB as toy rows, the longest
+episode (every batch rejected), the paper recipe. This module may import the layers above ``envs``; only the
+registry loads it, by name."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from ragym.envs.hooks import EnvHooks
+from ragym.envs.kbvqa.actions import Answer, Reject, SearchImage, SearchText, format_action
+from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
+
+_HEADER = re.compile(r"^Candidates for Image \d+", re.MULTILINE)
+_CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: [^\s)]+\))?$", re.MULTILINE)
+
+
+def expert(env: Any, seed: int) -> Any:
+    """The signature policy: confirms the candidate whose signature matches the query image's, reads, answers."""
+    from ragym.rl.eval.scripted import SignaturePolicy
+
+    return SignaturePolicy(env)
+
+
+def toy_rows(out: Path) -> None:
+    """The ``tiny`` synthetic KB in ``out``, its rows in ``out/data``."""
+    from ragym.data_prep.synthetic_kb import main as build_kb
+
+    if build_kb(["--out", str(out), "--preset", "tiny"]) != 0:
+        raise RuntimeError(f"building the tiny synthetic KB in {out} failed")
+
+
+class LongestKBVQA:
+    """Pages every query image to its last batch, reads the last batches' top names, answers.
+
+    ``ragym.rl.eval.scripted.SignaturePolicy`` confirms a matching candidate as soon as one is shown; the longest
+    episode rejects every batch it may, so this is its own small policy.
+    """
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def reset(self, obs: dict[str, Any]) -> None:
+        """Start an episode from the task observation."""
+        config = self.env.unwrapped.config
+        self.max_rejections, self.max_queries = config.max_rejections, config.max_text_queries
+        self.num_images = len(obs["images"])
+        self.image, self.rejections, self.names, self.searched_text = 0, 0, [], False
+
+    def act(self, obs_text: str) -> str:
+        """Reject until the image's last batch, then the next image; then SearchText; then Answer."""
+        if LAST_TURN_NOTICE in obs_text or obs_text.startswith("Results for"):
+            return format_action(Answer("unknown"), "answer with what was read")
+        if _HEADER.search(obs_text):
+            if self.rejections < self.max_rejections:
+                self.rejections += 1
+                return format_action(Reject(), "no candidate matches the query image")
+            self.names += [m.group(1) for m in _CANDIDATE.finditer(obs_text)][:1]
+        # The task, an image's last batch, or no batch (boundary, no more candidates, retrieval down): next image.
+        self.image, self.rejections = self.image + 1, 0
+        if self.image <= self.num_images:
+            return format_action(SearchImage(self.image), f"identify the entity in image {self.image}")
+        if self.names and not self.searched_text:
+            self.searched_text = True
+            return format_action(SearchText(tuple(self.names[: self.max_queries])), "read about them")
+        return format_action(Answer("unknown"), "answer with what I have")
+
+
+def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None:
+    """Every query image searched and paged to its last batch (Rej_max rejections, so Rej_max + 1 batches of K
+    candidates), one SearchText with the last batches' top names, then the answer."""
+    from ragym.rl.eval.scripted import run_episode
+
+    run_episode(env, LongestKBVQA(env), seed, options)
+
+
+HOOKS = EnvHooks(
+    name="kbvqa",
+    format_action=format_action,
+    expert=expert,
+    # KB-VQA's episodes are four turns: at 20 passes a fresh toy run once scored no well-formed episode in 16;
+    # at 48 a quarter to a half are.
+    warm_schedule=(16, 48),
+    toy_rows=toy_rows,
+    longest_episode=longest_episode,
+    paper_recipe="kbvqa_qwen2_5_vl_7b",
+)

@@ -1,0 +1,66 @@
+"""MEMORA's hooks (``ragym.envs.hooks``): a one-turn expert, toy rows of the synthetic domain, the longest
+episode (the paper's fixed pipeline, never stopping early), the paper recipe. This module may import the layers
+above ``envs``; only the registry loads it, by name."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from ragym.envs.hooks import EnvHooks
+from ragym.envs.memora.actions import Stop, format_action
+
+NUM_TOY_ROWS = 16
+"""Rows per split (queries of the synthetic domain, in stream order)."""
+
+
+def expert(env: Any, seed: int) -> Any:
+    """Stops at once (the first stage's ranking): playing on needs reading the pool."""
+    from ragym.rl.eval.scripted import OneTurn
+
+    return OneTurn(format_action(Stop(), "the first stage will do"))
+
+
+def toy_rows(out: Path) -> None:
+    """Queries of the synthetic domain (in stream order), qrels as the ground truth; the train rows write the
+    episodic memory in ``out/memory``, the test rows read it frozen (as ``ragym prep bright`` splits)."""
+    from ragym.envs.memora.corpus import synthetic_collection
+    from ragym.rl.tiny.toy_data import toy_row, write_splits
+
+    domain = synthetic_collection(0)[0]
+    memory = out / "memory"
+
+    def row(index: int, split: str) -> dict[str, Any]:
+        query = domain.queries[index % len(domain.queries)]
+        options = {"query_id": query["id"], "query": query["query"], "qrels": query["qrels"],
+                   "excluded_ids": query["excluded_ids"], "domain": domain.name}  # fmt: skip
+        truth = {"qrels": query["qrels"], "excluded_ids": query["excluded_ids"]}
+        kwargs = {"memory_dir": str(memory.resolve()), "memory_frozen": split == "test"}
+        return toy_row("MEMORA-v0", index, split, "synthetic_memora", truth, options, kwargs)
+
+    write_splits(out / "data", {split: [row(offset + i, split) for i in range(NUM_TOY_ROWS)]
+                                for split, offset in (("train", 0), ("test", NUM_TOY_ROWS))})  # fmt: skip
+
+
+def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None:
+    """MEMORA's fixed pipeline (``ragym.rl.eval.memora_pipeline``) with K_max factors, never stopping early:
+    decompose, a subquery and an extraction over the whole pool per factor, expansions while the budgets last,
+    the judge, stop."""
+    from ragym.rl.eval.memora_models import ScriptedModel
+    from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
+
+    config = env.unwrapped.config
+    pipeline = PipelineConfig(num_factors=config.k_max, stop_threshold=math.inf, expand_below=math.inf,
+                              max_expansions=config.max_subqueries)  # fmt: skip
+    MemoraPipeline(ScriptedModel(), pipeline).play(env, options, seed)
+
+
+HOOKS = EnvHooks(
+    name="memora",
+    format_action=format_action,
+    expert=expert,
+    toy_rows=toy_rows,
+    longest_episode=longest_episode,
+    paper_recipe="memora_qwen2_5_vl_7b",
+)

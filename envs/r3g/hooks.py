@@ -1,0 +1,49 @@
+"""R3G's hooks (``ragym.envs.hooks``): the caption-cue expert, the tiny synthetic task as toy rows, the longest
+episode (judge every pooled image), the paper recipe, the per-scenario evaluation summary. This module may
+import the layers above ``envs``; only the registry loads it, by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragym.envs.hooks import EnvHooks
+from ragym.envs.r3g.actions import format_action
+from ragym.envs.r3g.report import markdown, r3g_summary
+
+
+def expert(env: Any, seed: int) -> Any:
+    """Plan, retrieve, judge by the caption cue without noise, answer (``ragym.rl.demo.r3g.R3GExpert``)."""
+    from ragym.rl.demo.r3g import R3GExpert
+
+    return R3GExpert(env, np.random.default_rng(seed), noise=0.0)
+
+
+def toy_rows(out: Path) -> None:
+    """The ``tiny`` synthetic R3G task in ``out``, its rows in ``out/data``."""
+    from ragym.data_prep.r3g_synthetic import PRESETS, build_task
+
+    build_task(out, PRESETS["tiny"])
+
+
+def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None:
+    """Plan, retrieve (pool of P), judge every pooled image, answer with the k evidence images."""
+    from ragym.rl.eval.scripted import run_episode
+
+    run_episode(env, expert(env, 0), seed, options)
+
+
+HOOKS = EnvHooks(
+    name="r3g",
+    format_action=format_action,
+    expert=expert,
+    # The judge turn scores every pool image (the longest turn any env asks for): more passes to learn it.
+    warm_schedule=(8, 48),
+    toy_rows=toy_rows,
+    longest_episode=longest_episode,
+    paper_recipe="r3g_qwen2_5_vl_7b",
+    eval_summary=r3g_summary,
+    eval_markdown=markdown,
+)
