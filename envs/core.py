@@ -1,9 +1,12 @@
-"""Shared vocabulary of every ragym environment: the image marker and the turn-length bound."""
+"""Shared vocabulary of every ragym environment: the image marker, the turn-length bound and the config fields
+every env shares (``EnvConfig``)."""
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
+
+from ragym.envs.image_budget import ImageBudget
 
 C = TypeVar("C")
 
@@ -19,6 +22,23 @@ def defuse(text: str) -> str:
     env's own, one per image (a literal ``<image>`` in a document, question or echoed query would make the agent
     loop's image count wrong and end the episode in error)."""
     return text.replace(IMAGE_PLACEHOLDER, "(image)")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The fields every env's config shares (each env's config extends it and may change a default): the turn
+    bound and the image budget, which the recipe's ``ragym.images`` fills in every env (``BUDGET_FIELDS``)."""
+
+    max_turn_chars: int = MAX_TURN_CHARS
+    """Longer turns are an ``oversized`` format error."""
+    query_max_pixels: int = ImageBudget.query_max_pixels
+    """Most pixels of a shown query image (fitted once, as the processor would: docs/scale.md)."""
+    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
+    """Most pixels of a shown candidate image (a retrieved image, a page)."""
+    image_min_pixels: int = ImageBudget.image_min_pixels
+    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
+    image_factor: int = ImageBudget.image_factor
+    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
 
 
 class UnknownSetting(TypeError):

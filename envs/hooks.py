@@ -32,7 +32,13 @@ class EnvHooks:
     """Short name: shipped recipes for the env are named ``{name}_*.yaml`` (``kbvqa_qwen2_5_vl_7b``), which is
     how ``--toy`` finds a recipe's env."""
     format_action: Callable[..., str] | None = None
-    """The inverse of the env's parser: an action object (and optionally the reason) -> the turn text."""
+    """The inverse of ``parse_action``: an action object (and the reason, where the grammar has one) -> the turn
+    text. Scripted policies write their turns with it."""
+    parse_action: Callable[[str], Any] | None = None
+    """The env's parser at its default settings: turn text -> action object (or its parse error)."""
+    example_actions: tuple[Any, ...] = ()
+    """At least one action of every kind the grammar has: ``format_action`` and ``parse_action`` must take each
+    round trip (``tests/envs/test_action_formats.py``)."""
     expert: Callable[[Any, int], Any] | None = None
     """``expert(env, seed)`` -> a scripted policy (``reset(obs)``, ``act(obs_text) -> turn``) that plays the env's
     protocol well: the toy warm start imitates it, ``ragym rollout --policy expert`` plays it."""

@@ -121,6 +121,28 @@ def service_source(
     return service_retrievers(url, client)
 
 
+ENV_PACKAGES_GROUP = "ragym.envs"
+"""Entry-point group of installed env packages outside ragym (``name = package``): ``ragym.envs`` imports each
+(so each registers its envs) wherever ragym's envs load, Ray workers included."""
+
+
+def import_env_packages() -> list[str]:
+    """Import every env package the ``ragym.envs`` entry points name; one that fails is an error naming it."""
+    from importlib.metadata import entry_points
+
+    imported = []
+    for point in entry_points(group=ENV_PACKAGES_GROUP):
+        try:
+            importlib.import_module(point.value)
+        except Exception as err:
+            raise ImportError(
+                f"env package {point.value!r} (entry point {point.name!r} of group {ENV_PACKAGES_GROUP!r}) "
+                f"failed to import: {type(err).__name__}: {err}"
+            ) from err
+        imported.append(point.value)
+    return imported
+
+
 SYNTHETIC_DATA_GROUP = "ragym.synthetic_data"
 """Entry-point group of the builders behind an env's built-in synthetic data (``name = module:function``)."""
 

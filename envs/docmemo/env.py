@@ -52,7 +52,7 @@ import gymnasium
 import numpy as np
 
 from ragym.envs import events as ev
-from ragym.envs.core import MAX_TURN_CHARS, env_config
+from ragym.envs.core import EnvConfig, env_config
 from ragym.envs.docmemo import events as docmemo_ev
 from ragym.envs.docmemo import views as views
 from ragym.envs.docmemo.actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
@@ -60,7 +60,7 @@ from ragym.envs.docmemo.beliefs import PageBeliefs, lambda_schedule, minmax_norm
 from ragym.envs.docmemo.pages import PageRetriever, similarity_vector
 from ragym.envs.docmemo.store import DocStore, doc_key, load_store
 from ragym.envs.docmemo.synthetic import synthetic_questions, synthetic_store
-from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.image_budget import budget_of
 from ragym.envs.retrieval.hits import Retriever, RetrieverSource
 from ragym.envs.retrieval.page_encoders import TextPageEncoder, VisualPageEncoder
 from ragym.envs.retrieval.service.client import RetrievalUnavailable
@@ -71,7 +71,7 @@ PAGE_MAX_PIXELS = 12_845_056
 
 
 @dataclass(frozen=True)
-class DocMemoConfig:
+class DocMemoConfig(EnvConfig):
     """Every DocMemo knob; T, the schedule shape and the loop follow the seed, the numbers are ours (it gives none)."""
 
     store_root: str | None = None
@@ -108,8 +108,6 @@ class DocMemoConfig:
     """T: retrieval-reasoning rounds; a refinement in the last round ends the episode (truncated)."""
     max_turns: int = 8
     """Turn budget, format errors included (each round takes two turns: select, then answer/refine)."""
-    max_turn_chars: int = MAX_TURN_CHARS
-    """Longer turns are an ``oversized`` format error."""
     max_obs_chars: int = 32768
     """Bound of the text observation space."""
     max_sections: int = 12
@@ -144,10 +142,6 @@ class DocMemoConfig:
     default, Qwen2.5-VL's own ``max_pixels``, bounds nothing ``image_max_side`` has not already bounded."""
     query_max_pixels: int = PAGE_MAX_PIXELS
     """DocMemo shows no query image; kept so one recipe budget fits every env."""
-    image_min_pixels: int = ImageBudget.image_min_pixels
-    """Fewest pixels of a fitted page (the processor's ``min_pixels``)."""
-    image_factor: int = ImageBudget.image_factor
-    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
     encoder: str = "text"
     """Page encoder: ``text`` (all-MiniLM-L6-v2, CPU) or ``visual`` (``visual_model_path`` on ``device``)."""
     visual_model_path: str = ""

@@ -4,11 +4,13 @@ episode (every candidate read in every round), the paper recipe. This module may
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
 
-from ragym.envs.docmemo.actions import NOT_ANSWERABLE, Answer, Refine, Select, format_action
+from ragym.envs.core import MAX_TURN_CHARS
+from ragym.envs.docmemo.actions import NOT_ANSWERABLE, Answer, Refine, Select, format_action, parse_action
 from ragym.envs.hooks import EnvHooks
 
 
@@ -88,6 +90,14 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
 HOOKS = EnvHooks(
     name="docmemo",
     format_action=format_action,
+    parse_action=functools.partial(parse_action, max_chars=MAX_TURN_CHARS),
+    example_actions=(
+        Select((3, 7)),
+        Refine("revenue in 2021", "the table is on a later page", (3,), (7, 9)),
+        Refine("revenue", "", (), ()),
+        Answer("42 million", False),
+        Answer(NOT_ANSWERABLE, True),
+    ),  # fmt: skip
     expert=expert,
     toy_rows=toy_rows,
     longest_episode=longest_episode,

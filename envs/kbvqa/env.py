@@ -42,8 +42,8 @@ import numpy as np
 import pandas as pd
 
 from ragym.envs import events as ev
-from ragym.envs.core import MAX_TURN_CHARS, env_config
-from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.core import EnvConfig, env_config
+from ragym.envs.image_budget import budget_of
 from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.kbvqa import prompts as prompts
@@ -67,7 +67,7 @@ from ragym.envs.spaces import text_image_space
 
 
 @dataclass(frozen=True)
-class KBVQAConfig:
+class KBVQAConfig(EnvConfig):
     """Everything that shapes a KB-VQA episode; defaults are the paper's (K=5, Rej_max=2, T_max=8, top-3)."""
 
     kb_dir: str | None = None
@@ -97,8 +97,6 @@ class KBVQAConfig:
     index_kind: str = "auto"
     """faiss index for live search: ``auto`` (the KB's built index when kb.json records one, else ``flat``),
     ``built`` (that index, required), or one built at load: ``flat``, ``hnsw`` or ``ivf``."""
-    max_turn_chars: int = MAX_TURN_CHARS
-    """Longer turns are an ``oversized`` format error."""
     last_turn_notice: bool = True
     """Tell the policy, before its last turn, to answer now."""
     max_obs_chars: int = 200_000
@@ -107,15 +105,6 @@ class KBVQAConfig:
     """Upper bound of images in one observation (the space's limit)."""
     max_image_side: int = 4096
     """Upper bound of an image side in the observation space."""
-    query_max_pixels: int = ImageBudget.query_max_pixels
-    """Most pixels of a shown query image (fitted once, as the processor would: docs/scale.md);
-    the recipe's ``ragym.images`` sets it for every env."""
-    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
-    """Most pixels of a shown candidate image."""
-    image_min_pixels: int = ImageBudget.image_min_pixels
-    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
-    image_factor: int = ImageBudget.image_factor
-    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
 
     def __post_init__(self) -> None:
         budget_of(self)  # a budget no image fits is refused here, naming the field

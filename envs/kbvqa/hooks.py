@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from ragym.envs.hooks import EnvHooks
-from ragym.envs.kbvqa.actions import Answer, Reject, SearchImage, SearchText, format_action
+from ragym.envs.kbvqa.actions import (
+    Answer,
+    Reject,
+    Rerank,
+    SearchImage,
+    SearchText,
+    format_action,
+    parse_action,
+)
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
 
 _HEADER = re.compile(r"^Candidates for Image \d+", re.MULTILINE)
@@ -78,6 +86,14 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
 HOOKS = EnvHooks(
     name="kbvqa",
     format_action=format_action,
+    parse_action=parse_action,
+    example_actions=(
+        SearchImage(2),
+        SearchText(("Cobalt Lorfen Fern", 'a "quoted" name')),
+        Rerank("Jade Varmel Moth"),
+        Reject(),
+        Answer("1732"),
+    ),  # fmt: skip
     expert=expert,
     # KB-VQA's episodes are four turns: at 20 passes a fresh toy run once scored no well-formed episode in 16;
     # at 48 a quarter to a half are.

@@ -153,15 +153,21 @@ def _diagnose(text: str) -> str:
     return "text_outside_blocks"
 
 
+def format_number(value: float) -> str:
+    """A number as the grammar writes it: plain decimal, at most 6 decimals (``0.5``, ``8``)."""
+    return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
 def format_action(action: Action, reason: str = "") -> str:
-    """The canonical turn text for ``action``: ``parse_action`` reads it back as the same action."""
+    """The canonical turn text for ``action``: ``parse_action`` reads it back as the same action (numbers with
+    at most 6 decimals, as the grammar reads them)."""
     if isinstance(action, Decompose):
-        body = "".join(f"<factor p={p:g}>{text}</factor>" for text, p in action.factors)
+        body = "".join(f"<factor p={format_number(p)}>{text}</factor>" for text, p in action.factors)
         body = f"<decompose>{body}</decompose>"
     elif isinstance(action, Subquery):
         body = f"<subquery f={action.factor}>{action.text}</subquery>"
     elif isinstance(action, Extract):
-        items = "".join(f"<e d={d} s={s:g}>{snippet}</e>" for d, s, snippet in action.evidence)
+        items = "".join(f"<e d={d} s={format_number(s)}>{snippet}</e>" for d, s, snippet in action.evidence)
         body = f"<extract f={action.factor}>{items}</extract>"
     elif isinstance(action, Judge):
         body = f"<judge>{'>'.join(str(n) for n in action.order)}</judge>"

@@ -34,8 +34,8 @@ import numpy as np
 from PIL import Image
 
 from ragym.envs import events as ev
-from ragym.envs.core import env_config
-from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.core import EnvConfig, env_config
+from ragym.envs.image_budget import budget_of
 from ragym.envs.memora import events as memora_ev
 from ragym.envs.memora import views as views
 from ragym.envs.memora.actions import (
@@ -71,7 +71,7 @@ _OPTION_KEYS = {
 
 
 @dataclass(frozen=True)
-class MemoraConfig(ScoreWeights):
+class MemoraConfig(ScoreWeights, EnvConfig):
     """Every MEMORA-v0 knob: the paper's numbers (section 4.2) where it gives them, ragym's elsewhere."""
 
     k0: int = 50
@@ -131,17 +131,6 @@ class MemoraConfig(ScoreWeights):
     """The first stage searches with the query text plus its image description, when there is one."""
     image_max_side: int = 1024
     """Longer side of the query image."""
-    query_max_pixels: int = ImageBudget.query_max_pixels
-    """Most pixels of the shown query image (fitted as the processor would: docs/scale.md); the
-    recipe's ``ragym.images`` sets it for every env."""
-    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
-    """Most pixels of a retrieved image (MEMORA shows none; kept so one recipe budget fits every env)."""
-    image_min_pixels: int = ImageBudget.image_min_pixels
-    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
-    image_factor: int = ImageBudget.image_factor
-    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
-    max_turn_chars: int = 8192
-    """Longer turns are an ``oversized`` format error."""
     max_obs_chars: int = 16384
     """Bound of the text observation space."""
 

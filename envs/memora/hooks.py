@@ -4,12 +4,14 @@ above ``envs``; only the registry loads it, by name."""
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
 
 from ragym.envs.hooks import EnvHooks
-from ragym.envs.memora.actions import Stop, format_action
+from ragym.envs.memora.actions import Decompose, Extract, Judge, Stop, Subquery, format_action, parse_action
+from ragym.envs.memora.env import MemoraConfig
 
 NUM_TOY_ROWS = 16
 """Rows per split (queries of the synthetic domain, in stream order)."""
@@ -59,6 +61,14 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
 HOOKS = EnvHooks(
     name="memora",
     format_action=format_action,
+    parse_action=functools.partial(parse_action, max_chars=MemoraConfig.max_turn_chars),
+    example_actions=(
+        Decompose((("a sorting algorithm", 0.6), ("stable", 0.4))),
+        Subquery(1, "stable sort in place"),
+        Extract(2, ((3, 8.0, "merge sort is stable"), (5, 0.5, "heap sort is not"))),
+        Judge((3, 1, 5)),
+        Stop(),
+    ),  # fmt: skip
     expert=expert,
     toy_rows=toy_rows,
     longest_episode=longest_episode,

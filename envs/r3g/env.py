@@ -38,8 +38,8 @@ import numpy as np
 import pandas as pd
 
 from ragym.envs import events as ev
-from ragym.envs.core import MAX_TURN_CHARS, env_config
-from ragym.envs.image_budget import ImageBudget, budget_of
+from ragym.envs.core import EnvConfig, env_config
+from ragym.envs.image_budget import budget_of
 from ragym.envs.image_cache import read_image
 from ragym.envs.r3g import events as r3g_ev
 from ragym.envs.r3g import prompts as prompts
@@ -73,7 +73,7 @@ REQUIRED_OPTIONS = ("question", "query_image", "gold_images")
 
 
 @dataclass(frozen=True)
-class R3GConfig:
+class R3GConfig(EnvConfig):
     """Every R3G knob; defaults are the paper's (P=5, k=1, fused, plan first, weights 0.20/0.35/0.45)."""
 
     task_dir: str | None = None
@@ -106,8 +106,6 @@ class R3GConfig:
     """CPU-demo aid layer: show each image's corpus caption beside it (MRAG-Bench images have none)."""
     max_turns: int = 6
     """Policy turns per episode."""
-    max_turn_chars: int = MAX_TURN_CHARS
-    """Longer turns are an ``oversized`` format error."""
     last_turn_notice: bool = True
     """Tell the policy, before its last turn, to answer now."""
     max_obs_chars: int = 100_000
@@ -116,15 +114,6 @@ class R3GConfig:
     """Upper bound of images in one observation."""
     max_image_side: int = 4096
     """Upper bound of an image side in the observation space."""
-    query_max_pixels: int = ImageBudget.query_max_pixels
-    """Most pixels of the shown query image (fitted once, as the processor would: docs/scale.md);
-    the recipe's ``ragym.images`` sets it for every env."""
-    candidate_max_pixels: int = ImageBudget.candidate_max_pixels
-    """Most pixels of a shown pool or evidence image."""
-    image_min_pixels: int = ImageBudget.image_min_pixels
-    """Fewest pixels of a fitted image (the processor's ``min_pixels``)."""
-    image_factor: int = ImageBudget.image_factor
-    """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
 
     def __post_init__(self) -> None:
         budget_of(self)  # a budget no image fits is refused here, naming the field

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ragym.envs.hooks import EnvHooks
-from ragym.envs.r3g.actions import format_action
+from ragym.envs.r3g.actions import Answer, Judge, JudgeScore, Plan, Retrieve, format_action, parse_action
 from ragym.envs.r3g.report import markdown, r3g_summary
 
 
@@ -38,6 +38,15 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
 HOOKS = EnvHooks(
     name="r3g",
     format_action=format_action,
+    parse_action=parse_action,
+    example_actions=(
+        Plan("shape, then colour"),
+        Retrieve("the query image"),
+        Judge(
+            (JudgeScore(1, 0.5, 1.0, 0.0, "same shape"), JudgeScore(2, 0.25, 0.0, 1.0, "other colour")), ()
+        ),
+        Answer("B"),
+    ),  # fmt: skip
     expert=expert,
     # The judge turn scores every pool image (the longest turn any env asks for): more passes to learn it.
     warm_schedule=(8, 48),

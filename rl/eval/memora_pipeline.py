@@ -28,6 +28,7 @@ from typing import Any
 
 import gymnasium
 
+from ragym.envs.memora.actions import Decompose, Extract, Judge, Stop, Subquery, format_action
 from ragym.rl.eval.memora_models import CommitteeModel
 
 
@@ -70,15 +71,13 @@ def _clean(text: str) -> str:
 
 def decompose_turn(factors: list[tuple[str, float]]) -> str:
     """The decompose action text."""
-    body = "".join(f"<factor p={p:.3f}>{_clean(t)}</factor>" for t, p in factors)
-    return f"<reason>decompose the query into intent factors</reason><decompose>{body}</decompose>"
+    action = Decompose(tuple((_clean(t), round(p, 3)) for t, p in factors))
+    return format_action(action, "decompose the query into intent factors")
 
 
 def subquery_turn(factor: int, text: str) -> str:
     """The subquery action text."""
-    return (
-        f"<reason>expand the pool for factor {factor}</reason><subquery f={factor}>{_clean(text)}</subquery>"
-    )
+    return format_action(Subquery(factor, _clean(text)), f"expand the pool for factor {factor}")
 
 
 def extract_turn(
@@ -89,21 +88,19 @@ def extract_turn(
     seen: dict[int, tuple[float, str]] = {}
     for number, score, snippet in evidence:
         seen.setdefault(number, (min(max(score, 0.0), scale), snippet))
-    body = "".join(f"<e d={n} s={s:.3f}>{_clean(snip[:snippet_chars])}</e>" for n, (s, snip) in seen.items())
-    return f"<reason>evidence for factor {factor}</reason><extract f={factor}>{body}</extract>"
+    items = tuple((n, round(s, 3), _clean(snip[:snippet_chars])) for n, (s, snip) in seen.items())
+    return format_action(Extract(factor, items), f"evidence for factor {factor}")
 
 
 def judge_turn(order: list[int]) -> str:
     """The judge action text."""
-    return (
-        f"<reason>listwise verdict</reason><judge>{' > '.join(str(n) for n in dict.fromkeys(order))}</judge>"
-    )
+    return format_action(Judge(tuple(dict.fromkeys(order))), "listwise verdict")
 
 
 CALL_KINDS = ("decompose", "subquery", "extract", "judge")
 """The model calls ``play`` counts (each is one LLM request)."""
 
-STOP_TURN = "<reason>the ranking is final</reason><stop></stop>"
+STOP_TURN = format_action(Stop(), "the ranking is final")
 
 
 class MemoraPipeline:

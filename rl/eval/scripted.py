@@ -19,11 +19,13 @@ from typing import Any
 import numpy as np
 
 from ragym.envs.events import events_of
+from ragym.envs.hooks import MissingHook, hook
 from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
 from ragym.envs.kbvqa.demo import AID_FIELDS, KBVQADemoEnv
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
 from ragym.envs.metrics import episode_metrics, mean_metrics
-from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE, score_answer
+from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE, answer_data_sources, score_answer
+from ragym.rl.errors import UsageError
 from ragym.rl.recipe.overrides import parse_overrides
 
 _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: ([^\s)]+)\))?$", re.MULTILINE)
@@ -199,13 +201,26 @@ def run_episode(env: Any, policy: Any, seed: int, options: dict[str, Any] | None
     return {"turns": turns, "events": info["events"], "truncated": truncated}
 
 
+def expert_of(env_id: str, env: Any) -> Any:
+    """The scripted expert ``env_id``'s hooks register (``EnvHooks.expert``), a usage error where none is."""
+    try:
+        return hook(env_id, "expert", "ragym rollout --policy expert")(env, 0)
+    except MissingHook as err:
+        raise UsageError(str(err)) from None
+
+
 def rollout_metrics(
     env_id: str, events: list[dict[str, Any]], data_source: str, ground_truth: Any
 ) -> dict[str, float | None]:
-    """The episode metrics (``ragym.envs.metrics``) plus ``answer_acc``: the answer scored like the outcome reward."""
+    """The episode metrics (``ragym.envs.metrics``) plus ``answer_acc``: the answer scored like the outcome reward
+    (None for a data source without an answer metric, e.g. a ranking task's)."""
     answers = events_of(events, "answer")
     answer = answers[0]["text"] if answers else None
-    accuracy = score_answer(data_source, answer, ground_truth, time_year_tolerance=PAPER_TIME_YEAR_TOLERANCE)
+    accuracy = (
+        score_answer(data_source, answer, ground_truth, time_year_tolerance=PAPER_TIME_YEAR_TOLERANCE)
+        if data_source in answer_data_sources()
+        else None
+    )
     return {**episode_metrics(env_id, events), "answer_acc": accuracy}
 
 
@@ -234,7 +249,8 @@ class RowEnvs:
         key = json.dumps([env_id, kwargs], sort_keys=True, default=str)
         if key not in self.built:
             env = envs.make_env(env_id, **kwargs)
-            policy = POLICIES[self.policy](env)  # the policy keeps the bare env; episodes run on the log
+            # the policy keeps the bare env; episodes run on the log
+            policy = expert_of(env_id, env) if self.policy == "expert" else POLICIES[self.policy](env)
             self.built[key] = (env_id, ObservationLog(env) if self.traced else env, policy)
             self.kb_dirs.add(str(kwargs.get("kb_dir")))
         return self.built[key]
@@ -255,7 +271,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data", help="verl parquet rows (default: the KB's data/SPLIT.parquet)")
     parser.add_argument("--bad-rows", default="skip", choices=BAD_ROW_POLICIES,
                         help="rows that cannot start an episode: list and skip them (default), or stop")  # fmt: skip
-    parser.add_argument("--policy", default="signature", choices=sorted(POLICIES))
+    parser.add_argument("--policy", default="signature", choices=sorted([*POLICIES, "expert"]),
+                        help="a KB-VQA policy, or expert: the scripted expert each row's env registers (any env)")  # fmt: skip
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from ragym.envs.hooks import env_hooks, env_named, hooked_envs
 from ragym.rl.engine.verl_local import console_step_metrics
 
 pytestmark = pytest.mark.ray
@@ -28,12 +29,14 @@ RUN_TIMEOUT_S = 1500
 """Longest a ``ragym`` command may take, a hang guard: a two-step run takes about 1.5 min on 2 idle cores, but
 ``make test`` runs two verl runs side by side and CI machines are shared (the LoRA run passed 900 s beside the
 other worker's run and three other jobs' training, load ~10)."""
+VLLM_ONLY = {"R3G-v0"}
 RECIPES = {
-    "KBVQA-v0": "kbvqa_qwen2_5_vl_7b",
-    "DocMemo-v0": "docmemo_qwen2_5_vl_7b",
-    "MEMORA-v0": "memora_qwen2_5_vl_7b",
+    env_id: env_hooks(env_id).paper_recipe
+    for env_id in sorted({env_named(env_hooks(e).name) for e in hooked_envs()})
+    if env_id not in VLLM_ONLY and env_hooks(env_id).paper_recipe
 }
-"""The envs run with ragym's hf rollout. R3G runs on verl's trainer with the vLLM rollout instead
+"""Each env's paper recipe (``EnvHooks.paper_recipe``; one env per hooks: KB-VQA's demo env shares KB-VQA's), run
+with ragym's hf rollout. R3G runs on verl's trainer with the vLLM rollout instead
 (``tests/launch/test_verl_vllm.py``, export and eval included): the hf rollout's image path is KB-VQA's, and each
 run costs 4-8 min of CI."""
 PROBS_DIFF_BOUND = 0.01

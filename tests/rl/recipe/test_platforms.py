@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from ragym.envs.hooks import env_hooks, hooked_envs
 from ragym.rl.recipe.check import check_recipe, uncommented_knobs
 from ragym.rl.recipe.platforms import PLATFORMS_DIR, cluster_overrides, merge_overrides, platform_overrides
 
-PAPER_RECIPES = ["kbvqa_qwen2_5_vl_7b", "docmemo_qwen2_5_vl_7b", "memora_qwen2_5_vl_7b", "r3g_qwen2_5_vl_7b"]
+PAPER_RECIPES = sorted({env_hooks(env_id).paper_recipe for env_id in hooked_envs()} - {None})
+"""Every env's paper recipe (``EnvHooks.paper_recipe``)."""
 
 
 @pytest.mark.parametrize("name", ["cpu", "toy"])
