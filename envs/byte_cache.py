@@ -56,6 +56,16 @@ class ByteLRU(Generic[V]):
             self._evict()
         return value
 
+    def get(self, key: Hashable) -> V | None:
+        """The value cached under ``key`` (now the most recently used), else None; computes nothing."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            self.num_hits += 1
+            return entry[0]
+
     def clear(self) -> None:
         """Forget every value (the counters stay)."""
         with self._lock:

@@ -3,6 +3,7 @@ cache bounded in bytes (``ragym.images.cache_bytes``)."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -44,11 +45,56 @@ def clear_image_cache() -> None:
     IMAGE_CACHE.clear()
 
 
+ImageSource = tuple[str, ImageBudget | None, str]
+"""Where a decoded image came from: (path, budget, role), the arguments of ``read_image`` that give it again."""
+SOURCE_BYTES = 512
+"""What one entry of the source index is charged (a digest, a path and a budget): ~30,000 entries in 16 MiB."""
+_SOURCES: ByteLRU[ImageSource] = ByteLRU(16 << 20)
+"""Content digest -> source of the images ``read_image`` decoded, so a reference to one names its file."""
+
+
+def content_digest(image: np.ndarray) -> str:
+    """A digest of a uint8 image's size and pixels (32 hex digits): equal pictures, equal digests.
+
+    >>> content_digest(np.zeros((2, 3, 3), np.uint8)) == content_digest(np.zeros((2, 3, 3), np.uint8))
+    True
+    """
+    digest = hashlib.blake2b(str(image.shape).encode(), digest_size=16)
+    digest.update(np.ascontiguousarray(image).data)
+    return digest.hexdigest()
+
+
+def image_source(digest: str) -> ImageSource | None:
+    """The ``(path, budget, role)`` this process read the image with ``digest`` from, if it did (and remembers)."""
+    return _SOURCES.get(digest)
+
+
+def cache_key(path: str | Path, budget: ImageBudget | None, role: str) -> tuple:
+    """The cache key of ``read_image(path, budget, role)``."""
+    return (str(path), None if budget is None else (budget, role))
+
+
+def cached_image(key: object) -> np.ndarray | None:
+    """The image cached under ``key`` (``cache_key`` or a reference's), else None; reads nothing."""
+    return IMAGE_CACHE.get(key)
+
+
 def read_image(path: str | Path, budget: ImageBudget | None = None, role: str = "query") -> np.ndarray:
     """The image at ``path`` as uint8 (H, W, 3), fitted to ``budget``'s ``role`` pixels when one is given;
-    decoded and fitted once per process while it stays in the byte-bounded cache (read-only)."""
-    key = (str(path), None if budget is None else (budget, role))
-    return IMAGE_CACHE.get_or_compute(key, lambda: _read_only(_fitted(str(path), budget, role)), _nbytes)
+    decoded and fitted once per process while it stays in the byte-bounded cache (read-only). Its digest is
+    remembered with its source, so ``ragym.envs.image_ref`` can refer to it by file."""
+
+    def decode() -> np.ndarray:
+        image = _read_only(_fitted(str(path), budget, role))
+        source = (str(path), budget, role)
+        _SOURCES.get_or_compute(content_digest(image), lambda: source, _source_bytes)
+        return image
+
+    return IMAGE_CACHE.get_or_compute(cache_key(path, budget, role), decode, _nbytes)
+
+
+def _source_bytes(source: ImageSource) -> int:
+    return SOURCE_BYTES
 
 
 def _fitted(path: str, budget: ImageBudget | None, role: str) -> np.ndarray:

@@ -33,6 +33,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from ragym.data_prep.rows import AGENT_NAME
 from ragym.envs import events as ev
+from ragym.envs.image_ref import ImageRef, image_ref
 from ragym.envs.metrics import episode_metrics
 from ragym.envs.registry import make_env
 from ragym.rl.agent_loop.observations import EpisodeSpec, observation_message
@@ -55,6 +56,8 @@ class _Episode:
 
     messages: list[dict[str, Any]]
     images: list[Image.Image]
+    image_refs: list[ImageRef]
+    """``images`` by reference, in the same order: what leaves the loop beside verl's ``multi_modal_data``."""
     runtime_ids: list[int]
     request_id: str
     response_logprobs: list[float] | None
@@ -78,6 +81,11 @@ class _Episode:
 @register(AGENT_NAME)
 class RagymEnvAgentLoop(AgentLoopBase):
     """Multi-turn rollouts of a ragym env: generated tokens mask 1, observation tokens mask 0."""
+
+    keep_image_pixels: bool = False
+    """Whether images referred to by content alone (``ragym.envs.image_ref``) stay in this process's image cache
+    for the output's consumer: the local engine's trainer, in this process (``make_agent_loop``). Under verl the
+    consumer is verl's worker, which takes ``multi_modal_data``'s pixels, so the cache holds no second copy."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # verl also passes its tool list (``tools=``); ragym's tools are the env's actions, so it is unused.
@@ -110,7 +118,10 @@ class RagymEnvAgentLoop(AgentLoopBase):
         self._assert_mm_supported(bool(images))
         prompt_ids = await self.ct_build_initial_tokens(messages, images=images or None)
         logprobs = [] if sampling_params.get("logprobs") else None
-        episode = _Episode(messages, images, list(prompt_ids), request_id, logprobs, events=info["events"])
+        refs = [image_ref(image, self.keep_image_pixels) for image in obs["images"]]
+        episode = _Episode(
+            messages, images, refs, list(prompt_ids), request_id, logprobs, events=info["events"]
+        )
         episode.observations.append({"text": obs["text"], "num_images": len(images)})
         params = {**sampling_params, "stop": list(env.stop_strings), "include_stop_str_in_output": True}
         try:
@@ -142,7 +153,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         messages = [{"role": "user", "content": f"(no episode: {spec.env_id} could not start: {error})"}]
         prompt_ids = await self.ct_build_initial_tokens(messages)
         logprobs = [] if sampling_params.get("logprobs") else None
-        episode = _Episode(messages, [], list(prompt_ids), request_id, logprobs,
+        episode = _Episode(messages, [], [], list(prompt_ids), request_id, logprobs,
                            events=[ev.episode_error(-1, "reset", error)], failed=True)  # fmt: skip
         params = {**sampling_params, "max_tokens": 1}
         output: TokenOutput = await self.server_manager.generate(
@@ -249,6 +260,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         episode.runtime_ids, episode.response_mask = merged.token_ids, mask
         episode.response_logprobs = logprobs
         episode.images.extend(images)
+        episode.image_refs.extend(image_ref(image, self.keep_image_pixels) for image in obs["images"])
         episode.observations.append({"text": obs["text"], "num_images": len(images)})
         return None
 
@@ -281,6 +293,9 @@ class RagymEnvAgentLoop(AgentLoopBase):
             "truncated": episode.truncated,
             "episode_metrics": episode_metrics(env_id, episode.events),
             "env_id": env_id,
+            # The context's images by reference (ragym.envs.image_ref), for consumers that hold no pixels: the
+            # local engine's batch and traces. verl's own hops take the pixels of multi_modal_data (docs/training.md).
+            "image_refs": episode.image_refs,
             "turn_ids": _turn_ids(episode.turn_spans, episode.response_mask),
             "turn_scores": [],
             "tool_rewards": [],
@@ -360,7 +375,7 @@ def make_agent_loop(config: DictConfig, server: Any, tokenizer: Any, processor: 
     ``config`` is the composed verl config (``actor_rollout_ref.rollout`` and ``data`` are read);
     ``server`` has verl's ``generate(request_id=, prompt_ids=, sampling_params=, image_data=) -> TokenOutput``.
     """
-    return RagymEnvAgentLoop(
+    loop = RagymEnvAgentLoop(
         trainer_config=DictConfigWrap(config),
         server_manager=server,
         tokenizer=tokenizer,
@@ -369,3 +384,5 @@ def make_agent_loop(config: DictConfig, server: Any, tokenizer: Any, processor: 
         data_config=DictConfigWrap(config.data),
         hf_model_type=processor.config.model_type if processor is not None else None,
     )
+    loop.keep_image_pixels = True  # the caller holds the outputs' images by reference (ragym.envs.image_ref)
+    return loop

@@ -13,6 +13,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
+from ragym.envs.image_ref import ImageRef
 from ragym.rewards.verl import compute_score
 from ragym.rl.engine.grpo import Sample
 
@@ -26,7 +27,8 @@ class EpisodeResult:
     uid: str
     """GRPO group id (one per row per step)."""
     output: AgentLoopOutput
-    """The agent loop's output: prompt/response ids, mask, images, extra fields."""
+    """The agent loop's output: prompt/response ids, mask, extra fields, and its images by reference
+    (``multi_modal_data["images"]``: ``ImageRef``s, ``by_reference``)."""
     score: dict[str, float]
     """``compute_score``'s result: ``score`` (the total) and ``reward/<term>`` values."""
     stats: dict[str, float | None] = field(default_factory=dict)
@@ -57,6 +59,20 @@ class RolloutTimes:
     generate: float = 0.0
     env: float = 0.0
     reward: float = 0.0
+
+
+def by_reference(output: AgentLoopOutput) -> AgentLoopOutput:
+    """``output`` with its images replaced by the agent loop's references to them (``extra_fields["image_refs"]``):
+    what the step's batch, the dynamic-sampling rounds and the rollout-ahead queue hold, so a batch costs a few
+    hundred bytes per image, not its pixels; the update resolves them through the image cache."""
+    images = (output.multi_modal_data or {}).get("images", [])
+    refs: list[ImageRef] = list(output.extra_fields.get("image_refs", []))
+    if len(refs) != len(images):
+        raise ValueError(
+            f"the agent loop's output has {len(images)} images but {len(refs)} references to them"
+        )
+    output.multi_modal_data = {"images": refs} if refs else {}
+    return output
 
 
 def row_kwargs(row: dict[str, Any]) -> dict[str, Any]:
@@ -96,7 +112,7 @@ def run_episodes(
     # ``rollout.full_determinism``).
     tasks = [_episode(agent_loop, server, row, sampling, i * num_per_row + j)
              for i, row in enumerate(rows) for j in range(num_per_row)]  # fmt: skip
-    outputs = loop.run_until_complete(asyncio.gather(*tasks))
+    outputs = [by_reference(o) for o in loop.run_until_complete(asyncio.gather(*tasks))]
     times = RolloutTimes(generate=server.stats.generate_s - generate_before)
     times.env = sum(float(o.metrics.tool_calls) for o in outputs)
     reward_start = time.perf_counter()

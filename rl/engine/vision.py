@@ -13,14 +13,16 @@ import torch
 from PIL import Image
 
 from ragym.envs.byte_cache import ByteLRU
+from ragym.envs.image_cache import content_digest
+from ragym.envs.image_ref import ImageRef, as_pixels
 
 
-def image_key(image: Any) -> int:
-    """A content fingerprint of a PIL image or a uint8 array (equal pixels -> equal key)."""
-    if isinstance(image, Image.Image):
-        return hash((image.mode, image.size, image.tobytes()))
-    array = np.ascontiguousarray(image)
-    return hash((array.shape, str(array.dtype), array.tobytes()))
+def image_key(image: Any) -> str:
+    """A content fingerprint of a PIL image, a uint8 array or an ``ImageRef`` (equal pixels -> equal key: a reference
+    and the image it refers to share one)."""
+    if isinstance(image, ImageRef):
+        return image.digest
+    return content_digest(np.asarray(image, dtype=np.uint8))
 
 
 DEFAULT_CACHE_BYTES = 2 << 30
@@ -42,7 +44,8 @@ def image_processor_kwargs(mm_processor_kwargs: dict[str, Any] | None) -> dict[s
 
 
 class ImageInputs:
-    """Turns a list of images into the model's ``pixel_values`` / ``image_grid_thw``, caching per image.
+    """Turns a list of images (PIL, uint8 arrays or ``ImageRef``s) into the model's ``pixel_values`` /
+    ``image_grid_thw``, caching per image.
 
     ``mm_processor_kwargs`` are the recipe's (``data.mm_processor_kwargs``): the pixel range verl's processor
     and the agent loop's placeholder counts use, so features and placeholders agree. The cache is bounded
@@ -62,6 +65,7 @@ class ImageInputs:
         return self._cache.get_or_compute(image_key(image), lambda: self._preprocess(image), _nbytes)
 
     def _preprocess(self, image: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        image = as_pixels(image)  # a reference resolves only here, when its features are not cached
         if not isinstance(image, Image.Image):
             image = Image.fromarray(np.asarray(image, dtype=np.uint8))
         out = self.image_processor(images=[image], return_tensors="pt", **self.kwargs)

@@ -20,6 +20,7 @@ import gymnasium
 from PIL import Image
 
 from ragym.envs.files import atomic_write, read_jsonl
+from ragym.envs.image_ref import as_pixels
 
 TRACE_VERSION = 1
 """Format version written in ``trace.json`` and every episode line."""
@@ -98,7 +99,7 @@ def episode_line(
 ) -> dict[str, Any]:  # fmt: skip
     """One ``episodes.jsonl`` record from a dataset row and its scored ``ragym.rl.engine.rollout.EpisodeResult``."""
     output, extra = result.output, result.output.extra_fields
-    keys = [images.put(image) for image in (output.multi_modal_data or {}).get("images", [])]
+    keys = [images.put(_pil(as_pixels(image))) for image in (output.multi_modal_data or {}).get("images", [])]
     prompt_ids, response_ids = [int(i) for i in output.prompt_ids], [int(i) for i in output.response_ids]
     return {
         "v": TRACE_VERSION,
