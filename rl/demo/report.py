@@ -116,7 +116,8 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
     text = "\n".join([
         "# ragym CPU demo: GRPO on KBVQA-v0 with a tiny Qwen2.5-VL policy",
         "",
-        f"Seed {result['seed']}; {result['grpo_steps']} GRPO steps; wall time {result['wall_time_s']:.0f} s; "
+        f"Task `{result['task']}` (`ragym demo --task {result['task']}`); seed {result['seed']}; "
+        f"{result['grpo_steps']} GRPO steps; wall time {result['wall_time_s']:.0f} s; "
         f"peak RSS {result['peak_rss_mb']:.0f} MB.",
         "",
         "**Warm start** (not RL): supervised imitation of a deliberately imperfect scripted expert that rejects "

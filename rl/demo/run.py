@@ -26,6 +26,7 @@ from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.demo.report import outcome_by_identification, write_report
+from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, task_overrides
 from ragym.rl.demo.warm_start import WarmStartConfig, expert_samples, imitate
 from ragym.rl.engine.config import RecipeReader, read_engine_config
 from ragym.rl.engine.main import check_keys
@@ -211,10 +212,12 @@ def run_demo(
     steps: int | None,
     recipe: str = DEMO_RECIPE,
     extra_overrides: list[str] | None = None,
+    task: str = DEFAULT_TASK,
 ) -> dict[str, Any]:
-    """The whole demo into ``out``; returns what ``metrics.json`` holds."""
+    """The whole demo of ``task`` (``ragym.rl.demo.tasks``) into ``out``; returns what ``metrics.json`` holds."""
     start = time.perf_counter()
-    config, reader, overrides = prepare(out, seed, steps, recipe, extra_overrides)
+    extra = task_overrides(task) + list(extra_overrides or [])
+    config, reader, overrides = prepare(out, seed, steps, recipe, extra)
     cfg = read_engine_config(reader)
     warm = json.loads((out / "warm_start" / "warm_start.json").read_text())
     unused = check_keys(recipe, overrides, reader)
@@ -241,6 +244,7 @@ def run_demo(
                 for step in (0, trainer.step)}  # fmt: skip
     result = {
         "seed": seed,
+        "task": task,
         "before": {
             **_summary(before),
             "zero_adv_group_share": train[0]["grpo/zero_adv_group_share"],
@@ -265,7 +269,7 @@ def run_demo(
 
 
 def main(argv: list[str]) -> int:
-    """``ragym demo --out DIR [--seed S] [--steps N]``."""
+    """``ragym demo --out DIR [--task T] [--seed S] [--steps N]``."""
     parser = argparse.ArgumentParser(prog="ragym demo", description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path, help="output folder (re-running resumes in it)")
     parser.add_argument(
@@ -274,12 +278,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--steps", type=int, help="GRPO steps (default: the recipe's trainer.total_training_steps)"
     )
+    parser.add_argument("--task", default=DEFAULT_TASK, choices=list(DEMO_TASKS),
+                        help="verify (default): learn to confirm the match; answer: also learn to answer from "
+                        "the confirmed entity's passage (ragym.rl.demo.tasks)")  # fmt: skip
     parser.add_argument("--recipe", default=DEMO_RECIPE, help="recipe (default: recipes/kbvqa_tiny_cpu.yaml)")
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. ragym.demo.warm_start.epochs=4")
     args = parser.parse_args(argv)
-    result = run_demo(args.out, args.seed, args.steps, args.recipe, args.overrides)
+    result = run_demo(args.out, args.seed, args.steps, args.recipe, args.overrides, args.task)
     before, after = result["before"], result["after"]
+    confirmed = [f"{p['outcome_identified']:.2f}" if p["outcome_identified"] is not None else "-"
+                 for p in (before, after)]  # fmt: skip
     print(f"held-out reward {before['reward_mean']:.3f} -> {after['reward_mean']:.3f} "
-          f"(ident_acc {before['ident_acc']:.2f} -> {after['ident_acc']:.2f}) in {result['wall_time_s']:.0f}s, "
+          f"(ident_acc {before['ident_acc']:.2f} -> {after['ident_acc']:.2f}, outcome on confirmed questions "
+          f"{confirmed[0]} -> {confirmed[1]}) in {result['wall_time_s']:.0f}s, "
           f"peak RSS {result['peak_rss_mb']:.0f} MB; report: {args.out / 'report.md'}")  # fmt: skip
     return 0

@@ -57,11 +57,12 @@ def test_report_shows_outcome_by_identification_and_the_shares_of_the_gain(tmp_p
              "outcome_identified": 2 / 3, "num_identified": 36, "num_not_identified": 12}  # fmt: skip
     warm = {"reject_noise": 0.8, "noise": 0.0, "episodes": 128, "epochs": 6, "protocol_share": 0.5, "steps": 10,
             "first_loss": 2.0, "final_loss": 0.1}  # fmt: skip
-    result = {"seed": 0, "grpo_steps": 1, "wall_time_s": 1.0, "peak_rss_mb": 1.0, "warm_start": warm,
+    result = {"seed": 0, "task": "answer", "grpo_steps": 1, "wall_time_s": 1.0, "peak_rss_mb": 1.0, "warm_start": warm,
               "unused_recipe_keys": [], "before": summary, "after": after}  # fmt: skip
     step = {"step": 1, "reward/total": 1.0, "reward/verification": 0.2, "episode/ident_acc": 0.0,
             "episode/rejections": 1.0, "episode/actions/rerank": 0.0, "grpo/zero_adv_group_share": 0.5}  # fmt: skip
     text = write_report(tmp_path, json.loads(json.dumps(result)), [step]).read_text()
+    assert "Task `answer` (`ragym demo --task answer`); seed 0;" in text
     assert "| outcome, entity confirmed | n/a | 0.667 |" in text
     assert "| outcome, entity not confirmed | 0.000 | 0.000 |" in text
     assert "| questions with the entity confirmed | 0 | 36 |" in text
