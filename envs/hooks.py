@@ -52,6 +52,9 @@ class EnvHooks:
     paper_recipe: str | None = None
     """The shipped recipe that trains the env at the paper's settings: the budget report of a prep that writes
     the env's rows uses it."""
+    gold_ranks: Callable[[dict[str, Any]], tuple[list[int | None], int | None]] | None = None
+    """``gold_ranks(row)`` -> (the gold's rank per query image in what the env serves, the pool size): the
+    retriever's ceiling in ``ragym eval`` (KB-VQA's R@1 and R@pool), independent of the policy."""
     eval_summary: Callable[[list[tuple[list[dict[str, Any]], float]]], dict[str, Any] | None] | None = None
     """``eval_summary([(events, correct), ...])`` -> the env's own figures in ``ragym eval``'s summary, under
     ``name`` (None when no episode is the env's)."""

@@ -4,6 +4,7 @@ registry loads it, by name."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,31 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
     run_episode(env, LongestKBVQA(env), seed, options)
 
 
+def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
+    """Gold ranks in the KB's precomputed candidate lists (the paper's served candidates) and the pool size
+    K x (Rej_max + 1): the retriever's ceiling, independent of the policy."""
+    from ragym.envs.kbvqa.demo import split_aids
+    from ragym.envs.kbvqa.env import KBVQAConfig
+    from ragym.envs.kbvqa.kb import load_kb
+
+    info = row["extra_info"]
+    kwargs, options = (json.loads(v) if isinstance(v, str) else dict(v)
+                       for v in (info["env_kwargs"], info["env_options"]))  # fmt: skip
+    cfg = KBVQAConfig(**split_aids(kwargs)[1])  # the demo env's aids do not change what is served
+    if cfg.kb_dir is None or cfg.candidate_source != "precomputed":
+        return [], None
+    pool = cfg.candidates_per_batch * (cfg.max_rejections + 1)
+    kb = load_kb(cfg.kb_dir)
+    retriever = kb.candidate_retriever()
+    ranks: list[int | None] = []
+    for image, gold in zip(options["query_images"], options["gold_entities"], strict=True):
+        if gold is None:  # an evaluation row whose gold entity is unknown: no ceiling to measure
+            continue
+        docids = [hit.docid for hit in retriever.search(kb.resolve(image), pool)]
+        ranks.append(docids.index(gold) if gold in docids else None)
+    return ranks, pool
+
+
 HOOKS = EnvHooks(
     name="kbvqa",
     format_action=format_action,
@@ -101,4 +127,5 @@ HOOKS = EnvHooks(
     toy_rows=toy_rows,
     longest_episode=longest_episode,
     paper_recipe="kbvqa_qwen2_5_vl_7b",
+    gold_ranks=gold_ranks,
 )

@@ -204,6 +204,13 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         )
     rollout, actor = "actor_rollout_ref.rollout", "actor_rollout_ref.actor"
     n, batch = g(f"{rollout}.n"), g("data.train_batch_size")
+    micro = g(f"{actor}.ppo_micro_batch_size_per_gpu")
+    if isinstance(micro, bool) or not isinstance(micro, int) or micro < 1:
+        # the cluster recipes leave it unset: verl packs micro-batches by tokens there (use_dynamic_bsz)
+        raise UsageError(
+            f"{actor}.ppo_micro_batch_size_per_gpu must be a positive integer for the local engine, which splits "
+            f"updates by episode count, got {micro!r} (e.g. {actor}.ppo_micro_batch_size_per_gpu=1)"
+        )
     temperature = g(f"{rollout}.temperature")
     update = UpdateConfig(
         mini_batch_size=g(f"{actor}.ppo_mini_batch_size") * n,

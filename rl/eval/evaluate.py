@@ -5,7 +5,7 @@ unseen-question and unseen-entity splits when the rows carry that split; every s
 entity identification accuracy (Ident., MMAgent-R² Table 4) beside the retriever's R@1 and R@K ceiling
 (K = candidates per batch x (Rej_max + 1), the pool reranking and rejection can reach), average rejections,
 turns and the format-error rate; the MMAgent-R² Tables 2-4 columns (E-VQA Single-Hop / Two-Hop, InfoSeek
-Unseen-Q / Unseen-E, MMhops Bridging / Comparison) with per-question-type columns (``ragym.rl.eval.kbvqa_tables``);
+Unseen-Q / Unseen-E, MMhops Bridging / Comparison) with per-question-type columns (``ragym.envs.kbvqa.tables``);
 the text retriever SearchText used. Written as ``metrics.json``, ``metrics.md``, ``episodes.jsonl``,
 ``rollouts.jsonl`` (re-scorable with ``ragym score``) and plots.
 """
@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from ragym.envs.events import events_of
 from ragym.envs.hooks import env_hooks, envs_with
+from ragym.envs.kbvqa.tables import figures, na_notes, paper_columns, row_groups
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from ragym.rewards.infoseek import infoseek_final_score
@@ -36,7 +37,6 @@ from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
 from ragym.rl.engine.rollout import EpisodeResult, run_episodes
 from ragym.rl.errors import UsageError
 from ragym.rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
-from ragym.rl.eval.kbvqa_tables import figures, na_notes, paper_columns, row_groups
 from ragym.rl.lora import ADAPTER_CONFIG, is_adapter_dir
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
@@ -90,7 +90,7 @@ class EpisodeRecord:
     """The episode as ``ragym.rewards.episode.Episode`` JSON: ``ragym score`` re-scores it with any reward recipe."""
     subset: str | None = None
     """The paper's column the row belongs to (E-VQA single_hop / two_hop, InfoSeek unseen_question /
-    unseen_entity, MMhops bridge / compare; ``ragym.rl.eval.kbvqa_tables``), None elsewhere."""
+    unseen_entity, MMhops bridge / compare; ``ragym.envs.kbvqa.tables``), None elsewhere."""
     question_type: str | None = None
     """The row's question type (InfoSeek / MMhops String, Numerical, Time; E-VQA templated, ...), if any."""
     text_retriever: str | None = None
@@ -105,28 +105,11 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
-def kb_gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
-    """Gold ranks in the KB's precomputed candidate lists (the paper's served candidates)."""
-    from ragym.envs.kbvqa.demo import split_aids
-    from ragym.envs.kbvqa.env import KBVQAConfig
-    from ragym.envs.kbvqa.kb import load_kb
-
-    if row["extra_info"]["env_id"] not in ("KBVQA-v0", "KBVQA-Demo-v0"):
-        return [], None  # the retriever ceiling is a KB-VQA metric (DocMemo rows have no candidate lists)
-    kwargs, options = _json(row["extra_info"]["env_kwargs"]), _json(row["extra_info"]["env_options"])
-    cfg = KBVQAConfig(**split_aids(kwargs)[1])  # the demo env's aids do not change what is served
-    if cfg.kb_dir is None or cfg.candidate_source != "precomputed":
-        return [], None
-    pool = cfg.candidates_per_batch * (cfg.max_rejections + 1)
-    kb = load_kb(cfg.kb_dir)
-    retriever = kb.candidate_retriever()
-    ranks: list[int | None] = []
-    for image, gold in zip(options["query_images"], options["gold_entities"], strict=True):
-        if gold is None:  # an evaluation row whose gold entity is unknown: no ceiling to measure
-            continue
-        docids = [hit.docid for hit in retriever.search(kb.resolve(image), pool)]
-        ranks.append(docids.index(gold) if gold in docids else None)
-    return ranks, pool
+def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
+    """The retriever's ceiling for ``row``: its env's ``EnvHooks.gold_ranks`` (KB-VQA: gold ranks in the KB's
+    served candidate lists), or no ranks for an env without one."""
+    found = env_hooks(str(row["extra_info"]["env_id"])).gold_ranks
+    return found(row) if found is not None else ([], None)
 
 
 def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -> EpisodeRecord:
@@ -228,7 +211,7 @@ def sampling_from(config: DictConfig) -> dict[str, Any]:
 
 
 def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, cfg: EvalConfig,
-             ranker: Ranker = kb_gold_ranks,
+             ranker: Ranker = gold_ranks,
              on_batch: Callable[[list[EpisodeRecord]], None] | None = None,
              trace: TraceWriter | None = None) -> list[EpisodeRecord]:  # fmt: skip
     """One greedy episode per row through the ragym agent loop on ``backend``, in batches with a progress bar;

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ragym.envs.hooks import env_hooks, envs_with
-from ragym.rl.eval.kbvqa_tables import markdown as kbvqa_markdown
+from ragym.envs.kbvqa.tables import markdown as kbvqa_markdown
 
 COLUMNS = (
     ("accuracy", "Acc."),

@@ -144,3 +144,16 @@ def test_update_raises_the_likelihood_of_the_better_response_in_each_group(actor
         compute_advantages(batch, AlgoConfig(), _cfg())
         update_policy(model, optimizer, inputs, batch, actor_config, _cfg(), torch.Generator().manual_seed(0))
     assert margin() > start + 0.1
+
+
+@pytest.mark.parametrize("value", ["null", "0", "true"])
+def test_a_recipe_without_a_micro_batch_count_is_refused_naming_the_key(value: str) -> None:
+    """The cluster recipes pack micro-batches by tokens (verl's use_dynamic_bsz) and leave the count unset; the
+    local engine splits by count, so it says which key to set instead of failing mid-update."""
+    from ragym.rl.engine.config import RecipeReader, read_engine_config
+    from ragym.rl.errors import UsageError
+    from ragym.rl.recipe.compose import load_recipe
+
+    config = load_recipe("kbvqa_tiny_cpu", [f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={value}"])
+    with pytest.raises(UsageError, match=r"ppo_micro_batch_size_per_gpu must be a positive integer"):
+        read_engine_config(RecipeReader(config))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragym.rl.eval import evaluate
-from ragym.rl.eval.evaluate import kb_gold_ranks, summarize
+from ragym.rl.eval.evaluate import gold_ranks, summarize
 from ragym.rl.eval.report import ReportStream
 
 
@@ -69,7 +69,7 @@ def test_a_failure_midway_keeps_the_episodes_already_run(tiny_policy_dir, kb, tm
 def test_docmemo_rows_have_no_kb_ceiling():
     row = {"extra_info": {"env_id": "DocMemo-v0", "env_kwargs": json.dumps({"store_root": "/x"}),
                           "env_options": json.dumps({"question": "q", "doc_id": "d"})}}  # fmt: skip
-    assert kb_gold_ranks(row) == ([], None)
+    assert gold_ranks(row) == ([], None)
 
 
 def test_report_stream_replaces_nan_with_null(tmp_path):

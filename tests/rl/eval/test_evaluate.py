@@ -22,7 +22,7 @@ from ragym.rl.eval.evaluate import (
     EpisodeRecord,
     EvalConfig,
     eval_reward,
-    kb_gold_ranks,
+    gold_ranks,
     run_eval,
     summarize,
     summarize_source,
@@ -103,7 +103,7 @@ def test_oracle_script_gives_the_expected_metrics(
         ]
     records = _evaluate(rows, scripts, tiny_policy_dir("qwen2_5_vl"))
     metrics = summarize(records)["all"]
-    ranks = [kb_gold_ranks(row)[0] for row in rows]
+    ranks = [gold_ranks(row)[0] for row in rows]
     first_batch_hits = sum(len(r) == 1 and r[0] is not None and r[0] < K for r in ranks)
     assert metrics["num_episodes"] == len(rows)
     assert metrics["accuracy"] == 1.0
@@ -201,7 +201,7 @@ def test_gold_ranks_of_demo_rows_ignore_the_demo_aids(tmp_path: Path) -> None:
     kb = build(tmp_path / "demo", replace(PRESETS["demo"], num_entities=60, num_rows=10), seed=0)
     row = read_rows(str(kb / "data" / "train.parquet"))[0]
     assert row["extra_info"]["env_id"] == "KBVQA-Demo-v0"
-    ranks, pool = kb_gold_ranks(row)
+    ranks, pool = gold_ranks(row)
     gold = json.loads(row["extra_info"]["env_options"])["gold_entities"][0]
     served = [h.docid for h in load_kb(kb).candidate_retriever().search(str(kb / json.loads(
         row["extra_info"]["env_options"])["query_images"][0]), 3)]  # fmt: skip

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from ragym.envs.kbvqa.tables import NO_GOLD, na_notes, not_available, row_groups
 from ragym.rewards.episode import Episode
-from ragym.rl.eval.evaluate import EpisodeRecord, kb_gold_ranks, summarize, summarize_source
-from ragym.rl.eval.kbvqa_tables import NO_GOLD, na_notes, not_available, row_groups
+from ragym.rl.eval.evaluate import EpisodeRecord, gold_ranks, summarize, summarize_source
 from ragym.rl.eval.report import write_report
 
 
@@ -118,10 +118,10 @@ def test_an_unknown_gold_has_no_retriever_rank(tmp_path: Path) -> None:
     row = next(r for r in read_rows(str(kb / "data" / "test.parquet"))
                if len(json.loads(r["extra_info"]["env_options"])["query_images"]) == 2)  # fmt: skip
     options = json.loads(row["extra_info"]["env_options"])
-    known, pool = kb_gold_ranks(row)
+    known, pool = gold_ranks(row)
     options["gold_entities"][0] = None
     row = {**row, "extra_info": {**row["extra_info"], "env_options": json.dumps(options)}}
-    assert kb_gold_ranks(row) == (known[1:], pool)
+    assert gold_ranks(row) == (known[1:], pool)
 
 
 def test_an_n_a_cell_says_why(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from ragym.data_prep.mragbench import prepare
 from ragym.data_prep.r3g_synthetic import PARTS, Preset, build_task
 from ragym.envs.events import events_of
 from ragym.envs.r3g.env import R3GEnv
+from ragym.envs.r3g.report import EpisodeScore
 from ragym.rewards import Rubric
 from ragym.rl.eval.r3g_baselines import (
     BASELINES,
@@ -27,7 +28,6 @@ from ragym.rl.eval.r3g_baselines import (
     main,
     run_fixed,
 )
-from ragym.envs.r3g.report import EpisodeScore
 from tests.data_prep.mragbench_fixture import write_fixture
 
 RUBRIC = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})
