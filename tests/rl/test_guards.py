@@ -285,14 +285,22 @@ def test_a_stop_guard_under_verls_trainer_ends_ragym_train_in_error(
         assert verl_local.run_verl("kbvqa_tiny_cpu", [], network="host") == 0
 
 
-GUARDED_RECIPES = {
-    "kbvqa_tiny_cpu": "KBVQA-v0",
-    "kbvqa_qwen2_5_vl_7b": "KBVQA-v0",
-    "kbvqa_qwen3_vl_8b": "KBVQA-v0",
-    "r3g_qwen2_5_vl_7b": "R3G-v0",
-    "memora_qwen2_5_vl_7b": "MEMORA-v0",
-}
-"""Shipped recipes with guards on, and the env whose metrics they watch."""
+def _guarded_recipes() -> dict[str, str]:
+    from omegaconf import OmegaConf
+
+    from ragym.envs.hooks import env_named
+    from ragym.rl.recipe.compose import PACKAGE_ROOT
+
+    return {
+        path.stem: env_named(path.stem.split("_")[0])
+        for path in sorted((PACKAGE_ROOT / "recipes").glob("*.yaml"))
+        if OmegaConf.select(OmegaConf.load(path), "ragym.guards") is not None
+    }
+
+
+GUARDED_RECIPES = _guarded_recipes()
+"""Shipped recipes with a guards section, and the env whose metrics they watch (the env whose hooks are named by
+the recipe's first word, as ``--toy`` finds it)."""
 STEP_METRICS = {"actor/entropy", "response_length/clip_ratio"}
 """Metrics both engines log for every env."""
 
@@ -308,15 +316,13 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
 
     from ragym.envs.metrics import _REGISTRY
     from ragym.rl.recipe.compose import PACKAGE_ROOT
-    from tests.envs.kbvqa.test_kbvqa_metrics import _kbvqa
 
     config = OmegaConf.load(PACKAGE_ROOT / "recipes" / f"{recipe}.yaml")
     section = OmegaConf.to_container(config.ragym.guards, resolve=False)
     reward = OmegaConf.load(PACKAGE_ROOT / config.reward.custom_reward_function.reward_kwargs.recipe_path)
     known = {f"reward/{term}" for term in reward.terms} | STEP_METRICS
     known |= {f"episode/actions/{kind}" for kind in _REGISTRY[env_id].action_kinds}
-    if env_id == "KBVQA-v0":
-        known |= {f"episode/{name}" for name in episode_metrics_keys(_kbvqa)}
+    known |= {f"episode/{name}" for name in episode_metrics_keys(env_id)}
     active = {name: guard for name, guard in read_guards(section).items() if guard.action != "off"}
     assert active, f"{recipe} turns no guard on"
     # Held-out evaluations log the same episode metrics and reward terms under val/ (both engines).
@@ -329,7 +335,14 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
         assert active["format_only"].outcome_metric == config.ragym.outcome_metric
 
 
-def episode_metrics_keys(kbvqa_events) -> set[str]:
+def episode_metrics_keys(env_id: str) -> set[str]:
+    """The episode metrics ``env_id`` logs, read from one episode of the scripted expert its hooks register."""
+    from ragym.envs.hooks import env_hooks
     from ragym.envs.metrics import episode_metrics
+    from ragym.envs.registry import make_env
+    from ragym.rl.eval.scripted import run_episode
 
-    return set(episode_metrics("KBVQA-v0", kbvqa_events(["e1"], (1, "e1"))))
+    env = make_env(env_id)
+    episode = run_episode(env, env_hooks(env_id).expert(env, 0), 0)
+    env.close()
+    return set(episode_metrics(env_id, episode["events"]))
