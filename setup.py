@@ -85,6 +85,10 @@ setup(
             # make test runs the suite on 2 workers (pytest -n 2 --dist loadgroup; tests/conftest.py VERL_GROUPS).
             "pytest-xdist",
             "ruff",
+            # Static imports and types (pyproject's [tool.pyright]; make lint); the nodejs extra brings node as a wheel.
+            "pyright[nodejs]==1.1.414",
+            # tests/test_static_imports.py: go-to-definition of every `ragym.*` import, as editors do it.
+            "jedi==0.20.1",
             "hypothesis",
             "pytrec-eval-terrier",
             "scikit-image",

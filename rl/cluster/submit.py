@@ -68,8 +68,11 @@ WORKING_DIR_EXCLUDES = (
     "wandb",
     "*.egg-info",
     "__pycache__",
+    # The links that let static tools resolve ragym.* (docs/development.md): the code travels in py_modules.
+    "/ragym/",
 )
-"""Never uploaded with the working directory: environments, outputs and caches (Ray also honours .gitignore)."""
+"""Never uploaded with the working directory: environments, outputs, caches and the ``ragym/`` links (Ray also
+honours .gitignore)."""
 
 CODE_FOLDERS = ("envs", "rewards", "rl", "data_prep")
 """The repository's code folders: they travel as the ``ragym`` package (``py_modules``), not in the working dir."""

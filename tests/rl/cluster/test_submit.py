@@ -36,7 +36,7 @@ def test_the_job_ships_the_code_as_the_ragym_package_only(tmp_path: Path) -> Non
     so no node can import a top-level ``envs`` or ``rl``."""
     job = build_submission("kbvqa_qwen2_5_vl_7b", [])
     (staged,) = job.runtime_env["py_modules"]
-    assert Path(staged).name == "ragym" and {"/envs/", "/rl/", "/rewards/", "/data_prep/"} <= set(
+    assert Path(staged).name == "ragym" and {"/envs/", "/rl/", "/rewards/", "/data_prep/", "/ragym/"} <= set(
         job.runtime_env["excludes"]
     )
     assert (Path(staged) / "envs" / "kbvqa" / "env.py").read_text() == (
