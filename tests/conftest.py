@@ -32,6 +32,7 @@ VERL_GROUPS = {
     "tests/launch/test_verl_lora.py": "verl-hf",
     "tests/launch/test_verl_async.py": "verl-vllm-async",
     "tests/launch/test_verl_vllm.py": "verl-vllm-async",
+    "tests/launch/test_new_env_folder.py": "verl-vllm-async",
 }
 """``make test``'s two workers (``pytest -n 2 --dist loadgroup``) each take one group of verl trainer runs first,
 about 35 min each side by side on 2 cores, and then share the rest of the suite. A verl run spends most of its
