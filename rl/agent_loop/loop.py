@@ -118,7 +118,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         self._assert_mm_supported(bool(images))
         prompt_ids = await self.ct_build_initial_tokens(messages, images=images or None)
         logprobs = [] if sampling_params.get("logprobs") else None
-        refs = [image_ref(image, self.keep_image_pixels) for image in obs["images"]]
+        refs = await self._image_refs(obs["images"])
         episode = _Episode(
             messages, images, refs, list(prompt_ids), request_id, logprobs, events=info["events"]
         )
@@ -260,7 +260,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         episode.runtime_ids, episode.response_mask = merged.token_ids, mask
         episode.response_logprobs = logprobs
         episode.images.extend(images)
-        episode.image_refs.extend(image_ref(image, self.keep_image_pixels) for image in obs["images"])
+        episode.image_refs.extend(await self._image_refs(obs["images"]))
         episode.observations.append({"text": obs["text"], "num_images": len(images)})
         return None
 
@@ -311,6 +311,14 @@ class RagymEnvAgentLoop(AgentLoopBase):
             metrics=episode.metrics,
             extra_fields=extra_fields,
         )
+
+    async def _image_refs(self, images: Any) -> list[ImageRef]:
+        """References to an observation's images, digested off the event loop (11 MB an episode at the 7B recipe's
+        budget; hashing releases the GIL)."""
+        if not len(images):
+            return []
+        keep = self.keep_image_pixels
+        return await self._in_executor(lambda: [image_ref(image, keep) for image in images])
 
     async def _in_executor(self, fn: Any, *args: Any) -> Any:
         """Run blocking env code off the event loop so concurrent episodes keep generating."""
