@@ -61,7 +61,7 @@ class ImageRef:
         return self.height * self.width * 3
 
     def resolve(self) -> np.ndarray:
-        """The pixels, uint8 (H, W, 3) read-only: cached, else re-read from ``path`` and checked against the digest."""
+        """The pixels, uint8 (H, W, 3) read-only: cached, else re-read from ``path``; checked against the digest."""
         if self.path is None:
             cached = cached_image(_content_key(self.digest))
             if cached is None:
@@ -71,12 +71,12 @@ class ImageRef:
                     "in a process that never held it"
                 )
             return cached
-        cached = cached_image(cache_key(self.path, self.budget, self.role))
-        if cached is not None:
-            return cached
-        if not Path(self.path).is_file():
-            raise MissingImageError(f"image {self.digest}: its file {self.path} is gone")
-        pixels = read_image(self.path, self.budget, self.role)
+        pixels = cached_image(cache_key(self.path, self.budget, self.role))
+        if pixels is None:
+            if not Path(self.path).is_file():
+                raise MissingImageError(f"image {self.digest}: its file {self.path} is gone")
+            pixels = read_image(self.path, self.budget, self.role)
+        # Checked even when cached: the file may have been read again, changed, since the reference was made.
         if content_digest(pixels) != self.digest:
             raise MissingImageError(
                 f"image {self.digest}: {self.path} no longer holds it (its pixels changed since it was read)"
