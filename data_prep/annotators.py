@@ -32,8 +32,10 @@ _STOPWORDS = frozenset(
 class Annotator(Protocol):
     """Turns a question into a chain-of-thought annotation of its retrieval intent."""
 
-    name: str
-    """Identifier recorded next to every annotation (model name or the offline label)."""
+    @property
+    def name(self) -> str:
+        """Identifier recorded next to every annotation (model name or the offline label)."""
+        ...
 
     def annotate(self, question: str) -> str:
         """The annotation r for ``question``."""

@@ -208,7 +208,8 @@ def _image_table(raw: Path, domain: str) -> dict[str, bytes]:
     """``examples_images``: path -> image bytes (top-level ``path``/``bytes`` or a nested ``image`` cell)."""
     table = {}
     for row in read_split(raw, "examples_images", domain):
-        cell = row.get("image") if isinstance(row.get("image"), dict) else row
+        image = row.get("image")
+        cell = image if isinstance(image, dict) else row
         if cell.get("path") is not None and cell.get("bytes") is not None:
             table[str(cell["path"])] = bytes(cell["bytes"])
     return table
@@ -247,7 +248,9 @@ def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
 
 def main(command: str, argv: list[str]) -> int:
     """``ragym prep bright ...`` or ``ragym prep mm-bright ...``; prints the report."""
-    parser = argparse.ArgumentParser(prog=f"ragym prep {command}", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog=f"ragym prep {command}", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument(
         "--raw", required=True, type=Path, help="local copy of the hub dataset (configs as folders)"
     )

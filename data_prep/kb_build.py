@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -258,7 +259,7 @@ def build(
     samples: list[Sample],
     report: PrepReport,
     cfg: BuildConfig = BuildConfig(),
-    loose_passages: list[tuple[str, str]] = (),
+    loose_passages: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """Write the KB at ``out`` (entities, passages, indexes, candidates, rows, kb.json, report.json)."""
     if not articles:

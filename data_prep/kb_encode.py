@@ -48,6 +48,7 @@ def encode(
     if not items:
         raise ValueError(f"nothing to encode as {kind}")
     if kind == "entities":
+        assert titles is not None  # checked above
         stream = [Item(i, text=t, image=p) for i, p, t in zip(ids, items, titles, strict=True)]
     elif kind == "queries":
         stream = [Item(i, image=p) for i, p in zip(ids, items, strict=True)]

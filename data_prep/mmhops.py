@@ -45,15 +45,13 @@ class ShardSchemaError(ValueError):
 
 def _image_columns(features: Any, where: str) -> list[str]:
     """Columns holding images (an Image feature, or the bare ``{"bytes", "path"}`` struct), or a ShardSchemaError."""
-    from datasets import Image, List, Sequence
+    from datasets import Image, List  # since datasets 4, Sequence(...) builds a List
 
     def is_image(f: Any) -> bool:
         return isinstance(f, Image) or (isinstance(f, dict) and set(f) == IMAGE_STRUCT)
 
     columns = [
-        name
-        for name, f in features.items()
-        if is_image(f) or (isinstance(f, (List, Sequence)) and is_image(f.feature))
+        name for name, f in features.items() if is_image(f) or (isinstance(f, List) and is_image(f.feature))
     ]
     if not columns:
         raise ShardSchemaError(
@@ -88,10 +86,10 @@ def _sample(row: dict[str, Any], split: str, image_columns: list[str], name: str
         raise RowError("unknown_split_kind", f"{sample_id}: split {row.get('split')!r} is not Bridge/Compare")
     truth = {"answer_eval": row.get("answer_eval"), "question_type": row.get("problem_type")}
     try:
-        _, qtype = check_ground_truth(truth)
+        answer_eval, qtype = check_ground_truth(truth)
     except ValueError as err:
         raise RowError("malformed_answer", f"{sample_id}: {err}") from err
-    truth = {"answer_eval": list(truth["answer_eval"]), "question_type": qtype.capitalize()}
+    truth = {"answer_eval": answer_eval, "question_type": qtype.capitalize()}
     cells = [c for column in image_columns for c in _cells(row.get(column))]
     if not cells:
         raise RowError("missing_image", f"{sample_id} has no image")

@@ -205,7 +205,9 @@ def prepare(
 
 def main(argv: list[str]) -> int:
     """Command line entry point; prints the report summary."""
-    parser = argparse.ArgumentParser(prog="ragym prep mmlongbench-doc", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym prep mmlongbench-doc", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--samples", type=Path, required=True, help="MMLongBench-Doc samples.json")
     parser.add_argument(
         "--documents", type=Path, required=True, help="folder of the PDFs (file name = doc_id)"

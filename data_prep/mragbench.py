@@ -192,7 +192,9 @@ def prepare(raw: Path, out: Path, limit: int | None = None, corpus: Path | None 
 
 def main(argv: list[str]) -> int:
     """``ragym prep mragbench --raw DIR --out DIR [--limit N]``."""
-    parser = argparse.ArgumentParser(prog="ragym prep mragbench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym prep mragbench", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--raw", required=True, type=Path, help="hub-layout folder with data/test-*.parquet")
     parser.add_argument("--out", required=True, type=Path, help="task folder to write")
     parser.add_argument("--limit", type=int, help="only the first N questions")

@@ -71,10 +71,11 @@ def _layout(page: pdfium.PdfPage) -> tuple[float, int]:
     width, height = page.get_size()
     image_area, num_paths = 0.0, 0
     for obj in page.get_objects(max_depth=2):
-        if obj.type == pdfium_raw.FPDF_PAGEOBJ_IMAGE:
+        # pypdfium2 sets PdfObject.type in __new__, where static tools do not look for attributes.
+        if obj.type == pdfium_raw.FPDF_PAGEOBJ_IMAGE:  # pyright: ignore[reportAttributeAccessIssue]
             left, bottom, right, top = obj.get_bounds()
             image_area += max(0.0, right - left) * max(0.0, top - bottom)
-        elif obj.type == pdfium_raw.FPDF_PAGEOBJ_PATH:
+        elif obj.type == pdfium_raw.FPDF_PAGEOBJ_PATH:  # pyright: ignore[reportAttributeAccessIssue]
             num_paths += 1
     return min(1.0, image_area / max(width * height, 1.0)), num_paths
 
@@ -107,7 +108,8 @@ def _read_page(pdf: pdfium.PdfDocument, index: int, dpi: int) -> PdfPage:
     text = page.get_textpage().get_text_range()
     tokens = text.split()
     image_area, num_paths = _layout(page)
-    bitmap = page.render(scale=dpi / 72.0).to_pil().convert("RGB")
+    # render's scale is a float (pypdfium2's docs); unannotated, its default 1 reads as int to pyright.
+    bitmap = page.render(scale=dpi / 72.0).to_pil().convert("RGB")  # pyright: ignore[reportArgumentType]
     return PdfPage(
         np.asarray(bitmap, dtype=np.uint8),
         text,

@@ -175,7 +175,9 @@ def prepare(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ragym prep stackexchange", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym prep stackexchange", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--input", type=Path, required=True, help="Posts.xml or Skeptics-format .jsonl")
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--exclude-ids", type=Path, help="benchmark corpus post ids, one per line")

@@ -240,7 +240,9 @@ def cached_kb(preset_name: str, seed: int = 0) -> Path:
 
 def main(argv: list[str]) -> int:
     """``ragym prep synthetic-kb``: write a synthetic KB and its dataset rows."""
-    parser = argparse.ArgumentParser(prog="ragym prep synthetic-kb", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym prep synthetic-kb", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--out", required=True, type=Path, help="output folder (must be empty or absent)")
     parser.add_argument("--preset", default="demo", choices=sorted(PRESETS))
     parser.add_argument("--num-entities", type=int, help="override the preset's entity count")

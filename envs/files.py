@@ -14,7 +14,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -52,6 +52,14 @@ def read_jsonl(path: str | Path, *, yield_broken: bool = False) -> Iterator[tupl
                     raise JsonlError(path, number, err) from err
                 value = JsonlError(path, number, err)
             yield number, value
+
+
+@overload
+def atomic_write(path: str | Path, content: bytes | str, *, durable: bool = False) -> None: ...
+
+
+@overload
+def atomic_write(path: str | Path, content: Callable[[Path], T], *, durable: bool = False) -> T: ...
 
 
 def atomic_write(

@@ -94,7 +94,9 @@ def write_image_pack(kb_dir: str | Path, max_side: int | None = None) -> int:
 
 def main(argv: list[str]) -> int:
     """Write a KB's image pack."""
-    parser = argparse.ArgumentParser(prog="ragym prep image-pack", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym prep image-pack", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("kb_dir")
     parser.add_argument("--max-side", type=int, help="shrink images whose longer side exceeds this")
     args = parser.parse_args(argv)

@@ -63,7 +63,7 @@ def breakdown_table(rubric: Rubric, results: list[RubricResult]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ragym score", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym score", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument(
         "--recipe", required=True, type=Path, help="reward recipe YAML, or a training recipe that holds one"
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, SupportsFloat, SupportsIndex, TypeGuard
 
 from ragym.rewards.text import normalize_squad
 
@@ -86,7 +86,8 @@ def range_iou(a: tuple[float, float], b: tuple[float, float]) -> float:
     return overlap / union if union > 0 else 0.0
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[SupportsFloat | SupportsIndex | str | bytes]:
+    """Whether ``float(value)`` reads a number (the types it accepts); a bool is not one."""
     if isinstance(value, bool):
         return False
     try:
@@ -139,7 +140,7 @@ def score_numerical(prediction: str, answer_eval: Any, no_number_as_zero: bool =
     pred = no_number(parse_number_or_range(prediction), no_number_as_zero)
     if pred is None:
         return 0.0
-    if isinstance(pred, float):
+    if not isinstance(pred, tuple):
         return float(low <= pred <= high)
     if low <= pred[0] <= high and low <= pred[1] <= high:
         return 1.0

@@ -103,7 +103,7 @@ def score_numerical(prediction: str, answer_eval: Any, no_number_as_zero: bool =
     if bounds is None or pred is None:
         return 0.0
     low, high = bounds
-    if isinstance(pred, float):
+    if not isinstance(pred, tuple):
         return float(low <= pred <= high)
     if low <= pred[0] <= high and low <= pred[1] <= high:
         return 1.0

@@ -95,7 +95,7 @@ def resolve_reward(spec: str, label: str) -> tuple[RewardFn, type | None]:
             raise ValueError(f"{label}: {err.args[0]}") from None
     module_name, _, attr = spec.partition(":")
     try:
-        fn = getattr(importlib.import_module(module_name), attr)
+        fn: RewardFn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"{label}: cannot import custom reward {spec!r}: {err}") from err
     if not callable(fn):
@@ -174,7 +174,8 @@ def apply_overrides(recipe: Mapping[str, Any], overrides: Any, where: str) -> di
         return dict(recipe)
     if not isinstance(overrides, Mapping):
         raise ValueError(f"{where}: reward_kwargs.overrides must be a mapping, got {overrides!r}")
-    have = recipe.get("terms") if isinstance(recipe.get("terms"), Mapping) else {}
+    have = recipe.get("terms")
+    have = have if isinstance(have, Mapping) else {}
     terms = overrides.get("terms") or {}
     unknown = sorted(set(terms) - set(have)) if isinstance(terms, Mapping) else [repr(terms)]
     if unknown:
@@ -189,8 +190,9 @@ def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in top.items():
         below = merged.get(key)
-        both = isinstance(below, Mapping) and isinstance(value, Mapping)
-        merged[key] = _merge(below, value) if both else value
+        merged[key] = (
+            _merge(below, value) if isinstance(below, Mapping) and isinstance(value, Mapping) else value
+        )
     return merged
 
 

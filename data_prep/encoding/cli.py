@@ -44,7 +44,7 @@ def _index(args: argparse.Namespace) -> dict:
 def main(argv: list[str]) -> int:
     """Parse ``argv`` and run ``encode`` or ``index``; prints a JSON summary."""
     parser = argparse.ArgumentParser(
-        prog="python -m ragym.data_prep.encoding", description=__doc__.splitlines()[0]
+        prog="python -m ragym.data_prep.encoding", description=(__doc__ or "").partition("\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     enc = sub.add_parser("encode", help="items (JSON lines) -> vector shards")

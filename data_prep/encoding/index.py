@@ -246,7 +246,8 @@ def no_polysemous_training(index: faiss.Index) -> None:
         no_polysemous_training(index.base_index)
         no_polysemous_training(index.refine_index)
     elif isinstance(index, (faiss.IndexPQ, faiss.IndexIVFPQ)):
-        index.do_polysemous_training = False
+        # A property of faiss's SWIG classes that pyright's reading of the SWIG module does not show.
+        index.do_polysemous_training = False  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _train(source: VectorBlocks, factory: str, options: IndexOptions) -> faiss.Index:
@@ -303,7 +304,7 @@ def index_vectors(source: VectorBlocks, out: Path, options: IndexOptions = Index
         offset += len(ids)
     memory = sum((out / r["index"]).stat().st_size for r in records)
     disk = sum((out / r["refine"]).stat().st_size for r in records if "refine" in r)
-    quality = {"recall": 1.0}
+    quality: dict[str, Any] = {"recall": 1.0}
     if factory != "Flat":
         quality = measure_recall(source, indexes, options, options.nprobes(options.cells(num)))
     result = {

@@ -19,14 +19,17 @@ def build_tiny_text_encoder(
 ) -> Path:
     """Write a randomly initialised ``hidden``-wide BERT sentence encoder to ``out``; returns ``out``."""
     import torch
-    from sentence_transformers import SentenceTransformer, models
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    # models: sentence-transformers 6 serves it from a lazy alias that static tools cannot see (3.x has the
+    # module). BertTokenizer is the fast (tokenizers) class since transformers 5.
+    from sentence_transformers import SentenceTransformer, models  # pyright: ignore[reportAttributeAccessIssue]
+    from transformers import BertConfig, BertModel, BertTokenizer
 
     hf = out / "hf"
     hf.mkdir(parents=True, exist_ok=True)
     vocab = [*SPECIAL, *CHARS, *(f"##{c}" for c in CHARS)]
     (hf / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    BertTokenizerFast(vocab_file=str(hf / "vocab.txt"), do_lower_case=True).save_pretrained(str(hf))
+    BertTokenizer(vocab_file=str(hf / "vocab.txt"), do_lower_case=True).save_pretrained(str(hf))
     torch.manual_seed(seed)
     config = BertConfig(
         vocab_size=len(vocab),

@@ -33,7 +33,7 @@ def _shard_set(text: str) -> tuple[str, str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line of ``ragym serve``."""
     defaults = ServiceConfig()
-    parser = argparse.ArgumentParser(prog="ragym serve", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym serve", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--kb-dir", help="KB-VQA knowledge base folder")
     parser.add_argument("--doc-store-root", help="folder of DocMemo document stores (page search)")
     parser.add_argument("--shards", type=_shard_set, action="append", default=[], metavar="NAME=MANIFEST",
