@@ -4,6 +4,7 @@ Builds the synthetic KB-VQA demo KB and a tiny Qwen2.5-VL policy (when DIR does 
 warm-starts the policy by imitating a noisy scripted expert, evaluates it on held-out rows, runs GRPO with
 the local engine on ``recipes/kbvqa_tiny_cpu.yaml``, evaluates again, and writes ``DIR/report.md`` (with a
 plot), ``DIR/metrics.json`` and ``DIR/checkpoint/`` (a Hugging Face model directory). Re-running resumes.
+``--task answer`` runs it on a task whose answer the policy learns (``ragym.rl.demo.tasks``).
 """
 
 from __future__ import annotations
