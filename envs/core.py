@@ -4,11 +4,14 @@ every env shares (``EnvConfig``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ragym.envs.image_budget import ImageBudget
 
-C = TypeVar("C")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+C = TypeVar("C", bound="DataclassInstance")
 
 MAX_TURN_CHARS = 8192
 """Default upper bound on one policy turn's length in every env (``max_turn_chars``); longer text is an

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from numbers import Integral, Real
-from typing import Any
+from typing import Any, Literal, overload
 
 Event = dict[str, Any]
 """One event: plain JSON data with ``type`` and ``turn``."""
@@ -58,6 +58,14 @@ def float_field(kind: str, name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise TypeError(f"{kind} event: {name} must be a number, got {value!r}")
     return float(value)
+
+
+@overload
+def str_field(kind: str, name: str, value: Any, optional: Literal[False] = False) -> str: ...
+
+
+@overload
+def str_field(kind: str, name: str, value: Any, optional: bool) -> str | None: ...
 
 
 def str_field(kind: str, name: str, value: Any, optional: bool = False) -> str | None:

@@ -108,7 +108,7 @@ def mean_metrics(per_episode: list[Metrics]) -> Metrics:
     keys = sorted({k for m in per_episode for k in m})
     means: Metrics = {}
     for key in keys:
-        values = [m[key] for m in per_episode if m.get(key) is not None]
+        values = [value for m in per_episode if (value := m.get(key)) is not None]
         means[key] = sum(values) / len(values) if values else None
     return means
 

@@ -26,6 +26,7 @@ import functools
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,7 +180,7 @@ class KnowledgeBase:
     def candidate_retriever(self) -> CandidateListRetriever:
         """The precomputed candidate lists, keyed by absolute query image path."""
         if "candidates" not in self._retrievers:
-            rankings = {
+            rankings: dict[str, Sequence[str]] = {
                 self.resolve(p): list(c)
                 for p, c in zip(self.queries["image"], self.queries["candidates"], strict=True)
             }

@@ -75,7 +75,7 @@ class EpisodeState:
         paths = [kb.resolve(p) for p in options["query_images"]]
         if not paths or not isinstance(options["question"], str):
             raise ValueError("KB-VQA env options need a question string and at least one query image")
-        gold = list(options.get("gold_entities") or [None] * len(paths))
+        gold: list[str | None] = list(options.get("gold_entities") or [None] * len(paths))
         if len(gold) != len(paths):
             raise ValueError(f"{len(gold)} gold_entities for {len(paths)} query_images")
         rows = [kb.query_index(p) for p in paths]
@@ -132,6 +132,8 @@ class EpisodeState:
         """Record the batch's one verification decision (``at_limit``: a Reject that is not counted)."""
         batch.decided = True
         if decision == "rerank":
+            if entity is None:
+                raise ValueError(f"a rerank of Image {batch.image} names no entity")
             self.confirmed[batch.image] = entity
         self.record(
             kbvqa_ev.verification(self.turn, decision, entity, batch.image, batch.batch_id, batch.candidates,

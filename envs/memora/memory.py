@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -213,7 +213,7 @@ def document_prior(memories: list[tuple[MemoryRecord, float]]) -> dict[str, floa
     """m_j: per document, the nDCG-weighted share of near memories that ranked it in their final top-K."""
     if not memories:
         return {}
-    prior: Counter = Counter()
+    prior: defaultdict[str, float] = defaultdict(float)
     for record, _ in memories:
         for docid in record.top_docs:
             prior[docid] += record.ndcg

@@ -54,7 +54,7 @@ class PixelImageEncoder:
     def _features(self, images: list[np.ndarray]) -> np.ndarray:
         out = np.empty((len(images), self.dim), dtype=np.float32)
         for i, image in enumerate(images):
-            small = Image.fromarray(image).resize((self.grid, self.grid), Image.BOX)
+            small = Image.fromarray(image).resize((self.grid, self.grid), Image.Resampling.BOX)
             out[i] = np.asarray(small, dtype=np.float32).reshape(-1) / 255.0 - 0.5  # (grid*grid*3,)
         return out
 

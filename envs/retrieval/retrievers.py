@@ -242,7 +242,9 @@ def set_search_params(index: faiss.Index | DiskRefinedIndex, search: dict[str, i
 class FaissRetriever:
     """Inner-product search over normalised vectors; queries are vectors (encode text/images first)."""
 
-    def __init__(self, index: faiss.Index, docids: Sequence[str], payload: PayloadFn | None = None):
+    def __init__(
+        self, index: faiss.Index | DiskRefinedIndex, docids: Sequence[str], payload: PayloadFn | None = None
+    ):
         if index.ntotal != len(docids):
             raise ValueError(f"index holds {index.ntotal} vectors but {len(docids)} docids were given")
         apply_search_settings()  # every index reaches search through here: built, recorded, sharded, exported

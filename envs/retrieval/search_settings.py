@@ -155,7 +155,9 @@ def search_threads() -> int:
         text = os.environ.get(THREADS_ENV, "").strip() or "0"
         if not text.isdigit():
             raise ValueError(f"${THREADS_ENV} must be a whole number of threads, got {text!r}")
-        set_search_threads(int(text) or 1)
+        threads = int(text) or 1
+        set_search_threads(threads)
+        return threads
     return _THREADS
 
 

@@ -128,7 +128,7 @@ class RetrievalApp:
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self.start())
 
-    async def search(self, name: str, queries: list[Any], k: int) -> list[bytes]:
+    async def search(self, name: str, queries: list[Any], k: object) -> list[bytes]:
         """Each decoded query's hit list as JSON bytes (``wire.encode_hits``): cache first, then the batcher."""
         if not self.ready:
             raise BadRequest(self.load_error or "the retrieval service is still loading its indexes", 503)

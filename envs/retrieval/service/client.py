@@ -164,6 +164,7 @@ class ServiceRetriever:
                 raise RetrievalRequestError(f"{self.url}{path} answered {status}: {message}")
             error = RetrievalUnavailable("server_error", f"{self.url}{path} answered {status}: {message}")
         self.breaker.record(False)
+        assert error is not None  # the loop ran (max_retries >= 0) and every pass that did not return set it
         raise error
 
     def _connection(self) -> http.client.HTTPConnection:

@@ -109,7 +109,8 @@ def to_gpu(index: faiss.Index | DiskRefinedIndex, device: int) -> faiss.Index | 
     if not hasattr(faiss, "StandardGpuResources"):
         raise RuntimeError("this faiss build has no GPU support; install faiss-gpu-cu12 or serve on CPU")
     if isinstance(index, DiskRefinedIndex):
-        return DiskRefinedIndex(to_gpu(index.base, device), index.vectors, index.k_factor)
+        base = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), device, index.base)
+        return DiskRefinedIndex(base, index.vectors, index.k_factor)
     return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), device, index)
 
 
@@ -160,6 +161,6 @@ def split_into_shards(
         index.add(np.ascontiguousarray(vectors[rows], dtype=np.float32))
         spec = ShardSpec(str(out_dir / f"shard_{i:03d}.faiss"), str(out_dir / f"shard_{i:03d}.ids.txt"))
         faiss.write_index(index, spec.index_path)
-        Path(spec.ids_path).write_text("\n".join(docids[r] for r in rows) + "\n", encoding="utf-8")
+        Path(spec.ids_path).write_text("\n".join(docids[int(r)] for r in rows) + "\n", encoding="utf-8")
         specs.append(spec)
     return write_manifest(out_dir / "shards.json", vectors.shape[1], specs)
