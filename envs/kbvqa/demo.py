@@ -113,7 +113,7 @@ class KBVQADemoEnv(KBVQAEnv):
 
     def _signature(self, image: int) -> str | None:
         """Visual-signature code of query image ``image`` (None for an image outside the KB's query table)."""
-        row = self.state.query_rows[image - 1]
+        row = self._running().query_rows[image - 1]
         return None if row is None else self.kb.queries["signature"].iloc[row]
 
     def _note(self, signature: str | None) -> str:
@@ -121,8 +121,9 @@ class KBVQADemoEnv(KBVQAEnv):
         return f" (signature: {signature})" if shown else ""
 
     def _task_text(self) -> str:
-        notes = [self._note(self._signature(j)) for j in range(1, self.state.num_images + 1)]
-        return prompts.task_prompt(self.state.question, self.state.num_images, notes)
+        state = self._running()
+        notes = [self._note(self._signature(j)) for j in range(1, state.num_images + 1)]
+        return prompts.task_prompt(state.question, state.num_images, notes)
 
     def _batch_text(self, image: int, offset: int, hits: list[Any]) -> str:
         query = self._signature(image)
@@ -134,19 +135,20 @@ class KBVQADemoEnv(KBVQAEnv):
             (i for i, h in enumerate(hits, 1) if query and h.payload.get("signature") == query), None
         )
         if self.aids.visual_check_accuracy < 1 and hits:
-            key = f"{self.state.question}|{image}|{offset}|{'|'.join(h.docid for h in hits)}"
+            key = f"{self._running().question}|{image}|{offset}|{'|'.join(h.docid for h in hits)}"
             draws = np.random.default_rng([self.aids.visual_check_seed, zlib.crc32(key.encode())]).random(3)
             number = faulty_check(number, len(hits), self.aids.visual_check_accuracy, draws)
         return f"{text}\n{visual_check_text(None if number is None else self._argument(hits, number))}"
 
     def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
         """Without verification actions: the batch's top-1 becomes the image's entity, and only it is shown."""
-        served = len(self.state.batches)
+        state = self._running()
+        served = len(state.batches)
         text, images = super()._serve_batch(image)
-        if self.aids.verification_actions or len(self.state.batches) == served:  # nothing new was served
+        if self.aids.verification_actions or len(state.batches) == served:  # nothing new was served
             return text, images
-        batch = self.state.batches[-1]
-        self.state.decide(batch, "rerank", batch.candidates[0])
+        batch = state.batches[-1]
+        state.decide(batch, "rerank", batch.candidates[0])
         return top1_text(image, batch.names[0]), images[:1]
 
     def _rerank(self, name: str) -> str:

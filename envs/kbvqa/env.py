@@ -197,8 +197,14 @@ class KBVQAEnv(gymnasium.Env):
         return obs, 0.0, state.terminated, truncated, self._info()
 
     # ----- transitions ---------------------------------------------------------------------------
+    def _running(self) -> EpisodeState:
+        """The episode's state, which reset() made (step() checks that before any transition)."""
+        if self.state is None:
+            raise RuntimeError("call reset() before step()")
+        return self.state
+
     def _execute(self, parsed: Any) -> tuple[str, list[np.ndarray]]:
-        state = self.state
+        state = self._running()
         if isinstance(parsed, ParseError):
             state.record(ev.format_error(state.turn, parsed.reason))
             return prompts.error_text(parsed.message), []
@@ -215,11 +221,12 @@ class KBVQAEnv(gymnasium.Env):
         return "", []
 
     def _violation(self, reason: str, message: str, **where: Any) -> str:
-        self.state.record(ev.protocol_violation(self.state.turn, reason, **where))
+        state = self._running()
+        state.record(ev.protocol_violation(state.turn, reason, **where))
         return prompts.error_text(message)
 
     def _search_image(self, image: int) -> tuple[str, list[np.ndarray]]:
-        state, cfg = self.state, self.config
+        state, cfg = self._running(), self.config
         if not 1 <= image <= state.num_images:
             message = f"Image {image} does not exist; images are numbered 1 to {state.num_images}."
             return self._violation("image_out_of_range", message, image=image), []
@@ -229,7 +236,7 @@ class KBVQAEnv(gymnasium.Env):
         return self._serve_batch(image)
 
     def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
-        state, k = self.state, self.config.candidates_per_batch
+        state, k = self._running(), self.config.candidates_per_batch
         offset = state.offsets[image]
         try:
             hits = page(self._image_retriever, state.image_query(image), offset, k)
@@ -250,7 +257,7 @@ class KBVQAEnv(gymnasium.Env):
 
     def _decision_batch(self, decision: str, entity: str | None = None):
         """The active batch if it still admits a decision, else the violation message."""
-        batch = self.state.active_batch()
+        batch = self._running().active_batch()
         if batch is None:
             msg = "there is no candidate batch to verify; call SearchImage(j) first."
             return None, self._violation("no_active_batch", msg, entity=entity)
@@ -271,14 +278,14 @@ class KBVQAEnv(gymnasium.Env):
             return self._violation(
                 "unknown_entity", msg, image=batch.image, batch_id=batch.batch_id, entity=name
             )
-        self.state.decide(batch, "rerank", entity)
+        self._running().decide(batch, "rerank", entity)
         return prompts.confirmation_text(batch.image, batch.name_of(entity))
 
     def _reject(self) -> tuple[str, list[np.ndarray]]:
         batch, error = self._decision_batch("reject")
         if batch is None:
             return error, []
-        state, image = self.state, batch.image
+        state, image = self._running(), batch.image
         # The active image's current batch is its latest; past Rej_max + 1 batches none is served, so this is
         # Algorithm S1's RejCount(j) = Rej_max (the batch cap also covers batches paged by SearchImage).
         if state.batches_served(image) > self.config.max_rejections:
@@ -290,7 +297,7 @@ class KBVQAEnv(gymnasium.Env):
 
     def _boundary(self, image: int) -> tuple[str, list[np.ndarray]]:
         """The boundary prompt (no batch), stating the image's actual rejections and batches."""
-        state = self.state
+        state = self._running()
         state.record(kbvqa_ev.boundary(state.turn, image, state.rejections[image]))
         text = prompts.boundary_text(image, state.rejections[image], state.batches_served(image))
         return text, []
@@ -308,7 +315,8 @@ class KBVQAEnv(gymnasium.Env):
         except RetrievalUnavailable as error:
             return self._unavailable(kind, error)
         ids = [h.docid for hits in results for h in hits]
-        self.state.record(kbvqa_ev.search_text(self.state.turn, queries, ids))
+        state = self._running()
+        state.record(kbvqa_ev.search_text(state.turn, queries, ids))
         return prompts.passages_text(queries, results)
 
     # ----- what the policy reads (``ragym.envs.kbvqa.demo`` adds the CPU demo's aids here) ----------------
@@ -317,7 +325,8 @@ class KBVQAEnv(gymnasium.Env):
 
     def _task_text(self) -> str:
         """The first observation's text: the query images and the question."""
-        return prompts.task_prompt(self.state.question, self.state.num_images)
+        state = self._running()
+        return prompts.task_prompt(state.question, state.num_images)
 
     def _batch_text(self, image: int, offset: int, hits: list[Any]) -> str:
         """A served batch's text: the candidates' images and names."""
@@ -340,11 +349,13 @@ class KBVQAEnv(gymnasium.Env):
 
     def _unavailable(self, retriever: str, error: RetrievalUnavailable) -> str:
         """The service did not answer: the turn is used, nothing is served, and the policy is told."""
-        self.state.record(ev.retrieval_error(self.state.turn, retriever, error.reason, error.detail))
+        state = self._running()
+        state.record(ev.retrieval_error(state.turn, retriever, error.reason, error.detail))
         return prompts.retrieval_unavailable_text()
 
     def _info(self) -> dict[str, Any]:
-        return {"events": copy_events(self.state.events), "turn": self.state.turn}
+        state = self._running()
+        return {"events": copy_events(state.events), "turn": state.turn}
 
     def _sample_options(self) -> dict[str, Any]:
         if self._rows is None:

@@ -221,8 +221,14 @@ class R3GEnv(gymnasium.Env):
         return {"text": text, "images": tuple(images)}, 0.0, state.terminated, truncated, self._info()
 
     # ----- transitions ---------------------------------------------------------------------------
+    def _running(self) -> _State:
+        """The episode's state, which reset() made (step() checks that before any transition)."""
+        if self.state is None:
+            raise RuntimeError("call reset() before step()")
+        return self.state
+
     def _execute(self, parsed: Any) -> tuple[str, list[np.ndarray]]:
-        state = self.state
+        state = self._running()
         if isinstance(parsed, ParseError):
             state.events.append(ev.format_error(state.turn, parsed.reason))
             return prompts.error_text(parsed.message), []
@@ -238,11 +244,12 @@ class R3GEnv(gymnasium.Env):
         return "", []
 
     def _violation(self, reason: str, message: str) -> str:
-        self.state.events.append(ev.protocol_violation(self.state.turn, reason))
+        state = self._running()
+        state.events.append(ev.protocol_violation(state.turn, reason))
         return prompts.error_text(message)
 
     def _plan(self, text: str) -> str:
-        state = self.state
+        state = self._running()
         if not self.config.use_plan:
             return self._violation(
                 "plan_disabled", "this episode has no plan step; use <retrieve></retrieve>."
@@ -256,7 +263,7 @@ class R3GEnv(gymnasium.Env):
         return prompts.PLAN_RECORDED
 
     def _retrieve(self) -> tuple[str, list[np.ndarray]]:
-        state, cfg = self.state, self.config
+        state, cfg = self._running(), self.config
         if cfg.use_plan and state.plan is None:
             return self._violation("retrieve_before_plan", "write your plan with <plan>...</plan> first."), []
         if state.pool is not None:
@@ -272,12 +279,12 @@ class R3GEnv(gymnasium.Env):
             r3g_ev.coarse_retrieval(state.turn, self._ids(state.pool), sims, state.stage1, state.gold)
         )
         if not self.judges:
-            return self._select([None] * len(state.pool), [])
+            return self._select(state.pool, [None] * len(state.pool), [])
         captions = [self.corpus.captions[i] for i in state.pool]
         return prompts.pool_text(captions, cfg.show_captions), self._images(state.pool)
 
     def _judge(self, judge: Judge) -> tuple[str, list[np.ndarray]]:
-        state, cfg = self.state, self.config
+        state, cfg = self._running(), self.config
         if state.pool is None:
             return self._violation("judge_before_retrieval", "retrieve the candidate pool first."), []
         if not self.judges:
@@ -297,18 +304,18 @@ class R3GEnv(gymnasium.Env):
         errors += [
             (i, "not_judged") for i in range(1, size + 1) if stage2[i - 1] is None and i not in reported
         ]
-        return self._select(stage2, errors)
+        return self._select(state.pool, stage2, errors)
 
     def _select(
-        self, stage2: list[float | None], errors: list[tuple[int | None, str]]
+        self, pool: list[int], stage2: list[float | None], errors: list[tuple[int | None, str]]
     ) -> tuple[str, list[np.ndarray]]:
-        """Rank the pool, keep the top k as evidence, and show it."""
-        state, cfg = self.state, self.config
+        """Rank the pool (``state.pool``), keep the top k as evidence, and show it."""
+        state, cfg = self._running(), self.config
         state.events += [r3g_ev.judge_error(state.turn, c, r) for c, r in errors]
         final = final_scores(state.stage1, [s or 0.0 for s in stage2], cfg.rerank)
         chosen = top_k(final, cfg.top_k)
-        state.evidence = [state.pool[i] for i in chosen]
-        state.events.append(r3g_ev.evidence_selected(state.turn, self._ids(state.pool), state.stage1, stage2, final,
+        state.evidence = [pool[i] for i in chosen]
+        state.events.append(r3g_ev.evidence_selected(state.turn, self._ids(pool), state.stage1, stage2, final,
                                                  chosen, state.gold, cfg.rerank))  # fmt: skip
         captions = [self.corpus.captions[i] for i in state.evidence]
         text = prompts.evidence_text(captions, cfg.show_captions, state.plan, cfg.rerank)
@@ -336,7 +343,8 @@ class R3GEnv(gymnasium.Env):
         return [self.corpus.image_ids[i] for i in rows]
 
     def _info(self) -> dict[str, Any]:
-        return {"events": json.loads(json.dumps(self.state.events)), "turn": self.state.turn}
+        state = self._running()
+        return {"events": json.loads(json.dumps(state.events)), "turn": state.turn}
 
     def _sample_options(self) -> dict[str, Any]:
         if self._rows is None:
