@@ -342,12 +342,18 @@ class DocMemoEnv(gymnasium.Env):
             self.accumulated,
         )
 
+    def _searched_beliefs(self) -> PageBeliefs:
+        """The page beliefs the round's search made (Select and Refine come after a search)."""
+        if self.beliefs is None:
+            raise RuntimeError("no search has run in this episode")
+        return self.beliefs
+
     def _select(self, action: Select, turn: int) -> dict[str, Any]:
         """Grow A_t and show its top-E pages by posterior mean, unshown ones first (``reshow_evidence``)."""
         c = self.config
         self.accumulated += [p for p in action.pages if p not in self.accumulated]
         self.events.append(docmemo_ev.selected(turn, self.round, action.pages, self.accumulated))
-        means = self.beliefs.mean()
+        means = self._searched_beliefs().mean()
         pool_means = [means[p - 1] for p in self.accumulated]
         stale = () if c.reshow_evidence else self.shown
         ranked = top_k_fresh_first(self.accumulated, pool_means, c.num_evidence, stale)
@@ -366,8 +372,9 @@ class DocMemoEnv(gymnasium.Env):
 
     def _refine(self, action: Refine, turn: int) -> tuple[dict[str, Any], bool]:
         """Write feedback into beliefs and episodic memory, then start the next round (or stop at T)."""
+        beliefs = self._searched_beliefs()
         if self.config.belief_update:
-            self.beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
+            beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
         memory = {
             "round": self.round,
             "query": action.query,
@@ -378,7 +385,7 @@ class DocMemoEnv(gymnasium.Env):
         self.judged.update(action.useful + action.irrelevant)
         self.episodic.append({**memory, "evidence": list(self.evidence)})
         self.events.append(docmemo_ev.feedback(turn, **memory))
-        self.events.append(docmemo_ev.beliefs(turn, self.round, _rounded(self.beliefs.mean())))
+        self.events.append(docmemo_ev.beliefs(turn, self.round, _rounded(beliefs.mean())))
         if self.round + 1 >= self.config.max_rounds:
             self.events.append(ev.truncated(turn, "max_rounds"))
             return self._obs("No rounds left; the episode ends without an answer."), True

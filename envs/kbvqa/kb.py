@@ -125,7 +125,8 @@ class KnowledgeBase:
             return read_image(path, budget, "candidate")
         row = self.entity_row[entity_id]
         packed = self.image_pack.image(row)
-        if budget is None or not budget.needs_resize(*packed.shape[:2], "candidate"):
+        height, width = packed.shape[:2]
+        if budget is None or not budget.needs_resize(height, width, "candidate"):
             return packed  # a pack written to the budget (`--max-pixels`): served without a resize
         key = (str(self.root / PACK_INDEX), row, budget)
         return cached_fit(key, packed, budget, "candidate")

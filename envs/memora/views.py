@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ragym.envs.core import IMAGE_PLACEHOLDER, defuse
 from ragym.envs.memora.memory import MemoryRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SYSTEM_PROMPT = """You rerank documents for a reasoning-intensive query as MEMORA's factor committee and controller.
 Each turn: <reason>...</reason> followed by exactly one action.
@@ -71,7 +75,9 @@ def candidates_view(
 
 
 def factors_view(
-    factors: Sequence[tuple[str, float]], adjusted: Sequence[float], priors: Sequence[tuple[int, int]]
+    factors: Sequence[tuple[str, float]],
+    adjusted: Sequence[float] | np.ndarray,
+    priors: Sequence[tuple[int, int]],
 ) -> str:
     """Factors with the policy's priority, the memory prior (h helped, l hurt) and the priority used."""
     if not factors:

@@ -44,7 +44,7 @@ def load_catalog(spec: CatalogSpec) -> dict[str, Served]:
     """Build every retriever ``spec`` names (slow: loads tables, indexes and encoders)."""
     served: dict[str, Served] = {}
     if spec.kb_dir is not None:
-        served.update(_kb_retrievers(spec))
+        served.update(_kb_retrievers(spec, spec.kb_dir))
     if spec.doc_store_root is not None:
         served.update(_page_retrievers(Path(spec.doc_store_root)))
     for name, manifest in spec.shard_sets:
@@ -53,10 +53,10 @@ def load_catalog(spec: CatalogSpec) -> dict[str, Served]:
     return served
 
 
-def _kb_retrievers(spec: CatalogSpec) -> dict[str, Served]:
+def _kb_retrievers(spec: CatalogSpec, kb_dir: str | Path) -> dict[str, Served]:
     from ragym.envs.kbvqa.kb import load_kb
 
-    kb = load_kb(spec.kb_dir)
+    kb = load_kb(kb_dir)
     image = kb.image_retriever(IndexSpec(kind=spec.index_kind))
     if spec.gpu is not None:
         for shard in image.shards if isinstance(image, ShardedRetriever) else [image]:

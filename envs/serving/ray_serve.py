@@ -15,9 +15,10 @@ the hits by score (``ragym.envs.retrieval.service.shards.merge_hits``).
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -27,6 +28,9 @@ from ragym.envs.retrieval.service.app import RetrievalApp, Served
 from ragym.envs.retrieval.service.config import ServiceConfig
 from ragym.envs.retrieval.service.shards import ShardSpec, load_shard, merge_hits, read_manifest
 from ragym.envs.serving.catalog import CatalogSpec, load_catalog
+
+if TYPE_CHECKING:
+    from ray.serve.deployment import Deployment as ServeDeployment
 
 APP_NAME = "ragym-retrieval"
 """Name of the Serve application (``serve status``, ``serve shutdown``)."""
@@ -110,7 +114,8 @@ def build_app(catalog: CatalogSpec, config: ServiceConfig, deployment: Deploymen
 
     gpu = deployment.gpus_per_replica > 0
     resources, config = replica_options(config, deployment)
-    shard_wrapper = serve.deployment(ShardReplica)
+    # serve.deployment(cls) is a Deployment; ray's PublicAPI decorator hides that overload from static tools.
+    shard_wrapper = cast("ServeDeployment", serve.deployment(ShardReplica))
     shards = {}
     for name, manifest in catalog.shard_sets:
         dim, specs = read_manifest(manifest)
@@ -120,7 +125,7 @@ def build_app(catalog: CatalogSpec, config: ServiceConfig, deployment: Deploymen
         shards[name] = (dim, bound)
     has_local = catalog.kb_dir is not None or catalog.doc_store_root is not None
     local = replace(catalog, shard_sets=(), gpu=0 if gpu else None) if has_local else None
-    ingress = serve.deployment(serve.ingress()(RetrievalReplica))
+    ingress = cast("ServeDeployment", serve.deployment(serve.ingress()(RetrievalReplica)))
     return ingress.options(
         name="retrieval", num_replicas=deployment.replicas, ray_actor_options=resources
     ).bind(local, config, shards)
@@ -132,7 +137,7 @@ def deploy(catalog: CatalogSpec, config: ServiceConfig, deployment: Deployment, 
     from ray import serve
 
     if not ray.is_initialized():
-        ray.init(address="auto", logging_level="ERROR")
+        ray.init(address="auto", logging_level=logging.ERROR)
     serve.start(http_options={"host": host, "port": port, "location": "EveryNode"})
     serve.run(build_app(catalog, config, deployment), name=APP_NAME, route_prefix="/", blocking=False)
     return f"http://127.0.0.1:{port}"
