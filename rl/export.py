@@ -261,7 +261,7 @@ def record_export(out: Path, source: Path, kind: str, step: int | None, recipe_n
 
 def main(argv: list[str]) -> int:
     """``ragym export CHECKPOINT --out DIR [--recipe RECIPE] [--merge]``."""
-    parser = argparse.ArgumentParser(prog="ragym export", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym export", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("checkpoint", help="run folder, global_step_N folder, or its actor/ folder")
     parser.add_argument("--out", required=True, help="output model directory (absent or empty)")
     parser.add_argument("--recipe", help="recipe to record on the card when the checkpoint has none")

@@ -12,13 +12,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
 
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.search_settings import apply_search_settings, use_search_threads
+
+if TYPE_CHECKING:
+    from ragym.envs.retrieval.service.shards import ShardedRetriever
 
 PayloadFn = Callable[[int], dict[str, Any]]
 """Row index -> payload shown with a hit (entity name, image path, passage text...)."""
@@ -288,9 +291,11 @@ class FaissRetriever:
 
 
 class EncodedRetriever:
-    """A ``FaissRetriever`` whose queries are raw text (or images), encoded on the way in."""
+    """A ``FaissRetriever`` (or a sharded one) whose queries are raw text (or images), encoded on the way in."""
 
-    def __init__(self, retriever: FaissRetriever, encode: Callable[[list[Any]], np.ndarray]):
+    def __init__(
+        self, retriever: FaissRetriever | ShardedRetriever, encode: Callable[[list[Any]], np.ndarray]
+    ):
         self.retriever = retriever
         self.encode = encode
 

@@ -170,7 +170,7 @@ def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, ex
 def main(argv: list[str]) -> int:
     """``ragym ablate NAME --out DIR [--seeds N] [--steps S] [--list] [key=value ...]``."""
     _register_optional_grids()
-    parser = argparse.ArgumentParser(prog="ragym ablate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym ablate", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("name", choices=sorted(GRIDS), help="the grid to run")
     parser.add_argument("--out", required=True, type=Path, help="output folder (re-running resumes in it)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per variant (default 3)")

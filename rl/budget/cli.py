@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["memory"]:
         return memory_main(argv[1:])
 
-    parser = argparse.ArgumentParser(prog="ragym budget", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym budget", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
     parser.add_argument("--rows", required=True, help="verl parquet rows (ragym prep's)")
     parser.add_argument("--limit", type=int, default=-1, help="only the first N rows")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -207,7 +207,8 @@ def length_problems(config: DictConfig, prompt: LongestPrompt | None) -> list[st
                         "data.max_prompt_length (and max_model_len with it) or lower the image budget (ragym.images)")  # fmt: skip
     if rollout.name != "vllm":
         return problems
-    vllm: dict[str, Any] = OmegaConf.to_container(rollout.engine_kwargs.vllm, resolve=True) or {}
+    # A DictConfig's container is a dict (to_container's type also covers lists and scalars).
+    vllm = cast(dict[str, Any], OmegaConf.to_container(rollout.engine_kwargs.vllm, resolve=True) or {})
     context, batched, seqs = (
         rollout.max_model_len,
         int(rollout.max_num_batched_tokens),

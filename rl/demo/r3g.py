@@ -238,7 +238,7 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
 
 def main(argv: list[str]) -> int:
     """``python -m ragym.rl.demo.r3g --out DIR [--seed S] [--steps N] [overrides...]``."""
-    parser = argparse.ArgumentParser(prog="ragym r3g-demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym r3g-demo", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int)

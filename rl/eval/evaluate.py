@@ -264,7 +264,7 @@ def main(argv: list[str]) -> int:
     """``ragym eval --model DIR --data PARQUET [--data ...] --out DIR [--recipe R] [overrides...]``."""
     from ragym.rl.eval.report import ReportStream
 
-    parser = argparse.ArgumentParser(prog="ragym eval", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym eval", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--model", required=True, type=Path, help="Hugging Face model directory")
     parser.add_argument("--data", required=True, action="append", help="verl parquet rows (repeatable)")
     parser.add_argument("--out", required=True, type=Path, help="report folder")

@@ -151,7 +151,9 @@ def run(
 
 def main(argv: list[str]) -> int:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(prog="ragym memora-baseline", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym memora-baseline", description=(__doc__ or "").partition("\n")[0]
+    )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", type=Path, help="MEMORA-v0 parquet rows")
     source.add_argument(

@@ -199,7 +199,9 @@ def _names(value: str | None) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """Run the chosen baselines on the rows and write ``metrics.json`` and ``metrics.md`` into ``--out``."""
-    parser = argparse.ArgumentParser(prog="ragym r3g-baselines", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym r3g-baselines", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--data", required=True, help="R3G-v0 parquet rows")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--limit", type=int)

@@ -41,7 +41,9 @@ def apply_overrides(recipe: RetrieverRecipe, items: list[str]) -> RetrieverRecip
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ragym train-retriever", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym train-retriever", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--recipe", required=True, help="path, or name under recipes/retriever/")
     parser.add_argument(
         "--ablation", action="store_true", help="run Table 4 rows instead of one training run"

@@ -142,9 +142,8 @@ def _build(cls: type, values: dict[str, Any], where: str) -> Any:
         raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
     kwargs = {}
     for name, value in values.items():
-        default = (
-            known[name].default_factory if known[name].default_factory is not dataclasses.MISSING else None
-        )
+        factory = known[name].default_factory
+        default = None if factory is dataclasses.MISSING else factory
         nested = type(default()) if default is not None else None
         if nested is not None and dataclasses.is_dataclass(nested):
             if not isinstance(value, dict):

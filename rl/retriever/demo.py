@@ -29,7 +29,9 @@ SKEPTICS_JSONL = REPO_ROOT.parent / "shared" / "data" / "stackexchange_skeptics"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ragym retriever-demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym retriever-demo", description=(__doc__ or "").partition("\n")[0]
+    )
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--input", type=Path, default=SKEPTICS_JSONL, help="Skeptics jsonl or Posts.xml")
     parser.add_argument("--recipe", default="memora_r_cpu", help="retriever recipe (name or path)")

@@ -231,7 +231,7 @@ def build_tiny_policy(
 
 def main(argv: list[str]) -> int:
     """``ragym tiny-policy --arch ARCH --out DIR [--seed S]``."""
-    parser = argparse.ArgumentParser(prog="ragym tiny-policy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym tiny-policy", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--arch", choices=ARCHS, required=True, help="model architecture")
     parser.add_argument("--out", required=True, help="output model directory")
     parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")

@@ -53,7 +53,7 @@ def serve_in_thread(site: Site, host: str = "127.0.0.1", port: int = 0) -> tuple
 
 def main(argv: list[str]) -> int:
     """Serve or export the viewer for one run, eval output, demo folder or episodes file."""
-    parser = argparse.ArgumentParser(prog="ragym view", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym view", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument(
         "source", type=Path, help="run / eval / demo folder, trace episodes.jsonl or rollouts.jsonl"
     )

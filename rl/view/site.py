@@ -78,9 +78,10 @@ class Site:
         (out / "data" / "index.js").write_bytes(self.index_script())
         used: set[str] = set()
         for episode in self.corpus.episodes:
-            (out / "data" / "ep" / f"{episode['id']}.js").write_bytes(
-                self.get(f"data/ep/{episode['id']}.js")[0]
-            )
+            found = self.get(f"data/ep/{episode['id']}.js")
+            if found is None:
+                raise KeyError(f"episode {episode['id']!r} of the corpus has no view")
+            (out / "data" / "ep" / f"{episode['id']}.js").write_bytes(found[0])
             used.update(episode["images"])
         missing = sorted(used - set(self.corpus.images))
         if missing:
