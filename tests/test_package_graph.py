@@ -106,7 +106,9 @@ def test_no_module_imports_an_env_s_hooks() -> None:
     hooks = {m for m in MODULES if is_hooks(m)}
     assert len(hooks) >= 4  # every shipped env has them
     importers = sorted(f"{a} -> {b}" for a, b in GRAPH.edges if b in hooks)
-    assert not importers, "the registry loads an env's hooks by name; these import them:\n" + "\n".join(importers)
+    assert not importers, "the registry loads an env's hooks by name; these import them:\n" + "\n".join(
+        importers
+    )
 
 
 def test_no_import_circle() -> None:

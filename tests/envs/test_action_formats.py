@@ -21,7 +21,9 @@ def test_every_action_kind_round_trips(env_id: str) -> None:
     assert hooks.format_action is not None and hooks.parse_action is not None, f"{env_id}: no action hooks"
     parser = getattr(hooks.parse_action, "func", hooks.parse_action)
     kinds = set(typing.get_args(sys.modules[parser.__module__].Action))
-    assert {type(action) for action in hooks.example_actions} == kinds, f"{env_id}: an action kind has no example"
+    assert {type(action) for action in hooks.example_actions} == kinds, (
+        f"{env_id}: an action kind has no example"
+    )
     for action in hooks.example_actions:
         text = hooks.format_action(action)
         assert hooks.parse_action(text) == action, text
