@@ -66,6 +66,18 @@ class ByteLRU(Generic[V]):
             self.num_hits += 1
             return entry[0]
 
+    def put(self, key: Hashable, value: V, num_bytes: int) -> None:
+        """Store ``value`` under ``key``, replacing what was there (unless alone it exceeds the budget)."""
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.num_bytes -= old[1]
+            if num_bytes > self.max_bytes:
+                return
+            self._entries[key] = (value, num_bytes)
+            self.num_bytes += num_bytes
+            self._evict()
+
     def clear(self) -> None:
         """Forget every value (the counters stay)."""
         with self._lock:

@@ -87,7 +87,9 @@ def read_image(path: str | Path, budget: ImageBudget | None = None, role: str = 
     def decode() -> np.ndarray:
         image = _read_only(_fitted(str(path), budget, role))
         source = (str(path), budget, role)
-        _SOURCES.get_or_compute(content_digest(image), lambda: source, _source_bytes)
+        # The latest file read wins: the same picture read before from a file since deleted (an old run's copy
+        # of a KB) must not leave references naming that file.
+        _SOURCES.put(content_digest(image), source, _source_bytes(source))
         return image
 
     return IMAGE_CACHE.get_or_compute(cache_key(path, budget, role), decode, _nbytes)

@@ -86,13 +86,13 @@ class ImageRef:
 
 def image_ref(image: np.ndarray | Image.Image, keep: bool = True) -> ImageRef:
     """A reference to ``image`` (uint8 H x W x 3 or a PIL image): by file when this process read it with
-    ``read_image``, else by content, its pixels kept in the byte-bounded image cache under their digest
+    ``read_image`` (the latest such file, while it exists), else by content, its pixels kept in the byte-bounded image cache under their digest
     (``keep``; without, a content-only reference names the image but resolves nowhere)."""
     pixels = np.asarray(image.convert("RGB") if isinstance(image, Image.Image) else image, dtype=np.uint8)
     digest = content_digest(pixels)
     height, width = pixels.shape[:2]
     source = image_source(digest)
-    if source is not None:
+    if source is not None and Path(source[0]).is_file():  # a file deleted since it was read refers to nothing
         return ImageRef(digest, height, width, *source)
     if keep:
         IMAGE_CACHE.get_or_compute(_content_key(digest), lambda: _read_only_copy(pixels), _nbytes)

@@ -79,6 +79,26 @@ def test_a_reference_whose_file_is_gone_names_the_file(tmp_path):
         ref.resolve()
 
 
+def test_the_same_picture_read_again_from_another_file_is_referred_to_by_the_latest(tmp_path):
+    """An old copy of a KB (an earlier run's folder, since deleted) must not leave references naming its file:
+    make test's browser tests once resolved a reference into another test's removed toy folder."""
+    (tmp_path / "old").mkdir()
+    (tmp_path / "new").mkdir()
+    pixels = _photo(tmp_path / "old" / "a.png", 4)
+    Image.fromarray(pixels).save(tmp_path / "new" / "a.png")
+    read_image(tmp_path / "old" / "a.png", BUDGET, "candidate")
+    fitted = read_image(tmp_path / "new" / "a.png", BUDGET, "candidate")
+    (tmp_path / "old" / "a.png").unlink()
+    ref = image_ref(np.array(fitted))
+    assert ref.path == str(tmp_path / "new" / "a.png")
+    clear_image_cache()
+    np.testing.assert_array_equal(ref.resolve(), fitted)
+    (tmp_path / "new" / "a.png").unlink()  # no file holds it any more: a reference by content, pixels kept
+    by_content = image_ref(np.array(fitted))
+    assert by_content.path is None
+    np.testing.assert_array_equal(by_content.resolve(), fitted)
+
+
 def test_a_reference_whose_file_changed_is_an_error_not_other_pixels(tmp_path):
     _photo(tmp_path / "a.png", 3)
     ref = image_ref(read_image(tmp_path / "a.png"))
