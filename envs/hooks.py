@@ -62,6 +62,12 @@ class EnvHooks:
     """``ragym eval``'s report.md section of the env's figures: data source -> what ``eval_summary`` returned."""
 
 
+def load_object(target: str) -> Any:
+    """The object ``module:attribute`` names (an env class, an ``EnvHooks``), its module imported."""
+    module, attribute = target.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
 _HOOKS: dict[str, str] = {}
 _LOADED: dict[str, EnvHooks] = {}
 
@@ -87,8 +93,7 @@ def env_hooks(env_id: str) -> EnvHooks:
                 f"{env_id} registers no hooks: give its register_env(...) hooks='PACKAGE.hooks:HOOKS' "
                 "(docs/environments.md)"
             )
-        module, attribute = _HOOKS[env_id].split(":")
-        hooks = getattr(importlib.import_module(module), attribute)
+        hooks = load_object(_HOOKS[env_id])
         if not isinstance(hooks, EnvHooks):
             raise TypeError(f"{env_id}: {_HOOKS[env_id]} is a {type(hooks).__name__}, not an EnvHooks")
         _LOADED[env_id] = hooks
@@ -107,6 +112,18 @@ def hook(env_id: str, name: str, purpose: str) -> Any:
 def envs_with(name: str) -> list[str]:
     """The env ids whose hooks define ``name``, sorted."""
     return [env_id for env_id in hooked_envs() if getattr(env_hooks(env_id), name) is not None]
+
+
+def one_env_per_hooks(hook_name: str | None = None) -> list[str]:
+    """The first env id registered with each distinct hooks (KB-VQA's demo env shares KB-VQA's), in the order
+    of the hooks' names; with ``hook_name``, only those whose hooks define it."""
+    names = sorted({env_hooks(env_id).name for env_id in _HOOKS})
+    found = [env_named(name) for name in names]
+    return [
+        e
+        for e in found
+        if e is not None and (hook_name is None or getattr(env_hooks(e), hook_name) is not None)
+    ]
 
 
 def env_named(name: str) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import gymnasium
 
-from ragym.envs.hooks import register_hooks
+from ragym.envs.hooks import load_object, register_hooks
 from ragym.envs.retrieval.hits import RetrieverSource
 from ragym.envs.retrieval.service.client import TOKEN_ENV, URL_ENV, ClientConfig, service_retrievers
 
@@ -74,8 +74,7 @@ def shared_state_kwarg(env_id: str) -> str | None:
 def config_fields(env_id: str) -> frozenset[str]:
     """Field names of ``env_id``'s config dataclass (its constructor's ``config`` argument): the keyword
     overrides the env takes."""
-    module, name = _ENVS[env_id].split(":")
-    cls = getattr(importlib.import_module(module), name)
+    cls = load_object(_ENVS[env_id])
     hint = typing.get_type_hints(cls.__init__).get("config")
     options = typing.get_args(hint) or (hint,)
     return frozenset(

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from ragym.envs.events import events_of
-from ragym.envs.hooks import env_hooks, envs_with
+from ragym.envs.hooks import env_hooks, one_env_per_hooks
 from ragym.envs.kbvqa.tables import figures, na_notes, paper_columns, row_groups
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
@@ -182,8 +182,8 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
 
 def env_summaries(episodes: list[tuple[list[dict[str, Any]], float]]) -> dict[str, Any]:
     """Every env's ``EnvHooks.eval_summary`` of (events, correct) pairs, by the env's name."""
-    hooks = {env_hooks(env_id) for env_id in envs_with("eval_summary")}
-    return {h.name: h.eval_summary(episodes) for h in sorted(hooks, key=lambda h: h.name)}
+    hooks = map(env_hooks, one_env_per_hooks("eval_summary"))
+    return {h.name: h.eval_summary(episodes) for h in hooks}
 
 
 def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ragym.envs.hooks import env_hooks, envs_with
+from ragym.envs.hooks import env_hooks, one_env_per_hooks
 from ragym.envs.kbvqa.tables import markdown as kbvqa_markdown
 
 COLUMNS = (
@@ -53,7 +53,7 @@ def markdown(metrics: dict[str, Any]) -> str:
     if paper:  # KB-VQA rows: the paper's Tables 2-4 columns, question types beside them
         lines += ["", "## MMAgent-R² columns", ""]
         lines += [kbvqa_markdown(name, columns) for name, columns in paper.items()]
-    for hooks in sorted({env_hooks(e) for e in envs_with("eval_markdown")}, key=lambda h: h.name):
+    for hooks in map(env_hooks, one_env_per_hooks("eval_markdown")):
         # each env's own figures (R3G rows: the paper's accuracy and Recall@1/3/5 per scenario)
         own = {name: row[hooks.name] for name, row in metrics["by_source"].items() if row.get(hooks.name)}
         if own:

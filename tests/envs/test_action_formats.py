@@ -9,9 +9,9 @@ import typing
 
 import pytest
 
-from ragym.envs.hooks import env_hooks, hooked_envs
+from ragym.envs.hooks import env_hooks, one_env_per_hooks
 
-ENVS = sorted({env_hooks(env_id).name: env_id for env_id in hooked_envs()}.values())
+ENVS = one_env_per_hooks()
 """One env id per hooks (KB-VQA's demo env shares KB-VQA's)."""
 
 

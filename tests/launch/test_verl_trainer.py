@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from ragym.envs.hooks import env_hooks, env_named, hooked_envs
+from ragym.envs.hooks import env_hooks, one_env_per_hooks
 from ragym.rl.engine.verl_local import console_step_metrics
 
 pytestmark = pytest.mark.ray
@@ -32,8 +32,8 @@ other worker's run and three other jobs' training, load ~10)."""
 VLLM_ONLY = {"R3G-v0"}
 RECIPES = {
     env_id: env_hooks(env_id).paper_recipe
-    for env_id in sorted({env_named(env_hooks(e).name) for e in hooked_envs()})
-    if env_id not in VLLM_ONLY and env_hooks(env_id).paper_recipe
+    for env_id in one_env_per_hooks("paper_recipe")
+    if env_id not in VLLM_ONLY
 }
 """Each env's paper recipe (``EnvHooks.paper_recipe``; one env per hooks: KB-VQA's demo env shares KB-VQA's), run
 with ragym's hf rollout. R3G runs on verl's trainer with the vLLM rollout instead
