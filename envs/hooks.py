@@ -25,6 +25,19 @@ class MissingHook(LookupError):
 
 
 @dataclass(frozen=True)
+class SearchProbe:
+    """How to watch an env search: ``tests/envs/test_env_retrievers.py`` passes ``source()`` in, wrapped in a spy,
+    plays ``turns`` and checks that every search went through it and that the episode is the in-process one."""
+
+    source: Callable[[], Any]
+    """-> a ``RetrieverSource`` of the same retrievers the env builds in process when given none."""
+    turns: tuple[str, ...]
+    """Turns after ``reset(seed=0)`` that make the env search (none when its reset searches)."""
+    name: str
+    """The one retriever name the env asks the source for."""
+
+
+@dataclass(frozen=True)
 class EnvHooks:
     """One env's hooks. Every field is optional: a command that needs a missing one says which and stops."""
 
@@ -60,6 +73,9 @@ class EnvHooks:
     ``name`` (None when no episode is the env's)."""
     eval_markdown: Callable[[dict[str, dict[str, Any]]], str] | None = None
     """``ragym eval``'s report.md section of the env's figures: data source -> what ``eval_summary`` returned."""
+    search_probe: SearchProbe | None = None
+    """How the env searches the retriever passed in (``SearchProbe``): the test that every env searches only
+    through it needs one per env."""
 
 
 def load_object(target: str) -> Any:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.docmemo.actions import NOT_ANSWERABLE, Answer, Refine, Select, format_action, parse_action
-from ragym.envs.hooks import EnvHooks
+from ragym.envs.hooks import EnvHooks, SearchProbe
 
 
 def expert(env: Any, seed: int) -> Any:
@@ -87,6 +87,16 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
     run_episode(env, LongestDocMemo(env), seed, options)
 
 
+def report_pages() -> Any:
+    """The synthetic report's in-process page search, under the name DocMemo asks for it by."""
+    from ragym.envs.registry import make_env
+    from ragym.envs.retrieval.hits import NamedRetrievers
+
+    env = make_env("DocMemo-v0")
+    env.reset(seed=0)
+    return NamedRetrievers({"pages/synthetic_annual_report": env.retriever})
+
+
 HOOKS = EnvHooks(
     name="docmemo",
     format_action=format_action,
@@ -102,4 +112,6 @@ HOOKS = EnvHooks(
     toy_rows=toy_rows,
     longest_episode=longest_episode,
     paper_recipe="docmemo_qwen2_5_vl_7b",
+    # No turns: reset searches round 0's pages.
+    search_probe=SearchProbe(report_pages, (), "pages/synthetic_annual_report"),
 )

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ragym.envs.hooks import EnvHooks
+from ragym.envs.hooks import EnvHooks, SearchProbe
 from ragym.envs.kbvqa.actions import (
     Answer,
     Reject,
@@ -109,6 +109,14 @@ def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     return ranks, pool
 
 
+def kb_retrievers() -> Any:
+    """The tiny synthetic KB's retrievers, as the env builds them in process."""
+    from ragym.envs.kbvqa.kb import KBRetrievers, load_kb
+    from ragym.envs.registry import synthetic_data
+
+    return KBRetrievers(load_kb(synthetic_data("kbvqa", "tiny")))
+
+
 HOOKS = EnvHooks(
     name="kbvqa",
     format_action=format_action,
@@ -128,4 +136,5 @@ HOOKS = EnvHooks(
     longest_episode=longest_episode,
     paper_recipe="kbvqa_qwen2_5_vl_7b",
     gold_ranks=gold_ranks,
+    search_probe=SearchProbe(kb_retrievers, (format_action(SearchImage(1), "search"),), "candidates"),
 )

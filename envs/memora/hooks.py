@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ragym.envs.hooks import EnvHooks
+from ragym.envs.hooks import EnvHooks, SearchProbe
 from ragym.envs.memora.actions import Decompose, Extract, Judge, Stop, Subquery, format_action, parse_action
 from ragym.envs.memora.env import MemoraConfig
 
@@ -58,6 +58,14 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
     MemoraPipeline(ScriptedModel(), pipeline).play(env, options, seed)
 
 
+def first_stage() -> Any:
+    """The synthetic domain's first-stage retriever, as the env builds it in process."""
+    from ragym.envs.memora.corpus import synthetic_collection
+    from ragym.envs.retrieval.hits import NamedRetrievers
+
+    return NamedRetrievers({"first_stage": synthetic_collection(0)[1].retriever})
+
+
 HOOKS = EnvHooks(
     name="memora",
     format_action=format_action,
@@ -73,4 +81,5 @@ HOOKS = EnvHooks(
     toy_rows=toy_rows,
     longest_episode=longest_episode,
     paper_recipe="memora_qwen2_5_vl_7b",
+    search_probe=SearchProbe(first_stage, (), "first_stage"),  # reset runs the first stage
 )

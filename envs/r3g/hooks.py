@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ragym.envs.hooks import EnvHooks
+from ragym.envs.hooks import EnvHooks, SearchProbe
 from ragym.envs.r3g.actions import Answer, Judge, JudgeScore, Plan, Retrieve, format_action, parse_action
 from ragym.envs.r3g.report import markdown, r3g_summary
 
@@ -35,6 +35,15 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
     run_episode(env, expert(env, 0), seed, options)
 
 
+def image_search() -> Any:
+    """The tiny synthetic task's coarse image search, as the env builds it in process."""
+    from ragym.envs.r3g.corpus import CoarseRetriever, ImageCorpus
+    from ragym.envs.registry import synthetic_data
+    from ragym.envs.retrieval.hits import NamedRetrievers
+
+    return NamedRetrievers({"image": CoarseRetriever(ImageCorpus.load(synthetic_data("r3g", "tiny")))})
+
+
 HOOKS = EnvHooks(
     name="r3g",
     format_action=format_action,
@@ -55,4 +64,5 @@ HOOKS = EnvHooks(
     paper_recipe="r3g_qwen2_5_vl_7b",
     eval_summary=r3g_summary,
     eval_markdown=markdown,
+    search_probe=SearchProbe(image_search, ("<plan>the cues</plan>", "<retrieve></retrieve>"), "image"),
 )

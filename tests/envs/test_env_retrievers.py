@@ -1,5 +1,6 @@
-"""Every env takes ``(config=None, *, retriever=None, **overrides)`` and searches through the retriever passed in;
-``make_env`` resolves the retrieval service once per process for the envs that search it."""
+"""Every env takes ``(config=None, *, retriever=None, **overrides)`` and searches through the retriever passed in
+(each env's ``search_probe`` hook says how to make it search); ``make_env`` resolves the retrieval service once per
+process for the envs that search it."""
 
 from __future__ import annotations
 
@@ -9,14 +10,11 @@ import gymnasium
 import pytest
 
 from ragym import envs
-from ragym.envs.kbvqa.actions import SearchImage, format_action
+from ragym.envs.hooks import hook
 from ragym.envs.kbvqa.kb import KBRetrievers, load_kb
-from ragym.envs.memora.corpus import synthetic_collection
-from ragym.envs.r3g.corpus import CoarseRetriever, ImageCorpus
 from ragym.envs.registry import make_env, searches_service, synthetic_data
 from ragym.envs.retrieval.hits import NamedRetrievers
 from ragym.envs.retrieval.service.client import ClientConfig, ServiceRetrievers, service_retrievers
-from tests.envs.fakes import EveryName
 
 URL = "http://127.0.0.1:9"  # nothing is ever sent: building a client connects to nothing
 
@@ -46,35 +44,6 @@ class SpySource:
         return self.spies.setdefault(name, Spy(self.inner.retriever(name)))
 
 
-def _docmemo_pages() -> EveryName:
-    """The synthetic report's own in-process page search, served under whatever name DocMemo asks for."""
-    env = envs.make_env("DocMemo-v0")
-    env.reset(seed=0)
-    return EveryName(env.retriever)
-
-
-def _kb() -> KBRetrievers:
-    return KBRetrievers(load_kb(synthetic_data("kbvqa", "tiny")))
-
-
-def _r3g() -> NamedRetrievers:
-    return NamedRetrievers({"image": CoarseRetriever(ImageCorpus.load(synthetic_data("r3g", "tiny")))})
-
-
-def _memora() -> NamedRetrievers:
-    return NamedRetrievers({"first_stage": synthetic_collection(0)[1].retriever})
-
-
-SEARCHES = {
-    "KBVQA-v0": (_kb, [format_action(SearchImage(1), "r")], "candidates"),
-    "KBVQA-Demo-v0": (_kb, [format_action(SearchImage(1), "r")], "candidates"),
-    "DocMemo-v0": (_docmemo_pages, [], "pages/synthetic_annual_report"),  # reset searches the round-0 pages
-    "MEMORA-v0": (_memora, [], "first_stage"),  # reset runs the first stage
-    "R3G-v0": (_r3g, ["<plan>the cues</plan>", "<retrieve></retrieve>"], "image"),
-}
-"""Env id -> (a source of the same retrievers it builds in process, turns that make it search, the name)."""
-
-
 def _episode(env: gymnasium.Env, turns: list[str]) -> list[tuple[str, list]]:
     obs, info = env.reset(seed=0)
     trace = [(obs["text"], info["events"])]
@@ -86,9 +55,10 @@ def _episode(env: gymnasium.Env, turns: list[str]) -> list[tuple[str, list]]:
 
 @pytest.mark.parametrize("env_id", sorted(envs.registered_envs()))
 def test_every_env_searches_through_the_retriever_passed_in(env_id: str) -> None:
-    assert env_id in SEARCHES, f"{env_id}: add how it searches to SEARCHES"
-    make_source, turns, name = SEARCHES[env_id]
-    source = SpySource(make_source())
+    # An env without the hook fails here, with a line naming the env and where the hook goes.
+    probe = hook(env_id, "search_probe", "the test that every env searches through the retriever passed in")
+    turns, name = list(probe.turns), probe.name
+    source = SpySource(probe.source())
     passed = _episode(gymnasium.make(env_id, retriever=source).unwrapped, turns)
     assert list(source.spies) == [name] and source.spies[name].queries, f"{env_id} did not search through it"
     # The same retrievers in process give the same episode: passing them in changes nothing else.
@@ -130,7 +100,7 @@ def test_the_edge_refuses_settings_that_make_no_search_possible() -> None:
 
 
 def test_an_explicit_retriever_wins_and_unset_means_in_process(monkeypatch) -> None:
-    mine = _kb()
+    mine = KBRetrievers(load_kb(synthetic_data("kbvqa", "tiny")))
     monkeypatch.setenv("RAGYM_RETRIEVAL_URL", URL)
     assert make_env("KBVQA-v0", retriever=mine).retrievers is mine
     monkeypatch.delenv("RAGYM_RETRIEVAL_URL")
