@@ -23,10 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ragym.rl.ablate.grids import GRIDS, Grid, Variant, row_label, run_dir
+from ragym.rl.ablate.grids import GRIDS, Grid, Variant, base_settings, grid_for_task, row_label, run_dir
 from ragym.rl.ablate.report import write_report
 from ragym.rl.ablate.speed import NOT_REACHED, Curves, speed
 from ragym.rl.ablate.stats import Runs, aggregate, claims_under_rl, movement, summarize
+from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS
 from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -55,12 +56,14 @@ def runner_for(kind: str) -> Runner:
     raise ValueError(f"no runner for grid kind {kind!r}")
 
 
-def check_grid_folder(out: Path, grid: Grid, steps: int | None, extra: list[str]) -> None:
+def check_grid_folder(
+    out: Path, grid: Grid, steps: int | None, extra: list[str], task: str = DEFAULT_TASK
+) -> None:
     """Record the grid's settings in a new folder; refuse to resume one run with other settings."""
-    state = {"grid": grid.name, "steps": steps, "overrides": extra}
+    state = {"grid": grid.name, "steps": steps, "overrides": extra, "task": task}
     path = out / GRID_STATE
     if path.is_file():
-        before = json.loads(path.read_text())
+        before = {"task": DEFAULT_TASK, **json.loads(path.read_text())}  # folders from before tasks: verify
         if before != state:
             raise UsageError(
                 f"{out} holds a grid run with {before}, not {state}; rerun with those or a new --out"
@@ -108,9 +111,11 @@ def run_grid(
     extra: list[str],
     runner: Runner | None = None,
     jobs: int = 1,
+    task: str = DEFAULT_TASK,
 ) -> dict[str, Any]:
-    """Every (variant, seed) not finished yet, then results.json and report.md; returns the results."""
-    check_grid_folder(out, grid, steps, extra)
+    """Every (variant, seed) not finished yet, then results.json and report.md; returns the results. ``grid`` is
+    already on ``task`` (``grid_for_task``); the folder records the task, so a resume cannot mix two."""
+    check_grid_folder(out, grid, steps, extra, task)
     run = runner or runner_for(grid.kind)
     runs: Runs = {v.name: {} for v in grid.variants}
     walls: dict[str, list[float]] = {v.name: [] for v in grid.variants}
@@ -138,6 +143,10 @@ def run_grid(
                 curves[variant.name][seed] = result["held_out_curve"]
                 sampling[variant.name][seed] = result["train_sampling"]
     results = aggregate(grid, runs, seeds)
+    results["task"] = task
+    if grid.kind == "kbvqa":
+        results["base_settings"] = {name: {"ragym": ours, "paper": paper}
+                                    for name, (ours, paper) in base_settings(grid).items()}  # fmt: skip
     results["wall_time_s"] = {name: sum(w) for name, w in walls.items()}
     if all(len(b) == len(seeds) for b in befores.values()):  # runners that train report where they started
         results["before_grpo"] = {name: {m: summarize([b[s][m] for s in seeds]) for m in grid.metrics}
@@ -154,6 +163,9 @@ def run_grid(
 def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str]) -> list[str]:
     """One line per variant: its settings and, for KB-VQA grids, the command that runs its first seed alone."""
     lines = [f"grid {grid.name}: {grid.paper}"]
+    if grid.kind == "kbvqa":
+        lines.append("base settings (ragym's / the paper's): " + ", ".join(
+            f"{name} {ours} / {paper}" for name, (ours, paper) in base_settings(grid).items()))  # fmt: skip
     if grid.target is not None:
         lines.append(f"steps_to_target: the first held-out evaluation (every {grid.eval_every} GRPO steps and the "
                      f"last) with ident_acc >= {grid.target.ident_acc}: {grid.target.source}")  # fmt: skip
@@ -187,11 +199,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--eval-every", type=int, help="held-out greedy evaluation every N GRPO steps during "
                         "training, the curve of steps_to_target (grids with a target: credit, credit_delta05; "
                         "default: the grid's, 5)")  # fmt: skip
+    parser.add_argument("--task", default=DEFAULT_TASK, choices=list(DEMO_TASKS), help="KB-VQA grids: the demo "
+                        "task every variant runs (default verify; answer: the policy also learns to answer, "
+                        "ragym.rl.demo.tasks)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides applied to every variant")
     args = parser.parse_intermixed_args(argv)
     if args.seeds < 1 or args.jobs < 1:
         raise UsageError(f"--seeds and --jobs must be >= 1, got --seeds {args.seeds} --jobs {args.jobs}")
-    grid, seeds, args.out = GRIDS[args.name], list(range(args.seeds)), args.out.resolve()
+    grid, seeds, args.out = (
+        grid_for_task(GRIDS[args.name], args.task),
+        list(range(args.seeds)),
+        args.out.resolve(),
+    )
     if args.only_seeds:
         seeds = [int(s) for s in args.only_seeds.split(",")]
     if args.only_variants:
@@ -214,7 +233,7 @@ def main(argv: list[str]) -> int:
         print("\n".join(list_commands(grid, args.out, seeds, steps, args.overrides)))
         return 0
     start = time.perf_counter()
-    results = run_grid(grid, args.out, seeds, steps, args.overrides, jobs=args.jobs)
+    results = run_grid(grid, args.out, seeds, steps, args.overrides, jobs=args.jobs, task=args.task)
     for claim in results["claims"]:
         under_rl = f"; on seeds GRPO moved: {claim['rl_verdict']}" if "rl_verdict" in claim else ""
         print(f"{claim['claim']} ({claim['source']}): {claim['verdict']}{under_rl}")

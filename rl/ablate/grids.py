@@ -9,9 +9,17 @@ prints each as the ``ragym demo`` command that runs it alone.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from ragym.rl.demo.tasks import DEFAULT_TASK, task_kb_preset, task_overrides
+from ragym.rl.errors import UsageError
+
+BASE_REWARD = Path(__file__).resolve().parents[2] / "recipes" / "rewards" / "mmagent_r2.yaml"
+"""The demo's reward recipe, which a KB-VQA variant's reward parameters edit."""
 
 ABLATE_STEPS = 80
 """GRPO steps of every KB-VQA grid run: the demo's 30 move the sampled propensities (training-time rejection
@@ -163,6 +171,9 @@ DELTAS = ((0.2, "δ = 0.2 (the paper's)"), (0.1, "δ = 0.1"), (0.3, "δ = 0.3"),
 """Table 8's δ values (0.2 first: the baseline), then ragym's additions (no row label)."""
 KS = ((5, "K = 5 (the paper's)"), (3, "K = 3"), (7, "K = 7"), (1, ""))
 """Table 6's K values (5 first: the baseline), then ragym's addition K = 1 (the CPU demo's own K)."""
+PAID_AT_LIMIT = {"verification": {"pay_reject_at_limit": True}}
+"""Reward params of the variants that pay delta for a correct Reject issued at the rejection limit (the recipe's
+default does not: ``docs/rewards.md``); the grids measure both."""
 REJMAXES = ((2, "Rej_max = 2 (the paper's)"), (0, "Rej_max = 0"), (1, "Rej_max = 1"), (3, "Rej_max = 3"))
 """Table 7's Rej_max values (2 first: the baseline)."""
 
@@ -189,6 +200,8 @@ _KBVQA_GRIDS = (
                 row="w/o Rerank, w/o Reject",
                 own_warm_start=True,
             ),  # fmt: skip
+            # ragym's: the full model with the Reject at the limit paid delta (pay_reject_at_limit, issue #37 item 1).
+            Variant("full_paid_at_limit", _acc(candidates_per_batch=3), PAID_AT_LIMIT),
         ),
         KB,
         (
@@ -221,7 +234,11 @@ _KBVQA_GRIDS = (
     Grid(
         "rejmax",
         "kbvqa",
-        tuple(Variant(f"rej_max={r}", _acc(max_rejections=r), row=label) for r, label in REJMAXES),
+        (
+            *(Variant(f"rej_max={r}", _acc(max_rejections=r), row=label) for r, label in REJMAXES),
+            # ragym's: the paper's Rej_max = 2 with the Reject at the limit paid delta (issue #37 item 1).
+            Variant("rej_max=2_paid_at_limit", _acc(max_rejections=2), PAID_AT_LIMIT),
+        ),
         KB,
         (
             Claim("ident_acc", "rej_max=1", ">", "rej_max=0", T7),
@@ -250,6 +267,42 @@ _KBVQA_GRIDS = (
         kb_preset="demo_k7",
     ),
 )
+
+
+PAPER_BASE = {"K": 5, "Rej_max": 2, "delta": 0.2, "Reject at the limit paid": "not stated"}
+"""MMAgent-R²'s base settings (Tables 5-8 vary one of them from these); the paper does not say whether Eq. 4 pays
+a Reject issued at the limit (Algorithm S1 does not count it)."""
+
+
+def base_settings(grid: Grid) -> dict[str, tuple[Any, Any]]:
+    """A KB-VQA grid's base settings (its first variant's) beside the paper's: name -> (ragym's, paper's)."""
+    from ragym.data_prep.synthetic_kb import PRESETS
+    from ragym.envs.kbvqa.env import KBVQAConfig
+
+    first = grid.variants[0]
+    defaults = {f.name: f.default for f in fields(KBVQAConfig)}
+    env = {**defaults, **dict(PRESETS[first.kb_preset].env_kwargs), **first.env}
+    verification = {**yaml.safe_load(BASE_REWARD.read_text())["terms"]["verification"]["params"],
+                    **first.reward.get("verification", {})}  # fmt: skip
+    ours = {"K": env["candidates_per_batch"], "Rej_max": env["max_rejections"], "delta": verification["delta"],
+            "Reject at the limit paid": bool(verification["pay_reject_at_limit"])}  # fmt: skip
+    return {name: (ours[name], PAPER_BASE[name]) for name in PAPER_BASE}
+
+
+def grid_for_task(grid: Grid, task: str) -> Grid:
+    """``grid`` on demo task ``task`` (``ragym.rl.demo.tasks``): every variant reads the task's KB and runs its
+    recipe overrides before its own (so a grid's warm-start settings win); the verify task is the grid itself."""
+    if task == DEFAULT_TASK:
+        return grid
+    if grid.kind != "kbvqa":
+        raise UsageError(
+            f"--task {task}: grid {grid.name} runs no demo policy (only the KB-VQA grids have tasks)"
+        )
+    overrides = tuple(task_overrides(task, grid.kb_preset))
+    variants = tuple(replace(v, kb_preset=task_kb_preset(task, v.kb_preset), overrides=(*overrides, *v.overrides))
+                     for v in grid.variants)  # fmt: skip
+    return replace(grid, variants=variants, kb_preset=task_kb_preset(task, grid.kb_preset),
+                   paper=f"{grid.paper}; on the demo's {task} task (`ragym demo --task {task}`)")  # fmt: skip
 
 
 def register_grid(grid: Grid) -> Grid:

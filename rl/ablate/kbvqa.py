@@ -19,16 +19,12 @@ import pandas as pd
 import yaml
 
 from ragym.envs.files import atomic_write
-from ragym.rl.ablate.grids import KBVQA_METRICS, Variant, run_dir, slug
+from ragym.rl.ablate.grids import BASE_REWARD, KBVQA_METRICS, Variant, run_dir, slug
 from ragym.rl.ablate.speed import held_out_evaluations, sampling_summary
 from ragym.rl.demo.run import DEMO_RECIPE, prepare
 from ragym.rl.engine.metrics import read_metrics
 
 logger = logging.getLogger(__name__)
-
-REPO = Path(__file__).resolve().parents[2]
-BASE_REWARD = REPO / "recipes" / "rewards" / "mmagent_r2.yaml"
-"""The demo's reward recipe, which a variant's reward parameters edit."""
 
 
 def shared_kb(grid_dir: Path, preset: str = "demo") -> Path:

@@ -31,7 +31,8 @@ def table(grid: Grid, results: dict[str, Any]) -> list[str]:
 
 def movement_lines(grid: Grid, moved: dict[str, Any], seeds: list[int]) -> list[str]:
     """How far GRPO moved each variant's greedy policy (after - before per seed), and the grid's verdict."""
-    shown = [m for m in ("ident_acc", "rejections", "needless_rejections") if m in grid.metrics]
+    shown = [m for m in ("ident_acc", "rejections", "needless_rejections", "outcome", "verification", "format")
+             if m in grid.metrics]  # fmt: skip
     lines = ["", "## How far GRPO moved the greedy policy", "",
              f"After minus before GRPO on the held-out rows, per seed ({', '.join(map(str, seeds))}). The "
              "evaluation is greedy and deterministic, so a variant whose metrics did not change on a seed "
@@ -81,6 +82,11 @@ def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
     lines = [f"# ragym ablate {grid.name}", "", f"{grid.paper}. Seeds {seeds}; mean ± sample std over seeds "
              f"(per-seed values in results.json). A cell marked 'seeds disagree' differs from the baseline "
              f"`{grid.variants[0].name}` in opposite directions on different seeds.", ""]  # fmt: skip
+    if "base_settings" in results:
+        lines += [f"Demo task: `{results.get('task', 'verify')}`. Base settings (the first variant's; the table "
+                  "varies one of them):", "", "| setting | this grid | the paper's |", "|---|---|---|"]  # fmt: skip
+        lines += [f"| {name} | {v['ragym']} | {v['paper']} |" for name, v in results["base_settings"].items()]
+        lines.append("")
     lines += table(grid, results)
     if "before_grpo" in results:
         base = grid.variants[0].name

@@ -15,7 +15,6 @@ from __future__ import annotations
 DEMO_TASKS: dict[str, tuple[str, ...]] = {
     "verify": (),
     "answer": (
-        "ragym.demo.kb_preset=demo_slots",
         # Induction pretraining: spans of 4-10 tokens repeated after a lead and a gap of 0-8 random tokens; at
         # 64 sequences a step the loss falls from chance to ~0.1 within 800 steps (~2.5 min on one core).
         "ragym.demo.copy_pretrain.steps=800",
@@ -33,17 +32,40 @@ DEMO_TASKS: dict[str, tuple[str, ...]] = {
         "ragym.demo.warm_start.epochs=3",
     ),
 }
-"""Task name -> recipe overrides (on ``recipes/kbvqa_tiny_cpu.yaml``)."""
+"""Task name -> recipe overrides (on ``recipes/kbvqa_tiny_cpu.yaml``), besides its KB preset (``TASK_KB_PRESETS``)."""
+TASK_KB_PRESETS: dict[str, dict[str, str]] = {
+    "answer": {"demo": "demo_slots", "demo_k7": "demo_k7_slots", "demo_weak_top1": "demo_weak_top1_slots"},
+}
+"""Task name -> (the synthetic KB preset the verify task reads -> the one this task reads instead): the same
+entities and candidate lists, passages and questions of the task's kind. The verify task reads its own."""
 DEFAULT_TASK = "verify"
 """The task ``ragym demo`` and ``make demo`` run without ``--task``."""
 
 
-def task_overrides(task: str) -> list[str]:
-    """The recipe overrides of demo task ``task``; a one-line error naming the tasks for an unknown one.
+def task_kb_preset(task: str, preset: str = "demo") -> str:
+    """The synthetic KB preset ``task`` reads where the verify task reads ``preset``.
 
-    >>> task_overrides("verify")
-    []
+    >>> task_kb_preset("answer", "demo_k7"), task_kb_preset("verify", "demo_k7")
+    ('demo_k7_slots', 'demo_k7')
     """
     if task not in DEMO_TASKS:
         raise ValueError(f"unknown demo task {task!r}; the tasks are {', '.join(DEMO_TASKS)}")
-    return list(DEMO_TASKS[task])
+    if task not in TASK_KB_PRESETS:
+        return preset
+    if preset not in TASK_KB_PRESETS[task]:
+        raise ValueError(f"demo task {task!r} has no KB for preset {preset!r}; it has one for "
+                         f"{', '.join(TASK_KB_PRESETS[task])}")  # fmt: skip
+    return TASK_KB_PRESETS[task][preset]
+
+
+def task_overrides(task: str, preset: str = "demo") -> list[str]:
+    """The recipe overrides of demo task ``task`` (on a KB that is ``preset`` for the verify task); a one-line
+    error naming the tasks for an unknown one.
+
+    >>> task_overrides("verify")
+    []
+    >>> task_overrides("answer")[0]
+    'ragym.demo.kb_preset=demo_slots'
+    """
+    kb = task_kb_preset(task, preset)
+    return ([f"ragym.demo.kb_preset={kb}"] if task in TASK_KB_PRESETS else []) + list(DEMO_TASKS[task])

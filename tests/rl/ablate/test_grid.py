@@ -124,10 +124,15 @@ def test_the_issue_grids_exist_with_their_variants_and_metrics() -> None:
     main_grids = {
         name: [v.name for v in GRIDS[name].variants] for name in ("verification", "delta", "rejmax", "k")
     }
-    assert main_grids["verification"] == ["full", "rerank_only", "neither"]
+    # Table 5's rows, then ragym's: the full model with the Reject at the limit paid (issue #37 item 1).
+    assert main_grids["verification"] == ["full", "rerank_only", "neither", "full_paid_at_limit"]
     assert main_grids["delta"][:3] == ["delta=0.2", "delta=0.1", "delta=0.3"]  # Table 8's, then ragym's
     assert sorted(main_grids["delta"][3:]) == ["delta=0.0", "delta=0.5", "delta=1.0"]
-    assert sorted(main_grids["rejmax"]) == [f"rej_max={r}" for r in range(4)]
+    assert main_grids["rejmax"] == [f"rej_max={r}" for r in (2, 0, 1, 3)] + ["rej_max=2_paid_at_limit"]
+    for grid, variant in (("verification", "full_paid_at_limit"), ("rejmax", "rej_max=2_paid_at_limit")):
+        paid, base = GRIDS[grid].variants[-1], GRIDS[grid].variants[0]
+        assert paid.name == variant and paid.reward == {"verification": {"pay_reject_at_limit": True}}
+        assert paid.env == base.env and paid.warm_start_from == base.name and paid.row == ""
     assert main_grids["k"] == ["k=5", "k=3", "k=7", "k=1"]  # Table 6's (5 the base), then ragym's K=1
     for name in main_grids:
         assert {"ident_acc", "needless_rejections", "rejections"} <= set(GRIDS[name].metrics)
@@ -141,7 +146,8 @@ def test_list_prints_each_variant_as_a_demo_command(tmp_path: Path, capsys: pyte
     out = capsys.readouterr().out
     # Every variant's prompt differs in kind (rerank_only lists no Reject, neither no Rerank), so each is a
     # whole demo with its own warm start.
-    assert out.count("ragym demo --out") == 3 and out.count("ragym train --recipe kbvqa_tiny_cpu") == 0
+    assert out.count("ragym demo --out") == 3 and out.count("ragym train --recipe kbvqa_tiny_cpu") == 1
+    assert "base settings (ragym's / the paper's): K 3 / 5, Rej_max 2 / 2, delta 0.2 / 0.2" in out
     rows = tmp_path / "rows" / "rerank_only" / "train.parquet"
     assert f"data.train_files={rows}" in out and "--steps 3" in out and "x.y=1" in out
     import pandas as pd

@@ -1,0 +1,85 @@
+"""The KB-VQA grids on a demo task (``ragym ablate NAME --task answer``): the task's KB and recipe under each
+variant's own settings, the base settings beside the paper's, and a folder that keeps one task."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ragym.data_prep.synthetic_kb import PRESETS
+from ragym.rl.ablate.cli import run_grid
+from ragym.rl.ablate.grids import GRIDS, PAPER_BASE, base_settings, grid_for_task
+from ragym.rl.demo.run import DEMO_RECIPE
+from ragym.rl.demo.tasks import TASK_KB_PRESETS
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.compose import load_recipe
+
+
+def _demo(overrides: tuple[str, ...]) -> dict:
+    return load_recipe(DEMO_RECIPE, list(overrides))["ragym"]["demo"]
+
+
+@pytest.mark.parametrize("name", ["verification", "delta", "rejmax", "k"])
+def test_a_grid_on_the_answer_task_reads_its_kb_with_slots_and_keeps_its_own_warm_start(name: str) -> None:
+    grid, answer = GRIDS[name], grid_for_task(GRIDS[name], "answer")
+    assert [v.name for v in answer.variants] == [v.name for v in grid.variants]
+    expected = TASK_KB_PRESETS["answer"][grid.kb_preset]
+    assert answer.kb_preset == expected and {v.kb_preset for v in answer.variants} == {expected}
+    first, verify_first = answer.variants[0], grid.variants[0]
+    demo = _demo(first.overrides)
+    assert demo["kb_preset"] == expected and demo["copy_pretrain"]["steps"] == 800  # the answer task's
+    assert demo["warm_start"]["copy_weight"] == 5 and demo["warm_start"]["quote"] is True
+    # The grid's warm-start setting comes after the task's, so it wins (its knife edge or K=3 setting).
+    assert demo["warm_start"]["reject_noise"] == _demo(verify_first.overrides)["warm_start"]["reject_noise"]
+    for ours, theirs in zip(answer.variants, grid.variants, strict=True):  # nothing else of a variant changes
+        assert (ours.env, ours.reward, ours.warm_start_from, ours.row) == (
+            theirs.env,
+            theirs.reward,
+            theirs.warm_start_from,
+            theirs.row,
+        )
+    assert grid_for_task(grid, "verify") is grid
+
+
+def test_the_answer_task_kbs_are_the_grid_kbs_with_slot_passages_and_region_questions() -> None:
+    for base, answer in TASK_KB_PRESETS["answer"].items():
+        assert PRESETS[answer] == replace(
+            PRESETS[base], passage_form="slots", question_attributes=("region",)
+        )
+
+
+def test_a_grid_without_a_demo_policy_has_no_task() -> None:
+    with pytest.raises(UsageError, match="docmemo runs no demo policy"):
+        grid_for_task(replace(GRIDS["verification"], name="docmemo", kind="docmemo"), "answer")
+
+
+def test_base_settings_stand_beside_the_papers() -> None:
+    assert base_settings(GRIDS["verification"]) == {
+        "K": (3, 5),
+        "Rej_max": (2, 2),
+        "delta": (0.2, 0.2),
+        "Reject at the limit paid": (False, "not stated"),
+    }
+    assert base_settings(GRIDS["rejmax"])["K"] == (1, PAPER_BASE["K"])  # the CPU demo's own K
+    paid = replace(GRIDS["rejmax"], variants=GRIDS["rejmax"].variants[-1:])
+    assert base_settings(paid)["Reject at the limit paid"] == (True, "not stated")
+
+
+def test_a_grid_folder_records_its_task_and_the_report_its_base_settings(tmp_path: Path) -> None:
+    grid = replace(grid_for_task(GRIDS["rejmax"], "answer"), claims=())
+    metrics = dict.fromkeys(grid.metrics, 0.5)
+
+    def runner(out: Path, variant, seed: int, steps, extra) -> dict:
+        return {"metrics": metrics, "before_grpo": metrics, "wall_time_s": 1.0}
+
+    results = run_grid(grid, tmp_path, [0], 2, [], runner=runner, task="answer")
+    assert results["task"] == "answer" and results["base_settings"]["K"] == {"ragym": 1, "paper": 5}
+    assert json.loads((tmp_path / "results.json").read_text())["base_settings"]["Rej_max"]["paper"] == 2
+    report = (tmp_path / "report.md").read_text()
+    assert "Demo task: `answer`" in report and "| K | 1 | 5 |" in report
+    assert "Δ outcome per seed" in report and "Δ verification per seed" in report  # which terms moved
+    with pytest.raises(UsageError, match="task"):  # the folder's runs are the answer task's
+        run_grid(grid, tmp_path, [0], 2, [], runner=runner, task="verify")
