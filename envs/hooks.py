@@ -73,6 +73,10 @@ class EnvHooks:
     ``name`` (None when no episode is the env's)."""
     eval_markdown: Callable[[dict[str, dict[str, Any]]], str] | None = None
     """``ragym eval``'s report.md section of the env's figures: data source -> what ``eval_summary`` returned."""
+    env_for_kwargs: Callable[[dict[str, Any]], str | None] | None = None
+    """``env_for_kwargs(kwargs)`` -> the registered env id that env kwargs need instead of a row's own, or None:
+    ``ragym rollout`` applies its command line's settings to each row, and some only a variant of the env takes
+    (KB-VQA's demo aids: ``KBVQA-Demo-v0``)."""
     search_probe: SearchProbe | None = None
     """How the env searches the retriever passed in (``SearchProbe``): the test that every env searches only
     through it needs one per env."""

@@ -19,6 +19,7 @@ from ragym.envs.kbvqa.actions import (
     format_action,
     parse_action,
 )
+from ragym.envs.kbvqa.demo import AID_FIELDS, split_aids
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
 
 _HEADER = re.compile(r"^Candidates for Image \d+", re.MULTILINE)
@@ -87,7 +88,6 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
 def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     """Gold ranks in the KB's precomputed candidate lists (the paper's served candidates) and the pool size
     K x (Rej_max + 1): the retriever's ceiling, independent of the policy."""
-    from ragym.envs.kbvqa.demo import split_aids
     from ragym.envs.kbvqa.env import KBVQAConfig
     from ragym.envs.kbvqa.kb import load_kb
 
@@ -107,6 +107,12 @@ def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
         docids = [hit.docid for hit in retriever.search(kb.resolve(image), pool)]
         ranks.append(docids.index(gold) if gold in docids else None)
     return ranks, pool
+
+
+def env_for_kwargs(kwargs: dict[str, Any]) -> str | None:
+    """``KBVQA-Demo-v0`` when ``kwargs`` set any of the CPU demo's aids (``ragym.envs.kbvqa.demo``): ``KBVQA-v0``
+    takes none of them."""
+    return "KBVQA-Demo-v0" if set(kwargs) & set(AID_FIELDS) else None
 
 
 def kb_retrievers() -> Any:
@@ -136,5 +142,6 @@ HOOKS = EnvHooks(
     longest_episode=longest_episode,
     paper_recipe="kbvqa_qwen2_5_vl_7b",
     gold_ranks=gold_ranks,
+    env_for_kwargs=env_for_kwargs,
     search_probe=SearchProbe(kb_retrievers, (format_action(SearchImage(1), "search"),), "candidates"),
 )

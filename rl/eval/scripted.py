@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from ragym.envs.events import events_of
-from ragym.envs.hooks import MissingHook, hook
+from ragym.envs.hooks import MissingHook, env_hooks, hook
 from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
-from ragym.envs.kbvqa.demo import AID_FIELDS, KBVQADemoEnv
+from ragym.envs.kbvqa.demo import KBVQADemoEnv
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
 from ragym.envs.metrics import episode_metrics, mean_metrics
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE, answer_data_sources, score_answer
@@ -244,8 +244,11 @@ class RowEnvs:
 
         kwargs = json.loads(row["extra_info"]["env_kwargs"])
         kwargs |= ({"kb_dir": self.kb_dir} if self.kb_dir else {}) | self.overrides
-        # Demo aids (on the command line or in the rows) need the demo env; the row's env id otherwise.
-        env_id = "KBVQA-Demo-v0" if set(kwargs) & set(AID_FIELDS) else str(row["extra_info"]["env_id"])
+        # Settings (on the command line or in the row) that only a variant of the row's env takes need that
+        # variant (KB-VQA's demo aids: KBVQA-Demo-v0); the row's env id otherwise.
+        env_id = str(row["extra_info"]["env_id"])
+        variant = env_hooks(env_id).env_for_kwargs
+        env_id = (variant(kwargs) if variant else None) or env_id
         key = json.dumps([env_id, kwargs], sort_keys=True, default=str)
         if key not in self.built:
             env = envs.make_env(env_id, **kwargs)

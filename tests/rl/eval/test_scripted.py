@@ -87,3 +87,14 @@ def test_signature_policy_without_the_reject_action_moves_on_instead(demo_kb: Pa
     assert mean(without, "ident_acc") == mean(offered, "ident_acc")
     assert mean(offered, "rejections") == 0  # every Reject at Rej_max = 0 is at the limit
     assert mean(offered, "rejects_at_limit") == mean(offered, "actions/reject")
+
+
+def test_rollout_builds_the_env_variant_its_settings_need(demo_kb: Path) -> None:
+    """A demo aid among the settings turns a KBVQA-v0 row into KBVQA-Demo-v0 (KB-VQA's ``env_for_kwargs`` hook)."""
+    row = {"extra_info": {"env_id": "KBVQA-v0", "env_kwargs": json.dumps({"kb_dir": str(demo_kb)})}}
+    plain_id, plain, _ = scripted.RowEnvs("signature", None, {}, traced=False).for_row(row)
+    aided_id, aided, policy = scripted.RowEnvs(
+        "signature", None, {"rerank_by_index": True}, traced=False
+    ).for_row(row)
+    assert plain_id == "KBVQA-v0" and type(plain).__name__ == "KBVQAEnv"
+    assert aided_id == "KBVQA-Demo-v0" and aided.aids.rerank_by_index and policy.by_index
