@@ -134,6 +134,7 @@ def _is_known(path: str, base: DictConfig) -> bool:
         if not isinstance(node, DictConfig) or part not in node.keys():
             return False
         child = node._get_node(part)
+        assert child is not None  # the key is in node.keys()
         is_open = child._is_none() or (isinstance(child, DictConfig) and len(child) == 0)
         # An empty mapping or a null in verl's defaults is an open slot (engine_kwargs.vllm, override_config).
         if depth < len(parts) - 1 and is_open:

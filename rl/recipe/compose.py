@@ -99,7 +99,7 @@ def resolve_reward_recipe(config: DictConfig, recipe: Path) -> None:
 
 def validate_recipe(config: DictConfig) -> None:
     """Run verl's own config validation (batch divisibility, micro-batch rules...) on a composed recipe."""
-    from verl.trainer.main_ppo import need_critic, need_reference_policy
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
 
     validate_config(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -66,7 +66,7 @@ def recipe_images(config: DictConfig) -> RecipeImages | None:
         return None
     values = OmegaConf.to_container(node, resolve=True)
     if not isinstance(values, dict) or set(values) != set(RECIPE_FIELDS):
-        got = sorted(values) if isinstance(values, dict) else values
+        got = sorted(values, key=str) if isinstance(values, dict) else values
         raise UsageError(f"{IMAGES_KEY} must have exactly the keys {list(RECIPE_FIELDS)}, got {got}")
     try:
         budget = ImageBudget(values["query_max_pixels"], values["candidate_max_pixels"],
@@ -123,7 +123,10 @@ def recipe_processor_kwargs(config: DictConfig) -> dict[str, Any]:
     """``data.mm_processor_kwargs`` of a composed recipe (empty when unset), checked as above."""
     recipe_images(config)
     node = OmegaConf.select(config, PROCESSOR_KEY, default=None)
-    return dict(OmegaConf.to_container(node, resolve=True)) if node is not None else {}
+    if node is None:
+        return {}
+    # verl's config declares the section a mapping: a DictConfig, whose container is a dict.
+    return dict(cast(dict[str, Any], OmegaConf.to_container(node, resolve=True)))
 
 
 def check_processor_factor(images: RecipeImages | None, processor: Any) -> None:

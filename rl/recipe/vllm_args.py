@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from typing import Any
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,7 +24,8 @@ def server_settings(config: DictConfig) -> dict[str, Any]:
     """The settings verl 0.9.1's ``vLLMHttpServer.launch_server`` passes to ``vllm serve`` for this recipe
     (``verl/workers/rollout/vllm_rollout/vllm_async_server.py``), without the per-replica ones (seed offset,
     data-parallel addresses)."""
-    rollout = OmegaConf.to_container(OmegaConf.select(config, ROLLOUT), resolve=True)
+    # The rollout section is a DictConfig, whose container is a dict (to_container's type also covers lists).
+    rollout = cast(dict[str, Any], OmegaConf.to_container(OmegaConf.select(config, ROLLOUT), resolve=True))
     vllm_kwargs = (rollout.get("engine_kwargs") or {}).get("vllm") or {}
     engine_kwargs = {key: value for key, value in vllm_kwargs.items() if value is not None}
     if rollout.get("limit_images"):
@@ -83,6 +84,7 @@ def vllm_engine_args(config: DictConfig, model_path: str) -> Any:
         raise ValueError(
             f"vllm serve refuses the recipe's arguments: {message[-1] if message else argv}"
         ) from None
+    assert args is not None  # argparse returns the namespace it fills (vLLM's override has no return type)
     args.model = args.model_tag
     commands[args.subparser].validate(args)
     return AsyncEngineArgs.from_cli_args(args)

@@ -95,6 +95,13 @@ def test_keys_that_disagree_are_an_error_naming_them(override: str, match: str) 
         recipe_images(composed("kbvqa_qwen2_5_vl_7b", [override]))
 
 
+def test_a_budget_with_a_number_for_a_key_is_a_usage_error() -> None:
+    """A YAML key such as ``1:`` beside the named ones is reported, not a TypeError from sorting int with str."""
+    config = OmegaConf.create({"ragym": {"images": {1: 2, "factor": 28}}})
+    with pytest.raises(UsageError, match=r"must have exactly the keys .*got \[1, 'factor'\]"):
+        recipe_images(config)
+
+
 def test_a_recipe_without_a_budget_changes_nothing() -> None:
     config = OmegaConf.create({"data": {}, "actor_rollout_ref": {"rollout": {"name": "hf"}}})
     assert recipe_images(config) is None and recipe_processor_kwargs(config) == {}
