@@ -19,10 +19,10 @@ import numpy as np
 
 from ragym.envs.events import events_of
 from ragym.envs.memora.env import MemoraEnv
+from ragym.envs.memora.models import ScriptedModel
+from ragym.envs.memora.pipeline import MemoraPipeline
 from ragym.envs.memora.synthetic import FACETS, SyntheticConfig, synthetic_domain
 from ragym.rewards.memora import ranking_ndcg
-from ragym.rl.eval.memora_models import ScriptedModel
-from ragym.rl.eval.memora_pipeline import MemoraPipeline
 
 
 def run(seed: int, depth: int, use_memory: bool = True) -> tuple[float, float, float, float]:

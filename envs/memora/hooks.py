@@ -46,11 +46,11 @@ def toy_rows(out: Path) -> None:
 
 
 def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None:
-    """MEMORA's fixed pipeline (``ragym.rl.eval.memora_pipeline``) with K_max factors, never stopping early:
+    """MEMORA's fixed pipeline (``ragym.envs.memora.pipeline``) with K_max factors, never stopping early:
     decompose, a subquery and an extraction over the whole pool per factor, expansions while the budgets last,
     the judge, stop."""
-    from ragym.rl.eval.memora_models import ScriptedModel
-    from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
+    from ragym.envs.memora.models import ScriptedModel
+    from ragym.envs.memora.pipeline import MemoraPipeline, PipelineConfig
 
     config = env.unwrapped.config
     pipeline = PipelineConfig(num_factors=config.k_max, stop_threshold=math.inf, expand_below=math.inf,

@@ -28,12 +28,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ragym.envs.memora.models import GENERIC_FACETS, ScriptedModel
+from ragym.envs.memora.pipeline import MemoraPipeline, PipelineConfig
 from ragym.envs.memora.synthetic import FACETS
 from ragym.envs.metrics import episode_metrics, mean_metrics
 from ragym.envs.registry import make_env
 from ragym.rewards import Episode, Rubric
-from ragym.rl.eval.memora_models import GENERIC_FACETS, LLMConfig, ScriptedModel
-from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
+from ragym.rl.eval.memora_llm import LLMConfig, OpenAIChatModel
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "rewards" / "memora.yaml"
 
@@ -172,8 +173,6 @@ def main(argv: list[str]) -> int:
     if args.synthetic and args.warmup:
         parser.error("--warmup goes with --data; --synthetic splits its own stream")
     if args.model == "openai":
-        from ragym.rl.eval.memora_llm import OpenAIChatModel
-
         key = os.environ[args.api_key_env] if args.api_key_env else None
         cache = args.cache or str(args.out / "llm_cache.jsonl")
         chat = replace(

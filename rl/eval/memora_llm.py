@@ -1,4 +1,5 @@
-"""``OpenAIChatModel``: MEMORA's LLM calls through the shared chat client (``ragym.data_prep.chat``).
+"""``OpenAIChatModel``: MEMORA's LLM calls through the shared chat client (``ragym.data_prep.chat``), configured by
+``LLMConfig`` (the pipeline and the scripted model: ``ragym.envs.memora.pipeline``, ``ragym.envs.memora.models``).
 
 Every call asks for a JSON object (decompose: ``{"factors": [{"text", "priority"}]}``; subquery:
 ``{"subquery": "..."}``; extract: ``{"evidence": [{"doc", "score", "snippet"}]}``; judge: ``{"order":
@@ -13,10 +14,10 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ragym.data_prep.chat import ChatClient
-from ragym.rl.eval.memora_models import LLMConfig
+from ragym.data_prep.chat import ChatClient, ChatConfig
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -76,6 +77,20 @@ def graph_text(candidates: list[dict[str, Any]], evidence: list[dict[str, Any]],
         f"[{c['number']}] {c['text'][:chars]}\n    evidence: {'; '.join(edges.get(c['number'], [])) or 'none'}"
         for c in candidates
     )
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """The endpoint (``ChatConfig``: URL, model, key, cache, retries) and the temperature of each call kind."""
+
+    chat: ChatConfig = ChatConfig(model="gpt-4o", max_retries=3)
+    """Where and how patiently to call the chat endpoint (the paper's model: GPT-4o)."""
+    extract_temperature: float = 0.2
+    """Temperature of evidence extraction (the paper: 0.2)."""
+    judge_temperature: float = 0.0
+    """Temperature of the judge (the paper: 0.0)."""
+    plan_temperature: float = 0.0
+    """Temperature of decomposition and subquery writing (the paper gives none; ragym: 0.0, like the judge)."""
 
 
 class OpenAIChatModel:

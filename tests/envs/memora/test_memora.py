@@ -200,10 +200,10 @@ def test_own_memory_gives_a_stop_at_once_policy_nothing() -> None:
     """The leak of issue 30: one earlier scored episode of the same query raised an immediate stop's nDCG@10
     by 0.11 on these 40 queries (its document prior boosted its own relevant documents); now by nothing."""
     from ragym.envs.memora.corpus import synthetic_collection
+    from ragym.envs.memora.models import ScriptedModel
+    from ragym.envs.memora.pipeline import MemoraPipeline
     from ragym.envs.memora.synthetic import FACETS
     from ragym.rewards.memora import ranking_ndcg
-    from ragym.rl.eval.memora_models import ScriptedModel
-    from ragym.rl.eval.memora_pipeline import MemoraPipeline
 
     domain = synthetic_collection(0)[0]
     pipeline = MemoraPipeline(ScriptedModel(facets=FACETS))

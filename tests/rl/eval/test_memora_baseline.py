@@ -76,10 +76,10 @@ def test_baseline_on_the_synthetic_stream_beats_the_first_stage(tmp_path: Path, 
 
 def test_without_warmup_the_held_out_rows_still_never_write(tmp_path: Path) -> None:
     """An env first built in the held-out phase is frozen too: no held-out row reads another's episode."""
+    from ragym.envs.memora.models import ScriptedModel
+    from ragym.envs.memora.pipeline import MemoraPipeline
     from ragym.envs.memora.synthetic import FACETS
     from ragym.rl.eval.memora_baseline import run, synthetic_rows
-    from ragym.rl.eval.memora_models import ScriptedModel
-    from ragym.rl.eval.memora_pipeline import MemoraPipeline
 
     _, held_out = synthetic_rows(40)
     summary = run(held_out, MemoraPipeline(ScriptedModel(facets=FACETS)), tmp_path)

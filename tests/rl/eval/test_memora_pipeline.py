@@ -15,11 +15,11 @@ from ragym.data_prep.chat import ChatConfig, ChatError
 from ragym.envs.events import events_of
 from ragym.envs.memora.corpus import synthetic_collection
 from ragym.envs.memora.env import MemoraEnv
+from ragym.envs.memora.models import ScriptedModel
+from ragym.envs.memora.pipeline import MemoraPipeline, PipelineConfig
 from ragym.envs.memora.synthetic import FACETS
 from ragym.rewards.memora import ranking_ndcg
-from ragym.rl.eval.memora_llm import OpenAIChatModel
-from ragym.rl.eval.memora_models import LLMConfig, ScriptedModel
-from ragym.rl.eval.memora_pipeline import MemoraPipeline, PipelineConfig
+from ragym.rl.eval.memora_llm import LLMConfig, OpenAIChatModel
 
 
 def stream_ndcg(depth: int, test: range, use_memory: bool = True) -> float:

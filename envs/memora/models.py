@@ -1,11 +1,12 @@
-"""The models behind MEMORA's fixed pipeline: an offline scripted model and an OpenAI-compatible LLM client.
+"""The models behind MEMORA's fixed pipeline (``ragym.envs.memora.pipeline``): the calls they answer and an
+offline scripted model.
 
-Both answer the calls the paper makes to GPT-4o: factor decomposition (with the memory summary), a subquery
+A model answers the calls the paper makes to GPT-4o: factor decomposition (with the memory summary), a subquery
 for one factor (section 3.6), evidence extraction for one factor over a batch of candidates, and the listwise
 meta-verdict judge, which receives the factor evidence graph and the memory summary (section 3.11). The
-scripted model is lexical and deterministic (tests, the CPU demo); ``ragym.rl.eval.memora_llm.OpenAIChatModel`` posts
-chat completions through the shared client (``ragym.data_prep.chat``: disk cache, retries), configured by
-``LLMConfig`` below.
+scripted model here is lexical and deterministic (tests, the CPU demo, ``ragym budget``'s longest episode); the
+LLM, ``ragym.rl.eval.memora_llm.OpenAIChatModel``, posts chat completions through the shared client
+(``ragym.data_prep.chat``: disk cache, retries).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ragym.data_prep.chat import ChatConfig
 from ragym.envs.memora.memory import bag_of_words, cosine
 
 STOPWORDS = frozenset(
@@ -145,17 +145,3 @@ class ScriptedModel:
             return (-support.get(c["number"], 0.0), -recalled.get(c["docid"], 0.0), i)
 
         return [c["number"] for _, c in sorted(enumerate(candidates), key=key)]
-
-
-@dataclass(frozen=True)
-class LLMConfig:
-    """The endpoint (``ChatConfig``: URL, model, key, cache, retries) and the temperature of each call kind."""
-
-    chat: ChatConfig = ChatConfig(model="gpt-4o", max_retries=3)
-    """Where and how patiently to call the chat endpoint (the paper's model: GPT-4o)."""
-    extract_temperature: float = 0.2
-    """Temperature of evidence extraction (the paper: 0.2)."""
-    judge_temperature: float = 0.0
-    """Temperature of the judge (the paper: 0.0)."""
-    plan_temperature: float = 0.0
-    """Temperature of decomposition and subquery writing (the paper gives none; ragym: 0.0, like the judge)."""

@@ -29,7 +29,7 @@ from typing import Any
 import gymnasium
 
 from ragym.envs.memora.actions import Decompose, Extract, Judge, Stop, Subquery, format_action
-from ragym.rl.eval.memora_models import CommitteeModel
+from ragym.envs.memora.models import CommitteeModel
 
 
 @dataclass(frozen=True)
