@@ -154,6 +154,7 @@ def memory_main(argv: list[str]) -> int:
             raise UsageError(f"--lora-rank must be > 0, got {args.lora_rank}")
         config = load_config(args.recipe, [*args.overrides, f"{RANK_KEY}={args.lora_rank}"])
     lora = read_lora(lambda key: OmegaConf.select(config, key))
+    assert lora is not None  # the rank is set and > 0 here (read_lora refuses a negative one)
     model = str(OmegaConf.select(config, MODEL_KEY))
     hf_config, source = load_model_config(model, args.model_config)
     shape = model_shape(hf_config, lora)

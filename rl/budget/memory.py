@@ -30,6 +30,7 @@ weights off the GPU). A recipe fits when the larger phase fits the GPU. CUDA con
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -75,7 +76,7 @@ class MemorySettings:
 def memory_settings(config: DictConfig) -> MemorySettings:
     """The memory knobs of a composed recipe."""
 
-    def get(key: str) -> object:
+    def get(key: str) -> Any:  # a config scalar (int, float, bool, str) or None
         return OmegaConf.select(config, key)
 
     num_gpus = int(get("trainer.nnodes")) * int(get("trainer.n_gpus_per_node"))

@@ -69,6 +69,9 @@ def _model_processor(model_dir: Path | None) -> tuple[int, int, int, str] | None
     size = pre.get("size") or {}
     least = pre.get("min_pixels") or size.get("shortest_edge")
     most = pre.get("max_pixels") or size.get("longest_edge")
+    if least is None or most is None:
+        raise UsageError(f"{path} gives no pixel range (min_pixels and max_pixels, or size's shortest_edge and "
+                         "longest_edge); set data.mm_processor_kwargs in the recipe")  # fmt: skip
     return int(pre["patch_size"]) * int(pre.get("merge_size", 2)), int(least), int(most), str(path)
 
 
@@ -99,7 +102,11 @@ class TextCounter:
         self.tokenizer = tokenizer
         self.estimated = tokenizer is None
         self.templated = tokenizer is not None and bool(getattr(tokenizer, "chat_template", None))
-        ids = [tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS] if self.templated else []
+        ids = (
+            [tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS]
+            if tokenizer is not None and self.templated
+            else []
+        )
         self._vision_ids = {i for i in ids if i is not None and i != getattr(tokenizer, "unk_token_id", None)}
 
     def text(self, text: str) -> int:
@@ -110,7 +117,7 @@ class TextCounter:
 
     def conversation(self, messages: list[dict[str, Any]], add_generation_prompt: bool) -> int:
         """Text tokens of ``messages`` rendered for the model (scaffold included, images not)."""
-        if self.templated:
+        if self.tokenizer is not None and self.templated:
             rendered = self.tokenizer.apply_chat_template(
                 messages, tokenize=False, add_generation_prompt=add_generation_prompt
             )

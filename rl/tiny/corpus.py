@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from typing import Any
 
 from ragym.rl.agent_loop.chat_template import DEFAULT_SYSTEM_PROMPT
 
@@ -60,7 +61,8 @@ def env_corpus(env_id: str = CORPUS_ENV_ID, num_episodes: int = NUM_ENV_EPISODES
 
     if env_id not in envs.registered_envs():
         return
-    env = envs.make_env(env_id)
+    # A ragym env: gymnasium's API plus ``system_prompt`` (docs/environments.md), which gymnasium.Env lacks.
+    env: Any = envs.make_env(env_id)
     yield env.system_prompt
     for seed in range(num_episodes):
         obs, _ = env.reset(seed=seed)

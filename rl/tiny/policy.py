@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -140,9 +141,10 @@ def train_tokenizer(
 
 def model_config(arch: str, cfg: TinyPolicyConfig, tokenizer: PreTrainedTokenizerFast):
     """The root config of ``arch`` at ``cfg``'s sizes, with the special-token ids of ``tokenizer``."""
-    ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in _TOKEN_FIELDS.items()}
+    # One token each, so one id each (convert_tokens_to_ids's type also covers a list of tokens).
+    ids: dict[str, Any] = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in _TOKEN_FIELDS.items()}
     head_dim = cfg.hidden_size // cfg.num_heads
-    text = dict(
+    text: dict[str, Any] = dict(
         vocab_size=len(tokenizer),
         hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size,
@@ -155,7 +157,7 @@ def model_config(arch: str, cfg: TinyPolicyConfig, tokenizer: PreTrainedTokenize
         eos_token_id=ids["eos_token_id"],
         pad_token_id=ids["pad_token_id"],
     )
-    vision = dict(
+    vision: dict[str, Any] = dict(
         depth=cfg.vision_depth,
         hidden_size=cfg.vision_hidden_size,
         intermediate_size=2 * cfg.vision_hidden_size,
@@ -216,7 +218,8 @@ def build_tiny_policy(
     root_config = model_config(arch, config, tokenizer)
     torch.manual_seed(seed)
     cls = Qwen2_5_VLForConditionalGeneration if arch == "qwen2_5_vl" else Qwen3VLForConditionalGeneration
-    model = cls(root_config).to(torch.float32)
+    # transformers wraps ``to`` in functools.wraps(nn.Module.to), which pyright reads as the unbound method.
+    model = cls(root_config).to(torch.float32)  # pyright: ignore[reportArgumentType]
     eos = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.convert_tokens_to_ids("<|endoftext|>")]
     model.generation_config = GenerationConfig(
         eos_token_id=eos, pad_token_id=tokenizer.pad_token_id, do_sample=True

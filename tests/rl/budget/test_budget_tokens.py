@@ -14,6 +14,7 @@ from ragym.envs.registry import make_env
 from ragym.rl.agent_loop.observations import EpisodeSpec
 from ragym.rl.budget.cli import load_config, main
 from ragym.rl.budget.tokens import VISION_MARKERS, TextCounter, pixel_rule
+from ragym.rl.errors import UsageError
 from ragym.rl.recipe.images import recipe_images, recipe_processor_kwargs, with_image_budget
 from tests.photos import photo
 from tests.rl.conftest import REAL_SETTINGS
@@ -45,6 +46,15 @@ def test_visual_tokens_are_the_processors_for_raw_and_fitted_photos(arch, real_p
     bare = pixel_rule(OmegaConf.create({"data": {}}), folder)
     assert bare.source.endswith("processor_config.json") and bare.max_pixels == REAL_SETTINGS[arch][1]
     assert bare.tokens(3000, 4000) == pads(processor, Image.fromarray(photo(4000, 3000)), {}) > 10_000
+
+
+def test_a_processor_config_without_a_pixel_range_is_a_usage_error(tmp_path) -> None:
+    """Neither min/max_pixels nor size's edges: an error naming the file, not int(None)'s TypeError."""
+    (tmp_path / "preprocessor_config.json").write_text(
+        json.dumps({"patch_size": 14, "merge_size": 2, "size": {}})
+    )
+    with pytest.raises(UsageError, match=r"preprocessor_config.json gives no pixel range"):
+        pixel_rule(OmegaConf.create({"data": {}}), tmp_path)
 
 
 def test_a_kbvqa_rows_prompt_visual_tokens_are_what_the_processor_expands(
