@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import resource
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,10 +80,16 @@ def _build_inputs(out: Path, reader: RecipeReader, seed: int) -> tuple[Path, Pat
     sizes = TinyPolicyConfig(**reader.get("ragym.demo.policy"))
     pretrain = CopyPretrainConfig(**reader.get("ragym.demo.copy_pretrain"), seed=seed)
     if not (policy_dir / "config.json").exists():
+        # Built aside and renamed when whole: a demo killed during copy pretraining must not resume from a
+        # policy that skipped it.
+        building = out / "tiny_policy.building"
+        shutil.rmtree(building, ignore_errors=True)
         corpus = itertools.chain(default_corpus(), _kb_corpus(kb_dir, repeats))
-        build_tiny_policy(arch, policy_dir, corpus=corpus, seed=seed, config=sizes)
+        build_tiny_policy(arch, building, corpus=corpus, seed=seed, config=sizes)
         if pretrain.steps:
-            _copy_pretrain(policy_dir, pretrain)
+            _copy_pretrain(building, pretrain)
+        shutil.rmtree(policy_dir, ignore_errors=True)  # a folder without config.json holds nothing usable
+        building.rename(policy_dir)
     return kb_dir, policy_dir
 
 

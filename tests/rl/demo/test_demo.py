@@ -189,3 +189,28 @@ def test_demo_folder_check(tmp_path):
     (tmp_path / "old" / "warm_start").mkdir()
     with pytest.raises(UsageError, match="no demo.json"):
         check_demo_folder(tmp_path / "old", 0, {})
+
+
+def test_a_demo_killed_during_copy_pretraining_pretrains_again_on_resume(tmp_path, monkeypatch) -> None:
+    """The tiny policy appears under ``tiny_policy/`` only whole: a kill during copy pretraining leaves none, so
+    the resumed demo builds and pretrains it again instead of resuming from an un-pretrained policy."""
+    from ragym.rl.demo import run
+    from ragym.rl.engine.config import RecipeReader
+    from ragym.rl.recipe.compose import load_recipe
+
+    reader = RecipeReader(load_recipe(run.DEMO_RECIPE, ["ragym.demo.copy_pretrain.steps=2"]))
+    pretrained: list[str] = []
+
+    def killed(policy_dir, cfg) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "_copy_pretrain", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run._build_inputs(tmp_path, reader, seed=0)
+    assert not (tmp_path / "tiny_policy").exists()
+    monkeypatch.setattr(run, "_copy_pretrain", lambda policy_dir, cfg: pretrained.append(policy_dir.name))
+    _, policy_dir = run._build_inputs(tmp_path, reader, seed=0)
+    assert pretrained == ["tiny_policy.building"] and (policy_dir / "config.json").is_file()
+    assert not (tmp_path / "tiny_policy.building").exists()
+    run._build_inputs(tmp_path, reader, seed=0)  # a whole policy is not built or pretrained again
+    assert pretrained == ["tiny_policy.building"]
