@@ -38,6 +38,19 @@ class SearchProbe:
 
 
 @dataclass(frozen=True)
+class ServedFolder:
+    """A folder ``ragym serve`` takes for an env (``--FLAG DIR``) and the retrievers it serves from it."""
+
+    flag: str
+    """The flag without its dashes (``kb-dir``); one env's only: two envs naming the same flag is an error."""
+    help: str
+    """The flag's help line."""
+    load: Callable[[Path, Any], dict[str, Any]]
+    """``load(folder, spec)`` -> retriever name -> ``Served`` (``ragym.envs.retrieval.service.app``); ``spec``
+    is the service's ``CatalogSpec`` (``ragym.envs.serving.catalog``: the faiss index kind, the GPU)."""
+
+
+@dataclass(frozen=True)
 class EnvHooks:
     """One env's hooks. Every field is optional: a command that needs a missing one says which and stops."""
 
@@ -77,6 +90,9 @@ class EnvHooks:
     """``env_for_kwargs(kwargs)`` -> the registered env id that env kwargs need instead of a row's own, or None:
     ``ragym rollout`` applies its command line's settings to each row, and some only a variant of the env takes
     (KB-VQA's demo aids: ``KBVQA-Demo-v0``)."""
+    services: tuple[ServedFolder, ...] | None = None
+    """The folders ``ragym serve`` takes for the env, each with the retrievers it serves from it (KB-VQA's
+    knowledge base, DocMemo's document stores): the env's retrievers, searched through the service."""
     search_probe: SearchProbe | None = None
     """How the env searches the retriever passed in (``SearchProbe``): the test that every env searches only
     through it needs one per env."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.docmemo.actions import NOT_ANSWERABLE, Answer, Refine, Select, format_action, parse_action
-from ragym.envs.hooks import EnvHooks, SearchProbe
+from ragym.envs.hooks import EnvHooks, SearchProbe, ServedFolder
 
 
 def expert(env: Any, seed: int) -> Any:
@@ -87,6 +87,24 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
     run_episode(env, LongestDocMemo(env), seed, options)
 
 
+def served_pages(root: Path, spec: Any) -> dict[str, Any]:
+    """``ragym serve --doc-store-root``: page search (``pages/<doc_key>``) over each document store under
+    ``root``."""
+    from ragym.envs.docmemo.pages import PageRetriever
+    from ragym.envs.docmemo.store import load_store
+    from ragym.envs.retrieval.page_encoders import TextPageEncoder
+    from ragym.envs.retrieval.service.app import Served
+
+    folders = sorted(p.parent for p in root.glob("*/meta.json"))
+    if not folders:
+        raise FileNotFoundError(f"no DocMemo document stores under {root} (no */meta.json)")
+    encoder = TextPageEncoder()
+    return {
+        f"pages/{folder.name}": Served(PageRetriever(load_store(folder), encoder), "text")
+        for folder in folders
+    }
+
+
 def report_pages() -> Any:
     """The synthetic report's in-process page search, under the name DocMemo asks for it by."""
     from ragym.envs.registry import make_env
@@ -112,6 +130,9 @@ HOOKS = EnvHooks(
     toy_rows=toy_rows,
     longest_episode=longest_episode,
     paper_recipe="docmemo_qwen2_5_vl_7b",
+    services=(
+        ServedFolder("doc-store-root", "folder of DocMemo document stores (page search)", served_pages),
+    ),
     # No turns: reset searches round 0's pages.
     search_probe=SearchProbe(report_pages, (), "pages/synthetic_annual_report"),
 )

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ragym.envs.hooks import EnvHooks, SearchProbe
+from ragym.envs.hooks import EnvHooks, SearchProbe, ServedFolder
 from ragym.envs.kbvqa.actions import (
     Answer,
     Reject,
@@ -109,6 +109,27 @@ def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     return ranks, pool
 
 
+def served_kb(kb_dir: Path, spec: Any) -> dict[str, Any]:
+    """``ragym serve --kb-dir``: the KB's image index (vector queries), its candidate lists and the text
+    retrievers it lists (``kb.json`` ``text_retrievers``), the ones KBVQA-v0 may ask for."""
+    from ragym.envs.kbvqa.kb import load_kb
+    from ragym.envs.retrieval.retrievers import IndexSpec
+    from ragym.envs.retrieval.service.app import Served
+    from ragym.envs.retrieval.service.shards import ShardedRetriever, to_gpu
+
+    kb = load_kb(kb_dir)
+    image = kb.image_retriever(IndexSpec(kind=spec.index_kind))
+    if spec.gpu is not None:
+        for shard in image.shards if isinstance(image, ShardedRetriever) else [image]:
+            shard.index = to_gpu(shard.index, spec.gpu)
+    served = {
+        "image": Served(image, "vector", int(kb.entity_embeddings.shape[1])),
+        "candidates": Served(kb.candidate_retriever(), "text"),
+    }
+    served.update({kind: Served(kb.text_retriever(kind), "text") for kind in kb.text_retrievers()})
+    return served
+
+
 def env_for_kwargs(kwargs: dict[str, Any]) -> str | None:
     """``KBVQA-Demo-v0`` when ``kwargs`` set any of the CPU demo's aids (``ragym.envs.kbvqa.demo``): ``KBVQA-v0``
     takes none of them."""
@@ -143,5 +164,6 @@ HOOKS = EnvHooks(
     paper_recipe="kbvqa_qwen2_5_vl_7b",
     gold_ranks=gold_ranks,
     env_for_kwargs=env_for_kwargs,
+    services=(ServedFolder("kb-dir", "KB-VQA knowledge base folder", served_kb),),
     search_probe=SearchProbe(kb_retrievers, (format_action(SearchImage(1), "search"),), "candidates"),
 )

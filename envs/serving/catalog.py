@@ -1,12 +1,16 @@
-"""Which retrievers a KB serves, by name, with the queries each takes.
+"""Which retrievers a service process serves, by name, with the queries each takes.
 
-- ``image``: live faiss search over the entity embeddings (vector queries); the hits carry the payload
-  the env shows (name, image path, signature).
-- ``candidates``: the KB's precomputed candidate lists, keyed by absolute query image path (text).
-- ``bm25``: BM25 over passages (text); ``dense``: the manifest's text encoder over passage vectors (text),
-  when the KB names one.
-- ``pages/<doc_key>``: DocMemo page search over each document store under ``doc_store_root`` (text).
-- any ``NAME=MANIFEST`` shard set: a ``ShardedRetriever`` over the manifest's index files (vector queries).
+The folders come from the envs' hooks (``EnvHooks.services``: each names a ``ragym serve`` flag and loads the
+retrievers it serves from the folder), so a new env adds its own folder kind in its own package:
+
+- ``--kb-dir`` (KB-VQA): ``image``, live faiss search over the entity embeddings (vector queries; the hits carry
+  the payload the env shows); ``candidates``, the KB's precomputed candidate lists, keyed by absolute query image
+  path (text); ``bm25`` over passages and ``dense``, the manifest's text encoder over passage vectors (text), as
+  the KB lists them.
+- ``--doc-store-root`` (DocMemo): ``pages/<doc_key>``, page search over each document store under it (text).
+
+Any ``NAME=MANIFEST`` shard set is served as a ``ShardedRetriever`` over the manifest's index files (vector
+queries), whatever the env.
 """
 
 from __future__ import annotations
@@ -14,72 +18,62 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ragym.envs.retrieval.retrievers import IndexSpec
+from ragym.envs.hooks import ServedFolder, hook, one_env_per_hooks
 from ragym.envs.retrieval.service.app import Served
-from ragym.envs.retrieval.service.shards import ShardedRetriever, to_gpu
+from ragym.envs.retrieval.service.shards import ShardedRetriever
 
 
 @dataclass(frozen=True)
 class CatalogSpec:
     """What one service process loads."""
 
-    kb_dir: str | None = None
-    """KB-VQA knowledge base folder (``ragym.envs.kbvqa.kb`` format); None serves no KB retrievers."""
-    doc_store_root: str | None = None
-    """Folder of DocMemo document stores (one per document); None serves no page search."""
+    folders: tuple[tuple[str, str], ...] = ()
+    """(flag, folder) pairs: a folder kind an env's hooks serve (``served_folders``: ``kb-dir``,
+    ``doc-store-root``, ...) and the folder of that kind to serve."""
     shard_sets: tuple[tuple[str, str], ...] = ()
     """(name, shard manifest path) pairs, each served as one vector retriever."""
     index_kind: str = "auto"
-    """faiss index of the ``image`` retriever: ``auto``, ``built``, ``flat``, ``hnsw`` or ``ivf``
+    """faiss index of a folder's vector retrievers: ``auto``, ``built``, ``flat``, ``hnsw`` or ``ivf``
     (``ragym.envs.kbvqa.kb.KnowledgeBase.image_retriever``)."""
     gpu: int | None = None
     """GPU device for faiss indexes (faiss GPU build); None searches on CPU."""
 
     def __post_init__(self) -> None:
-        if self.kb_dir is None and self.doc_store_root is None and not self.shard_sets:
-            raise ValueError("nothing to serve: give a KB folder, a document store root or a shard manifest")
+        if not self.folders and not self.shard_sets:
+            raise ValueError(
+                "nothing to serve: give a folder an env serves (ragym serve --help) or a shard manifest"
+            )
+
+
+def served_folders() -> dict[str, ServedFolder]:
+    """Every folder kind the registered envs' hooks serve, by flag (KB-VQA's demo env shares KB-VQA's)."""
+    found: dict[str, tuple[str, ServedFolder]] = {}
+    for env_id in one_env_per_hooks("services"):
+        for folder in hook(env_id, "services", "ragym serve"):
+            if folder.flag in found:
+                raise ValueError(
+                    f"ragym serve: --{folder.flag} is served by both {found[folder.flag][0]} and {env_id}"
+                )
+            found[folder.flag] = (env_id, folder)
+    return {flag: folder for flag, (_, folder) in found.items()}
 
 
 def load_catalog(spec: CatalogSpec) -> dict[str, Served]:
     """Build every retriever ``spec`` names (slow: loads tables, indexes and encoders)."""
+    kinds = served_folders() if spec.folders else {}
     served: dict[str, Served] = {}
-    if spec.kb_dir is not None:
-        served.update(_kb_retrievers(spec, spec.kb_dir))
-    if spec.doc_store_root is not None:
-        served.update(_page_retrievers(Path(spec.doc_store_root)))
+
+    def add(retrievers: dict[str, Served], source: str) -> None:
+        twice = sorted(set(retrievers) & set(served))
+        if twice:
+            raise ValueError(f"{source} serves {twice}, already served by another folder or shard set")
+        served.update(retrievers)
+
+    for flag, folder in spec.folders:
+        if flag not in kinds:
+            raise ValueError(f"no env serves a --{flag} folder; the envs' hooks serve {sorted(kinds)}")
+        add(kinds[flag].load(Path(folder), spec), f"--{flag} {folder}")
     for name, manifest in spec.shard_sets:
         retriever = ShardedRetriever.from_manifest(manifest, spec.gpu)
-        served[name] = Served(retriever, "vector", retriever.dim)
+        add({name: Served(retriever, "vector", retriever.dim)}, f"--shards {name}={manifest}")
     return served
-
-
-def _kb_retrievers(spec: CatalogSpec, kb_dir: str | Path) -> dict[str, Served]:
-    from ragym.envs.kbvqa.kb import load_kb
-
-    kb = load_kb(kb_dir)
-    image = kb.image_retriever(IndexSpec(kind=spec.index_kind))
-    if spec.gpu is not None:
-        for shard in image.shards if isinstance(image, ShardedRetriever) else [image]:
-            shard.index = to_gpu(shard.index, spec.gpu)
-    served = {
-        "image": Served(image, "vector", int(kb.entity_embeddings.shape[1])),
-        "candidates": Served(kb.candidate_retriever(), "text"),
-    }
-    # The text retrievers the KB lists (kb.json text_retrievers), the ones KBVQA-v0 may ask for.
-    served.update({kind: Served(kb.text_retriever(kind), "text") for kind in kb.text_retrievers()})
-    return served
-
-
-def _page_retrievers(root: Path) -> dict[str, Served]:
-    from ragym.envs.docmemo.pages import PageRetriever
-    from ragym.envs.docmemo.store import load_store
-    from ragym.envs.retrieval.page_encoders import TextPageEncoder
-
-    folders = sorted(p.parent for p in root.glob("*/meta.json"))
-    if not folders:
-        raise FileNotFoundError(f"no DocMemo document stores under {root} (no */meta.json)")
-    encoder = TextPageEncoder()
-    return {
-        f"pages/{folder.name}": Served(PageRetriever(load_store(folder), encoder), "text")
-        for folder in folders
-    }

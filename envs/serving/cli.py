@@ -4,9 +4,11 @@
                 [--max-batch-size 64] [--max-wait-ms 2] [--cache-size 100000] [--gpu 0]
                 [--search-workers 4] [--search-threads 0] [--batch-splits 1] [--cpu-cores 0] [--omp-wait-policy passive]
 
-The bearer token, when wanted, comes from ``$RAGYM_RETRIEVAL_TOKEN`` (never a command-line argument, which
+The folder flags (``--kb-dir``: KB-VQA, ``--doc-store-root``: DocMemo) are the envs' own (``EnvHooks.services``,
+``ragym.envs.serving.catalog.served_folders``): an env adds its folder kind in its package. The bearer token, when wanted, comes from ``$RAGYM_RETRIEVAL_TOKEN`` (never a command-line argument, which
 other users can read in the process list). The OpenMP wait policy is set before faiss loads (OpenMP reads it
-once), so this module imports the service, and with it faiss, only in ``main``.
+once), so this module imports the service, and with it faiss, only in ``main``, after the policy is set; the
+envs' hooks that name the folder flags may load faiss too, so ``main`` reads the policy before asking them.
 """
 
 from __future__ import annotations
@@ -31,11 +33,29 @@ def _shard_set(text: str) -> tuple[str, str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The command line of ``ragym serve``."""
+    """The command line of ``ragym serve``; ``folders`` holds the (flag, folder) pairs of the envs' folder flags."""
+    from ragym.envs.serving.catalog import served_folders
+
+    parser = _parser(add_help=True)
+    kinds = served_folders()
+    group = parser.add_argument_group("folders the envs serve (their hooks' services)")
+    for flag, kind in kinds.items():
+        group.add_argument(f"--{flag}", dest=_dest(flag), metavar="DIR", help=kind.help)
+    args = parser.parse_args(argv)
+    given = vars(args)
+    args.folders = tuple((flag, given.pop(_dest(flag))) for flag in kinds if given[_dest(flag)] is not None)
+    return args
+
+
+def _dest(flag: str) -> str:
+    return "folder:" + flag
+
+
+def _parser(add_help: bool) -> argparse.ArgumentParser:
+    """Every flag but the envs' folders."""
     defaults = ServiceConfig()
-    parser = argparse.ArgumentParser(prog="ragym serve", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("--kb-dir", help="KB-VQA knowledge base folder")
-    parser.add_argument("--doc-store-root", help="folder of DocMemo document stores (page search)")
+    parser = argparse.ArgumentParser(prog="ragym serve", description=(__doc__ or "").partition("\n")[0],
+                                     add_help=add_help)  # fmt: skip
     parser.add_argument("--shards", type=_shard_set, action="append", default=[], metavar="NAME=MANIFEST",
                         help="serve a sharded index (ragym.envs.retrieval.service.shards manifest) as retriever NAME")  # fmt: skip
     parser.add_argument("--index-kind", default="auto", choices=("auto", "built", "flat", "hnsw", "ivf"),
@@ -63,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--omp-wait-policy", choices=WAIT_POLICIES, default=defaults.omp_wait_policy,
                         help="passive: idle OpenMP threads sleep (a busy node cannot stall them); "
                              "$OMP_WAIT_POLICY wins when set")  # fmt: skip
-    return parser.parse_args(argv)
+    return parser
 
 
 def service_config(args: argparse.Namespace) -> ServiceConfig:
@@ -80,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    policy = request_wait_policy(_parser(add_help=False).parse_known_args(argv)[0].omp_wait_policy)
     args = parse_args(argv)
     config = service_config(args)
-    policy = request_wait_policy(config.omp_wait_policy)
     if policy != config.omp_wait_policy and config.omp_wait_policy != "default":
         log.warning("OpenMP wait policy is %s, not %s ($OMP_WAIT_POLICY, or faiss was loaded before)",
                     policy, config.omp_wait_policy)  # fmt: skip
@@ -91,12 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 
     # a missing folder or index file stops here, not as a load error after the server is up
-    for flag, folder in (("--kb-dir", args.kb_dir), ("--doc-store-root", args.doc_store_root)):
-        if folder is not None and not Path(folder).is_dir():
-            raise FileNotFoundError(f"{flag} {folder}: no such folder")
+    for flag, folder in args.folders:
+        if not Path(folder).is_dir():
+            raise FileNotFoundError(f"--{flag} {folder}: no such folder")
     for _, manifest in args.shards:
         read_manifest(manifest)
-    catalog = CatalogSpec(args.kb_dir, args.doc_store_root, tuple(args.shards), args.index_kind, args.gpu)
+    catalog = CatalogSpec(args.folders, tuple(args.shards), args.index_kind, args.gpu)
     app = RetrievalApp(lambda: load_catalog(catalog), config)
     # no proxy-headers middleware: the service never reads the client address, and it wraps every request
     uvicorn.run(

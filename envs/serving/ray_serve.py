@@ -123,8 +123,7 @@ def build_app(catalog: CatalogSpec, config: ServiceConfig, deployment: Deploymen
                                        ray_actor_options=resources).bind(spec, gpu)
                  for i, spec in enumerate(specs)]  # fmt: skip
         shards[name] = (dim, bound)
-    has_local = catalog.kb_dir is not None or catalog.doc_store_root is not None
-    local = replace(catalog, shard_sets=(), gpu=0 if gpu else None) if has_local else None
+    local = replace(catalog, shard_sets=(), gpu=0 if gpu else None) if catalog.folders else None
     ingress = cast("ServeDeployment", serve.deployment(serve.ingress()(RetrievalReplica)))
     return ingress.options(
         name="retrieval", num_replicas=deployment.replicas, ray_actor_options=resources
@@ -156,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(rest)
     if args.port == ServiceConfig().port and "--port" not in rest:
         args.port = 8000  # Serve's usual port
-    catalog = CatalogSpec(args.kb_dir, args.doc_store_root, tuple(args.shards), args.index_kind, None)
+    catalog = CatalogSpec(args.folders, tuple(args.shards), args.index_kind, None)
     config = service_config(args)  # host and port go to Serve's proxy below, not to the app
     deployment = Deployment(
         extra.replicas, extra.cpus_per_replica, extra.gpus_per_replica, extra.shard_replicas

@@ -19,7 +19,9 @@ from tests.envs.retrieval.service.helpers import ids, running
 
 @pytest.fixture(scope="module")
 def kb_url(tiny_kb: Path):
-    app = RetrievalApp(lambda: load_catalog(CatalogSpec(kb_dir=str(tiny_kb))), ServiceConfig(max_wait_ms=1))
+    app = RetrievalApp(
+        lambda: load_catalog(CatalogSpec(folders=(("kb-dir", str(tiny_kb)),))), ServiceConfig(max_wait_ms=1)
+    )
     with running(app) as url:
         assert _wait_ready(url)
         yield url
@@ -92,7 +94,9 @@ def test_not_ready_until_the_indexes_are_loaded() -> None:
 
 
 def test_bearer_token_is_required_except_for_health(tiny_kb: Path) -> None:
-    app = RetrievalApp(lambda: load_catalog(CatalogSpec(kb_dir=str(tiny_kb))), ServiceConfig(token="s3cret"))
+    app = RetrievalApp(
+        lambda: load_catalog(CatalogSpec(folders=(("kb-dir", str(tiny_kb)),))), ServiceConfig(token="s3cret")
+    )
     with running(app) as url:
         assert _wait_ready_with(url, "s3cret")
         assert _get(url, "/health")[0] == 200
@@ -157,7 +161,9 @@ def test_docmemo_page_search_is_served_per_document(tmp_path: Path) -> None:
     texts = ("Revenue by region grew.", "Northern shipments fell.", "Board members.", "Outlook for 2027.")
     store = DocStore("report.pdf", texts, texts, ("text",) * 4, encoder.encode_queries(texts), encoder.name)
     save_store(store, tmp_path / "docs" / "report", dpi=72)
-    app = RetrievalApp(lambda: load_catalog(CatalogSpec(doc_store_root=str(tmp_path / "docs"))))
+    app = RetrievalApp(
+        lambda: load_catalog(CatalogSpec(folders=(("doc-store-root", str(tmp_path / "docs")),)))
+    )
     with running(app) as url:
         assert _wait_ready(url, name="pages/report")
         queries = ["revenue by region", "shipments of the northern division"]

@@ -27,7 +27,7 @@ def _wait_ready(url: str) -> None:
 
 @pytest.fixture(scope="module")
 def kb_service(tiny_kb: Path):
-    with running(RetrievalApp(lambda: load_catalog(CatalogSpec(kb_dir=str(tiny_kb))))) as url:
+    with running(RetrievalApp(lambda: load_catalog(CatalogSpec(folders=(("kb-dir", str(tiny_kb)),))))) as url:
         _wait_ready(url)
         yield url
 
@@ -73,7 +73,9 @@ def test_a_dead_service_is_an_observation_and_an_event_and_search_recovers(tiny_
     obs, *_, info = env.step(format_action(SearchText(("first recorded",))))
     assert [e["retriever"] for e in events_of(info["events"], "retrieval_error")] == ["image", "bm25"]
 
-    with running(RetrievalApp(lambda: load_catalog(CatalogSpec(kb_dir=str(tiny_kb)))), port=port):
+    with running(
+        RetrievalApp(lambda: load_catalog(CatalogSpec(folders=(("kb-dir", str(tiny_kb)),)))), port=port
+    ):
         _wait_ready(url)
         deadline = time.monotonic() + 15  # the shared breaker lets a probe through after its cool-down
         while True:
