@@ -19,7 +19,6 @@ from ragym.envs.kbvqa.actions import (
     format_action,
     parse_action,
 )
-from ragym.envs.kbvqa.demo import AID_FIELDS, split_aids
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
 
 _HEADER = re.compile(r"^Candidates for Image \d+", re.MULTILINE)
@@ -88,6 +87,7 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
 def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     """Gold ranks in the KB's precomputed candidate lists (the paper's served candidates) and the pool size
     K x (Rej_max + 1): the retriever's ceiling, independent of the policy."""
+    from ragym.envs.kbvqa.demo import split_aids
     from ragym.envs.kbvqa.env import KBVQAConfig
     from ragym.envs.kbvqa.kb import load_kb
 
@@ -133,6 +133,8 @@ def served_kb(kb_dir: Path, spec: Any) -> dict[str, Any]:
 def env_for_kwargs(kwargs: dict[str, Any]) -> str | None:
     """``KBVQA-Demo-v0`` when ``kwargs`` set any of the CPU demo's aids (``ragym.envs.kbvqa.demo``): ``KBVQA-v0``
     takes none of them."""
+    from ragym.envs.kbvqa.demo import AID_FIELDS
+
     return "KBVQA-Demo-v0" if set(kwargs) & set(AID_FIELDS) else None
 
 
