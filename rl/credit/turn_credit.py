@@ -82,7 +82,9 @@ def step_returns(rewards: dict[int, float], turns: Sequence[int], gamma: float) 
     return {t: sum(r * gamma ** (u - t) for u, r in rewards.items() if u >= t) for t in turns}
 
 
-def step_advantages(index: Sequence[Any], inputs: TurnCreditInputs, gamma: float) -> list[dict[int, float]]:
+def step_advantages(
+    index: Sequence[Any] | np.ndarray, inputs: TurnCreditInputs, gamma: float
+) -> list[dict[int, float]]:
     """A_step per episode and anchored turn: its step return minus the mean over other episodes' partners."""
     returns = [
         step_returns(r, list(a), gamma) for r, a in zip(inputs.step_rewards, inputs.anchors, strict=True)

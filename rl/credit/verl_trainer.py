@@ -10,7 +10,7 @@ Other estimators pass straight through.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import transfer_queue as tq
 
@@ -21,8 +21,15 @@ from ragym.rl.credit.turn_credit import TURN_CREDIT, TurnCreditInputs, turn_cred
 FIELDS = ["extra_fields", "data_source", "reward_model"]
 """What the mixin reads back from TransferQueue (the agent loop's output and the row, already stored)."""
 
+if TYPE_CHECKING:
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
-class TurnCreditMixin:
+# A mixin placed before verl's trainer in the bases: checked as a PPOTrainer subclass, so ``super()`` and
+# ``self.config`` have verl's types; at run time its base is object.
+_Base = PPOTrainer if TYPE_CHECKING else object
+
+
+class TurnCreditMixin(_Base):
     """``_compute_advantage`` with the batch's turn structure in context when the estimator is turn credit."""
 
     def _compute_advantage(self, batch: Any, metrics: dict) -> Any:

@@ -35,8 +35,8 @@ class PlatformCPU(PlatformBase):
     def is_platform_available(self, use_smi_check: bool = False) -> bool:
         return True
 
-    def current_device(self) -> str:
-        # verl passes this to ``device=`` arguments; an int there means an accelerator index.
+    # verl passes this to ``device=`` arguments; an int there means an accelerator index (hence the base's int).
+    def current_device(self) -> str:  # pyright: ignore[reportIncompatibleMethodOverride]
         return "cpu"
 
     def device_count(self) -> int:
@@ -70,8 +70,9 @@ class PlatformCPU(PlatformBase):
         # Ray still hands each worker one logical GPU; the variable it sets is harmless on CPU.
         return "CUDA_VISIBLE_DEVICES"
 
+    # verl's base documents a context manager but, with no annotation, reads to pyright as returning None.
     @contextmanager
-    def nvtx_range(self, msg: str):
+    def nvtx_range(self, msg: str):  # pyright: ignore[reportIncompatibleMethodOverride]
         yield
 
     def profiler_start(self) -> None:

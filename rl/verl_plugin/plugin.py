@@ -40,7 +40,8 @@ def install() -> None:
 
     # Both names: ``verl.utils`` for later importers, the model config's own binding for HFModelConfig.
     verl_utils.hf_processor = _with_ragym_processor(verl_utils.hf_processor)
-    verl_model_config.hf_processor = verl_utils.hf_processor
+    # The model config's module imported the name from verl.utils (hence "not exported"): rebinding it is the point.
+    verl_model_config.hf_processor = verl_utils.hf_processor  # pyright: ignore[reportPrivateImportUsage]
     _text_only_batches_fix()
     import ragym.rl.verl_plugin.trainer  # noqa: F401  (registers ragym's v1 trainer modes)
     import ragym.rl.verl_plugin.weight_sync  # noqa: F401  (registers the ragym_object_store checkpoint engine)
@@ -60,9 +61,12 @@ def _text_only_batches_fix() -> None:
     from transformers.modeling_outputs import BaseModelOutputWithPooling
 
     if not hasattr(BaseModelOutputWithPooling, "mean"):
-        BaseModelOutputWithPooling.mean = lambda self, *args, **kwargs: self.last_hidden_state.mean(
-            *args, **kwargs
-        )
+
+        def mean(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.last_hidden_state.mean(*args, **kwargs)
+
+        # A method transformers' class lacks, added (pyright knows only the declared attributes).
+        BaseModelOutputWithPooling.mean = mean  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _load_replica() -> type:

@@ -221,9 +221,12 @@ class HFRolloutReplica(RolloutReplica):
             )
             .remote(str(self.model_config.path), self.config)
         )
-        await server.stats.remote()  # raises here, not at the first request, when the model cannot load
-        self.servers = [server]
-        self._server_handle = server
+        # Raises here, not at the first request, when the model cannot load. ray types the started actor as
+        # ActorProxy[cls]: its methods lack ``.remote`` there, and verl's ActorHandle annotations refuse it,
+        # though at run time it is that handle.
+        await server.stats.remote()  # pyright: ignore[reportFunctionMemberAccess]
+        self.servers = [server]  # pyright: ignore[reportAttributeAccessIssue]
+        self._server_handle = server  # pyright: ignore[reportAttributeAccessIssue]
         self._server_address = f"hf-replica-{self.replica_rank}"
 
     def rollout_worker_use_gpu(self) -> bool:
@@ -249,8 +252,8 @@ class HFServerAdapter(BaseRollout):
     async def update_weights(
         self,
         weights: Iterable[tuple[str, torch.Tensor]],
-        global_steps: int | None = None,
         wire_format: str = "named_tensors",
+        global_steps: int | None = None,
         peft_config: dict[str, Any] | None = None,
         base_sync_done: bool = True,
         **kwargs: Any,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import transfer_queue as tq
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
@@ -36,8 +36,14 @@ VAL_PARTITION = "val"
 TOPPED_UP_KEY = "training/filter_groups/topped_up_samples"
 """Flat groups a step trained on because the bound was reached (beside verl's ``evicted_samples``)."""
 
+S = TypeVar("S", bound="_RagymSampling")
 
-class _RagymSampling:
+# A mixin placed before verl's buffer in the bases: checked as a ReplayBuffer subclass, so ``super()`` and the
+# attributes verl's constructor sets have verl's types; at run time its base is object.
+_Base = ReplayBuffer if TYPE_CHECKING else object
+
+
+class _RagymSampling(_Base):
     """What ragym adds to either of verl's buffers: the per-step bound on flat drops (and, in the sync buffer, on
     refills) and a record of the held-out episodes handed out. Placed before verl's class in the bases."""
 
@@ -53,7 +59,7 @@ class _RagymSampling:
         """``(uid, extra_fields)`` of every held-out trajectory sampled since the trainer last took them."""
 
     @classmethod
-    def like(cls, buffer: ReplayBuffer, max_num_gen_batches: int) -> _RagymSampling:
+    def like(cls: type[S], buffer: ReplayBuffer, max_num_gen_batches: int) -> S:
         """This buffer with the settings verl's trainer gave ``buffer`` (its constructor keeps each as is)."""
         names = [name for name in inspect.signature(ReplayBuffer.__init__).parameters if name != "self"]
         return cls(max_num_gen_batches=max_num_gen_batches, **{name: getattr(buffer, name) for name in names})
@@ -117,7 +123,8 @@ class _RagymSampling:
         ordered = sorted(
             sampleable_keys, key=lambda uid: (uid in self._kept_flat, uid)
         )  # verl's sort is stable
-        return super()._select_prompt_uids(partition_id, ordered, batch_size)
+        # verl annotates a set but only sorts it: the list carries ragym's order into verl's stable sort.
+        return super()._select_prompt_uids(partition_id, ordered, batch_size)  # pyright: ignore[reportArgumentType]
 
     def _record_val(self, batch: Any) -> None:
         keys = [

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import transfer_queue as tq
@@ -102,6 +102,8 @@ class RagymTrainerMixin(TurnCreditMixin):
 
     ragym_mode: ClassVar[str] = TRAINER_MODE
     """The ``trainer.v1.trainer_mode`` this class is registered under (``ragym.rl.verl_plugin.modes.MODES``)."""
+    replay_buffer: RagymReplayBuffer | RagymReplayBufferAsync
+    """verl's buffer in ragym's form (``_build_replay_buffer``)."""
 
     @property
     def trainer_mode(self) -> str:
@@ -248,7 +250,12 @@ def off_policy_metrics(step: int, versions: list[tuple[int, int]], metrics: dict
 def _start_signal(config: Any) -> GuardMonitor:
     """The run's guard monitor; warns once when dynamic sampling keys on a shaped reward, not the outcome."""
     if OmegaConf.select(config, f"{FILTER_SECTION}.enable", default=False):
-        kwargs = OmegaConf.to_container(config.reward.custom_reward_function.reward_kwargs, resolve=True)
+        # Mappings in a recipe that check_recipe passed (the reward recipe, then guards read as dataclass fields),
+        # so their containers are dicts (to_container's type also covers lists and scalars).
+        kwargs = cast(
+            dict[str, Any],
+            OmegaConf.to_container(config.reward.custom_reward_function.reward_kwargs, resolve=True),
+        )
         warning = shaped_metric_warning(
             str(OmegaConf.select(config, f"{FILTER_SECTION}.metric")),
             OmegaConf.select(config, OUTCOME_KEY, default=None),
@@ -257,7 +264,9 @@ def _start_signal(config: Any) -> GuardMonitor:
         if warning:
             logger.warning("%s", warning)
     section = OmegaConf.select(config, GUARDS_SECTION, default=None)
-    guards = read_guards(OmegaConf.to_container(section, resolve=True) if section is not None else None)
+    guards = read_guards(
+        cast(dict[str, Any], OmegaConf.to_container(section, resolve=True)) if section is not None else None
+    )
     return GuardMonitor(guards, config.trainer.default_local_dir)
 
 

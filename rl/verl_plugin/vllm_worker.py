@@ -3,6 +3,8 @@ vLLM), through ``engine_kwargs.vllm.worker_extension_cls`` in ``recipes/platform
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
 from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
@@ -20,6 +22,9 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
     the weights then equal a fresh load of the same tensors (``tests/launch/test_verl_vllm.py``).
     """
 
+    model_runner: Any
+    """vLLM's worker's model runner: vLLM mixes this extension into its worker class, which sets it."""
+
     def update_weights_from_ipc(
         self, peft_config: dict | None = None, base_sync_done: bool = False, use_shm: bool = False
     ) -> None:
@@ -32,9 +37,13 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
         def load(weights: list[tuple[str, torch.Tensor]], is_last: bool) -> None:
             # The receiver hands out views of its shared-memory bucket, which the next bucket overwrites while
             # a half-loaded layer still holds them (and whose close fails while they live): load copies.
-            self._update_weights([(name, tensor.clone()) for name, tensor in weights], None, False)
+            # verl annotates peft_config as a dict but reads it only for truth (None: full weights, as its callers).
+            clones = [(name, tensor.clone()) for name, tensor in weights]
+            self._update_weights(clones, None, False)  # pyright: ignore[reportArgumentType]
 
-        receiver = BucketedWeightReceiver(zmq_handle=self._get_zmq_handle(), device="cpu", use_shm=use_shm)
+        receiver = BucketedWeightReceiver(
+            zmq_handle=self._get_zmq_handle(), device=torch.device("cpu"), use_shm=use_shm
+        )
         receiver.receive_weights(on_bucket_received=load)
         end_reload(model, self.model_runner.vllm_config.model_config)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterable, Generator, Iterable
-from typing import Any
+from typing import Any, cast
 
 import ray
 import torch
@@ -57,7 +57,8 @@ _mailbox: Any = None
 """The trainer process's handle on the mailbox."""
 
 
-@CheckpointEngineRegistry.register(BACKEND)
+# verl declares ``register`` without @staticmethod, so pyright binds the class to ``backend``; Python 3 does not.
+@CheckpointEngineRegistry.register(BACKEND)  # pyright: ignore[reportAttributeAccessIssue]
 class ObjectStoreCheckpointEngine(CheckpointEngine):
     """Trainer rank 0 sends, every rollout worker receives, through the object store (see the module's doc)."""
 
@@ -83,7 +84,8 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
         token = uuid.uuid4().hex
         return {"token": [token] * actor_wg_world_size}, {"token": [token] * rollout_world_size}
 
-    def init_process_group(self, token: str) -> None:
+    # verl passes build_topology's keys as keywords (``**kwargs`` in its base): here the one token.
+    def init_process_group(self, token: str) -> None:  # pyright: ignore[reportIncompatibleMethodOverride]
         self.token = token
 
     def finalize(self) -> None:
@@ -106,10 +108,13 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
             await ray.get_actor(MAILBOX).put.remote(self.token, [self._sent])
         return {}
 
-    def receive_weights(
+    # verl's abstract method is an ``async def`` annotated as returning a plain Generator, which no async def
+    # can; verl's own ColocatedCheckpointEngine overrides it with a plain generator too, as here.
+    def receive_weights(  # pyright: ignore[reportIncompatibleMethodOverride]
         self, global_steps: int | None = None
     ) -> Generator[tuple[str, torch.Tensor], None, None]:
         """The sync's tensors, once the trainer has posted them (a plain generator: the rollout's adapter reads
         it with ``for``)."""
-        [ref] = ray.get(ray.get_actor(MAILBOX).take.remote(self.token))
+        # The mailbox returns the posted [reference]; an actor call's result is untyped.
+        [ref] = cast(list[ray.ObjectRef], ray.get(ray.get_actor(MAILBOX).take.remote(self.token)))
         yield from ray.get(ref).items()
