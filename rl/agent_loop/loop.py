@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 from PIL import Image
 from verl.experimental.agent_loop.agent_loop import (
     AgentLoopBase,
+    AgentLoopMetrics,
     AgentLoopOutput,
     DictConfigWrap,
     register,
@@ -78,9 +79,12 @@ class _Episode:
     ``min_global_steps`` / ``max_global_steps`` across turns that verl's v1 trainer reads per trajectory)."""
 
 
-@register(AGENT_NAME)
 class RagymEnvAgentLoop(AgentLoopBase):
     """Multi-turn rollouts of a ragym env: generated tokens mask 1, observation tokens mask 0."""
+
+    tokenizer: Any
+    """The policy's tokenizer. verl annotates it ``AutoTokenizer``, the factory, which has none of a tokenizer's
+    methods; ``PreTrainedTokenizerBase``'s have no overloads (one token's id is typed ``int | list[int]``)."""
 
     keep_image_pixels: bool = False
     """Whether images referred to by content alone (``ragym.envs.image_ref``) stay in this process's image cache
@@ -116,7 +120,8 @@ class RagymEnvAgentLoop(AgentLoopBase):
         first, images = observation_message(obs, turn=-1)
         messages = [{"role": "system", "content": env.system_prompt}, first]
         self._assert_mm_supported(bool(images))
-        prompt_ids = await self.ct_build_initial_tokens(messages, images=images or None)
+        # verl's ``images: list = None`` means an optional list (pyright reads the annotation alone).
+        prompt_ids = await self.ct_build_initial_tokens(messages, images=images or None)  # pyright: ignore[reportArgumentType]
         logprobs = [] if sampling_params.get("logprobs") else None
         refs = await self._image_refs(obs["images"])
         episode = _Episode(
@@ -224,7 +229,10 @@ class RagymEnvAgentLoop(AgentLoopBase):
             merged,
             episode.response_mask,
             episode.response_logprobs,
-            assistant_logprobs=output.log_probs[:keep] if episode.response_logprobs is not None else None,
+            # The server returned logprobs when they were requested (checked above).
+            assistant_logprobs=output.log_probs[:keep]
+            if episode.response_logprobs is not None and output.log_probs is not None
+            else None,
         )
         episode.runtime_ids, episode.response_mask, episode.response_logprobs = (
             merged.token_ids,
@@ -308,7 +316,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
             response_logprobs=episode.response_logprobs,
             multi_modal_data={"images": episode.images} if episode.images else {},
             num_turns=_num_turns(episode.messages),
-            metrics=episode.metrics,
+            metrics=AgentLoopMetrics.model_validate(episode.metrics),  # what pydantic does with the dict
             extra_fields=extra_fields,
         )
 
@@ -323,6 +331,11 @@ class RagymEnvAgentLoop(AgentLoopBase):
     async def _in_executor(self, fn: Any, *args: Any) -> Any:
         """Run blocking env code off the event loop so concurrent episodes keep generating."""
         return await self.loop.run_in_executor(None, fn, *args)
+
+
+# Registered here, not with @register: verl types its decorator as returning type[AgentLoopBase], which would hide
+# this class's own attributes (``keep_image_pixels``) from type checkers.
+register(AGENT_NAME)(RagymEnvAgentLoop)
 
 
 def _one_line(err: BaseException) -> str:

@@ -111,7 +111,7 @@ class RenderCache:
             key = conversation_key(messages, add_generation_prompt, images)
             with self._lock:
                 ids = self._ids.get(key) if key is not None else None
-                if ids is not None:
+                if ids is not None and key is not None:  # only a key finds ids
                     self._ids.move_to_end(key)
                     self.num_hits += 1
                     return list(ids)
@@ -139,6 +139,7 @@ class RenderCache:
             self._processor, messages, tokenize=False, add_generation_prompt=add_generation_prompt,
             **self._builder.chat_template_kwargs,
         )  # fmt: skip
+        assert isinstance(text, str)  # tokenize=False renders text (the helper's type covers token ids too)
         pieces = text.split(self._image_token)
         if len(pieces) - 1 != len(images) or self._video_token in text:
             return None
