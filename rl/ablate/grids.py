@@ -65,6 +65,11 @@ class Variant:
     which reports label as ragym's (``RAGYM_ROW``), never as the table's."""
     kb_preset: str = "demo"
     """KB-VQA: the synthetic KB preset of the grid's shared KB (set from the grid by ``register_grid``)."""
+    policy_from: str = ""
+    """KB-VQA, an ``own_warm_start`` variant: the variant whose tiny policy of the same seed (built and
+    copy-pretrained, before its warm start) this one copies when it is whole and built with the same settings
+    (``ragym.rl.demo.run.reusable_policy``; set by ``register_grid`` to the grid's first). Saves the copy
+    pretraining (minutes) and starts every variant of a seed from the same initial weights."""
     own_warm_start: bool = False
     """KB-VQA: warm-start on this variant's own prompts instead of the first variant's policy. For a variant
     whose prompt differs in kind (``neither`` shows no visual check), the first's warm start taught a prompt
@@ -310,7 +315,8 @@ def register_grid(grid: Grid) -> Grid:
     the first's warm start."""
     if grid.kind == "kbvqa":
         first = grid.variants[0].name
-        shared = [replace(v, overrides=(*v.overrides, *grid.warm_start)) if v.name == first or v.own_warm_start
+        shared = [replace(v, overrides=(*v.overrides, *grid.warm_start)) if v.name == first
+                  else replace(v, overrides=(*v.overrides, *grid.warm_start), policy_from=first) if v.own_warm_start
                   else replace(v, warm_start_from=first) for v in grid.variants]  # fmt: skip
         shared = [replace(v, kb_preset=grid.kb_preset) for v in shared]
         # The engine's periodic held-out evaluation; ``--eval-every`` appends another test_freq, which wins.

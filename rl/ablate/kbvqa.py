@@ -13,7 +13,7 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 import yaml
@@ -117,8 +117,9 @@ def _trainer(grid_dir: Path, variant: Variant, seed: int, steps: int | None, ext
     from ragym.rl.recipe.compose import load_recipe
 
     if not variant.warm_start_from:
+        policy_from = run_dir(grid_dir, Variant(variant.policy_from), seed) if variant.policy_from else None
         config, reader, _ = prepare(run_dir(grid_dir, variant, seed), seed, steps, DEMO_RECIPE,
-                                    variant_overrides(grid_dir, variant, extra))  # fmt: skip
+                                    variant_overrides(grid_dir, variant, extra), policy_from)  # fmt: skip
         return LocalTrainer(config, read_engine_config(reader))
     warm = run_dir(grid_dir, Variant(variant.warm_start_from), seed) / "warm_start" / "warm_start.json"
     if not warm.is_file():
@@ -168,4 +169,4 @@ def _metrics(evaluation: dict[str, Any], what: str) -> dict[str, float]:
     missing = [name for name, value in metrics.items() if value is None]
     if missing:
         raise RuntimeError(f"{what}: the evaluation has no {', '.join(missing)}")
-    return metrics
+    return cast(dict[str, float], metrics)  # none is None (checked above)

@@ -19,7 +19,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from omegaconf import OmegaConf
@@ -66,8 +66,11 @@ def _kb_corpus(kb_dir: Path, repeats: int) -> Iterator[str]:
         yield from texts
 
 
-def _build_inputs(out: Path, reader: RecipeReader, seed: int) -> tuple[Path, Path]:
-    """The demo KB and the untrained tiny policy under ``out`` (built once)."""
+def _build_inputs(
+    out: Path, reader: RecipeReader, seed: int, policy_from: Path | None = None
+) -> tuple[Path, Path]:
+    """The demo KB and the tiny policy before its warm start under ``out`` (built once; copied from
+    ``policy_from`` when given: a whole tiny policy of the same seed and settings, ``reusable_policy``)."""
     from ragym.data_prep.synthetic_kb import PRESETS, build_kb
     from ragym.rl.tiny.copy_pretrain import CopyPretrainConfig
     from ragym.rl.tiny.policy import TinyPolicyConfig, build_tiny_policy, default_corpus
@@ -84,10 +87,14 @@ def _build_inputs(out: Path, reader: RecipeReader, seed: int) -> tuple[Path, Pat
         # policy that skipped it.
         building = out / "tiny_policy.building"
         shutil.rmtree(building, ignore_errors=True)
-        corpus = itertools.chain(default_corpus(), _kb_corpus(kb_dir, repeats))
-        build_tiny_policy(arch, building, corpus=corpus, seed=seed, config=sizes)
-        if pretrain.steps:
-            _copy_pretrain(building, pretrain)
+        if policy_from is not None:
+            shutil.copytree(policy_from, building)
+            logger.info("tiny policy: copied from %s (same seed and ragym.demo settings)", policy_from)
+        else:
+            corpus = itertools.chain(default_corpus(), _kb_corpus(kb_dir, repeats))
+            build_tiny_policy(arch, building, corpus=corpus, seed=seed, config=sizes)
+            if pretrain.steps:
+                _copy_pretrain(building, pretrain)
         shutil.rmtree(policy_dir, ignore_errors=True)  # a folder without config.json holds nothing usable
         building.rename(policy_dir)
     return kb_dir, policy_dir
@@ -130,9 +137,11 @@ def _warm_start(
     logger.info(
         "warm start: %d x %d expert episodes in %.1fs", len(epochs), len(rows), time.perf_counter() - start
     )
-    decision_after = tokenizer.convert_tokens_to_ids("<rerank>")
+    # One token, one id; two tokens, two (convert_tokens_to_ids's type covers either input).
+    decision_after = cast(int, tokenizer.convert_tokens_to_ids("<rerank>"))
     # Where the expert copies from an observation: the confirmed name into a search call, a value into the answer.
-    copy_spans = [tuple(tokenizer.convert_tokens_to_ids([f"<{tag}>", f"</{tag}>"])) for tag in COPY_TAGS]
+    copy_spans = [cast(tuple[int, int], tuple(tokenizer.convert_tokens_to_ids([f"<{tag}>", f"</{tag}>"])))
+                  for tag in COPY_TAGS]  # fmt: skip
     losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, decision_after, copy_spans)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
@@ -182,15 +191,33 @@ def check_demo_folder(out: Path, seed: int, demo_settings: dict[str, Any]) -> No
                          f"{before['ragym.demo'].get(changed[0])!r}); set it back to resume, or give a new --out")  # fmt: skip
 
 
+def reusable_policy(folder: Path, seed: int, demo_settings: dict[str, Any]) -> Path | None:
+    """``folder``'s tiny policy (built and copy-pretrained, before any warm start) when it is whole and was
+    built with ``seed`` and these ``ragym.demo`` settings apart from the warm start's; else None."""
+    state = folder / DEMO_STATE
+    if not (folder / "tiny_policy" / "config.json").is_file() or not state.is_file():
+        return None
+    built = json.loads(state.read_text())
+
+    def policy_settings(demo: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in demo.items() if k != "warm_start"}
+
+    same = built["seed"] == seed and policy_settings(built["ragym.demo"]) == policy_settings(demo_settings)
+    return folder / "tiny_policy" if same else None
+
+
 def prepare(
     out: Path,
     seed: int,
     steps: int | None = None,
     recipe: str = DEMO_RECIPE,
     extra_overrides: list[str] | None = None,
+    policy_from: Path | None = None,
 ) -> tuple[Any, RecipeReader, list[str]]:
     """The demo's inputs under ``out`` (KB, tiny policy, warm-started policy in ``out/warm_start``), each built
-    only when missing; returns the composed recipe (pointing at them), its reader and its overrides."""
+    only when missing; returns the composed recipe (pointing at them), its reader and its overrides.
+    ``policy_from``: another demo folder whose tiny policy this one copies instead of building and
+    copy-pretraining its own, when ``reusable_policy`` finds it the same (else it builds its own)."""
     out.mkdir(parents=True, exist_ok=True)
     overrides = [f"data.seed={seed}", f"trainer.default_local_dir={out / 'grpo'}",
                  f"actor_rollout_ref.model.path={out / 'warm_start'}"]  # fmt: skip
@@ -204,9 +231,11 @@ def prepare(
     config = load_recipe(recipe, overrides)
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
-    check_demo_folder(out, seed, reader.get("ragym.demo"))
+    demo = reader.get("ragym.demo")
+    check_demo_folder(out, seed, demo)
     use_torch_threads(cfg.num_threads)  # the warm start below runs before the trainer would set them
-    _, policy_dir = _build_inputs(out, reader, seed)
+    shared = reusable_policy(policy_from, seed, demo) if policy_from is not None else None
+    _, policy_dir = _build_inputs(out, reader, seed, shared)
     warm_dir = out / "warm_start"
     reader.get("ragym.demo.warm_start")  # read on resume too: the unused-key list must not depend on it
     if not (warm_dir / "warm_start.json").exists():
@@ -240,7 +269,7 @@ def run_demo(
     trainer.save_model(out / "checkpoint")
     # Recorded like an exported model, so ``ragym eval --model DIR/checkpoint`` finds its recipe.
     record_export(out / "checkpoint", Path(cfg.output_dir) / f"global_step_{trainer.step}", "local",
-                  trainer.step, recipe, OmegaConf.to_container(config, resolve=True))  # fmt: skip
+                  trainer.step, recipe, cast(dict[str, Any], OmegaConf.to_container(config, resolve=True)))  # fmt: skip
     trainer.close()
     history = [row for _, row in read_jsonl(out / "grpo" / "metrics.jsonl")]
     train = [h for h in history if "reward/total" in h]
@@ -278,7 +307,7 @@ def run_demo(
 
 def main(argv: list[str]) -> int:
     """``ragym demo --out DIR [--task T] [--seed S] [--steps N]``."""
-    parser = argparse.ArgumentParser(prog="ragym demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym demo", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="output folder (re-running resumes in it)")
     parser.add_argument(
         "--seed", type=int, default=0, help="policy init, expert noise, data order and sampling seed"

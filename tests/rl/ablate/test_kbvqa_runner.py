@@ -22,7 +22,7 @@ TINY = [
 def test_verification_grid_runs_every_variant(tmp_path: Path) -> None:
     assert main(["verification", "--out", str(tmp_path), "--seeds", "1", *TINY]) == 0
     results = json.loads((tmp_path / "results.json").read_text())
-    assert set(results["variants"]) == {"full", "rerank_only", "neither"}
+    assert set(results["variants"]) == {"full", "rerank_only", "neither", "full_paid_at_limit"}
     for stats in results["variants"].values():
         assert 0.0 <= stats["ident_acc"]["mean"] <= 1.0 and len(stats["ident_acc"]["per_seed"]) == 1
     # Each run also evaluated the policy its GRPO started from; the report shows both tables.
@@ -32,9 +32,16 @@ def test_verification_grid_runs_every_variant(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     assert (runs / "full" / "seed_0" / "warm_start" / "warm_start.json").is_file()
     # rerank_only (no Reject in its prompt) and neither (no Rerank) warm-start on their own prompts.
+    # Each from the first variant's tiny policy of the seed (copied, not built again): the same initial weights.
+    from safetensors.torch import load_file
+
+    first = load_file(runs / "full" / "seed_0" / "tiny_policy" / "model.safetensors")
     for name in ("rerank_only", "neither"):
         assert (runs / name / "seed_0" / "warm_start" / "warm_start.json").is_file()
         assert (runs / name / "seed_0" / "result.json").is_file()
+        own = load_file(runs / name / "seed_0" / "tiny_policy" / "model.safetensors")
+        assert own.keys() == first.keys() and all(own[k].equal(first[k]) for k in first)
+    assert not (runs / "full_paid_at_limit" / "seed_0" / "warm_start").exists()  # GRPO from full's warm start
     rows = pd.read_parquet(tmp_path / "rows" / "neither" / "test.parquet")
     kwargs = json.loads(rows["extra_info"].iloc[0]["env_kwargs"])
     # Table 5's "w/o Rerank, w/o Reject": the Rerank action is gone (not the demo's visual hint).

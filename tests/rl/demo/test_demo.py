@@ -214,3 +214,21 @@ def test_a_demo_killed_during_copy_pretraining_pretrains_again_on_resume(tmp_pat
     assert not (tmp_path / "tiny_policy.building").exists()
     run._build_inputs(tmp_path, reader, seed=0)  # a whole policy is not built or pretrained again
     assert pretrained == ["tiny_policy.building"]
+
+
+def test_a_tiny_policy_is_reused_only_when_built_with_the_same_seed_and_settings(tmp_path) -> None:
+    """``reusable_policy``: another demo folder's whole tiny policy, when its seed and ``ragym.demo`` settings
+    other than the warm start's are this demo's; anything else builds its own."""
+    from ragym.rl.demo.run import DEMO_STATE, reusable_policy
+
+    demo = {"arch": "qwen2_5_vl", "copy_pretrain": {"steps": 800}, "warm_start": {"reject_noise": 0.3}}
+    folder = tmp_path / "full"
+    (folder / "tiny_policy").mkdir(parents=True)
+    (folder / DEMO_STATE).write_text(json.dumps({"seed": 0, "ragym.demo": demo}))
+    assert reusable_policy(folder, 0, demo) is None  # no config.json: not whole
+    (folder / "tiny_policy" / "config.json").write_text("{}")
+    assert reusable_policy(folder, 0, demo) == folder / "tiny_policy"
+    assert reusable_policy(folder, 0, {**demo, "warm_start": {"reject_noise": 0.8}}) == folder / "tiny_policy"
+    assert reusable_policy(folder, 1, demo) is None
+    assert reusable_policy(folder, 0, {**demo, "copy_pretrain": {"steps": 0}}) is None
+    assert reusable_policy(folder, 0, {**demo, "arch": "qwen3_vl"}) is None
