@@ -28,8 +28,9 @@ from ragym.data_prep.synthetic_kb import PRESETS, build_kb, cache_root, cached_k
 from ragym.envs.image_pack import ImagePack, write_image_pack
 from ragym.envs.kbvqa.actions import SearchImage, format_action
 from ragym.envs.kbvqa.kb import load_kb
+from ragym.envs.kbvqa.policies import SignaturePolicy
 from ragym.envs.retrieval.search_settings import set_search_threads
-from ragym.rl.eval.scripted import SignaturePolicy, run_episode
+from ragym.rl.eval.scripted import run_episode
 
 
 def row_options(kb_dir: Path) -> list[dict]:

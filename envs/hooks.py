@@ -14,7 +14,7 @@ is first asked for (``tests/test_package_graph.py`` checks both).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +68,9 @@ class EnvHooks:
     expert: Callable[[Any, int], Any] | None = None
     """``expert(env, seed)`` -> a scripted policy (``reset(obs)``, ``act(obs_text) -> turn``) that plays the env's
     protocol well: the toy warm start imitates it, ``ragym rollout --policy expert`` plays it."""
+    policies: Mapping[str, Callable[[Any, int], Any]] | None = None
+    """Other scripted policies by name: ``ragym rollout --policy NAME`` plays ``policies[NAME](env, seed)``
+    (KB-VQA's ``signature``, ``oracle``, ``random``)."""
     warm_schedule: tuple[int, int] = (8, 16)
     """(rows, passes) of the toy warm start (``ragym.rl.tiny.warm``): long episodes need more."""
     toy_rows: Callable[[Path], None] | None = None

@@ -1,4 +1,4 @@
-"""KB-VQA's hooks (``ragym.envs.hooks``): the signature expert, the tiny synthetic KB as toy rows, the longest
+"""KB-VQA's hooks (``ragym.envs.hooks``): the signature expert and the other scripted policies, the tiny synthetic KB as toy rows, the longest
 episode (every batch rejected), the paper recipe. This module may import the layers above ``envs``; only the
 registry loads it, by name."""
 
@@ -19,6 +19,7 @@ from ragym.envs.kbvqa.actions import (
     format_action,
     parse_action,
 )
+from ragym.envs.kbvqa.policies import POLICIES, SignaturePolicy
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
 
 _HEADER = re.compile(r"^Candidates for Image \d+", re.MULTILINE)
@@ -27,8 +28,6 @@ _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: [^\s)]+\))?$", 
 
 def expert(env: Any, seed: int) -> Any:
     """The signature policy: confirms the candidate whose signature matches the query image's, reads, answers."""
-    from ragym.rl.eval.scripted import SignaturePolicy
-
     return SignaturePolicy(env)
 
 
@@ -43,7 +42,7 @@ def toy_rows(out: Path) -> None:
 class LongestKBVQA:
     """Pages every query image to its last batch, reads the last batches' top names, answers.
 
-    ``ragym.rl.eval.scripted.SignaturePolicy`` confirms a matching candidate as soon as one is shown; the longest
+    ``ragym.envs.kbvqa.policies.SignaturePolicy`` confirms a matching candidate as soon as one is shown; the longest
     episode rejects every batch it may, so this is its own small policy.
     """
 
@@ -158,6 +157,7 @@ HOOKS = EnvHooks(
         Answer("1732"),
     ),  # fmt: skip
     expert=expert,
+    policies=POLICIES,
     # KB-VQA's episodes are four turns: at 20 passes a fresh toy run once scored no well-formed episode in 16;
     # at 48 a quarter to a half are.
     warm_schedule=(16, 48),

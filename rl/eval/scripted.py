@@ -1,175 +1,25 @@
-"""Scripted KB-VQA policies and ``ragym rollout``: run them on a KB and print episode metrics.
+"""``ragym rollout``: scripted-policy episodes on each row's env, printing mean episode metrics.
 
-Policies (each turns the env's observations into canonical turn texts):
-- ``signature``: what the CPU demo policy should learn. Searches each image, reranks the candidate the env's
-  visual check names (else the one whose visual signature matches the query's, else the top-1 candidate
-  when signatures are hidden), rejects when none matches (without the Reject action, moves on), reads the
-  confirmed entities' passages and extracts the answer. Uses no gold data.
-- ``oracle``: reranks the gold entity when it is in the batch, else rejects (reads gold ids: an upper bound).
-- ``random``: random actions, malformed text included (exercises every error path).
+The policies are the env's: ``--policy expert`` plays the expert its hooks register (``EnvHooks.expert``), any
+other name one of its ``EnvHooks.policies`` (KB-VQA's ``signature``, ``oracle``, ``random``). ``run_episode``
+plays any such policy; the hooks use it too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import Any
 
-import numpy as np
-
 from ragym.envs.events import events_of
-from ragym.envs.hooks import MissingHook, env_hooks, hook
-from ragym.envs.kbvqa.actions import Answer, Reject, Rerank, SearchImage, SearchText, format_action
-from ragym.envs.kbvqa.demo import KBVQADemoEnv
-from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
+from ragym.envs.hooks import MissingHook, env_hooks, hook, one_env_per_hooks
+
+# rl/demo/warm_start.py imports SignaturePolicy from here until it names ragym.envs.kbvqa.policies
+from ragym.envs.kbvqa.policies import SignaturePolicy  # noqa: F401
 from ragym.envs.metrics import episode_metrics, mean_metrics
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE, answer_data_sources, score_answer
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.overrides import parse_overrides
-
-_CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: ([^\s)]+)\))?$", re.MULTILINE)
-_CHECK = re.compile(
-    r"^Visual check: (.+) matches the query image\.$|^Visual check: no candidate", re.MULTILINE
-)
-_NUMBER = re.compile(r"^\[(\d+)\]$")
-_HEADER = re.compile(r"^Candidates for Image (\d+)(?: \(signature: ([^\s)]+)\))?", re.MULTILINE)
-_FACTS = {
-    "year": re.compile(r"first recorded in (\d{4})"),
-    "region": re.compile(r"region of (\w+)"),
-    "who": re.compile(r"catalogued by (\w+)"),
-}
-
-
-class SignaturePolicy:
-    """Search, verify by visual signature, read passages, answer; never looks at gold data."""
-
-    def __init__(self, env: Any):
-        self.env = env
-        # KBVQA-Demo-v0 with rerank_by_index: Rerank names the candidate by its number in the batch.
-        unwrapped = env.unwrapped
-        self.by_index = isinstance(unwrapped, KBVQADemoEnv) and unwrapped.aids.rerank_by_index
-        self.may_reject = unwrapped.config.allow_reject
-
-    def reset(self, obs: dict[str, Any]) -> None:
-        """Start an episode from the task observation."""
-        self.num_images = len(obs["images"])
-        self.question = obs["text"].rsplit("Question: ", 1)[-1]
-        self.image, self.confirmed, self.passages = 1, {}, None
-
-    def verify(self, obs_text: str, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
-        """The candidate that matches the query image (its name), or None."""
-        check = _CHECK.search(obs_text)
-        if check:
-            return _named(check.group(1), hits) if check.group(1) else None
-        if query_sig is None:
-            return hits[0][0] if hits else None
-        return next((name for name, sig in hits if sig == query_sig), None)
-
-    def choose(self, hits: list[tuple[str, str | None]], match: str | None) -> str | None:
-        """The candidate to rerank given the verified ``match``, or None to reject (a hook for noisy experts)."""
-        return match
-
-    def act(self, obs_text: str) -> str:
-        """The next turn text given the last observation."""
-        if LAST_TURN_NOTICE in obs_text:
-            self.passages = self.passages or obs_text
-            return format_action(Answer(self._answer()), "no turns left")
-        header = _HEADER.search(obs_text)
-        if header:
-            hits = [(m.group(1), m.group(2)) for m in _CANDIDATE.finditer(obs_text)]
-            match = self.verify(obs_text, hits, header.group(2))
-            name = self._chosen(hits, match)
-            # The reason states what verification found, whatever the (possibly noisy) choice: a policy
-            # imitating it reads the observation in its reason and decides right after.
-            reason = "a candidate matches the query" if match else "no candidate matches the query"
-            if name or self.may_reject:
-                return format_action(Rerank(self._argument(name, hits)) if name else Reject(), reason)
-            self.image += 1  # no Reject action (Table 5's "w/o Reject"): leave the image unconfirmed
-        elif obs_text.startswith(("Confirmed:", "Rejection limit")):
-            self.image += 1
-        if obs_text.startswith("Results for"):
-            self.passages = obs_text
-            return format_action(Answer(self._answer()), "read the passages")
-        if self.image <= self.num_images:
-            return format_action(SearchImage(self.image), f"identify the entity in image {self.image}")
-        names = list(self.confirmed.values())
-        if names and self.passages is None:
-            return format_action(SearchText(tuple(names)), "look up the confirmed entities")
-        return format_action(Answer(self._answer()), "answer with what I have")
-
-    def _chosen(self, hits: list[tuple[str, str | None]], match: str | None) -> str | None:
-        name = self.choose(hits, match)
-        if name:
-            self.confirmed[self.image] = name
-        return name
-
-    def _argument(self, name: str, hits: list[tuple[str, str | None]]) -> str:
-        """How the Rerank names the candidate: its number (``rerank_by_index``) or its name."""
-        if self.by_index:
-            return str([n for n, _ in hits].index(name) + 1)
-        return name
-
-    def _answer(self) -> str:
-        facts = {}
-        for name in self.confirmed.values():
-            passage = re.search(rf"{re.escape(name)}: (.*)", self.passages or "")
-            facts[name] = (
-                {k: (m.group(1) if (m := p.search(passage.group(1))) else None) for k, p in _FACTS.items()}
-                if passage
-                else {}
-            )
-        if "earlier" in self.question:
-            years = {n: int(f["year"]) for n, f in facts.items() if f.get("year")}
-            return min(years, key=years.get) if years else "unknown"
-        key = "year" if "year" in self.question else "region" if "region" in self.question else "who"
-        return next((f[key] for f in facts.values() if f.get(key)), "unknown")
-
-
-def _named(argument: str, hits: list[tuple[str, str | None]]) -> str | None:
-    """The candidate a visual-check argument names: ``[N]`` or a name."""
-    number = _NUMBER.match(argument)
-    if number:
-        index = int(number.group(1)) - 1
-        return hits[index][0] if 0 <= index < len(hits) else None
-    return next((name for name, _ in hits if argument == name), None)
-
-
-class OraclePolicy(SignaturePolicy):
-    """``SignaturePolicy`` that verifies with the gold entity instead of signatures (an upper bound)."""
-
-    def verify(self, obs_text: str, hits: list[tuple[str, str | None]], query_sig: str | None) -> str | None:
-        """The gold entity's name when it is in the batch, else None (reject)."""
-        state = self.env.unwrapped.state
-        batch = state.active_batch()
-        gold = batch.gold_entity if batch else None
-        return batch.name_of(gold) if gold in batch.candidates else None
-
-
-class RandomPolicy:
-    """Uniformly random actions, a share of them malformed."""
-
-    def __init__(self, env: Any, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
-        self.env = env
-
-    def reset(self, obs: dict[str, Any]) -> None:
-        """Remember the image count."""
-        self.num_images = len(obs["images"])
-
-    def act(self, obs_text: str) -> str:
-        """A random turn."""
-        names = _CANDIDATE.findall(obs_text)
-        options = [
-            format_action(SearchImage(int(self.rng.integers(0, self.num_images + 2)))),
-            format_action(SearchText(("first recorded",))),
-            format_action(Rerank(names[int(self.rng.integers(len(names)))][0] if names else "Nobody")),
-            format_action(Reject()),
-            format_action(Answer("1900")),
-            "<answer>no reason block</answer>",
-            "<reason>nested <rerank>x</reason></rerank>",
-        ]
-        return options[int(self.rng.integers(len(options)))]
 
 
 class OneTurn:
@@ -184,9 +34,6 @@ class OneTurn:
     def act(self, obs_text: str) -> str:
         """The final action."""
         return self.text
-
-
-POLICIES = {"signature": SignaturePolicy, "oracle": OraclePolicy, "random": RandomPolicy}
 
 
 def run_episode(env: Any, policy: Any, seed: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -207,6 +54,25 @@ def expert_of(env_id: str, env: Any) -> Any:
         return hook(env_id, "expert", "ragym rollout --policy expert")(env, 0)
     except MissingHook as err:
         raise UsageError(str(err)) from None
+
+
+def policy_of(env_id: str, env: Any, name: str) -> Any:
+    """``ragym rollout --policy NAME`` on ``env``: the expert (``expert``) or the policy ``name`` among
+    ``env_id``'s ``EnvHooks.policies``; a usage error naming the policies ``env_id`` has where it has no such one."""
+    if name == "expert":
+        return expert_of(env_id, env)
+    policies = env_hooks(env_id).policies or {}
+    if name not in policies:
+        has = ", ".join(sorted(policies)) or "none"
+        raise UsageError(f"{env_id} has no scripted policy {name!r} (its policies: {has}; expert: the expert its "
+                         "hooks register)")  # fmt: skip
+    return policies[name](env, 0)
+
+
+def policy_names() -> str:
+    """Every env's policies, for ``--policy``'s help: ``kbvqa: oracle, random, signature``."""
+    hooked = [env_hooks(env_id) for env_id in one_env_per_hooks("policies")]
+    return "; ".join(f"{h.name}: {', '.join(sorted(h.policies or {}))}" for h in hooked)
 
 
 def rollout_metrics(
@@ -253,14 +119,14 @@ class RowEnvs:
         if key not in self.built:
             env = envs.make_env(env_id, **kwargs)
             # the policy keeps the bare env; episodes run on the log
-            policy = expert_of(env_id, env) if self.policy == "expert" else POLICIES[self.policy](env)
+            policy = policy_of(env_id, env, self.policy)
             self.built[key] = (env_id, ObservationLog(env) if self.traced else env, policy)
             self.kb_dirs.add(str(kwargs.get("kb_dir")))
         return self.built[key]
 
 
 def main(argv: list[str]) -> int:
-    """``ragym rollout``: scripted-policy episodes on a KB-VQA KB, printing mean episode metrics as JSON."""
+    """``ragym rollout``: scripted-policy episodes on each row's env, printing mean episode metrics as JSON."""
     import pandas as pd
 
     from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
@@ -274,8 +140,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--data", help="verl parquet rows (default: the KB's data/SPLIT.parquet)")
     parser.add_argument("--bad-rows", default="skip", choices=BAD_ROW_POLICIES,
                         help="rows that cannot start an episode: list and skip them (default), or stop")  # fmt: skip
-    parser.add_argument("--policy", default="signature", choices=sorted([*POLICIES, "expert"]),
-                        help="a KB-VQA policy, or expert: the scripted expert each row's env registers (any env)")  # fmt: skip
+    parser.add_argument("--policy", default="signature",
+                        help=f"a scripted policy of the rows' env ({policy_names()}), or expert: the scripted "
+                        "expert each row's env registers (any env)")  # fmt: skip
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

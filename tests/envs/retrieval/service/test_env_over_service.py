@@ -11,10 +11,11 @@ import pytest
 from ragym import envs
 from ragym.envs.events import events_of
 from ragym.envs.kbvqa.actions import SearchImage, SearchText, format_action
+from ragym.envs.kbvqa.policies import SignaturePolicy
 from ragym.envs.retrieval.service.app import RetrievalApp
 from ragym.envs.retrieval.service.client import ServiceRetriever
 from ragym.envs.serving.catalog import CatalogSpec, load_catalog
-from ragym.rl.eval.scripted import SignaturePolicy, run_episode
+from ragym.rl.eval.scripted import run_episode
 from tests.envs.retrieval.service.helpers import free_port, running
 
 
