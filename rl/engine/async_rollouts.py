@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers import PreTrainedModel
 
 from ragym.rl.engine.dynamic_sampling import SampledBatch
 from ragym.rl.engine.rollout import RolloutTimes
@@ -56,7 +57,7 @@ class RolloutAhead:
     """A rollout policy (a copy of the trained one) and a worker thread rolling out the next step's batch on it."""
 
     def __init__(
-        self, policy: torch.nn.Module, version: int, bound: int, loop: asyncio.AbstractEventLoop
+        self, policy: PreTrainedModel, version: int, bound: int, loop: asyncio.AbstractEventLoop
     ) -> None:
         self.rollout_policy = copy.deepcopy(policy)
         """What the generation server serves: the trained policy's weights of ``version``."""

@@ -115,7 +115,7 @@ class SampledBatch:
         }
 
 
-RolloutFn = Callable[[int, int], tuple[list[Any], list[Scored]]]
+RolloutFn = Callable[[int, int], tuple[list[Any], Sequence[Scored]]]
 """``(num_rows, round) -> (rows, episodes)``: roll out ``num_rows`` fresh rows, G episodes each, grouped."""
 
 

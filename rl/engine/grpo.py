@@ -234,6 +234,7 @@ def _micro_step(
         with_entropy=True,
         entropy_grad=cfg.entropy_coeff != 0,
     )
+    assert entropy is not None  # with_entropy=True
     mask = batch.response_mask[micro]
     old = log_prob.detach() if single_pass else batch.old_log_prob[micro]
     pg_loss, pg_metrics = loss_fn(

@@ -17,10 +17,10 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
-from transformers import DynamicCache
+from transformers import DynamicCache, PreTrainedModel
 from verl.workers.rollout.replica import TokenOutput
 
 from ragym.rl.engine.vision import ImageInputs, image_key, rope_positions
@@ -104,7 +104,7 @@ class HFServer:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: PreTrainedModel,
         tokenizer: Any,
         image_inputs: ImageInputs,
         *,
@@ -169,10 +169,12 @@ class HFServer:
         while self._pending:
             deadline = time.monotonic() + self.batch_wait_s
             await asyncio.sleep(0)
+            arrived = self._arrived
+            assert arrived is not None  # generate creates it before it starts this worker
             while len(self._pending) < self._live and time.monotonic() < deadline:
-                self._arrived.clear()
+                arrived.clear()
                 try:
-                    await asyncio.wait_for(self._arrived.wait(), timeout=deadline - time.monotonic())
+                    await asyncio.wait_for(arrived.wait(), timeout=deadline - time.monotonic())
                 except TimeoutError:
                     logger.warning(
                         "hf_server: %d of %d episodes asked in time", len(self._pending), self._live
@@ -210,7 +212,7 @@ class HFServer:
         self.stats.generate_s += time.perf_counter() - start
         self.stats.num_batches += 1
         self.stats.num_requests += len(batch)
-        return outputs
+        return cast(list[TokenOutput], outputs)  # each index is in one sub-batch: no slot is left None
 
     @torch.inference_mode()
     def _decode(self, requests: list[_Request], sampling: Sampling) -> list[TokenOutput]:
@@ -237,7 +239,8 @@ class HFServer:
         rows = torch.tensor(rows_of)  # [B] request -> prefilled row
         logits, cache, attention, next_pos = self._prefill(prompts)
         for layer in cache.layers:
-            layer.batch_select_indices(rows)
+            # A DynamicCache's layers are DynamicLayers, which have it; transformers types the list by the mixins.
+            layer.batch_select_indices(rows)  # pyright: ignore[reportAttributeAccessIssue]
         self.stats.num_prefill_rows += len(prompts)
         return logits[rows], cache, attention[rows], next_pos[rows]
 

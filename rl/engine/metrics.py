@@ -89,7 +89,8 @@ class MetricsSink:
         if "wandb" in loggers and os.environ.get("WANDB_MODE") != "disabled":
             import wandb
 
-            mode = os.environ.get("WANDB_MODE") or (
+            # WANDB_MODE is wandb's own variable, passed on for wandb to check (its type is a Literal of modes).
+            mode: Any = os.environ.get("WANDB_MODE") or (
                 "online" if os.environ.get("WANDB_API_KEY") else "offline"
             )
             self.wandb = wandb.init(

@@ -94,17 +94,18 @@ def resume_point(output_dir: str, mode: str, resume_from_path: str | None) -> Pa
         return None
     if mode == "auto":
         return latest_checkpoint(out)
-    if not isinstance(resume_from_path, str) or not _STEP_DIR.search(resume_from_path.rstrip("/")):
+    match = _STEP_DIR.search(resume_from_path.rstrip("/")) if isinstance(resume_from_path, str) else None
+    if match is None:
         raise UsageError(
             "trainer.resume_mode=resume_path needs trainer.resume_from_path=.../global_step_N, "
             f"got {resume_from_path!r}"
         )
-    path = Path(resume_from_path).absolute()
+    path = Path(match.string).absolute()  # the path searched, without its trailing slashes
     if not (path / "engine_state.pt").is_file():
         raise UsageError(
             f"trainer.resume_from_path={path} is not a local-engine checkpoint (no engine_state.pt)"
         )
-    step = int(_STEP_DIR.search(str(path).rstrip("/")).group(1))
+    step = int(match.group(1))
     if holds_run(out) and path.parent.resolve() != out.resolve():
         raise UsageError(
             f"{out} already holds another run; set trainer.default_local_dir to a new folder to continue "

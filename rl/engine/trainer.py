@@ -15,7 +15,7 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -109,8 +109,10 @@ class LocalTrainer:
         self.train_rows = self.train_set.rows
         self.val_rows = load_rows(cfg.val_files, cfg.val_max_samples, bad_rows).rows if cfg.val_files else []
         resume = resume_point(cfg.output_dir, cfg.resume_mode, cfg.resume_from_path)
-        state = torch.load(resume / "engine_state.pt", weights_only=False) if resume else None
-        if state is not None:
+        state: dict[str, Any] | None = None
+        if resume is not None:
+            # The dict save() wrote (torch.load's type is Any).
+            state = cast(dict[str, Any], torch.load(resume / "engine_state.pt", weights_only=False))
             check_same_run(
                 state.get("config"), config, state.get("data"), self.train_set.fingerprint(), resume
             )
@@ -154,10 +156,11 @@ class LocalTrainer:
         self.order = RowOrder(len(self.train_rows), cfg.train_batch_size, cfg.seed, cfg.shuffle)
         self.step = 0
         if resume is not None:
+            assert state is not None  # loaded with resume, above
             self._load_state(resume, state)
             logger.info("resumed from %s at step %d (epoch %d)", resume, self.step, self.order.epoch)
         drop_metrics_after(cfg.output_dir, self.step if resume else -1)
-        plain = OmegaConf.to_container(config, resolve=True)
+        plain = cast(dict[str, Any], OmegaConf.to_container(config, resolve=True))  # a DictConfig's is a dict
         self.sink = MetricsSink(cfg.output_dir, cfg.loggers, cfg.project_name, cfg.experiment_name, plain)
         self.last_times: dict[str, float] = {}
         self.traces = TraceWriter(Path(cfg.output_dir) / "traces", self.tokenizer,
@@ -176,16 +179,17 @@ class LocalTrainer:
         update the policy; returns step metrics. ``prefetch`` (async rollouts): roll out the next step's batch
         during this update (None: unless this is the run's last step)."""
         cfg, step, off_policy = self.cfg, self.step + 1, {}
+        version = None  # the weights' version of a batch rolled out ahead
         if self.ahead:
             ahead, off_policy = self.ahead.take(step, self._sample_batch, cfg.train_batch_size)
-            sampled, times = ahead.sampled, ahead.times
+            sampled, times, version = ahead.sampled, ahead.times, ahead.version
         else:
             sampled, times = self._sample_batch()
         indices = [index for index, _ in sampled.rows]
         rows = [row for _, row in sampled.rows]
         results = [episode for group in sampled.groups for episode in group]
-        if self.ahead:
-            tag_versions(results, step, ahead.version)
+        if version is not None:
+            tag_versions(results, step, version)
         update_start = time.perf_counter()
         batch = assemble([r.sample() for r in results])
         credit = self.turn_credit and local_turn_credit(rows, results, cfg.rollout_n, *self.turn_credit)
@@ -210,7 +214,7 @@ class LocalTrainer:
             response_length_stats([len(r.output.response_ids) for r in results], cfg.response_length)
         )
         metrics.update(sampled.metrics())
-        metrics["actor/lr"] = self.scheduler.get_last_lr()[0]
+        metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])  # LambdaLR's lr is a float
         self.last_times = {"generate": times.generate, "env": times.env, "reward": times.reward,
                            "rollout": times.total, "update": update_s, "trace": trace_s}  # fmt: skip
         metrics.update({f"timing_s/{k}": v for k, v in self.last_times.items()})
@@ -227,14 +231,14 @@ class LocalTrainer:
         """Step ``step``'s groups (default: the next step's): one rollout of ``num_groups`` rows (default: the batch),
         plus refills under dynamic sampling. Async rollouts call it from their worker, while ``self.step`` moves."""
         cfg, total = self.cfg, RolloutTimes()
-        step = self.step + 1 if step is None else step
+        at = self.step + 1 if step is None else step  # a name of its own: the closure sees it as an int
         num_groups = cfg.train_batch_size if num_groups is None else num_groups
 
         def rollout(num_rows: int, round_: int) -> tuple[list[Any], list[EpisodeResult]]:
             indices = self.order.next_rows(num_rows)
             rows = [self.train_rows[i] for i in indices]
             # A refill may draw a row again (a new epoch): its group id names the round too.
-            prefix = f"s{step - 1}" if round_ == 0 else f"s{step - 1}r{round_}"
+            prefix = f"s{at - 1}" if round_ == 0 else f"s{at - 1}r{round_}"
             results, times = run_episodes(
                 self.loop, self.agent_loop, self.server, rows, cfg.rollout_n, self._sampling(cfg.sampling),
                 cfg.reward_kwargs, group_prefix=prefix,
