@@ -141,7 +141,9 @@ class _PayloadCounter(pickle.Pickler):
         elif isinstance(obj, Image.Image):
             self.payload += len(obj.getbands()) * obj.width * obj.height
         elif type(obj).__module__ == "torch" and getattr(obj, "is_floating_point", lambda: False)():
-            self.payload += obj.element_size() * obj.nelement()
+            # A torch tensor (torch is not imported here); pyright still holds the ndarray of the first test.
+            tensor: Any = obj
+            self.payload += tensor.element_size() * tensor.nelement()
         return None  # pickled as usual
 
     def num_bytes(self) -> int:

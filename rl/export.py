@@ -22,7 +22,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from omegaconf import OmegaConf
@@ -50,8 +50,11 @@ PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 class RecipeSnapshot(CheckpointCallback):
     """verl checkpoint callback: write the resolved recipe to ``global_step_N/ragym_recipe.json``."""
 
-    def on_save(self, trainer: Any, global_step: int, checkpoint_dir: str, **kwargs: Any) -> None:
-        """Record which recipe (all keys resolved) produced this checkpoint."""
+    def on_save(
+        self, trainer: Any, global_step: int, checkpoint_dir: str, async_save: bool = False, **kwargs: Any
+    ) -> None:
+        """Record which recipe (all keys resolved) produced this checkpoint (``async_save``, Megatron's
+        asynchronous checkpointing, changes nothing here: the recipe is written at once)."""
         from omegaconf import OmegaConf
 
         recipe = OmegaConf.to_container(self.config, resolve=True)
@@ -232,7 +235,7 @@ def export_checkpoint(
         from ragym.rl.recipe.compose import load_recipe
 
         found = Checkpoint(found.kind, found.model_dir, found.step,
-                           OmegaConf.to_container(load_recipe(recipe), resolve=True))  # fmt: skip
+                           cast(dict[str, Any], OmegaConf.to_container(load_recipe(recipe), resolve=True)))  # fmt: skip
     logger.info("exporting %s checkpoint %s (step %s) -> %s", found.kind, found.model_dir, found.step, out)
     adapters = found.kind == "local_lora"
     if found.kind == "verl_fsdp":

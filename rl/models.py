@@ -14,6 +14,7 @@ import functools
 import json
 import types
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -103,7 +104,8 @@ def load_processor(path: str | Path) -> ProcessorMixin:
         )
     # Both families use the Qwen2-VL image processor (Qwen3-VL with 16-pixel patches, from its config).
     image_processor = Qwen2VLImageProcessorPil.from_pretrained(path)
-    processor = make_processor(config.model_type, image_processor, tokenizer, tokenizer.chat_template)
+    # verl reads the config and the rope functions off the processor: attributes ProcessorMixin does not declare.
+    processor: Any = make_processor(config.model_type, image_processor, tokenizer, tokenizer.chat_template)
     processor.config = config
     processor.get_rope_index = types.MethodType(model_class.get_rope_index, processor)
     processor.get_vision_position_ids = types.MethodType(model_class.get_vision_position_ids, processor)
@@ -128,6 +130,7 @@ def load_policy(
     model = AutoModelForImageTextToText.from_pretrained(
         path, dtype=dtype, attn_implementation=attn_implementation
     )
-    model.to(device)
+    # transformers wraps ``to`` in functools.wraps(nn.Module.to), which pyright reads as the unbound method.
+    model.to(device)  # pyright: ignore[reportArgumentType]
     processor = load_processor(path)
     return model, processor.tokenizer, processor

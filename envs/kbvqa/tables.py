@@ -11,6 +11,7 @@ that cannot be computed is n/a, and ``not_available`` says why, per column (``ra
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 SUBSETS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -74,7 +75,7 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def figures(records: list[Scored]) -> dict[str, Any]:
+def figures(records: Sequence[Scored]) -> dict[str, Any]:
     """Episodes, mean answer score, Ident. (where known) and the retriever's R@1 / R@pool over known golds."""
     ranks = [rank for r in records for rank in r.gold_ranks]
     return {
@@ -86,7 +87,7 @@ def figures(records: list[Scored]) -> dict[str, Any]:
     }
 
 
-def not_available(source: str, records: list[Scored], values: dict[str, Any]) -> dict[str, str]:
+def not_available(source: str, records: Sequence[Scored], values: dict[str, Any]) -> dict[str, str]:
     """Why each figure of ``values`` (the column of ``records``) that is None is n/a, by figure key.
 
     >>> not_available("mmhops", [], {"accuracy": None, "ident": None})
@@ -107,7 +108,7 @@ def not_available(source: str, records: list[Scored], values: dict[str, Any]) ->
     return reasons
 
 
-def paper_columns(source: str, records: list[Scored], overall: dict[str, Any]) -> dict[str, Any] | None:
+def paper_columns(source: str, records: Sequence[Scored], overall: dict[str, Any]) -> dict[str, Any] | None:
     """The paper's columns for one benchmark's episodes (``overall``: the source's figures, official accuracy
     included, as the All column); None for a data source the paper does not report."""
     if source not in SUBSETS:

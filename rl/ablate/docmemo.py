@@ -67,6 +67,7 @@ def load_rows(grid_dir: Path) -> list[dict[str, Any]]:
             )
         prepare(SHARED_DOCS / "samples.json", SHARED_DOCS / "documents", prepared, PrepConfig(dpi=72))
     rows = []
+    row: Any  # itertuples' named tuples, a field per column (pandas types them as plain tuples)
     for row in pd.read_parquet(prepared / "data" / "test.parquet").itertuples():
         gold = json.loads(row.reward_model["ground_truth"])["evidence_pages"]
         if gold:

@@ -106,7 +106,7 @@ def speed(
         raise ValueError(f"grid {grid.name!r} has no target")
     target = grid.target.ident_acc
     base = grid.variants[0].name
-    steps = {v.name: [steps_to_target([(p["step"], p["ident_acc"]) for p in curves[v.name][s]],
+    steps = {v.name: [steps_to_target([(int(p["step"]), p["ident_acc"]) for p in curves[v.name][s]],
                                       target) for s in seeds] for v in grid.variants}  # fmt: skip
     reach: dict[str, Any] = {}
     groups: dict[str, Any] = {}

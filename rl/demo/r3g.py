@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -166,7 +166,10 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     server = ReplayServer(tokenizer)
     agent_loop = make_agent_loop(config, server, tokenizer, processor)
     epochs = [expert_branches(rows, agent_loop, server, cfg)] * cfg.epochs
-    weighted = [tokenizer.convert_tokens_to_ids(t) for t in reader.get("ragym.r3g_demo.weighted_after")]
+    # One token, one id (convert_tokens_to_ids's type also covers a list of tokens).
+    weighted = [
+        cast(int, tokenizer.convert_tokens_to_ids(t)) for t in reader.get("ragym.r3g_demo.weighted_after")
+    ]
     losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, weighted)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)

@@ -137,11 +137,12 @@ def _warm_start(
     logger.info(
         "warm start: %d x %d expert episodes in %.1fs", len(epochs), len(rows), time.perf_counter() - start
     )
-    # One token, one id; two tokens, two (convert_tokens_to_ids's type covers either input).
-    decision_after = cast(int, tokenizer.convert_tokens_to_ids("<rerank>"))
+    # A token's id (convert_tokens_to_ids's type also covers a list of tokens).
+    ids = {token: cast(int, tokenizer.convert_tokens_to_ids(token))
+           for token in ["<rerank>", *(f"<{tag}>" for tag in COPY_TAGS), *(f"</{tag}>" for tag in COPY_TAGS)]}  # fmt: skip
+    decision_after = ids["<rerank>"]
     # Where the expert copies from an observation: the confirmed name into a search call, a value into the answer.
-    copy_spans = [cast(tuple[int, int], tuple(tokenizer.convert_tokens_to_ids([f"<{tag}>", f"</{tag}>"])))
-                  for tag in COPY_TAGS]  # fmt: skip
+    copy_spans = [(ids[f"<{tag}>"], ids[f"</{tag}>"]) for tag in COPY_TAGS]
     losses = imitate(model, ImageInputs(processor.image_processor), epochs, cfg, decision_after, copy_spans)
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)

@@ -18,7 +18,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -85,6 +85,16 @@ _NAME_SLOT = re.compile(r'(<answer>|SearchText\(\[")')
 """The same when Rerank takes candidate numbers (only answers and text queries copy names)."""
 _TAKEN = re.compile(r"^Confirmed: the entity in Image (\d+) is (.+)\. \(the retriever's top-1")
 """The env's own confirmation of the top-1 without verification actions (``ragym.envs.kbvqa.demo.top1_text``)."""
+
+
+class Expert(Protocol):
+    """A scripted policy on its own env, as ``_replay`` plays it (``NoisyExpert``, ``r3g.R3GExpert``)."""
+
+    env: Any
+
+    def reset(self, obs: dict[str, Any]) -> None: ...
+
+    def act(self, text: str, /) -> str: ...
 
 
 class NoisyExpert(SignaturePolicy):
@@ -201,7 +211,7 @@ def expert_samples(
     return samples
 
 
-def _replay(row: dict[str, Any], expert: NoisyExpert, server: ReplayServer, agent_loop: Any) -> Sample:
+def _replay(row: dict[str, Any], expert: Expert, server: ReplayServer, agent_loop: Any) -> Sample:
     """``expert``'s episode on ``row``, replayed through the agent loop as if the policy had generated it."""
     info = dict(row["extra_info"])
     episode = run_episode(expert.env, expert, int(info["index"]), json.loads(info["env_options"]))
@@ -257,7 +267,7 @@ def token_weights(
 def imitate(
     model: torch.nn.Module,
     image_inputs: ImageInputs,
-    epochs: list[list[tuple[Sample, float] | tuple[Sample, float, float]]],
+    epochs: Sequence[Sequence[tuple[Sample, float] | tuple[Sample, float, float]]],
     cfg: WarmStartConfig,
     decision_after: int | Sequence[int] | None = None,
     copy_spans: Sequence[tuple[int, int]] = (),

@@ -102,7 +102,8 @@ class VLLMServer:
         max_tokens = max(1, min(int(params.pop("max_tokens", budget)), budget))
         params["logprobs"] = 0 if params.pop("logprobs", False) else None
         ids = qwen2_5_vl_dedup_image_tokens(list(prompt_ids), self.processor)
-        prompt = TokensPrompt(
+        # vLLM imports NotRequired from typing (Python 3.11+): checked for 3.10, every key reads as required.
+        prompt = TokensPrompt(  # pyright: ignore[reportCallIssue]
             prompt_token_ids=ids, multi_modal_data={"image": image_data} if image_data else {}
         )
         start, final = time.perf_counter(), None
@@ -111,12 +112,16 @@ class VLLMServer:
         ):
             final = output
         self.stats.generate_s += time.perf_counter() - start
+        assert final is not None  # vLLM yields at least the finished output
         completion = final.outputs[0]
         log_probs = None
         if params["logprobs"] is not None:
-            log_probs = [
-                lp[t].logprob for t, lp in zip(completion.token_ids, completion.logprobs, strict=True)
-            ]
+            assert completion.logprobs is not None  # requested above
+            log_probs = []
+            for t, lp in zip(completion.token_ids, completion.logprobs, strict=True):
+                # Every sampled position has its logprobs (only a prompt's first position has none).
+                assert lp is not None
+                log_probs.append(lp[t].logprob)
         return TokenOutput(token_ids=list(completion.token_ids), log_probs=log_probs, stop_reason="completed")
 
 

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -182,8 +182,11 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
 
 def env_summaries(episodes: list[tuple[list[dict[str, Any]], float]]) -> dict[str, Any]:
     """Every env's ``EnvHooks.eval_summary`` of (events, correct) pairs, by the env's name."""
-    hooks = map(env_hooks, one_env_per_hooks("eval_summary"))
-    return {h.name: h.eval_summary(episodes) for h in hooks}
+    summaries = {}
+    for hooks in map(env_hooks, one_env_per_hooks("eval_summary")):
+        assert hooks.eval_summary is not None  # one_env_per_hooks keeps the hooks that define it
+        summaries[hooks.name] = hooks.eval_summary(episodes)
+    return summaries
 
 
 def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
@@ -252,8 +255,9 @@ def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictCo
     if recipe is not None:
         config = load_recipe(recipe, overrides)
     elif exported.is_file() and json.loads(exported.read_text()).get("recipe"):
-        config = OmegaConf.merge(OmegaConf.create(json.loads(exported.read_text())["recipe"]),
-                                 OmegaConf.from_dotlist(overrides))  # fmt: skip
+        # A mapping merged with a dotlist's mapping is a DictConfig (merge's type also covers lists).
+        config = cast(DictConfig, OmegaConf.merge(OmegaConf.create(json.loads(exported.read_text())["recipe"]),
+                                                  OmegaConf.from_dotlist(overrides)))  # fmt: skip
     else:
         raise UsageError(f"{model} records no recipe (no ragym_export.json); pass --recipe RECIPE")
     config.actor_rollout_ref.model.path = str(model)

@@ -167,6 +167,7 @@ def run_fixed(env: R3GEnv, options: dict[str, Any], model: FixedModel) -> list[d
 def evaluate_baseline(rows: pd.DataFrame, name: str, model: FixedModel, rubric: Rubric) -> list[EpisodeScore]:
     """Every row through one baseline; each episode scored by the rubric's ``outcome`` term."""
     scores, envs_by_kwargs = [], {}
+    row: Any  # a row of the parquet schema, by column (pandas types each value as any column's could be)
     for _, row in rows.iterrows():
         extra = row["extra_info"]
         kwargs = {**json.loads(extra["env_kwargs"]), **BASELINES[name]}

@@ -57,6 +57,7 @@ def markdown(metrics: dict[str, Any]) -> str:
         # each env's own figures (R3G rows: the paper's accuracy and Recall@1/3/5 per scenario)
         own = {name: row[hooks.name] for name, row in metrics["by_source"].items() if row.get(hooks.name)}
         if own:
+            assert hooks.eval_markdown is not None  # one_env_per_hooks keeps the hooks that define it
             lines += ["", hooks.eval_markdown(own)]
     return "\n".join(lines) + "\n"
 
