@@ -14,7 +14,7 @@ is first asked for (``tests/test_package_graph.py`` checks both).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +48,26 @@ class ServedFolder:
     load: Callable[[Path, Any], dict[str, Any]]
     """``load(folder, spec)`` -> retriever name -> ``Served`` (``ragym.envs.retrieval.service.app``); ``spec``
     is the service's ``CatalogSpec`` (``ragym.envs.serving.catalog``: the faiss index kind, the GPU)."""
+
+
+@dataclass(frozen=True)
+class EvalTables:
+    """A paper's tables of an env's rows in ``ragym eval`` (KB-VQA: MMAgent-R²'s Tables 2-4), per data source."""
+
+    title: str
+    """The heading above the tables in ``metrics.md``."""
+    sources: tuple[str, ...]
+    """The data sources the tables report; another source's summary has none (``paper`` is None)."""
+    groups: Callable[[dict[str, Any]], tuple[str | None, str | None]]
+    """``groups(row)`` -> (the table column the row belongs to, its question type), recorded with each of the
+    env's episodes (``EpisodeRecord.subset``, ``question_type``)."""
+    columns: Callable[[str, Sequence[Any], dict[str, Any]], dict[str, Any] | None]
+    """``columns(source, records, summary)`` -> ``metrics.json``'s ``paper`` for one source's episode records
+    (``summary``: the source's own figures, the official accuracy among them)."""
+    markdown: Callable[[str, dict[str, Any]], str]
+    """``markdown(source, paper)`` -> the source's table in ``metrics.md``."""
+    notes: Callable[[str, dict[str, Any]], list[str]]
+    """``notes(source, paper)`` -> one line per reason a cell is n/a (``ragym eval`` prints them)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +109,8 @@ class EnvHooks:
     ``name`` (None when no episode is the env's)."""
     eval_markdown: Callable[[dict[str, dict[str, Any]]], str] | None = None
     """``ragym eval``'s report.md section of the env's figures: data source -> what ``eval_summary`` returned."""
+    eval_tables: EvalTables | None = None
+    """A paper's tables of the env's rows in ``ragym eval`` (``EvalTables``; KB-VQA's Tables 2-4)."""
     env_for_kwargs: Callable[[dict[str, Any]], str | None] | None = None
     """``env_for_kwargs(kwargs)`` -> the registered env id that env kwargs need instead of a row's own, or None:
     ``ragym rollout`` applies its command line's settings to each row, and some only a variant of the env takes
@@ -169,3 +191,9 @@ def env_named(name: str) -> str | None:
     """The first env id registered whose hooks have the short ``name`` (``kbvqa``: ``KBVQA-v0``, not the demo
     env registered after it with the same hooks), or None."""
     return next((env_id for env_id in _HOOKS if env_hooks(env_id).name == name), None)
+
+
+def tables_for(source: str) -> EvalTables | None:
+    """The env tables (``EnvHooks.eval_tables``) that report data source ``source``, or None."""
+    found = (env_hooks(env_id).eval_tables for env_id in one_env_per_hooks("eval_tables"))
+    return next((tables for tables in found if tables is not None and source in tables.sources), None)

@@ -11,8 +11,9 @@ episodes where it applies.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ragym.envs.events import Event, events_of
 
@@ -119,3 +120,28 @@ def single_event(events: list[Event], kind: str, env_id: str) -> Event:
     if len(found) != 1:
         raise ValueError(f"{env_id} episode metrics need exactly one {kind!r} event, got {len(found)}")
     return found[0]
+
+
+class Evaluated(Protocol):
+    """What one episode of ``ragym eval`` contributes to ``eval_figures`` (``ragym.rl.eval.evaluate.EpisodeRecord``)."""
+
+    correct: float
+    ident: float | None
+    gold_ranks: list[int | None]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def eval_figures(records: Sequence[Evaluated]) -> dict[str, Any]:
+    """Episodes, mean answer score, Ident. (where known) and the retriever's R@1 / R@pool over known golds:
+    ``ragym eval``'s columns for every data source, and each column of an env's own tables."""
+    ranks = [rank for r in records for rank in r.gold_ranks]
+    return {
+        "num_episodes": len(records),
+        "accuracy": _mean([r.correct for r in records]),
+        "ident": _mean([r.ident for r in records if r.ident is not None]),
+        "retriever_r1": _mean([float(rank == 0) for rank in ranks]),
+        "retriever_r_pool": _mean([float(rank is not None) for rank in ranks]),
+    }

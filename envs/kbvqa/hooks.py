@@ -1,6 +1,6 @@
-"""KB-VQA's hooks (``ragym.envs.hooks``): the signature expert and the other scripted policies, the tiny synthetic KB as toy rows, the longest
-episode (every batch rejected), the paper recipe. This module may import the layers above ``envs``; only the
-registry loads it, by name."""
+"""KB-VQA's hooks (``ragym.envs.hooks``): the signature expert and the other scripted policies, the tiny synthetic
+KB as toy rows, the longest episode (every batch rejected), the paper recipe, the paper's tables in ``ragym eval``.
+This module may import the layers above ``envs``; only the registry loads it, by name."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ragym.envs.hooks import EnvHooks, SearchProbe, ServedFolder
+from ragym.envs.hooks import EnvHooks, EvalTables, SearchProbe, ServedFolder
 from ragym.envs.kbvqa.actions import (
     Answer,
     Reject,
@@ -21,6 +21,7 @@ from ragym.envs.kbvqa.actions import (
 )
 from ragym.envs.kbvqa.policies import POLICIES, SignaturePolicy
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
+from ragym.envs.kbvqa.tables import SUBSETS, markdown, na_notes, paper_columns, row_groups
 
 _HEADER = re.compile(r"^Candidates for Image \d+", re.MULTILINE)
 _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: [^\s)]+\))?$", re.MULTILINE)
@@ -165,6 +166,9 @@ HOOKS = EnvHooks(
     longest_episode=longest_episode,
     paper_recipe="kbvqa_qwen2_5_vl_7b",
     gold_ranks=gold_ranks,
+    eval_tables=EvalTables(
+        "MMAgent-R² columns", tuple(SUBSETS), row_groups, paper_columns, markdown, na_notes
+    ),
     env_for_kwargs=env_for_kwargs,
     services=(ServedFolder("kb-dir", "KB-VQA knowledge base folder", served_kb),),
     search_probe=SearchProbe(kb_retrievers, (format_action(SearchImage(1), "search"),), "candidates"),

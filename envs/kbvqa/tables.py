@@ -5,7 +5,8 @@ All (their harmonic mean); Table 3 MMhops Bridging and Comparison; Table 4 Ident
 R@pool per benchmark (MMhops per Bridge / Compare). Each column here carries all four figures, and the question
 types (InfoSeek and MMhops String / Numerical / Time, E-VQA templated / automatic / multi_answer / 2_hop) are
 columns of their own. A row's subset and question type come from what ``ragym prep`` wrote into it. A figure
-that cannot be computed is n/a, and ``not_available`` says why, per column (``ragym eval`` prints it).
+that cannot be computed is n/a, and ``not_available`` says why, per column (``ragym eval`` prints it). ``ragym
+eval`` reaches them through KB-VQA's hooks (``EnvHooks.eval_tables``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from typing import Any, Protocol
+
+from ragym.envs.metrics import eval_figures as figures
 
 SUBSETS: dict[str, tuple[tuple[str, str], ...]] = {
     "evqa": (("single_hop", "Single-Hop"), ("two_hop", "Two-Hop")),
@@ -69,22 +72,6 @@ def row_groups(row: dict[str, Any]) -> tuple[str | None, str | None]:
         kind = str(_json(extra["env_options"]).get("question_type", "")).lower()
         return (kind if kind in ("bridge", "compare") else None), qtype
     return None, qtype
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def figures(records: Sequence[Scored]) -> dict[str, Any]:
-    """Episodes, mean answer score, Ident. (where known) and the retriever's R@1 / R@pool over known golds."""
-    ranks = [rank for r in records for rank in r.gold_ranks]
-    return {
-        "num_episodes": len(records),
-        "accuracy": _mean([r.correct for r in records]),
-        "ident": _mean([r.ident for r in records if r.ident is not None]),
-        "retriever_r1": _mean([float(rank == 0) for rank in ranks]),
-        "retriever_r_pool": _mean([float(rank is not None) for rank in ranks]),
-    }
 
 
 def not_available(source: str, records: Sequence[Scored], values: dict[str, Any]) -> dict[str, str]:

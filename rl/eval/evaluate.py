@@ -5,7 +5,7 @@ unseen-question and unseen-entity splits when the rows carry that split; every s
 entity identification accuracy (Ident., MMAgent-R² Table 4) beside the retriever's R@1 and R@K ceiling
 (K = candidates per batch x (Rej_max + 1), the pool reranking and rejection can reach), average rejections,
 turns and the format-error rate; the MMAgent-R² Tables 2-4 columns (E-VQA Single-Hop / Two-Hop, InfoSeek
-Unseen-Q / Unseen-E, MMhops Bridging / Comparison) with per-question-type columns (``ragym.envs.kbvqa.tables``);
+Unseen-Q / Unseen-E, MMhops Bridging / Comparison) with per-question-type columns (``EnvHooks.eval_tables``);
 the text retriever SearchText used. Written as ``metrics.json``, ``metrics.md``, ``episodes.jsonl``,
 ``rollouts.jsonl`` (re-scorable with ``ragym score``) and plots.
 """
@@ -27,8 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
 from ragym.envs.events import events_of
-from ragym.envs.hooks import env_hooks, one_env_per_hooks
-from ragym.envs.kbvqa.tables import figures, na_notes, paper_columns, row_groups
+from ragym.envs.hooks import env_hooks, one_env_per_hooks, tables_for
+from ragym.envs.metrics import eval_figures
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from ragym.rewards.infoseek import infoseek_final_score
@@ -90,7 +90,7 @@ class EpisodeRecord:
     """The episode as ``ragym.rewards.episode.Episode`` JSON: ``ragym score`` re-scores it with any reward recipe."""
     subset: str | None = None
     """The paper's column the row belongs to (E-VQA single_hop / two_hop, InfoSeek unseen_question /
-    unseen_entity, MMhops bridge / compare; ``ragym.envs.kbvqa.tables``), None elsewhere."""
+    unseen_entity, MMhops bridge / compare: the env's ``EnvHooks.eval_tables``), None elsewhere."""
     question_type: str | None = None
     """The row's question type (InfoSeek / MMhops String, Numerical, Time; E-VQA templated, ...), if any."""
     text_retriever: str | None = None
@@ -110,6 +110,13 @@ def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     served candidate lists), or no ranks for an env without one."""
     found = env_hooks(str(row["extra_info"]["env_id"])).gold_ranks
     return found(row) if found is not None else ([], None)
+
+
+def row_groups(row: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(the column of its env's tables the row belongs to, its question type); (None, None) for an env without
+    tables (``EnvHooks.eval_tables``)."""
+    tables = env_hooks(str(row["extra_info"]["env_id"])).eval_tables
+    return tables.groups(row) if tables is not None else (None, None)
 
 
 def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -> EpisodeRecord:
@@ -159,7 +166,7 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
     turns = sum(r.turns for r in records)
     sources = {r.data_source for r in records}
     summary = {
-        **figures(records),
+        **eval_figures(records),
         "accuracy": accuracy,
         "accuracy_aggregation": how,
         "accuracy_by_split": {
@@ -176,7 +183,8 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
         # scenario), under the env's name; None where no episode is the env's.
         **env_summaries([(json.loads(r.episode)["events"], r.correct) for r in records]),
     }
-    summary["paper"] = paper_columns(sources.pop(), records, summary) if len(sources) == 1 else None
+    tables = tables_for(next(iter(sources))) if len(sources) == 1 else None  # a paper reports one benchmark
+    summary["paper"] = tables.columns(next(iter(sources)), records, summary) if tables is not None else None
     return summary
 
 
@@ -316,6 +324,7 @@ def main(argv: list[str]) -> int:
         })  # fmt: skip
     print(json.dumps(metrics["all"], indent=1))
     for source, summary in metrics["by_source"].items():
-        for note in na_notes(source, summary["paper"]) if summary.get("paper") else []:
+        tables = tables_for(source) if summary.get("paper") else None
+        for note in tables.notes(source, summary["paper"]) if tables is not None else []:
             print(f"note: {note}")  # why a column of the paper's tables is n/a (also in metrics.md)
     return 0

@@ -8,8 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ragym.envs.hooks import env_hooks, one_env_per_hooks
-from ragym.envs.kbvqa.tables import markdown as kbvqa_markdown
+from ragym.envs.hooks import env_hooks, one_env_per_hooks, tables_for
 
 COLUMNS = (
     ("accuracy", "Acc."),
@@ -50,9 +49,11 @@ def markdown(metrics: dict[str, Any]) -> str:
         lines.append(f"- {name}: accuracy = {row['accuracy_aggregation']}, pool = {row['pool_size']}, "
                      f"text retriever = {text}; by split: {splits}")  # fmt: skip
     paper = {name: row["paper"] for name, row in metrics["by_source"].items() if row.get("paper")}
-    if paper:  # KB-VQA rows: the paper's Tables 2-4 columns, question types beside them
-        lines += ["", "## MMAgent-R² columns", ""]
-        lines += [kbvqa_markdown(name, columns) for name, columns in paper.items()]
+    tabled = [(tables_for(name), name, columns) for name, columns in paper.items()]
+    for tables in dict.fromkeys(t for t, _, _ in tabled if t is not None):
+        # each env's tables under its heading (KB-VQA rows: the paper's Tables 2-4, question types beside them)
+        lines += ["", f"## {tables.title}", ""]
+        lines += [tables.markdown(name, columns) for t, name, columns in tabled if t == tables]
     for hooks in map(env_hooks, one_env_per_hooks("eval_markdown")):
         # each env's own figures (R3G rows: the paper's accuracy and Recall@1/3/5 per scenario)
         own = {name: row[hooks.name] for name, row in metrics["by_source"].items() if row.get(hooks.name)}

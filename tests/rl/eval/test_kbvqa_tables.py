@@ -13,6 +13,7 @@ import pytest
 
 from ragym.envs.kbvqa.tables import NO_GOLD, na_notes, not_available, row_groups
 from ragym.rewards.episode import Episode
+from ragym.rl.eval import evaluate
 from ragym.rl.eval.evaluate import EpisodeRecord, gold_ranks, summarize, summarize_source
 from ragym.rl.eval.report import write_report
 
@@ -41,6 +42,16 @@ def _row(source: str, truth: Any, split: str = "test", question_type: str | None
 )  # fmt: skip
 def test_row_groups(row: dict[str, Any], groups: tuple[str | None, str | None]) -> None:
     assert row_groups(row) == groups
+
+
+def test_ragym_eval_groups_a_row_by_its_envs_tables() -> None:
+    """``ragym eval`` records the columns KB-VQA's hooks (``EnvHooks.eval_tables``) give a KB-VQA row; an env
+    without tables gets none, whatever its ground truth holds."""
+    row = _row("infoseek", {"question_type": "Time"}, "val_unseen_question")
+    kbvqa = {**row, "extra_info": {**row["extra_info"], "env_id": "KBVQA-v0"}}
+    docmemo = {**row, "extra_info": {**row["extra_info"], "env_id": "DocMemo-v0"}}
+    assert evaluate.row_groups(kbvqa) == ("unseen_question", "Time")
+    assert evaluate.row_groups(docmemo) == (None, None)
 
 
 def _record(source: str, correct: float, subset: str | None, qtype: str | None, ident: float | None = None,
@@ -101,6 +112,7 @@ def test_report_files_carry_the_paper_columns(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "metrics.json").read_text())["by_source"]
     assert saved["mmhops"]["paper"]["subsets"]["compare"]["retriever_r_pool"] == 0.5
     table = (tmp_path / "metrics.md").read_text()
+    assert "\n## MMAgent-R² columns\n\n### evqa (MMAgent-R² Tables 2, 4)\n\n| | Single-Hop" in table
     assert "| | Single-Hop | Two-Hop | All | templated | automatic | 2_hop |" in table
     assert "| Acc. | 66.7 | 0.0 | 50.0 | 100.0 | 50.0 | 0.0 |" in table
     assert "| | Unseen-Q | Unseen-E | All | String | Numerical |" in table
