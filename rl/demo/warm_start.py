@@ -1,7 +1,7 @@
 """Supervised warm start on env-generated trajectories of a noisy scripted expert.
 
 A randomly initialised tiny policy never emits a well-formed turn, so every GRPO group would score the
-same and teach nothing. The demo therefore first imitates ``ragym.rl.eval.scripted.SignaturePolicy`` whose
+same and teach nothing. The demo therefore first imitates ``ragym.envs.kbvqa.policies.SignaturePolicy`` whose
 verification decisions are replaced by a random other candidate with probability ``noise`` and by a needless
 Reject with probability ``reject_noise`` (the demo's expert is over-cautious): the warm-started policy knows
 the grammar and the protocol but verifies badly, which GRPO then has to fix from reward alone. The decision
@@ -24,11 +24,12 @@ import numpy as np
 import torch
 from verl.workers.rollout.replica import TokenOutput
 
+from ragym.envs.kbvqa.policies import SignaturePolicy
 from ragym.envs.registry import make_env
 from ragym.rl.engine.grpo import Sample, response_log_probs
 from ragym.rl.engine.rollout import row_kwargs
 from ragym.rl.engine.vision import ImageInputs
-from ragym.rl.eval.scripted import SignaturePolicy, run_episode
+from ragym.rl.eval.scripted import run_episode
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,6 @@ from typing import Any
 
 from ragym.envs.events import events_of
 from ragym.envs.hooks import MissingHook, env_hooks, hook, one_env_per_hooks
-
-# rl/demo/warm_start.py imports SignaturePolicy from here until it names ragym.envs.kbvqa.policies
-from ragym.envs.kbvqa.policies import SignaturePolicy  # noqa: F401
 from ragym.envs.metrics import episode_metrics, mean_metrics
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE, answer_data_sources, score_answer
 from ragym.rl.errors import UsageError
