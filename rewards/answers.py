@@ -80,7 +80,7 @@ def answer_data_sources() -> list[str]:
 
 def score_answer(
     data_source: str,
-    prediction: str,
+    prediction: str | None,
     ground_truth: Any,
     *,
     time_year_tolerance: int | None = None,

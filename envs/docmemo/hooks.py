@@ -110,7 +110,7 @@ def report_pages() -> Any:
     from ragym.envs.registry import make_env
     from ragym.envs.retrieval.hits import NamedRetrievers
 
-    env = make_env("DocMemo-v0")
+    env: Any = make_env("DocMemo-v0")  # the DocMemo env itself (make_env's type is gymnasium's Env)
     env.reset(seed=0)
     return NamedRetrievers({"pages/synthetic_annual_report": env.retriever})
 

@@ -116,7 +116,7 @@ class SignaturePolicy:
             )
         if "earlier" in self.question:
             years = {n: int(f["year"]) for n, f in facts.items() if f.get("year")}
-            return min(years, key=years.get) if years else "unknown"
+            return min(years, key=years.__getitem__) if years else "unknown"
         key = "year" if "year" in self.question else "region" if "region" in self.question else "who"
         return next((f[key] for f in facts.values() if f.get(key)), "unknown")
 

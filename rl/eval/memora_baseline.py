@@ -89,7 +89,7 @@ class EnvPool:
     def __init__(self, num_factors: int) -> None:
         self.num_factors = num_factors
         self.envs: dict[tuple[str, str], Any] = {}
-        self.overrides: dict[str, int] = {}
+        self.overrides: dict[str, Any] = {}
         self.frozen = False
 
     def get(self, row: dict[str, Any]) -> Any:
@@ -97,7 +97,7 @@ class EnvPool:
         kwargs = {k: v for k, v in row["env_kwargs"].items() if k != "memory_frozen"}
         key = (row["env_id"], json.dumps(kwargs, sort_keys=True))
         if key not in self.envs:
-            env = make_env(row["env_id"], **kwargs)
+            env: Any = make_env(row["env_id"], **kwargs)  # MEMORA's env (make_env's type is gymnasium's Env)
             c, n = env.config, self.num_factors
             if not c.k_min <= n <= c.k_max:
                 self.overrides = {"k_min": min(c.k_min, n), "k_max": max(c.k_max, n)}

@@ -124,12 +124,11 @@ class RowEnvs:
 
 def main(argv: list[str]) -> int:
     """``ragym rollout``: scripted-policy episodes on each row's env, printing mean episode metrics as JSON."""
-    import pandas as pd
 
     from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
     from ragym.rl.view.trace import TraceConfig, TraceWriter
 
-    parser = argparse.ArgumentParser(prog="ragym rollout", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ragym rollout", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--kb-dir", help="KB folder for every row (default: each row's own; without --data, "
                         "the built-in synthetic preset's)")  # fmt: skip
     parser.add_argument("--preset", default="demo", help="synthetic preset when --kb-dir is not given")
@@ -162,11 +161,11 @@ def main(argv: list[str]) -> int:
         args.kb_dir = str(cached_kb(args.preset))
     data = args.data or f"{args.kb_dir}/data/{args.split}.parquet"
     # valid rows only; the bad ones are listed
-    rows = pd.DataFrame(load_rows(data, args.episodes, args.bad_rows).rows)
+    rows = load_rows(data, args.episodes, args.bad_rows).rows
     writer = TraceWriter(f"{args.out}/traces", None, TraceConfig()) if args.out else None
     row_envs = RowEnvs(args.policy, args.kb_dir, kwargs, traced=writer is not None)
     results = []
-    for i, row in rows.iterrows():
+    for i, row in enumerate(rows):
         env_id, env, policy = row_envs.for_row(row)
         episode = run_episode(env, policy, args.seed + i, json.loads(row["extra_info"]["env_options"]))
         truth = json.loads(row["reward_model"]["ground_truth"])
