@@ -60,7 +60,9 @@ class LoraSettings:
 
         # peft annotates lora_alpha as int, but scales by alpha / r: a float alpha (verl's recipes allow one) works.
         return LoraConfig(
-            r=self.rank, lora_alpha=self.alpha,  # pyright: ignore[reportArgumentType] target_modules=self.target_modules,
+            r=self.rank,
+            lora_alpha=self.alpha,  # pyright: ignore[reportArgumentType]
+            target_modules=self.target_modules,
             exclude_modules=self.exclude_modules, bias="none",
             base_model_name_or_path=None if base_model is None else str(base_model),
         )  # fmt: skip

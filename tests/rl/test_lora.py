@@ -65,3 +65,13 @@ def test_read_lora_takes_verls_defaults_and_refuses_bad_values() -> None:
     config.actor_rollout_ref.model.target_modules = [3]
     with pytest.raises(UsageError, match="target_modules"):
         read_lora(get)
+
+
+def test_peft_config_carries_every_setting() -> None:
+    """The ``LoraConfig`` the local engine and ``ragym export``'s merge build names the target modules, rank, alpha
+    and excluded modules of the settings (peft refuses a config without target modules when it injects one)."""
+    settings = lora.LoraSettings(rank=8, alpha=16.0, target_modules=["q_proj", "v_proj"],
+                                 exclude_modules=VISION_TOWER, adapter_path=None)  # fmt: skip
+    config = settings.peft_config("base")
+    assert (config.r, config.lora_alpha, config.exclude_modules) == (8, 16.0, VISION_TOWER)
+    assert set(config.target_modules) == {"q_proj", "v_proj"} and config.base_model_name_or_path == "base"
