@@ -56,6 +56,7 @@ def test_verification_grid_rows_and_neither_has_no_verification_actions() -> Non
         "full": "w/ Rerank + Reject",
         "rerank_only": "w/o Reject",
         "neither": "w/o Rerank, w/o Reject",
+        "full_paid_at_limit": RAGYM_ROW,  # the full model with the Reject at the limit paid: ragym's
     }
     env = {v.name: v.env for v in grid.variants}
     assert env["neither"]["verification_actions"] is False and env["neither"]["max_rejections"] == 0
