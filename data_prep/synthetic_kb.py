@@ -128,7 +128,12 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-PRESETS["demo_slots"] = replace(PRESETS["demo"], passage_form="slots", question_attributes=("region",))
+def with_slots(preset: Preset) -> Preset:
+    """``preset`` with ``slots`` passages and region questions: the demo's answer task on that preset's KB."""
+    return replace(preset, passage_form="slots", question_attributes=("region",))
+
+
+PRESETS["demo_slots"] = with_slots(PRESETS["demo"])
 
 PRESETS["demo_k7"] = replace(PRESETS["demo"], signature_window=21)
 """The demo KB with signature codes unique within the first 21 candidates: what Table 6's K = 7 pages
@@ -138,11 +143,9 @@ PRESETS["demo_weak_top1"] = replace(PRESETS["demo"], lure_share=0.6, lure_depth=
 60% of query images look-alikes are ranked above the gold within the first 9 candidates: R@1 / R@3 / R@9 19.3 /
 35.3 / 84.7% against the demo's 41.7 / 67.0 / 84.7% (seed 0, every row; measured with benchmarks/env_step.recall).
 Only the candidate lists change; entities, questions and rows are the demo's."""
-PRESETS["demo_k7_slots"] = replace(PRESETS["demo_k7"], passage_form="slots", question_attributes=("region",))
+PRESETS["demo_k7_slots"] = with_slots(PRESETS["demo_k7"])
 """``demo_k7`` with ``demo_slots``' passages and region questions: Table 6's grid on the answer task."""
-PRESETS["demo_weak_top1_slots"] = replace(
-    PRESETS["demo_weak_top1"], passage_form="slots", question_attributes=("region",)
-)
+PRESETS["demo_weak_top1_slots"] = with_slots(PRESETS["demo_weak_top1"])
 """``demo_weak_top1`` with ``demo_slots``' passages and region questions: Table 5's grid on the answer task."""
 
 

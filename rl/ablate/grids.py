@@ -315,9 +315,10 @@ def register_grid(grid: Grid) -> Grid:
     the first's warm start."""
     if grid.kind == "kbvqa":
         first = grid.variants[0].name
-        shared = [replace(v, overrides=(*v.overrides, *grid.warm_start)) if v.name == first
-                  else replace(v, overrides=(*v.overrides, *grid.warm_start), policy_from=first) if v.own_warm_start
-                  else replace(v, warm_start_from=first) for v in grid.variants]  # fmt: skip
+        # The first variant and the own_warm_start ones warm-start (the others' own copy the first's tiny policy).
+        shared = [replace(v, overrides=(*v.overrides, *grid.warm_start), policy_from="" if v.name == first else first)
+                  if v.name == first or v.own_warm_start else replace(v, warm_start_from=first)
+                  for v in grid.variants]  # fmt: skip
         shared = [replace(v, kb_preset=grid.kb_preset) for v in shared]
         # The engine's periodic held-out evaluation; ``--eval-every`` appends another test_freq, which wins.
         if grid.eval_every > 0:
