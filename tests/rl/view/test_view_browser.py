@@ -34,6 +34,18 @@ pytestmark = [
 ]
 
 
+def every_image_loaded(page, selector: str = ".obs img") -> bool:
+    """Wait until each image matched by ``selector`` has finished (loaded or failed), then say whether all decoded.
+
+    ``complete`` turns true for a broken image too, so the wait cannot hide one; it only stops the check from
+    racing the browser's fetches of images that appear after a click.
+    """
+    page.wait_for_function(
+        "sel => [...document.querySelectorAll(sel)].every(i => i.complete)", arg=selector, timeout=30_000
+    )
+    return page.locator(selector).evaluate_all("imgs => imgs.every(i => i.complete && i.naturalWidth > 0)")
+
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
     """Two GRPO steps and an evaluation of a tiny policy on the demo KB, traced (the demo's layout: grpo/)."""
@@ -181,7 +193,7 @@ def test_episode_shows_turns_images_events_terms_and_tokens(page, run_dir, tmp_p
     # Every image of the episode is shown, and each one actually loaded.
     images = page.locator(".obs img")
     assert images.count() == len(episode["images"]) > 0
-    assert images.evaluate_all("imgs => imgs.every(i => i.complete && i.naturalWidth > 0)")
+    assert every_image_loaded(page)
     assert page.locator(".event[data-type=action]").count() == len(episode["turns"])
     # Gold values are marked wherever an event names them (here: the task event's gold entities).
     golds = [
@@ -213,7 +225,7 @@ def test_exported_folder_opens_from_disk(run_dir, browser, tmp_path):
     page.wait_for_selector("#terms")
     images = page.locator(".obs img")
     assert images.count() > 0
-    assert images.evaluate_all("imgs => imgs.every(i => i.complete && i.naturalWidth > 0)")
+    assert every_image_loaded(page)
     page.close()
 
 
@@ -239,9 +251,8 @@ def test_rejected_gold_batches_are_two_clicks_away(eval_dir, browser, tmp_path):
         # The gold entity is marked among the rejected batch's candidates.
         rejected = page.locator(".event[data-type=verification]").first
         assert rejected.locator(".gold").count() >= 2  # in ``candidates`` and as ``gold_entity``
-        assert page.locator(".obs img").evaluate_all(
-            "imgs => imgs.every(i => i.complete && i.naturalWidth > 0)"
-        )
+        assert page.locator(".obs img").count() > 0
+        assert every_image_loaded(page)
         page.screenshot(
             path=os.environ.get("RAGYM_VIEW_SCREENSHOT_EVAL", str(tmp_path / "eval.png")), full_page=True
         )
