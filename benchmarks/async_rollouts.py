@@ -1,47 +1,63 @@
-"""Asynchronous rollouts against synchronous ones on the local engine, with an injected search latency.
+"""Asynchronous rollouts against synchronous ones, on the local engine and on verl's trainer, with an injected
+search latency.
 
-    python benchmarks/async_rollouts.py [--steps 4] [--seeds 0 1] [--batch 2] [--n 4] [--workdir DIR]
+    python benchmarks/async_rollouts.py [--engines local verl] [--steps 4] [--seeds 0 1] [--batch 2] [--n 4]
+        [--latencies fixed heavy] [--verl-modes sync colocate_async separate_async] [--workdir DIR]
 
-The CPU demo's KB-VQA run (``kbvqa_tiny_cpu`` on the synthetic demo KB) with the briefly warm-started tiny policy of
-``benchmarks/local_engine.py`` (built once in ``--workdir``, so that episodes search), its searches going through
-``ragym serve --kb-dir KB`` on 127.0.0.1 (started once, with its defaults; the recipe's ``ragym.retrieval.url``).
-Every search an env sends first waits an injected latency, in the env's executor thread, as a slow service would
-hold it (the client's ``batch_search``): ``fixed``, every search ``--delay-s``; ``heavy``, ``--fast-s`` with a
-``--slow-share`` of the searches ``--slow-factor`` x slower (a seeded draw); ``none`` (on request), the service's
-own latency only. For each latency, seed and mode (sync:
-``ragym.engine.async_rollouts=false``; async: ``true`` with ``trainer.v1.sampler.max_off_policy_threshold=2``), one
-fresh run of ``--steps`` GRPO steps at ``--batch`` rows x ``--n`` episodes, then a greedy evaluation on
-``--val-rows`` held-out rows (not timed). Printed per run, then per latency and mode over the seeds:
+Every search an env sends goes to ``ragym serve --kb-dir KB`` on 127.0.0.1 (started once per engine, with its
+defaults) through ``benchmarks/latency_proxy.py``, whose address is the recipe's ``ragym.retrieval.url``: the proxy
+holds each search for an injected latency before it forwards it, as a slow service would, wherever the env runs (the
+local engine's executor threads, verl's agent-loop workers): ``fixed``, every search ``--delay-s``; ``heavy``,
+``--fast-s`` with a ``--slow-share`` of the searches ``--slow-factor`` x slower (a seeded draw); ``none`` (on
+request), the service's own latency only.
 
-- wall per step over all steps (async's step 1 has nothing rolled out ahead and is synchronous) and over steps
-  2..N (the steady state a long run sees), and steps/s;
-- trainer idle share: the share of the wall the trainer waited for its episodes (sync: each step's rollout;
-  async: ``timing_s/rollout_wait``);
+``--engines local`` (the default): the CPU demo's KB-VQA run (``kbvqa_tiny_cpu`` on the synthetic demo KB) with the
+briefly warm-started tiny policy of ``benchmarks/local_engine.py`` (built once in ``--workdir``, so that episodes
+search). For each latency, seed and mode (sync: ``ragym.engine.async_rollouts=false``; async: ``true`` with
+``trainer.v1.sampler.max_off_policy_threshold=2``), one fresh run of ``--steps`` GRPO steps at ``--batch`` rows x
+``--n`` episodes, then a greedy evaluation on ``--val-rows`` held-out rows (not timed).
+
+``--engines verl``: verl's own trainer, ``ragym train --engine verl --recipe kbvqa_qwen2_5_vl_7b --toy DIR`` (the
+toy's tiny synthetic KB and warm-started policy, built once in ``--workdir``/verl_toy; ``tests/launch`` runs it the
+same way) with ``trainer.v1.trainer_mode`` ``ragym`` (sync), ``ragym_colocate_async`` and ``ragym_separate_async``
+(bound 2), the same steps, batch and latency, and verl's own evaluation after the last step (``trainer.test_freq``
+= ``--steps``: ``val/reward/total`` on ``--val-rows`` held-out rows, greedy). verl's trainer and its Ray instance
+listen on loopback only inside a private network namespace (``ragym train --network private``'s), which a service
+started outside cannot reach, so the script runs its verl part again inside one (``unshare``; service, proxy and
+trainers, the trainers with ``--network host``: the namespace's). Each run starts Ray, so it takes minutes on CPU.
+
+Printed per run, then per latency and mode over the seeds:
+
+- wall per step over all steps (an async mode's step 1 has nothing rolled out ahead) and over steps 2..N (the
+  steady state a long run sees), and steps/s; verl: its ``timing_s/step`` (start-up and evaluation not included);
+- trainer idle share: the share of the wall the trainer waited for its episodes (local sync: each step's rollout;
+  local async: ``timing_s/rollout_wait``; verl: ``timing_s/gen``, sampling the step's batch, plus
+  ``timing_s/switch_wait`` where separate_async waits to take its engine back);
 - throughput: trained trajectories/s;
-- staleness: trained trajectories per staleness value (``training/off_policy/trajectory_staleness``);
+- staleness: trained trajectories per staleness value (local: each step's
+  ``training/off_policy/trajectory_staleness/mean``; verl: each traced trajectory's own, ``traces/episodes.jsonl``,
+  every group while the batch is within the recipe's ``ragym.verl.trace_groups_per_step``, 4);
 - held-out reward after the steps: mean and spread (max - min) over the seeds.
 
-The last lines per latency are the ratio async/sync of wall time for each seed's pair of runs (run back to back, so
-both see the same co-tenants' load; the median too) beside its ceiling (rolling out one batch ahead hides the shorter
-of rollout and update behind the longer, so async gains at most sync's step over the longer of the two:
-``1 / max(idle, 1 - idle)`` of sync, with cores to spare), then of steps/s over all runs (all steps and steady
-state), and the held-out reward difference beside the seeds' spread. verl's async modes are not run here (each verl toy run is minutes of Ray start-up
-on CPU; ``tests/launch/test_verl_async.py`` runs them). Runs alternate sync and async so a co-tenant's load drifts
-into both.
+The last lines per latency are the ratio async/sync of wall time (per async mode on verl) for each seed's pair of
+runs (run back to back, so both see the same co-tenants' load; the median too) beside its ceiling (rolling out one
+batch ahead hides the shorter of rollout and update behind the longer, so async gains at most sync's step over the
+longer of the two: ``1 / max(idle, 1 - idle)`` of sync, with cores to spare), then of steps/s over all runs (all
+steps and steady state), and the held-out reward difference beside the seeds' spread. Each seed's runs rotate their
+order, so a co-tenant's load drifts into every mode.
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import json
 import logging
 import os
-import random
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -52,42 +68,21 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.latency_proxy import DelayingProxy, Latency  # noqa: E402
 from benchmarks.local_engine import _inputs  # noqa: E402
-from ragym.envs.retrieval.service.client import ServiceRetriever  # noqa: E402
 from ragym.rl.engine.main import build_trainer  # noqa: E402
+from ragym.rl.engine.verl_local import PRIVATE_NETWORK, console_step_metrics, private_network_refusal  # noqa: E402
 
 STALENESS = "training/off_policy/trajectory_staleness/mean"
-
-
-class InjectedLatency:
-    """Holds every search the envs send to the service for a drawn delay first (the client side, in the env's
-    executor thread); counts searches and the delay injected."""
-
-    def __init__(self) -> None:
-        self.base_s, self.slow_share, self.slow_factor = 0.0, 0.0, 1.0
-        self.rng, self.lock = random.Random(0), threading.Lock()
-        self.num_searches, self.injected_s = 0, 0.0
-        original = ServiceRetriever.batch_search
-
-        def delayed(retriever: ServiceRetriever, queries: list, k: int) -> list:
-            time.sleep(self.draw())
-            return original(retriever, queries, k)
-
-        ServiceRetriever.batch_search = delayed
-
-    def set(self, base_s: float, slow_share: float, slow_factor: float, seed: int) -> None:
-        """The latency of the next run: ``base_s``, and ``slow_factor`` x that for a ``slow_share`` of searches."""
-        self.base_s, self.slow_share, self.slow_factor = base_s, slow_share, slow_factor
-        self.rng, self.num_searches, self.injected_s = random.Random(seed), 0, 0.0
-
-    def draw(self) -> float:
-        """One search's delay (seconds)."""
-        with self.lock:
-            slow = self.rng.random() < self.slow_share
-            delay = self.base_s * (self.slow_factor if slow else 1.0)
-            self.num_searches += 1
-            self.injected_s += delay
-        return delay
+VERL_MODES = {
+    "sync": "ragym",
+    "colocate_async": "ragym_colocate_async",
+    "separate_async": "ragym_separate_async",
+}
+"""The benchmark's name of each of verl's trainer modes -> ``trainer.v1.trainer_mode`` (ragym's, with its metrics)."""
+VERL_WAIT_KEYS = ("timing_s/gen", "timing_s/switch_wait")
+"""verl's timers of a step's wait for episodes: sampling the batch (in sync mode, the whole rollout) and
+separate_async's wait for enough finished groups before it takes the engine back (absent where it does not switch)."""
 
 
 @dataclass
@@ -167,9 +162,155 @@ def _describe(runs: list[Run]) -> dict[str, float]:
     }  # fmt: skip
 
 
+def _verl_run(args: argparse.Namespace, url: str, mode: str, seed: int) -> Run:
+    """One fresh run of verl's trainer in ``mode`` (``ragym train --engine verl --toy``, as a user runs it), its
+    held-out reward from verl's evaluation after the last step (``val/reward/total``: greedy, ``--val-rows``)."""
+    out = Path(tempfile.mkdtemp(prefix=f"verl-{mode}-{seed}-", dir=args.workdir))
+    # The namespace this runs in is private already (main): the trainer's Ray instance joins it, beside the service.
+    command = [sys.executable, "-m", "ragym.rl.cli", "train", "--engine", "verl", "--recipe", args.verl_recipe,
+               "--toy", str(args.workdir / "verl_toy"), "--network", "host",
+               f"trainer.v1.trainer_mode={VERL_MODES[mode]}", "trainer.v1.sampler.max_off_policy_threshold=2",
+               f"trainer.default_local_dir={out}", f"trainer.total_training_steps={args.steps}",
+               "trainer.save_freq=-1", "trainer.resume_mode=disable", f"trainer.test_freq={args.steps}",
+               f"data.val_max_samples={args.val_rows}", f"data.seed={seed}", f"data.train_batch_size={args.batch}",
+               f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}", f"actor_rollout_ref.rollout.n={args.n}",
+               f"ragym.retrieval.url={url}"]  # fmt: skip
+    log = out / "train.log"
+    with log.open("w") as f:
+        code = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
+    if code != 0:
+        tail = "\n".join(log.read_text().splitlines()[-40:])
+        raise SystemExit(f"verl {mode} seed={seed} failed ({code}); log {log}:\n{tail}")
+    metrics = console_step_metrics(log.read_text())
+    if sorted(metrics) != list(range(1, args.steps + 1)):
+        raise SystemExit(
+            f"verl {mode} seed={seed}: steps logged {sorted(metrics)}, not 1..{args.steps}; log {log}"
+        )
+    run = Run(step_s=[metrics[s]["timing_s/step"] for s in sorted(metrics)], idle_s=0.0, trajectories=0)
+    for m in metrics.values():
+        run.idle_s += sum(m.get(key, 0.0) for key in VERL_WAIT_KEYS)
+        run.trajectories += args.batch * args.n
+    # Each trained trajectory's own staleness, from the trace (every group while the batch is within
+    # ragym.verl.trace_groups_per_step, the recipe's 4).
+    traced = [json.loads(line) for line in (out / "traces" / "episodes.jsonl").read_text().splitlines()]
+    run.staleness = Counter(r["staleness"] for r in traced)
+    run.val_reward = metrics[args.steps]["val/reward/total"]
+    return run
+
+
+def _print_run(label: str, mode: str, seed: int, run: Run) -> None:
+    print(f"{label:>5} {mode:>5} seed={seed} steps_s={[round(s, 2) for s in run.step_s]} "
+          f"idle={run.idle_s / run.wall:.2f} searches={run.num_searches} "
+          f"staleness={dict(sorted(run.staleness.items()))} val_reward={run.val_reward:.3f}")  # fmt: skip
+
+
+def _report(label: str, runs: dict[str, list[Run]]) -> None:
+    """Per mode over the seeds, then each async mode's ratio over sync (the first mode)."""
+    figures = {mode: _describe(r) for mode, r in runs.items()}
+    for mode, f in figures.items():
+        print(f"{label:>5} {mode:>5}: {f['step_s']:.2f} s/step ({f['steady_step_s']:.2f} steady), "
+              f"{f['steps_per_s']:.3f} steps/s, idle {f['idle']:.0%}, {f['traj_per_s']:.2f} traj/s, "
+              f"held-out reward {f['val_reward']:.3f} (spread {f['val_spread']:.3f})")  # fmt: skip
+    sync = figures["sync"]
+    for mode in [m for m in runs if m != "sync"]:
+        stale = sum((r.staleness for r in runs[mode]), Counter())
+        fast = figures[mode]
+        print(f"{label:>5} {mode} staleness: {dict(sorted(stale.items()))} trajectories")
+        # Each seed's runs ran back to back: their ratio sees the same co-tenants' load.
+        pairs = [s.wall / a.wall for s, a in zip(runs["sync"], runs[mode], strict=True)]
+        # One batch ahead hides the shorter of rollout and update behind the longer: sync's step over the longer
+        # is the most it can gain, with cores to spare.
+        ceiling = 1 / max(sync["idle"], 1 - sync["idle"])
+        print(f"{label:>5} ratio {mode}/sync per seed: {' '.join(f'{p:.2f}x' for p in pairs)} "
+              f"(median {np.median(pairs):.2f}x; ceiling {ceiling:.2f}x)")  # fmt: skip
+        print(f"{label:>5} ratio {mode}/sync: steps/s {fast['steps_per_s'] / sync['steps_per_s']:.2f}x "
+              f"(steady {fast['steady_steps_per_s'] / sync['steady_steps_per_s']:.2f}x), "
+              f"traj/s {fast['traj_per_s'] / sync['traj_per_s']:.2f}x, held-out reward "
+              f"{fast['val_reward'] - sync['val_reward']:+.3f} (spread sync {sync['val_spread']:.3f}, "
+              f"{mode} {fast['val_spread']:.3f})")  # fmt: skip
+
+
+def _local(args: argparse.Namespace, settings: dict[str, tuple[float, float, float]]) -> None:
+    """The local engine: sync and async per latency and seed, through the proxy in front of ``ragym serve``."""
+    kb, policy = _inputs(args.workdir, None)
+    process, service = _serve(kb)
+    try:
+        with DelayingProxy(service) as proxy:
+            print(f"ragym serve at {service} (proxy {proxy.url}); steps={args.steps} batch={args.batch}x{args.n} "
+                  f"seeds={args.seeds}")  # fmt: skip
+            for name in args.latencies:
+                runs: dict[str, list[Run]] = {"sync": [], "async": []}
+                for seed in args.seeds:
+                    for mode in ("sync", "async") if seed % 2 == 0 else ("async", "sync"):
+                        proxy.latency = Latency(*settings[name], seed=seed)
+                        run = _run(args, kb, policy, proxy.url, mode, seed)
+                        run.num_searches = proxy.latency.num_searches
+                        runs[mode].append(run)
+                        _print_run(name, mode, seed, run)
+                _report(name, runs)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _verl(args: argparse.Namespace, settings: dict[str, tuple[float, float, float]]) -> None:
+    """verl's trainer in each of ``--verl-modes`` per latency and seed; runs inside the private network namespace,
+    where the service, the proxy and the trainer's Ray instance all listen on its loopback."""
+    from ragym.rl.engine.verl_local import toy_overrides
+    from ragym.rl.recipe.compose import resolve_recipe_path
+    from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
+
+    toy = args.workdir / "verl_toy"
+    recipe = resolve_recipe_path(args.verl_recipe)
+    # The toy's KB and warm-started policy, built once here (as the first ``ragym train --toy`` would), so the
+    # service can serve the KB before any run starts and no run's time includes the build.
+    toy_overrides(recipe, toy, merge_overrides(platform_overrides("cpu"), platform_overrides("toy")))
+    process, service = _serve(toy / "KBVQA-v0")
+    modes = ["sync", *[m for m in args.verl_modes if m != "sync"]]
+    try:
+        with DelayingProxy(service) as proxy:
+            print(f"verl: {args.verl_recipe} --toy, ragym serve at {service} (proxy {proxy.url}); steps={args.steps} "
+                  f"batch={args.batch}x{args.n} seeds={args.seeds} modes={modes}", flush=True)  # fmt: skip
+            for name in args.latencies:
+                runs: dict[str, list[Run]] = {mode: [] for mode in modes}
+                for seed in args.seeds:
+                    shift = seed % len(modes)  # each seed starts with another mode: load drift reaches all
+                    for mode in modes[shift:] + modes[:shift]:
+                        proxy.latency = Latency(*settings[name], seed=seed)
+                        run = _verl_run(args, proxy.url, mode, seed)
+                        run.num_searches = proxy.latency.num_searches
+                        runs[mode].append(run)
+                        _print_run(f"verl {name}", mode, seed, run)
+                        sys.stdout.flush()
+                _report(f"verl {name}", runs)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _in_private_network(argv: list[str]) -> int:
+    """Run this script's verl part (``argv`` plus ``--engines verl --in-namespace``) in a private network namespace
+    (``ragym train --network private``'s own), so verl's workers reach the service and the proxy on loopback."""
+    refusal = private_network_refusal()
+    if refusal:
+        raise SystemExit(f"--engines verl needs a private network namespace: {refusal}")
+    command = [*PRIVATE_NETWORK, "sh", "-c", 'ip link set lo up && exec "$@"', "ragym-bench",
+               sys.executable, str(Path(__file__).resolve()), *argv, "--engines", "verl", "--in-namespace"]  # fmt: skip
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # as run_verl sets it: nothing outside can reach Ray
+    return subprocess.run(command, env=env, check=False).returncode
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipe", default="kbvqa_tiny_cpu", help="the CPU demo's recipe (a name or a path)")
+    parser.add_argument("--engines", nargs="+", default=["local"], choices=("local", "verl"))
+    parser.add_argument(
+        "--recipe", default="kbvqa_tiny_cpu", help="the local engine's recipe (a name or a path)"
+    )
+    parser.add_argument(
+        "--verl-recipe", default="kbvqa_qwen2_5_vl_7b", help="verl's recipe, trained at toy size"
+    )
+    parser.add_argument("--verl-modes", nargs="+", default=list(VERL_MODES), choices=list(VERL_MODES),
+                        help="verl's trainer modes (sync always runs: the baseline)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--batch", type=int, default=2, help="data.train_batch_size (rows per step)")
@@ -189,50 +330,23 @@ def main() -> None:
     parser.add_argument(
         "--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ragym_bench_async_rollouts"
     )
+    parser.add_argument("--in-namespace", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("WANDB_MODE", "disabled")
-    kb, policy = _inputs(args.workdir, None)
-    latency = InjectedLatency()
+    args.workdir.mkdir(parents=True, exist_ok=True)
     settings = {"none": (0.0, 0.0, 1.0), "fixed": (args.delay_s, 0.0, 1.0),
                 "heavy": (args.fast_s, args.slow_share, args.slow_factor)}  # fmt: skip
-    process, url = _serve(kb)
-    print(f"ragym serve at {url}; steps={args.steps} batch={args.batch}x{args.n} seeds={args.seeds}")
-    try:
-        for name in args.latencies:
-            runs: dict[str, list[Run]] = {"sync": [], "async": []}
-            for seed in args.seeds:
-                for mode in ("sync", "async") if seed % 2 == 0 else ("async", "sync"):
-                    latency.set(*settings[name], seed=seed)
-                    run = _run(args, kb, policy, url, mode, seed)
-                    run.num_searches = latency.num_searches
-                    runs[mode].append(run)
-                    print(f"{name:>5} {mode:>5} seed={seed} steps_s={[round(s, 2) for s in run.step_s]} "
-                          f"idle={run.idle_s / run.wall:.2f} searches={run.num_searches} "
-                          f"staleness={dict(sorted(run.staleness.items()))} val_reward={run.val_reward:.3f}")  # fmt: skip
-            figures = {mode: _describe(r) for mode, r in runs.items()}
-            for mode, f in figures.items():
-                print(f"{name:>5} {mode:>5}: {f['step_s']:.2f} s/step ({f['steady_step_s']:.2f} steady), "
-                      f"{f['steps_per_s']:.3f} steps/s, idle {f['idle']:.0%}, {f['traj_per_s']:.2f} traj/s, "
-                      f"held-out reward {f['val_reward']:.3f} (spread {f['val_spread']:.3f})")  # fmt: skip
-            stale = sum((r.staleness for r in runs["async"]), Counter())
-            sync, fast = figures["sync"], figures["async"]
-            print(f"{name:>5} async staleness: {dict(sorted(stale.items()))} trajectories")
-            # Each seed's sync and async runs ran back to back: their ratio sees the same co-tenants' load.
-            pairs = [s.wall / a.wall for s, a in zip(runs["sync"], runs["async"], strict=True)]
-            # One batch ahead hides the shorter of rollout and update behind the longer: sync's step over the longer
-            # is the most it can gain, with cores to spare.
-            ceiling = 1 / max(sync["idle"], 1 - sync["idle"])
-            print(f"{name:>5} ratio async/sync per seed: {' '.join(f'{p:.2f}x' for p in pairs)} "
-                  f"(median {np.median(pairs):.2f}x; ceiling {ceiling:.2f}x)")  # fmt: skip
-            print(f"{name:>5} ratio async/sync: steps/s {fast['steps_per_s'] / sync['steps_per_s']:.2f}x "
-                  f"(steady {fast['steady_steps_per_s'] / sync['steady_steps_per_s']:.2f}x), "
-                  f"traj/s {fast['traj_per_s'] / sync['traj_per_s']:.2f}x, held-out reward "
-                  f"{fast['val_reward'] - sync['val_reward']:+.3f} (spread sync {sync['val_spread']:.3f}, "
-                  f"async {fast['val_spread']:.3f})")  # fmt: skip
-    finally:
-        process.kill()
-        process.wait()
+    if args.in_namespace:
+        _verl(args, settings)
+        return
+    if "local" in args.engines:
+        _local(args, settings)
+    if "verl" in args.engines:
+        sys.stdout.flush()
+        code = _in_private_network([a for a in sys.argv[1:]])
+        if code != 0:
+            raise SystemExit(f"the verl part exited with {code}")
 
 
 if __name__ == "__main__":

@@ -104,3 +104,32 @@ def test_bad_latency_is_refused(args: tuple[float, float, float]) -> None:
 def test_dead_upstream_is_a_502() -> None:
     with DelayingProxy("http://127.0.0.1:9", Latency(0.0)) as proxy:
         assert request(proxy.url, "POST", "/search", b"q")[0] == 502
+
+
+def test_the_service_client_gets_the_services_hits_through_the_proxy() -> None:
+    """ragym's own client and service on either side (the benchmark's path): the same hits as searching in process,
+    from several threads (one keep-alive connection each), every search counted."""
+    from ragym.envs.retrieval.service.app import RetrievalApp, Served
+    from ragym.envs.retrieval.service.client import ServiceRetriever
+    from ragym.envs.retrieval.service.config import ServiceConfig
+    from tests.envs.retrieval.service.helpers import ids, random_faiss, running
+
+    inner, vectors = random_faiss()
+    app = RetrievalApp({"vec": Served(inner, "vector", 16)}, ServiceConfig(cache_size=0, max_wait_ms=0))
+    with running(app) as service, DelayingProxy(service, Latency(0.05, seed=0)) as proxy:
+        client = ServiceRetriever(proxy.url, "vec")
+        assert client.ready()
+        results: dict[int, list] = {}
+
+        def search(i: int) -> None:
+            results[i] = client.batch_search([vectors[i], vectors[i + 1]], 3)
+
+        threads = [threading.Thread(target=search, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    assert {i: ids(r) for i, r in results.items()} == {
+        i: ids(inner.batch_search([vectors[i], vectors[i + 1]], 3)) for i in range(4)
+    }
+    assert proxy.latency.num_searches == 4
