@@ -69,8 +69,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.latency_proxy import DelayingProxy, Latency  # noqa: E402
-from benchmarks.local_engine import _inputs  # noqa: E402
-from ragym.rl.engine.main import build_trainer  # noqa: E402
 from ragym.rl.engine.verl_local import PRIVATE_NETWORK, console_step_metrics, private_network_refusal  # noqa: E402
 
 STALENESS = "training/off_policy/trajectory_staleness/mean"
@@ -126,6 +124,9 @@ def _serve(kb: Path) -> tuple[subprocess.Popen, str]:
 
 
 def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, seed: int) -> Run:
+    # Imported here: the verl part's processes never load the local engine (a minute of imports under load).
+    from ragym.rl.engine.main import build_trainer
+
     out = Path(tempfile.mkdtemp(prefix=f"{mode}-{seed}-", dir=args.workdir))
     trainer = build_trainer(args.recipe, [
         f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
@@ -232,6 +233,8 @@ def _report(label: str, runs: dict[str, list[Run]]) -> None:
 
 def _local(args: argparse.Namespace, settings: dict[str, tuple[float, float, float]]) -> None:
     """The local engine: sync and async per latency and seed, through the proxy in front of ``ragym serve``."""
+    from benchmarks.local_engine import _inputs
+
     kb, policy = _inputs(args.workdir, None)
     process, service = _serve(kb)
     try:
