@@ -300,6 +300,10 @@ def _in_private_network(argv: list[str]) -> int:
     command = [*PRIVATE_NETWORK, "sh", "-c", 'ip link set lo up && exec "$@"', "ragym-bench",
                sys.executable, str(Path(__file__).resolve()), *argv, "--engines", "verl", "--in-namespace"]  # fmt: skip
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # as run_verl sets it: nothing outside can reach Ray
+    # Ray's raylet waits a fixed window for its dashboard agent to write its port files; beside CPU-bound work (two
+    # busy processes on 2 cores) the agent's imports took 50 s and two runs died at Ray's start-up. A longer window
+    # for a machine shared with other work (a Ray setting, read by the raylet; one already set wins).
+    env.setdefault("RAY_agent_register_timeout_ms", "300000")
     return subprocess.run(command, env=env, check=False).returncode
 
 
