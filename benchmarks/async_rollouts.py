@@ -301,8 +301,9 @@ def _in_private_network(argv: list[str]) -> int:
                sys.executable, str(Path(__file__).resolve()), *argv, "--engines", "verl", "--in-namespace"]  # fmt: skip
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # as run_verl sets it: nothing outside can reach Ray
     # Ray's raylet waits a fixed window for its dashboard agent to write its port files; beside CPU-bound work (two
-    # busy processes on 2 cores) the agent's imports took 50 s and two runs died at Ray's start-up. A longer window
-    # for a machine shared with other work (a Ray setting, read by the raylet; one already set wins).
+    # busy processes on 2 cores) the agent's imports took 50 s and two runs died at Ray's start-up. Ray's setting for
+    # an agent's start-up, asked for longer (one already set wins); not shown to govern that wait: the run that then
+    # started had its agent up in 3 s.
     env.setdefault("RAY_agent_register_timeout_ms", "300000")
     return subprocess.run(command, env=env, check=False).returncode
 
