@@ -7,12 +7,13 @@ import http.client
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
 import pytest
 
 from benchmarks.latency_proxy import DelayingProxy, Latency
+from tests.loopback import loopback_server
 
 BODY = b'{"retriever": "bm25", "queries": ["caf\xc3\xa9 \\u00e9"], "k": 3}\x00\xff'
 """A request body with bytes a re-encoding would change."""
@@ -42,12 +43,8 @@ class Upstream(BaseHTTPRequestHandler):
 @pytest.fixture
 def upstream() -> Iterator[str]:
     Upstream.received = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_server(Upstream) as url:
+        yield url
 
 
 def request(url: str, method: str, path: str, body: bytes | None, conn=None) -> tuple[int, str, bytes, float]:

@@ -4,9 +4,8 @@ errors, and the fixed pipeline played on it (the pipeline's own tests: tests/env
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -15,6 +14,7 @@ from ragym.envs.events import events_of
 from ragym.envs.memora.env import MemoraEnv
 from ragym.envs.memora.pipeline import MemoraPipeline, PipelineConfig
 from ragym.rl.eval.memora_llm import LLMConfig, OpenAIChatModel
+from tests.loopback import loopback_server
 
 
 class FakeOpenAI(BaseHTTPRequestHandler):
@@ -43,12 +43,8 @@ class FakeOpenAI(BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_server() -> Iterator[str]:
     FakeOpenAI.replies, FakeOpenAI.requests = [], []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOpenAI)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with loopback_server(FakeOpenAI) as url:
+        yield f"{url}/v1"
 
 
 def model(url: str, tmp_path, **kw) -> OpenAIChatModel:

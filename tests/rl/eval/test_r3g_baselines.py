@@ -5,9 +5,8 @@ server (cache, retries, bad replies)."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pandas as pd
@@ -29,6 +28,7 @@ from ragym.rl.eval.r3g_baselines import (
     run_fixed,
 )
 from tests.data_prep.mragbench_fixture import write_fixture
+from tests.loopback import loopback_server
 
 RUBRIC = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})
 
@@ -152,12 +152,8 @@ class FakeChat(BaseHTTPRequestHandler):
 @pytest.fixture()
 def server() -> Iterator[str]:
     FakeChat.requests, FakeChat.fail_first = [], 0
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeChat)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    httpd.shutdown()
-    httpd.server_close()
+    with loopback_server(FakeChat) as url:
+        yield f"{url}/v1"
 
 
 def test_chat_model_runs_the_fixed_pipeline_with_cache(task: Path, server: str, tmp_path: Path) -> None:
