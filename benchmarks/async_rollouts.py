@@ -37,6 +37,7 @@ Printed per run, then per latency and mode over the seeds:
 - staleness: trained trajectories per staleness value (local: each step's
   ``training/off_policy/trajectory_staleness/mean``; verl: each traced trajectory's own, ``traces/episodes.jsonl``,
   every group while the batch is within the recipe's ``ragym.verl.trace_groups_per_step``, 4);
+- the learning curve: each step's mean training reward (``reward/total``), per run and per mode over the seeds;
 - held-out reward after the steps: mean and spread (max - min) over the seeds.
 
 The last lines per latency are the ratio async/sync of wall time (per async mode on verl) for each seed's pair of
@@ -60,6 +61,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,7 +71,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.latency_proxy import DelayingProxy, Latency  # noqa: E402
-from ragym.rl.engine.verl_local import PRIVATE_NETWORK, console_step_metrics, private_network_refusal  # noqa: E402
+from ragym.rl.engine.verl_local import console_step_metrics, in_private_network, private_network_refusal  # noqa: E402
 
 STALENESS = "training/off_policy/trajectory_staleness/mean"
 VERL_MODES = {
@@ -90,6 +92,8 @@ class Run:
     step_s: list[float]
     idle_s: float
     trajectories: int
+    rewards: list[float] = field(default_factory=list)
+    """Each step's mean training reward (``reward/total`` of the trajectories it trained on): the learning curve."""
     staleness: Counter = field(default_factory=Counter)
     val_reward: float = 0.0
     num_searches: int = 0
@@ -146,6 +150,7 @@ def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, 
         episodes = args.batch * args.n
         run.trajectories += episodes
         run.staleness[round(metrics.get(STALENESS, 0.0))] += episodes
+        run.rewards.append(metrics["reward/total"])
     run.val_reward = trainer.evaluate()["reward/total"]
     trainer.close()
     return run
@@ -187,7 +192,12 @@ def _verl_run(args: argparse.Namespace, url: str, mode: str, seed: int) -> Run:
         raise SystemExit(
             f"verl {mode} seed={seed}: steps logged {sorted(metrics)}, not 1..{args.steps}; log {log}"
         )
-    run = Run(step_s=[metrics[s]["timing_s/step"] for s in sorted(metrics)], idle_s=0.0, trajectories=0)
+    run = Run(
+        step_s=[metrics[s]["timing_s/step"] for s in sorted(metrics)],
+        idle_s=0.0,
+        trajectories=0,
+        rewards=[metrics[s]["reward/total"] for s in sorted(metrics)],
+    )
     for m in metrics.values():
         run.idle_s += sum(m.get(key, 0.0) for key in VERL_WAIT_KEYS)
         run.trajectories += args.batch * args.n
@@ -202,7 +212,8 @@ def _verl_run(args: argparse.Namespace, url: str, mode: str, seed: int) -> Run:
 def _print_run(label: str, mode: str, seed: int, run: Run) -> None:
     print(f"{label:>5} {mode:>5} seed={seed} steps_s={[round(s, 2) for s in run.step_s]} "
           f"idle={run.idle_s / run.wall:.2f} searches={run.num_searches} "
-          f"staleness={dict(sorted(run.staleness.items()))} val_reward={run.val_reward:.3f}")  # fmt: skip
+          f"staleness={dict(sorted(run.staleness.items()))} rewards={[round(r, 3) for r in run.rewards]} "
+          f"val_reward={run.val_reward:.3f}", flush=True)  # fmt: skip
 
 
 def _report(label: str, runs: dict[str, list[Run]]) -> None:
@@ -212,6 +223,9 @@ def _report(label: str, runs: dict[str, list[Run]]) -> None:
         print(f"{label:>5} {mode:>5}: {f['step_s']:.2f} s/step ({f['steady_step_s']:.2f} steady), "
               f"{f['steps_per_s']:.3f} steps/s, idle {f['idle']:.0%}, {f['traj_per_s']:.2f} traj/s, "
               f"held-out reward {f['val_reward']:.3f} (spread {f['val_spread']:.3f})")  # fmt: skip
+        curve = np.mean([r.rewards for r in runs[mode]], axis=0)
+        print(f"{label:>5} {mode:>5} training reward per step (mean over seeds): "
+              f"{' '.join(f'{v:.3f}' for v in curve)}")  # fmt: skip
     sync = figures["sync"]
     for mode in [m for m in runs if m != "sync"]:
         stale = sum((r.staleness for r in runs[mode]), Counter())
@@ -231,29 +245,51 @@ def _report(label: str, runs: dict[str, list[Run]]) -> None:
               f"{mode} {fast['val_spread']:.3f})")  # fmt: skip
 
 
-def _local(args: argparse.Namespace, settings: dict[str, tuple[float, float, float]]) -> None:
-    """The local engine: sync and async per latency and seed, through the proxy in front of ``ragym serve``."""
-    from benchmarks.local_engine import _inputs
-
-    kb, policy = _inputs(args.workdir, None)
+def _sweep(
+    args: argparse.Namespace,
+    settings: dict[str, tuple[float, float, float]],
+    label: str,
+    kb: Path,
+    modes: list[str],
+    run_one: Callable[[str, int, str], Run],
+) -> None:
+    """``ragym serve`` on ``kb`` behind the delaying proxy, then for each latency and seed one fresh run of every mode
+    (``run_one(mode, seed, url)``), printed as it ends, then the latency's report. Each seed's runs start with
+    another mode (sync first on seed 0), so a co-tenant's load drifts into every mode."""
     process, service = _serve(kb)
     try:
         with DelayingProxy(service) as proxy:
-            print(f"ragym serve at {service} (proxy {proxy.url}); steps={args.steps} batch={args.batch}x{args.n} "
-                  f"seeds={args.seeds}")  # fmt: skip
+            print(f"{label or 'local'}: ragym serve at {service} (proxy {proxy.url}); steps={args.steps} "
+                  f"batch={args.batch}x{args.n} seeds={args.seeds} modes={modes}", flush=True)  # fmt: skip
             for name in args.latencies:
-                runs: dict[str, list[Run]] = {"sync": [], "async": []}
+                runs: dict[str, list[Run]] = {mode: [] for mode in modes}
                 for seed in args.seeds:
-                    for mode in ("sync", "async") if seed % 2 == 0 else ("async", "sync"):
+                    shift = seed % len(modes)
+                    for mode in modes[shift:] + modes[:shift]:
                         proxy.latency = Latency(*settings[name], seed=seed)
-                        run = _run(args, kb, policy, proxy.url, mode, seed)
+                        run = run_one(mode, seed, proxy.url)
                         run.num_searches = proxy.latency.num_searches
                         runs[mode].append(run)
-                        _print_run(name, mode, seed, run)
-                _report(name, runs)
+                        _print_run(f"{label}{name}", mode, seed, run)
+                _report(f"{label}{name}", runs)
     finally:
         process.kill()
         process.wait()
+
+
+def _local(args: argparse.Namespace, settings: dict[str, tuple[float, float, float]]) -> None:
+    """The local engine: sync and async per latency and seed."""
+    from benchmarks.local_engine import _inputs
+
+    kb, policy = _inputs(args.workdir, None)
+    _sweep(
+        args,
+        settings,
+        "",
+        kb,
+        ["sync", "async"],
+        lambda mode, seed, url: _run(args, kb, policy, url, mode, seed),
+    )
 
 
 def _verl(args: argparse.Namespace, settings: dict[str, tuple[float, float, float]]) -> None:
@@ -268,37 +304,28 @@ def _verl(args: argparse.Namespace, settings: dict[str, tuple[float, float, floa
     # The toy's KB and warm-started policy, built once here (as the first ``ragym train --toy`` would), so the
     # service can serve the KB before any run starts and no run's time includes the build.
     toy_overrides(recipe, toy, merge_overrides(platform_overrides("cpu"), platform_overrides("toy")))
-    process, service = _serve(toy / "KBVQA-v0")
     modes = ["sync", *[m for m in args.verl_modes if m != "sync"]]
-    try:
-        with DelayingProxy(service) as proxy:
-            print(f"verl: {args.verl_recipe} --toy, ragym serve at {service} (proxy {proxy.url}); steps={args.steps} "
-                  f"batch={args.batch}x{args.n} seeds={args.seeds} modes={modes}", flush=True)  # fmt: skip
-            for name in args.latencies:
-                runs: dict[str, list[Run]] = {mode: [] for mode in modes}
-                for seed in args.seeds:
-                    shift = seed % len(modes)  # each seed starts with another mode: load drift reaches all
-                    for mode in modes[shift:] + modes[:shift]:
-                        proxy.latency = Latency(*settings[name], seed=seed)
-                        run = _verl_run(args, proxy.url, mode, seed)
-                        run.num_searches = proxy.latency.num_searches
-                        runs[mode].append(run)
-                        _print_run(f"verl {name}", mode, seed, run)
-                        sys.stdout.flush()
-                _report(f"verl {name}", runs)
-    finally:
-        process.kill()
-        process.wait()
+    print(f"verl: {args.verl_recipe} --toy", flush=True)
+    _sweep(
+        args,
+        settings,
+        "verl ",
+        toy / "KBVQA-v0",
+        modes,
+        lambda mode, seed, url: _verl_run(args, url, mode, seed),
+    )
 
 
-def _in_private_network(argv: list[str]) -> int:
+def _verl_part_in_private_network(argv: list[str]) -> int:
     """Run this script's verl part (``argv`` plus ``--engines verl --in-namespace``) in a private network namespace
     (``ragym train --network private``'s own), so verl's workers reach the service and the proxy on loopback."""
     refusal = private_network_refusal()
     if refusal:
         raise SystemExit(f"--engines verl needs a private network namespace: {refusal}")
-    command = [*PRIVATE_NETWORK, "sh", "-c", 'ip link set lo up && exec "$@"', "ragym-bench",
-               sys.executable, str(Path(__file__).resolve()), *argv, "--engines", "verl", "--in-namespace"]  # fmt: skip
+    command = in_private_network(
+        [sys.executable, str(Path(__file__).resolve()), *argv, "--engines", "verl", "--in-namespace"],
+        "ragym-bench",
+    )
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # as run_verl sets it: nothing outside can reach Ray
     # Ray's raylet waits a fixed window for its dashboard agent to write its port files; beside CPU-bound work (two
     # busy processes on 2 cores) the agent's imports took 50 s and two runs died at Ray's start-up. Ray's setting for
@@ -352,7 +379,7 @@ def main() -> None:
         _local(args, settings)
     if "verl" in args.engines:
         sys.stdout.flush()
-        code = _in_private_network([a for a in sys.argv[1:]])
+        code = _verl_part_in_private_network(sys.argv[1:])
         if code != 0:
             raise SystemExit(f"the verl part exited with {code}")
 

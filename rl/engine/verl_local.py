@@ -45,6 +45,12 @@ PRIVATE_NETWORK = ["unshare", "--net", "--pid", "--kill-child", "--mount-proc"]
 process the run started dies with it."""
 
 
+def in_private_network(command: list[str], name: str) -> list[str]:
+    """``command`` run in a new :data:`PRIVATE_NETWORK` namespace with its loopback up (``name``: the shell's
+    ``$0``, shown by ``ps``)."""
+    return [*PRIVATE_NETWORK, "sh", "-c", 'ip link set lo up && exec "$@"', name, *command]
+
+
 def gpu_present() -> bool:
     """Whether this machine has a CUDA GPU (then verl runs as on a cluster: vLLM, FSDP, NCCL)."""
     import torch
@@ -167,7 +173,7 @@ def run_verl(
         refusal = private_network_refusal()
         if refusal:
             raise UsageError(f"--network private: {refusal}; use --network host")
-        command = [*PRIVATE_NETWORK, "sh", "-c", 'ip link set lo up && exec "$@"', "ragym-verl", *command]
+        command = in_private_network(command, "ragym-verl")
     elif not joining:
         logger.warning(
             "the trainer starts Ray on the host network: Ray's servers listen where its defaults say"
