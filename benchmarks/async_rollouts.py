@@ -43,7 +43,7 @@ Printed per run, then per latency and mode over the seeds:
 The last lines per latency are the ratio async/sync of wall time (per async mode on verl) for each seed's pair of
 runs (run back to back, so both see the same co-tenants' load; the median too) beside its ceiling (rolling out one
 batch ahead hides the shorter of rollout and update behind the longer, so async gains at most sync's step over the
-longer of the two: ``1 / max(idle, 1 - idle)`` of sync, with cores to spare), then of steps/s over all runs (all
+longer of the two: ``1 / max(idle, 1 - idle)`` of sync over its steady steps, with cores to spare), then of steps/s over all runs (all
 steps and steady state), and the held-out reward difference beside the seeds' spread. Each seed's runs rotate their
 order, so a co-tenant's load drifts into every mode.
 """
@@ -90,7 +90,8 @@ class Run:
     """One run's figures."""
 
     step_s: list[float]
-    idle_s: float
+    idle_s: list[float]
+    """Each step's wait for its episodes."""
     trajectories: int
     rewards: list[float] = field(default_factory=list)
     """Each step's mean training reward (``reward/total`` of the trajectories it trained on): the learning curve."""
@@ -141,12 +142,12 @@ def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, 
         f"data.val_max_samples={args.val_rows}", f"ragym.retrieval.url={url}",
         f"ragym.engine.async_rollouts={str(mode == 'async').lower()}", "trainer.v1.sampler.max_off_policy_threshold=2",
     ])  # fmt: skip
-    run = Run(step_s=[], idle_s=0.0, trajectories=0)
+    run = Run(step_s=[], idle_s=[], trajectories=0)
     for _ in range(args.steps):
         start = time.perf_counter()
         metrics = trainer.train_step()
         run.step_s.append(time.perf_counter() - start)
-        run.idle_s += metrics["timing_s/rollout_wait" if mode == "async" else "timing_s/rollout"]
+        run.idle_s.append(metrics["timing_s/rollout_wait" if mode == "async" else "timing_s/rollout"])
         episodes = args.batch * args.n
         run.trajectories += episodes
         run.staleness[round(metrics.get(STALENESS, 0.0))] += episodes
@@ -159,11 +160,13 @@ def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, 
 def _describe(runs: list[Run]) -> dict[str, float]:
     """A mode's figures over its runs (totals over the runs, so a slow run weighs as its seconds do)."""
     wall, steps = sum(r.wall for r in runs), sum(len(r.step_s) for r in runs)
-    steady = sum(sum(r.step_s[1:]) for r in runs) / (steps - len(runs))
+    steady_wall = sum(sum(r.step_s[1:]) for r in runs)
+    steady = steady_wall / (steps - len(runs))
     rewards = [r.val_reward for r in runs]
     return {
         "step_s": wall / steps, "steady_step_s": steady, "steps_per_s": steps / wall, "steady_steps_per_s": 1 / steady,
-        "idle": sum(r.idle_s for r in runs) / wall, "traj_per_s": sum(r.trajectories for r in runs) / wall,
+        "idle": sum(sum(r.idle_s) for r in runs) / wall,
+        "steady_idle": sum(sum(r.idle_s[1:]) for r in runs) / steady_wall, "traj_per_s": sum(r.trajectories for r in runs) / wall,
         "val_reward": float(np.mean(rewards)), "val_spread": float(max(rewards) - min(rewards)),
     }  # fmt: skip
 
@@ -187,20 +190,21 @@ def _verl_run(args: argparse.Namespace, url: str, mode: str, seed: int) -> Run:
     if code != 0:
         tail = "\n".join(log.read_text().splitlines()[-40:])
         raise SystemExit(f"verl {mode} seed={seed} failed ({code}); log {log}:\n{tail}")
+    return _read_verl_run(out, args)
+
+
+def _read_verl_run(out: Path, args: argparse.Namespace) -> Run:
+    """A finished verl run's figures, from its folder: the console log's step metrics and the trace."""
+    log = out / "train.log"
     metrics = console_step_metrics(log.read_text())
     if sorted(metrics) != list(range(1, args.steps + 1)):
-        raise SystemExit(
-            f"verl {mode} seed={seed}: steps logged {sorted(metrics)}, not 1..{args.steps}; log {log}"
-        )
+        raise SystemExit(f"steps logged {sorted(metrics)}, not 1..{args.steps}; log {log}")
     run = Run(
         step_s=[metrics[s]["timing_s/step"] for s in sorted(metrics)],
-        idle_s=0.0,
-        trajectories=0,
+        idle_s=[sum(metrics[s].get(key, 0.0) for key in VERL_WAIT_KEYS) for s in sorted(metrics)],
+        trajectories=args.steps * args.batch * args.n,
         rewards=[metrics[s]["reward/total"] for s in sorted(metrics)],
     )
-    for m in metrics.values():
-        run.idle_s += sum(m.get(key, 0.0) for key in VERL_WAIT_KEYS)
-        run.trajectories += args.batch * args.n
     # Each trained trajectory's own staleness, from the trace (every group while the batch is within
     # ragym.verl.trace_groups_per_step, the recipe's 4).
     traced = [json.loads(line) for line in (out / "traces" / "episodes.jsonl").read_text().splitlines()]
@@ -211,7 +215,7 @@ def _verl_run(args: argparse.Namespace, url: str, mode: str, seed: int) -> Run:
 
 def _print_run(label: str, mode: str, seed: int, run: Run) -> None:
     print(f"{label:>5} {mode:>5} seed={seed} steps_s={[round(s, 2) for s in run.step_s]} "
-          f"idle={run.idle_s / run.wall:.2f} searches={run.num_searches} "
+          f"idle={sum(run.idle_s) / run.wall:.2f} searches={run.num_searches} "
           f"staleness={dict(sorted(run.staleness.items()))} rewards={[round(r, 3) for r in run.rewards]} "
           f"val_reward={run.val_reward:.3f}", flush=True)  # fmt: skip
 
@@ -221,7 +225,8 @@ def _report(label: str, runs: dict[str, list[Run]]) -> None:
     figures = {mode: _describe(r) for mode, r in runs.items()}
     for mode, f in figures.items():
         print(f"{label:>5} {mode:>5}: {f['step_s']:.2f} s/step ({f['steady_step_s']:.2f} steady), "
-              f"{f['steps_per_s']:.3f} steps/s, idle {f['idle']:.0%}, {f['traj_per_s']:.2f} traj/s, "
+              f"{f['steps_per_s']:.3f} steps/s, idle {f['idle']:.0%} ({f['steady_idle']:.0%} steady), "
+              f"{f['traj_per_s']:.2f} traj/s, "
               f"held-out reward {f['val_reward']:.3f} (spread {f['val_spread']:.3f})")  # fmt: skip
         curve = np.mean([r.rewards for r in runs[mode]], axis=0)
         print(f"{label:>5} {mode:>5} training reward per step (mean over seeds): "
@@ -235,9 +240,15 @@ def _report(label: str, runs: dict[str, list[Run]]) -> None:
         pairs = [s.wall / a.wall for s, a in zip(runs["sync"], runs[mode], strict=True)]
         # One batch ahead hides the shorter of rollout and update behind the longer: sync's step over the longer
         # is the most it can gain, with cores to spare.
-        ceiling = 1 / max(sync["idle"], 1 - sync["idle"])
+        # Over the steady steps: a first step's one-off costs (verl's sync pays the agent-loop workers' set-up there,
+        # the async modes before step 1's timer) are neither rollout nor update.
+        ceiling = 1 / max(sync["steady_idle"], 1 - sync["steady_idle"])
+        steady_pairs = [
+            sum(s.step_s[1:]) / sum(a.step_s[1:]) for s, a in zip(runs["sync"], runs[mode], strict=True)
+        ]
         print(f"{label:>5} ratio {mode}/sync per seed: {' '.join(f'{p:.2f}x' for p in pairs)} "
-              f"(median {np.median(pairs):.2f}x; ceiling {ceiling:.2f}x)")  # fmt: skip
+              f"(median {np.median(pairs):.2f}x; steady {' '.join(f'{p:.2f}x' for p in steady_pairs)}, "
+              f"ceiling {ceiling:.2f}x)")  # fmt: skip
         print(f"{label:>5} ratio {mode}/sync: steps/s {fast['steps_per_s'] / sync['steps_per_s']:.2f}x "
               f"(steady {fast['steady_steps_per_s'] / sync['steady_steps_per_s']:.2f}x), "
               f"traj/s {fast['traj_per_s'] / sync['traj_per_s']:.2f}x, held-out reward "
@@ -259,7 +270,7 @@ def _sweep(
     process, service = _serve(kb)
     try:
         with DelayingProxy(service) as proxy:
-            print(f"{label or 'local'}: ragym serve at {service} (proxy {proxy.url}); steps={args.steps} "
+            print(f"{label.strip() or 'local'}: ragym serve at {service} (proxy {proxy.url}); steps={args.steps} "
                   f"batch={args.batch}x{args.n} seeds={args.seeds} modes={modes}", flush=True)  # fmt: skip
             for name in args.latencies:
                 runs: dict[str, list[Run]] = {mode: [] for mode in modes}
