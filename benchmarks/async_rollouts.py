@@ -43,9 +43,9 @@ Printed per run, then per latency and mode over the seeds:
 The last lines per latency are the ratio async/sync of wall time (per async mode on verl) for each seed's pair of
 runs (run back to back, so both see the same co-tenants' load; the median too) beside its ceiling (rolling out one
 batch ahead hides the shorter of rollout and update behind the longer, so async gains at most sync's step over the
-longer of the two: ``1 / max(idle, 1 - idle)`` of sync over its steady steps, with cores to spare), then of steps/s over all runs (all
-steps and steady state), and the held-out reward difference beside the seeds' spread. Each seed's runs rotate their
-order, so a co-tenant's load drifts into every mode.
+longer of the two: ``1 / max(idle, 1 - idle)`` of sync over its steady steps, with cores to spare), then of steps/s
+over all runs (all steps and steady state), and the held-out reward difference beside the seeds' spread. Each seed's
+runs rotate their order, so a co-tenant's load drifts into every mode.
 """
 
 from __future__ import annotations
@@ -102,6 +102,11 @@ class Run:
     @property
     def wall(self) -> float:
         return sum(self.step_s)
+
+    @property
+    def steady_wall(self) -> float:
+        """Steps 2..N: step 1's one-off costs left out (an async mode's step 1 has nothing rolled out ahead)."""
+        return sum(self.step_s[1:])
 
 
 def _serve(kb: Path) -> tuple[subprocess.Popen, str]:
@@ -160,13 +165,14 @@ def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, 
 def _describe(runs: list[Run]) -> dict[str, float]:
     """A mode's figures over its runs (totals over the runs, so a slow run weighs as its seconds do)."""
     wall, steps = sum(r.wall for r in runs), sum(len(r.step_s) for r in runs)
-    steady_wall = sum(sum(r.step_s[1:]) for r in runs)
+    steady_wall = sum(r.steady_wall for r in runs)
     steady = steady_wall / (steps - len(runs))
     rewards = [r.val_reward for r in runs]
     return {
         "step_s": wall / steps, "steady_step_s": steady, "steps_per_s": steps / wall, "steady_steps_per_s": 1 / steady,
         "idle": sum(sum(r.idle_s) for r in runs) / wall,
-        "steady_idle": sum(sum(r.idle_s[1:]) for r in runs) / steady_wall, "traj_per_s": sum(r.trajectories for r in runs) / wall,
+        "steady_idle": sum(sum(r.idle_s[1:]) for r in runs) / steady_wall,
+        "traj_per_s": sum(r.trajectories for r in runs) / wall,
         "val_reward": float(np.mean(rewards)), "val_spread": float(max(rewards) - min(rewards)),
     }  # fmt: skip
 
@@ -243,9 +249,7 @@ def _report(label: str, runs: dict[str, list[Run]]) -> None:
         # Over the steady steps: a first step's one-off costs (verl's sync pays the agent-loop workers' set-up there,
         # the async modes before step 1's timer) are neither rollout nor update.
         ceiling = 1 / max(sync["steady_idle"], 1 - sync["steady_idle"])
-        steady_pairs = [
-            sum(s.step_s[1:]) / sum(a.step_s[1:]) for s, a in zip(runs["sync"], runs[mode], strict=True)
-        ]
+        steady_pairs = [s.steady_wall / a.steady_wall for s, a in zip(runs["sync"], runs[mode], strict=True)]
         print(f"{label:>5} ratio {mode}/sync per seed: {' '.join(f'{p:.2f}x' for p in pairs)} "
               f"(median {np.median(pairs):.2f}x; steady {' '.join(f'{p:.2f}x' for p in steady_pairs)}, "
               f"ceiling {ceiling:.2f}x)")  # fmt: skip
