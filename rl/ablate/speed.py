@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ragym.rl.ablate.grids import Grid
-from ragym.rl.ablate.stats import direction, summarize
+from ragym.rl.ablate.stats import direction, mean_interval
 
 FLAT = "dynamic_sampling/flat_group_share"
 DROPPED = "dynamic_sampling/dropped_groups"
@@ -115,7 +115,7 @@ def speed(
         reached = [s for s in per_seed if s is not None]
         entry = {"per_seed": per_seed, "reached_seeds": len(reached),
                  "mean_over_reached": sum(reached) / len(reached) if reached else None,
-                 "peak_ident_acc": summarize([max(p["ident_acc"] for p in curves[name][s]) for s in seeds]),
+                 "peak_ident_acc": mean_interval([max(p["ident_acc"] for p in curves[name][s]) for s in seeds]),
                  "curve_per_seed": [[[p["step"], p["ident_acc"]] for p in curves[name][s]] for s in seeds]}  # fmt: skip
         if name != base:
             entry[f"vs_{base}"] = direction([later(a, b) for a, b in zip(per_seed, steps[base], strict=True)])
@@ -123,9 +123,9 @@ def speed(
         runs = [sampling[name][s] for s in seeds]
         dynamic = all(r["dynamic_sampling"] for r in runs)
         groups[name] = {"dynamic_sampling": dynamic,
-                        "flat_group_share": summarize([r["flat_group_share"] for r in runs]),
-                        "dropped_group_share": summarize([r["dropped_group_share"] for r in runs]) if dynamic
-                        else None, "gen_batches": summarize([r["gen_batches"] for r in runs])}  # fmt: skip
+                        "flat_group_share": mean_interval([r["flat_group_share"] for r in runs]),
+                        "dropped_group_share": mean_interval([r["dropped_group_share"] for r in runs]) if dynamic
+                        else None, "gen_batches": mean_interval([r["gen_batches"] for r in runs])}  # fmt: skip
     return {"steps_to_target": {"target_ident_acc": target, "source": grid.target.source, "variants": reach},
             "group_sampling": groups}  # fmt: skip
 

@@ -11,31 +11,35 @@ import pytest
 
 from ragym.rl.ablate.cli import main, run_grid
 from ragym.rl.ablate.grids import GRIDS, Claim, Grid, Variant, register_grid
-from ragym.rl.ablate.stats import direction
+from ragym.rl.ablate.report import RULE
+from ragym.rl.ablate.stats import TOO_FEW, direction, interval_direction, interval_text, mean_interval
 from ragym.rl.errors import UsageError
 
 GRID = Grid(
     "fake",
     "kbvqa",
-    (Variant("base"), Variant("better"), Variant("mixed")),
+    (Variant("base"), Variant("better"), Variant("lucky"), Variant("worse")),
     ("score", "cost"),
     (
         Claim("score", "better", ">", "base", "test"),
-        Claim("score", "mixed", ">", "base", "test"),
+        Claim("score", "lucky", ">", "base", "test"),
+        Claim("score", "worse", ">", "base", "test"),
         Claim("cost", "better", ">", "base", "test"),
     ),  # fmt: skip
     "a fake table",
 )
-# variant -> seed -> metrics: 'better' beats 'base' on every seed; 'mixed' on seed 0 only; cost ties.
-VALUES = {
-    "base": {0: {"score": 0.5, "cost": 1.0}, 1: {"score": 0.4, "cost": 1.0}, 2: {"score": 0.6, "cost": 1.0}},
-    "better": {
-        0: {"score": 0.7, "cost": 1.0},
-        1: {"score": 0.5, "cost": 1.0},
-        2: {"score": 0.9, "cost": 1.0},
-    },
-    "mixed": {0: {"score": 0.9, "cost": 2.0}, 1: {"score": 0.1, "cost": 2.0}, 2: {"score": 0.6, "cost": 2.0}},
+BASE = [0.5, 0.4, 0.6, 0.5, 0.5]
+SCORE_DIFFS = {
+    "base": [0.0] * 5,
+    "better": [0.2, 0.2, 0.3, 0.2, 0.1],  # above base on every seed, and its interval excludes zero
+    "lucky": [0.01, 0.01, 0.4, 0.01, 0.01],  # above base on every seed, yet its interval holds zero
+    "worse": [-0.1, -0.2, -0.1, -0.1, -0.2],  # below base on every seed: the claim is reversed
 }
+# variant -> seed -> metrics; cost is the same everywhere (a tie).
+VALUES = {
+    name: {s: {"score": BASE[s] + d[s], "cost": 1.0} for s in range(5)} for name, d in SCORE_DIFFS.items()
+}
+SEEDS = [0, 1, 2, 3, 4]
 
 
 class FakeRunner:
@@ -52,36 +56,101 @@ class FakeRunner:
         return {"metrics": VALUES[variant.name][seed], "wall_time_s": 2.0}
 
 
+def test_the_interval_is_the_student_t_one_computed_by_hand() -> None:
+    # 0.7, 0.5, 0.9: mean 0.7, sample std 0.2, t(0.975, df 2) = 4.302653: half-width 4.302653 * 0.2 / sqrt(3).
+    stats = mean_interval([0.7, 0.5, 0.9])
+    assert (stats["mean"], stats["std"], stats["n"]) == (pytest.approx(0.7), pytest.approx(0.2), 3)
+    assert stats["half_width"] == pytest.approx(0.496828, abs=1e-6)
+    assert (stats["low"], stats["high"]) == (
+        pytest.approx(0.203172, abs=1e-6),
+        pytest.approx(1.196828, abs=1e-6),
+    )
+    # Five seeds 1..5: mean 3, std sqrt(2.5) = 1.581139, t(0.975, 4) = 2.776445: half-width 1.963243.
+    assert mean_interval([1.0, 2.0, 3.0, 4.0, 5.0])["half_width"] == pytest.approx(1.963243, abs=1e-6)
+    one = mean_interval([0.4])
+    assert (one["mean"], one["half_width"], one["low"], one["high"]) == (0.4, None, None, None)
+    assert interval_text(one) == "0.400 (1 seed: no interval)"
+
+
 def test_results_json_has_the_issue_shape_and_per_seed_statistics(tmp_path: Path) -> None:
-    run_grid(GRID, tmp_path, [0, 1, 2], None, [], runner=FakeRunner())
+    run_grid(GRID, tmp_path, SEEDS, None, [], runner=FakeRunner())
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["grid"] == "fake" and set(results["variants"]) == {"base", "better", "mixed"}
+    assert results["grid"] == "fake" and set(results["variants"]) == {"base", "better", "lucky", "worse"}
     better = results["variants"]["better"]["score"]
-    assert better["per_seed"] == [0.7, 0.5, 0.9]
-    assert better["mean"] == pytest.approx(0.7)
-    assert better["std"] == pytest.approx(0.2)  # sample std of 0.7, 0.5, 0.9 (hand-computed)
-    assert set(results["variants"]["base"]["cost"]) == {"mean", "std", "per_seed"}  # the baseline has no vs_
-    assert results["wall_time_s"]["base"] == 6.0
+    assert better["per_seed"] == pytest.approx([0.7, 0.6, 0.9, 0.7, 0.6])
+    assert better["mean"] == pytest.approx(0.7) and better["n"] == 5 and better["level"] == 0.95
+    # Sample std sqrt(0.06 / 4) = 0.122474; half-width t(0.975, 4) 2.776445 * 0.122474 / sqrt(5) = 0.152072.
+    assert better["std"] == pytest.approx(0.122474, abs=1e-6)
+    assert (better["low"], better["high"]) == (
+        pytest.approx(0.547928, abs=1e-6),
+        pytest.approx(0.852072, abs=1e-6),
+    )
+    # The paired difference from the baseline: 0.2, 0.2, 0.3, 0.2, 0.1 (std 0.070711, half-width 0.087799).
+    paired = better["vs_base_difference"]
+    assert paired["mean"] == pytest.approx(0.2) and paired["half_width"] == pytest.approx(0.087799, abs=1e-6)
+    base_cost = results["variants"]["base"]["cost"]
+    assert set(base_cost) == {"mean", "std", "n", "level", "half_width", "low", "high", "per_seed"}  # no vs_
+    assert results["wall_time_s"]["base"] == 10.0
 
 
-def test_a_variant_whose_seeds_disagree_is_flagged_not_averaged(tmp_path: Path) -> None:
-    results = run_grid(GRID, tmp_path, [0, 1, 2], None, [], runner=FakeRunner())
+def test_directions_and_claims_are_called_only_where_the_interval_excludes_zero(tmp_path: Path) -> None:
+    results = run_grid(GRID, tmp_path, SEEDS, None, [], runner=FakeRunner())
     variants = results["variants"]
-    assert variants["better"]["score"]["vs_base"] == "up"
-    # mixed: +0.4, -0.3, 0.0 against base; its mean (0.533) is above base's (0.5), yet no direction is claimed.
-    assert variants["mixed"]["score"]["mean"] > variants["base"]["score"]["mean"]
-    assert variants["mixed"]["score"]["vs_base"] == "seeds disagree"
-    assert variants["mixed"]["cost"]["vs_base"] == "up" and variants["better"]["cost"]["vs_base"] == "same"
-    verdicts = {c["claim"]: (c["verdict"], c["held_per_seed"]) for c in results["claims"]}
-    assert verdicts["score: better > base"] == ("reproduced", [True, True, True])
-    assert verdicts["score: mixed > base"] == ("seeds disagree", [True, False, False])
-    assert verdicts["cost: better > base"] == ("not reproduced", [False, False, False])
+    assert variants["better"]["score"]["vs_base"] == "up" and variants["worse"]["score"]["vs_base"] == "down"
+    # lucky is above base on every seed (and on average), yet one seed carries it: its interval holds zero.
+    assert variants["lucky"]["score"]["mean"] > variants["base"]["score"]["mean"]
+    assert variants["lucky"]["score"]["vs_base"] == "tie" and variants["better"]["cost"]["vs_base"] == "tie"
+    claims = {c["claim"]: c for c in results["claims"]}
+    verdicts = {name: (c["verdict"], c["held_per_seed"]) for name, c in claims.items()}
+    assert verdicts["score: better > base"] == ("reproduced", [True] * 5)
+    assert verdicts["score: lucky > base"] == (
+        "tie",
+        [True] * 5,
+    )  # every seed agrees, the interval holds zero
+    assert verdicts["score: worse > base"] == ("reversed", [False] * 5)
+    assert verdicts["cost: better > base"] == ("tie", [False] * 5)
+    lucky = claims["score: lucky > base"]["difference"]
+    # 0.01 x 4 and 0.4: mean 0.088, std 0.174413, half-width 2.776445 * 0.174413 / sqrt(5) = 0.216563.
+    assert (lucky["low"], lucky["high"]) == (
+        pytest.approx(-0.128563, abs=1e-6),
+        pytest.approx(0.304563, abs=1e-6),
+    )
     report = (tmp_path / "report.md").read_text()
     assert (
-        "(seeds disagree)" in report
-        and "| score: mixed > base | test | yes no no | seeds disagree |" in report
+        "| better | ragym's addition (not in the table) | 0.700 [0.548, 0.852] (up) | 1.000 [1.000, 1.000] |"
+        in report
     )
+    assert (
+        "| score: lucky > base | test | +0.010 / +0.010 / +0.400 / +0.010 / +0.010 | +0.088 [-0.129, +0.305] | tie |"
+        in report
+    )
+    assert "| score: worse > base | test |" in report and "| -0.140 [-0.208, -0.072] | reversed |" in report
+    assert RULE in report and "`reproduced` when that interval lies wholly on the claimed side" in RULE
     assert (tmp_path / "ablation.png").stat().st_size > 0
+
+
+def test_one_seed_gives_no_interval_and_too_few_seeds(tmp_path: Path) -> None:
+    results = run_grid(GRID, tmp_path, [2], None, [], runner=FakeRunner())
+    assert {c["verdict"] for c in results["claims"]} == {TOO_FEW}
+    assert results["variants"]["better"]["score"]["vs_base"] == TOO_FEW
+    report = (tmp_path / "report.md").read_text()
+    assert "| better | ragym's addition (not in the table) | 0.900 (1 seed: no interval) |" in report
+    assert "| +0.300 (1 seed: no interval) | too few seeds |" in report
+
+
+@pytest.mark.parametrize(
+    ("diffs", "expected"),
+    [
+        ([0.1, 0.3], "tie"),  # t(0.975, 1) = 12.7: two seeds rarely call a direction
+        ([0.2, 0.2, 0.3, 0.2, 0.1], "up"),
+        ([-0.1, -0.2, -0.1, -0.1, -0.2], "down"),
+        ([0.0, 0.0, 0.0], "tie"),
+        ([0.01, 0.01, 0.4, 0.01, 0.01], "tie"),
+        ([0.5], TOO_FEW),
+    ],  # fmt: skip
+)
+def test_interval_direction_needs_the_interval_to_exclude_zero(diffs: list[float], expected: str) -> None:
+    assert interval_direction(diffs) == expected
 
 
 @pytest.mark.parametrize(
@@ -94,21 +163,22 @@ def test_a_variant_whose_seeds_disagree_is_flagged_not_averaged(tmp_path: Path) 
         ([-0.1, 0.1, 0.2], "seeds disagree"),
     ],  # fmt: skip
 )
-def test_direction_needs_every_seed_to_agree(diffs: list[float], expected: str) -> None:
+def test_ordinal_direction_needs_every_seed_to_agree(diffs: list[float], expected: str) -> None:
+    """For steps to a target (no mean: 'not reached' is no number)."""
     assert direction(diffs) == expected
 
 
 def test_a_killed_grid_resumes_and_skips_finished_runs(tmp_path: Path) -> None:
-    first = FakeRunner(fail_at=("mixed", 1))
+    first = FakeRunner(fail_at=("lucky", 1))
     with pytest.raises(KeyboardInterrupt):
-        run_grid(GRID, tmp_path, [0, 1, 2], 5, ["a=1"], runner=first)
-    assert first.calls == [("base", 0), ("better", 0), ("mixed", 0), ("base", 1), ("better", 1)]
+        run_grid(GRID, tmp_path, [0, 1], 5, ["a=1"], runner=first)
+    assert first.calls == [("base", 0), ("better", 0), ("lucky", 0), ("worse", 0), ("base", 1), ("better", 1)]
     second = FakeRunner()
-    results = run_grid(GRID, tmp_path, [0, 1, 2], 5, ["a=1"], runner=second)
-    assert second.calls == [("mixed", 1), ("base", 2), ("better", 2), ("mixed", 2)]
-    assert results["variants"]["mixed"]["score"]["per_seed"] == [0.9, 0.1, 0.6]
+    results = run_grid(GRID, tmp_path, [0, 1], 5, ["a=1"], runner=second)
+    assert second.calls == [("lucky", 1), ("worse", 1)]
+    assert results["variants"]["lucky"]["score"]["per_seed"] == pytest.approx([0.51, 0.41])
     with pytest.raises(UsageError, match="steps"):  # other settings in the same folder are refused
-        run_grid(GRID, tmp_path, [0, 1, 2], 6, ["a=1"], runner=FakeRunner())
+        run_grid(GRID, tmp_path, [0, 1], 6, ["a=1"], runner=FakeRunner())
 
 
 def test_grid_registration_refuses_duplicates_and_unknown_claims() -> None:
@@ -140,9 +210,8 @@ def test_the_issue_grids_exist_with_their_variants_and_metrics() -> None:
 
 
 def test_list_prints_each_variant_as_a_demo_command(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert (
-        main(["verification", "--out", str(tmp_path), "--seeds", "2", "--list", "--steps", "3", "x.y=1"]) == 0
-    )
+    argv = ["verification", "--out", str(tmp_path), "--seeds", "2", "--list", "--steps", "3", "x.y=1"]
+    assert main([*argv, "--task", "verify"]) == 0
     out = capsys.readouterr().out
     # Every variant's prompt differs in kind (rerank_only lists no Reject, neither no Rerank), so each is a
     # whole demo with its own warm start.
@@ -169,21 +238,26 @@ def test_only_seeds_and_variants_split_a_grid_that_a_last_call_aggregates(
     runner = FakeRunner()
     monkeypatch.setitem(GRIDS, "fake", GRID)
     monkeypatch.setattr("ragym.rl.ablate.cli.runner_for", lambda kind: runner)
-    assert (
-        main(
-            ["fake", "--out", str(tmp_path), "--seeds", "2", "--only-seeds", "1", "--only-variants", "mixed"]
-        )
-        == 0
-    )
-    assert runner.calls == [("mixed", 1)]
+    common = [
+        "fake",
+        "--out",
+        str(tmp_path),
+        "--seeds",
+        "2",
+        "--jobs",
+        "1",
+    ]  # one process: the runner records
+    assert main([*common, "--only-seeds", "1", "--only-variants", "lucky"]) == 0
+    assert runner.calls == [("lucky", 1)]
     partial = json.loads((tmp_path / "results.json").read_text())
-    assert list(partial["variants"]) == ["mixed"] and partial["claims"] == []  # no claim has both its sides
-    assert main(["fake", "--out", str(tmp_path), "--seeds", "2"]) == 0
-    assert sorted(runner.calls) == sorted([("mixed", 1), ("base", 0), ("better", 0), ("mixed", 0), ("base", 1),
-                                           ("better", 1)])  # fmt: skip
-    assert len(json.loads((tmp_path / "results.json").read_text())["claims"]) == 3
+    assert list(partial["variants"]) == ["lucky"] and partial["claims"] == []  # no claim has both its sides
+    assert main(common) == 0
+    assert sorted(runner.calls) == sorted(
+        [(v, s) for v in ("base", "better", "lucky", "worse") for s in (0, 1)]
+    )
+    assert len(json.loads((tmp_path / "results.json").read_text())["claims"]) == 4
     with pytest.raises(UsageError, match="no variant 'nope'"):
-        main(["fake", "--out", str(tmp_path), "--seeds", "2", "--only-variants", "nope"])
+        main([*common, "--only-variants", "nope"])
 
 
 def parallel_run(out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> dict:
@@ -203,7 +277,7 @@ def test_jobs_run_warm_starts_first_in_worker_processes(tmp_path: Path) -> None:
 
     grid = Grid("par", "fake_kind", (Variant("base"), Variant("better", warm_start_from="base")), ("score",))
     results = run_grid(grid, tmp_path, [0, 1, 2], None, [], runner=parallel_run, jobs=2)
-    assert results["variants"]["better"]["score"]["per_seed"] == [0.7, 0.5, 0.9]
+    assert results["variants"]["better"]["score"]["per_seed"] == pytest.approx([0.7, 0.6, 0.9])
     pids = {int(p.read_text()) for p in tmp_path.glob("pid-*")}
     assert (
         len(list(tmp_path.glob("pid-*"))) == 6 and os.getpid() not in pids and len(pids) <= 4

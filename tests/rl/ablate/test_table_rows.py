@@ -13,7 +13,7 @@ import pytest
 
 from ragym.rl.ablate.cli import _register_optional_grids, run_grid
 from ragym.rl.ablate.grids import GRIDS, RAGYM_ROW, Claim, Grid, Variant, row_label
-from ragym.rl.ablate.stats import WARM_STARTS
+from ragym.rl.ablate.stats import TOO_FEW, WARM_STARTS, check_claim, claims_under_rl
 from tests.envs.fakes import EveryName
 
 _register_optional_grids()
@@ -253,30 +253,46 @@ def test_a_grid_where_grpo_moved_nothing_is_flagged_as_warm_starts(tmp_path: Pat
 
 
 def test_movement_is_per_variant_and_seed_and_claims_count_only_moved_seeds(tmp_path: Path) -> None:
-    before = {"a": {0: m(0.5, 1.0), 1: m(0.5, 1.0)}, "b": {0: m(0.4, 0.2), 1: m(0.4, 0.2)},
-              "c": {0: m(0.6, 0.0), 1: m(0.6, 0.0)}}  # fmt: skip
-    after = {"a": {0: m(0.7, 0.5), 1: m(0.5, 1.0)}, "b": {0: m(0.4, 0.2), 1: m(0.4, 0.2)},
-             "c": {0: m(0.6, 0.0), 1: m(0.6, 0.0)}}  # fmt: skip
-    results = run_grid(GRID, tmp_path, [0, 1], None, [], runner=runner_from(after, before))
+    seeds = [0, 1, 2, 3]
+    before = {"a": dict.fromkeys(seeds, m(0.5, 1.0)), "b": dict.fromkeys(seeds, m(0.4, 0.2)),
+              "c": dict.fromkeys(seeds, m(0.6, 0.0))}  # fmt: skip
+    # GRPO moved a on seeds 0-2 (Ident. up 0.2, 0.22, 0.18, rejections down 0.5), not on seed 3; b and c never.
+    after = {**before, "a": {0: m(0.7, 0.5), 1: m(0.72, 0.5), 2: m(0.68, 0.5), 3: m(0.5, 1.0)}}
+    results = run_grid(GRID, tmp_path, seeds, None, [], runner=runner_from(after, before))
     moved = results["grpo_movement"]
     assert moved["verdict"] == "partly RL"
     a = moved["variants"]["a"]
-    assert a["moved_per_seed"] == [True, False] and a["moved"] == "some seeds"
-    assert a["after_minus_before"]["ident_acc"] == pytest.approx([0.2, 0.0])
-    assert a["after_minus_before"]["rejections"] == pytest.approx([-0.5, 0.0])
+    assert a["moved_per_seed"] == [True, True, True, False] and a["moved"] == "some seeds"
+    assert a["after_minus_before"]["ident_acc"] == pytest.approx([0.2, 0.22, 0.18, 0.0])
+    assert a["after_minus_before"]["rejections"] == pytest.approx([-0.5, -0.5, -0.5, 0.0])
+    # Gain 0.2, 0.22, 0.18, 0: mean 0.15, std 0.101325, t(0.975, 3) = 3.182446: half-width 0.161230.
+    assert a["gain"]["ident_acc"]["mean"] == pytest.approx(0.15)
+    assert a["gain"]["ident_acc"]["half_width"] == pytest.approx(0.161230, abs=1e-6)
     assert moved["variants"]["b"]["moved"] == "no seed"
     claims = {c["claim"]: c for c in results["claims"]}
-    # a > b holds on both seeds, but only seed 0 (where a moved) measures RL.
-    assert claims["ident_acc: a > b"]["verdict"] == "reproduced"
-    assert (
-        claims["ident_acc: a > b"]["rl_seeds"] == [0]
-        and claims["ident_acc: a > b"]["rl_verdict"] == "reproduced"
-    )
-    # a > c holds on seed 0 only; seed 0 is also the only one GRPO moved, so under RL it holds.
-    assert claims["ident_acc: a > c"]["rl_verdict"] == "reproduced" and claims["ident_acc: a > c"][
-        "verdict"
-    ] == ("seeds disagree")
+    # a - b: 0.3, 0.32, 0.28, 0.1 on all seeds ([0.089, 0.411]); on the seeds a moved 0.3, 0.32, 0.28 ([0.250, 0.350]).
+    ab = claims["ident_acc: a > b"]
+    assert ab["verdict"] == "reproduced" and ab["rl_seeds"] == [0, 1, 2] and ab["rl_verdict"] == "reproduced"
+    assert ab["rl_difference"]["low"] == pytest.approx(0.250317, abs=1e-6)
+    # a - c: 0.1, 0.12, 0.08, -0.1 holds zero over all seeds ([-0.111, 0.211]: a tie), but on the seeds GRPO moved
+    # (0.1, 0.12, 0.08: [0.050, 0.150]) it is reproduced.
+    ac = claims["ident_acc: a > c"]
+    assert (ac["verdict"], ac["rl_verdict"]) == ("tie", "reproduced")
     report = (tmp_path / "report.md").read_text()
-    assert "| a | +0.200 / +0.000 | -0.500 / +0.000 | some seeds |" in report
+    assert (
+        "| a | +0.200 / +0.220 / +0.180 / +0.000 | -0.500 / -0.500 / -0.500 / +0.000 | some seeds |" in report
+    )
+    assert "| a | +0.150 [-0.011, +0.311] | -0.375 [" in report  # the gain table: mean [95% interval]
+    assert ("| ident_acc: a > c | t | +0.100 / +0.120 / +0.080 / -0.100 | +0.050 [-0.111, +0.211] | tie | 0, 1, 2 | "
+            "+0.100 [+0.050, +0.150] | reproduced |") in report  # fmt: skip
     assert "Not moved by GRPO on any seed (their rows measure their warm starts, not RL): b, c." in report
     assert "| a | ragym's addition (not in the table) |" in report
+
+
+def test_a_claim_that_grpo_moved_on_one_seed_has_too_few_seeds_under_rl() -> None:
+    runs = {"a": {0: m(0.7, 0.0), 1: m(0.6, 0.0)}, "b": {0: m(0.4, 0.0), 1: m(0.4, 0.0)}}
+    claim = check_claim(Claim("ident_acc", "a", ">", "b", "t"), runs, [0, 1])
+    moved = {"a": {"moved_per_seed": [True, False]}, "b": {"moved_per_seed": [False, False]}}
+    claims_under_rl([claim], moved, [0, 1])
+    assert claim["rl_seeds"] == [0] and claim["rl_verdict"] == TOO_FEW
+    assert claim["rl_difference"]["half_width"] is None
