@@ -1,11 +1,13 @@
 """``ragym ablate NAME --out DIR [--seeds N] [--steps S] [key=value ...]``: a paper's ablation table in miniature.
 
-Runs every variant of the named grid over seeds 0..N-1, one (variant, seed) at a time (``--jobs J``: J at a
-time in worker processes, warm starts first), each into ``DIR/runs/VARIANT/seed_S/`` ending with its
-``result.json``; a re-run skips finished runs (and the demo
-engine resumes an interrupted one from its checkpoint). Then writes ``DIR/results.json`` (mean, 95% interval and
-per-seed values per variant and metric, directions and the paper's claims judged by paired-difference intervals) and
-``DIR/report.md`` with a plot. Grids with a target Ident. (``credit``, ``credit_delta05``) also evaluate the
+Runs every variant of the named grid over seeds 0..N-1 (default: the grid's, 5 for the KB-VQA grids), ``--jobs J``
+(variant, seed) runs at a time in worker processes (default: the usable cores, warm starts first; one at a time
+in this process when J is 1), each into ``DIR/runs/VARIANT/seed_S/`` ending with its ``result.json``; a re-run
+skips finished runs (and the demo engine resumes an interrupted one from its checkpoint). KB-VQA grids run the
+demo's ``answer`` task unless ``--task verify``. Then writes ``DIR/results.json`` (per variant and metric the
+mean over seeds, its 95% interval and the per-seed values; the paired difference from the first variant; the
+paper's claims judged by their difference's interval) and ``DIR/report.md`` with a plot. The ``demo`` grid is
+the demo alone: N seeds of it, each metric before and after GRPO and the gain, with intervals. Grids with a target Ident. (``credit``, ``credit_delta05``) also evaluate the
 held-out rows during GRPO (every ``--eval-every`` steps) and report each run's steps to the target and what
 dynamic sampling dropped (``ragym.rl.ablate.speed``). ``--list`` prints each variant's command and runs nothing.
 """
@@ -23,10 +25,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ragym.rl.ablate.grids import GRIDS, Grid, Variant, base_settings, grid_for_task, row_label, run_dir
+from ragym.envs.retrieval.search_settings import available_cores
+from ragym.rl.ablate.grids import (
+    GRIDS,
+    Grid,
+    Variant,
+    base_settings,
+    default_task,
+    grid_for_task,
+    row_label,
+    run_dir,
+)
 from ragym.rl.ablate.report import write_report
 from ragym.rl.ablate.speed import NOT_REACHED, Curves, speed
-from ragym.rl.ablate.stats import Runs, aggregate, claims_under_rl, mean_interval, movement
+from ragym.rl.ablate.stats import Runs, aggregate, claims_under_rl, interval_text, mean_interval, movement
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS
 from ragym.rl.errors import UsageError
 
@@ -179,18 +191,21 @@ def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, ex
     return lines
 
 
-def main(argv: list[str]) -> int:
-    """``ragym ablate NAME --out DIR [--seeds N] [--steps S] [--list] [key=value ...]``."""
-    _register_optional_grids()
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The command line of ``ragym ablate``; seeds, task and jobs left None take the grid's defaults."""
     parser = argparse.ArgumentParser(prog="ragym ablate", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("name", choices=sorted(GRIDS), help="the grid to run")
+    parser.add_argument(
+        "name", choices=sorted(GRIDS), help="the grid to run (demo: the demo alone, over seeds)"
+    )
     parser.add_argument("--out", required=True, type=Path, help="output folder (re-running resumes in it)")
-    parser.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per variant (default 3)")
+    parser.add_argument("--seeds", type=int, help="seeds 0..N-1 per variant (default: the grid's; 5 for the "
+                        "KB-VQA and docmemo grids, 3 for memora_r)")  # fmt: skip
     parser.add_argument(
         "--steps", type=int, help="GRPO steps (KB-VQA; default 80) or rounds budget; default: the grid's"
     )
-    parser.add_argument("--jobs", type=int, default=1, help="(variant, seed) runs at a time, in worker processes "
-                        "(default 1; each KB-VQA run uses one thread, so 2 fills 2 cores)")  # fmt: skip
+    parser.add_argument("--jobs", type=int, help="(variant, seed) runs at a time, in worker processes (default: "
+                        f"the usable cores, {available_cores()} here, at most the number of runs; each KB-VQA run "
+                        "uses one torch thread unless $OMP_NUM_THREADS says otherwise, so J runs fill J cores)")  # fmt: skip
     parser.add_argument("--list", action="store_true", help="print every variant's settings and command only")
     parser.add_argument("--only-seeds", help="comma-separated seeds to run now (split a grid across processes; "
                         "a later call with --seeds N aggregates all)")  # fmt: skip
@@ -199,18 +214,23 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--eval-every", type=int, help="held-out greedy evaluation every N GRPO steps during "
                         "training, the curve of steps_to_target (grids with a target: credit, credit_delta05; "
                         "default: the grid's, 5)")  # fmt: skip
-    parser.add_argument("--task", default=DEFAULT_TASK, choices=list(DEMO_TASKS), help="KB-VQA grids: the demo "
-                        "task every variant runs (default verify; answer: the policy also learns to answer, "
-                        "ragym.rl.demo.tasks)")  # fmt: skip
+    parser.add_argument("--task", choices=list(DEMO_TASKS), help="KB-VQA grids: the demo task every variant runs "
+                        "(default answer: the policy also learns to answer, ragym.rl.demo.tasks; verify: the demo "
+                        "as make demo runs it)")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides applied to every variant")
-    args = parser.parse_intermixed_args(argv)
-    if args.seeds < 1 or args.jobs < 1:
+    return parser.parse_intermixed_args(argv)
+
+
+def settings(args: argparse.Namespace) -> tuple[Grid, list[int], str, int]:
+    """The grid on its task, the seeds, the task and the jobs the command line asks for (defaults filled in);
+    edits ``args.overrides`` and ``args.out`` in place (``--eval-every``, the absolute folder)."""
+    grid = GRIDS[args.name]
+    task = args.task or default_task(grid)
+    grid, args.out = grid_for_task(grid, task), args.out.resolve()
+    seeds = list(range(grid.seeds if args.seeds is None else args.seeds))
+    jobs = available_cores() if args.jobs is None else args.jobs
+    if not seeds or jobs < 1:
         raise UsageError(f"--seeds and --jobs must be >= 1, got --seeds {args.seeds} --jobs {args.jobs}")
-    grid, seeds, args.out = (
-        grid_for_task(GRIDS[args.name], args.task),
-        list(range(args.seeds)),
-        args.out.resolve(),
-    )
     if args.only_seeds:
         seeds = [int(s) for s in args.only_seeds.split(",")]
     if args.only_variants:
@@ -228,27 +248,49 @@ def main(argv: list[str]) -> int:
         # After the variant's own test_freq, so it wins; recorded with the folder's overrides (resume checks it).
         args.overrides = [*args.overrides, f"trainer.test_freq={args.eval_every}"]
         grid = replace(grid, eval_every=args.eval_every)
+    return grid, seeds, task, min(jobs, len(grid.variants) * len(seeds))
+
+
+def main(argv: list[str]) -> int:
+    """``ragym ablate NAME --out DIR [--seeds N] [--steps S] [--jobs J] [--task T] [--list] [key=value ...]``."""
+    _register_optional_grids()
+    args = parse_args(argv)
+    grid, seeds, task, jobs = settings(args)
     steps = args.steps if args.steps is not None else grid.steps
     if args.list:
         print("\n".join(list_commands(grid, args.out, seeds, steps, args.overrides)))
         return 0
     start = time.perf_counter()
-    results = run_grid(grid, args.out, seeds, steps, args.overrides, jobs=args.jobs, task=args.task)
+    results = run_grid(grid, args.out, seeds, steps, args.overrides, jobs=jobs, task=task)
+    print("\n".join(summary_lines(results)))
+    print(f"{grid.name} ({task} task): {len(grid.variants)} variants x {len(seeds)} seeds, {jobs} at a time, in "
+          f"{time.perf_counter() - start:.0f}s (this call); report: {args.out / 'report.md'}")  # fmt: skip
+    return 0
+
+
+def summary_lines(results: dict[str, Any]) -> list[str]:
+    """What the command prints of its results: claims and their verdicts, the gains GRPO made (mean and 95%
+    interval over seeds), what it moved, and the steps to the target."""
+    lines = []
     for claim in results["claims"]:
         under_rl = f"; on seeds GRPO moved: {claim['rl_verdict']}" if "rl_verdict" in claim else ""
-        print(f"{claim['claim']} ({claim['source']}): {claim['verdict']}{under_rl}")
+        lines.append(f"{claim['claim']} ({claim['source']}): {claim['verdict']}, difference "
+                     f"{interval_text(claim['difference'], signed=True)}{under_rl}")  # fmt: skip
     if "grpo_movement" in results:
         moved = results["grpo_movement"]
-        print("GRPO moved the greedy policy: " + ", ".join(f"{n} on {v['moved']}" for n, v in
-              moved["variants"].items()) + f" -> {moved['verdict']}")  # fmt: skip
+        for name, info in moved["variants"].items():
+            after = results["variants"][name]
+            lines.append(f"{name} after GRPO (gain), mean [95% interval] over seeds: " + ", ".join(
+                f"{m} {interval_text(after[m])} ({interval_text(g, signed=True)})"
+                for m, g in info["gain"].items()))  # fmt: skip
+        lines.append("GRPO moved the greedy policy: " + ", ".join(f"{n} on {v['moved']}" for n, v in
+                     moved["variants"].items()) + f" -> {moved['verdict']}")  # fmt: skip
     if "steps_to_target" in results:
         reach = results["steps_to_target"]
-        print(f"steps to held-out ident_acc >= {reach['target_ident_acc']} per seed: " + ", ".join(
+        lines.append(f"steps to held-out ident_acc >= {reach['target_ident_acc']} per seed: " + ", ".join(
             f"{name} " + "/".join(NOT_REACHED if s is None else str(s) for s in v["per_seed"])
             for name, v in reach["variants"].items()))  # fmt: skip
-    print(f"{grid.name}: {len(grid.variants)} variants x {len(seeds)} seeds in {time.perf_counter() - start:.0f}s "
-          f"(this call); report: {args.out / 'report.md'}")  # fmt: skip
-    return 0
+    return lines
 
 
 def _register_optional_grids() -> None:

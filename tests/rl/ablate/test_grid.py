@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
 
 from ragym.rl.ablate.cli import main, run_grid
-from ragym.rl.ablate.grids import GRIDS, Claim, Grid, Variant, register_grid
+from ragym.rl.ablate.grids import GRIDS, KBVQA_METRICS, Claim, Grid, Variant, register_grid
 from ragym.rl.ablate.report import RULE
 from ragym.rl.ablate.stats import TOO_FEW, direction, interval_direction, interval_text, mean_interval
 from ragym.rl.errors import UsageError
@@ -284,3 +285,76 @@ def test_jobs_run_warm_starts_first_in_worker_processes(tmp_path: Path) -> None:
     )  # 2 workers a phase
     with pytest.raises(UsageError, match="--jobs must be >= 1"):
         main(["verification", "--out", str(tmp_path / "x"), "--jobs", "0"])
+
+
+def test_defaults_five_seeds_on_the_answer_task_and_a_job_per_core_up_to_the_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    called: dict[str, dict] = {}
+
+    def record(grid: Grid, out: Path, seeds: list[int], steps, extra, jobs: int, task: str) -> dict:
+        called[grid.name] = {"seeds": seeds, "jobs": jobs, "task": task, "kb": grid.kb_preset}
+        return {"claims": []}
+
+    monkeypatch.setattr("ragym.rl.ablate.cli.run_grid", record)
+    monkeypatch.setattr("ragym.rl.ablate.cli.available_cores", lambda: 8)
+    for name in ("verification", "demo", "docmemo", "memora_r"):
+        assert main([name, "--out", str(tmp_path / name)]) == 0
+    # KB-VQA grids: 5 seeds of the answer task (its KB); 4 variants x 5 seeds = 20 runs, 8 cores: 8 jobs.
+    assert called["verification"] == {"seeds": [0, 1, 2, 3, 4], "jobs": 8, "task": "answer",
+                                      "kb": "demo_weak_top1_slots"}  # fmt: skip
+    assert called["demo"] == {"seeds": [0, 1, 2, 3, 4], "jobs": 5, "task": "answer", "kb": "demo_slots"}
+    assert (called["docmemo"]["seeds"], called["docmemo"]["task"]) == ([0, 1, 2, 3, 4], "verify")
+    assert (called["memora_r"]["seeds"], called["memora_r"]["task"]) == ([0, 1, 2], "verify")  # minutes a run
+    assert (
+        main(["demo", "--out", str(tmp_path / "v"), "--task", "verify", "--seeds", "10", "--jobs", "2"]) == 0
+    )
+    assert called["demo"] == {"seeds": list(range(10)), "jobs": 2, "task": "verify", "kb": "demo"}
+    assert main(["demo", "--out", str(tmp_path / "one"), "--seeds", "1"]) == 0
+    assert called["demo"]["jobs"] == 1  # never more jobs than runs
+    from ragym.envs.retrieval.search_settings import available_cores
+
+    assert 1 <= available_cores() <= len(os.sched_getaffinity(0))
+
+
+DEMO_GAINS = {
+    "ident_acc": [0.70, 0.75, 0.80, 0.85, 0.70, 0.75, 0.80, 0.85, 0.75, 0.75],
+    "reward_mean": [0.3] * 10,
+}
+"""The fake demo's after - before per seed (before: 0 for every metric): ident_acc mean 0.77, reward_mean 0.3."""
+
+
+def demo_run(out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> dict:
+    before = dict.fromkeys(KBVQA_METRICS, 0.0)
+    after = {**before, **{m: gains[seed] for m, gains in DEMO_GAINS.items()}}
+    return {"metrics": after, "before_grpo": before, "wall_time_s": 1.0}
+
+
+def test_the_demo_grid_reports_each_metric_before_and_after_and_the_gain_with_its_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    demo = GRIDS["demo"]
+    assert [(v.name, v.env, v.reward, v.overrides) for v in demo.variants] == [("demo", {}, {}, ())]
+    assert demo.claims == () and {"ident_acc", "reward_mean"} <= set(demo.metrics) and demo.steps is None
+    monkeypatch.setattr("ragym.rl.ablate.cli.runner_for", lambda kind: demo_run)
+    argv = ["demo", "--task", "verify", "--seeds", "10", "--jobs", "1", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    results = json.loads((tmp_path / "results.json").read_text())
+    gain = results["grpo_movement"]["variants"]["demo"]["gain"]["ident_acc"]
+    # 10 seeds: mean 0.77, sample std 0.053748, t(0.975, 9) = 2.262157: half-width 0.038449.
+    assert gain["mean"] == pytest.approx(0.77) and gain["n"] == 10
+    assert gain["half_width"] == pytest.approx(0.038449, abs=1e-6)
+    assert results["variants"]["demo"]["ident_acc"]["low"] == pytest.approx(gain["low"])  # before is 0
+    assert results["before_grpo"]["demo"]["ident_acc"]["half_width"] == 0.0
+    flat = results["grpo_movement"]["variants"]["demo"]["gain"]["reward_mean"]
+    assert (flat["low"], flat["high"]) == (pytest.approx(0.3), pytest.approx(0.3))
+    report = (tmp_path / "report.md").read_text()
+    assert "| demo | +0.770 [+0.732, +0.808] |" in report  # the gain table's first cell: ident_acc
+    assert "| demo | ragym's addition (not in the table) | 0.770 [0.732, 0.808] |" in report
+    assert "## The paper's directions" not in report  # no claims
+    out = capsys.readouterr().out
+    assert (
+        "demo after GRPO (gain), mean [95% interval] over seeds: ident_acc 0.770 [0.732, 0.808] (+0.770"
+        in out
+    )
+    assert "demo (verify task): 1 variants x 10 seeds, 1 at a time" in out
