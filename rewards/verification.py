@@ -3,9 +3,10 @@
 Both are computed from the env's events only. Correctness is recomputed from the batch the env served
 (its ``search_image`` event), not taken from a ``correct`` flag, and at most one decision per
 (image, batch) counts, so even a misbehaving env cannot let a policy farm reward by repeating
-``Rerank(e*)`` or rejecting beyond ``Rej_max``. Whether a Reject at the limit (of an image's last allowed
-batch, which Algorithm S1 answers with the boundary prompt and does not count) is paid is the recipe's
-``pay_reject_at_limit``; it too is recomputed from the served batches, not taken from the event's flag.
+``Rerank(e*)`` or rejecting beyond ``Rej_max``. Whether a Reject at the limit (issued when its image's
+RejCount already equals Rej_max, which Algorithm S1 answers with the boundary prompt and does not count) is
+paid is the recipe's ``pay_reject_at_limit``; it too is recomputed from the decisions, not taken from the
+event's flag.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragym.envs.events import events_of
-from ragym.envs.kbvqa.metrics import limit_batches
+from ragym.envs.kbvqa.metrics import rejects_at_limit
 from ragym.rewards.episode import Episode
 from ragym.rewards.registry import register_reward
 
@@ -31,11 +32,11 @@ class VerificationParams:
     """rho for a correct ``Reject()`` (gold entity not in the batch); paper Eq. 4 and Table 8: 0.2."""
     rej_max: int | None = None
     """The env's rejection limit: only the first ``rej_max + 1`` batches served per image (the initial one
-    plus one per rejection) can earn reward. Null reads it from the episode's ``task`` event (the limit the
+    plus one per rejection or repeated SearchImage) can earn reward. Null reads it from the episode's ``task`` event (the limit the
     env ran with); set, it must equal that limit (a mismatch raises), so a Rej_max sweep cannot be scored
     with another limit. Null with no ``task`` event trusts the env to serve no more."""
     pay_reject_at_limit: bool = False
-    """Pay a Reject() of an image's last allowed batch (issued when its RejCount already equals Rej_max) like
+    """Pay a Reject() issued when its image's RejCount (its counted Rejects) already equals Rej_max like
     any other: delta when the gold is not in the batch. Algorithm S1 (lines 14-20) answers that Reject with
     the boundary prompt and does not count it as a rejection, so by default it earns nothing: a policy that
     rejects every batch is not paid for a Reject that changed nothing, and at Rej_max = 0 (Table 7) no Reject
@@ -143,10 +144,10 @@ def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, f
 
 
 def _rejects_at_limit(episode: Episode, rej_max: int | None) -> set[BatchKey]:
-    """The batches a Reject of which is at the limit: each image's (Rej_max + 1)-th served batch, or, with no
-    known limit, the ones whose Reject the env flagged ``at_limit``."""
+    """The batches whose Reject is at the limit (issued when the image's RejCount already equalled Rej_max),
+    or, with no known limit, the ones whose Reject the env flagged ``at_limit``."""
     if rej_max is not None:
-        return limit_batches(episode.events, rej_max)
+        return rejects_at_limit(episode.events, rej_max)
     decisions = events_of(episode.events, "verification")
     return {(d["image"], d["batch_id"]) for d in decisions if d.get("at_limit")}
 

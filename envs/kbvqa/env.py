@@ -7,9 +7,10 @@ Rerank(e), Reject() and Answer(y) (grammar in ``ragym.envs.kbvqa.actions``; stop
 - SearchImage(j) serves the next non-overlapping batch of K candidates of image j and makes j active.
   Each image gets at most ``max_rejections + 1`` batches; past that, the boundary prompt is returned.
 - Each batch admits one verification decision (Rerank of one of its names, or Reject()). Reject()
-  serves the next batch of the active image and counts as one of its rejections; on the image's last
-  allowed batch (its RejCount already Rej_max) it brings the boundary prompt instead and is not counted
-  (Algorithm S1, lines 14-20; the ``verification`` event says ``at_limit``). A second decision on the same
+  counts as one of the active image's rejections and serves its next batch (the boundary prompt when the
+  batch cap is reached); when the image's RejCount, its counted Rejects, is already Rej_max it brings the
+  boundary prompt instead and is not counted (Algorithm S1, lines 14-20, which checks RejCount alone:
+  batches paged by SearchImage do not count; the ``verification`` event says ``at_limit``). A second decision on the same
   batch is a ``protocol_violation`` and changes nothing, so repeating Rerank(e*) earns nothing.
 - ``allow_reject=False`` (Table 5's "w/o Reject"): the system prompt lists no Reject, the parser reads
   ``Reject()`` as a malformed turn, and the ``task`` event says so for the rewards.
@@ -285,14 +286,17 @@ class KBVQAEnv(gymnasium.Env):
         batch, error = self._decision_batch("reject")
         if batch is None:
             return error, []
-        state, image = self._running(), batch.image
-        # The active image's current batch is its latest; past Rej_max + 1 batches none is served, so this is
-        # Algorithm S1's RejCount(j) = Rej_max (the batch cap also covers batches paged by SearchImage).
-        if state.batches_served(image) > self.config.max_rejections:
+        state, image, rej_max = self._running(), batch.image, self.config.max_rejections
+        # Algorithm S1 (lines 14-20) checks RejCount(j) alone: batches paged by SearchImage are not rejections.
+        if state.rejections[image] >= rej_max:
             state.decide(batch, "reject", None, at_limit=True)  # judged, but not a rejection: RejCount stays
             return self._boundary(image)
         state.decide(batch, "reject", None)
         state.rejections[image] += 1
+        # A counted rejection; the batch cap (Rej_max + 1 per image, repeated SearchImage calls included) still
+        # bounds what is served, so after SearchImage paged to the cap the rejection brings the boundary prompt.
+        if state.batches_served(image) > rej_max:
+            return self._boundary(image)
         return self._serve_batch(image)
 
     def _boundary(self, image: int) -> tuple[str, list[np.ndarray]]:

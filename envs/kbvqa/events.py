@@ -104,9 +104,9 @@ def verification(
     at_limit: bool = False,
 ) -> Event:
     """The first decision on a batch; ``gold_in_batch`` and ``correct`` (Rerank(e*), or Reject when e* is not
-    in the batch) are derived from the batch here. ``at_limit``: a Reject of the image's last allowed batch,
-    which brought the boundary prompt and is not counted as a rejection (Algorithm S1, lines 14-20); readers
-    recompute it from the served batches (``ragym.envs.kbvqa.metrics.limit_batches``)."""
+    in the batch) are derived from the batch here. ``at_limit``: a Reject issued when the image's RejCount
+    already equalled Rej_max, which brought the boundary prompt and is not counted as a rejection (Algorithm
+    S1, lines 14-20); readers recompute it from the decisions (``ragym.envs.kbvqa.metrics.rejects_at_limit``)."""
     if decision not in ("rerank", "reject"):
         raise ValueError(f"verification event: decision must be 'rerank' or 'reject', got {decision!r}")
     entity = str_field("verification", "entity", entity, optional=True)

@@ -9,29 +9,34 @@ ACTION_KINDS = ("search_image", "search_text", "rerank", "reject", "answer", "in
 """Every ``action`` kind KBVQA-v0 records."""
 
 
-def limit_batches(events: list[Event], max_rejections: int) -> set[tuple[int, int]]:
-    """(image, batch id) of each served batch that is its image's last allowed one, the (Rej_max + 1)-th.
+def rejects_at_limit(events: list[Event], max_rejections: int) -> set[tuple[int, int]]:
+    """(image, batch id) of each Reject issued when its image's RejCount already equalled Rej_max.
 
-    A Reject of such a batch is issued when the image's RejCount already equals Rej_max: in MMAgent-R²'s
-    Algorithm S1 (lines 14-20) it brings the boundary prompt and does not increment RejCount. Derived from
-    the served batches, not taken from the decision's ``at_limit`` flag, so the metrics and the verification
-    reward read it the same way in any saved episode.
+    MMAgent-R²'s Algorithm S1 (lines 14-20) checks RejCount(j) alone, the Rejects counted for image j: such a
+    Reject brings the boundary prompt and does not increment it. Batches paged by repeated SearchImage calls
+    are not rejections and do not move the limit. Recomputed from the first decision on each batch, in order,
+    not taken from the decision's ``at_limit`` flag, so the metrics and the verification reward read it the
+    same way in any saved episode.
 
     >>> from ragym.envs.kbvqa import events as kbvqa_ev
-    >>> served = [kbvqa_ev.search_image(t, 1, t, ["a"], None, t) for t in range(3)]
-    >>> sorted(limit_batches(served, 1)), sorted(limit_batches(served, 2))
-    ([(1, 1)], [(1, 2)])
+    >>> reject = [kbvqa_ev.verification(b, "reject", None, 1, b, ["a"], "g") for b in range(3)]
+    >>> sorted(rejects_at_limit(reject, 1)), sorted(rejects_at_limit(reject, 2))
+    ([(1, 1), (1, 2)], [(1, 2)])
     """
-    ordinal: dict[int, int] = {}
-    at_limit, seen = set(), set()
-    for batch in events_of(events, "search_image"):
-        key = (batch["image"], batch["batch_id"])
-        if key in seen:
+    counted: dict[int, int] = {}  # image -> RejCount
+    at_limit: set[tuple[int, int]] = set()
+    decided: set[tuple[int, int]] = set()
+    for decision in events_of(events, "verification"):
+        key = (decision["image"], decision["batch_id"])
+        if key in decided:  # only a batch's first decision is one (a second is a protocol violation)
             continue
-        seen.add(key)
-        ordinal[batch["image"]] = ordinal.get(batch["image"], 0) + 1
-        if ordinal[batch["image"]] == max_rejections + 1:
+        decided.add(key)
+        if decision["decision"] != "reject":
+            continue
+        if counted.get(key[0], 0) >= max_rejections:
             at_limit.add(key)
+        else:
+            counted[key[0]] = counted.get(key[0], 0) + 1
     return at_limit
 
 
@@ -57,7 +62,7 @@ def kbvqa_metrics(events: list[Event]) -> Metrics:
         for v in verifications
         if v["gold_entity"] is not None
     ]
-    last = limit_batches(events, task["max_rejections"])
+    last = rejects_at_limit(events, task["max_rejections"])
     rejects = [v for v in verifications if v["decision"] == "reject"]
     counted = [v for v in rejects if (v["image"], v["batch_id"]) not in last]
     return {
@@ -66,7 +71,7 @@ def kbvqa_metrics(events: list[Event]) -> Metrics:
         "rejections": float(len(counted)),
         # Table 8's cost of a large delta: a counted Reject() of a batch that held the gold entity.
         "needless_rejections": float(sum(v["gold_entity"] in v["candidates"] for v in counted)),
-        # Reject() of an image's last allowed batch: the boundary prompt, not a rejection (Algorithm S1).
+        # Reject() when the image's RejCount is already Rej_max: the boundary prompt, not a rejection (S1).
         "rejects_at_limit": float(len(rejects) - len(counted)),
         "verification_acc": sum(right) / len(right) if right else None,
         "boundaries": float(len(events_of(events, "boundary"))),

@@ -164,6 +164,17 @@ def test_a_reject_at_the_limit_is_paid_only_when_the_recipe_says(rej_max, num, p
     )
 
 
+def test_a_reject_after_batches_paged_by_search_image_is_paid_as_a_normal_rejection() -> None:
+    """Algorithm S1 checks RejCount alone: SearchImage served three gold-free batches (Rej_max + 1 = 3) and the
+    third is rejected with RejCount 0, so the Reject is counted and pays delta with the default recipe."""
+    served = [batch(b, [f"x{b}_{i}" for i in range(5)], offset=5 * b) for b in range(3)]
+    events = [kbvqa_ev.task(1, ["gold"], 2, 5, 8), *served, decide(2, served[2]["candidates"], None)]
+    assert score("verification", episode(events), delta=0.2) == pytest.approx(0.2)
+    # Rej_max = 0: RejCount 0 already equals it, so that Reject is at the limit and unpaid by default.
+    at_zero = [kbvqa_ev.task(1, ["gold"], 0, 5, 8), served[0], decide(0, served[0]["candidates"], None)]
+    assert score("verification", episode(at_zero), delta=0.2) == 0.0
+
+
 def test_with_no_known_limit_the_envs_at_limit_flag_decides() -> None:
     cands = CANDS_B
     flagged = {

@@ -135,16 +135,46 @@ def test_reject_serves_next_batch_until_rej_max_then_boundary(tiny_kb: Path, max
     assert episode_metrics("KBVQA-v0", info["events"])["rejections"] == max_rejections
 
 
-def test_a_reject_after_batches_paged_by_search_image_is_at_the_limit(tiny_kb: Path) -> None:
-    """Three SearchImage calls use an image's Rej_max + 1 = 3 batches: a Reject of the third is not counted."""
+def test_a_reject_after_batches_paged_by_search_image_is_a_normal_rejection(tiny_kb: Path) -> None:
+    """Algorithm S1 checks RejCount alone: three SearchImage calls (the Rej_max + 1 = 3 batches the cap allows)
+    and no Reject leave RejCount at 0, so the Reject of the third batch is counted and paid; with the batch cap
+    reached it brings the boundary prompt. Until issue #46 it was treated as at the limit, unpaid."""
+    from ragym.rewards import Episode, get_reward
+
     env = env_for(tiny_kb, max_rejections=2)
-    env.reset(options=rows(tiny_kb, "single")[0])
+    option = rows(tiny_kb, "single")[0]
+    env.reset(options=option)
     for _ in range(3):
         env.step(SEARCH1)
     obs, *_, info = env.step(REJECT)
-    assert obs["text"].startswith("Rejection limit reached for Image 1 (0 rejections, 3 batches served)")
-    assert events_of(info["events"], "verification")[-1]["at_limit"] is True
-    assert episode_metrics("KBVQA-v0", info["events"])["rejections"] == 0.0
+    assert obs["text"].startswith("Rejection limit reached for Image 1 (1 rejections, 3 batches served)")
+    decision = events_of(info["events"], "verification")[-1]
+    assert (decision["at_limit"], decision["batch_id"], env.state.rejections[1]) == (False, 2, 1)
+    assert len(events_of(info["events"], "search_image")) == 3  # the cap still bounds what is served
+    metrics = episode_metrics("KBVQA-v0", info["events"])
+    assert (metrics["rejections"], metrics["rejects_at_limit"]) == (1.0, 0.0)
+    # The gold entity is not in the third batch (candidates 11-15), so the Reject is correct and pays delta.
+    assert not decision["gold_in_batch"]
+    episode = Episode("kbvqa", [SEARCH1] * 3 + [REJECT], info["events"], ["x"])
+    assert get_reward("verification")(episode, delta=0.2) == pytest.approx(0.2)
+    # A second Reject of the image (RejCount 1 < 2, no batch left to decide on) is not a decision at all.
+    obs, *_, info = env.step(REJECT)
+    assert obs["text"].startswith("Invalid action") and env.state.rejections[1] == 1
+
+
+def test_rejects_count_towards_rej_max_whether_or_not_search_image_paged_in_between(tiny_kb: Path) -> None:
+    """Rej_max = 2: SearchImage, Reject (counted, batch 2), SearchImage (batch 3), Reject (counted: RejCount 1
+    < 2, cap reached so the boundary prompt)."""
+    env = env_for(tiny_kb, max_rejections=2)
+    env.reset(options=rows(tiny_kb, "single")[1])
+    env.step(SEARCH1)
+    obs, *_ = env.step(REJECT)
+    assert obs["text"].startswith("Candidates for Image 1")
+    env.step(SEARCH1)
+    obs, *_, info = env.step(REJECT)
+    assert obs["text"].startswith("Rejection limit reached for Image 1 (2 rejections, 3 batches served)")
+    assert [d["at_limit"] for d in events_of(info["events"], "verification")] == [False, False]
+    assert episode_metrics("KBVQA-v0", info["events"])["rejections"] == 2.0
 
 
 def test_without_the_reject_action_the_prompt_parser_and_task_agree(tiny_kb: Path) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from ragym.envs import events as ev
 from ragym.envs.kbvqa import events as kbvqa_ev
-from ragym.envs.kbvqa.metrics import limit_batches
+from ragym.envs.kbvqa.metrics import rejects_at_limit
 from ragym.envs.metrics import episode_metrics
 
 CANDS = ["e1", "e2"]
@@ -104,12 +104,34 @@ def test_kbvqa_rejections_stop_at_rej_max(rej_max, golds, decisions, rejections,
     assert metrics["needless_rejections"] == needless
 
 
-def test_limit_batches_follow_each_image_in_serving_order() -> None:
-    served = [kbvqa_ev.search_image(0, image, b, CANDS, None, 0) for b, image in enumerate([1, 2, 1, 1, 2])]
-    assert limit_batches(served, 0) == {(1, 0), (2, 1)}
-    assert limit_batches(served, 1) == {(1, 2), (2, 4)}
-    assert limit_batches(served, 2) == {(1, 3)}
-    assert limit_batches(served + served[:1], 0) == {(1, 0), (2, 1)}  # a batch logged twice is one batch
+def _rejected(image: int, batch_id: int) -> dict:
+    return kbvqa_ev.verification(batch_id, "reject", None, image, batch_id, CANDS, None)
+
+
+def test_rejects_at_limit_follow_each_image_s_rejcount() -> None:
+    """Image 1 rejects batches 0, 2 and 3, image 2 rejects batch 1: RejCount per image, in decision order."""
+    rejects = [_rejected(image, b) for b, image in enumerate([1, 2, 1, 1])]
+    assert rejects_at_limit(rejects, 0) == {(1, 0), (2, 1), (1, 2), (1, 3)}
+    assert rejects_at_limit(rejects, 1) == {(1, 2), (1, 3)}
+    assert rejects_at_limit(rejects, 2) == {(1, 3)}
+    assert rejects_at_limit(rejects + rejects[:1], 0) == {
+        (1, 0),
+        (2, 1),
+        (1, 2),
+        (1, 3),
+    }  # one decision a batch
+    rerank = kbvqa_ev.verification(0, "rerank", "e1", 1, 0, CANDS, None)
+    assert rejects_at_limit([rerank, _rejected(1, 1)], 0) == {(1, 1)}  # a Rerank is not a rejection
+
+
+def test_batches_paged_by_search_image_do_not_move_the_limit() -> None:
+    """Algorithm S1 checks RejCount alone: three batches served by SearchImage, then one Reject of the third,
+    is one counted rejection at Rej_max = 2 (until issue #46 the third batch was "the last allowed one")."""
+    served = [kbvqa_ev.search_image(t, 1, t, CANDS, "e9", 2 * t) for t in range(3)]
+    events = [kbvqa_ev.task(1, ["e9"], 2, 2, 8), *served, _rejected(1, 2)]
+    assert rejects_at_limit(events, 2) == set()
+    metrics = episode_metrics("KBVQA-v0", [*events, ev.answer(4, "x")])
+    assert (metrics["rejections"], metrics["rejects_at_limit"]) == (1.0, 0.0)
 
 
 def test_kbvqa_metrics_need_the_task_event() -> None:
