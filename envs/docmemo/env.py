@@ -132,8 +132,9 @@ class DocMemoConfig(EnvConfig):
     ``belief_update`` False."""
     episodic_memory: bool = True
     """Show episodic memory: earlier rounds' queries, notes, marks and evidence read, in the candidate and
-    evidence views. False removes it from every view (a Table 4 removal); set ``reshow_evidence`` with it,
-    since nothing then recalls evidence read before."""
+    evidence views. False removes it from every view (a Table 4 removal); evidence read before is then not
+    recalled, and with ``reshow_evidence`` False not shown again either. ``reshow_evidence`` is a separate
+    setting: the Table 4 grid keeps it at ``full``'s value so the removal changes this memory alone."""
     image_max_side: int = 1024
     """Longer side of observation images; pages are downscaled to it, keeping the aspect ratio."""
     candidate_max_pixels: int = PAGE_MAX_PIXELS

@@ -16,17 +16,17 @@ to add, the question alone. Each variant removes what its Table 4 row removes, i
 - ``full``: DocMemo with every memory and adaptive-granularity evidence access (dense-page crops);
 - ``no_tri_level_memory`` (w/o tri-level memory): no schema memory, no page-belief memory (no belief state
   across rounds: every round's beliefs are the current query's similarity prior, so candidates and evidence
-  follow the current query alone, lambda = 1 every round; no belief updates) and no episodic memory (evidence
-  is re-shown, since nothing recalls it);
+  follow the current query alone, lambda = 1 every round; no belief updates) and no episodic memory;
 - ``no_belief_update`` (w/o Bayesian page belief updating): the marks still reach episodic memory, the
   beliefs stay at round 1's similarity prior;
 - ``no_adaptive_granularity``: no dense-page crops. Recall cannot see it (crops change what the reasoner
   reads, not which pages are retrieved): the row equals ``full`` here by construction;
 - ragym's additions: ``no_episodic_memory``, ``no_schema_memory`` (one memory removed each) and
   ``no_propagation`` (``radius=0``).
-The oracle reads events and the evidence excerpts, not the schema or episodic memory text, so removing that
-text cannot change what it selects; those removals show only through the env's own use of them (evidence
-re-shown without episodic memory). The paper's Table 4 is answer accuracy with a trained reasoner; recall per
+Each variant differs from ``full`` in exactly the settings its name removes; every other setting
+(``reshow_evidence`` included) is ``full``'s. The oracle reads events and the evidence excerpts, not the schema
+or episodic memory text, so removing that text cannot change what it selects: ``no_schema_memory`` and
+``no_episodic_memory`` equal ``full`` here by construction (recall cannot see them). The paper's Table 4 is answer accuracy with a trained reasoner; recall per
 round is the part a CPU can measure. Seeds are Thompson-sampling seeds.
 """
 
@@ -187,9 +187,12 @@ def run_docmemo(
     return {"metrics": metrics, "num_rows": len(rows), "wall_time_s": time.perf_counter() - start}
 
 
-NO_MEMORY = {"schema_memory": False, "episodic_memory": False, "reshow_evidence": True, "belief_update": False,
-             "belief_memory": False, "lambda_0": 1.0, "eta": 1.0}  # fmt: skip
-"""Env settings of "w/o tri-level memory": no schema, episodic or page-belief memory (similarity alone)."""
+NO_MEMORY = {"schema_memory": False, "episodic_memory": False, "belief_update": False, "belief_memory": False,
+             "lambda_0": 1.0, "eta": 1.0}  # fmt: skip
+"""Env settings of "w/o tri-level memory": no schema, episodic or page-belief memory (similarity alone: with no
+belief memory the score's belief term goes too, lambda = 1 every round). Nothing else: ``reshow_evidence``
+stays at ``full``'s value, so the row differs from ``full`` in the memories alone (until issue #46 it also
+re-showed evidence, which confounded the removal with the evidence rule)."""
 FULL = {"crop_dense_pages": True}
 """Every variant's base: DocMemo as the seed describes it, with adaptive-granularity evidence access."""
 
@@ -208,7 +211,7 @@ register_grid(
                 {"crop_dense_pages": False},
                 row="w/o adaptive-granularity evidence access",
             ),  # fmt: skip
-            Variant("no_episodic_memory", {**FULL, "episodic_memory": False, "reshow_evidence": True}),
+            Variant("no_episodic_memory", {**FULL, "episodic_memory": False}),
             Variant("no_schema_memory", {**FULL, "schema_memory": False}),
             Variant("no_propagation", {**FULL, "radius": 0}),
         ),

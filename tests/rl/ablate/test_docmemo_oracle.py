@@ -101,13 +101,18 @@ def test_the_oracle_writes_the_refined_query_into_the_env(store_root: Path) -> N
     assert queries[0] == QUESTION and queries[1] == f"{QUESTION} percent actuarial reserves schedule"
     # Round 2 found page 9 useful too: its terms join page 2's.
     assert queries[2] == f"{QUESTION} reserves percent actuarial schedule year"
-    assert [e["pages"] for e in events_of(env.events, "evidence")][:2] == [[2, 1], [2, 9]]
+    # Round 1 selected its three candidates (2, 1, 3) and read 2 and 1; round 2 adds page 9, which the refined
+    # query brought in, and shows the pages of A not read yet (reshow_evidence off, as in full): 9, then 3.
+    assert [e["pages"] for e in events_of(env.events, "evidence")][:2] == [[2, 1], [9, 3]]
 
 
 def test_without_belief_memory_evidence_follows_the_current_query(store_root: Path) -> None:
     # Round 1's similarity kept as the belief prior ranks evidence by the question every round: page 9 never
-    # shows, whatever the query. That prior is page-belief memory, which "w/o tri-level memory" removes.
-    assert recall_per_round(store_root, **{**NO_MEMORY, "belief_memory": True}) == [0.5, 0.5, 0.5]
+    # shows, whatever the query. That prior is page-belief memory, which "w/o tri-level memory" removes. The
+    # evidence rule re-shows read pages here, so that the ranking alone decides what is shown.
+    reshown = {**NO_MEMORY, "reshow_evidence": True}
+    assert recall_per_round(store_root, **{**reshown, "belief_memory": True}) == [0.5, 0.5, 0.5]
+    assert recall_per_round(store_root, **reshown) == [0.5, 1.0, 1.0]
     with pytest.raises(ValueError, match="belief_update=False"):
         DocMemoEnv(belief_memory=False)
 
