@@ -102,6 +102,27 @@ def diagnosis(result: dict[str, Any], train: list[dict[str, Any]]) -> str:
     return text
 
 
+def margin_lines(margins: dict[str, Any]) -> list[str]:
+    """The decision-margin table: the policy's probability of the right decision where the batch holds the match
+    and where it does not, before and after GRPO (``ragym.rl.demo.margin``)."""
+    lines = ["## Decision margin (held-out)", "",
+             "The held-out evaluation is greedy: a question counts as identified only when confirming the match is "
+             "the policy's most likely next token, so Ident. moves only when this probability crosses about 0.5. "
+             "It is read on the noiseless expert's episodes of the same held-out questions (`ragym.rl.demo.margin`).",
+             "", "| decision | n | before: mean [q25, q75] | after: mean [q25, q75] | greedy right, before -> after |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for key, name in (
+        ("confirm_match", "confirm, batch holds the match"),
+        ("reject_no_match", "reject, it does not"),
+    ):
+        b, a = margins["before"][key], margins["after"][key]
+        if not b["n"]:
+            continue
+        lines.append(f"| {name} | {b['n']} | {b['mean']:.3f} [{b['q25']:.3f}, {b['q75']:.3f}] | {a['mean']:.3f} "
+                     f"[{a['q25']:.3f}, {a['q75']:.3f}] | {b['greedy_share']:.2f} -> {a['greedy_share']:.2f} |")  # fmt: skip
+    return lines + [""]
+
+
 def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]]) -> Path:
     """Write ``out/report.md`` and ``out/reward_components.png``; returns the report path."""
     plot_rewards(train, out / "reward_components.png")
@@ -137,6 +158,7 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
         "",
         "zero_adv_group_share: share of GRPO groups whose episodes all scored the same (first / last step).",
         "",
+        *(margin_lines(result["decision_margin"]) if "decision_margin" in result else []),
         "## What the reward gain is made of",
         "",
         "Held-out outcome on the questions whose entity the policy confirmed (Ident. 1) and on the others, and "

@@ -27,9 +27,10 @@ from omegaconf import OmegaConf
 from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.demo.margin import decision_margin
 from ragym.rl.demo.report import outcome_by_identification, write_report
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, task_overrides
-from ragym.rl.demo.warm_start import WarmStartConfig, expert_samples, imitate
+from ragym.rl.demo.warm_start import COPY_TAGS, WarmStartConfig, expert_samples, imitate
 from ragym.rl.engine.config import RecipeReader, read_engine_config
 from ragym.rl.engine.main import check_keys
 from ragym.rl.engine.trainer import LocalTrainer, read_rows
@@ -162,9 +163,6 @@ def _summary(metrics: dict[str, float]) -> dict[str, Any]:
     return out
 
 
-COPY_TAGS = ("search_call", "answer")
-"""Action tags whose text the warm start weights by ``copy_weight``."""
-
 DEMO_STATE = "demo.json"
 """What a demo folder was built with (seed, ``ragym.demo`` settings): a re-run resumes only the same demo."""
 
@@ -241,7 +239,59 @@ def prepare(
     reader.get("ragym.demo.warm_start")  # read on resume too: the unused-key list must not depend on it
     if not (warm_dir / "warm_start.json").exists():
         _warm_start(config, reader, policy_dir, warm_dir, seed)
+    check_warm_start(config, reader, warm_dir, seed)
     return config, reader, overrides
+
+
+WARM_PROBE = "probe.json"
+"""The warm start's decision margin and token accuracies (``ragym.rl.demo.margin``), in its folder."""
+
+
+def warm_start_misses(probe: dict[str, Any], target: dict[str, Any], expert_confirm: float) -> list[str]:
+    """What the warm start missed of ``target`` (``ragym.demo.warm_start_target``), one phrase each.
+
+    >>> probe = {"confirm_match": {"mean": 0.6}, "reject_no_match": {"mean": 0.99},
+    ...          "copy": {"greedy_share": 0.5}, "other": {"greedy_share": 1.0}}
+    >>> target = {"max_confirm_gap": 0.15, "min_reject": 0.9, "min_format_accuracy": 0.95, "min_copy_accuracy": 0.8}
+    >>> warm_start_misses(probe, target, 0.2)
+    ['P(confirm a match) 0.600 is 0.400 from the expert's 0.200 (at most 0.15)', 'copy accuracy 0.500 < 0.8']
+    """
+    misses = []
+    confirm, reject = probe["confirm_match"]["mean"], probe["reject_no_match"]["mean"]
+    if confirm is not None and abs(confirm - expert_confirm) > target["max_confirm_gap"]:
+        misses.append(f"P(confirm a match) {confirm:.3f} is {abs(confirm - expert_confirm):.3f} from the expert's "
+                      f"{expert_confirm:.3f} (at most {target['max_confirm_gap']})")  # fmt: skip
+    if reject is not None and reject < target["min_reject"]:
+        misses.append(f"P(reject a batch without the match) {reject:.3f} < {target['min_reject']}")
+    accuracies = (("format", "other", "min_format_accuracy"), ("copy", "copy", "min_copy_accuracy"))
+    for name, group, key in accuracies:
+        share = probe[group]["greedy_share"]
+        if target[key] is not None and share is not None and share < target[key]:
+            misses.append(f"{name} accuracy {share:.3f} < {target[key]}")
+    return misses
+
+
+def check_warm_start(config: Any, reader: RecipeReader, warm_dir: Path, seed: int) -> dict[str, Any]:
+    """Probe the warm start on the held-out rows (once; kept in ``WARM_PROBE``) and hold it to
+    ``ragym.demo.warm_start_target`` before GRPO starts: a warm start that missed its target is a failed run,
+    never a row to average, so it stops the demo (``action: stop``) or is logged (``warn``)."""
+    path = warm_dir / WARM_PROBE
+    if not path.is_file():
+        rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
+        path.write_text(json.dumps(decision_margin(warm_dir, config, rows)))
+    probe = json.loads(path.read_text())
+    target, warm = reader.get("ragym.demo.warm_start_target"), reader.get("ragym.demo.warm_start")
+    misses = warm_start_misses(probe, target, 1.0 - warm["reject_noise"] - warm["noise"])
+    if misses:
+        text = f"seed {seed}: the warm start in {warm_dir} missed its target: {'; '.join(misses)}"
+        if target["action"] == "stop":
+            raise WarmStartMissed(text + " (ragym.demo.warm_start_target.action=warn runs GRPO anyway)")
+        logger.warning("%s", text)
+    return probe
+
+
+class WarmStartMissed(RuntimeError):
+    """The warm start did not reach ``ragym.demo.warm_start_target``: GRPO from it would not measure RL."""
 
 
 def run_demo(
@@ -272,6 +322,9 @@ def run_demo(
     record_export(out / "checkpoint", Path(cfg.output_dir) / f"global_step_{trainer.step}", "local",
                   trainer.step, recipe, cast(dict[str, Any], OmegaConf.to_container(config, resolve=True)))  # fmt: skip
     trainer.close()
+    margin_rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
+    margins = {"before": json.loads((out / "warm_start" / WARM_PROBE).read_text()),
+               "after": decision_margin(out / "checkpoint", config, margin_rows)}  # fmt: skip
     history = [row for _, row in read_jsonl(out / "grpo" / "metrics.jsonl")]
     train = [h for h in history if "reward/total" in h]
     # Every held-out episode is traced (the recipe's trace_groups_per_step covers val_max_samples); a re-run of a
@@ -293,6 +346,7 @@ def run_demo(
             "zero_adv_group_share": train[-1]["grpo/zero_adv_group_share"],
             **held_out[trainer.step],
         },
+        "decision_margin": margins,
         "grpo_steps": len({h["step"] for h in train}),
         "warm_start": warm,
         "wall_time_s": time.perf_counter() - start,

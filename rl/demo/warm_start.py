@@ -78,8 +78,15 @@ class WarmStartConfig:
     lr_decay: bool = False
     """Decay the learning rate linearly to 0 over the imitation steps. With a constant rate and small batches,
     a decision whose targets conflict (a noisy expert) ends wherever the last few batches pushed it."""
+    soft_decisions: bool = False
+    """Imitate both of the expert's branches at a batch holding the match (confirm, and the needless Reject),
+    each weighted by its probability, instead of one sampled branch: the exact expectation over
+    ``reject_noise``, so the policy's P(confirm) is the expert's odds, not the share of its last draws that
+    confirmed (docs/results.md: why the demo's learning was fragile). Needs ``noise`` 0."""
 
 
+COPY_TAGS = ("search_call", "answer")
+"""Action tags whose text the warm start weights by ``copy_weight``: the expert copies a name or value there."""
 _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
 """Where the expert writes a name or answer copied from an observation (Reject() excluded)."""
 _NAME_SLOT = re.compile(r'(<answer>|SearchText\(\[")')
@@ -191,7 +198,7 @@ class ReplayServer:
 
 def expert_samples(
     rows: list[dict[str, Any]], agent_loop_factory: Any, tokenizer: Any, cfg: WarmStartConfig, epoch: int = 0
-) -> list[tuple[Sample, float]]:
+) -> list[tuple[Sample, float] | tuple[Sample, float, float]]:
     """Expert episodes for ``rows``, tokenized through the agent loop (``agent_loop_factory(server)``), each
     with the loss weight of its decision tokens (``cfg.decision_weight``; 0 for protocol episodes).
 
@@ -202,14 +209,33 @@ def expert_samples(
     rng = np.random.default_rng([cfg.seed, epoch])
     server = ReplayServer(tokenizer)
     agent_loop = agent_loop_factory(server)
-    samples = []
+    samples: list[Any] = []
     for row in rows:
-        noisy = NoisyExpert.for_row(row, rng, cfg.noise, cfg.reject_noise, cfg.quote)
-        samples.append((_replay(row, noisy, server, agent_loop), cfg.decision_weight))
+        if cfg.soft_decisions:
+            samples += decision_branches(row, rng, cfg, server, agent_loop)
+        else:
+            noisy = NoisyExpert.for_row(row, rng, cfg.noise, cfg.reject_noise, cfg.quote)
+            samples.append((_replay(row, noisy, server, agent_loop), cfg.decision_weight))
         if rng.random() < cfg.protocol_share:
             protocol = NoisyExpert.for_row(row, rng, 0.0, 0.0, cfg.quote)
             samples.append((_replay(row, protocol, server, agent_loop), 0.0))
     return samples
+
+
+def decision_branches(
+    row: dict[str, Any], rng: np.random.Generator, cfg: WarmStartConfig, server: ReplayServer, agent_loop: Any
+) -> list[tuple[Sample, float, float]]:
+    """``row``'s expert episode down each branch of its noisy decision, with the decision weight and the
+    branch's probability: the confirming one (1 - ``reject_noise``) and the rejecting one (``reject_noise``);
+    one branch of probability 1 when no batch holds the match (both branches reject everything alike)."""
+    if cfg.noise:
+        raise ValueError("soft_decisions enumerates reject_noise only; set ragym.demo.warm_start.noise=0")
+    confirming = _replay(row, NoisyExpert.for_row(row, rng, 0.0, 0.0, cfg.quote), server, agent_loop)
+    rejecting = _replay(row, NoisyExpert.for_row(row, rng, 0.0, 1.0, cfg.quote), server, agent_loop)
+    if confirming.response_ids == rejecting.response_ids:
+        return [(confirming, cfg.decision_weight, 1.0)]
+    return [(confirming, cfg.decision_weight, 1.0 - cfg.reject_noise),
+            (rejecting, cfg.decision_weight, cfg.reject_noise)]  # fmt: skip
 
 
 def _replay(row: dict[str, Any], expert: Expert, server: ReplayServer, agent_loop: Any) -> Sample:

@@ -14,6 +14,7 @@ TINY = [
     "--steps", "1", "ragym.demo.warm_start.num_episodes=2", "ragym.demo.warm_start.epochs=1",
     "data.val_max_samples=2", "data.train_batch_size=1", "actor_rollout_ref.rollout.n=2",
     "actor_rollout_ref.actor.ppo_mini_batch_size=1", "--task", "verify", "--jobs", "1",
+    "ragym.demo.warm_start_target.action=warn",
 ]  # fmt: skip
 """A budget that runs the whole grid in about a minute: it checks the plumbing, not the directions (the verify
 task, one run at a time: the answer task's copy pretraining alone takes minutes)."""

@@ -21,6 +21,8 @@ TOY = [
     "actor_rollout_ref.actor.ppo_mini_batch_size=1",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
     "trainer.logger=[console]",
+    # A 4-episode warm start reaches no target; the toy checks the plumbing (test_a_missed_warm_start_stops_*).
+    "ragym.demo.warm_start_target.action=warn",
 ]
 
 
@@ -232,3 +234,18 @@ def test_a_tiny_policy_is_reused_only_when_built_with_the_same_seed_and_settings
     assert reusable_policy(folder, 1, demo) is None
     assert reusable_policy(folder, 0, {**demo, "copy_pretrain": {"steps": 0}}) is None
     assert reusable_policy(folder, 0, {**demo, "arch": "qwen3_vl"}) is None
+
+
+def test_a_missed_warm_start_stops_the_demo_before_grpo(tmp_path) -> None:
+    """The toy's 4-episode warm start misses the demo's target: with ``action: stop`` the demo ends with one line
+    naming what was missed, before any GRPO step (no ``grpo/`` folder), and the probe is kept for the report."""
+    from ragym.rl.demo.run import WarmStartMissed
+
+    toy = [o for o in TOY if not o.startswith("ragym.demo.warm_start_target")]
+    with pytest.raises(
+        WarmStartMissed, match=r"seed 0: the warm start .* missed its target: .*format accuracy"
+    ):
+        main(["--out", str(tmp_path), "--steps", "1", *toy])
+    assert not (tmp_path / "grpo").exists()
+    probe = json.loads((tmp_path / "warm_start" / "probe.json").read_text())
+    assert set(probe) == {"confirm_match", "reject_no_match", "copy", "other"} and probe["other"]["n"] > 0

@@ -1,0 +1,152 @@
+"""Where the CPU demo lands, over seeds and CPU kernel settings: the table behind the README's band.
+
+Runs ``ragym demo --out OUT/KERNEL/seed_S --seed S`` for every seed under each kernel setting (``machine``: what
+torch picks on this CPU; ``avx2`` / ``default`` / ``avx512``: ``ATEN_CPU_CAPABILITY`` forced), ``--jobs`` demos at a
+time (each on one thread), then prints one row per run (held-out reward and Ident. before -> after, the decision
+margin, wall time, peak RSS), how many runs pass (both gains at least ``--min-gain``), and each figure's mean
+with its 95% interval per kernel setting and over all runs. A finished run is read back, not run again.
+
+    python benchmarks/demo_band.py --out runs/band --seeds 0-9 --kernels machine avx2 default --jobs 2
+    python benchmarks/demo_band.py --out runs/band_answer --task answer --seeds 0-9 --kernels machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+KERNELS = ("machine", "avx2", "default", "avx512")
+"""Kernel settings: ``machine`` leaves ATen's choice alone, the others force ``ATEN_CPU_CAPABILITY``."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-9`` or ``0,3,5`` -> the seeds.
+
+    >>> parse_seeds("0-3"), parse_seeds("1,4")
+    ([0, 1, 2, 3], [1, 4])
+    """
+    if "-" in text:
+        low, high = text.split("-")
+        return list(range(int(low), int(high) + 1))
+    return [int(s) for s in text.split(",")]
+
+
+def run_env(kernel: str) -> dict[str, str]:
+    """The environment of one demo under ``kernel``: one thread, no wandb, the kernel forced unless ``machine``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled"}
+    env.pop("ATEN_CPU_CAPABILITY", None)
+    if kernel != "machine":
+        env["ATEN_CPU_CAPABILITY"] = kernel
+    return env
+
+
+def run_one(out: Path, kernel: str, seed: int, task: str, overrides: list[str]) -> Path:
+    """One demo (skipped when its metrics.json exists); returns its folder."""
+    folder = out / kernel / f"seed_{seed}"
+    if (folder / "metrics.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "ragym.rl.cli", "demo", "--out", str(folder), "--seed", str(seed),
+               "--task", task, *overrides]  # fmt: skip
+    start = time.perf_counter()
+    with open(folder.parent / f"seed_{seed}.log", "w") as log:
+        done = subprocess.run(command, env=run_env(kernel), stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{kernel} seed {seed}: ragym demo exited {done.returncode}; see {log.name}")
+    print(f"{kernel} seed {seed}: done in {time.perf_counter() - start:.0f}s", flush=True)
+    return folder
+
+
+def row(folder: Path, min_gain: float) -> dict[str, Any]:
+    """One run's figures from its metrics.json."""
+    metrics = json.loads((folder / "metrics.json").read_text())
+    before, after = metrics["before"], metrics["after"]
+    margin = metrics.get("decision_margin", {})
+    figures = {
+        "reward_before": before["reward_mean"],
+        "reward_after": after["reward_mean"],
+        "reward_gain": after["reward_mean"] - before["reward_mean"],
+        "ident_before": before["ident_acc"],
+        "ident_after": after["ident_acc"],
+        "ident_gain": after["ident_acc"] - before["ident_acc"],
+        "wall_s": metrics["wall_time_s"],
+        "rss_mb": metrics["peak_rss_mb"],
+    }
+    for phase in ("before", "after"):
+        if margin:
+            figures[f"p_confirm_{phase}"] = margin[phase]["confirm_match"]["mean"]
+    if before.get("outcome_identified") is not None or after.get("outcome_identified") is not None:
+        figures["outcome_confirmed_after"] = after.get("outcome_identified")
+    figures["passes"] = figures["reward_gain"] >= min_gain and figures["ident_gain"] >= min_gain
+    return figures
+
+
+def interval(values: list[float]) -> tuple[float, float | None]:
+    """Mean and the half-width of its 95% Student-t interval (None for one value)."""
+    from ragym.rl.ablate.stats import mean_interval
+
+    stats = mean_interval(values)
+    return stats["mean"], stats["half_width"]
+
+
+def band_lines(runs: dict[tuple[str, int], dict[str, Any]], kernels: list[str]) -> list[str]:
+    """Per kernel setting and over all runs: passes, and each figure's mean ± 95% half-width, min and max."""
+    keys = ["reward_after", "reward_gain", "ident_after", "ident_gain", "p_confirm_before", "p_confirm_after",
+            "wall_s", "rss_mb"]  # fmt: skip
+    lines = []
+    for name, group in [*((k, [r for (kk, _), r in runs.items() if kk == k]) for k in kernels),
+                        ("all", list(runs.values()))]:  # fmt: skip
+        if not group:
+            continue
+        lines.append(f"{name}: {sum(r['passes'] for r in group)} of {len(group)} runs pass")
+        for key in keys:
+            values = [r[key] for r in group if r.get(key) is not None]
+            if not values:
+                continue
+            mean, half = interval(values)
+            spread = f"± {half:.3f}" if half is not None else "(one run)"
+            lines.append(f"  {key}: {mean:.3f} {spread} (min {min(values):.3f}, max {max(values):.3f})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="one folder per kernel setting and seed")
+    parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("0-9"), help="e.g. 0-9 or 0,3")
+    parser.add_argument("--kernels", nargs="+", choices=KERNELS, default=["machine", "avx2", "default"])
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="demos at a time")
+    parser.add_argument("--task", default="verify", help="ragym demo --task")
+    parser.add_argument("--min-gain", type=float, default=0.3, help="reward and Ident. gain a run must reach")
+    parser.add_argument("overrides", nargs="*", help="recipe overrides for every demo")
+    args = parser.parse_args(argv)
+    import torch
+
+    print(f"torch {torch.__version__}, this CPU's kernels: {torch.backends.cpu.get_cpu_capability()}")
+    todo = [(k, s) for k in args.kernels for s in args.seeds]
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        folders = dict(zip(todo, pool.map(lambda ks: run_one(args.out, ks[0], ks[1], args.task, args.overrides),
+                                          todo), strict=True))  # fmt: skip
+    runs = {ks: row(folder, args.min_gain) for ks, folder in folders.items()}
+    print("| kernels | seed | reward | Ident. | P(confirm a match) | passes | wall | peak RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (kernel, seed), r in runs.items():
+        margin = (
+            f"{r['p_confirm_before']:.3f} -> {r['p_confirm_after']:.3f}" if "p_confirm_after" in r else "n/a"
+        )
+        print(f"| {kernel} | {seed} | {r['reward_before']:.3f} -> {r['reward_after']:.3f} | {r['ident_before']:.2f} -> "
+              f"{r['ident_after']:.2f} | {margin} | {'yes' if r['passes'] else 'no'} | {r['wall_s']:.0f} s | "
+              f"{r['rss_mb']:.0f} MB |")  # fmt: skip
+    print("\n".join(band_lines(runs, args.kernels)))
+    (args.out / "band.json").write_text(json.dumps({f"{k}/{s}": r for (k, s), r in runs.items()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
