@@ -24,8 +24,11 @@ from ragym.data_prep.synthetic_kb_io import KBTables, write_kb
 from ragym.envs.files import atomic_write
 
 log = logging.getLogger(__name__)
-GENERATOR_VERSION = 6
+GENERATOR_VERSION = 7
 """Bump when the generator's output changes, so cached KBs are rebuilt."""
+
+SPLITS = ("rows", "entity_disjoint")
+"""The train/test splits a preset can ask for (``Preset.split``)."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +79,20 @@ class Preset:
     """Prefix of the candidate list the gold is moved within (K x (Rej_max + 1) of the grid that reads it)."""
     passage_form: str = "prose"
     """How passages state their facts: ``prose`` (sentences padded with look-alike filler) or ``slots`` (one
-    sentence, the facts in a fixed order, the year last: ``ragym.data_prep.synthetic_text.passage``)."""
+    sentence, the facts in a fixed order, the region last: ``ragym.data_prep.synthetic_text.passage``)."""
     question_attributes: tuple[str, ...] = text.QUESTION_ATTRIBUTES
     """What single-image questions ask: some of ``year``, ``region``, ``who`` (the cataloguer)."""
+    split: str = "rows"
+    """How rows go to train or test: ``rows`` (each row alone, test with probability ``test_fraction``) or
+    ``entity_disjoint`` (whole gold entities, in a random order, until ``test_fraction`` of the rows are theirs:
+    no test question asks about an entity a training question asks about; single-image rows only)."""
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
+        if self.split == "entity_disjoint" and self.comparison_fraction > 0:
+            raise ValueError("split entity_disjoint needs single-image rows (comparison_fraction 0): a comparison "
+                             "row's two entities could fall on both sides")  # fmt: skip
 
 
 PRESETS: dict[str, Preset] = {
@@ -129,8 +143,10 @@ PRESETS: dict[str, Preset] = {
 
 
 def with_slots(preset: Preset) -> Preset:
-    """``preset`` with ``slots`` passages and region questions: the demo's answer task on that preset's KB."""
-    return replace(preset, passage_form="slots", question_attributes=("region",))
+    """``preset`` with ``slots`` passages, region questions and an entity-disjoint split: the demo's answer task
+    on that preset's KB, whose held-out questions ask about entities no training question does (so answering
+    them is copying from the passage, not recalling an answer learnt in training)."""
+    return replace(preset, passage_form="slots", question_attributes=("region",), split="entity_disjoint")
 
 
 PRESETS["demo_slots"] = with_slots(PRESETS["demo"])

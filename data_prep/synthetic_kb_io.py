@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from ragym.envs.retrieval.retrievers import BM25Retriever, build_index, normalis
 if TYPE_CHECKING:
     from ragym.data_prep.synthetic_kb import Preset
 
+log = logging.getLogger(__name__)
 DATA_SOURCE = "synthetic_kbvqa"
 _CHUNK = 2048  # entities rendered and saved per batch (bounds memory at 100k+ entities)
 PIXEL_GRID = 8
@@ -157,10 +159,32 @@ def alphabet_signatures(
     return [f"#{chr(65 + c // 10)}{c % 10}" for c in colour]
 
 
-def _rows(tables: KBTables, preset: Preset, seed: int, kb_dir: Path) -> pd.DataFrame:
-    """verl rows: one per question, split deterministically into train and test."""
+def held_out_rows(gold: list[list[int]], split: str, test_fraction: float, seed: int) -> np.ndarray:
+    """Which rows are test rows (``Preset.split``): each row alone with probability ``test_fraction`` (``rows``),
+    or whole gold entities in a random order until ``test_fraction`` of the rows are theirs (``entity_disjoint``,
+    single-image rows; the last entity drawn may take the test split a few rows past it). No row is dropped.
+
+    >>> gold = [[0], [1], [0], [2], [1], [3], [0], [2]]  # entity 0 has three rows, 1 and 2 two, 3 one
+    >>> held_out_rows(gold, "entity_disjoint", 0.25, seed=0).astype(int).tolist()  # 0 drawn first: 3 rows, not 2
+    [1, 0, 1, 0, 0, 0, 1, 0]
+    """
     rng = np.random.default_rng(seed + 1)
-    is_test = rng.random(len(tables.questions)) < preset.test_fraction
+    if split == "rows":
+        return rng.random(len(gold)) < test_fraction
+    entity = np.array([row_gold[0] for row_gold in gold])  # (num_rows,) the single gold entity of each row
+    target = round(test_fraction * len(gold))
+    if target == 0:
+        return np.zeros(len(gold), dtype=bool)
+    entities, counts = np.unique(entity, return_counts=True)
+    order = rng.permutation(len(entities))
+    # Entities in drawn order up to the first whose rows bring the test split to ``target`` rows.
+    taken = int(np.searchsorted(np.cumsum(counts[order]), target)) + 1
+    return np.isin(entity, entities[order[:taken]])
+
+
+def _rows(tables: KBTables, preset: Preset, seed: int, kb_dir: Path) -> pd.DataFrame:
+    """verl rows: one per question, split deterministically into train and test (``Preset.split``)."""
+    is_test = held_out_rows(tables.gold, preset.split, preset.test_fraction, seed)
     env_kwargs = {"kb_dir": str(Path(kb_dir).resolve()), **dict(preset.env_kwargs)}
     records: list[dict[str, Any]] = []
     query = 0
@@ -222,10 +246,13 @@ def write_kb(
         spec = EncoderSpec(text_encoder["name"], "passages", dict(text_encoder.get("kwargs", {})))
         np.save(out / "index" / "passage_embeddings.npy", normalise(encode_to_array(items, spec)))
     rows = _rows(tables, preset, seed, rows_kb_dir)
+    num_rows = {}
     for split in ("train", "test"):
-        rows[rows["extra_info"].map(lambda e: e["split"]) == split].reset_index(drop=True).to_parquet(
-            out / "data" / f"{split}.parquet"
-        )
+        part = rows[rows["extra_info"].map(lambda e: e["split"]) == split].reset_index(drop=True)
+        part.to_parquet(out / "data" / f"{split}.parquet")
+        num_rows[split] = len(part)
+    log.info("rows: %d in, %d train + %d test out (split %s)", len(tables.questions), num_rows["train"],
+             num_rows["test"], preset.split)  # fmt: skip
     manifest = {
         "format": KB_FORMAT,
         "version": KB_VERSION,

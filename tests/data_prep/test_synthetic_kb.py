@@ -14,6 +14,7 @@ import pytest
 
 from ragym.data_prep import synthetic_kb
 from ragym.data_prep.synthetic_kb import PRESETS, build_kb, cached_kb
+from ragym.data_prep.synthetic_kb_io import held_out_rows
 from ragym.envs.kbvqa.kb import load_kb
 
 ROW_COLUMNS = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
@@ -27,7 +28,15 @@ def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def all_rows(kb: Path) -> pd.DataFrame:
-    return pd.concat([pd.read_parquet(kb / "data" / f"{s}.parquet") for s in ("train", "test")])
+    """Train and test rows in question order (the row index)."""
+    rows = pd.concat([pd.read_parquet(kb / "data" / f"{s}.parquet") for s in ("train", "test")])
+    return rows.iloc[np.argsort(rows["extra_info"].map(lambda e: e["index"]).to_numpy())]
+
+
+def gold_entities(kb: Path, split: str) -> list[str]:
+    """The gold entity of each single-image row of ``split``, in file order."""
+    rows = pd.read_parquet(kb / "data" / f"{split}.parquet")
+    return [json.loads(e["env_options"])["gold_entities"][0] for e in rows["extra_info"]]
 
 
 def test_tiny_kb_builds_in_well_under_a_few_seconds(tmp_path: Path) -> None:
@@ -166,7 +175,7 @@ def test_cli_writes_a_kb_and_refuses_a_non_empty_folder(
 def test_demo_slots_task_names_the_region_and_its_passage_ends_with_it(tmp_path: Path) -> None:
     """``demo_slots`` (``slots`` passages, region questions): every question names the region, and a SearchText of
     the gold entity's name shows its passage alone with the answer as the observation's last word; the same KB in
-    the ``demo`` preset asks about the same entities in its own wording (all three attributes)."""
+    the ``demo`` preset asks about the same entities in its own wording (all three attributes), split otherwise."""
     from ragym import envs
 
     sizes = {"num_entities": 60, "num_rows": 40}
@@ -205,4 +214,50 @@ def test_synthetic_text_doctests() -> None:
     from ragym.data_prep import synthetic_text
 
     result = doctest.testmod(synthetic_text)
+    assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("name", ["demo_slots", "demo_k7_slots", "demo_weak_top1_slots"])
+def test_answer_task_presets_hold_out_whole_entities(tmp_path: Path, name: str) -> None:
+    """The answer task's held-out questions ask about entities no training question asks about (so answering them
+    is copying from the passage, not recalling a trained answer); every row lands on one side, ~20% in test."""
+    preset = replace(PRESETS[name], num_entities=60, num_rows=120)
+    kb = build_kb(tmp_path / name, preset, seed=0)
+    train, test = gold_entities(kb, "train"), gold_entities(kb, "test")
+    assert not set(train) & set(test)
+    indices = all_rows(kb)["extra_info"].map(lambda e: e["index"]).tolist()
+    assert len(train) + len(test) == 120 and indices == list(range(120))
+    assert 24 <= len(test) <= 24 + max(map(test.count, test))  # 20% of 120, the last entity's rows past it
+
+
+def test_the_verify_tasks_demo_split_is_each_row_alone_as_before(tmp_path: Path) -> None:
+    """The ``demo`` preset (the verify task's: its recorded figures) keeps its row-by-row split: a row is test where
+    the old split's draw, ``default_rng(seed + 1).random(num_rows) < test_fraction``, put it. At full size that is
+    117 of the 600 rows, 104 of them about an entity a training row asks about too."""
+    preset = replace(PRESETS["demo"], num_entities=60, num_rows=40)
+    kb = build_kb(tmp_path / "demo", preset, seed=3)
+    rows = all_rows(kb)["extra_info"]
+    old_split = np.random.default_rng(3 + 1).random(40) < preset.test_fraction
+    assert [e["split"] == "test" for e in rows] == old_split.tolist()
+    gold = synthetic_kb.generate(PRESETS["demo"], 0).gold
+    is_test = held_out_rows(gold, PRESETS["demo"].split, PRESETS["demo"].test_fraction, 0)
+    assert is_test.tolist() == (np.random.default_rng(1).random(600) < 0.2).tolist() and is_test.sum() == 117
+    train = {g[0] for g, t in zip(gold, is_test, strict=True) if not t}
+    assert sum(g[0] in train for g, t in zip(gold, is_test, strict=True) if t) == 104
+
+
+def test_an_entity_disjoint_split_needs_single_image_rows_and_a_known_split_name() -> None:
+    with pytest.raises(ValueError, match="entity_disjoint needs single-image rows"):
+        replace(PRESETS["tiny"], split="entity_disjoint")
+    with pytest.raises(ValueError, match="split must be one of"):
+        replace(PRESETS["demo"], split="entities")
+
+
+def test_synthetic_kb_io_doctests() -> None:
+    """The entity-disjoint split's example."""
+    import doctest
+
+    from ragym.data_prep import synthetic_kb_io
+
+    result = doctest.testmod(synthetic_kb_io)
     assert result.failed == 0 and result.attempted > 0
