@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="demos at a time")
     parser.add_argument("--task", default="verify", help="ragym demo --task")
     parser.add_argument("--min-gain", type=float, default=0.3, help="reward and Ident. gain a run must reach")
+    parser.add_argument("--write-band", action="store_true", help="record the band in ragym's rl/demo/band.json "
+                        "(what the demo's report compares a run with) under --task")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides for every demo")
     args = parser.parse_args(argv)
     import torch
@@ -145,7 +147,29 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['rss_mb']:.0f} MB |")  # fmt: skip
     print("\n".join(band_lines(runs, args.kernels)))
     (args.out / "band.json").write_text(json.dumps({f"{k}/{s}": r for (k, s), r in runs.items()}, indent=1))
+    if args.write_band:
+        write_band(args.task, runs, f"seeds {args.seeds[0]}-{args.seeds[-1]} x kernels {', '.join(args.kernels)}, "
+                   f"torch {torch.__version__}")  # fmt: skip
     return 0
+
+
+def write_band(task: str, runs: dict[tuple[str, int], dict[str, Any]], settings: str) -> dict[str, Any]:
+    """Record ``task``'s band (each report figure's mean, 95% interval and range over ``runs``) in the file the
+    demo's report reads (``ragym.rl.demo.report.BAND``); returns it."""
+    from ragym.rl.ablate.stats import mean_interval
+    from ragym.rl.demo.report import BAND, BAND_FIGURES
+
+    figures = {}
+    for key in BAND_FIGURES:
+        values = [r[key] for r in runs.values()]
+        stats = mean_interval(values)
+        figures[key] = {"mean": stats["mean"], "low": stats["low"], "high": stats["high"], "min": min(values),
+                        "max": max(values)}  # fmt: skip
+    band = {"runs": len(runs), "passed": sum(r["passes"] for r in runs.values()), "settings": settings,
+            "figures": figures}  # fmt: skip
+    bands = json.loads(BAND.read_text()) if BAND.is_file() else {}
+    BAND.write_text(json.dumps({**bands, task: band}, indent=1) + "\n")
+    return band
 
 
 if __name__ == "__main__":

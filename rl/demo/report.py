@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +38,61 @@ def gain_shares(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
     return {term: (after[term] - before[term]) / gain for term in GAIN_TERMS}
 
 
-def outcome_by_identification(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+def trained_entities(rows: list[dict[str, Any]]) -> set[str]:
+    """The gold entities of the training rows (``read_rows``'s dicts): a held-out question about one of them is
+    "seen", and its answer could be recalled from training rather than read from the passage."""
+    return {
+        gold for row in rows for gold in json.loads(row["extra_info"]["env_options"])["gold_entities"] if gold
+    }
+
+
+def _gold_entities(episode: dict[str, Any]) -> list[str]:
+    return next(e["gold_entities"] for e in episode["events"] if e["type"] == "task")
+
+
+def outcome_by_identification(episodes: list[dict[str, Any]], seen: set[str] | None = None) -> dict[str, Any]:
     """Held-out outcome on the questions whose entity the policy confirmed (episode Ident. 1) and on the others,
-    from trace lines (``ragym.rl.view.trace``: ``env_id``, ``events``, ``terms``); None where there is none."""
+    from trace lines (``ragym.rl.view.trace``: ``env_id``, ``events``, ``terms``); None where there is none.
+
+    With ``seen`` (``trained_entities``) each is also split by whether a gold entity of the question is a training
+    row's (``_seen``) or none is (``_unseen``): only on unseen entities does a right answer show copying."""
     split: dict[str, list[float]] = {"identified": [], "not_identified": []}
+    if seen is not None:
+        split |= {
+            f"{name}_{side}": [] for name in ("identified", "not_identified") for side in ("seen", "unseen")
+        }
     for episode in episodes:
         identified = episode_metrics(episode["env_id"], episode["events"]).get("ident_acc") == 1.0
-        split["identified" if identified else "not_identified"].append(float(episode["terms"]["outcome"]))
+        name, outcome = "identified" if identified else "not_identified", float(episode["terms"]["outcome"])
+        split[name].append(outcome)
+        if seen is not None:
+            side = "seen" if seen & set(_gold_entities(episode)) else "unseen"
+            split[f"{name}_{side}"].append(outcome)
     out: dict[str, Any] = {}
     for name, values in split.items():
         out[f"outcome_{name}"] = sum(values) / len(values) if values else None
         out[f"num_{name}"] = len(values)
     return out
+
+
+SPLIT_PREFIXES = ("outcome_", "num_")
+"""Held-out summary keys of ``outcome_by_identification``'s split (its own table, not the metric table's)."""
+SEEN_ROWS = {"identified": ("entity confirmed", "questions with the entity confirmed"),
+             "not_identified": ("entity not confirmed", "questions without")}  # fmt: skip
+"""Split name -> (its outcome row, its count row) in the report."""
+
+
+def seen_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The outcome split's rows by whether the question's entity is a training question's (seen) or not
+    (unseen), where the summaries have that split (``outcome_by_identification`` with ``seen``)."""
+    lines = []
+    for name, (outcome, count) in SEEN_ROWS.items():
+        for side in ("unseen", "seen"):
+            key = f"{name}_{side}"
+            if f"num_{key}" in before:
+                lines += [_row(f"{outcome}, {side} in training", before[f"outcome_{key}"], after[f"outcome_{key}"]),
+                          _row(f"{count}, {side} in training", before[f"num_{key}"], after[f"num_{key}"])]  # fmt: skip
+    return lines
 
 
 def plot_rewards(train: list[dict[str, Any]], path: Path) -> None:
@@ -102,6 +146,51 @@ def diagnosis(result: dict[str, Any], train: list[dict[str, Any]]) -> str:
     return text
 
 
+BAND = Path(__file__).with_name("band.json")
+"""Where the demo lands over seeds and CPU kernel settings, per task (``benchmarks/demo_band.py --write-band``)."""
+BAND_FIGURES = {"reward_after": "held-out reward after GRPO", "reward_gain": "held-out reward gain",
+                "ident_after": "held-out Ident. after GRPO", "ident_gain": "held-out Ident. gain"}  # fmt: skip
+"""The band's figures the report places this run in: band key -> what it is."""
+
+
+def band_lines(result: dict[str, Any], band: dict[str, Any] | None) -> list[str]:
+    """Where this run falls in the measured band of its task: each figure's band (mean, 95% interval, range over
+    the measured runs) beside this run's value, and whether the value is inside the range.
+
+    >>> band = {"runs": 20, "settings": "seeds 0-9 x 2 kernels", "passed": 20, "figures": {"reward_gain":
+    ...         {"mean": 0.7, "low": 0.68, "high": 0.72, "min": 0.6, "max": 0.75}}}
+    >>> result = {"before": {"reward_mean": 1.25, "ident_acc": 0.0}, "after": {"reward_mean": 1.3, "ident_acc": 0.0}}
+    >>> band_lines(result, band)[-2]
+    '| held-out reward gain | 0.700 [0.680, 0.720] | 0.600 - 0.750 | 0.050 | below the range |'
+    """
+    if band is None:
+        return []
+    before, after = result["before"], result["after"]
+    values = {"reward_after": after["reward_mean"], "reward_gain": after["reward_mean"] - before["reward_mean"],
+              "ident_after": after["ident_acc"], "ident_gain": after["ident_acc"] - before["ident_acc"]}  # fmt: skip
+    lines = ["## Where this run falls", "",
+             f"The band `ragym demo` of this task lands in, measured over {band['runs']} runs ({band['settings']}; "
+             f"{band['passed']} of them raised the held-out reward and Ident. by 0.3 or more; docs/results.md):", "",
+             "| figure | band: mean [95% interval] | range | this run | |", "|---|---|---|---|---|"]  # fmt: skip
+    for key, name in BAND_FIGURES.items():
+        if key not in band["figures"]:
+            continue
+        fig, value = band["figures"][key], values[key]
+        where = ("below the range" if value < fig["min"] - 1e-9 else "above the range" if value > fig["max"] + 1e-9
+                 else "inside the range")  # fmt: skip
+        lines.append(f"| {name} | {fig['mean']:.3f} [{fig['low']:.3f}, {fig['high']:.3f}] | {fig['min']:.3f} - "
+                     f"{fig['max']:.3f} | {value:.3f} | {where} |")  # fmt: skip
+    return lines + [""]
+
+
+def read_band(task: str) -> dict[str, Any] | None:
+    """The measured band of ``task`` from ``BAND``; None when it has none."""
+    import json
+
+    bands = json.loads(BAND.read_text()) if BAND.is_file() else {}
+    return bands.get(task)
+
+
 def margin_lines(margins: dict[str, Any]) -> list[str]:
     """The decision-margin table: the policy's probability of the right decision where the batch holds the match
     and where it does not, before and after GRPO (``ragym.rl.demo.margin``)."""
@@ -127,8 +216,9 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
     """Write ``out/report.md`` and ``out/reward_components.png``; returns the report path."""
     plot_rewards(train, out / "reward_components.png")
     before, after, warm = result["before"], result["after"], result["warm_start"]
-    split = ("outcome_identified", "num_identified", "outcome_not_identified", "num_not_identified")
-    rows = [_row(k, before[k], after[k]) for k in before if k != "actions" and k not in split]
+    rows = [
+        _row(k, before[k], after[k]) for k in before if k != "actions" and not k.startswith(SPLIT_PREFIXES)
+    ]
     actions = sorted(set(before["actions"]) | set(after["actions"]))
     rows += [
         _row(f"actions/{a} per episode", before["actions"].get(a, 0.0), after["actions"].get(a, 0.0))
@@ -159,10 +249,13 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
         "zero_adv_group_share: share of GRPO groups whose episodes all scored the same (first / last step).",
         "",
         *(margin_lines(result["decision_margin"]) if "decision_margin" in result else []),
+        *band_lines(result, read_band(result["task"])),
         "## What the reward gain is made of",
         "",
-        "Held-out outcome on the questions whose entity the policy confirmed (Ident. 1) and on the others, and "
-        "each reward term's share of the held-out reward gain (its change / the total's change; the shares sum to 1).",
+        "Held-out outcome on the questions whose entity the policy confirmed (Ident. 1) and on the others, each "
+        "also by whether a training question asks about the same entity (seen) or none does (unseen: a right "
+        "answer there is read from the passage, not recalled), and each reward term's share of the held-out "
+        "reward gain (its change / the total's change; the shares sum to 1).",
         "",
         "| | before | after |",
         "|---|---|---|",
@@ -171,6 +264,7 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
         _row("outcome, entity not confirmed", before.get("outcome_not_identified"),
              after.get("outcome_not_identified")),
         _row("questions without", before.get("num_not_identified"), after.get("num_not_identified")),
+        *seen_lines(before, after),
         "",
         "| term | before | after | share of the reward gain |",
         "|---|---|---|---|",

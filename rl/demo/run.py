@@ -30,7 +30,7 @@ from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.demo.margin import decision_margin
 from ragym.rl.demo.report import outcome_by_identification, write_report
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, task_overrides
-from ragym.rl.demo.warm_start import COPY_TAGS, WarmStartConfig, expert_samples, imitate
+from ragym.rl.demo.warm_start import COPY_TAGS, WarmStartConfig, WarmStartTarget, expert_samples, imitate
 from ragym.rl.engine.config import RecipeReader, read_engine_config
 from ragym.rl.engine.main import check_keys
 from ragym.rl.engine.trainer import LocalTrainer, read_rows
@@ -247,27 +247,28 @@ WARM_PROBE = "probe.json"
 """The warm start's decision margin and token accuracies (``ragym.rl.demo.margin``), in its folder."""
 
 
-def warm_start_misses(probe: dict[str, Any], target: dict[str, Any], expert_confirm: float) -> list[str]:
+def warm_start_misses(probe: dict[str, Any], target: WarmStartTarget, expert_confirm: float) -> list[str]:
     """What the warm start missed of ``target`` (``ragym.demo.warm_start_target``), one phrase each.
 
     >>> probe = {"confirm_match": {"mean": 0.6}, "reject_no_match": {"mean": 0.99},
     ...          "copy": {"greedy_share": 0.5}, "other": {"greedy_share": 1.0}}
-    >>> target = {"max_confirm_gap": 0.15, "min_reject": 0.9, "min_format_accuracy": 0.95, "min_copy_accuracy": 0.8}
+    >>> target = WarmStartTarget("stop", max_confirm_gap=0.15, min_reject=0.9, min_format_accuracy=0.95,
+    ...                          min_copy_accuracy=0.8)
     >>> warm_start_misses(probe, target, 0.2)
-    ['P(confirm a match) 0.600 is 0.400 from the expert's 0.200 (at most 0.15)', 'copy accuracy 0.500 < 0.8']
+    ["P(confirm a match) 0.600 is 0.400 from the expert's 0.200 (at most 0.15)", 'copy accuracy 0.500 < 0.8']
     """
     misses = []
     confirm, reject = probe["confirm_match"]["mean"], probe["reject_no_match"]["mean"]
-    if confirm is not None and abs(confirm - expert_confirm) > target["max_confirm_gap"]:
+    if confirm is not None and abs(confirm - expert_confirm) > target.max_confirm_gap:
         misses.append(f"P(confirm a match) {confirm:.3f} is {abs(confirm - expert_confirm):.3f} from the expert's "
-                      f"{expert_confirm:.3f} (at most {target['max_confirm_gap']})")  # fmt: skip
-    if reject is not None and reject < target["min_reject"]:
-        misses.append(f"P(reject a batch without the match) {reject:.3f} < {target['min_reject']}")
-    accuracies = (("format", "other", "min_format_accuracy"), ("copy", "copy", "min_copy_accuracy"))
-    for name, group, key in accuracies:
+                      f"{expert_confirm:.3f} (at most {target.max_confirm_gap})")  # fmt: skip
+    if reject is not None and reject < target.min_reject:
+        misses.append(f"P(reject a batch without the match) {reject:.3f} < {target.min_reject}")
+    accuracies = (("format", "other", target.min_format_accuracy), ("copy", "copy", target.min_copy_accuracy))
+    for name, group, least in accuracies:
         share = probe[group]["greedy_share"]
-        if target[key] is not None and share is not None and share < target[key]:
-            misses.append(f"{name} accuracy {share:.3f} < {target[key]}")
+        if least is not None and share is not None and share < least:
+            misses.append(f"{name} accuracy {share:.3f} < {least}")
     return misses
 
 
@@ -280,11 +281,12 @@ def check_warm_start(config: Any, reader: RecipeReader, warm_dir: Path, seed: in
         rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
         path.write_text(json.dumps(decision_margin(warm_dir, config, rows)))
     probe = json.loads(path.read_text())
-    target, warm = reader.get("ragym.demo.warm_start_target"), reader.get("ragym.demo.warm_start")
+    target = WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
+    warm = reader.get("ragym.demo.warm_start")
     misses = warm_start_misses(probe, target, 1.0 - warm["reject_noise"] - warm["noise"])
     if misses:
         text = f"seed {seed}: the warm start in {warm_dir} missed its target: {'; '.join(misses)}"
-        if target["action"] == "stop":
+        if target.action == "stop":
             raise WarmStartMissed(text + " (ragym.demo.warm_start_target.action=warn runs GRPO anyway)")
         logger.warning("%s", text)
     return probe

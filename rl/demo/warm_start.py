@@ -87,6 +87,29 @@ class WarmStartConfig:
 
 COPY_TAGS = ("search_call", "answer")
 """Action tags whose text the warm start weights by ``copy_weight``: the expert copies a name or value there."""
+
+
+@dataclass(frozen=True)
+class WarmStartTarget:
+    """What a warm start must reach before GRPO starts (``ragym.demo.warm_start_target``), read on the noiseless
+    expert's held-out episodes (``ragym.rl.demo.margin``): a warm start that misses it is a failed run."""
+
+    action: str
+    """``stop``: the run ends with one line naming what was missed; ``warn``: it is logged and GRPO runs."""
+    max_confirm_gap: float
+    """Largest distance of the policy's P(confirm a match) from the expert's rate (1 - reject_noise - noise)."""
+    min_reject: float
+    """Least P(Reject) where no candidate matches."""
+    min_format_accuracy: float
+    """Least share of the expert's other generated tokens (grammar, tags, protocol) that are the policy's argmax."""
+    min_copy_accuracy: float | None
+    """Least share of the copied tokens (a confirmed name, an answer's value) that are the argmax; None: unchecked."""
+
+    def __post_init__(self) -> None:
+        if self.action not in ("stop", "warn"):
+            raise ValueError(f"ragym.demo.warm_start_target.action must be stop or warn, got {self.action!r}")
+
+
 _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
 """Where the expert writes a name or answer copied from an observation (Reject() excluded)."""
 _NAME_SLOT = re.compile(r'(<answer>|SearchText\(\[")')

@@ -54,6 +54,7 @@ RAGYM_SECTIONS = {
     "ragym.engine": ("ragym.rl.engine.config", "EngineConfig"),
     "ragym.demo.policy": ("ragym.rl.tiny.policy", "TinyPolicyConfig"),
     "ragym.demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
+    "ragym.demo.warm_start_target": ("ragym.rl.demo.warm_start", "WarmStartTarget"),
     "ragym.demo.copy_pretrain": ("ragym.rl.tiny.copy_pretrain", "CopyPretrainConfig"),
     "ragym.r3g_demo.policy": ("ragym.rl.tiny.policy", "TinyPolicyConfig"),
     "ragym.r3g_demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
