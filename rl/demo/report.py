@@ -77,8 +77,8 @@ def outcome_by_identification(episodes: list[dict[str, Any]], seen: set[str] | N
 
 SPLIT_PREFIXES = ("outcome_", "num_")
 """Held-out summary keys of ``outcome_by_identification``'s split (its own table, not the metric table's)."""
-SEEN_ROWS = {"identified": ("entity confirmed", "questions with the entity confirmed"),
-             "not_identified": ("entity not confirmed", "questions without")}  # fmt: skip
+SEEN_ROWS = {"identified": ("outcome, entity confirmed", "questions with the entity confirmed"),
+             "not_identified": ("outcome, entity not confirmed", "questions without")}  # fmt: skip
 """Split name -> (its outcome row, its count row) in the report."""
 
 

@@ -28,7 +28,7 @@ from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.demo.margin import decision_margin
-from ragym.rl.demo.report import outcome_by_identification, write_report
+from ragym.rl.demo.report import outcome_by_identification, trained_entities, write_report
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, task_overrides
 from ragym.rl.demo.warm_start import COPY_TAGS, WarmStartConfig, WarmStartTarget, expert_samples, imitate
 from ragym.rl.engine.config import RecipeReader, read_engine_config
@@ -332,8 +332,9 @@ def run_demo(
     # Every held-out episode is traced (the recipe's trace_groups_per_step covers val_max_samples); a re-run of a
     # finished demo evaluates again, so the last episode of each row counts.
     traced = [line for _, line in read_jsonl(Path(cfg.output_dir) / "traces" / "episodes.jsonl")]
+    seen = trained_entities(read_rows(reader.get("data.train_files")))  # seen: a training question's entity
     held_out = {step: outcome_by_identification(list({e["row_index"]: e for e in traced
-                                                      if e["phase"] == "val" and e["step"] == step}.values()))
+                                                      if e["phase"] == "val" and e["step"] == step}.values()), seen)
                 for step in (0, trainer.step)}  # fmt: skip
     result = {
         "seed": seed,

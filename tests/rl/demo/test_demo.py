@@ -30,7 +30,7 @@ def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
     assert main(["--out", str(tmp_path), "--steps", "1", *TOY]) == 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     required = {"reward_mean", "outcome", "format", "verification", "ident_acc", "avg_rejections",
-                "zero_adv_group_share", "actions"}  # fmt: skip
+                "zero_adv_group_share", "actions", "num_identified_unseen", "outcome_not_identified_seen"}  # fmt: skip
     for phase in ("before", "after"):
         assert required <= set(metrics[phase])
         assert 0.0 <= metrics[phase]["zero_adv_group_share"] <= 1.0
@@ -249,3 +249,23 @@ def test_a_missed_warm_start_stops_the_demo_before_grpo(tmp_path) -> None:
     assert not (tmp_path / "grpo").exists()
     probe = json.loads((tmp_path / "warm_start" / "probe.json").read_text())
     assert set(probe) == {"confirm_match", "reject_no_match", "copy", "other"} and probe["other"]["n"] > 0
+
+
+def test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds(expert_rows) -> None:
+    """``soft_decisions``: a row whose batch holds the match gives its confirming and its rejecting episode,
+    weighted 1 - reject_noise and reject_noise; a row without one gives one episode of weight 1. The expected
+    decision target is then the expert's odds exactly, whatever the draws."""
+    from ragym.rl.demo.warm_start import expert_samples
+
+    rows, factory, tokenizer = expert_rows
+    samples = expert_samples(rows, factory, tokenizer, _warm_config(reject_noise=0.7, soft_decisions=True))
+    assert all(len(s) == 3 for s in samples)
+    confirming = [s for s in samples if "<rerank>1</rerank>" in tokenizer.decode(s[0].response_ids)]
+    assert confirming and {round(s[2], 6) for s in confirming} == {0.3}
+    rejecting = [s for s in samples if s[2] < 1.0 and s not in confirming]
+    assert len(rejecting) == len(confirming) and {round(s[2], 6) for s in rejecting} == {0.7}
+    assert {s[2] for s in samples if s not in confirming and s not in rejecting} == {1.0}
+    assert len(samples) == len(rows) + len(confirming)  # one extra episode per row with a match
+    # Noise on which candidate is confirmed is not enumerated: refused rather than silently ignored.
+    with pytest.raises(ValueError, match="noise=0"):
+        expert_samples(rows, factory, tokenizer, _warm_config(noise=0.1, soft_decisions=True))
