@@ -108,8 +108,9 @@ class MemoraConfig(ScoreWeights, EnvConfig):
     """Folder of per-domain memory files (``<domain>.jsonl``); None keeps memory in this env instance only
     (rows run by the agent loop, which builds one env per episode, must name one: ``ragym.rl.data.rows``)."""
     own_query_similarity: float = OWN_QUERY_SIMILARITY
-    """Bag-of-words cosine from which a memory record's query counts as the reading query's own (a copy under
-    another id, a trailing "?"), so the query never reads it (``ragym.envs.memora.memory``)."""
+    """Content-word cosine from which a memory record's query counts as the reading query's own (a copy or a
+    rewording under another id), so the query never reads it (``ragym.envs.memora.memory.OWN_QUERY_SIMILARITY``
+    says why 0.6)."""
     memory_frozen: bool = False
     """Evaluation: read memory, never write it."""
     domain: str = "default"
@@ -185,7 +186,7 @@ class MemoraEnv(gymnasium.Env):
         return self._collection
 
     def memory(self, domain: str) -> EpisodicMemory:
-        """The domain's episodic memory (re-read from disk when other writers appended to it)."""
+        """The domain's episodic memory (re-read from disk when other writers changed it)."""
         c = self.config
         if domain not in self._memories:
             path = Path(c.memory_dir) / f"{domain}.jsonl" if c.memory_dir else None

@@ -166,7 +166,7 @@ def test_memory_is_written_with_outcomes_persists_and_freezes(tmp_path) -> None:
     assert record["top_docs"] == ["c", "d"] and record["ndcg"] == pytest.approx(1.0)
     # A new env instance (as the agent loop builds per episode) reads it back and shows it.
     fresh = small_env(memory_dir=str(tmp_path))
-    obs, info = fresh.reset(options={**OPTIONS, "query_id": "q2", "query": "another gamma question"})
+    obs, info = fresh.reset(options={**OPTIONS, "query_id": "q2", "query": "gamma rays from distant quasars"})
     assert "gamma question" in obs["text"] and "+gamma three" in obs["text"] and "-delta four" in obs["text"]
     assert events_of(info["events"], "memory_read")[0]["hits"] == 1
     # The factor prior: the same factors now get (h, l) = (1, 0) and (0, 1), and c's memory prior.
@@ -184,14 +184,15 @@ def test_a_query_never_reads_its_own_past_episodes(tmp_path) -> None:
     never shown it; another query is."""
     play_factor_episode(small_env(memory_dir=str(tmp_path)), {**OPTIONS, "query": "gamma question"})
     for options in (
-        {**OPTIONS, "query": "gamma question, asked again"},
-        {"query": "gamma  Question", "domain": "toy"},
+        {**OPTIONS, "query": "gamma question, asked again"},  # the same id
+        {"query": "gamma  Question", "domain": "toy"},  # the same text
+        {**OPTIONS, "query_id": "q3", "query": "what is the gamma question?"},  # reworded, another id
     ):
-        obs, info = small_env(memory_dir=str(tmp_path)).reset(options=options)  # same id; same text
+        obs, info = small_env(memory_dir=str(tmp_path)).reset(options=options)
         assert info["view"]["memories"] == [] and "no similar past episode (1 stored)" in obs["text"]
         assert events_of(info["events"], "memory_read")[0]["hits"] == 0
     _, info = small_env(memory_dir=str(tmp_path)).reset(
-        options={**OPTIONS, "query_id": "q2", "query": "gamma?"}
+        options={**OPTIONS, "query_id": "q2", "query": "gamma rays from distant quasars"}
     )
     assert [m["query_id"] for m in info["view"]["memories"]] == ["q1"]
 

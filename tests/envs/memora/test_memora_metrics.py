@@ -11,7 +11,9 @@ from tests.envs.memora.test_memora import OPTIONS, play_factor_episode, small_en
 def test_metrics_of_a_toy_episode(tmp_path) -> None:
     env = small_env(memory_dir=str(tmp_path))
     play_factor_episode(env, {**OPTIONS, "query": "gamma question"})
-    info = play_factor_episode(env, {**OPTIONS, "query_id": "q2", "query": "gamma again"})  # sees q1
+    info = play_factor_episode(
+        env, {**OPTIONS, "query_id": "q2", "query": "gamma rays from quasars"}
+    )  # sees q1
     metrics = episode_metrics("MEMORA-v0", info["events"])
     # K = 2: the final top 2 is c, d (c relevant) -> nDCG@2 = 1; the first stage's top 2 is a, b -> 0.
     assert metrics["ndcg"] == pytest.approx(1.0) and metrics["first_stage_ndcg"] == 0.0
