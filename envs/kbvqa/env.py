@@ -10,8 +10,9 @@ Rerank(e), Reject() and Answer(y) (grammar in ``ragym.envs.kbvqa.actions``; stop
   counts as one of the active image's rejections and serves its next batch (the boundary prompt when the
   batch cap is reached); when the image's RejCount, its counted Rejects, is already Rej_max it brings the
   boundary prompt instead and is not counted (Algorithm S1, lines 14-20, which checks RejCount alone:
-  batches paged by SearchImage do not count; the ``verification`` event says ``at_limit``). A second decision on the same
-  batch is a ``protocol_violation`` and changes nothing, so repeating Rerank(e*) earns nothing.
+  batches paged by SearchImage do not count; the ``verification`` event says ``at_limit``). A second
+  decision on the same batch is a ``protocol_violation`` and changes nothing, so repeating Rerank(e*) earns
+  nothing.
 - ``allow_reject=False`` (Table 5's "w/o Reject"): the system prompt lists no Reject, the parser reads
   ``Reject()`` as a malformed turn, and the ``task`` event says so for the rewards.
 - Malformed turns and forbidden actions never raise: the observation says what was wrong, an event is

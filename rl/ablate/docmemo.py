@@ -26,8 +26,9 @@ to add, the question alone. Each variant removes what its Table 4 row removes, i
 Each variant differs from ``full`` in exactly the settings its name removes; every other setting
 (``reshow_evidence`` included) is ``full``'s. The oracle reads events and the evidence excerpts, not the schema
 or episodic memory text, so removing that text cannot change what it selects: ``no_schema_memory`` and
-``no_episodic_memory`` equal ``full`` here by construction (recall cannot see them). The paper's Table 4 is answer accuracy with a trained reasoner; recall per
-round is the part a CPU can measure. Seeds are Thompson-sampling seeds.
+``no_episodic_memory`` equal ``full`` here by construction (recall cannot see them). The paper's Table 4 is
+answer accuracy with a trained reasoner; recall per round is the part a CPU can measure. Seeds are
+Thompson-sampling seeds.
 """
 
 from __future__ import annotations
