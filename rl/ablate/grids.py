@@ -394,7 +394,7 @@ register_grid(
     Grid("demo", "kbvqa", (Variant("demo"),), KB, (),
          "The CPU demo itself (`ragym demo`), over seeds: each metric before and after GRPO, and the gain")
 )  # fmt: skip
-# The CPU demo itself: its KB, perfect visual check, warm start (reject_noise 0.8) and 30 GRPO steps.
+# The CPU demo itself: its KB, perfect visual check, warm start (reject_noise 0.7) and 30 GRPO steps.
 register_grid(
     Grid("credit", "kbvqa", _credit_variants({}, {}), KB, (),
          _ISSUE_27 + ", on the CPU demo's task (its 30 GRPO steps, perfect visual check, warm start)",
