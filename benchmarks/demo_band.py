@@ -57,10 +57,16 @@ def run_one(out: Path, kernel: str, seed: int, task: str, overrides: list[str]) 
                "--task", task, *overrides]  # fmt: skip
     start = time.perf_counter()
     with open(folder.parent / f"seed_{seed}.log", "w") as log:
-        done = subprocess.run(command, env=run_env(kernel), stdout=log, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{kernel} seed {seed}: ragym demo exited {done.returncode}; see {log.name}")
-    print(f"{kernel} seed {seed}: done in {time.perf_counter() - start:.0f}s", flush=True)
+        process = subprocess.Popen(command, env=run_env(kernel), stdout=log, stderr=subprocess.STDOUT)
+        # wait4: this demo's own CPU time, the wall time it needs on an idle core (it runs on one thread), however
+        # busy the machine was while it ran.
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"{kernel} seed {seed}: ragym demo exited {process.returncode}; see {log.name}")
+    cpu = {"cpu_s": usage.ru_utime + usage.ru_stime, "wall_s": time.perf_counter() - start}
+    (folder / "cpu.json").write_text(json.dumps(cpu))
+    print(f"{kernel} seed {seed}: done in {cpu['wall_s']:.0f}s wall, {cpu['cpu_s']:.0f}s CPU", flush=True)
     return folder
 
 
@@ -79,6 +85,8 @@ def row(folder: Path, min_gain: float) -> dict[str, Any]:
         "wall_s": metrics["wall_time_s"],
         "rss_mb": metrics["peak_rss_mb"],
     }
+    if (folder / "cpu.json").is_file():
+        figures["cpu_s"] = json.loads((folder / "cpu.json").read_text())["cpu_s"]
     for phase in ("before", "after"):
         if margin:
             figures[f"p_confirm_{phase}"] = margin[phase]["confirm_match"]["mean"]
@@ -99,7 +107,7 @@ def interval(values: list[float]) -> tuple[float, float | None]:
 def band_lines(runs: dict[tuple[str, int], dict[str, Any]], kernels: list[str]) -> list[str]:
     """Per kernel setting and over all runs: passes, and each figure's mean ± 95% half-width, min and max."""
     keys = ["reward_after", "reward_gain", "ident_after", "ident_gain", "p_confirm_before", "p_confirm_after",
-            "wall_s", "rss_mb"]  # fmt: skip
+            "wall_s", "cpu_s", "rss_mb"]  # fmt: skip
     lines = []
     for name, group in [*((k, [r for (kk, _), r in runs.items() if kk == k]) for k in kernels),
                         ("all", list(runs.values()))]:  # fmt: skip
@@ -136,15 +144,15 @@ def main(argv: list[str] | None = None) -> int:
         folders = dict(zip(todo, pool.map(lambda ks: run_one(args.out, ks[0], ks[1], args.task, args.overrides),
                                           todo), strict=True))  # fmt: skip
     runs = {ks: row(folder, args.min_gain) for ks, folder in folders.items()}
-    print("| kernels | seed | reward | Ident. | P(confirm a match) | passes | wall | peak RSS |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| kernels | seed | reward | Ident. | P(confirm a match) | passes | wall | CPU | peak RSS |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for (kernel, seed), r in runs.items():
         margin = (
             f"{r['p_confirm_before']:.3f} -> {r['p_confirm_after']:.3f}" if "p_confirm_after" in r else "n/a"
         )
         print(f"| {kernel} | {seed} | {r['reward_before']:.3f} -> {r['reward_after']:.3f} | {r['ident_before']:.2f} -> "
               f"{r['ident_after']:.2f} | {margin} | {'yes' if r['passes'] else 'no'} | {r['wall_s']:.0f} s | "
-              f"{r['rss_mb']:.0f} MB |")  # fmt: skip
+              f"{r.get('cpu_s', float('nan')):.0f} s | {r['rss_mb']:.0f} MB |")  # fmt: skip
     print("\n".join(band_lines(runs, args.kernels)))
     (args.out / "band.json").write_text(json.dumps({f"{k}/{s}": r for (k, s), r in runs.items()}, indent=1))
     if args.write_band:

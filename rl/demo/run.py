@@ -292,8 +292,9 @@ def check_warm_start(config: Any, reader: RecipeReader, warm_dir: Path, seed: in
     return probe
 
 
-class WarmStartMissed(RuntimeError):
-    """The warm start did not reach ``ragym.demo.warm_start_target``: GRPO from it would not measure RL."""
+class WarmStartMissed(UsageError):
+    """The warm start did not reach ``ragym.demo.warm_start_target``: GRPO from it would not measure RL. A user
+    error in ``ragym``'s sense: one printed line, naming what was missed and how to run GRPO anyway."""
 
 
 def run_demo(
