@@ -197,6 +197,26 @@ def test_a_query_never_reads_its_own_past_episodes(tmp_path) -> None:
     assert [m["query_id"] for m in info["view"]["memories"]] == ["q1"]
 
 
+MOTHS = "why do moths fly in circles around street lamps at night yet ignore bright stars high above quiet dark fields"
+"""Fifteen content words; two of them edited below keep a content-word cosine of 13 / 15 = 0.867."""
+
+
+def test_the_own_query_similarity_setting_decides_which_memories_a_query_sees(tmp_path) -> None:
+    """Another id's record of nearly the same words: the env's ``own_query_similarity`` decides whether the reading
+    query takes it for its own (hidden) or for another query's (shown), in the view and in the memory_read event."""
+    from ragym.envs.memora.memory import EpisodicMemory, MemoryRecord
+
+    EpisodicMemory(tmp_path / "toy.jsonl").write(MemoryRecord(MOTHS, (), ("c",), 1.0, "q7"))
+    reworded = MOTHS.replace("street", "garden").replace("lamps", "lights")
+    shown = {}
+    for threshold in (0.6, 0.86, 0.87, 1.0):
+        env = small_env(memory_dir=str(tmp_path), own_query_similarity=threshold)
+        _, info = env.reset(options={**OPTIONS, "query_id": "q9", "query": reworded})
+        shown[threshold] = [m["query_id"] for m in info["view"]["memories"]]
+        assert events_of(info["events"], "memory_read")[0]["hits"] == len(shown[threshold])
+    assert shown == {0.6: [], 0.86: [], 0.87: ["q7"], 1.0: ["q7"]}
+
+
 def test_own_memory_gives_a_stop_at_once_policy_nothing() -> None:
     """The leak of issue 30: one earlier scored episode of the same query raised an immediate stop's nDCG@10
     by 0.11 on these 40 queries (its document prior boosted its own relevant documents); now by nothing."""
