@@ -106,6 +106,19 @@ def test_the_oracle_writes_the_refined_query_into_the_env(store_root: Path) -> N
     assert [e["pages"] for e in events_of(env.events, "evidence")][:2] == [[2, 1], [9, 3]]
 
 
+def test_what_is_missing_is_read_against_every_round_so_far(store_root: Path) -> None:
+    """No page useful (gold page 9 never shows): each refinement adds the question's terms that no excerpt read so
+    far holds. One evidence page a round and ``reshow_evidence`` off (``full``'s): round 1 reads page 2, which holds
+    every term of the question, and round 2 reads page 1 alone, which lacks "did" and "grow". Read against both
+    rounds nothing is missing and the query stays the question; against round 2's page alone it would add them."""
+    env = DocMemoEnv(retriever=EveryName(OverlapRetriever()), store_root=str(store_root), show_images=False,
+                     num_candidates=3, num_evidence=1, max_rounds=3, reshow_evidence=False)  # fmt: skip
+    oracle_loop(env, {"question": QUESTION, "doc_id": "fund.pdf"}, {9}, 0, True, True)
+    assert [e["pages"] for e in events_of(env.events, "evidence")] == [[2], [1], [3]]
+    assert [e["query"] for e in events_of(env.events, "candidates")] == [QUESTION] * 3
+    assert refined_query(QUESTION, [], [PAGES[1]]) == f"{QUESTION} did grow"  # round 2's page alone
+
+
 def test_without_belief_memory_evidence_follows_the_current_query(store_root: Path) -> None:
     # Round 1's similarity kept as the belief prior ranks evidence by the question every round: page 9 never
     # shows, whatever the query. That prior is page-belief memory, which "w/o tri-level memory" removes. The
