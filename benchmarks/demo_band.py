@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="demos at a time")
     parser.add_argument("--task", default="verify", help="ragym demo --task")
     parser.add_argument("--min-gain", type=float, default=0.3, help="reward and Ident. gain a run must reach")
+    parser.add_argument("--collect", action="store_true", help="run nothing: report the finished runs under --out "
+                        "(those not finished are named and left out)")  # fmt: skip
     parser.add_argument("--write-band", action="store_true", help="record the band in ragym's rl/demo/band.json "
                         "(what the demo's report compares a run with) under --task")  # fmt: skip
     parser.add_argument("overrides", nargs="*", help="recipe overrides for every demo")
@@ -140,9 +142,15 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"torch {torch.__version__}, this CPU's kernels: {torch.backends.cpu.get_cpu_capability()}")
     todo = [(k, s) for k in args.kernels for s in args.seeds]
-    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-        folders = dict(zip(todo, pool.map(lambda ks: run_one(args.out, ks[0], ks[1], args.task, args.overrides),
-                                          todo), strict=True))  # fmt: skip
+    if args.collect:
+        folders = {(k, s): args.out / k / f"seed_{s}" for k, s in todo}
+        missing = [f"{k}/{s}" for (k, s), f in folders.items() if not (f / "metrics.json").is_file()]
+        print(f"not finished, left out: {', '.join(missing) or 'none'}")
+        folders = {ks: f for ks, f in folders.items() if (f / "metrics.json").is_file()}
+    else:
+        with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+            runs_done = pool.map(lambda ks: run_one(args.out, ks[0], ks[1], args.task, args.overrides), todo)
+            folders = dict(zip(todo, runs_done, strict=True))
     runs = {ks: row(folder, args.min_gain) for ks, folder in folders.items()}
     print("| kernels | seed | reward | Ident. | P(confirm a match) | passes | wall | CPU | peak RSS |")
     print("|---|---|---|---|---|---|---|---|---|")
