@@ -170,6 +170,10 @@ class DocMemoConfig(EnvConfig):
             )
         if self.encoder not in ("text", "visual"):
             raise ValueError(f"DocMemoConfig.encoder must be 'text' or 'visual', got {self.encoder!r}")
+        if self.encoder == "visual" and not self.visual_model_path:
+            raise ValueError(
+                "DocMemoConfig.visual_model_path must be a local model folder when encoder is 'visual'"
+            )
 
 
 class DocMemoEnv(gymnasium.Env):

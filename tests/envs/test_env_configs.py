@@ -35,6 +35,15 @@ def test_docmemo_nonsense_settings_name_the_field(field, value):
     DocMemoConfig()
 
 
+def test_docmemo_visual_encoder_without_a_model_is_refused_naming_the_path():
+    from ragym.envs.docmemo.env import DocMemoConfig
+
+    # Before, the config took it and the env failed later inside huggingface_hub with "Repo id must use ...".
+    with pytest.raises(ValueError, match="DocMemoConfig.visual_model_path must be"):
+        DocMemoConfig(encoder="visual")
+    DocMemoConfig(encoder="visual", visual_model_path="/models/clip")
+
+
 @pytest.mark.parametrize("env_id", ["KBVQA-v0", "KBVQA-Demo-v0", "DocMemo-v0", "MEMORA-v0", "R3G-v0"])
 def test_an_unknown_setting_is_refused_naming_it_and_the_settings_there_are(env_id):
     from ragym.envs import make_env
