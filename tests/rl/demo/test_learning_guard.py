@@ -3,7 +3,7 @@
 The demo's held-out Ident. is greedy, so it moves only when P(confirm a match) crosses ~0.5 (about step 17 of
 30 on seed 0): a short run cannot read learning off it. The decision margin (``ragym.rl.demo.margin``) is the
 probability itself, so a short run on a fixed seed must raise it by a clear step, whatever the CPU's kernels
-(docs/results.md, "Why the demo's learning was fragile": +0.15 in 10 steps on every seed measured). A broken
+(docs/results.md, "Why the demo's learning was fragile": +0.20 to +0.35 in 10 steps on seeds 0-3). A broken
 advantage, loss mask, optimizer or reward turns the rise into noise around zero and fails this test.
 """
 
@@ -16,8 +16,9 @@ import pytest
 
 GUARD_STEPS = 10
 """GRPO steps of the guard run (the demo runs 30)."""
-MIN_RISE = 0.08
-"""Least rise of the mean P(confirm a match) over the guard run (measured +0.12 to +0.2 in 10 steps)."""
+MIN_RISE = 0.1
+"""Least rise of the mean P(confirm a match) over the guard run (measured +0.20 to +0.35 in 10 steps, seeds 0-3;
+GRPO without a signal drifts by a few hundredths)."""
 
 
 @pytest.mark.slow
@@ -38,7 +39,9 @@ def test_a_short_grpo_run_raises_the_demo_policys_confirmation_of_matches(tmp_pa
     rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
     after = decision_margin(tmp_path / "after", config, rows)
     rise = after["confirm_match"]["mean"] - before["confirm_match"]["mean"]
-    assert rise >= MIN_RISE, f"P(confirm a match) {before['confirm_match']['mean']:.3f} -> {after['confirm_match']['mean']:.3f}"
+    assert rise >= MIN_RISE, (
+        f"P(confirm a match) {before['confirm_match']['mean']:.3f} -> {after['confirm_match']['mean']:.3f}"
+    )
     # Learning to confirm matches must not come from confirming everything.
     assert after["reject_no_match"]["mean"] >= 0.9
     assert after["other"]["greedy_share"] >= 0.95  # the protocol's tokens stay the argmax
