@@ -5,8 +5,10 @@ valid values from the default (bool: its negation; int and float: a few values a
 ``ALTERNATES`` table), builds the env both ways on the built-in tiny data, plays the same scripted episodes (the
 env's expert, as ``ragym rollout --policy expert`` does, and its longest episode, as ``ragym budget`` does) with
 the same seed, and requires that something observable differs: an observation's text or images, an event, a
-reward, the info, where the episode ends. A field that changes nothing at this size must be in
-``NO_EFFECT_AT_THIS_SIZE`` with the reason; a new field in neither fails the suite, naming it.
+reward, the info, where the episode ends, the system prompt or the spaces. Where a field acts only beside other
+settings (a last-turn notice needs an episode that reaches its last turn), ``WITH`` sets them on both sides. A field
+that changes nothing at this size must be in ``NO_EFFECT_AT_THIS_SIZE`` with the reason; a new field in neither
+fails the suite, naming it, and a listed field that does change the episodes fails it too.
 """
 
 from __future__ import annotations
@@ -33,9 +35,8 @@ EXPERT_SEEDS = (0, 1, 0)
 LONGEST_SEEDS = (0, 1)
 """Longest episodes played in turn on another env (every action kind the env has, at its most)."""
 
-SMALL = {
-    "image_min_pixels": 784
-}  # KB-VQA's 56 x 56 images fit any budget above this floor: shrink them to 28 x 28
+# KB-VQA's 56 x 56 images fit every budget above the default floor: lower it so a budget can shrink them to 28 x 28.
+SMALL = {"image_min_pixels": 784}
 R3G_SMALL = {"image_factor": 14, "image_min_pixels": 196}  # R3G's 24 x 24 images: 14 x 14 blocks, down to one
 PAGE_CAP = {"candidate_max_pixels": 50176}  # DocMemo's 320 x 240 pages, capped below their size
 
@@ -214,9 +215,8 @@ def play(env_id: str, **overrides: Any) -> list[Any]:
     return traces
 
 
-def changed_by(env_id: str, field: dataclasses.Field, baseline: list[Any]) -> list[str]:
-    """The first value of ``field`` that changed what the episodes show (empty: none did, or none was valid)."""
-    found = []
+def changed_by(env_id: str, field: dataclasses.Field, baseline: list[Any]) -> str | None:
+    """The first value of ``field`` that changes what the episodes show (None: none did, or none was valid)."""
     shared = WITH.get(f"{config_class(env_id).__name__}.{field.name}", {})
     if shared:
         baseline = play(env_id, **shared)
@@ -226,9 +226,8 @@ def changed_by(env_id: str, field: dataclasses.Field, baseline: list[Any]) -> li
         except ValueError:
             continue  # the config refuses this value; another may be valid
         if traces != baseline:
-            found.append(repr(value))
-            break
-    return found
+            return repr(value)
+    return None
 
 
 ENV_IDS = sorted(envs.registered_envs())
@@ -242,10 +241,10 @@ def test_every_env_setting_changes_what_an_episode_shows(env_id: str) -> None:
     for field in config_fields(env_id):
         key = f"{env_id}.{field.name}"
         effect = changed_by(env_id, field, baseline)
-        if not effect and key not in NO_EFFECT_AT_THIS_SIZE:
+        if effect is None and key not in NO_EFFECT_AT_THIS_SIZE:
             silent.append(f"{key} (tried {derived_values(config_class(env_id), field)!r})")
-        if effect and key in NO_EFFECT_AT_THIS_SIZE:
-            stale.append(f"{key} (changes with {effect[0]})")
+        if effect is not None and key in NO_EFFECT_AT_THIS_SIZE:
+            stale.append(f"{key} (changes with {effect})")
     assert not silent, (
         "settings that change nothing the episodes show; make them reach their use, or list them in "
         f"NO_EFFECT_AT_THIS_SIZE with the reason: {silent}"
