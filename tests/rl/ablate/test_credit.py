@@ -193,7 +193,7 @@ def test_each_variant_composes_to_its_estimator_filter_and_setting(name: str, tm
         "grpo_dyn_sampling": ("grpo", True),
         "turn_credit_dyn_sampling": ("turn_credit", True),
     }
-    setting = {"credit": (0.2, 1.0, 0.8), "credit_delta05": (0.5, 0.8, 0.5)}[
+    setting = {"credit": (0.2, 1.0, 0.7), "credit_delta05": (0.5, 0.8, 0.5)}[
         name
     ]  # delta, check, reject_noise
     for variant in GRIDS[name].variants:
