@@ -164,8 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(band_lines(runs, args.kernels)))
     (args.out / "band.json").write_text(json.dumps({f"{k}/{s}": r for (k, s), r in runs.items()}, indent=1))
     if args.write_band:
-        write_band(args.task, runs, f"seeds {args.seeds[0]}-{args.seeds[-1]} x kernels {', '.join(args.kernels)}, "
-                   f"torch {torch.__version__}")  # fmt: skip
+        kinds = {k: [s for kk, s in runs if kk == k] for k in args.kernels}
+        machine = f"this CPU's {torch.backends.cpu.get_cpu_capability()}"
+        settings = "; ".join(f"{machine if k == 'machine' else f'ATEN_CPU_CAPABILITY={k}'}: seeds "
+                             f"{', '.join(map(str, seeds))}" for k, seeds in kinds.items() if seeds)  # fmt: skip
+        write_band(args.task, runs, f"{settings}; torch {torch.__version__}")
     return 0
 
 
