@@ -20,7 +20,7 @@ setup(
     python_requires=">=3.10",
     packages=PACKAGES,
     package_dir={f"ragym.{layer}": layer for layer in LAYERS},
-    package_data={"ragym.rl.view": ["static/*"]},
+    package_data={"ragym.rl.view": ["static/*"], "ragym.rl.demo": ["band.json"]},
     install_requires=[
         # torch is installed first by the Makefile (the CPU wheel); a range keeps pip from pulling a CUDA build.
         "torch>=2.6",
