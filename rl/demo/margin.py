@@ -58,13 +58,19 @@ def token_outcomes(
 
 
 def decision_margin(
-    policy_dir: Path, config: Any, rows: list[dict[str, Any]], reject_token: str = "Reject"
+    policy_dir: Path,
+    config: Any,
+    rows: list[dict[str, Any]],
+    quote: bool = False,
+    reject_token: str = "Reject",
 ) -> dict[str, Any]:
     """The policy's probability of confirming where the batch holds the match and of rejecting where it does
     not, on ``rows``' noiseless expert episodes: means, quartiles, and the share the policy's argmax gets right
     (what greedy decoding does with the same prefix); plus the argmax accuracy on the tokens the expert copies
     from an observation (``copy``: the confirmed name in a text search, the value in the answer) and on the
-    rest of its turns (``other``: the grammar and protocol)."""
+    rest of its turns (``other``: the grammar and protocol). ``quote``: the expert's reasons quote what it copies, as
+    the warm start's expert did (``ragym.demo.warm_start.quote``); read against another expert's turns, the
+    policy's own reasons would count as format errors."""
     from ragym.rl.agent_loop.loop import make_agent_loop
     from ragym.rl.models import load_policy
 
@@ -91,7 +97,7 @@ def decision_margin(
     }
     try:
         for row in rows:
-            sample = _replay(row, NoisyExpert.for_row(row, rng, 0.0, 0.0), server, agent_loop)
+            sample = _replay(row, NoisyExpert.for_row(row, rng, 0.0, 0.0, quote), server, agent_loop)
             for kind, tokens in token_outcomes(
                 model, image_inputs, sample, decision_after, copy_spans
             ).items():

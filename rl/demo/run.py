@@ -279,7 +279,8 @@ def check_warm_start(config: Any, reader: RecipeReader, warm_dir: Path, seed: in
     path = warm_dir / WARM_PROBE
     if not path.is_file():
         rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
-        path.write_text(json.dumps(decision_margin(warm_dir, config, rows)))
+        quote = reader.get("ragym.demo.warm_start.quote")
+        path.write_text(json.dumps(decision_margin(warm_dir, config, rows, quote)))
     probe = json.loads(path.read_text())
     target = WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
     warm = reader.get("ragym.demo.warm_start")
@@ -327,7 +328,7 @@ def run_demo(
     trainer.close()
     margin_rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
     margins = {"before": json.loads((out / "warm_start" / WARM_PROBE).read_text()),
-               "after": decision_margin(out / "checkpoint", config, margin_rows)}  # fmt: skip
+               "after": decision_margin(out / "checkpoint", config, margin_rows, reader.get("ragym.demo.warm_start.quote"))}  # fmt: skip
     history = [row for _, row in read_jsonl(out / "grpo" / "metrics.jsonl")]
     train = [h for h in history if "reward/total" in h]
     # Every held-out episode is traced (the recipe's trace_groups_per_step covers val_max_samples); a re-run of a

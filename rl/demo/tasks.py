@@ -36,6 +36,10 @@ DEMO_TASKS: dict[str, tuple[str, ...]] = {
         "ragym.demo.warm_start.soft_decisions=false",
         "ragym.demo.warm_start.lr_decay=false",
         "actor_rollout_ref.actor.optim.lr=2.0e-4",
+        # Its warm start misses the decision target on 4 of 10 seeds (sampled decisions) and copies the region on
+        # only 5 of 10 (docs/results.md): until that is fixed (the lead: all 480 training rows), a miss is logged
+        # in the run's log and report instead of stopping it, so `--task answer` and its grids still run.
+        "ragym.demo.warm_start_target.action=warn",
     ),
 }
 """Task name -> recipe overrides (on ``recipes/kbvqa_tiny_cpu.yaml``), besides its KB preset (``TASK_KB_PRESETS``)."""
