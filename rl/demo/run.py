@@ -272,15 +272,20 @@ def warm_start_misses(probe: dict[str, Any], target: WarmStartTarget, expert_con
     return misses
 
 
+def probe_policy(policy_dir: Path, config: Any, reader: RecipeReader) -> dict[str, Any]:
+    """``decision_margin`` of ``policy_dir`` on the held-out rows the demo evaluates, replaying the expert its
+    warm start imitated (``ragym.demo.warm_start.quote``)."""
+    rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
+    return decision_margin(policy_dir, config, rows, reader.get("ragym.demo.warm_start.quote"))
+
+
 def check_warm_start(config: Any, reader: RecipeReader, warm_dir: Path, seed: int) -> dict[str, Any]:
     """Probe the warm start on the held-out rows (once; kept in ``WARM_PROBE``) and hold it to
     ``ragym.demo.warm_start_target`` before GRPO starts: a warm start that missed its target is a failed run,
     never a row to average, so it stops the demo (``action: stop``) or is logged (``warn``)."""
     path = warm_dir / WARM_PROBE
     if not path.is_file():
-        rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
-        quote = reader.get("ragym.demo.warm_start.quote")
-        path.write_text(json.dumps(decision_margin(warm_dir, config, rows, quote)))
+        path.write_text(json.dumps(probe_policy(warm_dir, config, reader)))
     probe = json.loads(path.read_text())
     target = WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
     warm = reader.get("ragym.demo.warm_start")
@@ -326,9 +331,8 @@ def run_demo(
     record_export(out / "checkpoint", Path(cfg.output_dir) / f"global_step_{trainer.step}", "local",
                   trainer.step, recipe, cast(dict[str, Any], OmegaConf.to_container(config, resolve=True)))  # fmt: skip
     trainer.close()
-    margin_rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
     margins = {"before": json.loads((out / "warm_start" / WARM_PROBE).read_text()),
-               "after": decision_margin(out / "checkpoint", config, margin_rows, reader.get("ragym.demo.warm_start.quote"))}  # fmt: skip
+               "after": probe_policy(out / "checkpoint", config, reader)}  # fmt: skip
     history = [row for _, row in read_jsonl(out / "grpo" / "metrics.jsonl")]
     train = [h for h in history if "reward/total" in h]
     # Every held-out episode is traced (the recipe's trace_groups_per_step covers val_max_samples); a re-run of a

@@ -23,10 +23,9 @@ GRPO without a signal drifts by a few hundredths)."""
 
 @pytest.mark.slow
 def test_a_short_grpo_run_raises_the_demo_policys_confirmation_of_matches(tmp_path: Path) -> None:
-    from ragym.rl.demo.margin import decision_margin
-    from ragym.rl.demo.run import WARM_PROBE, prepare
+    from ragym.rl.demo.run import WARM_PROBE, prepare, probe_policy
     from ragym.rl.engine.config import read_engine_config
-    from ragym.rl.engine.trainer import LocalTrainer, read_rows
+    from ragym.rl.engine.trainer import LocalTrainer
 
     overrides = ["trainer.logger=[console]", "trainer.save_freq=-1"]
     # The demo's recipe and warm start as `make demo` runs them (prepare also holds the warm start to its target).
@@ -36,8 +35,7 @@ def test_a_short_grpo_run_raises_the_demo_policys_confirmation_of_matches(tmp_pa
     trainer.save_model(tmp_path / "after")
     trainer.close()
     before = json.loads((tmp_path / "warm_start" / WARM_PROBE).read_text())
-    rows = read_rows(reader.get("data.val_files"), reader.get("data.val_max_samples"))
-    after = decision_margin(tmp_path / "after", config, rows)
+    after = probe_policy(tmp_path / "after", config, reader)
     rise = after["confirm_match"]["mean"] - before["confirm_match"]["mean"]
     assert rise >= MIN_RISE, (
         f"P(confirm a match) {before['confirm_match']['mean']:.3f} -> {after['confirm_match']['mean']:.3f}"
