@@ -231,6 +231,8 @@ def prepare(
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
     demo = reader.get("ragym.demo")
+    # A bad target is refused now, not after the warm start's minutes.
+    WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
     check_demo_folder(out, seed, demo)
     use_torch_threads(cfg.num_threads)  # the warm start below runs before the trainer would set them
     shared = reusable_policy(policy_from, seed, demo) if policy_from is not None else None

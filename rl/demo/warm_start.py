@@ -29,6 +29,7 @@ from ragym.envs.registry import make_env
 from ragym.rl.engine.grpo import Sample, response_log_probs
 from ragym.rl.engine.rollout import row_kwargs
 from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.errors import UsageError
 from ragym.rl.eval.scripted import run_episode
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class WarmStartTarget:
 
     def __post_init__(self) -> None:
         if self.action not in ("stop", "warn"):
-            raise ValueError(f"ragym.demo.warm_start_target.action must be stop or warn, got {self.action!r}")
+            raise UsageError(f"ragym.demo.warm_start_target.action must be stop or warn, got {self.action!r}")
 
 
 _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')
