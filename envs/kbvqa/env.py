@@ -65,6 +65,7 @@ from ragym.envs.registry import synthetic_data
 from ragym.envs.retrieval.hits import RetrieverSource
 from ragym.envs.retrieval.retrievers import IndexSpec, page
 from ragym.envs.retrieval.service.client import RetrievalUnavailable
+from ragym.envs.retrieval.versions import VERSION_KEY
 from ragym.envs.spaces import text_image_space
 
 
@@ -248,9 +249,10 @@ class KBVQAEnv(gymnasium.Env):
             message = f"no more candidates exist for Image {image}."
             return self._violation("no_more_candidates", message, image=image), []
         batch = state.new_batch(image, offset, hits)
+        version = hits[0].payload.get(VERSION_KEY)  # one search, one version (ragym.envs.retrieval.versions)
         state.record(
             kbvqa_ev.search_image(
-                state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset
+                state.turn, image, batch.batch_id, batch.candidates, batch.gold_entity, offset, version
             )
         )
         # image pack, else files; fitted to the candidate budget

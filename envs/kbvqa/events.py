@@ -65,8 +65,11 @@ def search_image(
     candidates: Sequence[str],
     gold_entity: str | None,
     offset: int,
+    retriever_version: str | None = None,
 ) -> Event:
-    """A candidate batch was served (``gold_in_batch`` is derived here, so it cannot disagree)."""
+    """A candidate batch was served (``gold_in_batch`` is derived here, so it cannot disagree);
+    ``retriever_version``: the query-encoder version that searched it (``ragym.envs.retrieval.versions``; None: the
+    KB's own query side, or stored candidate lists)."""
     names = str_list("search_image", "candidates", candidates)
     gold = str_field("search_image", "gold_entity", gold_entity, optional=True)
     return make_event(
@@ -78,6 +81,7 @@ def search_image(
         gold_entity=gold,
         gold_in_batch=gold is not None and gold in names,
         offset=int_field("search_image", "offset", offset, minimum=0),
+        retriever_version=str_field("search_image", "retriever_version", retriever_version, optional=True),
     )
 
 

@@ -122,8 +122,10 @@ def served_kb(kb_dir: Path, spec: Any) -> dict[str, Any]:
     if spec.gpu is not None:
         for shard in image.shards if isinstance(image, ShardedRetriever) else [image]:
             shard.index = to_gpu(shard.index, spec.gpu)
+    # Behind the KB's query-encoder slot: POST /encoder swaps a co-trained version in (ragym.rl.cotrain).
+    versioned = kb.versioned_image(IndexSpec(kind=spec.index_kind))
     served = {
-        "image": Served(image, "vector", int(kb.entity_embeddings.shape[1])),
+        "image": Served(versioned, "vector", int(kb.entity_embeddings.shape[1])),
         "candidates": Served(kb.candidate_retriever(), "text"),
     }
     served.update({kind: Served(kb.text_retriever(kind), "text") for kind in kb.text_retrievers()})

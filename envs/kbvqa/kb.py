@@ -45,6 +45,7 @@ from ragym.envs.retrieval.retrievers import (
     IndexSpec,
 )
 from ragym.envs.retrieval.service.shards import ShardedRetriever, load_shard, read_manifest
+from ragym.envs.retrieval.versions import EncoderSlot, VersionedRetriever
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,9 @@ class KnowledgeBase:
     entity_row: dict[str, int] = field(init=False)
     query_row: dict[str, int] = field(init=False)
     _retrievers: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
+    query_slot: EncoderSlot = field(default_factory=EncoderSlot, init=False, repr=False)
+    """The query-side encoder live image search applies (``ragym.envs.retrieval.versions``; empty: queries as
+    encoded); retriever co-training swaps it, and every env and service on this KB in the process sees the swap."""
 
     def __post_init__(self) -> None:
         self.entity_row = {e: i for i, e in enumerate(self.entities["entity_id"])}
@@ -154,6 +158,13 @@ class KnowledgeBase:
                 self._retrievers[key] = FaissRetriever.from_vectors(
                     self.entity_embeddings, self.entities["entity_id"].tolist(), self.entity_payload, build
                 )
+        return self._retrievers[key]
+
+    def versioned_image(self, spec: IndexSpec = DEFAULT_SPEC) -> VersionedRetriever:
+        """``image_retriever(spec)`` behind the KB's query encoder slot: what envs and ``ragym serve`` search."""
+        key = ("versioned", spec)
+        if key not in self._retrievers:
+            self._retrievers[key] = VersionedRetriever(self.image_retriever(spec), self.query_slot)
         return self._retrievers[key]
 
     def _built_retriever(self, manifest: Path) -> FaissRetriever | ShardedRetriever:
@@ -246,7 +257,7 @@ class KBRetrievers:
         if name == "candidates":
             return self.kb.candidate_retriever()
         if name == "image":
-            return self.kb.image_retriever(self.index)
+            return self.kb.versioned_image(self.index)
         return self.kb.text_retriever(name)
 
 

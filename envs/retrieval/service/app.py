@@ -6,6 +6,9 @@ Routes (JSON in and out; ``ragym.envs.retrieval.service.wire`` has the query and
 - ``POST /batch_search``  ``{"retriever", "queries", "k"}`` -> ``{"results": [[hit...]...]}``
 - ``GET /health``         liveness, always 200 while the process serves: ``{"status": "ok", "ready": bool}``
 - ``GET /ready``          200 with the retrievers, cache and batch counters once every index is loaded, else 503
+- ``POST /encoder``       ``{"retriever", "path"}`` -> ``{"version", "previous"}``: load the query-encoder version at
+  ``path`` (``ragym.envs.retrieval.versions``) and swap it into a versioned retriever; requests that arrive meanwhile
+  wait for the swap, and the swap waits for the requests in flight, so no request fails or mixes versions
 
 With a token configured, every route but ``/health`` needs ``Authorization: Bearer <token>`` (else 401).
 Every query goes through the replay cache, then its retriever's dynamic batcher; the results are the
@@ -89,6 +92,9 @@ class RetrievalApp:
             initargs=(self.thread_plan.threads, True),
         )
         self._loading: asyncio.Task | None = None
+        self._in_flight = 0  # search requests being answered (one event loop: a plain counter)
+        self._swapping: asyncio.Event | None = None  # set while an encoder swap drains the requests in flight
+        self._drained: asyncio.Event | None = None
 
     @property
     def ready(self) -> bool:
@@ -136,12 +142,25 @@ class RetrievalApp:
             raise BadRequest(f"unknown retriever {name!r}; serving {sorted(self.batchers)}", 404)
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.config.max_k:
             raise BadRequest(f"k must be an integer in 1..{self.config.max_k}, got {k!r}")
+        while self._swapping is not None:  # an encoder swap is draining: start after it, on the new version
+            await self._swapping.wait()
+        self._in_flight += 1
+        try:
+            return await self._search(name, queries, k)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._drained is not None:
+                self._drained.set()
+
+    async def _search(self, name: str, queries: list[Any], k: int) -> list[bytes]:
         served, batcher = self.retrievers[name], self.batchers[name]
+        # A versioned retriever's answers are cached per version: a swap never serves the old version's hits.
+        version = getattr(served.retriever, "version", None)
         waits = []
         for query in queries:
             query = normalise_query(query)
             served.check(name, query)
-            key = cache_key(name, query, k)
+            key = cache_key(name if version is None else f"{name}@{version}", query, k)
             found = self.cache.lookup(key)
             if found is None:
                 found = batcher.submit(query, k)
@@ -149,11 +168,45 @@ class RetrievalApp:
             waits.append(found)
         return [await found if isinstance(found, asyncio.Future) else found for found in waits]
 
+    async def swap_encoder(self, name: str, path: object) -> dict[str, Any]:
+        """Load the query-encoder version at ``path`` (in a search thread), then swap it into retriever ``name``
+        once the requests in flight have finished; requests arriving meanwhile wait and search the new one."""
+        from ragym.envs.retrieval.versions import load_query_encoder
+
+        if not self.ready:
+            raise BadRequest(self.load_error or "the retrieval service is still loading its indexes", 503)
+        served = self.retrievers.get(name)
+        if served is None or not hasattr(served.retriever, "swap"):
+            versioned = sorted(n for n, s in self.retrievers.items() if hasattr(s.retriever, "swap"))
+            raise BadRequest(f"retriever {name!r} takes no query encoder; versioned: {versioned}", 404)
+        if not isinstance(path, str):
+            raise BadRequest("an encoder swap needs 'path': the version folder on the service's machine")
+        loop = asyncio.get_running_loop()
+        try:
+            encoder = await loop.run_in_executor(self._executor, load_query_encoder, path)
+        except (OSError, ValueError, KeyError) as error:
+            raise BadRequest(f"cannot load query encoder {path}: {error}") from None
+        while self._swapping is not None:  # one swap at a time
+            await self._swapping.wait()
+        self._swapping, self._drained = asyncio.Event(), asyncio.Event()
+        try:
+            if self._in_flight:
+                await self._drained.wait()
+            previous = served.retriever.swap(encoder)
+        finally:
+            gate, self._swapping, self._drained = self._swapping, None, None
+            gate.set()
+        log.info("retriever %s: query encoder %s -> %s", name, previous and previous.version, encoder.version)
+        return {"version": encoder.version, "previous": previous and previous.version}
+
     def status(self) -> dict[str, Any]:
         """Readiness details: retrievers, cache and batch counters."""
         return {
             "ready": self.ready,
-            "retrievers": {n: {"query": s.query, "dim": s.dim} for n, s in self.retrievers.items()},
+            "retrievers": {
+                n: {"query": s.query, "dim": s.dim, "version": getattr(s.retriever, "version", None)}
+                for n, s in self.retrievers.items()
+            },  # fmt: skip
             "cache": {**self.cache.stats.as_dict(), "entries": len(self.cache)},
             "batches": {n: b.stats.as_dict() for n, b in self.batchers.items()},
             "search_threads": asdict(self.thread_plan),
@@ -169,6 +222,13 @@ class RetrievalApp:
         self._authorise(headers)
         if path == "/ready" and method == "GET":
             return (200 if self.ready else 503), self.status()
+        if path == "/encoder":
+            if method != "POST":
+                raise BadRequest("/encoder takes POST", 405)
+            data = loads(body)
+            if not isinstance(data, dict):
+                raise BadRequest("the body must be a JSON object")
+            return 200, await self.swap_encoder(str(data.get("retriever")), data.get("path"))
         if path in ("/search", "/batch_search"):
             if method != "POST":
                 raise BadRequest(f"{path} takes POST", 405)

@@ -127,6 +127,11 @@ class ServiceRetriever:
         """``batch_search`` from async code, without blocking the event loop."""
         return await asyncio.to_thread(self.batch_search, queries, k)
 
+    def swap_encoder(self, path: str) -> dict[str, Any]:
+        """Ask the service to load the query-encoder version at ``path`` (a folder on its machine) and serve this
+        retriever's searches through it (``POST /encoder``); returns ``{"version", "previous"}``."""
+        return self.call("POST", "/encoder", {"retriever": self.name, "path": str(path)})
+
     def ready(self) -> bool:
         """Whether the service answers ``/ready`` with 200 (one attempt, no retries, breaker untouched)."""
         try:

@@ -31,7 +31,7 @@ def test_search_image_event_is_plain_json() -> None:
     event = kbvqa_ev.search_image(np.int64(2), 1, 4, ("a", "b"), "b", np.int32(5))
     assert event == {
         "type": "search_image", "turn": 2, "image": 1, "batch_id": 4, "candidates": ["a", "b"],
-        "gold_entity": "b", "gold_in_batch": True, "offset": 5,
+        "gold_entity": "b", "gold_in_batch": True, "offset": 5, "retriever_version": None,
     }  # fmt: skip
     assert type(event["turn"]) is int and type(event["offset"]) is int  # numpy ints become ints
     assert json.loads(json.dumps(event)) == event
