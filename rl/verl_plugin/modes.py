@@ -53,10 +53,10 @@ def mode_problems(config: Any) -> list[str]:
                 f"traces and dynamic-sampling bound: use {MODE_KEY}={ours[mode]}"]  # fmt: skip
     if mode not in MODES:
         return []  # verl's default (sync: recipes of the local engine only) or a mode registered by someone else
+    problems = lora_problems(config, mode)
     verl = MODES[mode]
     if verl == SYNC_MODE:
-        return []
-    problems = []
+        return problems
     if OmegaConf.select(config, THRESHOLD_KEY) is None:
         problems.append(
             f"{MODE_KEY}={mode} needs a staleness bound: {THRESHOLD_KEY} is null (unbounded: trajectories of any "
@@ -84,3 +84,51 @@ def _separate_problems(config: Any, mode: str) -> list[str]:
                 f"{MODE_KEY}={mode} rolls out on its own GPUs: set {key} (the rollout pool) above 0"
             )
     return problems
+
+
+LORA_RANK_KEY = "actor_rollout_ref.model.lora_rank"
+"""verl's FSDP LoRA switch (> 0: on); ``ragym.rl.lora.RANK_KEY``, repeated so this module imports nothing of rl/."""
+MERGE_KEY = "actor_rollout_ref.model.lora.merge"
+"""verl's LoRA weight sync: the adapters (false) or merged full weights (true)."""
+CPU_VLLM_EXTENSION = "ragym.rl.verl_plugin.vllm_worker.CPUWorkerExtension"
+"""``rollout.engine_kwargs.vllm.worker_extension_cls`` of ragym's CPU vLLM rollout (``recipes/platforms/vllm_cpu.yaml``)."""
+LORA_ROLLOUTS: dict[str, frozenset[str]] = {
+    "ragym": frozenset({"hf", "vllm", "sglang", "trtllm"}),
+    "ragym_colocate_async": frozenset(),
+    "ragym_separate_async": frozenset(),
+}
+"""Rollouts whose LoRA weight sync (adapters, ``lora.merge: false``) each ragym mode runs: those with an agreement
+test (``docs/training.md``, "Trainer modes x LoRA x rollouts"), and in sync verl's own GPU path. Every other
+combination is refused before a worker starts: under verl 0.9.1's async modes nothing checked that the adapters
+reach the rollout (volcengine/verl#7495: they never did under separate_async)."""
+
+
+def rollout_kind(config: Any) -> str:
+    """The recipe's rollout as the LoRA table names it: ``hf``, ``vllm_cpu`` (ragym's CPU vLLM), ``vllm`` (GPU), or
+    verl's other names."""
+    name = str(OmegaConf.select(config, "actor_rollout_ref.rollout.name"))
+    extension = OmegaConf.select(
+        config, "actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls", default=None
+    )
+    return "vllm_cpu" if name == "vllm" and extension == CPU_VLLM_EXTENSION else name
+
+
+def lora_problems(config: Any, mode: str) -> list[str]:
+    """Why the recipe's LoRA cannot run under ``mode`` with its rollout (empty: it can, or LoRA is off): a
+    combination without a test that the rollout serves the trained adapters is refused in one line."""
+    if not int(OmegaConf.select(config, LORA_RANK_KEY, default=0) or 0) > 0:
+        return []
+    rollout = rollout_kind(config)
+    if rollout == "vllm_cpu":
+        return [f"{LORA_RANK_KEY} > 0 with ragym's CPU vLLM rollout: it syncs full weights only; use the hf rollout "
+                "(ragym train --rollout hf) for LoRA on CPU"]  # fmt: skip
+    merged = bool(OmegaConf.select(config, MERGE_KEY, default=False))
+    if merged and MODES[mode] != SYNC_MODE:
+        return [f"{LORA_RANK_KEY} > 0 with {MERGE_KEY}=true under {MODE_KEY}={mode}: merged-weight syncs are "
+                "untested in ragym's async modes; set it false (adapter syncs)"]  # fmt: skip
+    if rollout not in LORA_ROLLOUTS[mode]:
+        tested = ", ".join(sorted(LORA_ROLLOUTS[mode])) or "none yet"
+        return [f"{LORA_RANK_KEY} > 0 under {MODE_KEY}={mode} with the {rollout} rollout: no test shows the rollout "
+                f"serving the trained adapters (verl 0.9.1 never delivered them under separate_async, "
+                f"volcengine/verl#7495); LoRA rollouts tested in this mode: {tested}; or use {MODE_KEY}=ragym"]  # fmt: skip
+    return []
