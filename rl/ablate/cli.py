@@ -39,7 +39,7 @@ from ragym.rl.ablate.grids import (
 from ragym.rl.ablate.report import write_report
 from ragym.rl.ablate.speed import NOT_REACHED, Curves, speed
 from ragym.rl.ablate.stats import Runs, aggregate, claims_under_rl, interval_text, mean_interval, movement
-from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS
+from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, WarmStartMissed
 from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -49,6 +49,9 @@ Runner = Callable[[Path, Variant, int, "int | None", list[str]], dict[str, Any]]
 give ``before_grpo``: the same metrics of the policy GRPO started from)."""
 GRID_STATE = "grid.json"
 """What a grid folder was run with; a re-run must match it to resume."""
+FAILED = "failed.json"
+"""A (variant, seed) whose warm start missed ``ragym.demo.warm_start_target`` (``WarmStartMissed``): its reason.
+Kept like a result (a warm start is deterministic, so a re-run would miss again; delete it to retry)."""
 
 
 def runner_for(kind: str) -> Runner:
@@ -90,6 +93,47 @@ def _save(path: Path, result: dict[str, Any]) -> None:
     path.write_text(json.dumps(result, indent=1))
 
 
+def _finished(out: Path, variant: Variant, seed: int) -> bool:
+    """Whether (variant, seed) has its result or its recorded failed warm start."""
+    folder = run_dir(out, variant, seed)
+    return (folder / "result.json").is_file() or (folder / FAILED).is_file()
+
+
+def _record_miss(out: Path, variant: Variant, seed: int, reason: str) -> None:
+    """Keep a failed warm start's reason in place of a result, and say so."""
+    logger.warning("%s seed %d: not run: %s", variant.name, seed, reason)
+    _save(run_dir(out, variant, seed) / FAILED, {"variant": variant.name, "seed": seed, "reason": reason})
+
+
+def _source_missed(out: Path, variant: Variant, seed: int) -> str | None:
+    """Why ``variant`` cannot run ``seed`` because the variant whose warm start it starts from missed its target."""
+    if not variant.warm_start_from:
+        return None
+    failed = run_dir(out, Variant(variant.warm_start_from), seed) / FAILED
+    if not failed.is_file():
+        return None
+    return (
+        f"starts from {variant.warm_start_from}'s warm start, which missed its target: "
+        + json.loads(failed.read_text())["reason"]
+    )
+
+
+def _run_one(
+    run: Runner, out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]
+) -> None:
+    """One (variant, seed) in this process: its result.json, or its failed.json where its warm start missed."""
+    reason = _source_missed(out, variant, seed)
+    if reason is not None:
+        _record_miss(out, variant, seed, reason)
+        return
+    try:
+        result = run(out, variant, seed, steps, extra)
+    except WarmStartMissed as missed:
+        _record_miss(out, variant, seed, str(missed))
+        return
+    _save(run_dir(out, variant, seed) / "result.json", result)
+
+
 def run_parallel(
     grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str], run: Runner, jobs: int
 ) -> None:
@@ -103,15 +147,18 @@ def run_parallel(
             write_rows(out, variant)
     context = multiprocessing.get_context("spawn")  # torch and faiss threads do not survive fork
     for phase in (False, True):
-        todo = [(v, s) for s in seeds for v in grid.variants if bool(v.warm_start_from) == phase
-                and not (run_dir(out, v, s) / "result.json").is_file()]  # fmt: skip
+        todo = [(v, s) for s in seeds for v in grid.variants
+                if bool(v.warm_start_from) == phase and not _finished(out, v, s)]  # fmt: skip
+        for variant, seed in [(v, s) for v, s in todo if _source_missed(out, v, s) is not None]:
+            _run_one(run, out, variant, seed, steps, extra)  # records the miss, runs nothing
+        todo = [(v, s) for v, s in todo if not _finished(out, v, s)]
         if not todo:
             continue
         with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=context) as pool:
-            futures = {pool.submit(run, out, v, s, steps, extra): (v, s) for v, s in todo}
+            futures = {pool.submit(_run_one, run, out, v, s, steps, extra): (v, s) for v, s in todo}
             for future in as_completed(futures):
                 variant, seed = futures[future]
-                _save(run_dir(out, variant, seed) / "result.json", future.result())
+                future.result()
                 logger.info("%s seed %d: finished", variant.name, seed)
 
 
@@ -138,11 +185,18 @@ def run_grid(
         run_parallel(grid, out, seeds, steps, extra, run, jobs)
     for seed in seeds:  # seed-major: a killed grid has every variant at the same number of seeds
         for variant in grid.variants:
-            path = run_dir(out, variant, seed) / "result.json"
-            if path.is_file():
+            if _finished(out, variant, seed):
                 logger.info("%s seed %d: finished before, skipped", variant.name, seed)
             else:
-                _save(path, run(out, variant, seed, steps, extra))
+                _run_one(run, out, variant, seed, steps, extra)
+    failed = failed_warm_starts(out, grid, seeds)
+    asked, seeds = seeds, [s for s in seeds if s not in {f["seed"] for f in failed}]
+    if not seeds:
+        raise UsageError(f"{out}: no seed of {asked} has a warm start that met its target in every variant "
+                         f"(each run's failed.json says what it missed); no table to write")  # fmt: skip
+    for seed in seeds:
+        for variant in grid.variants:
+            path = run_dir(out, variant, seed) / "result.json"
             result = json.loads(path.read_text())
             runs[variant.name][seed] = result["metrics"]
             walls[variant.name].append(result["wall_time_s"])
@@ -156,6 +210,7 @@ def run_grid(
                 sampling[variant.name][seed] = result["train_sampling"]
     results = aggregate(grid, runs, seeds)
     results["task"] = task
+    results["seeds_asked"], results["failed_warm_starts"] = asked, failed
     if grid.kind == "kbvqa":
         results["base_settings"] = {name: {"ragym": ours, "paper": paper}
                                     for name, (ours, paper) in base_settings(grid).items()}  # fmt: skip
@@ -170,6 +225,19 @@ def run_grid(
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_report(out, grid, results)
     return results
+
+
+def failed_warm_starts(out: Path, grid: Grid, seeds: list[int]) -> list[dict[str, Any]]:
+    """Every (variant, seed) of ``seeds`` whose warm start missed its target (``FAILED``), with its reason. Such a
+    seed leaves the grid's table for every variant: a failed warm start is a bug to fix, not a row to average,
+    and the per-seed differences stay paired."""
+    failed = []
+    for seed in seeds:
+        for variant in grid.variants:
+            path = run_dir(out, variant, seed) / FAILED
+            if path.is_file():
+                failed.append(json.loads(path.read_text()))
+    return failed
 
 
 def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str]) -> list[str]:

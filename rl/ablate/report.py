@@ -111,6 +111,19 @@ def plot(grid: Grid, results: dict[str, Any], path: Path, metrics: tuple[str, ..
     plt.close(fig)
 
 
+def failed_lines(results: dict[str, Any]) -> list[str]:
+    """The seeds left out of the table because a variant's warm start missed its target, each with its reason."""
+    failed = results.get("failed_warm_starts", [])
+    if not failed:
+        return []
+    gone = sorted({f["seed"] for f in failed})
+    lines = [f"**{len(failed)} warm start(s) missed their target**, so seed(s) {', '.join(map(str, gone))} of "
+             f"{results['seeds_asked']} left this table for every variant (a failed warm start is a bug to fix, "
+             "not a row to average; the differences stay paired):", ""]  # fmt: skip
+    lines += [f"- {f['variant']} seed {f['seed']}: {f['reason']}" for f in failed]
+    return lines + [""]
+
+
 def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
     """Write ``out/report.md`` and ``out/ablation.png``; returns the report's path."""
     shown = grid.metrics[:4]
@@ -129,6 +142,7 @@ def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
                   "varies one of them):", "", "| setting | this grid | the paper's |", "|---|---|---|"]  # fmt: skip
         lines += [f"| {name} | {v['ragym']} | {v['paper']} |" for name, v in results["base_settings"].items()]
         lines.append("")
+    lines += failed_lines(results)
     lines += table(grid, results)
     if "before_grpo" in results:
         base = grid.variants[0].name

@@ -29,7 +29,7 @@ from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.demo.margin import decision_margin
 from ragym.rl.demo.report import outcome_by_identification, trained_entities, write_report
-from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, task_overrides
+from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, WarmStartMissed, task_overrides
 from ragym.rl.demo.warm_start import COPY_TAGS, WarmStartConfig, WarmStartTarget, expert_samples, imitate
 from ragym.rl.engine.config import RecipeReader, read_engine_config
 from ragym.rl.engine.main import check_keys
@@ -298,11 +298,6 @@ def check_warm_start(config: Any, reader: RecipeReader, warm_dir: Path, seed: in
             raise WarmStartMissed(text + " (ragym.demo.warm_start_target.action=warn runs GRPO anyway)")
         logger.warning("%s", text)
     return probe
-
-
-class WarmStartMissed(UsageError):
-    """The warm start did not reach ``ragym.demo.warm_start_target``: GRPO from it would not measure RL. A user
-    error in ``ragym``'s sense: one printed line, naming what was missed and how to run GRPO anyway."""
 
 
 def run_demo(

@@ -12,6 +12,8 @@ weighs the copied tokens 5x (``copy_weight``). The user's overrides come after a
 
 from __future__ import annotations
 
+from ragym.rl.errors import UsageError
+
 DEMO_TASKS: dict[str, tuple[str, ...]] = {
     "verify": (),
     "answer": (
@@ -79,3 +81,9 @@ def task_overrides(task: str, preset: str = "demo") -> list[str]:
     """
     kb = task_kb_preset(task, preset)
     return ([f"ragym.demo.kb_preset={kb}"] if task in TASK_KB_PRESETS else []) + list(DEMO_TASKS[task])
+
+
+class WarmStartMissed(UsageError):
+    """A demo task's warm start did not reach ``ragym.demo.warm_start_target``: GRPO from it would not measure RL.
+    A user error in ``ragym``'s sense: one printed line, naming what was missed and how to run GRPO anyway; a grid
+    records it as that (variant, seed)'s failure (``ragym.rl.ablate.cli.FAILED``)."""

@@ -358,3 +358,43 @@ def test_the_demo_grid_reports_each_metric_before_and_after_and_the_gain_with_it
         in out
     )
     assert "demo (verify task): 1 variants x 10 seeds, 1 at a time" in out
+
+
+def missing_run(out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> dict:
+    """A runner whose warm start misses its target for variant ``base`` on seed 1 (a module-level function, so
+    worker processes can run it)."""
+    from ragym.rl.demo.tasks import WarmStartMissed
+
+    if (variant.name, seed) == ("base", 1):
+        raise WarmStartMissed("seed 1: the warm start missed its target: copy accuracy 0.400 < 0.97")
+    return {"metrics": VALUES[variant.name][seed], "wall_time_s": 1.0}
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_missed_warm_start_is_recorded_and_its_seed_leaves_the_table(tmp_path: Path, jobs: int) -> None:
+    grid = Grid(
+        "miss",
+        "fake_kind",
+        (Variant("base"), Variant("better", warm_start_from="base"), Variant("worse")),
+        ("score",),
+        (Claim("score", "better", ">", "base", "test"),),
+    )
+    results = run_grid(grid, tmp_path, [0, 1, 2], None, [], runner=missing_run, jobs=jobs)
+    # Seed 1 is gone from every variant (paired differences), and said why.
+    assert results["seeds"] == [0, 2] and results["seeds_asked"] == [0, 1, 2]
+    assert results["variants"]["worse"]["score"]["per_seed"] == pytest.approx([0.4, 0.5])
+    assert results["claims"][0]["difference"]["per_seed"] == pytest.approx([0.2, 0.3])
+    reasons = {f["variant"]: f["reason"] for f in results["failed_warm_starts"]}
+    assert reasons["base"].endswith("copy accuracy 0.400 < 0.97")
+    assert reasons["better"].startswith("starts from base's warm start, which missed its target")
+    report = (tmp_path / "report.md").read_text()
+    assert "2 warm start(s) missed their target" in report and "- base seed 1: seed 1: the warm start" in report
+    # A resume keeps the failures (a warm start is deterministic) and runs nothing again.
+    again = run_grid(grid, tmp_path, [0, 1, 2], None, [], runner=FakeRunner(fail_at=("base", 1)), jobs=1)
+    assert again["seeds"] == [0, 2]
+
+
+def test_a_grid_whose_every_seed_missed_says_so(tmp_path: Path) -> None:
+    grid = Grid("allmiss", "fake_kind", (Variant("base"),), ("score",))
+    with pytest.raises(UsageError, match="no seed of \\[1\\] has a warm start that met its target"):
+        run_grid(grid, tmp_path, [1], None, [], runner=missing_run)
