@@ -5,11 +5,18 @@ Weight version v is the policy after training step v (version 0: the initial wei
 turns came from. The staleness bound is verl's ``trainer.v1.sampler.max_off_policy_threshold`` (``THRESHOLD_KEY``):
 the most versions a trajectory may span from its prompt's dispatch to the step that trains on it, so a trajectory a
 step trains on is at most ``bound - 1`` updates old; an older one is dropped and counted, never trained on.
+
+A trajectory that is trained on anyway comes from another policy than the trainer's (older weights, or a rollout
+engine with kernels of its own): ``CORRECTION_KEY`` is the one switch of the importance-sampling correction for it,
+resolved here alike for both engines (``correction_level``); the weights and metrics are ``ragym.rl.correction``'s.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from omegaconf import OmegaConf
 
 STALE_SHARE = "off_policy/stale_share"
 """Share of a step's trajectories older than the trainer's weights (0 in sync)."""
@@ -63,3 +70,67 @@ def staleness_metrics(step: int, versions: list[tuple[int, int]]) -> dict[str, f
               "trajectory_staleness_worst": (step - 1) - first}  # fmt: skip
     return {f"training/off_policy/{name}/{stat}": float(getattr(v, stat)())
             for name, v in values.items() for stat in ("mean", "max", "min")}  # fmt: skip
+
+
+CORRECTION_KEY = "ragym.off_policy_correction"
+"""Recipe switch of the off-policy correction (truncated importance sampling between the rollout's and the trainer's
+log-probs, ``ragym.rl.correction``): ``auto``, ``token``, ``sequence`` or ``off``."""
+CORRECTION_SETTINGS = ("auto", "token", "sequence", "off")
+"""What ``CORRECTION_KEY`` takes; ``auto`` (the default): ``token`` where the rollout's log-probs are expected to
+differ from the trainer's (an async mode, a vLLM or SGLang rollout), ``off`` elsewhere."""
+IS_THRESHOLD_KEY = "algorithm.rollout_correction.rollout_is_threshold"
+"""verl's truncation bound of the importance ratio (2.0), read by both engines."""
+VERL_LEVEL_KEY = "algorithm.rollout_correction.rollout_is"
+"""verl's own aggregation level, which ragym sets from ``CORRECTION_KEY`` (a recipe leaves it null)."""
+SEPARATE_ROLLOUTS = ("vllm", "sglang")
+"""Rollout engines that compute log-probs with kernels of their own (so they differ from the trainer's)."""
+
+
+def correction_level(setting: str, *, asynchronous: bool, rollout: str) -> str | None:
+    """The importance-sampling level a run uses (None: no correction): ``setting`` as the recipe gives it, resolved
+    for a run that is ``asynchronous`` (episodes one or more weight versions old) and rolls out with ``rollout``.
+
+    >>> correction_level("auto", asynchronous=True, rollout="hf"), correction_level("auto", asynchronous=False, rollout="vllm")
+    ('token', 'token')
+    >>> correction_level("auto", asynchronous=False, rollout="hf"), correction_level("sequence", asynchronous=False, rollout="hf")
+    (None, 'sequence')
+    """
+    if setting not in CORRECTION_SETTINGS:
+        raise ValueError(f"{CORRECTION_KEY} must be one of {', '.join(CORRECTION_SETTINGS)}, got {setting!r}")
+    if setting == "auto":
+        return "token" if asynchronous or rollout in SEPARATE_ROLLOUTS else None
+    return None if setting == "off" else setting
+
+
+def correction_problems(config: Any) -> list[str]:
+    """What in a composed recipe stops the correction from being set as one switch (empty: nothing): its value,
+    verl's level set beside it (two names for one setting), a truncation bound that is not a number above 1."""
+    problems = []
+    setting = OmegaConf.select(config, CORRECTION_KEY, default="auto")
+    if setting not in CORRECTION_SETTINGS:
+        problems.append(f"{CORRECTION_KEY} must be one of {', '.join(CORRECTION_SETTINGS)}, got {setting!r}")
+    if OmegaConf.select(config, VERL_LEVEL_KEY, default=None) is not None:
+        problems.append(
+            f"{VERL_LEVEL_KEY} is set by ragym from {CORRECTION_KEY} (token, sequence, off or auto); leave it null "
+            "and set the correction there"
+        )
+    threshold = OmegaConf.select(config, IS_THRESHOLD_KEY, default=2.0)
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or threshold <= 1:
+        problems.append(
+            f"{IS_THRESHOLD_KEY} must be a number above 1 (the truncation bound of the importance ratio), got "
+            f"{threshold!r}"
+        )
+    return problems
+
+
+def run_correction_level(config: Any) -> str | None:
+    """The correction level verl's trainer runs a composed recipe with: ``CORRECTION_KEY`` resolved for its trainer
+    mode (``trainer.v1.trainer_mode``: ragym's async modes are asynchronous) and rollout engine."""
+    from ragym.rl.verl_plugin.modes import MODES
+
+    mode = str(OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync"))
+    return correction_level(
+        str(OmegaConf.select(config, CORRECTION_KEY, default="auto")),
+        asynchronous=MODES.get(mode, mode) in ("colocate_async", "separate_async"),
+        rollout=str(OmegaConf.select(config, "actor_rollout_ref.rollout.name")),
+    )

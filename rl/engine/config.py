@@ -8,6 +8,7 @@ always visible in the log.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,13 @@ from ragym.rl.engine.grpo import UpdateConfig
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, read_guards
 from ragym.rl.lora import LoraSettings, read_lora
+from ragym.rl.off_policy import (
+    CORRECTION_KEY,
+    IS_THRESHOLD_KEY,
+    VERL_LEVEL_KEY,
+    correction_level,
+    correction_problems,
+)
 from ragym.rl.recipe.compose import recipe_keys, resolve_recipe_path
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
@@ -242,6 +250,8 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
     if not val["do_sample"]:
         val_sampling = {"temperature": 0.0, "top_p": 1.0, "top_k": -1}
     seed = g("data.seed")
+    async_settings = _async_settings(g)
+    update = _with_correction(reader, update, async_settings["async_rollouts"])
     return EngineConfig(
         model_path=g("actor_rollout_ref.model.path"),
         train_files=g("data.train_files"),
@@ -282,8 +292,21 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         guards=read_guards(_optional(reader, GUARDS_SECTION)),
         outcome_metric=_optional(reader, OUTCOME_KEY),
         lora=read_lora(g),
-        **_async_settings(g),
+        **async_settings,
     )
+
+
+def _with_correction(reader: RecipeReader, update: UpdateConfig, asynchronous: bool) -> UpdateConfig:
+    """``update`` with the off-policy correction the recipe asks for (``ragym.off_policy_correction``: ``auto`` is on
+    with async rollouts; the local engine's rollout is its own Hugging Face model)."""
+    problems = correction_problems(reader.config)
+    if problems:
+        raise UsageError("\n".join(problems))
+    for key in (VERL_LEVEL_KEY, IS_THRESHOLD_KEY):
+        reader.get(key)
+    setting = _optional(reader, CORRECTION_KEY) or "auto"
+    level = correction_level(setting, asynchronous=asynchronous, rollout="hf")
+    return dataclasses.replace(update, correction=level, is_threshold=float(reader.get(IS_THRESHOLD_KEY)))
 
 
 def _async_settings(g: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import torch
 import verl.utils.torch_functional as verl_F
 from verl.trainer.ppo import core_algos
 
+from ragym.rl.correction import correction_metrics, truncated_weights
 from ragym.rl.credit import TurnCreditInputs
 from ragym.rl.engine.vision import ImageInputs, rope_positions
 
@@ -37,6 +38,8 @@ class Sample:
     """Episode reward (the rubric total)."""
     uid: str
     """Group id: episodes of the same dataset row share it."""
+    rollout_log_probs: list[float] | None = None
+    """The rollout's log-prob of each response token (0 on observation tokens); None: not recorded."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,10 @@ class UpdateConfig:
     """verl advantage estimator name (``grpo``)."""
     norm_adv_by_std: bool
     """GRPO: divide group-centred rewards by the group std."""
+    correction: str | None = None
+    """Off-policy correction: ``token`` or ``sequence`` importance sampling (``ragym.rl.correction``); None: off."""
+    is_threshold: float = 2.0
+    """Truncation bound of the importance ratio (verl's ``algorithm.rollout_correction.rollout_is_threshold``)."""
 
 
 @dataclass
@@ -74,6 +81,7 @@ class Batch:
     rewards: torch.Tensor  # [N]
     advantages: torch.Tensor | None = None  # [N, R]
     old_log_prob: torch.Tensor | None = None  # [N, R]
+    rollout_log_prob: torch.Tensor | None = None  # [N, R] what the rollout computed; None: not recorded
 
 
 def assemble(samples: list[Sample]) -> Batch:
@@ -83,7 +91,12 @@ def assemble(samples: list[Sample]) -> Batch:
     for i, sample in enumerate(samples):
         mask[i, : len(sample.response_mask)] = torch.tensor(sample.response_mask, dtype=torch.float32)
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-    return Batch(samples=samples, response_mask=mask, rewards=rewards)
+    rollout = None
+    if all(s.rollout_log_probs is not None for s in samples):
+        rollout = torch.zeros_like(mask)
+        for i, sample in enumerate(samples):
+            rollout[i, : len(sample.rollout_log_probs)] = torch.tensor(sample.rollout_log_probs)
+    return Batch(samples=samples, response_mask=mask, rewards=rewards, rollout_log_prob=rollout)
 
 
 def compute_advantages(
@@ -173,6 +186,10 @@ def update_policy(
                 for idx in _chunks(list(range(num)), cfg.log_prob_micro_batch_size)
             ]
         batch.old_log_prob = torch.cat(parts)
+    else:  # filled by the micro-steps: the trainer's log-probs before the update, for the correction's metrics
+        batch.old_log_prob = torch.zeros_like(batch.response_mask)
+    if cfg.correction is not None and batch.rollout_log_prob is None:
+        raise ValueError("the off-policy correction is on but the episodes carry no rollout log-probs")
     totals: dict[str, list[float]] = {}
     model.train()
     for _ in range(cfg.ppo_epochs):
@@ -187,7 +204,12 @@ def update_policy(
             for key, value in stats.items():
                 totals.setdefault(key, []).append(value)
     model.eval()
-    return {key: float(np.mean(values)) for key, values in totals.items()}
+    metrics = {key: float(np.mean(values)) for key, values in totals.items()}
+    if batch.rollout_log_prob is not None:
+        level = cfg.correction or "token"  # off: what the default correction would see
+        metrics.update(correction_metrics(batch.old_log_prob, batch.rollout_log_prob, batch.response_mask, level,
+                                          cfg.is_threshold))  # fmt: skip
+    return metrics
 
 
 def accumulate_gradients(
@@ -237,6 +259,14 @@ def _micro_step(
     assert entropy is not None  # with_entropy=True
     mask = batch.response_mask[micro]
     old = log_prob.detach() if single_pass else batch.old_log_prob[micro]
+    if single_pass:
+        batch.old_log_prob[micro] = old
+    # The weights are per token or per response, so a micro-batch's are its rows of the whole batch's.
+    weights = None
+    if cfg.correction is not None:  # update_policy checked that the rollout's log-probs are there
+        weights = truncated_weights(
+            old, batch.rollout_log_prob[micro], mask, cfg.correction, cfg.is_threshold
+        )
     pg_loss, pg_metrics = loss_fn(
         old_log_prob=old,
         log_prob=log_prob,
@@ -244,6 +274,7 @@ def _micro_step(
         response_mask=mask,
         loss_agg_mode=actor_config.loss_agg_mode,
         config=actor_config,
+        **({"rollout_is_weights": weights} if weights is not None else {}),
     )
     entropy_loss = core_algos.agg_loss(
         entropy, mask, actor_config.loss_agg_mode, **actor_config.global_batch_info

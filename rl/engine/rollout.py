@@ -41,6 +41,7 @@ class EpisodeResult:
 
     def sample(self) -> Sample:
         """The episode as the GRPO update sees it."""
+        logprobs = self.output.response_logprobs
         return Sample(
             prompt_ids=list(self.output.prompt_ids),
             response_ids=list(self.output.response_ids),
@@ -48,6 +49,7 @@ class EpisodeResult:
             images=list((self.output.multi_modal_data or {}).get("images", [])),
             reward=self.reward,
             uid=self.uid,
+            rollout_log_probs=None if logprobs is None else list(logprobs),
         )
 
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION
+from ragym.rl.off_policy import correction_problems
 from ragym.rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
 from ragym.rl.verl_plugin.modes import mode_problems
 
@@ -44,6 +45,7 @@ RAGYM_KEYS = (
     "ragym.images.cache_bytes",
     "ragym.turn_credit.step_weight",
     "ragym.outcome_metric",
+    "ragym.off_policy_correction",
 )
 """ragym's own top-level section, which verl never reads: local-engine knobs, the CPU demo's, the
 retrieval service's address (``ragym.rl.recipe.retrieval``) and the image budget (``ragym.rl.recipe.images``)."""
@@ -204,7 +206,7 @@ def check_recipe(
             f"{', '.join(unknown)}; check the spelling"
         )
     config = load_recipe(recipe, overrides)
-    problems = mode_problems(config)
+    problems = mode_problems(config) + correction_problems(config)
     if problems:
         raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
     if before_verl is not None:
