@@ -70,6 +70,26 @@ def response_length_stats(lengths: list[int], limit: int) -> dict[str, float]:
     }
 
 
+IMAGE_PAD = "<|image_pad|>"
+"""The placeholder the processor expands to one token per merged image patch (Qwen2.5-VL, Qwen3-VL)."""
+IMAGES = "images/per_episode"
+"""Images an episode carried (its prompt's and its observations'), batch mean."""
+IMAGE_TOKENS = "images/tokens_per_episode"
+"""Image placeholder tokens in an episode's ids (what the model saw of them), batch mean."""
+
+
+def image_metrics(num_images: list[int], token_ids: list[list[int]], pad_id: int) -> dict[str, float]:
+    """Images carried and image tokens trained on per episode: images with no tokens were dropped on the way.
+
+    >>> image_metrics([2, 0], [[7, 9, 9, 9, 9], [7]], pad_id=9)
+    {'images/per_episode': 1.0, 'images/tokens_per_episode': 2.0}
+    """
+    if not num_images:
+        return {}
+    tokens = [sum(1 for t in ids if t == pad_id) for ids in token_ids]
+    return {IMAGES: float(np.mean(num_images)), IMAGE_TOKENS: float(np.mean(tokens))}
+
+
 class MetricsSink:
     """Writes step metrics to ``metrics.jsonl`` (always), the console and wandb (when configured)."""
 

@@ -38,7 +38,14 @@ from ragym.rl.engine.dynamic_sampling import (
 )
 from ragym.rl.engine.grpo import assemble, compute_advantages, update_policy
 from ragym.rl.engine.hf_server import HFServer
-from ragym.rl.engine.metrics import MetricsSink, advantage_stats, response_length_stats, summarize
+from ragym.rl.engine.metrics import (
+    IMAGE_PAD,
+    MetricsSink,
+    advantage_stats,
+    image_metrics,
+    response_length_stats,
+    summarize,
+)
 from ragym.rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
 from ragym.rl.engine.rollout import EpisodeResult, RolloutTimes, run_episodes
 from ragym.rl.engine.vision import ImageInputs
@@ -126,6 +133,7 @@ class LocalTrainer:
         self.peft = cfg.lora and add_adapters(self.model, cfg.lora, Path(cfg.model_path).resolve(), resume)
         self.model.eval()
         check_processor_factor(recipe_images(config), self.processor)
+        self.image_pad_id = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
         # The recipe's pixel range, as verl's processor renders the agent loop's placeholders with it.
         self.image_inputs = ImageInputs(self.processor.image_processor, recipe_processor_kwargs(config))
         # Async rollouts: the server generates with a copy of the policy, synced between rollouts.
@@ -214,6 +222,8 @@ class LocalTrainer:
             response_length_stats([len(r.output.response_ids) for r in results], cfg.response_length)
         )
         metrics.update(sampled.metrics())
+        metrics.update(image_metrics([len(s.images) for s in batch.samples],
+                                     [s.prompt_ids + s.response_ids for s in batch.samples], self.image_pad_id))  # fmt: skip
         metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])  # LambdaLR's lr is a float
         self.last_times = {"generate": times.generate, "env": times.env, "reward": times.reward,
                            "rollout": times.total, "update": update_s, "trace": trace_s}  # fmt: skip
