@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import numpy as np
+import torch
 import transfer_queue as tq
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1 import trainer_base as verl_trainer
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
@@ -38,6 +39,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.rl.agent_loop.verl_metrics import step_metrics, tq_column
+from ragym.rl.correction import correction_metrics
 from ragym.rl.credit.verl_trainer import TurnCreditMixin
 from ragym.rl.engine.dynamic_sampling import (
     FILTER_SECTION,
@@ -45,10 +47,18 @@ from ragym.rl.engine.dynamic_sampling import (
     reward_weights,
     shaped_metric_warning,
 )
+from ragym.rl.engine.metrics import IMAGE_PAD, image_metrics
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, VAL_PREFIX, GuardMonitor, read_guards
+from ragym.rl.off_policy import (
+    CORRECTION_KEY,
+    IS_THRESHOLD_KEY,
+    VERL_LEVEL_KEY,
+    correction_problems,
+    run_correction_level,
+    trajectory_staleness,
+)
 from ragym.rl.off_policy import off_policy_metrics as shared_off_policy_metrics
-from ragym.rl.off_policy import trajectory_staleness
 from ragym.rl.verl_plugin.modes import mode_problems, verl_mode
 from ragym.rl.verl_plugin.sampler import (
     TOPPED_UP_KEY,
@@ -119,9 +129,10 @@ class RagymTrainerMixin(TurnCreditMixin):
     def _build_replay_buffer(self) -> RagymReplayBuffer | RagymReplayBufferAsync:
         """verl's replay buffer for the mode, with verl's settings, in ragym's form (the DAPO bound, held-out
         episodes); called from verl's ``__init__``, after the checks of the mode's settings."""
-        problems = mode_problems(self.config)
+        problems = mode_problems(self.config) + correction_problems(self.config)
         if problems:
             raise UsageError("\n".join(problems))
+        self._ragym_correction = _set_correction(self.config)
         if OmegaConf.select(self.config, "trainer.v1.sampler.custom_sampler.path"):
             raise UsageError(
                 f"trainer.v1.trainer_mode={self.ragym_mode} brings its own replay buffer "
@@ -170,8 +181,34 @@ class RagymTrainerMixin(TurnCreditMixin):
         tags = [tag for tag in batch.tags if not tag.get("is_padding", False)]
         versions = [(int(tag["min_global_steps"]), int(tag["max_global_steps"])) for tag in tags]
         metrics.update(off_policy_metrics(global_steps, versions, metrics))
+        metrics.update(self._correction_metrics(batch, data, extra_fields))
         self._signal(global_steps, metrics, len(set(uids)))
         self._trace(global_steps, data, columns, extra_fields, uids, versions)
+
+    def _correction_metrics(self, batch: Any, data: Any, extra_fields: list[dict]) -> dict[str, float]:
+        """The off-policy correction's metrics (``ragym.rl.correction``, as the local engine logs them) from the
+        trainer's and the rollout's log-probs, and the images the episodes carried beside their image tokens."""
+        prompts, responses = data["prompts"].unbind(), data["responses"].unbind()
+        pad_id = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+        metrics = image_metrics([len(f.get("image_refs", [])) for f in extra_fields],
+                                [p.tolist() + r.tolist() for p, r in zip(prompts, responses, strict=True)], pad_id)  # fmt: skip
+        if not OmegaConf.select(self.config, "actor_rollout_ref.rollout.calculate_log_probs", default=False):
+            return metrics  # the rollout recorded no log-probs: nothing to compare
+        keys = [
+            key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)
+        ]
+        logps = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
+                                select_fields=["old_log_probs", "rollout_log_probs"])  # fmt: skip
+        rows = [
+            logps["old_log_probs"].unbind(),
+            logps["rollout_log_probs"].unbind(),
+            data["response_mask"].unbind(),
+        ]
+        width = max(len(row) for column in rows for row in column)
+        old, rollout, mask = (_padded(column, width) for column in rows)
+        threshold = float(OmegaConf.select(self.config, IS_THRESHOLD_KEY))
+        metrics.update(correction_metrics(old, rollout, mask, self._ragym_correction or "token", threshold))
+        return metrics
 
     def _signal(self, step: int, metrics: dict, num_groups: int) -> None:
         """Dynamic sampling's flat share and the collapse guards (``ragym.rl.guards``); a ``stop`` ends the run after
@@ -245,6 +282,24 @@ def off_policy_metrics(step: int, versions: list[tuple[int, int]], metrics: dict
     return shared_off_policy_metrics(
         step, versions, int(metrics.get("training/off_policy/evicted_samples", 0))
     )
+
+
+def _padded(rows: Any, width: int) -> torch.Tensor:
+    """Right-padded [N, width] tensor of ``rows`` (a TransferQueue response field, one 1-D tensor per trajectory)."""
+    out = torch.zeros((len(rows), width), dtype=torch.float64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row.to(torch.float64)
+    return out
+
+
+def _set_correction(config: Any) -> str | None:
+    """Resolve ``ragym.off_policy_correction`` for this run and hand it to verl's trainer
+    (``algorithm.rollout_correction.rollout_is``, which verl reads at each step); the level, None when off."""
+    level = run_correction_level(config)
+    with open_dict(config):
+        OmegaConf.update(config, VERL_LEVEL_KEY, level, merge=False)
+    logger.info("ragym: off-policy correction %s (%s)", level or "off", CORRECTION_KEY)
+    return level
 
 
 def _start_signal(config: Any) -> GuardMonitor:
