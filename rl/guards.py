@@ -4,8 +4,12 @@ Both engines feed one ``GuardMonitor`` the dict of metrics they log each step (t
 ``reward/<term>``, ``episode/<metric>``, ``actor/entropy``, ``response_length/clip_ratio``; ragym's verl
 trainer mode logs the same). Each guard watches one collapse the issue trackers of search-agent training
 are full of: tool use abandoned, every batch rejected (or accepted), a format reward gamed while the outcome
-stays flat, entropy collapse, responses cut at the length budget. A guard's thresholds and its action
-(``off``, ``warn`` or ``stop``) are recipe fields under ``ragym.guards.<name>``. A firing is logged as
+stays flat, entropy collapse, responses cut at the length budget; those are off unless a recipe turns them on.
+The run checks (``RUN_CHECKS``) catch a run that is broken without looking it: the rollout serving other weights
+than the trainer's (log-prob mismatch for N steps), LoRA adapters that a sync did not deliver, images that never
+reached the model, every group flat for N steps; they are on (``stop``) by default, with bounds no healthy run
+reaches. A guard's thresholds and its action (``off``, ``warn`` or ``stop``) are recipe fields under
+``ragym.guards.<name>``. A firing is logged as
 ``guard/<name>`` = 1 in that step's metrics and appended to ``<run>/guards.jsonl``, which ``ragym view``
 shows; ``stop`` ends the run with one line naming the guard, the step and the numbers.
 
@@ -17,6 +21,7 @@ The evaluation before training (``trainer.val_before_train``) is the untrained b
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import deque
@@ -36,6 +41,16 @@ GUARDS_SECTION = "ragym.guards"
 """Recipe section: one mapping per guard name."""
 GUARDS_FILE = "guards.jsonl"
 """Every firing of a run, one JSON line each, in the run's output folder."""
+MISMATCH_BOUND = 0.05
+"""``rollout_mismatch``'s default bound on ``off_policy/mismatch_kl`` (nats per generated token)."""
+MISMATCH_STEPS = 3
+"""``rollout_mismatch``'s default N."""
+FLAT_STEPS = 10
+"""``flat_groups``'s default N."""
+ADAPTERS_TRAINED_CHANGED = "lora/sync_trained_changed"
+"""1.0 at a weight sync when the trainer's adapters changed since the previous sync, else 0.0."""
+ADAPTERS_ROLLOUT_CHANGED = "lora/sync_rollout_changed"
+"""1.0 at a weight sync when the rollout's adapters after it differ from before it, else 0.0."""
 VAL_PREFIX = "val/"
 """Held-out evaluation metrics (``val/`` + the training names); a guard reading them counts evaluations."""
 
@@ -102,6 +117,36 @@ class ThresholdGuard:
     """N: consecutive steps (evaluations, for a ``val/`` metric) before the guard fires."""
 
 
+@dataclass(frozen=True)
+class ImagesDroppedGuard:
+    """Fires when a step's episodes carried images but its batch held no image token, for ``steps`` steps: the
+    images were dropped on the way to the model (a processor without its image part, a template without
+    placeholders), and the policy trains blind."""
+
+    action: str = "stop"
+    """off, warn or stop."""
+    images_metric: str = "images/per_episode"
+    """Images an episode carried (its prompt's and its observations'), batch mean."""
+    tokens_metric: str = "images/tokens_per_episode"
+    """Image placeholder tokens in an episode's ids, batch mean."""
+    steps: int = 1
+    """N: consecutive steps before the check fires."""
+
+
+@dataclass(frozen=True)
+class AdapterSyncGuard:
+    """Fires at a weight sync after which the rollout's LoRA adapters are what they were before it, though the
+    trainer's changed since the last sync: the rollout keeps sampling from adapters it never received (verl#7495).
+    A step without a sync (or without LoRA) logs neither metric and is not judged."""
+
+    action: str = "stop"
+    """off, warn or stop."""
+    trained_metric: str = ADAPTERS_TRAINED_CHANGED
+    """1 when the trainer's adapters differ from those of the previous sync (``adapter_sync_metrics``)."""
+    rollout_metric: str = ADAPTERS_ROLLOUT_CHANGED
+    """1 when the rollout's adapters after this sync differ from its adapters before it."""
+
+
 GUARD_TYPES: dict[str, type] = {
     "no_search": NoSearchGuard,
     "reject_all": DecisionShareGuard,
@@ -111,8 +156,15 @@ GUARD_TYPES: dict[str, type] = {
     "length_limit": ThresholdGuard,
     "val_ident_floor": ThresholdGuard,
     "val_reject_all": DecisionShareGuard,
+    "rollout_mismatch": ThresholdGuard,
+    "adapter_sync": AdapterSyncGuard,
+    "images_dropped": ImagesDroppedGuard,
+    "flat_groups": ThresholdGuard,
 }
 """Every guard name and its config type (the recipe keys under ``ragym.guards.<name>``)."""
+RUN_CHECKS = ("rollout_mismatch", "adapter_sync", "images_dropped", "flat_groups")
+"""Guards that catch a run broken silently rather than a policy collapsing: on (``stop``) unless the recipe says
+otherwise, with bounds no healthy run reaches (docs/training.md, "Run checks")."""
 DEFAULTS: dict[str, Any] = {
     "no_search": NoSearchGuard(),
     "reject_all": DecisionShareGuard(),
@@ -124,8 +176,24 @@ DEFAULTS: dict[str, Any] = {
     "val_reject_all": DecisionShareGuard(
         metric="val/episode/actions/reject", other_metric="val/episode/actions/rerank", steps=2
     ),
+    # Rollout and trainer disagree on the sampled tokens' log-probs for N steps in a row: the rollout serves other
+    # weights than the trainer's (an adapter or weight sync that does not arrive), not one step's staleness.
+    "rollout_mismatch": ThresholdGuard(
+        action="stop",
+        metric="off_policy/mismatch_kl",
+        threshold=MISMATCH_BOUND,
+        above=True,
+        steps=MISMATCH_STEPS,
+    ),
+    "adapter_sync": AdapterSyncGuard(),
+    "images_dropped": ImagesDroppedGuard(),
+    # Every GRPO group scored flat: no advantage, no gradient, step after step.
+    "flat_groups": ThresholdGuard(
+        action="stop", metric="grpo/zero_adv_group_share", threshold=1.0, above=True, steps=FLAT_STEPS
+    ),
 }
-"""Each guard's config when the recipe leaves it (or a field of it) out: every guard off."""
+"""Each guard's config when the recipe leaves it (or a field of it) out: the collapse guards off, the run checks
+(``RUN_CHECKS``) on."""
 
 
 @dataclass(frozen=True)
@@ -335,8 +403,34 @@ def _threshold(name: str, g: ThresholdGuard, state: _State, metrics: Mapping[str
     return None
 
 
+def _images_dropped(
+    name: str, g: ImagesDroppedGuard, state: _State, metrics: Mapping[str, Any]
+) -> str | None:
+    images, tokens = (
+        _value(name, g.images_metric, state, metrics),
+        _value(name, g.tokens_metric, state, metrics),
+    )
+    if images is None or tokens is None:
+        return None
+    if _streak(state, images > 0 and tokens == 0, g.steps):
+        return (f"{g.images_metric} = {images:.2f} but {g.tokens_metric} = 0 for {g.steps} {state.unit}: the "
+                "episodes' images never reached the model")  # fmt: skip
+    return None
+
+
+def _adapter_sync(name: str, g: AdapterSyncGuard, state: _State, metrics: Mapping[str, Any]) -> str | None:
+    if g.trained_metric not in metrics or g.rollout_metric not in metrics:
+        return None  # no sync at this step
+    if _streak(state, metrics[g.trained_metric] > 0 and metrics[g.rollout_metric] == 0, 1):
+        return (f"the trainer's adapters changed since the last sync ({g.trained_metric} = 1) but the rollout's "
+                f"did not ({g.rollout_metric} = 0): the rollout samples from adapters it never received")  # fmt: skip
+    return None
+
+
 _CHECKS = {
     NoSearchGuard: _no_search,
+    ImagesDroppedGuard: _images_dropped,
+    AdapterSyncGuard: _adapter_sync,
     DecisionShareGuard: _decision_share,
     FormatOnlyGuard: _format_only,
     ThresholdGuard: _threshold,
@@ -349,3 +443,28 @@ def read_firings(run_dir: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     return [firing for _, firing in read_jsonl(path)]
+
+
+def adapter_digest(tensors: Mapping[str, Any]) -> str:
+    """A fingerprint of LoRA adapter tensors (name -> tensor): equal digests, equal adapters.
+
+    >>> import torch
+    >>> adapter_digest({"a": torch.zeros(2)}) == adapter_digest({"a": torch.zeros(2)}) != adapter_digest({"a": torch.ones(2)})
+    True
+    """
+    digest = hashlib.sha256()
+    for key in sorted(tensors):
+        digest.update(key.encode())
+        digest.update(tensors[key].detach().float().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def adapter_sync_metrics(trained: tuple[str, str], rollout: tuple[str, str]) -> dict[str, float]:
+    """The metrics ``adapter_sync`` reads at a weight sync, from adapter digests (``adapter_digest``): ``trained``,
+    the trainer's at the previous sync and at this one; ``rollout``, the rollout's before and after this one.
+
+    >>> adapter_sync_metrics(("a", "b"), ("a", "a"))
+    {'lora/sync_trained_changed': 1.0, 'lora/sync_rollout_changed': 0.0}
+    """
+    return {ADAPTERS_TRAINED_CHANGED: float(trained[0] != trained[1]),
+            ADAPTERS_ROLLOUT_CHANGED: float(rollout[0] != rollout[1])}  # fmt: skip

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ragym.rl.errors import UsageError
-from ragym.rl.guards import GUARDS_FILE, GuardMonitor, read_firings, read_guards
+from ragym.rl.guards import GUARDS_FILE, RUN_CHECKS, GuardMonitor, read_firings, read_guards
 
 KBVQA_GUARDS = {
     "no_search": {"action": "warn", "metric": "episode/searches", "steps": 3},
@@ -160,8 +160,9 @@ def test_a_missing_metric_is_reported_not_guessed(caplog):
     assert "this run logs no 'episode/searches'" in caplog.text
 
 
-def test_guards_are_off_unless_the_recipe_turns_them_on():
-    assert GuardMonitor(read_guards(None)).guards == {}
+def test_collapse_guards_are_off_unless_the_recipe_turns_them_on_and_run_checks_stop():
+    guards = GuardMonitor(read_guards(None)).guards
+    assert set(guards) == set(RUN_CHECKS) and {g.action for g in guards.values()} == {"stop"}
 
 
 @pytest.mark.parametrize(
@@ -196,7 +197,7 @@ def test_a_held_out_guard_waits_for_evaluations_and_a_training_guard_for_trainin
     ]
     fired = [(step, f.guard) for step, m in enumerate(stream, 1) for f in monitor.update(step, m)]
     assert fired == [(4, "val_ident_floor")]
-    assert set(monitor.checked) == {"val_ident_floor", "entropy_floor"}
+    assert set(monitor.checked) - set(RUN_CHECKS) == {"val_ident_floor", "entropy_floor"}
 
 
 DEMO_METRICS = Path(__file__).parent / "fixtures" / "demo_seed0_guard_metrics.jsonl"
@@ -323,7 +324,8 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
     known = {f"reward/{term}" for term in reward.terms} | STEP_METRICS
     known |= {f"episode/actions/{kind}" for kind in _REGISTRY[env_id].action_kinds}
     known |= {f"episode/{name}" for name in episode_metrics_keys(env_id)}
-    active = {name: guard for name, guard in read_guards(section).items() if guard.action != "off"}
+    # The run checks watch the trainer's own metrics (tests/rl/test_run_checks.py), on in every recipe.
+    active = {name: g for name, g in read_guards(section).items() if g.action != "off" and name not in RUN_CHECKS}
     assert active, f"{recipe} turns no guard on"
     # Held-out evaluations log the same episode metrics and reward terms under val/ (both engines).
     known |= {f"val/{key}" for key in known if key.startswith(("episode/", "reward/"))}

@@ -78,7 +78,7 @@ def test_a_guard_on_held_out_metrics_reads_verls_evaluations_and_counts_them(tmp
             episodes += [("u1", evaluation(ident, reject, rerank)), ("u2", evaluation(ident, reject, rerank))]
             metrics.update(RagymTrainer._validate(trainer))
         RagymTrainer._signal(trainer, step, metrics, 2)
-        fired[step] = {k: v for k, v in metrics.items() if k.startswith("guard/")}
+        fired[step] = {k: v for k, v in metrics.items() if k.startswith("guard/val_")}
     assert fired[1] == fired[3] == fired[5] == {}  # no evaluation: the val guards are not checked
     assert fired[2] == {"guard/val_ident_floor": 0.0, "guard/val_reject_all": 0.0}
     assert fired[4] == {"guard/val_ident_floor": 0.0, "guard/val_reject_all": 0.0}  # 1 of 2 evaluations
