@@ -129,6 +129,17 @@ def prep_report(
     return report
 
 
+def add_update_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--images`` and ``--logprobs``, the update's settings ``budget memory`` and ``budget gpu-check`` share."""
+    from ragym.rl.budget.memory import LOGPROB_BYTES
+
+    parser.add_argument("--images", type=int, help="images of the recipe's largest budget per micro-batch "
+                        "(default: as many as the micro-batch holds)")  # fmt: skip
+    parser.add_argument("--logprobs", choices=tuple(LOGPROB_BYTES), default="verl",
+                        help="the update's log-prob path: verl's actor (4 B a logit, default) or transformers' "
+                        "labels loss (14 B)")  # fmt: skip
+
+
 def memory_main(argv: list[str]) -> int:
     """``ragym budget memory``: print one GPU's memory under the recipe, full fine-tuning vs LoRA."""
     from ragym.rl.budget.memory import memory_settings, memory_table
@@ -143,6 +154,7 @@ def memory_main(argv: list[str]) -> int:
                         "model folder, the Hugging Face cache, or ragym's copy of Qwen2.5-VL-7B-Instruct's)")  # fmt: skip
     parser.add_argument("--lora-rank", type=int, default=64,
                         help="the LoRA column's rank when the recipe trains every weight (default 64)")  # fmt: skip
+    add_update_arguments(parser)
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. trainer.n_gpus_per_node=4")
     args = parser.parse_args(argv)
     if args.gpu_gib <= 0:
@@ -158,7 +170,7 @@ def memory_main(argv: list[str]) -> int:
     model = str(OmegaConf.select(config, MODEL_KEY))
     hf_config, source = load_model_config(model, args.model_config)
     shape = model_shape(hf_config, lora)
-    settings = memory_settings(config)
+    settings = memory_settings(config, args.images, args.logprobs)
     table, _ = memory_table(shape, settings, args.gpu_gib, lora.rank)
     where = "the recipe's" if in_recipe else "not in the recipe, --lora-rank"
     print(f"memory per GPU: recipe {args.recipe} on {settings.num_gpus} GPU(s) of {args.gpu_gib:g} GiB, "
@@ -168,11 +180,15 @@ def memory_main(argv: list[str]) -> int:
           f"kv {shape.kv_size}, V {shape.vocab_size:,}")  # fmt: skip
     print(f"LoRA ({where}): rank {lora.rank} on {lora.target_modules}, excluding {lora.exclude_modules}")
     print(f"micro-batch: {settings.tokens:,} tokens per GPU ({settings.tokens_source}); one episode at most "
-          f"{settings.sequence_tokens:,} tokens\n")  # fmt: skip
+          f"{settings.sequence_tokens:,} tokens")  # fmt: skip
+    images = settings.images
+    print(f"images: {images.num_images} of {images.tokens_per_image:,} visual tokens per micro-batch "
+          f"({images.source}); log-probs: {settings.logprob_path}\n")  # fmt: skip
     print(table)
     print("\nformulas (per GPU; ragym.rl.budget.memory): weights P*b/S, gradients P_t*b/S, Adam 2*P_t*b/S (b: "
           "model_dtype bytes; the fp32 shards are FSDP's master weights), gathered 2*P_layer*2, activations per "
-          "layer T*(6h+2kv+4i)*2 (checkpointed: L*T*h*2 + one layer; without: L layers), logits T*V*4, vLLM its "
-          "share (bf16 weights, KV 2*L*kv*2 B/token). Not counted: the vision tower's activations, CUDA contexts, "
-          "fragmentation: keep a few GiB free")  # fmt: skip
+          "layer T*(6h+2kv+4i)*2 (checkpointed: L*T*h*2 + one layer; without: L layers), vision inputs P*D*4 and "
+          "a block P*(12hv+M)*2 (trained and checkpointed: depth*P*hv*2 + a block; ragym.rl.budget.vision), logits "
+          "T*V*c (c: 4 verl's log-probs, 14 transformers' labels loss), vLLM its share (bf16 weights, KV 2*L*kv*2 "
+          "B/token). Not counted: CUDA contexts, fragmentation: keep a few GiB free")  # fmt: skip
     return 0

@@ -14,8 +14,11 @@ micro-batch on one GPU, L layers of width h, MLP width i, key/value width kv, vo
   up, SiLU(gate) and their product). Without gradient checkpointing L of them; with it (verl's default) the L layer
   inputs, L x T x h x 2, plus one layer's recomputed in the backward pass. LoRA keeps the same tensors (the
   adapters read the inputs the frozen layers would have saved) plus T x r per adapted layer (under 1%, left out).
-  The vision tower's activations are left out.
-- logits: T x V x 4 bytes (bf16 logits and one bf16 buffer of their size, the log-softmax's gradient).
+- the vision tower: the micro-batch's images at the recipe's image budget, their pixel values and the tower's
+  activations, trained (full fine-tuning) or frozen (LoRA with the tower excluded): ``ragym.rl.budget.vision``.
+- logits: T x V x c bytes, c by the log-prob path (``LOGPROB_BYTES``): verl's (and ragym's) in-place path keeps the
+  bf16 logits and one bf16 buffer of their size, the log-softmax's gradient (4); transformers' ``labels`` loss
+  keeps the bf16 logits, their fp32 copy, the fp32 log-softmax and its fp32 gradient (14).
 - rollout: vLLM takes ``gpu_memory_utilization`` x the GPU: its bf16 weights (P x 2 / TP, plus the adapter under
   LoRA) and a KV cache of what is left (at most: vLLM's own activations come out of it too), 2 x L x kv x 2 / TP
   bytes per token.
@@ -35,6 +38,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ragym.rl.budget.model_size import ModelShape
+from ragym.rl.budget.vision import MicroBatchImages, micro_batch_images, vision_memory
 from ragym.rl.errors import UsageError
 
 GIB = 2**30
@@ -42,6 +46,11 @@ ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 """Bytes per weight of verl's ``fsdp_config.model_dtype`` values."""
+LOGPROB_BYTES = {"verl": 4, "labels": 14}
+"""Bytes per logit the update keeps, by log-prob path: verl's actor (ragym's local engine too) takes log-probs of
+the bf16 logits with an in-place backward (logits + their gradient, 2 + 2); transformers' ``labels`` loss upcasts
+them (bf16 logits 2, fp32 copy 4, fp32 log-softmax 4, its fp32 gradient 4). Measured on an H200: 22.4 GiB more
+for 16,384 x 152,064 logits through ``labels``, against 23.2 GiB by these figures (docs/training.md)."""
 
 
 @dataclass(frozen=True)
@@ -71,10 +80,19 @@ class MemorySettings:
     """``rollout.tensor_model_parallel_size``: vLLM shards its weights and KV cache over this many GPUs."""
     sequence_tokens: int
     """``data.max_prompt_length`` + ``data.max_response_length``: one episode at most."""
+    images: MicroBatchImages
+    """The micro-batch's images at the recipe's image budget (``ragym.rl.budget.vision``)."""
+    freeze_vision_tower: bool
+    """``actor_rollout_ref.model.freeze_vision_tower``: the tower stays frozen under full fine-tuning too."""
+    logprob_path: str
+    """How the update takes log-probs (a ``LOGPROB_BYTES`` key): verl's actor's path unless told otherwise."""
 
 
-def memory_settings(config: DictConfig) -> MemorySettings:
-    """The memory knobs of a composed recipe."""
+def memory_settings(
+    config: DictConfig, num_images: int | None = None, logprob_path: str = "verl"
+) -> MemorySettings:
+    """The memory knobs of a composed recipe; ``num_images`` images per micro-batch (None: as many as fit) and the
+    log-prob path (``LOGPROB_BYTES``)."""
 
     def get(key: str) -> Any:  # a config scalar (int, float, bool, str) or None
         return OmegaConf.select(config, key)
@@ -95,6 +113,8 @@ def memory_settings(config: DictConfig) -> MemorySettings:
     dtype = str(get(f"{ACTOR}.fsdp_config.model_dtype"))
     if dtype not in DTYPE_BYTES:
         raise UsageError(f"{ACTOR}.fsdp_config.model_dtype={dtype!r}: give one of {', '.join(DTYPE_BYTES)}")
+    if logprob_path not in LOGPROB_BYTES:
+        raise UsageError(f"log-prob path {logprob_path!r}: give one of {', '.join(LOGPROB_BYTES)}")
     return MemorySettings(
         num_gpus=num_gpus, num_shards=num_gpus if fsdp_size < 0 else fsdp_size, weight_bytes=DTYPE_BYTES[dtype],
         tokens=tokens, tokens_source=source, checkpointing=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing")),
@@ -102,6 +122,8 @@ def memory_settings(config: DictConfig) -> MemorySettings:
         optimizer_offload=bool(get(f"{ACTOR}.fsdp_config.optimizer_offload")),
         rollout_share=float(get(f"{ROLLOUT}.gpu_memory_utilization")),
         rollout_tp=int(get(f"{ROLLOUT}.tensor_model_parallel_size")), sequence_tokens=sequence,
+        images=micro_batch_images(config, tokens, num_images),
+        freeze_vision_tower=bool(get("actor_rollout_ref.model.freeze_vision_tower")), logprob_path=logprob_path,
     )  # fmt: skip
 
 
@@ -122,8 +144,12 @@ class GpuMemory:
     activations_unchecked: float
     """What the activations would be without gradient checkpointing (reported, not in the phase totals when
     checkpointing is on)."""
+    vision_inputs: float
+    """The micro-batch's pixel values (``ragym.rl.budget.vision``)."""
+    vision: float
+    """The vision tower's activations, trained or frozen (``ragym.rl.budget.vision``)."""
     logits: float
-    """The micro-batch's logits and a buffer of their size: T x V x 4."""
+    """What the log-prob path keeps of the micro-batch's logits: T x V x ``LOGPROB_BYTES``."""
     rollout: float
     """vLLM's share of the GPU: gpu_memory_utilization x the GPU."""
     rollout_weights: float
@@ -135,8 +161,10 @@ class GpuMemory:
 
     @property
     def training(self) -> float:
-        """The update: FSDP state, gradients, gathered units, activations and logits (vLLM asleep)."""
-        return self.weights + self.gradients + self.adam + self.gathered + self.activations + self.logits
+        """The update: FSDP state, gradients, gathered units, activations, the vision tower's, and the logits (vLLM
+        asleep)."""
+        return (self.weights + self.gradients + self.adam + self.gathered + self.activations + self.vision_inputs
+                + self.vision + self.logits)  # fmt: skip
 
     def rollout_phase(self, settings: MemorySettings) -> float:
         """Generation: vLLM's share and the FSDP state left on the GPU."""
@@ -167,10 +195,13 @@ def gpu_memory(shape: ModelShape, settings: MemorySettings, gpu_bytes: float, lo
     rollout_weights = served * 2 / settings.rollout_tp
     kv_cache = max(rollout - rollout_weights, 0.0)
     kv_per_token = 2 * shape.num_layers * shape.kv_size * 2 / settings.rollout_tp
+    tower_trains = (shape.vision_lora if lora else True) and not settings.freeze_vision_tower
+    vision = vision_memory(shape, settings.images, tower_trains, settings.checkpointing)
     return GpuMemory(
         weights=shape.num_params * b / shards, gradients=trainable * b / shards, adam=2 * trainable * b / shards,
         gathered=2 * shape.num_layer_params * 2, activations=checked if settings.checkpointing else unchecked,
-        activations_unchecked=unchecked, logits=tokens * shape.vocab_size * 4, rollout=rollout,
+        activations_unchecked=unchecked, vision_inputs=vision.inputs, vision=vision.activations,
+        logits=tokens * shape.vocab_size * LOGPROB_BYTES[settings.logprob_path], rollout=rollout,
         rollout_weights=rollout_weights, kv_cache=kv_cache, kv_tokens=int(kv_cache // kv_per_token),
     )  # fmt: skip
 
@@ -201,6 +232,15 @@ def memory_table(shape: ModelShape, settings: MemorySettings, gpu_gib: float, ra
         return f"{_gib(value)} {verdict}"
 
     checked = "checkpointed" if settings.checkpointing else "no checkpointing"
+    images = settings.images
+    patches = images.visual_tokens * shape.patches_per_token
+
+    def tower(m: GpuMemory, trains: bool) -> str:
+        return f"{_gib(m.vision)} ({checked if trains else 'frozen: one block at a time'})"
+
+    full_trains = not settings.freeze_vision_tower
+    lora_trains = shape.vision_lora and full_trains
+    per_logit = LOGPROB_BYTES[settings.logprob_path]
     rows = [
         ("trainable parameters", f"{shape.num_params:,}", f"{shape.num_lora_params:,} ({share:.2%})"),
         (f"weights ({shard})", _gib(full.weights), _gib(lora.weights)),
@@ -210,7 +250,11 @@ def memory_table(shape: ModelShape, settings: MemorySettings, gpu_gib: float, ra
         (f"activations ({checked}, {tokens:,} tokens)", _gib(full.activations), _gib(lora.activations)),
         ("activations without checkpointing (not added)" if settings.checkpointing else "",
          _gib(full.activations_unchecked), _gib(lora.activations_unchecked)),
-        (f"logits ({tokens:,} x {shape.vocab_size:,} x 4 B)", _gib(full.logits), _gib(lora.logits)),
+        (f"vision inputs ({images.num_images} x {images.tokens_per_image:,}-token images: {patches:,} patches x "
+         f"{shape.patch_values:,} x 4 B)", _gib(full.vision_inputs), _gib(lora.vision_inputs)),
+        ("vision tower activations", tower(full, full_trains), tower(lora, lora_trains)),
+        (f"logits ({tokens:,} x {shape.vocab_size:,} x {per_logit} B, {settings.logprob_path} log-probs)",
+         _gib(full.logits), _gib(lora.logits)),
         ("**training phase**", _gib(full.training), _gib(lora.training)),
         (f"vLLM ({settings.rollout_share:.2f} x {gpu_gib:g} GiB)", _gib(full.rollout), _gib(lora.rollout)),
         (f"- its weights (bf16, TP {settings.rollout_tp}; LoRA: + adapters)", _gib(full.rollout_weights),
@@ -225,6 +269,7 @@ def memory_table(shape: ModelShape, settings: MemorySettings, gpu_gib: float, ra
     numbers = {
         column: {"weights": m.weights / GIB, "gradients": m.gradients / GIB, "adam": m.adam / GIB,
                  "gathered": m.gathered / GIB, "activations": m.activations / GIB, "logits": m.logits / GIB,
+                 "vision_inputs": m.vision_inputs / GIB, "vision": m.vision / GIB,
                  "training": m.training / GIB, "rollout": m.rollout_phase(settings) / GIB,
                  "peak": m.peak(settings) / GIB, "kv_tokens": m.kv_tokens, "fits": m.peak(settings) <= gpu}
         for column, m in (("full", full), ("lora", lora))

@@ -1,9 +1,9 @@
 """A policy's parameter counts and shapes, from its Hugging Face config alone: the model is built on the meta
 device (no weights allocated, nothing downloaded) and counted, with peft's LoRA adapters when the recipe has them.
 
-The config comes from a local model folder, the Hugging Face cache, or, for the model the paper recipes name
-(Qwen2.5-VL-7B-Instruct), the official ``config.json`` fields kept here (``KNOWN_CONFIGS``), so ``ragym budget
-memory`` works on a machine that has never downloaded the model.
+The config comes from a local model folder, the Hugging Face cache, or, for every model a shipped recipe names
+(Qwen2.5-VL-7B-Instruct, Qwen3-VL-8B-Instruct), the official ``config.json`` fields kept here (``KNOWN_CONFIGS``), so
+``ragym budget memory`` and ``ragym budget gpu-check`` work on a machine that has never downloaded the model.
 """
 
 from __future__ import annotations
@@ -35,7 +35,27 @@ QWEN2_5_VL_7B: dict[str, Any] = {
     },
 }  # fmt: skip
 """Qwen/Qwen2.5-VL-7B-Instruct's ``config.json`` on the Hugging Face hub (8,292,166,656 parameters)."""
-KNOWN_CONFIGS = {"Qwen2.5-VL-7B-Instruct": QWEN2_5_VL_7B}
+QWEN3_VL_8B: dict[str, Any] = {
+    "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl", "image_token_id": 151655,
+    "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "qwen3_vl_text", "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643,
+        "eos_token_id": 151645, "dtype": "bfloat16", "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 12288, "max_position_embeddings": 262144,
+        "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+        "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20], "rope_type": "default"},
+        "rope_theta": 5000000, "use_cache": True, "vocab_size": 151936,
+    },
+    "vision_config": {
+        "model_type": "qwen3_vl", "deepstack_visual_indexes": [8, 16, 24], "depth": 27,
+        "hidden_act": "gelu_pytorch_tanh", "hidden_size": 1152, "in_channels": 3, "initializer_range": 0.02,
+        "intermediate_size": 4304, "num_heads": 16, "num_position_embeddings": 2304, "out_hidden_size": 4096,
+        "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+    },
+}  # fmt: skip
+"""Qwen/Qwen3-VL-8B-Instruct's ``config.json`` on the Hugging Face hub (8,767,123,696 parameters, the hub's 8.77B)."""
+KNOWN_CONFIGS = {"Qwen2.5-VL-7B-Instruct": QWEN2_5_VL_7B, "Qwen3-VL-8B-Instruct": QWEN3_VL_8B}
 """Configs kept in ragym, by the model folder's or hub id's last part (what the recipes name)."""
 VISION_PREFIX = "visual."
 """Qwen-VL's vision tower and merger: parameter names containing ``.visual.`` or starting with ``visual.``."""
@@ -64,6 +84,19 @@ class ModelShape:
     """Key (= value) width per token: key/value heads x head dim."""
     vocab_size: int
     """Output vocabulary V (the logits' width)."""
+    vision_depth: int
+    """Vision-tower blocks."""
+    vision_hidden_size: int
+    """Vision-tower width hv (its attention has no grouped key/value heads: k and v are hv wide too)."""
+    vision_mlp_values: int
+    """Values a vision block's MLP keeps per patch: 4 x iv gated (Qwen2.5-VL: gate, up, SiLU(gate), product), 2 x
+    iv plain (Qwen3-VL: fc1 and GELU(fc1))."""
+    patch_values: int
+    """Pixel values per patch: channels x temporal patch x patch x patch (1,176 for Qwen2.5-VL, 1,536 for Qwen3-VL)."""
+    patches_per_token: int
+    """Patches merged into one language-model token: spatial merge size squared (4)."""
+    vision_lora: bool
+    """Whether the LoRA adapters reach the vision tower (the recipes exclude it: it stays frozen under LoRA)."""
 
 
 def load_model_config(model: str, config_path: str | None = None) -> tuple[Any, str]:
@@ -126,15 +159,20 @@ def model_shape(config: Any, lora: LoraSettings | None = None) -> ModelShape:
     params = dict(model.named_parameters())
     num_lora = sum(p.numel() for p in params.values() if p.requires_grad) if lora is not None else 0
     base = {name: p for name, p in params.items() if "lora_" not in name}
-    text = config.get_text_config()
+    text, vision = config.get_text_config(), config.vision_config
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    gated = any(_is_vision(name) and ".blocks.0.mlp.gate_proj." in name for name in base)
+    patch = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
     return ModelShape(
         num_params=sum(p.numel() for p in base.values()),
         num_vision_params=sum(p.numel() for name, p in base.items() if _is_vision(name)),
         num_layer_params=sum(p.numel() for name, p in base.items() if ".layers.0." in name and not _is_vision(name)),
         num_lora_params=num_lora, num_layers=text.num_hidden_layers, hidden_size=text.hidden_size,
         intermediate_size=text.intermediate_size, kv_size=text.num_key_value_heads * head_dim,
-        vocab_size=text.vocab_size,
+        vocab_size=text.vocab_size, vision_depth=vision.depth, vision_hidden_size=vision.hidden_size,
+        vision_mlp_values=(4 if gated else 2) * vision.intermediate_size, patch_values=patch,
+        patches_per_token=vision.spatial_merge_size**2,
+        vision_lora=any(_is_vision(name) and "lora_" in name for name in params),
     )  # fmt: skip
 
 
