@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from ragym.rl.guards import RUN_CHECKS
 from ragym.rl.verl_plugin.trainer import trajectory_staleness
-from tests.launch.test_verl_trainer import export_and_eval, train
+from tests.launch.test_verl_trainer import CORRECTION_KEYS, export_and_eval, train
 
 pytestmark = pytest.mark.ray
 
@@ -29,7 +30,8 @@ ENV_ID = "KBVQA-v0"
 BOUND = 2
 """``max_off_policy_threshold``: a trajectory may span 2 weight versions, so it is at most 1 update old."""
 RAGYM_KEYS = {"reward/total", "reward/outcome", "episode/turns", "grpo/zero_adv_group_share",
-              "off_policy/stale_share", "off_policy/dropped_stale_groups", "dynamic_sampling/flat_group_share"}  # fmt: skip
+              "off_policy/stale_share", "off_policy/dropped_stale_groups", "dynamic_sampling/flat_group_share",
+              *CORRECTION_KEYS, "images/per_episode", "images/tokens_per_episode"}  # fmt: skip
 
 
 def check_steps(metrics: dict[int, dict[str, float]], steps: list[int]) -> None:
@@ -40,6 +42,9 @@ def check_steps(metrics: dict[int, dict[str, float]], steps: list[int]) -> None:
         assert m["reward/total"] == pytest.approx(m["critic/score/mean"], abs=1e-5)
         assert 0 <= m["training/off_policy/trajectory_staleness_worst/max"] <= BOUND - 1, m
         assert m["off_policy/dropped_stale_groups"] == m.get("training/off_policy/evicted_samples", 0)
+        # The correction is on in async modes (ragym.off_policy_correction: auto): verl weighed the loss.
+        assert "rollout_corr/rollout_is_mean" in m, sorted(k for k in m if k.startswith("rollout_corr/"))
+        assert m["images/tokens_per_episode"] > 0 and all(m[f"guard/{name}"] == 0 for name in RUN_CHECKS), m
 
 
 def check_overlap(out: Path, metrics: dict[int, dict[str, float]]) -> list[dict]:

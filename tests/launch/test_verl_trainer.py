@@ -22,6 +22,7 @@ from safetensors.torch import load_file
 
 from ragym.envs.hooks import env_hooks, one_env_per_hooks
 from ragym.rl.engine.verl_local import console_step_metrics
+from ragym.rl.guards import MISMATCH_BOUND
 
 pytestmark = pytest.mark.ray
 
@@ -43,6 +44,9 @@ PROBS_DIFF_BOUND = 0.01
 """Largest ``training/rollout_probs_diff_mean`` (mean |p_rollout - p_trainer| over response tokens) a toy step may
 show, for either rollout: the hf and the vLLM rollout measure about 0.002 (float32 on both sides), while a vLLM
 rollout with wrong image features measured 0.06-0.11 (docs/training.md, vLLM on CPU)."""
+CORRECTION_KEYS = {"off_policy/mismatch_kl", "off_policy/is_ratio_p50", "off_policy/is_ratio_p99",
+                   "off_policy/is_clipped_share"}  # fmt: skip
+"""The off-policy correction's metrics (``ragym.rl.correction``), logged at every step of every mode."""
 RESUMED = "KBVQA-v0"
 """The env whose run is also resumed (verl's resume is env-independent; each resume costs a trainer start-up,
 ~1 min of CI on 2 cores)."""
@@ -94,7 +98,13 @@ def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path) -> None:
     assert all(m["training/rollout_probs_diff_mean"] < PROBS_DIFF_BOUND for m in metrics.values()), metrics
     # The ragym trainer mode adds the rubric's terms and the episode metrics to verl's own.
     for m in metrics.values():
-        assert {"reward/total", "episode/turns", "grpo/zero_adv_group_share"} <= m.keys(), sorted(m)
+        assert {"reward/total", "episode/turns", "grpo/zero_adv_group_share", *CORRECTION_KEYS} <= m.keys(), (
+            sorted(m)
+        )
+        # A sync hf rollout is on-policy: the correction is off (auto), its mismatch far below the run check's bound.
+        assert (
+            "rollout_corr/rollout_is_mean" not in m and m["off_policy/mismatch_kl"] < MISMATCH_BOUND / 10
+        ), m
         assert m["reward/total"] == pytest.approx(m["critic/score/mean"], abs=1e-5)
     checkpoints = toy / "checkpoints" / recipe
     for step in (1, 2):
