@@ -72,6 +72,31 @@ def staleness_metrics(step: int, versions: list[tuple[int, int]]) -> dict[str, f
             for name, v in values.items() for stat in ("mean", "max", "min")}  # fmt: skip
 
 
+RESUMED_TURN_SHARE = "off_policy/resumed_turn_share"
+"""Share of a step's generated turns that a weight update split (aborted, then resumed on the new weights)."""
+TURN_STALENESS = "off_policy/turn_staleness"
+"""Per generated turn, updates behind the trainer's weights of the oldest weights that generated it (mean, max)."""
+
+
+def turn_version_metrics(step: int, turn_versions: list[list[list[int]]]) -> dict[str, float]:
+    """Per-turn staleness of a step's trajectories: ``turn_versions`` holds, per trajectory, each generated turn's
+    (first, last) weight versions. A turn whose two versions differ was split by a weight update (partial rollout:
+    aborted and resumed on the new weights); one finished on the weights it began with has one version.
+
+    >>> turn_version_metrics(3, [[[1, 1], [1, 2]], [[2, 2]]])
+    {'off_policy/resumed_turn_share': 0.3333333333333333, 'off_policy/turn_staleness/mean': 0.6666666666666666, 'off_policy/turn_staleness/max': 1.0}
+    """
+    turns = [turn for trajectory in turn_versions for turn in trajectory]
+    if not turns:
+        return {}
+    stale = [step - 1 - first for first, _ in turns]
+    return {
+        RESUMED_TURN_SHARE: sum(first != last for first, last in turns) / len(turns),
+        f"{TURN_STALENESS}/mean": sum(stale) / len(stale),
+        f"{TURN_STALENESS}/max": float(max(stale)),
+    }
+
+
 CORRECTION_KEY = "ragym.off_policy_correction"
 """Recipe switch of the off-policy correction (truncated importance sampling between the rollout's and the trainer's
 log-probs, ``ragym.rl.correction``): ``auto``, ``token``, ``sequence`` or ``off``."""
