@@ -90,8 +90,9 @@ def harvest_episode(events: Sequence[Event], options: Mapping[str, Any]) -> Harv
                 found = [decision["entity"]]
         elif gold not in candidates:  # a right rejection
             found = list(candidates)
-        negatives.setdefault(image, []).extend(found)
-        harvest.negatives += len(found)
+        if found:
+            negatives.setdefault(image, []).extend(found)
+            harvest.negatives += len(found)
     queries = list(options.get("query_images") or [])
     for image in sorted(set(positives) | set(negatives)):
         if not 1 <= image <= len(queries):

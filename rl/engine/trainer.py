@@ -25,6 +25,7 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.cotrain.controller import from_recipe as cotrain_from_recipe
 from ragym.rl.credit import TURN_CREDIT
 from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
 from ragym.rl.data.rows import load_rows
@@ -174,6 +175,10 @@ class LocalTrainer:
         self.traces = TraceWriter(Path(cfg.output_dir) / "traces", self.tokenizer,
                                   TraceConfig(cfg.trace_groups_per_step), self.step if resume else -1)  # fmt: skip
         self.guards = GuardMonitor(cfg.guards, cfg.output_dir)
+        # Retriever co-training (ragym.cotrain): the in-process KB's query encoder, harvested and swapped by step.
+        self.cotrain = cotrain_from_recipe(
+            config, self.train_rows, self.val_rows, self.step if resume else None, "local"
+        )
         if cfg.filter_groups.enable:
             warning = shaped_metric_warning(
                 cfg.filter_groups.metric, cfg.outcome_metric, reward_weights(cfg.reward_kwargs)
@@ -225,6 +230,10 @@ class LocalTrainer:
         metrics.update(image_metrics([len(s.images) for s in batch.samples],
                                      [s.prompt_ids + s.response_ids for s in batch.samples], self.image_pad_id))  # fmt: skip
         metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])  # LambdaLR's lr is a float
+        if self.cotrain:
+            episodes = [(e.output.extra_fields["events"], row["extra_info"])
+                        for row, group in zip(rows, sampled.groups, strict=True) for e in group]  # fmt: skip
+            metrics.update(self.cotrain.on_step(self.step, episodes))
         self.last_times = {"generate": times.generate, "env": times.env, "reward": times.reward,
                            "rollout": times.total, "update": update_s, "trace": trace_s}  # fmt: skip
         metrics.update({f"timing_s/{k}": v for k, v in self.last_times.items()})
@@ -377,5 +386,7 @@ class LocalTrainer:
         """Close the metrics sinks, the rollout worker (async rollouts) and the event loop."""
         if self.ahead:
             self.ahead.close()
+        if self.cotrain:
+            self.cotrain.close()
         self.sink.close()
         self.loop.close()

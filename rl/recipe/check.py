@@ -60,6 +60,8 @@ RAGYM_SECTIONS = {
     "ragym.demo.copy_pretrain": ("ragym.rl.tiny.copy_pretrain", "CopyPretrainConfig"),
     "ragym.r3g_demo.policy": ("ragym.rl.tiny.policy", "TinyPolicyConfig"),
     "ragym.r3g_demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
+    # Retriever co-training (both engines).
+    "ragym.cotrain": ("ragym.rl.cotrain.config", "CotrainConfig"),
     # Collapse guards: one section per guard.
     **{f"{GUARDS_SECTION}.{name}": ("ragym.rl.guards", kind.__name__) for name, kind in GUARD_TYPES.items()},
 }

@@ -182,8 +182,27 @@ class RagymTrainerMixin(TurnCreditMixin):
         versions = [(int(tag["min_global_steps"]), int(tag["max_global_steps"])) for tag in tags]
         metrics.update(off_policy_metrics(global_steps, versions, metrics))
         metrics.update(self._correction_metrics(batch, data, extra_fields))
+        metrics.update(self._cotrain_step(global_steps, columns["extra_info"], extra_fields))
         self._signal(global_steps, metrics, len(set(uids)))
         self._trace(global_steps, data, columns, extra_fields, uids, versions)
+
+    def _cotrain_step(self, step: int, extra_info: list[Any], extra_fields: list[dict]) -> dict[str, float]:
+        """Retriever co-training (``ragym.cotrain``, ``ragym.rl.cotrain``): the local engine's harvest, rounds and
+        swaps, the swap at the recipe's retrieval service (made at the first step: a resume starts there)."""
+        if not hasattr(self, "_ragym_cotrain"):
+            from ragym.rl.cotrain.controller import from_recipe
+            from ragym.rl.data.rows import load_rows
+
+            data = self.config.data
+            train = load_rows(data.train_files, check_reset=False).rows
+            val = load_rows(data.val_files, check_reset=False).rows if data.get("val_files") else []
+            self._ragym_cotrain = from_recipe(self.config, train, val, step - 1, "verl")
+        if self._ragym_cotrain is None:
+            return {}
+        episodes = [
+            (fields["events"], dict(info)) for fields, info in zip(extra_fields, extra_info, strict=True)
+        ]
+        return self._ragym_cotrain.on_step(step, episodes)
 
     def _correction_metrics(self, batch: Any, data: Any, extra_fields: list[dict]) -> dict[str, float]:
         """The off-policy correction's metrics (``ragym.rl.correction``, as the local engine logs them) from the

@@ -1,0 +1,91 @@
+"""Retriever co-training's recipe section, ``ragym.cotrain``: one frozen dataclass, validated once here.
+
+Both engines read it: the local engine through ``ragym.rl.engine.config``, verl's trainer through ragym's plugin
+(``ragym.rl.verl_plugin.trainer``). Off by default; ``initial_encoder`` alone (co-training off) serves a fixed
+query-encoder version, which is how the frozen arm of ``ragym ablate cotrain`` starts from the same weak retriever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ragym.rl.errors import UsageError
+
+SECTION = "ragym.cotrain"
+"""The recipe section."""
+MODES = ("full", "lora")
+"""How the query side trains: every weight of its map, or a low-rank delta (merged into the version written)."""
+
+
+@dataclass(frozen=True)
+class CotrainConfig:
+    """Harvest verified episodes, fine-tune the query-side encoder off the step path, guard and swap it."""
+
+    enable: bool = False
+    """Harvest every training episode and train the query encoder every ``every_n_steps`` steps."""
+    initial_encoder: str | None = None
+    """A query-encoder version folder (``ragym.envs.retrieval.versions``) the retriever serves from the start;
+    None: the KB's own query side (identity). Read with co-training off too."""
+    every_n_steps: int = 5
+    """N: a training round starts every N policy steps (when the previous one has finished)."""
+    mode: str = "full"
+    """``full`` (every weight of the query map) or ``lora`` (a rank-``lora_rank`` delta)."""
+    lora_rank: int = 8
+    """Rank of the delta under ``mode: lora``."""
+    lr: float = 5e-3
+    """AdamW learning rate of a round (small: a round starts from the serving version)."""
+    round_steps: int = 60
+    """Optimiser steps per round."""
+    batch_size: int = 16
+    """Pairs per step; the other pairs of the batch are in-batch negatives (the contrastive trainer's loss)."""
+    scale: float = 20.0
+    """Inverse temperature of the loss (``ragym.rl.retriever.config.LossConfig.scale``)."""
+    original_data: str | None = None
+    """JSONL of the encoder's original training pairs (``query``, ``positive``, ``negatives``), mixed into every
+    round; None: the harvest alone."""
+    original_share: float = 0.5
+    """Share of each round's pairs drawn from ``original_data`` (when given)."""
+    max_recall_drop: float = 0.02
+    """Forgetting guard: a new version whose held-out R@``guard_k`` is lower than the serving one's by more than
+    this is not swapped in (logged, counted as ``cotrain/swaps_skipped``)."""
+    guard_k: int = 1
+    """Cut-off of the guard's recall."""
+    guard_rows: str | None = None
+    """Parquet rows whose (query image, gold entity) pairs are the guard's held-out retrieval set; None: the
+    recipe's ``data.val_files``. Their questions never enter the harvest buffer either."""
+    update_documents: bool = False
+    """Re-encode changed documents too. Not built: ``true`` is refused (the query side alone keeps the index valid)."""
+    background: bool = True
+    """Train each round in its own process (a Ray task under verl on Ray), so the policy's step is not held; false
+    runs it inline (tests)."""
+    seed: int = 0
+    """Seed of a round's batch order."""
+
+    def __post_init__(self) -> None:
+        for name in ("every_n_steps", "lora_rank", "round_steps", "batch_size", "guard_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UsageError(f"{SECTION}.{name} must be an integer >= 1, got {value!r}")
+        if self.mode not in MODES:
+            raise UsageError(f"{SECTION}.mode must be one of {MODES}, got {self.mode!r}")
+        if not 0.0 <= self.original_share < 1.0:
+            raise UsageError(f"{SECTION}.original_share must be in [0, 1), got {self.original_share!r}")
+        if not (self.lr > 0 and self.max_recall_drop >= 0 and self.scale > 0):
+            raise UsageError(f"{SECTION}: lr and scale must be > 0 and max_recall_drop >= 0")
+        if self.update_documents:
+            raise UsageError(
+                f"{SECTION}.update_documents=true: the document-side update is not built; only the query side "
+                "trains (the index stays valid)"
+            )
+
+
+def read_cotrain(values: dict[str, Any] | None) -> CotrainConfig | None:
+    """The section as a config (None when the recipe has none); an unknown key is an error naming it."""
+    if values is None:
+        return None
+    known = {f.name for f in fields(CotrainConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise UsageError(f"{SECTION}: unknown key(s) {unknown}; expected some of {sorted(known)}")
+    return CotrainConfig(**values)
