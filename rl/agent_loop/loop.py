@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 MAX_CACHED_RENDERS = 4096
 """Renders (conversation -> token ids) the render cache keeps: first prompts of live groups, turn prefixes."""
 
+TURN_VERSIONS = "turn_weight_versions"
+"""``extra_fields`` key: per generated turn, the (first, last) weight versions the server tagged it with."""
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 """Tokens only the processor may place: a turn is cut before the first one the model generates."""
 
@@ -371,17 +373,22 @@ def _deterministic_request_id(row_index: int, kwargs: dict[str, Any]) -> str:
 
 def _merge_server_fields(episode: _Episode, output: TokenOutput) -> None:
     """Carry the server's tags into the episode as verl's own loops do: the first turn's fields, then the
-    latest weights' step as ``max_global_steps``; preemptions summed into the metrics."""
+    latest weights' step as ``max_global_steps``; each turn's (first, last) weight versions, which differ for a
+    turn aborted at a weight update and resumed on the new weights (``turn_weight_versions``, when the server tags
+    versions); preemptions summed into the metrics."""
     fields = output.extra_fields
     step = fields.get("global_steps")
+    turn = [fields.get("min_global_steps", step), fields.get("max_global_steps", step)]
     if not episode.server_fields:
         episode.server_fields = {
             **fields,
-            "min_global_steps": fields.get("min_global_steps", step),
-            "max_global_steps": fields.get("max_global_steps", step),
+            "min_global_steps": turn[0],
+            "max_global_steps": turn[1],
         }
-    elif fields.get("max_global_steps", step) is not None:
-        episode.server_fields["max_global_steps"] = fields.get("max_global_steps", step)
+    elif turn[1] is not None:
+        episode.server_fields["max_global_steps"] = turn[1]
+    if turn[0] is not None:
+        episode.server_fields.setdefault(TURN_VERSIONS, []).append(turn)
     preempted = output.num_preempted if output.num_preempted is not None else 0
     previous = episode.metrics.get("num_preempted")
     if previous is None:

@@ -38,6 +38,7 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
+from ragym.rl.agent_loop.loop import TURN_VERSIONS
 from ragym.rl.agent_loop.verl_metrics import step_metrics, tq_column
 from ragym.rl.correction import correction_metrics
 from ragym.rl.credit.verl_trainer import TurnCreditMixin
@@ -57,6 +58,7 @@ from ragym.rl.off_policy import (
     correction_problems,
     run_correction_level,
     trajectory_staleness,
+    turn_version_metrics,
 )
 from ragym.rl.off_policy import off_policy_metrics as shared_off_policy_metrics
 from ragym.rl.verl_plugin.modes import mode_problems, verl_mode
@@ -181,6 +183,7 @@ class RagymTrainerMixin(TurnCreditMixin):
         tags = [tag for tag in batch.tags if not tag.get("is_padding", False)]
         versions = [(int(tag["min_global_steps"]), int(tag["max_global_steps"])) for tag in tags]
         metrics.update(off_policy_metrics(global_steps, versions, metrics))
+        metrics.update(turn_version_metrics(global_steps, [f.get(TURN_VERSIONS, []) for f in extra_fields]))
         metrics.update(self._correction_metrics(batch, data, extra_fields))
         metrics.update(self._cotrain_step(global_steps, columns["extra_info"], extra_fields))
         self._signal(global_steps, metrics, len(set(uids)))
