@@ -41,7 +41,7 @@ GUARDS_SECTION = "ragym.guards"
 """Recipe section: one mapping per guard name."""
 GUARDS_FILE = "guards.jsonl"
 """Every firing of a run, one JSON line each, in the run's output folder."""
-MISMATCH_BOUND = 0.05
+MISMATCH_BOUND = 0.01
 """``rollout_mismatch``'s default bound on ``off_policy/mismatch_kl`` (nats per generated token)."""
 MISMATCH_STEPS = 3
 """``rollout_mismatch``'s default N."""
