@@ -30,11 +30,11 @@ def options(row: dict[str, Any]) -> dict[str, Any]:
     return json.loads(row["extra_info"]["env_options"])
 
 
-def weak_encoder(folder: Path, noise: float = 1.5, seed: int = 0) -> Path:
-    """A query encoder W = I + noise * G / sqrt(d) over the tiny KB (G Gaussian): a retriever made weak on purpose."""
+def weak_encoder(folder: Path, rank: int = 8, strength: float = 2.0, seed: int = 0) -> Path:
+    """A query encoder W = I + strength * sqrt(d) U V^T (U, V Gaussian / sqrt(d), rank ``rank``) over the tiny KB:
+    a retriever made weak on purpose."""
     dim = load_kb(synthetic_data("kbvqa", "tiny")).entity_embeddings.shape[1]
     rng = np.random.default_rng(seed)
-    matrix = (
-        np.eye(dim, dtype=np.float32) + noise * rng.standard_normal((dim, dim)).astype(np.float32) / dim**0.5
-    )
+    u, v = (rng.standard_normal((dim, rank)).astype(np.float32) / dim**0.5 for _ in range(2))
+    matrix = np.eye(dim, dtype=np.float32) + strength * dim**0.5 * (u @ v.T)
     return save_query_encoder(QueryEncoder("weak", matrix, {"made_by": "test"}), folder)
