@@ -185,3 +185,11 @@ def attach_adapters(model: torch.nn.Module, peft_config: dict[str, Any]) -> Any:
     config = LoraConfig(**{k: v for k, v in peft_config.items() if k in names and k != "task_type"})
     config.inference_mode = True
     return get_peft_model(model, config)
+
+
+@torch.no_grad()
+def load_synced(own: dict[str, torch.Tensor], incoming: dict[str, torch.Tensor]) -> None:
+    """Copy a weight sync's tensors (full weights, base weights or adapters) into a model's own ``state_dict``
+    tensors, both keyed by ``plain_weight_name``; the receiver has checked the names."""
+    for name, tensor in incoming.items():
+        own[name].copy_(tensor.to(own[name].dtype))

@@ -6,6 +6,10 @@ prompts (the G episodes of a GRPO group on their first turn) are prefilled once 
 expanded to G rows, which is what makes a step cheap on CPU. Each episode the caller announces with
 ``track_episodes`` is awaited before a batch starts, so a batch holds every live episode's turn.
 
+A server made ``abortable`` (verl's rollout server, ``ragym.rl.verl_plugin.rollout``) decodes in a worker thread, so
+that ``abort`` can stop the turns in flight between two tokens: each returns what it generated so far with
+``stop_reason="aborted"``, the way vLLM's server does for verl's partial rollouts.
+
 Sampling draws from the server's seeded generator, in an order fixed by the batch's content; a request whose
 ``sampling_params`` carry a ``seed`` (vLLM's per-request seed) draws from its own generator instead, so its
 tokens do not depend on which other requests share its batch.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, cast
@@ -111,6 +116,7 @@ class HFServer:
         default_max_tokens: int,
         batch_wait_s: float,
         seed: int,
+        abortable: bool = False,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -127,6 +133,13 @@ class HFServer:
         self._live = 0
         self._arrived: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
+        self.abortable = abortable
+        self.aborting = threading.Event()
+        """Set by ``abort``: the batch in flight stops at its next token, and queued requests return unstarted."""
+        self.decoding = threading.Lock()
+        """Held while a batch decodes: whoever changes the weights takes it first (no turn sees two versions)."""
+        self.weight_version: int | None = None
+        """The weights' version (verl's ``global_steps``), tagged on every output of an abortable server's batch."""
 
     # --- episode accounting: a batch starts once every live episode has asked or finished ---
     def track_episodes(self, num_episodes: int) -> None:
@@ -181,7 +194,10 @@ class HFServer:
                     )
             batch, self._pending = self._pending, []
             try:
-                outputs = self._generate_batch(batch)
+                if self.abortable:  # the event loop stays free to take ``abort`` while the batch decodes
+                    outputs = await asyncio.to_thread(self._generate_batch, batch)
+                else:
+                    outputs = self._generate_batch(batch)
             except Exception as error:  # every waiting episode must see the failure, not hang
                 for request in batch:
                     request.future.set_exception(error)
@@ -189,8 +205,33 @@ class HFServer:
             for request, output in zip(batch, outputs, strict=True):
                 request.future.set_result(output)
 
+    async def abort(self) -> None:
+        """Stop every turn in flight at its next token and return queued ones unstarted (``stop_reason`` "aborted");
+        returns once nothing decodes."""
+        self.aborting.set()
+        try:
+            await self.drain()
+        finally:
+            self.aborting.clear()
+
+    async def drain(self) -> None:
+        """Wait until every request taken so far has its output."""
+        while self._worker is not None and not self._worker.done():
+            await asyncio.sleep(0.01)
+
     def _generate_batch(self, batch: list[_Request]) -> list[TokenOutput]:
-        """Decode every request of ``batch``, one sub-batch per distinct sampling configuration."""
+        """Decode every request of ``batch``, one sub-batch per distinct sampling configuration, under the
+        weights' lock; each output is tagged with the weights' version."""
+        with self.decoding:
+            outputs = self._generate_locked(batch)
+        if self.abortable:  # verl's rollout server: every output names its weights (None before the first sync)
+            for output in outputs:
+                output.extra_fields = {**output.extra_fields, "global_steps": self.weight_version}
+        return outputs
+
+    def _generate_locked(self, batch: list[_Request]) -> list[TokenOutput]:
+        if self.aborting.is_set():  # aborted before it began: nothing generated, all to be resumed
+            return [TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted") for _ in batch]
         start = time.perf_counter()
         outputs: list[TokenOutput | None] = [None] * len(batch)
         by_sampling: dict[Sampling, list[int]] = {}
@@ -297,7 +338,7 @@ class HFServer:
                 logprobs[row].append(float(logprob[row]))
                 if int(token[row]) in stop_ids or self._hit_stop(tokens[row], sampling.stop, window):
                     done[row] = True
-            if all(done) or step + 1 == sampling.max_tokens:
+            if all(done) or step + 1 == sampling.max_tokens or self.aborting.is_set():
                 break
             attention = torch.cat([attention, torch.ones((num_rows, 1), dtype=attention.dtype)], dim=1)
             positions = (next_pos + step).view(1, num_rows, 1).expand(3, -1, -1)  # [3, B, 1]
@@ -311,8 +352,17 @@ class HFServer:
             logits = out.logits[:, -1].float()
         self.stats.num_generated_tokens += sum(map(len, tokens))
         return [
-            TokenOutput(token_ids=ids, log_probs=lps, stop_reason="completed")
-            for ids, lps in zip(tokens, logprobs, strict=True)
+            TokenOutput(token_ids=ids, log_probs=lps, stop_reason="completed" if finished else "aborted")
+            for ids, lps, finished in zip(
+                tokens, logprobs, self._finished(done, tokens, sampling), strict=True
+            )
+        ]
+
+    def _finished(self, done: list[bool], tokens: list[list[int]], sampling: Sampling) -> list[bool]:
+        """Per row: whether its turn ended (a stop or its budget) rather than by ``abort``."""
+        return [
+            d or len(t) >= sampling.max_tokens or not self.aborting.is_set()
+            for d, t in zip(done, tokens, strict=True)
         ]
 
     def _hit_stop(self, ids: list[int], stop: tuple[str, ...], window: int) -> bool:

@@ -21,10 +21,11 @@ shared with whichever turns arrived in the same batch (which depends on timing).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import ray
 import torch
@@ -32,7 +33,9 @@ from verl.workers.config.rollout import RolloutConfig
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from ragym.rl import lora
 from ragym.rl.lora import plain_weight_name
+from ragym.rl.verl_plugin.weight_sync import PEFT_CONFIG_KEY
 
 logger = logging.getLogger(__name__)
 # Each weight sync's line must reach the run's log from the trainer's Ray worker, whose logging verl leaves at
@@ -54,6 +57,26 @@ def server_actor_name(replica_rank: int) -> str:
     return f"{SERVER_PREFIX}server_{replica_rank}"
 
 
+PARTIAL_ROLLOUT_KEY = "actor_rollout_ref.rollout.custom.partial_rollout"
+"""Recipe key: what the hf rollout does with turns in flight at a weight update (verl's ``abort_all_requests``)."""
+PARTIAL_ROLLOUTS = ("resume", "finish")
+"""``resume`` (the default, verl's partial rollout as vLLM serves it): abort each turn in flight and resume it on
+the new weights; ``finish``: let it finish on the weights it began with. Either way each turn's versions are
+tagged (``min/max_global_steps``)."""
+
+
+def partial_rollout(custom: dict[str, Any] | None) -> str:
+    """The ``partial_rollout`` setting of ``rollout.custom`` (``PARTIAL_ROLLOUTS``; absent: ``resume``).
+
+    >>> partial_rollout(None), partial_rollout({"partial_rollout": "finish"})
+    ('resume', 'finish')
+    """
+    value = (custom or {}).get("partial_rollout", PARTIAL_ROLLOUTS[0])
+    if value not in PARTIAL_ROLLOUTS:
+        raise ValueError(f"{PARTIAL_ROLLOUT_KEY}={value!r}: choose one of {', '.join(PARTIAL_ROLLOUTS)}")
+    return value
+
+
 def turn_seed(seed: int, global_steps: int | None, request_id: str, num_prompt_tokens: int) -> int:
     """The sampling seed of one turn: the rollout's ``seed`` mixed with what names the turn (the weights' step,
     the episode's request id, its prompt length, which grows every turn), as a 63-bit integer.
@@ -68,7 +91,7 @@ def turn_seed(seed: int, global_steps: int | None, request_id: str, num_prompt_t
 class HFGenerationServer:
     """The Ray actor that holds the rollout model: verl's ``generate`` plus the control calls its replicas get."""
 
-    def __init__(self, model_path: str, config: RolloutConfig) -> None:
+    def __init__(self, model_path: str, config: RolloutConfig, lora_adapters: bool = False) -> None:
         from ragym.rl.engine.hf_server import HFServer
         from ragym.rl.engine.vision import ImageInputs
         from ragym.rl.models import load_policy
@@ -81,11 +104,17 @@ class HFGenerationServer:
         # batch_wait_s 0: requests that arrive together are batched; none is held back waiting for others.
         self.server = HFServer(
             model, tokenizer, ImageInputs(processor.image_processor),
-            default_max_tokens=config.response_length, batch_wait_s=0.0, seed=self.seed,
+            default_max_tokens=config.response_length, batch_wait_s=0.0, seed=self.seed, abortable=True,
         )  # fmt: skip
+        self.partial_rollout = partial_rollout(config.custom)
+        self._open = asyncio.Event()  # cleared between verl's abort and resume: new turns wait
+        self._open.set()
+        self.num_aborts = 0
         self.global_steps: int | None = None
         self.num_weight_updates = 0
         self.peft: Any = None  # the LoRA wrapper, once a sync brings a peft config
+        # The run trains LoRA adapters and syncs them (not merged weights): every sync must bring adapters.
+        self.lora_adapters = lora_adapters
         self.weight_syncs: list[dict[str, Any]] = []  # per sync: step, kind, tensors and bytes received
 
     async def generate(
@@ -102,13 +131,13 @@ class HFGenerationServer:
         tagged with the step of the weights that generated it."""
         if video_data:
             raise ValueError("the hf rollout serves images only; this request carries video")
+        await self._open.wait()
         seed = turn_seed(self.seed, self.global_steps, request_id, len(prompt_ids))
         sampling_params = {"seed": seed, **sampling_params}
-        output = await self.server.generate(
+        # The server tags the output with the version of the weights its batch decoded under.
+        return await self.server.generate(
             request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, image_data=image_data
         )
-        output.extra_fields = {**output.extra_fields, "global_steps": self.global_steps}
-        return output
 
     def update_weights(
         self,
@@ -117,31 +146,41 @@ class HFGenerationServer:
         peft_config: dict[str, Any] | None = None,
         base_sync_done: bool = True,
     ) -> int:
-        """Load the trainer's weights; returns how many arrived. verl's FSDP LoRA sync sends, with its
-        ``peft_config``, either the base weights (``base_sync_done`` false: the first sync where the rollout
-        starts from dummy weights) or the adapters alone (every later sync); without one, full (or merged)
-        weights. Every tensor of that kind the model has must arrive, and nothing else."""
-        if peft_config is not None and self.peft is None:
+        """Load the trainer's weights; returns how many arrived. verl's in-process LoRA sync (``naive``) sends,
+        with its ``peft_config``, either the base weights (``base_sync_done`` false: the first sync where the
+        rollout starts from dummy weights) or the adapters alone (every later sync); a checkpoint engine's sync
+        (``weight_sync``) brings base and adapters or adapters alone, named as peft names them; without either,
+        full (or merged) weights. Every tensor of each kind that arrives must arrive whole, and nothing else; under
+        LoRA adapter syncs a sync without adapters (verl's base-only sync aside) is refused."""
+        incoming = {plain_weight_name(name): tensor for name, tensor in state.items()}
+        base_sync = peft_config is not None and not base_sync_done  # verl's first LoRA sync: the base alone
+        kinds = {False} if base_sync else {_is_adapter(name) for name in incoming} or {False}
+        if self.lora_adapters and True not in kinds and not base_sync:
+            raise ValueError(
+                f"step {global_steps}: a LoRA run's weight sync brought no adapters ({len(state)} base tensors): the "
+                "rollout would keep sampling from the initial policy (volcengine/verl#7495)"
+            )
+        if True in kinds and self.peft is None:
+            if peft_config is None:
+                raise ValueError("adapters arrived before any peft config: the rollout cannot attach them")
             from ragym.rl.lora import attach_adapters
 
             self.peft = attach_adapters(self.model, peft_config)  # the layers run inside ``self.model``
         own = {plain_weight_name(name): tensor for name, tensor in self.model.state_dict().items()}
         tied = {plain_weight_name(name) for name in _tied_names(self.model)}
-        adapters = peft_config is not None and base_sync_done
-        expected = {name for name in own if _is_adapter(name) == adapters}
-        incoming = {plain_weight_name(name): tensor for name, tensor in state.items()}
+        expected = {name for name in own if _is_adapter(name) in kinds}
         unknown = sorted(set(incoming) - expected)
         if unknown:
             raise KeyError(f"weights the rollout model does not have: {unknown[:5]} ({len(unknown)} in all)")
         missing = sorted(expected - set(incoming) - tied)
         if missing:
             raise KeyError(f"weights missing from the update: {missing[:5]} ({len(missing)} in all)")
-        with torch.no_grad():
-            for name, tensor in incoming.items():
-                own[name].copy_(tensor.to(own[name].dtype))
+        with self.server.decoding:  # never under a turn in flight
+            lora.load_synced(own, incoming)  # through the module: a test plants a fault there
+            self.server.weight_version = global_steps
         self.global_steps = global_steps
         self.num_weight_updates += 1
-        kind = "adapters" if adapters else "base weights" if peft_config is not None else "full weights"
+        kind = sync_kind(kinds, lora=self.peft is not None or peft_config is not None)
         num_bytes = sum(t.numel() * t.element_size() for t in state.values())
         self.weight_syncs.append({"step": global_steps, "kind": kind, "num_tensors": len(state),
                                   "num_bytes": num_bytes})  # fmt: skip
@@ -149,7 +188,8 @@ class HFGenerationServer:
 
     def set_global_steps(self, global_steps: int) -> None:
         """Tag later outputs with ``global_steps`` (verl calls it after a weight sync)."""
-        self.global_steps = global_steps
+        with self.server.decoding:
+            self.global_steps = self.server.weight_version = global_steps
 
     def stats(self) -> dict[str, Any]:
         """Generation counters and the weights' step, for tests and benchmarks."""
@@ -158,9 +198,26 @@ class HFGenerationServer:
             "generate_s": s.generate_s, "num_requests": s.num_requests, "num_batches": s.num_batches,
             "num_generated_tokens": s.num_generated_tokens, "global_steps": self.global_steps,
             "num_weight_updates": self.num_weight_updates, "weight_syncs": self.weight_syncs,
+            "num_aborts": self.num_aborts,
         }  # fmt: skip
 
-    # Control calls verl's replicas and checkpoint manager make; nothing to free or pause on CPU.
+    async def abort_all_requests(self, reject_request: bool = False, **kwargs: Any) -> dict[str, Any]:
+        """verl's pause before a weight update: new turns wait for ``resume_generation``; the turns in flight are
+        aborted (``partial_rollout: resume``: verl's client resumes them on the new weights) or finish on the
+        weights they began with (``finish``). Returns once nothing decodes."""
+        self._open.clear()
+        self.num_aborts += 1
+        if self.partial_rollout == "resume":
+            await self.server.abort()
+        else:
+            await self.server.drain()
+        return {}
+
+    async def resume_generation(self) -> None:
+        """Let the turns that waited since ``abort_all_requests`` start, on the weights now loaded."""
+        self._open.set()
+
+    # Control calls verl's replicas and checkpoint manager make; nothing to free on CPU.
     async def wake_up(self, tags: list[str] | None = None) -> None:
         return None
 
@@ -176,17 +233,25 @@ class HFGenerationServer:
     async def resume_kv_cache(self) -> None:
         return None
 
-    async def abort_all_requests(self, reject_request: bool = False, **kwargs: Any) -> dict[str, Any]:
-        return {}
-
-    async def resume_generation(self) -> None:
-        return None
-
     async def start_profile(self, **kwargs: Any) -> None:
         return None
 
     async def stop_profile(self) -> None:
         return None
+
+
+def sync_kind(kinds: set[bool], lora: bool) -> str:
+    """What a sync carried, as the log line and ``weight_syncs`` name it (``kinds``: which of base/full weights
+    (False) and adapters (True) arrived).
+
+    >>> sync_kind({True}, True), sync_kind({False}, True), sync_kind({False, True}, True), sync_kind({False}, False)
+    ('adapters', 'base weights', 'base weights + adapters', 'full weights')
+    """
+    if kinds == {True}:
+        return "adapters"
+    if kinds == {False, True}:
+        return "base weights + adapters"
+    return "base weights" if lora else "full weights"
 
 
 def _is_adapter(name: str) -> bool:
@@ -205,6 +270,11 @@ def _tied_names(model: torch.nn.Module) -> set[str]:
     return tied
 
 
+def lora_adapters(model_config: Any) -> bool:
+    """Whether the run trains LoRA adapters and syncs them unmerged (verl's ``HFModelConfig``)."""
+    return model_config.lora_rank > 0 and not model_config.lora.get("merge", False)
+
+
 class HFRolloutReplica(RolloutReplica):
     """One ``HFGenerationServer`` per replica, beside the trainer's workers (hybrid mode)."""
 
@@ -219,7 +289,7 @@ class HFRolloutReplica(RolloutReplica):
             .options(
                 name=server_actor_name(self.replica_rank), num_cpus=0, max_concurrency=self.max_concurrency
             )
-            .remote(str(self.model_config.path), self.config)
+            .remote(str(self.model_config.path), self.config, lora_adapters(self.model_config))
         )
         # Raises here, not at the first request, when the model cannot load. ray types the started actor as
         # ActorProxy[cls]: its methods lack ``.remote`` there, and verl's ActorHandle annotations refuse it,
@@ -262,12 +332,20 @@ class HFServerAdapter(BaseRollout):
         verl's LoRA sync the base weights once and then the adapters alone (``HFGenerationServer.update_weights``)."""
         if wire_format != "named_tensors":
             raise ValueError(f"the hf rollout takes full tensors (named_tensors), not {wire_format!r}")
-        state = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights}
+        state = {}
+        for name, tensor in weights:
+            if name == PEFT_CONFIG_KEY:  # ragym's checkpoint engine carries a LoRA sync's peft config in-band
+                peft_config = cast(dict[str, Any], tensor)
+            else:
+                state[name] = tensor.detach().to("cpu", copy=True)
         num_bytes = sum(t.numel() * t.element_size() for t in state.values())
         num_loaded = await self._server_actor().update_weights.remote(
             state, global_steps, peft_config, base_sync_done
         )
-        kind = "full weights" if peft_config is None else "adapters" if base_sync_done else "base weights"
+        base_sync = peft_config is not None and not base_sync_done
+        kind = sync_kind(
+            {False} if base_sync else {_is_adapter(n) for n in state} or {False}, peft_config is not None
+        )
         logger.info("hf rollout: step %s weight sync: %d tensors, %.3f MB (%s)",
                     global_steps, num_loaded, num_bytes / 1e6, kind)  # fmt: skip
 

@@ -8,13 +8,21 @@ tensors (every rank walks verl's generator, which is collective over the trainer
 object store once, and leaves the reference in a named mailbox actor under a token the sync's topology gave
 every worker; each rollout worker takes it from there. One full copy of the policy per sync passes through the
 object store, which suits tiny CPU policies (tests, ``--toy``), not a 7B model: GPU recipes use ``nccl``.
+
+Under LoRA (adapter syncs, ``lora.merge: false``) verl 0.9.1's checkpoint-engine sync asks the FSDP engine for
+its tensors without ``base_sync_done`` and drops the peft config, so it sends the base weights without the
+adapters at every sync: the rollout keeps sampling from the initial policy (volcengine/verl#7495). In a process
+that holds this engine, ``lora_sync`` answers that call with the base weights at the first sync and the adapters
+at every sync, the peft config first (``PEFT_CONFIG_KEY``), which the hf rollout's adapter reads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import uuid
-from collections.abc import AsyncIterable, Generator, Iterable
+from collections.abc import AsyncIterable, Callable, Generator, Iterable
 from typing import Any, cast
 
 import ray
@@ -26,6 +34,8 @@ BACKEND = "ragym_object_store"
 """``checkpoint_engine.backend`` of this engine."""
 MAILBOX = "ragym_weight_mailbox"
 """Ray name of the actor that hands each sync's object reference from the trainer to the rollout workers."""
+PEFT_CONFIG_KEY = "__ragym_peft_config__"
+"""The name under which a LoRA sync's first item carries its peft config (a dict, not a tensor)."""
 
 
 @ray.remote(num_cpus=0)
@@ -63,6 +73,7 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
     """Trainer rank 0 sends, every rollout worker receives, through the object store (see the module's doc)."""
 
     def __init__(self, bucket_size: int, is_master: bool = False, **kwargs: Any) -> None:
+        install_lora_sync()  # this process's LoRA syncs (the trainer's side) send the adapters too
         self.bucket_size = bucket_size  # verl passes it to every engine; whole tensors travel here
         self.is_master = is_master
         self.token: str | None = None
@@ -102,7 +113,7 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
         state = {}
         async for name, tensor in ensure_async_iterator(weights):
             if self.is_master:
-                state[name] = tensor.detach().to("cpu", copy=True)
+                state[name] = tensor if name == PEFT_CONFIG_KEY else tensor.detach().to("cpu", copy=True)
         if self.is_master:
             self._sent = ray.put(state)
             await ray.get_actor(MAILBOX).put.remote(self.token, [self._sent])
@@ -118,3 +129,35 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
         # The mailbox returns the posted [reference]; an actor call's result is untyped.
         [ref] = cast(list[ray.ObjectRef], ray.get(ray.get_actor(MAILBOX).take.remote(self.token)))
         yield from ray.get(ref).items()
+
+
+def lora_sync(get_per_tensor_param: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap verl's ``FSDPEngine.get_per_tensor_param`` so that its checkpoint-engine caller, which passes no
+    arguments (its in-process caller always passes ``base_sync_done``), gets under LoRA adapter syncs the peft
+    config, the base weights once and the adapters every time; verl's own answer, otherwise."""
+
+    @functools.wraps(get_per_tensor_param)
+    def per_tensor_param(self: Any, *args: Any, **kwargs: Any) -> tuple[Any, dict | None]:
+        if args or kwargs:
+            return get_per_tensor_param(self, *args, **kwargs)
+        adapters, peft_config = get_per_tensor_param(self, base_sync_done=True)
+        if peft_config is None:  # full weights, or merged LoRA weights: complete as verl sends them
+            return adapters, None
+        head: Iterable[tuple[str, Any]] = [(PEFT_CONFIG_KEY, peft_config)]
+        # The rollout replica has this run's base weights only after the first sync.
+        if not getattr(self, "_ragym_base_sent", False):
+            base, _ = get_per_tensor_param(self, base_sync_done=False)
+            head = itertools.chain(head, base)
+            self._ragym_base_sent = True
+        return itertools.chain(head, adapters), peft_config
+
+    return per_tensor_param
+
+
+def install_lora_sync() -> None:
+    """Wrap verl's FSDP engine's ``get_per_tensor_param`` with ``lora_sync`` (once), in a process that holds this
+    checkpoint engine: verl's other engines and every other process keep verl's call."""
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngine
+
+    if not hasattr(FSDPEngine.get_per_tensor_param, "__wrapped__"):
+        FSDPEngine.get_per_tensor_param = lora_sync(FSDPEngine.get_per_tensor_param)
