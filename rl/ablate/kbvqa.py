@@ -160,7 +160,20 @@ def run_kbvqa(
             for step, evaluation in evaluations
         ]
     result["train_sampling"] = sampling_summary(records, trainer.cfg.filter_groups.enable)
+    curve = retriever_curve(records)
+    if (
+        curve
+    ):  # a run that serves a versioned retriever (ragym.cotrain): its held-out recall by step, and the last
+        result["retriever_curve"] = curve
+        metrics.update({f"retriever_{k}": v for k, v in curve[-1].items() if k != "step"})
     return {**result, "wall_time_s": time.perf_counter() - start}
+
+
+def retriever_curve(records: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """The held-out retriever recall a run logged (``retriever/recall@k``, ``ragym.rl.cotrain``), by step."""
+    by_step = {r["step"]: {k.removeprefix("retriever/"): v for k, v in r.items() if k.startswith("retriever/")}
+               for r in records if any(k.startswith("retriever/") for k in r)}  # fmt: skip
+    return [{"step": step, **values} for step, values in sorted(by_step.items())]
 
 
 def _metrics(evaluation: dict[str, Any], what: str) -> dict[str, float]:

@@ -27,6 +27,14 @@ class CotrainConfig:
     initial_encoder: str | None = None
     """A query-encoder version folder (``ragym.envs.retrieval.versions``) the retriever serves from the start;
     None: the KB's own query side (identity). Read with co-training off too."""
+    initial_noise_rank: int = 0
+    """The CPU miniature's deliberately weak retriever (``ragym ablate cotrain``), used when ``initial_encoder`` is
+    None: start from W = I + ``initial_noise_strength`` sqrt(d) U V^T, U and V Gaussian / sqrt(d) of this rank (a
+    fixed distortion of every query vector, drawn from ``initial_noise_seed``); 0: none."""
+    initial_noise_strength: float = 2.0
+    """Size of that distortion."""
+    initial_noise_seed: int = 0
+    """Seed of that distortion (the same for every arm of a comparison)."""
     every_n_steps: int = 5
     """N: a training round starts every N policy steps (when the previous one has finished)."""
     mode: str = "full"
@@ -63,6 +71,14 @@ class CotrainConfig:
     """Seed of a round's batch order."""
 
     def __post_init__(self) -> None:
+        if (
+            isinstance(self.initial_noise_rank, bool)
+            or not isinstance(self.initial_noise_rank, int)
+            or self.initial_noise_rank < 0
+        ):
+            raise UsageError(
+                f"{SECTION}.initial_noise_rank must be an integer >= 0, got {self.initial_noise_rank!r}"
+            )
         for name in ("every_n_steps", "lora_rank", "round_steps", "batch_size", "guard_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

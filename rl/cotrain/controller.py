@@ -19,12 +19,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ragym.envs.files import atomic_write
 from ragym.envs.kbvqa.harvest import Harvest, harvest_episode
 from ragym.envs.kbvqa.kb import load_kb
 from ragym.envs.registry import synthetic_data
 from ragym.envs.retrieval.retrievers import IndexSpec
-from ragym.envs.retrieval.versions import identity_encoder, load_query_encoder
+from ragym.envs.retrieval.versions import (
+    QueryEncoder,
+    identity_encoder,
+    load_query_encoder,
+    save_query_encoder,
+)
 from ragym.rl.cotrain.buffer import HarvestBuffer, HeldOut
 from ragym.rl.cotrain.config import SECTION, CotrainConfig
 from ragym.rl.cotrain.round import RoundSpec, recall, run_round
@@ -88,7 +95,8 @@ class CoTraining:
         self._write_swaps()
         self.counts = {"cotrain/swaps": 0.0, "cotrain/swaps_skipped": 0.0, "cotrain/rounds": 0.0}
         self.pending: tuple[RoundSpec, Any] | None = None
-        self._install(self.swaps[-1]["path"] if self.swaps else cfg.initial_encoder)
+        self.initial = cfg.initial_encoder or self._noisy_initial()
+        self._install(self.swaps[-1]["path"] if self.swaps else self.initial)
 
     # ----- per step -------------------------------------------------------------------------------
     def on_step(
@@ -120,7 +128,7 @@ class CoTraining:
     # ----- rounds ---------------------------------------------------------------------------------
     def _start_round(self, step: int) -> None:
         version = f"cotrain-s{step:06d}"
-        current = self.swaps[-1]["path"] if self.swaps else self.cfg.initial_encoder
+        current = self.swaps[-1]["path"] if self.swaps else self.initial
         spec = RoundSpec(self.kb_dir, str(self.buffer.folder), step, current, str(self.root / "versions" / version),
                          version, self.guard_pairs, tuple(sorted({*RECALL_KS, self.cfg.guard_k})), asdict(self.cfg))  # fmt: skip
         self.counts["cotrain/rounds"] += 1
@@ -206,6 +214,24 @@ class CoTraining:
 
             ServiceRetriever(self.service_url, "image").swap_encoder(str(Path(folder).resolve()))
 
+    def _noisy_initial(self) -> str | None:
+        """The miniature's weak initial version (``initial_noise_rank``), written under ``cotrain/versions``."""
+        rank = self.cfg.initial_noise_rank
+        if not rank:
+            return None
+        dim = int(self.kb.entity_embeddings.shape[1])
+        rng = np.random.default_rng(self.cfg.initial_noise_seed)
+        u, v = (rng.standard_normal((dim, rank)).astype(np.float32) / dim**0.5 for _ in range(2))
+        matrix = np.eye(dim, dtype=np.float32) + self.cfg.initial_noise_strength * dim**0.5 * (u @ v.T)
+        meta = {
+            "made_by": "initial_noise",
+            "rank": rank,
+            "strength": self.cfg.initial_noise_strength,
+            "step": 0,
+        }
+        folder = self.root / "versions" / "initial-noise"
+        return str(save_query_encoder(QueryEncoder("initial-noise", matrix, meta), folder))
+
     def _read_swaps(self) -> list[dict[str, Any]]:
         path = self.root / "serving.json"
         return json.loads(path.read_text(encoding="utf-8"))["swaps"] if path.is_file() else []
@@ -243,7 +269,7 @@ def from_recipe(config: Any, train_rows: list[dict[str, Any]], val_rows: list[di
 
     section = OmegaConf.select(config, SECTION, default=None)
     cfg = read_cotrain(OmegaConf.to_container(section, resolve=True) if section is not None else None)  # pyright: ignore[reportArgumentType]
-    if cfg is None or not (cfg.enable or cfg.initial_encoder):
+    if cfg is None or not (cfg.enable or cfg.initial_encoder or cfg.initial_noise_rank):
         return None
     url = recipe_retrieval_url(config)
     if engine == "verl" and url is None:
