@@ -25,9 +25,14 @@ from ragym.rl.off_policy import correction_problems
 from ragym.rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
 from ragym.rl.verl_plugin.modes import mode_problems
 
-OPEN_MAPS = ("reward.custom_reward_function.reward_kwargs", "ray_kwargs.ray_init")
+OPEN_MAPS = (
+    "reward.custom_reward_function.reward_kwargs",
+    "ray_kwargs.ray_init",
+    "actor_rollout_ref.rollout.custom",
+)
 """Keys absent from verl's defaults that are allowed, with everything below them: the reward recipe verl
-passes to ``compute_score`` (the rubric validates it) and the keyword arguments verl passes to ``ray.init``."""
+passes to ``compute_score`` (the rubric validates it), the keyword arguments verl passes to ``ray.init`` and the
+rollout's extension map (``rollout.custom``: the hf rollout's ``partial_rollout``, checked in ``mode_problems``)."""
 
 RAGYM_KEYS = (
     "ragym.demo.kb_preset",

@@ -53,7 +53,7 @@ def mode_problems(config: Any) -> list[str]:
                 f"traces and dynamic-sampling bound: use {MODE_KEY}={ours[mode]}"]  # fmt: skip
     if mode not in MODES:
         return []  # verl's default (sync: recipes of the local engine only) or a mode registered by someone else
-    problems = lora_problems(config, mode)
+    problems = lora_problems(config, mode) + partial_rollout_problems(config)
     verl = MODES[mode]
     if verl == SYNC_MODE:
         return problems
@@ -131,4 +131,26 @@ def lora_problems(config: Any, mode: str) -> list[str]:
         return [f"{LORA_RANK_KEY} > 0 under {MODE_KEY}={mode} with the {rollout} rollout: no test shows the rollout "
                 f"serving the trained adapters (verl 0.9.1 never delivered them under separate_async, "
                 f"volcengine/verl#7495); LoRA rollouts tested in this mode: {tested}; or use {MODE_KEY}=ragym"]  # fmt: skip
+    return []
+
+
+PARTIAL_ROLLOUT_KEY = "actor_rollout_ref.rollout.custom.partial_rollout"
+"""Recipe key: what the hf rollout does with turns in flight at a weight update (verl's ``abort_all_requests``)."""
+PARTIAL_ROLLOUTS = ("resume", "finish")
+"""``resume`` (the default, verl's partial rollout as its vLLM server does it): abort each turn in flight and resume
+it on the new weights; ``finish``: let it finish on the weights it began with. Either way each turn's (first, last)
+weight versions are tagged."""
+
+
+def partial_rollout_problems(config: Any) -> list[str]:
+    """A ``partial_rollout`` setting that is not one of ``PARTIAL_ROLLOUTS``, or ``finish`` on a rollout other than
+    hf (verl's vLLM server always aborts and resumes)."""
+    value = OmegaConf.select(config, PARTIAL_ROLLOUT_KEY, default=None)
+    if value is None:
+        return []
+    if value not in PARTIAL_ROLLOUTS:
+        return [f"{PARTIAL_ROLLOUT_KEY}={value!r}: choose one of {', '.join(PARTIAL_ROLLOUTS)}"]
+    if value == "finish" and rollout_kind(config) != "hf":
+        return [f"{PARTIAL_ROLLOUT_KEY}=finish: only the hf rollout finishes turns on their weights; "
+                f"the {rollout_kind(config)} rollout aborts and resumes them (resume)"]  # fmt: skip
     return []

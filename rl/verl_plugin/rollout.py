@@ -35,6 +35,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from ragym.rl import lora
 from ragym.rl.lora import plain_weight_name
+from ragym.rl.verl_plugin.modes import PARTIAL_ROLLOUT_KEY, PARTIAL_ROLLOUTS
 from ragym.rl.verl_plugin.weight_sync import PEFT_CONFIG_KEY
 
 logger = logging.getLogger(__name__)
@@ -55,14 +56,6 @@ SERVER_PREFIX = "ragym_hf_"
 def server_actor_name(replica_rank: int) -> str:
     """Ray name of a replica's server actor, which the trainer-side adapter looks up."""
     return f"{SERVER_PREFIX}server_{replica_rank}"
-
-
-PARTIAL_ROLLOUT_KEY = "actor_rollout_ref.rollout.custom.partial_rollout"
-"""Recipe key: what the hf rollout does with turns in flight at a weight update (verl's ``abort_all_requests``)."""
-PARTIAL_ROLLOUTS = ("resume", "finish")
-"""``resume`` (the default, verl's partial rollout as vLLM serves it): abort each turn in flight and resume it on
-the new weights; ``finish``: let it finish on the weights it began with. Either way each turn's versions are
-tagged (``min/max_global_steps``)."""
 
 
 def partial_rollout(custom: dict[str, Any] | None) -> str:

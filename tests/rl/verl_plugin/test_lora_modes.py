@@ -88,3 +88,11 @@ def test_lora_in_sync_passes_on_the_hf_and_the_gpu_vllm_rollout():
     recipe(LORA, HF, MERGE)
     recipe(LORA)  # verl's own path, the shipped kbvqa_qwen2_5_vl_7b_lora recipes'
     recipe(COLOCATE, HF)  # no LoRA: nothing to refuse
+
+
+def test_the_partial_rollout_setting_is_checked_with_the_recipe():
+    key = "+actor_rollout_ref.rollout.custom.partial_rollout"
+    recipe(COLOCATE, HF, f"{key}=finish")
+    recipe(COLOCATE, f"{key}=resume")
+    assert "choose one of resume, finish" in refusal(COLOCATE, HF, f"{key}=later")
+    assert "only the hf rollout finishes turns" in refusal(COLOCATE, f"{key}=finish")  # vLLM aborts and resumes
