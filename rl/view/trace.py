@@ -24,9 +24,10 @@ from ragym.envs.image_ref import as_pixels
 
 TRACE_VERSION = 1
 """Format version written in ``trace.json`` and every episode line."""
-OFF_POLICY_KEYS = ("weight_versions", "staleness")
-"""Episode fields a verl trainer mode adds (every mode, 0 staleness in sync), and the local engine with
-``ragym.engine.async_rollouts``; its synchronous episodes have none."""
+OFF_POLICY_KEYS = ("weight_versions", "staleness", "turn_weight_versions")
+"""Episode fields a verl trainer mode adds (every mode, 0 staleness in sync; per generated turn its (first, last)
+weight versions, which differ for a turn aborted at a weight update and resumed), and the local engine with
+``ragym.engine.async_rollouts`` (no per-turn versions); its synchronous episodes have none."""
 MARKER = "trace.json"
 """The file that makes a folder a trace folder."""
 
