@@ -72,7 +72,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "budget": (
         "ragym.rl.budget.cli",
         "tokens per episode (text, visual) of rows' longest episodes at a recipe's settings, and the truncated share; "
-        "`budget memory`: GPU memory per GPU, full fine-tuning vs LoRA",
+        "`budget memory`: GPU memory per GPU, full fine-tuning vs LoRA; `budget gpu-check`: the update measured on one GPU",
     ),
 }
 

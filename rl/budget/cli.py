@@ -1,7 +1,8 @@
 """``ragym budget --recipe RECIPE --rows ROWS.parquet [--limit N] [--tokenizer PATH] [--estimate-text]
 [--action-tokens N] [--json OUT] [key=value ...]``, ``ragym budget memory --recipe RECIPE [--gpu-gib G]
-[--model-config PATH] [key=value ...]`` (GPU memory per GPU, full fine-tuning vs LoRA), and the report ``ragym prep``
-prints for the rows it writes."""
+[--model-config PATH] [key=value ...]`` (GPU memory per GPU, full fine-tuning vs LoRA), ``ragym budget gpu-check``
+(``ragym.rl.budget.gpu_cli``: the update measured on one GPU), and the report ``ragym prep`` prints for the rows it
+writes."""
 
 from __future__ import annotations
 
@@ -14,21 +15,10 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from ragym.rl.budget.recipe_args import MODEL_KEY, add_update_arguments, load_config
 from ragym.rl.budget.report import ACTION_TOKENS, PREP_SAMPLE, budget_report
 from ragym.rl.budget.tokens import TextCounter
 from ragym.rl.errors import UsageError
-
-MODEL_KEY = "actor_rollout_ref.model.path"
-
-
-def load_config(recipe: str, overrides: Sequence[str]) -> DictConfig:
-    """The composed recipe; a missing recipe is one line."""
-    from ragym.rl.recipe.compose import load_recipe
-
-    try:
-        return load_recipe(recipe, list(overrides))
-    except FileNotFoundError as err:
-        raise UsageError(str(err)) from err
 
 
 def text_counter(
@@ -76,6 +66,10 @@ def main(argv: list[str]) -> int:
 
     if argv[:1] == ["memory"]:
         return memory_main(argv[1:])
+    if argv[:1] == ["gpu-check"]:
+        from ragym.rl.budget.gpu_cli import main as gpu_check_main
+
+        return gpu_check_main(argv[1:])
 
     parser = argparse.ArgumentParser(prog="ragym budget", description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
@@ -127,17 +121,6 @@ def prep_report(
     report = budget_report(rows, config, text, source, ACTION_TOKENS, header, model_dir, skipped)
     print(report["text"])
     return report
-
-
-def add_update_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--images`` and ``--logprobs``, the update's settings ``budget memory`` and ``budget gpu-check`` share."""
-    from ragym.rl.budget.memory import LOGPROB_BYTES
-
-    parser.add_argument("--images", type=int, help="images of the recipe's largest budget per micro-batch "
-                        "(default: as many as the micro-batch holds)")  # fmt: skip
-    parser.add_argument("--logprobs", choices=tuple(LOGPROB_BYTES), default="verl",
-                        help="the update's log-prob path: verl's actor (4 B a logit, default) or transformers' "
-                        "labels loss (14 B)")  # fmt: skip
 
 
 def memory_main(argv: list[str]) -> int:
