@@ -34,6 +34,12 @@ _TRAINER = "tests/rl/engine/test_engine_trainer.py::"
 _ASYNC = "tests/rl/engine/test_async_rollouts.py::"
 _GUARD_TESTS = "tests/rl/test_guards.py::"
 _BY_THRESHOLD = _GUARD_TESTS + "test_each_guard_at_exactly_its_threshold"
+_ENGINE = "tests/rl/engine/test_engine_settings.py::test_each_engine_setting_changes_what_the_engine_does"
+_DEMO = "tests/rl/demo/test_demo_settings.py::"
+_DEMO_WARM = _DEMO + "test_each_warm_start_setting_reaches_what_the_training_step_receives"
+_PRETRAIN = _DEMO + "test_copy_pretraining_and_the_tokenizer_corpus_follow_their_settings"
+_R3G = "tests/rl/demo/test_r3g_settings.py::"
+_R3G_WARM = _R3G + "test_each_r3g_warm_start_setting_reaches_what_the_training_step_receives"
 GUARD_FIELD_TESTS = {
     "action": _GUARD_TESTS + "test_a_stop_guard_under_verls_trainer_ends_ragym_train_in_error",
     "metric": _GUARD_TESTS + "test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs",
@@ -55,7 +61,7 @@ COVERED_BY: dict[str, str] = {
     E + "resume_from_path": "tests/rl/engine/test_resume.py::test_resume_path_continues_from_the_named_step_and_never_branches_in_place",
     E + "reward_kwargs": "tests/rewards/test_recipe_overrides.py::test_the_command_line_override_reaches_the_reward_and_bad_ones_fail_at_load",
     E + "filter_groups": "tests/rl/engine/test_dynamic_sampling.py::test_local_engine_step_with_dynamic_sampling_and_a_stop_guard",
-    E + "guards": _GUARD_TESTS + "test_guards_are_off_unless_the_recipe_turns_them_on",
+    E + "guards": _GUARD_TESTS + "test_collapse_guards_are_off_unless_the_recipe_turns_them_on_and_run_checks_stop",
     E + "outcome_metric": "tests/rl/engine/test_dynamic_sampling.py::test_warning_when_the_filter_keys_on_a_shaped_reward",
     E + "lora": "tests/rl/test_lora.py::test_peft_config_carries_every_setting",
     E + "async_rollouts": _ASYNC + "test_step_two_trains_on_episodes_of_the_initial_weights",
@@ -79,6 +85,22 @@ COVERED_BY: dict[str, str] = {
     "ragym.demo.kb_preset": "tests/rl/demo/test_tasks.py::test_every_task_composes_into_the_settings_the_demo_reads",
     "ragym.demo.arch": "tests/rl/tiny/test_tiny_policy.py::test_forward_backward_generate_with_images",
     "ragym.outcome_metric": "tests/rl/engine/test_dynamic_sampling.py::test_warning_when_the_filter_keys_on_a_shaped_reward",
+    "ragym.off_policy_correction": "tests/rl/test_correction.py::test_the_local_engine_turns_the_correction_on_with_async_rollouts",
+    # Engine settings, each changed alone and read where the local engine uses it.
+    **{E + f: _ENGINE for f in ("train_batch_size", "val_max_samples", "rollout_n", "val_sampling", "update", "betas",
+                                "weight_decay", "warmup_steps", "total_epochs", "val_before_train", "batch_wait_s",
+                                "num_threads")},
+    "ragym.demo.kb_corpus_repeats": _PRETRAIN,
+    **{f"ragym.demo.copy_pretrain.{f.name}": _PRETRAIN for f in dataclasses.fields(CopyPretrainConfig)},
+    **{f"ragym.demo.warm_start.{f}": _DEMO_WARM for f in ("num_episodes", "decision_weight", "epochs", "batch_size",
+                                                            "lr", "seed", "quote")},
+    **{f"ragym.demo.warm_start_target.{f.name}": _DEMO + "test_each_warm_start_target_setting_moves_the_check"
+       for f in dataclasses.fields(WarmStartTarget)},
+    "ragym.r3g_demo.preset": _R3G + "test_the_preset_and_corpus_repeats_reach_the_task_and_the_tokenizer",
+    "ragym.r3g_demo.corpus_repeats": _R3G + "test_the_preset_and_corpus_repeats_reach_the_task_and_the_tokenizer",
+    "ragym.r3g_demo.weighted_after": _R3G_WARM,
+    **{f"ragym.r3g_demo.warm_start.{f}": _R3G_WARM for f in ("num_episodes", "decision_weight", "epochs",
+                                                               "batch_size", "lr", "seed", "context_weight")},
     # The R3G demo's warm start is the same WarmStartConfig class, read from its own section.
     **{f"ragym.r3g_demo.warm_start.{f}": t for f, t in (
         ("noise", "tests/rl/demo/test_demo.py::test_noisy_expert_errs_as_configured"),
@@ -94,45 +116,27 @@ COVERED_BY: dict[str, str] = {
 NAMED_AS = {E + "loggers": "trainer.logger", E + "staleness_bound": "max_off_policy_threshold"}
 """Engine fields read from a verl key of another name: the name their test's file uses."""
 
-_GAP = "no test changes it yet and checks what it changes (issue #51 item 1's ledger of gaps)"
 _CHECKPOINT = "names where a run writes or what it is called; no training behaviour depends on it"
 NOT_COVERED: dict[str, str] = {
     E + "model_path": "the policy to train; every engine test names the tiny one, none another",
     E + "output_dir": _CHECKPOINT,
     E + "project_name": _CHECKPOINT,
     E + "experiment_name": _CHECKPOINT,
-    E + "train_batch_size": _GAP,
-    E + "val_max_samples": _GAP,
-    E + "rollout_n": _GAP,
-    E + "val_sampling": _GAP,
-    E + "update": _GAP,
-    E + "betas": _GAP,
-    E + "weight_decay": _GAP,
-    E + "warmup_steps": _GAP,
-    E + "total_epochs": _GAP,
-    E + "val_before_train": _GAP,
-    E + "batch_wait_s": _GAP,
-    E + "num_threads": _GAP,
-    "ragym.demo.kb_corpus_repeats": _GAP,
-    "ragym.r3g_demo.preset": _GAP,
-    "ragym.r3g_demo.corpus_repeats": _GAP,
-    "ragym.r3g_demo.weighted_after": _GAP,
     **{
         f"ragym.{demo}.policy.{f.name}": "the tiny policy's architecture: tests/rl/tiny/ build it at the demo's "
         "sizes only, and the budget tests count the real model's"
         for demo in ("demo", "r3g_demo")
         for f in dataclasses.fields(TinyPolicyConfig)
     },
-    **{
-        f"ragym.{demo}.warm_start.{f}": _GAP
-        for demo in ("demo", "r3g_demo")
-        for f in ("num_episodes", "decision_weight", "epochs", "batch_size", "lr", "seed", "quote")
-    },
-    **{f"ragym.r3g_demo.warm_start.{f}": _GAP for f in ("protocol_share", "copy_weight", "context_weight")},
-    **{f"ragym.demo.warm_start_target.{f.name}": _GAP for f in dataclasses.fields(WarmStartTarget)},
-    **{f"ragym.demo.copy_pretrain.{f.name}": _GAP for f in dataclasses.fields(CopyPretrainConfig)},
+    # The R3G warm start's own expert and weights leave these unused (test_r3g_settings shows both inert).
+    "ragym.r3g_demo.warm_start.quote": "the R3G expert (r3g.R3GExpert) copies no name or value to quote; only the "
+    "KB-VQA expert reads quote",
+    "ragym.r3g_demo.warm_start.copy_weight": "r3g.warm_start gives imitate no copy spans, so token_weights never "
+    "applies it",
+    "ragym.r3g_demo.warm_start.protocol_share": "r3g.warm_start sets it to 0 itself (its expert has no protocol "
+    "episodes); a recipe value fails there (WarmStartConfig gets protocol_share twice)",
 }
-"""Setting -> why no test is named for it (``_GAP``: a known gap to close)."""
+"""Setting -> why no test is named for it: what it names, or why it has no effect the demo or engine could show."""
 
 
 def ragym_settings() -> list[str]:
