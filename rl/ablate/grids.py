@@ -411,16 +411,16 @@ register_grid(
 
 COTRAIN_STEPS = 20
 """GRPO steps of each ``cotrain`` run: four co-training rounds at every_n_steps 5, in about 3-4 CPU-minutes a run."""
-COTRAIN_WEAK = ("ragym.cotrain.initial_noise_rank=8", "ragym.cotrain.initial_noise_strength=2.0",
-                "ragym.cotrain.every_n_steps=5")  # fmt: skip
+COTRAIN_WEAK = ("+ragym.cotrain.initial_noise_rank=8", "+ragym.cotrain.initial_noise_strength=2.0",
+                "+ragym.cotrain.every_n_steps=5")  # fmt: skip
 """Both arms start from the same deliberately weak retriever: a fixed rank-8 distortion of every query vector."""
 _ISSUE_49 = "ragym's (issue #49; no paper has it): retriever co-training vs the frozen retriever"
 # Retriever co-training: live image search from a weak query encoder; the co-trained arm harvests its verified
 # episodes and swaps a fine-tuned query encoder in every 5 steps, the frozen arm keeps the weak one.
 register_grid(
     Grid("cotrain", "kbvqa",
-         (Variant("frozen", {"candidate_source": "live"}, overrides=(*COTRAIN_WEAK, "ragym.cotrain.enable=false")),
-          Variant("cotrain", {"candidate_source": "live"}, overrides=(*COTRAIN_WEAK, "ragym.cotrain.enable=true"))),
+         (Variant("frozen", {"candidate_source": "live"}, overrides=(*COTRAIN_WEAK, "+ragym.cotrain.enable=false")),
+          Variant("cotrain", {"candidate_source": "live"}, overrides=(*COTRAIN_WEAK, "+ragym.cotrain.enable=true"))),
          (*KB, "retriever_recall@1", "retriever_recall@3"),
          (Claim("retriever_recall@1", "cotrain", ">", "frozen", _ISSUE_49),
           Claim("ident_acc", "cotrain", ">", "frozen", _ISSUE_49)),

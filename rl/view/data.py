@@ -199,6 +199,8 @@ def summary(episode: dict[str, Any], fields: dict[str, list[str]]) -> dict[str, 
         "token_issues": token_issues(episode),
         # verl trainer modes: the weight versions that generated it, and how many updates old it was trained
         "weight_versions": episode.get("weight_versions"), "staleness": episode.get("staleness"),
+        # retriever co-training: the query-encoder versions its searches went through (ragym.envs.retrieval.versions)
+        "retriever_versions": sorted({e["retriever_version"] for e in events if e.get("retriever_version")}),
     }  # fmt: skip
 
 

@@ -176,7 +176,8 @@ function episodeView(app, id) {
       el("h2", {}, `${s.id}: ${s.phase} step ${s.step}, ${s.data_source}${s.env_id ? ` (${s.env_id})` : ""}`),
       el("a", { href: `#/q/${encodeURIComponent(s.question)}`, id: "question-link" }, `question ${s.question} across steps`),
       el("p", {}, `source ${s.source}; group ${s.group}; ${s.num_turns} turns; truncated: ${s.truncated}; format errors: ${s.format_errors}` +
-        (s.staleness == null ? "" : `; weights v${s.weight_versions.join("-v")}, ${s.staleness} update(s) old when trained`)),
+        (s.staleness == null ? "" : `; weights v${s.weight_versions.join("-v")}, ${s.staleness} update(s) old when trained`) +
+        (s.retriever_versions && s.retriever_versions.length ? `; retriever ${s.retriever_versions.join(", ")}` : "")),
       s.token_issues.length ? el("p", { class: "warn" }, s.token_issues.join("; ")) : null,
       el("h3", {}, "reward by term"), terms,
       el("h3", {}, "ground truth"), el("pre", {}, JSON.stringify(ep.ground_truth)));
