@@ -1,7 +1,10 @@
-"""Every shipped recipe's vLLM server arguments pass ``vllm serve``'s own parser, as verl hands them over."""
+"""Every shipped recipe's vLLM server arguments pass ``vllm serve``'s own parser (the CPU build, 0.32), as verl hands
+them over, and are among vLLM 0.24.0's engine arguments (the GPU pin, read from its wheel into a fixture)."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,3 +74,37 @@ def test_settings_follow_the_recipe() -> None:
     assert settings["limit_mm_per_prompt"] == {"image": 3}
     assert settings["max_num_batched_tokens"] == 999
     assert settings["mm_processor_cache_gb"] == 0
+
+
+VLLM_PINNED = Path(__file__).parent / "fixtures" / "vllm_0_24_0_engine_args.json"
+"""vLLM 0.24.0's engine arguments (the GPU install's pin), read from its wheel's ``vllm/engine/arg_utils.py`` by
+``benchmarks/vllm_engine_args.py``: the GPU's vLLM, checked without installing it."""
+PLAIN_TYPES = {"int": int, "float": (int, float), "bool": bool, "str": str}
+
+
+def pinned_fields() -> dict[str, str]:
+    return json.loads(VLLM_PINNED.read_text())["fields"]
+
+
+def test_the_fixture_is_the_pinned_vllm() -> None:
+    pin = re.search(r'"vllm==([0-9.]+)"', (RECIPES_DIR.parent / "setup.py").read_text())
+    assert pin and json.loads(VLLM_PINNED.read_text())["vllm"] == pin.group(1)
+    assert {"max_model_len", "gpu_memory_utilization", "mm_processor_cache_gb"} <= pinned_fields().keys()
+
+
+@pytest.mark.parametrize("path", VLLM_RECIPES, ids=lambda path: path.stem)
+def test_the_pinned_vllm_takes_the_recipe_arguments(path: Path) -> None:
+    """Every argument verl hands ``vllm serve`` for the recipe is one of 0.24.0's engine arguments, of its type where
+    that is a plain one."""
+    fields = pinned_fields()
+    settings = server_settings(check_recipe(path, validate=False))
+    assert sorted(set(settings) - set(fields)) == []
+    for key, value in settings.items():
+        plain = PLAIN_TYPES.get(fields[key])
+        assert plain is None or isinstance(value, plain), (key, value, fields[key])
+
+
+def test_a_flag_the_pinned_vllm_lacks_fails() -> None:
+    removed = "+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_mm_preprocessor_cache=true"
+    config = check_recipe(RECIPES_DIR / "kbvqa_qwen2_5_vl_7b.yaml", [removed], validate=False)
+    assert sorted(set(server_settings(config)) - set(pinned_fields())) == ["disable_mm_preprocessor_cache"]
