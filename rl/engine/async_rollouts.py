@@ -36,6 +36,7 @@ from transformers import PreTrainedModel
 
 from ragym.rl.engine.dynamic_sampling import SampledBatch
 from ragym.rl.engine.rollout import RolloutTimes
+from ragym.rl.guards import adapter_digest, adapter_sync_metrics
 from ragym.rl.off_policy import off_policy_metrics, over_bound, staleness_metrics, trajectory_staleness
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,12 @@ class RolloutAhead:
         # Only trained weights change (under LoRA the adapters): the pairs a sync copies, (rollout, trained).
         self._pairs = [(rollout_params[name], param) for name, param in policy.named_parameters()
                        if param.requires_grad]  # fmt: skip
+        # Under LoRA, each sync is checked: the rollout's adapters must change when the trainer's did (adapter_sync).
+        self._adapters = {name: (rollout_params[name], param) for name, param in policy.named_parameters()
+                          if param.requires_grad and "lora_" in name}  # fmt: skip
+        self._synced = self._digest(1)
+        self.sync_metrics: dict[str, float] = {}
+        """The last sync's ``lora/sync_*`` metrics (``ragym.rl.guards.adapter_sync_metrics``), until a step takes them."""
         # One worker: the event loop, the agent loop and the server are used by one thread at a time.
         self._worker = ThreadPoolExecutor(
             1, "ragym-rollout", initializer=asyncio.set_event_loop, initargs=(loop,)
@@ -80,10 +87,21 @@ class RolloutAhead:
             raise RuntimeError("the rollout policy cannot change while a rollout runs on it")
         if version == self.version:
             return
+        before = self._digest(0)
         with torch.no_grad():
             for rollout_param, param in self._pairs:
                 rollout_param.copy_(param)
         self.version = version
+        if self._adapters:
+            trained = self._digest(1)
+            self.sync_metrics = adapter_sync_metrics((self._synced, trained), (before, self._digest(0)))
+            self._synced = trained
+
+    def _digest(self, side: int) -> str | None:
+        """The adapters' fingerprint, the rollout's (``side`` 0) or the trainer's (1); None without LoRA."""
+        if not self._adapters:
+            return None
+        return adapter_digest({name: pair[side] for name, pair in self._adapters.items()})
 
     def start(self, step: int, roll_out: RollOut, num_groups: int, state_before: dict[str, Any]) -> None:
         """Roll out ``step``'s batch in the worker on the current weights (version ``step - 2``: the update of step
@@ -121,7 +139,8 @@ class RolloutAhead:
             ahead = Rollout(*roll_out(step, num_groups), self.version)
         wait_s = time.perf_counter() - start
         versions = [(ahead.version, ahead.version)] * sum(map(len, ahead.sampled.groups))
-        metrics = {**off_policy_metrics(step, versions, num_dropped), **staleness_metrics(step, versions),
+        metrics, self.sync_metrics = dict(self.sync_metrics), {}
+        metrics |= {**off_policy_metrics(step, versions, num_dropped), **staleness_metrics(step, versions),
                    "timing_s/rollout_wait": wait_s}  # fmt: skip
         return ahead, metrics
 

@@ -137,3 +137,33 @@ def test_a_step_without_a_sync_is_not_judged():
 def test_every_run_check_is_on_and_stops_by_default():
     assert set(RUN_CHECKS) <= set(DEFAULTS)
     assert {name: DEFAULTS[name].action for name in RUN_CHECKS} == dict.fromkeys(RUN_CHECKS, "stop")
+
+
+@pytest.mark.parametrize("delivered", [True, False])
+def test_the_local_engines_async_sync_is_checked(delivered):
+    """The local engine's rollout-ahead sync under LoRA reports each sync's ``lora/sync_*`` at the step that trains
+    on its episodes; the planted fault is a sync whose list of weights to copy lost the adapters."""
+    import asyncio
+
+    from peft import LoraConfig, get_peft_model
+
+    from ragym.rl.engine.async_rollouts import RolloutAhead
+    from tests.rl.engine_helpers import build_model
+
+    trainer = get_peft_model(
+        build_model(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    loop = asyncio.new_event_loop()
+    ahead = RolloutAhead(trainer, 0, 2, loop)
+    try:
+        if not delivered:
+            ahead._pairs = []  # the sync that skips the adapters
+        with torch.no_grad():
+            for p in _adapters(trainer).values():
+                p.add_(0.01)
+        ahead.sync(1)
+        stop = GuardMonitor(read_guards(None)).check(2, {"actor/entropy": 0.5, **ahead.sync_metrics})
+        assert (stop is None) == delivered, ahead.sync_metrics
+    finally:
+        ahead.close()
+        loop.close()
