@@ -53,7 +53,9 @@ def mode_problems(config: Any) -> list[str]:
                 f"traces and dynamic-sampling bound: use {MODE_KEY}={ours[mode]}"]  # fmt: skip
     if mode not in MODES:
         return []  # verl's default (sync: recipes of the local engine only) or a mode registered by someone else
-    problems = lora_problems(config, mode) + partial_rollout_problems(config)
+    problems = (rollout_problems(config, mode) or lora_problems(config, mode)) + partial_rollout_problems(
+        config
+    )
     verl = MODES[mode]
     if verl == SYNC_MODE:
         return problems
@@ -111,6 +113,15 @@ def rollout_kind(config: Any) -> str:
         config, "actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls", default=None
     )
     return "vllm_cpu" if name == "vllm" and extension == CPU_VLLM_EXTENSION else name
+
+
+def rollout_problems(config: Any, mode: str) -> list[str]:
+    """ragym's CPU vLLM rollout under an async mode: no test runs it there (its abort, resume and weight sync are
+    verl's GPU path's, untested on CPU), so it is refused; the hf rollout is the CPU rollout of the async modes."""
+    if MODES[mode] != SYNC_MODE and rollout_kind(config) == "vllm_cpu":
+        return [f"{MODE_KEY}={mode} with ragym's CPU vLLM rollout: untested there; use the hf rollout "
+                "(ragym train --rollout hf) or trainer_mode=ragym"]  # fmt: skip
+    return []
 
 
 def lora_problems(config: Any, mode: str) -> list[str]:
