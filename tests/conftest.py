@@ -30,6 +30,7 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 VERL_GROUPS = {
     "tests/launch/test_verl_trainer.py": "verl-hf",
     "tests/launch/test_verl_lora.py": "verl-hf",
+    "tests/launch/test_verl_lora_async.py": "verl-hf",
     "tests/launch/test_verl_async.py": "verl-vllm-async",
     "tests/launch/test_verl_vllm.py": "verl-vllm-async",
     "tests/launch/test_new_env_folder.py": "verl-vllm-async",

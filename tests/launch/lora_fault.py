@@ -7,6 +7,8 @@ can see it."""
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ragym.rl import lora
@@ -19,3 +21,4 @@ def _without_adapters(own: dict[str, torch.Tensor], incoming: dict[str, torch.Te
 
 
 lora.load_synced = _without_adapters
+print("planted fault: the hf rollout loads no adapters (tests/launch/lora_fault.py)", file=sys.stderr)
