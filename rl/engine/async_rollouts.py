@@ -97,10 +97,8 @@ class RolloutAhead:
             self.sync_metrics = adapter_sync_metrics((self._synced, trained), (before, self._digest(0)))
             self._synced = trained
 
-    def _digest(self, side: int) -> str | None:
-        """The adapters' fingerprint, the rollout's (``side`` 0) or the trainer's (1); None without LoRA."""
-        if not self._adapters:
-            return None
+    def _digest(self, side: int) -> str:
+        """The adapters' fingerprint, the rollout's (``side`` 0) or the trainer's (1); a constant without LoRA."""
         return adapter_digest({name: pair[side] for name, pair in self._adapters.items()})
 
     def start(self, step: int, roll_out: RollOut, num_groups: int, state_before: dict[str, Any]) -> None:

@@ -95,7 +95,8 @@ def assemble(samples: list[Sample]) -> Batch:
     if all(s.rollout_log_probs is not None for s in samples):
         rollout = torch.zeros_like(mask)
         for i, sample in enumerate(samples):
-            rollout[i, : len(sample.rollout_log_probs)] = torch.tensor(sample.rollout_log_probs)
+            logps = sample.rollout_log_probs or []  # every one is there (checked above)
+            rollout[i, : len(logps)] = torch.tensor(logps)
     return Batch(samples=samples, response_mask=mask, rewards=rewards, rollout_log_prob=rollout)
 
 

@@ -134,7 +134,7 @@ class LocalTrainer:
         self.peft = cfg.lora and add_adapters(self.model, cfg.lora, Path(cfg.model_path).resolve(), resume)
         self.model.eval()
         check_processor_factor(recipe_images(config), self.processor)
-        self.image_pad_id = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
+        self.image_pad_id = cast(int, self.tokenizer.convert_tokens_to_ids(IMAGE_PAD))  # one token, one id
         # The recipe's pixel range, as verl's processor renders the agent loop's placeholders with it.
         self.image_inputs = ImageInputs(self.processor.image_processor, recipe_processor_kwargs(config))
         # Async rollouts: the server generates with a copy of the policy, synced between rollouts.
