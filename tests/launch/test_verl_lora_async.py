@@ -49,6 +49,8 @@ def lora_run(
                 f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}", *LORA, cwd=toy)  # fmt: skip
     metrics = console_step_metrics(log)
     assert sorted(metrics) == list(range(1, steps + 1)), f"steps seen: {sorted(metrics)}"
+    diffs = [round(metrics[step]["training/rollout_probs_diff_mean"], 4) for step in sorted(metrics)]
+    print(f"{mode}_async LoRA{' with the planted fault' if fault else ''}: rollout_probs_diff_mean {diffs}")
     assert all(m["training/off_policy/trajectory_staleness_worst/max"] == 0 for m in metrics.values()), (
         metrics
     )
