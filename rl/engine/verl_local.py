@@ -108,7 +108,8 @@ def absolute_paths(config: DictConfig, recipe: Path) -> list[str]:
 
 
 ROLLOUTS = ("hf", "vllm")
-"""Rollouts ``--rollout`` chooses between on a machine without a GPU (a GPU run uses the recipe's, vLLM)."""
+"""Rollouts ``--rollout`` chooses between: without a GPU ragym's hf replica (the default) or vLLM's CPU backend; with
+one the recipe's (vLLM, the default) or the hf replica (``recipes/platforms/gpu_hf.yaml``: no vLLM, no flash-attn)."""
 
 
 CPU_PLATFORM_OF_MODE = {"ragym_separate_async": "cpu_separate_async"}
@@ -132,15 +133,17 @@ def vllm_cpu_platform() -> list[str]:
 
 
 def verl_command(
-    recipe: str, overrides: list[str], toy: Path | None, rollout: str = "hf"
+    recipe: str, overrides: list[str], toy: Path | None, rollout: str | None = None
 ) -> tuple[list[str], DictConfig]:
     """The ``main_ppo`` command line for ``recipe`` with the platform's, the toy's and the user's overrides;
-    ``rollout`` is the CPU rollout (ignored where a GPU runs the recipe as written)."""
-    if rollout not in ROLLOUTS:
-        raise UsageError(f"--rollout {rollout}: not a CPU rollout; choose one of {', '.join(ROLLOUTS)}")
+    ``rollout`` (``ROLLOUTS``; None: hf without a GPU, the recipe's with one)."""
+    if rollout is not None and rollout not in ROLLOUTS:
+        raise UsageError(f"--rollout {rollout}: choose one of {', '.join(ROLLOUTS)}")
     path = resolve_recipe_path(recipe)
     on_cpu = not gpu_present()
-    groups = [platform_overrides("cpu")] if on_cpu else []
+    groups = (
+        [platform_overrides("cpu")] if on_cpu else [platform_overrides("gpu_hf")] if rollout == "hf" else []
+    )
     if toy is not None:
         groups += [platform_overrides("toy"), toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
     if on_cpu and rollout == "vllm":  # last: what vLLM's CPU backend needs wins over the toy's settings
@@ -158,7 +161,12 @@ def verl_command(
 
 
 def run_verl(
-    recipe: str, overrides: list[str], *, toy: Path | None = None, network: str = "auto", rollout: str = "hf"
+    recipe: str,
+    overrides: list[str],
+    *,
+    toy: Path | None = None,
+    network: str = "auto",
+    rollout: str | None = None,
 ) -> int:
     """Run verl's trainer to the end of the recipe; returns its exit status."""
     command, config = verl_command(recipe, overrides, toy, rollout)

@@ -133,3 +133,22 @@ def test_kbvqa_on_the_legacy_trainer(toy: Path) -> None:
     assert sorted(metrics) == [1, 2]
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
     assert (out / "global_step_2" / "actor").is_dir()
+
+
+def test_gpu_smoke_script_on_cpu(toy: Path) -> None:
+    """``bash launch/gpu_smoke.sh --cpu --rollout hf``: the GPU smoke script's run without vLLM (2 GRPO steps of the
+    smoke recipe at toy size, export, eval), through ragym's CPU plugin; on a GPU ``--rollout hf`` runs the same with
+    FSDP on NCCL (recipes/platforms/gpu_hf.yaml). KB-VQA's toy rows and warm start are the session's."""
+    import os
+
+    done = subprocess.run(
+        ["bash", str(Path(__file__).resolve().parents[2] / "launch" / "gpu_smoke.sh"), "--cpu", "--rollout", "hf"],
+        env={**os.environ, "RAGYM_SMOKE_DIR": str(toy), "RAGYM_VENV": sys.prefix},
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-6000:]
+    metrics = console_step_metrics(log)
+    assert sorted(metrics) == [1, 2] and any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
+    assert (toy / "export" / "kbvqa_single_gpu_smoke" / "README.md").is_file()
+    assert (toy / "eval" / "kbvqa_single_gpu_smoke" / "metrics.md").is_file()

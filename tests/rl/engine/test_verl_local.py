@@ -72,3 +72,23 @@ def test_separate_async_is_one_line_on_cpu(monkeypatch: pytest.MonkeyPatch) -> N
     mine = "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"
     command, config = verl_local.verl_command("kbvqa_qwen2_5_vl_7b", [SEPARATE, *SIZES, mine], None)
     assert config.actor_rollout_ref.rollout.checkpoint_engine.backend == "nccl"
+
+
+@pytest.mark.parametrize(("rollout", "name"), [(None, "vllm"), ("vllm", "vllm"), ("hf", "hf")])
+def test_a_gpu_run_takes_the_recipes_rollout_or_the_hf_one(
+    monkeypatch: pytest.MonkeyPatch, rollout: str | None, name: str
+) -> None:
+    """With a GPU, the recipe runs as written (vLLM, flash-attn) unless ``--rollout hf`` asks for the run without
+    vLLM: recipes/platforms/gpu_hf.yaml, and none of the CPU platform (FSDP and NCCL stay)."""
+    from ragym.rl.recipe.platforms import platform_overrides
+
+    monkeypatch.setattr(verl_local, "gpu_present", lambda: True)
+    command, config = verl_local.verl_command("kbvqa_qwen2_5_vl_7b", [], None, rollout)
+    rollout_section = config.actor_rollout_ref
+    assert rollout_section.rollout.name == name
+    assert config.actor_rollout_ref.actor.strategy == "fsdp"  # not the CPU platform's fsdp2 on gloo
+    hf = set(platform_overrides("gpu_hf"))
+    assert hf <= set(command) if rollout == "hf" else not hf & set(command)
+    if rollout == "hf":
+        assert not rollout_section.model.use_remove_padding
+        assert rollout_section.model.override_config.attn_implementation == "sdpa"
