@@ -15,14 +15,16 @@ once per call, so a batch is searched with one version whatever swaps meanwhile;
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import threading
+import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ragym.envs.files import atomic_write
 from ragym.envs.retrieval.hits import Hit
 
 ENCODER_FORMAT = "ragym-query-encoder-v1"
@@ -72,14 +74,17 @@ def identity_encoder(dim: int, version: str = "v0000") -> QueryEncoder:
 def save_query_encoder(encoder: QueryEncoder, folder: Path) -> Path:
     """Write ``encoder`` to ``folder`` whole or not at all (a reader never sees half a version)."""
     meta = {"format": ENCODER_FORMAT, "version": encoder.version, "dim": encoder.dim, **encoder.meta}
-
-    def write(tmp: Path) -> None:
-        tmp.mkdir(parents=True)
+    # a temporary sibling renamed into place (this layer imports nothing above it, so not ragym.envs.files)
+    tmp = folder.with_name(f".{folder.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+    tmp.mkdir(parents=True)
+    try:
         np.savez(tmp / "encoder.npz", matrix=encoder.matrix.astype(np.float32))
         (tmp / "encoder.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(folder, write)
+        os.replace(tmp, folder)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not folder.is_dir():  # another writer published the same version first: keep theirs
+            raise
     return folder
 
 
