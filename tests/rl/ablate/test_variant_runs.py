@@ -186,11 +186,19 @@ def test_each_docmemo_variant_runs_with_its_settings_and_the_oracles_queries(
     from tests.rl.ablate.test_docmemo_oracle import GOLD, QUESTION, TEXTS, OverlapRetriever
 
     n = len(TEXTS)
-    save_store(DocStore("fund.pdf", TEXTS, TEXTS, ("text",) * n, np.eye(n, dtype=np.float32), "fake"),
-               tmp_path / "fund", dpi=72)  # fmt: skip
+    save_store(
+        DocStore("fund.pdf", TEXTS, TEXTS, ("text",) * n, np.eye(n, dtype=np.float32), "fake"),
+        tmp_path / "fund",
+        dpi=72,
+    )
     row_kwargs = {"num_candidates": 3, "num_evidence": 2}
-    monkeypatch.setattr(docmemo, "load_rows", lambda grid_dir: [
-        {"options": {"question": QUESTION, "doc_id": "fund.pdf"}, "gold": set(GOLD), "kwargs": row_kwargs}])  # fmt: skip
+    monkeypatch.setattr(
+        docmemo,
+        "load_rows",
+        lambda grid_dir: [
+            {"options": {"question": QUESTION, "doc_id": "fund.pdf"}, "gold": set(GOLD), "kwargs": row_kwargs}
+        ],
+    )
     envs: list[tuple[dict[str, Any], Any]] = []
 
     def make_env(env_id: str, **kwargs: Any):

@@ -35,10 +35,14 @@ from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.tiny import copy_pretrain as pretrain_module
 from ragym.rl.tiny import policy as policy_module
 
-REAL = {"imitate": warm_start.imitate, "token_weights": warm_start.token_weights,
-        "response_log_probs": warm_start.response_log_probs,
-        "build_tiny_policy": policy_module.build_tiny_policy, "copy_batch": pretrain_module.copy_batch,
-        "copy_pretrain": pretrain_module.copy_pretrain}  # fmt: skip
+REAL = {
+    "imitate": warm_start.imitate,
+    "token_weights": warm_start.token_weights,
+    "response_log_probs": warm_start.response_log_probs,
+    "build_tiny_policy": policy_module.build_tiny_policy,
+    "copy_batch": pretrain_module.copy_batch,
+    "copy_pretrain": pretrain_module.copy_pretrain,
+}
 """The functions the runs below watch, as imported (a second run must not wrap the first's spy)."""
 TOY = {"ragym.demo.warm_start.num_episodes": 4, "ragym.demo.warm_start.epochs": 1}
 """The recipe's warm start at toy size (both also changed below, from these)."""
@@ -48,15 +52,20 @@ TOY = {"ragym.demo.warm_start.num_episodes": 4, "ragym.demo.warm_start.epochs": 
 def kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 
-    return build_kb(tmp_path_factory.mktemp("demo_settings") / "kb", replace(PRESETS["demo"], num_entities=40,
-                                                                                num_rows=40), seed=0)  # fmt: skip
+    return build_kb(
+        tmp_path_factory.mktemp("demo_settings") / "kb",
+        replace(PRESETS["demo"], num_entities=40, num_rows=40),
+        seed=0,
+    )
 
 
 @pytest.fixture(scope="module")
 def composed(kb: Path):
     """The demo recipe (the verify task) pointing at the small KB, composed once."""
-    return load_recipe(run.DEMO_RECIPE, [f"data.train_files={kb}/data/train.parquet",
-                                         f"data.val_files={kb}/data/test.parquet"])  # fmt: skip
+    return load_recipe(
+        run.DEMO_RECIPE,
+        [f"data.train_files={kb}/data/train.parquet", f"data.val_files={kb}/data/test.parquet"],
+    )
 
 
 def demo_config(composed, **settings: Any) -> tuple[Any, RecipeReader]:
@@ -126,8 +135,11 @@ def _decision_weights(seen: dict[str, Any]) -> set[float]:
     found = set()
     for sample, weights in seen["weighed"]:
         previous = [*sample.prompt_ids[-1:], *sample.response_ids[:-1]]
-        found |= {float(w) for p, w, m in zip(previous, weights.tolist(), sample.response_mask, strict=True)
-                  if p == rerank and m}  # fmt: skip
+        found |= {
+            float(w)
+            for p, w, m in zip(previous, weights.tolist(), sample.response_mask, strict=True)
+            if p == rerank and m
+        }
     return found
 
 
@@ -155,28 +167,16 @@ WARM_START_OBSERVED = {
         "<reason>look up the confirmed entities</reason>" in _generated(p[0], s["tokenizer"])
         for e in s["epochs"]
         for p in e
-    ),  # fmt: skip
+    ),
     "seed": lambda s: s["cfg"].seed,
 }
 EXPECTED = {
-    "base": {
-        "num_episodes": {4},
-        "epochs": 1,
-        "decision_weight": {5.0},
-        "batch_size": 2,
-        "lr": True,
-        "seed": 0,
-    },  # fmt: skip
-    "changed": {
-        "num_episodes": {3},
-        "epochs": 2,
-        "decision_weight": {7.0},
-        "batch_size": 3,
-        "lr": False,
-        "quote": 0,
-        "seed": 7,
-    },  # fmt: skip
+    "base": dict(num_episodes={4}, epochs=1, decision_weight={5.0}, batch_size=2, lr=True, seed=0),
+    "changed": dict(
+        num_episodes={3}, epochs=2, decision_weight={7.0}, batch_size=3, lr=False, quote=0, seed=7
+    ),
 }
+"""What each run shows of each setting (the recipe's quote: some text-search reasons of the expert's own)."""
 
 
 def test_each_warm_start_setting_reaches_what_the_training_step_receives(
@@ -192,12 +192,14 @@ def test_each_warm_start_setting_reaches_what_the_training_step_receives(
         for name, value in (("changed", mine), ("base", theirs)):
             if field in EXPECTED[name]:
                 assert value == EXPECTED[name][field], (name, field, value)
-    assert (
-        WARM_START_OBSERVED["quote"](base) > 0
-    )  # the recipe's expert searches with its own reason (quote: false)
+    assert WARM_START_OBSERVED["quote"](base) > 0  # quote false: the expert's own reason
     # A quoting reason ends with the name the turn then searches.
-    searched = [m for e in changed["epochs"] for p in e
-                for m in SEARCH.findall(_generated(p[0], changed["tokenizer"]))]  # fmt: skip
+    searched = [
+        m
+        for e in changed["epochs"]
+        for p in e
+        for m in SEARCH.findall(_generated(p[0], changed["tokenizer"]))
+    ]
     assert searched and all(reason.endswith(name) for reason, name in searched)
 
 
@@ -208,8 +210,13 @@ def test_the_verify_warm_start_imitates_soft_decisions_at_the_experts_odds(
     episodes): a row whose batch holds the match reaches ``imitate`` as its confirming and its rejecting episode
     weighted 0.3 and 0.7, each decision token weighs decision_weight (5) before that, a protocol episode's 0, and
     the copy spans weigh 1 (copy_weight 1)."""
-    seen = run_warm_start(composed, tiny_policy_dir("qwen2_5_vl"), tmp_path, monkeypatch, **{
-        "ragym.demo.warm_start.num_episodes": 6, "ragym.demo.warm_start.protocol_share": 1.0})  # fmt: skip
+    seen = run_warm_start(
+        composed,
+        tiny_policy_dir("qwen2_5_vl"),
+        tmp_path,
+        monkeypatch,
+        **{"ragym.demo.warm_start.num_episodes": 6, "ragym.demo.warm_start.protocol_share": 1.0},
+    )
     tokenizer, (samples,) = seen["tokenizer"], seen["epochs"]
     assert seen["cfg"].soft_decisions and seen["cfg"].reject_noise == 0.7
     # The expert's branches carry their odds; a protocol episode none (it teaches no decision).
@@ -226,8 +233,7 @@ def test_the_verify_warm_start_imitates_soft_decisions_at_the_experts_odds(
         r[-1][1:] == (0.0, 1.0) for r in by_row.values()
     )  # protocol_share 1: a noiseless episode a row
     assert _decision_weights(seen) == {5.0, 0.0}
-    spans = [p for p in seen["copy_spans"]]
-    assert len(spans) == 2 and seen["cfg"].copy_weight == 1.0
+    assert len(seen["copy_spans"]) == 2 and seen["cfg"].copy_weight == 1.0
     assert all(set(w.tolist()) <= {0.0, 1.0, 5.0} for _, w in seen["weighed"])
 
 
@@ -275,8 +281,15 @@ def test_copy_pretraining_and_the_tokenizer_corpus_follow_their_settings(
     names = set(pd.read_parquet(kb / "entities.parquet")["name"])
     base = build_inputs(composed, kb, tmp_path / "base", monkeypatch)
     changes = {f"ragym.demo.copy_pretrain.{k}": v for k, v in COPY_PRETRAIN.items()}
-    changed = build_inputs(composed, kb, tmp_path / "changed", monkeypatch, seed=3,
-                           **changes, **{"ragym.demo.kb_corpus_repeats": 2})  # fmt: skip
+    changed = build_inputs(
+        composed,
+        kb,
+        tmp_path / "changed",
+        monkeypatch,
+        seed=3,
+        **changes,
+        **{"ragym.demo.kb_corpus_repeats": 2},
+    )
     # kb_corpus_repeats: the KB's names reach the tokenizer's corpus that many times (recipe: 5).
     assert sum(t in names for t in base["corpus"]) == 5 * len(names)
     assert sum(t in names for t in changed["corpus"]) == 2 * len(names)
@@ -296,8 +309,12 @@ def test_copy_pretraining_and_the_tokenizer_corpus_follow_their_settings(
 
 
 # ----- ragym.demo.warm_start_target: the check before GRPO ---------------------------------------------------
-PROBE = {"confirm_match": {"mean": 0.4}, "reject_no_match": {"mean": 0.92}, "copy": {"greedy_share": 0.5},
-         "other": {"greedy_share": 0.96}}  # fmt: skip
+PROBE = {
+    "confirm_match": {"mean": 0.4},
+    "reject_no_match": {"mean": 0.92},
+    "copy": {"greedy_share": 0.5},
+    "other": {"greedy_share": 0.96},
+}
 """A warm start that meets the recipe's target (P(confirm) 0.1 from the expert's 0.3, reject 0.92, format 0.96,
 copy unchecked) and misses each target below by a margin."""
 MISSES = {

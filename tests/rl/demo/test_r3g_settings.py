@@ -25,16 +25,30 @@ from ragym.rl.engine.config import RecipeReader
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.tiny import policy as policy_module
 
-REAL = {"imitate": warm_start.imitate, "token_weights": warm_start.token_weights,
-        "response_log_probs": warm_start.response_log_probs, "build_tiny_policy": policy_module.build_tiny_policy}  # fmt: skip
+REAL = {
+    "imitate": warm_start.imitate,
+    "token_weights": warm_start.token_weights,
+    "response_log_probs": warm_start.response_log_probs,
+    "build_tiny_policy": policy_module.build_tiny_policy,
+}
 """The functions the runs below watch, as imported (a second run must not wrap the first's spy)."""
-TOY = {"ragym.r3g_demo.preset": "tiny", "ragym.r3g_demo.corpus_repeats": 1,
-       "ragym.r3g_demo.warm_start.num_episodes": 2, "ragym.r3g_demo.warm_start.epochs": 1}  # fmt: skip
+TOY = {
+    "ragym.r3g_demo.preset": "tiny",
+    "ragym.r3g_demo.corpus_repeats": 1,
+    "ragym.r3g_demo.warm_start.num_episodes": 2,
+    "ragym.r3g_demo.warm_start.epochs": 1,
+}
 """The recipe at toy size: the small task preset, one copy of the texts for the tokenizer, a short warm start."""
 SECTION = "ragym.r3g_demo.warm_start"
-CHANGES = {f"{SECTION}.num_episodes": 3, f"{SECTION}.epochs": 2, f"{SECTION}.decision_weight": 9.0,
-           f"{SECTION}.batch_size": 3, f"{SECTION}.lr": 0.0, f"{SECTION}.context_weight": 0.5,
-           "ragym.r3g_demo.weighted_after": ["]"]}  # fmt: skip
+CHANGES = {
+    f"{SECTION}.num_episodes": 3,
+    f"{SECTION}.epochs": 2,
+    f"{SECTION}.decision_weight": 9.0,
+    f"{SECTION}.batch_size": 3,
+    f"{SECTION}.lr": 0.0,
+    f"{SECTION}.context_weight": 0.5,
+    "ragym.r3g_demo.weighted_after": ["]"],
+}
 """The changed run (the recipe's: 2 and 1 at toy size, 20, 2, 2e-3, 0, ["]", " a="]), with seed 7 (the recipe's 0)."""
 INERT = {f"{SECTION}.quote": True, f"{SECTION}.copy_weight": 5.0}
 """Settings the R3G warm start has no use for: its expert quotes nothing and it gives ``imitate`` no copy spans."""
@@ -45,8 +59,14 @@ def composed(tmp_path_factory: pytest.TempPathFactory):
     """The R3G recipe at toy size, the task and tiny policy built by ``r3g.build_inputs`` (once), and the folder."""
     out = tmp_path_factory.mktemp("r3g_settings")
     task = out / "task" / "data"
-    config = load_recipe(r3g.RECIPE, [f"data.train_files={task}/train.parquet", f"data.val_files={task}/test.parquet",
-                                      *(f"{k}={v}" for k, v in TOY.items())])  # fmt: skip
+    config = load_recipe(
+        r3g.RECIPE,
+        [
+            f"data.train_files={task}/train.parquet",
+            f"data.val_files={task}/test.parquet",
+            *(f"{k}={v}" for k, v in TOY.items()),
+        ],
+    )
     policy = r3g.build_inputs(out, RecipeReader(config), seed=0)
     return config, policy, out
 
@@ -99,9 +119,11 @@ def run_warm_start(composed, out: Path, seed: int = 0, **settings) -> dict[str, 
 @pytest.fixture(scope="module")
 def runs(composed, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     out = tmp_path_factory.mktemp("r3g_warm")
-    return {"base": run_warm_start(composed, out / "base"),
-            "changed": run_warm_start(composed, out / "changed", seed=7, **CHANGES),
-            "inert": run_warm_start(composed, out / "inert", **INERT)}  # fmt: skip
+    return {
+        "base": run_warm_start(composed, out / "base"),
+        "changed": run_warm_start(composed, out / "changed", seed=7, **CHANGES),
+        "inert": run_warm_start(composed, out / "inert", **INERT),
+    }
 
 
 def weights_after(seen: dict[str, Any], generated: bool = True) -> dict[str, set[float]]:
@@ -128,7 +150,7 @@ OBSERVED = {
     # Observation tokens not after a weighted id (after one, token_weights multiplies theirs by decision_weight too).
     "context_weight": lambda s: set().union(
         *(ws for p, ws in weights_after(s, generated=False).items() if p not in ("]", " a="))
-    ),  # fmt: skip
+    ),
     "batch_size": lambda s: max(s["batches"]),  # episodes per optimiser step
     "lr": lambda s: s["moved"],
     "seed": lambda s: s["cfg"].seed,
@@ -143,7 +165,7 @@ EXPECTED = {
         "batch_size": 2,
         "lr": True,
         "seed": 0,
-    },  # fmt: skip
+    },
     "changed": {
         "num_episodes": {3},
         "epochs": 2,
@@ -153,7 +175,7 @@ EXPECTED = {
         "batch_size": 3,
         "lr": False,
         "seed": 7,
-    },  # fmt: skip
+    },
 }
 
 
@@ -206,8 +228,9 @@ def test_the_preset_and_corpus_repeats_reach_the_task_and_the_tokenizer(composed
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(policy_module, "build_tiny_policy", build)
         for repeats, preset in ((1, "tiny"), (3, "demo")):
-            config, reader = r3g_config(composed, **{"ragym.r3g_demo.corpus_repeats": repeats,
-                                                     "ragym.r3g_demo.preset": preset})  # fmt: skip
+            config, reader = r3g_config(
+                composed, **{"ragym.r3g_demo.corpus_repeats": repeats, "ragym.r3g_demo.preset": preset}
+            )
             r3g.build_inputs(tmp_path / preset, reader, seed=0)
     for preset in ("tiny", "demo"):
         data = tmp_path / preset / "task" / "data"

@@ -148,8 +148,10 @@ def check_val_sampling(base, tmp_path, monkeypatch) -> None:
         greedy = server_sampling(trainer)
         trainer.evaluate()
     assert greedy == [{"temperature": 0.0, "top_p": 1.0, "top_k": -1}]  # the recipe's do_sample: false
-    sampled = {f"{ROLLOUT}.val_kwargs.{k}": v for k, v in
-               {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 5}.items()}  # fmt: skip
+    sampled = {
+        f"{ROLLOUT}.val_kwargs.{k}": v
+        for k, v in {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 5}.items()
+    }
     with engine(base, tmp_path / "sampled", **sampled) as trainer:
         asked = server_sampling(trainer)
         trainer.evaluate()

@@ -40,6 +40,13 @@ _DEMO_WARM = _DEMO + "test_each_warm_start_setting_reaches_what_the_training_ste
 _PRETRAIN = _DEMO + "test_copy_pretraining_and_the_tokenizer_corpus_follow_their_settings"
 _R3G = "tests/rl/demo/test_r3g_settings.py::"
 _R3G_WARM = _R3G + "test_each_r3g_warm_start_setting_reaches_what_the_training_step_receives"
+RUN_CHECK_METRICS = (
+    "images_dropped.images_metric",
+    "images_dropped.tokens_metric",
+    "adapter_sync.trained_metric",
+    "adapter_sync.rollout_metric",
+)
+"""Run-check fields naming a metric ragym's engines write themselves (listed in ``NOT_COVERED``)."""
 GUARD_FIELD_TESTS = {
     "action": _GUARD_TESTS + "test_a_stop_guard_under_verls_trainer_ends_ragym_train_in_error",
     "metric": _GUARD_TESTS + "test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs",
@@ -109,7 +116,8 @@ COVERED_BY: dict[str, str] = {
         ("lr_decay", "tests/rl/demo/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target"))},
     # Each guard's fields: its action, the metric it watches, and its firing rule's numbers.
     **{f"{GUARDS}{name}.{f.name}": GUARD_FIELD_TESTS.get(f.name, _BY_THRESHOLD)
-       for name, kind in GUARD_TYPES.items() for f in dataclasses.fields(kind)},
+       for name, kind in GUARD_TYPES.items() for f in dataclasses.fields(kind)
+       if f"{name}.{f.name}" not in RUN_CHECK_METRICS},
     # Retriever co-training (issue #49).
     "ragym.cotrain.enable": "tests/rl/cotrain/test_harvest.py::test_counts_per_step",
     "ragym.cotrain.initial_encoder": "tests/rl/cotrain/test_round.py::test_a_round_raises_held_out_recall_of_a_weak_encoder",
@@ -136,6 +144,8 @@ NOT_COVERED: dict[str, str] = {
         for demo in ("demo", "r3g_demo")
         for f in dataclasses.fields(TinyPolicyConfig)
     },
+    **{GUARDS + f: "the name of a metric the engines write for this run check (rl/guards.py's default); "
+       "tests/rl/test_run_checks.py fires the check on it, and no recipe renames it" for f in RUN_CHECK_METRICS},
     # The R3G warm start's own expert and weights leave these unused (test_r3g_settings shows both inert).
     "ragym.r3g_demo.warm_start.quote": "the R3G expert (r3g.R3GExpert) copies no name or value to quote; only the "
     "KB-VQA expert reads quote",

@@ -74,7 +74,8 @@ def test_the_toy_warm_start_imitates_the_experts_turns_each_pass_at_weight_one(
     for (sample, _), row in zip(samples, rows, strict=False):
         info = dict(row["extra_info"])
         env = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
-        turns = run_episode(env, warm.expert_for(info["env_id"], env, 0), int(info["index"]),
-                            json.loads(info["env_options"]))["turns"]  # fmt: skip
+        turns = run_episode(
+            env, warm.expert_for(info["env_id"], env, 0), int(info["index"]), json.loads(info["env_options"])
+        )["turns"]
         generated = [t for t, m in zip(sample.response_ids, sample.response_mask, strict=True) if m]
         assert tokenizer.decode(generated).replace("<|im_end|>", "") == "".join(turns)
