@@ -325,7 +325,9 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
     known |= {f"episode/actions/{kind}" for kind in _REGISTRY[env_id].action_kinds}
     known |= {f"episode/{name}" for name in episode_metrics_keys(env_id)}
     # The run checks watch the trainer's own metrics (tests/rl/test_run_checks.py), on in every recipe.
-    active = {name: g for name, g in read_guards(section).items() if g.action != "off" and name not in RUN_CHECKS}
+    active = {
+        name: g for name, g in read_guards(section).items() if g.action != "off" and name not in RUN_CHECKS
+    }
     assert active, f"{recipe} turns no guard on"
     # Held-out evaluations log the same episode metrics and reward terms under val/ (both engines).
     known |= {f"val/{key}" for key in known if key.startswith(("episode/", "reward/"))}
