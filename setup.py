@@ -64,8 +64,8 @@ setup(
         "pyzmq",
     ],
     extras_require={
-        # Exactly one of `cpu` and `gpu` per install: faiss-cpu and faiss-gpu-cu12 both write the package `faiss`.
-        # The Makefile installs `.[cpu,dev]`; GPU machines run launch/install_gpu.sh (launch/gpu-requirements.lock).
+        # Exactly one of `cpu` and `gpu` per install. The Makefile installs `.[cpu,dev]`; GPU machines run
+        # launch/install_gpu.sh (launch/gpu-requirements.lock).
         "cpu": ["faiss-cpu>=1.8"],
         "gpu": [
             # verl's `vllm` extra: the versions this verl release was tested with (vllm==0.24.0, torch==2.11.0,
@@ -73,7 +73,12 @@ setup(
             # well so that its pin reads here; tests/launch/test_install_gpu.py checks it against verl's.
             f"verl[vllm]=={VERL_VERSION}",
             "vllm==0.24.0",
-            "faiss-gpu-cu12",
+            # faiss-cpu, not a faiss GPU build: torch 2.11.0 and vLLM 0.24.0 are CUDA 13.0 builds, and PyPI's faiss
+            # GPU wheels are CUDA 12 (faiss-gpu, faiss-gpu-cu12: nvidia-*-cu12 runtime and cuBLAS) or want a CUDA 13
+            # runtime newer than torch pins (faiss-gpu-cuvs 1.15: nvidia-cuda-runtime>=13.2, torch: ==13.0.96), so
+            # one environment would hold two CUDA majors or not resolve. Flat indexes move to a GPU as exact search
+            # on torch (ragym.envs.retrieval.torch_flat); IVF, HNSW and other compressed ones search on the CPU.
+            "faiss-cpu>=1.8",
             # MEMORA-R's trainer (rl/retriever) on GPUs.
             "deepspeed",
             # verl's VL data path with vLLM.

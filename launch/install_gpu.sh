@@ -3,11 +3,12 @@
 # default .venv), on Linux x86-64 (glibc 2.31+) with Python 3.11 and an NVIDIA driver for CUDA 13.0 (580+):
 #   1. launch/gpu-requirements.lock, every package pinned (setup.py's gpu extra as uv resolved it for this
 #      platform; `make gpu-lock` regenerates it): verl's `vllm` extra (vllm 0.24.0, torch 2.11.0, torchvision
-#      0.26.0, transformers 5.9.0), faiss-gpu-cu12 as the only faiss, DeepSpeed;
+#      0.26.0, transformers 5.9.0), faiss-cpu as the only faiss (one CUDA major: see the lock's note), DeepSpeed;
 #   2. flash-attn (launch/gpu-flash-attn.txt), after torch and without build isolation;
 #   3. ragym itself, editable, without dependencies; then `pip check` and --check.
 # Usage: bash launch/install_gpu.sh           install (creates the venv with $PYTHON, default python3.11)
-#        bash launch/install_gpu.sh --check   check that $RAGYM_VENV holds exactly this install
+#        bash launch/install_gpu.sh --check   check that $RAGYM_VENV holds exactly this install, and one CUDA
+#                                             major (launch/cuda_majors.py prints the majors it finds)
 #        bash launch/install_gpu.sh --lock    regenerate the lock (uv, in a throwaway venv; --upgrade passes on)
 # RAGYM_FLASH_ATTN replaces step 2's requirement, e.g. flash-attn==2.8.3 to build it from source.
 set -euo pipefail
@@ -29,14 +30,23 @@ lock() {
     "$tool/bin/uv" pip compile setup.py --extra gpu --python-version 3.11 \
         --python-platform x86_64-manylinux_2_31 --annotation-style line \
         --custom-compile-command "make gpu-lock" --output-file "$LOCK" "$@"
+    # uv writes its own header; the note on faiss goes under it, and the lock must hold one CUDA major.
+    { head -n 2 "$LOCK"; cat <<'NOTE'; tail -n +3 "$LOCK"; } > "$tool/lock" && cp "$tool/lock" "$LOCK"
+# One CUDA major, 13: torch 2.11.0 and vllm 0.24.0 are CUDA 13.0 builds. faiss is faiss-cpu: PyPI's faiss GPU
+# wheels pull CUDA 12 (faiss-gpu, faiss-gpu-cu12: nvidia-cublas-cu12, nvidia-cuda-runtime-cu12) or want a CUDA
+# 13 runtime newer than torch pins (faiss-gpu-cuvs 1.15: nvidia-cuda-runtime>=13.2 against 13.0.96). A flat
+# index searched on a GPU runs as exact search on torch (ragym.envs.retrieval.torch_flat); IVF and HNSW search
+# on the CPU. launch/cuda_majors.py --lock checks this file; install_gpu.sh --check checks the install.
+NOTE
+    "$tool/bin/python" launch/cuda_majors.py --lock "$LOCK" || die "$LOCK holds more than one CUDA major (above)"
 }
 
 check() {
-    # Every locked version, flash-attn as step 2 names it, and no faiss-cpu beside faiss-gpu-cu12.
+    # Every locked version, flash-attn as step 2 names it, no other faiss beside faiss-cpu, one CUDA major.
     [ -x "$RAGYM_VENV/bin/python" ] || die "no venv at $RAGYM_VENV; run: make gpu-install"
     "$RAGYM_VENV/bin/python" - "$LOCK" "$FLASH_ATTN" <<'PY'
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, distributions, version
 from pathlib import PurePosixPath
 from urllib.parse import unquote, urlparse
 
@@ -61,16 +71,19 @@ for req in [*wanted, flash]:
         continue
     if not req.specifier.contains(have, prereleases=True):
         problems.append(f"{req.name}: {have} installed, want {req.specifier}")
-try:
-    problems.append(f"faiss-cpu {version('faiss-cpu')} beside faiss-gpu-cu12 (both write faiss): uninstall both, reinstall")
-except PackageNotFoundError:
-    pass
+problems += [f"{dist.metadata['Name']} {dist.version} beside faiss-cpu (both write faiss): uninstall both, reinstall"
+             for dist in distributions()
+             if (dist.metadata["Name"] or "").lower().replace("_", "-").startswith("faiss-")
+             and (dist.metadata["Name"] or "").lower().replace("_", "-") != "faiss-cpu"]
 for problem in problems[:20]:
     print(f"  {problem}", file=sys.stderr)
 if len(problems) > 20:
     print(f"  ... {len(problems) - 20} more", file=sys.stderr)
 sys.exit(1 if problems else 0)
 PY
+    local locked=$?
+    "$RAGYM_VENV/bin/python" launch/cuda_majors.py || return 1
+    return "$locked"
 }
 
 case "${1:-}" in

@@ -109,11 +109,12 @@ def faiss_of(reqs: list[str]) -> set[str]:
 
 
 def test_one_faiss_per_install() -> None:
-    """faiss-cpu and faiss-gpu-cu12 both write the package faiss: each install names exactly one."""
+    """Every faiss distribution writes the package faiss: each install names one, faiss-cpu (PyPI's faiss GPU
+    wheels are CUDA 12 builds or want a newer CUDA 13 runtime than torch pins; tests/launch/test_cuda_majors.py)."""
     assert faiss_of(SETUP["install_requires"]) == set()
     assert faiss_of(SETUP["extras_require"]["cpu"]) == {"faiss-cpu"}
-    assert faiss_of(SETUP["extras_require"]["gpu"]) == {"faiss-gpu-cu12"}
-    assert faiss_of(list(locked())) == {"faiss-gpu-cu12"}
+    assert faiss_of(SETUP["extras_require"]["gpu"]) == {"faiss-cpu"}
+    assert faiss_of(list(locked())) == {"faiss-cpu"}
 
 
 def test_every_documented_install_names_one_faiss_extra() -> None:
@@ -174,7 +175,8 @@ def test_flash_attn_step_fits_the_locked_torch_and_verls_pin() -> None:
 
 
 def fake_install(venv: Path, dists: dict[str, str]) -> None:
-    """A venv whose metadata lists ``dists`` (name -> version) and nothing else: all that --check reads."""
+    """A venv whose metadata lists ``dists`` (name -> version) and nothing else, and torch's version.py naming
+    the lock's CUDA (as PyPI's torch 2.11.0 wheel does): all that --check reads."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     (site,) = venv.glob("lib/python*/site-packages")
     shutil.copytree(Path(packaging.__file__).parent, site / "packaging")
@@ -182,6 +184,9 @@ def fake_install(venv: Path, dists: dict[str, str]) -> None:
         info = site / f"{name.replace('-', '_')}-{dist_version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {dist_version}\n")
+    cuda = locked()["nvidia-cuda-runtime"]
+    (site / "torch").mkdir()
+    (site / "torch" / "version.py").write_text(f"cuda: Optional[str] = '{cuda.major}.{cuda.minor}'\n")
 
 
 def the_install() -> dict[str, str]:
@@ -194,12 +199,23 @@ def the_install() -> dict[str, str]:
     ("change", "complaint"),
     [
         ({}, None),
-        ({"faiss-cpu": "1.15.1"}, "faiss-cpu 1.15.1 beside faiss-gpu-cu12"),
+        ({"faiss-gpu-cu12": "1.14.1.post1"}, "faiss-gpu-cu12 1.14.1.post1 beside faiss-cpu"),
+        (
+            {"nvidia-cublas-cu12": "12.9.3.13"},
+            "nvidia-cublas-cu12 12.9.3.13: CUDA 12 (name ends -cu12), not 13",
+        ),
         ({"transformers": "5.10.4"}, "transformers: 5.10.4 installed, want ==5.9.0"),
         ({"flash-attn": "2.8.3"}, "flash-attn: 2.8.3 installed, want ==2.8.3+cu130torch2.11"),
         ({"vllm": None}, "vllm: missing"),
     ],
-    ids=["the install", "a second faiss", "another transformers", "another flash-attn build", "no vllm"],
+    ids=[
+        "the install",
+        "a second faiss",
+        "a second CUDA",
+        "another transformers",
+        "another flash-attn build",
+        "no vllm",
+    ],
 )
 def test_the_check_gpu_smoke_runs_first(tmp_path: Path, change: dict, complaint: str | None) -> None:
     """`launch/install_gpu.sh --check` passes the exact install and names what differs from it."""
