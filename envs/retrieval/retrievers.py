@@ -19,6 +19,7 @@ import numpy as np
 
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.search_settings import apply_search_settings, use_search_threads
+from ragym.envs.retrieval.torch_flat import TorchFlatIndex
 
 if TYPE_CHECKING:
     from ragym.envs.retrieval.service.shards import ShardedRetriever
@@ -83,7 +84,9 @@ class DiskRefinedIndex:
     rows -1 past the end.
     """
 
-    def __init__(self, base: faiss.Index, vectors: np.ndarray | RefineVectors, k_factor: int = 4):
+    def __init__(
+        self, base: faiss.Index | TorchFlatIndex, vectors: np.ndarray | RefineVectors, k_factor: int = 4
+    ):
         if vectors.ndim != 2 or vectors.shape != (base.ntotal, base.d):
             raise ValueError(
                 f"refine vectors of shape {vectors.shape} for an index of {base.ntotal} x {base.d} vectors"
@@ -127,6 +130,11 @@ class DiskRefinedIndex:
             scores[start : start + chunk, :width] = np.where(keep, got, scores[start : start + chunk, :width])
             rows[start : start + chunk, :width] = np.where(keep, np.take_along_axis(cand, top, axis=1), -1)
         return scores, rows
+
+
+SearchIndex = faiss.Index | DiskRefinedIndex | TorchFlatIndex
+"""What ``FaissRetriever`` searches, each as ``search(queries, k) -> (scores, rows)`` with ``ntotal`` and ``d``; a
+``TorchFlatIndex`` is a flat index moved to a GPU (``ragym.envs.retrieval.service.shards.to_gpu``)."""
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -245,9 +253,7 @@ def set_search_params(index: faiss.Index | DiskRefinedIndex, search: dict[str, i
 class FaissRetriever:
     """Inner-product search over normalised vectors; queries are vectors (encode text/images first)."""
 
-    def __init__(
-        self, index: faiss.Index | DiskRefinedIndex, docids: Sequence[str], payload: PayloadFn | None = None
-    ):
+    def __init__(self, index: SearchIndex, docids: Sequence[str], payload: PayloadFn | None = None):
         if index.ntotal != len(docids):
             raise ValueError(f"index holds {index.ntotal} vectors but {len(docids)} docids were given")
         apply_search_settings()  # every index reaches search through here: built, recorded, sharded, exported

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,12 @@ from ragym.envs.retrieval.retrievers import (
     FaissRetriever,
     PayloadFn,
     RefineVectors,
+    SearchIndex,
     set_search_params,
 )
+from ragym.envs.retrieval.torch_flat import TorchFlatIndex, is_flat_ip
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -103,15 +108,23 @@ def load_shard(spec: ShardSpec, gpu: int | None = None, payload: PayloadFn | Non
     return FaissRetriever(index, read_ids(spec.ids_path), payload)
 
 
-def to_gpu(index: faiss.Index | DiskRefinedIndex, device: int) -> faiss.Index | DiskRefinedIndex:
-    """``index`` copied to GPU ``device`` (needs the faiss GPU build, ``pip install faiss-gpu-cu12``); a
-    disk refine keeps reading its vectors on the host."""
-    if not hasattr(faiss, "StandardGpuResources"):
-        raise RuntimeError("this faiss build has no GPU support; install faiss-gpu-cu12 or serve on CPU")
+def to_gpu(index: SearchIndex, device: int) -> SearchIndex:
+    """``index`` on GPU ``device`` where it can search there; a disk refine keeps reading its vectors on the host.
+
+    A flat inner-product index becomes exact search on torch (``TorchFlatIndex``): the GPU install's faiss is
+    faiss-cpu, as PyPI's faiss GPU wheels would bring a second CUDA major (docs/scale.md, the GPU install).
+    Other kinds move with faiss's own GPU support where this faiss build has it (one built by hand for the
+    install's CUDA), and otherwise stay on the CPU, logged once per index.
+    """
     if isinstance(index, DiskRefinedIndex):
-        base = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), device, index.base)
-        return DiskRefinedIndex(base, index.vectors, index.k_factor)
-    return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), device, index)
+        return DiskRefinedIndex(to_gpu(index.base, device), index.vectors, index.k_factor)
+    if is_flat_ip(index):
+        return TorchFlatIndex.from_faiss(index, f"cuda:{device}")
+    if isinstance(index, faiss.Index) and hasattr(faiss, "StandardGpuResources"):
+        return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), device, index)
+    log.warning("%s of %d vectors searches on the CPU: this faiss has no GPU build (only flat inner-product "
+                "indexes move to GPU %d, as exact search on torch)", type(index).__name__, index.ntotal, device)  # fmt: skip
+    return index
 
 
 def merge_hits(per_shard: Sequence[list[Hit]], k: int) -> list[Hit]:
