@@ -202,6 +202,7 @@ KEYS = ("reward/total", "reward/recall_at_1", "reward/outcome", "reward/format",
 
 def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = None) -> dict[str, Any]:
     """The whole demo into ``out`` (re-running resumes); returns what ``metrics.json`` holds."""
+    from ragym.rl.demo.run import refuse_set_by_run
     from ragym.rl.engine.config import RecipeReader, read_engine_config
     from ragym.rl.engine.trainer import LocalTrainer
     from ragym.rl.recipe.compose import load_recipe
@@ -213,6 +214,7 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
             f"data.val_files={task}/test.parquet", f"actor_rollout_ref.model.path={out / 'warm_start'}"]  # fmt: skip
     sets += ([f"trainer.total_training_steps={steps}"] if steps is not None else []) + list(overrides or [])
     config = load_recipe(RECIPE, sets)
+    refuse_set_by_run(config)
     reader = RecipeReader(config)
     engine = read_engine_config(reader)
     use_torch_threads(engine.num_threads)

@@ -231,8 +231,9 @@ def prepare(
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
     demo = reader.get("ragym.demo")
-    # A bad target is refused now, not after the warm start's minutes.
+    # A bad target, or a key the run sets itself, is refused now, not after the warm start's minutes.
     WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
+    refuse_set_by_run(config)
     check_demo_folder(out, seed, demo)
     use_torch_threads(cfg.num_threads)  # the warm start below runs before the trainer would set them
     shared = reusable_policy(policy_from, seed, demo) if policy_from is not None else None
@@ -243,6 +244,15 @@ def prepare(
         _warm_start(config, reader, policy_dir, warm_dir, seed)
     check_warm_start(config, reader, warm_dir, seed)
     return config, reader, overrides
+
+
+def refuse_set_by_run(config: Any) -> None:
+    """One line for a recipe that sets a key the run sets itself (``SET_BY_RUN``: the seeds come from ``--seed``)."""
+    from ragym.rl.recipe.check import SET_BY_RUN
+
+    given = [key for key in SET_BY_RUN if OmegaConf.select(config, key) is not None]
+    if given:
+        raise UsageError("; ".join(f"{key} is set by {SET_BY_RUN[key]}, not by the recipe" for key in given))
 
 
 WARM_PROBE = "probe.json"

@@ -71,6 +71,13 @@ RAGYM_SECTIONS = {
     **{f"{GUARDS_SECTION}.{name}": ("ragym.rl.guards", kind.__name__) for name, kind in GUARD_TYPES.items()},
 }
 """ragym sections read as a whole into a config dataclass: their keys are that dataclass's fields."""
+SET_BY_RUN = {
+    "ragym.demo.warm_start.seed": "the run's --seed",
+    "ragym.demo.copy_pretrain.seed": "the run's --seed",
+    "ragym.r3g_demo.warm_start.seed": "the run's --seed",
+    "ragym.r3g_demo.warm_start.protocol_share": "the R3G task (0: its expert has no protocol-only episodes)",
+}
+"""Fields of a section's dataclass that the run sets itself, so a recipe may not (key -> what sets it)."""
 
 DATACLASS_SECTIONS = (
     "actor_rollout_ref.actor",
@@ -106,6 +113,8 @@ def _ragym_known(path: str) -> bool:
 
     if path in RAGYM_KEYS:
         return True
+    if path in SET_BY_RUN:
+        return False
     for section, (module, name) in RAGYM_SECTIONS.items():
         if path.startswith(section + "."):
             fields = {f.name for f in dataclasses.fields(getattr(importlib.import_module(module), name))}
