@@ -203,7 +203,7 @@ def report(packages: Iterable[Package]) -> tuple[list[str], list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Print the CUDA majors of an environment or a lock; 1 where there is more than one or one is unread."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("paths", nargs="*", help="site-packages folders (default: this interpreter's)")
     parser.add_argument("--lock", help="read a requirements lock's pins instead")
     parser.add_argument("--list", action="store_true", help="print every CUDA package's major and rule")

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import overload
 
 import faiss
 import numpy as np
@@ -108,6 +109,10 @@ def load_shard(spec: ShardSpec, gpu: int | None = None, payload: PayloadFn | Non
     return FaissRetriever(index, read_ids(spec.ids_path), payload)
 
 
+@overload
+def to_gpu(index: DiskRefinedIndex, device: int) -> DiskRefinedIndex: ...
+@overload
+def to_gpu(index: faiss.Index | TorchFlatIndex, device: int) -> faiss.Index | TorchFlatIndex: ...
 def to_gpu(index: SearchIndex, device: int) -> SearchIndex:
     """``index`` on GPU ``device`` where it can search there; a disk refine keeps reading its vectors on the host.
 
@@ -118,6 +123,8 @@ def to_gpu(index: SearchIndex, device: int) -> SearchIndex:
     """
     if isinstance(index, DiskRefinedIndex):
         return DiskRefinedIndex(to_gpu(index.base, device), index.vectors, index.k_factor)
+    if isinstance(index, TorchFlatIndex):
+        return index
     if is_flat_ip(index):
         return TorchFlatIndex.from_faiss(index, f"cuda:{device}")
     if isinstance(index, faiss.Index) and hasattr(faiss, "StandardGpuResources"):
