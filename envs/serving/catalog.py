@@ -36,7 +36,7 @@ class CatalogSpec:
     """faiss index of a folder's vector retrievers: ``auto``, ``built``, ``flat``, ``hnsw`` or ``ivf``
     (``ragym.envs.kbvqa.kb.KnowledgeBase.image_retriever``)."""
     gpu: int | None = None
-    """GPU device for faiss indexes (faiss GPU build); None searches on CPU."""
+    """GPU device for flat indexes (exact search on torch; other kinds stay on the CPU); None searches on CPU."""
 
     def __post_init__(self) -> None:
         if not self.folders and not self.shard_sets:

@@ -60,7 +60,7 @@ def _parser(add_help: bool) -> argparse.ArgumentParser:
                         help="serve a sharded index (ragym.envs.retrieval.service.shards manifest) as retriever NAME")  # fmt: skip
     parser.add_argument("--index-kind", default="auto", choices=("auto", "built", "flat", "hnsw", "ivf"),
                         help="auto: the KB's built index (index/entities/index.json) when recorded, else flat")  # fmt: skip
-    parser.add_argument("--gpu", type=int, help="GPU device for faiss (needs faiss-gpu)")
+    parser.add_argument("--gpu", type=int, help="GPU device for flat indexes (exact search on torch)")
     parser.add_argument(
         "--host", default=DEFAULT_HOST, help="bind address (default 127.0.0.1: this machine only)"
     )

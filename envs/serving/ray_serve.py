@@ -45,7 +45,7 @@ class Deployment:
     cpus_per_replica: float = 1.0
     """CPUs Ray reserves per replica."""
     gpus_per_replica: float = 0.0
-    """GPUs per replica; faiss indexes move to the replica's GPU when > 0."""
+    """GPUs per replica; flat indexes move to the replica's GPU when > 0 (``shards.to_gpu``)."""
     shard_replicas: int = 1
     """Replicas of each shard deployment."""
 

@@ -117,7 +117,7 @@ def to_gpu(index: SearchIndex, device: int) -> SearchIndex:
     """``index`` on GPU ``device`` where it can search there; a disk refine keeps reading its vectors on the host.
 
     A flat inner-product index becomes exact search on torch (``TorchFlatIndex``): the GPU install's faiss is
-    faiss-cpu, as PyPI's faiss GPU wheels would bring a second CUDA major (docs/scale.md, the GPU install).
+    faiss-cpu, as PyPI's faiss GPU wheels would bring a second CUDA major (docs/index.md, "One CUDA major").
     Other kinds move with faiss's own GPU support where this faiss build has it (one built by hand for the
     install's CUDA), and otherwise stay on the CPU, logged once per index.
     """
