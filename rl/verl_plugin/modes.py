@@ -96,8 +96,8 @@ CPU_VLLM_EXTENSION = "ragym.rl.verl_plugin.vllm_worker.CPUWorkerExtension"
 """``rollout.engine_kwargs.vllm.worker_extension_cls`` of ragym's CPU vLLM rollout (``recipes/platforms/vllm_cpu.yaml``)."""
 LORA_ROLLOUTS: dict[str, frozenset[str]] = {
     "ragym": frozenset({"hf", "vllm", "sglang", "trtllm"}),
-    "ragym_colocate_async": frozenset(),
-    "ragym_separate_async": frozenset(),
+    "ragym_colocate_async": frozenset({"hf"}),
+    "ragym_separate_async": frozenset({"hf"}),
 }
 """Rollouts whose LoRA weight sync (adapters, ``lora.merge: false``) each ragym mode runs: those with an agreement
 test (``docs/training.md``, "Trainer modes x LoRA x rollouts"), and in sync verl's own GPU path. Every other
