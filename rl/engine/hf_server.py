@@ -224,7 +224,8 @@ class HFServer:
         weights' lock; each output is tagged with the weights' version."""
         with self.decoding:
             outputs = self._generate_locked(batch)
-        if self.abortable:  # verl's rollout server: every output names its weights (None before the first sync)
+        # verl's rollout server: every output names its weights (None before the first sync).
+        if self.abortable:
             for output in outputs:
                 output.extra_fields = {**output.extra_fields, "global_steps": self.weight_version}
         return outputs
