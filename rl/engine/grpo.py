@@ -260,7 +260,7 @@ def _micro_step(
     assert entropy is not None  # with_entropy=True
     mask = batch.response_mask[micro]
     old = log_prob.detach() if single_pass else batch.old_log_prob[micro]
-    if single_pass:
+    if single_pass and batch.old_log_prob is not None:  # update_policy's slot for the correction's metrics
         batch.old_log_prob[micro] = old
     # The weights are per token or per response, so a micro-batch's are its rows of the whole batch's.
     weights = None
