@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import faiss
 import numpy as np
@@ -222,7 +222,7 @@ class RefineVectors:
         self.__init__(state["path"])
 
 
-def set_search_params(index: faiss.Index | DiskRefinedIndex, search: dict[str, int]) -> None:
+def set_search_params(index: SearchIndex, search: dict[str, int]) -> None:
     """Apply recorded search-time parameters to a loaded index: ``k_factor`` of a refine step (in faiss or
     from disk), ``nprobe`` of IVF cells, ``query_bits`` of a RaBitQ code (a faiss file keeps none of them:
     ``read_index`` gives k_factor 1, nprobe 1 and 4 query bits)."""
@@ -235,7 +235,9 @@ def set_search_params(index: faiss.Index | DiskRefinedIndex, search: dict[str, i
         if "k_factor" in search:
             index.k_factor = search["k_factor"]
         index = index.base
-    index = faiss.downcast_index(index)
+    if isinstance(index, TorchFlatIndex):
+        return  # exact search on torch: no cells, codes or refine step to set
+    index = faiss.downcast_index(cast(faiss.Index, index))  # a DiskRefinedIndex was unwrapped above
     # wrappers nest either way round (a transform inside or outside a refine step): unwrap down to the IVF
     while isinstance(index, (faiss.IndexPreTransform, faiss.IndexRefine)):
         if isinstance(index, faiss.IndexPreTransform):

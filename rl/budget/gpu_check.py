@@ -147,7 +147,8 @@ class _ChunkedLogProbs(torch.autograd.Function):
         return logits.gather(-1, labels[:, None]).squeeze(-1).float() - lse  # [N]
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        (grad,) = grads
         logits, labels, lse = ctx.saved_tensors
         out = torch.empty_like(logits)  # [N, V]: the one gradient buffer
         for i in range(0, len(logits), ctx.chunk):
@@ -239,7 +240,7 @@ def attention_for(plan: CheckPlan, device: Device) -> str:
     if plan.attention != "flash_attention_2" or device.torch_device != "cuda":
         return "sdpa"
     try:
-        import flash_attn  # noqa: F401  (only probed: the check never needs it)
+        import flash_attn  # noqa: F401  # pyright: ignore[reportMissingImports]  (only probed: the check never needs it)
     except ImportError:
         return "sdpa"
     return "flash_attention_2"

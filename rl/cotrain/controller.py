@@ -16,6 +16,7 @@ import json
 import logging
 import multiprocessing
 from dataclasses import asdict
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -149,7 +150,7 @@ class CoTraining:
         if self.pending is None:
             return {}
         spec, handle = self.pending
-        if isinstance(handle, multiprocessing.process.BaseProcess):
+        if isinstance(handle, BaseProcess):
             if handle.is_alive():
                 return {"cotrain/round_running": 1.0}
             failed = handle.exitcode != 0
@@ -199,7 +200,7 @@ class CoTraining:
 
     def close(self) -> None:
         """Stop a round still running (its version is never swapped in)."""
-        if self.pending is not None and isinstance(self.pending[1], multiprocessing.process.BaseProcess):
+        if self.pending is not None and isinstance(self.pending[1], BaseProcess):
             self.pending[1].terminate()
             self.pending[1].join(timeout=10)
         self.pending = None

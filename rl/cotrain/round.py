@@ -14,7 +14,7 @@ import logging
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -85,7 +85,8 @@ class QueryTower(nn.Module):
         """W (dim, dim), the delta merged."""
         if self.mode == "full":
             return self.weight
-        return self.base + self.lora_b @ self.lora_a
+        base = cast(torch.Tensor, self.base)  # a registered buffer
+        return base + self.lora_b @ self.lora_a
 
     def forward(self, queries: torch.Tensor) -> torch.Tensor:
         """(n, dim) query vectors -> (n, dim) unit-norm embeddings."""
@@ -199,7 +200,8 @@ def _fit(
         queries = torch.tensor(query_vectors(kb, [q for q, _, _ in batch]))  # (batch, dim)
         positives = entity_vectors[[kb.entity_row[p] for _, p, _ in batch]]  # (batch, dim)
         negatives = entity_vectors[[kb.entity_row[n] for _, _, n in batch]]  # (batch, dim)
-        loss = loss_fn.compute_loss_from_embeddings([tower(queries), positives, negatives], None)
+        embeddings = [tower(queries), positives, negatives]
+        loss = loss_fn.compute_loss_from_embeddings(embeddings, None)  # pyright: ignore[reportCallIssue]
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
