@@ -264,16 +264,22 @@ def warm_start_misses(probe: dict[str, Any], target: WarmStartTarget, expert_con
 
     >>> probe = {"confirm_match": {"mean": 0.6}, "reject_no_match": {"mean": 0.99},
     ...          "copy": {"greedy_share": 0.5}, "other": {"greedy_share": 1.0}}
-    >>> target = WarmStartTarget("stop", max_confirm_gap=0.15, min_reject=0.9, min_format_accuracy=0.95,
-    ...                          min_copy_accuracy=0.8)
+    >>> target = WarmStartTarget("stop", max_confirm_gap=0.15, min_confirm=None, min_reject=0.9,
+    ...                          min_format_accuracy=0.95, min_copy_accuracy=0.8)
     >>> warm_start_misses(probe, target, 0.2)
     ["P(confirm a match) 0.600 is 0.400 from the expert's 0.200 (at most 0.15)", 'copy accuracy 0.500 < 0.8']
+    >>> from dataclasses import replace
+    >>> warm_start_misses(probe, replace(target, max_confirm_gap=None, min_confirm=0.7), 0.8)
+    ['P(confirm a match) 0.600 < 0.7', 'copy accuracy 0.500 < 0.8']
     """
     misses = []
     confirm, reject = probe["confirm_match"]["mean"], probe["reject_no_match"]["mean"]
-    if confirm is not None and abs(confirm - expert_confirm) > target.max_confirm_gap:
+    gap = target.max_confirm_gap
+    if confirm is not None and gap is not None and abs(confirm - expert_confirm) > gap:
         misses.append(f"P(confirm a match) {confirm:.3f} is {abs(confirm - expert_confirm):.3f} from the expert's "
-                      f"{expert_confirm:.3f} (at most {target.max_confirm_gap})")  # fmt: skip
+                      f"{expert_confirm:.3f} (at most {gap})")  # fmt: skip
+    if confirm is not None and target.min_confirm is not None and confirm < target.min_confirm:
+        misses.append(f"P(confirm a match) {confirm:.3f} < {target.min_confirm}")
     if reject is not None and reject < target.min_reject:
         misses.append(f"P(reject a batch without the match) {reject:.3f} < {target.min_reject}")
     accuracies = (("format", "other", target.min_format_accuracy), ("copy", "copy", target.min_copy_accuracy))

@@ -97,8 +97,12 @@ class WarmStartTarget:
 
     action: str
     """``stop``: the run ends with one line naming what was missed; ``warn``: it is logged and GRPO runs."""
-    max_confirm_gap: float
-    """Largest distance of the policy's P(confirm a match) from the expert's rate (1 - reject_noise - noise)."""
+    max_confirm_gap: float | None
+    """Largest distance of the policy's P(confirm a match) from the expert's rate (1 - reject_noise - noise);
+    None: unchecked."""
+    min_confirm: float | None
+    """Least P(confirm a match), for a task whose expert mostly confirms (a policy above its rate confirms more,
+    which GRPO then keeps or trims); None: unchecked."""
     min_reject: float
     """Least P(Reject) where no candidate matches."""
     min_format_accuracy: float

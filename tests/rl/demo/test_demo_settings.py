@@ -319,6 +319,7 @@ PROBE = {
 copy unchecked) and misses each target below by a margin."""
 MISSES = {
     "max_confirm_gap": (0.05, "P(confirm a match) 0.400 is 0.100 from the expert's 0.300 (at most 0.05)"),
+    "min_confirm": (0.5, "P(confirm a match) 0.400 < 0.5"),
     "min_reject": (0.95, "P(reject a batch without the match) 0.920 < 0.95"),
     "min_format_accuracy": (0.99, "format accuracy 0.960 < 0.99"),
     "min_copy_accuracy": (0.6, "copy accuracy 0.500 < 0.6"),
