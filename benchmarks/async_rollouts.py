@@ -71,7 +71,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.latency_proxy import DelayingProxy, Latency  # noqa: E402
-from ragym.rl.engine.verl_local import console_step_metrics, in_private_network, private_network_refusal  # noqa: E402
+from ragym.rl.verl_plugin.verl_local import console_step_metrics, in_private_network, private_network_refusal  # noqa: E402
 
 STALENESS = "training/off_policy/trajectory_staleness/mean"
 VERL_MODES = {
@@ -135,7 +135,7 @@ def _serve(kb: Path) -> tuple[subprocess.Popen, str]:
 
 def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, seed: int) -> Run:
     # Imported here: the verl part's processes never load the local engine (a minute of imports under load).
-    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.train import build_trainer
 
     out = Path(tempfile.mkdtemp(prefix=f"{mode}-{seed}-", dir=args.workdir))
     trainer = build_trainer(args.recipe, [
@@ -310,7 +310,7 @@ def _local(args: argparse.Namespace, settings: dict[str, tuple[float, float, flo
 def _verl(args: argparse.Namespace, settings: dict[str, tuple[float, float, float]]) -> None:
     """verl's trainer in each of ``--verl-modes`` per latency and seed; runs inside the private network namespace,
     where the service, the proxy and the trainer's Ray instance all listen on its loopback."""
-    from ragym.rl.engine.verl_local import toy_overrides
+    from ragym.rl.verl_plugin.verl_local import toy_overrides
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
 

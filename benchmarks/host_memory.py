@@ -6,7 +6,7 @@
 The CPU demo's KB-VQA run (``kbvqa_tiny_cpu`` on the synthetic demo KB, in-process search) with the briefly
 warm-started tiny policy of ``benchmarks/local_engine.py`` (built once in ``--workdir``, so that episodes search and
 see candidate images). Each mode runs ``--steps`` GRPO steps of ``--batch`` rows x ``--n`` episodes in a fresh
-process (RSS is a process's history): ``refs``, the engine as shipped (``ragym.rl.engine.rollout.by_reference``: a
+process (RSS is a process's history): ``refs``, the engine as shipped (``ragym.rl.core.rollout.by_reference``: a
 step's episodes hold ``ImageRef``s); ``pixels``, the engine before it (the episodes keep the agent loop's PIL
 images, and nothing is kept in the image cache for references). Printed per mode:
 
@@ -57,9 +57,9 @@ def _rss_bytes() -> int:
 
 def _child(args: argparse.Namespace) -> None:
     """One mode's run; prints one JSON line of its figures."""
-    import ragym.rl.engine.rollout as rollout
+    import ragym.rl.core.rollout as rollout
     from ragym.envs.image_ref import ImageRef, pickled_image_bytes
-    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.train import build_trainer
 
     if args.child == "pixels":
         rollout.by_reference = lambda output: output  # the batch keeps the agent loop's PIL images

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ragym.rl.agent_loop.loop  # noqa: E402
 from benchmarks.local_engine_probes import CpuClock, ShadowGenerator  # noqa: E402
-from ragym.rl.engine.main import build_trainer  # noqa: E402
+from ragym.rl.train import build_trainer  # noqa: E402
 
 
 class TimedEnv:

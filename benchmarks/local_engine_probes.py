@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ragym.rl.engine.hf_server import HFServer, sample_tokens
+from ragym.rl.core.hf_server import HFServer, sample_tokens
 
 
 class CpuClock:

@@ -26,9 +26,9 @@ import torch  # noqa: E402
 from ragym.rl.agent_loop.loop import make_agent_loop  # noqa: E402
 from ragym.rl.demo.r3g import DECISION_TOKEN, RECIPE, R3GExpert  # noqa: E402
 from ragym.rl.demo.warm_start import ReplayServer, _replay  # noqa: E402
-from ragym.rl.engine.grpo import response_log_probs  # noqa: E402
+from ragym.rl.core.grpo import response_log_probs  # noqa: E402
 from ragym.rl.engine.trainer import read_rows  # noqa: E402
-from ragym.rl.engine.vision import ImageInputs  # noqa: E402
+from ragym.rl.core.vision import ImageInputs  # noqa: E402
 from ragym.rl.models import load_policy  # noqa: E402
 from ragym.rl.recipe.compose import load_recipe  # noqa: E402
 

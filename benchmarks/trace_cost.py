@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.local_engine import _inputs  # noqa: E402
-from ragym.rl.engine.main import build_trainer  # noqa: E402
+from ragym.rl.train import build_trainer  # noqa: E402
 from ragym.rl.view.trace import TraceConfig  # noqa: E402
 
 

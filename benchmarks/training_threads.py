@@ -5,7 +5,7 @@ The defaults, what ragym ran with before: torch's one intra-op OpenMP thread per
 policy (an idle thread spins a while before it sleeps) and Ray's worker niceness of 15. ragym's now: the passive
 wait policy, asked for by the ``ragym`` command before torch loads (``ragym.rl.cli.prepare_process``), one
 intra-op thread (``ragym.envs.retrieval.search_settings.plan_torch_threads``) and Ray workers at niceness 0
-(``ragym.rl.engine.verl_local.WORKER_NICENESS_ENV``). Every window is a fresh process (OpenMP reads the wait
+(``ragym.rl.verl_plugin.verl_local.WORKER_NICENESS_ENV``). Every window is a fresh process (OpenMP reads the wait
 policy when torch loads) set up as the ``ragym`` command sets itself up; the baseline's process gets
 ``OMP_NUM_THREADS`` = the cores, an empty ``OMP_WAIT_POLICY`` (ragym leaves a set one alone, OpenMP reads an
 empty one as unset) and ``RAY_worker_niceness=15``. Settings alternate window by window, in each of two phases:

@@ -40,7 +40,7 @@ VERL_KEYS = {
 
 def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     """verl's per-step metrics of a fresh toy run (its own checkpoint folder)."""
-    from ragym.rl.engine.verl_local import console_step_metrics
+    from ragym.rl.verl_plugin.verl_local import console_step_metrics
 
     ckpt = toy / "bench_checkpoints" / f"verl-{time.time_ns()}"
     command = [sys.executable, "-m", "ragym.rl.cli", "train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy),
@@ -54,8 +54,8 @@ def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
 
 def run_local(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     """The local engine's per-step metrics on the same recipe, rows and policy (in this process)."""
-    from ragym.rl.engine.main import build_trainer
-    from ragym.rl.engine.verl_local import toy_overrides
+    from ragym.rl.train import build_trainer
+    from ragym.rl.verl_plugin.verl_local import toy_overrides
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
 

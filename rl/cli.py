@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "scripted-policy rollouts on an environment, printing episode metrics",
     ),
     "tiny-policy": ("ragym.rl.tiny.policy", "build a tiny Qwen2.5-VL / Qwen3-VL policy from config"),
-    "train": ("ragym.rl.engine.main", "run the local GRPO engine on a recipe"),
+    "train": ("ragym.rl.train", "run the local GRPO engine on a recipe"),
     "score": ("ragym.rewards.cli", "score saved episodes with a reward recipe and print the breakdown"),
     "submit": (
         "ragym.rl.cluster.submit:submit_main",

@@ -151,7 +151,7 @@ def correction_problems(config: Any) -> list[str]:
 def run_correction_level(config: Any) -> str | None:
     """The correction level verl's trainer runs a composed recipe with: ``CORRECTION_KEY`` resolved for its trainer
     mode (``trainer.v1.trainer_mode``: ragym's async modes are asynchronous) and rollout engine."""
-    from ragym.rl.verl_plugin.modes import MODES
+    from ragym.rl.recipe.modes import MODES
 
     mode = str(OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync"))
     return correction_level(

@@ -5,7 +5,7 @@ as ``extra_fields["reward_extra_info"]`` (``ragym.rewards.verl.compute_score``: 
 the agent loop's ``episode_metrics`` (``ragym.envs.metrics``). Neither of verl's trainers turns those into training
 metrics (only validation reads ``reward_extra_info``), so a trainer step that wants them calls ``step_metrics``
 on the step's trajectories: ``reward/total``, ``reward/<term>``, ``episode/<metric>`` (``episode/errors``
-included) and ``grpo/zero_adv_group_share``, exactly as ``ragym.rl.engine.metrics.summarize`` computes them.
+included) and ``grpo/zero_adv_group_share``, exactly as ``ragym.rl.core.metrics.summarize`` computes them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ragym.rl.engine.metrics import summarize
+from ragym.rl.core.metrics import summarize
 
 
 def step_metrics(extra_fields: Sequence[Mapping[str, Any]], group_ids: Sequence[str]) -> dict[str, float]:

@@ -21,7 +21,7 @@ statistic of its own returns (Dr. GRPO's bias). Observation tokens (mask 0) get 
 
 verl hands a registered estimator only the rewards, the response mask, the group ids and the algorithm config;
 the per-token turn ids, step rewards and anchors come as ``turn_credit=`` (the local engine) or from
-``turn_credit_batch`` (a verl trainer that fetched them for the batch: ``ragym.rl.credit.verl_trainer``).
+``turn_credit_batch`` (a verl trainer that fetched them for the batch: ``ragym.rl.verl_plugin.turn_credit``).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def compute_turn_credit_advantage(
         raise ValueError(
             "adv_estimator=turn_credit needs the batch's turn ids, step rewards and anchors: the local engine "
             "passes them; under verl's trainer use trainer.v1.trainer_mode: ragym (or ragym_colocate_async, "
-            "ragym_separate_async: ragym.rl.credit.verl_trainer)"
+            "ragym_separate_async: ragym.rl.verl_plugin.turn_credit)"
         )
     num, width = response_mask.shape
     if len(inputs.turn_ids) != num:

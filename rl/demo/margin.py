@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from ragym.rl.demo.warm_start import COPY_TAGS, NoisyExpert, ReplayServer, _replay, span_mask
-from ragym.rl.engine.grpo import Sample
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.grpo import Sample
+from ragym.rl.core.vision import ImageInputs
 
 
 def token_outcomes(
@@ -33,7 +33,7 @@ def token_outcomes(
     """Per generated token of ``sample``, teacher-forced: (the token, the policy's probability of it, whether it
     is the policy's argmax), grouped as ``decision`` (right after ``decision_after``), ``copy`` (inside
     ``copy_spans``: a name or value the expert copies from an observation) and ``other`` (the formulaic rest)."""
-    from ragym.rl.engine.grpo import rope_positions
+    from ragym.rl.core.grpo import rope_positions
 
     seq = sample.prompt_ids + sample.response_ids
     input_ids = torch.tensor([seq])  # [1, T]

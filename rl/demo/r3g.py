@@ -155,7 +155,7 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     """Imitate the noisy expert and save the result as a Hugging Face model in ``out_dir``."""
     from ragym.rl.agent_loop.loop import make_agent_loop
     from ragym.rl.engine.trainer import read_rows
-    from ragym.rl.engine.vision import ImageInputs
+    from ragym.rl.core.vision import ImageInputs
     from ragym.rl.models import load_policy
 
     cfg = WarmStartConfig(**reader.get("ragym.r3g_demo.warm_start"), protocol_share=0.0, seed=seed)

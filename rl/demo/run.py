@@ -32,9 +32,9 @@ from ragym.rl.demo.report import outcome_by_identification, trained_entities, wr
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, WarmStartMissed, task_overrides
 from ragym.rl.demo.warm_start import COPY_TAGS, WarmStartConfig, WarmStartTarget, expert_samples, imitate
 from ragym.rl.engine.config import RecipeReader, read_engine_config
-from ragym.rl.engine.main import check_keys
+from ragym.rl.train import check_keys
 from ragym.rl.engine.trainer import LocalTrainer, read_rows
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.vision import ImageInputs
 from ragym.rl.errors import UsageError
 from ragym.rl.export import record_export
 from ragym.rl.recipe.compose import load_recipe

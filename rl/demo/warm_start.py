@@ -26,9 +26,9 @@ from verl.workers.rollout.replica import TokenOutput
 
 from ragym.envs.kbvqa.policies import SignaturePolicy
 from ragym.envs.registry import make_env
-from ragym.rl.engine.grpo import Sample, response_log_probs
-from ragym.rl.engine.rollout import row_kwargs
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.grpo import Sample, response_log_probs
+from ragym.rl.core.rollout import row_kwargs
+from ragym.rl.core.vision import ImageInputs
 from ragym.rl.errors import UsageError
 from ragym.rl.eval.scripted import run_episode
 

@@ -34,8 +34,8 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from ragym.rl.engine.dynamic_sampling import SampledBatch
-from ragym.rl.engine.rollout import RolloutTimes
+from ragym.rl.core.dynamic_sampling import SampledBatch
+from ragym.rl.core.rollout import RolloutTimes
 from ragym.rl.guards import adapter_digest, adapter_sync_metrics
 from ragym.rl.off_policy import off_policy_metrics, over_bound, staleness_metrics, trajectory_staleness
 

@@ -20,8 +20,8 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
-from ragym.rl.engine.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, FilterConfig
-from ragym.rl.engine.grpo import UpdateConfig
+from ragym.rl.core.dynamic_sampling import FILTER_SECTION, OUTCOME_KEY, FilterConfig
+from ragym.rl.core.grpo import UpdateConfig
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, read_guards
 from ragym.rl.lora import LoraSettings, read_lora
@@ -35,7 +35,7 @@ from ragym.rl.off_policy import (
 from ragym.rl.recipe.compose import recipe_keys, resolve_recipe_path
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
-from ragym.rl.verl_plugin.modes import THRESHOLD_KEY
+from ragym.rl.recipe.modes import THRESHOLD_KEY
 
 logger = logging.getLogger(__name__)
 

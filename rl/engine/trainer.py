@@ -31,15 +31,15 @@ from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
 from ragym.rl.data.rows import load_rows
 from ragym.rl.engine.async_rollouts import RolloutAhead, tag_versions
 from ragym.rl.engine.config import EngineConfig
-from ragym.rl.engine.dynamic_sampling import (
+from ragym.rl.core.dynamic_sampling import (
     SampledBatch,
     reward_weights,
     sample_groups,
     shaped_metric_warning,
 )
-from ragym.rl.engine.grpo import assemble, compute_advantages, update_policy
-from ragym.rl.engine.hf_server import HFServer
-from ragym.rl.engine.metrics import (
+from ragym.rl.core.grpo import assemble, compute_advantages, update_policy
+from ragym.rl.core.hf_server import HFServer
+from ragym.rl.core.metrics import (
     IMAGE_PAD,
     MetricsSink,
     advantage_stats,
@@ -48,8 +48,8 @@ from ragym.rl.engine.metrics import (
     summarize,
 )
 from ragym.rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
-from ragym.rl.engine.rollout import EpisodeResult, RolloutTimes, run_episodes
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.rollout import EpisodeResult, RolloutTimes, run_episodes
+from ragym.rl.core.vision import ImageInputs
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GuardMonitor, GuardStop
 from ragym.rl.lora import add_adapters, save_adapter, trainable_parameters

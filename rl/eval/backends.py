@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragym.rl.engine.hf_server import HFServer, ServerStats
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.hf_server import HFServer, ServerStats
+from ragym.rl.core.vision import ImageInputs
 from ragym.rl.errors import UsageError
 from ragym.rl.lora import is_adapter_dir
 from ragym.rl.models import load_policy, load_processor

@@ -4,7 +4,7 @@ Hydra merges a recipe file into verl's ``ppo_trainer`` without struct checks, so
 (``actor_rollout_ref.rollout.temprature``) composes silently and is ignored on the cluster. These checks
 catch that locally: every leaf key the recipe sets must exist in verl's own config (or sit under one of
 verl's free-form maps), the trainer mode must be one of ragym's with the settings it needs
-(``ragym.rl.verl_plugin.modes``), the sections verl turns into dataclasses must convert, and verl's
+(``ragym.rl.recipe.modes``), the sections verl turns into dataclasses must convert, and verl's
 ``validate_config`` must pass. ``ragym submit`` and the recipe tests both run them.
 """
 
@@ -23,7 +23,7 @@ from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION
 from ragym.rl.off_policy import correction_problems
 from ragym.rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
-from ragym.rl.verl_plugin.modes import mode_problems
+from ragym.rl.recipe.modes import mode_problems
 
 OPEN_MAPS = (
     "reward.custom_reward_function.reward_kwargs",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ragym.rl.engine.vision import rope_positions
+from ragym.rl.core.vision import rope_positions
 
 logger = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from ragym.envs.registry import make_env
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.demo.warm_start import ReplayServer, WarmStartConfig, imitate
-from ragym.rl.engine.grpo import Sample
-from ragym.rl.engine.rollout import row_kwargs
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.grpo import Sample
+from ragym.rl.core.rollout import row_kwargs
+from ragym.rl.core.vision import ImageInputs
 from ragym.rl.eval.scripted import run_episode
 from ragym.rl.models import load_policy
 

@@ -35,7 +35,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from ragym.rl import lora
 from ragym.rl.lora import plain_weight_name
-from ragym.rl.verl_plugin.modes import PARTIAL_ROLLOUT_KEY, PARTIAL_ROLLOUTS
+from ragym.rl.recipe.modes import PARTIAL_ROLLOUT_KEY, PARTIAL_ROLLOUTS
 from ragym.rl.verl_plugin.weight_sync import PEFT_CONFIG_KEY
 
 logger = logging.getLogger(__name__)
@@ -85,8 +85,8 @@ class HFGenerationServer:
     """The Ray actor that holds the rollout model: verl's ``generate`` plus the control calls its replicas get."""
 
     def __init__(self, model_path: str, config: RolloutConfig, lora_adapters: bool = False) -> None:
-        from ragym.rl.engine.hf_server import HFServer
-        from ragym.rl.engine.vision import ImageInputs
+        from ragym.rl.core.hf_server import HFServer
+        from ragym.rl.core.vision import ImageInputs
         from ragym.rl.models import load_policy
 
         model, tokenizer, processor = load_policy(model_path)

@@ -7,7 +7,7 @@ dispatches two fresh prompts per drop while fewer than ``train_batch_size`` grou
 the generation batches of a step. This buffer bounds a step at ``max_num_gen_batches`` x the batch size of
 prompts, as that recipe counts: at most ``max_num_gen_batches - 1`` batches' worth of refills, and as many
 drops (each drop is refilled, so the step always fills). Past the bound, flat groups are kept and trained on,
-after every varying group (the local engine's top-up, ``ragym.rl.engine.dynamic_sampling``): where the DAPO
+after every varying group (the local engine's top-up, ``ragym.rl.core.dynamic_sampling``): where the DAPO
 recipe stops the run, ragym trains on a step with less signal and logs how many groups were topped up.
 
 verl's async ``ReplayBufferAsync`` (trainer modes ``colocate_async``, ``separate_async``) refills exactly the

@@ -16,7 +16,7 @@ ones, so collapse guards on ``val/`` metrics read them at the steps that evaluat
 (``ragym.rl.verl_plugin.sampler``) is verl's buffer for the mode with DAPO's ``max_num_gen_batches`` bound.
 
 One mixin, one class per verl mode made from it (``_ragym_mode``): verl branches on ``self.trainer_mode`` and
-reads ``trainer.v1.<mode>`` by it, so ``trainer_mode`` answers verl's mode name (``ragym.rl.verl_plugin.modes``)
+reads ``trainer.v1.<mode>`` by it, so ``trainer_mode`` answers verl's mode name (``ragym.rl.recipe.modes``)
 while verl's registry knows the class by ragym's. Nothing else of verl's loop changes.
 """
 
@@ -41,14 +41,14 @@ from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.rl.agent_loop.loop import TURN_VERSIONS
 from ragym.rl.agent_loop.verl_metrics import step_metrics, tq_column
 from ragym.rl.correction import correction_metrics
-from ragym.rl.credit.verl_trainer import TurnCreditMixin
-from ragym.rl.engine.dynamic_sampling import (
+from ragym.rl.verl_plugin.turn_credit import TurnCreditMixin
+from ragym.rl.core.dynamic_sampling import (
     FILTER_SECTION,
     OUTCOME_KEY,
     reward_weights,
     shaped_metric_warning,
 )
-from ragym.rl.engine.metrics import IMAGE_PAD, image_metrics
+from ragym.rl.core.metrics import IMAGE_PAD, image_metrics
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, VAL_PREFIX, GuardMonitor, read_guards
 from ragym.rl.off_policy import (
@@ -61,7 +61,7 @@ from ragym.rl.off_policy import (
     turn_version_metrics,
 )
 from ragym.rl.off_policy import off_policy_metrics as shared_off_policy_metrics
-from ragym.rl.verl_plugin.modes import mode_problems, verl_mode
+from ragym.rl.recipe.modes import mode_problems, verl_mode
 from ragym.rl.verl_plugin.sampler import (
     TOPPED_UP_KEY,
     RagymReplayBuffer,
@@ -113,7 +113,7 @@ class RagymTrainerMixin(TurnCreditMixin):
     before verl's trainer class in the bases; ``_ragym_mode`` makes one class per verl mode."""
 
     ragym_mode: ClassVar[str] = TRAINER_MODE
-    """The ``trainer.v1.trainer_mode`` this class is registered under (``ragym.rl.verl_plugin.modes.MODES``)."""
+    """The ``trainer.v1.trainer_mode`` this class is registered under (``ragym.rl.recipe.modes.MODES``)."""
     replay_buffer: RagymReplayBuffer | RagymReplayBufferAsync
     """verl's buffer in ragym's form (``_build_replay_buffer``)."""
 
@@ -377,4 +377,4 @@ RagymSeparateAsyncTrainer = _ragym_mode("RagymSeparateAsyncTrainer", "ragym_sepa
 TRAINERS = {
     cls.ragym_mode: cls for cls in (RagymTrainer, RagymColocateAsyncTrainer, RagymSeparateAsyncTrainer)
 }
-"""ragym's trainer class of each ragym mode (every one of ``ragym.rl.verl_plugin.modes.MODES``)."""
+"""ragym's trainer class of each ragym mode (every one of ``ragym.rl.recipe.modes.MODES``)."""

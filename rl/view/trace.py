@@ -98,7 +98,7 @@ def episode_line(
     row: dict[str, Any], result: Any, step: int, phase: str, images: ImageStore, token_text: TokenText,
     advantages: list[float] | None,
 ) -> dict[str, Any]:  # fmt: skip
-    """One ``episodes.jsonl`` record from a dataset row and its scored ``ragym.rl.engine.rollout.EpisodeResult``."""
+    """One ``episodes.jsonl`` record from a dataset row and its scored ``ragym.rl.core.rollout.EpisodeResult``."""
     output, extra = result.output, result.output.extra_fields
     keys = [images.put(_pil(as_pixels(image))) for image in (output.multi_modal_data or {}).get("images", [])]
     prompt_ids, response_ids = [int(i) for i in output.prompt_ids], [int(i) for i in output.response_ids]

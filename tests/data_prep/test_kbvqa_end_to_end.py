@@ -15,8 +15,8 @@ from ragym.rl.cli import main as ragym
 
 @pytest.mark.slow
 def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
-    from ragym.rl.engine.main import build_trainer
-    from ragym.rl.engine.metrics import read_metrics
+    from ragym.rl.train import build_trainer
+    from ragym.rl.core.metrics import read_metrics
     from ragym.rl.eval.evaluate import main as evaluate
     from ragym.rl.tiny.policy import build_tiny_policy
 

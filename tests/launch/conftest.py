@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ragym.rl.engine.verl_local import private_network_refusal
+from ragym.rl.verl_plugin.verl_local import private_network_refusal
 
 
 @pytest.fixture(scope="session")

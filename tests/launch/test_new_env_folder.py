@@ -272,7 +272,7 @@ def test_rollout_budget_local_engine_and_verl_pick_it_up(user_folder: Path) -> N
     # verl's own trainer at toy size: toy rows from the hooks, a policy warm-started on the hooks' expert.
     log = run(user_folder, "train", "--engine", "verl", "--recipe", str(user_folder / "recipes" / "lookup_tiny.yaml"),
               "--toy", str(toy), "--network", "private", "trainer.total_training_steps=1")  # fmt: skip
-    from ragym.rl.engine.verl_local import console_step_metrics
+    from ragym.rl.verl_plugin.verl_local import console_step_metrics
 
     steps = console_step_metrics(log)
     assert 1 in steps, log[-4000:]

@@ -110,7 +110,7 @@ took 623 s beside ``make test``'s other worker and three other jobs' training (l
 
 def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path) -> None:
     """`ragym submit RECIPE --cpu` on a Ray cluster started with a logical GPU: verl's trainer through the plugin."""
-    from ragym.rl.engine.verl_local import toy_overrides
+    from ragym.rl.verl_plugin.verl_local import toy_overrides
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides, platform_overrides
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragym.rl.engine.verl_local import console_step_metrics
+from ragym.rl.verl_plugin.verl_local import console_step_metrics
 from ragym.rl.lora import plain_weight_name
 from ragym.rl.models import load_policy
 from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, ragym

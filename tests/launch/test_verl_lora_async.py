@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ragym.rl.engine.verl_local import console_step_metrics
+from ragym.rl.verl_plugin.verl_local import console_step_metrics
 from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, ragym
 
 pytestmark = pytest.mark.ray

@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from ragym.envs.hooks import env_hooks, one_env_per_hooks
-from ragym.rl.engine.verl_local import console_step_metrics
+from ragym.rl.verl_plugin.verl_local import console_step_metrics
 from ragym.rl.guards import MISMATCH_BOUND
 
 pytestmark = pytest.mark.ray

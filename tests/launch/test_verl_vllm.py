@@ -89,7 +89,7 @@ def test_vllm_serves_synced_weights_as_the_trainer_scores_them(arch: str, toy: P
     import torch
     from PIL import Image
 
-    from ragym.rl.engine.vision import ImageInputs
+    from ragym.rl.core.vision import ImageInputs
     from ragym.rl.models import load_policy
     from ragym.rl.tiny.policy import build_tiny_policy
 

@@ -82,7 +82,7 @@ VARYING_REWARD = [
 def reference_logprobs(model, prompt_ids: list[int], token_ids: list[int], vision: dict) -> torch.Tensor:
     """Log-probs [T] of ``token_ids`` after ``prompt_ids`` from one full Hugging Face forward: what the trainer
     computes, the reference a rollout's own log-probs are checked against."""
-    from ragym.rl.engine.vision import rope_positions
+    from ragym.rl.core.vision import rope_positions
 
     ids = torch.tensor([prompt_ids + token_ids])
     positions = rope_positions(model, ids, torch.ones_like(ids), vision.get("image_grid_thw"))

@@ -163,8 +163,8 @@ def test_the_local_engines_loss_weighs_each_token_by_its_truncated_ratio():
     from verl.utils.config import omega_conf_to_dataclass
 
     from ragym.rl.engine.config import verl_defaults
-    from ragym.rl.engine.grpo import assemble, compute_advantages, response_log_probs, update_policy
-    from ragym.rl.engine.vision import ImageInputs
+    from ragym.rl.core.grpo import assemble, compute_advantages, response_log_probs, update_policy
+    from ragym.rl.core.vision import ImageInputs
     from tests.rl.engine.test_engine_grpo import _cfg, _samples
     from tests.rl.engine_helpers import build_model, image_processor
 

@@ -78,7 +78,7 @@ def test_local_engine_checkpoint_round_trips_weight_by_weight(
     tiny_policy_dir: Callable[[str], Path], tmp_path: Path
 ) -> None:
     from ragym.data_prep.synthetic_kb import main as build_kb
-    from ragym.rl.engine.main import main as train
+    from ragym.rl.train import main as train
 
     assert build_kb(["--out", str(tmp_path / "kb"), "--preset", "tiny"]) == 0
     run = tmp_path / "grpo"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragym.rl.engine.metrics import image_metrics
+from ragym.rl.core.metrics import image_metrics
 from ragym.rl.guards import (
     DEFAULTS,
     RUN_CHECKS,

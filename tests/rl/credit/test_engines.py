@@ -9,7 +9,7 @@ from verl.trainer.ppo import core_algos
 
 import ragym.rl.engine.trainer
 from ragym.rl.credit import TURN_CREDIT, TurnCreditInputs
-from ragym.rl.engine.main import build_trainer
+from ragym.rl.train import build_trainer
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import RECIPES_DIR
 from tests.rl.engine_helpers import VARYING_REWARD

@@ -69,7 +69,7 @@ def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
 
 def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() -> None:
     from ragym.rl.demo.warm_start import token_weights
-    from ragym.rl.engine.grpo import Sample
+    from ragym.rl.core.grpo import Sample
 
     rerank = 7
     sample = Sample([1, rerank], [5, rerank, 9, 3, rerank], [1, 1, 1, 0, 0], [], 0.0, "0")
@@ -79,7 +79,7 @@ def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() ->
 
 def test_warm_start_weights_the_tokens_inside_copy_spans() -> None:
     from ragym.rl.demo.warm_start import token_weights
-    from ragym.rl.engine.grpo import Sample
+    from ragym.rl.core.grpo import Sample
 
     answer, end, rerank = 11, 12, 7  # <answer> ... </answer>, and a decision token after <rerank>
     sample = Sample(

@@ -148,7 +148,7 @@ def test_tokenizer_corpus_covers_prompts_and_turns(rows: list[dict]) -> None:
 def test_warm_start_up_weights_the_token_after_each_of_several_ids() -> None:
     """The R3G demo weights the word after ``]`` and the score after ``a=``; other and masked tokens keep 1 / 0."""
     from ragym.rl.demo.warm_start import token_weights
-    from ragym.rl.engine.grpo import Sample
+    from ragym.rl.core.grpo import Sample
 
     bracket, decision = 7, 8
     sample = Sample(

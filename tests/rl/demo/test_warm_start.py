@@ -7,7 +7,7 @@ import torch
 
 from ragym.rl.demo import warm_start as warm_start
 from ragym.rl.demo.warm_start import WarmStartConfig, imitate
-from ragym.rl.engine.grpo import Sample
+from ragym.rl.core.grpo import Sample
 
 
 class TwoTokenPolicy(torch.nn.Module):

@@ -12,8 +12,8 @@ import pytest
 import torch
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 
-from ragym.rl.engine.grpo import response_log_probs
-from ragym.rl.engine.main import build_trainer
+from ragym.rl.core.grpo import response_log_probs
+from ragym.rl.train import build_trainer
 from ragym.rl.errors import UsageError
 from ragym.rl.eval.backends import Backend, hf_backend
 from ragym.rl.eval.evaluate import EvalConfig, run_eval
@@ -140,7 +140,7 @@ def test_lora_settings_cannot_change_on_resume(lora_run, tiny_setup):
 
 
 def test_lora_keys_are_read_not_listed_as_cluster_only(tiny_setup, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="ragym.rl.engine.main"):
+    with caplog.at_level(logging.WARNING, logger="ragym.rl.train"):
         trainer = build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, tmp_path, steps=1))
     trainer.close()
     assert not [r for r in caplog.records if "lora" in r.getMessage()]

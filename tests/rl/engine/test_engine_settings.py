@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 
 from ragym.rl.engine import trainer as trainer_module
 from ragym.rl.engine.config import RecipeReader, read_engine_config
-from ragym.rl.engine.metrics import read_metrics
+from ragym.rl.core.metrics import read_metrics
 from ragym.rl.engine.trainer import LocalTrainer
 from ragym.rl.recipe.compose import load_recipe
 from tests.rl.engine_helpers import VARYING_REWARD
@@ -237,7 +237,7 @@ def check_batch_wait_s(base, tmp_path, monkeypatch, caplog) -> None:
         trainer.server.track_episodes(2)
         request = trainer.server.generate("r0", prompt_ids=[1, 2, 3], sampling_params={"max_tokens": 2})
         start = time.monotonic()
-        with caplog.at_level(logging.WARNING, logger="ragym.rl.engine.hf_server"):
+        with caplog.at_level(logging.WARNING, logger="ragym.rl.core.hf_server"):
             trainer.loop.run_until_complete(request)
         waited = time.monotonic() - start
     assert 0.3 <= waited < 3.0

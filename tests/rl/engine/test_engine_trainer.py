@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragym.rl.engine.main import build_trainer
-from ragym.rl.engine.metrics import read_metrics
+from ragym.rl.train import build_trainer
+from ragym.rl.core.metrics import read_metrics
 from ragym.rl.engine.trainer import LATEST, RowOrder, latest_checkpoint
 from ragym.rl.models import load_policy
 from tests.rl.engine_helpers import VARYING_REWARD
@@ -57,7 +57,7 @@ def _overrides(tiny_setup, out: Path, steps: int) -> list[str]:
 
 
 def test_train_writes_metrics_checkpoints_and_lists_unused_keys(tiny_setup, tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="ragym.rl.engine.main"):
+    with caplog.at_level(logging.WARNING, logger="ragym.rl.train"):
         trainer = build_trainer("kbvqa_tiny_cpu", _overrides(tiny_setup, tmp_path, steps=2))
     unused = " ".join(r.getMessage() for r in caplog.records if "does not use" in r.getMessage())
     assert "critic.ppo_epochs" in unused

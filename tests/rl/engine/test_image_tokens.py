@@ -18,7 +18,7 @@ from ragym.envs import image_cache
 from ragym.envs.image_budget import ImageBudget, visual_tokens
 from ragym.envs.kbvqa import kb as kb_module
 from ragym.rl.agent_loop.loop import make_agent_loop
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.vision import ImageInputs
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import RECIPES_DIR

@@ -19,7 +19,7 @@ import pytest
 from ragym.envs.events import events_of
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.engine import trainer as trainer_module
-from ragym.rl.engine.main import build_trainer
+from ragym.rl.train import build_trainer
 from tests.envs.retrieval.service.helpers import free_port
 from tests.rl.fakes import ScriptedServer
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ragym.rl.engine.metrics import MetricsSink, read_metrics
+from ragym.rl.core.metrics import MetricsSink, read_metrics
 from ragym.rl.engine.trainer import LocalTrainer
 from ragym.rl.guards import GuardMonitor, GuardStop, read_firings, read_guards
 from tests.rl.engine.test_engine_trainer import _overrides, tiny_setup  # noqa: F401  (a module fixture)
@@ -88,7 +88,7 @@ def test_reject_everything_on_held_out_rows_warns(tmp_path):
 def test_the_local_engine_checks_held_out_guards_on_its_own_evaluations(tiny_setup, tmp_path):  # noqa: F811
     """The real loop on a tiny policy: an Ident. floor no policy can reach (2.0) stops the run at the second
     evaluation, logged in its own record after the step's training record."""
-    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.train import build_trainer
 
     overrides = [
         *_overrides(tiny_setup, tmp_path, steps=3),

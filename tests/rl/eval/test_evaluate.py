@@ -15,7 +15,7 @@ from ragym.data_prep.synthetic_kb import main as build_kb
 from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa.kb import load_kb
 from ragym.rewards.episode import Episode
-from ragym.rl.engine.hf_server import ServerStats
+from ragym.rl.core.hf_server import ServerStats
 from ragym.rl.engine.trainer import read_rows
 from ragym.rl.eval.backends import Backend
 from ragym.rl.eval.evaluate import (

@@ -9,7 +9,7 @@ import pytest
 from ragym.envs.registry import searches_service
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.engine.config import RecipeReader, read_engine_config
-from ragym.rl.engine.main import check_keys
+from ragym.rl.train import check_keys
 from ragym.rl.errors import UsageError
 from ragym.rl.models import load_processor
 from ragym.rl.recipe.compose import load_recipe

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ragym.rl.cluster.submit import build_submission
-from ragym.rl.engine.main import build_trainer
+from ragym.rl.train import build_trainer
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.compose import load_recipe
 

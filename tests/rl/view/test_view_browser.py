@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from verl.workers.rollout.replica import TokenOutput
 
-from ragym.rl.engine.hf_server import ServerStats
+from ragym.rl.core.hf_server import ServerStats
 from ragym.rl.engine.trainer import read_rows
 from ragym.rl.eval.backends import Backend
 from ragym.rl.view.cli import serve_in_thread
@@ -50,7 +50,7 @@ def every_image_loaded(page, selector: str = ".obs img") -> bool:
 def run_dir(tmp_path_factory) -> Path:
     """Two GRPO steps and an evaluation of a tiny policy on the demo KB, traced (the demo's layout: grpo/)."""
     from ragym.data_prep.synthetic_kb import PRESETS, build_kb
-    from ragym.rl.engine.main import build_trainer
+    from ragym.rl.train import build_trainer
     from ragym.rl.tiny.policy import build_tiny_policy
 
     os.environ.setdefault("WANDB_MODE", "disabled")

@@ -12,7 +12,7 @@ import torch
 
 import ragym.rl.agent_loop.loop
 from ragym.rl.agent_loop.loop import make_agent_loop
-from ragym.rl.engine.rollout import EpisodeResult
+from ragym.rl.core.rollout import EpisodeResult
 from ragym.rl.models import load_processor
 from ragym.rl.view import data, tokens
 from ragym.rl.view.cli import serve_in_thread

@@ -11,7 +11,7 @@ from verl.trainer.ppo import core_algos
 from verl.utils.config import omega_conf_to_dataclass
 
 from ragym.rl.engine.config import verl_defaults
-from ragym.rl.engine.grpo import (
+from ragym.rl.core.grpo import (
     Sample,
     UpdateConfig,
     accumulate_gradients,
@@ -19,7 +19,7 @@ from ragym.rl.engine.grpo import (
     compute_advantages,
     update_policy,
 )
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.vision import ImageInputs
 from tests.rl.engine_helpers import build_model, image_processor
 
 
@@ -123,7 +123,7 @@ def test_update_step_is_finite_and_moves_parameters(actor_config, mini, micro, e
 
 def test_update_raises_the_likelihood_of_the_better_response_in_each_group(actor_config):
     """Two prompts, two responses each (same context, one differing decision token); the rewarded one gains."""
-    from ragym.rl.engine.grpo import response_log_probs
+    from ragym.rl.core.grpo import response_log_probs
 
     model = build_model()
     inputs = ImageInputs(image_processor())

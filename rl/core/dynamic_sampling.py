@@ -50,7 +50,7 @@ class FilterConfig:
 
 
 class Scored(Protocol):
-    """An episode with a group id and ``compute_score``'s values (``ragym.rl.engine.rollout.EpisodeResult``)."""
+    """An episode with a group id and ``compute_score``'s values (``ragym.rl.core.rollout.EpisodeResult``)."""
 
     uid: str
     score: dict[str, float]

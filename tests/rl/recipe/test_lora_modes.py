@@ -12,7 +12,7 @@ import yaml
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path
-from ragym.rl.verl_plugin.modes import CPU_VLLM_EXTENSION, LORA_ROLLOUTS, rollout_kind
+from ragym.rl.recipe.modes import CPU_VLLM_EXTENSION, LORA_ROLLOUTS, rollout_kind
 
 RECIPE = "kbvqa_qwen2_5_vl_7b"
 LORA = "actor_rollout_ref.model.lora_rank=8"

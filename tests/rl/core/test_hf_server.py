@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from ragym.rl.engine.hf_server import HFServer, Sampling, sample_tokens
-from ragym.rl.engine.vision import ImageInputs
+from ragym.rl.core.hf_server import HFServer, Sampling, sample_tokens
+from ragym.rl.core.vision import ImageInputs
 from tests.rl.engine_helpers import build_model, image_processor, reference_logprobs, tokenizer
 
 ARCHS = ("qwen2_5_vl", "qwen3_vl")

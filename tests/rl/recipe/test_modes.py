@@ -15,7 +15,7 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path
-from ragym.rl.verl_plugin.modes import MODES, mode_problems
+from ragym.rl.recipe.modes import MODES, mode_problems
 from ragym.rl.verl_plugin.sampler import RagymReplayBuffer, RagymReplayBufferAsync
 from ragym.rl.verl_plugin.trainer import RagymTrainerMixin, off_policy_metrics, trajectory_staleness
 

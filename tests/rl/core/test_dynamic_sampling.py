@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ragym.rl.engine.dynamic_sampling import FilterConfig, sample_groups, shaped_metric_warning, split_groups
+from ragym.rl.core.dynamic_sampling import FilterConfig, sample_groups, shaped_metric_warning, split_groups
 from ragym.rl.errors import UsageError
 
 
@@ -167,8 +167,8 @@ def constant_reward(episode) -> float:
 def test_local_engine_step_with_dynamic_sampling_and_a_stop_guard(tmp_path, engine_setup):
     """A real step: every group flat, so the engine refills up to the bound, tops up, logs the share; an
     entropy floor no tiny policy reaches then stops the run with one line, after the step's metrics."""
-    from ragym.rl.engine.main import build_trainer
-    from ragym.rl.engine.metrics import read_metrics
+    from ragym.rl.train import build_trainer
+    from ragym.rl.core.metrics import read_metrics
     from ragym.rl.guards import GuardStop, read_firings
     from tests.rl.engine.test_engine_trainer import _overrides
 

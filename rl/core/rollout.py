@@ -15,7 +15,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 
 from ragym.envs.image_ref import ImageRef
 from ragym.rewards.verl import compute_score
-from ragym.rl.engine.grpo import Sample
+from ragym.rl.core.grpo import Sample
 
 
 @dataclass

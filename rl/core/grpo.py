@@ -19,7 +19,7 @@ from verl.trainer.ppo import core_algos
 
 from ragym.rl.correction import correction_metrics, truncated_weights
 from ragym.rl.credit import TurnCreditInputs
-from ragym.rl.engine.vision import ImageInputs, rope_positions
+from ragym.rl.core.vision import ImageInputs, rope_positions
 
 
 @dataclass(frozen=True)

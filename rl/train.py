@@ -85,7 +85,7 @@ def main(argv: list[str]) -> int:
             raise UsageError(
                 "--max-steps is the local engine's; with --engine verl set trainer.total_training_steps"
             )
-        from ragym.rl.engine.verl_local import run_verl
+        from ragym.rl.verl_plugin.verl_local import run_verl
 
         # ragym's dataset class (ragym.rl.data.verl_dataset) reads the policy from data.bad_rows.
         bad_rows = [f"++data.bad_rows={args.bad_rows}"] if args.bad_rows else []

@@ -11,10 +11,10 @@ from omegaconf import OmegaConf
 from verl.protocol import DataProto
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
 
-import ragym.rl.credit.verl_trainer
+import ragym.rl.verl_plugin.turn_credit
 from ragym.envs import events as ev
 from ragym.envs.kbvqa import events as kbvqa_ev
-from ragym.rl.credit.verl_trainer import TurnCreditMixin
+from ragym.rl.verl_plugin.turn_credit import TurnCreditMixin
 
 BATCH = ["gold", "e2"]
 TURN_IDS = [0, 0, -1, 1, 1]
@@ -86,7 +86,7 @@ def test_the_mixin_hands_verls_advantage_code_the_batch_turns(monkeypatch):
         asked.append(list(select_fields))
         return {key: stored[key] for key in select_fields}
 
-    monkeypatch.setattr(ragym.rl.credit.verl_trainer, "tq", SimpleNamespace(kv_batch_get=kv_batch_get))
+    monkeypatch.setattr(ragym.rl.verl_plugin.turn_credit, "tq", SimpleNamespace(kv_batch_get=kv_batch_get))
     uids = ["g", "g", "h", "pad"]
     trainer = Trainer(_config("turn_credit"), uids, rewards=[1.0, 0.0, 1.0, 0.0])
     batch = SimpleNamespace(keys=list("abcd"), partition_id="train", tags=[{}, {}, {}, {"is_padding": True}])
@@ -98,11 +98,11 @@ def test_the_mixin_hands_verls_advantage_code_the_batch_turns(monkeypatch):
         [[0.5, 0.5, 0, 1.0, 1.0], [-0.5, -0.5, 0, -1.0, -1.0], [1, 1, 0, 1, 1], [0, 0, 0, 0, 0]]
     )
     assert torch.allclose(advantages, expected)
-    assert asked == [ragym.rl.credit.verl_trainer.FIELDS]
+    assert asked == [ragym.rl.verl_plugin.turn_credit.FIELDS]
 
 
 def test_other_estimators_pass_straight_through(monkeypatch):
-    monkeypatch.setattr(ragym.rl.credit.verl_trainer, "tq", None)  # nothing is read back
+    monkeypatch.setattr(ragym.rl.verl_plugin.turn_credit, "tq", None)  # nothing is read back
     trainer = Trainer(_config("grpo"), ["g", "g"], rewards=[1.0, 0.0])
     advantages = trainer._compute_advantage(SimpleNamespace(keys=["a_0_0", "b_1_0"], tags=[{}, {}]), {})
     assert advantages[0, 0] > 0 > advantages[1, 0]

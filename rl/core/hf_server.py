@@ -28,7 +28,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 from verl.workers.rollout.replica import TokenOutput
 
-from ragym.rl.engine.vision import ImageInputs, image_key, rope_positions
+from ragym.rl.core.vision import ImageInputs, image_key, rope_positions
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from ragym.rl.lora import verl_lora_overrides
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import PACKAGE_ROOT, REWARD_KWARGS, load_recipe, resolve_recipe_path
 from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
-from ragym.rl.verl_plugin.modes import MODE_KEY
+from ragym.rl.recipe.modes import MODE_KEY
 
 logger = logging.getLogger(__name__)
 
