@@ -1,148 +1,195 @@
-"""The MMAgent-R² composite reward terms (section 3.3.1, Eq. 2-4) as registered reward functions.
+"""Step-level verification reward (MMAgent-R² Eq. 3-4) and the retrieval recall of served candidate batches.
 
-``outcome`` scores the final answer, ``format`` the action grammar of every turn, ``verification`` each
-Rerank/Reject decision (Eq. 3-4), and ``retrieval_recall`` whether a served batch held the gold entity.
-All of them read ``episode.events`` (vocabulary in ``ragym.envs.kbvqa.events``) and never text hidden in reasoning.
+Both are computed from the env's events only. Correctness is recomputed from the batch the env served
+(its ``search_image`` event), not taken from a ``correct`` flag, and at most one decision per
+(image, batch) counts, so even a misbehaving env cannot let a policy farm reward by repeating
+``Rerank(e*)`` or rejecting beyond ``Rej_max``. Whether a Reject at the limit (issued when its image's
+RejCount already equals Rej_max, which Algorithm S1 answers with the boundary prompt and does not count) is
+paid is the recipe's ``pay_reject_at_limit``; it too is recomputed from the decisions, not taken from the
+event's flag.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from ragym.envs.events import events_of
-from ragym.rewards.answers import GENERIC_METRICS, score_answer
+from ragym.envs.kbvqa.metrics import rejects_at_limit
 from ragym.rewards.episode import Episode
-from ragym.rewards.evqa import load_equivalence
 from ragym.rewards.registry import register_reward
-from ragym.rewards.text import has_markup
 
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-
-
-def _check_optional_int(name: str, value: Any, minimum: int) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < minimum):
-        raise ValueError(f"{name} must be null or an int >= {minimum}, got {value!r}")
+BatchKey = tuple[Any, Any]
+"""(query image index, batch id)."""
 
 
 @dataclass(frozen=True)
-class OutcomeParams:
-    """Recipe parameters of ``outcome``."""
+class VerificationParams:
+    """Recipe parameters of ``verification``."""
 
-    time_year_tolerance: int | None = None
-    """InfoSeek/MMhops Time questions: null = official exact match; n = a year within n counts (paper: 1)."""
-    generic_metric: str = "em"
-    """``em`` (normalised exact match) or ``f1`` (token F1) for ``generic`` and ``synthetic_kbvqa``."""
-    bem_model_path: str | None = None
-    """E-VQA: local answer-equivalence model tried after exact match; null = exact match only."""
-    score_forced_answer: bool = True
-    """Score the answer the env forced at the turn limit (Algorithm S1, line 26); false scores it 0."""
-    markup_scores_zero: bool = True
-    """An answer containing a tag (``</answer>``, ``<b>``...) scores 0: tag injection earns nothing."""
-    no_number_as_zero: bool = False
-    """InfoSeek/MMhops Numerical questions: read an answer without a number as 0, as the official scorers do
-    (so "unknown" scores 1 where the gold range holds 0); ``ragym eval`` sets it. False (training) scores such an
-    answer 0, so the reward never pays text without a number (a departure: docs/rewards.md)."""
+    delta: float = 0.2
+    """rho for a correct ``Reject()`` (gold entity not in the batch); paper Eq. 4 and Table 8: 0.2."""
+    rej_max: int | None = None
+    """The env's rejection limit: only the first ``rej_max + 1`` batches served per image (the initial one
+    plus one per rejection or repeated SearchImage) can earn reward. Null reads it from the episode's ``task`` event (the limit the
+    env ran with); set, it must equal that limit (a mismatch raises), so a Rej_max sweep cannot be scored
+    with another limit. Null with no ``task`` event trusts the env to serve no more."""
+    pay_reject_at_limit: bool = False
+    """Pay a Reject() issued when its image's RejCount (its counted Rejects) already equals Rej_max like
+    any other: delta when the gold is not in the batch. Algorithm S1 (lines 14-20) answers that Reject with
+    the boundary prompt and does not count it as a rejection, so by default it earns nothing: a policy that
+    rejects every batch is not paid for a Reject that changed nothing, and at Rej_max = 0 (Table 7) no Reject
+    is paid. True reads Eq. 4's "every verification decision" as including it (docs/rewards.md)."""
 
     def __post_init__(self) -> None:
-        _check_optional_int("time_year_tolerance", self.time_year_tolerance, 0)
-        _check_choice("generic_metric", self.generic_metric, GENERIC_METRICS)
-        if not isinstance(self.no_number_as_zero, bool):
-            raise ValueError(f"no_number_as_zero must be true or false, got {self.no_number_as_zero!r}")
+        if (
+            isinstance(self.delta, bool)
+            or not isinstance(self.delta, (int, float))
+            or not math.isfinite(self.delta)
+            or self.delta < 0
+        ):
+            # A negative delta would make a correct Reject() cost reward: the opposite of Eq. 4.
+            raise ValueError(f"delta must be a finite number >= 0, got {self.delta!r}")
+        if self.rej_max is not None and (not isinstance(self.rej_max, int) or self.rej_max < 0):
+            raise ValueError(f"rej_max must be null or an int >= 0, got {self.rej_max!r}")
+        if not isinstance(self.pay_reject_at_limit, bool):
+            raise ValueError(f"pay_reject_at_limit must be true or false, got {self.pay_reject_at_limit!r}")
 
 
-@register_reward("outcome", params=OutcomeParams)
-def outcome(episode: Episode, **params: Any) -> float | None:
-    """R_outcome: the benchmark metric of the episode's final answer, in [0, 1]; 0 when it never answered.
+def served_batches(episode: Episode, rej_max: int | None = None) -> dict[BatchKey, dict[str, Any]]:
+    """The candidate batches the env served, by (image, batch id), capped at ``rej_max + 1`` per image."""
+    batches: dict[BatchKey, dict[str, Any]] = {}
+    per_image: dict[Any, int] = {}
+    for event in events_of(episode.events, "search_image"):
+        key = (event["image"], event["batch_id"])
+        if key in batches:
+            continue
+        per_image[event["image"]] = per_image.get(event["image"], 0) + 1
+        if rej_max is not None and per_image[event["image"]] > rej_max + 1:
+            continue
+        batches[key] = event
+    return batches
 
-    >>> ep = Episode("synthetic_kbvqa", ["<reason>it is paris</reason><answer>Paris</answer>"],
-    ...              [{"type": "answer", "turn": 0, "text": "Paris", "forced": False}], ["Paris"])
-    >>> outcome(ep)
-    1.0
+
+def episode_rej_max(episode: Episode, rej_max: int | None) -> int | None:
+    """The rejection limit to score with: the episode's own (``task`` event), checked against ``rej_max``."""
+    tasks = events_of(episode.events, "task")
+    ran_with = tasks[0]["max_rejections"] if tasks else None
+    if rej_max is not None and ran_with is not None and rej_max != ran_with:
+        raise ValueError(
+            f"verification reward: recipe rej_max={rej_max} but the episode ran with max_rejections={ran_with}; "
+            "set the reward's rej_max to the env's max_rejections (or null to read it from the episode)"
+        )
+    return ran_with if ran_with is not None else rej_max
+
+
+def _rho(decision: dict[str, Any], batch: dict[str, Any], delta: float) -> float:
+    """Eq. 4: 1 for Rerank(e*), delta for Reject() when e* is not in the batch, 0 otherwise."""
+    gold, candidates = batch["gold_entity"], list(batch["candidates"])
+    if decision["decision"] == "rerank":
+        return 1.0 if decision.get("entity") == gold and gold in candidates else 0.0
+    if decision["decision"] == "reject":
+        return float(delta) if gold not in candidates else 0.0
+    return 0.0
+
+
+@register_reward("verification", params=VerificationParams)
+def verification(episode: Episode, **params: Any) -> float | None:
+    """R_ver (Eq. 3): sum of rho over the first decision on each served batch of every query image; a Reject
+    at the limit counts only with ``pay_reject_at_limit`` and a Reject of an episode run without the Reject
+    action (``allow_reject=False``) never does.
+
+    None when no served batch has a gold entity (nothing to verify against).
+
+    >>> batch = {"type": "search_image", "turn": 0, "image": 0, "batch_id": 0, "candidates": ["e1", "e2"],
+    ...          "gold_entity": "e9", "gold_in_batch": False, "offset": 0}
+    >>> reject = {"type": "verification", "turn": 1, "decision": "reject", "entity": None, "image": 0,
+    ...           "batch_id": 0, "candidates": ["e1", "e2"], "gold_entity": "e9", "gold_in_batch": False,
+    ...           "correct": True}
+    >>> verification(Episode("generic", ["", ""], [batch, reject, reject], "x"), delta=0.2)
+    0.2
     """
-    cfg = OutcomeParams(**params)
-    if episode.ground_truth is None:
+    decisions = verification_decisions(episode, **params)
+    return None if decisions is None else sum((rho for _, rho in decisions), 0.0)
+
+
+def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, float]] | None:
+    """(turn, rho) of every counted decision, in order: ``verification``'s terms, for per-turn credit.
+
+    None when no served batch has a gold entity (as ``verification``).
+    """
+    cfg = VerificationParams(**params)
+    rej_max = episode_rej_max(episode, cfg.rej_max)
+    batches = served_batches(episode, rej_max)
+    if not any(batch.get("gold_entity") is not None for batch in batches.values()):
         return None
-    answers = events_of(episode.events, "answer")
-    if not answers:
-        return 0.0
-    # The env ends the episode at its first answer; a misbehaving env cannot let a policy spray answers.
-    final = answers[0]
-    text = final.get("text")
-    if not isinstance(text, str) or (final.get("forced") and not cfg.score_forced_answer):
-        return 0.0
-    if cfg.markup_scores_zero and has_markup(text):
-        return 0.0
-    equivalence = load_equivalence(cfg.bem_model_path) if cfg.bem_model_path else None
-    return score_answer(
-        episode.data_source,
-        text,
-        episode.ground_truth,
-        time_year_tolerance=cfg.time_year_tolerance,
-        equivalence=equivalence,
-        generic_metric=cfg.generic_metric,
-        no_number_as_zero=cfg.no_number_as_zero,
-    )
+    # Without the Reject action (Table 5's "w/o Reject") no Reject is paid, even one a broken env recorded.
+    rejects_pay = all(task.get("allow_reject", True) for task in events_of(episode.events, "task"))
+    at_limit = set() if cfg.pay_reject_at_limit else _rejects_at_limit(episode, rej_max)
+    counted, decided = [], set()
+    for decision in events_of(episode.events, "verification"):
+        key = (decision["image"], decision["batch_id"])
+        if key in decided:
+            continue
+        decided.add(key)
+        batch = batches.get(key)
+        # A decision on a batch that was never served (or lies beyond Rej_max) earns nothing.
+        if batch is None or batch.get("gold_entity") is None:
+            continue
+        if decision["decision"] == "reject" and (not rejects_pay or key in at_limit):
+            continue
+        counted.append((int(decision["turn"]), _rho(decision, batch, cfg.delta)))
+    return counted
+
+
+def _rejects_at_limit(episode: Episode, rej_max: int | None) -> set[BatchKey]:
+    """The batches whose Reject is at the limit (issued when the image's RejCount already equalled Rej_max),
+    or, with no known limit, the ones whose Reject the env flagged ``at_limit``."""
+    if rej_max is not None:
+        return rejects_at_limit(episode.events, rej_max)
+    decisions = events_of(episode.events, "verification")
+    return {(d["image"], d["batch_id"]) for d in decisions if d.get("at_limit")}
 
 
 @dataclass(frozen=True)
-class FormatParams:
-    """Recipe parameters of ``format``."""
+class RetrievalRecallParams:
+    """Recipe parameters of ``retrieval_recall``."""
 
-    mode: str = "binary"
-    """``binary``: 1 only when every turn is well formed (the paper's strict reading); ``fraction``: the
-    share of well-formed turns."""
-    on_truncated: str = "score"
-    """Episodes ended by the turn or length budget: ``score`` them like any other, give ``zero``, or
-    ``skip`` the term (None)."""
+    k: int | None = None
+    """Count the gold entity only when its rank in the image's full ranking is below k; null: any served rank."""
 
     def __post_init__(self) -> None:
-        _check_choice("mode", self.mode, ("binary", "fraction"))
-        _check_choice("on_truncated", self.on_truncated, ("score", "zero", "skip"))
+        if self.k is not None and (not isinstance(self.k, int) or isinstance(self.k, bool) or self.k < 1):
+            raise ValueError(f"k must be null or a positive int, got {self.k!r}")
 
 
-def _turn_flags(episode: Episode) -> list[bool]:
-    """Whether each policy turn is well formed: the env's ``action`` events first, the parser otherwise."""
-    flags: dict[int, bool] = {}
-    for event in events_of(episode.events, "action"):
-        turn = event["turn"]
-        flags[turn] = flags.get(turn, True) and event.get("well_formed") is True
-    missing = [t for t in range(len(episode.turns)) if t not in flags]
-    if missing:
-        # Turns the env never saw (a reply cut by the length budget) are judged by the env's own parser,
-        # with the action set the episode ran with (no Reject under allow_reject=False).
-        from ragym.envs.kbvqa.actions import ParseError, parse_action
+@register_reward("retrieval_recall", params=RetrievalRecallParams)
+def retrieval_recall(episode: Episode, **params: Any) -> float | None:
+    """Share of query images whose gold entity appeared in a served batch within the first k candidates.
 
-        allow_reject = all(task.get("allow_reject", True) for task in events_of(episode.events, "task"))
-        for t in missing:
-            parsed = parse_action(episode.turns[t], allow_reject=allow_reject)
-            flags[t] = not isinstance(parsed, ParseError)
-    return [flags[t] for t in sorted(flags)]
+    Only images with a served batch count (events do not list images that were never searched); 0 when
+    nothing was served, None when no served batch has a gold entity.
 
-
-def _is_truncated(episode: Episode) -> bool:
-    return episode.truncated or bool(events_of(episode.events, "truncated"))
-
-
-@register_reward("format", params=FormatParams)
-def format_reward(episode: Episode, **params: Any) -> float | None:
-    """R_format: every turn follows the action grammar (binary) or the share that does (fraction).
-
-    >>> events = [{"type": "action", "turn": 0, "kind": "answer", "well_formed": True},
-    ...           {"type": "action", "turn": 1, "kind": "invalid", "well_formed": False}]
-    >>> ep = Episode("generic", ["t0", "t1"], events, "x")
-    >>> format_reward(ep), format_reward(ep, mode="fraction")
-    (0.0, 0.5)
+    >>> batch = {"type": "search_image", "turn": 0, "image": 0, "batch_id": 0, "candidates": ["e1", "e2"],
+    ...          "gold_entity": "e2", "gold_in_batch": True, "offset": 5}
+    >>> ep = Episode("generic", [""], [batch], "x")
+    >>> retrieval_recall(ep), retrieval_recall(ep, k=5), retrieval_recall(ep, k=7)
+    (1.0, 0.0, 1.0)
     """
-    cfg = FormatParams(**params)
-    if _is_truncated(episode) and cfg.on_truncated != "score":
-        return 0.0 if cfg.on_truncated == "zero" else None
-    flags = _turn_flags(episode)
-    if not flags:
+    cfg = RetrievalRecallParams(**params)
+    batches = list(events_of(episode.events, "search_image"))
+    if not batches:
+        return 0.0
+    found: dict[Any, bool] = {}
+    for batch in batches:
+        gold = batch.get("gold_entity")
+        if gold is None:
+            continue
+        candidates = list(batch["candidates"])
+        rank = batch.get("offset", 0) + candidates.index(gold) if gold in candidates else None
+        hit = rank is not None and (cfg.k is None or rank < cfg.k)
+        found[batch["image"]] = found.get(batch["image"], False) or hit
+    if not found:
         return None
-    if cfg.mode == "binary":
-        return float(all(flags))
-    return sum(flags) / len(flags)
+    return sum(found.values()) / len(found)

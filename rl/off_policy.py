@@ -2,7 +2,7 @@
 
 Weight version v is the policy after training step v (version 0: the initial weights); the trainer of step ``s``
 (1-based, verl's ``global_steps``) holds version ``s - 1``. A trajectory records the first and last version its
-turns came from. The staleness bound is verl's ``trainer.v1.sampler.max_off_policy_threshold`` (``THRESHOLD_KEY``):
+turns came from. The staleness bound is verl's ``trainer.v1.sampler.max_off_policy_threshold`` (``STALENESS_KEY``):
 the most versions a trajectory may span from its prompt's dispatch to the step that trains on it, so a trajectory a
 step trains on is at most ``bound - 1`` updates old; an older one is dropped and counted, never trained on.
 
@@ -17,6 +17,27 @@ from typing import Any
 
 import numpy as np
 from omegaconf import OmegaConf
+
+STALENESS_KEY = "trainer.v1.sampler.max_off_policy_threshold"
+"""The staleness bound, one key for both engines' async modes: the most weight versions a trajectory may span,
+counted from the step its prompt was dispatched (verl's ``ReplayBufferAsync`` drops and counts older ones, or waits
+for them: ``max_off_policy_strategy``); ``staleness_problem`` is its one check."""
+
+
+def staleness_problem(bound: Any) -> str | None:
+    """Why ``bound`` cannot be the staleness bound of an async run (None: it can): it must be a positive integer
+    (null is unbounded, a trajectory of any age would be trained on; below 1 no trajectory could be).
+
+    >>> staleness_problem(2) is None, staleness_problem(None) is not None, staleness_problem(0) is not None
+    (True, True, True)
+    """
+    if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+        return (
+            f"{STALENESS_KEY} must be a positive integer, got {bound!r} (null: unbounded; verl's default is 8, "
+            "1-2 keeps async near on-policy, 2: at most one update old)"
+        )
+    return None
+
 
 STALE_SHARE = "off_policy/stale_share"
 """Share of a step's trajectories older than the trainer's weights (0 in sync)."""
@@ -147,15 +168,3 @@ def correction_problems(config: Any) -> list[str]:
         )
     return problems
 
-
-def run_correction_level(config: Any) -> str | None:
-    """The correction level verl's trainer runs a composed recipe with: ``CORRECTION_KEY`` resolved for its trainer
-    mode (``trainer.v1.trainer_mode``: ragym's async modes are asynchronous) and rollout engine."""
-    from ragym.rl.recipe.modes import MODES
-
-    mode = str(OmegaConf.select(config, "trainer.v1.trainer_mode", default="sync"))
-    return correction_level(
-        str(OmegaConf.select(config, CORRECTION_KEY, default="auto")),
-        asynchronous=MODES.get(mode, mode) in ("colocate_async", "separate_async"),
-        rollout=str(OmegaConf.select(config, "actor_rollout_ref.rollout.name")),
-    )

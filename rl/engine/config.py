@@ -28,14 +28,15 @@ from ragym.rl.lora import LoraSettings, read_lora
 from ragym.rl.off_policy import (
     CORRECTION_KEY,
     IS_THRESHOLD_KEY,
+    STALENESS_KEY,
     VERL_LEVEL_KEY,
     correction_level,
     correction_problems,
+    staleness_problem,
 )
 from ragym.rl.recipe.compose import recipe_keys, resolve_recipe_path
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
-from ragym.rl.recipe.modes import THRESHOLD_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -316,12 +317,10 @@ def _async_settings(g: Any) -> dict[str, Any]:
         raise UsageError(f"{ENGINE_SECTION}.async_rollouts must be true or false, got {enable!r}")
     if not enable:
         return {"async_rollouts": False, "staleness_bound": 0}
-    bound = g(THRESHOLD_KEY)
-    if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
-        raise UsageError(
-            f"{ENGINE_SECTION}.async_rollouts=true needs a staleness bound: {THRESHOLD_KEY} must be a positive "
-            f"integer, got {bound!r} (2: at most one update old, what one batch ahead gives)"
-        )
+    bound = g(STALENESS_KEY)
+    problem = staleness_problem(bound)
+    if problem is not None:
+        raise UsageError(f"{ENGINE_SECTION}.async_rollouts=true needs a staleness bound: {problem}")
     return {"async_rollouts": True, "staleness_bound": bound}
 
 

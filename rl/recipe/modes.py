@@ -3,7 +3,7 @@
 Each ragym mode is one of verl 0.9.1's v1 trainer modes with ragym's additions (``ragym.rl.verl_plugin.trainer``):
 reward terms, ``episode/*`` metrics, guards, traces, dynamic sampling's bound and turn-level credit. verl's own
 async mode names run verl's trainer without any of them, so a recipe that names one is refused here. Nothing in
-this module imports verl: ``ragym.rl.recipe.check`` runs it before a job starts.
+this module imports verl: ``ragym.rl.recipe.check`` runs it before a job starts, the local engine's config reads it.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import OmegaConf
+
+from ragym.rl.off_policy import CORRECTION_KEY, STALENESS_KEY, correction_level, staleness_problem
 
 MODES = {
     "ragym": "sync",
@@ -21,9 +23,6 @@ MODES = {
 SYNC_MODE = "sync"
 """verl's synchronous mode: rollout and training alternate, every trajectory comes from the latest weights."""
 MODE_KEY = "trainer.v1.trainer_mode"
-THRESHOLD_KEY = "trainer.v1.sampler.max_off_policy_threshold"
-"""The staleness bound: the most weight versions a trajectory may span, counted from the step its prompt was
-dispatched (verl's ``ReplayBufferAsync`` drops and counts older ones, or waits for them: ``max_off_policy_strategy``)."""
 
 
 def verl_mode(mode: str) -> str:
@@ -59,11 +58,9 @@ def mode_problems(config: Any) -> list[str]:
     verl = MODES[mode]
     if verl == SYNC_MODE:
         return problems
-    if OmegaConf.select(config, THRESHOLD_KEY) is None:
-        problems.append(
-            f"{MODE_KEY}={mode} needs a staleness bound: {THRESHOLD_KEY} is null (unbounded: trajectories of any "
-            "age would be trained on); set a positive integer (verl's default is 8, 1-2 keeps async near on-policy)"
-        )
+    stale = staleness_problem(OmegaConf.select(config, STALENESS_KEY))
+    if stale is not None:
+        problems.append(f"{MODE_KEY}={mode} needs a staleness bound: {stale}")
     if verl == "separate_async":
         problems += _separate_problems(config, mode)
     return problems
@@ -89,7 +86,7 @@ def _separate_problems(config: Any, mode: str) -> list[str]:
 
 
 LORA_RANK_KEY = "actor_rollout_ref.model.lora_rank"
-"""verl's FSDP LoRA switch (> 0: on); ``ragym.rl.lora.RANK_KEY``, repeated so this module imports nothing of rl/."""
+"""verl's FSDP LoRA switch (> 0: on); ``ragym.rl.lora.RANK_KEY``, repeated so this module does not import torch."""
 MERGE_KEY = "actor_rollout_ref.model.lora.merge"
 """verl's LoRA weight sync: the adapters (false) or merged full weights (true)."""
 CPU_VLLM_EXTENSION = "ragym.rl.verl_plugin.vllm_worker.CPUWorkerExtension"
@@ -165,3 +162,14 @@ def partial_rollout_problems(config: Any) -> list[str]:
         return [f"{PARTIAL_ROLLOUT_KEY}=finish: only the hf rollout finishes turns on their weights; "
                 f"the {rollout_kind(config)} rollout aborts and resumes them (resume)"]  # fmt: skip
     return []
+
+
+def run_correction_level(config: Any) -> str | None:
+    """The correction level verl's trainer runs a composed recipe with: ``CORRECTION_KEY`` resolved for its trainer
+    mode (``trainer.v1.trainer_mode``: ragym's async modes are asynchronous) and rollout engine."""
+    mode = str(OmegaConf.select(config, MODE_KEY, default="sync"))
+    return correction_level(
+        str(OmegaConf.select(config, CORRECTION_KEY, default="auto")),
+        asynchronous=MODES.get(mode, mode) in ("colocate_async", "separate_async"),
+        rollout=str(OmegaConf.select(config, "actor_rollout_ref.rollout.name")),
+    )

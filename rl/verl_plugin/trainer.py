@@ -56,12 +56,11 @@ from ragym.rl.off_policy import (
     IS_THRESHOLD_KEY,
     VERL_LEVEL_KEY,
     correction_problems,
-    run_correction_level,
     trajectory_staleness,
     turn_version_metrics,
 )
 from ragym.rl.off_policy import off_policy_metrics as shared_off_policy_metrics
-from ragym.rl.recipe.modes import mode_problems, verl_mode
+from ragym.rl.recipe.modes import mode_problems, run_correction_level, verl_mode
 from ragym.rl.verl_plugin.sampler import (
     TOPPED_UP_KEY,
     RagymReplayBuffer,

@@ -112,7 +112,8 @@ def test_the_switch_resolves_auto_per_run_and_refuses_two_names():
 
 def _recipe_correction(recipe: str, overrides: list[str]) -> str | None:
     """The level a shipped recipe's run uses: the local engine's (``ragym train``) and verl trainer's resolution."""
-    from ragym.rl.off_policy import CORRECTION_KEY, run_correction_level
+    from ragym.rl.off_policy import CORRECTION_KEY
+    from ragym.rl.recipe.modes import run_correction_level
     from ragym.rl.recipe.compose import load_recipe
 
     config = load_recipe(recipe, overrides)
