@@ -34,11 +34,10 @@ from ragym.rl.engine.config import RecipeReader
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.tiny import copy_pretrain as pretrain_module
 from ragym.rl.tiny import policy as policy_module
+from tests.rl.demo.recording import record_batches
 
 REAL = {
     "imitate": warm_start.imitate,
-    "token_weights": warm_start.token_weights,
-    "response_log_probs": warm_start.response_log_probs,
     "build_tiny_policy": policy_module.build_tiny_policy,
     "copy_batch": pretrain_module.copy_batch,
     "copy_pretrain": pretrain_module.copy_pretrain,
@@ -81,30 +80,16 @@ def run_warm_start(
     composed, policy: Path, out: Path, monkeypatch, seed: int = 0, **settings
 ) -> dict[str, Any]:
     """``ragym demo``'s warm start on ``policy``, with what ``imitate`` received and the weights it trained with."""
-    seen: dict[str, Any] = {"weighed": [], "batches": [], "closed": True}
-    real_imitate, real_weights = REAL["imitate"], REAL["token_weights"]
+    seen: dict[str, Any] = {}
+    real_imitate = REAL["imitate"]
 
     def imitate(model, image_inputs, epochs, cfg, decision_after=None, copy_spans=()):
         seen.update(epochs=epochs, cfg=cfg, decision_after=decision_after, copy_spans=copy_spans)
         seen["losses"] = real_imitate(model, image_inputs, epochs, cfg, decision_after, copy_spans)
         return seen["losses"]
 
-    def token_weights(sample, *args):
-        weights = real_weights(sample, *args)
-        seen["weighed"].append((sample, weights))
-        if seen["closed"]:  # imitate weighs a whole batch, then runs its forwards
-            seen["batches"].append(0)
-        seen["batches"][-1] += 1
-        seen["closed"] = False
-        return weights
-
-    def response_log_probs(*args, **kwargs):
-        seen["closed"] = True
-        return REAL["response_log_probs"](*args, **kwargs)
-
     monkeypatch.setattr(run, "imitate", imitate)
-    monkeypatch.setattr(warm_start, "token_weights", token_weights)
-    monkeypatch.setattr(warm_start, "response_log_probs", response_log_probs)
+    record_batches(seen, monkeypatch)
     config, reader = demo_config(composed, **{**TOY, **settings})
     seen["info"] = run._warm_start(config, reader, policy, out, seed)
     from ragym.rl.models import load_policy

@@ -24,11 +24,10 @@ from ragym.rl.demo import warm_start as warm_start
 from ragym.rl.engine.config import RecipeReader
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.tiny import policy as policy_module
+from tests.rl.demo.recording import record_batches
 
 REAL = {
     "imitate": warm_start.imitate,
-    "token_weights": warm_start.token_weights,
-    "response_log_probs": warm_start.response_log_probs,
     "build_tiny_policy": policy_module.build_tiny_policy,
 }
 """The functions the runs below watch, as imported (a second run must not wrap the first's spy)."""
@@ -80,30 +79,16 @@ def r3g_config(composed, **settings: Any) -> tuple[Any, RecipeReader]:
 
 def run_warm_start(composed, out: Path, seed: int = 0, **settings) -> dict[str, Any]:
     """``r3g.warm_start`` with what ``imitate`` received, the weights it trained with and its batches."""
-    seen: dict[str, Any] = {"weighed": [], "batches": [], "closed": True}
+    seen: dict[str, Any] = {}
 
     def imitate(model, image_inputs, epochs, cfg, decision_after=None, copy_spans=()):
         seen.update(epochs=epochs, cfg=cfg, decision_after=decision_after, copy_spans=copy_spans)
         return REAL["imitate"](model, image_inputs, epochs, cfg, decision_after, copy_spans)
 
-    def token_weights(sample, *args):
-        weights = REAL["token_weights"](sample, *args)
-        seen["weighed"].append((sample, weights))
-        if seen["closed"]:  # imitate weighs a whole batch, then runs its forwards
-            seen["batches"].append(0)
-        seen["batches"][-1] += 1
-        seen["closed"] = False
-        return weights
-
-    def response_log_probs(*args, **kwargs):
-        seen["closed"] = True
-        return REAL["response_log_probs"](*args, **kwargs)
-
     policy = composed[1]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(r3g, "imitate", imitate)
-        patch.setattr(warm_start, "token_weights", token_weights)
-        patch.setattr(warm_start, "response_log_probs", response_log_probs)
+        record_batches(seen, patch)
         config, reader = r3g_config(composed, **settings)
         seen["info"] = r3g.warm_start(config, reader, policy, out, seed)
     from safetensors.torch import load_file
