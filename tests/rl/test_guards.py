@@ -256,7 +256,7 @@ def test_a_stop_guard_under_verls_trainer_ends_ragym_train_in_error(
 
     from omegaconf import OmegaConf
 
-    from ragym.rl.engine import verl_local
+    from ragym.rl.verl_plugin import verl_local
     from ragym.rl.guards import GUARDS_FILE, Firing, GuardStop
 
     firings = tmp_path / GUARDS_FILE

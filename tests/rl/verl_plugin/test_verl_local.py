@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from ragym.rl.engine import verl_local
+from ragym.rl.verl_plugin import verl_local
 
 
 @pytest.mark.parametrize(
