@@ -45,6 +45,15 @@ def resolve_recipe_path(recipe: str | Path) -> Path:
 def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> DictConfig:
     """Compose ``recipe`` on verl's ``ppo_trainer`` config with Hydra ``overrides`` (``key=value`` strings)."""
     path = resolve_recipe_path(recipe)
+    config = compose_recipe(path, overrides)
+    OmegaConf.resolve(config)
+    resolve_reward_recipe(config, path)
+    return config
+
+
+def compose_recipe(recipe: str | Path, overrides: list[str] | None = None) -> DictConfig:
+    """``recipe`` composed with its Hydra defaults and ``overrides``, interpolations and paths left as written."""
+    path = resolve_recipe_path(recipe)
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(path.parent), version_base=None):
         try:
@@ -60,8 +69,6 @@ def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> DictC
             raise UsageError(
                 f"override {key}: {path.name} has no such key; check the spelling ({hint})"
             ) from err
-    OmegaConf.resolve(config)
-    resolve_reward_recipe(config, path)
     return config
 
 
