@@ -6,8 +6,8 @@ Importing this package registers every built-in reward (``outcome``, ``format``,
 
 from ragym.envs.retrieval.ranking import ndcg_at_k, recall_at_k
 
-# Registers the DocMemo, KB-VQA, MEMORA and R3G rewards.
-from ragym.rewards import docmemo, kbvqa, memora, r3g, verification  # noqa: F401
+# Registers the generic terms and each env's own (one module per env, named for it).
+from ragym.rewards import docmemo, generic, kbvqa, memora, r3g  # noqa: F401
 from ragym.rewards.answers import answer_metric_name, score_answer
 from ragym.rewards.episode import Episode
 from ragym.rewards.infoseek import infoseek_final_score

@@ -23,6 +23,9 @@ class Episode:
     """The episode ended by a turn or length budget, not by an answer."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Anything else the row carried (split, question id...); rewards may ignore it."""
+    env_id: str | None = None
+    """The registered env that played the episode (``format`` judges a turn the env never saw with its parser);
+    None when unknown."""
 
     def to_json(self) -> str:
         """One jsonl line."""
@@ -31,7 +34,7 @@ class Episode:
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> Episode:
         """Inverse of ``to_json`` after ``json.loads``; unknown keys are an error naming them."""
-        known = {"data_source", "turns", "events", "ground_truth", "truncated", "extra"}
+        known = {"data_source", "turns", "events", "ground_truth", "truncated", "extra", "env_id"}
         unknown = set(row) - known
         if unknown:
             raise ValueError(f"episode has unknown keys {sorted(unknown)}")

@@ -1,16 +1,18 @@
-"""The MMAgent-R² composite reward terms (section 3.3.1, Eq. 2-4) as registered reward functions.
+"""The reward terms every env can use: ``outcome`` (the final answer) and ``format`` (every turn's grammar).
 
-``outcome`` scores the final answer, ``format`` the action grammar of every turn, ``verification`` each
-Rerank/Reject decision (Eq. 3-4), and ``retrieval_recall`` whether a served batch held the gold entity.
-All of them read ``episode.events`` (vocabulary in ``ragym.envs.kbvqa.events``) and never text hidden in reasoning.
+They read only the shared events (``ragym.envs.events``: ``answer``, ``action``, ``truncated``), never text hidden
+in reasoning; a turn the env never saw is judged by the episode's env's own parser (``turn_parses``). MMAgent-R²'s
+R_outcome and R_format (section 3.3.1, Eq. 2) are these terms; each env's own terms live in ``rewards/<env>.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ragym.envs.events import events_of
+from ragym.envs.hooks import env_hooks, hook
 from ragym.rewards.answers import GENERIC_METRICS, score_answer
 from ragym.rewards.episode import Episode
 from ragym.rewards.evqa import load_equivalence
@@ -104,22 +106,57 @@ class FormatParams:
         _check_choice("on_truncated", self.on_truncated, ("score", "zero", "skip"))
 
 
+TurnCheck = Callable[[Episode, str], bool]
+"""``check(episode, text)`` -> whether the episode's env would have accepted ``text`` as a well-formed turn."""
+
+_TURN_CHECKS: dict[str, TurnCheck] = {}
+
+
+def register_turn_check(env_name: str) -> Callable[[TurnCheck], TurnCheck]:
+    """Decorator: judge unseen turns of the envs whose hooks are named ``env_name`` with ``check`` instead of their
+    hooks' ``parse_action`` (for a grammar that depends on the episode's settings: KB-VQA without Reject)."""
+
+    def decorator(check: TurnCheck) -> TurnCheck:
+        if env_name in _TURN_CHECKS:
+            raise ValueError(
+                f"a turn check for {env_name!r} is already registered ({_TURN_CHECKS[env_name].__module__})"
+            )
+        _TURN_CHECKS[env_name] = check
+        return check
+
+    return decorator
+
+
+def turn_parses(episode: Episode, text: str) -> bool:
+    """Whether the episode's env would have accepted ``text``: its registered turn check, else its hooks'
+    ``parse_action`` returning one of the action types its ``example_actions`` list."""
+    if episode.env_id is None:
+        raise ValueError(
+            f"{episode.data_source}: format needs the episode's env_id to judge a turn the env never saw "
+            "(verl's extra_info['env_id'], or the episode's env_id field)"
+        )
+    hooks = env_hooks(episode.env_id)
+    check = _TURN_CHECKS.get(hooks.name)
+    if check is not None:
+        return check(episode, text)
+    parse = hook(episode.env_id, "parse_action", "the format reward (a turn the env never saw)")
+    if not hooks.example_actions:
+        raise ValueError(
+            f"{episode.env_id}: its hooks list no example_actions, so format cannot tell an action"
+        )
+    return type(parse(text)) in {type(action) for action in hooks.example_actions}
+
+
 def _turn_flags(episode: Episode) -> list[bool]:
-    """Whether each policy turn is well formed: the env's ``action`` events first, the parser otherwise."""
+    """Whether each policy turn is well formed: the env's ``action`` events first, the env's parser otherwise."""
     flags: dict[int, bool] = {}
     for event in events_of(episode.events, "action"):
         turn = event["turn"]
         flags[turn] = flags.get(turn, True) and event.get("well_formed") is True
-    missing = [t for t in range(len(episode.turns)) if t not in flags]
-    if missing:
-        # Turns the env never saw (a reply cut by the length budget) are judged by the env's own parser,
-        # with the action set the episode ran with (no Reject under allow_reject=False).
-        from ragym.envs.kbvqa.actions import ParseError, parse_action
-
-        allow_reject = all(task.get("allow_reject", True) for task in events_of(episode.events, "task"))
-        for t in missing:
-            parsed = parse_action(episode.turns[t], allow_reject=allow_reject)
-            flags[t] = not isinstance(parsed, ParseError)
+    # Turns the env never saw (a reply cut by the length budget) are judged by the episode's env's own parser.
+    for t in range(len(episode.turns)):
+        if t not in flags:
+            flags[t] = turn_parses(episode, episode.turns[t])
     return [flags[t] for t in sorted(flags)]
 
 

@@ -1,6 +1,8 @@
-"""Step-level verification reward (MMAgent-R² Eq. 3-4) and the retrieval recall of served candidate batches.
+"""KB-VQA's reward terms: the step-level verification reward (MMAgent-R² Eq. 3-4) and the retrieval recall of
+served candidate batches; and KB-VQA's check of a turn the env never saw, for the generic ``format``.
 
-Both are computed from the env's events only. Correctness is recomputed from the batch the env served
+The composite reward of the paper (Eq. 2) is these with the generic ``outcome`` and ``format``
+(``ragym.rewards.generic``). All are computed from the env's events only (``ragym.envs.kbvqa.events``). Correctness is recomputed from the batch the env served
 (its ``search_image`` event), not taken from a ``correct`` flag, and at most one decision per
 (image, batch) counts, so even a misbehaving env cannot let a policy farm reward by repeating
 ``Rerank(e*)`` or rejecting beyond ``Rej_max``. Whether a Reject at the limit (issued when its image's
@@ -16,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragym.envs.events import events_of
+from ragym.envs.kbvqa.actions import ParseError, parse_action
 from ragym.envs.kbvqa.metrics import rejects_at_limit
 from ragym.rewards.episode import Episode
+from ragym.rewards.generic import register_turn_check
 from ragym.rewards.registry import register_reward
 
 BatchKey = tuple[Any, Any]
@@ -55,6 +59,19 @@ class VerificationParams:
             raise ValueError(f"rej_max must be null or an int >= 0, got {self.rej_max!r}")
         if not isinstance(self.pay_reject_at_limit, bool):
             raise ValueError(f"pay_reject_at_limit must be true or false, got {self.pay_reject_at_limit!r}")
+
+
+@register_turn_check("kbvqa")
+def kbvqa_turn_parses(episode: Episode, text: str) -> bool:
+    """KB-VQA's grammar with the action set the episode ran with (no ``Reject()`` under ``allow_reject=False``).
+
+    >>> task = {"type": "task", "turn": -1, "allow_reject": False}
+    >>> turn = "<reason>no match</reason><rerank>Reject()</rerank>"
+    >>> [kbvqa_turn_parses(Episode("generic", [], events, "x"), turn) for events in ([], [task])]
+    [True, False]
+    """
+    allow_reject = all(task.get("allow_reject", True) for task in events_of(episode.events, "task"))
+    return not isinstance(parse_action(text, allow_reject=allow_reject), ParseError)
 
 
 def served_batches(episode: Episode, rej_max: int | None = None) -> dict[BatchKey, dict[str, Any]]:

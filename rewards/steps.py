@@ -14,11 +14,11 @@ from typing import Any
 
 from ragym.envs.events import events_of
 from ragym.rewards.episode import Episode
+from ragym.rewards.kbvqa import verification_decisions
 from ragym.rewards.memora import CostParams
 from ragym.rewards.r3g import r3g_judge_ndcg
 from ragym.rewards.registry import get_reward
 from ragym.rewards.rubric import Rubric
-from ragym.rewards.verification import verification_decisions
 
 StepSplit = Callable[..., "dict[int, float] | None"]
 """``fn(episode, **params) -> {turn: value} | None``, summing to the reward's value."""

@@ -102,6 +102,7 @@ def episode_from_verl(data_source: str, ground_truth: Any, extra_info: Mapping[s
         ground_truth=ground_truth,
         truncated=bool(extra_info.get("truncated", False)),
         extra={k: extra_info[k] for k in _EXTRA_KEYS if k in extra_info},
+        env_id=str(extra_info["env_id"]) if extra_info.get("env_id") is not None else None,
     )
 
 

@@ -105,4 +105,5 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
     else:
         turn = act(Answer(text), "answer")
         events.append(ev.answer(turn, text))
-    return Episode("synthetic_kbvqa", turns, events, [f"answer {seed}", f"ans {seed}"], truncated=truncated)
+    gt = [f"answer {seed}", f"ans {seed}"]
+    return Episode("synthetic_kbvqa", turns, events, gt, truncated=truncated, env_id="KBVQA-v0")

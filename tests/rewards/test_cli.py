@@ -92,7 +92,13 @@ def test_evqa_exact_match_only_is_labelled(tmp_path: Path, capsys: pytest.Captur
     answer = {"type": "answer", "turn": 0, "text": "Alps", "forced": False}
     path = tmp_path / "evqa.jsonl"
     path.write_text(
-        Episode("evqa", ["t"], [answer], {"answer": "Alps|Pyrenees", "question_type": "templated"}).to_json()
+        Episode(
+            "evqa",
+            ["t"],
+            [answer],
+            {"answer": "Alps|Pyrenees", "question_type": "templated"},
+            env_id="KBVQA-v0",
+        ).to_json()
     )
     assert main(["--recipe", str(PAPER_RECIPE), "--episodes", str(path)]) == 0
     out = capsys.readouterr().out

@@ -34,9 +34,8 @@ def answer(text: str, forced: bool = False) -> dict:
 def episode(
     events: list[dict], turns: list[str] | None = None, gt=("Paris",), truncated: bool = False
 ) -> Episode:
-    return Episode(
-        "synthetic_kbvqa", turns if turns is not None else [], events, list(gt), truncated=truncated
-    )
+    turns = turns if turns is not None else []
+    return Episode("synthetic_kbvqa", turns, events, list(gt), truncated=truncated, env_id="KBVQA-v0")
 
 
 def score(name: str, ep: Episode, **params) -> float | None:

@@ -14,7 +14,7 @@ from ragym.rewards import get_reward, register_reward, registered_rewards
 from ragym.rewards.registry import reward_params
 from tests.rewards.synthetic import SyntheticConfig, synthetic_episode
 
-KBVQA_MODULES = ("ragym.rewards.kbvqa", "ragym.rewards.verification")
+KBVQA_MODULES = ("ragym.rewards.generic", "ragym.rewards.kbvqa")
 MODULES = sorted(m.name for m in pkgutil.iter_modules(rewards.__path__, "ragym.rewards."))
 
 

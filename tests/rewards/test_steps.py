@@ -8,11 +8,11 @@ from ragym.envs import events as ev
 from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.r3g import events as r3g_ev
 from ragym.rewards.episode import Episode
+from ragym.rewards.kbvqa import verification
 from ragym.rewards.memora import memora_action_cost
 from ragym.rewards.r3g import r3g_judge_ndcg
 from ragym.rewards.rubric import Rubric
 from ragym.rewards.steps import memora_cost_steps, r3g_judge_steps, rubric_step_rewards, verification_steps
-from ragym.rewards.verification import verification
 
 CANDIDATES_0, CANDIDATES_1 = ["e1", "e2"], ["e3", "gold"]
 
