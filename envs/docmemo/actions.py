@@ -21,6 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ragym.envs.turns import ParseError
+
 ACTION_TAGS = ("select", "refine", "answer")
 STOP_STRINGS = tuple(f"</{tag}>" for tag in ACTION_TAGS)
 NOT_ANSWERABLE = "Not answerable"
@@ -59,13 +61,6 @@ class Answer:
 
     text: str
     not_answerable: bool
-
-
-@dataclass(frozen=True)
-class ParseError:
-    """The turn did not match the grammar; ``reason`` is a short machine-readable code."""
-
-    reason: str
 
 
 Action = Select | Refine | Answer

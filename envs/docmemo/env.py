@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium
 import numpy as np
 
 from ragym.envs import events as ev
@@ -65,6 +64,7 @@ from ragym.envs.retrieval.hits import Retriever, RetrieverSource
 from ragym.envs.retrieval.page_encoders import TextPageEncoder, VisualPageEncoder
 from ragym.envs.retrieval.service.client import RetrievalUnavailable
 from ragym.envs.spaces import FreeText, text_image_space
+from ragym.envs.turns import Outcome, TurnEnv
 
 PAGE_MAX_PIXELS = 12_845_056
 """Qwen2.5-VL's own ``max_pixels``: the default page budget, which leaves pages to ``image_max_side``."""
@@ -176,7 +176,7 @@ class DocMemoConfig(EnvConfig):
             )
 
 
-class DocMemoEnv(gymnasium.Env):
+class DocMemoEnv(TurnEnv):
     """DocMemo's retrieval-reasoning-memory loop as a text-in, text-and-images-out environment."""
 
     metadata = {"render_modes": []}
@@ -202,7 +202,9 @@ class DocMemoEnv(gymnasium.Env):
         self.action_space = FreeText(c.max_turn_chars)
         self._encoder = None
         self._retrievers: dict[str, Retriever] = {}
-        self._done = True
+        self.turn = 0
+        self.events: list[dict[str, Any]] = []
+        self.done = True  # until reset()
 
     def _page_encoder(self):
         if self._encoder is None:
@@ -254,43 +256,33 @@ class DocMemoEnv(gymnasium.Env):
         self.shown: set[int] = set()  # evidence pages of earlier rounds
         self.judged: set[int] = set()  # pages marked useful or irrelevant
         self.episodic: list[dict[str, Any]] = []
-        self.events: list[dict[str, Any]] = []
-        self._done = False
+        self.events = []
+        self.done = False
         return self._obs(self._start_round(turn=-1)), self._info()
 
-    def step(self, action: str):
-        """Apply one policy turn; malformed or forbidden turns become an error observation and an event."""
-        if self._done:
-            raise RuntimeError("DocMemo episode is over; call reset() first")
-        turn, parsed = self.turn, parse_action(action, self.config.max_turn_chars)
-        kind = "invalid" if isinstance(parsed, ParseError) else type(parsed).__name__.lower()
-        self.events.append(ev.action(turn, kind, kind != "invalid"))
-        terminated = truncated = False
-        if isinstance(parsed, ParseError):
-            self.events.append(ev.format_error(turn, parsed.reason))
-            obs = self._error_obs(parsed.reason)
-        elif isinstance(parsed, Answer):
-            self.events.append(
-                docmemo_ev.docmemo_answer(turn, parsed.text, parsed.not_answerable, self.round)
-            )
-            obs, terminated = self._obs("Episode finished."), True
-        else:
-            violation = self._violation(parsed)
-            if violation is not None:
-                self.events.append(ev.protocol_violation(turn, violation[0], pages=violation[1]))
-                obs = self._error_obs(violation[0])
-            elif isinstance(parsed, Select):
-                obs = self._select(parsed, turn)
-            elif self.phase == "retry":
-                obs = self._retry(parsed, turn)
-            else:
-                obs, truncated = self._refine(parsed, turn)
-        self.turn += 1
-        if not (terminated or truncated) and self.turn >= self.config.max_turns:
-            self.events.append(ev.truncated(turn, "max_turns"))
-            truncated = True
-        self._done = terminated or truncated
-        return obs, 0.0, terminated, truncated, self._info()
+    # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
+    def _episode(self) -> DocMemoEnv:
+        return self
+
+    def _parse(self, action: Any) -> Any:
+        return parse_action(action, self.config.max_turn_chars)
+
+    def _malformed(self, error: ParseError, turn: int) -> Outcome:
+        return self._error(error.reason)
+
+    def _act(self, action: Select | Refine | Answer, turn: int) -> Outcome:
+        if isinstance(action, Answer):
+            self.events.append(docmemo_ev.docmemo_answer(turn, action.text, action.not_answerable, self.round))
+            return Outcome("Episode finished.", terminated=True)
+        violation = self._violation(action)
+        if violation is not None:
+            self.events.append(ev.protocol_violation(turn, violation[0], pages=violation[1]))
+            return self._error(violation[0])
+        if isinstance(action, Select):
+            return self._select(action, turn)
+        if self.phase == "retry":
+            return self._retry(action, turn)
+        return self._refine(action, turn)
 
     def _violation(self, action: Select | Refine) -> tuple[str, list[int]] | None:
         """Why a well-formed action is not allowed now, or None."""
@@ -353,7 +345,7 @@ class DocMemoEnv(gymnasium.Env):
             raise RuntimeError("no search has run in this episode")
         return self.beliefs
 
-    def _select(self, action: Select, turn: int) -> dict[str, Any]:
+    def _select(self, action: Select, turn: int) -> Outcome:
         """Grow A_t and show its top-E pages by posterior mean, unshown ones first (``reshow_evidence``)."""
         c = self.config
         self.accumulated += [p for p in action.pages if p not in self.accumulated]
@@ -373,9 +365,9 @@ class DocMemoEnv(gymnasium.Env):
         images, counts = self._page_images(ranked)
         is_last = self.round + 1 >= c.max_rounds
         text = views.evidence_view(self.store, ranked, new, c.evidence_text_chars, counts, is_last, earlier)
-        return self._obs(text, images)
+        return Outcome(text, images)
 
-    def _refine(self, action: Refine, turn: int) -> tuple[dict[str, Any], bool]:
+    def _refine(self, action: Refine, turn: int) -> Outcome:
         """Write feedback into beliefs and episodic memory, then start the next round (or stop at T)."""
         beliefs = self._searched_beliefs()
         if self.config.belief_update:
@@ -393,18 +385,18 @@ class DocMemoEnv(gymnasium.Env):
         self.events.append(docmemo_ev.beliefs(turn, self.round, _rounded(beliefs.mean())))
         if self.round + 1 >= self.config.max_rounds:
             self.events.append(ev.truncated(turn, "max_rounds"))
-            return self._obs("No rounds left; the episode ends without an answer."), True
+            return Outcome("No rounds left; the episode ends without an answer.", truncated=True)
         self.round += 1
         self.query = action.query
-        return self._obs(self._start_round(turn)), False
+        return Outcome(self._start_round(turn))
 
-    def _retry(self, action: Refine, turn: int) -> dict[str, Any]:
+    def _retry(self, action: Refine, turn: int) -> Outcome:
         """Search again after a failed search, in the same round; feedback marks still update beliefs."""
         if self.beliefs is not None and self.config.belief_update and (action.useful or action.irrelevant):
             self.beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
             self.judged.update(action.useful + action.irrelevant)
         self.query = action.query
-        return self._obs(self._start_round(turn))
+        return Outcome(self._start_round(turn))
 
     def _page_images(self, pages: list[int]) -> tuple[list[np.ndarray], list[int]]:
         c = self.config
@@ -422,8 +414,11 @@ class DocMemoEnv(gymnasium.Env):
             counts.append(1 + len(extra))
         return images, counts
 
-    def _error_obs(self, reason: str) -> dict[str, Any]:
-        return self._obs(views.error_view(reason, self.phase, self.config.max_turns - self.turn - 1))
+    def _error(self, reason: str) -> Outcome:
+        return Outcome(views.error_view(reason, self.phase, self.config.max_turns - self.turn - 1))
+
+    def _observation(self, outcome: Outcome) -> dict[str, Any]:
+        return self._obs(outcome.text, list(outcome.images))
 
     def _obs(self, text: str, images: list[np.ndarray] | None = None) -> dict[str, Any]:
         return {

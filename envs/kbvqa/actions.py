@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.tag_blocks import tag_blocks
+from ragym.envs.turns import ParseError
 
 REASON_TAG = "reason"
 ACTION_TAGS = ("search_call", "rerank", "answer")
@@ -73,18 +74,6 @@ class Answer:
 
 
 Action = SearchImage | SearchText | Rerank | Reject | Answer
-
-
-@dataclass(frozen=True)
-class ParseError:
-    """Why a turn is not a well-formed action: a machine-readable ``reason`` and a message for the policy."""
-
-    reason: str
-    """``oversized``, ``no_action``, ``multiple_actions``, ``nested_tags``, ``unbalanced_tags``,
-    ``missing_reason``, ``multiple_reasons``, ``text_outside_tags``, ``reason_after_action``, ``bad_argument``
-    or ``reject_not_allowed``."""
-    message: str
-    """Plain-language explanation shown to the policy in the next observation."""
 
 
 ACTION_KINDS = {

@@ -50,13 +50,13 @@ from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.kbvqa import prompts as prompts
 from ragym.envs.kbvqa.actions import (
+    ACTION_KINDS,
     STOP_STRINGS,
     ParseError,
     Reject,
     Rerank,
     SearchImage,
     SearchText,
-    action_kind,
 )
 from ragym.envs.kbvqa.actions import parse_action as parse_turn
 from ragym.envs.kbvqa.kb import TEXT_RETRIEVERS, KBRetrievers, KnowledgeBase, load_kb
@@ -67,6 +67,7 @@ from ragym.envs.retrieval.retrievers import IndexSpec, page
 from ragym.envs.retrieval.service.client import RetrievalUnavailable
 from ragym.envs.retrieval.versions import VERSION_KEY
 from ragym.envs.spaces import text_image_space
+from ragym.envs.turns import Outcome, TurnEnv
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,13 @@ class KBVQAConfig(EnvConfig):
             )
 
 
-class KBVQAEnv(gymnasium.Env):
+class KBVQAEnv(TurnEnv):
     """The KB-VQA agent environment; action = the policy's raw turn text, obs = {"text", "images"}."""
 
     metadata = {"render_modes": []}
     stop_strings: tuple[str, ...] = STOP_STRINGS
+    action_kinds = ACTION_KINDS
+    forced_answer = True
 
     def __init__(
         self, config: KBVQAConfig | None = None, *, retriever: RetrieverSource | None = None, **overrides: Any
@@ -179,25 +182,23 @@ class KBVQAEnv(gymnasium.Env):
         images = tuple(np.array(read_image(p, self.image_budget, "query")) for p in self.state.query_paths)
         return {"text": text, "images": images}, self._info()
 
-    def step(self, action: str):
-        """Parse and execute one policy turn."""
-        if self.state is None or self.state.done:
-            raise RuntimeError("call reset() before step() (and after the episode ended)")
-        state, cfg = self.state, self.config
-        turn_text = action if isinstance(action, str) else str(action)
-        parsed = parse_turn(turn_text, max_chars=cfg.max_turn_chars, allow_reject=cfg.allow_reject)
-        state.record(ev.action(state.turn, action_kind(parsed), not isinstance(parsed, ParseError)))
-        text, images = self._execute(parsed)
-        state.turn += 1
-        truncated = False
-        if not state.done and state.turn >= cfg.max_turns:
-            state.record(ev.truncated(state.turn - 1, "max_turns"))
-            state.record(ev.answer(state.turn - 1, "", forced=True))
-            state.done = truncated = True
-        elif not state.done and cfg.last_turn_notice and state.turn == cfg.max_turns - 1:
-            text = f"{text}\n{prompts.LAST_TURN_NOTICE}"
-        obs = {"text": text, "images": tuple(np.array(im) for im in images)}
-        return obs, 0.0, state.terminated, truncated, self._info()
+    # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
+    def _episode(self) -> EpisodeState:
+        return self._running()
+
+    def _parse(self, action: Any) -> Any:
+        text = action if isinstance(action, str) else str(action)
+        return parse_turn(text, max_chars=self.config.max_turn_chars, allow_reject=self.config.allow_reject)
+
+    def _notices_last_turn(self) -> bool:
+        return self.config.last_turn_notice
+
+    def _malformed(self, error: ParseError, turn: int) -> Outcome:
+        return Outcome(prompts.error_text(error.message))
+
+    def _act(self, action: Any, turn: int) -> Outcome:
+        text, images = self._execute(action)
+        return Outcome(text, images, terminated=self._running().terminated)
 
     # ----- transitions ---------------------------------------------------------------------------
     def _running(self) -> EpisodeState:
@@ -208,9 +209,6 @@ class KBVQAEnv(gymnasium.Env):
 
     def _execute(self, parsed: Any) -> tuple[str, list[np.ndarray]]:
         state = self._running()
-        if isinstance(parsed, ParseError):
-            state.record(ev.format_error(state.turn, parsed.reason))
-            return prompts.error_text(parsed.message), []
         if isinstance(parsed, SearchImage):
             return self._search_image(parsed.image)
         if isinstance(parsed, SearchText):
@@ -220,7 +218,7 @@ class KBVQAEnv(gymnasium.Env):
         if isinstance(parsed, Reject):
             return self._reject()
         state.record(ev.answer(state.turn, parsed.text))
-        state.done = state.terminated = True
+        state.terminated = True
         return "", []
 
     def _violation(self, reason: str, message: str, **where: Any) -> str:

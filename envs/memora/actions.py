@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ragym.envs.turns import ParseError
+
 ACTION_TAGS = ("decompose", "subquery", "extract", "judge", "stop")
 STOP_STRINGS = tuple(f"</{tag}>" for tag in ACTION_TAGS)
 
@@ -70,13 +72,6 @@ class Judge:
 @dataclass(frozen=True)
 class Stop:
     """End the episode; the env returns the final top-K."""
-
-
-@dataclass(frozen=True)
-class ParseError:
-    """The turn did not match the grammar; ``reason`` is a short machine-readable code."""
-
-    reason: str
 
 
 Action = Decompose | Subquery | Extract | Judge | Stop

@@ -29,7 +29,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import gymnasium
 import numpy as np
 from PIL import Image
 
@@ -54,6 +53,7 @@ from ragym.envs.memora.scoring import ScoreWeights
 from ragym.envs.memora.state import EpisodeState
 from ragym.envs.retrieval.hits import RetrieverSource
 from ragym.envs.spaces import FreeText, text_image_space
+from ragym.envs.turns import Outcome, TurnEnv
 
 FIRST_STAGE = "first_stage"
 """The name MEMORA asks its ``retriever`` source for: the first-stage retriever over the corpus."""
@@ -136,7 +136,7 @@ class MemoraConfig(ScoreWeights, EnvConfig):
     """Bound of the text observation space."""
 
 
-class MemoraEnv(gymnasium.Env):
+class MemoraEnv(TurnEnv):
     """MEMORA's committee reranking as a text-in, text-out environment with persistent domain memory."""
 
     metadata = {"render_modes": []}
@@ -165,7 +165,9 @@ class MemoraEnv(gymnasium.Env):
         self._memories: dict[str, EpisodicMemory] = {}
         self.observation_space = text_image_space(c.max_obs_chars, 1, c.image_max_side)
         self.action_space = FreeText(c.max_turn_chars)
-        self._done = True
+        self.turn = 0
+        self.events: list[dict[str, Any]] = []
+        self.done = True  # until reset()
 
     def collection(self) -> Collection:
         """The documents (a corpus file, or the synthetic domain) and the first-stage retriever over them."""
@@ -230,7 +232,7 @@ class MemoraEnv(gymnasium.Env):
         c, domain = self.config, opts.get("domain") or self.config.domain
         memory = self.memory(domain)
         self.state = EpisodeState.start(c, opts, domain, memory, self.collection())
-        self.turn, self._done = 0, False
+        self.turn, self.done = 0, False
         self._shown: set[str] | None = None if c.repeat_doc_text else set()
         sims, queries = [s for _, s in self.state.memories], [r.query for r, _ in self.state.memories]
         self.events = [memora_ev.memory_read(domain, len(memory), sims, queries)]
@@ -242,40 +244,42 @@ class MemoraEnv(gymnasium.Env):
             [
                 views.query_view(opts["query"], bool(images), opts.get("image_description")),
                 views.memory_view(self.state.memories, len(memory), c.memory_query_chars),
-                self._status_text(),
+                self._status_text(c.max_turns),
             ]
         )
         return self._obs(text, images), self._info()
 
-    def step(self, action: str):
-        """Apply one policy turn; malformed or forbidden turns become an error observation and an event."""
-        if self._done:
-            raise RuntimeError("MEMORA episode is over; call reset() first")
-        turn, parsed = self.turn, parse_action(action, self.config.max_turn_chars)
-        kind = "invalid" if isinstance(parsed, ParseError) else type(parsed).__name__.lower()
-        self.events.append(ev.action(turn, kind, kind != "invalid"))
-        self.turn += 1
-        turns_left = self.config.max_turns - self.turn
-        terminated = truncated = False
-        if isinstance(parsed, ParseError):
-            self.events.append(ev.format_error(turn, parsed.reason))
-            text = views.error_view(parsed.reason, turns_left)
-        else:
-            violation = self.state.violation(parsed)
-            if violation is not None:
-                self.events.append(ev.protocol_violation(turn, violation[0]))
-                text = views.error_view(f"{violation[0]}: {violation[1]}", turns_left)
-            elif isinstance(parsed, Stop):
-                terminated, text = True, "Episode finished."
-            else:
-                text = self._apply(parsed, turn)
-        if not terminated and turns_left <= 0:
-            self.events.append(ev.truncated(turn, "max_turns"))
-            truncated, text = True, "No turns left; the final ranking is the current one."
-        if terminated or truncated:
-            self._finish(turn, forced=truncated)
-        self._done = terminated or truncated
-        return self._obs(text), 0.0, terminated, truncated, self._info()
+    # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
+    def _episode(self) -> MemoraEnv:
+        return self
+
+    def _parse(self, action: Any) -> Any:
+        return parse_action(action, self.config.max_turn_chars)
+
+    def _turns_left(self, turn: int) -> int:
+        """Turns the policy has after turn ``turn``."""
+        return self.config.max_turns - turn - 1
+
+    def _malformed(self, error: ParseError, turn: int) -> Outcome:
+        return Outcome(views.error_view(error.reason, self._turns_left(turn)))
+
+    def _act(self, action: Decompose | Subquery | Extract | Judge | Stop, turn: int) -> Outcome:
+        violation = self.state.violation(action)
+        if violation is not None:
+            self.events.append(ev.protocol_violation(turn, violation[0]))
+            return Outcome(views.error_view(f"{violation[0]}: {violation[1]}", self._turns_left(turn)))
+        if isinstance(action, Stop):
+            return Outcome("Episode finished.", terminated=True)
+        return Outcome(self._apply(action, turn))
+
+    def _out_of_turns(self, outcome: Outcome, turn: int) -> Outcome:
+        return replace(outcome, text="No turns left; the final ranking is the current one.")
+
+    def _end(self, outcome: Outcome, turn: int) -> None:
+        self._finish(turn, forced=outcome.truncated)
+
+    def _observation(self, outcome: Outcome) -> dict[str, Any]:
+        return self._obs(outcome.text, list(outcome.images))
 
     def _apply(self, action: Decompose | Subquery | Extract | Judge, turn: int) -> str:
         """Run a well-formed, allowed action, record its event, and show the new status."""
@@ -295,16 +299,17 @@ class MemoraEnv(gymnasium.Env):
         else:
             s.judge([n - 1 for n in action.order])
             self.events.append(memora_ev.verdict(turn, [s.pool[n - 1] for n in action.order]))
-        return self._status_text()
+        return self._status_text(self._turns_left(turn))
 
-    def _status_text(self) -> str:
+    def _status_text(self, turns_left: int) -> str:
+        """The factors, the top candidates and what is left of each budget, ``turns_left`` turns included."""
         s, c = self.state, self.config
         left = {kind: c_max - s.calls[kind] for kind, c_max in s.budgets.items()}
         return "\n".join(
             [
                 views.factors_view(s.factors, s.priorities, s.priors),
                 views.candidates_view(s.top_rows(), len(s.pool), s.signals(), c.doc_chars, self._shown),
-                views.budget_view(left, c.max_turns - self.turn),
+                views.budget_view(left, turns_left),
             ]
         )
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.tag_blocks import tag_blocks
+from ragym.envs.turns import ParseError
 
 ACTION_TAGS = ("plan", "retrieve", "judge", "answer")
 STOP_STRINGS = tuple(f"</{tag}>" for tag in ACTION_TAGS)
@@ -85,17 +86,6 @@ class Answer:
 
 
 Action = Plan | Retrieve | Judge | Answer
-
-
-@dataclass(frozen=True)
-class ParseError:
-    """Why a turn is not a well-formed action: a machine-readable ``reason`` and a message for the policy."""
-
-    reason: str
-    """``oversized``, ``no_action``, ``multiple_actions``, ``nested_tags``, ``unbalanced_tags``,
-    ``text_outside_tags`` or ``empty``."""
-    message: str
-    """Plain-language explanation shown to the policy in the next observation."""
 
 
 ACTION_KINDS = {Plan: "plan", Retrieve: "retrieve", Judge: "judge", Answer: "answer"}

@@ -44,13 +44,13 @@ from ragym.envs.image_cache import read_image
 from ragym.envs.r3g import events as r3g_ev
 from ragym.envs.r3g import prompts as prompts
 from ragym.envs.r3g.actions import (
+    ACTION_KINDS,
     STOP_STRINGS,
     Answer,
     Judge,
     ParseError,
     Plan,
     Retrieve,
-    action_kind,
     parse_action,
 )
 from ragym.envs.r3g.corpus import (
@@ -68,6 +68,7 @@ from ragym.envs.registry import synthetic_data
 from ragym.envs.retrieval.encoders import ImageEncoder
 from ragym.envs.retrieval.hits import NamedRetrievers, RetrieverSource
 from ragym.envs.spaces import text_image_space
+from ragym.envs.turns import Outcome, TurnEnv
 
 REQUIRED_OPTIONS = ("question", "query_image", "gold_images")
 
@@ -147,11 +148,13 @@ class _State:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
-class R3GEnv(gymnasium.Env):
+class R3GEnv(TurnEnv):
     """The R3G pipeline as a text-in, text-and-images-out environment."""
 
     metadata = {"render_modes": []}
     stop_strings: tuple[str, ...] = STOP_STRINGS
+    action_kinds = ACTION_KINDS
+    forced_answer = True
 
     def __init__(
         self, config: R3GConfig | None = None, *, retriever: RetrieverSource | None = None, **overrides: Any
@@ -198,27 +201,23 @@ class R3GEnv(gymnasium.Env):
         query = read_image(self.corpus.root / options["query_image"], self.image_budget, "query")
         return {"text": text, "images": (np.array(query),)}, self._info()
 
-    def step(self, action: str):
-        """Parse and execute one policy turn."""
-        if self.state is None or self.state.done:
-            raise RuntimeError("call reset() before step() (and after the episode ended)")
-        state, cfg = self.state, self.config
-        parsed = parse_action(
-            action if isinstance(action, str) else str(action), max_chars=cfg.max_turn_chars
-        )
-        state.events.append(ev.action(state.turn, action_kind(parsed), not isinstance(parsed, ParseError)))
-        text, images = self._execute(parsed)
-        state.turn += 1
-        truncated = False
-        if not state.done and state.turn >= cfg.max_turns:
-            state.events += [
-                ev.truncated(state.turn - 1, "max_turns"),
-                ev.answer(state.turn - 1, "", forced=True),
-            ]
-            state.done = truncated = True
-        elif not state.done and cfg.last_turn_notice and state.turn == cfg.max_turns - 1:
-            text = f"{text}\n{prompts.LAST_TURN_NOTICE}"
-        return {"text": text, "images": tuple(images)}, 0.0, state.terminated, truncated, self._info()
+    # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
+    def _episode(self) -> _State:
+        return self._running()
+
+    def _parse(self, action: Any) -> Any:
+        text = action if isinstance(action, str) else str(action)
+        return parse_action(text, max_chars=self.config.max_turn_chars)
+
+    def _notices_last_turn(self) -> bool:
+        return self.config.last_turn_notice
+
+    def _malformed(self, error: ParseError, turn: int) -> Outcome:
+        return Outcome(prompts.error_text(error.message))
+
+    def _act(self, action: Any, turn: int) -> Outcome:
+        text, images = self._execute(action)
+        return Outcome(text, images, terminated=self._running().terminated)
 
     # ----- transitions ---------------------------------------------------------------------------
     def _running(self) -> _State:
@@ -229,9 +228,6 @@ class R3GEnv(gymnasium.Env):
 
     def _execute(self, parsed: Any) -> tuple[str, list[np.ndarray]]:
         state = self._running()
-        if isinstance(parsed, ParseError):
-            state.events.append(ev.format_error(state.turn, parsed.reason))
-            return prompts.error_text(parsed.message), []
         if isinstance(parsed, Plan):
             return self._plan(parsed.text), []
         if isinstance(parsed, Retrieve):
@@ -240,7 +236,7 @@ class R3GEnv(gymnasium.Env):
             return self._judge(parsed)
         assert isinstance(parsed, Answer)
         state.events.append(ev.answer(state.turn, parsed.text))
-        state.done = state.terminated = True
+        state.terminated = True
         return "", []
 
     def _violation(self, reason: str, message: str) -> str:
