@@ -272,7 +272,9 @@ class DocMemoEnv(TurnEnv):
 
     def _act(self, action: Select | Refine | Answer, turn: int) -> Outcome:
         if isinstance(action, Answer):
-            self.events.append(docmemo_ev.docmemo_answer(turn, action.text, action.not_answerable, self.round))
+            self.events.append(
+                docmemo_ev.docmemo_answer(turn, action.text, action.not_answerable, self.round)
+            )
             return Outcome("Episode finished.", terminated=True)
         violation = self._violation(action)
         if violation is not None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from ragym.envs.core import IMAGE_PLACEHOLDER, defuse
 from ragym.envs.retrieval.hits import Hit
+from ragym.envs.turns import LAST_TURN_NOTICE  # noqa: F401  (the loop adds it; scripted policies read it)
 
 SYSTEM_PROMPT = """You answer questions about the entities shown in one or more query images, using a knowledge base.
 Each turn, first think inside <reason>...</reason>, then give exactly one action tag:
@@ -93,6 +94,3 @@ def error_text(message: str) -> str:
 def retrieval_unavailable_text() -> str:
     """Notice for a search the retrieval service could not answer (the action itself was valid)."""
     return "Retrieval is unavailable right now: nothing was retrieved. You may search again later, or answer."
-
-
-LAST_TURN_NOTICE = "This is your last turn: give your answer now with <answer>...</answer>."

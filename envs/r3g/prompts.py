@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ragym.envs.core import IMAGE_PLACEHOLDER, defuse
+from ragym.envs.turns import LAST_TURN_NOTICE  # noqa: F401  (the loop adds it; scripted policies read it)
 
 _STEPS_PLAN = (
     "1. <plan>CUES</plan>: from the question and the query image alone, list the visual cues you need.\n"
@@ -90,6 +91,3 @@ PLAN_RECORDED = "Plan recorded. Next: <retrieve></retrieve>."
 def error_text(message: str) -> str:
     """Notice for a turn that could not be executed."""
     return f"Invalid action: {message} Nothing was executed; please try again."
-
-
-LAST_TURN_NOTICE = "This is your last turn: give your answer now with <answer>...</answer>."
