@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return group if group is not None else super()._split_scope(nodeid)
 
     return VerlGroupScheduling(config, log)
+
+
+TOY_ENV = "RAGYM_TEST_TOY"
+"""The toy folder (``ragym train --engine verl --toy``) that every verl run of a test session shares, both xdist
+workers included: each env's rows and warm-started policy are built once per session, not once per worker (a
+warm start is 1-2 min of CPU), by whichever run asks first while the others wait (``toy_overrides``' lock)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session's shared toy folder, named here before pytest-xdist starts its workers (they inherit it)."""
+    if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
+        # Short, under /tmp: Ray's socket paths stay under 107 bytes.
+        os.environ[TOY_ENV] = tempfile.mkdtemp(prefix="ragym-verl-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The shared toy folder goes with the session that made it."""
+    if not hasattr(config, "workerinput") and TOY_ENV in os.environ:
+        shutil.rmtree(os.environ.pop(TOY_ENV), ignore_errors=True)
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

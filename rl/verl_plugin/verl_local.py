@@ -12,6 +12,7 @@ elsewhere), where Ray listens where its defaults say.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -43,6 +44,8 @@ any other job on the machine (a one-step toy run beside two busy processes took 
 PRIVATE_NETWORK = ["unshare", "--net", "--pid", "--kill-child", "--mount-proc"]
 """A private network (loopback only) and PID namespace: Ray's servers are unreachable from outside, and every
 process the run started dies with it."""
+TOY_LOCK = ".build.lock"
+"""The file in a ``--toy`` folder that runs sharing the folder lock while one of them builds an env's toy."""
 
 
 def in_private_network(command: list[str], name: str) -> list[str]:
@@ -78,14 +81,19 @@ def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str
         env_id = toy_env(recipe)
     except ValueError as err:
         raise UsageError(f"--toy: {err}") from None
-    data = toy_rows(env_id, toy_dir / env_id)
-    policy = toy_dir / "policy" / env_id
-    if not (policy / "config.json").is_file():
-        random_policy = build_tiny_policy("qwen2_5_vl", toy_dir / "policy" / "random", seed=0)
-        import pandas as pd
+    toy_dir.mkdir(parents=True, exist_ok=True)
+    with (toy_dir / TOY_LOCK).open("w") as lock:
+        # Runs may share a toy folder (make test's two workers do): one builds an env's rows and policy while
+        # the others wait, then they reuse them, instead of all writing the same files at once.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = toy_rows(env_id, toy_dir / env_id)
+        policy = toy_dir / "policy" / env_id
+        if not (policy / "config.json").is_file():
+            random_policy = build_tiny_policy("qwen2_5_vl", toy_dir / "policy" / "random", seed=0)
+            import pandas as pd
 
-        rows = pd.read_parquet(data / "train.parquet").to_dict("records")
-        warm_start(random_policy, rows, config, policy)
+            rows = pd.read_parquet(data / "train.parquet").to_dict("records")
+            warm_start(random_policy, rows, config, policy)
     return [
         f"data.train_files={data / 'train.parquet'}",
         f"data.val_files={data / 'test.parquet'}",

@@ -1,24 +1,22 @@
-"""What the verl trainer tests share: one toy folder for the session, so each env's rows and warm-started
-policy are built once for the hf and the vLLM rollout's runs alike (a warm start is most of a run's time)."""
+"""What the verl trainer tests share: the session's toy folder (``tests/conftest.py`` ``TOY_ENV``), so each env's
+rows and warm-started policy are built once for the hf and the vLLM rollout's runs alike, on both xdist workers
+(a warm start is most of a run's time)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
+import os
 from pathlib import Path
 
 import pytest
 
 from ragym.rl.verl_plugin.verl_local import private_network_refusal
+from tests.conftest import TOY_ENV
 
 
 @pytest.fixture(scope="session")
-def toy() -> Iterator[Path]:
+def toy() -> Path:
     """The session's toy folder (``ragym train --engine verl --toy``), inside a private network namespace."""
     refusal = private_network_refusal()
     if refusal:
         pytest.skip(refusal)
-    path = Path(tempfile.mkdtemp(prefix="ragym-verl-"))  # short: Ray's socket paths stay under 107 bytes
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    return Path(os.environ[TOY_ENV])

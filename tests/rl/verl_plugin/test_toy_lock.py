@@ -1,0 +1,36 @@
+"""``--toy DIR`` shared by concurrent runs (``make test``'s two workers share one): each env's toy is built once."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from ragym.rl.recipe.compose import resolve_recipe_path
+from ragym.rl.verl_plugin import verl_local
+
+
+def test_runs_sharing_a_toy_folder_build_each_env_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds: list[Path] = []
+
+    def warm_start(random_policy: Path, rows: list, config: object, out: Path) -> Path:
+        builds.append(out)
+        time.sleep(0.5)  # the other run asks for the toy meanwhile: it must wait for this one, not build too
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        return out
+
+    # The rows are built for real; the recipe check and the policy's build are not what is under test here.
+    monkeypatch.setattr(verl_local, "check_recipe", lambda *args, **kwargs: None)
+    monkeypatch.setattr("ragym.rl.tiny.policy.build_tiny_policy", lambda arch, out, seed: out)
+    monkeypatch.setattr("ragym.rl.tiny.warm.warm_start", warm_start)
+    recipe = resolve_recipe_path("kbvqa_qwen2_5_vl_7b")
+    with ThreadPoolExecutor(2) as pool:  # flock locks an open file, so two threads' opens exclude each other
+        runs = list(pool.map(lambda _: verl_local.toy_overrides(recipe, tmp_path, []), range(2)))
+    assert builds == [tmp_path / "policy" / "KBVQA-v0"]
+    assert runs[0] == runs[1]
+    assert (tmp_path / "KBVQA-v0" / "data" / "train.parquet").is_file()
