@@ -108,20 +108,21 @@ VERL_JOB_TIMEOUT_S = 1200
 took 623 s beside ``make test``'s other worker and three other jobs' training (load ~10)."""
 
 
-def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path) -> None:
-    """`ragym submit RECIPE --cpu` on a Ray cluster started with a logical GPU: verl's trainer through the plugin."""
-    from ragym.rl.verl_plugin.verl_local import toy_overrides
+def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
+    """`ragym submit RECIPE --cpu` on a Ray cluster started with a logical GPU: verl's trainer through the plugin, on
+    the session's toy rows and warm-started policy (``toy``, which the verl trainer tests share)."""
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides, platform_overrides
+    from ragym.rl.verl_plugin.verl_local import toy_overrides
 
     refusal = _unshare_refusal()
     if refusal:
         pytest.skip(refusal)
     recipe = "kbvqa_qwen2_5_vl_7b"
     base = merge_overrides(cluster_overrides("cpu"), platform_overrides("toy"))
-    toy = toy_overrides(resolve_recipe_path(recipe), workdir / "toy", base)
+    toy_set = toy_overrides(resolve_recipe_path(recipe), toy, base)
     out = workdir / "verl"
-    overrides = merge_overrides(platform_overrides("toy"), toy, [f"trainer.default_local_dir={out}",
+    overrides = merge_overrides(platform_overrides("toy"), toy_set, [f"trainer.default_local_dir={out}",
                                                                    "trainer.total_training_steps=1"])  # fmt: skip
     script = _script(workdir, overrides, recipe, ("--cpu",), "--num-cpus 16 --num-gpus 1", VERL_JOB_TIMEOUT_S)
     result = subprocess.run(["timeout", str(VERL_JOB_TIMEOUT_S + 60), *UNSHARE, "bash", "-c", script],
