@@ -39,10 +39,20 @@ from ragym.envs.metrics import episode_metrics
 from ragym.envs.registry import make_env
 from ragym.rl.agent_loop.observations import EpisodeSpec, observation_message
 from ragym.rl.agent_loop.render_cache import RenderCache
+from ragym.rl.recipe.env_settings import recipe_env_settings, turn_cap_problem
 from ragym.rl.recipe.images import apply_recipe_images
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
 logger = logging.getLogger(__name__)
+_WARNED: set[str] = set()
+
+
+def _warn_once(problem: str | None) -> None:
+    """Log a settings problem once per process (every episode of a run would repeat it)."""
+    if problem is not None and problem not in _WARNED:
+        _WARNED.add(problem)
+        logger.warning("%s", problem)
+
 
 MAX_CACHED_RENDERS = 4096
 """Renders (conversation -> token ids) the render cache keeps: first prompts of live groups, turn prefixes."""
@@ -106,6 +116,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
         self._full_determinism = bool(self.rollout_config.full_determinism)  # read once: OmegaConf is slow
         self._retrieval_url = recipe_retrieval_url(self.config)  # the recipe's service, for envs that search
         self._images = apply_recipe_images(self.config)  # the recipe's image budget; sizes the image cache
+        self._env_settings = recipe_env_settings(self.config)  # the recipe's ragym.env (Rej_max)
 
     @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
@@ -139,7 +150,10 @@ class RagymEnvAgentLoop(AgentLoopBase):
 
     async def _start(self, spec: EpisodeSpec) -> tuple[Any, dict[str, Any], dict[str, Any]]:
         """Build the row's env and reset it: (env, first observation, info)."""
-        env = make_env(spec.env_id, **spec.recipe_env_kwargs(self._retrieval_url, self._images))
+        env = make_env(
+            spec.env_id, **spec.recipe_env_kwargs(self._retrieval_url, self._images, self._env_settings)
+        )
+        _warn_once(turn_cap_problem(spec.env_id, env, self.max_turns))
         try:
             obs, info = await self._in_executor(
                 functools.partial(env.reset, seed=spec.seed, options=spec.env_options)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
+
+if TYPE_CHECKING:
+    from ragym.rl.recipe.env_settings import EnvSettings
 
 OBSERVATION_ROLE = "user"
 """Chat role of env observations: Qwen-VL templates render images in user turns on every version."""
@@ -41,13 +44,18 @@ class EpisodeSpec:
             raise ValueError(f"row {row}: env_kwargs must be a JSON object and env_options an object or null")
         return cls(extra_info["env_id"], kwargs, options, int(extra_info.get("index", 0)))
 
-    def recipe_env_kwargs(self, retrieval_url: str | None, images: Any) -> dict[str, Any]:
-        """The kwargs the row's env is built with: its ``env_kwargs`` plus the recipe's retrieval URL and image
-        budget (``ragym.rl.recipe.retrieval`` / ``ragym.rl.recipe.images``; the agent loop and ``ragym budget`` both)."""
+    def recipe_env_kwargs(
+        self, retrieval_url: str | None, images: Any, settings: EnvSettings | None = None
+    ) -> dict[str, Any]:
+        """The kwargs the row's env is built with: its ``env_kwargs`` plus the recipe's retrieval URL, image
+        budget and env settings (``ragym.rl.recipe.retrieval`` / ``images`` / ``env_settings``; the agent loop and
+        ``ragym budget`` both)."""
+        from ragym.rl.recipe.env_settings import with_env_settings
         from ragym.rl.recipe.images import with_image_budget
         from ragym.rl.recipe.retrieval import with_retrieval_url
 
         kwargs = with_retrieval_url(self.env_id, self.env_kwargs, retrieval_url)
+        kwargs = with_env_settings(self.env_id, kwargs, settings)
         return with_image_budget(self.env_id, kwargs, images)
 
 

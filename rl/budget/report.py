@@ -42,18 +42,20 @@ class RowEpisodes:
     """Builds each row's env exactly as the agent loop does (cached per env id and kwargs) and plays it."""
 
     def __init__(self, config: DictConfig) -> None:
+        from ragym.rl.recipe.env_settings import recipe_env_settings
         from ragym.rl.recipe.images import apply_recipe_images
         from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
         self.images = apply_recipe_images(config)  # also sizes this process's image cache, as the loop does
         self.url = recipe_retrieval_url(config)
         self.max_turns = OmegaConf.select(config, MAX_TURNS_KEY, default=None)
+        self.settings = recipe_env_settings(config)
         self._envs: dict[str, Any] = {}
 
     def env(self, spec: Any) -> Any:
         """The row's env, built with the kwargs the agent loop uses (``EpisodeSpec.recipe_env_kwargs``)."""
         longest_episode_of(spec.env_id)  # an env without the hook is refused before it is built
-        kwargs = spec.recipe_env_kwargs(self.url, self.images)
+        kwargs = spec.recipe_env_kwargs(self.url, self.images, self.settings)
         key = json.dumps([spec.env_id, kwargs], sort_keys=True, default=str)
         if key not in self._envs:
             self._envs[key] = make_env(spec.env_id, **kwargs)
