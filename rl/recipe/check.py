@@ -67,6 +67,8 @@ RAGYM_SECTIONS = {
     "ragym.r3g_demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
     # Retriever co-training (both engines).
     "ragym.cotrain": ("ragym.rl.cotrain.config", "CotrainConfig"),
+    # Env settings the recipe gives every row's env (Rej_max): ragym.rl.recipe.env_settings.
+    "ragym.env": ("ragym.rl.recipe.env_settings", "EnvSettings"),
     # Collapse guards: one section per guard.
     **{f"{GUARDS_SECTION}.{name}": ("ragym.rl.guards", kind.__name__) for name, kind in GUARD_TYPES.items()},
 }
