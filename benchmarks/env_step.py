@@ -30,7 +30,7 @@ from ragym.envs.kbvqa.actions import SearchImage, format_action
 from ragym.envs.kbvqa.kb import load_kb
 from ragym.envs.kbvqa.policies import SignaturePolicy
 from ragym.envs.retrieval.search_settings import set_search_threads
-from ragym.rl.eval.scripted import run_episode
+from ragym.envs.scripted import run_episode
 
 
 def row_options(kb_dir: Path) -> list[dict]:

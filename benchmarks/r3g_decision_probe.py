@@ -3,7 +3,7 @@
     python -m ragym.rl.demo.r3g --out runs/r3g_demo_s0 --seed 0
     python benchmarks/r3g_decision_probe.py runs/r3g_demo_s0 runs/r3g_demo_s0/warm_start [--rows 24]
 
-Replays the noiseless expert (``ragym.rl.demo.r3g.R3GExpert``, noise 0) on the first ``--rows`` held-out rows and
+Replays the noiseless expert (``ragym.envs.r3g.expert.R3GExpert``, noise 0) on the first ``--rows`` held-out rows and
 prints, per expert token, the policy's mean probability of it: ``word:visible`` (gold image) and
 ``word:hidden`` (look-alike) after ``]``, ``a=:1`` and ``a=:0`` after ``a=``. A policy that reads the
 captions has ``word:*`` near 1; a decision conditioned on the word has ``a=:1`` near 1 and ``a=:0`` near
@@ -23,14 +23,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from ragym.envs.r3g.expert import DECISION_TOKEN, R3GExpert  # noqa: E402
 from ragym.rl.agent_loop.loop import make_agent_loop  # noqa: E402
-from ragym.rl.demo.r3g import DECISION_TOKEN, RECIPE, R3GExpert  # noqa: E402
-from ragym.rl.demo.warm_start import ReplayServer, _replay  # noqa: E402
 from ragym.rl.core.grpo import response_log_probs  # noqa: E402
-from ragym.rl.engine.trainer import read_rows  # noqa: E402
 from ragym.rl.core.vision import ImageInputs  # noqa: E402
+from ragym.rl.demo.r3g import RECIPE  # noqa: E402
+from ragym.rl.engine.trainer import read_rows  # noqa: E402
 from ragym.rl.models import load_policy  # noqa: E402
 from ragym.rl.recipe.compose import load_recipe  # noqa: E402
+from ragym.rl.tiny.warm_start import ReplayServer, _replay  # noqa: E402
 
 
 def probe(out: Path, model_dir: str, num_rows: int) -> dict[str, list[float]]:

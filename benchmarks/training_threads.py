@@ -63,8 +63,8 @@ VARIABLES = ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "RAY_worker_niceness")
 
 def prepare(out: Path) -> tuple[Path, Path]:
     """The KB-VQA toy rows and an untrained tiny policy in ``out`` (built once); returns (rows, policy)."""
+    from ragym.data_prep.toy_data import toy_rows
     from ragym.rl.tiny.policy import build_tiny_policy
-    from ragym.rl.tiny.toy_data import toy_rows
 
     data = toy_rows("KBVQA-v0", out / "KBVQA-v0")
     policy = out / "policy" / "random"

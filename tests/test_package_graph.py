@@ -6,8 +6,11 @@ own layer and those below it. Every import that can run counts, inside functions
 dependency); imports under ``if TYPE_CHECKING:`` are annotations only and never run.
 
 One exception, the env's hooks (``envs/<env>/hooks.py``, ``ragym.envs.hooks``): the one module of an env package
-that may import every layer (its scripted expert and toy-data builder live above ``envs``). No module imports it;
-the env registry loads it by the name the env package registers.
+that may import ``data_prep`` as well (its toy rows are verl rows, written by data_prep's builders). No module
+imports it; the env registry loads it by the name the env package registers.
+
+Inside ``rl/``, rooms (its sub-packages and top-level modules) follow a pinned order, ``RL_ORDER``: a room imports
+only rooms of the tiers below its own, so the two engines (one tier) never import each other.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = ("envs", "rewards", "rl", "data_prep")
 ALLOWED = {
-    "hooks": {"hooks", "rl", "data_prep", "rewards", "envs", "retrieval"},
+    "hooks": {"hooks", "data_prep", "envs", "retrieval"},
     "retrieval": {"retrieval"},
     "envs": {"envs", "retrieval"},
     "rewards": {"rewards", "envs", "retrieval"},
@@ -32,6 +35,21 @@ ALLOWED = {
     "rl": {"rl", "data_prep", "rewards", "envs", "retrieval"},
 }
 """Which layers each layer may import."""
+
+
+RL_ORDER = (
+    ("errors", "correction", "off_policy", "credit"),
+    ("lora", "guards", "data", "core"),
+    ("models", "recipe", "view"),
+    ("agent_loop", "export", "retriever"),
+    ("cotrain", "eval", "tiny", "budget"),
+    ("engine", "verl_plugin"),
+    ("train", "cluster", "prep"),
+    ("demo",),
+    ("ablate", "cli"),
+)
+"""``rl/``'s rooms in tiers, bottom first (docs/development.md, "Rooms inside rl/"): a room imports only rooms of
+lower tiers."""
 
 
 def module_name(path: Path) -> str:
@@ -109,6 +127,33 @@ def test_no_module_imports_an_env_s_hooks() -> None:
     assert not importers, "the registry loads an env's hooks by name; these import them:\n" + "\n".join(
         importers
     )
+
+
+def rl_room(module: str) -> str | None:
+    """The room of an ``rl/`` module: its sub-package, or the top-level module itself (None: not in ``rl/``)."""
+    parts = module.split(".")
+    return parts[2] if parts[1] == "rl" and len(parts) > 2 else None
+
+
+TIER = {room: tier for tier, rooms in enumerate(RL_ORDER) for room in rooms}
+
+
+def test_every_rl_room_has_a_place_in_the_order() -> None:
+    rooms = {rl_room(m) for m in MODULES} - {None}
+    assert sorted(rooms - set(TIER)) == [], "rooms of rl/ missing from RL_ORDER (place each in a tier)"
+    assert sorted(set(TIER) - rooms) == [], "RL_ORDER names rooms rl/ does not have"
+    assert sum(map(len, RL_ORDER)) == len(TIER)  # a room in one tier only
+
+
+def test_rl_rooms_import_only_lower_tiers() -> None:
+    cross = [(a, b) for a, b in GRAPH.edges if rl_room(a) and rl_room(b) and rl_room(a) != rl_room(b)]
+    assert len(cross) > 100  # the rooms do import each other: the check below reads real edges
+    upward = sorted(
+        f"{a} -> {b} ({rl_room(a)}: tier {TIER[rl_room(a)]}, {rl_room(b)}: tier {TIER[rl_room(b)]})"
+        for a, b in cross
+        if TIER[rl_room(b)] >= TIER[rl_room(a)]
+    )
+    assert not upward, "rl/ rooms import their own tier or above (RL_ORDER):\n" + "\n".join(upward)
 
 
 def test_no_import_circle() -> None:

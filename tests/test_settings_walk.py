@@ -27,7 +27,7 @@ from ragym import envs
 from ragym.envs.hooks import env_hooks, load_object
 from ragym.envs.r3g.corpus import JudgeWeights
 from ragym.envs.registry import make_env, registered_envs
-from ragym.rl.eval.scripted import run_episode
+from ragym.envs.scripted import run_episode
 
 SEED = 0
 EXPERT_SEEDS = (0, 1, 0)

@@ -12,12 +12,11 @@ from typing import Any
 from ragym.envs.core import MAX_TURN_CHARS
 from ragym.envs.docmemo.actions import NOT_ANSWERABLE, Answer, Refine, Select, format_action, parse_action
 from ragym.envs.hooks import EnvHooks, SearchProbe, ServedFolder
+from ragym.envs.scripted import OneTurn, run_episode
 
 
 def expert(env: Any, seed: int) -> Any:
     """Declares the question not answerable at once: playing on needs reading the pages."""
-    from ragym.rl.eval.scripted import OneTurn
-
     return OneTurn(format_action(Answer(NOT_ANSWERABLE, True), "not in the summaries"))
 
 
@@ -27,9 +26,9 @@ def toy_rows(out: Path) -> None:
     length makes TransferQueue build a malformed nested tensor of position ids (verl 0.9.1, TransferQueue
     0.1.11), and the synthetic report's ten questions share lengths. Answers are scored by MMLongBench-Doc's
     rules (``data_source: mmlongbench_doc``), whose annotation format the synthetic questions follow."""
+    from ragym.data_prep.toy_data import toy_row, write_splits
     from ragym.envs.docmemo.synthetic import synthetic_questions
     from ragym.envs.registry import make_env
-    from ragym.rl.tiny.toy_data import toy_row, write_splits
 
     env = make_env("DocMemo-v0")
     splits: dict[str, list[dict[str, Any]]] = {}
@@ -82,8 +81,6 @@ class LongestDocMemo:
 def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None:
     """Every round selects all candidates (E new evidence pages) and refines, the last one answers: T rounds,
     E x T pages."""
-    from ragym.rl.eval.scripted import run_episode
-
     run_episode(env, LongestDocMemo(env), seed, options)
 
 

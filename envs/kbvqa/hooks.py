@@ -22,6 +22,7 @@ from ragym.envs.kbvqa.actions import (
 from ragym.envs.kbvqa.policies import POLICIES, SignaturePolicy
 from ragym.envs.kbvqa.prompts import LAST_TURN_NOTICE
 from ragym.envs.kbvqa.tables import SUBSETS, markdown, na_notes, paper_columns, row_groups
+from ragym.envs.scripted import run_episode
 
 _HEADER = re.compile(r"^Candidates for Image \d+", re.MULTILINE)
 _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: [^\s)]+\))?$", re.MULTILINE)
@@ -79,8 +80,6 @@ class LongestKBVQA:
 def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None:
     """Every query image searched and paged to its last batch (Rej_max rejections, so Rej_max + 1 batches of K
     candidates), one SearchText with the last batches' top names, then the answer."""
-    from ragym.rl.eval.scripted import run_episode
-
     run_episode(env, LongestKBVQA(env), seed, options)
 
 

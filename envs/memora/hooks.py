@@ -12,6 +12,7 @@ from typing import Any
 from ragym.envs.hooks import EnvHooks, SearchProbe
 from ragym.envs.memora.actions import Decompose, Extract, Judge, Stop, Subquery, format_action, parse_action
 from ragym.envs.memora.env import MemoraConfig
+from ragym.envs.scripted import OneTurn
 
 NUM_TOY_ROWS = 16
 """Rows per split (queries of the synthetic domain, in stream order)."""
@@ -19,16 +20,14 @@ NUM_TOY_ROWS = 16
 
 def expert(env: Any, seed: int) -> Any:
     """Stops at once (the first stage's ranking): playing on needs reading the pool."""
-    from ragym.rl.eval.scripted import OneTurn
-
     return OneTurn(format_action(Stop(), "the first stage will do"))
 
 
 def toy_rows(out: Path) -> None:
     """Queries of the synthetic domain (in stream order), qrels as the ground truth; the train rows write the
     episodic memory in ``out/memory``, the test rows read it frozen (as ``ragym prep bright`` splits)."""
+    from ragym.data_prep.toy_data import toy_row, write_splits
     from ragym.envs.memora.corpus import synthetic_collection
-    from ragym.rl.tiny.toy_data import toy_row, write_splits
 
     domain = synthetic_collection(0)[0]
     memory = out / "memory"

@@ -11,13 +11,13 @@ import numpy as np
 
 from ragym.envs.hooks import EnvHooks, SearchProbe
 from ragym.envs.r3g.actions import Answer, Judge, JudgeScore, Plan, Retrieve, format_action, parse_action
+from ragym.envs.r3g.expert import R3GExpert
 from ragym.envs.r3g.report import markdown, r3g_summary
+from ragym.envs.scripted import run_episode
 
 
 def expert(env: Any, seed: int) -> Any:
-    """Plan, retrieve, judge by the caption cue without noise, answer (``ragym.rl.demo.r3g.R3GExpert``)."""
-    from ragym.rl.demo.r3g import R3GExpert
-
+    """Plan, retrieve, judge by the caption cue without noise, answer (``ragym.envs.r3g.expert.R3GExpert``)."""
     return R3GExpert(env, np.random.default_rng(seed), noise=0.0)
 
 
@@ -30,8 +30,6 @@ def toy_rows(out: Path) -> None:
 
 def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None:
     """Plan, retrieve (pool of P), judge every pooled image, answer with the k evidence images."""
-    from ragym.rl.eval.scripted import run_episode
-
     run_episode(env, expert(env, 0), seed, options)
 
 

@@ -18,9 +18,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from ragym.rl.demo.warm_start import COPY_TAGS, NoisyExpert, ReplayServer, _replay, span_mask
 from ragym.rl.core.grpo import Sample
 from ragym.rl.core.vision import ImageInputs
+from ragym.rl.tiny.warm_start import COPY_TAGS, NoisyExpert, ReplayServer, _replay, span_mask
 
 
 def token_outcomes(

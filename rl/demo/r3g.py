@@ -22,7 +22,6 @@ import asyncio
 import itertools
 import json
 import logging
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,65 +31,13 @@ import numpy as np
 import pandas as pd
 
 from ragym.envs.r3g.actions import ACTION_TAGS
-from ragym.envs.registry import make_env
+from ragym.envs.r3g.expert import DECISION_TOKEN, R3GExpert
 from ragym.envs.retrieval.search_settings import use_torch_threads
-from ragym.rl.demo.warm_start import ReplayServer, WarmStartConfig, _replay, imitate
+from ragym.rl.tiny.warm_start import ReplayServer, WarmStartConfig, _replay, imitate
 
 logger = logging.getLogger(__name__)
 
 RECIPE = "r3g_tiny_cpu"
-DECISION_TOKEN = " a="
-"""Added to the tiny tokenizer as one token, space included, so the rationale word is the token right before
-it: the decision (the token after it) can read the word through the previous-token attention a copying
-model already has (with a separate " " token the word was two back, and no warm start conditioned on it)."""
-_OPTION = re.compile(r"^([A-D])\. (.+)$", re.MULTILINE)
-_CAPTION = re.compile(r"^\[(\d+)\] <image> ?(.*)$", re.MULTILINE)
-
-
-class R3GExpert:
-    """Plan, retrieve, judge by the caption cue (a look-alike gets a=1 with probability ``noise``, the gold
-    image a=0 with probability ``reject_noise``), answer."""
-
-    def __init__(self, env: Any, rng: np.random.Generator, noise: float, reject_noise: float = 0.0) -> None:
-        self.env, self.rng, self.noise, self.reject_noise = env, rng, noise, reject_noise
-
-    @classmethod
-    def for_row(cls, row: dict[str, Any], rng: np.random.Generator, noise: float,
-                reject_noise: float = 0.0) -> R3GExpert:  # fmt: skip
-        """An expert on a fresh env built as the dataset row says."""
-        info = row["extra_info"]
-        return cls(make_env(info["env_id"], **json.loads(info["env_kwargs"])), rng, noise, reject_noise)
-
-    def reset(self, obs: dict[str, Any]) -> None:
-        """Remember the options of the task observation."""
-        self.options = dict(_OPTION.findall(obs["text"]))
-        self.planned = False
-
-    def act(self, text: str) -> str:
-        """The next turn for the last observation."""
-        if text.startswith("Candidate pool"):
-            return (
-                "<judge>\n"
-                + "\n".join(self._line(int(i), c) for i, c in _CAPTION.findall(text))
-                + "\n</judge>"
-            )
-        if text.startswith("Evidence") or "last turn" in text:
-            colour = text.split("visible: ", 1)[1].split()[0] if "visible: " in text else None
-            letter = next((k for k, v in self.options.items() if v == colour), "A")
-            return f"<answer>{letter}</answer>"
-        if not self.planned:
-            self.planned = True
-            return "<plan>the part named in the question</plan>"
-        return "<retrieve></retrieve>"
-
-    def _line(self, number: int, caption: str) -> str:
-        shows = "visible" in caption
-        score = int(self.rng.random() >= self.reject_noise) if shows else int(self.rng.random() < self.noise)
-        # The decision right after the word it follows from, not after r= and t=: at eight tokens'
-        # distance the tiny policy learned a=1 unconditionally (P(a=1 | visible) 0.76, seed 0). r and t repeat
-        # it: with r=1 t=1 on every line "1 after =" leaked into the decision (a coin expert imitated as
-        # P(a=1) 0.69, seed 0).
-        return f"[{number}] {'visible' if shows else 'hidden'}{DECISION_TOKEN}{score} r=1 t=1"
 
 
 def expert_branches(rows: list[dict[str, Any]], agent_loop: Any, server: ReplayServer,
@@ -154,8 +101,8 @@ def build_inputs(out: Path, reader: Any, seed: int) -> Path:
 def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: int) -> dict[str, Any]:
     """Imitate the noisy expert and save the result as a Hugging Face model in ``out_dir``."""
     from ragym.rl.agent_loop.loop import make_agent_loop
-    from ragym.rl.engine.trainer import read_rows
     from ragym.rl.core.vision import ImageInputs
+    from ragym.rl.engine.trainer import read_rows
     from ragym.rl.models import load_policy
 
     cfg = WarmStartConfig(**reader.get("ragym.r3g_demo.warm_start"), protocol_share=0.0, seed=seed)

@@ -27,17 +27,17 @@ from omegaconf import OmegaConf
 from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.core.vision import ImageInputs
 from ragym.rl.demo.margin import decision_margin
 from ragym.rl.demo.report import outcome_by_identification, trained_entities, write_report
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, WarmStartMissed, task_overrides
-from ragym.rl.demo.warm_start import COPY_TAGS, WarmStartConfig, WarmStartTarget, expert_samples, imitate
 from ragym.rl.engine.config import RecipeReader, read_engine_config
-from ragym.rl.train import check_keys
 from ragym.rl.engine.trainer import LocalTrainer, read_rows
-from ragym.rl.core.vision import ImageInputs
 from ragym.rl.errors import UsageError
 from ragym.rl.export import record_export
 from ragym.rl.recipe.compose import load_recipe
+from ragym.rl.tiny.warm_start import COPY_TAGS, WarmStartConfig, WarmStartTarget, expert_samples, imitate
+from ragym.rl.train import check_keys
 from ragym.rl.view.data import load as load_traces
 from ragym.rl.view.site import Site
 

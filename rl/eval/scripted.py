@@ -1,8 +1,8 @@
 """``ragym rollout``: scripted-policy episodes on each row's env, printing mean episode metrics.
 
 The policies are the env's: ``--policy expert`` plays the expert its hooks register (``EnvHooks.expert``), any
-other name one of its ``EnvHooks.policies`` (KB-VQA's ``signature``, ``oracle``, ``random``). ``run_episode``
-plays any such policy; the hooks use it too.
+other name one of its ``EnvHooks.policies`` (KB-VQA's ``signature``, ``oracle``, ``random``), each played by
+``ragym.envs.scripted.run_episode``.
 """
 
 from __future__ import annotations
@@ -14,35 +14,10 @@ from typing import Any
 from ragym.envs.events import events_of
 from ragym.envs.hooks import MissingHook, env_hooks, hook, one_env_per_hooks
 from ragym.envs.metrics import episode_metrics, mean_metrics
+from ragym.envs.scripted import run_episode
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE, answer_data_sources, score_answer
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.overrides import parse_overrides
-
-
-class OneTurn:
-    """A scripted policy that ends the episode at once with one well-formed final action."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def reset(self, obs: dict[str, Any]) -> None:
-        """Nothing to remember."""
-
-    def act(self, obs_text: str) -> str:
-        """The final action."""
-        return self.text
-
-
-def run_episode(env: Any, policy: Any, seed: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One episode; returns the turn texts, final events and whether it was truncated."""
-    obs, info = env.reset(seed=seed, options=options)
-    policy.reset(obs)
-    turns, done, truncated = [], False, False
-    while not done:
-        turns.append(policy.act(obs["text"]))
-        obs, _, terminated, truncated, info = env.step(turns[-1])
-        done = terminated or truncated
-    return {"turns": turns, "events": info["events"], "truncated": truncated}
 
 
 def expert_of(env_id: str, env: Any) -> Any:

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION
 from ragym.rl.off_policy import correction_problems
-from ragym.rl.recipe.compose import load_recipe, resolve_recipe_path, validate_recipe
+from ragym.rl.recipe.compose import load_recipe, recipe_settings, validate_recipe
 from ragym.rl.recipe.modes import mode_problems
 
 OPEN_MAPS = (
@@ -60,11 +60,11 @@ RAGYM_SECTIONS = {
     # ``ragym train`` also checks that it read every ``ragym.engine`` key it was given.
     "ragym.engine": ("ragym.rl.engine.config", "EngineConfig"),
     "ragym.demo.policy": ("ragym.rl.tiny.policy", "TinyPolicyConfig"),
-    "ragym.demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
-    "ragym.demo.warm_start_target": ("ragym.rl.demo.warm_start", "WarmStartTarget"),
+    "ragym.demo.warm_start": ("ragym.rl.tiny.warm_start", "WarmStartConfig"),
+    "ragym.demo.warm_start_target": ("ragym.rl.tiny.warm_start", "WarmStartTarget"),
     "ragym.demo.copy_pretrain": ("ragym.rl.tiny.copy_pretrain", "CopyPretrainConfig"),
     "ragym.r3g_demo.policy": ("ragym.rl.tiny.policy", "TinyPolicyConfig"),
-    "ragym.r3g_demo.warm_start": ("ragym.rl.demo.warm_start", "WarmStartConfig"),
+    "ragym.r3g_demo.warm_start": ("ragym.rl.tiny.warm_start", "WarmStartConfig"),
     # Retriever co-training (both engines).
     "ragym.cotrain": ("ragym.rl.cotrain.config", "CotrainConfig"),
     # Env settings the recipe gives every row's env (Rej_max): ragym.rl.recipe.env_settings.
@@ -165,11 +165,9 @@ def _is_known(path: str, base: DictConfig) -> bool:
 
 
 def unknown_keys(recipe: str | Path, overrides: list[str] | None = None) -> list[str]:
-    """Keys the recipe file (or an override) sets that neither verl's ``ppo_trainer`` config nor ragym has."""
-    path = resolve_recipe_path(recipe)
-    raw = yaml.safe_load(path.read_text()) or {}
-    knobs = {key: value for key, value in raw.items() if key not in {"hydra", "defaults"}}
-    keys = list(_leaf_paths(knobs))
+    """Keys the recipe's files (its own and its bases') or an override set that neither verl's ``ppo_trainer``
+    config nor ragym has."""
+    keys = list(_leaf_paths(recipe_settings(recipe)))
     keys += [item.split("=", 1)[0].lstrip("+~") for item in overrides or [] if "=" in item]
     base = _base_config()
     return [key for key in dict.fromkeys(keys) if not _is_known(key, base)]

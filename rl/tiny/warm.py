@@ -4,7 +4,7 @@ A random tiny policy writes no well-formed action, so every episode of a GRPO gr
 policy gradient is exactly zero. After a few passes over a scripted expert's episodes the policy plays the
 expert's moves only some of the time: rewards differ within a group, and a GRPO step has something to learn
 from. Used by ``ragym train --engine verl --toy`` and the trainer tests; the CPU demo has its own, longer
-warm start (``ragym.rl.demo.warm_start``).
+warm start (``ragym.rl.tiny.warm_start``).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 from ragym.envs.hooks import env_hooks, hook
 from ragym.envs.registry import make_env
 from ragym.envs.retrieval.search_settings import use_torch_threads
+from ragym.envs.scripted import run_episode
 from ragym.rl.agent_loop.loop import make_agent_loop
-from ragym.rl.demo.warm_start import ReplayServer, WarmStartConfig, imitate
 from ragym.rl.core.grpo import Sample
 from ragym.rl.core.rollout import row_kwargs
 from ragym.rl.core.vision import ImageInputs
-from ragym.rl.eval.scripted import run_episode
 from ragym.rl.models import load_policy
+from ragym.rl.tiny.warm_start import ReplayServer, WarmStartConfig, imitate
 
 logger = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ from ragym.rl.guards import GUARDS_FILE, GuardStop
 from ragym.rl.lora import verl_lora_overrides
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import PACKAGE_ROOT, REWARD_KWARGS, load_recipe, resolve_recipe_path
-from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
 from ragym.rl.recipe.modes import MODE_KEY
+from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +72,8 @@ def private_network_refusal() -> str | None:
 
 def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str]:
     """Rows of the recipe's environment and a warm-started tiny policy in ``toy_dir`` (built once), as overrides."""
+    from ragym.data_prep.toy_data import toy_env, toy_rows
     from ragym.rl.tiny.policy import build_tiny_policy
-    from ragym.rl.tiny.toy_data import toy_env, toy_rows
     from ragym.rl.tiny.warm import warm_start
 
     config = check_recipe(recipe, overrides, validate=False)

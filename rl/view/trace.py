@@ -224,7 +224,7 @@ class TraceWriter:
     def record_scripted(
         self, row: dict[str, Any], episode: dict[str, Any], observations: list[dict[str, Any]], reward: float
     ) -> None:
-        """One episode of a scripted policy (``ragym.rl.eval.scripted.run_episode`` on an ``ObservationLog``-wrapped
+        """One episode of a scripted policy (``ragym.envs.scripted.run_episode`` on an ``ObservationLog``-wrapped
         env): turns, events and every observation, scored by ``reward``; no tokens (there were none)."""
         index = int(row["extra_info"]["index"])
         shown = [

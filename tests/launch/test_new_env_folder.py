@@ -147,8 +147,8 @@ FILES = {
         from pathlib import Path
 
         from ragym.envs.hooks import EnvHooks
-        from ragym.rl.eval.scripted import run_episode
-        from ragym.rl.tiny.toy_data import toy_row, write_splits
+        from ragym.envs.scripted import run_episode
+        from ragym.data_prep.toy_data import toy_row, write_splits
         from {PACKAGE}.actions import Answer, Lookup, format_action, parse_action
         from {PACKAGE}.env import TABLE
 

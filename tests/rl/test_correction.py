@@ -166,7 +166,7 @@ def test_the_local_engines_loss_weighs_each_token_by_its_truncated_ratio():
     from ragym.rl.engine.config import verl_defaults
     from ragym.rl.core.grpo import assemble, compute_advantages, response_log_probs, update_policy
     from ragym.rl.core.vision import ImageInputs
-    from tests.rl.engine.test_engine_grpo import _cfg, _samples
+    from tests.rl.core.test_grpo import _cfg, _samples
     from tests.rl.engine_helpers import build_model, image_processor
 
     actor = omega_conf_to_dataclass(OmegaConf.merge(verl_defaults().actor_rollout_ref.actor,

@@ -256,8 +256,8 @@ def test_a_stop_guard_under_verls_trainer_ends_ragym_train_in_error(
 
     from omegaconf import OmegaConf
 
-    from ragym.rl.verl_plugin import verl_local
     from ragym.rl.guards import GUARDS_FILE, Firing, GuardStop
+    from ragym.rl.verl_plugin import verl_local
 
     firings = tmp_path / GUARDS_FILE
 
@@ -344,7 +344,7 @@ def episode_metrics_keys(env_id: str) -> set[str]:
     from ragym.envs.hooks import env_hooks
     from ragym.envs.metrics import episode_metrics
     from ragym.envs.registry import make_env
-    from ragym.rl.eval.scripted import run_episode
+    from ragym.envs.scripted import run_episode
 
     env = make_env(env_id)
     episode = run_episode(env, env_hooks(env_id).expert(env, 0), 0)

@@ -12,7 +12,8 @@ import pytest
 from ragym import envs
 from ragym.data_prep.synthetic_kb import PRESETS, build_kb
 from ragym.envs.kbvqa.policies import POLICIES
-from ragym.rl.eval.scripted import rollout_metrics, run_episode
+from ragym.envs.scripted import run_episode
+from ragym.rl.eval.scripted import rollout_metrics
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from ragym import envs
 from ragym.envs.kbvqa.kb import load_kb
 from ragym.envs.retrieval.service.client import ServiceRetriever
 from ragym.envs.kbvqa.policies import SignaturePolicy
-from ragym.rl.eval.scripted import run_episode
+from ragym.envs.scripted import run_episode
 
 kb_dir, url = sys.argv[1], sys.argv[2]
 runs = []

@@ -176,7 +176,7 @@ def test_local_engine_step_with_dynamic_sampling_and_a_stop_guard(tmp_path, engi
         *_overrides(engine_setup, tmp_path, steps=3),
         "~reward.custom_reward_function.reward_kwargs.recipe",
         "+reward.custom_reward_function.reward_kwargs.recipe={terms:{flat:{weight:1.0,"
-        "reward:'tests.rl.engine.test_dynamic_sampling:constant_reward'}}}",
+        "reward:'tests.rl.core.test_dynamic_sampling:constant_reward'}}}",
         "algorithm.filter_groups.enable=true",
         "algorithm.filter_groups.max_num_gen_batches=2",
         "ragym.guards.entropy_floor.action=stop",

@@ -9,7 +9,7 @@ from ragym.envs.kbvqa.harvest import harvest_episode
 from ragym.envs.kbvqa.policies import OraclePolicy
 from ragym.envs.registry import make_env, synthetic_data
 from ragym.envs.retrieval.versions import load_query_encoder
-from ragym.rl.eval.scripted import run_episode
+from ragym.envs.scripted import run_episode
 from tests.rl.cotrain.helpers import options, tiny_rows, weak_encoder
 
 

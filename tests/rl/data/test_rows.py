@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ragym.data_prep.toy_data import toy_rows
 from ragym.rl.data.rows import BadRow, DataError, load_rows
-from ragym.rl.tiny.toy_data import toy_rows
 from tests.rl.data.bad_rows import BAD_KINDS, truncated_copy, with_bad_rows
 
 
@@ -179,7 +179,7 @@ def test_memora_rows_with_a_memory_folder_load_and_budgets_do_not_ask(tmp_path):
 
 def test_toy_memora_rows_share_a_memory_the_test_rows_read_frozen(tmp_path):
     """`ragym train --toy` on the MEMORA recipe passes the check: its train rows write one memory folder."""
-    from ragym.rl.tiny.toy_data import toy_rows
+    from ragym.data_prep.toy_data import toy_rows
 
     data = toy_rows("MEMORA-v0", tmp_path)
     for split, frozen in (("train", False), ("test", True)):

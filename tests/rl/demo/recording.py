@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ragym.rl.demo import warm_start
+from ragym.rl.tiny import warm_start
 
 REAL_TOKEN_WEIGHTS = warm_start.token_weights
 REAL_RESPONSE_LOG_PROBS = warm_start.response_log_probs

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ragym.rl.demo import run
-from ragym.rl.demo import warm_start as warm_start
+from ragym.rl.tiny import warm_start as warm_start
 
 COPIED = re.compile(r"<(search_call|answer)>(.*?)</\1>", re.DOTALL)
 """An action whose text the expert copies from an observation: a confirmed name searched, a value answered."""

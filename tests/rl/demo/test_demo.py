@@ -68,8 +68,8 @@ def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
 
 
 def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() -> None:
-    from ragym.rl.demo.warm_start import token_weights
     from ragym.rl.core.grpo import Sample
+    from ragym.rl.tiny.warm_start import token_weights
 
     rerank = 7
     sample = Sample([1, rerank], [5, rerank, 9, 3, rerank], [1, 1, 1, 0, 0], [], 0.0, "0")
@@ -78,8 +78,8 @@ def test_warm_start_weights_only_the_generated_token_after_the_decision_tag() ->
 
 
 def test_warm_start_weights_the_tokens_inside_copy_spans() -> None:
-    from ragym.rl.demo.warm_start import token_weights
     from ragym.rl.core.grpo import Sample
+    from ragym.rl.tiny.warm_start import token_weights
 
     answer, end, rerank = 11, 12, 7  # <answer> ... </answer>, and a decision token after <rerank>
     sample = Sample(
@@ -106,7 +106,7 @@ def test_noisy_expert_errs_as_configured(noise: float, reject_noise: float) -> N
 
     import numpy as np
 
-    from ragym.rl.demo.warm_start import NoisyExpert
+    from ragym.rl.tiny.warm_start import NoisyExpert
 
     class Env:  # not the demo env: the expert reranks by name; Reject is offered
         unwrapped = SimpleNamespace(config=SimpleNamespace(allow_reject=True))
@@ -141,7 +141,7 @@ def expert_rows(tiny_policy_dir, tmp_path):
 
 
 def _warm_config(**fields):
-    from ragym.rl.demo.warm_start import WarmStartConfig
+    from ragym.rl.tiny.warm_start import WarmStartConfig
 
     base = dict(num_episodes=24, noise=0.0, reject_noise=0.5, protocol_share=0.0, decision_weight=5.0, epochs=2,
                 batch_size=1, lr=0.0, seed=3)  # fmt: skip
@@ -154,7 +154,7 @@ def _confirmations(samples, tokenizer) -> list[int]:
 
 
 def test_expert_noise_is_drawn_afresh_each_epoch_and_reproducibly(expert_rows) -> None:
-    from ragym.rl.demo.warm_start import expert_samples
+    from ragym.rl.tiny.warm_start import expert_samples
 
     rows, factory, tokenizer = expert_rows
     cfg = _warm_config()
@@ -165,7 +165,7 @@ def test_expert_noise_is_drawn_afresh_each_epoch_and_reproducibly(expert_rows) -
 
 
 def test_protocol_episodes_are_noiseless_and_teach_no_decision(expert_rows) -> None:
-    from ragym.rl.demo.warm_start import expert_samples
+    from ragym.rl.tiny.warm_start import expert_samples
 
     rows, factory, tokenizer = expert_rows
     samples = expert_samples(rows, factory, tokenizer, _warm_config(reject_noise=1.0, protocol_share=1.0))
@@ -255,7 +255,7 @@ def test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds(exper
     """``soft_decisions``: a row whose batch holds the match gives its confirming and its rejecting episode,
     weighted 1 - reject_noise and reject_noise; a row without one gives one episode of weight 1. The expected
     decision target is then the expert's odds exactly, whatever the draws."""
-    from ragym.rl.demo.warm_start import expert_samples
+    from ragym.rl.tiny.warm_start import expert_samples
 
     rows, factory, tokenizer = expert_rows
     samples = expert_samples(rows, factory, tokenizer, _warm_config(reject_noise=0.7, soft_decisions=True))

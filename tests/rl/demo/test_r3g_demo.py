@@ -11,8 +11,9 @@ import pytest
 
 from ragym.data_prep.r3g_synthetic import PRESETS, build_task
 from ragym.envs.events import events_of
-from ragym.rl.demo.r3g import R3GExpert, _corpus
-from ragym.rl.eval.scripted import run_episode
+from ragym.envs.r3g.expert import R3GExpert
+from ragym.envs.scripted import run_episode
+from ragym.rl.demo.r3g import _corpus
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def test_expert_branches_enumerate_the_noise_with_its_probabilities(
 ) -> None:
     """One episode per noise branch, weighted by its probability: the exact expectation of the noisy expert."""
     from ragym.rl.demo import r3g as demo
-    from ragym.rl.demo.warm_start import WarmStartConfig
+    from ragym.rl.tiny.warm_start import WarmStartConfig
 
     def judge_turn(row, expert, server, agent_loop):  # the expert's judge turn instead of a tokenized replay
         episode = run_episode(expert.env, expert, 0, json.loads(row["extra_info"]["env_options"]))
@@ -124,7 +125,7 @@ def test_demo_tokenizer_puts_the_rationale_word_right_before_the_decision_token(
     """The decision token ``" a="`` (space included) directly follows the copied word, one token back."""
     import itertools
 
-    from ragym.rl.demo.r3g import DECISION_TOKEN
+    from ragym.envs.r3g.expert import DECISION_TOKEN
     from ragym.rl.tiny.corpus import builtin_corpus
     from ragym.rl.tiny.policy import GRAMMAR_TOKENS, train_tokenizer
 
@@ -147,8 +148,8 @@ def test_tokenizer_corpus_covers_prompts_and_turns(rows: list[dict]) -> None:
 
 def test_warm_start_up_weights_the_token_after_each_of_several_ids() -> None:
     """The R3G demo weights the word after ``]`` and the score after ``a=``; other and masked tokens keep 1 / 0."""
-    from ragym.rl.demo.warm_start import token_weights
     from ragym.rl.core.grpo import Sample
+    from ragym.rl.tiny.warm_start import token_weights
 
     bracket, decision = 7, 8
     sample = Sample(

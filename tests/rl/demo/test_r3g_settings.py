@@ -20,10 +20,10 @@ import torch
 from omegaconf import OmegaConf
 
 from ragym.rl.demo import r3g
-from ragym.rl.demo import warm_start as warm_start
 from ragym.rl.engine.config import RecipeReader
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.tiny import policy as policy_module
+from ragym.rl.tiny import warm_start as warm_start
 from tests.rl.demo.recording import record_batches
 
 REAL = {

@@ -111,7 +111,7 @@ def test_report_shows_outcome_by_identification_and_the_shares_of_the_gain(tmp_p
     assert "| format | 1.000 | 1.000 | 0.000 |" in text
 
 
-@pytest.mark.parametrize("module_name", ["ragym.rl.demo.report", "ragym.rl.demo.warm_start"])
+@pytest.mark.parametrize("module_name", ["ragym.rl.demo.report", "ragym.rl.tiny.warm_start"])
 def test_doctests(module_name: str) -> None:
     """The examples in the docstrings (gain shares, copy spans, the quoting expert) hold."""
     result = doctest.testmod(importlib.import_module(module_name))

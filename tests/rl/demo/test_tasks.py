@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from ragym.data_prep.synthetic_kb import PRESETS, build_kb
+from ragym.envs.scripted import run_episode
 from ragym.rl.demo.run import DEMO_RECIPE
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, task_overrides
-from ragym.rl.demo.warm_start import NoisyExpert, WarmStartConfig
 from ragym.rl.engine.config import RecipeReader
 from ragym.rl.engine.trainer import read_rows
-from ragym.rl.eval.scripted import run_episode
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.tiny.copy_pretrain import CopyPretrainConfig
 from ragym.rl.tiny.policy import TinyPolicyConfig
+from ragym.rl.tiny.warm_start import NoisyExpert, WarmStartConfig
 
 
 def _demo_settings(overrides: list[str]) -> dict:

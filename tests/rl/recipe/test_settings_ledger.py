@@ -20,11 +20,11 @@ import importlib
 import re
 from pathlib import Path
 
-from ragym.rl.demo.warm_start import WarmStartTarget
 from ragym.rl.guards import GUARD_TYPES
 from ragym.rl.recipe.check import RAGYM_KEYS, RAGYM_SECTIONS
 from ragym.rl.tiny.copy_pretrain import CopyPretrainConfig
 from ragym.rl.tiny.policy import TinyPolicyConfig
+from ragym.rl.tiny.warm_start import WarmStartTarget
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -87,7 +87,7 @@ COVERED_BY: dict[str, str] = {
     "ragym.demo.warm_start.protocol_share": "tests/rl/demo/test_demo.py::test_protocol_episodes_are_noiseless_and_teach_no_decision",
     "ragym.demo.warm_start.copy_weight": "tests/rl/demo/test_answer_warm_start.py::test_the_answer_task_warm_start_weighs_the_copied_tokens_by_its_copy_weight",
     "ragym.demo.warm_start.context_weight": "tests/rl/demo/test_answer_warm_start.py::test_the_answer_task_warm_start_weighs_the_copied_tokens_by_its_copy_weight",
-    "ragym.demo.warm_start.lr_decay": "tests/rl/demo/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target",
+    "ragym.demo.warm_start.lr_decay": "tests/rl/tiny/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target",
     "ragym.demo.warm_start.soft_decisions": "tests/rl/demo/test_demo.py::test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds",
     "ragym.demo.kb_preset": "tests/rl/demo/test_tasks.py::test_every_task_composes_into_the_settings_the_demo_reads",
     "ragym.demo.arch": "tests/rl/tiny/test_tiny_policy.py::test_forward_backward_generate_with_images",
@@ -113,7 +113,7 @@ COVERED_BY: dict[str, str] = {
         ("noise", "tests/rl/demo/test_demo.py::test_noisy_expert_errs_as_configured"),
         ("reject_noise", "tests/rl/demo/test_r3g_demo.py::test_reject_noise_calls_the_gold_unanswerable_and_a_coin_ignores_the_word"),
         ("soft_decisions", "tests/rl/demo/test_demo.py::test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds"),
-        ("lr_decay", "tests/rl/demo/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target"))},
+        ("lr_decay", "tests/rl/tiny/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target"))},
     # Each guard's fields: its action, the metric it watches, and its firing rule's numbers.
     **{f"{GUARDS}{name}.{f.name}": GUARD_FIELD_TESTS.get(f.name, _BY_THRESHOLD)
        for name, kind in GUARD_TYPES.items() for f in dataclasses.fields(kind)

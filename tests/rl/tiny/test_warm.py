@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import torch
 
+from ragym.data_prep.toy_data import toy_rows
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path
 from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
 from ragym.rl.tiny import warm
-from ragym.rl.tiny.toy_data import toy_rows
 
 
 def test_the_warm_start_imitates_with_one_torch_thread(
@@ -51,7 +51,7 @@ def test_the_toy_warm_start_imitates_the_experts_turns_each_pass_at_weight_one(
 
     from ragym.envs.hooks import env_hooks
     from ragym.envs.registry import make_env
-    from ragym.rl.eval.scripted import run_episode
+    from ragym.envs.scripted import run_episode
 
     received: list[tuple[list, object]] = []
     monkeypatch.setattr(

@@ -14,8 +14,8 @@ from ragym.envs.kbvqa.actions import SearchImage, SearchText, format_action
 from ragym.envs.kbvqa.policies import SignaturePolicy
 from ragym.envs.retrieval.service.app import RetrievalApp
 from ragym.envs.retrieval.service.client import ServiceRetriever
+from ragym.envs.scripted import run_episode
 from ragym.envs.serving.catalog import CatalogSpec, load_catalog
-from ragym.rl.eval.scripted import run_episode
 from tests.envs.retrieval.service.helpers import free_port, running
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ragym.rl.demo import warm_start as warm_start
-from ragym.rl.demo.warm_start import WarmStartConfig, imitate
 from ragym.rl.core.grpo import Sample
+from ragym.rl.tiny import warm_start as warm_start
+from ragym.rl.tiny.warm_start import WarmStartConfig, imitate
 
 
 class TwoTokenPolicy(torch.nn.Module):

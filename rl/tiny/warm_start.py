@@ -26,11 +26,11 @@ from verl.workers.rollout.replica import TokenOutput
 
 from ragym.envs.kbvqa.policies import SignaturePolicy
 from ragym.envs.registry import make_env
+from ragym.envs.scripted import run_episode
 from ragym.rl.core.grpo import Sample, response_log_probs
 from ragym.rl.core.rollout import row_kwargs
 from ragym.rl.core.vision import ImageInputs
 from ragym.rl.errors import UsageError
-from ragym.rl.eval.scripted import run_episode
 
 logger = logging.getLogger(__name__)
 
