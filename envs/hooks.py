@@ -81,10 +81,11 @@ class EnvHooks:
     """The inverse of ``parse_action``: an action object (and the reason, where the grammar has one) -> the turn
     text. Scripted policies write their turns with it."""
     parse_action: Callable[[str], Any] | None = None
-    """The env's parser at its default settings: turn text -> action object (or its parse error)."""
+    """The env's parser at its default settings: turn text -> action object (or its parse error). The generic
+    ``format`` reward judges a turn the env never saw (cut by the length budget) with it."""
     example_actions: tuple[Any, ...] = ()
     """At least one action of every kind the grammar has: ``format_action`` and ``parse_action`` must take each
-    round trip (``tests/envs/test_action_formats.py``)."""
+    round trip (``tests/envs/test_action_formats.py``); a turn that parses to none of their types is malformed."""
     expert: Callable[[Any, int], Any] | None = None
     """``expert(env, seed)`` -> a scripted policy (``reset(obs)``, ``act(obs_text) -> turn``) that plays the env's
     protocol well: the toy warm start imitates it, ``ragym rollout --policy expert`` plays it."""
