@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
@@ -34,7 +33,7 @@ from ragym.rl.off_policy import (
     correction_problems,
     staleness_problem,
 )
-from ragym.rl.recipe.compose import recipe_keys, resolve_recipe_path
+from ragym.rl.recipe.compose import recipe_keys, recipe_settings
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
@@ -74,11 +73,9 @@ class RecipeReader:
 
 
 def recipe_set_keys(recipe: str | Path, overrides: list[str]) -> set[str]:
-    """Dotted leaf keys a recipe file sets (its own YAML, not verl's defaults) plus the override keys."""
-    raw = yaml.safe_load(resolve_recipe_path(recipe).read_text()) or {}
-    raw.pop("hydra", None)
-    raw.pop("defaults", None)
-    keys = recipe_keys(OmegaConf.create(raw))
+    """Dotted leaf keys a recipe's files set (its own YAML and its bases', not verl's defaults) plus the override
+    keys."""
+    keys = recipe_keys(OmegaConf.create(recipe_settings(recipe)))
     keys |= {item.split("=", 1)[0].lstrip("+~") for item in overrides}
     return keys
 

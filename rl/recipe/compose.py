@@ -1,16 +1,20 @@
-"""Load a ragym recipe: one verl Hydra YAML (``defaults: [ppo_trainer, _self_]``) composed on verl's config.
+"""Load a ragym recipe: a verl Hydra YAML (``defaults: [ppo_trainer, base/..., _self_]``) composed on verl's config.
 
+A recipe holds what differs from the bases it names (``recipes/base/``: what every recipe shares, verl's trainer,
+the cluster's scale, the CPU demos', an env's task, LoRA), each merged in ``defaults`` order, the recipe last.
 Both engines call ``load_recipe``: the local engine for its knobs, the cluster path through verl's own
-``main_ppo`` (which composes the same file with ``--config-path/--config-name``). Composition here uses
-Hydra's compose API with verl's packaged config on the search path, exactly as the recipe's own
-``hydra.searchpath`` asks, so a recipe that composes here composes on the cluster.
+``main_ppo`` (which composes the same file with ``--config-path/--config-name``, the recipe's folder, where the
+bases are found). Composition here uses Hydra's compose API with verl's packaged config on the search path,
+exactly as the recipe's own ``hydra.searchpath`` asks, so a recipe that composes here composes on the cluster.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import ConfigCompositionException
@@ -70,6 +74,56 @@ def compose_recipe(recipe: str | Path, overrides: list[str] | None = None) -> Di
                 f"override {key}: {path.name} has no such key; check the spelling ({hint})"
             ) from err
     return config
+
+
+def recipe_files(recipe: str | Path) -> list[Path]:
+    """The recipe's file and the bases it composes (``defaults`` entries under its folder, e.g. ``base/kbvqa``),
+    in the order Hydra merges them: a later file's value wins; verl's configs (``ppo_trainer``) are left out."""
+    path = resolve_recipe_path(recipe)
+    return _files(path.parent, path.stem)
+
+
+def _files(root: Path, name: str) -> list[Path]:
+    """``root/name.yaml`` after its defaults, depth first; ``/x`` names ``root/x``, ``x`` the entry's own folder."""
+    path = root / f"{name}.yaml"
+    group = name.rpartition("/")[0]
+    files: list[Path] = []
+    defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
+    for entry in [*defaults, *([] if "_self_" in defaults else ["_self_"])]:
+        if entry == "_self_":
+            files.append(path)
+            continue
+        if not isinstance(entry, str):
+            raise UsageError(f"{path}: defaults entry {entry!r}: a recipe names its bases as plain config names")
+        base = entry[1:] if entry.startswith("/") else f"{group}/{entry}".lstrip("/")
+        if (root / f"{base}.yaml").is_file():
+            files += _files(root, base)
+    return files
+
+
+def recipe_settings(recipe: str | Path) -> dict[str, Any]:
+    """What the recipe's files set (its own and its bases', merged as Hydra merges them; no ``hydra``, ``defaults``
+    or verl default): the keys a user wrote, for the checks of keys nothing reads."""
+    merged: dict[str, Any] = {}
+    for path in recipe_files(recipe):
+        raw = yaml.safe_load(path.read_text()) or {}
+        _merge(merged, {key: value for key, value in raw.items() if key not in {"hydra", "defaults"}})
+    return merged
+
+
+def _merge(into: dict[str, Any], other: dict[str, Any]) -> None:
+    """Deep-merge plain mapping ``other`` into ``into`` (``other`` wins).
+
+    >>> into = {"a": {"b": 1, "c": 2}}
+    >>> _merge(into, {"a": {"c": 3}, "d": 4})
+    >>> into
+    {'a': {'b': 1, 'c': 3}, 'd': 4}
+    """
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
 
 
 def resolve_relative(value: str, recipe: Path) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,16 +12,18 @@ from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from ragym.rewards.rubric import Rubric
 from ragym.rl.eval.evaluate import EvalConfig
 from ragym.rl.recipe.check import check_recipe, uncommented_knobs, unknown_keys
-from ragym.rl.recipe.compose import RECIPES_DIR
+from ragym.rl.recipe.compose import RECIPES_DIR, compose_recipe, recipe_files, recipe_settings
+from tests.recipes.composed import leaves
 
-# Sub-folders that hold other kinds of YAML, each tested where it is used.
-NOT_TRAINING_RECIPES = ("rewards", "retriever", "agent_loops", "platforms")
+# Sub-folders that hold other kinds of YAML, each tested where it is used (the bases: below and in test_composed).
+NOT_TRAINING_RECIPES = ("rewards", "retriever", "agent_loops", "platforms", "base")
 TRAINING_RECIPES = sorted(
     path
     for path in RECIPES_DIR.rglob("*.yaml")
     if path.relative_to(RECIPES_DIR).parts[0] not in NOT_TRAINING_RECIPES
 )
 PAPER_RECIPES = ("kbvqa_qwen2_5_vl_7b.yaml", "kbvqa_qwen3_vl_8b.yaml")
+BASES = sorted((RECIPES_DIR / "base").glob("*.yaml"))
 
 
 def _id(path: Path) -> str:
@@ -34,7 +37,7 @@ def test_the_issue_recipes_are_committed() -> None:
 
 def _local_engine(path: Path) -> bool:
     """Recipes with a ``ragym.engine`` section run on the local engine (``ragym submit`` picks it too)."""
-    return (yaml.safe_load(path.read_text()).get("ragym") or {}).get("engine") is not None
+    return (recipe_settings(path).get("ragym") or {}).get("engine") is not None
 
 
 @pytest.mark.parametrize("path", TRAINING_RECIPES, ids=_id)
@@ -53,16 +56,66 @@ def test_recipe_composes_and_passes_verl_validation(path: Path) -> None:
     assert config.algorithm.adv_estimator == "grpo"
 
 
-@pytest.mark.parametrize("path", TRAINING_RECIPES, ids=_id)
+@pytest.mark.parametrize("path", TRAINING_RECIPES + BASES, ids=_id)
 def test_every_knob_has_a_comment_above_it(path: Path) -> None:
     assert uncommented_knobs(path.read_text()) == []
 
 
 @pytest.mark.parametrize("path", TRAINING_RECIPES, ids=_id)
-def test_recipe_has_one_level_of_defaults_on_ppo_trainer(path: Path) -> None:
+def test_recipe_composes_on_ppo_trainer_and_the_bases(path: Path) -> None:
+    """verl's config first, then bases from ``recipes/base/`` (found next to the recipe, where both engines look),
+    the recipe's own keys last; verl's config is on the search path the recipe names (``main_ppo`` reads it)."""
     raw = yaml.safe_load(path.read_text())
-    assert raw["defaults"] == ["ppo_trainer", "_self_"]
+    first, *bases, last = raw["defaults"]
+    assert (first, last) == ("ppo_trainer", "_self_")
+    assert bases and all(
+        base.startswith("base/") and (RECIPES_DIR / f"{base}.yaml").is_file() for base in bases
+    )
     assert raw["hydra"]["searchpath"] == ["pkg://verl.trainer.config"]
+
+
+@pytest.mark.parametrize("path", BASES, ids=_id)
+def test_bases_merge_at_the_top_and_name_their_bases_from_the_recipes_folder(path: Path) -> None:
+    """Without ``@package _global_`` Hydra would nest a base's keys under ``base.``; a base's own bases are named
+    absolutely (``/base/x``), as from any recipe that composes it."""
+    assert path.read_text().startswith("# @package _global_\n")
+    raw = yaml.safe_load(path.read_text()) or {}
+    assert "hydra" not in raw
+    for entry in raw.get("defaults") or []:
+        assert entry == "_self_" or (
+            entry.startswith("/base/") and (RECIPES_DIR / f"{entry[1:]}.yaml").is_file()
+        )
+
+
+@pytest.mark.parametrize("path", TRAINING_RECIPES, ids=_id)
+def test_what_the_files_set_is_what_the_recipe_composes_to(path: Path) -> None:
+    """``recipe_files`` lists the bases in Hydra's merge order: every key the files set (the last file's value for a
+    key set twice) is the composed config's, so the checks of unknown and unused keys see what verl sees."""
+    composed = dict(leaves(_container(path)))
+    assert {key: value for key, value in leaves(recipe_settings(path)) if composed[key] != value} == {}
+    assert recipe_files(path)[-1] == path.resolve()
+
+
+def _container(path: Path) -> dict:
+    from omegaconf import OmegaConf
+
+    container = OmegaConf.to_container(compose_recipe(path), resolve=False)
+    assert isinstance(container, dict)
+    return container
+
+
+@pytest.mark.parametrize("path", TRAINING_RECIPES, ids=_id)
+def test_a_recipe_holds_only_what_differs_from_its_bases(path: Path) -> None:
+    """A variant is its differences: no key of the recipe's own file repeats the value its bases give it."""
+    bases: dict = {}
+    for base in recipe_files(path)[:-1]:
+        bases.update(
+            leaves({k: v for k, v in (yaml.safe_load(base.read_text()) or {}).items() if k != "defaults"})
+        )
+    own = dict(
+        leaves({k: v for k, v in yaml.safe_load(path.read_text()).items() if k not in {"hydra", "defaults"}})
+    )
+    assert {key: value for key, value in own.items() if key in bases and bases[key] == value} == {}
 
 
 @pytest.mark.parametrize("name", PAPER_RECIPES)
@@ -120,13 +173,26 @@ def test_reward_module_loads_through_verls_loader() -> None:
 def test_unknown_key_is_reported(tmp_path: Path) -> None:
     text = (RECIPES_DIR / "kbvqa_single_gpu_smoke.yaml").read_text()
     typo = text.replace(
-        "    # One GPU: no tensor parallelism.\n", "    # Misspelled.\n    temprature: 0.5\n    # One GPU.\n"
+        "    # Prompt + response.\n", "    # Misspelled.\n    temprature: 0.5\n    # Prompt + response.\n"
     )
+    assert typo != text
+    shutil.copytree(RECIPES_DIR / "base", tmp_path / "base")
     bad = tmp_path / "typo.yaml"
     bad.write_text(typo)
     assert unknown_keys(bad) == ["actor_rollout_ref.rollout.temprature"]
     with pytest.raises(ValueError, match="temprature"):
         check_recipe(bad)
+
+
+def test_unknown_key_in_a_base_is_reported(tmp_path: Path) -> None:
+    """The check reads the bases a recipe composes, not only its own file."""
+    shutil.copytree(RECIPES_DIR / "base", tmp_path / "base")
+    shutil.copy(RECIPES_DIR / "kbvqa_single_gpu_smoke.yaml", tmp_path / "smoke.yaml")
+    verl = tmp_path / "base" / "verl.yaml"
+    verl.write_text(
+        verl.read_text().replace("  bad_rows: skip\n", "  bad_rows: skip\n  # Misspelled.\n  shufle: true\n")
+    )
+    assert unknown_keys(tmp_path / "smoke.yaml") == ["data.shufle"]
 
 
 def test_free_form_maps_accept_new_keys(tmp_path: Path) -> None:
