@@ -76,6 +76,7 @@ COVERED_BY: dict[str, str] = {
     E + "trace_groups_per_step": "tests/launch/test_new_env_folder.py::test_rollout_budget_local_engine_and_verl_pick_it_up",
     "ragym.verl.trace_groups_per_step": "tests/launch/test_new_env_folder.py::test_rollout_budget_local_engine_and_verl_pick_it_up",
     "ragym.retrieval.url": "tests/rl/recipe/test_retrieval_url.py",
+    "ragym.env.max_rejections": "tests/rl/recipe/test_env_settings.py::test_the_setting_reaches_the_envs_that_have_it_and_changes_the_episode",
     "ragym.images.factor": "tests/rl/recipe/test_images.py::test_the_budget_reaches_every_env_that_shows_images",
     "ragym.images.query_max_pixels": "tests/rl/recipe/test_images.py::test_the_budget_reaches_every_env_that_shows_images",
     "ragym.images.candidate_max_pixels": "tests/rl/recipe/test_images.py::test_the_budget_reaches_every_env_that_shows_images",
