@@ -46,9 +46,15 @@ def scripted_episodes(env_id: str, folder: Path) -> Iterator[tuple[dict[str, Any
     assert hooks.toy_rows is not None and hooks.expert is not None
     hooks.toy_rows(folder)
     rows = pd.read_parquet(folder / "data" / "train.parquet").head(ROWS_PER_ENV)
+    built: dict[
+        tuple[str, str], Any
+    ] = {}  # one env per (id, kwargs): a reset starts afresh, and builds are slow
     for _, row in rows.iterrows():
         info = row["extra_info"]
-        env = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
+        key = (info["env_id"], info["env_kwargs"])
+        if key not in built:
+            built[key] = make_env(info["env_id"], **json.loads(info["env_kwargs"]))
+        env = built[key]
         obs, out = env.reset(seed=0, options=json.loads(info["env_options"]))
         policy = hooks.expert(env, 0)
         policy.reset(obs)
