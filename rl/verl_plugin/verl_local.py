@@ -168,6 +168,11 @@ def verl_command(
     return command, config
 
 
+RAY_INIT_KEYS = "ray_kwargs.ray_init."
+"""Overrides for a Ray instance the trainer starts itself, which ``ray.init`` refuses when it joins one
+(``RAY_ADDRESS``)."""
+
+
 def run_verl(
     recipe: str,
     overrides: list[str],
@@ -179,6 +184,8 @@ def run_verl(
     """Run verl's trainer to the end of the recipe; returns its exit status."""
     command, config = verl_command(recipe, overrides, toy, rollout)
     joining = bool(os.environ.get("RAY_ADDRESS"))
+    if joining:  # ray.init refuses its start-up arguments (the CPU platform's num_cpus, ...) when it joins
+        command = [arg for arg in command if not arg.lstrip("+").startswith(RAY_INIT_KEYS)]
     if network == "auto":
         network = "host" if joining or private_network_refusal() else "private"
     if network == "private":
