@@ -34,8 +34,8 @@ class VerificationParams:
 
     delta: float = 0.2
     """rho for a correct ``Reject()`` (gold entity not in the batch); paper Eq. 4 and Table 8: 0.2."""
-    rej_max: int | None = None
-    """The env's rejection limit: only the first ``rej_max + 1`` batches served per image (the initial one
+    max_rejections: int | None = None
+    """The env's rejection limit: only the first ``max_rejections + 1`` batches served per image (the initial one
     plus one per rejection or repeated SearchImage) can earn reward. Null reads it from the episode's ``task`` event (the limit the
     env ran with); set, it must equal that limit (a mismatch raises), so a Rej_max sweep cannot be scored
     with another limit. Null with no ``task`` event trusts the env to serve no more."""
@@ -55,8 +55,10 @@ class VerificationParams:
         ):
             # A negative delta would make a correct Reject() cost reward: the opposite of Eq. 4.
             raise ValueError(f"delta must be a finite number >= 0, got {self.delta!r}")
-        if self.rej_max is not None and (not isinstance(self.rej_max, int) or self.rej_max < 0):
-            raise ValueError(f"rej_max must be null or an int >= 0, got {self.rej_max!r}")
+        if self.max_rejections is not None and (
+            not isinstance(self.max_rejections, int) or self.max_rejections < 0
+        ):
+            raise ValueError(f"max_rejections must be null or an int >= 0, got {self.max_rejections!r}")
         if not isinstance(self.pay_reject_at_limit, bool):
             raise ValueError(f"pay_reject_at_limit must be true or false, got {self.pay_reject_at_limit!r}")
 
@@ -74,8 +76,8 @@ def kbvqa_turn_parses(episode: Episode, text: str) -> bool:
     return not isinstance(parse_action(text, allow_reject=allow_reject), ParseError)
 
 
-def served_batches(episode: Episode, rej_max: int | None = None) -> dict[BatchKey, dict[str, Any]]:
-    """The candidate batches the env served, by (image, batch id), capped at ``rej_max + 1`` per image."""
+def served_batches(episode: Episode, max_rejections: int | None = None) -> dict[BatchKey, dict[str, Any]]:
+    """The candidate batches the env served, by (image, batch id), capped at ``max_rejections + 1`` per image."""
     batches: dict[BatchKey, dict[str, Any]] = {}
     per_image: dict[Any, int] = {}
     for event in events_of(episode.events, "search_image"):
@@ -83,22 +85,22 @@ def served_batches(episode: Episode, rej_max: int | None = None) -> dict[BatchKe
         if key in batches:
             continue
         per_image[event["image"]] = per_image.get(event["image"], 0) + 1
-        if rej_max is not None and per_image[event["image"]] > rej_max + 1:
+        if max_rejections is not None and per_image[event["image"]] > max_rejections + 1:
             continue
         batches[key] = event
     return batches
 
 
-def episode_rej_max(episode: Episode, rej_max: int | None) -> int | None:
-    """The rejection limit to score with: the episode's own (``task`` event), checked against ``rej_max``."""
+def episode_max_rejections(episode: Episode, max_rejections: int | None) -> int | None:
+    """The rejection limit to score with: the episode's own (``task`` event), checked against ``max_rejections``."""
     tasks = events_of(episode.events, "task")
     ran_with = tasks[0]["max_rejections"] if tasks else None
-    if rej_max is not None and ran_with is not None and rej_max != ran_with:
+    if max_rejections is not None and ran_with is not None and max_rejections != ran_with:
         raise ValueError(
-            f"verification reward: recipe rej_max={rej_max} but the episode ran with max_rejections={ran_with}; "
-            "set the reward's rej_max to the env's max_rejections (or null to read it from the episode)"
+            f"verification reward: the reward's max_rejections={max_rejections} but the episode ran with "
+            f"max_rejections={ran_with}; set the reward's to the env's (or null to read it from the episode)"
         )
-    return ran_with if ran_with is not None else rej_max
+    return ran_with if ran_with is not None else max_rejections
 
 
 def _rho(decision: dict[str, Any], batch: dict[str, Any], delta: float) -> float:
@@ -137,13 +139,13 @@ def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, f
     None when no served batch has a gold entity (as ``verification``).
     """
     cfg = VerificationParams(**params)
-    rej_max = episode_rej_max(episode, cfg.rej_max)
-    batches = served_batches(episode, rej_max)
+    max_rejections = episode_max_rejections(episode, cfg.max_rejections)
+    batches = served_batches(episode, max_rejections)
     if not any(batch.get("gold_entity") is not None for batch in batches.values()):
         return None
     # Without the Reject action (Table 5's "w/o Reject") no Reject is paid, even one a broken env recorded.
     rejects_pay = all(task.get("allow_reject", True) for task in events_of(episode.events, "task"))
-    at_limit = set() if cfg.pay_reject_at_limit else _rejects_at_limit(episode, rej_max)
+    at_limit = set() if cfg.pay_reject_at_limit else _rejects_at_limit(episode, max_rejections)
     counted, decided = [], set()
     for decision in events_of(episode.events, "verification"):
         key = (decision["image"], decision["batch_id"])
@@ -160,11 +162,11 @@ def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, f
     return counted
 
 
-def _rejects_at_limit(episode: Episode, rej_max: int | None) -> set[BatchKey]:
+def _rejects_at_limit(episode: Episode, max_rejections: int | None) -> set[BatchKey]:
     """The batches whose Reject is at the limit (issued when the image's RejCount already equalled Rej_max),
     or, with no known limit, the ones whose Reject the env flagged ``at_limit``."""
-    if rej_max is not None:
-        return rejects_at_limit(episode.events, rej_max)
+    if max_rejections is not None:
+        return rejects_at_limit(episode.events, max_rejections)
     decisions = events_of(episode.events, "verification")
     return {(d["image"], d["batch_id"]) for d in decisions if d.get("at_limit")}
 

@@ -287,16 +287,16 @@ class KBVQAEnv(TurnEnv):
         batch, error = self._decision_batch("reject")
         if batch is None:
             return error, []
-        state, image, rej_max = self._running(), batch.image, self.config.max_rejections
+        state, image, max_rejections = self._running(), batch.image, self.config.max_rejections
         # Algorithm S1 (lines 14-20) checks RejCount(j) alone: batches paged by SearchImage are not rejections.
-        if state.rejections[image] >= rej_max:
+        if state.rejections[image] >= max_rejections:
             state.decide(batch, "reject", None, at_limit=True)  # judged, but not a rejection: RejCount stays
             return self._boundary(image)
         state.decide(batch, "reject", None)
         state.rejections[image] += 1
         # A counted rejection; the batch cap (Rej_max + 1 per image, repeated SearchImage calls included) still
         # bounds what is served, so after SearchImage paged to the cap the rejection brings the boundary prompt.
-        if state.batches_served(image) > rej_max:
+        if state.batches_served(image) > max_rejections:
             return self._boundary(image)
         return self._serve_batch(image)
 

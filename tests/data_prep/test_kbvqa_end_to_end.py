@@ -15,10 +15,10 @@ from ragym.rl.cli import main as ragym
 
 @pytest.mark.slow
 def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
-    from ragym.rl.train import build_trainer
     from ragym.rl.core.metrics import read_metrics
     from ragym.rl.eval.evaluate import main as evaluate
     from ragym.rl.tiny.policy import build_tiny_policy
+    from ragym.rl.train import build_trainer
 
     root = next(iter(prepared.values()))[0].parent
     repo = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
     policy = build_tiny_policy("qwen2_5_vl", tmp_path / "policy", seed=0)
     # The fixture KBs run Rej_max=0; the verification reward reads it from each episode.
     reward = yaml.safe_load((repo / "recipes" / "rewards" / "mmagent_r2.yaml").read_text())
-    reward["terms"]["verification"]["params"]["rej_max"] = None
+    reward["terms"]["verification"]["params"]["max_rejections"] = None
     (tmp_path / "reward.yaml").write_text(yaml.safe_dump(reward))
     overrides = [
         f"actor_rollout_ref.model.path={policy}",

@@ -142,7 +142,7 @@ def test_the_paper_reward_recipe_scores_time_like_eval_and_reads_rej_max_from_ep
     terms = yaml.safe_load((RECIPES_DIR / "rewards" / "mmagent_r2.yaml").read_text())["terms"]
     assert terms["outcome"]["params"]["time_year_tolerance"] == PAPER_TIME_YEAR_TOLERANCE == 1
     assert EvalConfig().time_year_tolerance == PAPER_TIME_YEAR_TOLERANCE
-    assert terms["verification"]["params"] == {"delta": 0.2, "rej_max": None, "pay_reject_at_limit": False}
+    assert terms["verification"]["params"] == {"delta": 0.2, "max_rejections": None, "pay_reject_at_limit": False}
     # Numerical answers without a number: the training reward pays nothing, eval scores as the official scorers.
     assert terms["outcome"]["params"]["no_number_as_zero"] is False and EvalConfig().no_number_as_zero is True
 

@@ -22,7 +22,7 @@ class SyntheticConfig:
 
     batch_size: int = 5
     """K: candidates per batch."""
-    rej_max: int = 2
+    max_rejections: int = 2
     """Rejections allowed per image before the boundary prompt."""
     max_turns: int = 8
     """T_max: the episode is truncated (with a forced answer) after this many turns."""
@@ -38,7 +38,7 @@ class SyntheticConfig:
 
 def _gold_rank(rng: random.Random, cfg: SyntheticConfig) -> int:
     """Rank of the gold entity in the image's full ranking (sometimes beyond every reachable batch)."""
-    return rng.randrange(0, (cfg.rej_max + 2) * cfg.batch_size)
+    return rng.randrange(0, (cfg.max_rejections + 2) * cfg.batch_size)
 
 
 def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | None = None) -> Episode:
@@ -52,7 +52,7 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
     rng = random.Random(seed)
     turns: list[str] = []
     golds = [f"entity_{seed}_{image}" for image in range(1, num_images + 1)]
-    events: list[dict] = [kbvqa_ev.task(num_images, golds, cfg.rej_max, cfg.batch_size, cfg.max_turns)]
+    events: list[dict] = [kbvqa_ev.task(num_images, golds, cfg.max_rejections, cfg.batch_size, cfg.max_turns)]
     batch_id = 0
 
     def act(action, kind: str) -> int:
@@ -68,7 +68,7 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
             events.append(ev.action(len(turns) - 1, "invalid", False))
             events.append(ev.format_error(len(turns) - 1, "unbalanced_tags"))
         turn = act(SearchImage(image), "search_image")
-        for rejections in range(cfg.rej_max + 1):
+        for rejections in range(cfg.max_rejections + 1):
             offset = (rejections) * cfg.batch_size
             candidates = [f"entity_{seed}_{image}_{offset + i}" for i in range(cfg.batch_size)]
             in_batch = offset <= rank < offset + cfg.batch_size
@@ -85,7 +85,7 @@ def synthetic_episode(seed: int, num_images: int = 1, cfg: SyntheticConfig | Non
             turn = act(Rerank(choice), "rerank") if rerank else act(Reject(), "reject")
             decision = "rerank" if rerank else "reject"
             # Algorithm S1: a Reject of the last allowed batch brings the boundary prompt and is not counted.
-            at_limit = not rerank and rejections == cfg.rej_max
+            at_limit = not rerank and rejections == cfg.max_rejections
             events.append(
                 kbvqa_ev.verification(turn, decision, choice, image, batch_id, candidates, gold, at_limit)
             )

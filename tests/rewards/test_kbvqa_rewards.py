@@ -117,11 +117,11 @@ def _rejected_batches(num: int, image: int = 1, first_id: int = 0) -> list[dict]
 
 
 def test_rejections_beyond_rej_max_earn_nothing() -> None:
-    """A misbehaving env serves 6 gold-free batches; only the first rej_max + 1 can earn delta, and the
-    (rej_max + 1)-th only when the recipe pays a Reject at the limit."""
+    """A misbehaving env serves 6 gold-free batches; only the first max_rejections + 1 can earn delta, and the
+    (max_rejections + 1)-th only when the recipe pays a Reject at the limit."""
     events = _rejected_batches(6)
-    assert score("verification", episode(events), delta=0.2, rej_max=2) == pytest.approx(0.4)
-    paid = score("verification", episode(events), delta=0.2, rej_max=2, pay_reject_at_limit=True)
+    assert score("verification", episode(events), delta=0.2, max_rejections=2) == pytest.approx(0.4)
+    paid = score("verification", episode(events), delta=0.2, max_rejections=2, pay_reject_at_limit=True)
     assert paid == pytest.approx(0.6)
     assert score("verification", episode(events), delta=0.2) == pytest.approx(
         1.2
@@ -130,9 +130,9 @@ def test_rejections_beyond_rej_max_earn_nothing() -> None:
 
 def test_rej_max_counts_batches_per_image() -> None:
     events = _rejected_batches(1) + _rejected_batches(1, image=2, first_id=1)
-    assert score("verification", episode(events), delta=0.2, rej_max=0) == 0.0  # both at the limit
+    assert score("verification", episode(events), delta=0.2, max_rejections=0) == 0.0  # both at the limit
     assert score(
-        "verification", episode(events), delta=0.2, rej_max=0, pay_reject_at_limit=True
+        "verification", episode(events), delta=0.2, max_rejections=0, pay_reject_at_limit=True
     ) == pytest.approx(0.4)
 
 
@@ -151,13 +151,13 @@ REJECT_AT_LIMIT_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("rej_max", "num", "pay", "expected"),
+    ("max_rejections", "num", "pay", "expected"),
     [c[1:] for c in REJECT_AT_LIMIT_CASES],
     ids=[c[0] for c in REJECT_AT_LIMIT_CASES],
 )
-def test_a_reject_at_the_limit_is_paid_only_when_the_recipe_says(rej_max, num, pay, expected) -> None:
-    """The limit read from the episode's task event, as in training (rej_max: null)."""
-    events = [kbvqa_ev.task(1, ["gold"], rej_max, 5, 8), *_rejected_batches(num)]
+def test_a_reject_at_the_limit_is_paid_only_when_the_recipe_says(max_rejections, num, pay, expected) -> None:
+    """The limit read from the episode's task event, as in training (max_rejections: null)."""
+    events = [kbvqa_ev.task(1, ["gold"], max_rejections, 5, 8), *_rejected_batches(num)]
     assert score("verification", episode(events), delta=0.2, pay_reject_at_limit=pay) == pytest.approx(
         expected
     )
@@ -323,6 +323,6 @@ def test_rej_max_comes_from_the_episode_and_a_mismatch_fails_loudly() -> None:
         events += [batch(b, cands, offset=5 * b), decide(b, cands, None)]
     # The fourth batch's Reject is at the limit (Algorithm S1): unpaid by default.
     assert score("verification", episode(events), delta=0.2) == pytest.approx(0.6)
-    assert score("verification", episode(events), delta=0.2, rej_max=3) == pytest.approx(0.6)
-    with pytest.raises(ValueError, match="rej_max=2 but the episode ran with max_rejections=3"):
-        score("verification", episode(events), delta=0.2, rej_max=2)
+    assert score("verification", episode(events), delta=0.2, max_rejections=3) == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="max_rejections=2 but the episode ran with max_rejections=3"):
+        score("verification", episode(events), delta=0.2, max_rejections=2)

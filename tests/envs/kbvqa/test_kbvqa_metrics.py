@@ -12,9 +12,11 @@ from ragym.envs.metrics import episode_metrics
 CANDS = ["e1", "e2"]
 
 
-def _kbvqa(golds: list[str | None], *decisions: tuple[int, str | None], rej_max: int = 2) -> list[dict]:
+def _kbvqa(
+    golds: list[str | None], *decisions: tuple[int, str | None], max_rejections: int = 2
+) -> list[dict]:
     """A KB-VQA episode: per (image, entity) one search and one decision (None: Reject), then an answer."""
-    events = [kbvqa_ev.task(len(golds), golds, rej_max, 2, 8)]
+    events = [kbvqa_ev.task(len(golds), golds, max_rejections, 2, 8)]
     for turn, (image, entity) in enumerate(decisions):
         gold = golds[image - 1]
         events += [
@@ -94,12 +96,14 @@ REJECT_LIMIT_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("rej_max", "golds", "decisions", "rejections", "at_limit", "needless"),
+    ("max_rejections", "golds", "decisions", "rejections", "at_limit", "needless"),
     [c[1:] for c in REJECT_LIMIT_CASES],
     ids=[c[0] for c in REJECT_LIMIT_CASES],
 )
-def test_kbvqa_rejections_stop_at_rej_max(rej_max, golds, decisions, rejections, at_limit, needless) -> None:
-    metrics = episode_metrics("KBVQA-v0", _kbvqa(golds, *decisions, rej_max=rej_max))
+def test_kbvqa_rejections_stop_at_rej_max(
+    max_rejections, golds, decisions, rejections, at_limit, needless
+) -> None:
+    metrics = episode_metrics("KBVQA-v0", _kbvqa(golds, *decisions, max_rejections=max_rejections))
     assert (metrics["rejections"], metrics["rejects_at_limit"]) == (rejections, at_limit)
     assert metrics["needless_rejections"] == needless
 
