@@ -60,6 +60,12 @@ def registered_envs() -> dict[str, str]:
     return dict(_ENVS)
 
 
+def env_packages() -> list[str]:
+    """The packages of the registered envs, each once (``ragym.envs.kbvqa`` for ``ragym.envs.kbvqa.env:KBVQAEnv``):
+    where tests and tools find each env's own modules (``events``, ``metrics``, ``hooks``) without a list."""
+    return sorted({entry_point.split(":")[0].rsplit(".", 1)[0] for entry_point in _ENVS.values()})
+
+
 def searches_service(env_id: str) -> bool:
     """Whether ``env_id`` was registered as searching through the retrieval service when one is named."""
     return env_id in _SERVICE_ENVS

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragym.envs.kbvqa.env import KBVQAConfig
+from ragym.envs.registry import registered_envs
 
 
 @pytest.mark.parametrize(
@@ -44,7 +45,7 @@ def test_docmemo_visual_encoder_without_a_model_is_refused_naming_the_path():
     DocMemoConfig(encoder="visual", visual_model_path="/models/clip")
 
 
-@pytest.mark.parametrize("env_id", ["KBVQA-v0", "KBVQA-Demo-v0", "DocMemo-v0", "MEMORA-v0", "R3G-v0"])
+@pytest.mark.parametrize("env_id", sorted(registered_envs()))
 def test_an_unknown_setting_is_refused_naming_it_and_the_settings_there_are(env_id):
     from ragym.envs import make_env
     from ragym.envs.core import UnknownSetting

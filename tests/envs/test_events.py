@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
 import pytest
 
-from ragym.envs import docmemo, kbvqa, memora, r3g
 from ragym.envs import events as ev
+from ragym.envs.registry import env_packages
 
 SHARED_KINDS = {
     "action", "format_error", "protocol_violation", "truncated", "answer", "retrieval_error", "episode_error",
@@ -46,7 +47,9 @@ def test_shared_constructors_make_their_kinds_as_plain_json() -> None:
 
 
 def test_the_registry_holds_the_shared_kinds_and_each_env_packages_own() -> None:
-    own = [set(package.events.KINDS) for package in (kbvqa, docmemo, memora, r3g)]
+    packages = env_packages()
+    assert {"ragym.envs.kbvqa", "ragym.envs.docmemo", "ragym.envs.memora", "ragym.envs.r3g"} <= set(packages)
+    own = [set(importlib.import_module(f"{package}.events").KINDS) for package in packages]
     assert ev.registered_event_kinds() == SHARED_KINDS.union(*own)
     assert not any(a & b for i, a in enumerate(own) for b in own[i + 1 :])  # no kind is two envs'
 

@@ -10,6 +10,7 @@ from ragym.envs import image_cache
 from ragym.envs.docmemo.env import DocMemoConfig
 from ragym.envs.kbvqa.env import KBVQAConfig
 from ragym.envs.r3g.env import R3GConfig
+from ragym.envs.registry import registered_envs
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import RECIPES_DIR
@@ -112,7 +113,7 @@ def test_the_budget_reaches_every_env_that_shows_images() -> None:
     images = recipe_images(composed("kbvqa_qwen3_vl_8b"))
     expected = {"query_max_pixels": 1024 * 32 * 32, "candidate_max_pixels": 256 * 32 * 32,
                 "image_min_pixels": 65536, "image_factor": 32}  # fmt: skip
-    for env_id in ("KBVQA-v0", "KBVQA-Demo-v0", "R3G-v0", "MEMORA-v0", "DocMemo-v0"):
+    for env_id in registered_envs():
         assert with_image_budget(env_id, {"x": 1}, images) == {"x": 1, **expected}
 
 
