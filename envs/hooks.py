@@ -6,15 +6,15 @@ evaluation summary. Each env package declares them in one ``EnvHooks`` (in its `
 object when it registers (``register_env(..., hooks="pkg.hooks:HOOKS")``); ``rl/`` asks ``env_hooks(env_id)``
 and keeps no per-env list or branch.
 
-``hooks.py`` is the one module of an env package that may import the layers above ``envs`` (the scripted
-policies and toy-data builders live there): nothing imports it by name in code, the registry loads it when a hook
-is first asked for (``tests/test_package_graph.py`` checks both).
+``hooks.py`` is the one module of an env package that may import a layer above ``envs``, ``data_prep`` (its toy rows
+are verl rows): nothing imports it by name in code, the registry loads it when a hook is first asked for
+(``tests/test_package_graph.py`` checks both).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,9 @@ class EnvHooks:
     (KB-VQA's ``signature``, ``oracle``, ``random``)."""
     warm_schedule: tuple[int, int] = (8, 16)
     """(rows, passes) of the toy warm start (``ragym.rl.tiny.warm``): long episodes need more."""
+    tokenizer_corpus: Callable[[], Iterator[str]] | None = None
+    """``tokenizer_corpus()`` -> text of the env (its system prompt, observations of a few seeded episodes) that the
+    tiny policies' tokenizer is trained on (``ragym.rl.tiny.corpus``)."""
     toy_rows: Callable[[Path], None] | None = None
     """``toy_rows(out)`` writes ``out/data/{train,test}.parquet`` (verl rows of the env's synthetic data)."""
     longest_episode: Callable[[Any, dict[str, Any] | None, int], None] | None = None

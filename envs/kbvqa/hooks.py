@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,31 @@ _CANDIDATE = re.compile(r"^\[\d+\] <image> (.+?)(?: \(signature: [^\s)]+\))?$", 
 def expert(env: Any, seed: int) -> Any:
     """The signature policy: confirms the candidate whose signature matches the query image's, reads, answers."""
     return SignaturePolicy(env)
+
+
+NUM_CORPUS_EPISODES = 32
+"""Seeded synthetic episodes whose observations join the tiny policies' tokenizer corpus."""
+CORPUS_ACTIONS = (
+    "<reason>search the image</reason><search_call>SearchImage(1)</search_call>",
+    '<reason>look for facts</reason><search_call>SearchText(["history", "location"])</search_call>',
+)
+"""Actions stepped in each corpus episode so candidate batches and passages join the corpus."""
+
+
+def tokenizer_corpus() -> Iterator[str]:
+    """KB-VQA's system prompt and the first observations of a few seeded episodes (``ragym.rl.tiny.corpus``)."""
+    from ragym.envs.registry import make_env
+
+    # A ragym env: gymnasium's API plus ``system_prompt`` (docs/environments.md), which gymnasium.Env lacks.
+    env: Any = make_env("KBVQA-v0")
+    yield env.system_prompt
+    for seed in range(NUM_CORPUS_EPISODES):
+        obs, _ = env.reset(seed=seed)
+        yield obs["text"]
+        for action in CORPUS_ACTIONS:
+            yield action
+            obs, *_ = env.step(action)
+            yield obs["text"]
 
 
 def toy_rows(out: Path) -> None:
@@ -163,6 +189,7 @@ HOOKS = EnvHooks(
     # KB-VQA's episodes are four turns: at 20 passes a fresh toy run once scored no well-formed episode in 16;
     # at 48 a quarter to a half are.
     warm_schedule=(16, 48),
+    tokenizer_corpus=tokenizer_corpus,
     toy_rows=toy_rows,
     longest_episode=longest_episode,
     paper_recipe="kbvqa_qwen2_5_vl_7b",

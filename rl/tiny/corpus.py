@@ -4,21 +4,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from typing import Any
 
+from ragym.envs.hooks import hook, one_env_per_hooks
 from ragym.rl.agent_loop.chat_template import DEFAULT_SYSTEM_PROMPT
-
-CORPUS_ENV_ID = "KBVQA-v0"
-"""Env whose system prompt and observations join the default corpus when it is registered."""
-
-NUM_ENV_EPISODES = 32
-"""Seeded synthetic episodes of the corpus env whose observations are added."""
-
-PROBE_ACTIONS = (
-    "<reason>search the image</reason><search_call>SearchImage(1)</search_call>",
-    '<reason>look for facts</reason><search_call>SearchText(["history", "location"])</search_call>',
-)
-"""Actions stepped in each corpus episode so candidate batches and passages join the corpus."""
 
 NUM_GRAMMAR_LINES = 400
 """Generated grammar lines in the built-in corpus (enough for the frequent merges of a 2k vocabulary)."""
@@ -55,19 +43,8 @@ def builtin_corpus(seed: int = 0) -> Iterator[str]:
         )
 
 
-def env_corpus(env_id: str = CORPUS_ENV_ID, num_episodes: int = NUM_ENV_EPISODES) -> Iterator[str]:
-    """The env's system prompt and first observations of a few seeded episodes; nothing if unregistered."""
-    from ragym import envs
-
-    if env_id not in envs.registered_envs():
-        return
-    # A ragym env: gymnasium's API plus ``system_prompt`` (docs/environments.md), which gymnasium.Env lacks.
-    env: Any = envs.make_env(env_id)
-    yield env.system_prompt
-    for seed in range(num_episodes):
-        obs, _ = env.reset(seed=seed)
-        yield obs["text"]
-        for action in PROBE_ACTIONS:
-            yield action
-            obs, *_ = env.step(action)
-            yield obs["text"]
+def env_corpus() -> Iterator[str]:
+    """The text of every env whose hooks give a tokenizer corpus (``EnvHooks.tokenizer_corpus``: KB-VQA's system
+    prompt and first observations), in the order of the hooks' names; nothing where none does."""
+    for env_id in one_env_per_hooks("tokenizer_corpus"):
+        yield from hook(env_id, "tokenizer_corpus", "the tiny tokenizer's corpus")()
