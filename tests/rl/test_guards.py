@@ -208,9 +208,9 @@ held-out evaluation after training under their ``val/`` names."""
 def test_the_demo_recipes_guards_fire_on_none_of_the_demos_metrics():
     from omegaconf import OmegaConf
 
-    from ragym.rl.recipe.compose import PACKAGE_ROOT
+    from ragym.rl.recipe.compose import load_recipe
 
-    config = OmegaConf.load(PACKAGE_ROOT / "recipes" / "kbvqa_tiny_cpu.yaml")
+    config = load_recipe("kbvqa_tiny_cpu")  # its guards come from its bases (recipes/base/)
     guards = read_guards(OmegaConf.to_container(config.ragym.guards))
     assert {"val_ident_floor", "val_reject_all", "reject_all"} <= {
         n for n, g in guards.items() if g.action != "off"
@@ -290,12 +290,12 @@ def _guarded_recipes() -> dict[str, str]:
     from omegaconf import OmegaConf
 
     from ragym.envs.hooks import env_named
-    from ragym.rl.recipe.compose import PACKAGE_ROOT
+    from ragym.rl.recipe.compose import PACKAGE_ROOT, recipe_settings
 
     return {
         path.stem: env_named(path.stem.split("_")[0])
         for path in sorted((PACKAGE_ROOT / "recipes").glob("*.yaml"))
-        if OmegaConf.select(OmegaConf.load(path), "ragym.guards") is not None
+        if OmegaConf.select(OmegaConf.create(recipe_settings(path)), "ragym.guards") is not None
     }
 
 
@@ -316,9 +316,9 @@ def test_every_guard_a_recipe_turns_on_watches_a_metric_its_env_logs(recipe, env
     from omegaconf import OmegaConf
 
     from ragym.envs.metrics import _REGISTRY
-    from ragym.rl.recipe.compose import PACKAGE_ROOT
+    from ragym.rl.recipe.compose import PACKAGE_ROOT, compose_recipe
 
-    config = OmegaConf.load(PACKAGE_ROOT / "recipes" / f"{recipe}.yaml")
+    config = compose_recipe(recipe)  # with its bases (recipes/base/)
     section = OmegaConf.to_container(config.ragym.guards, resolve=False)
     reward = OmegaConf.load(PACKAGE_ROOT / config.reward.custom_reward_function.reward_kwargs.recipe_path)
     known = {f"reward/{term}" for term in reward.terms} | STEP_METRICS

@@ -6,14 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ragym.rl.budget.prompts import LongestPrompt
 from ragym.rl.cli import main
 from ragym.rl.cluster.sizes import size_problems
 from ragym.rl.cluster.submit import build_submission
 from ragym.rl.errors import UsageError
-from ragym.rl.recipe.compose import RECIPES_DIR, load_recipe
+from ragym.rl.recipe.compose import RECIPES_DIR, load_recipe, recipe_settings
 
 CLUSTER_RECIPES = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen2_5_vl_7b_lora", "kbvqa_qwen3_vl_8b", "docmemo_qwen2_5_vl_7b",
                    "memora_qwen2_5_vl_7b", "r3g_qwen2_5_vl_7b")  # fmt: skip
@@ -56,7 +55,7 @@ def test_every_shipped_cluster_recipe_is_accepted(recipe: str, nodes: int, gpus:
 
 def test_the_cluster_recipes_are_every_recipe_that_takes_the_clusters_size() -> None:
     """The others run in one process (``ragym.engine``) or pin their own size (the single-GPU smoke recipe)."""
-    others = {path.stem: yaml.safe_load(path.read_text()) for path in RECIPES_DIR.glob("*.yaml")}
+    others = {path.stem: recipe_settings(path) for path in RECIPES_DIR.glob("*.yaml")}
     for name in CLUSTER_RECIPES:
         assert "engine" not in others.pop(name).get("ragym", {}), name
     for name, raw in others.items():

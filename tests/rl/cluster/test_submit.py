@@ -84,6 +84,7 @@ def test_cpu_job_applies_the_cpu_platform_before_the_users_overrides() -> None:
 def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
     recipes = tmp_path / "recipes"
     recipes.mkdir()
+    shutil.copytree(RECIPES_DIR / "base", recipes / "base")  # the bases it composes, beside it as in recipes/
     text = (RECIPES_DIR / f"{SMOKE}.yaml").read_text()
     (recipes / "local.yaml").write_text(text + "ragym:\n  engine:\n    # knob\n    num_threads: 1\n")
     job = build_submission(recipes / "local.yaml", ["trainer.total_training_steps=1"], repo_root=tmp_path)

@@ -3,14 +3,15 @@ keys nothing reads are errors naming them."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from ragym.rl.cluster.submit import build_submission
-from ragym.rl.train import build_trainer
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.compose import load_recipe
+from ragym.rl.train import build_trainer
 
 
 def inline(delta: str) -> list[str]:
@@ -31,9 +32,9 @@ def test_reward_recipe_path_resolves_from_any_directory(tmp_path, monkeypatch):
 
 def test_a_reward_recipe_next_to_the_recipe_wins(tmp_path, monkeypatch):
     recipes = Path(__file__).resolve().parents[3] / "recipes"
-    text = (
-        (recipes / "kbvqa_tiny_cpu.yaml").read_text().replace("recipes/rewards/mmagent_r2.yaml", "mine.yaml")
-    )
+    text = (recipes / "kbvqa_tiny_cpu.yaml").read_text()
+    text += "reward:\n  custom_reward_function:\n    reward_kwargs:\n      recipe_path: mine.yaml\n"
+    shutil.copytree(recipes / "base", tmp_path / "base")  # the bases it composes, beside it as in recipes/
     (tmp_path / "mine.yaml").write_text("terms:\n  format: {weight: 2.0}\n")
     (tmp_path / "r.yaml").write_text(text)
     monkeypatch.chdir(Path("/"))
