@@ -77,16 +77,20 @@ def compose_recipe(recipe: str | Path, overrides: list[str] | None = None) -> Di
 
 
 def recipe_files(recipe: str | Path) -> list[Path]:
-    """The recipe's file and the bases it composes (``defaults`` entries under its folder, e.g. ``base/kbvqa``),
-    in the order Hydra merges them: a later file's value wins; verl's configs (``ppo_trainer``) are left out."""
+    """The recipe's file and the bases it composes (``defaults`` entries found in its folder or a ``file://`` folder
+    of its ``hydra.searchpath``, e.g. ``base/kbvqa``), in the order Hydra merges them: a later file's value wins;
+    verl's configs (``ppo_trainer``) are left out."""
     path = resolve_recipe_path(recipe)
-    return _files(path.parent, path.stem)
+    searchpath = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("searchpath") or []
+    folders = [
+        path.parent,
+        *(Path(entry[len("file://") :]) for entry in searchpath if entry.startswith("file://")),
+    ]
+    return _files(folders, path, "")
 
 
-def _files(root: Path, name: str) -> list[Path]:
-    """``root/name.yaml`` after its defaults, depth first; ``/x`` names ``root/x``, ``x`` the entry's own folder."""
-    path = root / f"{name}.yaml"
-    group = name.rpartition("/")[0]
+def _files(folders: list[Path], path: Path, group: str) -> list[Path]:
+    """``path`` after its defaults, depth first; ``/x`` names ``x`` in the folders, ``x`` in the entry's group."""
     files: list[Path] = []
     defaults = (yaml.safe_load(path.read_text()) or {}).get("defaults") or []
     for entry in [*defaults, *([] if "_self_" in defaults else ["_self_"])]:
@@ -94,10 +98,13 @@ def _files(root: Path, name: str) -> list[Path]:
             files.append(path)
             continue
         if not isinstance(entry, str):
-            raise UsageError(f"{path}: defaults entry {entry!r}: a recipe names its bases as plain config names")
-        base = entry[1:] if entry.startswith("/") else f"{group}/{entry}".lstrip("/")
-        if (root / f"{base}.yaml").is_file():
-            files += _files(root, base)
+            raise UsageError(
+                f"{path}: defaults entry {entry!r}: a recipe names its bases as plain config names"
+            )
+        name = entry[1:] if entry.startswith("/") else f"{group}/{entry}".lstrip("/")
+        found = [folder / f"{name}.yaml" for folder in folders if (folder / f"{name}.yaml").is_file()]
+        if found:  # else one of verl's configs
+            files += _files(folders, found[0], name.rpartition("/")[0])
     return files
 
 

@@ -142,7 +142,11 @@ def test_the_paper_reward_recipe_scores_time_like_eval_and_reads_rej_max_from_ep
     terms = yaml.safe_load((RECIPES_DIR / "rewards" / "mmagent_r2.yaml").read_text())["terms"]
     assert terms["outcome"]["params"]["time_year_tolerance"] == PAPER_TIME_YEAR_TOLERANCE == 1
     assert EvalConfig().time_year_tolerance == PAPER_TIME_YEAR_TOLERANCE
-    assert terms["verification"]["params"] == {"delta": 0.2, "max_rejections": None, "pay_reject_at_limit": False}
+    assert terms["verification"]["params"] == {
+        "delta": 0.2,
+        "max_rejections": None,
+        "pay_reject_at_limit": False,
+    }
     # Numerical answers without a number: the training reward pays nothing, eval scores as the official scorers.
     assert terms["outcome"]["params"]["no_number_as_zero"] is False and EvalConfig().no_number_as_zero is True
 
@@ -258,3 +262,17 @@ def test_agent_loop_registry_file_loads_the_way_verls_worker_loads_it(
     assert hydra.utils.get_class(entry._target_) is RagymEnvAgentLoop
     # The @register decorator agrees with the file.
     assert _agent_loop_registry["ragym_env"]["_target_"] == entry._target_
+
+
+def test_a_recipe_outside_recipes_composes_ragyms_bases_through_its_searchpath(tmp_path: Path) -> None:
+    """A user's recipe elsewhere (an env package's folder) names ragym's recipes folder on its search path; the
+    key checks then read the bases it composes from there."""
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(
+        f"hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n    - file://{RECIPES_DIR}\n"
+        "defaults:\n  - ppo_trainer\n  - base/kbvqa\n  - _self_\n"
+        "trainer:\n  # Mine.\n  experiment_name: kbvqa_qwen2_5_vl_7b\n"
+    )
+    assert recipe_files(recipe) == [*recipe_files(RECIPES_DIR / "kbvqa_qwen2_5_vl_7b.yaml")[:-1], recipe]
+    assert _container(recipe) == _container(RECIPES_DIR / "kbvqa_qwen2_5_vl_7b.yaml")
+    assert unknown_keys(recipe, ["+data.shufle=1"]) == ["data.shufle"]
