@@ -310,9 +310,9 @@ def _local(args: argparse.Namespace, settings: dict[str, tuple[float, float, flo
 def _verl(args: argparse.Namespace, settings: dict[str, tuple[float, float, float]]) -> None:
     """verl's trainer in each of ``--verl-modes`` per latency and seed; runs inside the private network namespace,
     where the service, the proxy and the trainer's Ray instance all listen on its loopback."""
-    from ragym.rl.verl_plugin.verl_local import toy_overrides
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
+    from ragym.rl.verl_plugin.verl_local import toy_overrides
 
     toy = args.workdir / "verl_toy"
     recipe = resolve_recipe_path(args.verl_recipe)

@@ -54,10 +54,10 @@ def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
 
 def run_local(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     """The local engine's per-step metrics on the same recipe, rows and policy (in this process)."""
-    from ragym.rl.train import build_trainer
-    from ragym.rl.verl_plugin.verl_local import toy_overrides
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
+    from ragym.rl.train import build_trainer
+    from ragym.rl.verl_plugin.verl_local import toy_overrides
 
     toy_set = platform_overrides("toy")
     overrides = merge_overrides(toy_set, toy_overrides(resolve_recipe_path(RECIPE), toy, toy_set),

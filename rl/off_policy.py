@@ -167,4 +167,3 @@ def correction_problems(config: Any) -> list[str]:
             f"{threshold!r}"
         )
     return problems
-

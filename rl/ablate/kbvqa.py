@@ -21,8 +21,8 @@ import yaml
 from ragym.envs.files import atomic_write
 from ragym.rl.ablate.grids import BASE_REWARD, KBVQA_METRICS, Variant, run_dir, slug
 from ragym.rl.ablate.speed import held_out_evaluations, sampling_summary
-from ragym.rl.demo.run import DEMO_RECIPE, prepare
 from ragym.rl.core.metrics import read_metrics
+from ragym.rl.demo.run import DEMO_RECIPE, prepare
 
 logger = logging.getLogger(__name__)
 

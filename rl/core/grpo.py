@@ -17,9 +17,9 @@ import torch
 import verl.utils.torch_functional as verl_F
 from verl.trainer.ppo import core_algos
 
+from ragym.rl.core.vision import ImageInputs, rope_positions
 from ragym.rl.correction import correction_metrics, truncated_weights
 from ragym.rl.credit import TurnCreditInputs
-from ragym.rl.core.vision import ImageInputs, rope_positions
 
 
 @dataclass(frozen=True)

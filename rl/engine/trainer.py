@@ -25,12 +25,6 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
-from ragym.rl.cotrain.controller import from_recipe as cotrain_from_recipe
-from ragym.rl.credit import TURN_CREDIT
-from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
-from ragym.rl.data.rows import load_rows
-from ragym.rl.engine.async_rollouts import RolloutAhead, tag_versions
-from ragym.rl.engine.config import EngineConfig
 from ragym.rl.core.dynamic_sampling import (
     SampledBatch,
     reward_weights,
@@ -47,9 +41,15 @@ from ragym.rl.core.metrics import (
     response_length_stats,
     summarize,
 )
-from ragym.rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
 from ragym.rl.core.rollout import EpisodeResult, RolloutTimes, run_episodes
 from ragym.rl.core.vision import ImageInputs
+from ragym.rl.cotrain.controller import from_recipe as cotrain_from_recipe
+from ragym.rl.credit import TURN_CREDIT
+from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
+from ragym.rl.data.rows import load_rows
+from ragym.rl.engine.async_rollouts import RolloutAhead, tag_versions
+from ragym.rl.engine.config import EngineConfig
+from ragym.rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GuardMonitor, GuardStop
 from ragym.rl.lora import add_adapters, save_adapter, trainable_parameters

@@ -33,8 +33,8 @@ from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from ragym.rewards.infoseek import infoseek_final_score
 from ragym.rewards.verl import episode_from_verl
-from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
 from ragym.rl.core.rollout import EpisodeResult, run_episodes
+from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
 from ragym.rl.errors import UsageError
 from ragym.rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
 from ragym.rl.lora import ADAPTER_CONFIG, is_adapter_dir

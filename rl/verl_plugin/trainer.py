@@ -40,8 +40,6 @@ from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.rl.agent_loop.loop import TURN_VERSIONS
 from ragym.rl.agent_loop.verl_metrics import step_metrics, tq_column
-from ragym.rl.correction import correction_metrics
-from ragym.rl.verl_plugin.turn_credit import TurnCreditMixin
 from ragym.rl.core.dynamic_sampling import (
     FILTER_SECTION,
     OUTCOME_KEY,
@@ -49,6 +47,7 @@ from ragym.rl.core.dynamic_sampling import (
     shaped_metric_warning,
 )
 from ragym.rl.core.metrics import IMAGE_PAD, image_metrics
+from ragym.rl.correction import correction_metrics
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, VAL_PREFIX, GuardMonitor, read_guards
 from ragym.rl.off_policy import (
@@ -67,6 +66,7 @@ from ragym.rl.verl_plugin.sampler import (
     RagymReplayBufferAsync,
     ragym_buffer_like,
 )
+from ragym.rl.verl_plugin.turn_credit import TurnCreditMixin
 
 logger = logging.getLogger(__name__)
 

@@ -113,8 +113,8 @@ def test_the_switch_resolves_auto_per_run_and_refuses_two_names():
 def _recipe_correction(recipe: str, overrides: list[str]) -> str | None:
     """The level a shipped recipe's run uses: the local engine's (``ragym train``) and verl trainer's resolution."""
     from ragym.rl.off_policy import CORRECTION_KEY
-    from ragym.rl.recipe.modes import run_correction_level
     from ragym.rl.recipe.compose import load_recipe
+    from ragym.rl.recipe.modes import run_correction_level
 
     config = load_recipe(recipe, overrides)
     assert correction_problems(config) == []
@@ -163,9 +163,9 @@ def test_the_local_engines_loss_weighs_each_token_by_its_truncated_ratio():
     from verl.trainer.config import AlgoConfig
     from verl.utils.config import omega_conf_to_dataclass
 
-    from ragym.rl.engine.config import verl_defaults
     from ragym.rl.core.grpo import assemble, compute_advantages, response_log_probs, update_policy
     from ragym.rl.core.vision import ImageInputs
+    from ragym.rl.engine.config import verl_defaults
     from tests.rl.core.test_grpo import _cfg, _samples
     from tests.rl.engine_helpers import build_model, image_processor
 

@@ -125,8 +125,8 @@ def test_the_local_engine_trains_through_a_row_whose_image_vanished(tmp_path: Pa
     from ragym.data_prep.synthetic_kb import PRESETS, build_kb
     from ragym.envs.image_cache import clear_image_cache
     from ragym.envs.registry import make_env
-    from ragym.rl.train import build_trainer
     from ragym.rl.tiny.policy import build_tiny_policy
+    from ragym.rl.train import build_trainer
 
     monkeypatch.setattr(ragym.rl.agent_loop.loop, "make_env", make_env)
     kb = build_kb(tmp_path / "kb", PRESETS["tiny"], seed=0)

@@ -167,9 +167,9 @@ def constant_reward(episode) -> float:
 def test_local_engine_step_with_dynamic_sampling_and_a_stop_guard(tmp_path, engine_setup):
     """A real step: every group flat, so the engine refills up to the bound, tops up, logs the share; an
     entropy floor no tiny policy reaches then stops the run with one line, after the step's metrics."""
-    from ragym.rl.train import build_trainer
     from ragym.rl.core.metrics import read_metrics
     from ragym.rl.guards import GuardStop, read_firings
+    from ragym.rl.train import build_trainer
     from tests.rl.engine.test_engine_trainer import _overrides
 
     overrides = [

@@ -10,7 +10,6 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 from verl.utils.config import omega_conf_to_dataclass
 
-from ragym.rl.engine.config import verl_defaults
 from ragym.rl.core.grpo import (
     Sample,
     UpdateConfig,
@@ -20,6 +19,7 @@ from ragym.rl.core.grpo import (
     update_policy,
 )
 from ragym.rl.core.vision import ImageInputs
+from ragym.rl.engine.config import verl_defaults
 from tests.rl.engine_helpers import build_model, image_processor
 
 

@@ -9,9 +9,9 @@ from verl.trainer.ppo import core_algos
 
 import ragym.rl.engine.trainer
 from ragym.rl.credit import TURN_CREDIT, TurnCreditInputs
-from ragym.rl.train import build_trainer
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import RECIPES_DIR
+from ragym.rl.train import build_trainer
 from tests.rl.engine_helpers import VARYING_REWARD
 
 TURN_CREDIT_OVERRIDES = [f"algorithm.adv_estimator={TURN_CREDIT}", "+ragym.turn_credit.step_weight=0.5"]

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from ragym.rl.core.grpo import response_log_probs
-from ragym.rl.train import build_trainer
 from ragym.rl.core.metrics import read_metrics
 from ragym.rl.engine.trainer import RowOrder
 from ragym.rl.errors import UsageError
+from ragym.rl.train import build_trainer
 from tests.rl.engine.test_engine_trainer import _overrides, _train_rows, tiny_setup  # noqa: F401
 
 ASYNC = [

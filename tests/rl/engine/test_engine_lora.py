@@ -13,12 +13,12 @@ import torch
 from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 
 from ragym.rl.core.grpo import response_log_probs
-from ragym.rl.train import build_trainer
 from ragym.rl.errors import UsageError
 from ragym.rl.eval.backends import Backend, hf_backend
 from ragym.rl.eval.evaluate import EvalConfig, run_eval
 from ragym.rl.export import export_checkpoint
 from ragym.rl.lora import ADAPTER_CONFIG, VISION_TOWER
+from ragym.rl.train import build_trainer
 from tests.rl.engine.test_engine_trainer import _overrides
 
 LORA = [

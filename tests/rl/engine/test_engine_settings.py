@@ -24,9 +24,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ragym.rl.core.metrics import read_metrics
 from ragym.rl.engine import trainer as trainer_module
 from ragym.rl.engine.config import RecipeReader, read_engine_config
-from ragym.rl.core.metrics import read_metrics
 from ragym.rl.engine.trainer import LocalTrainer
 from ragym.rl.recipe.compose import load_recipe
 from tests.rl.engine_helpers import VARYING_REWARD

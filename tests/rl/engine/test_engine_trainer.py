@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragym.rl.train import build_trainer
 from ragym.rl.core.metrics import read_metrics
 from ragym.rl.engine.trainer import LATEST, RowOrder, latest_checkpoint
 from ragym.rl.models import load_policy
+from ragym.rl.train import build_trainer
 from tests.rl.engine_helpers import VARYING_REWARD
 
 REPO = Path(__file__).resolve().parents[3]

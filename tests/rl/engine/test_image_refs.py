@@ -9,9 +9,9 @@ from PIL import Image
 
 from ragym.envs.image_ref import ImageRef, pickled_image_bytes
 from ragym.rl.core.grpo import Sample, response_log_probs
-from ragym.rl.train import build_trainer
 from ragym.rl.core.vision import ImageInputs
 from ragym.rl.recipe.images import recipe_processor_kwargs
+from ragym.rl.train import build_trainer
 from tests.rl.engine.test_engine_trainer import _overrides, tiny_setup  # noqa: F401
 
 REF_BYTES = 400

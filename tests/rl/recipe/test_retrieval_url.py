@@ -9,11 +9,11 @@ import pytest
 from ragym.envs.registry import searches_service
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.engine.config import RecipeReader, read_engine_config
-from ragym.rl.train import check_keys
 from ragym.rl.errors import UsageError
 from ragym.rl.models import load_processor
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.recipe.retrieval import recipe_retrieval_url, with_retrieval_url
+from ragym.rl.train import check_keys
 from tests.envs.retrieval.service.helpers import free_port
 from tests.rl.fakes import ScriptedServer
 

@@ -50,8 +50,8 @@ def every_image_loaded(page, selector: str = ".obs img") -> bool:
 def run_dir(tmp_path_factory) -> Path:
     """Two GRPO steps and an evaluation of a tiny policy on the demo KB, traced (the demo's layout: grpo/)."""
     from ragym.data_prep.synthetic_kb import PRESETS, build_kb
-    from ragym.rl.train import build_trainer
     from ragym.rl.tiny.policy import build_tiny_policy
+    from ragym.rl.train import build_trainer
 
     os.environ.setdefault("WANDB_MODE", "disabled")
     root = tmp_path_factory.mktemp("demo_like")
