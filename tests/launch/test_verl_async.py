@@ -21,6 +21,7 @@ import pytest
 
 from ragym.rl.guards import RUN_CHECKS
 from ragym.rl.verl_plugin.trainer import trajectory_staleness
+from tests.launch.conftest import RayHead
 from tests.launch.test_verl_trainer import CORRECTION_KEYS, export_and_eval, train
 
 pytestmark = pytest.mark.ray
@@ -77,25 +78,25 @@ def overrides(mode: str, out: Path) -> list[str]:
             f"trainer.default_local_dir={out}"]  # fmt: skip
 
 
-def test_colocate_async_two_steps_resume_export_and_eval(toy: Path) -> None:
+def test_colocate_async_two_steps_resume_export_and_eval(toy: Path, ray_head: RayHead) -> None:
     mode = "ragym_colocate_async"
     out = toy / "async" / mode
-    metrics = train(RECIPE, toy, *overrides(mode, out))
+    metrics = train(RECIPE, toy, *overrides(mode, out), head=ray_head)
     check_steps(metrics, [1, 2])
     recorded = check_overlap(out, metrics)
     assert {r["step"] for r in recorded} == {1, 2}
 
-    resumed = train(RECIPE, toy, *overrides(mode, out), "trainer.total_training_steps=3")
+    resumed = train(RECIPE, toy, *overrides(mode, out), "trainer.total_training_steps=3", head=ray_head)
     check_steps(resumed, [3])
     assert (out / "global_step_3" / "actor").is_dir()
     check_synced([json.loads(line) for line in (out / "traces" / "episodes.jsonl").read_text().splitlines()])
     export_and_eval(toy, out, mode, ENV_ID)
 
 
-def test_separate_async_three_steps(toy: Path) -> None:
+def test_separate_async_three_steps(toy: Path, ray_head: RayHead) -> None:
     """One run of 3 steps (resume, export and eval are the colocate test's: the same code in both async modes)."""
     mode = "ragym_separate_async"
     out = toy / "async" / mode
-    metrics = train(RECIPE, toy, *overrides(mode, out), "trainer.total_training_steps=3")
+    metrics = train(RECIPE, toy, *overrides(mode, out), "trainer.total_training_steps=3", head=ray_head)
     check_steps(metrics, [1, 2, 3])
     check_synced(check_overlap(out, metrics))

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ragym.rl.verl_plugin.verl_local import console_step_metrics
 from ragym.rl.lora import plain_weight_name
 from ragym.rl.models import load_policy
+from ragym.rl.verl_plugin.verl_local import console_step_metrics
+from tests.launch.conftest import RayHead
 from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, ragym
 
 pytestmark = pytest.mark.ray
@@ -31,10 +32,10 @@ SYNC_LINE = re.compile(
 )
 
 
-def test_two_lora_steps_sync_adapters_and_export(toy: Path) -> None:
+def test_two_lora_steps_sync_adapters_and_export(toy: Path, ray_head: RayHead) -> None:
     out = toy / "lora"
-    log = ragym("train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy), "--network", "private",
-                f"trainer.default_local_dir={out}", *LORA, cwd=toy)  # fmt: skip
+    log = ragym("train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy), "--network", "host",
+                f"trainer.default_local_dir={out}", *LORA, cwd=toy, head=ray_head)  # fmt: skip
     metrics = console_step_metrics(log)
     assert sorted(metrics) == [1, 2], f"steps seen: {sorted(metrics)}"
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ragym.rl.verl_plugin.verl_local import console_step_metrics
+from tests.launch.conftest import RayHead
 from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, ragym
 
 pytestmark = pytest.mark.ray
@@ -37,16 +38,23 @@ SYNC_LINE = re.compile(r"step (\d+) weight sync: \d+ tensors, [\d.]+ MB \(([a-z 
 
 
 def lora_run(
-    toy: Path, mode: str, steps: int, fault: bool, monkeypatch: pytest.MonkeyPatch
+    toy: Path,
+    mode: str,
+    steps: int,
+    fault: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    head: RayHead | None = None,
 ) -> tuple[dict, str, Path]:
-    """A LoRA run of ``ragym_<mode>_async`` (with the planted fault or not): its metrics per step, log and folder."""
+    """A LoRA run of ``ragym_<mode>_async`` (with the planted fault or not): its metrics per step, log and folder.
+    The planted fault's runs start a Ray of their own (``head`` None): its workers must inherit the fault's
+    ``VERL_USE_EXTERNAL_MODULES``, which a running Ray's do not."""
     out = toy / "lora_async" / f"{mode}_{'fault' if fault else 'ok'}"
     if fault:
         monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", FAULT)
         monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # Ray's workers import it
-    log = ragym("train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy), "--network", "private",
+    log = ragym("train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy), "--network", "host" if head else "private",
                 f"trainer.v1.trainer_mode=ragym_{mode}_async", f"trainer.v1.{mode}_async.num_warmup_batches=0",
-                f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}", *LORA, cwd=toy)  # fmt: skip
+                f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}", *LORA, cwd=toy, head=head)  # fmt: skip
     metrics = console_step_metrics(log)
     assert sorted(metrics) == list(range(1, steps + 1)), f"steps seen: {sorted(metrics)}"
     diffs = [round(metrics[step]["training/rollout_probs_diff_mean"], 4) for step in sorted(metrics)]
@@ -58,8 +66,10 @@ def lora_run(
 
 
 @pytest.mark.parametrize("mode", ["colocate", "separate"])
-def test_the_async_lora_rollout_serves_the_trained_adapters(toy: Path, mode: str, monkeypatch) -> None:
-    metrics, log, out = lora_run(toy, mode, 3, fault=False, monkeypatch=monkeypatch)
+def test_the_async_lora_rollout_serves_the_trained_adapters(
+    toy: Path, mode: str, monkeypatch, ray_head: RayHead
+) -> None:
+    metrics, log, out = lora_run(toy, mode, 3, fault=False, monkeypatch=monkeypatch, head=ray_head)
     diffs = [metrics[step]["training/rollout_probs_diff_mean"] for step in (1, 2, 3)]
     assert all(diff <= PROBS_DIFF_BOUND for diff in diffs), diffs
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values())

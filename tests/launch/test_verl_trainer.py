@@ -6,12 +6,15 @@ weights synced every step, checkpoints and the recipe snapshot. The policy is a 
 scripted expert, so rewards differ within a group and the gradient is not zero. Then: ragym's metrics and
 trace are there, (KB-VQA) a resume continues at step 3, ``ragym export`` reads the checkpoint and
 ``ragym eval`` runs the export. Everything runs inside a
-private network namespace (``--network private``): Ray can only listen on loopback and dies with the run.
+private network namespace: the runs join the file's Ray instance in its namespace (``ray_head``,
+``tests/launch/conftest.py``), which can only listen on loopback and dies with the module; ``--network private``
+(a namespace and a Ray of the run's own) is the vLLM, new-env, planted-fault and GPU-smoke runs'.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +24,9 @@ import torch
 from safetensors.torch import load_file
 
 from ragym.envs.hooks import env_hooks, one_env_per_hooks
-from ragym.rl.verl_plugin.verl_local import console_step_metrics
 from ragym.rl.guards import MISMATCH_BOUND
+from ragym.rl.verl_plugin.verl_local import console_step_metrics
+from tests.launch.conftest import RayHead
 
 pytestmark = pytest.mark.ray
 
@@ -52,18 +56,33 @@ RESUMED = "KBVQA-v0"
 ~1 min of CI on 2 cores)."""
 
 
-def ragym(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT_S) -> str:
-    """Run ``ragym ARGS`` from ``cwd`` (not the repository: commands must work from any folder)."""
-    done = subprocess.run([sys.executable, "-m", "ragym.rl.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False)  # fmt: skip
+def ragym(*args: str, cwd: Path, timeout: float = RUN_TIMEOUT_S, head: RayHead | None = None) -> str:
+    """Run ``ragym ARGS`` from ``cwd`` (not the repository: commands must work from any folder), inside ``head``'s
+    network namespace and joining it where one is given."""
+    command = [sys.executable, "-m", "ragym.rl.cli", *args]
+    env = {**os.environ, **head.env} if head else None
+    done = subprocess.run(
+        head.command(command) if head else command,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, f"ragym {' '.join(args[:4])} failed ({done.returncode}):\n{log[-6000:]}"
     return log
 
 
-def train(recipe: str, toy: Path, *overrides: str) -> dict[int, dict[str, float]]:
-    log = ragym("train", "--engine", "verl", "--recipe", recipe, "--toy", str(toy), "--network", "private",
-                *overrides, cwd=toy)  # fmt: skip
+def train(
+    recipe: str, toy: Path, *overrides: str, head: RayHead | None = None
+) -> dict[int, dict[str, float]]:
+    """``ragym train --engine verl --toy`` in a private network namespace: joining ``head`` (the test file's Ray
+    instance, in its namespace) where given, else one of its own with its own Ray (``--network private``)."""
+    network = "host" if head else "private"  # host: the head's namespace, whose only network is loopback
+    log = ragym("train", "--engine", "verl", "--recipe", recipe, "--toy", str(toy), "--network", network,
+                *overrides, cwd=toy, head=head)  # fmt: skip
     return console_step_metrics(log)
 
 
@@ -85,9 +104,9 @@ def export_and_eval(toy: Path, checkpoints: Path, name: str, env_id: str) -> Non
 
 
 @pytest.mark.parametrize("env_id", list(RECIPES))
-def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path) -> None:
+def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path, ray_head: RayHead) -> None:
     recipe = RECIPES[env_id]
-    metrics = train(recipe, toy)
+    metrics = train(recipe, toy, head=ray_head)
     assert sorted(metrics) == [1, 2], f"steps seen: {sorted(metrics)}"
     # The warm start makes rewards differ within groups, so GRPO has a non-zero gradient to follow.
     assert any(m["critic/score/max"] > m["critic/score/min"] for m in metrics.values()), metrics
@@ -118,7 +137,7 @@ def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path) -> None:
     ragym("view", str(traces), "--export", str(toy / "view" / recipe), cwd=toy)
 
     if env_id == RESUMED:
-        resumed = train(recipe, toy, "trainer.total_training_steps=3")
+        resumed = train(recipe, toy, "trainer.total_training_steps=3", head=ray_head)
         assert sorted(resumed) == [3], (
             f"a resume from global_step_2 must run step 3 only, ran {sorted(resumed)}"
         )
@@ -127,9 +146,11 @@ def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path) -> None:
     export_and_eval(toy, checkpoints, recipe, env_id)
 
 
-def test_kbvqa_on_the_legacy_trainer(toy: Path) -> None:
+def test_kbvqa_on_the_legacy_trainer(toy: Path, ray_head: RayHead) -> None:
     out = toy / "legacy"
-    metrics = train(RECIPES["KBVQA-v0"], toy, "trainer.use_v1=false", f"trainer.default_local_dir={out}")
+    metrics = train(
+        RECIPES["KBVQA-v0"], toy, "trainer.use_v1=false", f"trainer.default_local_dir={out}", head=ray_head
+    )
     assert sorted(metrics) == [1, 2]
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
     assert (out / "global_step_2" / "actor").is_dir()
