@@ -57,15 +57,6 @@ class Episode(Protocol):
     events: list[dict[str, Any]]
 
 
-def turns_needed(forced_answer: bool, last_turn_notice: bool) -> int:
-    """Fewest policy turns an env with these ends needs: one to act, one more to heed a last-turn notice.
-
-    >>> turns_needed(forced_answer=True, last_turn_notice=True), turns_needed(False, False)
-    (2, 1)
-    """
-    return 2 if forced_answer and last_turn_notice else 1
-
-
 class TurnEnv(gymnasium.Env):
     """Base of ragym's envs: ``step`` is the shared turn loop; a subclass implements the underscored hooks."""
 
@@ -105,10 +96,6 @@ class TurnEnv(gymnasium.Env):
             self._end(outcome, turn)
         episode.done = outcome.ended
         return self._observation(outcome), 0.0, outcome.terminated, outcome.truncated, self._info()
-
-    def turns_needed(self) -> int:
-        """Fewest ``max_turns`` this env's ends work with (a recipe's turn cap below it skips them)."""
-        return turns_needed(self.forced_answer, self._notices_last_turn())
 
     # ----- what an env writes ------------------------------------------------------------------------
     def _episode(self) -> Episode:
