@@ -195,6 +195,29 @@ FILES = {
     """,
 }
 
+RECIPE = """
+# The lookup env on ragym's KB-VQA base (recipes/base/kbvqa.yaml), scored by the package's own reward recipe.
+hydra:
+  searchpath:
+    - pkg://verl.trainer.config
+    - file://{recipes}
+
+defaults:
+  - ppo_trainer
+  - base/kbvqa
+  - _self_
+
+reward:
+  custom_reward_function:
+    reward_kwargs:
+      # The lookup package's reward recipe, kept in its folder.
+      recipe_path: {reward}
+
+trainer:
+  # W&B run name and checkpoint subfolder.
+  experiment_name: lookup_tiny
+"""
+
 REWARD_RECIPE = """
 name: lookup
 description: the answer's exact match, the grammar, and looking up the asked key
@@ -211,7 +234,7 @@ terms:
 
 @pytest.fixture(scope="module")
 def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The user's folder: the package, its dist-info (the entry point), a reward recipe and a recipe."""
+    """The user's folder: the package (its reward recipe included), its dist-info (the entry point) and a recipe."""
     root = tmp_path_factory.mktemp("user")
     (root / PACKAGE).mkdir()
     for name, text in FILES.items():
@@ -220,15 +243,11 @@ def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dist.mkdir()
     (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(f"[ragym.envs]\nlookup = {PACKAGE}\n")
-    (root / "recipes" / "rewards").mkdir(parents=True)
-    (root / "recipes" / "rewards" / "lookup.yaml").write_text(REWARD_RECIPE.lstrip())
-    # The recipe starts from a shipped one, as a user's would: KB-VQA's, with the lookup reward recipe.
-    shipped = (REPO / "recipes" / "kbvqa_qwen2_5_vl_7b.yaml").read_text()
-    recipe = shipped.replace(
-        "recipe_path: recipes/rewards/mmagent_r2.yaml",
-        f"recipe_path: {root / 'recipes' / 'rewards' / 'lookup.yaml'}",
-    )
-    assert recipe != shipped
+    # The reward recipe sits in the package's folder; outside it are only the package import (the dist-info, as
+    # pip writes it from the package's entry point) and the recipe, which composes on ragym's KB-VQA base.
+    (root / PACKAGE / "reward.yaml").write_text(REWARD_RECIPE.lstrip())
+    (root / "recipes").mkdir()
+    recipe = RECIPE.lstrip().format(recipes=REPO / "recipes", reward=root / PACKAGE / "reward.yaml")
     (root / "recipes" / "lookup_tiny.yaml").write_text(recipe)
     return root
 
