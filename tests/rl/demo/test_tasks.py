@@ -18,7 +18,7 @@ from ragym.rl.engine.trainer import read_rows
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.tiny.copy_pretrain import CopyPretrainConfig
 from ragym.rl.tiny.policy import TinyPolicyConfig
-from ragym.rl.tiny.warm_start import NoisyExpert, WarmStartConfig
+from ragym.rl.tiny.warm_start import NoisyExpert, WarmStartConfig, WarmStartTarget
 
 
 def _demo_settings(overrides: list[str]) -> dict:
@@ -43,6 +43,11 @@ def test_the_default_task_is_the_recipe_itself_and_answer_differs_where_it_says(
     assert answer["warm_start"]["reject_noise"] < 0.5 < verify["warm_start"]["reject_noise"]
     assert answer["warm_start"]["quote"] and not verify["warm_start"]["quote"]
     assert answer["policy"] == verify["policy"] and answer["arch"] == verify["arch"]
+    # Its warm start is held to the copy it measures (a miss stops the run) and to a floor on confirming a match
+    # instead of the verify task's gap from the expert's rate.
+    target = WarmStartTarget(**answer["warm_start_target"])
+    assert target.action == "stop" and target.min_copy_accuracy and target.min_confirm
+    assert target.max_confirm_gap is None and verify["warm_start_target"]["min_copy_accuracy"] is None
 
 
 def test_a_users_overrides_win_over_the_tasks() -> None:
