@@ -91,7 +91,8 @@ setup(
             "pytest",
             # make test runs the suite on 2 workers (pytest -n 2 --dist loadgroup; tests/conftest.py VERL_GROUPS).
             "pytest-xdist",
-            "ruff",
+            # tests/test_formatting.py checks `ruff format --check`: another version formats differently.
+            "ruff==0.17.6",
             # Static imports and types (pyproject's [tool.pyright]; make lint); the nodejs extra brings node as a wheel.
             "pyright[nodejs]==1.1.414",
             # tests/test_static_imports.py: go-to-definition of every `ragym.*` import, as editors do it.

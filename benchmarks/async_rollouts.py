@@ -115,8 +115,11 @@ def _serve(kb: Path) -> tuple[subprocess.Popen, str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     ragym = Path(sys.executable).parent / "ragym"
-    process = subprocess.Popen([str(ragym), "serve", "--kb-dir", str(kb), "--port", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        [str(ragym), "serve", "--kb-dir", str(kb), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
@@ -138,15 +141,28 @@ def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, 
     from ragym.rl.train import build_trainer
 
     out = Path(tempfile.mkdtemp(prefix=f"{mode}-{seed}-", dir=args.workdir))
-    trainer = build_trainer(args.recipe, [
-        f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
-        f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={out}", "trainer.logger=[]",
-        f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.resume_mode=disable",
-        "data.max_response_length=256", f"data.seed={seed}", f"data.train_batch_size={args.batch}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}", f"actor_rollout_ref.rollout.n={args.n}",
-        f"data.val_max_samples={args.val_rows}", f"ragym.retrieval.url={url}",
-        f"ragym.engine.async_rollouts={str(mode == 'async').lower()}", "trainer.v1.sampler.max_off_policy_threshold=2",
-    ])  # fmt: skip
+    trainer = build_trainer(
+        args.recipe,
+        [
+            f"actor_rollout_ref.model.path={policy}",
+            f"data.train_files={kb}/data/train.parquet",
+            f"data.val_files={kb}/data/test.parquet",
+            f"trainer.default_local_dir={out}",
+            "trainer.logger=[]",
+            f"trainer.total_training_steps={args.steps}",
+            "trainer.save_freq=-1",
+            "trainer.resume_mode=disable",
+            "data.max_response_length=256",
+            f"data.seed={seed}",
+            f"data.train_batch_size={args.batch}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
+            f"actor_rollout_ref.rollout.n={args.n}",
+            f"data.val_max_samples={args.val_rows}",
+            f"ragym.retrieval.url={url}",
+            f"ragym.engine.async_rollouts={str(mode == 'async').lower()}",
+            "trainer.v1.sampler.max_off_policy_threshold=2",
+        ],
+    )
     run = Run(step_s=[], idle_s=[], trajectories=0)
     for _ in range(args.steps):
         start = time.perf_counter()
@@ -169,12 +185,16 @@ def _describe(runs: list[Run]) -> dict[str, float]:
     steady = steady_wall / (steps - len(runs))
     rewards = [r.val_reward for r in runs]
     return {
-        "step_s": wall / steps, "steady_step_s": steady, "steps_per_s": steps / wall, "steady_steps_per_s": 1 / steady,
+        "step_s": wall / steps,
+        "steady_step_s": steady,
+        "steps_per_s": steps / wall,
+        "steady_steps_per_s": 1 / steady,
         "idle": sum(sum(r.idle_s) for r in runs) / wall,
         "steady_idle": sum(sum(r.idle_s[1:]) for r in runs) / steady_wall,
         "traj_per_s": sum(r.trajectories for r in runs) / wall,
-        "val_reward": float(np.mean(rewards)), "val_spread": float(max(rewards) - min(rewards)),
-    }  # fmt: skip
+        "val_reward": float(np.mean(rewards)),
+        "val_spread": float(max(rewards) - min(rewards)),
+    }
 
 
 def _verl_run(args: argparse.Namespace, url: str, mode: str, seed: int) -> Run:
@@ -182,14 +202,33 @@ def _verl_run(args: argparse.Namespace, url: str, mode: str, seed: int) -> Run:
     held-out reward from verl's evaluation after the last step (``val/reward/total``: greedy, ``--val-rows``)."""
     out = Path(tempfile.mkdtemp(prefix=f"verl-{mode}-{seed}-", dir=args.workdir))
     # The namespace this runs in is private already (main): the trainer's Ray instance joins it, beside the service.
-    command = [sys.executable, "-m", "ragym.rl.cli", "train", "--engine", "verl", "--recipe", args.verl_recipe,
-               "--toy", str(args.workdir / "verl_toy"), "--network", "host",
-               f"trainer.v1.trainer_mode={VERL_MODES[mode]}", "trainer.v1.sampler.max_off_policy_threshold=2",
-               f"trainer.default_local_dir={out}", f"trainer.total_training_steps={args.steps}",
-               "trainer.save_freq=-1", "trainer.resume_mode=disable", f"trainer.test_freq={args.steps}",
-               f"data.val_max_samples={args.val_rows}", f"data.seed={seed}", f"data.train_batch_size={args.batch}",
-               f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}", f"actor_rollout_ref.rollout.n={args.n}",
-               f"ragym.retrieval.url={url}"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "ragym.rl.cli",
+        "train",
+        "--engine",
+        "verl",
+        "--recipe",
+        args.verl_recipe,
+        "--toy",
+        str(args.workdir / "verl_toy"),
+        "--network",
+        "host",
+        f"trainer.v1.trainer_mode={VERL_MODES[mode]}",
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+        f"trainer.default_local_dir={out}",
+        f"trainer.total_training_steps={args.steps}",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+        f"trainer.test_freq={args.steps}",
+        f"data.val_max_samples={args.val_rows}",
+        f"data.seed={seed}",
+        f"data.train_batch_size={args.batch}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
+        f"actor_rollout_ref.rollout.n={args.n}",
+        f"ragym.retrieval.url={url}",
+    ]
     log = out / "train.log"
     with log.open("w") as f:
         code = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
@@ -220,23 +259,30 @@ def _read_verl_run(out: Path, args: argparse.Namespace) -> Run:
 
 
 def _print_run(label: str, mode: str, seed: int, run: Run) -> None:
-    print(f"{label:>5} {mode:>5} seed={seed} steps_s={[round(s, 2) for s in run.step_s]} "
-          f"idle={sum(run.idle_s) / run.wall:.2f} searches={run.num_searches} "
-          f"staleness={dict(sorted(run.staleness.items()))} rewards={[round(r, 3) for r in run.rewards]} "
-          f"val_reward={run.val_reward:.3f}", flush=True)  # fmt: skip
+    print(
+        f"{label:>5} {mode:>5} seed={seed} steps_s={[round(s, 2) for s in run.step_s]} "
+        f"idle={sum(run.idle_s) / run.wall:.2f} searches={run.num_searches} "
+        f"staleness={dict(sorted(run.staleness.items()))} rewards={[round(r, 3) for r in run.rewards]} "
+        f"val_reward={run.val_reward:.3f}",
+        flush=True,
+    )
 
 
 def _report(label: str, runs: dict[str, list[Run]]) -> None:
     """Per mode over the seeds, then each async mode's ratio over sync (the first mode)."""
     figures = {mode: _describe(r) for mode, r in runs.items()}
     for mode, f in figures.items():
-        print(f"{label:>5} {mode:>5}: {f['step_s']:.2f} s/step ({f['steady_step_s']:.2f} steady), "
-              f"{f['steps_per_s']:.3f} steps/s, idle {f['idle']:.0%} ({f['steady_idle']:.0%} steady), "
-              f"{f['traj_per_s']:.2f} traj/s, "
-              f"held-out reward {f['val_reward']:.3f} (spread {f['val_spread']:.3f})")  # fmt: skip
+        print(
+            f"{label:>5} {mode:>5}: {f['step_s']:.2f} s/step ({f['steady_step_s']:.2f} steady), "
+            f"{f['steps_per_s']:.3f} steps/s, idle {f['idle']:.0%} ({f['steady_idle']:.0%} steady), "
+            f"{f['traj_per_s']:.2f} traj/s, "
+            f"held-out reward {f['val_reward']:.3f} (spread {f['val_spread']:.3f})"
+        )
         curve = np.mean([r.rewards for r in runs[mode]], axis=0)
-        print(f"{label:>5} {mode:>5} training reward per step (mean over seeds): "
-              f"{' '.join(f'{v:.3f}' for v in curve)}")  # fmt: skip
+        print(
+            f"{label:>5} {mode:>5} training reward per step (mean over seeds): "
+            f"{' '.join(f'{v:.3f}' for v in curve)}"
+        )
     sync = figures["sync"]
     for mode in [m for m in runs if m != "sync"]:
         stale = sum((r.staleness for r in runs[mode]), Counter())
@@ -250,14 +296,18 @@ def _report(label: str, runs: dict[str, list[Run]]) -> None:
         # the async modes before step 1's timer) are neither rollout nor update.
         ceiling = 1 / max(sync["steady_idle"], 1 - sync["steady_idle"])
         steady_pairs = [s.steady_wall / a.steady_wall for s, a in zip(runs["sync"], runs[mode], strict=True)]
-        print(f"{label:>5} ratio {mode}/sync per seed: {' '.join(f'{p:.2f}x' for p in pairs)} "
-              f"(median {np.median(pairs):.2f}x; steady {' '.join(f'{p:.2f}x' for p in steady_pairs)}, "
-              f"ceiling {ceiling:.2f}x)")  # fmt: skip
-        print(f"{label:>5} ratio {mode}/sync: steps/s {fast['steps_per_s'] / sync['steps_per_s']:.2f}x "
-              f"(steady {fast['steady_steps_per_s'] / sync['steady_steps_per_s']:.2f}x), "
-              f"traj/s {fast['traj_per_s'] / sync['traj_per_s']:.2f}x, held-out reward "
-              f"{fast['val_reward'] - sync['val_reward']:+.3f} (spread sync {sync['val_spread']:.3f}, "
-              f"{mode} {fast['val_spread']:.3f})")  # fmt: skip
+        print(
+            f"{label:>5} ratio {mode}/sync per seed: {' '.join(f'{p:.2f}x' for p in pairs)} "
+            f"(median {np.median(pairs):.2f}x; steady {' '.join(f'{p:.2f}x' for p in steady_pairs)}, "
+            f"ceiling {ceiling:.2f}x)"
+        )
+        print(
+            f"{label:>5} ratio {mode}/sync: steps/s {fast['steps_per_s'] / sync['steps_per_s']:.2f}x "
+            f"(steady {fast['steady_steps_per_s'] / sync['steady_steps_per_s']:.2f}x), "
+            f"traj/s {fast['traj_per_s'] / sync['traj_per_s']:.2f}x, held-out reward "
+            f"{fast['val_reward'] - sync['val_reward']:+.3f} (spread sync {sync['val_spread']:.3f}, "
+            f"{mode} {fast['val_spread']:.3f})"
+        )
 
 
 def _sweep(
@@ -274,8 +324,11 @@ def _sweep(
     process, service = _serve(kb)
     try:
         with DelayingProxy(service) as proxy:
-            print(f"{label.strip() or 'local'}: ragym serve at {service} (proxy {proxy.url}); steps={args.steps} "
-                  f"batch={args.batch}x{args.n} seeds={args.seeds} modes={modes}", flush=True)  # fmt: skip
+            print(
+                f"{label.strip() or 'local'}: ragym serve at {service} (proxy {proxy.url}); steps={args.steps} "
+                f"batch={args.batch}x{args.n} seeds={args.seeds} modes={modes}",
+                flush=True,
+            )
             for name in args.latencies:
                 runs: dict[str, list[Run]] = {mode: [] for mode in modes}
                 for seed in args.seeds:
@@ -359,8 +412,13 @@ def main() -> None:
     parser.add_argument(
         "--verl-recipe", default="kbvqa_qwen2_5_vl_7b", help="verl's recipe, trained at toy size"
     )
-    parser.add_argument("--verl-modes", nargs="+", default=list(VERL_MODES), choices=list(VERL_MODES),
-                        help="verl's trainer modes (sync always runs: the baseline)")  # fmt: skip
+    parser.add_argument(
+        "--verl-modes",
+        nargs="+",
+        default=list(VERL_MODES),
+        choices=list(VERL_MODES),
+        help="verl's trainer modes (sync always runs: the baseline)",
+    )
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--batch", type=int, default=2, help="data.train_batch_size (rows per step)")
@@ -385,8 +443,11 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("WANDB_MODE", "disabled")
     args.workdir.mkdir(parents=True, exist_ok=True)
-    settings = {"none": (0.0, 0.0, 1.0), "fixed": (args.delay_s, 0.0, 1.0),
-                "heavy": (args.fast_s, args.slow_share, args.slow_factor)}  # fmt: skip
+    settings = {
+        "none": (0.0, 0.0, 1.0),
+        "fixed": (args.delay_s, 0.0, 1.0),
+        "heavy": (args.fast_s, args.slow_share, args.slow_factor),
+    }
     if args.in_namespace:
         _verl(args, settings)
         return

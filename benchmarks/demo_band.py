@@ -53,8 +53,19 @@ def run_one(out: Path, kernel: str, seed: int, task: str, overrides: list[str]) 
     if (folder / "metrics.json").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "ragym.rl.cli", "demo", "--out", str(folder), "--seed", str(seed),
-               "--task", task, *overrides]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "ragym.rl.cli",
+        "demo",
+        "--out",
+        str(folder),
+        "--seed",
+        str(seed),
+        "--task",
+        task,
+        *overrides,
+    ]
     start = time.perf_counter()
     with open(folder.parent / f"seed_{seed}.log", "w") as log:
         process = subprocess.Popen(command, env=run_env(kernel), stdout=log, stderr=subprocess.STDOUT)
@@ -106,11 +117,22 @@ def interval(values: list[float]) -> tuple[float, float | None]:
 
 def band_lines(runs: dict[tuple[str, int], dict[str, Any]], kernels: list[str]) -> list[str]:
     """Per kernel setting and over all runs: passes, and each figure's mean ± 95% half-width, min and max."""
-    keys = ["reward_after", "reward_gain", "ident_after", "ident_gain", "p_confirm_before", "p_confirm_after",
-            "wall_s", "cpu_s", "rss_mb"]  # fmt: skip
+    keys = [
+        "reward_after",
+        "reward_gain",
+        "ident_after",
+        "ident_gain",
+        "p_confirm_before",
+        "p_confirm_after",
+        "wall_s",
+        "cpu_s",
+        "rss_mb",
+    ]
     lines = []
-    for name, group in [*((k, [r for (kk, _), r in runs.items() if kk == k]) for k in kernels),
-                        ("all", list(runs.values()))]:  # fmt: skip
+    for name, group in [
+        *((k, [r for (kk, _), r in runs.items() if kk == k]) for k in kernels),
+        ("all", list(runs.values())),
+    ]:
         if not group:
             continue
         lines.append(f"{name}: {sum(r['passes'] for r in group)} of {len(group)} runs pass")
@@ -132,10 +154,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="demos at a time")
     parser.add_argument("--task", default="verify", help="ragym demo --task")
     parser.add_argument("--min-gain", type=float, default=0.3, help="reward and Ident. gain a run must reach")
-    parser.add_argument("--collect", action="store_true", help="run nothing: report the finished runs under --out "
-                        "(those not finished are named and left out)")  # fmt: skip
-    parser.add_argument("--write-band", action="store_true", help="record the band in ragym's rl/demo/band.json "
-                        "(what the demo's report compares a run with) under --task")  # fmt: skip
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="run nothing: report the finished runs under --out (those not finished are named and left out)",
+    )
+    parser.add_argument(
+        "--write-band",
+        action="store_true",
+        help="record the band in ragym's rl/demo/band.json "
+        "(what the demo's report compares a run with) under --task",
+    )
     parser.add_argument("overrides", nargs="*", help="recipe overrides for every demo")
     args = parser.parse_args(argv)
     import torch
@@ -158,16 +187,21 @@ def main(argv: list[str] | None = None) -> int:
         margin = (
             f"{r['p_confirm_before']:.3f} -> {r['p_confirm_after']:.3f}" if "p_confirm_after" in r else "n/a"
         )
-        print(f"| {kernel} | {seed} | {r['reward_before']:.3f} -> {r['reward_after']:.3f} | {r['ident_before']:.2f} -> "
-              f"{r['ident_after']:.2f} | {margin} | {'yes' if r['passes'] else 'no'} | {r['wall_s']:.0f} s | "
-              f"{r.get('cpu_s', float('nan')):.0f} s | {r['rss_mb']:.0f} MB |")  # fmt: skip
+        print(
+            f"| {kernel} | {seed} | {r['reward_before']:.3f} -> {r['reward_after']:.3f} | {r['ident_before']:.2f} -> "
+            f"{r['ident_after']:.2f} | {margin} | {'yes' if r['passes'] else 'no'} | {r['wall_s']:.0f} s | "
+            f"{r.get('cpu_s', float('nan')):.0f} s | {r['rss_mb']:.0f} MB |"
+        )
     print("\n".join(band_lines(runs, args.kernels)))
     (args.out / "band.json").write_text(json.dumps({f"{k}/{s}": r for (k, s), r in runs.items()}, indent=1))
     if args.write_band:
         kinds = {k: [s for kk, s in runs if kk == k] for k in args.kernels}
         machine = f"this CPU's {torch.backends.cpu.get_cpu_capability()}"
-        settings = "; ".join(f"{machine if k == 'machine' else f'ATEN_CPU_CAPABILITY={k}'}: seeds "
-                             f"{', '.join(map(str, seeds))}" for k, seeds in kinds.items() if seeds)  # fmt: skip
+        settings = "; ".join(
+            f"{machine if k == 'machine' else f'ATEN_CPU_CAPABILITY={k}'}: seeds {', '.join(map(str, seeds))}"
+            for k, seeds in kinds.items()
+            if seeds
+        )
         write_band(args.task, runs, f"{settings}; torch {torch.__version__}")
     return 0
 
@@ -182,10 +216,19 @@ def write_band(task: str, runs: dict[tuple[str, int], dict[str, Any]], settings:
     for key in BAND_FIGURES:
         values = [r[key] for r in runs.values()]
         stats = mean_interval(values)
-        figures[key] = {"mean": stats["mean"], "low": stats["low"], "high": stats["high"], "min": min(values),
-                        "max": max(values)}  # fmt: skip
-    band = {"runs": len(runs), "passed": sum(r["passes"] for r in runs.values()), "settings": settings,
-            "figures": figures}  # fmt: skip
+        figures[key] = {
+            "mean": stats["mean"],
+            "low": stats["low"],
+            "high": stats["high"],
+            "min": min(values),
+            "max": max(values),
+        }
+    band = {
+        "runs": len(runs),
+        "passed": sum(r["passes"] for r in runs.values()),
+        "settings": settings,
+        "figures": figures,
+    }
     bands = json.loads(BAND.read_text()) if BAND.is_file() else {}
     BAND.write_text(json.dumps({**bands, task: band}, indent=1) + "\n")
     return band

@@ -31,8 +31,22 @@ from ragym.data_prep.encoding.neighbour_stats import neighbours, spectrum
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from offline_text import collect_paragraphs  # noqa: E402
 
-ROWS = ("top10", "top50", "top100", "top_quarter", "top_half", "pcs_for_50pct", "pcs_for_90pct", "sim_first", "sim_kth", "gap",
-        "relative_gap", "distance_ratio", "lid", "lid_wide")  # fmt: skip
+ROWS = (
+    "top10",
+    "top50",
+    "top100",
+    "top_quarter",
+    "top_half",
+    "pcs_for_50pct",
+    "pcs_for_90pct",
+    "sim_first",
+    "sim_kth",
+    "gap",
+    "relative_gap",
+    "distance_ratio",
+    "lid",
+    "lid_wide",
+)
 
 
 def real_embeddings(num: int, cache: Path | None) -> np.ndarray:

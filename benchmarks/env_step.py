@@ -133,10 +133,14 @@ def main() -> None:
     print(f"warm images: search_image_step_ms={warm_step * 1e3:.3f} bare_faiss_ms={warm_bare * 1e3:.3f}")
     # The step's cost above the search it wraps, in ms: a loaded machine slows faiss far more than the
     # image reads, which dilutes the ratio; the overhead says what serving the images costs.
-    print(f"cold images, files: search_image_step_ms={files_step * 1e3:.3f} bare_faiss_ms={files_bare * 1e3:.3f} "
-          f"overhead_ms={(files_step - files_bare) * 1e3:.2f} ratio={files_step / files_bare:.3f}")  # fmt: skip
-    print(f"cold images, pack: search_image_step_ms={step * 1e3:.3f} bare_faiss_ms={bare * 1e3:.3f} "
-          f"overhead_ms={(step - bare) * 1e3:.2f}")  # fmt: skip
+    print(
+        f"cold images, files: search_image_step_ms={files_step * 1e3:.3f} bare_faiss_ms={files_bare * 1e3:.3f} "
+        f"overhead_ms={(files_step - files_bare) * 1e3:.2f} ratio={files_step / files_bare:.3f}"
+    )
+    print(
+        f"cold images, pack: search_image_step_ms={step * 1e3:.3f} bare_faiss_ms={bare * 1e3:.3f} "
+        f"overhead_ms={(step - bare) * 1e3:.2f}"
+    )
     print(f"ratio={step / bare:.3f}")
 
 

@@ -65,20 +65,35 @@ def _child(args: argparse.Namespace) -> None:
         rollout.by_reference = lambda output: output  # the batch keeps the agent loop's PIL images
     kb, policy = args.kb, args.policy
     out = Path(tempfile.mkdtemp(prefix=f"{args.child}-", dir=args.workdir))
-    trainer = build_trainer(args.recipe, [
-        f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
-        f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={out}", "trainer.logger=[]",
-        f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.resume_mode=disable",
-        "data.max_response_length=256", f"data.train_batch_size={args.batch}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}", f"actor_rollout_ref.rollout.n={args.n}",
-    ])  # fmt: skip
+    trainer = build_trainer(
+        args.recipe,
+        [
+            f"actor_rollout_ref.model.path={policy}",
+            f"data.train_files={kb}/data/train.parquet",
+            f"data.val_files={kb}/data/test.parquet",
+            f"trainer.default_local_dir={out}",
+            "trainer.logger=[]",
+            f"trainer.total_training_steps={args.steps}",
+            "trainer.save_freq=-1",
+            "trainer.resume_mode=disable",
+            "data.max_response_length=256",
+            f"data.train_batch_size={args.batch}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",
+            f"actor_rollout_ref.rollout.n={args.n}",
+        ],
+    )
     trainer.agent_loop.keep_image_pixels = args.child == "refs"
     batches: list[tuple[int, int, int, int, int]] = []
     sample_batch = trainer._sample_batch
 
     def measured(*a, **k):
         sampled, times = sample_batch(*a, **k)
-        images = [i for group in sampled.groups for e in group for i in (e.output.multi_modal_data or {}).get("images", [])]  # fmt: skip
+        images = [
+            i
+            for group in sampled.groups
+            for e in group
+            for i in (e.output.multi_modal_data or {}).get("images", [])
+        ]
         refs = [i for i in images if isinstance(i, ImageRef)]
         total, payload = pickled_image_bytes(sampled)
         ref_bytes = pickled_image_bytes(refs)[0] if refs else 0
@@ -98,11 +113,21 @@ def _child(args: argparse.Namespace) -> None:
     trajectories, images, total, payload, ref_bytes = (
         sum(column) for column in list(zip(*batches, strict=True))[:5]
     )
-    print(json.dumps({
-        "mode": args.child, "rss": rss, "trajectories": trajectories, "images": images, "pickled": total,
-        "payload": payload, "ref_bytes": ref_bytes, "ref_alone": max(b[5] for b in batches),
-        "pixel_values_per_pixel": per_pixel,
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "mode": args.child,
+                "rss": rss,
+                "trajectories": trajectories,
+                "images": images,
+                "pickled": total,
+                "payload": payload,
+                "ref_bytes": ref_bytes,
+                "ref_alone": max(b[5] for b in batches),
+                "pixel_values_per_pixel": per_pixel,
+            }
+        )
+    )
 
 
 def _pixel_values_per_pixel(trainer) -> float:
@@ -179,23 +204,48 @@ def main() -> None:
     )
     results = {}
     for mode in args.modes:
-        command = [sys.executable, __file__, "--child", mode, "--kb", str(kb), "--policy", str(policy),
-                   "--recipe", args.recipe, "--steps", str(args.steps), "--batch", str(args.batch),
-                   "--n", str(args.n), "--workdir", str(args.workdir)]  # fmt: skip
+        command = [
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--kb",
+            str(kb),
+            "--policy",
+            str(policy),
+            "--recipe",
+            args.recipe,
+            "--steps",
+            str(args.steps),
+            "--batch",
+            str(args.batch),
+            "--n",
+            str(args.n),
+            "--workdir",
+            str(args.workdir),
+        ]
         done = subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
         results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
     for mode, r in results.items():
         slope = _slope(r["rss"], args.warm_steps)
         verdict = "within" if slope <= GOAL_BYTES_PER_STEP else "over"
-        print(f"{mode:>6}: RSS {r['rss'][0] / 1e6:,.0f} MB after step 1 -> {r['rss'][-1] / 1e6:,.0f} MB after step "
-              f"{len(r['rss'])}; growth {slope / 1e6:+.3f} MB/step over steps {args.warm_steps + 1}..{len(r['rss'])} "
-              f"({verdict} the 1 MB/step goal)")  # fmt: skip
+        print(
+            f"{mode:>6}: RSS {r['rss'][0] / 1e6:,.0f} MB after step 1 -> {r['rss'][-1] / 1e6:,.0f} MB after step "
+            f"{len(r['rss'])}; growth {slope / 1e6:+.3f} MB/step over steps {args.warm_steps + 1}..{len(r['rss'])} "
+            f"({verdict} the 1 MB/step goal)"
+        )
         print("        RSS after each step (MB): " + " ".join(f"{v / 1e6:.1f}" for v in r["rss"]))
         per_traj = r["pickled"] / r["trajectories"]
-        print(f"        batch pickled: {per_traj / 1e3:,.1f} kB per trajectory, image payload {r['payload'] / r['trajectories'] / 1e3:,.1f} kB; "
-              f"{r['images'] / r['trajectories']:.2f} images per trajectory"
-              + (f", {r['ref_bytes'] / r['images']:.0f} B per reference in the batch (paths and budgets shared), "
-                 f"{r['ref_alone']} B alone" if r["ref_bytes"] else ""))  # fmt: skip
+        print(
+            f"        batch pickled: {per_traj / 1e3:,.1f} kB per trajectory, image payload {r['payload'] / r['trajectories'] / 1e3:,.1f} kB; "
+            f"{r['images'] / r['trajectories']:.2f} images per trajectory"
+            + (
+                f", {r['ref_bytes'] / r['images']:.0f} B per reference in the batch (paths and budgets shared), "
+                f"{r['ref_alone']} B alone"
+                if r["ref_bytes"]
+                else ""
+            )
+        )
     _extrapolate(args, results)
 
 
@@ -206,13 +256,19 @@ def _extrapolate(args: argparse.Namespace, results: dict) -> None:
     pixels = (num_query * query + num_candidates * candidate) * trajectories  # pixels a step's batch shows
     per_ref = results["refs"]["ref_alone"] if "refs" in results else float("nan")
     per_pixel = next(iter(results.values()))["pixel_values_per_pixel"]
-    print(f"at {args.prompts:,} prompts x {args.samples} samples = {trajectories:,} trajectories, {args.budget_recipe}'s "
-          f"budget ({num_query} query image of {query:,} px + {num_candidates} candidates of {candidate:,} px each):")  # fmt: skip
+    print(
+        f"at {args.prompts:,} prompts x {args.samples} samples = {trajectories:,} trajectories, {args.budget_recipe}'s "
+        f"budget ({num_query} query image of {query:,} px + {num_candidates} candidates of {candidate:,} px each):"
+    )
     print(f"  pixels (uint8 RGB): {_gb(3 * pixels)} per step")
-    print(f"  references:         {_gb(per_ref * (num_query + num_candidates) * trajectories)} per step "
-          f"({per_ref:.0f} B each, the largest reference pickled alone); {3 * pixels / (per_ref * (num_query + num_candidates) * trajectories):,.0f}x fewer")  # fmt: skip
-    print(f"  verl's pixel_values (float32, {per_pixel:.1f} B per pixel): {_gb(per_pixel * pixels)} per step, "
-          "in verl's batch (multi_modal_inputs), not ragym's hop")  # fmt: skip
+    print(
+        f"  references:         {_gb(per_ref * (num_query + num_candidates) * trajectories)} per step "
+        f"({per_ref:.0f} B each, the largest reference pickled alone); {3 * pixels / (per_ref * (num_query + num_candidates) * trajectories):,.0f}x fewer"
+    )
+    print(
+        f"  verl's pixel_values (float32, {per_pixel:.1f} B per pixel): {_gb(per_pixel * pixels)} per step, "
+        "in verl's batch (multi_modal_inputs), not ragym's hop"
+    )
 
 
 if __name__ == "__main__":

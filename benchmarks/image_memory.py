@@ -63,8 +63,10 @@ def main() -> None:
     checkpoints = {int(c) for c in args.checkpoints.split(",")}
     with tempfile.TemporaryDirectory() as tmp:
         kb_dir, rows = photo_kb(Path(tmp), args.width, args.height)
-        print(f"{len(rows)} rows, images {args.width}x{args.height}, cache {args.cache_mb} MiB; "
-              f"start rss={peak_rss_mib():.0f} MiB")  # fmt: skip
+        print(
+            f"{len(rows)} rows, images {args.width}x{args.height}, cache {args.cache_mb} MiB; "
+            f"start rss={peak_rss_mib():.0f} MiB"
+        )
         env = envs.make_env("KBVQA-v0", kb_dir=str(kb_dir))
         tokens = []
         for episode in range(1, args.episodes + 1):
@@ -80,9 +82,12 @@ def main() -> None:
             )
             if episode in checkpoints:
                 cache = image_cache.IMAGE_CACHE
-                print(f"episodes={episode} peak_rss={peak_rss_mib():.0f}MiB cache={cache.num_bytes / 2**20:.1f}MiB "
-                      f"entries={cache.num_entries} evictions={cache.num_evictions} "
-                      f"visual_tokens/episode={sum(tokens) / len(tokens):.0f} (max {max(tokens)})", flush=True)  # fmt: skip
+                print(
+                    f"episodes={episode} peak_rss={peak_rss_mib():.0f}MiB cache={cache.num_bytes / 2**20:.1f}MiB "
+                    f"entries={cache.num_entries} evictions={cache.num_evictions} "
+                    f"visual_tokens/episode={sum(tokens) / len(tokens):.0f} (max {max(tokens)})",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

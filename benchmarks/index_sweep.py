@@ -65,8 +65,11 @@ def main() -> None:
     exact.add(vectors)
     truth = exact.search(vectors[rows], K + 1)[1]
     exact_bytes = vectors.nbytes
-    print(f"{args.make_up}: {args.num} x {vectors.shape[1]} vectors and exact top-{K} in "
-          f"{time.perf_counter() - start:.0f}s", flush=True)  # fmt: skip
+    print(
+        f"{args.make_up}: {args.num} x {vectors.shape[1]} vectors and exact top-{K} in "
+        f"{time.perf_counter() - start:.0f}s",
+        flush=True,
+    )
     train = vectors[np.sort(np.random.default_rng(0).choice(args.num, args.train_size, replace=False))]
     for factory in args.factory:
         start = time.perf_counter()
@@ -87,9 +90,12 @@ def main() -> None:
             found = searcher.search(vectors[rows], K + 1)[1]
             per_query_ms = 1000 * (time.perf_counter() - start) / len(rows)
             disk = ", refine vectors on disk 0.500 of exact" if suffix else ""
-            print(f"{factory + suffix:<40} nprobe={nprobe:<4} k_factor={k_factor:<3} qb={bits} memory "
-                  f"{memory / exact_bytes:.3f} of exact{disk}, recall@{K} {recall(found, truth, rows):.3f}, "
-                  f"built {built:.0f}s, {per_query_ms:.1f} ms/query", flush=True)  # fmt: skip
+            print(
+                f"{factory + suffix:<40} nprobe={nprobe:<4} k_factor={k_factor:<3} qb={bits} memory "
+                f"{memory / exact_bytes:.3f} of exact{disk}, recall@{K} {recall(found, truth, rows):.3f}, "
+                f"built {built:.0f}s, {per_query_ms:.1f} ms/query",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

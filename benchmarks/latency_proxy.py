@@ -33,8 +33,10 @@ class Latency:
 
     def __init__(self, base_s: float = 0.0, slow_share: float = 0.0, slow_factor: float = 1.0, seed: int = 0):
         if base_s < 0 or not 0 <= slow_share <= 1 or slow_factor < 1:
-            raise ValueError(f"latency needs base_s >= 0, 0 <= slow_share <= 1, slow_factor >= 1; got "
-                             f"{base_s}, {slow_share}, {slow_factor}")  # fmt: skip
+            raise ValueError(
+                f"latency needs base_s >= 0, 0 <= slow_share <= 1, slow_factor >= 1; got "
+                f"{base_s}, {slow_share}, {slow_factor}"
+            )
         self.base_s, self.slow_share, self.slow_factor = base_s, slow_share, slow_factor
         self.rng, self.lock = random.Random(seed), threading.Lock()
         self.num_searches, self.injected_s = 0, 0.0

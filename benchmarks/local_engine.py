@@ -92,19 +92,31 @@ def _print(sums: dict[str, float], cpu: dict[str, float], num_steps: int, num_tu
     loop, generate = cpu["agent_loop"], sums["generate"]
     residual = sums["rollout"] - generate - cpu["env"] - sums["reward"] - loop
     old_residual = sums["rollout"] - generate - cpu["env"] - sums["reward"]
-    rows = [("generation", generate), ("env", cpu["env"]), ("reward", sums["reward"]), ("agent_loop", loop),
-            ("residual", residual), ("update", sums["update"])]  # fmt: skip
+    rows = [
+        ("generation", generate),
+        ("env", cpu["env"]),
+        ("reward", sums["reward"]),
+        ("agent_loop", loop),
+        ("residual", residual),
+        ("update", sums["update"]),
+    ]
     for name, value in rows:
         print(f"{name:>10}: {value / num_steps:7.3f} s/step  ({value / step:5.1%} of the step)")
     print(f"      step: {step / num_steps:7.3f} s/step")
-    print(f"turns/step={num_turns / num_steps:.1f} agent_loop_ms/turn={loop / num_turns * 1e3:.3f} "
-          f"generation_ms/turn={generate / num_turns * 1e3:.3f} "
-          f"server_request_ms/turn={cpu['server_request'] / num_turns * 1e3:.3f}")  # fmt: skip
-    print(f"old residual estimate (rollout - generation - env - reward): {old_residual / num_steps:.3f} s/step "
-          f"= {old_residual / generate:.3f} of generation")  # fmt: skip
+    print(
+        f"turns/step={num_turns / num_steps:.1f} agent_loop_ms/turn={loop / num_turns * 1e3:.3f} "
+        f"generation_ms/turn={generate / num_turns * 1e3:.3f} "
+        f"server_request_ms/turn={cpu['server_request'] / num_turns * 1e3:.3f}"
+    )
+    print(
+        f"old residual estimate (rollout - generation - env - reward): {old_residual / num_steps:.3f} s/step "
+        f"= {old_residual / generate:.3f} of generation"
+    )
     if shadow is not None:
-        print(f"shadow policy {shadow.describe()}: generation {shadow.seconds / num_steps:.3f} s/step, "
-              f"overhead vs it={loop / shadow.seconds:.3f}")  # fmt: skip
+        print(
+            f"shadow policy {shadow.describe()}: generation {shadow.seconds / num_steps:.3f} s/step, "
+            f"overhead vs it={loop / shadow.seconds:.3f}"
+        )
     print(f"overhead={loop / generate:.3f}")
 
 
@@ -121,12 +133,20 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "disabled")
     kb, policy = _inputs(args.workdir, args.model)
     out = Path(tempfile.mkdtemp(prefix="run-", dir=args.workdir))
-    trainer = build_trainer("kbvqa_tiny_cpu", [
-        f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
-        f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={out}", "trainer.logger=[]",
-        f"trainer.total_training_steps={args.steps}", "trainer.save_freq=-1", "trainer.resume_mode=disable",
-        "data.max_response_length=256",
-    ])  # fmt: skip
+    trainer = build_trainer(
+        "kbvqa_tiny_cpu",
+        [
+            f"actor_rollout_ref.model.path={policy}",
+            f"data.train_files={kb}/data/train.parquet",
+            f"data.val_files={kb}/data/test.parquet",
+            f"trainer.default_local_dir={out}",
+            "trainer.logger=[]",
+            f"trainer.total_training_steps={args.steps}",
+            "trainer.save_freq=-1",
+            "trainer.resume_mode=disable",
+            "data.max_response_length=256",
+        ],
+    )
     clock = CpuClock()
     _instrument(trainer, clock)
     shadow = ShadowGenerator.attach(trainer.server, args.shadow_size) if args.shadow_size else None
@@ -147,8 +167,10 @@ def main() -> None:
         wall -= shadow.seconds
     num_turns = trainer.server.stats.num_requests - requests_before
     trainer.close()
-    print(f"steps={args.steps} episodes/step={trainer.cfg.train_batch_size * trainer.cfg.rollout_n} "
-          f"wall={wall / args.steps:.3f} s/step")  # fmt: skip
+    print(
+        f"steps={args.steps} episodes/step={trainer.cfg.train_batch_size * trainer.cfg.rollout_n} "
+        f"wall={wall / args.steps:.3f} s/step"
+    )
     _print(sums, clock.totals(), args.steps, num_turns, shadow)
 
 

@@ -107,9 +107,13 @@ class ShadowGenerator:
         """Build a ``HIDDENxLAYERS`` policy with the server's token ids and hook it behind ``server._decode``."""
         hidden, layers = (int(part) for part in size.lower().split("x"))
         shadow = HFServer(
-            _shadow_model(server.model, server.tokenizer, hidden, layers), server.tokenizer,
-            server.image_inputs, default_max_tokens=server.default_max_tokens, batch_wait_s=0.0, seed=0,
-        )  # fmt: skip
+            _shadow_model(server.model, server.tokenizer, hidden, layers),
+            server.tokenizer,
+            server.image_inputs,
+            default_max_tokens=server.default_max_tokens,
+            batch_wait_s=0.0,
+            seed=0,
+        )
         probe = cls(server, shadow)
         decode = server._decode
 
@@ -140,10 +144,17 @@ class ShadowGenerator:
             token = torch.tensor([ids[step] if step < len(ids) else pad for ids in generated])  # [B]
             attention = torch.cat([attention, torch.ones((num_rows, 1), dtype=attention.dtype)], dim=1)
             positions = (next_pos + step).view(1, num_rows, 1).expand(3, -1, -1)  # [3, B, 1]
-            logits = self.shadow.model(
-                input_ids=token.view(num_rows, 1), attention_mask=attention, position_ids=positions,
-                past_key_values=cache, use_cache=True,
-            ).logits[:, -1].float()  # fmt: skip
+            logits = (
+                self.shadow.model(
+                    input_ids=token.view(num_rows, 1),
+                    attention_mask=attention,
+                    position_ids=positions,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                .logits[:, -1]
+                .float()
+            )
 
 
 def _shadow_model(model: torch.nn.Module, tokenizer: Any, hidden: int, layers: int) -> torch.nn.Module:
@@ -153,9 +164,12 @@ def _shadow_model(model: torch.nn.Module, tokenizer: Any, hidden: int, layers: i
 
     heads = max(1, hidden // 64)
     config = TinyPolicyConfig(
-        hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=max(1, heads // 2),
+        hidden_size=hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=max(1, heads // 2),
         intermediate_size=4 * hidden,
-    )  # fmt: skip
+    )
     root = model_config(model.config.model_type, config, tokenizer)
     torch.manual_seed(0)
     return type(model)(root).to(torch.float32).eval()

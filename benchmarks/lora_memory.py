@@ -52,10 +52,30 @@ def policy_config(name: str, layers: int, vocab: int) -> Any:
         return model_config("qwen2_5_vl", TinyPolicyConfig(), train_tokenizer(["hello world"] * 4, 2048))
     vision = {**QWEN2_5_VL_7B["vision_config"], "depth": layers, "fullatt_block_indexes": [layers - 1]}
     # The special tokens move to the end of the smaller vocabulary.
-    tokens = {name: vocab - 1 - i for i, name in enumerate(("bos_token_id", "eos_token_id", "vision_start_token_id",
-              "vision_end_token_id", "vision_token_id", "image_token_id", "video_token_id"))}  # fmt: skip
-    return config_from_dict({**QWEN2_5_VL_7B, **tokens, "num_hidden_layers": layers, "max_window_layers": layers,
-                             "vocab_size": vocab, "vision_config": vision})  # fmt: skip
+    tokens = {
+        name: vocab - 1 - i
+        for i, name in enumerate(
+            (
+                "bos_token_id",
+                "eos_token_id",
+                "vision_start_token_id",
+                "vision_end_token_id",
+                "vision_token_id",
+                "image_token_id",
+                "video_token_id",
+            )
+        )
+    }
+    return config_from_dict(
+        {
+            **QWEN2_5_VL_7B,
+            **tokens,
+            "num_hidden_layers": layers,
+            "max_window_layers": layers,
+            "vocab_size": vocab,
+            "vision_config": vision,
+        }
+    )
 
 
 def training_batch(config: Any, tokens: int, device: str) -> dict[str, Any]:
@@ -78,9 +98,13 @@ def training_batch(config: Any, tokens: int, device: str) -> dict[str, Any]:
     ids[torch.isin(ids, torch.tensor(special))] = plain  # no stray vision tokens in the text
     ids[0, 1 : 1 + num_image] = config.image_token_id
     ids[0, 0], ids[0, 1 + num_image] = config.vision_start_token_id, config.vision_end_token_id
-    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone(),
-             "pixel_values": torch.randn(grid * grid, patch, generator=generator),
-             "image_grid_thw": torch.tensor([[1, grid, grid]])}  # fmt: skip
+    batch = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "labels": ids.clone(),
+        "pixel_values": torch.randn(grid * grid, patch, generator=generator),
+        "image_grid_thw": torch.tensor([[1, grid, grid]]),
+    }
     return {key: value.to(device) for key, value in batch.items()}
 
 
@@ -104,8 +128,13 @@ def child(policy: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if mode == "lora":
         model.enable_input_require_grads()  # verl's FSDP engine does this before wrapping (checkpointing + frozen inputs)
-        settings = LoraSettings(rank=RANKS[policy], alpha=RANKS[policy], target_modules="all-linear",
-                                exclude_modules=VISION_TOWER, adapter_path=None)  # fmt: skip
+        settings = LoraSettings(
+            rank=RANKS[policy],
+            alpha=RANKS[policy],
+            target_modules="all-linear",
+            exclude_modules=VISION_TOWER,
+            adapter_path=None,
+        )
         model = add_adapters(model, settings, "unsaved")
     model.train()
     params = trainable_parameters(model)
@@ -120,9 +149,18 @@ def child(policy: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     trainable = sum(p.numel() for p in params)
     moments = sum(s["exp_avg"].numel() + s["exp_avg_sq"].numel() for s in optimizer.state.values())
     peak = torch.cuda.max_memory_allocated() / 2**20 if args.device == "cuda" else _peak_rss_mib()
-    return {"policy": policy, "mode": mode, "num_params": num_params, "trainable": trainable, "adam_values": moments,
-            "peak_mib": peak, "before_mib": 0.0 if args.device == "cuda" else before,
-            "state_mib": (num_params + 3 * trainable) * 4 / 2**20, "seconds": seconds, "loss": float(loss)}  # fmt: skip
+    return {
+        "policy": policy,
+        "mode": mode,
+        "num_params": num_params,
+        "trainable": trainable,
+        "adam_values": moments,
+        "peak_mib": peak,
+        "before_mib": 0.0 if args.device == "cuda" else before,
+        "state_mib": (num_params + 3 * trainable) * 4 / 2**20,
+        "seconds": seconds,
+        "loss": float(loss),
+    }
 
 
 def _peak_rss_mib() -> float:
@@ -131,8 +169,21 @@ def _peak_rss_mib() -> float:
 
 def run_child(policy: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """``child`` in a fresh process (a process's peak RSS never goes down)."""
-    command = [sys.executable, __file__, "--child", policy, mode, "--tokens", str(args.tokens), "--layers",
-               str(args.layers), "--vocab", str(args.vocab), "--device", args.device]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        policy,
+        mode,
+        "--tokens",
+        str(args.tokens),
+        "--layers",
+        str(args.layers),
+        "--vocab",
+        str(args.vocab),
+        "--device",
+        args.device,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
     if done.returncode != 0 or not lines:
@@ -143,8 +194,10 @@ def run_child(policy: str, mode: str, args: argparse.Namespace) -> dict[str, Any
 def memory_part(args: argparse.Namespace) -> None:
     """The trainable parameters and the step's peak memory, full vs LoRA, per policy."""
     where = "CUDA peak allocated" if args.device == "cuda" else "peak RSS"
-    print(f"one AdamW step, fp32 weights, gradient checkpointing, {args.tokens} tokens with one image, {where}; "
-          f"qwen2_5_vl_7b = the 7B's widths at {args.layers} layer(s), vocabulary {args.vocab:,}")  # fmt: skip
+    print(
+        f"one AdamW step, fp32 weights, gradient checkpointing, {args.tokens} tokens with one image, {where}; "
+        f"qwen2_5_vl_7b = the 7B's widths at {args.layers} layer(s), vocabulary {args.vocab:,}"
+    )
     print(
         "| policy | mode | parameters | trainable | share | Adam values | peak MiB | peak - before MiB "
         "| weights+grads+Adam MiB (arithmetic) | LoRA/full peak | LoRA/full increase | step s |"
@@ -164,9 +217,12 @@ def memory_part(args: argparse.Namespace) -> None:
                     f"{increase / (full['peak_mib'] - full['before_mib']):.3f}",
                 )
             )
-            print(f"| {policy} | {mode} | {r['num_params']:,} | {r['trainable']:,} | "
-                  f"{r['trainable'] / r['num_params']:.2%} | {r['adam_values']:,} | {r['peak_mib']:,.0f} | "
-                  f"{increase:,.0f} | {r['state_mib']:,.0f} | {ratios[0]} | {ratios[1]} | {r['seconds']:.1f} |", flush=True)  # fmt: skip
+            print(
+                f"| {policy} | {mode} | {r['num_params']:,} | {r['trainable']:,} | "
+                f"{r['trainable'] / r['num_params']:.2%} | {r['adam_values']:,} | {r['peak_mib']:,.0f} | "
+                f"{increase:,.0f} | {r['state_mib']:,.0f} | {ratios[0]} | {ratios[1]} | {r['seconds']:.1f} |",
+                flush=True,
+            )
 
 
 def demo(out: Path, seed: int, overrides: list[str]) -> dict[str, Any]:
@@ -193,10 +249,15 @@ def demo(out: Path, seed: int, overrides: list[str]) -> dict[str, Any]:
 
 def demo_part(args: argparse.Namespace) -> None:
     """The CPU demo trained full and with LoRA from the same warm start, per seed."""
-    lora = [f"actor_rollout_ref.model.lora_rank={args.lora_rank}", f"actor_rollout_ref.model.lora_alpha={args.lora_alpha}",
-            f"actor_rollout_ref.actor.optim.lr={args.lora_lr}"]  # fmt: skip
-    print(f"ragym demo (kbvqa_tiny_cpu) per seed: full fine-tuning (the recipe's lr), then LoRA ({' '.join(lora)}) "
-          "from the same warm-started policy")  # fmt: skip
+    lora = [
+        f"actor_rollout_ref.model.lora_rank={args.lora_rank}",
+        f"actor_rollout_ref.model.lora_alpha={args.lora_alpha}",
+        f"actor_rollout_ref.actor.optim.lr={args.lora_lr}",
+    ]
+    print(
+        f"ragym demo (kbvqa_tiny_cpu) per seed: full fine-tuning (the recipe's lr), then LoRA ({' '.join(lora)}) "
+        "from the same warm-started policy"
+    )
     print(
         "| seed | mode | trainable | held-out reward before | after | ident_acc after | demo s | peak RSS MB |"
     )
@@ -213,8 +274,11 @@ def demo_part(args: argparse.Namespace) -> None:
                     copy(full_dir / name, folder / name)
             r = demo(folder, seed, overrides)
             trainable = _trainable(folder)
-            print(f"| {seed} | {mode} | {trainable} | {r['before']['reward_mean']:.3f} | {r['after']['reward_mean']:.3f} "
-                  f"| {r['after']['ident_acc']:.2f} | {r['wall_time_s']:.0f} | {r['peak_rss_mb']:.0f} |", flush=True)  # fmt: skip
+            print(
+                f"| {seed} | {mode} | {trainable} | {r['before']['reward_mean']:.3f} | {r['after']['reward_mean']:.3f} "
+                f"| {r['after']['ident_acc']:.2f} | {r['wall_time_s']:.0f} | {r['peak_rss_mb']:.0f} |",
+                flush=True,
+            )
 
 
 def _trainable(folder: Path) -> str:

@@ -68,8 +68,10 @@ def main() -> None:
     def torch_default(device: str) -> nullcontext:
         return nullcontext()
 
-    print(f"torch default: {default_threads} threads per call; ragym: {page_retrieval.search_threads()} "
-          "per call (calls concurrent in both)")  # fmt: skip
+    print(
+        f"torch default: {default_threads} threads per call; ragym: {page_retrieval.search_threads()} "
+        "per call (calls concurrent in both)"
+    )
     ratio = 0.0
     for setting, count in (("idle", 0), (f"co-tenant x{args.cotenants}", args.cotenants)):
         budget = 2 * args.rounds * args.seconds * len(args.workers) + 30
@@ -84,9 +86,12 @@ def main() -> None:
                 page_retrieval.cpu_encode_threads = ragym_setting
                 base, ours = (sum(r) / len(r) for r in rates.values())
                 ratio = ours / base
-                print(f"[{setting}] {workers} workers: torch default {base:.0f} q/s, ragym {ours:.0f} q/s "
-                      f"(ratio {ratio:.2f}; windows {[round(x) for x in rates['torch default']]} / "
-                      f"{[round(x) for x in rates['ragym']]})", flush=True)  # fmt: skip
+                print(
+                    f"[{setting}] {workers} workers: torch default {base:.0f} q/s, ragym {ours:.0f} q/s "
+                    f"(ratio {ratio:.2f}; windows {[round(x) for x in rates['torch default']]} / "
+                    f"{[round(x) for x in rates['ragym']]})",
+                    flush=True,
+                )
     print(f"ratio={ratio:.3f}")
 
 

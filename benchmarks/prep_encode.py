@@ -85,21 +85,33 @@ def index_benchmark(args: argparse.Namespace, tmp: Path) -> None:
             f"generated {args.num_vectors} x 768 {args.make_up} vectors in {time.perf_counter() - start:.0f}s"
         )
     for refine in args.refine:
-        options = IndexOptions(exact_below=min(IndexOptions.exact_below, args.num_vectors), code=args.code,
-                               refine=refine, transform=args.transform, num_eval_queries=args.queries,
-                               k_factor=args.k_factor, nprobe=args.nprobe, nlist=args.nlist)  # fmt: skip
+        options = IndexOptions(
+            exact_below=min(IndexOptions.exact_below, args.num_vectors),
+            code=args.code,
+            refine=refine,
+            transform=args.transform,
+            num_eval_queries=args.queries,
+            k_factor=args.k_factor,
+            nprobe=args.nprobe,
+            nlist=args.nlist,
+        )
         start = time.perf_counter()
         m = build_sharded_index(tmp / "vectors", tmp / f"index-{refine}", options)
         built = time.perf_counter() - start
         disk = ""
         if m["refine"] == "disk":
-            disk = (f", refine vectors on disk {m['refine_disk_bytes'] / 2**20:.0f} MiB = "
-                    f"{m['refine_disk_ratio']:.3f} of exact")  # fmt: skip
-        print(f"{args.make_up}: index {m['factory']} refine={m['refine']} nprobe={m['search']['nprobe']} "
-              f"k_factor={options.k_factor}: memory {m['memory_bytes'] / 2**20:.0f} MiB = "
-              f"{m['memory_ratio']:.3f} of exact ({m['exact_memory_bytes'] / 2**20:.0f} MiB){disk}, "
-              f"recall@15 {m['recall@15']:.3f} ({m['recall_eval']['num_queries']} queries), built in "
-              f"{built:.0f}s", flush=True)  # fmt: skip
+            disk = (
+                f", refine vectors on disk {m['refine_disk_bytes'] / 2**20:.0f} MiB = "
+                f"{m['refine_disk_ratio']:.3f} of exact"
+            )
+        print(
+            f"{args.make_up}: index {m['factory']} refine={m['refine']} nprobe={m['search']['nprobe']} "
+            f"k_factor={options.k_factor}: memory {m['memory_bytes'] / 2**20:.0f} MiB = "
+            f"{m['memory_ratio']:.3f} of exact ({m['exact_memory_bytes'] / 2**20:.0f} MiB){disk}, "
+            f"recall@15 {m['recall@15']:.3f} ({m['recall_eval']['num_queries']} queries), built in "
+            f"{built:.0f}s",
+            flush=True,
+        )
         for batch in (1, 64):
             latency(tmp / f"index-{refine}", tmp / "vectors", args.queries, batch)
 
@@ -139,8 +151,11 @@ def latency(folder: Path, encoded: Path, num_queries: int, batch: int = 1) -> No
             search_shards(indexes, queries[start : start + batch], 15)
             seconds += time.perf_counter() - begin
         figures[name] = 1000 * seconds / len(queries)
-    print(f"search {batch} {'query' if batch == 1 else 'queries'} at a time, ms per query: "
-          + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()), flush=True)  # fmt: skip
+    print(
+        f"search {batch} {'query' if batch == 1 else 'queries'} at a time, ms per query: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in figures.items()),
+        flush=True,
+    )
 
 
 def _texts(num: int, seed: int = 0) -> list[Item]:

@@ -37,8 +37,14 @@ from ragym.rl.tiny.warm_start import ReplayServer, _replay  # noqa: E402
 def probe(out: Path, model_dir: str, num_rows: int) -> dict[str, list[float]]:
     """The policy's probability of each expert word / decision token, keyed ``word:<tok>`` or ``a=:<tok>``."""
     task = out / "task" / "data"
-    config = load_recipe(RECIPE, [f"data.train_files={task}/train.parquet", f"data.val_files={task}/test.parquet",
-                                  f"actor_rollout_ref.model.path={model_dir}"])  # fmt: skip
+    config = load_recipe(
+        RECIPE,
+        [
+            f"data.train_files={task}/train.parquet",
+            f"data.val_files={task}/test.parquet",
+            f"actor_rollout_ref.model.path={model_dir}",
+        ],
+    )
     asyncio.set_event_loop(asyncio.new_event_loop())
     model, tokenizer, processor = load_policy(model_dir)
     model.eval()

@@ -76,8 +76,11 @@ def recorded_index(num: int, dim: int) -> Path:
     if not (out / INDEX_MANIFEST).is_file():
         print(f"writing a flat index of {num} x {dim} in {out} (once)...", flush=True)
         ids = [f"d{i}" for i in range(num)]
-        index_vectors(VectorBlocks.from_array(ids, unit_vectors(num, dim, seed=0)), out,
-                      IndexOptions(exact_below=num + 1))  # fmt: skip
+        index_vectors(
+            VectorBlocks.from_array(ids, unit_vectors(num, dim, seed=0)),
+            out,
+            IndexOptions(exact_below=num + 1),
+        )
     return out / INDEX_MANIFEST
 
 
@@ -163,15 +166,19 @@ def cotenants(count: int, seconds: float) -> Any:
 
 def request_bytes(path: str, body: bytes) -> bytes:
     """One keep-alive HTTP/1.1 POST, encoded once up front so the load generator costs little CPU."""
-    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n")  # fmt: skip
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
     return head.encode() + body
 
 
 def encoded_requests(name: str, queries: np.ndarray, k: int) -> list[bytes]:
     """One single-query search request per query, in the service's wire format."""
-    bodies = [json.dumps({"retriever": name, "k": k, "query": {"f32": base64.b64encode(q.tobytes()).decode()}})
-              for q in queries]  # fmt: skip
+    bodies = [
+        json.dumps({"retriever": name, "k": k, "query": {"f32": base64.b64encode(q.tobytes()).decode()}})
+        for q in queries
+    ]
     return [request_bytes("/search", b.encode()) for b in bodies]
 
 
@@ -258,11 +265,16 @@ def report(setting: str, result: dict, cores: int) -> tuple[float, float]:
     def windows(values: list[float]) -> str:
         return ", ".join(f"{x:.0f}" for x in values)
 
-    print(f"[{setting}] bare faiss, 1 thread: {one:.0f} q/s ({windows(result['one'])}); {cores} threads: "
-          f"{all_cores:.0f} q/s ({windows(result['all'])})")  # fmt: skip
-    print(f"[{setting}] ragym service: {qps:.0f} q/s ({windows(result['served'])}), p50={p50 * 1e3:.1f} ms "
-          f"p99={p99 * 1e3:.1f} ms ({len(lat)} requests), index busy {np.mean(result['busy']):.0%}; "
-          f"ratio={qps / best:.3f} p99/p50={p99 / p50:.2f}", flush=True)  # fmt: skip
+    print(
+        f"[{setting}] bare faiss, 1 thread: {one:.0f} q/s ({windows(result['one'])}); {cores} threads: "
+        f"{all_cores:.0f} q/s ({windows(result['all'])})"
+    )
+    print(
+        f"[{setting}] ragym service: {qps:.0f} q/s ({windows(result['served'])}), p50={p50 * 1e3:.1f} ms "
+        f"p99={p99 * 1e3:.1f} ms ({len(lat)} requests), index busy {np.mean(result['busy']):.0%}; "
+        f"ratio={qps / best:.3f} p99/p50={p99 / p50:.2f}",
+        flush=True,
+    )
     return qps / best, p99 / p50
 
 
@@ -277,11 +289,23 @@ def floor_qps(args: argparse.Namespace, dim: int) -> dict[str, float]:
     floors = {}
     with service(["--shards", f"vec={manifest}"], args.port + 1, shlex.split(args.serve_args)):
         asyncio.run(load(args.port + 1, windows[-1], args.clients, 30))  # warm-up
-        floors["idle"] = float(np.mean([asyncio.run(load(args.port + 1, windows[r], args.clients, seconds))[0]
-                                        for r in range(args.rounds)]))  # fmt: skip
+        floors["idle"] = float(
+            np.mean(
+                [
+                    asyncio.run(load(args.port + 1, windows[r], args.clients, seconds))[0]
+                    for r in range(args.rounds)
+                ]
+            )
+        )
         with cotenants(args.cotenants, args.seconds + 60):
-            floors[f"co-tenant x{args.cotenants}"] = float(np.mean([asyncio.run(load(args.port + 1, windows[args.rounds + r], args.clients,
-                                                             seconds))[0] for r in range(args.rounds)]))  # fmt: skip
+            floors[f"co-tenant x{args.cotenants}"] = float(
+                np.mean(
+                    [
+                        asyncio.run(load(args.port + 1, windows[args.rounds + r], args.clients, seconds))[0]
+                        for r in range(args.rounds)
+                    ]
+                )
+            )
     return floors
 
 
@@ -302,8 +326,12 @@ def grpo_hit_rate(port: int, name: str, dim: int, args: argparse.Namespace) -> t
                 own = (image + 0.05 * rng.standard_normal(dim).astype(np.float32)).astype(np.float32)
                 searches = [(image, 5)] + ([(image, 10)] if e % 2 else []) + [(own, 5)]
                 keys += [(v.tobytes(), k) for v, k in searches]
-                group += [json.dumps({"retriever": name, "k": k, "query": {"f32": base64.b64encode(v.tobytes()).decode()}}).encode()
-                          for v, k in searches]  # fmt: skip
+                group += [
+                    json.dumps(
+                        {"retriever": name, "k": k, "query": {"f32": base64.b64encode(v.tobytes()).decode()}}
+                    ).encode()
+                    for v, k in searches
+                ]
             requests.append([request_bytes("/search", b) for b in group])
     repeat_share = 1 - len(set(keys)) / len(keys)
     for group in requests:  # one group at a time, its episodes' searches concurrently
@@ -346,9 +374,12 @@ def main() -> None:
     args = parse()
     serve_args, name, index = target(args)
     dim, cores = int(index.dim if hasattr(index, "dim") else index.index.d), available_cores()
-    print(f"index: {serve_args[-1]} ({type(index).__name__}, {dim}-d); {args.clients} clients; k={args.k}; "
-          f"{cores} cores; ragym serve {shlex.join([*serve_args, *shlex.split(args.serve_args)])}; "
-          f"load average {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    print(
+        f"index: {serve_args[-1]} ({type(index).__name__}, {dim}-d); {args.clients} clients; k={args.k}; "
+        f"{cores} cores; ragym serve {shlex.join([*serve_args, *shlex.split(args.serve_args)])}; "
+        f"load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     num_windows = 2 * args.rounds + 1
     queries = unit_vectors(args.clients * args.requests_per_client * num_windows, dim, seed=1)
     encoded = encoded_requests(name, queries, args.k)
@@ -362,15 +393,21 @@ def main() -> None:
         with cotenants(args.cotenants, 3 * args.seconds + 60):
             busy = measure(args, index, queries, per_window[args.rounds : 2 * args.rounds], name)
         batches = ready_status(args.port)["batches"][name]
-        print(f"service batches: mean {batches['mean_batch']:.1f} queries, largest {batches['largest_batch']}; "
-              f"{threads['threads']} thread(s) per search")  # fmt: skip
+        print(
+            f"service batches: mean {batches['mean_batch']:.1f} queries, largest {batches['largest_batch']}; "
+            f"{threads['threads']} thread(s) per search"
+        )
         if args.questions:
             cache, repeat = grpo_hit_rate(args.port, name, dim, args)
-            print(f"replay cache, GRPO-like workload ({args.questions} questions x {args.group_size} episodes x "
-                  f"{args.epochs} epochs): hit_rate={cache['hit_rate']:.3f} of a possible {repeat:.3f} "
-                  f"(hits={cache['hits']} joined in flight={cache['joined']} misses={cache['misses']})")  # fmt: skip
-    print(f"load average {os.getloadavg()[0]:.1f} at the end; bare faiss OpenMP wait policy "
-          f"{os.environ.get('OMP_WAIT_POLICY', 'default')}, faiss max threads {faiss.omp_get_max_threads()}")  # fmt: skip
+            print(
+                f"replay cache, GRPO-like workload ({args.questions} questions x {args.group_size} episodes x "
+                f"{args.epochs} epochs): hit_rate={cache['hit_rate']:.3f} of a possible {repeat:.3f} "
+                f"(hits={cache['hits']} joined in flight={cache['joined']} misses={cache['misses']})"
+            )
+    print(
+        f"load average {os.getloadavg()[0]:.1f} at the end; bare faiss OpenMP wait policy "
+        f"{os.environ.get('OMP_WAIT_POLICY', 'default')}, faiss max threads {faiss.omp_get_max_threads()}"
+    )
     floors = {} if args.no_floor else floor_qps(args, dim)
     for setting, floor in floors.items():
         print(f"[{setting}] HTTP floor ({args.floor_vectors} x {dim} index): {floor:.0f} q/s")

@@ -45,12 +45,20 @@ def main() -> None:
     os.environ.setdefault("WANDB_MODE", "disabled")
     kb, policy = _inputs(args.workdir, args.model)
     out = Path(tempfile.mkdtemp(prefix="trace-", dir=args.workdir))
-    trainer = build_trainer("kbvqa_tiny_cpu", [
-        f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
-        f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={out}", "trainer.logger=[]",
-        f"trainer.total_training_steps={2 * args.pairs + 1}", "trainer.save_freq=-1",
-        "trainer.resume_mode=disable", "data.max_response_length=256",
-    ])  # fmt: skip
+    trainer = build_trainer(
+        "kbvqa_tiny_cpu",
+        [
+            f"actor_rollout_ref.model.path={policy}",
+            f"data.train_files={kb}/data/train.parquet",
+            f"data.val_files={kb}/data/test.parquet",
+            f"trainer.default_local_dir={out}",
+            "trainer.logger=[]",
+            f"trainer.total_training_steps={2 * args.pairs + 1}",
+            "trainer.save_freq=-1",
+            "trainer.resume_mode=disable",
+            "data.max_response_length=256",
+        ],
+    )
     trainer.traces.cfg = TraceConfig(0)
     trainer.train_step()  # warm-up: first-call costs are not per-step costs
     times: dict[bool, list[float]] = {True: [], False: []}

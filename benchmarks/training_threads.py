@@ -104,10 +104,18 @@ def child_local(out: Path, steps: int) -> float:
     policy = out / "policy" / "KBVQA-v0"  # built once by a warm window of the full schedule
     run = out / "scratch" / "local"
     shutil.rmtree(run, ignore_errors=True)
-    argv = ["train", "--recipe", LOCAL_RECIPE, f"data.train_files={data / 'train.parquet'}",
-            f"data.val_files={data / 'test.parquet'}", f"actor_rollout_ref.model.path={policy}",
-            f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={run}", "trainer.logger=[console]",
-            "trainer.save_freq=-1"]  # fmt: skip
+    argv = [
+        "train",
+        "--recipe",
+        LOCAL_RECIPE,
+        f"data.train_files={data / 'train.parquet'}",
+        f"data.val_files={data / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={policy}",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.default_local_dir={run}",
+        "trainer.logger=[console]",
+        "trainer.save_freq=-1",
+    ]
     start = time.perf_counter()
     if main(argv) != 0:
         raise RuntimeError("ragym train failed")
@@ -120,8 +128,17 @@ def child_verl(out: Path, steps: int) -> float:
 
     run = out / "scratch" / "verl"
     shutil.rmtree(run, ignore_errors=True)
-    argv = ["train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(out), f"trainer.default_local_dir={run}",
-            f"trainer.total_training_steps={steps}"]  # fmt: skip
+    argv = [
+        "train",
+        "--engine",
+        "verl",
+        "--recipe",
+        RECIPE,
+        "--toy",
+        str(out),
+        f"trainer.default_local_dir={run}",
+        f"trainer.total_training_steps={steps}",
+    ]
     start = time.perf_counter()
     if main(argv) != 0:
         raise RuntimeError("ragym train --engine verl failed")
@@ -145,9 +162,25 @@ def window(
         )  # before, too, Ray gave each worker one thread (Ray keeps a value that is set)
     env.update({"WANDB_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"})
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, __file__, "--child", workload, "--out", str(args.out),
-                           "--passes", str(args.passes if passes is None else passes), "--steps", str(args.steps)],
-                          env=env, capture_output=True, text=True, timeout=1800, check=False)  # fmt: skip
+    done = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            workload,
+            "--out",
+            str(args.out),
+            "--passes",
+            str(args.passes if passes is None else passes),
+            "--steps",
+            str(args.steps),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{workload} / {setting} failed:\n{done.stderr[-3000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -197,13 +230,18 @@ def main() -> None:
                         load = os.getloadavg()[0]
                         seconds, cpu, threads = window(args, workload, setting)
                         results.setdefault((phase, workload, setting), []).append(seconds)
-                        print(f"[{phase}] {workload} {setting} ({threads}): {seconds:.1f} s (process CPU "
-                              f"{cpu:.1f} s, load {load:.1f} before)", flush=True)  # fmt: skip
+                        print(
+                            f"[{phase}] {workload} {setting} ({threads}): {seconds:.1f} s (process CPU "
+                            f"{cpu:.1f} s, load {load:.1f} before)",
+                            flush=True,
+                        )
     mean = {key: sum(times) / len(times) for key, times in results.items()}
     for (phase, workload, setting), times in results.items():
         ratio = mean[(phase, workload, args.settings[0])] / mean[(phase, workload, setting)]
-        print(f"{phase:>14} {workload:>5} {setting:>28}: mean {mean[(phase, workload, setting)]:6.1f} s "
-              f"{[round(t, 1) for t in times]}, {args.settings[0]} / this = {ratio:.2f}")  # fmt: skip
+        print(
+            f"{phase:>14} {workload:>5} {setting:>28}: mean {mean[(phase, workload, setting)]:6.1f} s "
+            f"{[round(t, 1) for t in times]}, {args.settings[0]} / this = {ratio:.2f}"
+        )
     busy = (f"co-tenant x{args.cotenants}", "warm")
     if "warm" in args.workloads and {"defaults", "ragym"} <= set(args.settings):
         print(f"ratio={mean[(*busy, 'defaults')] / mean[(*busy, 'ragym')]:.3f}")

@@ -43,9 +43,22 @@ def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     from ragym.rl.verl_plugin.verl_local import console_step_metrics
 
     ckpt = toy / "bench_checkpoints" / f"verl-{time.time_ns()}"
-    command = [sys.executable, "-m", "ragym.rl.cli", "train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy),
-               f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}",
-               f"trainer.default_local_dir={ckpt}", *VERL_ONLY]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "ragym.rl.cli",
+        "train",
+        "--engine",
+        "verl",
+        "--recipe",
+        RECIPE,
+        "--toy",
+        str(toy),
+        f"trainer.total_training_steps={steps}",
+        f"trainer.save_freq={steps}",
+        f"trainer.default_local_dir={ckpt}",
+        *VERL_ONLY,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"verl run failed:\n{(done.stdout + done.stderr)[-4000:]}")
@@ -60,9 +73,15 @@ def run_local(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     from ragym.rl.verl_plugin.verl_local import toy_overrides
 
     toy_set = platform_overrides("toy")
-    overrides = merge_overrides(toy_set, toy_overrides(resolve_recipe_path(RECIPE), toy, toy_set),
-                                [f"trainer.total_training_steps={steps}", f"trainer.save_freq={steps}",
-                                 f"trainer.default_local_dir={toy / 'bench_checkpoints' / f'local-{time.time_ns()}'}"])  # fmt: skip
+    overrides = merge_overrides(
+        toy_set,
+        toy_overrides(resolve_recipe_path(RECIPE), toy, toy_set),
+        [
+            f"trainer.total_training_steps={steps}",
+            f"trainer.save_freq={steps}",
+            f"trainer.default_local_dir={toy / 'bench_checkpoints' / f'local-{time.time_ns()}'}",
+        ],
+    )
     trainer = build_trainer(RECIPE, overrides)
     out = {}
     try:
@@ -89,16 +108,24 @@ def main() -> None:
             f"{'verl':<6} {step:>4} "
             + " ".join(f"{verl[step].get(k, float('nan')):>12.2f}" for k in VERL_KEYS.values())
         )
-    local_keys = {"generate": "timing_s/rollout", "old_log_prob": None, "update": "timing_s/update",
-                  "weight_sync": None, "checkpoint": None, "step": "timing_s/step"}  # fmt: skip
+    local_keys = {
+        "generate": "timing_s/rollout",
+        "old_log_prob": None,
+        "update": "timing_s/update",
+        "weight_sync": None,
+        "checkpoint": None,
+        "step": "timing_s/step",
+    }
     for step in sorted(local):
         row = [local[step].get(k, float("nan")) if k else float("nan") for k in local_keys.values()]
         print(f"{'local':<6} {step:>4} " + " ".join(f"{v:>12.2f}" for v in row))
     later = [s for s in verl if s > 1]
     verl_mean = sum(verl[s]["timing_s/step"] for s in later) / len(later)
     local_mean = sum(local[s]["timing_s/step"] for s in later) / len(later)
-    print(f"ratio={verl_mean / local_mean:.2f} (verl {verl_mean:.2f} s vs local {local_mean:.2f} s per step, "
-          f"steps 2-{args.steps})")  # fmt: skip
+    print(
+        f"ratio={verl_mean / local_mean:.2f} (verl {verl_mean:.2f} s vs local {local_mean:.2f} s per step, "
+        f"steps 2-{args.steps})"
+    )
 
 
 if __name__ == "__main__":

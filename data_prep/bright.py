@@ -130,9 +130,17 @@ def make_row(
     """One verl row; the qrels go to the reward's ground truth and to the env (memory outcome, never shown)."""
     truth = {"qrels": options["qrels"], "excluded_ids": options["excluded_ids"]}
     env_kwargs = {**env_kwargs, "domain": options["domain"]}
-    return verl_row(data_source=data_source, ability="reasoning_retrieval", question=options["query"],
-                    ground_truth=truth, index=index, split=split, env_id=ENV_ID, env_kwargs=env_kwargs,
-                    env_options=options)  # fmt: skip
+    return verl_row(
+        data_source=data_source,
+        ability="reasoning_retrieval",
+        question=options["query"],
+        ground_truth=truth,
+        index=index,
+        split=split,
+        env_id=ENV_ID,
+        env_kwargs=env_kwargs,
+        env_options=options,
+    )
 
 
 def write_task(
@@ -163,9 +171,14 @@ def write_task(
     ids = [options["query_id"] for _, options in usable]
     if args.memory_dir is not None and usable:
         report.details["memory_file"] = str(args.memory_dir.resolve() / f"{usable[0][1]['domain']}.jsonl")
-    report.details["split"] = {"order": SPLIT_ORDER, "warmup_fraction": args.warmup_fraction,
-                               "num_warmup": num_warmup, "num_test": len(usable) - num_warmup,
-                               "warmup_query_ids": ids[:num_warmup], "test_query_ids": ids[num_warmup:]}  # fmt: skip
+    report.details["split"] = {
+        "order": SPLIT_ORDER,
+        "warmup_fraction": args.warmup_fraction,
+        "num_warmup": num_warmup,
+        "num_test": len(usable) - num_warmup,
+        "warmup_query_ids": ids[:num_warmup],
+        "test_query_ids": ids[num_warmup:],
+    }
     report.save(out)
     return report
 

@@ -108,8 +108,18 @@ def _samples(
             )
             continue
         extra = {"hop_urls": urls, "dataset_name": row.get("dataset_name"), "image_id": image_id}
-        samples.append(Sample(f"evqa_{split}_{name.split(':')[-1]}_{j}", split, question, (path,), (urls[0],),
-                              truth, qtype, extra))  # fmt: skip
+        samples.append(
+            Sample(
+                f"evqa_{split}_{name.split(':')[-1]}_{j}",
+                split,
+                question,
+                (path,),
+                (urls[0],),
+                truth,
+                qtype,
+                extra,
+            )
+        )
     return samples
 
 

@@ -184,8 +184,15 @@ def _passages(articles: list[Article], ids: list[str], loose: list[tuple[str, st
     return frame
 
 
-def _row(sample: Sample, index: int, data_source: str, env_kwargs: dict[str, Any], paths: list[str], golds: list[str | None],
-         candidates: list[list[str]]) -> dict[str, Any]:  # fmt: skip
+def _row(
+    sample: Sample,
+    index: int,
+    data_source: str,
+    env_kwargs: dict[str, Any],
+    paths: list[str],
+    golds: list[str | None],
+    candidates: list[list[str]],
+) -> dict[str, Any]:
     """One verl row, in the synthetic KB's schema (``ragym.data_prep.synthetic_kb_io``)."""
     options = {
         "question": sample.question,
@@ -194,22 +201,40 @@ def _row(sample: Sample, index: int, data_source: str, env_kwargs: dict[str, Any
         "question_type": sample.question_type,
     }
     return verl_row(
-        data_source=data_source, ability="kbvqa", question=sample.question, ground_truth=sample.ground_truth,
+        data_source=data_source,
+        ability="kbvqa",
+        question=sample.question,
+        ground_truth=sample.ground_truth,
         index=index,
         # InfoSeek's data_split (val_unseen_question / val_unseen_entity): ragym eval's harmonic mean reads it.
         split=str(sample.extra.get("data_split", sample.split)),
-        env_id=ENV_ID, env_kwargs=env_kwargs, env_options=options, sample_id=sample.sample_id,
-        candidates=json.dumps(candidates), dataset_fields=json.dumps(sample.extra, default=str),
-    )  # fmt: skip
+        env_id=ENV_ID,
+        env_kwargs=env_kwargs,
+        env_options=options,
+        sample_id=sample.sample_id,
+        candidates=json.dumps(candidates),
+        dataset_fields=json.dumps(sample.extra, default=str),
+    )
 
 
-def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str], ranked: np.ndarray,
-                entity_ids: list[str], cfg: BuildConfig, report: PrepReport) -> None:  # fmt: skip
+def _write_rows(
+    out: Path,
+    data_source: str,
+    kept: list,
+    query_paths: list[str],
+    ranked: np.ndarray,
+    entity_ids: list[str],
+    cfg: BuildConfig,
+    report: PrepReport,
+) -> None:
     """Apply the reachability filter to training splits and write ``data/<split>.parquet``; rows written with an
     image whose gold entity is unknown are counted per split (``rows_without_gold``): no verification reward,
     reachability filter, Ident. or retriever rank applies to them."""
-    env_kwargs = {"kb_dir": str(out.resolve()), "candidates_per_batch": cfg.candidates_per_batch,
-                  "max_rejections": cfg.max_rejections}  # fmt: skip
+    env_kwargs = {
+        "kb_dir": str(out.resolve()),
+        "candidates_per_batch": cfg.candidates_per_batch,
+        "max_rejections": cfg.max_rejections,
+    }
     rows: dict[str, list[dict[str, Any]]] = {}
     without_gold = report.details.setdefault("rows_without_gold", {})
     for sample, queries, golds in kept:
@@ -217,8 +242,11 @@ def _write_rows(out: Path, data_source: str, kept: list, query_paths: list[str],
         gold_ids = [None if g is None else entity_ids[g] for g in golds]
         reachable = all(g is None or g in c for g, c in zip(gold_ids, candidates, strict=True))
         if sample.split in cfg.train_splits and not reachable:
-            report.reject(sample.split, "unreachable", f"{sample.sample_id}: a gold entity is outside the "
-                          f"top {cfg.pool} candidates of its image")  # fmt: skip
+            report.reject(
+                sample.split,
+                "unreachable",
+                f"{sample.sample_id}: a gold entity is outside the top {cfg.pool} candidates of its image",
+            )
             continue
         split_rows = rows.setdefault(sample.split, [])
         paths = [query_paths[q] for q in queries]
@@ -268,9 +296,15 @@ def build(
     entity_ids = [f"E{i:07d}" for i in range(len(articles))]
     key_row = {a.key: i for i, a in enumerate(articles)}
     images = _entity_images(out, articles, cfg, report)
-    pd.DataFrame({"entity_id": entity_ids, "name": [a.title for a in articles], "image": images,
-                  "signature": [None] * len(articles), "key": [a.key for a in articles]}).to_parquet(
-        out / "entities.parquet")  # fmt: skip
+    pd.DataFrame(
+        {
+            "entity_id": entity_ids,
+            "name": [a.title for a in articles],
+            "image": images,
+            "signature": [None] * len(articles),
+            "key": [a.key for a in articles],
+        }
+    ).to_parquet(out / "entities.parquet")
     passages = _passages(articles, entity_ids, list(loose_passages))
     passages.to_parquet(out / "passages.parquet")
     BM25Retriever.build(passages["text"].tolist(), passages["passage_id"].tolist()).save(
@@ -302,15 +336,26 @@ def build(
     else:
         query_vectors, ranked = np.zeros((0, entity_vectors.shape[1]), np.float32), np.zeros((0, 0), np.int64)
     np.save(out / "index" / "query_embeddings.npy", query_vectors)
-    pd.DataFrame({"query_id": [f"Q{i:07d}" for i in range(len(query_paths))], "image": query_paths,
-                  "signature": [None] * len(query_paths),
-                  "candidates": [[entity_ids[r] for r in row if r >= 0] for row in ranked]}).to_parquet(
-        out / "queries.parquet")  # fmt: skip
+    pd.DataFrame(
+        {
+            "query_id": [f"Q{i:07d}" for i in range(len(query_paths))],
+            "image": query_paths,
+            "signature": [None] * len(query_paths),
+            "candidates": [[entity_ids[r] for r in row if r >= 0] for row in ranked],
+        }
+    ).to_parquet(out / "queries.parquet")
     recall = _recall(kept, ranked, cfg)
     _write_rows(out, data_source, kept, query_paths, ranked, entity_ids, cfg, report)
-    report.details.update({"num_entities": len(articles), "num_passages": len(passages),
-                         "num_query_images": len(query_paths), "index_dim": int(entity_vectors.shape[1]),
-                         "recall": recall, "text_retrievers": manifest_text_retrievers(cfg)})  # fmt: skip
+    report.details.update(
+        {
+            "num_entities": len(articles),
+            "num_passages": len(passages),
+            "num_query_images": len(query_paths),
+            "index_dim": int(entity_vectors.shape[1]),
+            "recall": recall,
+            "text_retrievers": manifest_text_retrievers(cfg),
+        }
+    )
     manifest = {
         "format": KB_FORMAT,
         "version": KB_VERSION,
@@ -328,7 +373,7 @@ def build(
             "candidates_per_batch": cfg.candidates_per_batch,
             "max_rejections": cfg.max_rejections,
             "recall": recall,
-        },  # fmt: skip
+        },
     }
     (out / "kb.json").write_text(json.dumps(manifest, indent=2, default=str))
     report.save(out)

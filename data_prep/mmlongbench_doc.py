@@ -115,9 +115,17 @@ def make_row(sample: dict[str, Any], index: int, pages: list[int], store_root: P
     """One parquet row in the common schema; gold stays in ``reward_model`` only."""
     truth = {"answer": sample["answer"], "answer_format": sample["answer_format"], "evidence_pages": pages}
     options = {"question": sample["question"], "doc_id": sample["doc_id"]}
-    return verl_row(data_source=DATA_SOURCE, ability="long_document_qa", question=sample["question"],
-                    ground_truth=truth, index=index, split=cfg.split, env_id=cfg.env_id,
-                    env_kwargs={"store_root": str(store_root)}, env_options=options)  # fmt: skip
+    return verl_row(
+        data_source=DATA_SOURCE,
+        ability="long_document_qa",
+        question=sample["question"],
+        ground_truth=truth,
+        index=index,
+        split=cfg.split,
+        env_id=cfg.env_id,
+        env_kwargs={"store_root": str(store_root)},
+        env_options=options,
+    )
 
 
 def _check_sample(sample: Any) -> None:
@@ -194,11 +202,13 @@ def prepare(
     (out / "data").mkdir(parents=True, exist_ok=True)
     columns = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
     pd.DataFrame(rows, columns=columns).to_parquet(out / "data" / f"{cfg.split}.parquet")
-    report.details.update({
-        "evidence_page_zero_mapped_to_1": zero_mapped,
-        "documents_built": sorted(d for d, s in stores.built.items() if isinstance(s, DocStore)),
-        "documents_missing": sorted(d for d, s in stores.built.items() if isinstance(s, RowError)),
-    })  # fmt: skip
+    report.details.update(
+        {
+            "evidence_page_zero_mapped_to_1": zero_mapped,
+            "documents_built": sorted(d for d, s in stores.built.items() if isinstance(s, DocStore)),
+            "documents_missing": sorted(d for d, s in stores.built.items() if isinstance(s, RowError)),
+        }
+    )
     report.save(out)
     return report
 

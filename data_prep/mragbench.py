@@ -150,8 +150,14 @@ def _corpus_files(corpus: Path | None) -> list[Path]:
     return sorted(p for p in corpus.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
 
 
-def prepare(raw: Path, out: Path, limit: int | None = None, corpus: Path | None = None,
-            test_fraction: float = 0.3, encoder: dict[str, Any] | None = None) -> PrepReport:  # fmt: skip
+def prepare(
+    raw: Path,
+    out: Path,
+    limit: int | None = None,
+    corpus: Path | None = None,
+    test_fraction: float = 0.3,
+    encoder: dict[str, Any] | None = None,
+) -> PrepReport:
     """Write the task folder ``out``; returns the report (also ``out/report.json``)."""
     encoder_spec = encoder or {"name": "pixel", "kwargs": {}}
     out.mkdir(parents=True, exist_ok=True)
@@ -180,12 +186,16 @@ def prepare(raw: Path, out: Path, limit: int | None = None, corpus: Path | None 
     encoder_obj = make_image_encoder(encoder_spec)
     write_corpus(out, images.ids, images.paths, [""] * len(images.ids), encoder_obj, encoder_spec)
     write_queries(out, [r.query_image for r in rows], encoder_obj)
-    report.details.update({
-        "splits": write_rows(out, rows, DATA_SOURCE, test_fraction), "test_fraction": test_fraction,
-        "num_corpus_images": len(images.ids), "image_encoder": encoder_spec,
-        "scenarios": dict(sorted(Counter(r.scenario for r in rows).items())),
-        "num_rows_without_retrieved": sum(not r.retrieved_images for r in rows),
-    })  # fmt: skip
+    report.details.update(
+        {
+            "splits": write_rows(out, rows, DATA_SOURCE, test_fraction),
+            "test_fraction": test_fraction,
+            "num_corpus_images": len(images.ids),
+            "image_encoder": encoder_spec,
+            "scenarios": dict(sorted(Counter(r.scenario for r in rows).items())),
+            "num_rows_without_retrieved": sum(not r.retrieved_images for r in rows),
+        }
+    )
     report.save(out)
     return report
 

@@ -48,11 +48,18 @@ def _dataset_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--image-dir", type=Path, help="InfoSeek: OVEN image folder; E-VQA: landmarks folder")
     parser.add_argument("--inat-dir", type=Path, help="E-VQA: iNaturalist root")
-    parser.add_argument("--kb-image-root", type=Path,
-                        help="MMhops: the folder image_corpus.jsonl's image_path is relative to (default KB/image, "
-                             "i.e. RAW/MMhops-KB/image without --kb)")  # fmt: skip
-    parser.add_argument("--image-encoder", type=json.loads, default={"name": "pixel"},
-                        help='JSON encoder spec, e.g. {"name": "eva_clip", "kwargs": {"model_path": ...}}')  # fmt: skip
+    parser.add_argument(
+        "--kb-image-root",
+        type=Path,
+        help="MMhops: the folder image_corpus.jsonl's image_path is relative to (default KB/image, "
+        "i.e. RAW/MMhops-KB/image without --kb)",
+    )
+    parser.add_argument(
+        "--image-encoder",
+        type=json.loads,
+        default={"name": "pixel"},
+        help='JSON encoder spec, e.g. {"name": "eva_clip", "kwargs": {"model_path": ...}}',
+    )
     parser.add_argument(
         "--text-encoder", type=json.loads, help='e.g. {"name": "e5", "kwargs": {"model_path": ...}}'
     )
@@ -139,8 +146,13 @@ def mix(argv: list[str]) -> dict[str, Any]:
         split = next((s for s in EVAL_SPLITS[name] if (data / f"{s}.parquet").exists()), None)
         if split is not None:
             evals.append(pd.read_parquet(data / f"{split}.parquet"))
-        summary[name] = {"requested": int(count), "train_rows": len(take), "available": len(rows),
-                         "eval_split": split, "eval_rows": len(evals[-1]) if split else 0}  # fmt: skip
+        summary[name] = {
+            "requested": int(count),
+            "train_rows": len(take),
+            "available": len(rows),
+            "eval_split": split,
+            "eval_rows": len(evals[-1]) if split else 0,
+        }
     args.out.mkdir(parents=True, exist_ok=True)
     mixed = pd.concat(train).sample(frac=1.0, random_state=args.seed).reset_index(drop=True)
     mixed.to_parquet(args.out / "train.parquet")  # where the KB-VQA recipes read it: $RAGYM_DATA_DIR/kbvqa/

@@ -85,12 +85,18 @@ def build_task(out: Path, preset: Preset, seed: int = 0, rows_task_dir: Path | N
             qid = f"q{c:04d}_{q}"
             order = [int(i) for i in rng.permutation(4)]
             options = {letter: colours[i] for letter, i in zip("ABCD", order, strict=True)}
-            rows.append(TaskRow(
-                question_id=qid, question=f"What colour is the {part} of the object in the query image?",
-                options=options, answer_choice="ABCD"[order.index(0)], answer=colours[0],
-                query_image=_save(out, f"queries/{qid}.png", base, rng, preset.noise),
-                gold_images=[gold_id], scenario=part,
-            ))  # fmt: skip
+            rows.append(
+                TaskRow(
+                    question_id=qid,
+                    question=f"What colour is the {part} of the object in the query image?",
+                    options=options,
+                    answer_choice="ABCD"[order.index(0)],
+                    answer=colours[0],
+                    query_image=_save(out, f"queries/{qid}.png", base, rng, preset.noise),
+                    gold_images=[gold_id],
+                    scenario=part,
+                )
+            )
     encoder = PixelImageEncoder()
     write_corpus(out, ids, paths, captions, encoder, {"name": "pixel", "kwargs": {}})
     write_queries(out, [r.query_image for r in rows], encoder)

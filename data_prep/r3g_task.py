@@ -62,8 +62,15 @@ def _encoding(batch: int, num: int) -> EncodeConfig:
     return EncodeConfig(shard_size=16 * batch, batch_size=batch, progress=num > 16 * batch)
 
 
-def write_corpus(out: Path, ids: list[str], paths: list[str], captions: list[str], encoder: ImageEncoder,
-                 encoder_spec: dict[str, Any], batch: int = 256) -> None:  # fmt: skip
+def write_corpus(
+    out: Path,
+    ids: list[str],
+    paths: list[str],
+    captions: list[str],
+    encoder: ImageEncoder,
+    encoder_spec: dict[str, Any],
+    batch: int = 256,
+) -> None:
     """``corpus/``: the table, the unit features (encoded in batches) and the manifest."""
     (out / "corpus").mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"image_id": ids, "path": paths, "caption": captions}).to_parquet(
@@ -96,19 +103,46 @@ def task_row(
     row: TaskRow, index: int, split: str, data_source: str, env_kwargs: dict[str, Any]
 ) -> dict[str, Any]:
     """The verl parquet row of one question (ground truth as a JSON string, env options inside)."""
-    options = {"question": row.question, "options": row.options, "query_image": row.query_image,
-               "gold_images": row.gold_images, "scenario": row.scenario, "question_id": row.question_id}  # fmt: skip
+    options = {
+        "question": row.question,
+        "options": row.options,
+        "query_image": row.query_image,
+        "gold_images": row.gold_images,
+        "scenario": row.scenario,
+        "question_id": row.question_id,
+    }
     if row.retrieved_images is not None:
         options["retrieved_images"] = row.retrieved_images
-    truth = {"answer_choice": row.answer_choice, "answer": row.answer, "options": row.options,
-             "gold_images": row.gold_images, "scenario": row.scenario}  # fmt: skip
-    return verl_row(data_source=data_source, ability="r3g", question=row.question, ground_truth=truth,
-                    index=index, split=split, env_id=ENV_ID, env_kwargs=env_kwargs, env_options=options,
-                    scenario=row.scenario, question_id=row.question_id)  # fmt: skip
+    truth = {
+        "answer_choice": row.answer_choice,
+        "answer": row.answer,
+        "options": row.options,
+        "gold_images": row.gold_images,
+        "scenario": row.scenario,
+    }
+    return verl_row(
+        data_source=data_source,
+        ability="r3g",
+        question=row.question,
+        ground_truth=truth,
+        index=index,
+        split=split,
+        env_id=ENV_ID,
+        env_kwargs=env_kwargs,
+        env_options=options,
+        scenario=row.scenario,
+        question_id=row.question_id,
+    )
 
 
-def write_rows(out: Path, rows: list[TaskRow], data_source: str, test_fraction: float,
-               env_kwargs: dict[str, Any] | None = None, task_dir: Path | None = None) -> dict[str, int]:  # fmt: skip
+def write_rows(
+    out: Path,
+    rows: list[TaskRow],
+    data_source: str,
+    test_fraction: float,
+    env_kwargs: dict[str, Any] | None = None,
+    task_dir: Path | None = None,
+) -> dict[str, int]:
     """``data/train.parquet`` and ``data/test.parquet`` (rows name ``task_dir``, default ``out``); returns
     the row count of each split."""
     (out / "data").mkdir(parents=True, exist_ok=True)
@@ -118,6 +152,7 @@ def write_rows(out: Path, rows: list[TaskRow], data_source: str, test_fraction: 
         split = split_of(row.question_id, test_fraction)
         records[split].append(task_row(row, index, split, data_source, kwargs))
     for split, recs in records.items():
-        pd.DataFrame.from_records(recs, columns=["data_source", "agent_name", "prompt", "ability", "reward_model",
-                                                 "extra_info"]).to_parquet(out / "data" / f"{split}.parquet")  # fmt: skip
+        pd.DataFrame.from_records(
+            recs, columns=["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
+        ).to_parquet(out / "data" / f"{split}.parquet")
     return {split: len(recs) for split, recs in records.items()}

@@ -96,8 +96,12 @@ class PrepReport:
             }
             for s in self.splits()
         }
-        return {"dataset": self.dataset, "splits": splits, "rejected_examples": self.examples,
-                "details": self.details}  # fmt: skip
+        return {
+            "dataset": self.dataset,
+            "splits": splits,
+            "rejected_examples": self.examples,
+            "details": self.details,
+        }
 
     def save(self, out: Path) -> Path:
         """Write ``out/report.json`` (checked first); returns its path."""

@@ -161,15 +161,17 @@ def prepare(
     for rejection in rejections:
         report.reject(INPUT_ROWS, rejection.reason, rejection.row)
     reasons = Counter(r.reason for r in rejections)
-    report.details.update({
-        "input": str(input_path),
-        "contamination": {c: reasons.get(c, 0) for c in ("contaminated_id", "after_cutoff", "undated")},
-        "splits": dict(Counter(r["split"] for r in rows)),
-        "annotator": annotator.name,
-        "offline_annotations": annotator.name == OFFLINE_ANNOTATOR_NAME,
-        "num_rows_negatives_topped_up": num_topped_up,
-        "config": asdict(config),
-    })  # fmt: skip
+    report.details.update(
+        {
+            "input": str(input_path),
+            "contamination": {c: reasons.get(c, 0) for c in ("contaminated_id", "after_cutoff", "undated")},
+            "splits": dict(Counter(r["split"] for r in rows)),
+            "annotator": annotator.name,
+            "offline_annotations": annotator.name == OFFLINE_ANNOTATOR_NAME,
+            "num_rows_negatives_topped_up": num_topped_up,
+            "config": asdict(config),
+        }
+    )
     report.save(out_dir)
     return report
 

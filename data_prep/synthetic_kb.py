@@ -91,8 +91,10 @@ class Preset:
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {self.split!r}")
         if self.split == "entity_disjoint" and self.comparison_fraction > 0:
-            raise ValueError("split entity_disjoint needs single-image rows (comparison_fraction 0): a comparison "
-                             "row's two entities could fall on both sides")  # fmt: skip
+            raise ValueError(
+                "split entity_disjoint needs single-image rows (comparison_fraction 0): a comparison "
+                "row's two entities could fall on both sides"
+            )
 
 
 PRESETS: dict[str, Preset] = {

@@ -153,8 +153,10 @@ def alphabet_signatures(
         taken = {int(colour[o]) for o in neighbours[entity]}
         free = [c for c in range(alphabet) if c not in taken]
         if not free:
-            raise ValueError(f"signature alphabet {alphabet} is too small: entity {entity} has "
-                             f"{len(neighbours[entity])} look-alikes within the first {window} candidates")  # fmt: skip
+            raise ValueError(
+                f"signature alphabet {alphabet} is too small: entity {entity} has "
+                f"{len(neighbours[entity])} look-alikes within the first {window} candidates"
+            )
         colour[entity] = free[int(rng.integers(len(free)))]  # random, not smallest: codes used evenly
     return [f"#{chr(65 + c // 10)}{c % 10}" for c in colour]
 
@@ -200,9 +202,18 @@ def _rows(tables: KBTables, preset: Preset, seed: int, kb_dir: Path) -> pd.DataF
         }
         split = "test" if is_test[i] else "train"
         records.append(
-            verl_row(data_source=DATA_SOURCE, ability="kbvqa", question=question, ground_truth=answers, index=i,
-                     split=split, env_id=preset.env_id, env_kwargs=env_kwargs, env_options=options)
-        )  # fmt: skip
+            verl_row(
+                data_source=DATA_SOURCE,
+                ability="kbvqa",
+                question=question,
+                ground_truth=answers,
+                index=i,
+                split=split,
+                env_id=preset.env_id,
+                env_kwargs=env_kwargs,
+                env_options=options,
+            )
+        )
     return pd.DataFrame.from_records(records)
 
 
@@ -226,8 +237,9 @@ def write_kb(
         ranked = lure_gold(ranked, tables.query_entities, preset.lure_share, preset.lure_depth, seed)
     n = len(tables.entity_text)
     if preset.signature_alphabet:
-        tables.signatures = alphabet_signatures(ranked, tables.query_entities, n, preset.signature_alphabet,
-                                                preset.signature_window, seed)  # fmt: skip
+        tables.signatures = alphabet_signatures(
+            ranked, tables.query_entities, n, preset.signature_alphabet, preset.signature_window, seed
+        )
     _write_tables(out, tables, ranked)
     passages = pd.DataFrame(
         {
@@ -251,8 +263,13 @@ def write_kb(
         part = rows[rows["extra_info"].map(lambda e: e["split"]) == split].reset_index(drop=True)
         part.to_parquet(out / "data" / f"{split}.parquet")
         num_rows[split] = len(part)
-    log.info("rows: %d in, %d train + %d test out (split %s)", len(tables.questions), num_rows["train"],
-             num_rows["test"], preset.split)  # fmt: skip
+    log.info(
+        "rows: %d in, %d train + %d test out (split %s)",
+        len(tables.questions),
+        num_rows["train"],
+        num_rows["test"],
+        preset.split,
+    )
     manifest = {
         "format": KB_FORMAT,
         "version": KB_VERSION,

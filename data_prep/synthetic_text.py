@@ -102,8 +102,10 @@ def passage(entity: EntityText, rng: np.random.Generator, max_chars: int = 800, 
     if form == "slots":
         # One short sentence whose last value is the region: the answer is then the last word of the SearchText
         # observation, a fixed number of tokens before the policy's answer (names and values are single tokens).
-        return (f"{entity.name}: a {entity.noun.lower()} of the {entity.family} group, first recorded in "
-                f"{entity.year}, catalogued by {entity.cataloguer}, found in the region of {entity.region}.")  # fmt: skip
+        return (
+            f"{entity.name}: a {entity.noun.lower()} of the {entity.family} group, first recorded in "
+            f"{entity.year}, catalogued by {entity.cataloguer}, found in the region of {entity.region}."
+        )
     facts = (
         f"{entity.name} is a {entity.noun.lower()} of the {entity.family} group. "
         f"It was first recorded in {entity.year} and is found in the region of {entity.region}. "

@@ -43,15 +43,28 @@ def toy_rows(env_id: str, out: Path) -> Path:
 
 
 def toy_row(
-    env_id: str, index: int, split: str, source: str, truth: Any, options: dict | None,
+    env_id: str,
+    index: int,
+    split: str,
+    source: str,
+    truth: Any,
+    options: dict | None,
     env_kwargs: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One verl row that resets ``env_id`` with ``options`` (None: the env's own synthetic draw for the seed);
     ``truth`` is the row's ground truth in the env's own form, as its reward terms read it (a dict for DocMemo
     and MEMORA, a list of answers elsewhere)."""
-    return verl_row(data_source=source, ability=env_id.split("-")[0].lower(), question="(the env writes the prompt)",
-                    ground_truth=truth, index=index, split=split, env_id=env_id, env_kwargs=env_kwargs or {},
-                    env_options=options)  # fmt: skip
+    return verl_row(
+        data_source=source,
+        ability=env_id.split("-")[0].lower(),
+        question="(the env writes the prompt)",
+        ground_truth=truth,
+        index=index,
+        split=split,
+        env_id=env_id,
+        env_kwargs=env_kwargs or {},
+        env_options=options,
+    )
 
 
 def write_splits(data: Path, splits: dict[str, list[dict[str, Any]]]) -> None:

@@ -117,8 +117,14 @@ def make_event(event_type: str, turn: int, /, **fields: Any) -> Event:
 
 # ===== Shared kinds (every env) =========================================================================
 register_event_kinds(
-    "action", "format_error", "protocol_violation", "truncated", "answer", "retrieval_error", "episode_error",
-)  # fmt: skip
+    "action",
+    "format_error",
+    "protocol_violation",
+    "truncated",
+    "answer",
+    "retrieval_error",
+    "episode_error",
+)
 
 
 def action(turn: int, kind: str, well_formed: bool) -> Event:
@@ -142,9 +148,12 @@ def protocol_violation(turn: int, reason: str, **where: Any) -> Event:
     KB-VQA's ``where`` keys: ``image``, ``batch_id``, ``entity``, ``decision``; DocMemo's: ``pages``.
     """
     checks = {
-        "image": int_field, "batch_id": int_field, "entity": _optional_str, "decision": str_field,
+        "image": int_field,
+        "batch_id": int_field,
+        "entity": _optional_str,
+        "decision": str_field,
         "pages": int_list,
-    }  # fmt: skip
+    }
     unknown = set(where) - set(checks)
     if unknown:
         raise TypeError(f"protocol_violation event: unknown fields {sorted(unknown)}")

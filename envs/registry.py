@@ -121,8 +121,9 @@ def service_source(
     url = os.environ.get(URL_ENV) if retrieval_url is None else retrieval_url
     if not url:
         return None
-    client = ClientConfig(timeout_s=retrieval_timeout_s, max_retries=retrieval_retries,
-                          token=os.environ.get(TOKEN_ENV) or None)  # fmt: skip
+    client = ClientConfig(
+        timeout_s=retrieval_timeout_s, max_retries=retrieval_retries, token=os.environ.get(TOKEN_ENV) or None
+    )
     return service_retrievers(url, client)
 
 

@@ -27,13 +27,33 @@ from dataclasses import dataclass
 from importlib.metadata import distributions
 from pathlib import Path
 
-SAME_MAJOR = frozenset({
-    "cuda-bindings", "cuda-python", "cuda-toolkit", "nvidia-cublas", "nvidia-cuda-cccl", "nvidia-cuda-crt",
-    "nvidia-cuda-cuobjdump", "nvidia-cuda-cupti", "nvidia-cuda-nvcc", "nvidia-cuda-nvdisasm", "nvidia-cuda-nvrtc",
-    "nvidia-cuda-opencl", "nvidia-cuda-profiler-api", "nvidia-cuda-runtime", "nvidia-cuda-sanitizer-api",
-    "nvidia-cuda-tileiras", "nvidia-npp", "nvidia-nvfatbin", "nvidia-nvjitlink", "nvidia-nvjpeg", "nvidia-nvml-dev",
-    "nvidia-nvtx", "nvidia-nvvm",
-})  # fmt: skip
+SAME_MAJOR = frozenset(
+    {
+        "cuda-bindings",
+        "cuda-python",
+        "cuda-toolkit",
+        "nvidia-cublas",
+        "nvidia-cuda-cccl",
+        "nvidia-cuda-crt",
+        "nvidia-cuda-cuobjdump",
+        "nvidia-cuda-cupti",
+        "nvidia-cuda-nvcc",
+        "nvidia-cuda-nvdisasm",
+        "nvidia-cuda-nvrtc",
+        "nvidia-cuda-opencl",
+        "nvidia-cuda-profiler-api",
+        "nvidia-cuda-runtime",
+        "nvidia-cuda-sanitizer-api",
+        "nvidia-cuda-tileiras",
+        "nvidia-npp",
+        "nvidia-nvfatbin",
+        "nvidia-nvjitlink",
+        "nvidia-nvjpeg",
+        "nvidia-nvml-dev",
+        "nvidia-nvtx",
+        "nvidia-nvvm",
+    }
+)
 """Packages whose version's major is the CUDA major they ship with (nvidia-cublas 13.1.0.3: CUDA 13)."""
 
 BY_VERSION: dict[str, tuple[tuple[tuple[int, ...], int], ...]] = {
@@ -50,10 +70,19 @@ BY_VERSION: dict[str, tuple[tuple[tuple[int, ...], int], ...]] = {
 """Per package, (lowest version, CUDA major) ascending: the first release of each major's library (cuFFT 11.0.0
 came with CUDA 12.0, 12.0.0 with CUDA 13.0); a version below the first bound is not read."""
 
-NO_CUDA = frozenset({
-    "cuda-core", "cuda-pathfinder", "cuda-tile", "faiss-cpu", "nvidia-cudnn-frontend", "nvidia-cutlass",
-    "nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base", "nvidia-ml-py",
-})  # fmt: skip
+NO_CUDA = frozenset(
+    {
+        "cuda-core",
+        "cuda-pathfinder",
+        "cuda-tile",
+        "faiss-cpu",
+        "nvidia-cudnn-frontend",
+        "nvidia-cutlass",
+        "nvidia-cutlass-dsl",
+        "nvidia-cutlass-dsl-libs-base",
+        "nvidia-ml-py",
+    }
+)
 """CUDA-related packages tied to no major: pure Python over whatever CUDA is loaded, or the driver's NVML."""
 
 SUFFIX = re.compile(r"-cu(?:da)?(\d{2})x?(?=-|$)")
@@ -196,8 +225,11 @@ def report(packages: Iterable[Package]) -> tuple[list[str], list[str]]:
         summary = f"one CUDA major: {found or 'none'}"
     if unread:
         summary += f"; {len(unread)} package(s) no rule reads"
-    offenders = [f"  {key}: CUDA {major} ({why}), not {reference}" for key, (major, why) in majors.items()
-                 if major != reference]  # fmt: skip
+    offenders = [
+        f"  {key}: CUDA {major} ({why}), not {reference}"
+        for key, (major, why) in majors.items()
+        if major != reference
+    ]
     return [summary, *offenders, *unread], listing
 
 

@@ -112,9 +112,12 @@ def _merge_verl(actor_dir: Path, out: Path) -> None:
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 
     config = ModelMergerConfig(
-        operation="merge", backend="fsdp", local_dir=str(actor_dir), target_dir=str(out),
+        operation="merge",
+        backend="fsdp",
+        local_dir=str(actor_dir),
+        target_dir=str(out),
         hf_model_config_path=str(actor_dir / "huggingface"),
-    )  # fmt: skip
+    )
     out.mkdir(parents=True, exist_ok=True)
     FSDPModelMerger(config).merge_and_save()
     if not any((out / name).is_file() for name in PROCESSOR_FILES):
@@ -165,8 +168,10 @@ def _export_verl(checkpoint: Checkpoint, out: Path, merge: bool) -> bool:
         config = OmegaConf.create(checkpoint.recipe or {})
         settings = read_lora(lambda key: OmegaConf.select(config, key, default=None))
         if settings is None:
-            raise UsageError(f"{checkpoint.model_dir} holds LoRA adapters but no recipe records their settings; "
-                             "pass --recipe RECIPE (the one it was trained with)")  # fmt: skip
+            raise UsageError(
+                f"{checkpoint.model_dir} holds LoRA adapters but no recipe records their settings; "
+                "pass --recipe RECIPE (the one it was trained with)"
+            )
         settings.peft_config(OmegaConf.select(config, "actor_rollout_ref.model.path")).save_pretrained(
             adapter
         )
@@ -208,13 +213,19 @@ def _card(checkpoint: Checkpoint, source: Path, recipe_name: str | None) -> str:
         if value is not None:
             rows.append(f"| {label} | `{json.dumps(value) if isinstance(value, dict) else value}` |")
     lines = [
-        "# ragym policy", "",
-        f"Exported by `ragym export` from a {checkpoint.kind} checkpoint.", "",
-        "| field | value |", "|---|---|",
-        f"| source | `{source}` |", f"| step | {checkpoint.step if checkpoint.step is not None else 'unknown'} |",
-        f"| recipe | `{recipe_name or 'not recorded'}` |", *rows, "",
+        "# ragym policy",
+        "",
+        f"Exported by `ragym export` from a {checkpoint.kind} checkpoint.",
+        "",
+        "| field | value |",
+        "|---|---|",
+        f"| source | `{source}` |",
+        f"| step | {checkpoint.step if checkpoint.step is not None else 'unknown'} |",
+        f"| recipe | `{recipe_name or 'not recorded'}` |",
+        *rows,
+        "",
         "The full resolved recipe is in `ragym_export.json`." if recipe else "No recipe was recorded.",
-    ]  # fmt: skip
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -234,8 +245,12 @@ def export_checkpoint(
     if recipe is not None:
         from ragym.rl.recipe.compose import load_recipe
 
-        found = Checkpoint(found.kind, found.model_dir, found.step,
-                           cast(dict[str, Any], OmegaConf.to_container(load_recipe(recipe), resolve=True)))  # fmt: skip
+        found = Checkpoint(
+            found.kind,
+            found.model_dir,
+            found.step,
+            cast(dict[str, Any], OmegaConf.to_container(load_recipe(recipe), resolve=True)),
+        )
     logger.info("exporting %s checkpoint %s (step %s) -> %s", found.kind, found.model_dir, found.step, out)
     adapters = found.kind == "local_lora"
     if found.kind == "verl_fsdp":
@@ -255,8 +270,14 @@ def export_checkpoint(
     return out
 
 
-def record_export(out: Path, source: Path, kind: str, step: int | None, recipe_name: str | None,
-                  recipe: dict[str, Any] | None) -> None:  # fmt: skip
+def record_export(
+    out: Path,
+    source: Path,
+    kind: str,
+    step: int | None,
+    recipe_name: str | None,
+    recipe: dict[str, Any] | None,
+) -> None:
     """Write ``ragym_export.json``: where the model came from and its resolved recipe (``ragym eval`` reads it)."""
     meta = {"source": str(source), "kind": kind, "step": step, "recipe_name": recipe_name, "recipe": recipe}
     (out / "ragym_export.json").write_text(json.dumps(meta, indent=1, default=str))
@@ -268,8 +289,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("checkpoint", help="run folder, global_step_N folder, or its actor/ folder")
     parser.add_argument("--out", required=True, help="output model directory (absent or empty)")
     parser.add_argument("--recipe", help="recipe to record on the card when the checkpoint has none")
-    parser.add_argument("--merge", action="store_true",
-                        help="a LoRA checkpoint: write the merged model instead of the adapter folder")  # fmt: skip
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="a LoRA checkpoint: write the merged model instead of the adapter folder",
+    )
     args = parser.parse_args(argv)
     out = export_checkpoint(args.checkpoint, args.out, args.recipe, args.merge)
     print(f"exported {args.checkpoint} -> {out}")

@@ -385,8 +385,10 @@ def _format_only(name: str, g: FormatOnlyGuard, state: _State, metrics: Mapping[
     early, late = history[:half], history[-half:]
     rise = [sum(v[i] for v in late) / half - sum(v[i] for v in early) / half for i in (0, 1)]
     if _streak(state, rise[0] >= g.min_rise and rise[1] < g.max_outcome_rise, 1):
-        return (f"over {g.window} {state.unit} {g.format_metric} rose {rise[0]:+.3f} (>= {g.min_rise}) while "
-                f"{g.outcome_metric} moved {rise[1]:+.3f} (< {g.max_outcome_rise})")  # fmt: skip
+        return (
+            f"over {g.window} {state.unit} {g.format_metric} rose {rise[0]:+.3f} (>= {g.min_rise}) while "
+            f"{g.outcome_metric} moved {rise[1]:+.3f} (< {g.max_outcome_rise})"
+        )
     return None
 
 
@@ -413,8 +415,10 @@ def _images_dropped(
     if images is None or tokens is None:
         return None
     if _streak(state, images > 0 and tokens == 0, g.steps):
-        return (f"{g.images_metric} = {images:.2f} but {g.tokens_metric} = 0 for {g.steps} {state.unit}: the "
-                "episodes' images never reached the model")  # fmt: skip
+        return (
+            f"{g.images_metric} = {images:.2f} but {g.tokens_metric} = 0 for {g.steps} {state.unit}: the "
+            "episodes' images never reached the model"
+        )
     return None
 
 
@@ -422,8 +426,10 @@ def _adapter_sync(name: str, g: AdapterSyncGuard, state: _State, metrics: Mappin
     if g.trained_metric not in metrics or g.rollout_metric not in metrics:
         return None  # no sync at this step
     if _streak(state, metrics[g.trained_metric] > 0 and metrics[g.rollout_metric] == 0, 1):
-        return (f"the trainer's adapters changed since the last sync ({g.trained_metric} = 1) but the rollout's "
-                f"did not ({g.rollout_metric} = 0): the rollout samples from adapters it never received")  # fmt: skip
+        return (
+            f"the trainer's adapters changed since the last sync ({g.trained_metric} = 1) but the rollout's "
+            f"did not ({g.rollout_metric} = 0): the rollout samples from adapters it never received"
+        )
     return None
 
 
@@ -466,5 +472,7 @@ def adapter_sync_metrics(trained: tuple[str, str], rollout: tuple[str, str]) -> 
     >>> adapter_sync_metrics(("a", "b"), ("a", "a"))
     {'lora/sync_trained_changed': 1.0, 'lora/sync_rollout_changed': 0.0}
     """
-    return {ADAPTERS_TRAINED_CHANGED: float(trained[0] != trained[1]),
-            ADAPTERS_ROLLOUT_CHANGED: float(rollout[0] != rollout[1])}  # fmt: skip
+    return {
+        ADAPTERS_TRAINED_CHANGED: float(trained[0] != trained[1]),
+        ADAPTERS_ROLLOUT_CHANGED: float(rollout[0] != rollout[1]),
+    }

@@ -63,9 +63,10 @@ class LoraSettings:
             r=self.rank,
             lora_alpha=self.alpha,  # pyright: ignore[reportArgumentType]
             target_modules=self.target_modules,
-            exclude_modules=self.exclude_modules, bias="none",
+            exclude_modules=self.exclude_modules,
+            bias="none",
             base_model_name_or_path=None if base_model is None else str(base_model),
-        )  # fmt: skip
+        )
 
 
 def read_lora(get: Any) -> LoraSettings | None:
@@ -84,17 +85,25 @@ def read_lora(get: Any) -> LoraSettings | None:
             raise UsageError(f"{MODEL_SECTION}.{key}={value!r}: give a string or a list of strings")
     if not targets:
         raise UsageError(f"{MODEL_SECTION}.target_modules is empty: give all-linear or module names")
-    return LoraSettings(rank=rank, alpha=alpha, target_modules=_plain(targets),
-                        exclude_modules=VISION_TOWER if exclude is None else _plain(exclude),
-                        adapter_path=adapter)  # fmt: skip
+    return LoraSettings(
+        rank=rank,
+        alpha=alpha,
+        target_modules=_plain(targets),
+        exclude_modules=VISION_TOWER if exclude is None else _plain(exclude),
+        adapter_path=adapter,
+    )
 
 
 def _plain(value: str | Any) -> str | list[str]:
     return value if isinstance(value, str) else [str(v) for v in value]
 
 
-def add_adapters(model: torch.nn.Module, settings: LoraSettings, base_model: str | Path,
-                 adapter_dir: str | Path | None = None) -> Any:  # fmt: skip
+def add_adapters(
+    model: torch.nn.Module,
+    settings: LoraSettings,
+    base_model: str | Path,
+    adapter_dir: str | Path | None = None,
+) -> Any:
     """Wrap ``model`` in a trainable peft model: new adapters, or those of ``adapter_dir`` (a checkpoint being
     resumed) or ``settings.adapter_path``. Every base weight is frozen. The LoRA layers are injected into
     ``model`` itself, so ``model``'s own forward (generation, the update) runs them."""

@@ -43,8 +43,20 @@ VIDEO_PROCESSORS = {
     "Qwen3VLProcessor": "Qwen3VLVideoProcessor",
 }
 """The video processor class a real checkpoint of each processor class names."""
-_VIDEO_SETTINGS = ("do_convert_rgb", "do_normalize", "do_rescale", "do_resize", "image_mean", "image_std",
-                   "merge_size", "patch_size", "resample", "rescale_factor", "size", "temporal_patch_size")  # fmt: skip
+_VIDEO_SETTINGS = (
+    "do_convert_rgb",
+    "do_normalize",
+    "do_rescale",
+    "do_resize",
+    "image_mean",
+    "image_std",
+    "merge_size",
+    "patch_size",
+    "resample",
+    "rescale_factor",
+    "size",
+    "temporal_patch_size",
+)
 """Image processor settings the named video processor takes over."""
 
 

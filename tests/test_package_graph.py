@@ -169,9 +169,23 @@ def test_installing_ragym_puts_only_ragym_on_the_path(tmp_path: Path) -> None:
     assert distribution("ragym").read_text("top_level.txt").split() == ["ragym"]
     probe = "import importlib.util as u; print([n for n in ('envs', 'rl', 'rewards', 'data_prep') if u.find_spec(n)])"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    found = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=60, check=True).stdout.strip()  # fmt: skip
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
     assert found == "[]"
-    spec = subprocess.run([sys.executable, "-c", "import ragym.envs.kbvqa.env as m; print(m.__name__)"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    spec = subprocess.run(
+        [sys.executable, "-c", "import ragym.envs.kbvqa.env as m; print(m.__name__)"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert spec.stdout.strip() == "ragym.envs.kbvqa.env"

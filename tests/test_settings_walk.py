@@ -158,8 +158,11 @@ def derived_values(cls: type, field: dataclasses.Field) -> list[Any]:
     if isinstance(default, bool):
         return [not default]
     if isinstance(default, int):
-        return [v for v in dict.fromkeys([default - 1, default + 1, 1, 0, default * 2, default // 2, default // 64])
-                if v != default]  # fmt: skip
+        return [
+            v
+            for v in dict.fromkeys([default - 1, default + 1, 1, 0, default * 2, default // 2, default // 64])
+            if v != default
+        ]
     if isinstance(default, float):
         return [v for v in dict.fromkeys([default * 0.5, default * 2, 0.0, 1.0, 0.95]) if v != default]
     return []

@@ -35,8 +35,19 @@ def _encode(args: argparse.Namespace) -> dict:
 def _index(args: argparse.Namespace) -> dict:
     from ragym.data_prep.encoding.index import build_sharded_index
 
-    names = ("exact_below", "recall_k", "max_shard_vectors", "transform", "code", "refine", "nprobe",
-             "k_factor", "nlist", "target_recall", "train_size")  # fmt: skip
+    names = (
+        "exact_below",
+        "recall_k",
+        "max_shard_vectors",
+        "transform",
+        "code",
+        "refine",
+        "nprobe",
+        "k_factor",
+        "nlist",
+        "target_recall",
+        "train_size",
+    )
     options = IndexOptions(**{name: getattr(args, name) for name in names})
     return build_sharded_index(args.encoded, args.out, options)
 

@@ -66,8 +66,10 @@ class ClusteredVectors:
         scale = (np.arange(spec.rank) + 1.0) ** -spec.spectrum_decay  # (rank,)
         self.mixing = (basis * scale).T.astype(np.float32)  # (rank, dim)
         self.centres = rng.standard_normal((spec.num_clusters, spec.rank)).astype(np.float32)
-        self.spreads = (spec.cluster_spread * np.exp(spec.anisotropy * rng.standard_normal(
-            (spec.num_clusters, spec.rank)))).astype(np.float32)  # fmt: skip
+        self.spreads = (
+            spec.cluster_spread
+            * np.exp(spec.anisotropy * rng.standard_normal((spec.num_clusters, spec.rank)))
+        ).astype(np.float32)
         weights = 1.0 / (np.arange(spec.num_clusters) + 10.0)  # Zipf-like topic sizes
         self.weights = weights / weights.sum()
         signal = float(np.mean(np.sum((self.centres**2 + self.spreads**2) * scale**2, axis=1)))

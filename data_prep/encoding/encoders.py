@@ -72,8 +72,14 @@ class EncoderSpec:
 class SentenceItems:
     """A sentence-transformers model split at its seam: ``preprocess`` tokenises, ``forward`` runs the model."""
 
-    def __init__(self, model: Any, prefix: str = "", device: str = "cpu", dtype: str = "float32",
-                 normalize: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: Any,
+        prefix: str = "",
+        device: str = "cpu",
+        dtype: str = "float32",
+        normalize: bool = True,
+    ) -> None:
         """Wrap a loaded ``SentenceTransformer`` (moved to ``device``; forward runs under ``dtype`` autocast)."""
         import torch
 

@@ -88,8 +88,11 @@ class IndexOptions:
     """Seed of the training and evaluation samples."""
 
     def __post_init__(self) -> None:
-        small = {name: getattr(self, name) for name in ("k_factor", "recall_k", "num_eval_queries",
-                 "max_shard_vectors") if getattr(self, name) < 1}  # fmt: skip
+        small = {
+            name: getattr(self, name)
+            for name in ("k_factor", "recall_k", "num_eval_queries", "max_shard_vectors")
+            if getattr(self, name) < 1
+        }
         small |= {
             name: getattr(self, name) for name in ("nlist", "train_size", "nprobe") if getattr(self, name) < 0
         }
@@ -165,8 +168,11 @@ class VectorBlocks:
             raise EncodingError(f"{len(ids)} ids for vectors of shape {vectors.shape}")
         starts = range(0, len(ids), block)
         counts = tuple(min(block, len(ids) - start) for start in starts)
-        return cls(counts, int(vectors.shape[1]),
-                   lambda i: (list(ids[i * block : (i + 1) * block]), vectors[i * block : (i + 1) * block]))  # fmt: skip
+        return cls(
+            counts,
+            int(vectors.shape[1]),
+            lambda i: (list(ids[i * block : (i + 1) * block]), vectors[i * block : (i + 1) * block]),
+        )
 
     @property
     def num(self) -> int:
@@ -327,8 +333,14 @@ def index_vectors(source: VectorBlocks, out: Path, options: IndexOptions = Index
         "shards": records,
     }
     atomic_write(out / INDEX_MANIFEST, json.dumps(result, indent=2))
-    log.info("%s index over %d vectors: %.3f of exact memory, recall@%d %.3f", result["kind"], num,
-             result["memory_ratio"], options.recall_k, quality["recall"])  # fmt: skip
+    log.info(
+        "%s index over %d vectors: %.3f of exact memory, recall@%d %.3f",
+        result["kind"],
+        num,
+        result["memory_ratio"],
+        options.recall_k,
+        quality["recall"],
+    )
     return result
 
 
@@ -407,8 +419,14 @@ def measure_recall(
             if len(tried) > 1 and tried[str(nprobe)] - tried[str(kept)] < PLATEAU:
                 for _, index in indexes:
                     set_search_params(index, {"nprobe": kept})
-                log.warning("recall@%d stopped rising at %.3f (nprobe %d), below the target %.3f: the code caps "
-                            "it (a refine step lifts it)", k, tried[str(kept)], kept, options.target_recall)  # fmt: skip
+                log.warning(
+                    "recall@%d stopped rising at %.3f (nprobe %d), below the target %.3f: the code caps "
+                    "it (a refine step lifts it)",
+                    k,
+                    tried[str(kept)],
+                    kept,
+                    options.target_recall,
+                )
                 break
             kept = nprobe
             if tried[str(nprobe)] >= options.target_recall:

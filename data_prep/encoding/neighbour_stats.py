@@ -75,8 +75,9 @@ def nearest(vectors: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
     keep[np.arange(len(rows)), drop] = False
     found = found[keep].reshape(len(rows), k)  # (Q, k)
     queries = vectors[rows].astype(np.float64)  # (Q, d)
-    sims = np.stack([np.einsum("qd,qd->q", queries, vectors[found[:, j]].astype(np.float64))
-                     for j in range(k)], axis=1)  # (Q, k); one column at a time bounds the memory  # fmt: skip
+    sims = np.stack(
+        [np.einsum("qd,qd->q", queries, vectors[found[:, j]].astype(np.float64)) for j in range(k)], axis=1
+    )  # (Q, k); one column at a time bounds the memory
     return -np.sort(-sims, axis=1)  # float32 ties and near-ties may have come in either order
 
 

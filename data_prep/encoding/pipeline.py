@@ -75,15 +75,24 @@ def encode_items(
             counts[index] = len(shard_items)
             if shards.is_finished(root, index):
                 if shards.read_ids(root, index) != [i.id for i in shard_items]:
-                    raise EncodingError(f"{root}: finished shard {index} holds other ids than the stream; "
-                                        "the input changed since that run")  # fmt: skip
+                    raise EncodingError(
+                        f"{root}: finished shard {index} holds other ids than the stream; "
+                        "the input changed since that run"
+                    )
                 if bar is not None:
                     bar.update(len(shard_items))
                 continue
             yield index, shard_items
 
-    with tqdm(total=total, unit="item", unit_scale=True, desc=f"encode {root.name}", smoothing=0.1,
-              disable=not config.progress, mininterval=1.0) as bar:  # fmt: skip
+    with tqdm(
+        total=total,
+        unit="item",
+        unit_scale=True,
+        desc=f"encode {root.name}",
+        smoothing=0.1,
+        disable=not config.progress,
+        mininterval=1.0,
+    ) as bar:
         if ray is not None:
             from ragym.data_prep.encoding.ray_data import run_on_ray
 

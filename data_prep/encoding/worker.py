@@ -54,8 +54,14 @@ class EncodeConfig:
         return {"shard_size": self.shard_size, "batch_size": self.batch_size}
 
 
-def _produce(work: Iterable[tuple[int, list[Item]]], encoder: ItemEncoder, cfg: EncodeConfig,
-             pool: ThreadPoolExecutor, out: queue.Queue, stop: threading.Event) -> None:  # fmt: skip
+def _produce(
+    work: Iterable[tuple[int, list[Item]]],
+    encoder: ItemEncoder,
+    cfg: EncodeConfig,
+    pool: ThreadPoolExecutor,
+    out: queue.Queue,
+    stop: threading.Event,
+) -> None:
     """Producer thread: submit each batch's ``preprocess`` and queue (shard, items, future, last-of-shard)."""
     try:
         for index, items in work:
@@ -80,8 +86,13 @@ def _produce(work: Iterable[tuple[int, list[Item]]], encoder: ItemEncoder, cfg: 
         out.put(err)
 
 
-def run_shards(work: Iterable[tuple[int, list[Item]]], encoder: ItemEncoder, root: Path, cfg: EncodeConfig,
-               bar: tqdm | None = None) -> Iterator[tuple[int, int, int]]:  # fmt: skip
+def run_shards(
+    work: Iterable[tuple[int, list[Item]]],
+    encoder: ItemEncoder,
+    root: Path,
+    cfg: EncodeConfig,
+    bar: tqdm | None = None,
+) -> Iterator[tuple[int, int, int]]:
     """Encode and write each (index, items) shard of ``work``; yields (index, count, dim) as each is written."""
     pending: queue.Queue = queue.Queue(maxsize=cfg.prefetch)
     stop = threading.Event()

@@ -153,8 +153,16 @@ class DocMemoConfig(EnvConfig):
     def __post_init__(self) -> None:
         budget_of(self)  # a budget no page fits is refused here, naming the field
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
-        least = {"num_candidates": 1, "num_evidence": 1, "max_rounds": 1, "max_turns": 1, "radius": 0,
-                 "max_turn_chars": 1, "evidence_text_chars": 0, "image_max_side": 1}  # fmt: skip
+        least = {
+            "num_candidates": 1,
+            "num_evidence": 1,
+            "max_rounds": 1,
+            "max_turns": 1,
+            "radius": 0,
+            "max_turn_chars": 1,
+            "evidence_text_chars": 0,
+            "image_max_side": 1,
+        }
         for name, minimum in least.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:

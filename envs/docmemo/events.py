@@ -71,9 +71,13 @@ def evidence(
     if not set(fresh) <= set(shown):
         raise ValueError(f"evidence event: new pages {fresh} are not all among the shown {shown}")
     return make_event(
-        "evidence", turn, round=int_field("evidence", "round", round, minimum=0), pages=shown,
-        means=float_list("evidence", "means", means), new=fresh,
-    )  # fmt: skip
+        "evidence",
+        turn,
+        round=int_field("evidence", "round", round, minimum=0),
+        pages=shown,
+        means=float_list("evidence", "means", means),
+        new=fresh,
+    )
 
 
 def feedback(

@@ -38,8 +38,11 @@ def toy_rows(out: Path) -> None:
             obs, _ = env.reset(seed=seed, options=None)
             question = next(q for q in synthetic_questions() if q.question in obs["text"])
             if len(question.question) not in by_length:
-                truth = {"answer": question.answer, "answer_format": question.answer_format,
-                         "evidence_pages": list(question.evidence_pages)}  # fmt: skip
+                truth = {
+                    "answer": question.answer,
+                    "answer_format": question.answer_format,
+                    "evidence_pages": list(question.evidence_pages),
+                }
                 by_length[len(question.question)] = toy_row(
                     "DocMemo-v0", seed, split, "mmlongbench_doc", truth, None
                 )
@@ -122,7 +125,7 @@ HOOKS = EnvHooks(
         Refine("revenue", "", (), ()),
         Answer("42 million", False),
         Answer(NOT_ANSWERABLE, True),
-    ),  # fmt: skip
+    ),
     expert=expert,
     toy_rows=toy_rows,
     longest_episode=longest_episode,

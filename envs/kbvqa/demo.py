@@ -107,8 +107,10 @@ class KBVQADemoEnv(KBVQAEnv):
             self.rerank_argument = "a name or candidate number"
         if not self.aids.verification_actions:
             if self.config.max_rejections != 0:
-                raise ValueError("verification_actions=False (no Rerank, no Reject) needs max_rejections=0, "
-                                 f"got {self.config.max_rejections}")  # fmt: skip
+                raise ValueError(
+                    "verification_actions=False (no Rerank, no Reject) needs max_rejections=0, "
+                    f"got {self.config.max_rejections}"
+                )
             self.system_prompt = no_verification_prompt(self.config.max_turns)
 
     def _signature(self, image: int) -> str | None:

@@ -113,8 +113,14 @@ class KBVQAConfig(EnvConfig):
     def __post_init__(self) -> None:
         budget_of(self)  # a budget no image fits is refused here, naming the field
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
-        minimum = {"candidates_per_batch": 1, "max_rejections": 0, "max_turns": 1, "text_top_k": 1,
-                   "max_text_queries": 1, "max_turn_chars": 1}  # fmt: skip
+        minimum = {
+            "candidates_per_batch": 1,
+            "max_rejections": 0,
+            "max_turns": 1,
+            "text_top_k": 1,
+            "max_text_queries": 1,
+            "max_turn_chars": 1,
+        }
         for name, least in minimum.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -122,8 +128,10 @@ class KBVQAConfig(EnvConfig):
         if not isinstance(self.allow_reject, bool):
             raise ValueError(f"KBVQAConfig.allow_reject must be true or false, got {self.allow_reject!r}")
         if not self.allow_reject and self.max_rejections != 0:
-            raise ValueError("KBVQAConfig.allow_reject=False (no Reject action) needs max_rejections=0, "
-                             f"got {self.max_rejections}")  # fmt: skip
+            raise ValueError(
+                "KBVQAConfig.allow_reject=False (no Reject action) needs max_rejections=0, "
+                f"got {self.max_rejections}"
+            )
         if self.text_retriever not in ("auto", *TEXT_RETRIEVERS):
             raise ValueError(
                 f"KBVQAConfig.text_retriever must be auto, bm25 or dense, got {self.text_retriever!r}"
@@ -174,10 +182,16 @@ class KBVQAEnv(TurnEnv):
         cfg = self.config
         self.state = EpisodeState.start(options, self.kb, cfg.candidate_source)
         self.state.record(
-            kbvqa_ev.task(self.state.num_images, self.state.gold_entities, cfg.max_rejections,
-                    cfg.candidates_per_batch, cfg.max_turns, text_retriever=self.text_retriever_kind,
-                    allow_reject=cfg.allow_reject)
-        )  # fmt: skip
+            kbvqa_ev.task(
+                self.state.num_images,
+                self.state.gold_entities,
+                cfg.max_rejections,
+                cfg.candidates_per_batch,
+                cfg.max_turns,
+                text_retriever=self.text_retriever_kind,
+                allow_reject=cfg.allow_reject,
+            )
+        )
         text = self._task_text()
         images = tuple(np.array(read_image(p, self.image_budget, "query")) for p in self.state.query_paths)
         return {"text": text, "images": images}, self._info()
@@ -348,8 +362,10 @@ class KBVQAEnv(TurnEnv):
         if kind == "auto":
             return self.kb.default_text_retriever()
         if kind not in self.kb.text_retrievers():
-            raise ValueError(f"text_retriever={kind!r} but the KB at {self.kb.root} has only "
-                             f"{list(self.kb.text_retrievers())} (dense needs `ragym prep --text-encoder`)")  # fmt: skip
+            raise ValueError(
+                f"text_retriever={kind!r} but the KB at {self.kb.root} has only "
+                f"{list(self.kb.text_retrievers())} (dense needs `ragym prep --text-encoder`)"
+            )
         return kind
 
     def _unavailable(self, retriever: str, error: RetrievalUnavailable) -> str:

@@ -117,8 +117,9 @@ def gold_ranks(row: dict[str, Any]) -> tuple[list[int | None], int | None]:
     from ragym.envs.kbvqa.kb import load_kb
 
     info = row["extra_info"]
-    kwargs, options = (json.loads(v) if isinstance(v, str) else dict(v)
-                       for v in (info["env_kwargs"], info["env_options"]))  # fmt: skip
+    kwargs, options = (
+        json.loads(v) if isinstance(v, str) else dict(v) for v in (info["env_kwargs"], info["env_options"])
+    )
     cfg = KBVQAConfig(**split_aids(kwargs)[1])  # the demo env's aids do not change what is served
     if cfg.kb_dir is None or cfg.candidate_source != "precomputed":
         return [], None
@@ -183,7 +184,7 @@ HOOKS = EnvHooks(
         Rerank("Jade Varmel Moth"),
         Reject(),
         Answer("1732"),
-    ),  # fmt: skip
+    ),
     expert=expert,
     policies=POLICIES,
     # KB-VQA's episodes are four turns: at 20 passes a fresh toy run once scored no well-formed episode in 16;

@@ -136,9 +136,17 @@ class EpisodeState:
                 raise ValueError(f"a rerank of Image {batch.image} names no entity")
             self.confirmed[batch.image] = entity
         self.record(
-            kbvqa_ev.verification(self.turn, decision, entity, batch.image, batch.batch_id, batch.candidates,
-                                  batch.gold_entity, at_limit=at_limit)
-        )  # fmt: skip
+            kbvqa_ev.verification(
+                self.turn,
+                decision,
+                entity,
+                batch.image,
+                batch.batch_id,
+                batch.candidates,
+                batch.gold_entity,
+                at_limit=at_limit,
+            )
+        )
 
 
 def _query(kb: KnowledgeBase, path: str, row: int | None, candidate_source: str) -> Any:

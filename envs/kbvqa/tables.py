@@ -149,8 +149,12 @@ def markdown(source: str, columns: dict[str, Any]) -> str:
     """One table: the paper's columns (subsets, All) then the question types; rows Acc., Ident., R@1, R@pool."""
     groups = [(title, columns["subsets"][key]) for key, title in SUBSETS[source]]
     groups += [("All", columns["all"]), *columns["question_types"].items()]
-    lines = [f"### {source} (MMAgent-R² {columns['tables']})", "",
-             "| | " + " | ".join(title for title, _ in groups) + " |", "|---|" + "---:|" * len(groups)]  # fmt: skip
+    lines = [
+        f"### {source} (MMAgent-R² {columns['tables']})",
+        "",
+        "| | " + " | ".join(title for title, _ in groups) + " |",
+        "|---|" + "---:|" * len(groups),
+    ]
     for key, title in FIGURES:
         lines.append(f"| {title} | " + " | ".join(_cell(g[key]) for _, g in groups) + " |")
     lines.append("| episodes | " + " | ".join(str(g["num_episodes"]) for _, g in groups) + " |")

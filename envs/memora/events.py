@@ -21,8 +21,16 @@ from ragym.envs.events import (
     str_list,
 )
 
-KINDS = ("memory_read", "first_stage", "decompose", "subquery", "factor_evidence", "verdict", "final_ranking",
-         "memory_write")  # fmt: skip
+KINDS = (
+    "memory_read",
+    "first_stage",
+    "decompose",
+    "subquery",
+    "factor_evidence",
+    "verdict",
+    "final_ranking",
+    "memory_write",
+)
 """The event kinds MEMORA-v0 adds to the shared vocabulary."""
 register_event_kinds(*KINDS)
 
@@ -36,10 +44,14 @@ def memory_read(
     if len(sims) != len(shown):
         raise ValueError(f"memory_read event: {len(sims)} similarities for {len(shown)} queries")
     return make_event(
-        "memory_read", -1, domain=str_field("memory_read", "domain", domain),
+        "memory_read",
+        -1,
+        domain=str_field("memory_read", "domain", domain),
         num_records=int_field("memory_read", "num_records", num_records, minimum=0),
-        hits=len(shown), similarities=sims, queries=shown,
-    )  # fmt: skip
+        hits=len(shown),
+        similarities=sims,
+        queries=shown,
+    )
 
 
 def first_stage(query_id: str | None, ranking: Sequence[str], scores: Sequence[float]) -> Event:
@@ -65,10 +77,13 @@ def decompose(
     if any(len(v) != len(texts) for v in lists.values()):
         raise ValueError(f"decompose event: every list needs {len(texts)} entries, one per factor")
     return make_event(
-        "decompose", turn, factors=texts, priorities=float_list("decompose", "priorities", priorities),
+        "decompose",
+        turn,
+        factors=texts,
+        priorities=float_list("decompose", "priorities", priorities),
         used=float_list("decompose", "used", used),
         priors=[int_list("decompose", f"priors[{i}]", p) for i, p in enumerate(priors)],
-    )  # fmt: skip
+    )
 
 
 def subquery(
@@ -79,9 +94,14 @@ def subquery(
     if not set(new) <= set(got):
         raise ValueError("subquery event: added documents must be among the retrieved ones")
     return make_event(
-        "subquery", turn, factor=int_field("subquery", "factor", factor, minimum=1), text=str_field("subquery", "text", text),
-        retrieved=got, added=new, pool_size=int_field("subquery", "pool_size", pool_size, minimum=0),
-    )  # fmt: skip
+        "subquery",
+        turn,
+        factor=int_field("subquery", "factor", factor, minimum=1),
+        text=str_field("subquery", "text", text),
+        retrieved=got,
+        added=new,
+        pool_size=int_field("subquery", "pool_size", pool_size, minimum=0),
+    )
 
 
 def factor_evidence(
@@ -120,10 +140,15 @@ def final_ranking(
     if len(docs) != len(scored):
         raise ValueError(f"final_ranking event: {len(scored)} scores for {len(docs)} documents")
     return make_event(
-        "final_ranking", turn, ranking=docs, scores=scored, k=int_field("final_ranking", "k", k, minimum=1),
-        forced=bool_field("final_ranking", "forced", forced), margin=float_field("final_ranking", "margin", margin),
+        "final_ranking",
+        turn,
+        ranking=docs,
+        scores=scored,
+        k=int_field("final_ranking", "k", k, minimum=1),
+        forced=bool_field("final_ranking", "forced", forced),
+        margin=float_field("final_ranking", "margin", margin),
         support=float_field("final_ranking", "support", support),
-    )  # fmt: skip
+    )
 
 
 def memory_write(
@@ -139,8 +164,14 @@ def memory_write(
     the final and of the first-stage ranking, None without qrels) and each factor's outcome."""
     kind = "memory_write"
     return make_event(
-        kind, turn, domain=str_field(kind, "domain", domain), written=bool_field(kind, "written", written),
-        reason=str_field(kind, "reason", reason), ndcg=None if ndcg is None else float_field(kind, "ndcg", ndcg),
-        first_stage_ndcg=None if first_stage_ndcg is None else float_field(kind, "first_stage_ndcg", first_stage_ndcg),
+        kind,
+        turn,
+        domain=str_field(kind, "domain", domain),
+        written=bool_field(kind, "written", written),
+        reason=str_field(kind, "reason", reason),
+        ndcg=None if ndcg is None else float_field(kind, "ndcg", ndcg),
+        first_stage_ndcg=None
+        if first_stage_ndcg is None
+        else float_field(kind, "first_stage_ndcg", first_stage_ndcg),
         outcomes=str_list(kind, "outcomes", outcomes),
-    )  # fmt: skip
+    )

@@ -34,14 +34,24 @@ def toy_rows(out: Path) -> None:
 
     def row(index: int, split: str) -> dict[str, Any]:
         query = domain.queries[index % len(domain.queries)]
-        options = {"query_id": query["id"], "query": query["query"], "qrels": query["qrels"],
-                   "excluded_ids": query["excluded_ids"], "domain": domain.name}  # fmt: skip
+        options = {
+            "query_id": query["id"],
+            "query": query["query"],
+            "qrels": query["qrels"],
+            "excluded_ids": query["excluded_ids"],
+            "domain": domain.name,
+        }
         truth = {"qrels": query["qrels"], "excluded_ids": query["excluded_ids"]}
         kwargs = {"memory_dir": str(memory.resolve()), "memory_frozen": split == "test"}
         return toy_row("MEMORA-v0", index, split, "synthetic_memora", truth, options, kwargs)
 
-    write_splits(out / "data", {split: [row(offset + i, split) for i in range(NUM_TOY_ROWS)]
-                                for split, offset in (("train", 0), ("test", NUM_TOY_ROWS))})  # fmt: skip
+    write_splits(
+        out / "data",
+        {
+            split: [row(offset + i, split) for i in range(NUM_TOY_ROWS)]
+            for split, offset in (("train", 0), ("test", NUM_TOY_ROWS))
+        },
+    )
 
 
 def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None:
@@ -52,8 +62,12 @@ def longest_episode(env: Any, options: dict[str, Any] | None, seed: int) -> None
     from ragym.envs.memora.pipeline import MemoraPipeline, PipelineConfig
 
     config = env.unwrapped.config
-    pipeline = PipelineConfig(num_factors=config.k_max, stop_threshold=math.inf, expand_below=math.inf,
-                              max_expansions=config.max_subqueries)  # fmt: skip
+    pipeline = PipelineConfig(
+        num_factors=config.k_max,
+        stop_threshold=math.inf,
+        expand_below=math.inf,
+        max_expansions=config.max_subqueries,
+    )
     MemoraPipeline(ScriptedModel(), pipeline).play(env, options, seed)
 
 
@@ -75,7 +89,7 @@ HOOKS = EnvHooks(
         Extract(2, ((3, 8.0, "merge sort is stable"), (5, 0.5, "heap sort is not"))),
         Judge((3, 1, 5)),
         Stop(),
-    ),  # fmt: skip
+    ),
     expert=expert,
     toy_rows=toy_rows,
     longest_episode=longest_episode,

@@ -71,9 +71,15 @@ class ImageCorpus:
             if len(qvecs) != len(qpaths):
                 raise ValueError(f"{root}/queries: {len(qvecs)} embeddings for {len(qpaths)} query images")
             queries = dict(zip(qpaths, normalise(qvecs), strict=True))
-        return cls(root, table["image_id"].astype(str).tolist(), table["path"].tolist(),
-                   table["caption"].fillna("").astype(str).tolist(), normalise(vectors),
-                   manifest["image_encoder"], queries)  # fmt: skip
+        return cls(
+            root,
+            table["image_id"].astype(str).tolist(),
+            table["path"].tolist(),
+            table["caption"].fillna("").astype(str).tolist(),
+            normalise(vectors),
+            manifest["image_encoder"],
+            queries,
+        )
 
     def __len__(self) -> int:
         return len(self.image_ids)

@@ -172,9 +172,14 @@ class R3GEnv(TurnEnv):
         self.judges = cfg.rerank in JUDGED_MODES
         """Whether this configuration has a judge turn."""
         self.system_prompt = prompts.system_prompt(
-            cfg.use_plan, self.judges, cfg.pool_size, cfg.top_k, cfg.max_turns,
-            benchmark_pool=cfg.pool_source == "benchmark", guidelines=cfg.judge_guidelines,
-        )  # fmt: skip
+            cfg.use_plan,
+            self.judges,
+            cfg.pool_size,
+            cfg.top_k,
+            cfg.max_turns,
+            benchmark_pool=cfg.pool_source == "benchmark",
+            guidelines=cfg.judge_guidelines,
+        )
         self.action_space = gymnasium.spaces.Text(max_length=cfg.max_turn_chars)
         self.observation_space = text_image_space(
             cfg.max_obs_chars, cfg.max_images_per_obs, cfg.max_image_side
@@ -194,9 +199,18 @@ class R3GEnv(TurnEnv):
         self.state = _State(dict(options), [str(g) for g in options["gold_images"]])
         self.state.given_pool = self._given_pool(options) if cfg.pool_source == "benchmark" else None
         pool_size = len(self.state.given_pool) if self.state.given_pool is not None else cfg.pool_size
-        self.state.events.append(r3g_ev.r3g_task(self.state.gold, str(options.get("scenario", "")), pool_size,
-                                             cfg.top_k, cfg.rerank, cfg.use_plan, cfg.pool_source,
-                                             cfg.judge_guidelines))  # fmt: skip
+        self.state.events.append(
+            r3g_ev.r3g_task(
+                self.state.gold,
+                str(options.get("scenario", "")),
+                pool_size,
+                cfg.top_k,
+                cfg.rerank,
+                cfg.use_plan,
+                cfg.pool_source,
+                cfg.judge_guidelines,
+            )
+        )
         text = prompts.task_text(options["question"], options.get("options"))
         query = read_image(self.corpus.root / options["query_image"], self.image_budget, "query")
         return {"text": text, "images": (np.array(query),)}, self._info()
@@ -311,8 +325,11 @@ class R3GEnv(TurnEnv):
         final = final_scores(state.stage1, [s or 0.0 for s in stage2], cfg.rerank)
         chosen = top_k(final, cfg.top_k)
         state.evidence = [pool[i] for i in chosen]
-        state.events.append(r3g_ev.evidence_selected(state.turn, self._ids(pool), state.stage1, stage2, final,
-                                                 chosen, state.gold, cfg.rerank))  # fmt: skip
+        state.events.append(
+            r3g_ev.evidence_selected(
+                state.turn, self._ids(pool), state.stage1, stage2, final, chosen, state.gold, cfg.rerank
+            )
+        )
         captions = [self.corpus.captions[i] for i in state.evidence]
         text = prompts.evidence_text(captions, cfg.show_captions, state.plan, cfg.rerank)
         if errors:

@@ -44,11 +44,17 @@ def r3g_task(
     if pool_source not in ("corpus", "benchmark"):
         raise ValueError(f"r3g_task event: pool_source must be corpus or benchmark, got {pool_source!r}")
     return make_event(
-        "r3g_task", -1, gold_images=str_list("r3g_task", "gold_images", gold_images),
-        scenario=str_field("r3g_task", "scenario", scenario), pool_size=int_field("r3g_task", "pool_size", pool_size, 1),
-        top_k=int_field("r3g_task", "top_k", top_k, 1), rerank=rerank, use_plan=bool_field("r3g_task", "use_plan", use_plan),
-        pool_source=pool_source, judge_guidelines=bool_field("r3g_task", "judge_guidelines", judge_guidelines),
-    )  # fmt: skip
+        "r3g_task",
+        -1,
+        gold_images=str_list("r3g_task", "gold_images", gold_images),
+        scenario=str_field("r3g_task", "scenario", scenario),
+        pool_size=int_field("r3g_task", "pool_size", pool_size, 1),
+        top_k=int_field("r3g_task", "top_k", top_k, 1),
+        rerank=rerank,
+        use_plan=bool_field("r3g_task", "use_plan", use_plan),
+        pool_source=pool_source,
+        judge_guidelines=bool_field("r3g_task", "judge_guidelines", judge_guidelines),
+    )
 
 
 def plan(turn: int, text: str) -> Event:
@@ -116,7 +122,14 @@ def evidence_selected(
         raise ValueError(f"{kind} event: selected positions {positions} outside a pool of {len(ids)}")
     order = sorted(range(len(ids)), key=lambda i: (-fin[i], i))
     return make_event(
-        kind, turn, pool=ids, stage1=s1, stage2=s2, final=fin, ranking=[ids[i] for i in order],
-        selected=[ids[p] for p in positions], gold_images=str_list(kind, "gold_images", gold_images),
+        kind,
+        turn,
+        pool=ids,
+        stage1=s1,
+        stage2=s2,
+        final=fin,
+        ranking=[ids[i] for i in order],
+        selected=[ids[p] for p in positions],
+        gold_images=str_list(kind, "gold_images", gold_images),
         rerank=str_field(kind, "rerank", rerank),
-    )  # fmt: skip
+    )

@@ -29,8 +29,9 @@ class R3GExpert:
         self.env, self.rng, self.noise, self.reject_noise = env, rng, noise, reject_noise
 
     @classmethod
-    def for_row(cls, row: dict[str, Any], rng: np.random.Generator, noise: float,
-                reject_noise: float = 0.0) -> R3GExpert:  # fmt: skip
+    def for_row(
+        cls, row: dict[str, Any], rng: np.random.Generator, noise: float, reject_noise: float = 0.0
+    ) -> R3GExpert:
         """An expert on a fresh env built as the dataset row says."""
         info = row["extra_info"]
         return cls(make_env(info["env_id"], **json.loads(info["env_kwargs"])), rng, noise, reject_noise)

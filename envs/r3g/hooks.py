@@ -53,7 +53,7 @@ HOOKS = EnvHooks(
             (JudgeScore(1, 0.5, 1.0, 0.0, "same shape"), JudgeScore(2, 0.25, 0.0, 1.0, "other colour")), ()
         ),
         Answer("B"),
-    ),  # fmt: skip
+    ),
     expert=expert,
     # The judge turn scores every pool image (the longest turn any env asks for): more passes to learn it.
     warm_schedule=(8, 48),

@@ -36,11 +36,14 @@ def r3g_metrics(events: list[Event]) -> Metrics:
         return float(bool(gold & set(ids))) if gold else None
 
     metrics: Metrics = {f"recall@{k}": hit(ranking[:k]) for k in RECALL_KS}
-    metrics.update({
-        "evidence_recall": hit(chosen),
-        "gold_in_pool": hit(retrieval[0]["pool"]) if retrieval else (0.0 if gold else None),
-        "judge_errors": float(len(events_of(events, "judge_error"))),
-        "plan_first": float(bool(plans) and (not retrieval or plans[0]["turn"] < retrieval[0]["turn"]))
-        if task["use_plan"] else None,
-    })  # fmt: skip
+    metrics.update(
+        {
+            "evidence_recall": hit(chosen),
+            "gold_in_pool": hit(retrieval[0]["pool"]) if retrieval else (0.0 if gold else None),
+            "judge_errors": float(len(events_of(events, "judge_error"))),
+            "plan_first": float(bool(plans) and (not retrieval or plans[0]["turn"] < retrieval[0]["turn"]))
+            if task["use_plan"]
+            else None,
+        }
+    )
     return metrics

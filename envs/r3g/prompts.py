@@ -35,8 +35,16 @@ _STEPS_JUDGE_NO_GUIDELINES = (
 _STEPS_ANSWER = "{n}. <answer>LETTER</answer>: answer with the option letter.\n"
 
 
-def system_prompt(use_plan: bool, judge: bool, pool_size: int, top_k: int, max_turns: int, *,
-                  benchmark_pool: bool = False, guidelines: bool = True) -> str:  # fmt: skip
+def system_prompt(
+    use_plan: bool,
+    judge: bool,
+    pool_size: int,
+    top_k: int,
+    max_turns: int,
+    *,
+    benchmark_pool: bool = False,
+    guidelines: bool = True,
+) -> str:
     """The grammar for the steps this configuration has, with its P, k and turn budget."""
     steps = [_STEPS_PLAN] if use_plan else []
     steps.append(_STEPS_RETRIEVE_GIVEN if benchmark_pool else _STEPS_RETRIEVE)

@@ -51,8 +51,10 @@ def summarize(episodes: list[EpisodeScore]) -> dict[str, Any]:
     (0.5, 1.0, 0.0)
     """
     scenarios = sorted({e.scenario for e in episodes})
-    return {"all": _group(episodes),
-            "by_scenario": {s: _group([e for e in episodes if e.scenario == s]) for s in scenarios}}  # fmt: skip
+    return {
+        "all": _group(episodes),
+        "by_scenario": {s: _group([e for e in episodes if e.scenario == s]) for s in scenarios},
+    }
 
 
 def _cell(key: str, value: float | None) -> str:
@@ -67,8 +69,10 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
     parts = []
     for name, summary in results.items():
         groups = {"all": summary["all"], **summary["by_scenario"]}
-        lines = [f"| {g} | {row['num_episodes']} | " + " | ".join(_cell(k, row[k]) for k in COLUMNS) + " |"
-                 for g, row in groups.items()]  # fmt: skip
+        lines = [
+            f"| {g} | {row['num_episodes']} | " + " | ".join(_cell(k, row[k]) for k in COLUMNS) + " |"
+            for g, row in groups.items()
+        ]
         parts.append(f"## {name}\n\n{header}\n" + "\n".join(lines))
     return "\n\n".join(parts) + "\n"
 

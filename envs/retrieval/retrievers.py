@@ -167,15 +167,20 @@ class RefineVectors:
         with self.path.open("rb") as f:
             try:
                 version = np.lib.format.read_magic(f)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)  # fmt: skip
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
                 shape, fortran, dtype = read_header(f)
             except ValueError as error:
                 raise ValueError(f"{self.path}: not a .npy file ({error})") from error
             offset = f.tell()
             if len(shape) != 2 or fortran or dtype not in (np.float16, np.float32):
-                raise ValueError(f"{self.path}: refine vectors must be a 2-D C-order float16/float32 array, "
-                                 f"got {dtype} {shape}")  # fmt: skip
+                raise ValueError(
+                    f"{self.path}: refine vectors must be a 2-D C-order float16/float32 array, "
+                    f"got {dtype} {shape}"
+                )
             self.shape, self.dtype = (int(shape[0]), int(shape[1])), np.dtype(dtype)
             size = self.shape[0] * self.shape[1] * self.dtype.itemsize
             if self.path.stat().st_size < offset + size:
@@ -185,8 +190,9 @@ class RefineVectors:
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         if hasattr(self._map, "madvise") and hasattr(mmap, "MADV_RANDOM"):
             self._map.madvise(mmap.MADV_RANDOM)
-        self._rows = np.frombuffer(self._map, dtype=self.dtype, count=self.shape[0] * self.shape[1],
-                                   offset=offset).reshape(self.shape)  # fmt: skip
+        self._rows = np.frombuffer(
+            self._map, dtype=self.dtype, count=self.shape[0] * self.shape[1], offset=offset
+        ).reshape(self.shape)
 
     @property
     def ndim(self) -> int:

@@ -104,8 +104,10 @@ class ThreadPlan:
 
     def describe(self) -> str:
         """One line for the start-up log."""
-        return (f"faiss search threads: {self.threads} per search x {self.concurrent} concurrent searches "
-                f"on {self.cores} cores, OpenMP wait policy {self.wait_policy} ({self.reason})")  # fmt: skip
+        return (
+            f"faiss search threads: {self.threads} per search x {self.concurrent} concurrent searches "
+            f"on {self.cores} cores, OpenMP wait policy {self.wait_policy} ({self.reason})"
+        )
 
 
 def plan_threads(concurrent: int, threads: int = 0, cores: int = 0, policy: str | None = None) -> ThreadPlan:
@@ -194,6 +196,11 @@ def use_torch_threads(threads: int = 0) -> ThreadPlan:
 
     plan = plan_torch_threads(threads)
     torch.set_num_threads(plan.threads)
-    log.info("torch threads: %d on %d cores, OpenMP wait policy %s (%s)",
-             plan.threads, plan.cores, plan.wait_policy, plan.reason)  # fmt: skip
+    log.info(
+        "torch threads: %d on %d cores, OpenMP wait policy %s (%s)",
+        plan.threads,
+        plan.cores,
+        plan.wait_policy,
+        plan.reason,
+    )
     return plan

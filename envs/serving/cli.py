@@ -54,12 +54,23 @@ def _dest(flag: str) -> str:
 def _parser(add_help: bool) -> argparse.ArgumentParser:
     """Every flag but the envs' folders."""
     defaults = ServiceConfig()
-    parser = argparse.ArgumentParser(prog="ragym serve", description=(__doc__ or "").partition("\n")[0],
-                                     add_help=add_help)  # fmt: skip
-    parser.add_argument("--shards", type=_shard_set, action="append", default=[], metavar="NAME=MANIFEST",
-                        help="serve a sharded index (ragym.envs.retrieval.service.shards manifest) as retriever NAME")  # fmt: skip
-    parser.add_argument("--index-kind", default="auto", choices=("auto", "built", "flat", "hnsw", "ivf"),
-                        help="auto: the KB's built index (index/entities/index.json) when recorded, else flat")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="ragym serve", description=(__doc__ or "").partition("\n")[0], add_help=add_help
+    )
+    parser.add_argument(
+        "--shards",
+        type=_shard_set,
+        action="append",
+        default=[],
+        metavar="NAME=MANIFEST",
+        help="serve a sharded index (ragym.envs.retrieval.service.shards manifest) as retriever NAME",
+    )
+    parser.add_argument(
+        "--index-kind",
+        default="auto",
+        choices=("auto", "built", "flat", "hnsw", "ivf"),
+        help="auto: the KB's built index (index/entities/index.json) when recorded, else flat",
+    )
     parser.add_argument("--gpu", type=int, help="GPU device for flat indexes (exact search on torch)")
     parser.add_argument(
         "--host", default=DEFAULT_HOST, help="bind address (default 127.0.0.1: this machine only)"
@@ -68,31 +79,64 @@ def _parser(add_help: bool) -> argparse.ArgumentParser:
     parser.add_argument("--max-batch-size", type=int, default=defaults.max_batch_size)
     parser.add_argument("--max-wait-ms", type=float, default=defaults.max_wait_ms)
     parser.add_argument("--cache-size", type=int, default=defaults.cache_size)
-    parser.add_argument("--search-workers", type=int, default=defaults.search_workers,
-                        help="index calls that may run at once (one per retriever at a time)")  # fmt: skip
-    parser.add_argument("--search-threads", type=int, default=defaults.search_threads,
-                        help="OpenMP threads per index call; 0: one, or with the passive wait policy the "
-                             "cores shared out among the search workers")  # fmt: skip
-    parser.add_argument("--batch-splits", type=int, default=defaults.batch_splits,
-                        help="chunks a full batch is searched in at once (1: one index call; a core each suits "
-                             "a node the service has to itself)")  # fmt: skip
-    parser.add_argument("--cpu-cores", type=int, default=defaults.cpu_cores,
-                        help="cores the service may use; 0: its CPU affinity / cgroup quota")  # fmt: skip
-    parser.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
-                        help="keep the loaded indexes' objects in the garbage collector's full passes")  # fmt: skip
-    parser.add_argument("--omp-wait-policy", choices=WAIT_POLICIES, default=defaults.omp_wait_policy,
-                        help="passive: idle OpenMP threads sleep (a busy node cannot stall them); "
-                             "$OMP_WAIT_POLICY wins when set")  # fmt: skip
+    parser.add_argument(
+        "--search-workers",
+        type=int,
+        default=defaults.search_workers,
+        help="index calls that may run at once (one per retriever at a time)",
+    )
+    parser.add_argument(
+        "--search-threads",
+        type=int,
+        default=defaults.search_threads,
+        help="OpenMP threads per index call; 0: one, or with the passive wait policy the "
+        "cores shared out among the search workers",
+    )
+    parser.add_argument(
+        "--batch-splits",
+        type=int,
+        default=defaults.batch_splits,
+        help="chunks a full batch is searched in at once (1: one index call; a core each suits "
+        "a node the service has to itself)",
+    )
+    parser.add_argument(
+        "--cpu-cores",
+        type=int,
+        default=defaults.cpu_cores,
+        help="cores the service may use; 0: its CPU affinity / cgroup quota",
+    )
+    parser.add_argument(
+        "--no-gc-freeze",
+        dest="gc_freeze",
+        action="store_false",
+        help="keep the loaded indexes' objects in the garbage collector's full passes",
+    )
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=WAIT_POLICIES,
+        default=defaults.omp_wait_policy,
+        help="passive: idle OpenMP threads sleep (a busy node cannot stall them); "
+        "$OMP_WAIT_POLICY wins when set",
+    )
     return parser
 
 
 def service_config(args: argparse.Namespace) -> ServiceConfig:
     """The ``ServiceConfig`` the flags describe (the token from ``$RAGYM_RETRIEVAL_TOKEN``)."""
-    return ServiceConfig(max_batch_size=args.max_batch_size, max_wait_ms=args.max_wait_ms,
-                         cache_size=args.cache_size, token=os.environ.get(TOKEN_ENV) or None,
-                         host=args.host, port=args.port, search_workers=args.search_workers,
-                         search_threads=args.search_threads, cpu_cores=args.cpu_cores, batch_splits=args.batch_splits,
-                         omp_wait_policy=args.omp_wait_policy, gc_freeze=args.gc_freeze)  # fmt: skip
+    return ServiceConfig(
+        max_batch_size=args.max_batch_size,
+        max_wait_ms=args.max_wait_ms,
+        cache_size=args.cache_size,
+        token=os.environ.get(TOKEN_ENV) or None,
+        host=args.host,
+        port=args.port,
+        search_workers=args.search_workers,
+        search_threads=args.search_threads,
+        cpu_cores=args.cpu_cores,
+        batch_splits=args.batch_splits,
+        omp_wait_policy=args.omp_wait_policy,
+        gc_freeze=args.gc_freeze,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,8 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = service_config(args)
     if policy != config.omp_wait_policy and config.omp_wait_policy != "default":
-        log.warning("OpenMP wait policy is %s, not %s ($OMP_WAIT_POLICY, or faiss was loaded before)",
-                    policy, config.omp_wait_policy)  # fmt: skip
+        log.warning(
+            "OpenMP wait policy is %s, not %s ($OMP_WAIT_POLICY, or faiss was loaded before)",
+            policy,
+            config.omp_wait_policy,
+        )
     from ragym.envs.retrieval.service.app import RetrievalApp
     from ragym.envs.retrieval.service.shards import read_manifest
     from ragym.envs.serving.catalog import CatalogSpec, load_catalog

@@ -119,9 +119,12 @@ def build_app(catalog: CatalogSpec, config: ServiceConfig, deployment: Deploymen
     shards = {}
     for name, manifest in catalog.shard_sets:
         dim, specs = read_manifest(manifest)
-        bound = [shard_wrapper.options(name=f"{name}-shard-{i}", num_replicas=deployment.shard_replicas,
-                                       ray_actor_options=resources).bind(spec, gpu)
-                 for i, spec in enumerate(specs)]  # fmt: skip
+        bound = [
+            shard_wrapper.options(
+                name=f"{name}-shard-{i}", num_replicas=deployment.shard_replicas, ray_actor_options=resources
+            ).bind(spec, gpu)
+            for i, spec in enumerate(specs)
+        ]
         shards[name] = (dim, bound)
     local = replace(catalog, shard_sets=(), gpu=0 if gpu else None) if catalog.folders else None
     ingress = cast("ServeDeployment", serve.deployment(serve.ingress()(RetrievalReplica)))

@@ -147,8 +147,12 @@ def run_parallel(
             write_rows(out, variant)
     context = multiprocessing.get_context("spawn")  # torch and faiss threads do not survive fork
     for phase in (False, True):
-        todo = [(v, s) for s in seeds for v in grid.variants
-                if bool(v.warm_start_from) == phase and not _finished(out, v, s)]  # fmt: skip
+        todo = [
+            (v, s)
+            for s in seeds
+            for v in grid.variants
+            if bool(v.warm_start_from) == phase and not _finished(out, v, s)
+        ]
         for variant, seed in [(v, s) for v, s in todo if _source_missed(out, v, s) is not None]:
             _run_one(run, out, variant, seed, steps, extra)  # records the miss, runs nothing
         todo = [(v, s) for v, s in todo if not _finished(out, v, s)]
@@ -192,8 +196,10 @@ def run_grid(
     failed = failed_warm_starts(out, grid, seeds)
     asked, seeds = seeds, [s for s in seeds if s not in {f["seed"] for f in failed}]
     if not seeds:
-        raise UsageError(f"{out}: no seed of {asked} has a warm start that met its target in every variant "
-                         f"(each run's failed.json says what it missed); no table to write")  # fmt: skip
+        raise UsageError(
+            f"{out}: no seed of {asked} has a warm start that met its target in every variant "
+            f"(each run's failed.json says what it missed); no table to write"
+        )
     for seed in seeds:
         for variant in grid.variants:
             path = run_dir(out, variant, seed) / "result.json"
@@ -204,20 +210,25 @@ def run_grid(
                 befores[variant.name][seed] = result["before_grpo"]
             if grid.target is not None:
                 if "held_out_curve" not in result:
-                    raise RuntimeError(f"{path} has no held-out curve (trainer.test_freq was off): rerun that "
-                                       f"run in a new --out")  # fmt: skip
+                    raise RuntimeError(
+                        f"{path} has no held-out curve (trainer.test_freq was off): rerun that "
+                        f"run in a new --out"
+                    )
                 curves[variant.name][seed] = result["held_out_curve"]
                 sampling[variant.name][seed] = result["train_sampling"]
     results = aggregate(grid, runs, seeds)
     results["task"] = task
     results["seeds_asked"], results["failed_warm_starts"] = asked, failed
     if grid.kind == "kbvqa":
-        results["base_settings"] = {name: {"ragym": ours, "paper": paper}
-                                    for name, (ours, paper) in base_settings(grid).items()}  # fmt: skip
+        results["base_settings"] = {
+            name: {"ragym": ours, "paper": paper} for name, (ours, paper) in base_settings(grid).items()
+        }
     results["wall_time_s"] = {name: sum(w) for name, w in walls.items()}
     if all(len(b) == len(seeds) for b in befores.values()):  # runners that train report where they started
-        results["before_grpo"] = {name: {m: mean_interval([b[s][m] for s in seeds]) for m in grid.metrics}
-                                  for name, b in befores.items()}  # fmt: skip
+        results["before_grpo"] = {
+            name: {m: mean_interval([b[s][m] for s in seeds]) for m in grid.metrics}
+            for name, b in befores.items()
+        }
         results["grpo_movement"] = movement(grid, runs, befores, seeds)
         claims_under_rl(results["claims"], results["grpo_movement"]["variants"], seeds)
     if grid.target is not None:
@@ -244,14 +255,20 @@ def list_commands(grid: Grid, out: Path, seeds: list[int], steps: int | None, ex
     """One line per variant: its settings and, for KB-VQA grids, the command that runs its first seed alone."""
     lines = [f"grid {grid.name}: {grid.paper}"]
     if grid.kind == "kbvqa":
-        lines.append("base settings (ragym's / the paper's): " + ", ".join(
-            f"{name} {ours} / {paper}" for name, (ours, paper) in base_settings(grid).items()))  # fmt: skip
+        lines.append(
+            "base settings (ragym's / the paper's): "
+            + ", ".join(f"{name} {ours} / {paper}" for name, (ours, paper) in base_settings(grid).items())
+        )
     if grid.target is not None:
-        lines.append(f"steps_to_target: the first held-out evaluation (every {grid.eval_every} GRPO steps and the "
-                     f"last) with ident_acc >= {grid.target.ident_acc}: {grid.target.source}")  # fmt: skip
+        lines.append(
+            f"steps_to_target: the first held-out evaluation (every {grid.eval_every} GRPO steps and the "
+            f"last) with ident_acc >= {grid.target.ident_acc}: {grid.target.source}"
+        )
     for variant in grid.variants:
-        lines.append(f"- {variant.name} [{row_label(variant)}]: env {variant.env}, reward {variant.reward}, "
-                     f"options {variant.options}, overrides {list(variant.overrides)}")  # fmt: skip
+        lines.append(
+            f"- {variant.name} [{row_label(variant)}]: env {variant.env}, reward {variant.reward}, "
+            f"options {variant.options}, overrides {list(variant.overrides)}"
+        )
         if grid.kind == "kbvqa":
             from ragym.rl.ablate.kbvqa import command
 
@@ -266,25 +283,47 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "name", choices=sorted(GRIDS), help="the grid to run (demo: the demo alone, over seeds)"
     )
     parser.add_argument("--out", required=True, type=Path, help="output folder (re-running resumes in it)")
-    parser.add_argument("--seeds", type=int, help="seeds 0..N-1 per variant (default: the grid's; 5 for the "
-                        "KB-VQA and docmemo grids, 3 for memora_r)")  # fmt: skip
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        help="seeds 0..N-1 per variant (default: the grid's; 5 for the "
+        "KB-VQA and docmemo grids, 3 for memora_r)",
+    )
     parser.add_argument(
         "--steps", type=int, help="GRPO steps (KB-VQA; default 80) or rounds budget; default: the grid's"
     )
-    parser.add_argument("--jobs", type=int, help="(variant, seed) runs at a time, in worker processes (default: "
-                        f"the usable cores, {available_cores()} here, at most the number of runs; each KB-VQA run "
-                        "uses one torch thread unless $OMP_NUM_THREADS says otherwise, so J runs fill J cores)")  # fmt: skip
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="(variant, seed) runs at a time, in worker processes (default: "
+        f"the usable cores, {available_cores()} here, at most the number of runs; each KB-VQA run "
+        "uses one torch thread unless $OMP_NUM_THREADS says otherwise, so J runs fill J cores)",
+    )
     parser.add_argument("--list", action="store_true", help="print every variant's settings and command only")
-    parser.add_argument("--only-seeds", help="comma-separated seeds to run now (split a grid across processes; "
-                        "a later call with --seeds N aggregates all)")  # fmt: skip
-    parser.add_argument("--only-variants", help="comma-separated variants to run now (results.json and the "
-                        "claims then cover only these; a later call without it aggregates all)")  # fmt: skip
-    parser.add_argument("--eval-every", type=int, help="held-out greedy evaluation every N GRPO steps during "
-                        "training, the curve of steps_to_target (grids with a target: credit, credit_delta05; "
-                        "default: the grid's, 5)")  # fmt: skip
-    parser.add_argument("--task", choices=list(DEMO_TASKS), help="KB-VQA grids: the demo task every variant runs "
-                        "(default answer: the policy also learns to answer, ragym.rl.demo.tasks; verify: the demo "
-                        "as make demo runs it)")  # fmt: skip
+    parser.add_argument(
+        "--only-seeds",
+        help="comma-separated seeds to run now (split a grid across processes; "
+        "a later call with --seeds N aggregates all)",
+    )
+    parser.add_argument(
+        "--only-variants",
+        help="comma-separated variants to run now (results.json and the "
+        "claims then cover only these; a later call without it aggregates all)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        help="held-out greedy evaluation every N GRPO steps during "
+        "training, the curve of steps_to_target (grids with a target: credit, credit_delta05; "
+        "default: the grid's, 5)",
+    )
+    parser.add_argument(
+        "--task",
+        choices=list(DEMO_TASKS),
+        help="KB-VQA grids: the demo task every variant runs "
+        "(default answer: the policy also learns to answer, ragym.rl.demo.tasks; verify: the demo "
+        "as make demo runs it)",
+    )
     parser.add_argument("overrides", nargs="*", help="recipe overrides applied to every variant")
     return parser.parse_intermixed_args(argv)
 
@@ -331,8 +370,10 @@ def main(argv: list[str]) -> int:
     start = time.perf_counter()
     results = run_grid(grid, args.out, seeds, steps, args.overrides, jobs=jobs, task=task)
     print("\n".join(summary_lines(results)))
-    print(f"{grid.name} ({task} task): {len(grid.variants)} variants x {len(seeds)} seeds, {jobs} at a time, in "
-          f"{time.perf_counter() - start:.0f}s (this call); report: {args.out / 'report.md'}")  # fmt: skip
+    print(
+        f"{grid.name} ({task} task): {len(grid.variants)} variants x {len(seeds)} seeds, {jobs} at a time, in "
+        f"{time.perf_counter() - start:.0f}s (this call); report: {args.out / 'report.md'}"
+    )
     return 0
 
 
@@ -342,22 +383,35 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     lines = []
     for claim in results["claims"]:
         under_rl = f"; on seeds GRPO moved: {claim['rl_verdict']}" if "rl_verdict" in claim else ""
-        lines.append(f"{claim['claim']} ({claim['source']}): {claim['verdict']}, difference "
-                     f"{interval_text(claim['difference'], signed=True)}{under_rl}")  # fmt: skip
+        lines.append(
+            f"{claim['claim']} ({claim['source']}): {claim['verdict']}, difference "
+            f"{interval_text(claim['difference'], signed=True)}{under_rl}"
+        )
     if "grpo_movement" in results:
         moved = results["grpo_movement"]
         for name, info in moved["variants"].items():
             after = results["variants"][name]
-            lines.append(f"{name} after GRPO (gain), mean [95% interval] over seeds: " + ", ".join(
-                f"{m} {interval_text(after[m])} ({interval_text(g, signed=True)})"
-                for m, g in info["gain"].items()))  # fmt: skip
-        lines.append("GRPO moved the greedy policy: " + ", ".join(f"{n} on {v['moved']}" for n, v in
-                     moved["variants"].items()) + f" -> {moved['verdict']}")  # fmt: skip
+            lines.append(
+                f"{name} after GRPO (gain), mean [95% interval] over seeds: "
+                + ", ".join(
+                    f"{m} {interval_text(after[m])} ({interval_text(g, signed=True)})"
+                    for m, g in info["gain"].items()
+                )
+            )
+        lines.append(
+            "GRPO moved the greedy policy: "
+            + ", ".join(f"{n} on {v['moved']}" for n, v in moved["variants"].items())
+            + f" -> {moved['verdict']}"
+        )
     if "steps_to_target" in results:
         reach = results["steps_to_target"]
-        lines.append(f"steps to held-out ident_acc >= {reach['target_ident_acc']} per seed: " + ", ".join(
-            f"{name} " + "/".join(NOT_REACHED if s is None else str(s) for s in v["per_seed"])
-            for name, v in reach["variants"].items()))  # fmt: skip
+        lines.append(
+            f"steps to held-out ident_acc >= {reach['target_ident_acc']} per seed: "
+            + ", ".join(
+                f"{name} " + "/".join(NOT_REACHED if s is None else str(s) for s in v["per_seed"])
+                for name, v in reach["variants"].items()
+            )
+        )
     return lines
 
 

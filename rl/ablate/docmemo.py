@@ -123,8 +123,9 @@ def refined_query(question: str, useful_text: list[str], read_text: list[str]) -
     return " ".join([question, *added])
 
 
-def oracle_loop(env: Any, options: dict[str, Any], gold: set[int], seed: int, feedback: bool,
-                remember: bool) -> list[set[int]]:  # fmt: skip
+def oracle_loop(
+    env: Any, options: dict[str, Any], gold: set[int], seed: int, feedback: bool, remember: bool
+) -> list[set[int]]:
     """Distinct evidence pages shown by the end of each round (``remember``: skip pages read before); each
     refinement's query follows ``refined_query`` on the evidence text shown so far."""
     from ragym.envs.events import events_of
@@ -178,8 +179,14 @@ def run_docmemo(
         if key not in envs_by_kwargs:
             kwargs = {**row["kwargs"], "show_images": False, "max_rounds": NUM_ROUNDS, **variant.env}
             envs_by_kwargs[key] = make_env("DocMemo-v0", **kwargs)
-        shown = oracle_loop(envs_by_kwargs[key], row["options"], row["gold"], seed,
-                            variant.options.get("feedback", True), variant.options.get("remember", True))  # fmt: skip
+        shown = oracle_loop(
+            envs_by_kwargs[key],
+            row["options"],
+            row["gold"],
+            seed,
+            variant.options.get("feedback", True),
+            variant.options.get("remember", True),
+        )
         for t in range(NUM_ROUNDS):
             recall[i, t] = len(shown[min(t, len(shown) - 1)] & row["gold"]) / len(row["gold"])
         all_hit[i] = float(row["gold"] <= shown[-1])
@@ -188,8 +195,14 @@ def run_docmemo(
     return {"metrics": metrics, "num_rows": len(rows), "wall_time_s": time.perf_counter() - start}
 
 
-NO_MEMORY = {"schema_memory": False, "episodic_memory": False, "belief_update": False, "belief_memory": False,
-             "lambda_0": 1.0, "eta": 1.0}  # fmt: skip
+NO_MEMORY = {
+    "schema_memory": False,
+    "episodic_memory": False,
+    "belief_update": False,
+    "belief_memory": False,
+    "lambda_0": 1.0,
+    "eta": 1.0,
+}
 """Env settings of "w/o tri-level memory": no schema, episodic or page-belief memory (similarity alone: with no
 belief memory the score's belief term goes too, lambda = 1 every round). Nothing else: ``reshow_evidence``
 stays at ``full``'s value, so the row differs from ``full`` in the memories alone (until issue #46 it also
@@ -211,7 +224,7 @@ register_grid(
                 "no_adaptive_granularity",
                 {"crop_dense_pages": False},
                 row="w/o adaptive-granularity evidence access",
-            ),  # fmt: skip
+            ),
             Variant("no_episodic_memory", {**FULL, "episodic_memory": False}),
             Variant("no_schema_memory", {**FULL, "schema_memory": False}),
             Variant("no_propagation", {**FULL, "radius": 0}),

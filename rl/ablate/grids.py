@@ -207,7 +207,7 @@ _KBVQA_GRIDS = (
                 _acc(candidates_per_batch=3, max_rejections=0, verification_actions=False),
                 row="w/o Rerank, w/o Reject",
                 own_warm_start=True,
-            ),  # fmt: skip
+            ),
             # ragym's: the full model with the Reject at the limit paid delta (pay_reject_at_limit, issue #37 item 1).
             Variant("full_paid_at_limit", _acc(candidates_per_batch=3), PAID_AT_LIMIT),
         ),
@@ -290,10 +290,16 @@ def base_settings(grid: Grid) -> dict[str, tuple[Any, Any]]:
     first = grid.variants[0]
     defaults = {f.name: f.default for f in fields(KBVQAConfig)}
     env = {**defaults, **dict(PRESETS[first.kb_preset].env_kwargs), **first.env}
-    verification = {**yaml.safe_load(BASE_REWARD.read_text())["terms"]["verification"]["params"],
-                    **first.reward.get("verification", {})}  # fmt: skip
-    ours = {"K": env["candidates_per_batch"], "Rej_max": env["max_rejections"], "delta": verification["delta"],
-            "Reject at the limit paid": bool(verification["pay_reject_at_limit"])}  # fmt: skip
+    verification = {
+        **yaml.safe_load(BASE_REWARD.read_text())["terms"]["verification"]["params"],
+        **first.reward.get("verification", {}),
+    }
+    ours = {
+        "K": env["candidates_per_batch"],
+        "Rej_max": env["max_rejections"],
+        "delta": verification["delta"],
+        "Reject at the limit paid": bool(verification["pay_reject_at_limit"]),
+    }
     return {name: (ours[name], PAPER_BASE[name]) for name in PAPER_BASE}
 
 
@@ -307,10 +313,16 @@ def grid_for_task(grid: Grid, task: str) -> Grid:
             f"--task {task}: grid {grid.name} runs no demo policy (only the KB-VQA grids have tasks)"
         )
     overrides = tuple(task_overrides(task, grid.kb_preset))
-    variants = tuple(replace(v, kb_preset=task_kb_preset(task, v.kb_preset), overrides=(*overrides, *v.overrides))
-                     for v in grid.variants)  # fmt: skip
-    return replace(grid, variants=variants, kb_preset=task_kb_preset(task, grid.kb_preset),
-                   paper=f"{grid.paper}; on the demo's {task} task (`ragym demo --task {task}`)")  # fmt: skip
+    variants = tuple(
+        replace(v, kb_preset=task_kb_preset(task, v.kb_preset), overrides=(*overrides, *v.overrides))
+        for v in grid.variants
+    )
+    return replace(
+        grid,
+        variants=variants,
+        kb_preset=task_kb_preset(task, grid.kb_preset),
+        paper=f"{grid.paper}; on the demo's {task} task (`ragym demo --task {task}`)",
+    )
 
 
 ABLATE_TASK = "answer"
@@ -329,9 +341,14 @@ def register_grid(grid: Grid) -> Grid:
     if grid.kind == "kbvqa":
         first = grid.variants[0].name
         # The first variant and the own_warm_start ones warm-start (the others' own copy the first's tiny policy).
-        shared = [replace(v, overrides=(*v.overrides, *grid.warm_start), policy_from="" if v.name == first else first)
-                  if v.name == first or v.own_warm_start else replace(v, warm_start_from=first)
-                  for v in grid.variants]  # fmt: skip
+        shared = [
+            replace(
+                v, overrides=(*v.overrides, *grid.warm_start), policy_from="" if v.name == first else first
+            )
+            if v.name == first or v.own_warm_start
+            else replace(v, warm_start_from=first)
+            for v in grid.variants
+        ]
         shared = [replace(v, kb_preset=grid.kb_preset) for v in shared]
         # The engine's periodic held-out evaluation; ``--eval-every`` appends another test_freq, which wins.
         if grid.eval_every > 0:
@@ -356,8 +373,11 @@ for _grid in _KBVQA_GRIDS:
     register_grid(_grid)
 
 
-DEMO_IDENT = Target(0.79, "the CPU demo's held-out Ident. after its 30 GRPO steps (docs/results.md, `ragym demo` "
-                    "seeds 0 and 1: ident_acc 0.00 -> 0.79, 38 of the 48 held-out questions)")  # fmt: skip
+DEMO_IDENT = Target(
+    0.79,
+    "the CPU demo's held-out Ident. after its 30 GRPO steps (docs/results.md, `ragym demo` "
+    "seeds 0 and 1: ident_acc 0.00 -> 0.79, 38 of the 48 held-out questions)",
+)
 """Target of the credit grids: what the demo reached (38/48 = 0.792 is also the most any policy identifies on
 those rows: the gold is among the candidates an image can get for 38 of them)."""
 CREDIT_EVAL_EVERY = 5
@@ -379,52 +399,103 @@ total must vary within a group, at most 4 generation rounds a step)."""
 def _credit_variants(env: dict[str, Any], reward: dict[str, dict[str, Any]]) -> tuple[Variant, ...]:
     """The four credit variants on one setting (env kwargs, reward params); every one is ragym's (no row)."""
     return tuple(
-        Variant(name, env, reward, (f"algorithm.adv_estimator={estimator}",
-                                    f"algorithm.filter_groups.enable={str(dynamic).lower()}"))
+        Variant(
+            name,
+            env,
+            reward,
+            (
+                f"algorithm.adv_estimator={estimator}",
+                f"algorithm.filter_groups.enable={str(dynamic).lower()}",
+            ),
+        )
         for name, estimator, dynamic in CREDIT_VARIANTS
-    )  # fmt: skip
+    )
 
 
-_ISSUE_27 = ("ragym's comparison (issue #27; no paper table has it): episode-level GRPO (the papers'), turn-level "
-            "credit, each with and without dynamic sampling")  # fmt: skip
+_ISSUE_27 = (
+    "ragym's comparison (issue #27; no paper table has it): episode-level GRPO (the papers'), turn-level "
+    "credit, each with and without dynamic sampling"
+)
 # The CPU demo itself over seeds: one variant, no overrides (`ragym demo`'s KB, perfect visual check, warm start
 # and 30 GRPO steps; with --task verify exactly `make demo`'s run). No claims: its report is each metric's mean and
 # interval before and after GRPO, and the gain's.
 register_grid(
-    Grid("demo", "kbvqa", (Variant("demo"),), KB, (),
-         "The CPU demo itself (`ragym demo`), over seeds: each metric before and after GRPO, and the gain")
-)  # fmt: skip
+    Grid(
+        "demo",
+        "kbvqa",
+        (Variant("demo"),),
+        KB,
+        (),
+        "The CPU demo itself (`ragym demo`), over seeds: each metric before and after GRPO, and the gain",
+    )
+)
 # The CPU demo itself: its KB, perfect visual check, warm start (reject_noise 0.7) and 30 GRPO steps.
 register_grid(
-    Grid("credit", "kbvqa", _credit_variants({}, {}), KB, (),
-         _ISSUE_27 + ", on the CPU demo's task (its 30 GRPO steps, perfect visual check, warm start)",
-         target=DEMO_IDENT, eval_every=CREDIT_EVAL_EVERY)
-)  # fmt: skip
+    Grid(
+        "credit",
+        "kbvqa",
+        _credit_variants({}, {}),
+        KB,
+        (),
+        _ISSUE_27 + ", on the CPU demo's task (its 30 GRPO steps, perfect visual check, warm start)",
+        target=DEMO_IDENT,
+        eval_every=CREDIT_EVAL_EVERY,
+    )
+)
 # The delta grid's delta=0.5 run (same rows, reward, warm start, steps), where GRPO learned to reject every batch.
 register_grid(
-    Grid("credit_delta05", "kbvqa", _credit_variants(_acc(), {"verification": {"delta": 0.5}}), KB, (),
-         _ISSUE_27 + ", on the delta grid's δ = 0.5 setting (visual check accuracy 0.8, warm start reject_noise "
-         "0.5, 80 GRPO steps), where episode-level GRPO learned to reject every batch",
-         ABLATE_STEPS, (KNIFE_EDGE,), target=DEMO_IDENT, eval_every=CREDIT_EVAL_EVERY)
-)  # fmt: skip
+    Grid(
+        "credit_delta05",
+        "kbvqa",
+        _credit_variants(_acc(), {"verification": {"delta": 0.5}}),
+        KB,
+        (),
+        _ISSUE_27
+        + ", on the delta grid's δ = 0.5 setting (visual check accuracy 0.8, warm start reject_noise "
+        "0.5, 80 GRPO steps), where episode-level GRPO learned to reject every batch",
+        ABLATE_STEPS,
+        (KNIFE_EDGE,),
+        target=DEMO_IDENT,
+        eval_every=CREDIT_EVAL_EVERY,
+    )
+)
 
 
 COTRAIN_STEPS = 20
 """GRPO steps of each ``cotrain`` run: four co-training rounds at every_n_steps 5, in about 3-4 CPU-minutes a run."""
-COTRAIN_WEAK = ("+ragym.cotrain.initial_noise_rank=8", "+ragym.cotrain.initial_noise_strength=2.0",
-                "+ragym.cotrain.every_n_steps=5")  # fmt: skip
+COTRAIN_WEAK = (
+    "+ragym.cotrain.initial_noise_rank=8",
+    "+ragym.cotrain.initial_noise_strength=2.0",
+    "+ragym.cotrain.every_n_steps=5",
+)
 """Both arms start from the same deliberately weak retriever: a fixed rank-8 distortion of every query vector."""
 _ISSUE_49 = "ragym's (issue #49; no paper has it): retriever co-training vs the frozen retriever"
 # Retriever co-training: live image search from a weak query encoder; the co-trained arm harvests its verified
 # episodes and swaps a fine-tuned query encoder in every 5 steps, the frozen arm keeps the weak one.
 register_grid(
-    Grid("cotrain", "kbvqa",
-         (Variant("frozen", {"candidate_source": "live"}, overrides=(*COTRAIN_WEAK, "+ragym.cotrain.enable=false")),
-          Variant("cotrain", {"candidate_source": "live"}, overrides=(*COTRAIN_WEAK, "+ragym.cotrain.enable=true"))),
-         (*KB, "retriever_recall@1", "retriever_recall@3"),
-         (Claim("retriever_recall@1", "cotrain", ">", "frozen", _ISSUE_49),
-          Claim("ident_acc", "cotrain", ">", "frozen", _ISSUE_49)),
-         _ISSUE_49 + ", on the CPU demo's KB searched live from a deliberately weak query encoder (retriever R@1 and "
-         "R@3 on the held-out questions' images, logged every 5 steps)",
-         COTRAIN_STEPS)
-)  # fmt: skip
+    Grid(
+        "cotrain",
+        "kbvqa",
+        (
+            Variant(
+                "frozen",
+                {"candidate_source": "live"},
+                overrides=(*COTRAIN_WEAK, "+ragym.cotrain.enable=false"),
+            ),
+            Variant(
+                "cotrain",
+                {"candidate_source": "live"},
+                overrides=(*COTRAIN_WEAK, "+ragym.cotrain.enable=true"),
+            ),
+        ),
+        (*KB, "retriever_recall@1", "retriever_recall@3"),
+        (
+            Claim("retriever_recall@1", "cotrain", ">", "frozen", _ISSUE_49),
+            Claim("ident_acc", "cotrain", ">", "frozen", _ISSUE_49),
+        ),
+        _ISSUE_49
+        + ", on the CPU demo's KB searched live from a deliberately weak query encoder (retriever R@1 and "
+        "R@3 on the held-out questions' images, logged every 5 steps)",
+        COTRAIN_STEPS,
+    )
+)

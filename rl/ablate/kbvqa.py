@@ -94,8 +94,11 @@ def train_overrides(
     """Overrides of the demo recipe for GRPO from another variant's warm start (``variant.warm_start_from``)."""
     warm = run_dir(grid_dir, Variant(variant.warm_start_from), seed) / "warm_start"
     out = run_dir(grid_dir, variant, seed)
-    overrides = [f"data.seed={seed}", f"trainer.default_local_dir={out / 'grpo'}",
-                 f"actor_rollout_ref.model.path={warm}"]  # fmt: skip
+    overrides = [
+        f"data.seed={seed}",
+        f"trainer.default_local_dir={out / 'grpo'}",
+        f"actor_rollout_ref.model.path={warm}",
+    ]
     overrides += [f"trainer.total_training_steps={steps}"] if steps is not None else []
     return overrides + variant_overrides(grid_dir, variant, extra)
 
@@ -118,13 +121,21 @@ def _trainer(grid_dir: Path, variant: Variant, seed: int, steps: int | None, ext
 
     if not variant.warm_start_from:
         policy_from = run_dir(grid_dir, Variant(variant.policy_from), seed) if variant.policy_from else None
-        config, reader, _ = prepare(run_dir(grid_dir, variant, seed), seed, steps, DEMO_RECIPE,
-                                    variant_overrides(grid_dir, variant, extra), policy_from)  # fmt: skip
+        config, reader, _ = prepare(
+            run_dir(grid_dir, variant, seed),
+            seed,
+            steps,
+            DEMO_RECIPE,
+            variant_overrides(grid_dir, variant, extra),
+            policy_from,
+        )
         return LocalTrainer(config, read_engine_config(reader))
     warm = run_dir(grid_dir, Variant(variant.warm_start_from), seed) / "warm_start" / "warm_start.json"
     if not warm.is_file():
-        raise FileNotFoundError(f"{variant.name} starts from {variant.warm_start_from}'s warm start, not at {warm}: "
-                                f"run {variant.warm_start_from} for seed {seed} first")  # fmt: skip
+        raise FileNotFoundError(
+            f"{variant.name} starts from {variant.warm_start_from}'s warm start, not at {warm}: "
+            f"run {variant.warm_start_from} for seed {seed} first"
+        )
     config = load_recipe(DEMO_RECIPE, train_overrides(grid_dir, variant, seed, steps, extra))
     return LocalTrainer(config, read_engine_config(RecipeReader(config)))
 
@@ -171,8 +182,11 @@ def run_kbvqa(
 
 def retriever_curve(records: list[dict[str, Any]]) -> list[dict[str, float]]:
     """The held-out retriever recall a run logged (``retriever/recall@k``, ``ragym.rl.cotrain``), by step."""
-    by_step = {r["step"]: {k.removeprefix("retriever/"): v for k, v in r.items() if k.startswith("retriever/")}
-               for r in records if any(k.startswith("retriever/") for k in r)}  # fmt: skip
+    by_step = {
+        r["step"]: {k.removeprefix("retriever/"): v for k, v in r.items() if k.startswith("retriever/")}
+        for r in records
+        if any(k.startswith("retriever/") for k in r)
+    }
     return [{"step": step, **values} for step, values in sorted(by_step.items())]
 
 

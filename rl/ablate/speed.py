@@ -72,8 +72,11 @@ def dropped_share(record: dict[str, float]) -> float:
 def held_out_evaluations(records: Sequence[dict[str, Any]]) -> list[tuple[int, dict[str, float]]]:
     """The held-out evaluations a GRPO run logged during training (``val/`` keys, prefix removed), by step;
     the last one logged for a step wins (a resumed run logs a step again)."""
-    by_step = {r["step"]: {k[4:]: v for k, v in r.items() if k.startswith("val/")} for r in records
-               if any(k.startswith("val/") for k in r)}  # fmt: skip
+    by_step = {
+        r["step"]: {k[4:]: v for k, v in r.items() if k.startswith("val/")}
+        for r in records
+        if any(k.startswith("val/") for k in r)
+    }
     return sorted(by_step.items())
 
 
@@ -82,11 +85,20 @@ def sampling_summary(records: Sequence[dict[str, Any]], enabled: bool) -> dict[s
     share dynamic sampling dropped (0 when it is off) and the generation rounds per step."""
     steps = [r for r in records if FLAT in r]
     if not steps:  # a run of 0 GRPO steps
-        return {"dynamic_sampling": enabled, "steps": 0, "flat_group_share": 0.0, "dropped_group_share": 0.0,
-                "gen_batches": 0.0}  # fmt: skip
-    return {"dynamic_sampling": enabled, "steps": len(steps), "flat_group_share": _mean([r[FLAT] for r in steps]),
-            "dropped_group_share": _mean([dropped_share(r) for r in steps]) if enabled else 0.0,
-            "gen_batches": _mean([r[ROUNDS] for r in steps])}  # fmt: skip
+        return {
+            "dynamic_sampling": enabled,
+            "steps": 0,
+            "flat_group_share": 0.0,
+            "dropped_group_share": 0.0,
+            "gen_batches": 0.0,
+        }
+    return {
+        "dynamic_sampling": enabled,
+        "steps": len(steps),
+        "flat_group_share": _mean([r[FLAT] for r in steps]),
+        "dropped_group_share": _mean([dropped_share(r) for r in steps]) if enabled else 0.0,
+        "gen_batches": _mean([r[ROUNDS] for r in steps]),
+    }
 
 
 def _mean(values: list[float]) -> float:
@@ -106,28 +118,42 @@ def speed(
         raise ValueError(f"grid {grid.name!r} has no target")
     target = grid.target.ident_acc
     base = grid.variants[0].name
-    steps = {v.name: [steps_to_target([(int(p["step"]), p["ident_acc"]) for p in curves[v.name][s]],
-                                      target) for s in seeds] for v in grid.variants}  # fmt: skip
+    steps = {
+        v.name: [
+            steps_to_target([(int(p["step"]), p["ident_acc"]) for p in curves[v.name][s]], target)
+            for s in seeds
+        ]
+        for v in grid.variants
+    }
     reach: dict[str, Any] = {}
     groups: dict[str, Any] = {}
     for variant in grid.variants:
         name, per_seed = variant.name, steps[variant.name]
         reached = [s for s in per_seed if s is not None]
-        entry = {"per_seed": per_seed, "reached_seeds": len(reached),
-                 "mean_over_reached": sum(reached) / len(reached) if reached else None,
-                 "peak_ident_acc": mean_interval([max(p["ident_acc"] for p in curves[name][s]) for s in seeds]),
-                 "curve_per_seed": [[[p["step"], p["ident_acc"]] for p in curves[name][s]] for s in seeds]}  # fmt: skip
+        entry = {
+            "per_seed": per_seed,
+            "reached_seeds": len(reached),
+            "mean_over_reached": sum(reached) / len(reached) if reached else None,
+            "peak_ident_acc": mean_interval([max(p["ident_acc"] for p in curves[name][s]) for s in seeds]),
+            "curve_per_seed": [[[p["step"], p["ident_acc"]] for p in curves[name][s]] for s in seeds],
+        }
         if name != base:
             entry[f"vs_{base}"] = direction([later(a, b) for a, b in zip(per_seed, steps[base], strict=True)])
         reach[name] = entry
         runs = [sampling[name][s] for s in seeds]
         dynamic = all(r["dynamic_sampling"] for r in runs)
-        groups[name] = {"dynamic_sampling": dynamic,
-                        "flat_group_share": mean_interval([r["flat_group_share"] for r in runs]),
-                        "dropped_group_share": mean_interval([r["dropped_group_share"] for r in runs]) if dynamic
-                        else None, "gen_batches": mean_interval([r["gen_batches"] for r in runs])}  # fmt: skip
-    return {"steps_to_target": {"target_ident_acc": target, "source": grid.target.source, "variants": reach},
-            "group_sampling": groups}  # fmt: skip
+        groups[name] = {
+            "dynamic_sampling": dynamic,
+            "flat_group_share": mean_interval([r["flat_group_share"] for r in runs]),
+            "dropped_group_share": mean_interval([r["dropped_group_share"] for r in runs])
+            if dynamic
+            else None,
+            "gen_batches": mean_interval([r["gen_batches"] for r in runs]),
+        }
+    return {
+        "steps_to_target": {"target_ident_acc": target, "source": grid.target.source, "variants": reach},
+        "group_sampling": groups,
+    }
 
 
 def _steps(value: int | None) -> str:
@@ -139,29 +165,42 @@ def speed_lines(grid: Grid, results: dict[str, Any]) -> list[str]:
     base = grid.variants[0].name
     reach, groups = results["steps_to_target"], results["group_sampling"]
     evaluated = [step for step, _ in reach["variants"][base]["curve_per_seed"][0]]
-    lines = ["", f"## Steps to the target: held-out ident_acc >= {reach['target_ident_acc']}", "",
-             f"The target is {reach['source']}. Held-out greedy evaluation at "
-             f"steps {', '.join(map(str, evaluated))} (step 0: the policy GRPO started from); a step below is the "
-             f"first evaluation at or above the target, so the target was first reached after the evaluation "
-             f"before it. '{NOT_REACHED}': no evaluation of the run reached it. `vs {base}` compares seed by seed "
-             f"(up: later, down: earlier; '{NOT_REACHED}' is later than any step).", "",
-             f"| variant | steps to target per seed | reached on | vs {base} | peak held-out ident_acc per seed "
-             "| flat groups / step | dropped groups / step (dynamic sampling) | generation rounds / step |",
-             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        f"## Steps to the target: held-out ident_acc >= {reach['target_ident_acc']}",
+        "",
+        f"The target is {reach['source']}. Held-out greedy evaluation at "
+        f"steps {', '.join(map(str, evaluated))} (step 0: the policy GRPO started from); a step below is the "
+        f"first evaluation at or above the target, so the target was first reached after the evaluation "
+        f"before it. '{NOT_REACHED}': no evaluation of the run reached it. `vs {base}` compares seed by seed "
+        f"(up: later, down: earlier; '{NOT_REACHED}' is later than any step).",
+        "",
+        f"| variant | steps to target per seed | reached on | vs {base} | peak held-out ident_acc per seed "
+        "| flat groups / step | dropped groups / step (dynamic sampling) | generation rounds / step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for variant in grid.variants:
         entry, sampled = reach["variants"][variant.name], groups[variant.name]
         dropped = sampled["dropped_group_share"]
-        cells = [" / ".join(_steps(s) for s in entry["per_seed"]),
-                 f"{entry['reached_seeds']} of {len(entry['per_seed'])} seeds", entry.get(f"vs_{base}", "(baseline)"),
-                 " / ".join(f"{v:.3f}" for v in entry["peak_ident_acc"]["per_seed"]),
-                 f"{sampled['flat_group_share']['mean']:.3f}" + ("" if sampled["dynamic_sampling"] else " (counted)"),
-                 "off" if dropped is None else f"{dropped['mean']:.3f} ± {dropped['std']:.3f}",
-                 f"{sampled['gen_batches']['mean']:.2f}"]  # fmt: skip
+        cells = [
+            " / ".join(_steps(s) for s in entry["per_seed"]),
+            f"{entry['reached_seeds']} of {len(entry['per_seed'])} seeds",
+            entry.get(f"vs_{base}", "(baseline)"),
+            " / ".join(f"{v:.3f}" for v in entry["peak_ident_acc"]["per_seed"]),
+            f"{sampled['flat_group_share']['mean']:.3f}"
+            + ("" if sampled["dynamic_sampling"] else " (counted)"),
+            "off" if dropped is None else f"{dropped['mean']:.3f} ± {dropped['std']:.3f}",
+            f"{sampled['gen_batches']['mean']:.2f}",
+        ]
         lines.append(f"| {variant.name} | " + " | ".join(cells) + " |")
-    lines += ["", "Flat groups: the share of generated groups whose episodes all scored the same (zero advantage; "
-              "'counted': trained on, as dynamic sampling is off). Dropped: the share dynamic sampling refilled "
-              "(flat groups trained on at the round bound are not dropped). Means over steps, then over seeds.",
-              "", "![held-out ident_acc during GRPO, per seed, with the target](curve.png)"]  # fmt: skip
+    lines += [
+        "",
+        "Flat groups: the share of generated groups whose episodes all scored the same (zero advantage; "
+        "'counted': trained on, as dynamic sampling is off). Dropped: the share dynamic sampling refilled "
+        "(flat groups trained on at the round bound are not dropped). Means over steps, then over seeds.",
+        "",
+        "![held-out ident_acc during GRPO, per seed, with the target](curve.png)",
+    ]
     return lines
 
 
@@ -176,8 +215,15 @@ def plot_curves(grid: Grid, results: dict[str, Any], path: Path) -> None:
     reach = results["steps_to_target"]
     for i, variant in enumerate(grid.variants):
         for j, curve in enumerate(reach["variants"][variant.name]["curve_per_seed"]):
-            ax.plot([step for step, _ in curve], [value for _, value in curve], marker="o", markersize=3,
-                    color=f"C{i}", alpha=0.8, label=variant.name if j == 0 else None)  # fmt: skip
+            ax.plot(
+                [step for step, _ in curve],
+                [value for _, value in curve],
+                marker="o",
+                markersize=3,
+                color=f"C{i}",
+                alpha=0.8,
+                label=variant.name if j == 0 else None,
+            )
     target = reach["target_ident_acc"]
     ax.axhline(target, color="grey", linestyle="--", label=f"target {target}")
     ax.set_xlabel("GRPO step")

@@ -60,8 +60,16 @@ def mean_interval(values: Sequence[float], level: float = LEVEL) -> dict[str, An
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
     half = t_quantile(level, n - 1) * std / math.sqrt(n) if n > 1 else None
     low, high = (mean - half, mean + half) if half is not None else (None, None)
-    return {"mean": mean, "std": std, "n": n, "level": level, "half_width": half, "low": low, "high": high,
-            "per_seed": list(values)}  # fmt: skip
+    return {
+        "mean": mean,
+        "std": std,
+        "n": n,
+        "level": level,
+        "half_width": half,
+        "low": low,
+        "high": high,
+        "per_seed": list(values),
+    }
 
 
 def side_of_zero(interval: dict[str, Any]) -> int | None:
@@ -138,9 +146,16 @@ def check_claim(claim: Claim, runs: Runs, seeds: list[int]) -> dict[str, Any]:
     diffs = [runs[claim.left][s][claim.metric] - runs[claim.right][s][claim.metric] for s in seeds]
     sign = 1 if claim.op == ">" else -1
     difference = mean_interval(diffs)
-    return {"claim": f"{claim.metric}: {claim.left} {claim.op} {claim.right}", "source": claim.source,
-            "left": claim.left, "op": claim.op, "right": claim.right, "difference": difference,
-            "held_per_seed": [sign * d > 0 for d in diffs], "verdict": claim_verdict(difference, claim.op)}  # fmt: skip
+    return {
+        "claim": f"{claim.metric}: {claim.left} {claim.op} {claim.right}",
+        "source": claim.source,
+        "left": claim.left,
+        "op": claim.op,
+        "right": claim.right,
+        "difference": difference,
+        "held_per_seed": [sign * d > 0 for d in diffs],
+        "verdict": claim_verdict(difference, claim.op),
+    }
 
 
 WARM_STARTS = "measures warm starts, not RL"
@@ -159,8 +174,12 @@ def movement(grid: Grid, runs: Runs, befores: Runs, seeds: list[int]) -> dict[st
         deltas = {m: [runs[name][s][m] - befores[name][s][m] for s in seeds] for m in grid.metrics}
         moved = [any(abs(deltas[m][i]) > MOVED_TOL for m in grid.metrics) for i in range(len(seeds))]
         summary = "every seed" if all(moved) else "some seeds" if any(moved) else "no seed"
-        variants[name] = {"after_minus_before": deltas, "gain": {m: mean_interval(d) for m, d in deltas.items()},
-                          "moved_per_seed": moved, "moved": summary}  # fmt: skip
+        variants[name] = {
+            "after_minus_before": deltas,
+            "gain": {m: mean_interval(d) for m, d in deltas.items()},
+            "moved_per_seed": moved,
+            "moved": summary,
+        }
     kinds = {v["moved"] for v in variants.values()}
     verdict = WARM_STARTS if kinds == {"no seed"} else "RL" if kinds == {"every seed"} else "partly RL"
     return {"variants": variants, "verdict": verdict}
@@ -172,8 +191,11 @@ def claims_under_rl(claims: list[dict[str, Any]], moved: dict[str, Any], seeds: 
     side moved on any seed)."""
     for claim in claims:
         left, right = claim["left"], claim["right"]
-        rl = [i for i in range(len(seeds))
-              if moved[left]["moved_per_seed"][i] or moved[right]["moved_per_seed"][i]]  # fmt: skip
+        rl = [
+            i
+            for i in range(len(seeds))
+            if moved[left]["moved_per_seed"][i] or moved[right]["moved_per_seed"][i]
+        ]
         diffs = [claim["difference"]["per_seed"][i] for i in rl]
         claim["rl_seeds"] = [seeds[i] for i in rl]
         difference = mean_interval(diffs) if diffs else None

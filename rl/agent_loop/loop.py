@@ -169,13 +169,25 @@ class RagymEnvAgentLoop(AgentLoopBase):
         """An error episode for a row whose env could not be built or reset: a placeholder prompt, one
         generated token (the server tags it with the weights' step, as every trajectory needs), all mask 0."""
         error = _one_line(err)
-        logger.warning("row %s (%s): the env could not start, recorded as an error episode: %s",
-                       spec.seed, spec.env_id, error)  # fmt: skip
+        logger.warning(
+            "row %s (%s): the env could not start, recorded as an error episode: %s",
+            spec.seed,
+            spec.env_id,
+            error,
+        )
         messages = [{"role": "user", "content": f"(no episode: {spec.env_id} could not start: {error})"}]
         prompt_ids = await self.ct_build_initial_tokens(messages)
         logprobs = [] if sampling_params.get("logprobs") else None
-        episode = _Episode(messages, [], [], list(prompt_ids), request_id, logprobs,
-                           events=[ev.episode_error(-1, "reset", error)], failed=True)  # fmt: skip
+        episode = _Episode(
+            messages,
+            [],
+            [],
+            list(prompt_ids),
+            request_id,
+            logprobs,
+            events=[ev.episode_error(-1, "reset", error)],
+            failed=True,
+        )
         params = {**sampling_params, "max_tokens": 1}
         output: TokenOutput = await self.server_manager.generate(
             request_id=request_id, prompt_ids=episode.runtime_ids, sampling_params=params, image_data=None

@@ -126,9 +126,14 @@ class RenderCache:
         # Out of scope, or a placeholder/image mismatch: verl's path (and its error message).
         self.num_fallbacks += 1
         return self._fallback(
-            messages, images, videos=videos, audios=audios, add_generation_prompt=add_generation_prompt,
-            tools=tools, mm_inputs_out=mm_inputs_out,
-        )  # fmt: skip
+            messages,
+            images,
+            videos=videos,
+            audios=audios,
+            add_generation_prompt=add_generation_prompt,
+            tools=tools,
+            mm_inputs_out=mm_inputs_out,
+        )
 
     def _render(
         self, messages: list[dict[str, Any]], add_generation_prompt: bool, images: list[Image.Image]
@@ -136,9 +141,12 @@ class RenderCache:
         """verl's render without the image preprocessing; None when the placeholders do not match the images."""
         # The processor's chat template, as verl renders it (not the tokenizer's).
         text = apply_chat_template(
-            self._processor, messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+            self._processor,
+            messages,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
             **self._builder.chat_template_kwargs,
-        )  # fmt: skip
+        )
         assert isinstance(text, str)  # tokenize=False renders text (the helper's type covers token ids too)
         pieces = text.split(self._image_token)
         if len(pieces) - 1 != len(images) or self._video_token in text:
@@ -155,8 +163,10 @@ class RenderCache:
         if size not in self._num_tokens:
             # The real processor on a one-image text, with the builder's processor kwargs (min/max pixels).
             out = build_multimodal_processor_inputs(
-                self._processor, text=[self._image_token], images=[image],
+                self._processor,
+                text=[self._image_token],
+                images=[image],
                 mm_processor_kwargs=dict(self._builder.mm_processor_kwargs) or None,
-            )  # fmt: skip
+            )
             self._num_tokens[size] = normalize_token_ids(out["input_ids"]).count(self._image_token_id)
         return self._num_tokens[size]

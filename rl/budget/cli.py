@@ -75,13 +75,22 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
     parser.add_argument("--rows", required=True, help="verl parquet rows (ragym prep's)")
     parser.add_argument("--limit", type=int, default=-1, help="only the first N rows")
-    parser.add_argument("--tokenizer", help="local tokenizer or model folder (default: the recipe's model path "
-                        "when it is a local folder)")  # fmt: skip
-    parser.add_argument("--estimate-text", action="store_true",
-                        help="without a tokenizer, estimate text tokens as characters / 3.5 (labelled estimated)")  # fmt: skip
-    parser.add_argument("--action-tokens", type=int, default=ACTION_TOKENS,
-                        help=f"count each generated turn as at least N tokens (default {ACTION_TOKENS}: a real "
-                        "policy reasons at more length than the scripted turns)")  # fmt: skip
+    parser.add_argument(
+        "--tokenizer",
+        help="local tokenizer or model folder (default: the recipe's model path when it is a local folder)",
+    )
+    parser.add_argument(
+        "--estimate-text",
+        action="store_true",
+        help="without a tokenizer, estimate text tokens as characters / 3.5 (labelled estimated)",
+    )
+    parser.add_argument(
+        "--action-tokens",
+        type=int,
+        default=ACTION_TOKENS,
+        help=f"count each generated turn as at least N tokens (default {ACTION_TOKENS}: a real "
+        "policy reasons at more length than the scripted turns)",
+    )
     parser.add_argument("--json", type=Path, help="also write the per-episode numbers and the summary here")
     parser.add_argument(
         "overrides", nargs="*", help="recipe overrides, e.g. ragym.images.candidate_max_pixels=..."
@@ -129,14 +138,24 @@ def memory_main(argv: list[str]) -> int:
     from ragym.rl.budget.model_size import load_model_config, model_shape
     from ragym.rl.lora import RANK_KEY, read_lora
 
-    parser = argparse.ArgumentParser(prog="ragym budget memory", description="GPU memory per GPU of a recipe under "
-                                     "verl's FSDP trainer and a colocated vLLM rollout, full fine-tuning vs LoRA")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="ragym budget memory",
+        description="GPU memory per GPU of a recipe under "
+        "verl's FSDP trainer and a colocated vLLM rollout, full fine-tuning vs LoRA",
+    )
     parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
     parser.add_argument("--gpu-gib", type=float, default=80.0, help="memory of one GPU in GiB (default 80)")
-    parser.add_argument("--model-config", help="the model's config.json or its folder (default: the recipe's "
-                        "model folder, the Hugging Face cache, or ragym's copy of Qwen2.5-VL-7B-Instruct's)")  # fmt: skip
-    parser.add_argument("--lora-rank", type=int, default=64,
-                        help="the LoRA column's rank when the recipe trains every weight (default 64)")  # fmt: skip
+    parser.add_argument(
+        "--model-config",
+        help="the model's config.json or its folder (default: the recipe's "
+        "model folder, the Hugging Face cache, or ragym's copy of Qwen2.5-VL-7B-Instruct's)",
+    )
+    parser.add_argument(
+        "--lora-rank",
+        type=int,
+        default=64,
+        help="the LoRA column's rank when the recipe trains every weight (default 64)",
+    )
     add_update_arguments(parser)
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. trainer.n_gpus_per_node=4")
     args = parser.parse_args(argv)
@@ -156,22 +175,32 @@ def memory_main(argv: list[str]) -> int:
     settings = memory_settings(config, args.images, args.logprobs)
     table, _ = memory_table(shape, settings, args.gpu_gib, lora.rank)
     where = "the recipe's" if in_recipe else "not in the recipe, --lora-rank"
-    print(f"memory per GPU: recipe {args.recipe} on {settings.num_gpus} GPU(s) of {args.gpu_gib:g} GiB, "
-          f"FSDP over {settings.num_shards}, verl's trainer with a colocated vLLM rollout")  # fmt: skip
-    print(f"model {model} (config: {source}): {shape.num_params:,} parameters ({shape.num_vision_params:,} in the "
-          f"vision tower), {shape.num_layers} layers, h {shape.hidden_size}, i {shape.intermediate_size}, "
-          f"kv {shape.kv_size}, V {shape.vocab_size:,}")  # fmt: skip
+    print(
+        f"memory per GPU: recipe {args.recipe} on {settings.num_gpus} GPU(s) of {args.gpu_gib:g} GiB, "
+        f"FSDP over {settings.num_shards}, verl's trainer with a colocated vLLM rollout"
+    )
+    print(
+        f"model {model} (config: {source}): {shape.num_params:,} parameters ({shape.num_vision_params:,} in the "
+        f"vision tower), {shape.num_layers} layers, h {shape.hidden_size}, i {shape.intermediate_size}, "
+        f"kv {shape.kv_size}, V {shape.vocab_size:,}"
+    )
     print(f"LoRA ({where}): rank {lora.rank} on {lora.target_modules}, excluding {lora.exclude_modules}")
-    print(f"micro-batch: {settings.tokens:,} tokens per GPU ({settings.tokens_source}); one episode at most "
-          f"{settings.sequence_tokens:,} tokens")  # fmt: skip
+    print(
+        f"micro-batch: {settings.tokens:,} tokens per GPU ({settings.tokens_source}); one episode at most "
+        f"{settings.sequence_tokens:,} tokens"
+    )
     images = settings.images
-    print(f"images: {images.num_images} of {images.tokens_per_image:,} visual tokens per micro-batch "
-          f"({images.source}); log-probs: {settings.logprob_path}\n")  # fmt: skip
+    print(
+        f"images: {images.num_images} of {images.tokens_per_image:,} visual tokens per micro-batch "
+        f"({images.source}); log-probs: {settings.logprob_path}\n"
+    )
     print(table)
-    print("\nformulas (per GPU; ragym.rl.budget.memory): weights P*b/S, gradients P_t*b/S, Adam 2*P_t*b/S (b: "
-          "model_dtype bytes; the fp32 shards are FSDP's master weights), gathered 2*P_layer*2, activations per "
-          "layer T*(6h+2kv+4i)*2 (checkpointed: L*T*h*2 + one layer; without: L layers), vision inputs P*D*4 and "
-          "a block P*(12hv+M)*2 (trained and checkpointed: depth*P*hv*2 + a block; ragym.rl.budget.vision), logits "
-          "T*V*c (c: 4 verl's log-probs, 14 transformers' labels loss), vLLM its share (bf16 weights, KV 2*L*kv*2 "
-          "B/token). Not counted: CUDA contexts, fragmentation: keep a few GiB free")  # fmt: skip
+    print(
+        "\nformulas (per GPU; ragym.rl.budget.memory): weights P*b/S, gradients P_t*b/S, Adam 2*P_t*b/S (b: "
+        "model_dtype bytes; the fp32 shards are FSDP's master weights), gathered 2*P_layer*2, activations per "
+        "layer T*(6h+2kv+4i)*2 (checkpointed: L*T*h*2 + one layer; without: L layers), vision inputs P*D*4 and "
+        "a block P*(12hv+M)*2 (trained and checkpointed: depth*P*hv*2 + a block; ragym.rl.budget.vision), logits "
+        "T*V*c (c: 4 verl's log-probs, 14 transformers' labels loss), vLLM its share (bf16 weights, KV 2*L*kv*2 "
+        "B/token). Not counted: CUDA contexts, fragmentation: keep a few GiB free"
+    )
     return 0

@@ -53,8 +53,9 @@ class TurnCap(gymnasium.Wrapper):
         return obs, reward, terminated, truncated or (capped and not terminated), info
 
 
-def play_longest(env_id: str, env: Any, options: dict[str, Any] | None, seed: int,
-                 max_turns: int | None) -> Played:  # fmt: skip
+def play_longest(
+    env_id: str, env: Any, options: dict[str, Any] | None, seed: int, max_turns: int | None
+) -> Played:
     """Play the paper's longest ``env_id`` episode on ``env`` (reset with ``seed`` and the row's ``options``),
     ended after ``max_turns`` turns at most (the recipe's ``max_assistant_turns``)."""
     play = longest_episode_of(env_id)

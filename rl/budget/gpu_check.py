@@ -42,10 +42,22 @@ from ragym.rl.lora import LoraSettings, add_adapters
 logger = logging.getLogger(__name__)
 GIB = 2**30
 BF16_PEAKS = (
-    ("GB200", 2.5e15), ("B200", 2.25e15), ("B100", 1.75e15), ("H200", 989.4e12), ("GH200", 989.4e12),
-    ("H100 PCIe", 756.5e12), ("H100", 989.4e12), ("H800", 989.4e12), ("H20", 148e12), ("A100", 312e12),
-    ("A800", 312e12), ("L40S", 362.05e12), ("L40", 181e12), ("A10G", 70e12), ("L4", 121e12),
-)  # fmt: skip
+    ("GB200", 2.5e15),
+    ("B200", 2.25e15),
+    ("B100", 1.75e15),
+    ("H200", 989.4e12),
+    ("GH200", 989.4e12),
+    ("H100 PCIe", 756.5e12),
+    ("H100", 989.4e12),
+    ("H800", 989.4e12),
+    ("H20", 148e12),
+    ("A100", 312e12),
+    ("A800", 312e12),
+    ("L40S", 362.05e12),
+    ("L40", 181e12),
+    ("A10G", 70e12),
+    ("L4", 121e12),
+)
 """Dense bf16 tensor-core peaks (FLOP/s, no sparsity) by a part of ``torch.cuda.get_device_name()``, first match
 wins (so "H100 PCIe" before "H100", "H200" before "H20"); NVIDIA's data sheets, SXM parts."""
 
@@ -82,17 +94,25 @@ class Device:
 def cuda_device(peak_flops: float | None = None) -> Device:
     """The current CUDA GPU; refuses in one line where there is none."""
     if not torch.cuda.is_available():
-        raise UsageError("gpu-check measures one update step on a GPU: torch.cuda.is_available() is False here "
-                         "(`ragym budget memory` gives the arithmetic)")  # fmt: skip
+        raise UsageError(
+            "gpu-check measures one update step on a GPU: torch.cuda.is_available() is False here "
+            "(`ragym budget memory` gives the arithmetic)"
+        )
     name = torch.cuda.get_device_name()
 
     def clock() -> float:
         torch.cuda.synchronize()
         return time.perf_counter()
 
-    return Device(name=name, torch_device="cuda", memory_bytes=torch.cuda.get_device_properties(0).total_memory,
-                  peak_flops=peak_flops or bf16_peak(name), peak_allocated=torch.cuda.max_memory_allocated,
-                  reset_peak=torch.cuda.reset_peak_memory_stats, clock=clock)  # fmt: skip
+    return Device(
+        name=name,
+        torch_device="cuda",
+        memory_bytes=torch.cuda.get_device_properties(0).total_memory,
+        peak_flops=peak_flops or bf16_peak(name),
+        peak_allocated=torch.cuda.max_memory_allocated,
+        reset_peak=torch.cuda.reset_peak_memory_stats,
+        clock=clock,
+    )
 
 
 @dataclass(frozen=True)
@@ -122,12 +142,16 @@ class CheckResult:
         """The printed row."""
         mfu = "n/a (unknown GPU peak)" if self.mfu is None else f"{100 * self.mfu:.1f}%"
         ratio = self.measured_gib / self.predicted_gib - 1
-        return (f"| {self.recipe} | {self.predicted_gib:.2f} | {self.measured_gib:.2f} | {100 * ratio:+.1f}% | "
-                f"{self.step_s:.2f} | {self.tokens_per_s:,.0f} | {self.flops:.3e} | {mfu} | {self.attention} |")  # fmt: skip
+        return (
+            f"| {self.recipe} | {self.predicted_gib:.2f} | {self.measured_gib:.2f} | {100 * ratio:+.1f}% | "
+            f"{self.step_s:.2f} | {self.tokens_per_s:,.0f} | {self.flops:.3e} | {mfu} | {self.attention} |"
+        )
 
 
-HEADER = ("| recipe | budget GiB (update) | measured peak GiB | measured / budget | step s | tokens/s | model FLOPs "
-          "| MFU (bf16 peak) | attention |\n|---|---|---|---|---|---|---|---|---|")  # fmt: skip
+HEADER = (
+    "| recipe | budget GiB (update) | measured peak GiB | measured / budget | step s | tokens/s | model FLOPs "
+    "| MFU (bf16 peak) | attention |\n|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def chunked_log_probs(logits: torch.Tensor, labels: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
@@ -185,8 +209,14 @@ def micro_batch(plan: CheckPlan, config: Any, device: Device) -> dict[str, torch
     sequences, each ``<|vision_start|>``, its tokens, ``<|vision_end|>``) and their random fp32 pixel values."""
     vision, text = config.vision_config, config.get_text_config()
     generator = torch.Generator().manual_seed(0)
-    special = torch.tensor([config.image_token_id, config.video_token_id, config.vision_start_token_id,
-                            config.vision_end_token_id])  # fmt: skip
+    special = torch.tensor(
+        [
+            config.image_token_id,
+            config.video_token_id,
+            config.vision_start_token_id,
+            config.vision_end_token_id,
+        ]
+    )
     ids = torch.randint(0, text.vocab_size, (plan.sequences, plan.sequence_tokens), generator=generator)
     ids[torch.isin(ids, special)] = 0  # no stray vision tokens in the text
     grid = image_grid(plan.tokens_per_image, vision.spatial_merge_size)
@@ -274,31 +304,46 @@ def run_check(plan: CheckPlan, device: Device) -> CheckResult:
     measured = device.peak_allocated() / GIB
     flops = step_flops(plan, config, model)
     del model, optimizer, batch
-    return CheckResult(recipe=plan.recipe, predicted_gib=plan.predicted_gib, measured_gib=measured, step_s=step_s,
-                       tokens=plan.sequences * plan.sequence_tokens, flops=flops, peak_flops=device.peak_flops,
-                       attention=attention)  # fmt: skip
+    return CheckResult(
+        recipe=plan.recipe,
+        predicted_gib=plan.predicted_gib,
+        measured_gib=measured,
+        step_s=step_s,
+        tokens=plan.sequences * plan.sequence_tokens,
+        flops=flops,
+        peak_flops=device.peak_flops,
+        attention=attention,
+    )
 
 
 def check_all(plans: list[CheckPlan], device: Device) -> int:
     """Check each plan that fits ``device`` and print its row; one line for each that would not fit. Returns the
     exit status: 0 when every plan ran, 1 when one would not fit or ran out of memory."""
-    print(f"gpu-check on {device.name} ({device.memory_bytes / GIB:.1f} GiB, bf16 peak "
-          f"{'unknown' if device.peak_flops is None else f'{device.peak_flops / 1e12:,.1f} TFLOP/s'})")  # fmt: skip
+    print(
+        f"gpu-check on {device.name} ({device.memory_bytes / GIB:.1f} GiB, bf16 peak "
+        f"{'unknown' if device.peak_flops is None else f'{device.peak_flops / 1e12:,.1f} TFLOP/s'})"
+    )
     for plan in plans:
         print(f"  {plan.recipe}: {plan.describe()}")
     print(HEADER, flush=True)
     status = 0
     for plan in plans:
         if plan.predicted_gib * GIB > device.memory_bytes:
-            print(f"gpu-check: {plan.recipe} would not fit one GPU of {device.memory_bytes / GIB:.1f} GiB: the budget's "
-                  f"update is {plan.predicted_gib:.2f} GiB on one GPU ({plan.scale_note})", flush=True)  # fmt: skip
+            print(
+                f"gpu-check: {plan.recipe} would not fit one GPU of {device.memory_bytes / GIB:.1f} GiB: the budget's "
+                f"update is {plan.predicted_gib:.2f} GiB on one GPU ({plan.scale_note})",
+                flush=True,
+            )
             status = 1
             continue
         try:
             print(run_check(plan, device).line(), flush=True)
         except torch.OutOfMemoryError:
-            print(f"gpu-check: {plan.recipe} ran out of memory on one GPU of {device.memory_bytes / GIB:.1f} GiB "
-                  f"(budget {plan.predicted_gib:.2f} GiB)", flush=True)  # fmt: skip
+            print(
+                f"gpu-check: {plan.recipe} ran out of memory on one GPU of {device.memory_bytes / GIB:.1f} GiB "
+                f"(budget {plan.predicted_gib:.2f} GiB)",
+                flush=True,
+            )
             status = 1
         finally:
             import gc

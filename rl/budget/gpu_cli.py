@@ -38,8 +38,9 @@ def shipped_gpu_recipes() -> list[str]:
     return names
 
 
-def recipe_plan(recipe: str, overrides: Sequence[str], images: int | None, logprobs: str,
-                model_config: str | None = None) -> CheckPlan:  # fmt: skip
+def recipe_plan(
+    recipe: str, overrides: Sequence[str], images: int | None, logprobs: str, model_config: str | None = None
+) -> CheckPlan:
     """The step ``recipe`` runs on one GPU and the budget's prediction of its memory."""
     from ragym.rl.budget.memory import gpu_memory, memory_settings
     from ragym.rl.budget.model_size import KNOWN_CONFIGS, load_model_config, model_shape
@@ -65,15 +66,28 @@ def recipe_plan(recipe: str, overrides: Sequence[str], images: int | None, logpr
     )
     attention = OmegaConf.select(config, "actor_rollout_ref.model.override_config.attn_implementation")
     return CheckPlan(
-        recipe=Path(recipe).stem, model=known, config=None if known else hf_config.to_diff_dict(),
-        sequences=sequences, sequence_tokens=one.tokens // sequences, num_images=one.images.num_images,
+        recipe=Path(recipe).stem,
+        model=known,
+        config=None if known else hf_config.to_diff_dict(),
+        sequences=sequences,
+        sequence_tokens=one.tokens // sequences,
+        num_images=one.images.num_images,
         tokens_per_image=one.images.tokens_per_image,
-        lora=None if lora is None else {"rank": lora.rank, "alpha": lora.alpha,
-                                        "target_modules": lora.target_modules, "exclude_modules": lora.exclude_modules},
-        checkpointing=one.checkpointing, freeze_vision_tower=one.freeze_vision_tower, logprob_path=logprobs,
-        attention=str(attention or "flash_attention_2"), predicted_gib=predicted / 2**30,
+        lora=None
+        if lora is None
+        else {
+            "rank": lora.rank,
+            "alpha": lora.alpha,
+            "target_modules": lora.target_modules,
+            "exclude_modules": lora.exclude_modules,
+        },
+        checkpointing=one.checkpointing,
+        freeze_vision_tower=one.freeze_vision_tower,
+        logprob_path=logprobs,
+        attention=str(attention or "flash_attention_2"),
+        predicted_gib=predicted / 2**30,
         scale_note=f"the recipe's {own.num_gpus} GPU(s), FSDP over {own.num_shards}: {per_gpu / 2**30:.2f} GiB each",
-    )  # fmt: skip
+    )
 
 
 def main(argv: list[str], device: Device | None = None) -> int:
@@ -88,8 +102,12 @@ def main(argv: list[str], device: Device | None = None) -> int:
     parser.add_argument(
         "--peak-tflops", type=float, help="the GPU's dense bf16 peak, where ragym's table lacks it"
     )
-    parser.add_argument("--write-plans", type=Path, help="write the plans (JSON) for `python -m "
-                        "ragym.rl.budget.gpu_check --plans FILE` and stop (no GPU needed)")  # fmt: skip
+    parser.add_argument(
+        "--write-plans",
+        type=Path,
+        help="write the plans (JSON) for `python -m "
+        "ragym.rl.budget.gpu_check --plans FILE` and stop (no GPU needed)",
+    )
     add_update_arguments(parser)
     parser.add_argument("overrides", nargs="*", help="recipe overrides (--recipe only)")
     args = parser.parse_args(argv)

@@ -116,15 +116,21 @@ def memory_settings(
     if logprob_path not in LOGPROB_BYTES:
         raise UsageError(f"log-prob path {logprob_path!r}: give one of {', '.join(LOGPROB_BYTES)}")
     return MemorySettings(
-        num_gpus=num_gpus, num_shards=num_gpus if fsdp_size < 0 else fsdp_size, weight_bytes=DTYPE_BYTES[dtype],
-        tokens=tokens, tokens_source=source, checkpointing=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing")),
+        num_gpus=num_gpus,
+        num_shards=num_gpus if fsdp_size < 0 else fsdp_size,
+        weight_bytes=DTYPE_BYTES[dtype],
+        tokens=tokens,
+        tokens_source=source,
+        checkpointing=bool(get("actor_rollout_ref.model.enable_gradient_checkpointing")),
         param_offload=bool(get(f"{ACTOR}.fsdp_config.param_offload")),
         optimizer_offload=bool(get(f"{ACTOR}.fsdp_config.optimizer_offload")),
         rollout_share=float(get(f"{ROLLOUT}.gpu_memory_utilization")),
-        rollout_tp=int(get(f"{ROLLOUT}.tensor_model_parallel_size")), sequence_tokens=sequence,
+        rollout_tp=int(get(f"{ROLLOUT}.tensor_model_parallel_size")),
+        sequence_tokens=sequence,
         images=micro_batch_images(config, tokens, num_images),
-        freeze_vision_tower=bool(get("actor_rollout_ref.model.freeze_vision_tower")), logprob_path=logprob_path,
-    )  # fmt: skip
+        freeze_vision_tower=bool(get("actor_rollout_ref.model.freeze_vision_tower")),
+        logprob_path=logprob_path,
+    )
 
 
 @dataclass(frozen=True)
@@ -163,8 +169,16 @@ class GpuMemory:
     def training(self) -> float:
         """The update: FSDP state, gradients, gathered units, activations, the vision tower's, and the logits (vLLM
         asleep)."""
-        return (self.weights + self.gradients + self.adam + self.gathered + self.activations + self.vision_inputs
-                + self.vision + self.logits)  # fmt: skip
+        return (
+            self.weights
+            + self.gradients
+            + self.adam
+            + self.gathered
+            + self.activations
+            + self.vision_inputs
+            + self.vision
+            + self.logits
+        )
 
     def rollout_phase(self, settings: MemorySettings) -> float:
         """Generation: vLLM's share and the FSDP state left on the GPU."""
@@ -198,12 +212,20 @@ def gpu_memory(shape: ModelShape, settings: MemorySettings, gpu_bytes: float, lo
     tower_trains = (shape.vision_lora if lora else True) and not settings.freeze_vision_tower
     vision = vision_memory(shape, settings.images, tower_trains, settings.checkpointing)
     return GpuMemory(
-        weights=shape.num_params * b / shards, gradients=trainable * b / shards, adam=2 * trainable * b / shards,
-        gathered=2 * shape.num_layer_params * 2, activations=checked if settings.checkpointing else unchecked,
-        activations_unchecked=unchecked, vision_inputs=vision.inputs, vision=vision.activations,
-        logits=tokens * shape.vocab_size * LOGPROB_BYTES[settings.logprob_path], rollout=rollout,
-        rollout_weights=rollout_weights, kv_cache=kv_cache, kv_tokens=int(kv_cache // kv_per_token),
-    )  # fmt: skip
+        weights=shape.num_params * b / shards,
+        gradients=trainable * b / shards,
+        adam=2 * trainable * b / shards,
+        gathered=2 * shape.num_layer_params * 2,
+        activations=checked if settings.checkpointing else unchecked,
+        activations_unchecked=unchecked,
+        vision_inputs=vision.inputs,
+        vision=vision.activations,
+        logits=tokens * shape.vocab_size * LOGPROB_BYTES[settings.logprob_path],
+        rollout=rollout,
+        rollout_weights=rollout_weights,
+        kv_cache=kv_cache,
+        kv_tokens=int(kv_cache // kv_per_token),
+    )
 
 
 def _gib(value: float) -> str:
@@ -248,30 +270,56 @@ def memory_table(shape: ModelShape, settings: MemorySettings, gpu_gib: float, ra
         (f"Adam moments (2 x {shard})", _gib(full.adam), _gib(lora.adam)),
         ("gathered FSDP units (2 decoder layers, bf16)", _gib(full.gathered), _gib(lora.gathered)),
         (f"activations ({checked}, {tokens:,} tokens)", _gib(full.activations), _gib(lora.activations)),
-        ("activations without checkpointing (not added)" if settings.checkpointing else "",
-         _gib(full.activations_unchecked), _gib(lora.activations_unchecked)),
-        (f"vision inputs ({images.num_images} x {images.tokens_per_image:,}-token images: {patches:,} patches x "
-         f"{shape.patch_values:,} x 4 B)", _gib(full.vision_inputs), _gib(lora.vision_inputs)),
+        (
+            "activations without checkpointing (not added)" if settings.checkpointing else "",
+            _gib(full.activations_unchecked),
+            _gib(lora.activations_unchecked),
+        ),
+        (
+            f"vision inputs ({images.num_images} x {images.tokens_per_image:,}-token images: {patches:,} patches x "
+            f"{shape.patch_values:,} x 4 B)",
+            _gib(full.vision_inputs),
+            _gib(lora.vision_inputs),
+        ),
         ("vision tower activations", tower(full, full_trains), tower(lora, lora_trains)),
-        (f"logits ({tokens:,} x {shape.vocab_size:,} x {per_logit} B, {settings.logprob_path} log-probs)",
-         _gib(full.logits), _gib(lora.logits)),
+        (
+            f"logits ({tokens:,} x {shape.vocab_size:,} x {per_logit} B, {settings.logprob_path} log-probs)",
+            _gib(full.logits),
+            _gib(lora.logits),
+        ),
         ("**training phase**", _gib(full.training), _gib(lora.training)),
         (f"vLLM ({settings.rollout_share:.2f} x {gpu_gib:g} GiB)", _gib(full.rollout), _gib(lora.rollout)),
-        (f"- its weights (bf16, TP {settings.rollout_tp}; LoRA: + adapters)", _gib(full.rollout_weights),
-         _gib(lora.rollout_weights)),
+        (
+            f"- its weights (bf16, TP {settings.rollout_tp}; LoRA: + adapters)",
+            _gib(full.rollout_weights),
+            _gib(lora.rollout_weights),
+        ),
         ("- KV cache, at most", kv(full), kv(lora)),
-        (f"**rollout phase** (vLLM + {' + '.join(keep) or 'nothing: both offloaded'})",
-         _gib(full.rollout_phase(settings)), _gib(lora.rollout_phase(settings))),
+        (
+            f"**rollout phase** (vLLM + {' + '.join(keep) or 'nothing: both offloaded'})",
+            _gib(full.rollout_phase(settings)),
+            _gib(lora.rollout_phase(settings)),
+        ),
         (f"**peak** of {gpu_gib:g} GiB", peak(full), peak(lora)),
-    ]  # fmt: skip
+    ]
     lines = [f"| GiB per GPU | full fine-tuning | LoRA rank {rank} |", "|---|---|---|"]
     lines += [f"| {name} | {a} | {b} |" for name, a, b in rows if name]
     numbers = {
-        column: {"weights": m.weights / GIB, "gradients": m.gradients / GIB, "adam": m.adam / GIB,
-                 "gathered": m.gathered / GIB, "activations": m.activations / GIB, "logits": m.logits / GIB,
-                 "vision_inputs": m.vision_inputs / GIB, "vision": m.vision / GIB,
-                 "training": m.training / GIB, "rollout": m.rollout_phase(settings) / GIB,
-                 "peak": m.peak(settings) / GIB, "kv_tokens": m.kv_tokens, "fits": m.peak(settings) <= gpu}
+        column: {
+            "weights": m.weights / GIB,
+            "gradients": m.gradients / GIB,
+            "adam": m.adam / GIB,
+            "gathered": m.gathered / GIB,
+            "activations": m.activations / GIB,
+            "logits": m.logits / GIB,
+            "vision_inputs": m.vision_inputs / GIB,
+            "vision": m.vision / GIB,
+            "training": m.training / GIB,
+            "rollout": m.rollout_phase(settings) / GIB,
+            "peak": m.peak(settings) / GIB,
+            "kv_tokens": m.kv_tokens,
+            "fits": m.peak(settings) <= gpu,
+        }
         for column, m in (("full", full), ("lora", lora))
-    }  # fmt: skip
+    }
     return "\n".join(lines), numbers

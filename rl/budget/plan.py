@@ -51,10 +51,12 @@ class CheckPlan:
     def describe(self) -> str:
         """One line of what the step runs."""
         how = f"LoRA rank {self.lora['rank']}" if self.lora else "full fine-tuning"
-        return (f"{self.model or 'its config'}, {how}, {self.sequences} x {self.sequence_tokens:,} tokens, "
-                f"{self.num_images} x {self.tokens_per_image:,}-token images, "
-                f"{'checkpointed' if self.checkpointing else 'no checkpointing'}, {self.logprob_path} log-probs; "
-                f"{self.scale_note}")  # fmt: skip
+        return (
+            f"{self.model or 'its config'}, {how}, {self.sequences} x {self.sequence_tokens:,} tokens, "
+            f"{self.num_images} x {self.tokens_per_image:,}-token images, "
+            f"{'checkpointed' if self.checkpointing else 'no checkpointing'}, {self.logprob_path} log-probs; "
+            f"{self.scale_note}"
+        )
 
 
 def image_grid(tokens: int, merge: int) -> tuple[int, int]:

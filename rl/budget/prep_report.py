@@ -44,8 +44,12 @@ def add_budget_args(parser: argparse.ArgumentParser) -> None:
         "--budget-recipe", help="recipe of the token budget report (default: the env's paper recipe)"
     )
     parser.add_argument("--no-budget-report", action="store_true", help="skip the token budget report")
-    parser.add_argument("--budget-rows", type=int, default=SAMPLE_ROWS,
-                        help=f"rows the budget report samples (default {SAMPLE_ROWS})")  # fmt: skip
+    parser.add_argument(
+        "--budget-rows",
+        type=int,
+        default=SAMPLE_ROWS,
+        help=f"rows the budget report samples (default {SAMPLE_ROWS})",
+    )
 
 
 def split_budget_args(argv: Sequence[str]) -> tuple[list[str], BudgetOptions]:

@@ -44,8 +44,10 @@ class LongestPrompt:
 
     def describe(self) -> str:
         """Where the number comes from, for messages."""
-        return (f"row {self.index}, the longest of {self.num_rows} rows sampled from {', '.join(self.files)}; "
-                f"{self.text}")  # fmt: skip
+        return (
+            f"row {self.index}, the longest of {self.num_rows} rows sampled from {', '.join(self.files)}; "
+            f"{self.text}"
+        )
 
 
 def recipe_data_files(config: DictConfig, root: Path) -> list[Path]:
@@ -88,5 +90,6 @@ def longest_prompt(
     if not measured:
         raise DataError(f"no row of {', '.join(map(str, files))} could start an episode")
     longest = max(measured, key=lambda episode: episode.prompt)
-    return LongestPrompt(longest.prompt, longest.index, len(measured), tuple(map(str, files)),
-                         text.describe(source))  # fmt: skip
+    return LongestPrompt(
+        longest.prompt, longest.index, len(measured), tuple(map(str, files)), text.describe(source)
+    )

@@ -28,8 +28,16 @@ def add_update_arguments(parser: argparse.ArgumentParser) -> None:
     """``--images`` and ``--logprobs``, the update's settings ``budget memory`` and ``budget gpu-check`` share."""
     from ragym.rl.budget.memory import LOGPROB_BYTES
 
-    parser.add_argument("--images", type=int, help="images of the recipe's largest budget per micro-batch "
-                        "(default: as many as the micro-batch holds)")  # fmt: skip
-    parser.add_argument("--logprobs", choices=tuple(LOGPROB_BYTES), default="verl",
-                        help="the update's log-prob path: verl's actor (4 B a logit, default) or transformers' "
-                        "labels loss (14 B)")  # fmt: skip
+    parser.add_argument(
+        "--images",
+        type=int,
+        help="images of the recipe's largest budget per micro-batch "
+        "(default: as many as the micro-batch holds)",
+    )
+    parser.add_argument(
+        "--logprobs",
+        choices=tuple(LOGPROB_BYTES),
+        default="verl",
+        help="the update's log-prob path: verl's actor (4 B a logit, default) or transformers' "
+        "labels loss (14 B)",
+    )

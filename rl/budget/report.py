@@ -33,8 +33,17 @@ ACTION_TOKENS = 128
 PREP_SAMPLE = 200
 """Rows ``ragym prep`` reports on (a seeded sample of what it wrote), so prep stays fast."""
 MAX_TURNS_KEY = "actor_rollout_ref.rollout.multi_turn.max_assistant_turns"
-PARTS = ("prompt_text", "prompt_visual", "prompt", "response_actions", "response_obs_text",
-         "response_obs_visual", "response", "turns", "num_images")  # fmt: skip
+PARTS = (
+    "prompt_text",
+    "prompt_visual",
+    "prompt",
+    "response_actions",
+    "response_obs_text",
+    "response_obs_visual",
+    "response",
+    "turns",
+    "num_images",
+)
 """Per-episode figures whose distribution the report prints."""
 
 
@@ -91,8 +100,13 @@ class RowEpisodes:
         self._envs.clear()
 
 
-def measure_rows(rows: Sequence[dict[str, Any]], config: DictConfig, text: TextCounter, pixels: PixelRule,
-                 action_tokens: int) -> tuple[list[EpisodeTokens], list[str]]:  # fmt: skip
+def measure_rows(
+    rows: Sequence[dict[str, Any]],
+    config: DictConfig,
+    text: TextCounter,
+    pixels: PixelRule,
+    action_tokens: int,
+) -> tuple[list[EpisodeTokens], list[str]]:
     """Every row's episode tokens, and the rows whose episode could not run (described, skipped)."""
     runner, episodes, bad = RowEpisodes(config), [], []
     try:
@@ -113,8 +127,10 @@ def measure_rows(rows: Sequence[dict[str, Any]], config: DictConfig, text: TextC
 def summarise(episodes: list[EpisodeTokens], max_prompt: int, max_response: int) -> dict[str, Any]:
     """min / p50 / p90 / max of each figure, and the truncated shares."""
     figures = {name: np.array([_figure(e, name) for e in episodes]) for name in PARTS}
-    spread = {name: {"min": int(v.min()), "p50": _pct(v, 50), "p90": _pct(v, 90), "max": int(v.max())}
-              for name, v in figures.items()}  # fmt: skip
+    spread = {
+        name: {"min": int(v.min()), "p50": _pct(v, 50), "p90": _pct(v, 90), "max": int(v.max())}
+        for name, v in figures.items()
+    }
     over_prompt = figures["prompt"] > max_prompt
     over_response = figures["response"] > max_response
     num = len(episodes)
@@ -142,16 +158,25 @@ def _pct(values: np.ndarray, q: int) -> int:
 def summary_line(summary: dict[str, Any]) -> str:
     """The report's last line."""
     p90, limit = summary["tokens"]["response"]["p90"], summary["max_response_length"]
-    return (f"budget: {summary['episodes']:,} episodes, response p90 {p90:,} / {limit:,}, "
-            f"truncated {100 * summary['truncated_share']:.1f}%")  # fmt: skip
+    return (
+        f"budget: {summary['episodes']:,} episodes, response p90 {p90:,} / {limit:,}, "
+        f"truncated {100 * summary['truncated_share']:.1f}%"
+    )
 
 
 def render(summary: dict[str, Any], assumptions: list[str], header: str, bad: list[str]) -> str:
     """The printed report: header, assumptions, the distribution table, the truncated shares, the summary."""
-    labels = {"prompt_text": "prompt text", "prompt_visual": "prompt visual", "prompt": "prompt",
-              "response_actions": "response: actions", "response_obs_text": "response: observation text",
-              "response_obs_visual": "response: observation visual", "response": "response",
-              "turns": "turns", "num_images": "images after the prompt"}  # fmt: skip
+    labels = {
+        "prompt_text": "prompt text",
+        "prompt_visual": "prompt visual",
+        "prompt": "prompt",
+        "response_actions": "response: actions",
+        "response_obs_text": "response: observation text",
+        "response_obs_visual": "response: observation visual",
+        "response": "response",
+        "turns": "turns",
+        "num_images": "images after the prompt",
+    }
     limits = {"prompt": summary["max_prompt_length"], "response": summary["max_response_length"]}
     lines = [header, *(f"  assumed: {a}" for a in assumptions)]
     lines.append(f"  {'tokens per episode':<30}{'min':>9}{'p50':>9}{'p90':>9}{'max':>9}{'limit':>9}")
@@ -161,18 +186,27 @@ def render(summary: dict[str, Any], assumptions: list[str], header: str, bad: li
         cells = "".join(f"{row[k]:>9,}" for k in ("min", "p50", "p90", "max"))
         lines.append(f"  {labels[name]:<30}{cells}{limit:>9}")
     num = summary["episodes"]
-    lines.append(f"  truncated: prompt {summary['truncated_prompt']} of {num} "
-                 f"({100 * summary['truncated_prompt'] / num:.1f}%), response {summary['truncated_response']} "
-                 f"of {num} ({100 * summary['truncated_response'] / num:.1f}%)")  # fmt: skip
+    lines.append(
+        f"  truncated: prompt {summary['truncated_prompt']} of {num} "
+        f"({100 * summary['truncated_prompt'] / num:.1f}%), response {summary['truncated_response']} "
+        f"of {num} ({100 * summary['truncated_response'] / num:.1f}%)"
+    )
     if bad:
         lines.append(f"  skipped {len(bad)} row(s) that could not run (first: {bad[0]})")
     lines.append(summary_line(summary))
     return "\n".join(lines)
 
 
-def budget_report(rows: Sequence[dict[str, Any]], config: DictConfig, text: TextCounter, text_source: str,
-                  action_tokens: int, header: str, model_dir: Path | None = None,
-                  skipped: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+def budget_report(
+    rows: Sequence[dict[str, Any]],
+    config: DictConfig,
+    text: TextCounter,
+    text_source: str,
+    action_tokens: int,
+    header: str,
+    model_dir: Path | None = None,
+    skipped: Sequence[str] = (),
+) -> dict[str, Any]:
     """Play and count every row; returns ``{"text": the printed report, "summary", "assumptions", "episodes"}``.
     ``skipped``: rows already left out when the rows were loaded (described)."""
     pixels = pixel_rule(config, model_dir)
@@ -189,8 +223,20 @@ def budget_report(rows: Sequence[dict[str, Any]], config: DictConfig, text: Text
         f"turns; each generated turn counted as max(its scripted text, {action_tokens}) tokens (--action-tokens)",
     ]
     limits = (summary["max_prompt_length"], summary["max_response_length"])
-    records = [{**dataclasses.asdict(e), "prompt": e.prompt, "response": e.response,
-                "truncated_prompt": e.prompt > limits[0], "truncated_response": e.response > limits[1]}
-               for e in episodes]  # fmt: skip
-    return {"text": render(summary, assumptions, header, bad), "summary": summary, "assumptions": assumptions,
-            "skipped_rows": bad, "episodes": records}  # fmt: skip
+    records = [
+        {
+            **dataclasses.asdict(e),
+            "prompt": e.prompt,
+            "response": e.response,
+            "truncated_prompt": e.prompt > limits[0],
+            "truncated_response": e.response > limits[1],
+        }
+        for e in episodes
+    ]
+    return {
+        "text": render(summary, assumptions, header, bad),
+        "summary": summary,
+        "assumptions": assumptions,
+        "skipped_rows": bad,
+        "episodes": records,
+    }

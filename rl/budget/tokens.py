@@ -70,8 +70,10 @@ def _model_processor(model_dir: Path | None) -> tuple[int, int, int, str] | None
     least = pre.get("min_pixels") or size.get("shortest_edge")
     most = pre.get("max_pixels") or size.get("longest_edge")
     if least is None or most is None:
-        raise UsageError(f"{path} gives no pixel range (min_pixels and max_pixels, or size's shortest_edge and "
-                         "longest_edge); set data.mm_processor_kwargs in the recipe")  # fmt: skip
+        raise UsageError(
+            f"{path} gives no pixel range (min_pixels and max_pixels, or size's shortest_edge and "
+            "longest_edge); set data.mm_processor_kwargs in the recipe"
+        )
     return int(pre["patch_size"]) * int(pre.get("merge_size", 2)), int(least), int(most), str(path)
 
 
@@ -179,8 +181,15 @@ def _message(obs: dict[str, Any], turn: int, pixels: PixelRule) -> tuple[dict[st
     return {**message, "content": content}, len(images), visual
 
 
-def count_episode(played: Played, system_prompt: str, index: Any, env_id: str, text: TextCounter,
-                  pixels: PixelRule, action_tokens: int) -> EpisodeTokens:  # fmt: skip
+def count_episode(
+    played: Played,
+    system_prompt: str,
+    index: Any,
+    env_id: str,
+    text: TextCounter,
+    pixels: PixelRule,
+    action_tokens: int,
+) -> EpisodeTokens:
     """Tokens of ``played`` as the agent loop builds its context: the observation after the last turn is not in it."""
     first, _, prompt_visual = _message(played.observations[0], -1, pixels)
     messages = [{"role": "system", "content": system_prompt}, first]
@@ -194,7 +203,13 @@ def count_episode(played: Played, system_prompt: str, index: Any, env_id: str, t
     # Everything after the prompt up to the last turn's generation prompt, then the last turn itself.
     context = text.conversation(messages, add_generation_prompt=True) - prompt_text + generated[-1]
     return EpisodeTokens(
-        index=index, env_id=env_id, turns=len(played.turns), num_images=num_images, prompt_text=prompt_text,
-        prompt_visual=prompt_visual, response_actions=sum(max(n, action_tokens) for n in generated),
-        response_obs_text=context - sum(generated), response_obs_visual=visual,
-    )  # fmt: skip
+        index=index,
+        env_id=env_id,
+        turns=len(played.turns),
+        num_images=num_images,
+        prompt_text=prompt_text,
+        prompt_visual=prompt_visual,
+        response_actions=sum(max(n, action_tokens) for n in generated),
+        response_obs_text=context - sum(generated),
+        response_obs_visual=visual,
+    )

@@ -68,8 +68,10 @@ def micro_batch_images(config: DictConfig, tokens: int, num_images: int | None =
     if num_images is None:
         return MicroBatchImages(most, per_image, f"as many of the largest budget as {tokens:,} tokens hold")
     if not 0 <= num_images <= most:
-        raise UsageError(f"--images {num_images}: a micro-batch of {tokens:,} tokens holds 0 to {most} images "
-                         f"of {per_image:,} tokens")  # fmt: skip
+        raise UsageError(
+            f"--images {num_images}: a micro-batch of {tokens:,} tokens holds 0 to {most} images "
+            f"of {per_image:,} tokens"
+        )
     return MicroBatchImages(num_images, per_image, "--images")
 
 

@@ -90,14 +90,19 @@ def _micro(
             f"{section}.{name} and {key} are both set: verl refuses that; remove {section}.{name} (deprecated)"
         ]
     if per_gpu is None and (deprecated is None or per_gpu_only):
-        found = f"only the deprecated {section}.{name} is set, which verl 0.9.1's workers never read" if (
-            deprecated is not None) else f"{key} is not set"  # fmt: skip
+        found = (
+            f"only the deprecated {section}.{name} is set, which verl 0.9.1's workers never read"
+            if (deprecated is not None)
+            else f"{key} is not set"
+        )
         return [
             f"{found}, and use_dynamic_bsz is false: verl's workers need it; set {key} to a divisor of {share}"
         ]
     if per_gpu is not None and share % int(per_gpu):
-        return [f"{key} {per_gpu} does not divide the {share} {what}: verl's micro-batch split asserts it; "
-                f"use a divisor of {share}"]  # fmt: skip
+        return [
+            f"{key} {per_gpu} does not divide the {share} {what}: verl's micro-batch split asserts it; "
+            f"use a divisor of {share}"
+        ]
     return []
 
 
@@ -111,35 +116,63 @@ def batch_problems(config: DictConfig, at: Layout) -> list[str]:
     n, prompts, mini = int(rollout.n), int(config.data.train_batch_size), int(actor.ppo_mini_batch_size)
     gpus, sp, dp = at.num_gpus, at.ulysses, at.data_parallel
     if gpus % sp:  # verl/workers/engine/fsdp/transformer_impl.py, _init_device_mesh: a (dp, sp) mesh
-        return [f"{ACTOR}.ulysses_sequence_parallel_size {sp} does not divide the {at.describe()}: verl's FSDP "
-                f"engine cannot build its (data, sequence) device mesh; use a size that divides {gpus}"]  # fmt: skip
+        return [
+            f"{ACTOR}.ulysses_sequence_parallel_size {sp} does not divide the {at.describe()}: verl's FSDP "
+            f"engine cannot build its (data, sequence) device mesh; use a size that divides {gpus}"
+        ]
     problems = []
     if mini * n % dp:  # verl/workers/engine_workers.py, train_mini_batch
-        problems.append(f"{ACTOR}.ppo_mini_batch_size x rollout.n = {mini} x {n} = {mini * n} trajectories per "
-                        f"update is not a multiple of the data-parallel size {dp} ({gpus} GPUs / Ulysses {sp}): "
-                        "verl's train_mini_batch asserts it; choose a ppo_mini_batch_size that makes it one")  # fmt: skip
+        problems.append(
+            f"{ACTOR}.ppo_mini_batch_size x rollout.n = {mini} x {n} = {mini * n} trajectories per "
+            f"update is not a multiple of the data-parallel size {dp} ({gpus} GPUs / Ulysses {sp}): "
+            "verl's train_mini_batch asserts it; choose a ppo_mini_batch_size that makes it one"
+        )
     use_ref = need_reference_policy(config)
     if bool(actor.use_dynamic_bsz) != bool(rollout.log_prob_use_dynamic_bsz):  # engine_workers.py, init_model
-        problems.append(f"{ACTOR}.use_dynamic_bsz is {actor.use_dynamic_bsz} but {ROLLOUT}.log_prob_use_dynamic_bsz "
-                        "is not: verl's workers assert they agree; set both the same")  # fmt: skip
+        problems.append(
+            f"{ACTOR}.use_dynamic_bsz is {actor.use_dynamic_bsz} but {ROLLOUT}.log_prob_use_dynamic_bsz "
+            "is not: verl's workers assert they agree; set both the same"
+        )
     if actor.use_dynamic_bsz:
         return problems + _token_budgets(config, at, use_ref)
     if prompts * n % gpus:  # verl/utils/config.py, validate_config (minimal_bsz = n_gpus under FSDP)
-        problems.append(f"data.train_batch_size x rollout.n = {prompts} x {n} = {prompts * n} trajectories per step "
-                        f"is not a multiple of the {gpus} GPUs, and use_dynamic_bsz is false: verl's validate_config "
-                        "refuses it; choose a train_batch_size that makes it one")  # fmt: skip
+        problems.append(
+            f"data.train_batch_size x rollout.n = {prompts} x {n} = {prompts * n} trajectories per step "
+            f"is not a multiple of the {gpus} GPUs, and use_dynamic_bsz is false: verl's validate_config "
+            "refuses it; choose a train_batch_size that makes it one"
+        )
     if prompts < mini:  # verl/workers/config/actor.py, ActorConfig.validate
-        problems.append(f"data.train_batch_size {prompts} is below {ACTOR}.ppo_mini_batch_size {mini}: verl's "
-                        "actor config refuses it; lower ppo_mini_batch_size")  # fmt: skip
+        problems.append(
+            f"data.train_batch_size {prompts} is below {ACTOR}.ppo_mini_batch_size {mini}: verl's "
+            "actor config refuses it; lower ppo_mini_batch_size"
+        )
     if mini * n % dp == 0:
-        problems += _micro(ACTOR, "ppo_micro_batch_size", config, mini * n // dp,
-                           "trajectories of each GPU's share of an update", per_gpu_only=True)  # fmt: skip
+        problems += _micro(
+            ACTOR,
+            "ppo_micro_batch_size",
+            config,
+            mini * n // dp,
+            "trajectories of each GPU's share of an update",
+            per_gpu_only=True,
+        )
     share = _padded_trajectories(config, at) // dp
-    problems += _micro(ROLLOUT, "log_prob_micro_batch_size", config, share,
-                       "trajectories each GPU scores per step", per_gpu_only=True)  # fmt: skip
+    problems += _micro(
+        ROLLOUT,
+        "log_prob_micro_batch_size",
+        config,
+        share,
+        "trajectories each GPU scores per step",
+        per_gpu_only=True,
+    )
     if use_ref:
-        problems += _micro(REF, "log_prob_micro_batch_size", config, share,
-                           "trajectories each GPU scores per step", per_gpu_only=False)  # fmt: skip
+        problems += _micro(
+            REF,
+            "log_prob_micro_batch_size",
+            config,
+            share,
+            "trajectories each GPU scores per step",
+            per_gpu_only=False,
+        )
     return problems
 
 
@@ -154,18 +187,22 @@ def _token_budgets(config: DictConfig, at: Layout, use_ref: bool) -> list[str]:
     for key in keys:
         budget = int(OmegaConf.select(config, key))
         if budget * at.ulysses < longest:
-            problems.append(f"{key} {budget} x Ulysses {at.ulysses} is below the longest sequence, prompt_length + "
-                            f"response_length = {longest} tokens: verl's dynamic micro-batching asserts one "
-                            f"sequence fits; raise it to at least {-(-longest // at.ulysses)}")  # fmt: skip
+            problems.append(
+                f"{key} {budget} x Ulysses {at.ulysses} is below the longest sequence, prompt_length + "
+                f"response_length = {longest} tokens: verl's dynamic micro-batching asserts one "
+                f"sequence fits; raise it to at least {-(-longest // at.ulysses)}"
+            )
     return problems
 
 
 def rollout_problems(config: DictConfig, at: Layout) -> list[str]:
     """The rollout's GPUs per replica (tensor x data x pipeline parallel) against the nodes' GPUs."""
     rollout = config.actor_rollout_ref.rollout
-    sizes = {"tensor_model_parallel_size": int(rollout.tensor_model_parallel_size),
-             "data_parallel_size": int(rollout.data_parallel_size),
-             "pipeline_model_parallel_size": int(rollout.pipeline_model_parallel_size)}  # fmt: skip
+    sizes = {
+        "tensor_model_parallel_size": int(rollout.tensor_model_parallel_size),
+        "data_parallel_size": int(rollout.data_parallel_size),
+        "pipeline_model_parallel_size": int(rollout.pipeline_model_parallel_size),
+    }
     world = math.prod(sizes.values())
     named = " x ".join(f"{ROLLOUT}.{k} {v}" for k, v in sizes.items() if v > 1 or k.startswith("tensor"))
     replica = f"a rollout replica of {world} GPUs ({named})"
@@ -174,14 +211,20 @@ def rollout_problems(config: DictConfig, at: Layout) -> list[str]:
         return [f"{replica}: ragym's hf rollout serves one model per GPU; set the parallel sizes to 1"]
     problems = []
     if at.num_gpus % world:  # verl/workers/engine_workers.py, init_model: the rollout device mesh
-        problems.append(f"{replica} does not divide the {at.describe()}: verl's rollout workers assert it; use a "
-                        f"tensor_model_parallel_size that divides {at.num_gpus}")  # fmt: skip
+        problems.append(
+            f"{replica} does not divide the {at.describe()}: verl's rollout workers assert it; use a "
+            f"tensor_model_parallel_size that divides {at.num_gpus}"
+        )
     elif world <= node and node % world:  # verl/workers/rollout/replica.py: placed by GPU index, on one node
-        problems.append(f"{replica} does not divide the {node} GPUs of a node: a replica would straddle two nodes, "
-                        f"which verl starts as a one-node server; use a tensor_model_parallel_size that divides {node}")  # fmt: skip
+        problems.append(
+            f"{replica} does not divide the {node} GPUs of a node: a replica would straddle two nodes, "
+            f"which verl starts as a one-node server; use a tensor_model_parallel_size that divides {node}"
+        )
     if world > node and world % node:  # verl/workers/rollout/replica.py, RolloutReplica.__init__
-        problems.append(f"{replica} spans nodes but is not a multiple of the {node} GPUs of a node: verl's rollout "
-                        "replica asserts it; use a multiple of the GPUs per node")  # fmt: skip
+        problems.append(
+            f"{replica} spans nodes but is not a multiple of the {node} GPUs of a node: verl's rollout "
+            "replica asserts it; use a multiple of the GPUs per node"
+        )
     return problems
 
 
@@ -201,10 +244,12 @@ def length_problems(config: DictConfig, prompt: LongestPrompt | None) -> list[st
     problems = []
     if prompt is not None and prompt.tokens > prompt_length:
         # verl/experimental/agent_loop/agent_loop.py: ValueError for a multimodal prompt, left-truncation for text
-        problems.append(f"the longest prompt ragym budget counts is {prompt.tokens} tokens ({prompt.describe()}), "
-                        f"over {ROLLOUT}.prompt_length {prompt_length} (data.max_prompt_length): verl's agent loop "
-                        "fails on a multimodal prompt over it and cuts a text one from its start; raise "
-                        "data.max_prompt_length (and max_model_len with it) or lower the image budget (ragym.images)")  # fmt: skip
+        problems.append(
+            f"the longest prompt ragym budget counts is {prompt.tokens} tokens ({prompt.describe()}), "
+            f"over {ROLLOUT}.prompt_length {prompt_length} (data.max_prompt_length): verl's agent loop "
+            "fails on a multimodal prompt over it and cuts a text one from its start; raise "
+            "data.max_prompt_length (and max_model_len with it) or lower the image budget (ragym.images)"
+        )
     if rollout.name != "vllm":
         return problems
     # A DictConfig's container is a dict (to_container's type also covers lists and scalars).
@@ -216,20 +261,26 @@ def length_problems(config: DictConfig, prompt: LongestPrompt | None) -> list[st
     )
     if context is not None and int(context) < prompt_length + response_length:
         # verl/workers/rollout/vllm_rollout/vllm_async_server.py, generate: "leaves no room to generate"
-        problems.append(f"{ROLLOUT}.max_model_len {context} is below prompt_length + response_length = "
-                        f"{prompt_length} + {response_length} = {prompt_length + response_length}, the longest context "
-                        "the agent loop sends vLLM: verl's vLLM server fails a request with no room left to "
-                        f"generate; set max_model_len to at least {prompt_length + response_length}")  # fmt: skip
+        problems.append(
+            f"{ROLLOUT}.max_model_len {context} is below prompt_length + response_length = "
+            f"{prompt_length} + {response_length} = {prompt_length + response_length}, the longest context "
+            "the agent loop sends vLLM: verl's vLLM server fails a request with no room left to "
+            f"generate; set max_model_len to at least {prompt_length + response_length}"
+        )
     if batched < seqs:  # vllm/config/scheduler.py, SchedulerConfig.verify_max_model_len
-        problems.append(f"{ROLLOUT}.max_num_batched_tokens {batched} is below max_num_seqs {seqs}: vLLM refuses to "
-                        f"start; raise max_num_batched_tokens to at least {seqs}")  # fmt: skip
+        problems.append(
+            f"{ROLLOUT}.max_num_batched_tokens {batched} is below max_num_seqs {seqs}: vLLM refuses to "
+            f"start; raise max_num_batched_tokens to at least {seqs}"
+        )
     largest = _largest_image_tokens(config) if vllm.get("disable_chunked_mm_input") else None
     if (
         largest is not None and batched < largest
     ):  # vllm/v1/core/encoder_cache_manager.py, compute_mm_encoder_budget
-        problems.append(f"{ROLLOUT}.max_num_batched_tokens {batched} is below the {largest} tokens of the largest "
-                        "image, and engine_kwargs.vllm.disable_chunked_mm_input is set: vLLM refuses to start; raise "
-                        f"max_num_batched_tokens to at least {largest}")  # fmt: skip
+        problems.append(
+            f"{ROLLOUT}.max_num_batched_tokens {batched} is below the {largest} tokens of the largest "
+            "image, and engine_kwargs.vllm.disable_chunked_mm_input is set: vLLM refuses to start; raise "
+            f"max_num_batched_tokens to at least {largest}"
+        )
     return problems
 
 

@@ -50,10 +50,20 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 """Ray dashboard (job server) address when neither --address nor RAY_API_SERVER_ADDRESS/RAY_ADDRESS is set."""
 
 FORWARDED_ENV = (
-    "RAGYM_DATA_DIR", "RAGYM_MODELS_DIR", "RAGYM_CKPT_DIR", "RAGYM_SMOKE_DIR", "RAGYM_SMOKE_MODEL",
-    "WANDB_API_KEY", "WANDB_ENTITY", "WANDB_MODE", "WANDB_BASE_URL",
-    "HF_HOME", "HF_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-)  # fmt: skip
+    "RAGYM_DATA_DIR",
+    "RAGYM_MODELS_DIR",
+    "RAGYM_CKPT_DIR",
+    "RAGYM_SMOKE_DIR",
+    "RAGYM_SMOKE_MODEL",
+    "WANDB_API_KEY",
+    "WANDB_ENTITY",
+    "WANDB_MODE",
+    "WANDB_BASE_URL",
+    "HF_HOME",
+    "HF_TOKEN",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+)
 """Variables copied from the submitting shell into the job when set (recipes read the RAGYM_* ones)."""
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
@@ -94,8 +104,19 @@ class RetrievalService:
 
     def deploy_command(self) -> str:
         """The shell command that deploys the app (detached) from the job's driver."""
-        return shlex.join(["python", "-m", "ragym.envs.serving.ray_serve", "--kb-dir", self.kb_dir,
-                           "--replicas", str(self.replicas), "--port", str(self.port)])  # fmt: skip
+        return shlex.join(
+            [
+                "python",
+                "-m",
+                "ragym.envs.serving.ray_serve",
+                "--kb-dir",
+                self.kb_dir,
+                "--replicas",
+                str(self.replicas),
+                "--port",
+                str(self.port),
+            ]
+        )
 
     @property
     def url(self) -> str:
@@ -120,8 +141,20 @@ class Submission:
         """The equivalent ``ray job submit`` command line, secrets masked (for --dry-run and logs)."""
         shown = dict(self.runtime_env)
         shown["env_vars"] = {k: _mask(k, v) for k, v in self.runtime_env.get("env_vars", {}).items()}
-        return ["ray", "job", "submit", "--address", address, "--submission-id", self.submission_id,
-                "--runtime-env-json", json.dumps(shown), "--no-wait", "--", self.entrypoint]  # fmt: skip
+        return [
+            "ray",
+            "job",
+            "submit",
+            "--address",
+            address,
+            "--submission-id",
+            self.submission_id,
+            "--runtime-env-json",
+            json.dumps(shown),
+            "--no-wait",
+            "--",
+            self.entrypoint,
+        ]
 
 
 def _mask(name: str, value: str) -> str:
@@ -133,8 +166,10 @@ def _relative_to_repo(path: Path, repo_root: Path) -> Path:
     try:
         return path.relative_to(repo_root)
     except ValueError:
-        raise UsageError(f"recipe {path} is outside the repository {repo_root}; only the repository is "
-                         "shipped to the cluster, so copy the recipe under recipes/") from None  # fmt: skip
+        raise UsageError(
+            f"recipe {path} is outside the repository {repo_root}; only the repository is "
+            "shipped to the cluster, so copy the recipe under recipes/"
+        ) from None
 
 
 def stage_package(repo_root: Path, into: Path | None = None) -> Path:
@@ -238,8 +273,11 @@ def recipe_prompt(config: Any, repo_root: Path) -> LongestPrompt | None:
     files = recipe_data_files(config, repo_root)
     present = [path for path in files if path.is_file()]
     if not present:
-        logger.info("prompts not counted: the recipe's data files are not here (%s); the checks take prompts at "
-                    "data.max_prompt_length", ", ".join(map(str, files)) or "none set")  # fmt: skip
+        logger.info(
+            "prompts not counted: the recipe's data files are not here (%s); the checks take prompts at "
+            "data.max_prompt_length",
+            ", ".join(map(str, files)) or "none set",
+        )
         return None
     return longest_prompt(config, present)
 
@@ -290,8 +328,12 @@ def submit_main(argv: list[str]) -> int:
     parser.add_argument("recipe", help="recipe path or name under recipes/")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_epochs=1")
     parser.add_argument("--address", default=_default_address(), help="Ray dashboard address (job server)")
-    parser.add_argument("--engine", default="auto", choices=("auto", "verl", "local"),
-                        help="auto: local when the recipe has a ragym.engine section, else verl")  # fmt: skip
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=("auto", "verl", "local"),
+        help="auto: local when the recipe has a ragym.engine section, else verl",
+    )
     parser.add_argument(
         "--nodes", type=int, help="trainer.nnodes (cluster size; launch/cluster.env NUM_NODES)"
     )
@@ -303,10 +345,11 @@ def submit_main(argv: list[str]) -> int:
     parser.add_argument("--timeout", type=float, help="with --follow: stop following after this many seconds")
     parser.add_argument("--dry-run", action="store_true", help="print the ray job submit command and exit")
     parser.add_argument(
-        "--cpu", action="store_true",
+        "--cpu",
+        action="store_true",
         help="verl's trainer on CPU nodes (ragym's CPU plugin; start the nodes with --num-gpus 1): applies "
         "recipes/platforms/cpu.yaml",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--with-retrieval",
         metavar="KB_DIR",
@@ -325,10 +368,17 @@ def submit_main(argv: list[str]) -> int:
         else None
     )
     submission = build_submission(
-        args.recipe, args.overrides, engine=args.engine, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-        env=_parse_env(args.env), pip=args.pip, submission_id=args.submission_id, retrieval=retrieval,
+        args.recipe,
+        args.overrides,
+        engine=args.engine,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        env=_parse_env(args.env),
+        pip=args.pip,
+        submission_id=args.submission_id,
+        retrieval=retrieval,
         cpu=args.cpu,
-    )  # fmt: skip
+    )
     if args.dry_run:
         print(shlex.join(submission.ray_command(args.address)))
         return 0

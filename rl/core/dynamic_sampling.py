@@ -146,8 +146,12 @@ def sample_groups(rollout: RolloutFn, num_groups: int, cfg: FilterConfig) -> Sam
         chosen += flat[: out.num_topped_up]
         logger.warning(
             "dynamic sampling: %d of %d groups still flat after %d generation rounds (%s.max_num_gen_batches); "
-            "training on them", out.num_topped_up, num_groups, out.num_rounds, FILTER_SECTION,
-        )  # fmt: skip
+            "training on them",
+            out.num_topped_up,
+            num_groups,
+            out.num_rounds,
+            FILTER_SECTION,
+        )
     out.rows = [row for row, _ in chosen]
     out.groups = [group for _, group in chosen]
     return out

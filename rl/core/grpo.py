@@ -208,8 +208,11 @@ def update_policy(
     metrics = {key: float(np.mean(values)) for key, values in totals.items()}
     if batch.rollout_log_prob is not None:
         level = cfg.correction or "token"  # off: what the default correction would see
-        metrics.update(correction_metrics(batch.old_log_prob, batch.rollout_log_prob, batch.response_mask, level,
-                                          cfg.is_threshold))  # fmt: skip
+        metrics.update(
+            correction_metrics(
+                batch.old_log_prob, batch.rollout_log_prob, batch.response_mask, level, cfg.is_threshold
+            )
+        )
     return metrics
 
 

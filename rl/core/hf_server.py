@@ -33,9 +33,18 @@ from ragym.rl.core.vision import ImageInputs, image_key, rope_positions
 logger = logging.getLogger(__name__)
 
 _KNOWN_PARAMS = {
-    "temperature", "top_p", "top_k", "max_tokens", "max_new_tokens", "stop", "stop_token_ids",
-    "include_stop_str_in_output", "logprobs", "repetition_penalty", "seed",
-}  # fmt: skip
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "logprobs",
+    "repetition_penalty",
+    "seed",
+}
 
 
 @dataclass(frozen=True)
@@ -413,6 +422,7 @@ def sample_tokens(
     if isinstance(generator, torch.Generator):
         token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     else:  # each row draws from its own generator: a row's token does not depend on the rows beside it
-        token = torch.cat([torch.multinomial(row[None], 1, generator=g)[0]
-                           for row, g in zip(probs, generator, strict=True)])  # fmt: skip
+        token = torch.cat(
+            [torch.multinomial(row[None], 1, generator=g)[0] for row, g in zip(probs, generator, strict=True)]
+        )
     return token, logprobs.gather(-1, token[:, None]).squeeze(-1)

@@ -112,8 +112,11 @@ def run_episodes(
     server.track_episodes(len(rows) * num_per_row)
     # ``priority``: a unique number per episode, as verl's worker gives (the agent loop's request id under
     # ``rollout.full_determinism``).
-    tasks = [_episode(agent_loop, server, row, sampling, i * num_per_row + j)
-             for i, row in enumerate(rows) for j in range(num_per_row)]  # fmt: skip
+    tasks = [
+        _episode(agent_loop, server, row, sampling, i * num_per_row + j)
+        for i, row in enumerate(rows)
+        for j in range(num_per_row)
+    ]
     outputs = [by_reference(o) for o in loop.run_until_complete(asyncio.gather(*tasks))]
     times = RolloutTimes(generate=server.stats.generate_s - generate_before)
     times.env = sum(float(o.metrics.tool_calls) for o in outputs)

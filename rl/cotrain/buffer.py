@@ -114,5 +114,10 @@ class HarvestBuffer:
 
 
 def _record(step: int, label: Label) -> dict[str, Any]:
-    return {"step": step, "query": label.query, "question": label.question,
-            "positives": list(label.positives), "negatives": list(label.negatives)}  # fmt: skip
+    return {
+        "step": step,
+        "query": label.query,
+        "question": label.question,
+        "positives": list(label.positives),
+        "negatives": list(label.negatives),
+    }

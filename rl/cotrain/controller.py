@@ -58,8 +58,10 @@ def _kb_of(rows: list[dict[str, Any]]) -> tuple[str, str]:
     for row in rows:
         kwargs, _ = _spec(row)
         if kwargs.get("candidate_source", "precomputed") != "live":
-            raise UsageError(f"{SECTION}: co-training trains the live image search; row {row['extra_info'].get('index')} "
-                             "reads stored candidate lists (set env_kwargs candidate_source: live)")  # fmt: skip
+            raise UsageError(
+                f"{SECTION}: co-training trains the live image search; row {row['extra_info'].get('index')} "
+                "reads stored candidate lists (set env_kwargs candidate_source: live)"
+            )
         kb = kwargs.get("kb_dir") or synthetic_data("kbvqa", kwargs.get("preset", "tiny"))
         found.add((str(Path(kb).resolve()), kwargs.get("index_kind", "auto")))
     if len(found) != 1:
@@ -82,8 +84,15 @@ def held_out(rows: list[dict[str, Any]]) -> tuple[HeldOut, tuple[tuple[str, str]
 class CoTraining:
     """The co-training loop of one trainer process."""
 
-    def __init__(self, cfg: CotrainConfig, output_dir: str | Path, train_rows: list[dict[str, Any]],
-                 guard_rows: list[dict[str, Any]], resume_step: int | None, service_url: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: CotrainConfig,
+        output_dir: str | Path,
+        train_rows: list[dict[str, Any]],
+        guard_rows: list[dict[str, Any]],
+        resume_step: int | None,
+        service_url: str | None = None,
+    ) -> None:
         self.cfg, self.root = cfg, Path(output_dir) / "cotrain"
         self.kb_dir, index_kind = _kb_of(train_rows)
         self.kb = load_kb(self.kb_dir)
@@ -130,8 +139,17 @@ class CoTraining:
     def _start_round(self, step: int) -> None:
         version = f"cotrain-s{step:06d}"
         current = self.swaps[-1]["path"] if self.swaps else self.initial
-        spec = RoundSpec(self.kb_dir, str(self.buffer.folder), step, current, str(self.root / "versions" / version),
-                         version, self.guard_pairs, tuple(sorted({*RECALL_KS, self.cfg.guard_k})), asdict(self.cfg))  # fmt: skip
+        spec = RoundSpec(
+            self.kb_dir,
+            str(self.buffer.folder),
+            step,
+            current,
+            str(self.root / "versions" / version),
+            version,
+            self.guard_pairs,
+            tuple(sorted({*RECALL_KS, self.cfg.guard_k})),
+            asdict(self.cfg),
+        )
         self.counts["cotrain/rounds"] += 1
         if not self.cfg.background:
             self.pending = (spec, run_round(spec))
@@ -179,8 +197,15 @@ class CoTraining:
         }
         if new is not None and old is not None and new < old - self.cfg.max_recall_drop:
             self.counts["cotrain/swaps_skipped"] += 1
-            logger.warning("co-training: %s skipped at step %d: held-out recall@%d %.3f < serving %.3f - %.3f",
-                           encoder.version, step, k, new, old, self.cfg.max_recall_drop)  # fmt: skip
+            logger.warning(
+                "co-training: %s skipped at step %d: held-out recall@%d %.3f < serving %.3f - %.3f",
+                encoder.version,
+                step,
+                k,
+                new,
+                old,
+                self.cfg.max_recall_drop,
+            )
             self._log_decision(step, encoder.version, folder, "skipped", new, old)
             return metrics
         self._install(folder)
@@ -242,8 +267,16 @@ class CoTraining:
         atomic_write(self.root / "serving.json", json.dumps({"swaps": self.swaps}, indent=2) + "\n")
 
     def _log_decision(self, step: int, version: str, folder: str, decision: str, new: Any, old: Any) -> None:
-        record = {"step": step, "version": version, "path": folder, "decision": decision,
-                  "new_recall": new, "serving_recall": old, "guard_k": self.cfg.guard_k, "margin": self.cfg.max_recall_drop}  # fmt: skip
+        record = {
+            "step": step,
+            "version": version,
+            "path": folder,
+            "decision": decision,
+            "new_recall": new,
+            "serving_recall": old,
+            "guard_k": self.cfg.guard_k,
+            "margin": self.cfg.max_recall_drop,
+        }
         with (self.root / "swaps.jsonl").open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
 
@@ -257,8 +290,13 @@ def _ray_up() -> bool:
     return ray.is_initialized()
 
 
-def from_recipe(config: Any, train_rows: list[dict[str, Any]], val_rows: list[dict[str, Any]],
-                resume_step: int | None, engine: str) -> CoTraining | None:  # fmt: skip
+def from_recipe(
+    config: Any,
+    train_rows: list[dict[str, Any]],
+    val_rows: list[dict[str, Any]],
+    resume_step: int | None,
+    engine: str,
+) -> CoTraining | None:
     """The recipe's co-training (``ragym.cotrain``) for a trainer, or None when it neither trains nor serves an
     initial encoder. ``engine`` ``verl``: the envs run in other processes, so the swap goes through the recipe's
     retrieval service, which must be named."""
@@ -274,11 +312,15 @@ def from_recipe(config: Any, train_rows: list[dict[str, Any]], val_rows: list[di
         return None
     url = recipe_retrieval_url(config)
     if engine == "verl" and url is None:
-        raise UsageError(f"{SECTION} under verl: the agent-loop workers search in their own processes, so the "
-                         f"encoder is swapped at the retrieval service: set {URL_KEY} (ragym serve --kb-dir KB)")  # fmt: skip
+        raise UsageError(
+            f"{SECTION} under verl: the agent-loop workers search in their own processes, so the "
+            f"encoder is swapped at the retrieval service: set {URL_KEY} (ragym serve --kb-dir KB)"
+        )
     guard = load_rows(cfg.guard_rows).rows if cfg.guard_rows else val_rows
     if cfg.enable and not guard:
-        raise UsageError(f"{SECTION}.enable needs held-out rows for the forgetting guard: data.val_files or "
-                         f"{SECTION}.guard_rows")  # fmt: skip
+        raise UsageError(
+            f"{SECTION}.enable needs held-out rows for the forgetting guard: data.val_files or "
+            f"{SECTION}.guard_rows"
+        )
     output_dir = OmegaConf.select(config, "trainer.default_local_dir")
     return CoTraining(cfg, output_dir, train_rows, guard, resume_step, url)

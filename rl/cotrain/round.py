@@ -145,8 +145,10 @@ def recall(
     )
     vectors = encoder.encode(query_vectors(kb, [q for q, _ in pairs]))
     hits = exact.batch_search(list(vectors), max(ks))
-    ranks = [[h.docid for h in row].index(gold) if gold in [h.docid for h in row] else None
-             for row, (_, gold) in zip(hits, pairs, strict=True)]  # fmt: skip
+    ranks = [
+        [h.docid for h in row].index(gold) if gold in [h.docid for h in row] else None
+        for row, (_, gold) in zip(hits, pairs, strict=True)
+    ]
     return {f"recall@{k}": float(np.mean([r is not None and r < k for r in ranks])) for k in ks}
 
 
@@ -168,8 +170,15 @@ def run_round(spec: RoundSpec) -> dict[str, Any]:
     if harvested:
         _fit(tower, kb, harvested, original, cfg, rng)
     matrix = tower.matrix().detach().numpy().astype(np.float32)
-    meta = {"step": spec.until_step, "num_harvested_pairs": len(harvested), "num_original_pairs": len(original),
-            "serving": serving.version, "mode": cfg.mode, "lr": cfg.lr, "round_steps": cfg.round_steps}  # fmt: skip
+    meta = {
+        "step": spec.until_step,
+        "num_harvested_pairs": len(harvested),
+        "num_original_pairs": len(original),
+        "serving": serving.version,
+        "mode": cfg.mode,
+        "lr": cfg.lr,
+        "round_steps": cfg.round_steps,
+    }
     new = QueryEncoder(spec.version, matrix, meta)
     for name, encoder in (("new", new), ("serving", serving)):
         meta.update(

@@ -83,8 +83,10 @@ def local_turn_credit(
     owners = [rows[i // rollout_n] for i in range(len(results))]
     for result, row in zip(results, owners, strict=True):
         if result.row_index != int(row["extra_info"]["index"]):
-            raise ValueError(f"turn credit: episode of row {result.row_index} aligned with row "
-                             f"{row['extra_info']['index']}")  # fmt: skip
+            raise ValueError(
+                f"turn credit: episode of row {result.row_index} aligned with row "
+                f"{row['extra_info']['index']}"
+            )
     return turn_credit_inputs(
         [r.output.extra_fields for r in results],
         [str(row["data_source"]) for row in owners],

@@ -277,6 +277,8 @@ def report_bad_rows(result: RowSet, files: list[str], on_bad: str, limit: int = 
         )
     if result.bad:
         logger.warning(
-            "skipping %d bad row(s) of %d in %s", len(result.bad), len(result.bad) + len(result.rows),
+            "skipping %d bad row(s) of %d in %s",
+            len(result.bad),
+            len(result.bad) + len(result.rows),
             ", ".join(files),
-        )  # fmt: skip
+        )

@@ -40,8 +40,11 @@ class RagymDataset(RLHFDataset):
         locations = self._locations(len(dataframe))
         result, checker = RowSet(), RowChecker(check_reset=True)
         try:
-            check_rows(((file, position, dataframe[i]) for i, (file, position) in enumerate(locations)),
-                       checker, result)  # fmt: skip
+            check_rows(
+                ((file, position, dataframe[i]) for i, (file, position) in enumerate(locations)),
+                checker,
+                result,
+            )
         finally:
             checker.close()
         report_bad_rows(result, [str(f) for f in self.data_files], policy)

@@ -119,5 +119,11 @@ def _stats(pairs: list[tuple[float, bool]]) -> dict[str, Any]:
         return {"n": 0, "mean": None, "q25": None, "median": None, "q75": None, "greedy_share": None}
     probs = np.array([p for p, _ in pairs])
     q25, median, q75 = np.quantile(probs, [0.25, 0.5, 0.75]).tolist()
-    return {"n": len(pairs), "mean": float(probs.mean()), "q25": q25, "median": median, "q75": q75,
-            "greedy_share": sum(a for _, a in pairs) / len(pairs)}  # fmt: skip
+    return {
+        "n": len(pairs),
+        "mean": float(probs.mean()),
+        "q25": q25,
+        "median": median,
+        "q75": q75,
+        "greedy_share": sum(a for _, a in pairs) / len(pairs),
+    }

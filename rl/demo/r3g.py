@@ -40,8 +40,9 @@ logger = logging.getLogger(__name__)
 RECIPE = "r3g_tiny_cpu"
 
 
-def expert_branches(rows: list[dict[str, Any]], agent_loop: Any, server: ReplayServer,
-                    cfg: WarmStartConfig) -> list[tuple[Any, float, float]]:  # fmt: skip
+def expert_branches(
+    rows: list[dict[str, Any]], agent_loop: Any, server: ReplayServer, cfg: WarmStartConfig
+) -> list[tuple[Any, float, float]]:
     """Every row's expert episodes, one per noise branch (look-alikes all a=1 or all a=0, the gold a=0 or a=1),
     each with its decision-token weight and the branch's probability.
 
@@ -50,13 +51,27 @@ def expert_branches(rows: list[dict[str, Any]], agent_loop: Any, server: ReplayS
     both kinds of candidate (expert: 1 and 0.65; seed 0): a target that flips from draw to draw gives Adam
     no steady direction, while a noiseless expert is imitated exactly (P 0.999-1.000) in the same 6 epochs.
     """
-    branches = [(generous, rejecting, (cfg.noise if generous else 1 - cfg.noise)
-                 * (cfg.reject_noise if rejecting else 1 - cfg.reject_noise))
-                for generous in (True, False) for rejecting in (True, False)]  # fmt: skip
+    branches = [
+        (
+            generous,
+            rejecting,
+            (cfg.noise if generous else 1 - cfg.noise)
+            * (cfg.reject_noise if rejecting else 1 - cfg.reject_noise),
+        )
+        for generous in (True, False)
+        for rejecting in (True, False)
+    ]
     rng = np.random.default_rng(cfg.seed)  # unused: noise 0 or 1 draws nothing random
-    return [(_replay(row, R3GExpert.for_row(row, rng, float(gen), float(rej)), server, agent_loop),
-             cfg.decision_weight, share)
-            for row in rows for gen, rej, share in branches if share > 0]  # fmt: skip
+    return [
+        (
+            _replay(row, R3GExpert.for_row(row, rng, float(gen), float(rej)), server, agent_loop),
+            cfg.decision_weight,
+            share,
+        )
+        for row in rows
+        for gen, rej, share in branches
+        if share > 0
+    ]
 
 
 def _corpus(rows: list[dict[str, Any]], repeats: int) -> Iterator[str]:
@@ -91,8 +106,9 @@ def build_inputs(out: Path, reader: Any, seed: int) -> Path:
     if not (policy / "config.json").exists():
         rows = read_rows(str(task / "data" / "train.parquet"), 64)
         tags = tuple(f"<{close}{tag}>" for tag in ACTION_TAGS for close in ("", "/"))
-        sizes = TinyPolicyConfig(**reader.get("ragym.r3g_demo.policy"), grammar_tokens=tags,
-                                 extra_tokens=(DECISION_TOKEN,))  # fmt: skip
+        sizes = TinyPolicyConfig(
+            **reader.get("ragym.r3g_demo.policy"), grammar_tokens=tags, extra_tokens=(DECISION_TOKEN,)
+        )
         corpus = itertools.chain(builtin_corpus(), _corpus(rows, reader.get("ragym.r3g_demo.corpus_repeats")))
         build_tiny_policy("qwen2_5_vl", policy, corpus=corpus, seed=seed, config=sizes)
     return policy
@@ -121,8 +137,15 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     asyncio.get_event_loop().close()
-    info = {"episodes": len(rows), "epochs": cfg.epochs, "noise": cfg.noise, "reject_noise": cfg.reject_noise,
-            "first_loss": losses[0], "final_loss": losses[-1], "seconds": time.perf_counter() - start}  # fmt: skip
+    info = {
+        "episodes": len(rows),
+        "epochs": cfg.epochs,
+        "noise": cfg.noise,
+        "reject_noise": cfg.reject_noise,
+        "first_loss": losses[0],
+        "final_loss": losses[-1],
+        "seconds": time.perf_counter() - start,
+    }
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     return info
 
@@ -140,8 +163,10 @@ def baselines(val_files: str, limit: int) -> dict[str, Any]:
 
     rows = pd.read_parquet(val_files).head(limit)
     rubric = Rubric.from_recipe({"terms": {"outcome": {"weight": 1.0}}})
-    return {name: summarize(evaluate_baseline(rows, name, ScriptedModel(), rubric))["all"]
-            for name in DEMO_BASELINES}  # fmt: skip
+    return {
+        name: summarize(evaluate_baseline(rows, name, ScriptedModel(), rubric))["all"]
+        for name in DEMO_BASELINES
+    }
 
 
 KEYS = ("reward/total", "reward/recall_at_1", "reward/outcome", "reward/format", "reward/judge_ndcg")
@@ -157,8 +182,13 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
     start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     task = out / "task" / "data"
-    sets = [f"data.seed={seed}", f"trainer.default_local_dir={out / 'grpo'}", f"data.train_files={task}/train.parquet",
-            f"data.val_files={task}/test.parquet", f"actor_rollout_ref.model.path={out / 'warm_start'}"]  # fmt: skip
+    sets = [
+        f"data.seed={seed}",
+        f"trainer.default_local_dir={out / 'grpo'}",
+        f"data.train_files={task}/train.parquet",
+        f"data.val_files={task}/test.parquet",
+        f"actor_rollout_ref.model.path={out / 'warm_start'}",
+    ]
     sets += ([f"trainer.total_training_steps={steps}"] if steps is not None else []) + list(overrides or [])
     config = load_recipe(RECIPE, sets)
     refuse_set_by_run(config)
@@ -178,12 +208,14 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
     trainer.save_model(out / "checkpoint")
     trainer.close()
     result = {
-        "seed": seed, "val_rows": len(trainer.val_rows),
-        "before": {k: before.get(k) for k in KEYS}, "after": {k: after.get(k) for k in KEYS},
+        "seed": seed,
+        "val_rows": len(trainer.val_rows),
+        "before": {k: before.get(k) for k in KEYS},
+        "after": {k: after.get(k) for k in KEYS},
         "baselines": baselines(reader.get("data.val_files"), len(trainer.val_rows)),
         "warm_start": json.loads((out / "warm_start" / "warm_start.json").read_text()),
         "wall_time_s": time.perf_counter() - start,
-    }  # fmt: skip
+    }
     (out / "metrics.json").write_text(json.dumps(result, indent=2))
     return result
 
@@ -199,9 +231,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = run(args.out, args.seed, args.steps, args.overrides)
     ablation = result["baselines"]["no_modules"]["recall@1"]
-    print(f"seed {args.seed}: evidence Recall@1 on {result['val_rows']} held-out rows: no-module ablation {ablation:.3f}, "
-          f"warm start {result['before']['reward/recall_at_1']:.3f}, after GRPO {result['after']['reward/recall_at_1']:.3f} "
-          f"({result['wall_time_s']:.0f}s)")  # fmt: skip
+    print(
+        f"seed {args.seed}: evidence Recall@1 on {result['val_rows']} held-out rows: no-module ablation {ablation:.3f}, "
+        f"warm start {result['before']['reward/recall_at_1']:.3f}, after GRPO {result['after']['reward/recall_at_1']:.3f} "
+        f"({result['wall_time_s']:.0f}s)"
+    )
     return 0
 
 

@@ -16,8 +16,14 @@ PLOTTED = (
     "grpo/zero_adv_group_share",
 )
 """Per-step series drawn in ``reward_components.png``."""
-ROLLOUT_KEYS = ("reward/total", "reward/verification", "episode/ident_acc", "episode/rejections",
-                "episode/actions/rerank", "grpo/zero_adv_group_share")  # fmt: skip
+ROLLOUT_KEYS = (
+    "reward/total",
+    "reward/verification",
+    "episode/ident_acc",
+    "episode/rejections",
+    "episode/actions/rerank",
+    "grpo/zero_adv_group_share",
+)
 """Per-step metrics compared between the first and the last GRPO step."""
 
 
@@ -77,8 +83,10 @@ def outcome_by_identification(episodes: list[dict[str, Any]], seen: set[str] | N
 
 SPLIT_PREFIXES = ("outcome_", "num_")
 """Held-out summary keys of ``outcome_by_identification``'s split (its own table, not the metric table's)."""
-SEEN_ROWS = {"identified": ("outcome, entity confirmed", "questions with the entity confirmed"),
-             "not_identified": ("outcome, entity not confirmed", "questions without")}  # fmt: skip
+SEEN_ROWS = {
+    "identified": ("outcome, entity confirmed", "questions with the entity confirmed"),
+    "not_identified": ("outcome, entity not confirmed", "questions without"),
+}
 """Split name -> (its outcome row, its count row) in the report."""
 
 
@@ -90,8 +98,10 @@ def seen_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         for side in ("unseen", "seen"):
             key = f"{name}_{side}"
             if f"num_{key}" in before:
-                lines += [_row(f"{outcome}, {side} in training", before[f"outcome_{key}"], after[f"outcome_{key}"]),
-                          _row(f"{count}, {side} in training", before[f"num_{key}"], after[f"num_{key}"])]  # fmt: skip
+                lines += [
+                    _row(f"{outcome}, {side} in training", before[f"outcome_{key}"], after[f"outcome_{key}"]),
+                    _row(f"{count}, {side} in training", before[f"num_{key}"], after[f"num_{key}"]),
+                ]
     return lines
 
 
@@ -148,8 +158,12 @@ def diagnosis(result: dict[str, Any], train: list[dict[str, Any]]) -> str:
 
 BAND = Path(__file__).with_name("band.json")
 """Where the demo lands over seeds and CPU kernel settings, per task (``benchmarks/demo_band.py --write-band``)."""
-BAND_FIGURES = {"reward_after": "held-out reward after GRPO", "reward_gain": "held-out reward gain",
-                "ident_after": "held-out Ident. after GRPO", "ident_gain": "held-out Ident. gain"}  # fmt: skip
+BAND_FIGURES = {
+    "reward_after": "held-out reward after GRPO",
+    "reward_gain": "held-out reward gain",
+    "ident_after": "held-out Ident. after GRPO",
+    "ident_gain": "held-out Ident. gain",
+}
 """The band's figures the report places this run in: band key -> what it is."""
 
 
@@ -166,20 +180,36 @@ def band_lines(result: dict[str, Any], band: dict[str, Any] | None) -> list[str]
     if band is None:
         return []
     before, after = result["before"], result["after"]
-    values = {"reward_after": after["reward_mean"], "reward_gain": after["reward_mean"] - before["reward_mean"],
-              "ident_after": after["ident_acc"], "ident_gain": after["ident_acc"] - before["ident_acc"]}  # fmt: skip
-    lines = ["## Where this run falls", "",
-             f"The band `ragym demo` of this task lands in, measured over {band['runs']} runs ({band['settings']}; "
-             f"{band['passed']} of them raised the held-out reward and Ident. by 0.3 or more; docs/results.md):", "",
-             "| figure | band: mean [95% interval] | range | this run | |", "|---|---|---|---|---|"]  # fmt: skip
+    values = {
+        "reward_after": after["reward_mean"],
+        "reward_gain": after["reward_mean"] - before["reward_mean"],
+        "ident_after": after["ident_acc"],
+        "ident_gain": after["ident_acc"] - before["ident_acc"],
+    }
+    lines = [
+        "## Where this run falls",
+        "",
+        f"The band `ragym demo` of this task lands in, measured over {band['runs']} runs ({band['settings']}; "
+        f"{band['passed']} of them raised the held-out reward and Ident. by 0.3 or more; docs/results.md):",
+        "",
+        "| figure | band: mean [95% interval] | range | this run | |",
+        "|---|---|---|---|---|",
+    ]
     for key, name in BAND_FIGURES.items():
         if key not in band["figures"]:
             continue
         fig, value = band["figures"][key], values[key]
-        where = ("below the range" if value < fig["min"] - 1e-9 else "above the range" if value > fig["max"] + 1e-9
-                 else "inside the range")  # fmt: skip
-        lines.append(f"| {name} | {fig['mean']:.3f} [{fig['low']:.3f}, {fig['high']:.3f}] | {fig['min']:.3f} - "
-                     f"{fig['max']:.3f} | {value:.3f} | {where} |")  # fmt: skip
+        where = (
+            "below the range"
+            if value < fig["min"] - 1e-9
+            else "above the range"
+            if value > fig["max"] + 1e-9
+            else "inside the range"
+        )
+        lines.append(
+            f"| {name} | {fig['mean']:.3f} [{fig['low']:.3f}, {fig['high']:.3f}] | {fig['min']:.3f} - "
+            f"{fig['max']:.3f} | {value:.3f} | {where} |"
+        )
     return lines + [""]
 
 
@@ -194,12 +224,16 @@ def read_band(task: str) -> dict[str, Any] | None:
 def margin_lines(margins: dict[str, Any]) -> list[str]:
     """The decision-margin table: the policy's probability of the right decision where the batch holds the match
     and where it does not, before and after GRPO (``ragym.rl.demo.margin``)."""
-    lines = ["## Decision margin (held-out)", "",
-             "The held-out evaluation is greedy: a question counts as identified only when confirming the match is "
-             "the policy's most likely next token, so Ident. moves only when this probability crosses about 0.5. "
-             "It is read on the noiseless expert's episodes of the same held-out questions (`ragym.rl.demo.margin`).",
-             "", "| decision | n | before: mean [q25, q75] | after: mean [q25, q75] | greedy right, before -> after |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "## Decision margin (held-out)",
+        "",
+        "The held-out evaluation is greedy: a question counts as identified only when confirming the match is "
+        "the policy's most likely next token, so Ident. moves only when this probability crosses about 0.5. "
+        "It is read on the noiseless expert's episodes of the same held-out questions (`ragym.rl.demo.margin`).",
+        "",
+        "| decision | n | before: mean [q25, q75] | after: mean [q25, q75] | greedy right, before -> after |",
+        "|---|---|---|---|---|",
+    ]
     for key, name in (
         ("confirm_match", "confirm, batch holds the match"),
         ("reject_no_match", "reject, it does not"),
@@ -207,8 +241,10 @@ def margin_lines(margins: dict[str, Any]) -> list[str]:
         b, a = margins["before"][key], margins["after"][key]
         if not b["n"]:
             continue
-        lines.append(f"| {name} | {b['n']} | {b['mean']:.3f} [{b['q25']:.3f}, {b['q75']:.3f}] | {a['mean']:.3f} "
-                     f"[{a['q25']:.3f}, {a['q75']:.3f}] | {b['greedy_share']:.2f} -> {a['greedy_share']:.2f} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {b['n']} | {b['mean']:.3f} [{b['q25']:.3f}, {b['q75']:.3f}] | {a['mean']:.3f} "
+            f"[{a['q25']:.3f}, {a['q75']:.3f}] | {b['greedy_share']:.2f} -> {a['greedy_share']:.2f} |"
+        )
     return lines + [""]
 
 
@@ -224,71 +260,88 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
         _row(f"actions/{a} per episode", before["actions"].get(a, 0.0), after["actions"].get(a, 0.0))
         for a in actions
     ]
-    text = "\n".join([
-        "# ragym CPU demo: GRPO on KBVQA-v0 with a tiny Qwen2.5-VL policy",
-        "",
-        f"Task `{result['task']}` (`ragym demo --task {result['task']}`); seed {result['seed']}; "
-        f"{result['grpo_steps']} GRPO steps; wall time {result['wall_time_s']:.0f} s; "
-        f"peak RSS {result['peak_rss_mb']:.0f} MB.",
-        "",
-        "**Warm start** (not RL): supervised imitation of a deliberately imperfect scripted expert that rejects "
-        f"a batch holding the match with probability {warm['reject_noise']} and reranks a wrong candidate with "
-        f"probability {warm['noise']} ({warm['episodes']} training questions x {warm['epochs']} epochs "
-        f"of env-generated episodes, fresh expert noise each epoch, plus a noiseless episode for a share "
-        f"{warm['protocol_share']} of them with its decision tokens out of the loss; {warm['steps']} steps, "
-        f"loss {warm['first_loss']:.2f} -> {warm['final_loss']:.2f}).",
-        "",
-        "## Held-out evaluation (warm start = before, after GRPO)",
-        "",
-        diagnosis(result, train),
-        "",
-        "| metric | before | after |",
-        "|---|---|---|",
-        *rows,
-        "",
-        "zero_adv_group_share: share of GRPO groups whose episodes all scored the same (first / last step).",
-        "",
-        *(margin_lines(result["decision_margin"]) if "decision_margin" in result else []),
-        *band_lines(result, read_band(result["task"])),
-        "## What the reward gain is made of",
-        "",
-        "Held-out outcome on the questions whose entity the policy confirmed (Ident. 1) and on the others, each "
-        "also by whether a training question asks about the same entity (seen) or none does (unseen: a right "
-        "answer there is read from the passage, not recalled), and each reward term's share of the held-out "
-        "reward gain (its change / the total's change; the shares sum to 1).",
-        "",
-        "| | before | after |",
-        "|---|---|---|",
-        _row("outcome, entity confirmed", before.get("outcome_identified"), after.get("outcome_identified")),
-        _row("questions with the entity confirmed", before.get("num_identified"), after.get("num_identified")),
-        _row("outcome, entity not confirmed", before.get("outcome_not_identified"),
-             after.get("outcome_not_identified")),
-        _row("questions without", before.get("num_not_identified"), after.get("num_not_identified")),
-        *seen_lines(before, after),
-        "",
-        "| term | before | after | share of the reward gain |",
-        "|---|---|---|---|",
-        *[_row(term, before[term], after[term], share) for term, share in gain_shares(before, after).items()],
-        "",
-        "## Training rollouts (sampled), first vs last GRPO step",
-        "",
-        "| metric | first step | last step |",
-        "|---|---|---|",
-        *[_row(key, float(train[0].get(key, 0.0)), float(train[-1].get(key, 0.0))) for key in ROLLOUT_KEYS],
-        "",
-        "## Reward components over GRPO steps (training rollouts)",
-        "",
-        "![reward components](reward_components.png)",
-        "",
-        "## Episodes, turn by turn",
-        "",
-        "[Open the trajectory viewer](view/index.html): the sampled GRPO groups of every step and the held-out "
-        "evaluations, each turn with its observation images, events (gold entity marked), reward terms and the "
-        "tokens as the trainer saw them. Served live: `ragym view DIR`.",
-        "",
-        f"Unused recipe keys (logged, not silently ignored): {', '.join(result['unused_recipe_keys']) or 'none'}.",
-        "",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "# ragym CPU demo: GRPO on KBVQA-v0 with a tiny Qwen2.5-VL policy",
+            "",
+            f"Task `{result['task']}` (`ragym demo --task {result['task']}`); seed {result['seed']}; "
+            f"{result['grpo_steps']} GRPO steps; wall time {result['wall_time_s']:.0f} s; "
+            f"peak RSS {result['peak_rss_mb']:.0f} MB.",
+            "",
+            "**Warm start** (not RL): supervised imitation of a deliberately imperfect scripted expert that rejects "
+            f"a batch holding the match with probability {warm['reject_noise']} and reranks a wrong candidate with "
+            f"probability {warm['noise']} ({warm['episodes']} training questions x {warm['epochs']} epochs "
+            f"of env-generated episodes, fresh expert noise each epoch, plus a noiseless episode for a share "
+            f"{warm['protocol_share']} of them with its decision tokens out of the loss; {warm['steps']} steps, "
+            f"loss {warm['first_loss']:.2f} -> {warm['final_loss']:.2f}).",
+            "",
+            "## Held-out evaluation (warm start = before, after GRPO)",
+            "",
+            diagnosis(result, train),
+            "",
+            "| metric | before | after |",
+            "|---|---|---|",
+            *rows,
+            "",
+            "zero_adv_group_share: share of GRPO groups whose episodes all scored the same (first / last step).",
+            "",
+            *(margin_lines(result["decision_margin"]) if "decision_margin" in result else []),
+            *band_lines(result, read_band(result["task"])),
+            "## What the reward gain is made of",
+            "",
+            "Held-out outcome on the questions whose entity the policy confirmed (Ident. 1) and on the others, each "
+            "also by whether a training question asks about the same entity (seen) or none does (unseen: a right "
+            "answer there is read from the passage, not recalled), and each reward term's share of the held-out "
+            "reward gain (its change / the total's change; the shares sum to 1).",
+            "",
+            "| | before | after |",
+            "|---|---|---|",
+            _row(
+                "outcome, entity confirmed", before.get("outcome_identified"), after.get("outcome_identified")
+            ),
+            _row(
+                "questions with the entity confirmed",
+                before.get("num_identified"),
+                after.get("num_identified"),
+            ),
+            _row(
+                "outcome, entity not confirmed",
+                before.get("outcome_not_identified"),
+                after.get("outcome_not_identified"),
+            ),
+            _row("questions without", before.get("num_not_identified"), after.get("num_not_identified")),
+            *seen_lines(before, after),
+            "",
+            "| term | before | after | share of the reward gain |",
+            "|---|---|---|---|",
+            *[
+                _row(term, before[term], after[term], share)
+                for term, share in gain_shares(before, after).items()
+            ],
+            "",
+            "## Training rollouts (sampled), first vs last GRPO step",
+            "",
+            "| metric | first step | last step |",
+            "|---|---|---|",
+            *[
+                _row(key, float(train[0].get(key, 0.0)), float(train[-1].get(key, 0.0)))
+                for key in ROLLOUT_KEYS
+            ],
+            "",
+            "## Reward components over GRPO steps (training rollouts)",
+            "",
+            "![reward components](reward_components.png)",
+            "",
+            "## Episodes, turn by turn",
+            "",
+            "[Open the trajectory viewer](view/index.html): the sampled GRPO groups of every step and the held-out "
+            "evaluations, each turn with its observation images, events (gold entity marked), reward terms and the "
+            "tokens as the trainer saw them. Served live: `ragym view DIR`.",
+            "",
+            f"Unused recipe keys (logged, not silently ignored): {', '.join(result['unused_recipe_keys']) or 'none'}.",
+            "",
+        ]
+    )
     path = out / "report.md"
     path.write_text(text)
     return path

@@ -114,8 +114,13 @@ def _copy_pretrain(policy_dir: Path, cfg: Any) -> None:
     ordinary = torch.tensor([i for i in range(len(tokenizer)) if i not in special])
     losses = copy_pretrain(model, ordinary, cfg)
     model.save_pretrained(policy_dir, safe_serialization=True)
-    logger.info("copy pretraining: %d steps, loss %.3f -> %.3f in %.1fs", len(losses), losses[0], losses[-1],
-                time.perf_counter() - start)  # fmt: skip
+    logger.info(
+        "copy pretraining: %d steps, loss %.3f -> %.3f in %.1fs",
+        len(losses),
+        losses[0],
+        losses[-1],
+        time.perf_counter() - start,
+    )
 
 
 def _warm_start(
@@ -139,8 +144,10 @@ def _warm_start(
         "warm start: %d x %d expert episodes in %.1fs", len(epochs), len(rows), time.perf_counter() - start
     )
     # A token's id (convert_tokens_to_ids's type also covers a list of tokens).
-    ids = {token: cast(int, tokenizer.convert_tokens_to_ids(token))
-           for token in ["<rerank>", *(f"<{tag}>" for tag in COPY_TAGS), *(f"</{tag}>" for tag in COPY_TAGS)]}  # fmt: skip
+    ids = {
+        token: cast(int, tokenizer.convert_tokens_to_ids(token))
+        for token in ["<rerank>", *(f"<{tag}>" for tag in COPY_TAGS), *(f"</{tag}>" for tag in COPY_TAGS)]
+    }
     decision_after = ids["<rerank>"]
     # Where the expert copies from an observation: the confirmed name into a search call, a value into the answer.
     copy_spans = [(ids[f"<{tag}>"], ids[f"</{tag}>"]) for tag in COPY_TAGS]
@@ -148,10 +155,18 @@ def _warm_start(
     model.save_pretrained(out_dir, safe_serialization=True)
     processor.save_pretrained(out_dir)
     asyncio.get_event_loop().close()
-    info = {"episodes": len(rows), "epochs": len(epochs), "steps": len(losses), "first_loss": losses[0],
-            "final_loss": losses[-1], "seconds": time.perf_counter() - start, "noise": cfg.noise,
-            "reject_noise": cfg.reject_noise, "protocol_share": cfg.protocol_share,
-            "copy_weight": cfg.copy_weight}  # fmt: skip
+    info = {
+        "episodes": len(rows),
+        "epochs": len(epochs),
+        "steps": len(losses),
+        "first_loss": losses[0],
+        "final_loss": losses[-1],
+        "seconds": time.perf_counter() - start,
+        "noise": cfg.noise,
+        "reject_noise": cfg.reject_noise,
+        "protocol_share": cfg.protocol_share,
+        "copy_weight": cfg.copy_weight,
+    }
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     logger.info("warm start: %s", info)
     return info
@@ -175,19 +190,28 @@ def check_demo_folder(out: Path, seed: int, demo_settings: dict[str, Any]) -> No
     if not state_path.is_file():
         products = [name for name in ("kb", "tiny_policy", "warm_start", "grpo") if (out / name).exists()]
         if products:
-            raise UsageError(f"{out} holds {', '.join(products)} but no {DEMO_STATE}, so what it was built "
-                             "with is unknown; give a new --out")  # fmt: skip
+            raise UsageError(
+                f"{out} holds {', '.join(products)} but no {DEMO_STATE}, so what it was built "
+                "with is unknown; give a new --out"
+            )
         state_path.write_text(json.dumps(built, indent=1))
         return
     before = json.loads(state_path.read_text())
     if before["seed"] != seed:
-        raise UsageError(f"{out} holds the demo of --seed {before['seed']} (its tiny policy, warm start and "
-                         f"GRPO run); rerun with --seed {before['seed']} to resume it, or give a new --out")  # fmt: skip
-    changed = sorted(k for k in set(before["ragym.demo"]) | set(demo_settings)
-                     if before["ragym.demo"].get(k) != demo_settings.get(k))  # fmt: skip
+        raise UsageError(
+            f"{out} holds the demo of --seed {before['seed']} (its tiny policy, warm start and "
+            f"GRPO run); rerun with --seed {before['seed']} to resume it, or give a new --out"
+        )
+    changed = sorted(
+        k
+        for k in set(before["ragym.demo"]) | set(demo_settings)
+        if before["ragym.demo"].get(k) != demo_settings.get(k)
+    )
     if changed:
-        raise UsageError(f"{out} was built with other ragym.demo.{changed[0]} (was "
-                         f"{before['ragym.demo'].get(changed[0])!r}); set it back to resume, or give a new --out")  # fmt: skip
+        raise UsageError(
+            f"{out} was built with other ragym.demo.{changed[0]} (was "
+            f"{before['ragym.demo'].get(changed[0])!r}); set it back to resume, or give a new --out"
+        )
 
 
 def reusable_policy(folder: Path, seed: int, demo_settings: dict[str, Any]) -> Path | None:
@@ -218,8 +242,11 @@ def prepare(
     ``policy_from``: another demo folder whose tiny policy this one copies instead of building and
     copy-pretraining its own, when ``reusable_policy`` finds it the same (else it builds its own)."""
     out.mkdir(parents=True, exist_ok=True)
-    overrides = [f"data.seed={seed}", f"trainer.default_local_dir={out / 'grpo'}",
-                 f"actor_rollout_ref.model.path={out / 'warm_start'}"]  # fmt: skip
+    overrides = [
+        f"data.seed={seed}",
+        f"trainer.default_local_dir={out / 'grpo'}",
+        f"actor_rollout_ref.model.path={out / 'warm_start'}",
+    ]
     overrides += [f"trainer.total_training_steps={steps}"] if steps is not None else []
     kb_dir = out / "kb"
     overrides += [
@@ -276,8 +303,10 @@ def warm_start_misses(probe: dict[str, Any], target: WarmStartTarget, expert_con
     confirm, reject = probe["confirm_match"]["mean"], probe["reject_no_match"]["mean"]
     gap = target.max_confirm_gap
     if confirm is not None and gap is not None and abs(confirm - expert_confirm) > gap:
-        misses.append(f"P(confirm a match) {confirm:.3f} is {abs(confirm - expert_confirm):.3f} from the expert's "
-                      f"{expert_confirm:.3f} (at most {gap})")  # fmt: skip
+        misses.append(
+            f"P(confirm a match) {confirm:.3f} is {abs(confirm - expert_confirm):.3f} from the expert's "
+            f"{expert_confirm:.3f} (at most {gap})"
+        )
     if confirm is not None and target.min_confirm is not None and confirm < target.min_confirm:
         misses.append(f"P(confirm a match) {confirm:.3f} < {target.min_confirm}")
     if reject is not None and reject < target.min_reject:
@@ -341,20 +370,32 @@ def run_demo(
     after = trainer.evaluate()
     trainer.save_model(out / "checkpoint")
     # Recorded like an exported model, so ``ragym eval --model DIR/checkpoint`` finds its recipe.
-    record_export(out / "checkpoint", Path(cfg.output_dir) / f"global_step_{trainer.step}", "local",
-                  trainer.step, recipe, cast(dict[str, Any], OmegaConf.to_container(config, resolve=True)))  # fmt: skip
+    record_export(
+        out / "checkpoint",
+        Path(cfg.output_dir) / f"global_step_{trainer.step}",
+        "local",
+        trainer.step,
+        recipe,
+        cast(dict[str, Any], OmegaConf.to_container(config, resolve=True)),
+    )
     trainer.close()
-    margins = {"before": json.loads((out / "warm_start" / WARM_PROBE).read_text()),
-               "after": probe_policy(out / "checkpoint", config, reader)}  # fmt: skip
+    margins = {
+        "before": json.loads((out / "warm_start" / WARM_PROBE).read_text()),
+        "after": probe_policy(out / "checkpoint", config, reader),
+    }
     history = [row for _, row in read_jsonl(out / "grpo" / "metrics.jsonl")]
     train = [h for h in history if "reward/total" in h]
     # Every held-out episode is traced (the recipe's trace_groups_per_step covers val_max_samples); a re-run of a
     # finished demo evaluates again, so the last episode of each row counts.
     traced = [line for _, line in read_jsonl(Path(cfg.output_dir) / "traces" / "episodes.jsonl")]
     seen = trained_entities(read_rows(reader.get("data.train_files")))  # seen: a training question's entity
-    held_out = {step: outcome_by_identification(list({e["row_index"]: e for e in traced
-                                                      if e["phase"] == "val" and e["step"] == step}.values()), seen)
-                for step in (0, trainer.step)}  # fmt: skip
+    held_out = {
+        step: outcome_by_identification(
+            list({e["row_index"]: e for e in traced if e["phase"] == "val" and e["step"] == step}.values()),
+            seen,
+        )
+        for step in (0, trainer.step)
+    }
     result = {
         "seed": seed,
         "task": task,
@@ -392,18 +433,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--steps", type=int, help="GRPO steps (default: the recipe's trainer.total_training_steps)"
     )
-    parser.add_argument("--task", default=DEFAULT_TASK, choices=list(DEMO_TASKS),
-                        help="verify (default): learn to confirm the match; answer: also learn to answer from "
-                        "the confirmed entity's passage (ragym.rl.demo.tasks)")  # fmt: skip
+    parser.add_argument(
+        "--task",
+        default=DEFAULT_TASK,
+        choices=list(DEMO_TASKS),
+        help="verify (default): learn to confirm the match; answer: also learn to answer from "
+        "the confirmed entity's passage (ragym.rl.demo.tasks)",
+    )
     parser.add_argument("--recipe", default=DEMO_RECIPE, help="recipe (default: recipes/kbvqa_tiny_cpu.yaml)")
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. ragym.demo.warm_start.epochs=4")
     args = parser.parse_args(argv)
     result = run_demo(args.out, args.seed, args.steps, args.recipe, args.overrides, args.task)
     before, after = result["before"], result["after"]
-    confirmed = [f"{p['outcome_identified']:.2f}" if p["outcome_identified"] is not None else "-"
-                 for p in (before, after)]  # fmt: skip
-    print(f"held-out reward {before['reward_mean']:.3f} -> {after['reward_mean']:.3f} "
-          f"(ident_acc {before['ident_acc']:.2f} -> {after['ident_acc']:.2f}, outcome on confirmed questions "
-          f"{confirmed[0]} -> {confirmed[1]}) in {result['wall_time_s']:.0f}s, "
-          f"peak RSS {result['peak_rss_mb']:.0f} MB; report: {args.out / 'report.md'}")  # fmt: skip
+    confirmed = [
+        f"{p['outcome_identified']:.2f}" if p["outcome_identified"] is not None else "-"
+        for p in (before, after)
+    ]
+    print(
+        f"held-out reward {before['reward_mean']:.3f} -> {after['reward_mean']:.3f} "
+        f"(ident_acc {before['ident_acc']:.2f} -> {after['ident_acc']:.2f}, outcome on confirmed questions "
+        f"{confirmed[0]} -> {confirmed[1]}) in {result['wall_time_s']:.0f}s, "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB; report: {args.out / 'report.md'}"
+    )
     return 0

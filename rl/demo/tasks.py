@@ -70,8 +70,10 @@ def task_kb_preset(task: str, preset: str = "demo") -> str:
     if task not in TASK_KB_PRESETS:
         return preset
     if preset not in TASK_KB_PRESETS[task]:
-        raise ValueError(f"demo task {task!r} has no KB for preset {preset!r}; it has one for "
-                         f"{', '.join(TASK_KB_PRESETS[task])}")  # fmt: skip
+        raise ValueError(
+            f"demo task {task!r} has no KB for preset {preset!r}; it has one for "
+            f"{', '.join(TASK_KB_PRESETS[task])}"
+        )
     return TASK_KB_PRESETS[task][preset]
 
 

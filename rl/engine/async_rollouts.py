@@ -65,11 +65,15 @@ class RolloutAhead:
         self.version, self.bound = version, bound
         rollout_params = dict(self.rollout_policy.named_parameters())
         # Only trained weights change (under LoRA the adapters): the pairs a sync copies, (rollout, trained).
-        self._pairs = [(rollout_params[name], param) for name, param in policy.named_parameters()
-                       if param.requires_grad]  # fmt: skip
+        self._pairs = [
+            (rollout_params[name], param) for name, param in policy.named_parameters() if param.requires_grad
+        ]
         # Under LoRA, each sync is checked: the rollout's adapters must change when the trainer's did (adapter_sync).
-        self._adapters = {name: (rollout_params[name], param) for name, param in policy.named_parameters()
-                          if param.requires_grad and "lora_" in name}  # fmt: skip
+        self._adapters = {
+            name: (rollout_params[name], param)
+            for name, param in policy.named_parameters()
+            if param.requires_grad and "lora_" in name
+        }
         self._synced = self._digest(1)
         self.sync_metrics: dict[str, float] = {}
         """The last sync's ``lora/sync_*`` metrics (``ragym.rl.guards.adapter_sync_metrics``), until a step takes them."""
@@ -129,8 +133,12 @@ class RolloutAhead:
             num_dropped = len(ahead.sampled.groups)
             logger.warning(
                 "async rollouts: step %d drops %d groups of weights version %d (staleness bound %d); rolling out "
-                "fresh ones", step, num_dropped, ahead.version, self.bound,
-            )  # fmt: skip
+                "fresh ones",
+                step,
+                num_dropped,
+                ahead.version,
+                self.bound,
+            )
             ahead = None
         if ahead is None:
             self.sync(step - 1)
@@ -138,8 +146,11 @@ class RolloutAhead:
         wait_s = time.perf_counter() - start
         versions = [(ahead.version, ahead.version)] * sum(map(len, ahead.sampled.groups))
         metrics, self.sync_metrics = dict(self.sync_metrics), {}
-        metrics |= {**off_policy_metrics(step, versions, num_dropped), **staleness_metrics(step, versions),
-                   "timing_s/rollout_wait": wait_s}  # fmt: skip
+        metrics |= {
+            **off_policy_metrics(step, versions, num_dropped),
+            **staleness_metrics(step, versions),
+            "timing_s/rollout_wait": wait_s,
+        }
         return ahead, metrics
 
     def close(self) -> None:

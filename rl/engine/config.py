@@ -232,8 +232,15 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         adv_estimator=g("algorithm.adv_estimator"),
         norm_adv_by_std=g("algorithm.norm_adv_by_std_in_grpo"),
     )
-    for key in ("clip_ratio", "clip_ratio_low", "clip_ratio_high", "clip_ratio_c", "loss_agg_mode",
-                "loss_scale_factor", "policy_loss.loss_mode"):  # fmt: skip
+    for key in (
+        "clip_ratio",
+        "clip_ratio_low",
+        "clip_ratio_high",
+        "clip_ratio_c",
+        "loss_agg_mode",
+        "loss_scale_factor",
+        "policy_loss.loss_mode",
+    ):
         g(f"{actor}.{key}")  # read by verl's policy loss through the actor dataclass
     total_steps = g("trainer.total_training_steps")
     epochs = g("trainer.total_epochs")

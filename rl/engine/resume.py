@@ -120,8 +120,9 @@ def resume_point(output_dir: str, mode: str, resume_from_path: str | None) -> Pa
     return path
 
 
-def check_same_run(saved_config_json: str | None, config: DictConfig, saved_data: str | None,
-                   data: str, checkpoint: Path) -> None:  # fmt: skip
+def check_same_run(
+    saved_config_json: str | None, config: DictConfig, saved_data: str | None, data: str, checkpoint: Path
+) -> None:
     """Refuse to resume ``checkpoint`` with settings or training rows other than the ones it was trained on."""
     if saved_config_json is not None:
         saved = OmegaConf.create(json.loads(saved_config_json))

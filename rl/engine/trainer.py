@@ -140,20 +140,26 @@ class LocalTrainer:
         # Async rollouts: the server generates with a copy of the policy, synced between rollouts.
         self.ahead = (
             RolloutAhead(self.model, state["step"] if state else 0, cfg.staleness_bound, self.loop)
-            if cfg.async_rollouts else None
-        )  # fmt: skip
+            if cfg.async_rollouts
+            else None
+        )
         self.server = HFServer(
-            self.ahead.rollout_policy if self.ahead else self.model, self.tokenizer, self.image_inputs,
-            default_max_tokens=cfg.response_length, batch_wait_s=cfg.batch_wait_s, seed=cfg.seed,
-        )  # fmt: skip
+            self.ahead.rollout_policy if self.ahead else self.model,
+            self.tokenizer,
+            self.image_inputs,
+            default_max_tokens=cfg.response_length,
+            batch_wait_s=cfg.batch_wait_s,
+            seed=cfg.seed,
+        )
         self.agent_loop = make_agent_loop(config, self.server, self.tokenizer, self.processor)
         self.actor_config = omega_conf_to_dataclass(config.actor_rollout_ref.actor)
         self.algo_config = omega_conf_to_dataclass(config.algorithm)
         # Turn-level credit scores each turn with the recipe's own rubric (ragym.rl.credit).
         self.turn_credit = (
             (recipe_rubric(cfg.reward_kwargs), step_weight(config))
-            if cfg.update.adv_estimator == TURN_CREDIT else None
-        )  # fmt: skip
+            if cfg.update.adv_estimator == TURN_CREDIT
+            else None
+        )
         self.optimizer = torch.optim.AdamW(
             trainable_parameters(self.model), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
@@ -172,8 +178,12 @@ class LocalTrainer:
         plain = cast(dict[str, Any], OmegaConf.to_container(config, resolve=True))  # a DictConfig's is a dict
         self.sink = MetricsSink(cfg.output_dir, cfg.loggers, cfg.project_name, cfg.experiment_name, plain)
         self.last_times: dict[str, float] = {}
-        self.traces = TraceWriter(Path(cfg.output_dir) / "traces", self.tokenizer,
-                                  TraceConfig(cfg.trace_groups_per_step), self.step if resume else -1)  # fmt: skip
+        self.traces = TraceWriter(
+            Path(cfg.output_dir) / "traces",
+            self.tokenizer,
+            TraceConfig(cfg.trace_groups_per_step),
+            self.step if resume else -1,
+        )
         self.guards = GuardMonitor(cfg.guards, cfg.output_dir)
         # Retriever co-training (ragym.cotrain): the in-process KB's query encoder, harvested and swapped by step.
         self.cotrain = cotrain_from_recipe(
@@ -214,9 +224,14 @@ class LocalTrainer:
         if self.ahead and (step < cfg.total_steps if prefetch is None else prefetch):
             self.ahead.start(step + 1, self._sample_batch, cfg.train_batch_size, self._rollout_state())
         metrics = update_policy(
-            self.model, self.optimizer, self.image_inputs, batch, self.actor_config, cfg.update,
+            self.model,
+            self.optimizer,
+            self.image_inputs,
+            batch,
+            self.actor_config,
+            cfg.update,
             self.update_generator,
-        )  # fmt: skip
+        )
         self.scheduler.step()
         self.step += 1
         update_s = time.perf_counter() - update_start - trace_s
@@ -227,15 +242,29 @@ class LocalTrainer:
             response_length_stats([len(r.output.response_ids) for r in results], cfg.response_length)
         )
         metrics.update(sampled.metrics())
-        metrics.update(image_metrics([len(s.images) for s in batch.samples],
-                                     [s.prompt_ids + s.response_ids for s in batch.samples], self.image_pad_id))  # fmt: skip
+        metrics.update(
+            image_metrics(
+                [len(s.images) for s in batch.samples],
+                [s.prompt_ids + s.response_ids for s in batch.samples],
+                self.image_pad_id,
+            )
+        )
         metrics["actor/lr"] = float(self.scheduler.get_last_lr()[0])  # LambdaLR's lr is a float
         if self.cotrain:
-            episodes = [(e.output.extra_fields["events"], row["extra_info"])
-                        for row, group in zip(rows, sampled.groups, strict=True) for e in group]  # fmt: skip
+            episodes = [
+                (e.output.extra_fields["events"], row["extra_info"])
+                for row, group in zip(rows, sampled.groups, strict=True)
+                for e in group
+            ]
             metrics.update(self.cotrain.on_step(self.step, episodes))
-        self.last_times = {"generate": times.generate, "env": times.env, "reward": times.reward,
-                           "rollout": times.total, "update": update_s, "trace": trace_s}  # fmt: skip
+        self.last_times = {
+            "generate": times.generate,
+            "env": times.env,
+            "reward": times.reward,
+            "rollout": times.total,
+            "update": update_s,
+            "trace": trace_s,
+        }
         metrics.update({f"timing_s/{k}": v for k, v in self.last_times.items()})
         stop = self.guards.check(self.step, metrics)
         self.sink.log(self.step, metrics, extra={"rows": indices})
@@ -259,9 +288,15 @@ class LocalTrainer:
             # A refill may draw a row again (a new epoch): its group id names the round too.
             prefix = f"s{at - 1}" if round_ == 0 else f"s{at - 1}r{round_}"
             results, times = run_episodes(
-                self.loop, self.agent_loop, self.server, rows, cfg.rollout_n, self._sampling(cfg.sampling),
-                cfg.reward_kwargs, group_prefix=prefix,
-            )  # fmt: skip
+                self.loop,
+                self.agent_loop,
+                self.server,
+                rows,
+                cfg.rollout_n,
+                self._sampling(cfg.sampling),
+                cfg.reward_kwargs,
+                group_prefix=prefix,
+            )
             for name in ("total", "generate", "env", "reward"):
                 setattr(total, name, getattr(total, name) + getattr(times, name))
             return list(zip(indices, rows, strict=True)), results
@@ -275,9 +310,15 @@ class LocalTrainer:
             self.ahead.wait()
             self.ahead.sync(self.step)
         results, _ = run_episodes(
-            self.loop, self.agent_loop, self.server, rows, 1, self._sampling(self.cfg.val_sampling),
-            self.cfg.reward_kwargs, group_prefix="val",
-        )  # fmt: skip
+            self.loop,
+            self.agent_loop,
+            self.server,
+            rows,
+            1,
+            self._sampling(self.cfg.val_sampling),
+            self.cfg.reward_kwargs,
+            group_prefix="val",
+        )
         self.traces.record(self.step, "val", rows, results)
         return self._episode_metrics(results)
 
@@ -331,8 +372,10 @@ class LocalTrainer:
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.save_model(tmp)
-        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
-                   tmp / "optimizer.pt")  # fmt: skip
+        torch.save(
+            {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+            tmp / "optimizer.pt",
+        )
         torch.save(self._engine_state(), tmp / "engine_state.pt")
         shutil.rmtree(out, ignore_errors=True)
         tmp.rename(out)  # a killed save never leaves a half-written checkpoint behind the marker

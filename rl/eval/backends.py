@@ -50,9 +50,12 @@ def choose_backend(requested: str) -> str:
 
 
 def hf_backend(
-    model_dir: str | Path, response_length: int, batch_wait_s: float, seed: int,
+    model_dir: str | Path,
+    response_length: int,
+    batch_wait_s: float,
+    seed: int,
     mm_processor_kwargs: dict[str, Any] | None = None,
-) -> Backend:  # fmt: skip
+) -> Backend:
     """The policy in this process (CPU or one GPU) behind the local engine's batching HF server; images are
     preprocessed with the recipe's ``mm_processor_kwargs`` (the pixel range the agent loop renders with)."""
     import torch
@@ -61,8 +64,14 @@ def hf_backend(
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model, tokenizer, processor = load_policy(model_dir, dtype=dtype, device=device)
     model.eval()
-    server = HFServer(model, tokenizer, ImageInputs(processor.image_processor, mm_processor_kwargs),
-                      default_max_tokens=response_length, batch_wait_s=batch_wait_s, seed=seed)  # fmt: skip
+    server = HFServer(
+        model,
+        tokenizer,
+        ImageInputs(processor.image_processor, mm_processor_kwargs),
+        default_max_tokens=response_length,
+        batch_wait_s=batch_wait_s,
+        seed=seed,
+    )
     return Backend(server, tokenizer, processor, "hf")
 
 
@@ -70,16 +79,24 @@ class VLLMServer:
     """vLLM's async engine behind verl's ``generate`` signature, the way verl's own vLLM server calls it."""
 
     def __init__(
-        self, model_dir: str, processor: Any, max_model_len: int, gpu_memory_utilization: float,
+        self,
+        model_dir: str,
+        processor: Any,
+        max_model_len: int,
+        gpu_memory_utilization: float,
         mm_processor_kwargs: dict[str, Any] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         from vllm import AsyncEngineArgs, AsyncLLMEngine
 
         self.processor = processor
         self.max_model_len = max_model_len
-        args = AsyncEngineArgs(model=model_dir, max_model_len=max_model_len,
-                               gpu_memory_utilization=gpu_memory_utilization, limit_mm_per_prompt={"image": 64},
-                               mm_processor_kwargs=mm_processor_kwargs or None)  # fmt: skip
+        args = AsyncEngineArgs(
+            model=model_dir,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            limit_mm_per_prompt={"image": 64},
+            mm_processor_kwargs=mm_processor_kwargs or None,
+        )
         self.engine = AsyncLLMEngine.from_engine_args(args)
         self.stats = ServerStats()
 
@@ -89,8 +106,15 @@ class VLLMServer:
     def episode_done(self) -> None:
         """vLLM batches continuously: nothing to release."""
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: list[Any] | None = None, **kwargs: Any) -> Any:  # fmt: skip
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """One turn: token ids in, token ids out (images re-expanded by vLLM from deduplicated placeholders)."""
         from verl.workers.rollout.replica import TokenOutput
         from verl.workers.rollout.utils import qwen2_5_vl_dedup_image_tokens
@@ -126,13 +150,17 @@ class VLLMServer:
 
 
 def vllm_backend(
-    model_dir: str | Path, max_model_len: int, gpu_memory_utilization: float,
+    model_dir: str | Path,
+    max_model_len: int,
+    gpu_memory_utilization: float,
     mm_processor_kwargs: dict[str, Any] | None = None,
-) -> Backend:  # fmt: skip
+) -> Backend:
     """The policy served by vLLM on the local GPU(s), preprocessing images with ``mm_processor_kwargs``."""
     if is_adapter_dir(model_dir):
-        raise UsageError(f"--backend vllm serves full models; {model_dir} is a LoRA adapter folder: export the "
-                         "checkpoint with `ragym export --merge`, or evaluate it with --backend hf")  # fmt: skip
+        raise UsageError(
+            f"--backend vllm serves full models; {model_dir} is a LoRA adapter folder: export the "
+            "checkpoint with `ragym export --merge`, or evaluate it with --backend hf"
+        )
     processor = load_processor(model_dir)
     server = VLLMServer(str(model_dir), processor, max_model_len, gpu_memory_utilization, mm_processor_kwargs)
     return Backend(server, processor.tokenizer, processor, "vllm")

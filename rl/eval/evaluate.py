@@ -171,7 +171,7 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
         "accuracy_aggregation": how,
         "accuracy_by_split": {
             s: _mean([r.correct for r in records if r.split == s]) for s in sorted({r.split for r in records})
-        },  # fmt: skip
+        },
         # Which text search the numbers came from (the task event's; the paper's is dense E5).
         "text_retriever": dict(Counter(r.text_retriever for r in records if r.text_retriever is not None)),
         "pool_size": next((r.pool_size for r in records if r.pool_size is not None), None),
@@ -208,8 +208,11 @@ def summarize(records: list[EpisodeRecord]) -> dict[str, Any]:
 
 def eval_reward(cfg: EvalConfig) -> dict[str, Any]:
     """The reward kwargs episodes are scored with: the outcome term alone, under the official scorers' rules."""
-    params = {"time_year_tolerance": cfg.time_year_tolerance, "bem_model_path": cfg.bem_model_path,
-              "no_number_as_zero": cfg.no_number_as_zero}  # fmt: skip
+    params = {
+        "time_year_tolerance": cfg.time_year_tolerance,
+        "bem_model_path": cfg.bem_model_path,
+        "no_number_as_zero": cfg.no_number_as_zero,
+    }
     return {"recipe": {"terms": {"outcome": {"weight": 1.0, "params": params}}}}
 
 
@@ -221,10 +224,15 @@ def sampling_from(config: DictConfig) -> dict[str, Any]:
     return {"temperature": val.temperature, "top_p": val.top_p, "top_k": val.top_k, "logprobs": False}
 
 
-def run_eval(rows: list[dict[str, Any]], backend: Backend, config: DictConfig, cfg: EvalConfig,
-             ranker: Ranker = gold_ranks,
-             on_batch: Callable[[list[EpisodeRecord]], None] | None = None,
-             trace: TraceWriter | None = None) -> list[EpisodeRecord]:  # fmt: skip
+def run_eval(
+    rows: list[dict[str, Any]],
+    backend: Backend,
+    config: DictConfig,
+    cfg: EvalConfig,
+    ranker: Ranker = gold_ranks,
+    on_batch: Callable[[list[EpisodeRecord]], None] | None = None,
+    trace: TraceWriter | None = None,
+) -> list[EpisodeRecord]:
     """One greedy episode per row through the ragym agent loop on ``backend``, in batches with a progress bar;
     ``on_batch`` gets each batch's records as soon as they exist (``ragym eval`` streams them to disk)."""
     from ragym.rl.agent_loop.loop import make_agent_loop
@@ -257,15 +265,22 @@ def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictCo
 
     exported = model / "ragym_export.json"
     if not (model / "config.json").is_file() and not is_adapter_dir(model):
-        raise UsageError(f"--model {model} is not a Hugging Face model folder (no config.json) nor a peft adapter "
-                         f"folder (no {ADAPTER_CONFIG}); give the folder `ragym export` wrote, or a run's "
-                         "global_step_N / the demo's checkpoint/")  # fmt: skip
+        raise UsageError(
+            f"--model {model} is not a Hugging Face model folder (no config.json) nor a peft adapter "
+            f"folder (no {ADAPTER_CONFIG}); give the folder `ragym export` wrote, or a run's "
+            "global_step_N / the demo's checkpoint/"
+        )
     if recipe is not None:
         config = load_recipe(recipe, overrides)
     elif exported.is_file() and json.loads(exported.read_text()).get("recipe"):
         # A mapping merged with a dotlist's mapping is a DictConfig (merge's type also covers lists).
-        config = cast(DictConfig, OmegaConf.merge(OmegaConf.create(json.loads(exported.read_text())["recipe"]),
-                                                  OmegaConf.from_dotlist(overrides)))  # fmt: skip
+        config = cast(
+            DictConfig,
+            OmegaConf.merge(
+                OmegaConf.create(json.loads(exported.read_text())["recipe"]),
+                OmegaConf.from_dotlist(overrides),
+            ),
+        )
     else:
         raise UsageError(f"{model} records no recipe (no ragym_export.json); pass --recipe RECIPE")
     config.actor_rollout_ref.model.path = str(model)
@@ -286,22 +301,37 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--batch-size", type=int, default=EvalConfig.batch_size)
     parser.add_argument("--time-year-tolerance", type=int, default=EvalConfig.time_year_tolerance)
     parser.add_argument("--bem-model-path", help="E-VQA answer-equivalence model (default: exact match only)")
-    parser.add_argument("--trace-episodes", type=int, default=256,
-                        help="episodes recorded with tokens and images under OUT/traces for ragym view (0: none)")  # fmt: skip
-    parser.add_argument("--bad-rows", default="skip", choices=BAD_ROW_POLICIES,
-                        help="rows that cannot start an episode: list and skip them (default), or stop")  # fmt: skip
+    parser.add_argument(
+        "--trace-episodes",
+        type=int,
+        default=256,
+        help="episodes recorded with tokens and images under OUT/traces for ragym view (0: none)",
+    )
+    parser.add_argument(
+        "--bad-rows",
+        default="skip",
+        choices=BAD_ROW_POLICIES,
+        help="rows that cannot start an episode: list and skip them (default), or stop",
+    )
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.max_response_length=2048")
     args = parser.parse_intermixed_args(argv)
-    cfg = EvalConfig(batch_size=args.batch_size, time_year_tolerance=args.time_year_tolerance,
-                     bem_model_path=args.bem_model_path)  # fmt: skip
+    cfg = EvalConfig(
+        batch_size=args.batch_size,
+        time_year_tolerance=args.time_year_tolerance,
+        bem_model_path=args.bem_model_path,
+    )
     config = eval_config(args.model, args.recipe, args.overrides)
     row_set = load_rows(args.data, args.limit, args.bad_rows)
     rows = row_set.rows
     rollout = config.actor_rollout_ref.rollout
     pixels = recipe_processor_kwargs(config)  # the recipe's image budget, as training tokenised images
     if choose_backend(args.backend) == "vllm":
-        backend = vllm_backend(args.model, rollout.prompt_length + rollout.response_length,
-                               rollout.gpu_memory_utilization, pixels)  # fmt: skip
+        backend = vllm_backend(
+            args.model,
+            rollout.prompt_length + rollout.response_length,
+            rollout.gpu_memory_utilization,
+            pixels,
+        )
     else:
         use_torch_threads()  # on CPU (and for a GPU's host-side work): robust beside other processes
         backend = hf_backend(args.model, rollout.response_length, cfg.batch_wait_s, cfg.seed, pixels)
@@ -317,11 +347,17 @@ def main(argv: list[str]) -> int:
     try:
         run_eval(rows, backend, config, cfg, trace=trace, on_batch=keep)
     finally:  # what was evaluated is always written; ``complete`` says whether every valid row was
-        metrics = stream.finish({
-            "model": str(args.model), "backend": backend.name, "data": args.data,
-            "complete": len(records) == len(rows), "num_rows": len(rows),
-            "bad_rows": [bad.describe() for bad in row_set.bad], **summarize(records),
-        })  # fmt: skip
+        metrics = stream.finish(
+            {
+                "model": str(args.model),
+                "backend": backend.name,
+                "data": args.data,
+                "complete": len(records) == len(rows),
+                "num_rows": len(rows),
+                "bad_rows": [bad.describe() for bad in row_set.bad],
+                **summarize(records),
+            }
+        )
     print(json.dumps(metrics["all"], indent=1))
     for source, summary in metrics["by_source"].items():
         tables = tables_for(source) if summary.get("paper") else None

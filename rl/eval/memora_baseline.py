@@ -52,8 +52,16 @@ def synthetic_rows(count: int) -> tuple[list[dict[str, Any]], list[dict[str, Any
     rows = []
     for i, q in enumerate(domain.queries[:count]):
         options = {"query": q["query"], "query_id": q["id"], "domain": domain.name, "qrels": q["qrels"]}
-        rows.append({"data_source": "synthetic_memora", "index": i, "env_id": "MEMORA-v0", "env_kwargs": {},
-                     "options": options, "truth": {"qrels": q["qrels"], "excluded_ids": []}})  # fmt: skip
+        rows.append(
+            {
+                "data_source": "synthetic_memora",
+                "index": i,
+                "env_id": "MEMORA-v0",
+                "env_kwargs": {},
+                "options": options,
+                "truth": {"qrels": q["qrels"], "excluded_ids": []},
+            }
+        )
     num_warmup = int(WARMUP_FRACTION * len(rows))
     return rows[:num_warmup], rows[num_warmup:]
 
@@ -65,9 +73,16 @@ def parquet_rows(path: Path, limit: int | None) -> list[dict[str, Any]]:
     rows = []
     for record in pd.read_parquet(path).to_dict("records")[:limit]:
         extra = dict(record["extra_info"])
-        rows.append({"data_source": record["data_source"], "index": int(extra["index"]), "env_id": extra["env_id"],
-                     "env_kwargs": json.loads(extra["env_kwargs"]), "options": json.loads(extra["env_options"]),
-                     "truth": json.loads(record["reward_model"]["ground_truth"])})  # fmt: skip
+        rows.append(
+            {
+                "data_source": record["data_source"],
+                "index": int(extra["index"]),
+                "env_id": extra["env_id"],
+                "env_kwargs": json.loads(extra["env_kwargs"]),
+                "options": json.loads(extra["env_options"]),
+                "truth": json.loads(record["reward_model"]["ground_truth"]),
+            }
+        )
     return rows
 
 
@@ -189,8 +204,18 @@ def main(argv: list[str]) -> int:
     pipeline = MemoraPipeline(model, PipelineConfig(num_factors=args.num_factors))
     summary = run(rows, pipeline, args.out, warmup)
     e, r = summary["episode"], summary["reward"]
-    print(json.dumps({"episodes": summary["num_episodes"], "warmup_episodes": summary["num_warmup_episodes"],
-                      "ndcg@10": r["reward/ndcg"], "first_stage_ndcg@10": r["reward/first_stage_ndcg"],
-                      "actions": e["actions"], "llm_calls": summary["llm_calls"]["llm_calls/total"],
-                      "memory_hits": e["memory_hits"], "reward": r["reward/total"]}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "episodes": summary["num_episodes"],
+                "warmup_episodes": summary["num_warmup_episodes"],
+                "ndcg@10": r["reward/ndcg"],
+                "first_stage_ndcg@10": r["reward/first_stage_ndcg"],
+                "actions": e["actions"],
+                "llm_calls": summary["llm_calls"]["llm_calls/total"],
+                "memory_hits": e["memory_hits"],
+                "reward": r["reward/total"],
+            }
+        )
+    )
     return 0

@@ -126,8 +126,10 @@ class ChatModel:
 
     def _ask(self, *observations: dict[str, Any], instruction: str) -> str:
         content = [part for obs in observations for part in user_content(obs["text"], list(obs["images"]))]
-        messages = [{"role": "system", "content": self.system_prompt},
-                    {"role": "user", "content": [*content, {"type": "text", "text": instruction}]}]  # fmt: skip
+        messages = [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": [*content, {"type": "text", "text": instruction}]},
+        ]
         return self.client.complete(messages, max_tokens=MAX_REPLY_TOKENS, parse=str)
 
     def plan(self, task: dict[str, Any]) -> str:
@@ -224,9 +226,13 @@ def main(argv: list[str]) -> int:
             continue
         if args.model == "chat":
             env_kwargs = {**json.loads(rows.iloc[0]["extra_info"]["env_kwargs"]), **BASELINES[name]}
-            config = ChatConfig(base_url=args.base_url, model=args.model_name, max_retries=args.max_retries,
-                                cache_path=args.cache or str(args.out / "chat_cache.jsonl"),
-                                timeout_s=120.0)  # fmt: skip
+            config = ChatConfig(
+                base_url=args.base_url,
+                model=args.model_name,
+                max_retries=args.max_retries,
+                cache_path=args.cache or str(args.out / "chat_cache.jsonl"),
+                timeout_s=120.0,
+            )
             model: FixedModel = ChatModel(config, R3GEnv(**env_kwargs).system_prompt)
         else:
             model = ScriptedModel()

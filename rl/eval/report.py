@@ -32,22 +32,31 @@ def _cell(key: str, value: Any) -> str:
 
 def markdown(metrics: dict[str, Any]) -> str:
     """One row per data source plus ``all``; splits and aggregation notes below the table."""
-    lines = [f"# ragym eval: `{metrics['model']}` ({metrics['backend']} backend)", "",
-             "| data source | episodes | " + " | ".join(t for _, t in COLUMNS) + " |",
-             "|---|---:|" + "---:|" * len(COLUMNS)]  # fmt: skip
+    lines = [
+        f"# ragym eval: `{metrics['model']}` ({metrics['backend']} backend)",
+        "",
+        "| data source | episodes | " + " | ".join(t for _, t in COLUMNS) + " |",
+        "|---|---:|" + "---:|" * len(COLUMNS),
+    ]
     rows = {**metrics["by_source"], "all": metrics["all"]}
     for name, row in rows.items():
         cells = " | ".join(_cell(key, row[key]) for key, _ in COLUMNS)
         lines.append(f"| {name} | {row['num_episodes']} | {cells} |")
-    lines += ["", "Acc.: official aggregation per source; R@pool: gold entity within K x (Rej_max + 1) "
-              "candidates (the ceiling of reranking + rejection).", ""]  # fmt: skip
+    lines += [
+        "",
+        "Acc.: official aggregation per source; R@pool: gold entity within K x (Rej_max + 1) "
+        "candidates (the ceiling of reranking + rejection).",
+        "",
+    ]
     for name, row in metrics["by_source"].items():
         splits = ", ".join(
             f"{s or '(none)'} {_cell('accuracy', v)}" for s, v in row["accuracy_by_split"].items()
         )
         text = ", ".join(f"{kind} ({count})" for kind, count in row["text_retriever"].items()) or "n/a"
-        lines.append(f"- {name}: accuracy = {row['accuracy_aggregation']}, pool = {row['pool_size']}, "
-                     f"text retriever = {text}; by split: {splits}")  # fmt: skip
+        lines.append(
+            f"- {name}: accuracy = {row['accuracy_aggregation']}, pool = {row['pool_size']}, "
+            f"text retriever = {text}; by split: {splits}"
+        )
     paper = {name: row["paper"] for name, row in metrics["by_source"].items() if row.get("paper")}
     tabled = [(tables_for(name), name, columns) for name, columns in paper.items()]
     for tables in dict.fromkeys(t for t, _, _ in tabled if t is not None):

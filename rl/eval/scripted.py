@@ -36,8 +36,10 @@ def policy_of(env_id: str, env: Any, name: str) -> Any:
     policies = env_hooks(env_id).policies or {}
     if name not in policies:
         has = ", ".join(sorted(policies)) or "none"
-        raise UsageError(f"{env_id} has no scripted policy {name!r} (its policies: {has}; expert: the expert its "
-                         "hooks register)")  # fmt: skip
+        raise UsageError(
+            f"{env_id} has no scripted policy {name!r} (its policies: {has}; expert: the expert its "
+            "hooks register)"
+        )
     return policies[name](env, 0)
 
 
@@ -104,16 +106,26 @@ def main(argv: list[str]) -> int:
     from ragym.rl.view.trace import TraceConfig, TraceWriter
 
     parser = argparse.ArgumentParser(prog="ragym rollout", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("--kb-dir", help="KB folder for every row (default: each row's own; without --data, "
-                        "the built-in synthetic preset's)")  # fmt: skip
+    parser.add_argument(
+        "--kb-dir",
+        help="KB folder for every row (default: each row's own; without --data, "
+        "the built-in synthetic preset's)",
+    )
     parser.add_argument("--preset", default="demo", help="synthetic preset when --kb-dir is not given")
     parser.add_argument("--split", default="test")
     parser.add_argument("--data", help="verl parquet rows (default: the KB's data/SPLIT.parquet)")
-    parser.add_argument("--bad-rows", default="skip", choices=BAD_ROW_POLICIES,
-                        help="rows that cannot start an episode: list and skip them (default), or stop")  # fmt: skip
-    parser.add_argument("--policy", default="signature",
-                        help=f"a scripted policy of the rows' env ({policy_names()}), or expert: the scripted "
-                        "expert each row's env registers (any env)")  # fmt: skip
+    parser.add_argument(
+        "--bad-rows",
+        default="skip",
+        choices=BAD_ROW_POLICIES,
+        help="rows that cannot start an episode: list and skip them (default), or stop",
+    )
+    parser.add_argument(
+        "--policy",
+        default="signature",
+        help=f"a scripted policy of the rows' env ({policy_names()}), or expert: the scripted "
+        "expert each row's env registers (any env)",
+    )
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -34,12 +34,16 @@ def resolve_recipe_path(recipe: str | Path) -> Path:
     """A recipe given as a path, or as a name relative to ``recipes/`` (with or without ``.yaml``)."""
     path = Path(recipe)
     # An absolute path or one ending in .yaml names the same file more than once: each is looked at, and said, once.
-    candidates = list(dict.fromkeys([
-        path,
-        path.with_suffix(".yaml"),
-        RECIPES_DIR / path,
-        (RECIPES_DIR / path).with_suffix(".yaml"),
-    ]))  # fmt: skip
+    candidates = list(
+        dict.fromkeys(
+            [
+                path,
+                path.with_suffix(".yaml"),
+                RECIPES_DIR / path,
+                (RECIPES_DIR / path).with_suffix(".yaml"),
+            ]
+        )
+    )
     for candidate in candidates:
         if candidate.is_file():
             return candidate.resolve()

@@ -73,8 +73,10 @@ def with_env_settings(
     if clash:
         theirs = ", ".join(f"{k}={v!r}" for k, v in clash.items())
         ours = ", ".join(f"{ENV_KEY}.{k}={own[k]!r}" for k in clash)
-        raise ValueError(f"{env_id} row was prepped with {theirs}, but the recipe sets {ours}: "
-                         "prep the rows with the recipe's value or change the recipe")  # fmt: skip
+        raise ValueError(
+            f"{env_id} row was prepped with {theirs}, but the recipe sets {ours}: "
+            "prep the rows with the recipe's value or change the recipe"
+        )
     return {**env_kwargs, **own}
 
 

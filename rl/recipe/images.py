@@ -69,8 +69,9 @@ def recipe_images(config: DictConfig) -> RecipeImages | None:
         got = sorted(values, key=str) if isinstance(values, dict) else values
         raise UsageError(f"{IMAGES_KEY} must have exactly the keys {list(RECIPE_FIELDS)}, got {got}")
     try:
-        budget = ImageBudget(values["query_max_pixels"], values["candidate_max_pixels"],
-                             values["min_pixels"], values["factor"])  # fmt: skip
+        budget = ImageBudget(
+            values["query_max_pixels"], values["candidate_max_pixels"], values["min_pixels"], values["factor"]
+        )
     except ValueError as err:
         raise UsageError(f"{IMAGES_KEY}: {err}") from err
     cache_bytes = values["cache_bytes"]
@@ -102,8 +103,12 @@ def apply_recipe_images(config: DictConfig) -> RecipeImages | None:
     if images is not None:
         configure_image_cache(images.cache_bytes)
         budget = images.budget
-        log.info("image budget: %d tokens per query image, %d per candidate (factor %d)",
-                 budget.max_tokens("query"), budget.max_tokens("candidate"), budget.image_factor)  # fmt: skip
+        log.info(
+            "image budget: %d tokens per query image, %d per candidate (factor %d)",
+            budget.max_tokens("query"),
+            budget.max_tokens("candidate"),
+            budget.image_factor,
+        )
     return images
 
 

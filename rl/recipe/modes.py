@@ -48,8 +48,10 @@ def mode_problems(config: Any) -> list[str]:
     mode = str(OmegaConf.select(config, MODE_KEY))
     ours = {verl: ragym for ragym, verl in MODES.items() if verl != SYNC_MODE}
     if mode in ours:
-        return [f"{MODE_KEY}={mode} is verl's own trainer, without ragym's reward/ and episode/ metrics, guards, "
-                f"traces and dynamic-sampling bound: use {MODE_KEY}={ours[mode]}"]  # fmt: skip
+        return [
+            f"{MODE_KEY}={mode} is verl's own trainer, without ragym's reward/ and episode/ metrics, guards, "
+            f"traces and dynamic-sampling bound: use {MODE_KEY}={ours[mode]}"
+        ]
     if mode not in MODES:
         return []  # verl's default (sync: recipes of the local engine only) or a mode registered by someone else
     problems = (rollout_problems(config, mode) or lora_problems(config, mode)) + partial_rollout_problems(
@@ -116,8 +118,10 @@ def rollout_problems(config: Any, mode: str) -> list[str]:
     """ragym's CPU vLLM rollout under an async mode: no test runs it there (its abort, resume and weight sync are
     verl's GPU path's, untested on CPU), so it is refused; the hf rollout is the CPU rollout of the async modes."""
     if MODES[mode] != SYNC_MODE and rollout_kind(config) == "vllm_cpu":
-        return [f"{MODE_KEY}={mode} with ragym's CPU vLLM rollout: untested there; use the hf rollout "
-                "(ragym train --rollout hf) or trainer_mode=ragym"]  # fmt: skip
+        return [
+            f"{MODE_KEY}={mode} with ragym's CPU vLLM rollout: untested there; use the hf rollout "
+            "(ragym train --rollout hf) or trainer_mode=ragym"
+        ]
     return []
 
 
@@ -128,17 +132,23 @@ def lora_problems(config: Any, mode: str) -> list[str]:
         return []
     rollout = rollout_kind(config)
     if rollout == "vllm_cpu":
-        return [f"{LORA_RANK_KEY} > 0 with ragym's CPU vLLM rollout: it syncs full weights only; use the hf rollout "
-                "(ragym train --rollout hf) for LoRA on CPU"]  # fmt: skip
+        return [
+            f"{LORA_RANK_KEY} > 0 with ragym's CPU vLLM rollout: it syncs full weights only; use the hf rollout "
+            "(ragym train --rollout hf) for LoRA on CPU"
+        ]
     merged = bool(OmegaConf.select(config, MERGE_KEY, default=False))
     if merged and MODES[mode] != SYNC_MODE:
-        return [f"{LORA_RANK_KEY} > 0 with {MERGE_KEY}=true under {MODE_KEY}={mode}: merged-weight syncs are "
-                "untested in ragym's async modes; set it false (adapter syncs)"]  # fmt: skip
+        return [
+            f"{LORA_RANK_KEY} > 0 with {MERGE_KEY}=true under {MODE_KEY}={mode}: merged-weight syncs are "
+            "untested in ragym's async modes; set it false (adapter syncs)"
+        ]
     if rollout not in LORA_ROLLOUTS[mode]:
         tested = ", ".join(sorted(LORA_ROLLOUTS[mode])) or "none yet"
-        return [f"{LORA_RANK_KEY} > 0 under {MODE_KEY}={mode} with the {rollout} rollout: no test shows the rollout "
-                f"serving the trained adapters (verl 0.9.1 never delivered them under separate_async, "
-                f"volcengine/verl#7495); LoRA rollouts tested in this mode: {tested}; or use {MODE_KEY}=ragym"]  # fmt: skip
+        return [
+            f"{LORA_RANK_KEY} > 0 under {MODE_KEY}={mode} with the {rollout} rollout: no test shows the rollout "
+            f"serving the trained adapters (verl 0.9.1 never delivered them under separate_async, "
+            f"volcengine/verl#7495); LoRA rollouts tested in this mode: {tested}; or use {MODE_KEY}=ragym"
+        ]
     return []
 
 
@@ -159,8 +169,10 @@ def partial_rollout_problems(config: Any) -> list[str]:
     if value not in PARTIAL_ROLLOUTS:
         return [f"{PARTIAL_ROLLOUT_KEY}={value!r}: choose one of {', '.join(PARTIAL_ROLLOUTS)}"]
     if value == "finish" and rollout_kind(config) != "hf":
-        return [f"{PARTIAL_ROLLOUT_KEY}=finish: only the hf rollout finishes turns on their weights; "
-                f"the {rollout_kind(config)} rollout aborts and resumes them (resume)"]  # fmt: skip
+        return [
+            f"{PARTIAL_ROLLOUT_KEY}=finish: only the hf rollout finishes turns on their weights; "
+            f"the {rollout_kind(config)} rollout aborts and resumes them (resume)"
+        ]
     return []
 
 

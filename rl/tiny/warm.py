@@ -77,16 +77,32 @@ def warm_start(
                 agent_loop.run({"logprobs": False}, **row_kwargs(row), priority=0)
             )
             images = list((output.multi_modal_data or {}).get("images", []))
-            sample = Sample(list(output.prompt_ids), list(output.response_ids), list(output.response_mask),
-                            images, 0.0, str(row["extra_info"]["index"]))  # fmt: skip
+            sample = Sample(
+                list(output.prompt_ids),
+                list(output.response_ids),
+                list(output.response_mask),
+                images,
+                0.0,
+                str(row["extra_info"]["index"]),
+            )
             samples.append((sample, 1.0))
     finally:
         loop.close()
-    cfg = WarmStartConfig(num_episodes=len(rows), noise=0.0, reject_noise=0.0, protocol_share=0.0,
-                          decision_weight=1.0, epochs=epochs, batch_size=4, lr=LEARNING_RATE, seed=seed)  # fmt: skip
+    cfg = WarmStartConfig(
+        num_episodes=len(rows),
+        noise=0.0,
+        reject_noise=0.0,
+        protocol_share=0.0,
+        decision_weight=1.0,
+        epochs=epochs,
+        batch_size=4,
+        lr=LEARNING_RATE,
+        seed=seed,
+    )
     losses = imitate(model, ImageInputs(processor.image_processor), [samples] * epochs, cfg)
-    logger.info("warm start: %d rows x %d epochs, loss %.3f -> %.3f",
-                len(rows), epochs, losses[0], losses[-1])  # fmt: skip
+    logger.info(
+        "warm start: %d rows x %d epochs, loss %.3f -> %.3f", len(rows), epochs, losses[0], losses[-1]
+    )
     model.save_pretrained(out, safe_serialization=True)
     processor.save_pretrained(out)
     return out

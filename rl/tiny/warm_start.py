@@ -217,8 +217,15 @@ class ReplayServer:
         self.tokenizer = tokenizer
         self.turns: list[str] = []
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: list[Any] | None = None, **kwargs: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
         """The next queued turn, tokenized."""
         ids = self.tokenizer.encode(self.turns.pop(0), add_special_tokens=False)
         return TokenOutput(token_ids=ids, log_probs=[0.0] * len(ids), stop_reason="completed")
@@ -262,8 +269,10 @@ def decision_branches(
     rejecting = _replay(row, NoisyExpert.for_row(row, rng, 0.0, 1.0, cfg.quote), server, agent_loop)
     if confirming.response_ids == rejecting.response_ids:
         return [(confirming, cfg.decision_weight, 1.0)]
-    return [(confirming, cfg.decision_weight, 1.0 - cfg.reject_noise),
-            (rejecting, cfg.decision_weight, cfg.reject_noise)]  # fmt: skip
+    return [
+        (confirming, cfg.decision_weight, 1.0 - cfg.reject_noise),
+        (rejecting, cfg.decision_weight, cfg.reject_noise),
+    ]
 
 
 def _replay(row: dict[str, Any], expert: Expert, server: ReplayServer, agent_loop: Any) -> Sample:
@@ -274,8 +283,14 @@ def _replay(row: dict[str, Any], expert: Expert, server: ReplayServer, agent_loo
     loop = asyncio.get_event_loop()
     output = loop.run_until_complete(agent_loop.run({"logprobs": True}, **row_kwargs(row), priority=0))
     images = list((output.multi_modal_data or {}).get("images", []))
-    return Sample(list(output.prompt_ids), list(output.response_ids), list(output.response_mask), images, 0.0,
-                  str(info["index"]))  # fmt: skip
+    return Sample(
+        list(output.prompt_ids),
+        list(output.response_ids),
+        list(output.response_mask),
+        images,
+        0.0,
+        str(info["index"]),
+    )
 
 
 def span_mask(token_ids: Sequence[int], spans: Sequence[tuple[int, int]]) -> torch.Tensor:
@@ -348,8 +363,12 @@ def imitate(
         for start in range(0, len(order), cfg.batch_size):
             pairs = [samples[i] for i in order[start : start + cfg.batch_size]]
             batch = [pair[0] for pair in pairs]
-            unscaled = [token_weights(pair[0], decision_after, pair[1], copy_spans, cfg.copy_weight, cfg.context_weight)
-                        for pair in pairs]  # fmt: skip
+            unscaled = [
+                token_weights(
+                    pair[0], decision_after, pair[1], copy_spans, cfg.copy_weight, cfg.context_weight
+                )
+                for pair in pairs
+            ]
             # Normalised by the unscaled weights: by the scaled ones, a batch of two unlikely branches would
             # count as much as a likely one and pull the soft targets towards 50/50.
             num_tokens = float(sum(w.sum() for w in unscaled))

@@ -119,14 +119,24 @@ def _zero(*args: Any, **kwargs: Any) -> int:
 
 
 _NO_OPS = {
-    "manual_seed", "manual_seed_all", "empty_cache", "reset_peak_memory_stats", "set_device",
-    "ipc_collect", "reset_accumulated_memory_stats", "set_per_process_memory_fraction",
-}  # fmt: skip
+    "manual_seed",
+    "manual_seed_all",
+    "empty_cache",
+    "reset_peak_memory_stats",
+    "set_device",
+    "ipc_collect",
+    "reset_accumulated_memory_stats",
+    "set_per_process_memory_fraction",
+}
 """Device-module calls that only matter on an accelerator."""
 _ZERO = {
-    "memory_allocated", "memory_reserved", "max_memory_allocated", "max_memory_reserved",
-    "current_device", "memory_cached",
-}  # fmt: skip
+    "memory_allocated",
+    "memory_reserved",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "current_device",
+    "memory_cached",
+}
 """Device-memory counters: an accelerator's memory, none on CPU."""
 
 

@@ -96,9 +96,14 @@ class HFGenerationServer:
         self.seed = config.seed or 0
         # batch_wait_s 0: requests that arrive together are batched; none is held back waiting for others.
         self.server = HFServer(
-            model, tokenizer, ImageInputs(processor.image_processor),
-            default_max_tokens=config.response_length, batch_wait_s=0.0, seed=self.seed, abortable=True,
-        )  # fmt: skip
+            model,
+            tokenizer,
+            ImageInputs(processor.image_processor),
+            default_max_tokens=config.response_length,
+            batch_wait_s=0.0,
+            seed=self.seed,
+            abortable=True,
+        )
         self.partial_rollout = partial_rollout(config.custom)
         self._open = asyncio.Event()  # cleared between verl's abort and resume: new turns wait
         self._open.set()
@@ -175,8 +180,9 @@ class HFGenerationServer:
         self.num_weight_updates += 1
         kind = sync_kind(kinds, lora=self.peft is not None or peft_config is not None)
         num_bytes = sum(t.numel() * t.element_size() for t in state.values())
-        self.weight_syncs.append({"step": global_steps, "kind": kind, "num_tensors": len(state),
-                                  "num_bytes": num_bytes})  # fmt: skip
+        self.weight_syncs.append(
+            {"step": global_steps, "kind": kind, "num_tensors": len(state), "num_bytes": num_bytes}
+        )
         return len(state)
 
     def set_global_steps(self, global_steps: int) -> None:
@@ -188,11 +194,15 @@ class HFGenerationServer:
         """Generation counters and the weights' step, for tests and benchmarks."""
         s = self.server.stats
         return {
-            "generate_s": s.generate_s, "num_requests": s.num_requests, "num_batches": s.num_batches,
-            "num_generated_tokens": s.num_generated_tokens, "global_steps": self.global_steps,
-            "num_weight_updates": self.num_weight_updates, "weight_syncs": self.weight_syncs,
+            "generate_s": s.generate_s,
+            "num_requests": s.num_requests,
+            "num_batches": s.num_batches,
+            "num_generated_tokens": s.num_generated_tokens,
+            "global_steps": self.global_steps,
+            "num_weight_updates": self.num_weight_updates,
+            "weight_syncs": self.weight_syncs,
             "num_aborts": self.num_aborts,
-        }  # fmt: skip
+        }
 
     async def abort_all_requests(self, reject_request: bool = False, **kwargs: Any) -> dict[str, Any]:
         """verl's pause before a weight update: new turns wait for ``resume_generation``; the turns in flight are
@@ -339,8 +349,13 @@ class HFServerAdapter(BaseRollout):
         kind = sync_kind(
             {False} if base_sync else {_is_adapter(n) for n in state} or {False}, peft_config is not None
         )
-        logger.info("hf rollout: step %s weight sync: %d tensors, %.3f MB (%s)",
-                    global_steps, num_loaded, num_bytes / 1e6, kind)  # fmt: skip
+        logger.info(
+            "hf rollout: step %s weight sync: %d tensors, %.3f MB (%s)",
+            global_steps,
+            num_loaded,
+            num_bytes / 1e6,
+            kind,
+        )
 
     async def resume(self, tags: list[str]) -> None:
         return None

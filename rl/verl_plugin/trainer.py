@@ -79,8 +79,17 @@ TRACE_GROUPS_KEY = "ragym.verl.trace_groups_per_step"
 DEFAULT_TRACE_GROUPS = 4
 IMAGE_MARK = IMAGE_PLACEHOLDER
 """Where an observation's text shows an image; traces of verl runs show ``[image]`` there instead."""
-FIELDS = ["uid", "extra_fields", "prompts", "responses", "response_mask", "advantages", "data_source",
-          "reward_model", "extra_info"]  # fmt: skip
+FIELDS = [
+    "uid",
+    "extra_fields",
+    "prompts",
+    "responses",
+    "response_mask",
+    "advantages",
+    "data_source",
+    "reward_model",
+    "extra_info",
+]
 """What a step reads back from TransferQueue (all of it already there: verl stores the whole output)."""
 
 
@@ -211,15 +220,19 @@ class RagymTrainerMixin(TurnCreditMixin):
         trainer's and the rollout's log-probs, and the images the episodes carried beside their image tokens."""
         prompts, responses = data["prompts"].unbind(), data["responses"].unbind()
         pad_id = self.tokenizer.convert_tokens_to_ids(IMAGE_PAD)
-        metrics = image_metrics([len(f.get("image_refs", [])) for f in extra_fields],
-                                [p.tolist() + r.tolist() for p, r in zip(prompts, responses, strict=True)], pad_id)  # fmt: skip
+        metrics = image_metrics(
+            [len(f.get("image_refs", [])) for f in extra_fields],
+            [p.tolist() + r.tolist() for p, r in zip(prompts, responses, strict=True)],
+            pad_id,
+        )
         if not OmegaConf.select(self.config, "actor_rollout_ref.rollout.calculate_log_probs", default=False):
             return metrics  # the rollout recorded no log-probs: nothing to compare
         keys = [
             key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)
         ]
-        logps = tq.kv_batch_get(keys=keys, partition_id=batch.partition_id,
-                                select_fields=["old_log_probs", "rollout_log_probs"])  # fmt: skip
+        logps = tq.kv_batch_get(
+            keys=keys, partition_id=batch.partition_id, select_fields=["old_log_probs", "rollout_log_probs"]
+        )
         rows = [
             logps["old_log_probs"].unbind(),
             logps["rollout_log_probs"].unbind(),
@@ -251,9 +264,14 @@ class RagymTrainerMixin(TurnCreditMixin):
             self.total_training_steps = step  # verl's loop ends once this step is logged
 
     def _trace(
-        self, step: int, data: Any, columns: dict[str, list], extra_fields: list[dict], uids: list[str],
+        self,
+        step: int,
+        data: Any,
+        columns: dict[str, list],
+        extra_fields: list[dict],
+        uids: list[str],
         versions: list[tuple[int, int]],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Record a bounded sample of the step's groups under ``<default_local_dir>/traces``, each episode with the
         weight versions that generated it and its staleness (``trajectory_staleness``)."""
         groups = int(OmegaConf.select(self.config, TRACE_GROUPS_KEY, default=DEFAULT_TRACE_GROUPS))
@@ -266,13 +284,24 @@ class RagymTrainerMixin(TurnCreditMixin):
         for i, fields in enumerate(extra_fields):
             scored = fields.get("reward_extra_info") or {}
             info = dict(columns["extra_info"][i] or {})
-            rows.append({"data_source": columns["data_source"][i], "reward_model": dict(columns["reward_model"][i]),
-                         "extra_info": info})  # fmt: skip
+            rows.append(
+                {
+                    "data_source": columns["data_source"][i],
+                    "reward_model": dict(columns["reward_model"][i]),
+                    "extra_info": info,
+                }
+            )
             # TransferQueue keeps no raw images: the trace's observations show none.
-            observations = [{**o, "num_images": 0, "text": o["text"].replace(IMAGE_MARK, "[image]")}
-                            for o in fields.get("observations", [])]  # fmt: skip
-            shown = {**fields, "observations": observations, "weight_versions": list(versions[i]),
-                     "staleness": trajectory_staleness(step, versions[i])}  # fmt: skip
+            observations = [
+                {**o, "num_images": 0, "text": o["text"].replace(IMAGE_MARK, "[image]")}
+                for o in fields.get("observations", [])
+            ]
+            shown = {
+                **fields,
+                "observations": observations,
+                "weight_versions": list(versions[i]),
+                "staleness": trajectory_staleness(step, versions[i]),
+            }
             output = _Output(prompts[i].tolist(), responses[i].tolist(), masks[i].tolist(), shown)
             score = {k: float(v) for k, v in scored.items() if k.startswith("reward/")}
             episodes.append(
@@ -357,8 +386,11 @@ class _DropMessage(logging.Filter):
         return not str(record.msg).startswith(self.prefix)
 
 
-VERL_CLASSES = {"sync": PPOTrainerSync, "colocate_async": PPOTrainerColocateAsync,
-                "separate_async": PPOTrainerSeparateAsync}  # fmt: skip
+VERL_CLASSES = {
+    "sync": PPOTrainerSync,
+    "colocate_async": PPOTrainerColocateAsync,
+    "separate_async": PPOTrainerSeparateAsync,
+}
 """verl's trainer class of each verl mode ragym extends."""
 
 

@@ -65,8 +65,9 @@ def private_network_refusal() -> str | None:
     """Why a private network namespace cannot be made here, or None when it can."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         return "unshare or ip (util-linux, iproute2) is not installed"
-    probe = subprocess.run([*PRIVATE_NETWORK, "ip", "link", "set", "lo", "up"], capture_output=True,
-                           text=True, check=False)  # fmt: skip
+    probe = subprocess.run(
+        [*PRIVATE_NETWORK, "ip", "link", "set", "lo", "up"], capture_output=True, text=True, check=False
+    )
     return None if probe.returncode == 0 else f"unshare is not permitted: {probe.stderr.strip()[:200]}"
 
 
@@ -163,8 +164,16 @@ def verl_command(
     merged = merge_overrides(*groups, overrides)
     config = check_recipe(path, merged)
     merged = merge_overrides(merged, absolute_paths(config, path), verl_lora_overrides(config))
-    command = [sys.executable, "-m", "verl.trainer.main_ppo", "--config-path", str(path.parent),
-               "--config-name", path.stem, *merged]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_ppo",
+        "--config-path",
+        str(path.parent),
+        "--config-name",
+        path.stem,
+        *merged,
+    ]
     return command, config
 
 
@@ -210,8 +219,12 @@ def run_verl(
         from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_environment
 
         env = vllm_cpu_environment(env)
-    logger.info("verl trainer (%s network, %s): %s", network, "GPU" if gpu_present() else "CPU plugin",
-                " ".join(command[-len(command) + command.index("verl.trainer.main_ppo") - 1:]))  # fmt: skip
+    logger.info(
+        "verl trainer (%s network, %s): %s",
+        network,
+        "GPU" if gpu_present() else "CPU plugin",
+        " ".join(command[-len(command) + command.index("verl.trainer.main_ppo") - 1 :]),
+    )
     out_dir = OmegaConf.select(config, "trainer.default_local_dir")
     logger.info("checkpoints: %s", out_dir)
     firings = Path(out_dir) / GUARDS_FILE

@@ -106,9 +106,10 @@ class ObjectStoreCheckpointEngine(CheckpointEngine):
         self._sent, self.token = None, None
 
     async def send_weights(
-        self, weights: Iterable[tuple[str, torch.Tensor]] | AsyncIterable[tuple[str, torch.Tensor]],
+        self,
+        weights: Iterable[tuple[str, torch.Tensor]] | AsyncIterable[tuple[str, torch.Tensor]],
         global_steps: int | None = None,
-    ) -> dict:  # fmt: skip
+    ) -> dict:
         """Rank 0: put the full tensors in the object store and post the reference; other ranks only walk."""
         state = {}
         async for name, tensor in ensure_async_iterator(weights):

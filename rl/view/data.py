@@ -83,14 +83,24 @@ def _from_rollouts(path: Path) -> list[dict[str, Any]]:
             )
         score = scores[i] if scores else {}
         reward = score.get("correct")
-        out.append({
-            "step": 0, "phase": "eval", "group": None, "data_source": episode.get("data_source", ""),
-            "row_index": score.get("index", episode.get("extra", {}).get("index")),
-            "env_id": None, "ground_truth": episode.get("ground_truth"),
-            "reward": reward, "terms": {} if reward is None else {"outcome": reward},
-            "truncated": bool(episode.get("truncated", False)), "turns": episode["turns"],
-            "events": episode["events"], "observations": [], "images": [],
-        })  # fmt: skip
+        out.append(
+            {
+                "step": 0,
+                "phase": "eval",
+                "group": None,
+                "data_source": episode.get("data_source", ""),
+                "row_index": score.get("index", episode.get("extra", {}).get("index")),
+                "env_id": None,
+                "ground_truth": episode.get("ground_truth"),
+                "reward": reward,
+                "terms": {} if reward is None else {"outcome": reward},
+                "truncated": bool(episode.get("truncated", False)),
+                "turns": episode["turns"],
+                "events": episode["events"],
+                "observations": [],
+                "images": [],
+            }
+        )
     return out
 
 
@@ -186,22 +196,31 @@ def summary(episode: dict[str, Any], fields: dict[str, list[str]]) -> dict[str, 
     mask, adv = episode.get("response_mask"), episode.get("advantages")
     generated = [a for a, m in zip(adv or [], mask or [], strict=False) if m]
     return {
-        "id": episode["id"], "source": episode["source"], "step": episode["step"], "phase": episode["phase"],
-        "data_source": episode["data_source"], "env_id": episode.get("env_id"),
-        "question": question_key(episode), "group": episode.get("group"), "reward": episode["reward"],
-        "terms": episode["terms"], "num_turns": len(episode["turns"]),
+        "id": episode["id"],
+        "source": episode["source"],
+        "step": episode["step"],
+        "phase": episode["phase"],
+        "data_source": episode["data_source"],
+        "env_id": episode.get("env_id"),
+        "question": question_key(episode),
+        "group": episode.get("group"),
+        "reward": episode["reward"],
+        "terms": episode["terms"],
+        "num_turns": len(episode["turns"]),
         "actions": [e["kind"] for e in events if e["type"] == "action" and "kind" in e],
         "format_errors": sum(e["type"] == "format_error" for e in events),
         "truncated": bool(episode["truncated"]),
         "tags": sorted({tag for e in events for tag in event_tags(e, fields)}),
-        "num_tokens": len(episode.get("response_ids") or []), "num_images": len(episode["images"]),
+        "num_tokens": len(episode.get("response_ids") or []),
+        "num_images": len(episode["images"]),
         "advantage": sum(generated) / len(generated) if generated else None,
         "token_issues": token_issues(episode),
         # verl trainer modes: the weight versions that generated it, and how many updates old it was trained
-        "weight_versions": episode.get("weight_versions"), "staleness": episode.get("staleness"),
+        "weight_versions": episode.get("weight_versions"),
+        "staleness": episode.get("staleness"),
         # retriever co-training: the query-encoder versions its searches went through (ragym.envs.retrieval.versions)
         "retriever_versions": sorted({e["retriever_version"] for e in events if e.get("retriever_version")}),
-    }  # fmt: skip
+    }
 
 
 def index(corpus: Corpus) -> dict[str, Any]:
@@ -209,8 +228,13 @@ def index(corpus: Corpus) -> dict[str, Any]:
     rows = [summary(e, corpus.fields) for e in corpus.episodes]
     tags = Counter(tag for row in rows for tag in row["tags"])
     terms = sorted({t for row in rows for t in row["terms"]})
-    return {"title": corpus.title, "episodes": rows, "tags": sorted(tags.items()), "terms": terms,
-            "guards": [g["message"] for g in corpus.guards]}  # fmt: skip
+    return {
+        "title": corpus.title,
+        "episodes": rows,
+        "tags": sorted(tags.items()),
+        "terms": terms,
+        "guards": [g["message"] for g in corpus.guards],
+    }
 
 
 # ----- one episode ----------------------------------------------------------------------------------
@@ -265,18 +289,26 @@ def episode_view(corpus: Corpus, episode_id: str) -> dict[str, Any]:
     events = [{**e, "_gold": gold_values(e)} for e in episode["events"]]
     turns = []
     for turn, text in enumerate(episode["turns"]):
-        turns.append({
-            "turn": turn, "text": text, "events": [e for e in events if e["turn"] == turn],
-            "observation": observations[turn + 1] if turn + 1 < len(observations) else None,
-        })  # fmt: skip
+        turns.append(
+            {
+                "turn": turn,
+                "text": text,
+                "events": [e for e in events if e["turn"] == turn],
+                "observation": observations[turn + 1] if turn + 1 < len(observations) else None,
+            }
+        )
     late = [e for e in events if e["turn"] >= len(turns)]
     if late and turns:
         turns[-1]["events"] += late  # a loop's truncation after the last turn belongs to it
     return {
         "summary": summary(episode, corpus.fields),
         "ground_truth": _decoded(episode.get("ground_truth")),
-        "task": {"observation": observations[0] if observations else None,
-                 "events": [e for e in events if e["turn"] < 0]},
+        "task": {
+            "observation": observations[0] if observations else None,
+            "events": [e for e in events if e["turn"] < 0],
+        },
         "turns": turns,
-        "spans": token_spans(episode) if episode.get("response_ids") is not None and "token_text" in episode else None,
-    }  # fmt: skip
+        "spans": token_spans(episode)
+        if episode.get("response_ids") is not None and "token_text" in episode
+        else None,
+    }

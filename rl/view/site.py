@@ -18,8 +18,12 @@ from ragym.rl.view.data import Corpus, episode_view, index
 STATIC = Path(__file__).with_name("static")
 """``index.html``, ``view.js`` and ``view.css``: plain HTML/JS, no build step."""
 STATIC_FILES = ("index.html", "view.js", "view.css")
-CONTENT_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-                 ".css": "text/css; charset=utf-8", ".png": "image/png"}  # fmt: skip
+CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".png": "image/png",
+}
 EPISODE_PATH = re.compile(r"^data/ep/(e\d+)\.js$")
 IMAGE_PATH = re.compile(r"^images/([0-9a-f]{8,64})\.png$")
 

@@ -95,9 +95,14 @@ class TokenText:
 
 
 def episode_line(
-    row: dict[str, Any], result: Any, step: int, phase: str, images: ImageStore, token_text: TokenText,
+    row: dict[str, Any],
+    result: Any,
+    step: int,
+    phase: str,
+    images: ImageStore,
+    token_text: TokenText,
     advantages: list[float] | None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One ``episodes.jsonl`` record from a dataset row and its scored ``ragym.rl.core.rollout.EpisodeResult``."""
     output, extra = result.output, result.output.extra_fields
     keys = [images.put(_pil(as_pixels(image))) for image in (output.multi_modal_data or {}).get("images", [])]
@@ -112,11 +117,15 @@ def episode_line(
         "env_id": extra.get("env_id"),
         "ground_truth": row["reward_model"]["ground_truth"],
         "reward": result.reward,
-        "terms": {k.removeprefix("reward/"): float(v) for k, v in result.score.items() if k.startswith("reward/")},
+        "terms": {
+            k.removeprefix("reward/"): float(v) for k, v in result.score.items() if k.startswith("reward/")
+        },
         "truncated": bool(extra["truncated"]),
         "turns": list(extra["turns"]),
         "events": list(extra["events"]),
-        "observations": split_observations(extra.get("observations", []), keys) if "observations" in extra else [],
+        "observations": split_observations(extra.get("observations", []), keys)
+        if "observations" in extra
+        else [],
         "images": keys,
         "prompt_ids": prompt_ids,
         "response_ids": response_ids,
@@ -126,7 +135,7 @@ def episode_line(
         # Off-policy episodes (verl's async modes): the weight versions that generated it and how many updates
         # behind the trainer the oldest was (ragym.rl.off_policy.trajectory_staleness).
         **{key: extra[key] for key in OFF_POLICY_KEYS if key in extra},
-    }  # fmt: skip
+    }
 
 
 class ObservationLog(gymnasium.Wrapper):
@@ -232,12 +241,21 @@ class TraceWriter:
             for o in observations
         ]
         line = {
-            "v": TRACE_VERSION, "step": 0, "phase": "rollout", "group": f"rollout-{index}", "row_index": index,
-            "data_source": str(row["data_source"]), "env_id": row["extra_info"]["env_id"],
-            "ground_truth": row["reward_model"]["ground_truth"], "reward": reward, "terms": {},
-            "truncated": bool(episode["truncated"]), "turns": list(episode["turns"]),
-            "events": list(episode["events"]), "observations": shown,
+            "v": TRACE_VERSION,
+            "step": 0,
+            "phase": "rollout",
+            "group": f"rollout-{index}",
+            "row_index": index,
+            "data_source": str(row["data_source"]),
+            "env_id": row["extra_info"]["env_id"],
+            "ground_truth": row["reward_model"]["ground_truth"],
+            "reward": reward,
+            "terms": {},
+            "truncated": bool(episode["truncated"]),
+            "turns": list(episode["turns"]),
+            "events": list(episode["events"]),
+            "observations": shown,
             "images": [k for o in shown for k in o["images"]],
-        }  # fmt: skip
+        }
         with self.path.open("a") as f:
             f.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -13,10 +13,27 @@ from benchmarks.async_rollouts import Run, _describe, _report
 def _runs() -> dict[str, list[Run]]:
     # Sync: a 4 s first step (2 s of it a one-off set-up), then 2 s steps, waiting 1 s of each for its episodes.
     # Async: a 2 s first step, then 1.25 s steps that hardly wait.
-    sync = [Run(step_s=[4.0, 2.0, 2.0], idle_s=[1.0, 1.0, 1.0], trajectories=24, val_reward=v,
-                rewards=[0.1, 0.2, r]) for v, r in ((0.5, 0.3), (0.7, 0.5))]  # fmt: skip
-    fast = [Run(step_s=[2.0, 1.25, 1.25], idle_s=[0.5, 0.0, 0.0], trajectories=24, val_reward=v,
-                rewards=[0.1, 0.3, r], staleness=Counter({0: 8, 1: 16})) for v, r in ((0.6, 0.4), (0.6, 0.6))]  # fmt: skip
+    sync = [
+        Run(
+            step_s=[4.0, 2.0, 2.0],
+            idle_s=[1.0, 1.0, 1.0],
+            trajectories=24,
+            val_reward=v,
+            rewards=[0.1, 0.2, r],
+        )
+        for v, r in ((0.5, 0.3), (0.7, 0.5))
+    ]
+    fast = [
+        Run(
+            step_s=[2.0, 1.25, 1.25],
+            idle_s=[0.5, 0.0, 0.0],
+            trajectories=24,
+            val_reward=v,
+            rewards=[0.1, 0.3, r],
+            staleness=Counter({0: 8, 1: 16}),
+        )
+        for v, r in ((0.6, 0.4), (0.6, 0.6))
+    ]
     return {"sync": sync, "async": fast}
 
 

@@ -25,20 +25,61 @@ def write_bright(raw: Path, task: str = "biology") -> Path:
     """``raw/{examples,documents,long_documents}/<task>-00000-of-00001.parquet``: 6 examples, 7 document rows."""
     gold = list(BRIGHT_DOCS)[:3]
     examples = [
-        {"id": "0", "query": "Why are insects attracted to light? My porch lamp is covered in moths.",
-         "reasoning": "Phototaxis.", "gold_ids": gold, "gold_ids_long": ["insects_attracted_to_light/Phototaxis.txt"],
-         "excluded_ids": ["N/A"], "gold_answer": "Transverse orientation."},
-        {"id": "1", "query": "Why do birds sing at dawn?", "reasoning": "", "gold_ids": ["bird_song/Song_0.txt"],
-         "gold_ids_long": ["bird_song/Song.txt"], "excluded_ids": ["moth_lamps/Lamp_2.txt"], "gold_answer": "Territory."},
-        {"id": "2", "query": "   ", "reasoning": "", "gold_ids": gold, "gold_ids_long": [], "excluded_ids": ["N/A"],
-         "gold_answer": ""},
-        {"id": "3", "query": "What is a lamp?", "reasoning": "", "gold_ids": [], "gold_ids_long": [],
-         "excluded_ids": ["N/A"], "gold_answer": ""},
-        {"id": "4", "query": "Which bulb?", "reasoning": "", "gold_ids": ["moth_lamps/Lamp_9.txt"], "gold_ids_long": [],
-         "excluded_ids": ["N/A"], "gold_answer": ""},
-        {"id": "5", "query": "Lamp types?", "reasoning": "", "gold_ids": ["moth_lamps/Lamp_2.txt"], "gold_ids_long": [],
-         "excluded_ids": ["moth_lamps/Lamp_2.txt"], "gold_answer": ""},
-    ]  # fmt: skip
+        {
+            "id": "0",
+            "query": "Why are insects attracted to light? My porch lamp is covered in moths.",
+            "reasoning": "Phototaxis.",
+            "gold_ids": gold,
+            "gold_ids_long": ["insects_attracted_to_light/Phototaxis.txt"],
+            "excluded_ids": ["N/A"],
+            "gold_answer": "Transverse orientation.",
+        },
+        {
+            "id": "1",
+            "query": "Why do birds sing at dawn?",
+            "reasoning": "",
+            "gold_ids": ["bird_song/Song_0.txt"],
+            "gold_ids_long": ["bird_song/Song.txt"],
+            "excluded_ids": ["moth_lamps/Lamp_2.txt"],
+            "gold_answer": "Territory.",
+        },
+        {
+            "id": "2",
+            "query": "   ",
+            "reasoning": "",
+            "gold_ids": gold,
+            "gold_ids_long": [],
+            "excluded_ids": ["N/A"],
+            "gold_answer": "",
+        },
+        {
+            "id": "3",
+            "query": "What is a lamp?",
+            "reasoning": "",
+            "gold_ids": [],
+            "gold_ids_long": [],
+            "excluded_ids": ["N/A"],
+            "gold_answer": "",
+        },
+        {
+            "id": "4",
+            "query": "Which bulb?",
+            "reasoning": "",
+            "gold_ids": ["moth_lamps/Lamp_9.txt"],
+            "gold_ids_long": [],
+            "excluded_ids": ["N/A"],
+            "gold_answer": "",
+        },
+        {
+            "id": "5",
+            "query": "Lamp types?",
+            "reasoning": "",
+            "gold_ids": ["moth_lamps/Lamp_2.txt"],
+            "gold_ids_long": [],
+            "excluded_ids": ["moth_lamps/Lamp_2.txt"],
+            "gold_answer": "",
+        },
+    ]
     documents = [{"id": d, "content": c} for d, c in BRIGHT_DOCS.items()]
     documents += [
         {"id": "bird_song/Song_0.txt", "content": "duplicate"},
@@ -70,13 +111,28 @@ def write_mm_bright(raw: Path, domain: str = "academia") -> Path:
     }
     base = {"gold_answers": ["use tight_layout"], "negative_ids": [f"{domain}/a7beca61_5.txt"]}
     examples = [
-        {"id": "12", "query": "Why does my plot cut off the legend?", "gold_ids": [f"{domain}/a7beca61_1.txt"],
-         "image_paths": [f"{domain}/q_12/image_1.png"], **base},
-        {"id": "13", "query": "Which axis scale is this?", "gold_ids": [f"{domain}/a7beca61_2.txt"],
-         "image_paths": [f"{domain}/q_13/image_1.png"], **base},
-        {"id": "14", "query": "Text-only question about figures", "gold_ids": [f"{domain}/a7beca61_3.txt"],
-         "image_paths": [], **base},
-    ]  # fmt: skip
+        {
+            "id": "12",
+            "query": "Why does my plot cut off the legend?",
+            "gold_ids": [f"{domain}/a7beca61_1.txt"],
+            "image_paths": [f"{domain}/q_12/image_1.png"],
+            **base,
+        },
+        {
+            "id": "13",
+            "query": "Which axis scale is this?",
+            "gold_ids": [f"{domain}/a7beca61_2.txt"],
+            "image_paths": [f"{domain}/q_13/image_1.png"],
+            **base,
+        },
+        {
+            "id": "14",
+            "query": "Text-only question about figures",
+            "gold_ids": [f"{domain}/a7beca61_3.txt"],
+            "image_paths": [],
+            **base,
+        },
+    ]
     multimodal = [
         {
             **row,

@@ -17,11 +17,19 @@ from PIL import Image
 from ragym.data_prep.kb_images import image_file
 
 PHOTOS = ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "colorwheel")
-TITLES = ("Astronaut portrait", "Coffee cup", "Chelsea the cat", "Saturn rocket", "Hubble deep field",
-          "Colour wheel")  # fmt: skip
+TITLES = (
+    "Astronaut portrait",
+    "Coffee cup",
+    "Chelsea the cat",
+    "Saturn rocket",
+    "Hubble deep field",
+    "Colour wheel",
+)
 SIDE = 64
-TEXT = ("{t} is an entity of the fixture KB. It was described in 1887 by several authors. "
-        "Its height is about 30 metres according to one survey! Is it famous? Yes. ") * 8  # fmt: skip
+TEXT = (
+    "{t} is an entity of the fixture KB. It was described in 1887 by several authors. "
+    "Its height is about 30 metres according to one survey! Is it famous? Yes. "
+) * 8
 
 
 def photo(index: int, view: int = 0) -> Image.Image:
@@ -56,10 +64,25 @@ def _title(qid: int) -> str:
 def write_infoseek(raw: Path) -> dict[str, dict[str, int]]:
     """InfoSeek QA + withkb + qtype JSONL, a Wiki6M-format KB, OVEN / flat / id2image image layouts."""
     raw.mkdir(parents=True)
-    kb = [{"wikidata_id": f"Q{100 + i}", "wikipedia_title": t, "wikipedia_content": TEXT.format(t=t),
-           "wikipedia_summary": t, "wikipedia_image_url": url(i)} for i, t in enumerate(TITLES)]  # fmt: skip
-    kb.append({"wikidata_id": "Q200", "wikipedia_title": "Imageless place", "wikipedia_content": "",
-               "wikipedia_summary": "A place with no picture.", "wikipedia_image_url": None})  # fmt: skip
+    kb = [
+        {
+            "wikidata_id": f"Q{100 + i}",
+            "wikipedia_title": t,
+            "wikipedia_content": TEXT.format(t=t),
+            "wikipedia_summary": t,
+            "wikipedia_image_url": url(i),
+        }
+        for i, t in enumerate(TITLES)
+    ]
+    kb.append(
+        {
+            "wikidata_id": "Q200",
+            "wikipedia_title": "Imageless place",
+            "wikipedia_content": "",
+            "wikipedia_summary": "A place with no picture.",
+            "wikipedia_image_url": None,
+        }
+    )
     kb += [
         '{"wikidata_id": "Q201", "wikipedia_title": broken',
         {"wikidata_id": "Q202", "wikipedia_title": "Empty"},
@@ -81,8 +104,14 @@ def write_infoseek(raw: Path) -> dict[str, dict[str, int]]:
     ans = {"wikidata": 30.0, "range": [27.0, 33.0]}
 
     def row(n: int, split: str, image: str, answer_eval, question="What is this?", data_split=None) -> dict:
-        return {"data_id": f"infoseek_{split}_{n:08d}", "image_id": image, "question": question,
-                "answer": ["x"], "answer_eval": answer_eval, "data_split": data_split or split}  # fmt: skip
+        return {
+            "data_id": f"infoseek_{split}_{n:08d}",
+            "image_id": image,
+            "question": question,
+            "answer": ["x"],
+            "answer_eval": answer_eval,
+            "data_split": data_split or split,
+        }
 
     train = [
         row(0, "train", "oven_10000000", ["Astronaut portrait", "astronaut"]),
@@ -102,8 +131,13 @@ def write_infoseek(raw: Path) -> dict[str, dict[str, int]]:
     ]
     gold = {0: 100, 1: 101, 2: 102, 3: 103, 4: 104, 5: 102, 6: 103, 7: 105, 9: 100, 10: 100, 11: 999, 13: 100}
     _jsonl(raw / "infoseek_train.jsonl", train)
-    _jsonl(raw / "infoseek_train_withkb.jsonl", [{"data_id": f"infoseek_train_{n:08d}", "entity_id": f"Q{q}",
-                                                  "entity_text": _title(q)} for n, q in gold.items()])  # fmt: skip
+    _jsonl(
+        raw / "infoseek_train_withkb.jsonl",
+        [
+            {"data_id": f"infoseek_train_{n:08d}", "entity_id": f"Q{q}", "entity_text": _title(q)}
+            for n, q in gold.items()
+        ],
+    )
     val = [
         row(0, "val", "oven_10000000", ["Astronaut portrait"], data_split="val_unseen_question"),
         row(1, "val", "oven_11000001", [ans], data_split="val_unseen_entity"),
@@ -114,11 +148,18 @@ def write_infoseek(raw: Path) -> dict[str, dict[str, int]]:
         row(5, "val", "oven_10000000", ["Astronaut"], data_split="val_unseen_question"),
     ]
     _jsonl(raw / "infoseek_val.jsonl", val)
-    _jsonl(raw / "infoseek_val_withkb.jsonl", [{"data_id": f"infoseek_val_{n:08d}", "entity_id": f"Q{q}"}
-                                               for n, q in {0: 100, 1: 101, 2: 105, 3: 102, 4: 999}.items()])  # fmt: skip
+    _jsonl(
+        raw / "infoseek_val_withkb.jsonl",
+        [
+            {"data_id": f"infoseek_val_{n:08d}", "entity_id": f"Q{q}"}
+            for n, q in {0: 100, 1: 101, 2: 105, 3: 102, 4: 999}.items()
+        ],
+    )
     qtypes = ["String", "numerical", "TIME", "Colour", "String", "String"]
-    _jsonl(raw / "infoseek_val_qtype.jsonl", [{"data_id": f"infoseek_val_{n:08d}", "question_type": q}
-                                              for n, q in enumerate(qtypes)])  # fmt: skip
+    _jsonl(
+        raw / "infoseek_val_qtype.jsonl",
+        [{"data_id": f"infoseek_val_{n:08d}", "question_type": q} for n, q in enumerate(qtypes)],
+    )
     return {
         "kb": {"malformed_json": 1, "kb_entry_without_text": 1},
         "train": {
@@ -129,24 +170,49 @@ def write_infoseek(raw: Path) -> dict[str, dict[str, int]]:
             "missing_gold_entity": 1,
             "malformed_answer": 1,
             "unreachable": 1,
-        },  # fmt: skip
+        },
         "val": {"unknown_question_type": 1},
     }
 
 
 WIKI = "https://en.wikipedia.org/wiki/"
-EVQA_COLUMNS = ["question_original", "wikipedia_url", "question", "answer", "dataset_image_ids", "dataset_name",
-                "dataset_category_id", "question_type", "wikipedia_title", "evidence", "evidence_section_id",
-                "evidence_section_title", "encyclopedic_vqa_split", "wikipedia_url_used_in_train"]  # fmt: skip
+EVQA_COLUMNS = [
+    "question_original",
+    "wikipedia_url",
+    "question",
+    "answer",
+    "dataset_image_ids",
+    "dataset_name",
+    "dataset_category_id",
+    "question_type",
+    "wikipedia_title",
+    "evidence",
+    "evidence_section_id",
+    "evidence_section_title",
+    "encyclopedic_vqa_split",
+    "wikipedia_url_used_in_train",
+]
 """A column order unlike the README's: readers must go by name."""
 LANDMARK_IDS = ("6e158a47eb2ca3f6", "0a1b2c3d4e5f6071", "fedcba9876543210")
 
 
 def _evqa_row(split: str, question: str, answer: str, ids: str, dataset: str, qtype: str, urls: str) -> dict:
-    return {"question": question, "answer": answer, "dataset_image_ids": ids, "dataset_name": dataset,
-            "dataset_category_id": "1", "question_type": qtype, "wikipedia_url": urls, "wikipedia_title": "t",
-            "evidence": "", "evidence_section_id": "0", "evidence_section_title": "t",
-            "encyclopedic_vqa_split": split, "question_original": question, "wikipedia_url_used_in_train": "True"}  # fmt: skip
+    return {
+        "question": question,
+        "answer": answer,
+        "dataset_image_ids": ids,
+        "dataset_name": dataset,
+        "dataset_category_id": "1",
+        "question_type": qtype,
+        "wikipedia_url": urls,
+        "wikipedia_title": "t",
+        "evidence": "",
+        "evidence_section_id": "0",
+        "evidence_section_title": "t",
+        "encyclopedic_vqa_split": split,
+        "question_original": question,
+        "wikipedia_url_used_in_train": "True",
+    }
 
 
 def write_evqa(raw: Path) -> dict[str, dict[str, int]]:
@@ -155,11 +221,22 @@ def write_evqa(raw: Path) -> dict[str, dict[str, int]]:
     kb = {}
     for i, t in enumerate(TITLES):
         key = WIKI + t.replace(" ", "_")
-        kb[key] = {"title": t, "section_titles": [t, "History"], "section_texts": [TEXT.format(t=t), "Built in 1901."],
-                   "image_urls": [url(i)], "image_reference_descriptions": ["d"], "image_section_indices": [0],
-                   "url": key}  # fmt: skip
-    kb[WIKI + "Imageless"] = {"title": "Imageless place", "section_titles": ["Imageless place"],
-                              "section_texts": ["A place with no picture."], "image_urls": [], "url": ""}  # fmt: skip
+        kb[key] = {
+            "title": t,
+            "section_titles": [t, "History"],
+            "section_texts": [TEXT.format(t=t), "Built in 1901."],
+            "image_urls": [url(i)],
+            "image_reference_descriptions": ["d"],
+            "image_section_indices": [0],
+            "url": key,
+        }
+    kb[WIKI + "Imageless"] = {
+        "title": "Imageless place",
+        "section_titles": ["Imageless place"],
+        "section_texts": ["A place with no picture."],
+        "image_urls": [],
+        "url": "",
+    }
     kb[WIKI + "Nameless"] = {
         "title": "",
         "section_titles": [],
@@ -228,7 +305,7 @@ def write_evqa(raw: Path) -> dict[str, dict[str, int]]:
             "missing_image": 1,
             "gold_entity_not_in_kb": 1,
             "unknown_dataset_name": 1,
-        },  # fmt: skip
+        },
     }
 
 
@@ -255,15 +332,30 @@ def write_mmhops(raw: Path) -> dict[str, dict[str, int]]:
     texts = [{"id": i, "contents": f'"{t}"\n{TEXT.format(t=t)}'} for i, t in enumerate(TITLES)]
     texts += [{"id": 6, "contents": '"Loose page"\nA passage of no KB entity.'}, {"id": 7, "contents": ""}]
     _jsonl(kb / "text" / "text_corpus.jsonl", texts)
-    features = Features({"id": Value("string"), "problem": Value("string"), "answer": Value("string"),
-                         "answer_eval": List(Value("string")), "split": Value("string"),
-                         "problem_type": Value("string"), "images": List(HFImage()),
-                         "entity_ids": List(Value("string"))})  # fmt: skip
+    features = Features(
+        {
+            "id": Value("string"),
+            "problem": Value("string"),
+            "answer": Value("string"),
+            "answer_eval": List(Value("string")),
+            "split": Value("string"),
+            "problem_type": Value("string"),
+            "images": List(HFImage()),
+            "entity_ids": List(Value("string")),
+        }
+    )
 
     def row(n: str, problem: str, answer_eval: list, kind: str, ptype: str, photos: list, golds) -> dict:
-        return {"id": f"MMhops_{n}", "problem": problem, "answer": "a", "answer_eval": answer_eval, "split": kind,
-                "problem_type": ptype, "images": [{"bytes": _png(photo(p, view=1)), "path": None} for p in photos],
-                "entity_ids": golds}  # fmt: skip
+        return {
+            "id": f"MMhops_{n}",
+            "problem": problem,
+            "answer": "a",
+            "answer_eval": answer_eval,
+            "split": kind,
+            "problem_type": ptype,
+            "images": [{"bytes": _png(photo(p, view=1)), "path": None} for p in photos],
+            "entity_ids": golds,
+        }
 
     shards = {
         "train-00000-of-00002": [
@@ -294,7 +386,7 @@ def write_mmhops(raw: Path) -> dict[str, dict[str, int]]:
         ],
         "validation-00000-of-00001": [
             row("validation_00001", "<image>Who?", ["Coffee"], "Bridge", "String", [1], ["Q101"])
-        ],  # fmt: skip
+        ],
         "test-00000-of-00001": [
             row(
                 "test_00001",
@@ -324,5 +416,5 @@ def write_mmhops(raw: Path) -> dict[str, dict[str, int]]:
             "image_count_mismatch": 1,
             "missing_image": 1,
             "gold_entity_not_in_kb": 1,
-        },  # fmt: skip
+        },
     }

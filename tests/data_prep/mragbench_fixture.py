@@ -14,8 +14,24 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field", "colorwheel",
-          "camera", "coins", "moon", "brick", "grass", "gravel", "clock", "page", "text")  # fmt: skip
+PHOTOS = (
+    "astronaut",
+    "chelsea",
+    "coffee",
+    "rocket",
+    "immunohistochemistry",
+    "hubble_deep_field",
+    "colorwheel",
+    "camera",
+    "coins",
+    "moon",
+    "brick",
+    "grass",
+    "gravel",
+    "clock",
+    "page",
+    "text",
+)
 SCENARIOS = (
     "Angle",
     "Partial",
@@ -64,13 +80,25 @@ def records() -> list[dict[str, Any]]:
         other = PHOTOS[(i + 5) % len(PHOTOS)]
         gold = [_cell(photo(name, 1)), _cell(photo(name, 2))]
         retrieved = [gold[0], _cell(photo(other, 3))]  # MRAG's CLIP list often holds a gt image too
-        out.append({
-            "id": str(100 + i), "aspect": "Perspective" if i % 2 else "Transformative",
-            "scenario": SCENARIOS[i % len(SCENARIOS)], "image": _cell(photo(name, 0)), "gt_images": gold,
-            "question": f"Which photo is shown in the query image ({i})?", "A": name, "B": other,
-            "C": f"{name} at night", "D": "none of these", "answer_choice": "A", "answer": name,
-            "image_type": "photo", "source": "skimage", "retrieved_images": retrieved,
-        })  # fmt: skip
+        out.append(
+            {
+                "id": str(100 + i),
+                "aspect": "Perspective" if i % 2 else "Transformative",
+                "scenario": SCENARIOS[i % len(SCENARIOS)],
+                "image": _cell(photo(name, 0)),
+                "gt_images": gold,
+                "question": f"Which photo is shown in the query image ({i})?",
+                "A": name,
+                "B": other,
+                "C": f"{name} at night",
+                "D": "none of these",
+                "answer_choice": "A",
+                "answer": name,
+                "image_type": "photo",
+                "source": "skimage",
+                "retrieved_images": retrieved,
+            }
+        )
     out[8]["answer_choice"] = "E"
     out[9]["image"] = _cell(b"not an image")
     out[10]["gt_images"] = []
@@ -84,10 +112,28 @@ def write_fixture(raw: Path) -> Path:
     from datasets import Dataset, Features, List, Value
     from datasets import Image as ImageFeature
 
-    strings = ("id", "aspect", "scenario", "question", "A", "B", "C", "D", "answer_choice", "answer",
-               "image_type", "source")  # fmt: skip
-    features = Features({**{k: Value("string") for k in strings}, "image": ImageFeature(),
-                         "gt_images": List(ImageFeature()), "retrieved_images": List(ImageFeature())})  # fmt: skip
+    strings = (
+        "id",
+        "aspect",
+        "scenario",
+        "question",
+        "A",
+        "B",
+        "C",
+        "D",
+        "answer_choice",
+        "answer",
+        "image_type",
+        "source",
+    )
+    features = Features(
+        {
+            **{k: Value("string") for k in strings},
+            "image": ImageFeature(),
+            "gt_images": List(ImageFeature()),
+            "retrieved_images": List(ImageFeature()),
+        }
+    )
     rows = records()
     ds = Dataset.from_dict({k: [r[k] for r in rows] for k in features}, features=features)
     (raw / "data").mkdir(parents=True, exist_ok=True)

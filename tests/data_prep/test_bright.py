@@ -31,10 +31,17 @@ def test_bright_rows_in_equal_out_plus_rejected(tmp_path: Path) -> None:
         report["splits"]["queries"]["num_rows_in"] == 6 and report["splits"]["queries"]["num_rows_out"] == 2
     )
     assert report["splits"]["queries"]["rejected_by_reason"] == {
-        "empty_query": 1, "excluded_overlaps_gold": 1, "gold_not_in_corpus": 1, "no_gold": 1,
-    }  # fmt: skip
-    assert report["splits"]["documents"] == {"num_rows_in": 7, "num_rows_out": 5, "num_rows_rejected": 2,
-                                   "rejected_by_reason": {"duplicate_id": 1, "missing_field": 1}}  # fmt: skip
+        "empty_query": 1,
+        "excluded_overlaps_gold": 1,
+        "gold_not_in_corpus": 1,
+        "no_gold": 1,
+    }
+    assert report["splits"]["documents"] == {
+        "num_rows_in": 7,
+        "num_rows_out": 5,
+        "num_rows_rejected": 2,
+        "rejected_by_reason": {"duplicate_id": 1, "missing_field": 1},
+    }
     (first,), (second,) = rows(out, "warmup"), rows(out)  # two usable queries: int(0.8 x 2) = 1 warm-up
     options = json.loads(first["extra_info"]["env_options"])
     assert options["excluded_ids"] == [] and set(options["qrels"]) == set(
@@ -83,8 +90,15 @@ def write_stream(raw: Path, ids: list[str]) -> Path:
     """A BRIGHT task whose examples come in the order of ``ids`` (not sorted), each with its own gold."""
     write_bright(raw)
     gold = list(BRIGHT_DOCS)
-    examples = [{"id": qid, "query": f"question {qid} about light", "gold_ids": [gold[i % len(gold)]],
-                 "excluded_ids": ["N/A"]} for i, qid in enumerate(ids)]  # fmt: skip
+    examples = [
+        {
+            "id": qid,
+            "query": f"question {qid} about light",
+            "gold_ids": [gold[i % len(gold)]],
+            "excluded_ids": ["N/A"],
+        }
+        for i, qid in enumerate(ids)
+    ]
     pd.DataFrame(examples).to_parquet(raw / "examples" / "biology-00000-of-00001.parquet")
     return raw
 
@@ -215,8 +229,17 @@ def test_missing_split_is_a_clear_error(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not SHARED_QRELS.exists(), reason=f"{SHARED_QRELS} is absent (real BRIGHT qrels)")
 def test_real_bright_qrels_have_the_documented_query_counts() -> None:
-    documented = {"biology": 103, "economics": 103, "psychology": 101, "robotics": 101, "stackoverflow": 117,
-                  "sustainable_living": 108, "leetcode": 142, "pony": 112, "aops": 111}  # fmt: skip
+    documented = {
+        "biology": 103,
+        "economics": 103,
+        "psychology": 101,
+        "robotics": 101,
+        "stackoverflow": 117,
+        "sustainable_living": 108,
+        "leetcode": 142,
+        "pony": 112,
+        "aops": 111,
+    }
     for task, count in documented.items():
         qrels = read_trec_qrels(SHARED_QRELS / f"{task}.tsv")
         assert len(qrels) == count, task

@@ -60,8 +60,13 @@ def test_request_body_carries_every_setting(url: str, tmp_path: Path) -> None:
     assert chat.complete(USER, temperature=0.2, max_tokens=7, json_object=True, parse=str) == "echo: hi"
     request = Endpoint.requests[0]
     assert request["auth"] == "Bearer sk"
-    assert request["body"] == {"model": "m", "messages": USER, "temperature": 0.2, "max_tokens": 7,
-                               "response_format": {"type": "json_object"}}  # fmt: skip
+    assert request["body"] == {
+        "model": "m",
+        "messages": USER,
+        "temperature": 0.2,
+        "max_tokens": 7,
+        "response_format": {"type": "json_object"},
+    }
 
 
 @pytest.mark.parametrize(

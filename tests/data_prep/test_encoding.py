@@ -175,8 +175,22 @@ def test_cli_encodes_an_item_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     entity_items, pixels = _image_items(tmp_path, 6)
     lines = [json.dumps({"id": i.id, "text": i.text, "image": Path(i.image).name}) for i in entity_items]
     (tmp_path / "items.jsonl").write_text("\n".join(lines) + "\n")
-    argv = ["encode", "--items", str(tmp_path / "items.jsonl"), "--out", str(tmp_path / "enc"),
-            "--encoder", "pixel", "--role", "entities", "--shard-size", "4", "--batch-size", "2", "--quiet"]  # fmt: skip
+    argv = [
+        "encode",
+        "--items",
+        str(tmp_path / "items.jsonl"),
+        "--out",
+        str(tmp_path / "enc"),
+        "--encoder",
+        "pixel",
+        "--role",
+        "entities",
+        "--shard-size",
+        "4",
+        "--batch-size",
+        "2",
+        "--quiet",
+    ]
     assert cli.main(argv) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["num_items"] == 6
     ids, vectors = load_encoded(tmp_path / "enc")

@@ -44,8 +44,9 @@ def _exact_neighbours(vectors: np.ndarray, rows: np.ndarray, k: int) -> list[lis
     return [list(np.argsort(-s, kind="stable")[:k]) for s in scores]
 
 
-def test_small_sets_get_an_exact_index_in_shards_that_search_like_one(encoded: Path, vectors: np.ndarray,
-                                                                        tmp_path: Path) -> None:  # fmt: skip
+def test_small_sets_get_an_exact_index_in_shards_that_search_like_one(
+    encoded: Path, vectors: np.ndarray, tmp_path: Path
+) -> None:
     manifest = build_sharded_index(
         encoded, tmp_path / "idx", IndexOptions(exact_below=10_000, max_shard_vectors=2500)
     )
@@ -61,10 +62,20 @@ def test_small_sets_get_an_exact_index_in_shards_that_search_like_one(encoded: P
     assert [[r for r in f if r != q][:K] for q, f in zip(rows, found, strict=True)] == expected
 
 
-def test_large_sets_get_a_compressed_index_whose_recall_and_memory_are_recorded(encoded: Path, vectors: np.ndarray,
-                                                                                tmp_path: Path) -> None:  # fmt: skip
-    options = IndexOptions(exact_below=1000, nlist=16, code="PQ8x4", refine="SQ8", nprobe=4, k_factor=4,
-                           train_size=NUM, num_eval_queries=300, max_shard_vectors=2000)  # fmt: skip
+def test_large_sets_get_a_compressed_index_whose_recall_and_memory_are_recorded(
+    encoded: Path, vectors: np.ndarray, tmp_path: Path
+) -> None:
+    options = IndexOptions(
+        exact_below=1000,
+        nlist=16,
+        code="PQ8x4",
+        refine="SQ8",
+        nprobe=4,
+        k_factor=4,
+        train_size=NUM,
+        num_eval_queries=300,
+        max_shard_vectors=2000,
+    )
     manifest = build_sharded_index(encoded, tmp_path / "idx", options)
     assert manifest["kind"] == "compressed" and manifest["factory"] == "IVF16,PQ8x4,Refine(SQ8)"
     assert len(manifest["shards"]) == 2
@@ -179,14 +190,40 @@ def test_the_service_loads_a_disk_refined_index_and_answers_like_the_build(
 def test_cli_passes_the_compressed_code_through(encoded: Path, tmp_path: Path) -> None:
     from ragym.data_prep.encoding import cli
 
-    argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "idx"), "--exact-below", "1000",
-            "--code", "PQ8x4", "--refine", "SQ8", "--nprobe", "4", "--k-factor", "3"]  # fmt: skip
+    argv = [
+        "index",
+        "--encoded",
+        str(encoded),
+        "--out",
+        str(tmp_path / "idx"),
+        "--exact-below",
+        "1000",
+        "--code",
+        "PQ8x4",
+        "--refine",
+        "SQ8",
+        "--nprobe",
+        "4",
+        "--k-factor",
+        "3",
+    ]
     assert cli.main(argv) == 0
     manifest = json.loads((tmp_path / "idx" / "index.json").read_text())
     assert manifest["factory"].endswith(",PQ8x4,Refine(SQ8)") and manifest["search"]["nprobe"] == 4
     assert manifest["refine"] == "SQ8" and manifest["search"]["k_factor"] == 3
-    argv = ["index", "--encoded", str(encoded), "--out", str(tmp_path / "ram"), "--exact-below", "1000",
-            "--code", "RaBitQ3", "--refine", "none"]  # fmt: skip
+    argv = [
+        "index",
+        "--encoded",
+        str(encoded),
+        "--out",
+        str(tmp_path / "ram"),
+        "--exact-below",
+        "1000",
+        "--code",
+        "RaBitQ3",
+        "--refine",
+        "none",
+    ]
     assert cli.main(argv) == 0
     manifest = json.loads((tmp_path / "ram" / "index.json").read_text())
     assert manifest["factory"].endswith(",RaBitQ3") and manifest["refine"] == "none"
@@ -275,8 +312,15 @@ def test_nprobe_is_tuned_to_the_target_recall_unless_given(encoded: Path, tmp_pa
 
 def test_tuning_stops_where_more_probes_stop_helping(encoded: Path, tmp_path: Path) -> None:
     """A coarse code caps the recall below the target: probing every cell would cost time and add nothing."""
-    options = IndexOptions(exact_below=1000, nlist=64, code="PQ2x4", refine="none", train_size=NUM,
-                           num_eval_queries=200, target_recall=0.99)  # fmt: skip
+    options = IndexOptions(
+        exact_below=1000,
+        nlist=64,
+        code="PQ2x4",
+        refine="none",
+        train_size=NUM,
+        num_eval_queries=200,
+        target_recall=0.99,
+    )
     manifest = build_sharded_index(encoded, tmp_path / "idx", options)
     tried = {int(p): r for p, r in manifest["recall_eval"]["nprobe_tried"].items()}
     chosen = manifest["search"]["nprobe"]

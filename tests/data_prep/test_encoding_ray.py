@@ -62,12 +62,29 @@ def test_ray_data_actors_write_the_local_shards(workdir: Path) -> None:
     write_items(workdir / "texts.jsonl", texts)
     # The torch path (tokenise on the prefetch thread, forward on the actor) of a tiny BERT built from config.
     spec = EncoderSpec("sentence", kwargs={"model_path": str(tiny)})
-    run = ["encode", "--items", f"{workdir}/texts.jsonl", "--out", f"{workdir}/ray", "--encoder", "sentence",
-           "--encoder-kwargs", json.dumps(spec.kwargs), *LAYOUT, "--ray", "127.0.0.1:6381", "--num-actors", "2"]  # fmt: skip
+    run = [
+        "encode",
+        "--items",
+        f"{workdir}/texts.jsonl",
+        "--out",
+        f"{workdir}/ray",
+        "--encoder",
+        "sentence",
+        "--encoder-kwargs",
+        json.dumps(spec.kwargs),
+        *LAYOUT,
+        "--ray",
+        "127.0.0.1:6381",
+        "--num-actors",
+        "2",
+    ]
     result = subprocess.run(
         ["timeout", "240", *UNSHARE, "bash", "-c", _cluster_script(workdir, [run])],
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, f"stdout:\n{result.stdout[-3000:]}\nstderr:\n{result.stderr[-3000:]}"
     assert "on 2 Ray Data actors" in result.stderr
     encode_items(texts, spec, workdir / "local", EncodeConfig(shard_size=8, batch_size=4, progress=False))

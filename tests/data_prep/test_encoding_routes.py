@@ -47,8 +47,11 @@ def test_synthetic_kb_encodes_entities_queries_and_passages_through_the_step(spy
 
     # A tiny BERT stands in for E5 (same loader, same ``passage: `` prefix), so no download is needed.
     tiny = str(build_tiny_text_encoder(tmp_path / "tiny", hidden=32, layers=1))
-    kb_dir = build_kb(tmp_path / "kb", replace(PRESETS["tiny"], num_entities=30, num_rows=8),
-                      text_encoder={"name": "e5", "kwargs": {"model_path": tiny}})  # fmt: skip
+    kb_dir = build_kb(
+        tmp_path / "kb",
+        replace(PRESETS["tiny"], num_entities=30, num_rows=8),
+        text_encoder={"name": "e5", "kwargs": {"model_path": tiny}},
+    )
     kb = load_kb(kb_dir)
     num_queries = len(kb.queries)
     assert spy == [

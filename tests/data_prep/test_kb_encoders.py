@@ -67,15 +67,31 @@ def eva_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         folder
     )
     config = module.TinyEvaClipConfig(
-        text_config=dict(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, max_position_embeddings=77, bos_token_id=0, eos_token_id=1,
-                         pad_token_id=1),
-        vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                           image_size=32, patch_size=8),
+        text_config=dict(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=77,
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=1,
+        ),
+        vision_config=dict(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=32,
+            patch_size=8,
+        ),
         projection_dim=PROJECTION,
-    )  # fmt: skip
-    config.auto_map = {"AutoConfig": "modeling_tiny_evaclip.TinyEvaClipConfig",
-                       "AutoModel": "modeling_tiny_evaclip.TinyEvaClip"}  # fmt: skip
+    )
+    config.auto_map = {
+        "AutoConfig": "modeling_tiny_evaclip.TinyEvaClipConfig",
+        "AutoModel": "modeling_tiny_evaclip.TinyEvaClip",
+    }
     module.TinyEvaClip(config).save_pretrained(folder)
     return folder
 
@@ -89,8 +105,14 @@ def e5_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     words = sorted({w.strip(".,!?").lower() for w in fx.TEXT.split()} | {"query", "passage", ":"})
     (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]))
     BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
-    config = BertConfig(vocab_size=5 + len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, max_position_embeddings=128)  # fmt: skip
+    config = BertConfig(
+        vocab_size=5 + len(words),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=128,
+    )
     BertModel(config).save_pretrained(folder)
     return folder
 
@@ -122,11 +144,24 @@ def test_e5_prefixes_queries_and_passages(e5_dir: Path) -> None:
 
 def test_prep_with_both_real_encoders(eva_dir: Path, e5_dir: Path, tmp_path: Path) -> None:
     fx.write_infoseek(tmp_path / "raw")
-    image = {"name": "eva_clip", "kwargs": {"model_path": str(eva_dir), "processor_path": str(eva_dir),
-                                            "device": "cpu"}}  # fmt: skip
+    image = {
+        "name": "eva_clip",
+        "kwargs": {"model_path": str(eva_dir), "processor_path": str(eva_dir), "device": "cpu"},
+    }
     text = {"name": "e5", "kwargs": {"model_path": str(e5_dir)}}
-    report = prep_dataset("infoseek", ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb"),
-                                       "--image-encoder", json.dumps(image), "--text-encoder", json.dumps(text)])  # fmt: skip
+    report = prep_dataset(
+        "infoseek",
+        [
+            "--raw",
+            str(tmp_path / "raw"),
+            "--out",
+            str(tmp_path / "kb"),
+            "--image-encoder",
+            json.dumps(image),
+            "--text-encoder",
+            json.dumps(text),
+        ],
+    )
     assert report["details"]["index_dim"] == 2 * PROJECTION
     kb = load_kb(tmp_path / "kb")
     imageless = (kb.entities["image"] == "images/no_image.png").to_numpy()
@@ -159,8 +194,10 @@ def test_a_kb_prepared_with_e5_searches_text_with_e5(e5_dir: Path, tmp_path: Pat
 
     fx.write_infoseek(tmp_path / "raw")
     text = {"name": "e5", "kwargs": {"model_path": str(e5_dir)}}
-    prep_dataset("infoseek", ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb"),
-                              "--text-encoder", json.dumps(text)])  # fmt: skip
+    prep_dataset(
+        "infoseek",
+        ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb"), "--text-encoder", json.dumps(text)],
+    )
     assert json.loads((tmp_path / "kb" / "kb.json").read_text())["text_retrievers"] == ["bm25", "dense"]
     for split in ("train", "val"):
         env = _row_env(tmp_path / "kb", split)

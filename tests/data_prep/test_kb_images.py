@@ -59,8 +59,12 @@ def server():
 
 def test_download_retries_reports_failures_and_resumes(server, tmp_path: Path) -> None:
     base, hits = server
-    urls = [f"{base}/img/{i}.jpg" for i in range(5)] + [f"{base}/flaky/a.png", f"{base}/gone/b.jpg",
-                                                        f"{base}/busy/c.jpg", f"{base}/img/0.jpg"]  # fmt: skip
+    urls = [f"{base}/img/{i}.jpg" for i in range(5)] + [
+        f"{base}/flaky/a.png",
+        f"{base}/gone/b.jpg",
+        f"{base}/busy/c.jpg",
+        f"{base}/img/0.jpg",
+    ]
     counts = download(urls, tmp_path / "kb_images", FAST)
     assert counts == {"urls": 8, "already_present": 0, "downloaded": 6, "failed": 2}
     assert hits["/flaky/a.png"] == 2  # one retry after the 500
@@ -83,11 +87,22 @@ def test_prep_uses_downloaded_entity_images(server, tmp_path: Path) -> None:
     base, _ = server
     raw = tmp_path / "raw"
     raw.mkdir()
-    kb = [{"wikidata_id": f"Q{i}", "wikipedia_title": f"T{i}", "wikipedia_content": "Text. More text.",
-           "wikipedia_image_url": f"{base}/{'gone' if i == 2 else 'img'}/{i}.jpg"} for i in range(3)]  # fmt: skip
+    kb = [
+        {
+            "wikidata_id": f"Q{i}",
+            "wikipedia_title": f"T{i}",
+            "wikipedia_content": "Text. More text.",
+            "wikipedia_image_url": f"{base}/{'gone' if i == 2 else 'img'}/{i}.jpg",
+        }
+        for i in range(3)
+    ]
     (raw / "Wiki6M_ver_1_0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kb))
     assert fetch_images(["infoseek", "--raw", str(raw), "--workers", "2", "--retries", "0"]) == {
-        "urls": 3, "already_present": 0, "downloaded": 2, "failed": 1}  # fmt: skip
+        "urls": 3,
+        "already_present": 0,
+        "downloaded": 2,
+        "failed": 1,
+    }
     from ragym.data_prep.kb_build import BuildConfig, _entity_images
     from ragym.data_prep.kb_files import read_kb_file
     from ragym.data_prep.report import PrepReport

@@ -75,9 +75,26 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
         assert len(record["rows"]) == 2 and all(0 <= i < len(train) for i in record["rows"])
 
     out = tmp_path / "eval"
-    assert evaluate(["--model", str(policy), "--data", str(mix / "val.parquet"), "--out", str(out),
-                     "--recipe", "kbvqa_tiny_cpu", "--backend", "hf", "data.max_response_length=48",
-                     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", overrides[-1]]) == 0  # fmt: skip
+    assert (
+        evaluate(
+            [
+                "--model",
+                str(policy),
+                "--data",
+                str(mix / "val.parquet"),
+                "--out",
+                str(out),
+                "--recipe",
+                "kbvqa_tiny_cpu",
+                "--backend",
+                "hf",
+                "data.max_response_length=48",
+                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+                overrides[-1],
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["all"]["num_episodes"] == 11
     assert {s: m["num_episodes"] for s, m in metrics["by_source"].items()} == {
@@ -86,12 +103,20 @@ def test_prep_mix_train_and_eval(prepared, tmp_path: Path) -> None:
         "mmhops": 3,
     }
     # The paper's columns, from what prep wrote into the rows; the fixture KBs have BM25 only.
-    columns = {s: {k: v["num_episodes"] for k, v in m["paper"]["subsets"].items()}
-               for s, m in metrics["by_source"].items()}  # fmt: skip
-    assert columns == {"infoseek": {"unseen_question": 2, "unseen_entity": 3},
-                       "evqa": {"single_hop": 3, "two_hop": 0}, "mmhops": {"bridge": 2, "compare": 1}}  # fmt: skip
+    columns = {
+        s: {k: v["num_episodes"] for k, v in m["paper"]["subsets"].items()}
+        for s, m in metrics["by_source"].items()
+    }
+    assert columns == {
+        "infoseek": {"unseen_question": 2, "unseen_entity": 3},
+        "evqa": {"single_hop": 3, "two_hop": 0},
+        "mmhops": {"bridge": 2, "compare": 1},
+    }
     assert {s: m["text_retriever"] for s, m in metrics["by_source"].items()} == {
-        "infoseek": {"bm25": 5}, "evqa": {"bm25": 3}, "mmhops": {"bm25": 3}}  # fmt: skip
+        "infoseek": {"bm25": 5},
+        "evqa": {"bm25": 3},
+        "mmhops": {"bm25": 3},
+    }
     assert "| | Bridging | Comparison | All |" in (out / "metrics.md").read_text()
     infoseek = metrics["by_source"]["infoseek"]
     assert infoseek["accuracy_aggregation"] == "harmonic mean of splits"  # rows carry InfoSeek's data_split

@@ -97,10 +97,13 @@ def test_infoseek_variants(prepared) -> None:
 
 
 EVAL_GOLD_UNKNOWN = {
-    "infoseek": ("val", {"infoseek_val_00000004": "gold_entity_not_in_kb", "infoseek_val_00000005": "missing_gold_entity"}),
+    "infoseek": (
+        "val",
+        {"infoseek_val_00000004": "gold_entity_not_in_kb", "infoseek_val_00000005": "missing_gold_entity"},
+    ),
     "evqa": ("test", {"evqa_test_4_0": "gold_entity_not_in_kb"}),
     "mmhops": ("test", {"MMhops_test_00003": "gold_entity_not_in_kb"}),
-}  # fmt: skip
+}
 """Per fixture: the evaluation split and its rows whose gold entity the KB cannot name (training twins are
 rejected under the same reasons, see the fixtures' expected rejections)."""
 

@@ -17,11 +17,22 @@ from ragym.data_prep.kb_records import iter_json_object
 from ragym.data_prep.report import PrepReport
 from tests.data_prep import kbvqa_fixtures as fx
 
-EVQA_ENTRY = {"title": "Example Hall", "section_titles": ["Example Hall", "History"],
-              "section_texts": ["Example Hall is a venue.", "Built in 1901."], "image_urls": ["http://x/a.jpg"],
-              "image_reference_descriptions": ["d"], "image_section_indices": [0], "url": fx.WIKI + "Example_Hall"}  # fmt: skip
-WIKI6M_ROW = {"wikidata_id": "Q7", "wikipedia_title": "Example Bridge", "wikipedia_content": "It spans a river.",
-              "wikipedia_summary": "A bridge.", "wikipedia_image_url": None}  # fmt: skip
+EVQA_ENTRY = {
+    "title": "Example Hall",
+    "section_titles": ["Example Hall", "History"],
+    "section_texts": ["Example Hall is a venue.", "Built in 1901."],
+    "image_urls": ["http://x/a.jpg"],
+    "image_reference_descriptions": ["d"],
+    "image_section_indices": [0],
+    "url": fx.WIKI + "Example_Hall",
+}
+WIKI6M_ROW = {
+    "wikidata_id": "Q7",
+    "wikipedia_title": "Example Bridge",
+    "wikipedia_content": "It spans a river.",
+    "wikipedia_summary": "A bridge.",
+    "wikipedia_image_url": None,
+}
 
 
 @pytest.mark.parametrize(
@@ -108,13 +119,27 @@ def test_mmhops_image_columns_under_other_names(tmp_path: Path) -> None:
     fx.write_mmhops(raw)
     for shard in (raw / "data").glob("*.parquet"):
         shard.unlink()
-    features = Features({"id": Value("string"), "problem": Value("string"), "answer_eval": List(Value("string")),
-                         "split": Value("string"), "problem_type": Value("string"), "image_1": Image(),
-                         "image_2": Image()})  # fmt: skip
+    features = Features(
+        {
+            "id": Value("string"),
+            "problem": Value("string"),
+            "answer_eval": List(Value("string")),
+            "split": Value("string"),
+            "problem_type": Value("string"),
+            "image_1": Image(),
+            "image_2": Image(),
+        }
+    )
     png = fx._png(fx.photo(0))
-    rows = {"id": ["MMhops_test_1", "MMhops_test_2"], "problem": ["<image><image>Which?", "<image>Who?"],
-            "answer_eval": [["a"], ["b"]], "split": ["COMPARE", "Bridge"], "problem_type": ["String", "String"],
-            "image_1": [{"bytes": png, "path": None}] * 2, "image_2": [{"bytes": png, "path": None}, None]}  # fmt: skip
+    rows = {
+        "id": ["MMhops_test_1", "MMhops_test_2"],
+        "problem": ["<image><image>Which?", "<image>Who?"],
+        "answer_eval": [["a"], ["b"]],
+        "split": ["COMPARE", "Bridge"],
+        "problem_type": ["String", "String"],
+        "image_1": [{"bytes": png, "path": None}] * 2,
+        "image_2": [{"bytes": png, "path": None}, None],
+    }
     Dataset.from_dict(rows, features=features).to_parquet(str(raw / "data" / "test-00000-of-00001.parquet"))
     report = PrepReport("mmhops")
     _, samples, _ = mmhops.read(raw, report)

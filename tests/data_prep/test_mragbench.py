@@ -109,8 +109,13 @@ def test_rows_carry_the_benchmarks_retrieved_list_in_order(prepared: tuple[Path,
 def test_a_prepared_row_runs_as_mrag(prepared: tuple[Path, dict]) -> None:
     out, _ = prepared
     row = rows(out).iloc[0]
-    env = R3GEnv(**json.loads(row["extra_info"]["env_kwargs"]), use_plan=False, pool_source="benchmark",
-                 rerank="none", top_k=5)  # fmt: skip
+    env = R3GEnv(
+        **json.loads(row["extra_info"]["env_kwargs"]),
+        use_plan=False,
+        pool_source="benchmark",
+        rerank="none",
+        top_k=5,
+    )
     options = json.loads(row["extra_info"]["env_options"])
     env.reset(options=options)
     obs, *_, info = env.step("<retrieve></retrieve>")

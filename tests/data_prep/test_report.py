@@ -28,8 +28,12 @@ def test_the_saved_json_has_one_entry_per_split(tmp_path: Path) -> None:
     assert saved == {
         "dataset": "toy",
         "splits": {
-            "train": {"num_rows_in": 4, "num_rows_out": 2, "num_rows_rejected": 2,
-                      "rejected_by_reason": {"missing_image": 1, "no_gold": 1}},
+            "train": {
+                "num_rows_in": 4,
+                "num_rows_out": 2,
+                "num_rows_rejected": 2,
+                "rejected_by_reason": {"missing_image": 1, "no_gold": 1},
+            },
             "kb": {"num_rows_in": 1, "num_rows_out": 1, "num_rows_rejected": 0, "rejected_by_reason": {}},
         },
         "rejected_examples": [
@@ -37,7 +41,7 @@ def test_the_saved_json_has_one_entry_per_split(tmp_path: Path) -> None:
             {"split": "train", "reason": "no_gold", "detail": "row 3"},
         ],
         "details": {"num_entities": 7},
-    }  # fmt: skip
+    }
 
 
 def test_the_printed_form_is_one_line_per_split_then_the_details() -> None:

@@ -14,8 +14,18 @@ def test_row_has_verls_schema_and_reads_back() -> None:
         {"kb_dir": "/kb", "k": 5},
         {"question": "Where?", "ids": [1]},
     )
-    row = verl_row(data_source="infoseek", ability="kbvqa", question="Where?", ground_truth=truth, index=3,
-                   split="val", env_id="KBVQA-v0", env_kwargs=kwargs, env_options=options, sample_id="s3")  # fmt: skip
+    row = verl_row(
+        data_source="infoseek",
+        ability="kbvqa",
+        question="Where?",
+        ground_truth=truth,
+        index=3,
+        split="val",
+        env_id="KBVQA-v0",
+        env_kwargs=kwargs,
+        env_options=options,
+        sample_id="s3",
+    )
     assert set(row) == {"data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"}
     assert row["prompt"] == [{"role": "user", "content": "Where?"}] and row["agent_name"] == AGENT_NAME
     assert row["reward_model"]["style"] == "rule" and json.loads(row["reward_model"]["ground_truth"]) == truth

@@ -10,9 +10,15 @@ from ragym.envs.registry import registered_envs
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("candidates_per_batch", 0), ("max_turns", 0), ("max_rejections", -1), ("text_top_k", 0),
-     ("max_text_queries", 0), ("max_turns", 2.5)],
-)  # fmt: skip
+    [
+        ("candidates_per_batch", 0),
+        ("max_turns", 0),
+        ("max_rejections", -1),
+        ("text_top_k", 0),
+        ("max_text_queries", 0),
+        ("max_turns", 2.5),
+    ],
+)
 def test_nonsense_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=f"KBVQAConfig.{field} must be"):
         KBVQAConfig(**{field: value})
@@ -25,9 +31,17 @@ def test_the_papers_settings_and_the_least_ones_are_accepted():
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("num_candidates", 0), ("num_evidence", 0), ("max_rounds", 0), ("max_turns", 0), ("radius", -1),
-     ("kappa", -1.0), ("eta", float("nan")), ("encoder", "audio")],
-)  # fmt: skip
+    [
+        ("num_candidates", 0),
+        ("num_evidence", 0),
+        ("max_rounds", 0),
+        ("max_turns", 0),
+        ("radius", -1),
+        ("kappa", -1.0),
+        ("eta", float("nan")),
+        ("encoder", "audio"),
+    ],
+)
 def test_docmemo_nonsense_settings_name_the_field(field, value):
     from ragym.envs.docmemo.env import DocMemoConfig
 

@@ -101,8 +101,9 @@ def photo_task(root: Path) -> Path:
     for i, name in enumerate(ids):
         write_photo(root / "corpus" / f"{name}.jpg", 2000, 1500, i)
     write_photo(root / "query.jpg", 3000, 2000, 3)
-    pd.DataFrame({"image_id": ids, "path": [f"corpus/{n}.jpg" for n in ids],
-                  "caption": [""] * 3}).to_parquet(root / "corpus" / "corpus.parquet")  # fmt: skip
+    pd.DataFrame({"image_id": ids, "path": [f"corpus/{n}.jpg" for n in ids], "caption": [""] * 3}).to_parquet(
+        root / "corpus" / "corpus.parquet"
+    )
     np.save(root / "corpus" / "embeddings.npy", np.eye(3, dtype=np.float32))
     (root / "corpus" / "manifest.json").write_text(json.dumps({"image_encoder": {"name": "none"}}))
     return root
@@ -110,8 +111,15 @@ def photo_task(root: Path) -> Path:
 
 @BUDGETS
 def test_r3g_query_and_evidence_photos_are_fitted(tmp_path: Path, budget: ImageBudget) -> None:
-    env = R3GEnv(task_dir=str(photo_task(tmp_path)), encoder=FirstPixelEncoder(), use_plan=False,
-                 rerank="none", pool_size=3, top_k=3, **budget_kwargs(budget))  # fmt: skip
+    env = R3GEnv(
+        task_dir=str(photo_task(tmp_path)),
+        encoder=FirstPixelEncoder(),
+        use_plan=False,
+        rerank="none",
+        pool_size=3,
+        top_k=3,
+        **budget_kwargs(budget),
+    )
     obs, _ = env.reset(options={"question": "q", "query_image": "query.jpg", "gold_images": ["a"]})
     assert_within(obs["images"], budget, "query")
     obs, *_ = env.step("<retrieve></retrieve>")
@@ -131,8 +139,9 @@ def test_memora_query_photo_is_fitted(tmp_path: Path, budget: ImageBudget) -> No
 @BUDGETS
 def test_docmemo_pages_and_crops_are_fitted_to_the_page_budget(budget: ImageBudget) -> None:
     page = photo(1700, 2200)  # a letter page at 200 dpi
-    pages = ImageBudget(budget.query_max_pixels, 512 * budget.image_factor**2, budget.image_min_pixels,
-                        budget.image_factor)  # fmt: skip
+    pages = ImageBudget(
+        budget.query_max_pixels, 512 * budget.image_factor**2, budget.image_min_pixels, budget.image_factor
+    )
     fitted = docmemo_views.fit(page, 1024, pages)
     assert fitted.shape[0] < 1024 and fitted.shape[0] > fitted.shape[1]  # fitted once, aspect kept
     assert visual_tokens(*fitted.shape[:2], budget.image_factor) > 0.9 * pages.max_tokens("candidate")

@@ -12,8 +12,14 @@ from ragym.envs import events as ev
 from ragym.envs.registry import env_packages
 
 SHARED_KINDS = {
-    "action", "format_error", "protocol_violation", "truncated", "answer", "retrieval_error", "episode_error",
-}  # fmt: skip
+    "action",
+    "format_error",
+    "protocol_violation",
+    "truncated",
+    "answer",
+    "retrieval_error",
+    "episode_error",
+}
 
 BAD_EVENTS = [
     ("bool turn", lambda: ev.action(True, "answer", True), TypeError),
@@ -36,10 +42,14 @@ def test_bad_fields_raise_naming_the_event(make, error) -> None:
 
 def test_shared_constructors_make_their_kinds_as_plain_json() -> None:
     made = [
-        ev.action(np.int64(0), "answer", True), ev.format_error(0, "x"), ev.protocol_violation(0, "x", pages=[1]),
-        ev.truncated(0, "max_turns"), ev.answer(0, "y"), ev.retrieval_error(0, "bm25", "timeout", "no answer"),
+        ev.action(np.int64(0), "answer", True),
+        ev.format_error(0, "x"),
+        ev.protocol_violation(0, "x", pages=[1]),
+        ev.truncated(0, "max_turns"),
+        ev.answer(0, "y"),
+        ev.retrieval_error(0, "bm25", "timeout", "no answer"),
         ev.episode_error(-1, "reset", "FileNotFoundError: q.jpg"),
-    ]  # fmt: skip
+    ]
     assert {e["type"] for e in made} == SHARED_KINDS
     assert json.loads(json.dumps(made)) == made and type(made[0]["turn"]) is int
     sized = ev.truncated(3, "max_response_length", observation_tokens=900, visual_tokens=None)

@@ -255,8 +255,15 @@ def user_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run(user_folder: Path, *args: str, timeout: float = RUN_TIMEOUT_S) -> str:
     """``ragym ARGS`` from the user's folder, the package importable only through ``PYTHONPATH``."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(user_folder), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "ragym.rl.cli", *args], cwd=user_folder, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "ragym.rl.cli", *args],
+        cwd=user_folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, f"ragym {' '.join(args[:3])} failed ({done.returncode}):\n{log[-6000:]}"
     return log
@@ -276,8 +283,15 @@ trips = [hooks.parse_action(hooks.format_action(a)) == a for a in hooks.example_
 print(json.dumps({{"name": hooks.name, "trips": trips, "reward": "lookup_asked_key" in registered_rewards()}}))
 """
     env = {**os.environ, "PYTHONPATH": str(user_folder)}
-    done = subprocess.run([sys.executable, "-c", probe], cwd=user_folder, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=user_folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {
         "name": "lookup",
@@ -289,8 +303,19 @@ print(json.dumps({{"name": hooks.name, "trips": trips, "reward": "lookup_asked_k
 def test_rollout_budget_local_engine_and_verl_pick_it_up(user_folder: Path) -> None:
     toy = user_folder / "toy"
     # verl's own trainer at toy size: toy rows from the hooks, a policy warm-started on the hooks' expert.
-    log = run(user_folder, "train", "--engine", "verl", "--recipe", str(user_folder / "recipes" / "lookup_tiny.yaml"),
-              "--toy", str(toy), "--network", "private", "trainer.total_training_steps=1")  # fmt: skip
+    log = run(
+        user_folder,
+        "train",
+        "--engine",
+        "verl",
+        "--recipe",
+        str(user_folder / "recipes" / "lookup_tiny.yaml"),
+        "--toy",
+        str(toy),
+        "--network",
+        "private",
+        "trainer.total_training_steps=1",
+    )
     from ragym.rl.verl_plugin.verl_local import console_step_metrics
 
     steps = console_step_metrics(log)
@@ -308,22 +333,48 @@ def test_rollout_budget_local_engine_and_verl_pick_it_up(user_folder: Path) -> N
     assert summary["episodes"] == 4 and summary["answer_acc"] == 1.0 and summary["lookups"] == 1.0
 
     # ragym budget plays the hooks' longest episode (two turns here) on every row.
-    budget = run(user_folder, "budget", "--recipe", str(user_folder / "recipes" / "lookup_tiny.yaml"),
-                 "--rows", str(rows / "test.parquet"), "--estimate-text", "--json", str(user_folder / "budget.json"))  # fmt: skip
+    budget = run(
+        user_folder,
+        "budget",
+        "--recipe",
+        str(user_folder / "recipes" / "lookup_tiny.yaml"),
+        "--rows",
+        str(rows / "test.parquet"),
+        "--estimate-text",
+        "--json",
+        str(user_folder / "budget.json"),
+    )
     assert "text ESTIMATED" in budget
     summary = json.loads((user_folder / "budget.json").read_text())["summary"]
     assert summary["envs"] == {ENV_ID: 4} and summary["tokens"]["turns"]["max"] == 2
 
     # The local engine: 2 GRPO steps on the toy rows and the warm-started policy, at toy size (the engine section
     # a local recipe carries, and a micro-batch count where the cluster recipe packs by tokens).
-    local = run(user_folder, "train", "--recipe", str(user_folder / "recipes" / "lookup_tiny.yaml"),
-                f"data.train_files={rows / 'train.parquet'}", f"data.val_files={rows / 'test.parquet'}",
-                f"actor_rollout_ref.model.path={toy / 'policy' / ENV_ID}", "actor_rollout_ref.rollout.name=hf",
-                "data.train_batch_size=4", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "data.max_prompt_length=1024",
-                "data.max_response_length=1024", "trainer.total_training_steps=2", "trainer.val_before_train=false",
-                "trainer.test_freq=-1", "trainer.save_freq=-1", f"trainer.default_local_dir={user_folder / 'local'}",
-                "trainer.logger=[console]", "+ragym.engine.batch_wait_s=1.0", "+ragym.engine.num_threads=1",
-                "+ragym.engine.trace_groups_per_step=0", "+ragym.engine.async_rollouts=false")  # fmt: skip
+    local = run(
+        user_folder,
+        "train",
+        "--recipe",
+        str(user_folder / "recipes" / "lookup_tiny.yaml"),
+        f"data.train_files={rows / 'train.parquet'}",
+        f"data.val_files={rows / 'test.parquet'}",
+        f"actor_rollout_ref.model.path={toy / 'policy' / ENV_ID}",
+        "actor_rollout_ref.rollout.name=hf",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "data.max_prompt_length=1024",
+        "data.max_response_length=1024",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={user_folder / 'local'}",
+        "trainer.logger=[console]",
+        "+ragym.engine.batch_wait_s=1.0",
+        "+ragym.engine.num_threads=1",
+        "+ragym.engine.trace_groups_per_step=0",
+        "+ragym.engine.async_rollouts=false",
+    )
     assert "step 2 " in local and "reward/asked_key=" in local, local[-4000:]
     assert (user_folder / "local" / "global_step_2").is_dir()

@@ -47,14 +47,37 @@ def workdir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _script(workdir: Path, overrides: list[str], recipe: str = "kbvqa_tiny_cpu", flags: tuple[str, ...] = (),
-            resources: str = "--num-cpus 2 --num-gpus 0", timeout_s: int = JOB_TIMEOUT_S) -> str:  # fmt: skip
+def _script(
+    workdir: Path,
+    overrides: list[str],
+    recipe: str = "kbvqa_tiny_cpu",
+    flags: tuple[str, ...] = (),
+    resources: str = "--num-cpus 2 --num-gpus 0",
+    timeout_s: int = JOB_TIMEOUT_S,
+) -> str:
     """The bash program run inside the namespaces: start Ray, submit and follow the job, always stop Ray."""
     bin_dir = Path(sys.executable).parent
     address = "http://127.0.0.1:8265"
-    submit = ["python", "-m", "ragym.rl.cli", "submit", recipe, "--address", address, "--follow",
-              "--timeout", str(timeout_s), "--submission-id", "ragym-ray-test", *flags,
-              "--env", "WANDB_MODE=disabled", "--env", "HF_HUB_OFFLINE=1", *overrides]  # fmt: skip
+    submit = [
+        "python",
+        "-m",
+        "ragym.rl.cli",
+        "submit",
+        recipe,
+        "--address",
+        address,
+        "--follow",
+        "--timeout",
+        str(timeout_s),
+        "--submission-id",
+        "ragym-ray-test",
+        *flags,
+        "--env",
+        "WANDB_MODE=disabled",
+        "--env",
+        "HF_HUB_OFFLINE=1",
+        *overrides,
+    ]
     return f"""
 set -u
 export PATH={bin_dir}:$PATH RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
@@ -93,8 +116,11 @@ def test_local_engine_job_succeeds_on_a_loopback_ray_cluster(workdir: Path) -> N
     ]
     result = subprocess.run(
         ["timeout", str(JOB_TIMEOUT_S + 60), *UNSHARE, "bash", "-c", _script(workdir, overrides)],
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     log = f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
     assert result.returncode == 0, log
     assert "ragym: job ragym-ray-test SUCCEEDED" in result.stdout, log
@@ -122,11 +148,19 @@ def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     base = merge_overrides(cluster_overrides("cpu"), platform_overrides("toy"))
     toy_set = toy_overrides(resolve_recipe_path(recipe), toy, base)
     out = workdir / "verl"
-    overrides = merge_overrides(platform_overrides("toy"), toy_set, [f"trainer.default_local_dir={out}",
-                                                                   "trainer.total_training_steps=1"])  # fmt: skip
+    overrides = merge_overrides(
+        platform_overrides("toy"),
+        toy_set,
+        [f"trainer.default_local_dir={out}", "trainer.total_training_steps=1"],
+    )
     script = _script(workdir, overrides, recipe, ("--cpu",), "--num-cpus 16 --num-gpus 1", VERL_JOB_TIMEOUT_S)
-    result = subprocess.run(["timeout", str(VERL_JOB_TIMEOUT_S + 60), *UNSHARE, "bash", "-c", script],
-                            cwd=REPO, capture_output=True, text=True, check=False)  # fmt: skip
+    result = subprocess.run(
+        ["timeout", str(VERL_JOB_TIMEOUT_S + 60), *UNSHARE, "bash", "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     log = f"stdout:\n{result.stdout[-6000:]}\nstderr:\n{result.stderr[-4000:]}"
     assert result.returncode == 0, log
     assert "ragym: job ragym-ray-test SUCCEEDED" in result.stdout, log

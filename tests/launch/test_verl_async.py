@@ -30,9 +30,18 @@ RECIPE = "kbvqa_qwen2_5_vl_7b"
 ENV_ID = "KBVQA-v0"
 BOUND = 2
 """``max_off_policy_threshold``: a trajectory may span 2 weight versions, so it is at most 1 update old."""
-RAGYM_KEYS = {"reward/total", "reward/outcome", "episode/turns", "grpo/zero_adv_group_share",
-              "off_policy/stale_share", "off_policy/dropped_stale_groups", "dynamic_sampling/flat_group_share",
-              *CORRECTION_KEYS, "images/per_episode", "images/tokens_per_episode"}  # fmt: skip
+RAGYM_KEYS = {
+    "reward/total",
+    "reward/outcome",
+    "episode/turns",
+    "grpo/zero_adv_group_share",
+    "off_policy/stale_share",
+    "off_policy/dropped_stale_groups",
+    "dynamic_sampling/flat_group_share",
+    *CORRECTION_KEYS,
+    "images/per_episode",
+    "images/tokens_per_episode",
+}
 
 
 def check_steps(metrics: dict[int, dict[str, float]], steps: list[int]) -> None:
@@ -74,8 +83,11 @@ def check_synced(recorded: list[dict]) -> None:
 
 
 def overrides(mode: str, out: Path) -> list[str]:
-    return [f"trainer.v1.trainer_mode={mode}", f"trainer.v1.sampler.max_off_policy_threshold={BOUND}",
-            f"trainer.default_local_dir={out}"]  # fmt: skip
+    return [
+        f"trainer.v1.trainer_mode={mode}",
+        f"trainer.v1.sampler.max_off_policy_threshold={BOUND}",
+        f"trainer.default_local_dir={out}",
+    ]
 
 
 def test_colocate_async_two_steps_resume_export_and_eval(toy: Path, ray_head: RayHead) -> None:

@@ -34,8 +34,21 @@ SYNC_LINE = re.compile(
 
 def test_two_lora_steps_sync_adapters_and_export(toy: Path, ray_head: RayHead) -> None:
     out = toy / "lora"
-    log = ragym("train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy), "--network", "host",
-                f"trainer.default_local_dir={out}", *LORA, cwd=toy, head=ray_head)  # fmt: skip
+    log = ragym(
+        "train",
+        "--engine",
+        "verl",
+        "--recipe",
+        RECIPE,
+        "--toy",
+        str(toy),
+        "--network",
+        "host",
+        f"trainer.default_local_dir={out}",
+        *LORA,
+        cwd=toy,
+        head=ray_head,
+    )
     metrics = console_step_metrics(log)
     assert sorted(metrics) == [1, 2], f"steps seen: {sorted(metrics)}"
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
@@ -72,8 +85,18 @@ def test_two_lora_steps_sync_adapters_and_export(toy: Path, ray_head: RayHead) -
     assert json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"] == str(policy)
     results = {}
     for name, folder in (("adapter", adapter), ("merged", merged)):
-        ragym("eval", "--model", str(folder), "--data", str(toy / "KBVQA-v0" / "data" / "test.parquet"),
-              "--out", str(toy / "lora_eval" / name), "--limit", "4", cwd=toy)  # fmt: skip
+        ragym(
+            "eval",
+            "--model",
+            str(folder),
+            "--data",
+            str(toy / "KBVQA-v0" / "data" / "test.parquet"),
+            "--out",
+            str(toy / "lora_eval" / name),
+            "--limit",
+            "4",
+            cwd=toy,
+        )
         results[name] = (toy / "lora_eval" / name / "rollouts.jsonl").read_text()
     # The same four episodes, turn by turn.
     assert results["adapter"].count("\n") == 4 and results["adapter"] == results["merged"]

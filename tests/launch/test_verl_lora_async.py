@@ -52,9 +52,24 @@ def lora_run(
     if fault:
         monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", FAULT)
         monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # Ray's workers import it
-    log = ragym("train", "--engine", "verl", "--recipe", RECIPE, "--toy", str(toy), "--network", "host" if head else "private",
-                f"trainer.v1.trainer_mode=ragym_{mode}_async", f"trainer.v1.{mode}_async.num_warmup_batches=0",
-                f"trainer.total_training_steps={steps}", f"trainer.default_local_dir={out}", *LORA, cwd=toy, head=head)  # fmt: skip
+    log = ragym(
+        "train",
+        "--engine",
+        "verl",
+        "--recipe",
+        RECIPE,
+        "--toy",
+        str(toy),
+        "--network",
+        "host" if head else "private",
+        f"trainer.v1.trainer_mode=ragym_{mode}_async",
+        f"trainer.v1.{mode}_async.num_warmup_batches=0",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.default_local_dir={out}",
+        *LORA,
+        cwd=toy,
+        head=head,
+    )
     metrics = console_step_metrics(log)
     assert sorted(metrics) == list(range(1, steps + 1)), f"steps seen: {sorted(metrics)}"
     diffs = [round(metrics[step]["training/rollout_probs_diff_mean"], 4) for step in sorted(metrics)]

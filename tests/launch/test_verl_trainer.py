@@ -48,8 +48,12 @@ PROBS_DIFF_BOUND = 0.01
 """Largest ``training/rollout_probs_diff_mean`` (mean |p_rollout - p_trainer| over response tokens) a toy step may
 show, for either rollout: the hf and the vLLM rollout measure about 0.002 (float32 on both sides), while a vLLM
 rollout with wrong image features measured 0.06-0.11 (docs/training.md, vLLM on CPU)."""
-CORRECTION_KEYS = {"off_policy/mismatch_kl", "off_policy/is_ratio_p50", "off_policy/is_ratio_p99",
-                   "off_policy/is_clipped_share"}  # fmt: skip
+CORRECTION_KEYS = {
+    "off_policy/mismatch_kl",
+    "off_policy/is_ratio_p50",
+    "off_policy/is_ratio_p99",
+    "off_policy/is_clipped_share",
+}
 """The off-policy correction's metrics (``ragym.rl.correction``), logged at every step of every mode."""
 RESUMED = "KBVQA-v0"
 """The env whose run is also resumed (verl's resume is env-independent; each resume costs a trainer start-up,
@@ -81,8 +85,20 @@ def train(
     """``ragym train --engine verl --toy`` in a private network namespace: joining ``head`` (the test file's Ray
     instance, in its namespace) where given, else one of its own with its own Ray (``--network private``)."""
     network = "host" if head else "private"  # host: the head's namespace, whose only network is loopback
-    log = ragym("train", "--engine", "verl", "--recipe", recipe, "--toy", str(toy), "--network", network,
-                *overrides, cwd=toy, head=head)  # fmt: skip
+    log = ragym(
+        "train",
+        "--engine",
+        "verl",
+        "--recipe",
+        recipe,
+        "--toy",
+        str(toy),
+        "--network",
+        network,
+        *overrides,
+        cwd=toy,
+        head=head,
+    )
     return console_step_metrics(log)
 
 
@@ -98,8 +114,18 @@ def export_and_eval(toy: Path, checkpoints: Path, name: str, env_id: str) -> Non
     before, after = weights(toy / "policy" / env_id), weights(export)
     assert before.keys() == after.keys()
     assert any(not torch.equal(before[k], after[k]) for k in before), "GRPO changed no weight"
-    ragym("eval", "--model", str(export), "--data", str(toy / env_id / "data" / "test.parquet"),
-          "--out", str(toy / "eval" / name), "--limit", "4", cwd=toy)  # fmt: skip
+    ragym(
+        "eval",
+        "--model",
+        str(export),
+        "--data",
+        str(toy / env_id / "data" / "test.parquet"),
+        "--out",
+        str(toy / "eval" / name),
+        "--limit",
+        "4",
+        cwd=toy,
+    )
     assert (toy / "eval" / name / "metrics.json").is_file()
 
 
@@ -163,10 +189,19 @@ def test_gpu_smoke_script_on_cpu(toy: Path) -> None:
     import os
 
     done = subprocess.run(
-        ["bash", str(Path(__file__).resolve().parents[2] / "launch" / "gpu_smoke.sh"), "--cpu", "--rollout", "hf"],
+        [
+            "bash",
+            str(Path(__file__).resolve().parents[2] / "launch" / "gpu_smoke.sh"),
+            "--cpu",
+            "--rollout",
+            "hf",
+        ],
         env={**os.environ, "RAGYM_SMOKE_DIR": str(toy), "RAGYM_VENV": sys.prefix},
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-6000:]
     metrics = console_step_metrics(log)

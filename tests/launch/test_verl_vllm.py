@@ -56,8 +56,18 @@ def test_two_grpo_steps_with_vllm_export_and_eval(env_id: str, recipe: str, toy:
     assert all(m["training/off_policy/trajectory_staleness/max"] == 0 for m in metrics.values())
     export = toy / "vllm_export" / recipe
     ragym("export", str(out), "--out", str(export), cwd=toy)
-    ragym("eval", "--model", str(export), "--data", str(toy / env_id / "data" / "test.parquet"),
-          "--out", str(toy / "vllm_eval" / recipe), "--limit", "4", cwd=toy)  # fmt: skip
+    ragym(
+        "eval",
+        "--model",
+        str(export),
+        "--data",
+        str(toy / env_id / "data" / "test.parquet"),
+        "--out",
+        str(toy / "vllm_eval" / recipe),
+        "--limit",
+        "4",
+        cwd=toy,
+    )
     assert json.loads((toy / "vllm_eval" / recipe / "metrics.json").read_text())
 
 
@@ -99,9 +109,19 @@ def test_vllm_serves_synced_weights_as_the_trainer_scores_them(arch: str, toy: P
     images = photos(folder)
     script = Path(__file__).parents[1] / "vllm_cpu" / "generate.py"
     env = {**vllm_cpu_environment(dict(os.environ)), "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
-    command = [sys.executable, str(script), str(served_first), "--reload", str(synced),
-               "--images", *map(str, images), "--text", "which candidate is it?",
-               "--out", str(folder / "served.json")]  # fmt: skip
+    command = [
+        sys.executable,
+        str(script),
+        str(served_first),
+        "--reload",
+        str(synced),
+        "--images",
+        *map(str, images),
+        "--text",
+        "which candidate is it?",
+        "--out",
+        str(folder / "served.json"),
+    ]
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=toy, env=env, check=False
     )

@@ -214,13 +214,26 @@ def test_free_form_maps_accept_new_keys(tmp_path: Path) -> None:
     ("overrides", "error", "match"),
     [
         (["actor_rollout_ref.actor.loss_agg_mode=per-banana"], Exception, "loss_agg_mode"),
-        (["actor_rollout_ref.rollout.val_kwargs.do_sample=true", "actor_rollout_ref.rollout.temperature=0"],
-         AssertionError, "temperature"),
-        (["actor_rollout_ref.actor.use_dynamic_bsz=false", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-          "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2", "trainer.n_gpus_per_node=7"],
-         AssertionError, "real_train_batch_size"),
+        (
+            [
+                "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+                "actor_rollout_ref.rollout.temperature=0",
+            ],
+            AssertionError,
+            "temperature",
+        ),
+        (
+            [
+                "actor_rollout_ref.actor.use_dynamic_bsz=false",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+                "trainer.n_gpus_per_node=7",
+            ],
+            AssertionError,
+            "real_train_batch_size",
+        ),
     ],
-)  # fmt: skip
+)
 def test_verl_validation_failure_surfaces(overrides: list[str], error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         check_recipe(RECIPES_DIR / "kbvqa_qwen2_5_vl_7b.yaml", overrides)

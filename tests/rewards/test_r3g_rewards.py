@@ -16,20 +16,38 @@ from ragym.rewards.r3g import r3g_evidence_recall, r3g_format, r3g_judge_ndcg
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "rewards" / "r3g.yaml"
 POOL = ["p1", "p2", "g", "p4", "p5"]
-TRUTH = {"answer_choice": "C", "answer": "red", "options": {"A": "blue", "B": "green", "C": "red", "D": "black"},
-         "gold_images": ["g"], "scenario": "lid"}  # fmt: skip
+TRUTH = {
+    "answer_choice": "C",
+    "answer": "red",
+    "options": {"A": "blue", "B": "green", "C": "red", "D": "black"},
+    "gold_images": ["g"],
+    "scenario": "lid",
+}
 
 
-def episode(final: list[float] | None, answer: str | None = "C", k: int = 1, rerank: str = "fused",
-            extra: list[dict] | None = None, pool: list[str] = POOL) -> Episode:  # fmt: skip
+def episode(
+    final: list[float] | None,
+    answer: str | None = "C",
+    k: int = 1,
+    rerank: str = "fused",
+    extra: list[dict] | None = None,
+    pool: list[str] = POOL,
+) -> Episode:
     """plan, retrieve, judge (ranking by ``final``), answer; ``final`` None: the pool was never judged."""
-    events = [r3g_ev.r3g_task(["g"], "lid", 5, k, rerank, True), ev.action(0, "plan", True), r3g_ev.plan(0, "p"),
-              ev.action(1, "retrieve", True), r3g_ev.coarse_retrieval(1, pool, [0.9] * 5, [0.2] * 5, ["g"])]  # fmt: skip
+    events = [
+        r3g_ev.r3g_task(["g"], "lid", 5, k, rerank, True),
+        ev.action(0, "plan", True),
+        r3g_ev.plan(0, "p"),
+        ev.action(1, "retrieve", True),
+        r3g_ev.coarse_retrieval(1, pool, [0.9] * 5, [0.2] * 5, ["g"]),
+    ]
     turns = ["<plan>p</plan>", "<retrieve></retrieve>"]
     if final is not None:
         order = sorted(range(5), key=lambda i: (-final[i], i))
-        events += [ev.action(2, "judge", True),
-                   r3g_ev.evidence_selected(2, pool, [0.2] * 5, [None] * 5, final, order[:k], ["g"], rerank)]  # fmt: skip
+        events += [
+            ev.action(2, "judge", True),
+            r3g_ev.evidence_selected(2, pool, [0.2] * 5, [None] * 5, final, order[:k], ["g"], rerank),
+        ]
         turns.append("<judge>...</judge>")
     if answer is not None:
         events += [ev.action(len(turns), "answer", True), ev.answer(len(turns), answer)]
@@ -93,9 +111,20 @@ def test_turn_the_env_never_saw_is_a_bad_turn() -> None:
 
 @pytest.mark.parametrize(
     ("text", "score"),
-    [("C", 1.0), ("(c)", 1.0), ("The answer is C.", 1.0), ("C. red", 1.0), ("red", 1.0), ("It is red.", 1.0),
-     ("B", 0.0), ("A B C D", 0.0), ("C or D", 0.0), ("answer: C, or maybe answer: D", 0.0), ("", 0.0)],
-)  # fmt: skip
+    [
+        ("C", 1.0),
+        ("(c)", 1.0),
+        ("The answer is C.", 1.0),
+        ("C. red", 1.0),
+        ("red", 1.0),
+        ("It is red.", 1.0),
+        ("B", 0.0),
+        ("A B C D", 0.0),
+        ("C or D", 0.0),
+        ("answer: C, or maybe answer: D", 0.0),
+        ("", 0.0),
+    ],
+)
 def test_answer_letter_is_parsed_robustly(text: str, score: float) -> None:
     assert score_answer("mragbench", text, TRUTH) == score
 

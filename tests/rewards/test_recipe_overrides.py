@@ -70,9 +70,16 @@ def test_the_command_line_override_reaches_the_reward_and_bad_ones_fail_at_load(
 
 
 def test_a_training_recipe_file_with_overrides_scores_offline(tmp_path) -> None:
-    training = {"reward": {"custom_reward_function": {"reward_kwargs": {
-        "recipe_path": str(PAPER_RECIPE), "overrides": {"terms": {"verification": {"params": {"delta": 0.3}}}},
-    }}}}  # fmt: skip
+    training = {
+        "reward": {
+            "custom_reward_function": {
+                "reward_kwargs": {
+                    "recipe_path": str(PAPER_RECIPE),
+                    "overrides": {"terms": {"verification": {"params": {"delta": 0.3}}}},
+                }
+            }
+        }
+    }
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(training))
     assert load_recipe(path)[0]["terms"]["verification"]["params"]["delta"] == 0.3

@@ -55,7 +55,8 @@ def test_compute_score_equals_rubric(seed: int) -> None:
 def test_recipe_path_and_numpy_and_json_extra_fields() -> None:
     args = verl_args(3)
     by_dict = compute_score(
-        **args, recipe={"terms": {"verification": {"weight": 1.0, "params": {"delta": 0.2, "max_rejections": 2}}}}
+        **args,
+        recipe={"terms": {"verification": {"weight": 1.0, "params": {"delta": 0.2, "max_rejections": 2}}}},
     )
     args["extra_info"]["events"] = np.array(args["extra_info"]["events"], dtype=object)
     args["extra_info"]["turns"] = json.dumps(args["extra_info"]["turns"])

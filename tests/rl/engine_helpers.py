@@ -32,14 +32,27 @@ def tokenizer():
 def build_model(arch: str = "qwen2_5_vl", seed: int = 0) -> torch.nn.Module:
     """A randomly initialised tiny ``arch`` model (float32, eval mode)."""
     tok = tokenizer()
-    ids = {k: tok.convert_tokens_to_ids(v) for k, v in {
-        "image_token_id": "<|image_pad|>", "video_token_id": "<|video_pad|>",
-        "vision_start_token_id": "<|vision_start|>", "vision_end_token_id": "<|vision_end|>"}.items()}  # fmt: skip
+    ids = {
+        k: tok.convert_tokens_to_ids(v)
+        for k, v in {
+            "image_token_id": "<|image_pad|>",
+            "video_token_id": "<|video_pad|>",
+            "vision_start_token_id": "<|vision_start|>",
+            "vision_end_token_id": "<|vision_end|>",
+        }.items()
+    }
     text = dict(
-        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=2048, tie_word_embeddings=True,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-    )  # fmt: skip
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     vision = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
     head_half = 8  # head_dim 16 -> rotary half 8
     mrope = [2, 3, 3]

@@ -37,9 +37,12 @@ def _rank(rank: int, policy_dir: str, out_dir: str, port: int) -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     contents = ["model", "optimizer", "extra"]
     manager = FSDPCheckpointManager(
-        model, optimizer, None, processing_class=load_processor(policy_dir),
+        model,
+        optimizer,
+        None,
+        processing_class=load_processor(policy_dir),
         checkpoint_config=OmegaConf.create({"save_contents": contents, "load_contents": contents}),
-    )  # fmt: skip
+    )
     manager.save_checkpoint(local_path=os.path.join(out_dir, "global_step_1", "actor"), global_step=1)
     dist.destroy_process_group()
 

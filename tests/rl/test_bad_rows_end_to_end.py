@@ -17,16 +17,27 @@ from tests.rl.data.bad_rows import truncated_copy, with_bad_rows
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_TRAIN = [
-    "trainer.total_training_steps=1", "trainer.logger=[console]", "data.train_batch_size=2",
-    "data.val_max_samples=2", "data.max_response_length=48", "actor_rollout_ref.rollout.n=2",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-]  # fmt: skip
+    "trainer.total_training_steps=1",
+    "trainer.logger=[console]",
+    "data.train_batch_size=2",
+    "data.val_max_samples=2",
+    "data.max_response_length=48",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+]
 
 
 def _ragym(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "disabled"}
-    return subprocess.run([sys.executable, "-m", "ragym.rl.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "ragym.rl.cli", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow
@@ -44,9 +55,17 @@ def test_train_eval_rollout_outside_the_repository_on_bad_rows(tmp_path, capsys)
     work = tmp_path / "elsewhere"
     work.mkdir()
 
-    run = _ragym(work, "train", "--recipe", "kbvqa_tiny_cpu", f"actor_rollout_ref.model.path={policy}",
-                 f"data.train_files=[{train},{torn}]", f"data.val_files={test}",
-                 f"trainer.default_local_dir={tmp_path / 'run'}", *TINY_TRAIN)  # fmt: skip
+    run = _ragym(
+        work,
+        "train",
+        "--recipe",
+        "kbvqa_tiny_cpu",
+        f"actor_rollout_ref.model.path={policy}",
+        f"data.train_files=[{train},{torn}]",
+        f"data.val_files={test}",
+        f"trainer.default_local_dir={tmp_path / 'run'}",
+        *TINY_TRAIN,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     for k, (kind, position) in enumerate(positions.items()):
         index = None if kind == "missing_extra_info" else 1000 + k
@@ -55,9 +74,24 @@ def test_train_eval_rollout_outside_the_repository_on_bad_rows(tmp_path, capsys)
     assert (tmp_path / "run" / "global_step_1" / "engine_state.pt").is_file()
 
     out = tmp_path / "eval"
-    run = _ragym(work, "eval", "--model", str(tmp_path / "run" / "global_step_1"), "--recipe", "kbvqa_tiny_cpu",
-                 "--data", str(test), "--data", str(torn), "--out", str(out), "--backend", "hf",
-                 "data.max_response_length=48", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2")  # fmt: skip
+    run = _ragym(
+        work,
+        "eval",
+        "--model",
+        str(tmp_path / "run" / "global_step_1"),
+        "--recipe",
+        "kbvqa_tiny_cpu",
+        "--data",
+        str(test),
+        "--data",
+        str(torn),
+        "--out",
+        str(out),
+        "--backend",
+        "hf",
+        "data.max_response_length=48",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["complete"] and metrics["all"]["num_episodes"] == 3 and len(metrics["bad_rows"]) == 4
@@ -72,8 +106,11 @@ def test_train_eval_rollout_outside_the_repository_on_bad_rows(tmp_path, capsys)
     os.chdir(work)
     capsys.readouterr()  # what the fixtures printed
     try:
-        for args in (["rollout", "--data", str(torn)], ["eval", "--model", str(tmp_path / "absent"), "--data",
-                     str(test), "--out", str(out)], ["train", "--recipe", "no_such_recipe"]):  # fmt: skip
+        for args in (
+            ["rollout", "--data", str(torn)],
+            ["eval", "--model", str(tmp_path / "absent"), "--data", str(test), "--out", str(out)],
+            ["train", "--recipe", "no_such_recipe"],
+        ):
             assert main(args) == 2
             errors = capsys.readouterr().err.strip().splitlines()
             assert len(errors) == 1 and errors[0].startswith(f"ragym {args[0]}: "), errors

@@ -28,9 +28,23 @@ def test_a_commands_log_is_ragyms_own_unless_verbose(tmp_path, verbose: bool) ->
 
     flags = ["--verbose"] if verbose else []
     done = subprocess.run(
-        [sys.executable, "-m", "ragym.rl.cli", *flags, "prep", "synthetic-kb", "--out", str(tmp_path / "kb"), "--preset", "tiny"],
-        capture_output=True, text=True, timeout=300, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "ragym.rl.cli",
+            *flags,
+            "prep",
+            "synthetic-kb",
+            "--out",
+            str(tmp_path / "kb"),
+            "--preset",
+            "tiny",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     lines = [line for line in done.stderr.splitlines() if " INFO " in line or " DEBUG " in line]
     assert any("ragym.data_prep.synthetic_kb: wrote synthetic-tiny KB" in line for line in lines)
     foreign = [line for line in lines if line.split(" ", 4)[3].split(".")[0] not in cli.OWN_LOGGERS]
@@ -51,12 +65,15 @@ def test_commands_ask_for_the_passive_wait_policy_before_torch_loads(name: str, 
     import subprocess
     import sys
 
-    code = ("import os, subprocess, sys; from ragym.rl.cli import prepare_process; prepare_process(sys.argv[1]); "
-            "import torch; child = \"import os; print(os.environ.get('OMP_WAIT_POLICY', 'unset'))\"; "
-            "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True).stdout)")  # fmt: skip
+    code = (
+        "import os, subprocess, sys; from ragym.rl.cli import prepare_process; prepare_process(sys.argv[1]); "
+        "import torch; child = \"import os; print(os.environ.get('OMP_WAIT_POLICY', 'unset'))\"; "
+        "print(subprocess.run([sys.executable, '-c', child], capture_output=True, text=True).stdout)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    done = subprocess.run([sys.executable, "-c", code, name], env=env, capture_output=True, text=True, timeout=120,
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code, name], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
     assert done.stdout.split() == [expected]
 
 

@@ -25,11 +25,16 @@ def test_recipe_errors_are_one_line(capsys, tmp_path):
     bad = tmp_path / "broken.yaml"
     bad.write_text("defaults: [ppo_trainer, _self_]\ndata: {train_files: [unclosed\n")
     _one_line(capsys, ["train", "--recipe", str(bad)])
-    _one_line(capsys, ["train", "--recipe", "kbvqa_tiny_cpu", "actor_rollout_ref.rollout.temprature=0.5"],
-              "override actor_rollout_ref.rollout.temprature: kbvqa_tiny_cpu.yaml has no such key")  # fmt: skip
-    bad_delta = ["~reward.custom_reward_function.reward_kwargs.recipe_path",
-                 "+reward.custom_reward_function.reward_kwargs.recipe={terms:{verification:{weight:1.0,"
-                 "params:{delta:-1}}}}"]  # fmt: skip
+    _one_line(
+        capsys,
+        ["train", "--recipe", "kbvqa_tiny_cpu", "actor_rollout_ref.rollout.temprature=0.5"],
+        "override actor_rollout_ref.rollout.temprature: kbvqa_tiny_cpu.yaml has no such key",
+    )
+    bad_delta = [
+        "~reward.custom_reward_function.reward_kwargs.recipe_path",
+        "+reward.custom_reward_function.reward_kwargs.recipe={terms:{verification:{weight:1.0,"
+        "params:{delta:-1}}}}",
+    ]
     _one_line(
         capsys,
         ["submit", "kbvqa_qwen2_5_vl_7b", "--dry-run", *bad_delta],
@@ -38,10 +43,26 @@ def test_recipe_errors_are_one_line(capsys, tmp_path):
 
 
 def test_model_folder_errors_are_one_line(capsys, tmp_path, tiny_policy_dir):
-    _one_line(capsys, ["eval", "--model", str(tmp_path / "absent"), "--data", "x.parquet", "--out", str(tmp_path)],
-              "absent", "not a Hugging Face model folder")  # fmt: skip
-    _one_line(capsys, ["eval", "--model", str(tiny_policy_dir("qwen2_5_vl")), "--data", "x.parquet", "--out",
-                       str(tmp_path / "o")], "records no recipe", "--recipe")  # fmt: skip
+    _one_line(
+        capsys,
+        ["eval", "--model", str(tmp_path / "absent"), "--data", "x.parquet", "--out", str(tmp_path)],
+        "absent",
+        "not a Hugging Face model folder",
+    )
+    _one_line(
+        capsys,
+        [
+            "eval",
+            "--model",
+            str(tiny_policy_dir("qwen2_5_vl")),
+            "--data",
+            "x.parquet",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        "records no recipe",
+        "--recipe",
+    )
     _one_line(capsys, ["export", str(tmp_path), "--out", str(tmp_path / "e")], "not a verl FSDP checkpoint")
     _one_line(capsys, ["tiny-policy", "--arch", "qwen2_5_vl", "--out", str(RECIPES)], "not empty")
 

@@ -103,8 +103,12 @@ def test_the_switch_resolves_auto_per_run_and_refuses_two_names():
     assert correction_level("off", asynchronous=True, rollout="vllm") is None
     with pytest.raises(ValueError, match="ragym.off_policy_correction must be one of"):
         correction_level("on", asynchronous=False, rollout="hf")
-    config = OmegaConf.create({"algorithm": {"rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 1}},
-                               "ragym": {"off_policy_correction": "yes"}})  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "algorithm": {"rollout_correction": {"rollout_is": "token", "rollout_is_threshold": 1}},
+            "ragym": {"off_policy_correction": "yes"},
+        }
+    )
     problems = correction_problems(config)
     assert len(problems) == 3 and all("\n" not in p for p in problems), problems
     assert correction_problems(OmegaConf.create({})) == []
@@ -139,8 +143,12 @@ def test_every_shipped_recipe_corrects_where_its_rollout_is_off_policy(recipe):
     assert _recipe_correction(recipe, []) == expected
     for mode in ("ragym_colocate_async", "ragym_separate_async"):
         assert _recipe_correction(recipe, [f"trainer.v1.trainer_mode={mode}"]) == "token"
-    assert _recipe_correction(recipe, ["+ragym.off_policy_correction=off",
-                                       "trainer.v1.trainer_mode=ragym_colocate_async"]) is None  # fmt: skip
+    assert (
+        _recipe_correction(
+            recipe, ["+ragym.off_policy_correction=off", "trainer.v1.trainer_mode=ragym_colocate_async"]
+        )
+        is None
+    )
 
 
 def test_the_local_engine_turns_the_correction_on_with_async_rollouts():
@@ -169,8 +177,12 @@ def test_the_local_engines_loss_weighs_each_token_by_its_truncated_ratio():
     from tests.rl.core.test_grpo import _cfg, _samples
     from tests.rl.engine_helpers import build_model, image_processor
 
-    actor = omega_conf_to_dataclass(OmegaConf.merge(verl_defaults().actor_rollout_ref.actor,
-                                                    {"ppo_micro_batch_size_per_gpu": 1, "ppo_mini_batch_size": 1}))  # fmt: skip
+    actor = omega_conf_to_dataclass(
+        OmegaConf.merge(
+            verl_defaults().actor_rollout_ref.actor,
+            {"ppo_micro_batch_size_per_gpu": 1, "ppo_mini_batch_size": 1},
+        )
+    )
     images = ImageInputs(image_processor())
     samples = _samples([1.0, 0.0, 2.0, 0.0], ["a", "a", "b", "b"])
     length = max(len(s.response_ids) for s in samples)
@@ -179,8 +191,10 @@ def test_the_local_engines_loss_weighs_each_token_by_its_truncated_ratio():
 
     def gradient(shift: float | None, correction: str | None) -> tuple[torch.Tensor, dict[str, float]]:
         model = build_model()  # the same initial weights each time
-        rollout = [None if shift is None else (own[i, : len(s.response_ids)] - shift).tolist()
-                   for i, s in enumerate(samples)]  # fmt: skip
+        rollout = [
+            None if shift is None else (own[i, : len(s.response_ids)] - shift).tolist()
+            for i, s in enumerate(samples)
+        ]
         batch = assemble(
             [dataclasses.replace(s, rollout_log_probs=r) for s, r in zip(samples, rollout, strict=True)]
         )
@@ -188,8 +202,15 @@ def test_the_local_engines_loss_weighs_each_token_by_its_truncated_ratio():
         compute_advantages(batch, AlgoConfig(), cfg)
         before = [p.detach().clone() for p in model.parameters()]
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-        metrics = update_policy(model, optimizer, images, batch, actor, dataclasses.replace(cfg, grad_clip=1e9),
-                                torch.Generator().manual_seed(0))  # fmt: skip
+        metrics = update_policy(
+            model,
+            optimizer,
+            images,
+            batch,
+            actor,
+            dataclasses.replace(cfg, grad_clip=1e9),
+            torch.Generator().manual_seed(0),
+        )
         step = torch.cat(
             [(b - p.detach()).flatten() for b, p in zip(before, model.parameters(), strict=True)]
         )

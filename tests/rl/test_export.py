@@ -48,8 +48,12 @@ def verl_checkpoint(tiny_policy_dir: Callable[[str], Path], tmp_path_factory: py
     policy = tiny_policy_dir("qwen2_5_vl")
     result = subprocess.run(
         [sys.executable, "-m", "tests.rl.fsdp_checkpoint", str(policy), str(run), str(_free_port())],
-        cwd=REPO, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     config = load_recipe("kbvqa_single_gpu_smoke", [f"actor_rollout_ref.model.path={policy}"])
     RecipeSnapshot(config).on_save(trainer=None, global_step=1, checkpoint_dir=str(run / "global_step_1"))
@@ -82,13 +86,27 @@ def test_local_engine_checkpoint_round_trips_weight_by_weight(
 
     assert build_kb(["--out", str(tmp_path / "kb"), "--preset", "tiny"]) == 0
     run = tmp_path / "grpo"
-    assert train(["--recipe", "kbvqa_tiny_cpu", f"data.train_files={tmp_path}/kb/data/train.parquet",
-                  f"data.val_files={tmp_path}/kb/data/test.parquet",
-                  f"actor_rollout_ref.model.path={tiny_policy_dir('qwen2_5_vl')}", f"trainer.default_local_dir={run}",
-                  "trainer.total_training_steps=1", "trainer.logger=[console]", "data.train_batch_size=2",
-                  "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                  "data.max_response_length=64", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-                  "ragym.engine.batch_wait_s=0.2"]) == 0  # fmt: skip
+    assert (
+        train(
+            [
+                "--recipe",
+                "kbvqa_tiny_cpu",
+                f"data.train_files={tmp_path}/kb/data/train.parquet",
+                f"data.val_files={tmp_path}/kb/data/test.parquet",
+                f"actor_rollout_ref.model.path={tiny_policy_dir('qwen2_5_vl')}",
+                f"trainer.default_local_dir={run}",
+                "trainer.total_training_steps=1",
+                "trainer.logger=[console]",
+                "data.train_batch_size=2",
+                "actor_rollout_ref.rollout.n=2",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "data.max_response_length=64",
+                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+                "ragym.engine.batch_wait_s=0.2",
+            ]
+        )
+        == 0
+    )
     step_dir = run / "global_step_1"
     out = export_checkpoint(step_dir, tmp_path / "hf")
     trained = AutoModelForImageTextToText.from_pretrained(step_dir, dtype=torch.float32).state_dict()

@@ -14,13 +14,23 @@ from ragym.rl.guards import GUARDS_FILE, RUN_CHECKS, GuardMonitor, read_firings,
 KBVQA_GUARDS = {
     "no_search": {"action": "warn", "metric": "episode/searches", "steps": 3},
     "reject_all": {"action": "warn", "min_share": 1.0, "steps": 4},
-    "accept_all": {"action": "warn", "metric": "episode/actions/rerank",
-                   "other_metric": "episode/actions/reject", "min_share": 1.0, "steps": 4},
+    "accept_all": {
+        "action": "warn",
+        "metric": "episode/actions/rerank",
+        "other_metric": "episode/actions/reject",
+        "min_share": 1.0,
+        "steps": 4,
+    },
     "format_only": {"action": "warn", "window": 6, "min_rise": 0.2, "max_outcome_rise": 0.02},
     "entropy_floor": {"action": "warn", "threshold": 0.05, "steps": 2},
-    "length_limit": {"action": "stop", "metric": "response_length/clip_ratio", "threshold": 0.5,
-                     "above": True, "steps": 2},
-}  # fmt: skip
+    "length_limit": {
+        "action": "stop",
+        "metric": "response_length/clip_ratio",
+        "threshold": 0.5,
+        "above": True,
+        "steps": 2,
+    },
+}
 
 
 def healthy(step: int) -> dict[str, float]:
@@ -91,8 +101,10 @@ SEARCH = {"action": "warn", "steps": 1}
 
 def _format(late_format: float, late_outcome: float) -> list[dict[str, float]]:
     """Two steps: format 0.25 -> ``late_format``, outcome 0 -> ``late_outcome`` (dyadic: the rises are exact)."""
-    return [{"reward/format": 0.25, "reward/outcome": 0.0},
-            {"reward/format": late_format, "reward/outcome": late_outcome}]  # fmt: skip
+    return [
+        {"reward/format": 0.25, "reward/outcome": 0.0},
+        {"reward/format": late_format, "reward/outcome": late_outcome},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -108,9 +120,18 @@ def _format(late_format: float, late_outcome: float) -> list[dict[str, float]]:
         ("length_limit", CLIP, [{"response_length/clip_ratio": _just_below(0.5)}], False),
         # A decision share fires at min_share (share >= min_share): 1 of 1 + 1 is exactly 0.5.
         ("reject_all", SHARE, [{"episode/actions/reject": 1.0, "episode/actions/rerank": 1.0}], True),
-        ("reject_all", SHARE, [{"episode/actions/reject": _just_below(1.0), "episode/actions/rerank": 1.0}], False),
-        ("accept_all", {**SHARE, "metric": "episode/actions/rerank", "other_metric": "episode/actions/reject"},
-         [{"episode/actions/rerank": 1.0, "episode/actions/reject": 1.0}], True),
+        (
+            "reject_all",
+            SHARE,
+            [{"episode/actions/reject": _just_below(1.0), "episode/actions/rerank": 1.0}],
+            False,
+        ),
+        (
+            "accept_all",
+            {**SHARE, "metric": "episode/actions/rerank", "other_metric": "episode/actions/reject"},
+            [{"episode/actions/rerank": 1.0, "episode/actions/reject": 1.0}],
+            True,
+        ),
         # Format rising by min_rise counts (>=), by less does not; an outcome rising by max_outcome_rise is not
         # flat (< max_outcome_rise), by less it is.
         ("format_only", FORMAT, _format(0.75, 0.0), True),
@@ -121,7 +142,7 @@ def _format(late_format: float, late_outcome: float) -> list[dict[str, float]]:
         ("no_search", SEARCH, [{"episode/searches": 0.0}], True),
         ("no_search", SEARCH, [{"episode/searches": math.nextafter(0.0, 1.0)}], False),
     ],
-)  # fmt: skip
+)
 def test_each_guard_at_exactly_its_threshold(name, config, stream, fires):
     assert bool(run(stream, {name: config})) is fires
 
@@ -146,8 +167,10 @@ def test_stop_is_one_line_naming_guard_step_and_numbers(tmp_path):
     stop = monitor.check(2, step_two)
     line = stop.line()
     assert "\n" not in line
-    assert line == ("guard length_limit fired at step 2: response_length/clip_ratio >= 0.5 for 2 steps "
-                    "(0.750, 0.750) (action: stop)")  # fmt: skip
+    assert line == (
+        "guard length_limit fired at step 2: response_length/clip_ratio >= 0.5 for 2 steps "
+        "(0.750, 0.750) (action: stop)"
+    )
     assert step_two["guard/length_limit"] == 1.0 and step_two["guard/entropy_floor"] == 0.0
     recorded = read_firings(tmp_path)
     assert [(r["guard"], r["step"], r["message"]) for r in recorded] == [("length_limit", 2, line)]
@@ -186,8 +209,10 @@ def test_a_guard_reads_held_out_metrics_or_training_ones_not_both():
 def test_a_held_out_guard_waits_for_evaluations_and_a_training_guard_for_training_steps():
     """verl logs both kinds in one dict on evaluation steps, the local engine in two records: each guard is
     checked when its kind is there, so neither kind's streak advances on the other's records."""
-    guards = {"val_ident_floor": {"action": "warn", "threshold": 0.5, "steps": 2},
-              "entropy_floor": {"action": "warn", "threshold": 0.05, "steps": 2}}  # fmt: skip
+    guards = {
+        "val_ident_floor": {"action": "warn", "threshold": 0.5, "steps": 2},
+        "entropy_floor": {"action": "warn", "threshold": 0.05, "steps": 2},
+    }
     monitor = GuardMonitor(read_guards(guards))
     stream = [
         {"actor/entropy": 0.01},  # entropy 1 of 2

@@ -50,9 +50,19 @@ def test_verl_runs_get_the_vision_tower_excluded_when_the_recipe_says_nothing() 
 
 
 def test_read_lora_takes_verls_defaults_and_refuses_bad_values() -> None:
-    config = OmegaConf.create({"actor_rollout_ref": {"model": {
-        "lora_rank": 16, "lora_alpha": 16, "target_modules": "all-linear", "exclude_modules": None,
-        "lora_adapter_path": None}}})  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "model": {
+                    "lora_rank": 16,
+                    "lora_alpha": 16,
+                    "target_modules": "all-linear",
+                    "exclude_modules": None,
+                    "lora_adapter_path": None,
+                }
+            }
+        }
+    )
 
     def get(key: str):
         return OmegaConf.select(config, key)
@@ -70,8 +80,13 @@ def test_read_lora_takes_verls_defaults_and_refuses_bad_values() -> None:
 def test_peft_config_carries_every_setting() -> None:
     """The ``LoraConfig`` the local engine and ``ragym export``'s merge build names the target modules, rank, alpha
     and excluded modules of the settings (peft refuses a config without target modules when it injects one)."""
-    settings = lora.LoraSettings(rank=8, alpha=16.0, target_modules=["q_proj", "v_proj"],
-                                 exclude_modules=VISION_TOWER, adapter_path=None)  # fmt: skip
+    settings = lora.LoraSettings(
+        rank=8,
+        alpha=16.0,
+        target_modules=["q_proj", "v_proj"],
+        exclude_modules=VISION_TOWER,
+        adapter_path=None,
+    )
     config = settings.peft_config("base")
     assert (config.r, config.lora_alpha, config.exclude_modules) == (8, 16.0, VISION_TOWER)
     assert set(config.target_modules) == {"q_proj", "v_proj"} and config.base_model_name_or_path == "base"

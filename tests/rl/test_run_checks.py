@@ -116,8 +116,9 @@ def test_a_sync_that_skips_the_adapters_stops_the_run(delivered, tmp_path):
         for name, p in trainer.named_parameters():
             if delivered == ("lora_" in name):
                 targets[name].copy_(p)
-    metrics = adapter_sync_metrics((synced, adapter_digest(_adapters(trainer))),
-                                   (before, adapter_digest(_adapters(rollout))))  # fmt: skip
+    metrics = adapter_sync_metrics(
+        (synced, adapter_digest(_adapters(trainer))), (before, adapter_digest(_adapters(rollout)))
+    )
     monitor = GuardMonitor(read_guards(None), tmp_path)
     stop = monitor.check(3, {"actor/entropy": 0.5, **metrics})
     assert (stop is None) == delivered

@@ -23,8 +23,11 @@ ACCEPTED = [1, 2, 8]
 @pytest.fixture(scope="module")
 def composed():
     """The tiny CPU recipe with the local engine's async rollouts and ragym's colocated async mode on."""
-    overrides = ["trainer.total_training_steps=1", "ragym.engine.async_rollouts=true",
-                 "trainer.v1.trainer_mode=ragym_colocate_async"]  # fmt: skip
+    overrides = [
+        "trainer.total_training_steps=1",
+        "ragym.engine.async_rollouts=true",
+        "trainer.v1.trainer_mode=ragym_colocate_async",
+    ]
     return load_recipe("kbvqa_tiny_cpu", overrides)
 
 

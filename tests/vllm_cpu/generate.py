@@ -57,9 +57,16 @@ def main() -> None:
     prompt = load_processor(args.model).apply_chat_template(
         messages, add_generation_prompt=True, tokenize=False
     )
-    llm = LLM(model=args.model, dtype="float32", enforce_eager=True, max_model_len=4096,
-              kv_cache_memory_bytes=256 * 2**20, limit_mm_per_prompt={"image": len(args.images)}, seed=0,
-              mm_processor_kwargs={"min_pixels": 3136, "max_pixels": 200704})  # fmt: skip
+    llm = LLM(
+        model=args.model,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=4096,
+        kv_cache_memory_bytes=256 * 2**20,
+        limit_mm_per_prompt={"image": len(args.images)},
+        seed=0,
+        mm_processor_kwargs={"min_pixels": 3136, "max_pixels": 200704},
+    )
     if args.reload:
         llm.collective_rpc(reload_from, args=(args.reload,))
     images = [Image.open(path).convert("RGB") for path in args.images]
@@ -68,8 +75,11 @@ def main() -> None:
     completion = output.outputs[0]
     steps = zip(completion.logprobs, completion.token_ids, strict=True)
     logprobs = [step[token].logprob for step, token in steps]
-    result = {"prompt_token_ids": list(output.prompt_token_ids), "token_ids": list(completion.token_ids),
-              "logprobs": logprobs}  # fmt: skip
+    result = {
+        "prompt_token_ids": list(output.prompt_token_ids),
+        "token_ids": list(completion.token_ids),
+        "logprobs": logprobs,
+    }
     with open(args.out, "w") as f:
         json.dump(result, f)
 

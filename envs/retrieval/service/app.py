@@ -206,7 +206,7 @@ class RetrievalApp:
             "retrievers": {
                 n: {"query": s.query, "dim": s.dim, "version": getattr(s.retriever, "version", None)}
                 for n, s in self.retrievers.items()
-            },  # fmt: skip
+            },
             "cache": {**self.cache.stats.as_dict(), "entries": len(self.cache)},
             "batches": {n: b.stats.as_dict() for n, b in self.batchers.items()},
             "search_threads": asdict(self.thread_plan),
@@ -275,9 +275,16 @@ class RetrievalApp:
             log.exception("search failed")
             status, payload = 500, {"error": f"{type(error).__name__}: {error}"}
         data = payload if isinstance(payload, bytes) else dumps(payload)
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(data)).encode())]})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(data)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": data})
 
     async def _lifespan(self, receive: Callable, send: Callable) -> None:

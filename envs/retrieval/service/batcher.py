@@ -44,8 +44,13 @@ class BatchStats:
     def as_dict(self) -> dict[str, Any]:
         """Counters and the mean batch size."""
         mean = self.num_queries / self.num_batches if self.num_batches else 0.0
-        return {"batches": self.num_batches, "queries": self.num_queries,
-                "largest_batch": self.largest_batch, "mean_batch": mean, "busy_s": self.busy_s}  # fmt: skip
+        return {
+            "batches": self.num_batches,
+            "queries": self.num_queries,
+            "largest_batch": self.largest_batch,
+            "mean_batch": mean,
+            "busy_s": self.busy_s,
+        }
 
 
 MIN_CHUNK = 24
@@ -56,9 +61,16 @@ per-call overhead both want batches, so a batch is split only while each chunk k
 class DynamicBatcher:
     """Coalesces concurrent ``submit`` calls for one retriever into ``batch_search`` calls."""
 
-    def __init__(self, retriever: Any, max_batch_size: int, max_wait_s: float, executor: ThreadPoolExecutor,
-                 parallel: int = 1, min_chunk: int = MIN_CHUNK,
-                 encode: Callable[[list[Any]], Any] | None = None):  # fmt: skip
+    def __init__(
+        self,
+        retriever: Any,
+        max_batch_size: int,
+        max_wait_s: float,
+        executor: ThreadPoolExecutor,
+        parallel: int = 1,
+        min_chunk: int = MIN_CHUNK,
+        encode: Callable[[list[Any]], Any] | None = None,
+    ):
         if parallel < 1 or min_chunk < 1:
             raise ValueError(f"parallel and min_chunk must be >= 1, got {parallel}, {min_chunk}")
         self.retriever = retriever

@@ -61,8 +61,10 @@ class ServiceConfig:
         if self.batch_splits < 1:
             raise ValueError(f"batch_splits must be >= 1, got {self.batch_splits}")
         if self.search_workers < 1 or self.search_threads < 0 or self.cpu_cores < 0:
-            raise ValueError(f"search_workers must be >= 1, search_threads and cpu_cores >= 0; got "
-                             f"{self.search_workers}, {self.search_threads}, {self.cpu_cores}")  # fmt: skip
+            raise ValueError(
+                f"search_workers must be >= 1, search_threads and cpu_cores >= 0; got "
+                f"{self.search_workers}, {self.search_threads}, {self.cpu_cores}"
+            )
         if self.omp_wait_policy not in WAIT_POLICIES:
             raise ValueError(f"omp_wait_policy must be one of {WAIT_POLICIES}, got {self.omp_wait_policy!r}")
 

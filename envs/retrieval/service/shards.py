@@ -69,11 +69,15 @@ def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
             str(path.parent / s["ids"]),
             search,
             str(path.parent / s["refine"]) if s.get("refine") else "",
-        )  # fmt: skip
+        )
         for s in data["shards"]
     ]
-    missing = [f for spec in specs for f in (spec.index_path, spec.ids_path, spec.refine_path)
-               if f and not Path(f).is_file()]  # fmt: skip
+    missing = [
+        f
+        for spec in specs
+        for f in (spec.index_path, spec.ids_path, spec.refine_path)
+        if f and not Path(f).is_file()
+    ]
     if missing:
         raise FileNotFoundError(f"{path} lists {len(missing)} missing file(s): {', '.join(missing[:3])}")
     return int(data["dim"]), specs
@@ -82,10 +86,14 @@ def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
 def write_manifest(path: str | Path, dim: int, specs: Sequence[ShardSpec]) -> Path:
     """Write a manifest for ``specs`` (stored relative to the manifest's folder)."""
     path = Path(path)
-    rel = [{"index": str(Path(s.index_path).relative_to(path.parent)),
-            "ids": str(Path(s.ids_path).relative_to(path.parent))}
-           | ({"refine": str(Path(s.refine_path).relative_to(path.parent))} if s.refine_path else {})
-           for s in specs]  # fmt: skip
+    rel = [
+        {
+            "index": str(Path(s.index_path).relative_to(path.parent)),
+            "ids": str(Path(s.ids_path).relative_to(path.parent)),
+        }
+        | ({"refine": str(Path(s.refine_path).relative_to(path.parent))} if s.refine_path else {})
+        for s in specs
+    ]
     path.write_text(json.dumps({"dim": dim, "shards": rel}, indent=1))
     return path
 
@@ -129,8 +137,13 @@ def to_gpu(index: SearchIndex, device: int) -> SearchIndex:
         return TorchFlatIndex.from_faiss(index, f"cuda:{device}")
     if isinstance(index, faiss.Index) and hasattr(faiss, "StandardGpuResources"):
         return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), device, index)
-    log.warning("%s of %d vectors searches on the CPU: this faiss has no GPU build (only flat inner-product "
-                "indexes move to GPU %d, as exact search on torch)", type(index).__name__, index.ntotal, device)  # fmt: skip
+    log.warning(
+        "%s of %d vectors searches on the CPU: this faiss has no GPU build (only flat inner-product "
+        "indexes move to GPU %d, as exact search on torch)",
+        type(index).__name__,
+        index.ntotal,
+        device,
+    )
     return index
 
 

@@ -30,10 +30,12 @@ def test_bad_fields_raise_naming_the_event(make, error) -> None:
 
 def test_every_docmemo_constructor_makes_a_registered_kind() -> None:
     made = [
-        docmemo_ev.candidates(-1, 0, "q", 1.0, [1], [0.9], [0.5, 0.5]), docmemo_ev.selected(0, 0, [1], [1]),
-        docmemo_ev.evidence(0, 0, [1], [0.5], [1]), docmemo_ev.feedback(1, 0, "q", "n", [1], []),
+        docmemo_ev.candidates(-1, 0, "q", 1.0, [1], [0.9], [0.5, 0.5]),
+        docmemo_ev.selected(0, 0, [1], [1]),
+        docmemo_ev.evidence(0, 0, [1], [0.5], [1]),
+        docmemo_ev.feedback(1, 0, "q", "n", [1], []),
         docmemo_ev.beliefs(1, 0, [0.6]),
-    ]  # fmt: skip
+    ]
     assert [e["type"] for e in made] == list(docmemo_ev.KINDS)
     assert set(docmemo_ev.KINDS) <= ev.registered_event_kinds()
     assert made[0]["lambda"] == 1.0 and json.loads(json.dumps(made)) == made
@@ -41,5 +43,10 @@ def test_every_docmemo_constructor_makes_a_registered_kind() -> None:
 
 def test_the_docmemo_answer_is_the_shared_answer_plus_its_own_fields() -> None:
     assert docmemo_ev.docmemo_answer(2, "x", False, 1) == {
-        "type": "answer", "turn": 2, "text": "x", "forced": False, "not_answerable": False, "round": 1,
-    }  # fmt: skip
+        "type": "answer",
+        "turn": 2,
+        "text": "x",
+        "forced": False,
+        "not_answerable": False,
+        "round": 1,
+    }

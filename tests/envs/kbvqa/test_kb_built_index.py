@@ -57,8 +57,17 @@ def test_the_recorded_exact_index_answers_like_a_flat_one(tiny_kb: Path) -> None
 
 
 def test_a_compressed_sharded_index_loads_with_its_search_parameters(tiny_kb: Path, tmp_path: Path) -> None:
-    options = IndexOptions(exact_below=10, nlist=2, code="PQ4x4", refine="SQ8", nprobe=2, k_factor=6,
-                           train_size=60, num_eval_queries=30, max_shard_vectors=25)  # fmt: skip
+    options = IndexOptions(
+        exact_below=10,
+        nlist=2,
+        code="PQ4x4",
+        refine="SQ8",
+        nprobe=2,
+        k_factor=6,
+        train_size=60,
+        num_eval_queries=30,
+        max_shard_vectors=25,
+    )
     root = _rebuilt(tiny_kb, tmp_path, options)
     manifest = json.loads((root / "index" / "entities" / "index.json").read_text())
     assert (
@@ -105,8 +114,17 @@ def test_an_index_that_misses_entities_is_refused(tiny_kb: Path, tmp_path: Path)
 def test_a_disk_refined_index_re_ranks_each_shard_from_its_vectors_file(
     tiny_kb: Path, tmp_path: Path
 ) -> None:
-    options = IndexOptions(exact_below=10, nlist=2, code="RaBitQ1", refine="disk", nprobe=2, k_factor=12,
-                           train_size=60, num_eval_queries=30, max_shard_vectors=25)  # fmt: skip
+    options = IndexOptions(
+        exact_below=10,
+        nlist=2,
+        code="RaBitQ1",
+        refine="disk",
+        nprobe=2,
+        k_factor=12,
+        train_size=60,
+        num_eval_queries=30,
+        max_shard_vectors=25,
+    )
     root = _rebuilt(tiny_kb, tmp_path, options)
     kb = load_kb(root)
     retriever = kb.image_retriever()

@@ -15,6 +15,8 @@ def test_kbvqa_anchor_is_the_image_and_batch_the_next_turn_verifies() -> None:
         kbvqa_ev.search_image(1, 2, 1, ["c", "d"], "b", 2),
     ]
     anchors = turn_anchors("KBVQA-v0", events)
-    assert {t: json.loads(a) for t, a in anchors.items()} == {1: ["batch", 2, 0, ["a", "b"]],
-                                                               2: ["batch", 2, 1, ["c", "d"]]}  # fmt: skip
+    assert {t: json.loads(a) for t, a in anchors.items()} == {
+        1: ["batch", 2, 0, ["a", "b"]],
+        2: ["batch", 2, 1, ["c", "d"]],
+    }
     assert turn_anchors("KBVQA-Demo-v0", events) == anchors

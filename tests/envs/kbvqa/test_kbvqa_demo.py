@@ -137,8 +137,11 @@ FAULTY_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("true", "k", "accuracy", "draws", "named"), [c[1:] for c in FAULTY_CASES],
-                         ids=[c[0] for c in FAULTY_CASES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("true", "k", "accuracy", "draws", "named"),
+    [c[1:] for c in FAULTY_CASES],
+    ids=[c[0] for c in FAULTY_CASES],
+)
 def test_faulty_check_names_wrong_candidates_and_misses(true, k, accuracy, draws, named) -> None:
     assert faulty_check(true, k, accuracy, draws) == named
 

@@ -190,8 +190,12 @@ def test_without_the_reject_action_the_prompt_parser_and_task_agree(tiny_kb: Pat
     without.step(SEARCH1)
     obs, *_, info = without.step(REJECT)
     assert obs["text"].startswith("Invalid action: there is no Reject()")
-    assert events_of(info["events"], "action")[-1] == {"type": "action", "turn": 1, "kind": "invalid",
-                                                       "well_formed": False}  # fmt: skip
+    assert events_of(info["events"], "action")[-1] == {
+        "type": "action",
+        "turn": 1,
+        "kind": "invalid",
+        "well_formed": False,
+    }
     assert events_of(info["events"], "format_error")[-1]["reason"] == "reject_not_allowed"
     assert events_of(info["events"], "verification") == [] and events_of(info["events"], "boundary") == []
     # The batch still admits its Rerank.

@@ -30,9 +30,16 @@ def test_verification_derives_gold_in_batch_and_correct() -> None:
 def test_search_image_event_is_plain_json() -> None:
     event = kbvqa_ev.search_image(np.int64(2), 1, 4, ("a", "b"), "b", np.int32(5))
     assert event == {
-        "type": "search_image", "turn": 2, "image": 1, "batch_id": 4, "candidates": ["a", "b"],
-        "gold_entity": "b", "gold_in_batch": True, "offset": 5, "retriever_version": None,
-    }  # fmt: skip
+        "type": "search_image",
+        "turn": 2,
+        "image": 1,
+        "batch_id": 4,
+        "candidates": ["a", "b"],
+        "gold_entity": "b",
+        "gold_in_batch": True,
+        "offset": 5,
+        "retriever_version": None,
+    }
     assert type(event["turn"]) is int and type(event["offset"]) is int  # numpy ints become ints
     assert json.loads(json.dumps(event)) == event
 
@@ -57,10 +64,12 @@ def test_bad_fields_raise_naming_the_event(make, error) -> None:
 
 def test_every_kbvqa_constructor_makes_a_registered_kind() -> None:
     made = [
-        kbvqa_ev.task(1, [None], 2, 5, 8), kbvqa_ev.search_image(0, 1, 0, ["a"], None, 0),
-        kbvqa_ev.search_text(0, ["q"], ["p1", "p2"]), kbvqa_ev.verification(0, "reject", None, 1, 0, ["a"], None),
+        kbvqa_ev.task(1, [None], 2, 5, 8),
+        kbvqa_ev.search_image(0, 1, 0, ["a"], None, 0),
+        kbvqa_ev.search_text(0, ["q"], ["p1", "p2"]),
+        kbvqa_ev.verification(0, "reject", None, 1, 0, ["a"], None),
         kbvqa_ev.boundary(0, 1, 3),
-    ]  # fmt: skip
+    ]
     assert [e["type"] for e in made] == list(kbvqa_ev.KINDS)
     assert set(kbvqa_ev.KINDS) <= ev.registered_event_kinds()
     assert made[2]["num_passages"] == 2 and made[0]["turn"] == -1

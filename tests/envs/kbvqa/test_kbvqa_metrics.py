@@ -57,13 +57,31 @@ def test_kbvqa_counts() -> None:
     events += [ev.format_error(5, "no_action"), ev.action(5, "invalid", False)]
     metrics = episode_metrics("KBVQA-v0", events)
     expected = {
-        "turns": 6.0, "format_errors": 1.0, "protocol_violations": 1.0, "truncated": 0.0, "answered": 1.0,
-        "truncated_by_policy": 0.0, "truncated_by_observation": 0.0, "truncated_by_images": 0.0,
-        "retrieval_errors": 0.0, "errors": 0.0, "actions/search_image": 2.0, "actions/search_text": 0.0, "actions/rerank": 1.0, "actions/reject": 1.0,
-        "actions/answer": 1.0, "actions/invalid": 1.0, "ident_acc": 0.0, "ident_image_share": 0.0,
-        "rejections": 1.0, "needless_rejections": 0.0, "rejects_at_limit": 0.0, "verification_acc": 0.5,
-        "boundaries": 1.0, "searches": 2.0,
-    }  # fmt: skip
+        "turns": 6.0,
+        "format_errors": 1.0,
+        "protocol_violations": 1.0,
+        "truncated": 0.0,
+        "answered": 1.0,
+        "truncated_by_policy": 0.0,
+        "truncated_by_observation": 0.0,
+        "truncated_by_images": 0.0,
+        "retrieval_errors": 0.0,
+        "errors": 0.0,
+        "actions/search_image": 2.0,
+        "actions/search_text": 0.0,
+        "actions/rerank": 1.0,
+        "actions/reject": 1.0,
+        "actions/answer": 1.0,
+        "actions/invalid": 1.0,
+        "ident_acc": 0.0,
+        "ident_image_share": 0.0,
+        "rejections": 1.0,
+        "needless_rejections": 0.0,
+        "rejects_at_limit": 0.0,
+        "verification_acc": 0.5,
+        "boundaries": 1.0,
+        "searches": 2.0,
+    }
     assert metrics == expected
 
 

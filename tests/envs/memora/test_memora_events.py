@@ -12,12 +12,15 @@ from ragym.envs.memora import events as memora_ev
 
 def test_every_memora_constructor_makes_a_registered_kind() -> None:
     made = [
-        memora_ev.memory_read("d", 3, [0.9], ["q"]), memora_ev.first_stage("q1", ["a", "b"], [2.0, 1.0]),
+        memora_ev.memory_read("d", 3, [0.9], ["q"]),
+        memora_ev.first_stage("q1", ["a", "b"], [2.0, 1.0]),
         memora_ev.decompose(0, ["f1", "f2"], [1.0, 3.0], [0.25, 0.75], [[0, 0], [1, 2]]),
-        memora_ev.subquery(1, 1, "text", ["a", "c"], ["c"], 3), memora_ev.factor_evidence(2, 1, ["a"], [0.8], ["s"]),
-        memora_ev.verdict(3, ["c", "a"]), memora_ev.final_ranking(4, ["c", "a"], [0.5, 0.1], 10, False, 0.4, 0.5),
+        memora_ev.subquery(1, 1, "text", ["a", "c"], ["c"], 3),
+        memora_ev.factor_evidence(2, 1, ["a"], [0.8], ["s"]),
+        memora_ev.verdict(3, ["c", "a"]),
+        memora_ev.final_ranking(4, ["c", "a"], [0.5, 0.1], 10, False, 0.4, 0.5),
         memora_ev.memory_write(4, "d", True, "written", 1.0, 0.5, ["helped", "hurt"]),
-    ]  # fmt: skip
+    ]
     assert [e["type"] for e in made] == list(memora_ev.KINDS) and set(
         memora_ev.KINDS
     ) <= ev.registered_event_kinds()

@@ -22,15 +22,22 @@ def test_two_writers_on_one_file_see_each_other(tmp_path) -> None:
     b.write(record("birds sing at dawn"))
     a.write(record("moths and light"))
     a.refresh(), b.refresh()
-    assert [r.query for r in a.records] == [r.query for r in b.records] == [
-        "moths circle lamps", "birds sing at dawn", "moths and light",
-    ]  # fmt: skip
+    assert (
+        [r.query for r in a.records]
+        == [r.query for r in b.records]
+        == [
+            "moths circle lamps",
+            "birds sing at dawn",
+            "moths and light",
+        ]
+    )
     reading = (
         "do moths fly toward light or away from it at night"  # content-word cosine 0.58, 0.29: another query
     )
     assert [r.query for r, _ in EpisodicMemory(path).nearest(reading, 2)] == [
-        "moths and light", "moths circle lamps",
-    ]  # fmt: skip
+        "moths and light",
+        "moths circle lamps",
+    ]
 
 
 def test_a_line_being_written_waits_and_a_bad_line_names_the_file(tmp_path) -> None:

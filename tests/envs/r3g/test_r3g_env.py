@@ -114,8 +114,15 @@ def test_malformed_judge_lines_are_per_candidate_errors(r3g_task: Path) -> None:
     env.step(RETRIEVE)
     obs, *_, info = env.step("<judge>[1] r=2 t=0 a=0 x\n[2] r=0.5 t=0.5\n[7] r=1 t=1 a=1 y\nhello</judge>")
     reasons = sorted((e["candidate"] or 0, e["reason"]) for e in events_of(info["events"], "judge_error"))
-    assert reasons == [(0, "bad_line"), (1, "out_of_range"), (2, "missing_score"), (3, "not_judged"),
-                       (4, "not_judged"), (5, "not_judged"), (7, "unknown_candidate")]  # fmt: skip
+    assert reasons == [
+        (0, "bad_line"),
+        (1, "out_of_range"),
+        (2, "missing_score"),
+        (3, "not_judged"),
+        (4, "not_judged"),
+        (5, "not_judged"),
+        (7, "unknown_candidate"),
+    ]
     chosen = events_of(info["events"], "evidence_selected")[0]
     assert chosen["stage2"] == [None] * 5 and chosen["selected"] == chosen["pool"][:1]
     assert "invalid scores" in obs["text"]
@@ -157,8 +164,9 @@ def colour_task(root: Path) -> Path:
     for name, rgb in COLOURS.items():
         Image.new("RGB", (4, 4), rgb).save(root / "corpus" / f"{name}.png")
     Image.new("RGB", (4, 4), (0, 255, 40)).save(root / "query.png")
-    pd.DataFrame({"image_id": list(COLOURS), "path": [f"corpus/{n}.png" for n in COLOURS],
-                  "caption": [""] * 3}).to_parquet(root / "corpus" / "corpus.parquet")  # fmt: skip
+    pd.DataFrame(
+        {"image_id": list(COLOURS), "path": [f"corpus/{n}.png" for n in COLOURS], "caption": [""] * 3}
+    ).to_parquet(root / "corpus" / "corpus.parquet")
     np.save(root / "corpus" / "embeddings.npy", np.array(list(COLOURS.values()), dtype=np.float32))
     (root / "corpus" / "manifest.json").write_text(json.dumps({"image_encoder": {"name": "none"}}))
     return root
@@ -182,11 +190,23 @@ def test_injected_encoder_ranks_the_corpus_by_cosine(tmp_path: Path) -> None:
 def test_mrag_feeds_the_benchmark_list_in_its_order_unranked(tmp_path: Path) -> None:
     """pool_source=benchmark, rerank=none: the row's retrieved_images, in the benchmark's order, are the
     evidence, although ragym's cosine would rank teal and green above red."""
-    env = R3GEnv(task_dir=str(colour_task(tmp_path)), encoder=FirstPixelEncoder(), use_plan=False,
-                 pool_source="benchmark", rerank="none", top_k=5)  # fmt: skip
+    env = R3GEnv(
+        task_dir=str(colour_task(tmp_path)),
+        encoder=FirstPixelEncoder(),
+        use_plan=False,
+        pool_source="benchmark",
+        rerank="none",
+        top_k=5,
+    )
     given = ["red", "teal", "green"]
-    _, info = env.reset(options={"question": "q", "query_image": "query.png", "gold_images": ["teal"],
-                                 "retrieved_images": given})  # fmt: skip
+    _, info = env.reset(
+        options={
+            "question": "q",
+            "query_image": "query.png",
+            "gold_images": ["teal"],
+            "retrieved_images": given,
+        }
+    )
     assert (info["events"][0]["pool_source"], info["events"][0]["pool_size"]) == ("benchmark", 3)
     assert "benchmark retrieved" in env.system_prompt and "<judge>" not in env.system_prompt
     obs, *_, info = env.step(RETRIEVE)
@@ -202,8 +222,14 @@ def test_mrag_feeds_the_benchmark_list_in_its_order_unranked(tmp_path: Path) -> 
 
 
 def test_no_reranking_on_the_corpus_pool_is_plain_top_k(tmp_path: Path) -> None:
-    env = R3GEnv(task_dir=str(colour_task(tmp_path)), encoder=FirstPixelEncoder(), use_plan=False,
-                 pool_size=3, top_k=3, rerank="none")  # fmt: skip
+    env = R3GEnv(
+        task_dir=str(colour_task(tmp_path)),
+        encoder=FirstPixelEncoder(),
+        use_plan=False,
+        pool_size=3,
+        top_k=3,
+        rerank="none",
+    )
     env.reset(options={"question": "q", "query_image": "query.png", "gold_images": ["teal"]})
     obs, *_, info = env.step(RETRIEVE)
     chosen = events_of(info["events"], "evidence_selected")[0]
@@ -212,9 +238,12 @@ def test_no_reranking_on_the_corpus_pool_is_plain_top_k(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("options", "match"),
-    [({}, "retrieved_images"), ({"retrieved_images": []}, "retrieved_images"),
-     ({"retrieved_images": ["red", "blue"]}, "blue")],
-)  # fmt: skip
+    [
+        ({}, "retrieved_images"),
+        ({"retrieved_images": []}, "retrieved_images"),
+        ({"retrieved_images": ["red", "blue"]}, "blue"),
+    ],
+)
 def test_benchmark_pool_without_a_usable_list_is_an_error(tmp_path: Path, options: dict, match: str) -> None:
     env = R3GEnv(task_dir=str(colour_task(tmp_path)), pool_source="benchmark", rerank="none")
     with pytest.raises(ValueError, match=match):

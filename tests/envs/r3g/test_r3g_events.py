@@ -13,10 +13,12 @@ from ragym.envs.r3g import events as r3g_ev
 
 def test_r3g_constructors_make_their_kinds_as_plain_json() -> None:
     made = [
-        r3g_ev.r3g_task(["g"], "Angle", 5, 1, "fused", True), r3g_ev.plan(0, "cues"),
+        r3g_ev.r3g_task(["g"], "Angle", 5, 1, "fused", True),
+        r3g_ev.plan(0, "cues"),
         r3g_ev.coarse_retrieval(1, ["a", "g"], [0.9, np.float32(0.8)], [0.6, 0.4], ["g"]),
-        r3g_ev.judge_error(2, None, "bad_line"), r3g_ev.evidence_selected(2, ["a", "g"], [0.6, 0.4], [None, 0.9], [0.6, 1.3], [1], ["g"], "fused"),
-    ]  # fmt: skip
+        r3g_ev.judge_error(2, None, "bad_line"),
+        r3g_ev.evidence_selected(2, ["a", "g"], [0.6, 0.4], [None, 0.9], [0.6, 1.3], [1], ["g"], "fused"),
+    ]
     assert [e["type"] for e in made] == list(r3g_ev.KINDS) and set(
         r3g_ev.KINDS
     ) <= ev.registered_event_kinds()
@@ -42,13 +44,25 @@ def test_task_event_records_where_the_pool_comes_from_and_the_guidelines() -> No
 BAD = [
     ("unknown rerank mode", lambda: r3g_ev.r3g_task(["g"], "s", 5, 1, "both", True), ValueError),
     ("unknown pool source", lambda: r3g_ev.r3g_task(["g"], "s", 5, 1, "none", True, "clip"), ValueError),
-    ("guidelines not bool", lambda: r3g_ev.r3g_task(["g"], "s", 5, 1, "fused", True, "corpus", "yes"), TypeError),
+    (
+        "guidelines not bool",
+        lambda: r3g_ev.r3g_task(["g"], "s", 5, 1, "fused", True, "corpus", "yes"),
+        TypeError,
+    ),
     ("pool size 0", lambda: r3g_ev.r3g_task(["g"], "s", 0, 1, "fused", True), ValueError),
     ("similarity count", lambda: r3g_ev.coarse_retrieval(1, ["a"], [0.1, 0.2], [1.0], []), ValueError),
-    ("stage2 not a number", lambda: r3g_ev.evidence_selected(1, ["a"], [1.0], ["x"], [1.0], [0], [], "fused"), TypeError),
-    ("selected outside pool", lambda: r3g_ev.evidence_selected(1, ["a"], [1.0], [None], [1.0], [1], [], "fused"), ValueError),
+    (
+        "stage2 not a number",
+        lambda: r3g_ev.evidence_selected(1, ["a"], [1.0], ["x"], [1.0], [0], [], "fused"),
+        TypeError,
+    ),
+    (
+        "selected outside pool",
+        lambda: r3g_ev.evidence_selected(1, ["a"], [1.0], [None], [1.0], [1], [], "fused"),
+        ValueError,
+    ),
     ("candidate not int", lambda: r3g_ev.judge_error(1, "2", "bad_score"), TypeError),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("make", "error"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])

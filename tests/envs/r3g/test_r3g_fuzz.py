@@ -12,9 +12,32 @@ from hypothesis import strategies as st
 from ragym import envs
 from ragym.envs.events import events_of
 
-FRAGMENTS = ["<plan>", "</plan>", "<retrieve>", "</retrieve>", "<judge>", "</judge>", "<answer>", "</answer>",
-             "[1] r=0.5 t=1 a=0 x\n", "[2] r=9 t=1 a=1 y\n", "[0] r=1 t=1 a=1\n", "[99999] r=1 t=1 a=1 z\n",
-             "r=", "a=nan", "x", " ", "\n", "\u202e", "\x00", "🙂", "<image>", "A", "[", "]"]  # fmt: skip
+FRAGMENTS = [
+    "<plan>",
+    "</plan>",
+    "<retrieve>",
+    "</retrieve>",
+    "<judge>",
+    "</judge>",
+    "<answer>",
+    "</answer>",
+    "[1] r=0.5 t=1 a=0 x\n",
+    "[2] r=9 t=1 a=1 y\n",
+    "[0] r=1 t=1 a=1\n",
+    "[99999] r=1 t=1 a=1 z\n",
+    "r=",
+    "a=nan",
+    "x",
+    " ",
+    "\n",
+    "\u202e",
+    "\x00",
+    "🙂",
+    "<image>",
+    "A",
+    "[",
+    "]",
+]
 
 
 def check_consistent(env, obs, info) -> None:
@@ -77,6 +100,11 @@ def test_random_unicode_turns(r3g_task: Path, turns: list[str], seed: int) -> No
 @given(st.lists(st.sampled_from(range(5)), min_size=1, max_size=10), st.booleans(), st.integers(0, 1000))
 def test_random_valid_action_sequences(r3g_task: Path, choices: list[int], use_plan: bool, seed: int) -> None:
     env = envs.make_env("R3G-v0", task_dir=str(r3g_task), use_plan=use_plan, max_turns=10)
-    turns = ["<plan>p</plan>", "<retrieve></retrieve>", "<judge>[1] r=1 t=1 a=1 ok\n[3] r=0 t=0 a=1 ok</judge>",
-             "<judge>[2] r=0.1 t=0.1 a=0.1 meh</judge>", "<answer>B</answer>"]  # fmt: skip
+    turns = [
+        "<plan>p</plan>",
+        "<retrieve></retrieve>",
+        "<judge>[1] r=1 t=1 a=1 ok\n[3] r=0 t=0 a=1 ok</judge>",
+        "<judge>[2] r=0.1 t=0.1 a=0.1 meh</judge>",
+        "<answer>B</answer>",
+    ]
     run(env, [turns[c] for c in choices], seed)

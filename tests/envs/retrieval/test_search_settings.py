@@ -151,8 +151,10 @@ def test_the_wait_policy_is_set_only_before_faiss_loads(monkeypatch: pytest.Monk
     monkeypatch.delenv(search_settings.WAIT_POLICY_ENV, raising=False)
     assert search_settings.request_wait_policy("passive") == "default"  # faiss is loaded in this process
     assert search_settings.WAIT_POLICY_ENV not in search_settings.os.environ
-    code = ("import os, sys; from ragym.envs.retrieval.search_settings import request_wait_policy as r; "
-            "p = r('passive'); import faiss; print(p, os.environ['OMP_WAIT_POLICY'])")  # fmt: skip
+    code = (
+        "import os, sys; from ragym.envs.retrieval.search_settings import request_wait_policy as r; "
+        "p = r('passive'); import faiss; print(p, os.environ['OMP_WAIT_POLICY'])"
+    )
     env = {k: v for k, v in search_settings.os.environ.items() if k != search_settings.WAIT_POLICY_ENV}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["passive", "PASSIVE"]
@@ -267,8 +269,10 @@ def test_torch_threads_apply_to_the_process_and_to_threads_it_starts_later(
 
 def test_the_wait_policy_is_not_requested_once_torch_has_loaded() -> None:
     """torch brings its own OpenMP runtime: asking afterwards would leave faiss's sleeping and torch's spinning."""
-    code = ("import os, torch; from ragym.envs.retrieval.search_settings import request_wait_policy as r; "
-            "print(r('passive'), os.environ.get('OMP_WAIT_POLICY', 'unset'))")  # fmt: skip
+    code = (
+        "import os, torch; from ragym.envs.retrieval.search_settings import request_wait_policy as r; "
+        "print(r('passive'), os.environ.get('OMP_WAIT_POLICY', 'unset'))"
+    )
     env = {k: v for k, v in search_settings.os.environ.items() if k != search_settings.WAIT_POLICY_ENV}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["default", "unset"]

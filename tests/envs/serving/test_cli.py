@@ -18,7 +18,12 @@ def test_a_missing_folder_stops_ragym_serve_before_it_listens(tmp_path: Path, fl
 
 
 def test_the_command_says_it_in_one_line(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "ragym.rl.cli", "serve", "--kb-dir", str(tmp_path / "nowhere")],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "ragym.rl.cli", "serve", "--kb-dir", str(tmp_path / "nowhere")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert f"ragym serve: --kb-dir {tmp_path / 'nowhere'}: no such folder" in done.stderr

@@ -90,8 +90,11 @@ python {workdir}/check.py {workdir}/kb http://127.0.0.1:8011
 """
     result = subprocess.run(
         ["timeout", str(TIMEOUT_S), *UNSHARE, "bash", "-c", script],
-        cwd=REPO, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     log = f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
     assert result.returncode == 0, log
     assert "RAY_SERVE_ROLLOUT_OK 3 episodes" in result.stdout, log

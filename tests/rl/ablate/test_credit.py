@@ -40,13 +40,16 @@ from ragym.rl.errors import UsageError
     ("curve", "expected"),
     [
         ([(0, 0.0), (10, 0.4), (20, 0.8), (30, 0.8)], 20),  # first evaluation at or above the target
-        ([(0, 0.0), (10, 38 / 48), (20, 0.5)], 10),  # 38/48 = 0.7917 reaches 0.79; a later drop does not undo it
+        (
+            [(0, 0.0), (10, 38 / 48), (20, 0.5)],
+            10,
+        ),  # 38/48 = 0.7917 reaches 0.79; a later drop does not undo it
         ([(0, 0.0), (10, 37 / 48), (20, 0.7899)], None),  # 37/48 = 0.771 and 0.7899 stay below: not reached
         ([(0, 0.8), (10, 0.0)], 0),  # the policy GRPO started from was there already
         ([(20, 0.9), (0, 0.0), (10, 0.1)], 20),  # in step order, whatever order the points come in
         ([(0, 0.0)], None),
     ],
-)  # fmt: skip
+)
 def test_steps_to_target_is_the_first_evaluated_step_at_or_above_it(
     curve: list, expected: int | None
 ) -> None:
@@ -58,12 +61,23 @@ def curve(*points: tuple[int, float]) -> list[dict[str, float]]:
 
 
 def sampled(dynamic: bool, dropped: float = 0.0) -> dict:
-    return {"dynamic_sampling": dynamic, "steps": 3, "flat_group_share": 0.5, "dropped_group_share": dropped,
-            "gen_batches": 2.0 if dynamic else 1.0}  # fmt: skip
+    return {
+        "dynamic_sampling": dynamic,
+        "steps": 3,
+        "flat_group_share": 0.5,
+        "dropped_group_share": dropped,
+        "gen_batches": 2.0 if dynamic else 1.0,
+    }
 
 
-FAKE = Grid("fake_credit", "kbvqa", (Variant("grpo"), Variant("fast"), Variant("never"), Variant("mixed_ds")),
-            ("ident_acc", "rejections"), target=Target(0.79, "a made-up target"), eval_every=10)  # fmt: skip
+FAKE = Grid(
+    "fake_credit",
+    "kbvqa",
+    (Variant("grpo"), Variant("fast"), Variant("never"), Variant("mixed_ds")),
+    ("ident_acc", "rejections"),
+    target=Target(0.79, "a made-up target"),
+    eval_every=10,
+)
 # variant -> seed -> (held-out curve, dynamic sampling summary); step 0 is before GRPO.
 CURVES = {
     "grpo": {0: curve((0, 0.0), (10, 0.5), (20, 0.8)), 1: curve((0, 0.0), (10, 0.8), (20, 0.8))},
@@ -76,9 +90,13 @@ CURVES = {
 def fake_run(out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> dict:
     points = CURVES[variant.name][seed]
     dynamic = variant.name.endswith("_ds")
-    return {"metrics": {k: points[-1][k] for k in ("ident_acc", "rejections")},
-            "before_grpo": {k: points[0][k] for k in ("ident_acc", "rejections")}, "held_out_curve": points,
-            "train_sampling": sampled(dynamic, 0.25 + 0.25 * seed if dynamic else 0.0), "wall_time_s": 1.0}  # fmt: skip
+    return {
+        "metrics": {k: points[-1][k] for k in ("ident_acc", "rejections")},
+        "before_grpo": {k: points[0][k] for k in ("ident_acc", "rejections")},
+        "held_out_curve": points,
+        "train_sampling": sampled(dynamic, 0.25 + 0.25 * seed if dynamic else 0.0),
+        "wall_time_s": 1.0,
+    }
 
 
 def test_steps_to_target_per_seed_vs_the_baseline_and_the_report(tmp_path: Path) -> None:
@@ -110,7 +128,7 @@ def test_steps_to_target_per_seed_vs_the_baseline_and_the_report(tmp_path: Path)
     assert "steps 0, 10, 20" in report and (tmp_path / "curve.png").stat().st_size > 0
     assert json.loads((tmp_path / "results.json").read_text())["steps_to_target"]["variants"]["never"][
         "per_seed"
-    ] == [None, None]  # fmt: skip
+    ] == [None, None]
     assert "How far GRPO moved" in report  # the other KB-VQA grids' statistics are still there
 
 
@@ -131,8 +149,9 @@ def test_dropped_share_is_the_dropped_groups_over_those_generated() -> None:
     assert dropped_share(record) == pytest.approx(2 / 6)
     assert dropped_share({FLAT: 0.0, DROPPED: 0.0, TOPPED_UP: 0.0}) == 0.0
     other = {FLAT: 1.0, DROPPED: 4.0, TOPPED_UP: 0.0, ROUNDS: 1.0}
-    summary = sampling_summary([{"step": 1, **record}, {"step": 1, "val/episode/ident_acc": 0.5},
-                                {"step": 2, **other}], enabled=True)  # fmt: skip
+    summary = sampling_summary(
+        [{"step": 1, **record}, {"step": 1, "val/episode/ident_acc": 0.5}, {"step": 2, **other}], enabled=True
+    )
     assert summary["steps"] == 2 and summary["dropped_group_share"] == pytest.approx((2 / 6 + 1.0) / 2)
     assert summary["flat_group_share"] == pytest.approx(0.75) and summary["gen_batches"] == 1.5
     # Off, the engine counts flat groups but trains on them: none dropped (even a log claiming some).
@@ -158,8 +177,11 @@ def test_credit_grids_have_the_four_variants_labelled_as_ragyms() -> None:
     for name in ("credit", "credit_delta05"):
         grid = GRIDS[name]
         assert [v.name for v in grid.variants] == [
-            "grpo", "turn_credit", "grpo_dyn_sampling", "turn_credit_dyn_sampling",
-        ]  # fmt: skip
+            "grpo",
+            "turn_credit",
+            "grpo_dyn_sampling",
+            "turn_credit_dyn_sampling",
+        ]
         assert {row_label(v) for v in grid.variants} == {RAGYM_ROW} and grid.claims == ()
         assert grid.target == DEMO_IDENT and DEMO_IDENT.ident_acc == 0.79 and grid.eval_every == 5
         assert {"ident_acc", "rejections", "needless_rejections"} <= set(grid.metrics)

@@ -94,8 +94,14 @@ def test_the_refined_query_carries_the_useful_page_and_moves_similarity_only_can
 
 
 def test_the_oracle_writes_the_refined_query_into_the_env(store_root: Path) -> None:
-    env = DocMemoEnv(retriever=EveryName(OverlapRetriever()), store_root=str(store_root), show_images=False,
-                     num_candidates=3, num_evidence=2, **NO_MEMORY)  # fmt: skip
+    env = DocMemoEnv(
+        retriever=EveryName(OverlapRetriever()),
+        store_root=str(store_root),
+        show_images=False,
+        num_candidates=3,
+        num_evidence=2,
+        **NO_MEMORY,
+    )
     oracle_loop(env, {"question": QUESTION, "doc_id": "fund.pdf"}, GOLD, 0, True, True)
     queries = [e["query"] for e in events_of(env.events, "candidates")]
     assert queries[0] == QUESTION and queries[1] == f"{QUESTION} percent actuarial reserves schedule"
@@ -111,8 +117,15 @@ def test_what_is_missing_is_read_against_every_round_so_far(store_root: Path) ->
     far holds. One evidence page a round and ``reshow_evidence`` off (``full``'s): round 1 reads page 2, which holds
     every term of the question, and round 2 reads page 1 alone, which lacks "did" and "grow". Read against both
     rounds nothing is missing and the query stays the question; against round 2's page alone it would add them."""
-    env = DocMemoEnv(retriever=EveryName(OverlapRetriever()), store_root=str(store_root), show_images=False,
-                     num_candidates=3, num_evidence=1, max_rounds=3, reshow_evidence=False)  # fmt: skip
+    env = DocMemoEnv(
+        retriever=EveryName(OverlapRetriever()),
+        store_root=str(store_root),
+        show_images=False,
+        num_candidates=3,
+        num_evidence=1,
+        max_rounds=3,
+        reshow_evidence=False,
+    )
     oracle_loop(env, {"question": QUESTION, "doc_id": "fund.pdf"}, {9}, 0, True, True)
     assert [e["pages"] for e in events_of(env.events, "evidence")] == [[2], [1], [3]]
     assert [e["query"] for e in events_of(env.events, "candidates")] == [QUESTION] * 3

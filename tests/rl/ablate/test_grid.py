@@ -26,7 +26,7 @@ GRID = Grid(
         Claim("score", "lucky", ">", "base", "test"),
         Claim("score", "worse", ">", "base", "test"),
         Claim("cost", "better", ">", "base", "test"),
-    ),  # fmt: skip
+    ),
     "a fake table",
 )
 BASE = [0.5, 0.4, 0.6, 0.5, 0.5]
@@ -148,7 +148,7 @@ def test_one_seed_gives_no_interval_and_too_few_seeds(tmp_path: Path) -> None:
         ([0.0, 0.0, 0.0], "tie"),
         ([0.01, 0.01, 0.4, 0.01, 0.01], "tie"),
         ([0.5], TOO_FEW),
-    ],  # fmt: skip
+    ],
 )
 def test_interval_direction_needs_the_interval_to_exclude_zero(diffs: list[float], expected: str) -> None:
     assert interval_direction(diffs) == expected
@@ -162,7 +162,7 @@ def test_interval_direction_needs_the_interval_to_exclude_zero(diffs: list[float
         ([0.0], "same"),
         ([0.1, 0.0], "seeds disagree"),
         ([-0.1, 0.1, 0.2], "seeds disagree"),
-    ],  # fmt: skip
+    ],
 )
 def test_ordinal_direction_needs_every_seed_to_agree(diffs: list[float], expected: str) -> None:
     """For steps to a target (no mean: 'not reached' is no number)."""
@@ -301,8 +301,12 @@ def test_defaults_five_seeds_on_the_answer_task_and_a_job_per_core_up_to_the_run
     for name in ("verification", "demo", "docmemo", "memora_r"):
         assert main([name, "--out", str(tmp_path / name)]) == 0
     # KB-VQA grids: 5 seeds of the answer task (its KB); 4 variants x 5 seeds = 20 runs, 8 cores: 8 jobs.
-    assert called["verification"] == {"seeds": [0, 1, 2, 3, 4], "jobs": 8, "task": "answer",
-                                      "kb": "demo_weak_top1_slots"}  # fmt: skip
+    assert called["verification"] == {
+        "seeds": [0, 1, 2, 3, 4],
+        "jobs": 8,
+        "task": "answer",
+        "kb": "demo_weak_top1_slots",
+    }
     assert called["demo"] == {"seeds": [0, 1, 2, 3, 4], "jobs": 5, "task": "answer", "kb": "demo_slots"}
     assert (called["docmemo"]["seeds"], called["docmemo"]["task"]) == ([0, 1, 2, 3, 4], "verify")
     assert (called["memora_r"]["seeds"], called["memora_r"]["task"]) == ([0, 1, 2], "verify")  # minutes a run
@@ -388,7 +392,9 @@ def test_a_missed_warm_start_is_recorded_and_its_seed_leaves_the_table(tmp_path:
     assert reasons["base"].endswith("copy accuracy 0.400 < 0.97")
     assert reasons["better"].startswith("starts from base's warm start, which missed its target")
     report = (tmp_path / "report.md").read_text()
-    assert "2 warm start(s) missed their target" in report and "- base seed 1: seed 1: the warm start" in report
+    assert (
+        "2 warm start(s) missed their target" in report and "- base seed 1: seed 1: the warm start" in report
+    )
     # A resume keeps the failures (a warm start is deterministic) and runs nothing again.
     again = run_grid(grid, tmp_path, [0, 1, 2], None, [], runner=FakeRunner(fail_at=("base", 1)), jobs=1)
     assert again["seeds"] == [0, 2]

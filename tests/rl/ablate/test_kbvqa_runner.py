@@ -11,11 +11,20 @@ import pytest
 from ragym.rl.ablate.cli import main
 
 TINY = [
-    "--steps", "1", "ragym.demo.warm_start.num_episodes=2", "ragym.demo.warm_start.epochs=1",
-    "data.val_max_samples=2", "data.train_batch_size=1", "actor_rollout_ref.rollout.n=2",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=1", "--task", "verify", "--jobs", "1",
+    "--steps",
+    "1",
+    "ragym.demo.warm_start.num_episodes=2",
+    "ragym.demo.warm_start.epochs=1",
+    "data.val_max_samples=2",
+    "data.train_batch_size=1",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+    "--task",
+    "verify",
+    "--jobs",
+    "1",
     "ragym.demo.warm_start_target.action=warn",
-]  # fmt: skip
+]
 """A budget that runs the whole grid in about a minute: it checks the plumbing, not the directions (the verify
 task, one run at a time: the answer task's copy pretraining alone takes minutes)."""
 
@@ -77,8 +86,10 @@ def test_credit_grid_runs_every_variant_with_its_estimator_and_a_held_out_curve(
         assert run["held_out_curve"][0]["ident_acc"] == run["before_grpo"]["ident_acc"]
         assert reach["variants"][name]["per_seed"][0] in (None, 0, 2)
         # The run trained with the variant's estimator and filter (the checkpoint records its config).
-        state = torch.load(tmp_path / "runs" / name / "seed_0" / "grpo" / "global_step_2" / "engine_state.pt",
-                           weights_only=False)  # fmt: skip
+        state = torch.load(
+            tmp_path / "runs" / name / "seed_0" / "grpo" / "global_step_2" / "engine_state.pt",
+            weights_only=False,
+        )
         algorithm = json.loads(state["config"])["algorithm"]
         dynamic = name.endswith("_dyn_sampling")
         assert algorithm["adv_estimator"] == name.removesuffix("_dyn_sampling")

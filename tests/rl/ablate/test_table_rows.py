@@ -87,8 +87,12 @@ def test_docmemo_grid_has_table_4_rows_and_each_removal_removes_that_memory() ->
     grid = GRIDS["docmemo"]
     labels = rows("docmemo")
     table_rows = {r for r in labels.values() if r != RAGYM_ROW}
-    assert table_rows == {"DocMemo (full)", "w/o tri-level memory", "w/o Bayesian page belief updating",
-                          "w/o adaptive-granularity evidence access"}  # fmt: skip
+    assert table_rows == {
+        "DocMemo (full)",
+        "w/o tri-level memory",
+        "w/o Bayesian page belief updating",
+        "w/o adaptive-granularity evidence access",
+    }
     env = {v.name: v.env for v in grid.variants}
     assert env["full"]["crop_dense_pages"] is True
     none = env["no_tri_level_memory"]
@@ -195,8 +199,14 @@ def test_neither_env_has_no_rerank_action_and_takes_the_top1(weak_kb: Path) -> N
     from ragym.envs.kbvqa.demo import KBVQADemoEnv
     from ragym.envs.kbvqa.metrics import kbvqa_metrics
 
-    env = KBVQADemoEnv(kb_dir=str(weak_kb), candidates_per_batch=3, max_rejections=0, visual_check=True,
-                       rerank_by_index=True, verification_actions=False)  # fmt: skip
+    env = KBVQADemoEnv(
+        kb_dir=str(weak_kb),
+        candidates_per_batch=3,
+        max_rejections=0,
+        visual_check=True,
+        rerank_by_index=True,
+        verification_actions=False,
+    )
     assert "<rerank>" not in env.system_prompt and "Reject" not in env.system_prompt.replace("no Reject", "")
     with_actions = KBVQADemoEnv(kb_dir=str(weak_kb), candidates_per_batch=3, max_rejections=0)
     assert "<rerank>Reject()</rerank>" in with_actions.system_prompt
@@ -238,8 +248,13 @@ def test_weak_top1_kb_puts_lookalikes_above_the_gold_without_losing_it() -> None
 
 
 # ----- how far GRPO moved each variant ---------------------------------------------------------------------
-GRID = Grid("moves", "fake", (Variant("a"), Variant("b"), Variant("c")), ("ident_acc", "rejections"),
-            (Claim("ident_acc", "a", ">", "b", "t"), Claim("ident_acc", "a", ">", "c", "t")))  # fmt: skip
+GRID = Grid(
+    "moves",
+    "fake",
+    (Variant("a"), Variant("b"), Variant("c")),
+    ("ident_acc", "rejections"),
+    (Claim("ident_acc", "a", ">", "b", "t"), Claim("ident_acc", "a", ">", "c", "t")),
+)
 
 
 def runner_from(after: dict, before: dict):
@@ -260,8 +275,11 @@ def m(ident: float, rej: float) -> dict[str, float]:
 
 
 def test_a_grid_where_grpo_moved_nothing_is_flagged_as_warm_starts(tmp_path: Path) -> None:
-    same = {"a": {0: m(0.521, 0.5), 1: m(0.521, 0.6)}, "b": {0: m(0.4, 0.2), 1: m(0.4, 0.2)},
-            "c": {0: m(0.604, 0.0), 1: m(0.604, 0.0)}}  # fmt: skip
+    same = {
+        "a": {0: m(0.521, 0.5), 1: m(0.521, 0.6)},
+        "b": {0: m(0.4, 0.2), 1: m(0.4, 0.2)},
+        "c": {0: m(0.604, 0.0), 1: m(0.604, 0.0)},
+    }
     results = run_grid(GRID, tmp_path, [0, 1], None, [], runner=runner_from(same, same))
     moved = results["grpo_movement"]
     assert moved["verdict"] == WARM_STARTS
@@ -274,8 +292,11 @@ def test_a_grid_where_grpo_moved_nothing_is_flagged_as_warm_starts(tmp_path: Pat
 
 def test_movement_is_per_variant_and_seed_and_claims_count_only_moved_seeds(tmp_path: Path) -> None:
     seeds = [0, 1, 2, 3]
-    before = {"a": dict.fromkeys(seeds, m(0.5, 1.0)), "b": dict.fromkeys(seeds, m(0.4, 0.2)),
-              "c": dict.fromkeys(seeds, m(0.6, 0.0))}  # fmt: skip
+    before = {
+        "a": dict.fromkeys(seeds, m(0.5, 1.0)),
+        "b": dict.fromkeys(seeds, m(0.4, 0.2)),
+        "c": dict.fromkeys(seeds, m(0.6, 0.0)),
+    }
     # GRPO moved a on seeds 0-2 (Ident. up 0.2, 0.22, 0.18, rejections down 0.5), not on seed 3; b and c never.
     after = {**before, "a": {0: m(0.7, 0.5), 1: m(0.72, 0.5), 2: m(0.68, 0.5), 3: m(0.5, 1.0)}}
     results = run_grid(GRID, tmp_path, seeds, None, [], runner=runner_from(after, before))
@@ -303,8 +324,10 @@ def test_movement_is_per_variant_and_seed_and_claims_count_only_moved_seeds(tmp_
         "| a | +0.200 / +0.220 / +0.180 / +0.000 | -0.500 / -0.500 / -0.500 / +0.000 | some seeds |" in report
     )
     assert "| a | +0.150 [-0.011, +0.311] | -0.375 [" in report  # the gain table: mean [95% interval]
-    assert ("| ident_acc: a > c | t | +0.100 / +0.120 / +0.080 / -0.100 | +0.050 [-0.111, +0.211] | tie | 0, 1, 2 | "
-            "+0.100 [+0.050, +0.150] | reproduced |") in report  # fmt: skip
+    assert (
+        "| ident_acc: a > c | t | +0.100 / +0.120 / +0.080 / -0.100 | +0.050 [-0.111, +0.211] | tie | 0, 1, 2 | "
+        "+0.100 [+0.050, +0.150] | reproduced |"
+    ) in report
     assert "Not moved by GRPO on any seed (their rows measure their warm starts, not RL): b, c." in report
     assert "| a | ragym's addition (not in the table) |" in report
 

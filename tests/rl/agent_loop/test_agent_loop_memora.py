@@ -18,8 +18,12 @@ SCRIPT = [
 
 def test_agent_loop_runs_memora_with_disk_memory(tiny_policy_dir, tmp_path) -> None:
     processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
-    loop = make_agent_loop(rollout_config(response_length=8192), ScriptedServer(processor.tokenizer, SCRIPT),
-                           processor.tokenizer, processor)  # fmt: skip
+    loop = make_agent_loop(
+        rollout_config(response_length=8192),
+        ScriptedServer(processor.tokenizer, SCRIPT),
+        processor.tokenizer,
+        processor,
+    )
     kwargs = json.dumps({"memory_dir": str(tmp_path)})
     options = json.dumps(
         {"query": "why does zanbredri matter", "qrels": {"synthetic/t7_f0_0.txt": 1}, "domain": "d"}

@@ -54,8 +54,12 @@ def processor(tiny_policy_dir):
 def _run(processor, env_kwargs: dict, script=(SEARCH, SEARCH, ANSWER)):
     server = ScriptedServer(processor.tokenizer, list(script))
     loop = make_agent_loop(rollout_config(), server, processor.tokenizer, processor)
-    row = {"index": 3, "env_id": "Fake-v0", "env_kwargs": json.dumps(env_kwargs),
-           "env_options": json.dumps({"question": "which bird?", "num_images": 1})}  # fmt: skip
+    row = {
+        "index": 3,
+        "env_id": "Fake-v0",
+        "env_kwargs": json.dumps(env_kwargs),
+        "env_options": json.dumps({"question": "which bird?", "num_images": 1}),
+    }
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
     return asyncio.run(loop.run(params, extra_info=row, raw_prompt=[])), server
 
@@ -70,8 +74,14 @@ def _score(output) -> dict[str, float]:
 def test_a_failed_reset_is_an_error_episode_with_no_trainable_token(processor):
     output, server = _run(processor, {"fail_at": "reset"})
     events = output.extra_fields["events"]
-    assert events == [{"type": "episode_error", "turn": -1, "stage": "reset",
-                       "error": "FileNotFoundError: [Errno 2] No such file or directory: 'kb/images/q1.jpg'"}]  # fmt: skip
+    assert events == [
+        {
+            "type": "episode_error",
+            "turn": -1,
+            "stage": "reset",
+            "error": "FileNotFoundError: [Errno 2] No such file or directory: 'kb/images/q1.jpg'",
+        }
+    ]
     assert len(output.response_ids) == len(output.response_mask) == len(output.response_logprobs) >= 1
     assert sum(output.response_mask) == 0
     # One request for the weights' step tags, which verl's v1 trainer reads from every trajectory.
@@ -87,8 +97,12 @@ def test_a_step_that_raises_ends_the_episode_with_its_events_kept(processor):
     output, server = _run(processor, {"fail_at": "step", "fail_step": 1})
     events = output.extra_fields["events"]
     assert [e["type"] for e in events] == ["action", "search_image", "episode_error"]
-    assert events[-1] == {"type": "episode_error", "turn": 1, "stage": "step",
-                          "error": "ConnectionError: retrieval server at http://127.0.0.1:1 is dead"}  # fmt: skip
+    assert events[-1] == {
+        "type": "episode_error",
+        "turn": 1,
+        "stage": "step",
+        "error": "ConnectionError: retrieval server at http://127.0.0.1:1 is dead",
+    }
     assert len(server.calls) == 2 and output.extra_fields["turns"] == [SEARCH, SEARCH]
     assert output.num_turns == 1 + 2 + 1  # the prompt, two turns, the observation of the first
     assert sum(output.response_mask) == 0 and len(output.response_ids) > 10
@@ -131,13 +145,22 @@ def test_the_local_engine_trains_through_a_row_whose_image_vanished(tmp_path: Pa
     monkeypatch.setattr(ragym.rl.agent_loop.loop, "make_env", make_env)
     kb = build_kb(tmp_path / "kb", PRESETS["tiny"], seed=0)
     policy = build_tiny_policy("qwen2_5_vl", tmp_path / "policy", seed=0)
-    trainer = build_trainer("kbvqa_tiny_cpu", [
-        f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
-        f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={tmp_path / 'out'}",
-        "trainer.logger=[console]", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=256", "data.shuffle=false",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
-    ])  # fmt: skip
+    trainer = build_trainer(
+        "kbvqa_tiny_cpu",
+        [
+            f"actor_rollout_ref.model.path={policy}",
+            f"data.train_files={kb}/data/train.parquet",
+            f"data.val_files={kb}/data/test.parquet",
+            f"trainer.default_local_dir={tmp_path / 'out'}",
+            "trainer.logger=[console]",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "data.max_response_length=256",
+            "data.shuffle=false",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        ],
+    )
     try:
         first, second = (json.loads(trainer.train_rows[i]["extra_info"]["env_options"]) for i in (0, 1))
         assert not set(first["query_images"]) & set(second["query_images"])

@@ -122,8 +122,12 @@ def _rollout(processor, monkeypatch, cached: bool):
     server = ScriptedServer(processor.tokenizer, script)
     loop = make_agent_loop(rollout_config(), server, processor.tokenizer, processor)
     assert (loop.render_cache is not None) == cached
-    row = {"index": 3, "env_id": "Fake-v0", "env_kwargs": json.dumps({"max_turns": 5}),
-           "env_options": json.dumps({"question": "which bird?", "num_images": 2})}  # fmt: skip
+    row = {
+        "index": 3,
+        "env_id": "Fake-v0",
+        "env_kwargs": json.dumps({"max_turns": 5}),
+        "env_options": json.dumps({"question": "which bird?", "num_images": 2}),
+    }
     params = {"temperature": 1.0, "logprobs": True}
 
     async def episodes():  # two episodes of one group: the second hits the cache on every render

@@ -14,8 +14,12 @@ def _fields(score: float, outcome: float, errors: float, searches: float | None)
 
 
 def test_terms_episode_metrics_and_flat_groups_are_batch_means():
-    fields = [_fields(1.5, 1.0, 0.0, 2.0), _fields(0.5, 0.0, 0.0, 4.0),  # group a: rewards differ
-              _fields(0.0, 0.0, 1.0, None), _fields(0.0, 0.0, 1.0, None)]  # group b: two error episodes  # fmt: skip
+    fields = [
+        _fields(1.5, 1.0, 0.0, 2.0),
+        _fields(0.5, 0.0, 0.0, 4.0),  # group a: rewards differ
+        _fields(0.0, 0.0, 1.0, None),
+        _fields(0.0, 0.0, 1.0, None),
+    ]  # group b: two error episodes
     metrics = step_metrics(fields, ["a", "a", "b", "b"])
     assert metrics["reward/total"] == pytest.approx(0.5)
     assert metrics["reward/outcome"] == pytest.approx(0.25) and metrics["reward/format"] == 1.0

@@ -19,8 +19,12 @@ def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def paper_rows(tmp_path_factory: pytest.TempPathFactory):
     """``paper_rows(env)``: the rows file of ``kbvqa``, ``r3g``, ``memora`` or ``docmemo``, built on first use."""
     built: dict[str, Path] = {}
-    builders = {"kbvqa": fixtures.kbvqa_rows, "r3g": fixtures.r3g_rows, "memora": fixtures.memora_rows,
-                "docmemo": fixtures.docmemo_rows}  # fmt: skip
+    builders = {
+        "kbvqa": fixtures.kbvqa_rows,
+        "r3g": fixtures.r3g_rows,
+        "memora": fixtures.memora_rows,
+        "docmemo": fixtures.docmemo_rows,
+    }
 
     def get(env: str) -> Path:
         if env not in built:

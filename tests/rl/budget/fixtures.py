@@ -51,15 +51,24 @@ def english_tokenizer(out: Path) -> Path:
     return out
 
 
-def verl_row(index: int, env_id: str, env_kwargs: dict[str, Any], options: dict[str, Any], source: str,
-             truth: Any) -> dict[str, Any]:  # fmt: skip
+def verl_row(
+    index: int, env_id: str, env_kwargs: dict[str, Any], options: dict[str, Any], source: str, truth: Any
+) -> dict[str, Any]:
     """One verl parquet row of ``env_id`` with its env kwargs and reset options."""
     return {
-        "data_source": source, "agent_name": "ragym_env", "prompt": [{"role": "user", "content": "task"}],
-        "ability": "test", "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
-        "extra_info": {"index": index, "split": "test", "env_id": env_id, "env_kwargs": json.dumps(env_kwargs),
-                       "env_options": json.dumps(options)},
-    }  # fmt: skip
+        "data_source": source,
+        "agent_name": "ragym_env",
+        "prompt": [{"role": "user", "content": "task"}],
+        "ability": "test",
+        "reward_model": {"style": "rule", "ground_truth": json.dumps(truth)},
+        "extra_info": {
+            "index": index,
+            "split": "test",
+            "env_id": env_id,
+            "env_kwargs": json.dumps(env_kwargs),
+            "env_options": json.dumps(options),
+        },
+    }
 
 
 def kbvqa_rows(out: Path) -> Path:
@@ -117,8 +126,14 @@ def memora_rows(out: Path) -> Path:
     rows = []
     for i in range(2):
         put_photo(out / f"query{i}.jpg", QUERY_SIZE, i)
-        options = {"query": docs[10 * i][:300], "query_id": f"q{i}", "domain": "test", "qrels": {f"d{i}": 1},
-                   "excluded_ids": [], "image_path": str(out / f"query{i}.jpg")}  # fmt: skip
+        options = {
+            "query": docs[10 * i][:300],
+            "query_id": f"q{i}",
+            "domain": "test",
+            "qrels": {f"d{i}": 1},
+            "excluded_ids": [],
+            "image_path": str(out / f"query{i}.jpg"),
+        }
         kwargs = {"corpus_path": str(corpus), "memory_frozen": True}
         rows.append(verl_row(i, "MEMORA-v0", kwargs, options, "mm_bright", {"qrels": options["qrels"]}))
     pd.DataFrame(rows).to_parquet(out / "memora.parquet")
@@ -134,11 +149,14 @@ def docmemo_rows(out: Path, num_pages: int = 30) -> Path:
     rng = np.random.default_rng(0)
     embeddings = rng.normal(size=(num_pages, 384)).astype(np.float32)
     store = DocStore(
-        doc_id="report.pdf", texts=tuple(texts), summaries=tuple(summarise(t, 240) for t in texts),
+        doc_id="report.pdf",
+        texts=tuple(texts),
+        summaries=tuple(summarise(t, 240) for t in texts),
         page_types=tuple(("text", "table", "chart", "image-heavy")[i % 4] for i in range(num_pages)),
-        embeddings=embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True), encoder=TEXT_ENCODER_NAME,
+        embeddings=embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True),
+        encoder=TEXT_ENCODER_NAME,
         sections=tuple(Section(f"Section {i + 1}", 0, 1 + 3 * i) for i in range(10)),
-    )  # fmt: skip
+    )
     directory = save_store(store, out / "docs" / "report", dpi=200)
     for page in range(1, num_pages + 1):
         put_photo(directory / "images" / f"page_{page:04d}.png", PAGE_SIZE, page)
@@ -146,9 +164,17 @@ def docmemo_rows(out: Path, num_pages: int = 30) -> Path:
         "What share of the tests run on CPU?",
         "Which recipe trains the MEMORA policy, and on what data?",
     )
-    rows = [verl_row(i, "DocMemo-v0", {"store_root": str(out / "docs")}, {"question": q, "doc_id": "report.pdf"},
-                     "mmlongbench_doc", {"answer": "x", "answer_format": "Str", "evidence_pages": [1]})
-            for i, q in enumerate(questions)]  # fmt: skip
+    rows = [
+        verl_row(
+            i,
+            "DocMemo-v0",
+            {"store_root": str(out / "docs")},
+            {"question": q, "doc_id": "report.pdf"},
+            "mmlongbench_doc",
+            {"answer": "x", "answer_format": "Str", "evidence_pages": [1]},
+        )
+        for i, q in enumerate(questions)
+    ]
     pd.DataFrame(rows).to_parquet(out / "docmemo.parquet")
     return out / "docmemo.parquet"
 

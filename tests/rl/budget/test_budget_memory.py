@@ -27,9 +27,13 @@ HV, IV, DEPTH = 1280, 3420, 32
 LAYER = (
     (H * H + H) + 2 * (H * KV + KV) + H * H + 3 * H * MLP + 2 * H
 )  # q (bias), k, v (bias), o, MLP, 2 norms
-VISION = (3 * 2 * 14 * 14 * HV  # Conv3d patch embedding, no bias
-          + DEPTH * (2 * HV + (HV * 3 * HV + 3 * HV) + (HV * HV + HV) + 2 * (HV * IV + IV) + (IV * HV + HV))
-          + HV + (4 * HV * 4 * HV + 4 * HV) + (4 * HV * H + H))  # merger: norm, 2x2 patches -> 4HV -> H  # fmt: skip
+VISION = (
+    3 * 2 * 14 * 14 * HV  # Conv3d patch embedding, no bias
+    + DEPTH * (2 * HV + (HV * 3 * HV + 3 * HV) + (HV * HV + HV) + 2 * (HV * IV + IV) + (IV * HV + HV))
+    + HV
+    + (4 * HV * 4 * HV + 4 * HV)
+    + (4 * HV * H + H)
+)  # merger: norm, 2x2 patches -> 4HV -> H
 TOTAL = 2 * V * H + L * LAYER + H + VISION  # untied embeddings and head, final norm
 LORA_64 = 64 * L * (9 * H + 2 * KV + 3 * MLP)  # r x (in + out) over q, k, v, o, gate, up, down of every layer
 KV_BYTES_PER_TOKEN = 2 * L * KV * 2  # a key and a value in every layer, bf16: 57,344 bytes
@@ -43,16 +47,23 @@ LAYER3 = (
 )  # q, k, v, o, q/k norms, MLP, norms
 MERGER3 = 2 * HV3 + (4 * HV3 * 4 * HV3 + 4 * HV3) + (4 * HV3 * H3 + H3)  # norm over hv, 4hv -> 4hv -> H
 DEEPSTACK3 = 2 * 4 * HV3 + (4 * HV3 * 4 * HV3 + 4 * HV3) + (4 * HV3 * H3 + H3)  # norm over 4hv
-VISION3 = (PATCH3 * HV3 + HV3 + 2304 * HV3  # Conv3d patch embedding with bias, learned position embeddings
-           + DEPTH3 * (4 * HV3 + (HV3 * 3 * HV3 + 3 * HV3) + (HV3 * HV3 + HV3) + (HV3 * IV3 + IV3) + (IV3 * HV3 + HV3))
-           + MERGER3 + 3 * DEEPSTACK3)  # fmt: skip
+VISION3 = (
+    PATCH3 * HV3
+    + HV3
+    + 2304 * HV3  # Conv3d patch embedding with bias, learned position embeddings
+    + DEPTH3
+    * (4 * HV3 + (HV3 * 3 * HV3 + 3 * HV3) + (HV3 * HV3 + HV3) + (HV3 * IV3 + IV3) + (IV3 * HV3 + HV3))
+    + MERGER3
+    + 3 * DEEPSTACK3
+)
 TOTAL3 = 2 * V3 * H3 + L3 * LAYER3 + H3 + VISION3
 LORA3_64 = 64 * L3 * (H3 + Q3 + 2 * (H3 + KV3) + Q3 + H3 + 3 * (H3 + MLP3))  # q, k, v, o, gate, up, down
 
 
 def lora(rank: int) -> LoraSettings:
-    return LoraSettings(rank=rank, alpha=rank, target_modules="all-linear", exclude_modules=VISION_TOWER,
-                        adapter_path=None)  # fmt: skip
+    return LoraSettings(
+        rank=rank, alpha=rank, target_modules="all-linear", exclude_modules=VISION_TOWER, adapter_path=None
+    )
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +206,15 @@ def _gib(num_bytes: float) -> str:
     return f"{num_bytes / GIB:.2f}"
 
 
-def hand_table(model: str, gpus: int, tokens: int, share: float, episode: int, images: int | None = None,
-               per_logit: int = 4) -> dict[str, tuple[str, str]]:  # fmt: skip
+def hand_table(
+    model: str,
+    gpus: int,
+    tokens: int,
+    share: float,
+    episode: int,
+    images: int | None = None,
+    per_logit: int = 4,
+) -> dict[str, tuple[str, str]]:
     """Every row of ``ragym budget memory``'s table on 80 GiB GPUs (full fine-tuning, LoRA rank 64), by hand from
     the config's numbers and the recipe's knobs (the formulas of ``ragym.rl.budget.memory``'s docstring)."""
     v, h, i, kv, layers, total, layer_params, lora_64, hv, vision_mlp, depth, patch = MODELS[model]
@@ -224,30 +242,43 @@ def hand_table(model: str, gpus: int, tokens: int, share: float, episode: int, i
         )
         how = "checkpointed" if column == "full" else "frozen: one block at a time"
         column_cells = {
-            "weights": _gib(weights), "gradients": _gib(gradients), "adam": _gib(adam),
-            "gathered": _gib(2 * layer_params * 2), "activations": _gib(checkpointed),
-            "unchecked": _gib(layers * layer), "inputs": _gib(patches * patch * 4),
-            "tower": f"{_gib(tower[column])} ({how})", "logits": _gib(tokens * v * per_logit),
-            "training": _gib(training), "vllm": _gib(vllm), "vllm weights": _gib(served * 2),
+            "weights": _gib(weights),
+            "gradients": _gib(gradients),
+            "adam": _gib(adam),
+            "gathered": _gib(2 * layer_params * 2),
+            "activations": _gib(checkpointed),
+            "unchecked": _gib(layers * layer),
+            "inputs": _gib(patches * patch * 4),
+            "tower": f"{_gib(tower[column])} ({how})",
+            "logits": _gib(tokens * v * per_logit),
+            "training": _gib(training),
+            "vllm": _gib(vllm),
+            "vllm weights": _gib(served * 2),
             "kv": f"{_gib(vllm - served * 2)} ({kv_tokens:,} tokens, {kv_tokens // episode} episodes)",
-            "rollout": _gib(rollout), "peak": f"{_gib(peak)} {verdict}",
-        }  # fmt: skip
+            "rollout": _gib(rollout),
+            "peak": f"{_gib(peak)} {verdict}",
+        }
         for key, value in column_cells.items():
             cells.setdefault(key, []).append(value)
     shard = f"32-bit, 1/{gpus} shard"
     path = "verl" if per_logit == 4 else "labels"
     labels = {
-        "weights": f"weights ({shard})", "gradients": f"gradients ({shard})", "adam": f"Adam moments (2 x {shard})",
+        "weights": f"weights ({shard})",
+        "gradients": f"gradients ({shard})",
+        "adam": f"Adam moments (2 x {shard})",
         "gathered": "gathered FSDP units (2 decoder layers, bf16)",
         "activations": f"activations (checkpointed, {tokens:,} tokens)",
         "unchecked": "activations without checkpointing (not added)",
         "inputs": f"vision inputs ({images} x 1,024-token images: {patches:,} patches x {patch:,} x 4 B)",
         "tower": "vision tower activations",
-        "logits": f"logits ({tokens:,} x {v:,} x {per_logit} B, {path} log-probs)", "training": "**training phase**",
-        "vllm": f"vLLM ({share:.2f} x 80 GiB)", "vllm weights": "- its weights (bf16, TP 1; LoRA: + adapters)",
-        "kv": "- KV cache, at most", "rollout": "**rollout phase** (vLLM + weights + Adam moments)",
+        "logits": f"logits ({tokens:,} x {v:,} x {per_logit} B, {path} log-probs)",
+        "training": "**training phase**",
+        "vllm": f"vLLM ({share:.2f} x 80 GiB)",
+        "vllm weights": "- its weights (bf16, TP 1; LoRA: + adapters)",
+        "kv": "- KV cache, at most",
+        "rollout": "**rollout phase** (vLLM + weights + Adam moments)",
         "peak": "**peak** of 80 GiB",
-    }  # fmt: skip
+    }
     rows = {"trainable parameters": (f"{total:,}", f"{lora_64:,} ({lora_64 / total:.2%})")}
     rows.update({labels[key]: (full, lora_) for key, (full, lora_) in cells.items()})
     return rows

@@ -32,8 +32,21 @@ def report_of(paper_rows, tokenizer_dir, tmp_path_factory):
         if recipe not in _REPORTS:
             out = tmp_path_factory.mktemp("budget") / "report.json"
             rows = paper_rows(PAPER[recipe][0])
-            assert main(["--recipe", recipe, "--rows", str(rows), "--tokenizer", str(tokenizer_dir),
-                         "--json", str(out)]) == 0  # fmt: skip
+            assert (
+                main(
+                    [
+                        "--recipe",
+                        recipe,
+                        "--rows",
+                        str(rows),
+                        "--tokenizer",
+                        str(tokenizer_dir),
+                        "--json",
+                        str(out),
+                    ]
+                )
+                == 0
+            )
             _REPORTS[recipe] = json.loads(out.read_text())
         return _REPORTS[recipe]
 
@@ -81,8 +94,12 @@ def test_the_summary_line_and_the_assumptions_are_printed(paper_rows, tokenizer_
 def test_a_candidate_budget_at_the_models_own_cap_is_flagged_as_truncation(paper_rows, tokenizer_dir, capsys):
     rows = paper_rows("kbvqa")
     cap = ["ragym.images.candidate_max_pixels=12845056", "data.mm_processor_kwargs.max_pixels=12845056"]
-    assert main(["--recipe", "kbvqa_qwen2_5_vl_7b", "--rows", str(rows), "--tokenizer", str(tokenizer_dir),
-                 *cap]) == 0  # fmt: skip
+    assert (
+        main(
+            ["--recipe", "kbvqa_qwen2_5_vl_7b", "--rows", str(rows), "--tokenizer", str(tokenizer_dir), *cap]
+        )
+        == 0
+    )
     # A 2400 x 1800 candidate then costs 64 x 86 = 5,504 tokens: one batch of five is over 12,288 already.
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith("truncated 100.0%")
 
@@ -112,15 +129,17 @@ def test_bad_input_is_one_line(paper_rows, tmp_path, capsys) -> None:
     assert code == 2 and len(err) == 1 and "recipe no_such_recipe not found" in err[0]
     code, err = run_cli(["--recipe", "r3g_qwen2_5_vl_7b", "--rows", str(rows)], capsys)
     assert code == 2 and len(err) == 1 and "no tokenizer" in err[0] and "--estimate-text" in err[0]
-    code, err = run_cli(["--recipe", "r3g_qwen2_5_vl_7b", "--rows", str(tmp_path / "none.parquet"),
-                         "--estimate-text"], capsys)  # fmt: skip
+    code, err = run_cli(
+        ["--recipe", "r3g_qwen2_5_vl_7b", "--rows", str(tmp_path / "none.parquet"), "--estimate-text"], capsys
+    )
     assert code == 2 and len(err) == 1 and "none.parquet not found" in err[0]
     broken = copy_rows(rows, tmp_path / "broken.parquet")
     broken.write_bytes(broken.read_bytes()[:100])
     code, err = run_cli(["--recipe", "r3g_qwen2_5_vl_7b", "--rows", str(broken), "--estimate-text"], capsys)
     assert code == 2 and len(err) == 1 and "broken.parquet is not a readable parquet file" in err[0]
-    code, err = run_cli(["--recipe", "r3g_qwen2_5_vl_7b", "--rows", str(rows), "--tokenizer",
-                         str(tmp_path)], capsys)  # fmt: skip
+    code, err = run_cli(
+        ["--recipe", "r3g_qwen2_5_vl_7b", "--rows", str(rows), "--tokenizer", str(tmp_path)], capsys
+    )
     assert code == 2 and len(err) == 1 and f"cannot load a tokenizer from {tmp_path}" in err[0]
 
 
@@ -137,8 +156,10 @@ def test_rows_whose_episode_cannot_run_are_listed_and_skipped(paper_rows, tmp_pa
     assert main(["--recipe", "docmemo_qwen2_5_vl_7b", "--rows", str(rows), "--estimate-text"]) == 0
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed[-1].startswith("budget: 2 episodes")
-    assert any("skipped 1 row(s) that could not run (first: extra_info.index 0: FileNotFoundError" in line
-               for line in printed)  # fmt: skip
+    assert any(
+        "skipped 1 row(s) that could not run (first: extra_info.index 0: FileNotFoundError" in line
+        for line in printed
+    )
 
 
 def test_prep_prints_the_report_for_the_rows_it_writes(tmp_path: Path, capsys) -> None:

@@ -101,8 +101,23 @@ def test_the_counts_are_the_agent_loops_own_for_the_same_turns(paper_rows, real_
     folder, processor = real_policy("qwen2_5_vl")
     recipe = REAL_SETTINGS["qwen2_5_vl"][2]
     rows, out = paper_rows("kbvqa"), tmp_path / "report.json"
-    assert main(["--recipe", recipe, "--rows", str(rows), "--tokenizer", str(folder), "--action-tokens", "0",
-                 "--json", str(out)]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--recipe",
+                recipe,
+                "--rows",
+                str(rows),
+                "--tokenizer",
+                str(folder),
+                "--action-tokens",
+                "0",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     counted = json.loads(out.read_text())["episodes"][0]  # the comparison row: 8 turns, 30 candidates
     recipe_config = load_config(recipe, [])
     row = pd.read_parquet(rows)["extra_info"].iloc[0]

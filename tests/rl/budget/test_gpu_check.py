@@ -21,15 +21,38 @@ from ragym.rl.lora import VISION_TOWER
 H, MLP, L, Q, KV, V = 32, 48, 2, 4 * 8, 2 * 8, 256
 D, HV, IV, PATCH = 2, 16, 24, 3 * 2 * 14 * 14
 TINY = {
-    "model_type": "qwen2_5_vl", "hidden_size": H, "intermediate_size": MLP, "num_hidden_layers": L,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": V, "max_position_embeddings": 512,
-    "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]}, "tie_word_embeddings": False,
-    "bos_token_id": 248, "eos_token_id": 249, "vision_start_token_id": 250, "vision_end_token_id": 251,
-    "vision_token_id": 252, "image_token_id": 253, "video_token_id": 254,
-    "vision_config": {"depth": D, "hidden_size": HV, "intermediate_size": IV, "num_heads": 2, "in_chans": 3,
-                      "out_hidden_size": H, "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
-                      "window_size": 56, "fullatt_block_indexes": [1], "hidden_act": "silu"},
-}  # fmt: skip
+    "model_type": "qwen2_5_vl",
+    "hidden_size": H,
+    "intermediate_size": MLP,
+    "num_hidden_layers": L,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": V,
+    "max_position_embeddings": 512,
+    "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]},
+    "tie_word_embeddings": False,
+    "bos_token_id": 248,
+    "eos_token_id": 249,
+    "vision_start_token_id": 250,
+    "vision_end_token_id": 251,
+    "vision_token_id": 252,
+    "image_token_id": 253,
+    "video_token_id": 254,
+    "vision_config": {
+        "depth": D,
+        "hidden_size": HV,
+        "intermediate_size": IV,
+        "num_heads": 2,
+        "in_chans": 3,
+        "out_hidden_size": H,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "window_size": 56,
+        "fullatt_block_indexes": [1],
+        "hidden_act": "silu",
+    },
+}
 SEQUENCES, SEQ, IMAGES, PER_IMAGE = (
     2,
     40,
@@ -48,20 +71,38 @@ LORA = (
 
 def plan(lora: bool, **changes) -> CheckPlan:
     fields = dict(
-        recipe="tiny", model="", config=TINY, sequences=SEQUENCES, sequence_tokens=SEQ, num_images=IMAGES,
-        tokens_per_image=PER_IMAGE, checkpointing=True, freeze_vision_tower=False, logprob_path="verl",
-        attention="flash_attention_2", predicted_gib=2.5, scale_note="the recipe's 1 GPU(s)",
+        recipe="tiny",
+        model="",
+        config=TINY,
+        sequences=SEQUENCES,
+        sequence_tokens=SEQ,
+        num_images=IMAGES,
+        tokens_per_image=PER_IMAGE,
+        checkpointing=True,
+        freeze_vision_tower=False,
+        logprob_path="verl",
+        attention="flash_attention_2",
+        predicted_gib=2.5,
+        scale_note="the recipe's 1 GPU(s)",
         lora={"rank": RANK, "alpha": RANK, "target_modules": "all-linear", "exclude_modules": VISION_TOWER}
-        if lora else None,
-    )  # fmt: skip
+        if lora
+        else None,
+    )
     return CheckPlan(**{**fields, **changes})
 
 
 def stand_in(peak_flops: float | None = 1e9, memory: float = 100 * GIB) -> Device:
     """A CPU device whose clock reads 0, 2 (first step) then 10, 12.5 (second: 2.5 s) and whose peak is 3 GiB."""
     times = iter([0.0, 2.0, 10.0, 12.5])
-    return Device(name="test CPU", torch_device="cpu", memory_bytes=memory, peak_flops=peak_flops,
-                  peak_allocated=lambda: 3 * GIB, reset_peak=lambda: None, clock=lambda: next(times))  # fmt: skip
+    return Device(
+        name="test CPU",
+        torch_device="cpu",
+        memory_bytes=memory,
+        peak_flops=peak_flops,
+        peak_allocated=lambda: 3 * GIB,
+        reset_peak=lambda: None,
+        clock=lambda: next(times),
+    )
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -77,8 +118,10 @@ def test_the_printed_figures_are_the_hand_arithmetic(capsys: pytest.CaptureFixtu
     flops = 4 * tokens * lm + 2 * tokens * trainable + 2 * patches * VISION + 3 * attention
     flops += 0 if lora else 4 * patches * VISION
     step_s, mfu = 2.5, flops / 2.5 / 1e9
-    expected = (f"| tiny | 2.50 | 3.00 | +20.0% | 2.50 | {tokens / step_s:,.0f} | {flops:.3e} | {100 * mfu:.1f}% "
-                "| sdpa |")  # fmt: skip
+    expected = (
+        f"| tiny | 2.50 | 3.00 | +20.0% | 2.50 | {tokens / step_s:,.0f} | {flops:.3e} | {100 * mfu:.1f}% "
+        "| sdpa |"
+    )
     assert row == expected
     assert f"{tokens / step_s:,.0f}" == "32"
 
@@ -90,8 +133,10 @@ def test_unknown_peak_and_a_plan_that_does_not_fit_are_one_line_each(
     assert "| n/a (unknown GPU peak) | sdpa |" in capsys.readouterr().out
     assert check_all([plan(True, predicted_gib=200.0)], stand_in()) == 1
     out = [line for line in capsys.readouterr().out.splitlines() if line.startswith("gpu-check: tiny")]
-    assert out == ["gpu-check: tiny would not fit one GPU of 100.0 GiB: the budget's update is 200.00 GiB on one "
-                   "GPU (the recipe's 1 GPU(s))"]  # fmt: skip
+    assert out == [
+        "gpu-check: tiny would not fit one GPU of 100.0 GiB: the budget's update is 200.00 GiB on one "
+        "GPU (the recipe's 1 GPU(s))"
+    ]
 
 
 def test_the_step_trains_the_adapters_and_not_the_frozen_tower(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,8 +207,9 @@ def test_the_bare_machine_path_imports_only_torch_transformers_and_peft() -> Non
     import sys
 
     repo = Path(__file__).resolve().parents[3]
-    done = subprocess.run([sys.executable, "-c", BARE_MACHINE], cwd=repo, capture_output=True, text=True,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", BARE_MACHINE], cwd=repo, capture_output=True, text=True, check=False
+    )
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [
         "gpu-check: gpu-check measures one update step on a GPU: torch.cuda.is_available() is False here "

@@ -14,8 +14,14 @@ from ragym.rl.cluster.submit import build_submission
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.compose import RECIPES_DIR, load_recipe, recipe_settings
 
-CLUSTER_RECIPES = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen2_5_vl_7b_lora", "kbvqa_qwen3_vl_8b", "docmemo_qwen2_5_vl_7b",
-                   "memora_qwen2_5_vl_7b", "r3g_qwen2_5_vl_7b")  # fmt: skip
+CLUSTER_RECIPES = (
+    "kbvqa_qwen2_5_vl_7b",
+    "kbvqa_qwen2_5_vl_7b_lora",
+    "kbvqa_qwen3_vl_8b",
+    "docmemo_qwen2_5_vl_7b",
+    "memora_qwen2_5_vl_7b",
+    "r3g_qwen2_5_vl_7b",
+)
 """The recipes ``ragym submit`` sends to a GPU cluster (verl's trainer, vLLM, the cluster's size from the flags)."""
 SIZES = ((1, 8), (4, 8))
 KBVQA = "kbvqa_qwen2_5_vl_7b"
@@ -23,8 +29,12 @@ KBVQA = "kbvqa_qwen2_5_vl_7b"
 
 def fixed(micro: int | str = 4, log_prob: int | str = 4, *more: str) -> list[str]:
     """KB-VQA with fixed-size micro-batches instead of token-packed ones (the log-prob side follows the actor's)."""
-    return ["actor_rollout_ref.actor.use_dynamic_bsz=false", f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
-            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={log_prob}", *more]  # fmt: skip
+    return [
+        "actor_rollout_ref.actor.use_dynamic_bsz=false",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={log_prob}",
+        *more,
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -66,49 +76,131 @@ def test_the_cluster_recipes_are_every_recipe_that_takes_the_clusters_size() -> 
     ("overrides", "nodes", "expected"),
     [
         # 12 trajectories per update cannot be split over 8 data-parallel ranks (verl's train_mini_batch).
-        (["actor_rollout_ref.actor.ppo_mini_batch_size=12", "actor_rollout_ref.rollout.n=1"], 1,
-         ["ppo_mini_batch_size x rollout.n = 12 x 1 = 12 trajectories per update is not a multiple of the "
-          "data-parallel size 8 (8 GPUs / Ulysses 1)"]),
+        (
+            ["actor_rollout_ref.actor.ppo_mini_batch_size=12", "actor_rollout_ref.rollout.n=1"],
+            1,
+            [
+                "ppo_mini_batch_size x rollout.n = 12 x 1 = 12 trajectories per update is not a multiple of the "
+                "data-parallel size 8 (8 GPUs / Ulysses 1)"
+            ],
+        ),
         # 6 x 8 = 48 splits over 8 ranks, not over 32.
-        (["actor_rollout_ref.actor.ppo_mini_batch_size=6"], 4, ["= 48 trajectories per update is not a multiple of "
-                                                                "the data-parallel size 32"]),
-        (["actor_rollout_ref.actor.ulysses_sequence_parallel_size=3"], 1,
-         ["ulysses_sequence_parallel_size 3 does not divide the 1 x 8 = 8 GPUs"]),
+        (
+            ["actor_rollout_ref.actor.ppo_mini_batch_size=6"],
+            4,
+            ["= 48 trajectories per update is not a multiple of the data-parallel size 32"],
+        ),
+        (
+            ["actor_rollout_ref.actor.ulysses_sequence_parallel_size=3"],
+            1,
+            ["ulysses_sequence_parallel_size 3 does not divide the 1 x 8 = 8 GPUs"],
+        ),
         # Fixed-size batches: verl's validate_config wants whole trajectories per GPU, a batch of 12 on 8 GPUs is not.
-        (fixed(1, 1, "data.train_batch_size=12", "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=8"), 1,
-         ["data.train_batch_size x rollout.n = 12 x 1 = 12 trajectories per step is not a multiple of the 8 GPUs"]),
-        (fixed(4, 4, "data.train_batch_size=64"), 1, ["data.train_batch_size 64 is below actor_rollout_ref.actor.ppo_mini_batch_size 128"]),
+        (
+            fixed(
+                1,
+                1,
+                "data.train_batch_size=12",
+                "actor_rollout_ref.rollout.n=1",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            ),
+            1,
+            [
+                "data.train_batch_size x rollout.n = 12 x 1 = 12 trajectories per step is not a multiple of the 8 GPUs"
+            ],
+        ),
+        (
+            fixed(4, 4, "data.train_batch_size=64"),
+            1,
+            ["data.train_batch_size 64 is below actor_rollout_ref.actor.ppo_mini_batch_size 128"],
+        ),
         # 128 x 8 / 8 = 128 trajectories per GPU and update: 3 does not divide them.
-        (fixed(3), 1,
-         ["ppo_micro_batch_size_per_gpu 3 does not divide the 128 trajectories of each GPU's share of an update"]),
+        (
+            fixed(3),
+            1,
+            [
+                "ppo_micro_batch_size_per_gpu 3 does not divide the 128 trajectories of each GPU's share of an update"
+            ],
+        ),
         # 1,024 trajectories padded to a multiple of lcm(32, 1024) = 1,024: 32 per GPU, which 3 does not divide.
-        (fixed(4, 3), 4,
-         ["log_prob_micro_batch_size_per_gpu 3 does not divide the 32 trajectories each GPU scores per step"]),
-        (fixed(4, "null"), 1,
-         ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu is not set, and use_dynamic_bsz is false"]),
-        (fixed("null", 4, "actor_rollout_ref.actor.ppo_micro_batch_size=32"), 1,
-         ["only the deprecated actor_rollout_ref.actor.ppo_micro_batch_size is set"]),
-        (fixed(4, 4, "actor_rollout_ref.rollout.log_prob_micro_batch_size=32"), 1,
-         ["actor_rollout_ref.rollout.log_prob_micro_batch_size and actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu "
-          "are both set"]),
-        (["actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false"], 1, ["log_prob_use_dynamic_bsz is not"]),
+        (
+            fixed(4, 3),
+            4,
+            [
+                "log_prob_micro_batch_size_per_gpu 3 does not divide the 32 trajectories each GPU scores per step"
+            ],
+        ),
+        (
+            fixed(4, "null"),
+            1,
+            [
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu is not set, and use_dynamic_bsz is false"
+            ],
+        ),
+        (
+            fixed("null", 4, "actor_rollout_ref.actor.ppo_micro_batch_size=32"),
+            1,
+            ["only the deprecated actor_rollout_ref.actor.ppo_micro_batch_size is set"],
+        ),
+        (
+            fixed(4, 4, "actor_rollout_ref.rollout.log_prob_micro_batch_size=32"),
+            1,
+            [
+                "actor_rollout_ref.rollout.log_prob_micro_batch_size and actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu "
+                "are both set"
+            ],
+        ),
+        (
+            ["actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false"],
+            1,
+            ["log_prob_use_dynamic_bsz is not"],
+        ),
         # Packed micro-batches must hold the longest sequence, 4,096 + 12,288 tokens (the log-prob budget follows).
-        (["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16383"], 1,
-         ["ppo_max_token_len_per_gpu 16383 x Ulysses 1 is below the longest sequence",
-          "log_prob_max_token_len_per_gpu 16383 x Ulysses 1 is below the longest sequence"]),
-        (["actor_rollout_ref.rollout.tensor_model_parallel_size=3"], 4,
-         ["a rollout replica of 3 GPUs (actor_rollout_ref.rollout.tensor_model_parallel_size 3) does not divide the "
-          "4 x 8 = 32 GPUs"]),
-        (["actor_rollout_ref.rollout.tensor_model_parallel_size=12"], 4,
-         ["does not divide the 4 x 8 = 32 GPUs", "spans nodes but is not a multiple of the 8 GPUs of a node"]),
-        (["actor_rollout_ref.rollout.max_model_len=16383"], 1,
-         ["max_model_len 16383 is below prompt_length + response_length = 4096 + 12288 = 16384"]),
-        (["actor_rollout_ref.rollout.max_num_batched_tokens=255"], 1, ["max_num_batched_tokens 255 is below max_num_seqs 256"]),
+        (
+            ["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16383"],
+            1,
+            [
+                "ppo_max_token_len_per_gpu 16383 x Ulysses 1 is below the longest sequence",
+                "log_prob_max_token_len_per_gpu 16383 x Ulysses 1 is below the longest sequence",
+            ],
+        ),
+        (
+            ["actor_rollout_ref.rollout.tensor_model_parallel_size=3"],
+            4,
+            [
+                "a rollout replica of 3 GPUs (actor_rollout_ref.rollout.tensor_model_parallel_size 3) does not divide the "
+                "4 x 8 = 32 GPUs"
+            ],
+        ),
+        (
+            ["actor_rollout_ref.rollout.tensor_model_parallel_size=12"],
+            4,
+            [
+                "does not divide the 4 x 8 = 32 GPUs",
+                "spans nodes but is not a multiple of the 8 GPUs of a node",
+            ],
+        ),
+        (
+            ["actor_rollout_ref.rollout.max_model_len=16383"],
+            1,
+            ["max_model_len 16383 is below prompt_length + response_length = 4096 + 12288 = 16384"],
+        ),
+        (
+            ["actor_rollout_ref.rollout.max_num_batched_tokens=255"],
+            1,
+            ["max_num_batched_tokens 255 is below max_num_seqs 256"],
+        ),
         # vLLM cannot split an image across steps with chunked multimodal input off: the largest is 1,024 tokens.
-        (["+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_chunked_mm_input=true",
-          "actor_rollout_ref.rollout.max_num_batched_tokens=1023"], 1, ["below the 1024 tokens of the largest image"]),
+        (
+            [
+                "+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_chunked_mm_input=true",
+                "actor_rollout_ref.rollout.max_num_batched_tokens=1023",
+            ],
+            1,
+            ["below the 1024 tokens of the largest image"],
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_bad_size_is_refused_with_its_message(
     overrides: list[str], nodes: int, expected: list[str]
 ) -> None:
@@ -125,19 +217,42 @@ def test_each_bad_size_is_refused_with_its_message(
         (["actor_rollout_ref.actor.ppo_mini_batch_size=6"], 1, 8),
         (["actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.rollout.n=1"], 1, 8),
         # Ulysses 2 halves the data-parallel ranks: 2 x 2 trajectories split over 4 of them.
-        (["actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2",
-          "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"], 1, 8),
-        (fixed(1, 1, "data.train_batch_size=16", "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=8"), 1, 8),
+        (
+            [
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "actor_rollout_ref.rollout.n=2",
+                "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            ],
+            1,
+            8,
+        ),
+        (
+            fixed(
+                1,
+                1,
+                "data.train_batch_size=16",
+                "actor_rollout_ref.rollout.n=1",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            ),
+            1,
+            8,
+        ),
         (fixed(), 4, 8),
         (["actor_rollout_ref.actor.ppo_max_token_len_per_gpu=16384"], 4, 8),
         (["actor_rollout_ref.rollout.tensor_model_parallel_size=2"], 4, 8),
         # A replica of 16 GPUs spans two 8-GPU nodes, which verl supports.
         (["actor_rollout_ref.rollout.tensor_model_parallel_size=16"], 4, 8),
         (["actor_rollout_ref.rollout.max_num_batched_tokens=256"], 1, 8),
-        (["+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_chunked_mm_input=true",
-          "actor_rollout_ref.rollout.max_num_batched_tokens=1024"], 1, 8),
+        (
+            [
+                "+actor_rollout_ref.rollout.engine_kwargs.vllm.disable_chunked_mm_input=true",
+                "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
+            ],
+            1,
+            8,
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_accepted_side_of_each_boundary(overrides: list[str], nodes: int, gpus: int) -> None:
     assert problems(overrides, nodes, gpus) == []
 
@@ -167,15 +282,27 @@ def test_a_prompt_longer_than_the_prompt_length_is_refused() -> None:
 
 
 def test_every_problem_is_one_line_of_ragym_submit(capsys: pytest.CaptureFixture) -> None:
-    argv = ["submit", KBVQA, "--nodes", "4", "--gpus-per-node", "8", "--dry-run",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=6", "actor_rollout_ref.rollout.tensor_model_parallel_size=3",
-            "actor_rollout_ref.rollout.max_model_len=8192"]  # fmt: skip
+    argv = [
+        "submit",
+        KBVQA,
+        "--nodes",
+        "4",
+        "--gpus-per-node",
+        "8",
+        "--dry-run",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=6",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=3",
+        "actor_rollout_ref.rollout.max_model_len=8192",
+    ]
     assert main(argv) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("ragym submit: ") for line in lines), lines
-    assert ["48 trajectories" in lines[0], "replica of 3 GPUs" in lines[1], "max_model_len 8192" in lines[2]] == [
-        True] * 3  # fmt: skip
+    assert [
+        "48 trajectories" in lines[0],
+        "replica of 3 GPUs" in lines[1],
+        "max_model_len 8192" in lines[2],
+    ] == [True] * 3
     assert "ray job submit" not in captured.out
     with pytest.raises(UsageError):
         build_submission(KBVQA, ["actor_rollout_ref.actor.ppo_mini_batch_size=6"], nodes=4, gpus_per_node=8)
@@ -198,8 +325,9 @@ def test_the_recipes_own_rows_are_counted_when_they_are_here(kbvqa_rows: Path) -
 
     rows = [f"data.train_files={kbvqa_rows}", f"data.val_files={kbvqa_rows}"]
     config = load_recipe(KBVQA, rows)
-    report = budget_report(load_rows(str(kbvqa_rows), check_reset=False).rows, config, TextCounter(None), "",
-                           128, "rows")  # fmt: skip
+    report = budget_report(
+        load_rows(str(kbvqa_rows), check_reset=False).rows, config, TextCounter(None), "", 128, "rows"
+    )
     longest = report["summary"]["tokens"]["prompt"]["max"]
     assert (
         report["summary"]["tokens"]["prompt_visual"]["max"] > 1024 + 2

@@ -45,14 +45,30 @@ def test_the_job_ships_the_code_as_the_ragym_package_only(tmp_path: Path) -> Non
     assert not list(Path(staged).rglob("__pycache__"))
     # -S: no site-packages, so not ragym's editable install either; only the staged copy can answer (found, not
     # imported: importing needs the job's third-party packages).
-    probe = ("import importlib.machinery as m, importlib.util as u; top = u.find_spec('ragym').submodule_search_locations;"
-             " print(m.PathFinder.find_spec('ragym.envs', list(top)).origin)")  # fmt: skip
+    probe = (
+        "import importlib.machinery as m, importlib.util as u; top = u.find_spec('ragym').submodule_search_locations;"
+        " print(m.PathFinder.find_spec('ragym.envs', list(top)).origin)"
+    )
     env = {"PYTHONPATH": str(Path(staged).parent), "PATH": "/usr/bin:/bin"}
-    found = subprocess.run([sys.executable, "-S", "-c", probe], cwd=tmp_path, env=env, capture_output=True,
-                           text=True, timeout=60, check=True).stdout.strip()  # fmt: skip
+    found = subprocess.run(
+        [sys.executable, "-S", "-c", probe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.strip()
     assert found == str(Path(staged) / "envs" / "__init__.py")
-    top_level = subprocess.run([sys.executable, "-S", "-c", "import envs"], cwd=tmp_path, env=env,
-                               capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    top_level = subprocess.run(
+        [sys.executable, "-S", "-c", "import envs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert top_level.returncode != 0 and "No module named 'envs'" in top_level.stderr
 
 
@@ -154,8 +170,13 @@ class FakeClient:
 
 
 def _job(job_id: str, status: str, start_ms: int) -> SimpleNamespace:
-    return SimpleNamespace(submission_id=job_id, job_id=None, status=SimpleNamespace(value=status),
-                           start_time=start_ms, entrypoint="python -m verl.trainer.main_ppo " + "x" * 100)  # fmt: skip
+    return SimpleNamespace(
+        submission_id=job_id,
+        job_id=None,
+        status=SimpleNamespace(value=status),
+        start_time=start_ms,
+        entrypoint="python -m verl.trainer.main_ppo " + "x" * 100,
+    )
 
 
 def test_commands_drive_the_job_client(

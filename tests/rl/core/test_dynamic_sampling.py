@@ -127,10 +127,13 @@ def test_verl_sync_filter_reads_ragym_groups(monkeypatch):
     from verl.trainer.ppo.v1 import replay_buffer as rb
 
     trajectories = {  # two groups of G=3 multi-turn episodes; outcome flat in "b", the total is not
-        "a_0_0": {"score": 1.0, "reward/outcome": 1.0}, "a_1_0": {"score": 2.0, "reward/outcome": 0.0},
-        "a_2_0": {"score": 1.0, "reward/outcome": 1.0}, "b_0_0": {"score": 1.0, "reward/outcome": 0.0},
-        "b_1_0": {"score": 1.2, "reward/outcome": 0.0}, "b_2_0": {"score": 0.2, "reward/outcome": 0.0},
-    }  # fmt: skip
+        "a_0_0": {"score": 1.0, "reward/outcome": 1.0},
+        "a_1_0": {"score": 2.0, "reward/outcome": 0.0},
+        "a_2_0": {"score": 1.0, "reward/outcome": 1.0},
+        "b_0_0": {"score": 1.0, "reward/outcome": 0.0},
+        "b_1_0": {"score": 1.2, "reward/outcome": 0.0},
+        "b_2_0": {"score": 0.2, "reward/outcome": 0.0},
+    }
 
     def kv_batch_get(keys, partition_id, select_fields):
         assert select_fields == ["extra_fields"]
@@ -138,10 +141,16 @@ def test_verl_sync_filter_reads_ragym_groups(monkeypatch):
 
     monkeypatch.setattr(rb.tq, "kv_batch_get", kv_batch_get)
     buffer = rb.ReplayBuffer(
-        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-        sampler_kwargs={}, refill_fn=lambda n: None, filter_groups_metric="reward/outcome",
-        train_batch_size=2, gen_batch_size=1,
-    )  # fmt: skip
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
+        refill_fn=lambda n: None,
+        filter_groups_metric="reward/outcome",
+        train_batch_size=2,
+        gen_batch_size=1,
+    )
     buffer.finished_keys["train"] = {"a", "b"}
     buffer.partitions["train"] = {key: {"status": "success"} for key in trajectories}
     filtered, counts = buffer._dapo_filtered_keys("train")

@@ -24,8 +24,18 @@ from tests.rl.engine_helpers import build_model, image_processor
 
 
 def _cfg(**overrides) -> UpdateConfig:
-    base = dict(mini_batch_size=4, micro_batch_size=4, log_prob_micro_batch_size=2, ppo_epochs=1, shuffle=False, temperature=1.0,
-                grad_clip=1.0, entropy_coeff=0.0, adv_estimator="grpo", norm_adv_by_std=True)  # fmt: skip
+    base = dict(
+        mini_batch_size=4,
+        micro_batch_size=4,
+        log_prob_micro_batch_size=2,
+        ppo_epochs=1,
+        shuffle=False,
+        temperature=1.0,
+        grad_clip=1.0,
+        entropy_coeff=0.0,
+        adv_estimator="grpo",
+        norm_adv_by_std=True,
+    )
     return UpdateConfig(**{**base, **overrides})
 
 
@@ -72,13 +82,26 @@ def test_micro_batched_loss_equals_verl_policy_loss_on_the_whole_batch(actor_con
     grads = []
     for micro in (1, 4):
         model.zero_grad(set_to_none=True)
-        stats = accumulate_gradients(model, ImageInputs(image_processor()), batch, [0, 1, 2, 3], actor_config,
-                                     _cfg(micro_batch_size=micro), single_pass=True)  # fmt: skip
+        stats = accumulate_gradients(
+            model,
+            ImageInputs(image_processor()),
+            batch,
+            [0, 1, 2, 3],
+            actor_config,
+            _cfg(micro_batch_size=micro),
+            single_pass=True,
+        )
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
         # On-policy first step: ratio 1, so verl's clipped loss is -token-mean(advantage).
         log_prob = torch.zeros_like(batch.response_mask)
-        expected, *_ = core_algos.compute_policy_loss(log_prob, log_prob, batch.advantages, batch.response_mask,
-                                                      cliprange=0.2, loss_agg_mode="token-mean")  # fmt: skip
+        expected, *_ = core_algos.compute_policy_loss(
+            log_prob,
+            log_prob,
+            batch.advantages,
+            batch.response_mask,
+            cliprange=0.2,
+            loss_agg_mode="token-mean",
+        )
         assert stats["actor/pg_loss"] == pytest.approx(float(expected), abs=1e-5)
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
     assert grads[0].abs().sum() > 0
@@ -91,8 +114,10 @@ def test_observation_tokens_carry_no_gradient(actor_config):
     variants = ([21, 22, 23], [40, 41, 42])
     grads = []
     for obs in variants:
-        samples = [Sample(s.prompt_ids, s.response_ids + obs, s.response_mask + [0] * len(obs), [],
-                          s.reward, s.uid) for s in base]  # fmt: skip
+        samples = [
+            Sample(s.prompt_ids, s.response_ids + obs, s.response_mask + [0] * len(obs), [], s.reward, s.uid)
+            for s in base
+        ]
         batch = assemble(samples)
         compute_advantages(batch, AlgoConfig(), _cfg())
         model.zero_grad(set_to_none=True)
@@ -112,9 +137,15 @@ def test_update_step_is_finite_and_moves_parameters(actor_config, mini, micro, e
     batch = assemble(_samples([1.0, 0.0, 0.5, 0.0], ["a", "a", "b", "b"]))
     compute_advantages(batch, AlgoConfig(), _cfg())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    stats = update_policy(model, optimizer, ImageInputs(image_processor()), batch, actor_config,
-                          _cfg(mini_batch_size=mini, micro_batch_size=micro, ppo_epochs=epochs, shuffle=shuffle),
-                          torch.Generator().manual_seed(0))  # fmt: skip
+    stats = update_policy(
+        model,
+        optimizer,
+        ImageInputs(image_processor()),
+        batch,
+        actor_config,
+        _cfg(mini_batch_size=mini, micro_batch_size=micro, ppo_epochs=epochs, shuffle=shuffle),
+        torch.Generator().manual_seed(0),
+    )
     assert all(np.isfinite(v) for v in stats.values())
     if (mini, epochs) != (4, 1):  # later mini-batches/epochs are off-policy: old log-probs were recomputed
         assert batch.old_log_prob is not None and batch.old_log_prob.shape == batch.response_mask.shape
@@ -129,8 +160,11 @@ def test_update_raises_the_likelihood_of_the_better_response_in_each_group(actor
     inputs = ImageInputs(image_processor())
     prompts = [[211, 212, 213, 214], [221, 222, 223, 224]]  # ordinary text tokens (no vision specials)
     good, bad = [240, 241], [240, 242]  # the responses differ in their last (decision) token
-    samples = [Sample(p, list(r), [1, 1], [], reward, str(g))
-               for g, p in enumerate(prompts) for r, reward in ((good, 1.0), (bad, 0.0))]  # fmt: skip
+    samples = [
+        Sample(p, list(r), [1, 1], [], reward, str(g))
+        for g, p in enumerate(prompts)
+        for r, reward in ((good, 1.0), (bad, 0.0))
+    ]
 
     def margin() -> float:  # log p(good) - log p(bad), summed over both prompts
         with torch.no_grad():

@@ -25,8 +25,14 @@ def _prompt(model, num_placeholders: int, text: str) -> list[int]:
 
 
 def _server(model, arch: str, seed: int = 0) -> HFServer:
-    return HFServer(model, tokenizer(), ImageInputs(image_processor(arch)), default_max_tokens=8,
-                    batch_wait_s=2.0, seed=seed)  # fmt: skip
+    return HFServer(
+        model,
+        tokenizer(),
+        ImageInputs(image_processor(arch)),
+        default_max_tokens=8,
+        batch_wait_s=2.0,
+        seed=seed,
+    )
 
 
 def _run(server: HFServer, requests: list[dict]) -> list:
@@ -85,8 +91,10 @@ def test_identical_prompts_get_the_same_samples_per_request_id_whatever_the_arri
     prompts = [_prompt(model, 0, "question"), _prompt(model, 0, "another")]
     ids = ["r0", "r1", "r2", "r3", "r4", "r5"]
     # Two token budgets: two sub-batches, whose order must not follow the arrival order either.
-    requests = {rid: {"prompt_ids": prompts[i % 2], "sampling_params": {"temperature": 1.0, "max_tokens": 4 + i // 4}}
-                for i, rid in enumerate(ids)}  # fmt: skip
+    requests = {
+        rid: {"prompt_ids": prompts[i % 2], "sampling_params": {"temperature": 1.0, "max_tokens": 4 + i // 4}}
+        for i, rid in enumerate(ids)
+    }
 
     def by_id(order: list[str]) -> dict[str, list[int]]:
         server = _server(model, "qwen2_5_vl", 7)

@@ -33,9 +33,18 @@ TABLE = [
     # unverified (no gold): a confirmation is never a positive, a rejection never a negative
     ([v("rerank", "x", 1, 0, ["x"], None), v("reject", None, 2, 1, ["y"], None)], {}, {}, 2, 0),
     # two images, reject then confirm
-    ([v("reject", None, 1, 0, ["x"], "g"), v("rerank", "g", 1, 1, ["g"], "g"), v("rerank", "h", 2, 2, ["h", "z"], "h")],
-     {1: ("g",), 2: ("h",)}, {1: ("x",), 2: ("z",)}, 0, 0),
-]  # fmt: skip
+    (
+        [
+            v("reject", None, 1, 0, ["x"], "g"),
+            v("rerank", "g", 1, 1, ["g"], "g"),
+            v("rerank", "h", 2, 2, ["h", "z"], "h"),
+        ],
+        {1: ("g",), 2: ("h",)},
+        {1: ("x",), 2: ("z",)},
+        0,
+        0,
+    ),
+]
 
 
 @pytest.mark.parametrize("decisions,positives,negatives,unverified,wrong", TABLE)

@@ -39,8 +39,17 @@ def test_a_round_raises_held_out_recall_of_a_weak_encoder(tmp_path: Path, mode: 
     )
     cotrain = CoTraining(cfg, tmp_path, tiny_rows("train"), tiny_rows("test"), None)
     _labelled(cotrain)
-    spec = RoundSpec(cotrain.kb_dir, str(cotrain.buffer.folder), 1, str(weak), str(tmp_path / "v1"), "v1",
-                     cotrain.guard_pairs, (1, 3), asdict(cfg))  # fmt: skip
+    spec = RoundSpec(
+        cotrain.kb_dir,
+        str(cotrain.buffer.folder),
+        1,
+        str(weak),
+        str(tmp_path / "v1"),
+        "v1",
+        cotrain.guard_pairs,
+        (1, 3),
+        asdict(cfg),
+    )
     meta = run_round(spec)
     assert meta["num_harvested_pairs"] > 0 and meta["serving"] == "weak"
     # the pool (R@3): 9 held-out images, measured 0.22 -> 0.78-0.89 (R@1 moves less on 9 images)

@@ -36,8 +36,24 @@ def test_the_viewer_lists_the_retriever_versions_of_an_episode() -> None:
     from ragym.envs.kbvqa import events as kbvqa_ev
     from ragym.rl.view.data import summary
 
-    events = [kbvqa_ev.search_image(0, 1, 0, ["a"], "a", 0, "v2"), kbvqa_ev.search_image(1, 1, 1, ["b"], "a", 1, "v1"),
-              kbvqa_ev.search_image(2, 1, 2, ["c"], "a", 2)]  # fmt: skip
-    episode = {"id": "e", "source": "s", "step": 1, "phase": "train", "data_source": "d", "reward": 0.0, "terms": {},
-               "turns": ["t"], "truncated": False, "images": [], "observations": [], "events": events, "task": {"observation": {"text": "q"}}}  # fmt: skip
+    events = [
+        kbvqa_ev.search_image(0, 1, 0, ["a"], "a", 0, "v2"),
+        kbvqa_ev.search_image(1, 1, 1, ["b"], "a", 1, "v1"),
+        kbvqa_ev.search_image(2, 1, 2, ["c"], "a", 2),
+    ]
+    episode = {
+        "id": "e",
+        "source": "s",
+        "step": 1,
+        "phase": "train",
+        "data_source": "d",
+        "reward": 0.0,
+        "terms": {},
+        "turns": ["t"],
+        "truncated": False,
+        "images": [],
+        "observations": [],
+        "events": events,
+        "task": {"observation": {"text": "q"}},
+    }
     assert summary(episode, {})["retriever_versions"] == ["v1", "v2"]

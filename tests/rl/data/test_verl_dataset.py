@@ -26,11 +26,16 @@ def _dataset(files: list[Path], tokenizer, tmp_path: Path, **data: object):
     """The dataset as verl's ``create_rl_dataset`` builds it from a recipe's ``data`` section."""
     from verl.trainer.ppo.utils import create_rl_dataset
 
-    config = OmegaConf.create({
-        "custom_cls": {"path": "pkg://ragym.rl.data.verl_dataset", "name": "RagymDataset"},
-        "cache_dir": str(tmp_path / "cache"), "max_prompt_length": 100_000, "filter_overlong_prompts": False,
-        "prompt_key": "prompt", **data,
-    })  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "custom_cls": {"path": "pkg://ragym.rl.data.verl_dataset", "name": "RagymDataset"},
+            "cache_dir": str(tmp_path / "cache"),
+            "max_prompt_length": 100_000,
+            "filter_overlong_prompts": False,
+            "prompt_key": "prompt",
+            **data,
+        }
+    )
     return create_rl_dataset([str(f) for f in files], config, tokenizer, None, is_train=True)
 
 
@@ -70,10 +75,14 @@ def test_sampled_rows_are_named_by_position_in_the_sample(kb, tmp_path, tokenize
     with_bad_rows(kb / "data" / "test.parquet", data, num_good=1)
     from verl.trainer.ppo.utils import create_rl_dataset
 
-    config = OmegaConf.create({
-        "custom_cls": {"path": "pkg://ragym.rl.data.verl_dataset", "name": "RagymDataset"},
-        "cache_dir": str(tmp_path / "cache"), "filter_overlong_prompts": False, "shuffle": False,
-    })  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "custom_cls": {"path": "pkg://ragym.rl.data.verl_dataset", "name": "RagymDataset"},
+            "cache_dir": str(tmp_path / "cache"),
+            "filter_overlong_prompts": False,
+            "shuffle": False,
+        }
+    )
     with caplog.at_level(logging.WARNING, logger="ragym.rl.data.rows"):
         dataset = create_rl_dataset([str(data)], config, tokenizer, None, max_samples=2)
     assert len(dataset) == 1  # the first 2 rows: one good, then the row without extra_info

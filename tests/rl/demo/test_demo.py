@@ -29,8 +29,18 @@ TOY = [
 def test_demo_writes_report_metrics_and_checkpoint(tmp_path):
     assert main(["--out", str(tmp_path), "--steps", "1", *TOY]) == 0
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    required = {"reward_mean", "outcome", "format", "verification", "ident_acc", "avg_rejections",
-                "zero_adv_group_share", "actions", "num_identified_unseen", "outcome_not_identified_seen"}  # fmt: skip
+    required = {
+        "reward_mean",
+        "outcome",
+        "format",
+        "verification",
+        "ident_acc",
+        "avg_rejections",
+        "zero_adv_group_share",
+        "actions",
+        "num_identified_unseen",
+        "outcome_not_identified_seen",
+    }
     for phase in ("before", "after"):
         assert required <= set(metrics[phase])
         assert 0.0 <= metrics[phase]["zero_adv_group_share"] <= 1.0
@@ -143,8 +153,17 @@ def expert_rows(tiny_policy_dir, tmp_path):
 def _warm_config(**fields):
     from ragym.rl.tiny.warm_start import WarmStartConfig
 
-    base = dict(num_episodes=24, noise=0.0, reject_noise=0.5, protocol_share=0.0, decision_weight=5.0, epochs=2,
-                batch_size=1, lr=0.0, seed=3)  # fmt: skip
+    base = dict(
+        num_episodes=24,
+        noise=0.0,
+        reject_noise=0.5,
+        protocol_share=0.0,
+        decision_weight=5.0,
+        epochs=2,
+        batch_size=1,
+        lr=0.0,
+        seed=3,
+    )
     return WarmStartConfig(**{**base, **fields})
 
 

@@ -30,8 +30,13 @@ def episode(decision: str, entity: str | None, outcome: float, gold: str = GOLD)
 
 
 def test_outcome_is_split_by_whether_the_gold_entity_was_confirmed() -> None:
-    episodes = [episode("rerank", GOLD, 1.0), episode("rerank", GOLD, 0.0), episode("rerank", GOLD, 1.0),
-                episode("reject", None, 1.0), episode("reject", None, 0.0)]  # fmt: skip
+    episodes = [
+        episode("rerank", GOLD, 1.0),
+        episode("rerank", GOLD, 0.0),
+        episode("rerank", GOLD, 1.0),
+        episode("reject", None, 1.0),
+        episode("reject", None, 0.0),
+    ]
     assert outcome_by_identification(episodes) == {
         "outcome_identified": 2 / 3,
         "num_identified": 3,
@@ -45,11 +50,20 @@ def test_outcome_is_split_by_whether_a_training_question_asks_about_the_entity()
     """Seen: the question's entity is a training row's gold entity (its answer could be recalled); unseen: it is not
     (a right answer was read from the passage)."""
     unseen = "E000002"
-    episodes = [episode("rerank", GOLD, 1.0), episode("rerank", unseen, 0.0, unseen),
-                episode("rerank", unseen, 1.0, unseen), episode("rerank", unseen, 1.0, unseen),
-                episode("reject", None, 0.0), episode("reject", None, 1.0, unseen)]  # fmt: skip
-    seen = trained_entities([{"extra_info": {"env_options": json.dumps({"gold_entities": [GOLD]})}},
-                             {"extra_info": {"env_options": json.dumps({"gold_entities": ["E000009"]})}}])  # fmt: skip
+    episodes = [
+        episode("rerank", GOLD, 1.0),
+        episode("rerank", unseen, 0.0, unseen),
+        episode("rerank", unseen, 1.0, unseen),
+        episode("rerank", unseen, 1.0, unseen),
+        episode("reject", None, 0.0),
+        episode("reject", None, 1.0, unseen),
+    ]
+    seen = trained_entities(
+        [
+            {"extra_info": {"env_options": json.dumps({"gold_entities": [GOLD]})}},
+            {"extra_info": {"env_options": json.dumps({"gold_entities": ["E000009"]})}},
+        ]
+    )
     assert seen == {GOLD, "E000009"}
     assert outcome_by_identification(episodes, seen) == {
         "outcome_identified": 3 / 4,
@@ -82,21 +96,69 @@ def test_gain_shares_are_each_terms_change_over_the_total_change() -> None:
 
 
 def test_report_shows_outcome_by_identification_and_the_shares_of_the_gain(tmp_path) -> None:
-    summary = {"reward_mean": 1.25, "outcome": 0.0, "format": 1.0, "verification": 0.25, "ident_acc": 0.0,
-               "actions": {"reject": 3.0}, "outcome_identified": None, "num_identified": 0,
-               "outcome_not_identified": 0.0, "num_not_identified": 48, "outcome_identified_unseen": None,
-               "num_identified_unseen": 0, "outcome_identified_seen": None, "num_identified_seen": 0,
-               "outcome_not_identified_unseen": 0.0, "num_not_identified_unseen": 48,
-               "outcome_not_identified_seen": None, "num_not_identified_seen": 0}  # fmt: skip
-    after = {**summary, "reward_mean": 2.25, "outcome": 0.5, "verification": 0.75, "ident_acc": 0.75,
-             "outcome_identified": 2 / 3, "num_identified": 36, "num_not_identified": 12,
-             "outcome_identified_unseen": 2 / 3, "num_identified_unseen": 36, "num_not_identified_unseen": 12}  # fmt: skip
-    warm = {"reject_noise": 0.8, "noise": 0.0, "episodes": 128, "epochs": 6, "protocol_share": 0.5, "steps": 10,
-            "first_loss": 2.0, "final_loss": 0.1}  # fmt: skip
-    result = {"seed": 0, "task": "answer", "grpo_steps": 1, "wall_time_s": 1.0, "peak_rss_mb": 1.0, "warm_start": warm,
-              "unused_recipe_keys": [], "before": summary, "after": after}  # fmt: skip
-    step = {"step": 1, "reward/total": 1.0, "reward/verification": 0.2, "episode/ident_acc": 0.0,
-            "episode/rejections": 1.0, "episode/actions/rerank": 0.0, "grpo/zero_adv_group_share": 0.5}  # fmt: skip
+    summary = {
+        "reward_mean": 1.25,
+        "outcome": 0.0,
+        "format": 1.0,
+        "verification": 0.25,
+        "ident_acc": 0.0,
+        "actions": {"reject": 3.0},
+        "outcome_identified": None,
+        "num_identified": 0,
+        "outcome_not_identified": 0.0,
+        "num_not_identified": 48,
+        "outcome_identified_unseen": None,
+        "num_identified_unseen": 0,
+        "outcome_identified_seen": None,
+        "num_identified_seen": 0,
+        "outcome_not_identified_unseen": 0.0,
+        "num_not_identified_unseen": 48,
+        "outcome_not_identified_seen": None,
+        "num_not_identified_seen": 0,
+    }
+    after = {
+        **summary,
+        "reward_mean": 2.25,
+        "outcome": 0.5,
+        "verification": 0.75,
+        "ident_acc": 0.75,
+        "outcome_identified": 2 / 3,
+        "num_identified": 36,
+        "num_not_identified": 12,
+        "outcome_identified_unseen": 2 / 3,
+        "num_identified_unseen": 36,
+        "num_not_identified_unseen": 12,
+    }
+    warm = {
+        "reject_noise": 0.8,
+        "noise": 0.0,
+        "episodes": 128,
+        "epochs": 6,
+        "protocol_share": 0.5,
+        "steps": 10,
+        "first_loss": 2.0,
+        "final_loss": 0.1,
+    }
+    result = {
+        "seed": 0,
+        "task": "answer",
+        "grpo_steps": 1,
+        "wall_time_s": 1.0,
+        "peak_rss_mb": 1.0,
+        "warm_start": warm,
+        "unused_recipe_keys": [],
+        "before": summary,
+        "after": after,
+    }
+    step = {
+        "step": 1,
+        "reward/total": 1.0,
+        "reward/verification": 0.2,
+        "episode/ident_acc": 0.0,
+        "episode/rejections": 1.0,
+        "episode/actions/rerank": 0.0,
+        "grpo/zero_adv_group_share": 0.5,
+    }
     text = write_report(tmp_path, json.loads(json.dumps(result)), [step]).read_text()
     assert "Task `answer` (`ragym demo --task answer`); seed 0;" in text
     assert "| outcome, entity confirmed | n/a | 0.667 |" in text

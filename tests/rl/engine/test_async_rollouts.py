@@ -108,8 +108,12 @@ def test_checkpoint_with_a_rollout_in_flight_resumes(tiny_setup, tmp_path):  # n
     trainer.close()
     rows = {r["step"]: r["rows"] for r in read_metrics(first / "metrics.jsonl")}
     branch = tmp_path / "branch"
-    overrides = [*_overrides(tiny_setup, branch, steps=3), *ASYNC, "trainer.resume_mode=resume_path",
-                 f"trainer.resume_from_path={first / 'global_step_2'}"]  # fmt: skip
+    overrides = [
+        *_overrides(tiny_setup, branch, steps=3),
+        *ASYNC,
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={first / 'global_step_2'}",
+    ]
     resumed = build_trainer("kbvqa_tiny_cpu", overrides)
     order = RowOrder(len(_train_rows(tiny_setup)), 2, seed=0, shuffle=True)
     order.next_batch(), order.next_batch()

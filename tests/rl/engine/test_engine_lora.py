@@ -152,12 +152,16 @@ def test_lora_keys_are_read_not_listed_as_cluster_only(tiny_setup, tmp_path, cap
     [
         (["actor_rollout_ref.model.lora_rank=-2"], "lora_rank=-2"),
         (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=0"], "lora_alpha=0"),
-        (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=[no_such_proj]"],
-         "target_modules"),
-        (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_adapter_path=/nonexistent"],
-         "not a peft adapter folder"),
+        (
+            ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=[no_such_proj]"],
+            "target_modules",
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_adapter_path=/nonexistent"],
+            "not a peft adapter folder",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_lora_settings_are_refused_naming_the_key(tiny_setup, tmp_path, extra, message):
     with pytest.raises(UsageError, match=message):
         build_trainer("kbvqa_tiny_cpu", overrides(tiny_setup, tmp_path, steps=1, extra=extra)).close()
@@ -200,8 +204,18 @@ def test_eval_and_view_take_an_adapter_folder_and_a_lora_run(lora_run, tiny_setu
     _, _, _, _, out = lora_run
     adapter = export_checkpoint(out / "global_step_2", tmp_path / "adapter")
     kb = tiny_setup[0]
-    argv = ["--model", str(adapter), "--data", f"{kb}/data/test.parquet", "--out", str(tmp_path / "eval"),
-            "--limit", "2", "--backend", "hf"]  # fmt: skip
+    argv = [
+        "--model",
+        str(adapter),
+        "--data",
+        f"{kb}/data/test.parquet",
+        "--out",
+        str(tmp_path / "eval"),
+        "--limit",
+        "2",
+        "--backend",
+        "hf",
+    ]
     assert main(argv) == 0
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["complete"] and metrics["num_rows"] == 2

@@ -157,8 +157,12 @@ def test_same_seed_same_run_under_full_determinism(tiny_setup, tmp_path):
     """Two runs of one recipe and seed sample the same episodes and make the same update."""
 
     def one(out: Path) -> tuple[list, dict]:
-        overrides = [*_overrides(tiny_setup, out, steps=2), "actor_rollout_ref.rollout.full_determinism=true",
-                     "data.max_response_length=256", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4"]  # fmt: skip
+        overrides = [
+            *_overrides(tiny_setup, out, steps=2),
+            "actor_rollout_ref.rollout.full_determinism=true",
+            "data.max_response_length=256",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
+        ]
         trainer = build_trainer("kbvqa_tiny_cpu", overrides)
         metrics = [trainer.train_step() for _ in range(2)]
         state = {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}

@@ -62,8 +62,11 @@ def test_an_env_fitted_photo_is_not_resized_again(arch, role, real_policy) -> No
     budget, kwargs = recipe_images(config).budget, recipe_processor_kwargs(config)
     fitted = budget.fit(photo(3000, 2000, 1), role)
     height, width = fitted.shape[:2]
-    out = processor.image_processor(images=[Image.fromarray(fitted)], return_tensors="pt",
-                                    **ImageInputs(processor.image_processor, kwargs).kwargs)  # fmt: skip
+    out = processor.image_processor(
+        images=[Image.fromarray(fitted)],
+        return_tensors="pt",
+        **ImageInputs(processor.image_processor, kwargs).kwargs,
+    )
     patch = processor.image_processor.patch_size
     _, grid_h, grid_w = (int(x) for x in out["image_grid_thw"][0])
     assert (grid_h * patch, grid_w * patch) == (height, width)
@@ -90,8 +93,9 @@ def photo_kb(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """A small synthetic KB whose first row's query image and first two candidate batches are photos."""
     root = build_kb(tmp_path_factory.mktemp("kb") / "kb", PRESETS["tiny"], seed=5)
     frame = pd.read_parquet(root / "data" / "train.parquet")
-    options = next(o for o in (json.loads(e["env_options"]) for e in frame["extra_info"])
-                   if len(o["query_images"]) == 1)  # fmt: skip
+    options = next(
+        o for o in (json.loads(e["env_options"]) for e in frame["extra_info"]) if len(o["query_images"]) == 1
+    )
     kb = kb_module.load_kb(root)
     query = kb.resolve(options["query_images"][0])
     write_photo(Path(query), 3000, 2000, 0)
@@ -107,18 +111,28 @@ def test_agent_loop_episodes_spend_at_most_the_recipes_tokens_per_image(arch, re
     images_node = OmegaConf.to_container(recipe(arch).ragym.images, resolve=True)
     images_node["candidate_max_pixels"] = 96 * images_node["factor"] ** 2  # not the env default: injected
     config = rollout_config(response_length=8192)
-    config.data.mm_processor_kwargs = {"min_pixels": images_node["min_pixels"],
-                                       "max_pixels": images_node["query_max_pixels"]}  # fmt: skip
+    config.data.mm_processor_kwargs = {
+        "min_pixels": images_node["min_pixels"],
+        "max_pixels": images_node["query_max_pixels"],
+    }
     config.actor_rollout_ref.rollout.prompt_length = 4096
     config.ragym = {"images": images_node}
     image_cache.clear_image_cache()
     server = ScriptedServer(processor.tokenizer, SCRIPT)
     loop = make_agent_loop(config, server, processor.tokenizer, processor)
-    row = {"index": 0, "env_id": "KBVQA-v0", "env_kwargs": json.dumps({"kb_dir": str(root)}),
-           "env_options": json.dumps(options)}  # fmt: skip
+    row = {
+        "index": 0,
+        "env_id": "KBVQA-v0",
+        "env_kwargs": json.dumps({"kb_dir": str(root)}),
+        "env_options": json.dumps(options),
+    }
     out = asyncio.run(loop.run({"logprobs": False}, extra_info=row))
-    budget = ImageBudget(images_node["query_max_pixels"], images_node["candidate_max_pixels"],
-                         images_node["min_pixels"], images_node["factor"])  # fmt: skip
+    budget = ImageBudget(
+        images_node["query_max_pixels"],
+        images_node["candidate_max_pixels"],
+        images_node["min_pixels"],
+        images_node["factor"],
+    )
     images = out.multi_modal_data["images"]
     assert len(images) == 11  # the query photo and two batches of five candidate photos
     tokens = [visual_tokens(image.height, image.width, budget.image_factor) for image in images]

@@ -119,13 +119,21 @@ def test_killing_the_service_mid_batch_ends_every_episode_and_the_step(setup, mo
     service.start()
     try:
         service.wait_ready()
-        trainer = build_trainer("kbvqa_tiny_cpu", [
-            f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
-            f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={root / 'out'}",
-            "trainer.logger=[console]", "data.train_batch_size=2", "actor_rollout_ref.rollout.n=4",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=1024",
-            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
-        ])  # fmt: skip
+        trainer = build_trainer(
+            "kbvqa_tiny_cpu",
+            [
+                f"actor_rollout_ref.model.path={policy}",
+                f"data.train_files={kb}/data/train.parquet",
+                f"data.val_files={kb}/data/test.parquet",
+                f"trainer.default_local_dir={root / 'out'}",
+                "trainer.logger=[console]",
+                "data.train_batch_size=2",
+                "actor_rollout_ref.rollout.n=4",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "data.max_response_length=1024",
+                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
+            ],
+        )
         server = FaultyServiceScript(trainer.tokenizer, service)
         trainer.server = server
         trainer.agent_loop = make_agent_loop(trainer.config, server, trainer.tokenizer, trainer.processor)

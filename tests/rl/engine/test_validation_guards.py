@@ -57,8 +57,10 @@ def test_a_held_out_floor_fires_after_n_evaluations_not_n_steps(tmp_path):
     trainer = StreamTrainer(tmp_path, evaluations, test_freq=3, total_steps=12)
     with pytest.raises(GuardStop) as stopped:
         trainer.fit()
-    assert str(stopped.value) == ("guard val_ident_floor fired at step 9: val/episode/ident_acc < 0.5 for 2 "
-                                  "evaluations (0.300, 0.100) (action: stop)")  # fmt: skip
+    assert str(stopped.value) == (
+        "guard val_ident_floor fired at step 9: val/episode/ident_acc < 0.5 for 2 "
+        "evaluations (0.300, 0.100) (action: stop)"
+    )
     assert trainer.step == 9 and trainer.saved == [9]  # the stopped step is checkpointed, nothing trains on
     records = read_metrics(tmp_path / "metrics.jsonl")
     held_out = [(r["step"], r.get("guard/val_ident_floor")) for r in records if "val/episode/ident_acc" in r]
@@ -108,6 +110,9 @@ def test_the_local_engine_checks_held_out_guards_on_its_own_evaluations(tiny_set
         trainer.close()
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [(r["step"], "val/episode/ident_acc" in r, r.get("guard/val_ident_floor")) for r in records] == [
-        (1, False, None), (1, True, 0.0), (2, False, None), (2, True, 1.0)
-    ]  # fmt: skip
+        (1, False, None),
+        (1, True, 0.0),
+        (2, False, None),
+        (2, True, 1.0),
+    ]
     assert (tmp_path / "global_step_2").is_dir()

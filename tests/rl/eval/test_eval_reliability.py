@@ -27,9 +27,21 @@ def kb(tmp_path_factory) -> Path:
 
 
 def _argv(model: Path, kb: Path, out: Path, *extra: str) -> list[str]:
-    return ["--model", str(model), "--recipe", "kbvqa_tiny_cpu", "--data", str(kb / "data" / "test.parquet"),
-            "--out", str(out), "--backend", "hf", "data.max_response_length=32",
-            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2", *extra]  # fmt: skip
+    return [
+        "--model",
+        str(model),
+        "--recipe",
+        "kbvqa_tiny_cpu",
+        "--data",
+        str(kb / "data" / "test.parquet"),
+        "--out",
+        str(out),
+        "--backend",
+        "hf",
+        "data.max_response_length=32",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        *extra,
+    ]
 
 
 def test_limit_zero_writes_strict_json(tiny_policy_dir, kb, tmp_path):
@@ -67,8 +79,13 @@ def test_a_failure_midway_keeps_the_episodes_already_run(tiny_policy_dir, kb, tm
 
 
 def test_docmemo_rows_have_no_kb_ceiling():
-    row = {"extra_info": {"env_id": "DocMemo-v0", "env_kwargs": json.dumps({"store_root": "/x"}),
-                          "env_options": json.dumps({"question": "q", "doc_id": "d"})}}  # fmt: skip
+    row = {
+        "extra_info": {
+            "env_id": "DocMemo-v0",
+            "env_kwargs": json.dumps({"store_root": "/x"}),
+            "env_options": json.dumps({"question": "q", "doc_id": "d"}),
+        }
+    }
     assert gold_ranks(row) == ([], None)
 
 

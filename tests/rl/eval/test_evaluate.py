@@ -47,8 +47,15 @@ class RowScriptedServer:
     def episode_done(self) -> None:
         pass
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: list[Any] | None = None, **kwargs: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
         script = self.scripts[np.asarray(image_data[0]).tobytes()]
         # The turn from the conversation itself (request ids may repeat across episodes under full_determinism):
         # system, user and the generation prompt open 3 messages; each earlier turn adds an assistant and a user.
@@ -81,8 +88,9 @@ def _evaluate(
     backend = Backend(
         RowScriptedServer(processor.tokenizer, scripts), processor.tokenizer, processor, "scripted"
     )
-    config = load_recipe("kbvqa_tiny_cpu", [f"actor_rollout_ref.model.path={policy}",
-                                            "data.max_response_length=4096"])  # fmt: skip
+    config = load_recipe(
+        "kbvqa_tiny_cpu", [f"actor_rollout_ref.model.path={policy}", "data.max_response_length=4096"]
+    )
     return run_eval(rows, backend, config, EvalConfig(batch_size=4))
 
 
@@ -120,8 +128,12 @@ def test_format_errors_rejections_and_wrong_answers_are_counted(
 ) -> None:
     _, rows = kb_rows
     rows = rows[:4]
-    script = ["no tags at all", _turn("<search_call>SearchImage(1)</search_call>"),
-              _turn("<rerank>Reject()</rerank>"), _turn("<answer>certainly not this</answer>")]  # fmt: skip
+    script = [
+        "no tags at all",
+        _turn("<search_call>SearchImage(1)</search_call>"),
+        _turn("<rerank>Reject()</rerank>"),
+        _turn("<answer>certainly not this</answer>"),
+    ]
     scripts = {_key(row): script for row in rows}
     metrics = summarize(_evaluate(rows, scripts, tiny_policy_dir("qwen2_5_vl")))["all"]
     assert metrics["accuracy"] == 0.0 and metrics["ident"] == 0.0
@@ -137,13 +149,17 @@ def _record(source: str, split: str, correct: float) -> EpisodeRecord:
     ("records", "accuracy", "how"),
     [
         # InfoSeek's official score: harmonic mean of the unseen-question (1/2) and unseen-entity (3/4) splits.
-        ([_record("infoseek", "val_unseen_question", c) for c in (1, 0)]
-         + [_record("infoseek", "val_unseen_entity", c) for c in (1, 1, 1, 0)], 0.6, "harmonic mean of splits"),
+        (
+            [_record("infoseek", "val_unseen_question", c) for c in (1, 0)]
+            + [_record("infoseek", "val_unseen_entity", c) for c in (1, 1, 1, 0)],
+            0.6,
+            "harmonic mean of splits",
+        ),
         # One split only: the plain mean (no harmonic mean without both splits).
         ([_record("infoseek", "val_unseen_question", c) for c in (1, 0, 0, 0)], 0.25, "mean"),
         ([_record("evqa", "test", c) for c in (1, 1, 0)], 2 / 3, "mean"),
     ],
-)  # fmt: skip
+)
 def test_official_aggregation(records: list[EpisodeRecord], accuracy: float, how: str) -> None:
     summary = summarize_source(records)
     assert summary["accuracy"] == pytest.approx(accuracy)
@@ -178,9 +194,27 @@ def test_cli_runs_the_hf_backend_end_to_end(
 
     kb_dir, _ = kb_rows
     out = tmp_path / "eval"
-    assert main(["--model", str(tiny_policy_dir("qwen2_5_vl")), "--data", str(kb_dir / "data" / "test.parquet"),
-                 "--out", str(out), "--recipe", "kbvqa_tiny_cpu", "--limit", "2", "--backend", "hf",
-                 "data.max_response_length=48", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--model",
+                str(tiny_policy_dir("qwen2_5_vl")),
+                "--data",
+                str(kb_dir / "data" / "test.parquet"),
+                "--out",
+                str(out),
+                "--recipe",
+                "kbvqa_tiny_cpu",
+                "--limit",
+                "2",
+                "--backend",
+                "hf",
+                "data.max_response_length=48",
+                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["backend"] == "hf" and metrics["all"]["num_episodes"] == 2
     # The saved rollouts re-score offline under any reward recipe.
@@ -203,8 +237,12 @@ def test_gold_ranks_of_demo_rows_ignore_the_demo_aids(tmp_path: Path) -> None:
     assert row["extra_info"]["env_id"] == "KBVQA-Demo-v0"
     ranks, pool = gold_ranks(row)
     gold = json.loads(row["extra_info"]["env_options"])["gold_entities"][0]
-    served = [h.docid for h in load_kb(kb).candidate_retriever().search(str(kb / json.loads(
-        row["extra_info"]["env_options"])["query_images"][0]), 3)]  # fmt: skip
+    served = [
+        h.docid
+        for h in load_kb(kb)
+        .candidate_retriever()
+        .search(str(kb / json.loads(row["extra_info"]["env_options"])["query_images"][0]), 3)
+    ]
     assert pool == 3 and ranks == [served.index(gold) if gold in served else None]  # K=1 x (Rej_max + 1)
 
 

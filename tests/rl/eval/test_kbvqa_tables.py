@@ -22,8 +22,11 @@ def _row(source: str, truth: Any, split: str = "test", question_type: str | None
     options = {"question": "q", "query_images": ["a.png"], "gold_entities": [None]}
     if question_type is not None:
         options["question_type"] = question_type
-    return {"data_source": source, "reward_model": {"ground_truth": json.dumps(truth)},
-            "extra_info": {"split": split, "env_options": json.dumps(options)}}  # fmt: skip
+    return {
+        "data_source": source,
+        "reward_model": {"ground_truth": json.dumps(truth)},
+        "extra_info": {"split": split, "env_options": json.dumps(options)},
+    }
 
 
 @pytest.mark.parametrize(
@@ -32,14 +35,17 @@ def _row(source: str, truth: Any, split: str = "test", question_type: str | None
         (_row("evqa", {"answer": "a", "question_type": "templated"}), ("single_hop", "templated")),
         (_row("evqa", {"answer": "a", "question_type": "multi_answer"}), ("single_hop", "multi_answer")),
         (_row("evqa", {"answer": "a", "question_type": "2_hop"}), ("two_hop", "2_hop")),
-        (_row("infoseek", {"question_type": "Numerical"}, "val_unseen_entity"), ("unseen_entity", "Numerical")),
+        (
+            _row("infoseek", {"question_type": "Numerical"}, "val_unseen_entity"),
+            ("unseen_entity", "Numerical"),
+        ),
         (_row("infoseek", {"question_type": "Time"}, "val_unseen_question"), ("unseen_question", "Time")),
         (_row("infoseek", {"question_type": "String"}, "train"), (None, "String")),  # no evaluation subset
         (_row("mmhops", {"question_type": "Time"}, "test", "Compare"), ("compare", "Time")),
         (_row("mmhops", {"question_type": "String"}, "test", "Bridge"), ("bridge", "String")),
         (_row("synthetic_kbvqa", ["Paris"]), (None, None)),  # a list ground truth: no question type
     ],
-)  # fmt: skip
+)
 def test_row_groups(row: dict[str, Any], groups: tuple[str | None, str | None]) -> None:
     assert row_groups(row) == groups
 
@@ -54,12 +60,34 @@ def test_ragym_eval_groups_a_row_by_its_envs_tables() -> None:
     assert evaluate.row_groups(docmemo) == (None, None)
 
 
-def _record(source: str, correct: float, subset: str | None, qtype: str | None, ident: float | None = None,
-            ranks: list[int | None] = (), split: str = "test", retriever: str | None = "dense") -> EpisodeRecord:  # fmt: skip
+def _record(
+    source: str,
+    correct: float,
+    subset: str | None,
+    qtype: str | None,
+    ident: float | None = None,
+    ranks: list[int | None] = (),
+    split: str = "test",
+    retriever: str | None = "dense",
+) -> EpisodeRecord:
     episode = Episode(source, ["t"], [], "a", False, {}).to_json()
-    return EpisodeRecord(data_source=source, index=0, split=split, correct=correct, answer="a", turns=2,
-                         rejections=0, format_errors=0, ident=ident, gold_ranks=list(ranks), pool_size=15,
-                         episode=episode, subset=subset, question_type=qtype, text_retriever=retriever)  # fmt: skip
+    return EpisodeRecord(
+        data_source=source,
+        index=0,
+        split=split,
+        correct=correct,
+        answer="a",
+        turns=2,
+        rejections=0,
+        format_errors=0,
+        ident=ident,
+        gold_ranks=list(ranks),
+        pool_size=15,
+        episode=episode,
+        subset=subset,
+        question_type=qtype,
+        text_retriever=retriever,
+    )
 
 
 EVQA = [
@@ -104,8 +132,10 @@ def test_other_sources_and_mixed_summaries_have_no_paper_columns() -> None:
 
 
 def test_report_files_carry_the_paper_columns(tmp_path: Path) -> None:
-    mmhops = [_record("mmhops", 1.0, "bridge", "String", ident=1.0, ranks=[0]),
-              _record("mmhops", 0.0, "compare", "Numerical", ident=0.0, ranks=[None, 2])]  # fmt: skip
+    mmhops = [
+        _record("mmhops", 1.0, "bridge", "String", ident=1.0, ranks=[0]),
+        _record("mmhops", 0.0, "compare", "Numerical", ident=0.0, ranks=[None, 2]),
+    ]
     records = EVQA + INFOSEEK + mmhops
     metrics = {"model": "m", "backend": "hf", "data": ["x.parquet"], **summarize(records)}
     write_report(metrics, [r.__dict__ for r in records], tmp_path)
@@ -127,8 +157,11 @@ def test_an_unknown_gold_has_no_retriever_rank(tmp_path: Path) -> None:
     from ragym.rl.engine.trainer import read_rows
 
     kb = build_kb(tmp_path / "kb", PRESETS["tiny"], seed=0)
-    row = next(r for r in read_rows(str(kb / "data" / "test.parquet"))
-               if len(json.loads(r["extra_info"]["env_options"])["query_images"]) == 2)  # fmt: skip
+    row = next(
+        r
+        for r in read_rows(str(kb / "data" / "test.parquet"))
+        if len(json.loads(r["extra_info"]["env_options"])["query_images"]) == 2
+    )
     options = json.loads(row["extra_info"]["env_options"])
     known, pool = gold_ranks(row)
     options["gold_entities"][0] = None
@@ -161,5 +194,7 @@ def test_an_n_a_cell_says_why(tmp_path: Path) -> None:
 def test_the_ceiling_without_candidate_lists_is_n_a_for_that_reason() -> None:
     live = [replace(_record("infoseek", 1.0, "unseen_entity", "String", ident=1.0), pool_size=None)]
     reasons = not_available("infoseek", live, {"retriever_r1": None, "ident": 1.0})
-    assert reasons == {"retriever_r1": "the rows' env serves no precomputed candidate lists, on which the "
-                                       "ceiling is measured"}  # fmt: skip
+    assert reasons == {
+        "retriever_r1": "the rows' env serves no precomputed candidate lists, on which the "
+        "ceiling is measured"
+    }

@@ -80,8 +80,19 @@ def test_mrag_feeds_the_benchmarks_retrieved_images_unranked(tmp_path: Path) -> 
         chosen = events_of(score.events, "evidence_selected")[0]
         assert chosen["selected"] == chosen["ranking"] == given and chosen["rerank"] == "none"
         assert not events_of(score.events, "plan") and score.events[0]["pool_source"] == "benchmark"
-    assert main(["--data", str(tmp_path / "task" / "data" / "test.parquet"), "--out", str(tmp_path / "m"),
-                 "--baselines", "mrag,no_modules"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--data",
+                str(tmp_path / "task" / "data" / "test.parquet"),
+                "--out",
+                str(tmp_path / "m"),
+                "--baselines",
+                "mrag,no_modules",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((tmp_path / "m" / "metrics.json").read_text())
     # The fixture's lists start with a gt crop: the benchmark's own top-1 is always a hit.
     assert metrics["mrag"]["all"]["recall@1"] == 1.0 and metrics["skipped"] == {}
@@ -103,10 +114,13 @@ def test_mrag_topk_is_the_plain_top_five_and_shares_the_ablations_top_one(task: 
 def test_the_papers_ablation_rows_run_with_their_switches(task: Path) -> None:
     rows = all_rows(task).head(2)
     expected = {  # name -> (use_plan, rerank, judge_guidelines), the paper's ablation table
-        "no_modules": (False, "stage1", True), "rerank_no_guidelines": (False, "fused", False),
-        "rerank": (False, "fused", True), "plan_only": (True, "stage1", True),
-        "stage2_only": (True, "stage2", True), "r3g_fixed": (True, "fused", True),
-    }  # fmt: skip
+        "no_modules": (False, "stage1", True),
+        "rerank_no_guidelines": (False, "fused", False),
+        "rerank": (False, "fused", True),
+        "plan_only": (True, "stage1", True),
+        "stage2_only": (True, "stage2", True),
+        "r3g_fixed": (True, "fused", True),
+    }
     for name, switches in expected.items():
         for score in evaluate_baseline(rows, name, ScriptedModel(), RUBRIC):
             task_event = score.events[0]

@@ -37,8 +37,11 @@ def test_rollout_builds_the_env_variant_its_settings_need(demo_kb: Path) -> None
 
 
 def test_a_policy_the_env_lacks_is_one_line_naming_the_ones_it_has(demo_kb: Path) -> None:
-    with pytest.raises(UsageError, match=r"^KBVQA-Demo-v0 has no scripted policy 'greedy' \(its policies: oracle, random, "
-                       r"signature; expert: .*\)$"):  # fmt: skip
+    with pytest.raises(
+        UsageError,
+        match=r"^KBVQA-Demo-v0 has no scripted policy 'greedy' \(its policies: oracle, random, "
+        r"signature; expert: .*\)$",
+    ):
         scripted.main(["--kb-dir", str(demo_kb), "--policy", "greedy", "--episodes", "2"])
     with pytest.raises(
         UsageError, match=r"^DocMemo-v0 has no scripted policy 'signature' \(its policies: none;"

@@ -54,8 +54,11 @@ def test_the_setting_reaches_the_envs_that_have_it_and_changes_the_episode() -> 
 def test_a_row_prepped_with_another_value_is_refused_not_mixed() -> None:
     settings = EnvSettings(max_rejections=2)
     assert with_env_settings("KBVQA-v0", {"max_rejections": 2}, settings)["max_rejections"] == 2
-    with pytest.raises(ValueError, match=r"KBVQA-v0 row was prepped with max_rejections=1, but the recipe sets "
-                                         r"ragym.env.max_rejections=2"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"KBVQA-v0 row was prepped with max_rejections=1, but the recipe sets "
+        r"ragym.env.max_rejections=2",
+    ):
         with_env_settings("KBVQA-v0", {"max_rejections": 1}, settings)
     # The agent loop and ragym budget build every row's env through the spec, so both refuse the row.
     row = {"env_id": "KBVQA-Demo-v0", "env_kwargs": json.dumps({"max_rejections": 1}), "env_options": "null"}

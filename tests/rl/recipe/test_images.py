@@ -21,8 +21,13 @@ from ragym.rl.recipe.images import (
     with_image_budget,
 )
 
-BUDGETED = ("kbvqa_qwen2_5_vl_7b", "kbvqa_qwen3_vl_8b", "r3g_qwen2_5_vl_7b", "memora_qwen2_5_vl_7b",
-            "docmemo_qwen2_5_vl_7b")  # fmt: skip
+BUDGETED = (
+    "kbvqa_qwen2_5_vl_7b",
+    "kbvqa_qwen3_vl_8b",
+    "r3g_qwen2_5_vl_7b",
+    "memora_qwen2_5_vl_7b",
+    "docmemo_qwen2_5_vl_7b",
+)
 VISION_MARKERS = 2
 """<|vision_start|> and <|vision_end|> around each image's pad tokens."""
 TEXT_TOKENS_PER_TURN = 512
@@ -111,8 +116,12 @@ def test_a_recipe_without_a_budget_changes_nothing() -> None:
 
 def test_the_budget_reaches_every_env_that_shows_images() -> None:
     images = recipe_images(composed("kbvqa_qwen3_vl_8b"))
-    expected = {"query_max_pixels": 1024 * 32 * 32, "candidate_max_pixels": 256 * 32 * 32,
-                "image_min_pixels": 65536, "image_factor": 32}  # fmt: skip
+    expected = {
+        "query_max_pixels": 1024 * 32 * 32,
+        "candidate_max_pixels": 256 * 32 * 32,
+        "image_min_pixels": 65536,
+        "image_factor": 32,
+    }
     for env_id in registered_envs():
         assert with_image_budget(env_id, {"x": 1}, images) == {"x": 1, **expected}
 

@@ -36,9 +36,12 @@ def recipe(*overrides: str):
 
 @pytest.mark.parametrize(
     ("mode", "verl_cls"),
-    [("ragym", PPOTrainerSync), ("ragym_colocate_async", PPOTrainerColocateAsync),
-     ("ragym_separate_async", PPOTrainerSeparateAsync)],
-)  # fmt: skip
+    [
+        ("ragym", PPOTrainerSync),
+        ("ragym_colocate_async", PPOTrainerColocateAsync),
+        ("ragym_separate_async", PPOTrainerSeparateAsync),
+    ],
+)
 def test_each_mode_is_verls_trainer_with_the_one_mixin_first(mode, verl_cls):
     cls = get_trainer_cls(mode)  # what verl's main_ppo looks up by the recipe's line
     assert issubclass(cls, verl_cls) and cls.__mro__[1] is RagymTrainerMixin
@@ -103,12 +106,22 @@ def test_an_unbounded_async_mode_is_refused_by_the_check_and_by_the_trainer():
 
 
 def test_separate_async_problems_are_listed_together():
-    config = OmegaConf.create({
-        "trainer": {"v1": {"trainer_mode": "ragym_separate_async", "sampler": {"max_off_policy_threshold": 4},
-                           "separate_async": {"parameter_sync_step": 4}}},
-        "data": {"train_batch_size": 128},
-        "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 128}, "rollout": {"nnodes": 0, "n_gpus_per_node": 8}},
-    })  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "trainer": {
+                "v1": {
+                    "trainer_mode": "ragym_separate_async",
+                    "sampler": {"max_off_policy_threshold": 4},
+                    "separate_async": {"parameter_sync_step": 4},
+                }
+            },
+            "data": {"train_batch_size": 128},
+            "actor_rollout_ref": {
+                "actor": {"ppo_mini_batch_size": 128},
+                "rollout": {"nnodes": 0, "n_gpus_per_node": 8},
+            },
+        }
+    )
     problems = mode_problems(config)
     assert len(problems) == 2
     assert "set parameter_sync_step to 1" in problems[0] and "actor_rollout_ref.rollout.nnodes" in problems[1]

@@ -22,8 +22,10 @@ URL = "http://127.0.0.1:9"
 
 def test_envs_that_search_get_the_address_and_a_rows_own_address_wins() -> None:
     assert [e for e in ("KBVQA-v0", "KBVQA-Demo-v0", "DocMemo-v0") if searches_service(e)] == [
-        "KBVQA-v0", "KBVQA-Demo-v0", "DocMemo-v0"
-    ]  # fmt: skip
+        "KBVQA-v0",
+        "KBVQA-Demo-v0",
+        "DocMemo-v0",
+    ]
     assert with_retrieval_url("DocMemo-v0", {"max_rounds": 2}, URL) == {"max_rounds": 2, "retrieval_url": URL}
     assert with_retrieval_url("KBVQA-v0", {"retrieval_url": "http://other:1"}, URL)["retrieval_url"] != URL
     assert with_retrieval_url("R3G-v0", {}, URL) == {}  # R3G searches no service

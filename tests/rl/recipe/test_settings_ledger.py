@@ -53,27 +53,39 @@ GUARD_FIELD_TESTS = {
 }
 
 COVERED_BY: dict[str, str] = {
-    E + "train_files": "tests/rl/test_bad_rows_end_to_end.py::test_train_eval_rollout_outside_the_repository_on_bad_rows",
-    E + "val_files": "tests/rl/test_bad_rows_end_to_end.py::test_train_eval_rollout_outside_the_repository_on_bad_rows",
+    E
+    + "train_files": "tests/rl/test_bad_rows_end_to_end.py::test_train_eval_rollout_outside_the_repository_on_bad_rows",
+    E
+    + "val_files": "tests/rl/test_bad_rows_end_to_end.py::test_train_eval_rollout_outside_the_repository_on_bad_rows",
     E + "shuffle": _TRAINER + "test_killed_run_resumes_with_the_same_data_order",
     E + "seed": _TRAINER + "test_same_seed_same_run_under_full_determinism",
     E + "sampling": "tests/rl/core/test_hf_server.py::test_sampling_filters",
-    E + "response_length": "tests/rl/agent_loop/test_agent_loop.py::test_stop_strings_and_length_budget_reach_the_server",
+    E
+    + "response_length": "tests/rl/agent_loop/test_agent_loop.py::test_stop_strings_and_length_budget_reach_the_server",
     E + "lr": "tests/rl/core/test_grpo.py::test_update_step_is_finite_and_moves_parameters",
-    E + "save_freq": "tests/rl/engine/test_resume.py::test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics",
-    E + "test_freq": "tests/rl/engine/test_validation_guards.py::test_a_held_out_floor_fires_after_n_evaluations_not_n_steps",
-    E + "total_steps": "tests/rl/engine/test_validation_guards.py::test_a_held_out_floor_fires_after_n_evaluations_not_n_steps",
+    E
+    + "save_freq": "tests/rl/engine/test_resume.py::test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics",
+    E
+    + "test_freq": "tests/rl/engine/test_validation_guards.py::test_a_held_out_floor_fires_after_n_evaluations_not_n_steps",
+    E
+    + "total_steps": "tests/rl/engine/test_validation_guards.py::test_a_held_out_floor_fires_after_n_evaluations_not_n_steps",
     E + "loggers": _TRAINER + "test_unknown_logger_is_an_error",
     E + "resume_mode": _ASYNC + "test_checkpoint_with_a_rollout_in_flight_resumes",
-    E + "resume_from_path": "tests/rl/engine/test_resume.py::test_resume_path_continues_from_the_named_step_and_never_branches_in_place",
-    E + "reward_kwargs": "tests/rewards/test_recipe_overrides.py::test_the_command_line_override_reaches_the_reward_and_bad_ones_fail_at_load",
-    E + "filter_groups": "tests/rl/core/test_dynamic_sampling.py::test_local_engine_step_with_dynamic_sampling_and_a_stop_guard",
-    E + "guards": _GUARD_TESTS + "test_collapse_guards_are_off_unless_the_recipe_turns_them_on_and_run_checks_stop",
-    E + "outcome_metric": "tests/rl/core/test_dynamic_sampling.py::test_warning_when_the_filter_keys_on_a_shaped_reward",
+    E
+    + "resume_from_path": "tests/rl/engine/test_resume.py::test_resume_path_continues_from_the_named_step_and_never_branches_in_place",
+    E
+    + "reward_kwargs": "tests/rewards/test_recipe_overrides.py::test_the_command_line_override_reaches_the_reward_and_bad_ones_fail_at_load",
+    E
+    + "filter_groups": "tests/rl/core/test_dynamic_sampling.py::test_local_engine_step_with_dynamic_sampling_and_a_stop_guard",
+    E + "guards": _GUARD_TESTS
+    + "test_collapse_guards_are_off_unless_the_recipe_turns_them_on_and_run_checks_stop",
+    E
+    + "outcome_metric": "tests/rl/core/test_dynamic_sampling.py::test_warning_when_the_filter_keys_on_a_shaped_reward",
     E + "lora": "tests/rl/test_lora.py::test_peft_config_carries_every_setting",
     E + "async_rollouts": _ASYNC + "test_step_two_trains_on_episodes_of_the_initial_weights",
     E + "staleness_bound": _ASYNC + "test_bound_one_drops_and_counts_every_batch_rolled_out_ahead",
-    E + "trace_groups_per_step": "tests/launch/test_new_env_folder.py::test_rollout_budget_local_engine_and_verl_pick_it_up",
+    E
+    + "trace_groups_per_step": "tests/launch/test_new_env_folder.py::test_rollout_budget_local_engine_and_verl_pick_it_up",
     "ragym.verl.trace_groups_per_step": "tests/launch/test_new_env_folder.py::test_rollout_budget_local_engine_and_verl_pick_it_up",
     "ragym.retrieval.url": "tests/rl/recipe/test_retrieval_url.py",
     "ragym.env.max_rejections": "tests/rl/recipe/test_env_settings.py::test_the_setting_reaches_the_envs_that_have_it_and_changes_the_episode",
@@ -95,30 +107,68 @@ COVERED_BY: dict[str, str] = {
     "ragym.outcome_metric": "tests/rl/core/test_dynamic_sampling.py::test_warning_when_the_filter_keys_on_a_shaped_reward",
     "ragym.off_policy_correction": "tests/rl/test_correction.py::test_the_local_engine_turns_the_correction_on_with_async_rollouts",
     # Engine settings, each changed alone and read where the local engine uses it.
-    **{E + f: _ENGINE for f in ("train_batch_size", "val_max_samples", "rollout_n", "val_sampling", "update", "betas",
-                                "weight_decay", "warmup_steps", "total_epochs", "val_before_train", "batch_wait_s",
-                                "num_threads")},
+    **{
+        E + f: _ENGINE
+        for f in (
+            "train_batch_size",
+            "val_max_samples",
+            "rollout_n",
+            "val_sampling",
+            "update",
+            "betas",
+            "weight_decay",
+            "warmup_steps",
+            "total_epochs",
+            "val_before_train",
+            "batch_wait_s",
+            "num_threads",
+        )
+    },
     "ragym.demo.kb_corpus_repeats": _PRETRAIN,
     **{f"ragym.demo.copy_pretrain.{f.name}": _PRETRAIN for f in dataclasses.fields(CopyPretrainConfig)},
-    **{f"ragym.demo.warm_start.{f}": _DEMO_WARM for f in ("num_episodes", "decision_weight", "epochs", "batch_size",
-                                                            "lr", "seed", "quote")},
-    **{f"ragym.demo.warm_start_target.{f.name}": _DEMO + "test_each_warm_start_target_setting_moves_the_check"
-       for f in dataclasses.fields(WarmStartTarget)},
+    **{
+        f"ragym.demo.warm_start.{f}": _DEMO_WARM
+        for f in ("num_episodes", "decision_weight", "epochs", "batch_size", "lr", "seed", "quote")
+    },
+    **{
+        f"ragym.demo.warm_start_target.{f.name}": _DEMO
+        + "test_each_warm_start_target_setting_moves_the_check"
+        for f in dataclasses.fields(WarmStartTarget)
+    },
     "ragym.r3g_demo.preset": _R3G + "test_the_preset_and_corpus_repeats_reach_the_task_and_the_tokenizer",
-    "ragym.r3g_demo.corpus_repeats": _R3G + "test_the_preset_and_corpus_repeats_reach_the_task_and_the_tokenizer",
+    "ragym.r3g_demo.corpus_repeats": _R3G
+    + "test_the_preset_and_corpus_repeats_reach_the_task_and_the_tokenizer",
     "ragym.r3g_demo.weighted_after": _R3G_WARM,
-    **{f"ragym.r3g_demo.warm_start.{f}": _R3G_WARM for f in ("num_episodes", "decision_weight", "epochs",
-                                                               "batch_size", "lr", "seed", "context_weight")},
+    **{
+        f"ragym.r3g_demo.warm_start.{f}": _R3G_WARM
+        for f in ("num_episodes", "decision_weight", "epochs", "batch_size", "lr", "seed", "context_weight")
+    },
     # The R3G demo's warm start is the same WarmStartConfig class, read from its own section.
-    **{f"ragym.r3g_demo.warm_start.{f}": t for f, t in (
-        ("noise", "tests/rl/demo/test_demo.py::test_noisy_expert_errs_as_configured"),
-        ("reject_noise", "tests/rl/demo/test_r3g_demo.py::test_reject_noise_calls_the_gold_unanswerable_and_a_coin_ignores_the_word"),
-        ("soft_decisions", "tests/rl/demo/test_demo.py::test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds"),
-        ("lr_decay", "tests/rl/tiny/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target"))},
+    **{
+        f"ragym.r3g_demo.warm_start.{f}": t
+        for f, t in (
+            ("noise", "tests/rl/demo/test_demo.py::test_noisy_expert_errs_as_configured"),
+            (
+                "reject_noise",
+                "tests/rl/demo/test_r3g_demo.py::test_reject_noise_calls_the_gold_unanswerable_and_a_coin_ignores_the_word",
+            ),
+            (
+                "soft_decisions",
+                "tests/rl/demo/test_demo.py::test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds",
+            ),
+            (
+                "lr_decay",
+                "tests/rl/tiny/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target",
+            ),
+        )
+    },
     # Each guard's fields: its action, the metric it watches, and its firing rule's numbers.
-    **{f"{GUARDS}{name}.{f.name}": GUARD_FIELD_TESTS.get(f.name, _BY_THRESHOLD)
-       for name, kind in GUARD_TYPES.items() for f in dataclasses.fields(kind)
-       if f"{name}.{f.name}" not in RUN_CHECK_METRICS},
+    **{
+        f"{GUARDS}{name}.{f.name}": GUARD_FIELD_TESTS.get(f.name, _BY_THRESHOLD)
+        for name, kind in GUARD_TYPES.items()
+        for f in dataclasses.fields(kind)
+        if f"{name}.{f.name}" not in RUN_CHECK_METRICS
+    },
     # Retriever co-training (issue #49).
     "ragym.cotrain.enable": "tests/rl/cotrain/test_harvest.py::test_counts_per_step",
     "ragym.cotrain.initial_encoder": "tests/rl/cotrain/test_round.py::test_a_round_raises_held_out_recall_of_a_weak_encoder",
@@ -127,7 +177,7 @@ COVERED_BY: dict[str, str] = {
     "ragym.cotrain.lr": "tests/rl/cotrain/test_round.py::test_a_round_raises_held_out_recall_of_a_weak_encoder",
     "ragym.cotrain.max_recall_drop": "tests/rl/cotrain/test_round.py::test_the_forgetting_guard_skips_a_drop_beyond_the_margin_and_swaps_otherwise",
     "ragym.cotrain.update_documents": "tests/rl/cotrain/test_round.py::test_update_documents_is_refused_in_one_line",
-}  # fmt: skip
+}
 """Setting -> ``tests/...py::test_name`` (or a whole test file) that changes it and checks what it changes."""
 
 NAMED_AS = {E + "loggers": "trainer.logger", E + "staleness_bound": "max_off_policy_threshold"}
@@ -145,8 +195,11 @@ NOT_COVERED: dict[str, str] = {
         for demo in ("demo", "r3g_demo")
         for f in dataclasses.fields(TinyPolicyConfig)
     },
-    **{GUARDS + f: "the name of a metric the engines write for this run check (rl/guards.py's default); "
-       "tests/rl/test_run_checks.py fires the check on it, and no recipe renames it" for f in RUN_CHECK_METRICS},
+    **{
+        GUARDS + f: "the name of a metric the engines write for this run check (rl/guards.py's default); "
+        "tests/rl/test_run_checks.py fires the check on it, and no recipe renames it"
+        for f in RUN_CHECK_METRICS
+    },
     # The R3G warm start's own expert and weights leave these unused (test_r3g_settings shows both inert).
     "ragym.r3g_demo.warm_start.quote": "the R3G expert (r3g.R3GExpert) copies no name or value to quote; only the "
     "KB-VQA expert reads quote",
@@ -154,11 +207,25 @@ NOT_COVERED: dict[str, str] = {
     "applies it",
     "ragym.r3g_demo.warm_start.protocol_share": "r3g.warm_start sets it to 0 itself (its expert has no protocol "
     "episodes); a recipe value fails there (WarmStartConfig gets protocol_share twice)",
-    **{f"ragym.cotrain.{name}": "retriever co-training (issue #49): a known gap, no test changes it yet"
-       for name in ("every_n_steps", "lora_rank", "batch_size", "scale", "original_data", "original_share", "guard_k",
-                    "guard_rows", "background", "seed", "initial_noise_rank", "initial_noise_strength",
-                    "initial_noise_seed")},
-}  # fmt: skip
+    **{
+        f"ragym.cotrain.{name}": "retriever co-training (issue #49): a known gap, no test changes it yet"
+        for name in (
+            "every_n_steps",
+            "lora_rank",
+            "batch_size",
+            "scale",
+            "original_data",
+            "original_share",
+            "guard_k",
+            "guard_rows",
+            "background",
+            "seed",
+            "initial_noise_rank",
+            "initial_noise_strength",
+            "initial_noise_seed",
+        )
+    },
+}
 """Setting -> why no test is named for it: what it names, or why it has no effect the demo or engine could show."""
 
 

@@ -35,8 +35,17 @@ def sample(token: int) -> Sample:
 
 
 def config(**fields) -> WarmStartConfig:
-    base = dict(num_episodes=2, noise=0.0, reject_noise=0.0, protocol_share=0.0, decision_weight=1.0, epochs=1,
-                batch_size=1, lr=0.01, seed=0)  # fmt: skip
+    base = dict(
+        num_episodes=2,
+        noise=0.0,
+        reject_noise=0.0,
+        protocol_share=0.0,
+        decision_weight=1.0,
+        epochs=1,
+        batch_size=1,
+        lr=0.01,
+        seed=0,
+    )
     return WarmStartConfig(**{**base, **fields})
 
 

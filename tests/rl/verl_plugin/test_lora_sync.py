@@ -14,8 +14,9 @@ from ragym.rl.verl_plugin.rollout import HFGenerationServer
 from ragym.rl.verl_plugin.weight_sync import PEFT_CONFIG_KEY, lora_sync
 from tests.rl.verl_plugin.test_plugin import rollout_config
 
-SETTINGS = LoraSettings(rank=4, alpha=8, target_modules="all-linear", exclude_modules=VISION_TOWER,
-                        adapter_path=None)  # fmt: skip
+SETTINGS = LoraSettings(
+    rank=4, alpha=8, target_modules="all-linear", exclude_modules=VISION_TOWER, adapter_path=None
+)
 
 
 @pytest.fixture

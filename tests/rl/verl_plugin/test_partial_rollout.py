@@ -36,8 +36,13 @@ class _Handle:
 
 def verl_client(server: HFGenerationServer) -> FullyAsyncLLMServerClient:
     """verl's async client (the one its async modes give the agent loop), routed to ``server`` without Ray."""
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "hf", "response_length": BUDGET,
-                                                                 "full_determinism": False}}})  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {"name": "hf", "response_length": BUDGET, "full_determinism": False}
+            }
+        }
+    )
     client = FullyAsyncLLMServerClient(config=config)
 
     async def acquire(request_id: str, **extra) -> tuple[str, _Handle]:

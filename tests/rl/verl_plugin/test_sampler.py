@@ -77,12 +77,19 @@ def make_buffer(
     monkeypatch.setattr(rb, "tq", queue)
     monkeypatch.setattr(sampler, "tq", queue)
     buffer = cls(
-        max_num_gen_batches=max_num_gen_batches, trainer_mode="sync" if cls is RagymReplayBuffer else "colocate_async",
-        trainer_config={}, max_off_policy_threshold=threshold, max_off_policy_strategy="drop", sampler_kwargs={},
+        max_num_gen_batches=max_num_gen_batches,
+        trainer_mode="sync" if cls is RagymReplayBuffer else "colocate_async",
+        trainer_config={},
+        max_off_policy_threshold=threshold,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
         poll_interval=0.0,
-        refill_fn=queue.dispatch, filter_groups_metric="score", train_batch_size=2, gen_batch_size=1,
+        refill_fn=queue.dispatch,
+        filter_groups_metric="score",
+        train_batch_size=2,
+        gen_batch_size=1,
         max_inflight_gen_batches=1,
-    )  # fmt: skip
+    )
     return buffer, queue
 
 
@@ -197,10 +204,17 @@ def test_held_out_batches_are_recorded_once(monkeypatch, cls):
 def test_it_keeps_the_settings_verl_gave_its_own_buffer(monkeypatch, bound):
     """Sync: the refill cap and the settings verl chose (``like``); async: verl's async buffer, ragym's form."""
     verl_buffer = rb.ReplayBuffer(
-        trainer_mode="sync", trainer_config={}, max_off_policy_threshold=None, max_off_policy_strategy="drop",
-        sampler_kwargs={}, refill_fn=print, filter_groups_metric="reward", train_batch_size=4, gen_batch_size=1,
+        trainer_mode="sync",
+        trainer_config={},
+        max_off_policy_threshold=None,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
+        refill_fn=print,
+        filter_groups_metric="reward",
+        train_batch_size=4,
+        gen_batch_size=1,
         max_inflight_gen_batches=3,
-    )  # fmt: skip
+    )
     ours = RagymReplayBuffer.like(verl_buffer, bound)
     assert (ours.filter_groups_metric, ours.train_batch_size, ours.max_inflight_gen_batches) == (
         "reward",
@@ -210,9 +224,14 @@ def test_it_keeps_the_settings_verl_gave_its_own_buffer(monkeypatch, bound):
     assert ours.bounded == (bound > 0) and ours._refill_unbounded is print
     assert type(ragym_buffer_like(verl_buffer, bound)) is RagymReplayBuffer
     verl_async = rb.ReplayBufferAsync(
-        trainer_mode="colocate_async", trainer_config={}, max_off_policy_threshold=3, max_off_policy_strategy="drop",
-        sampler_kwargs={}, refill_fn=print, filter_groups_metric="reward",
-    )  # fmt: skip
+        trainer_mode="colocate_async",
+        trainer_config={},
+        max_off_policy_threshold=3,
+        max_off_policy_strategy="drop",
+        sampler_kwargs={},
+        refill_fn=print,
+        filter_groups_metric="reward",
+    )
     theirs = ragym_buffer_like(verl_async, bound)
     assert type(theirs) is RagymReplayBufferAsync and theirs.max_off_policy_threshold == 3
 

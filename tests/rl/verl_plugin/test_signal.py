@@ -16,14 +16,21 @@ REPO = Path(__file__).resolve().parents[3]
 def test_step_logs_flat_share_and_a_stop_guard_ends_the_loop_after_the_step(tmp_path, caplog):
     from ragym.rl.verl_plugin.trainer import RagymTrainer
 
-    config = OmegaConf.create({
-        "algorithm": {"filter_groups": {"enable": True, "metric": "reward"}},
-        "reward": {"custom_reward_function": {
-            "reward_kwargs": {"recipe_path": str(REPO / "recipes/rewards/mmagent_r2.yaml")}}},
-        "ragym": {"outcome_metric": "reward/outcome",
-                  "guards": {"entropy_floor": {"action": "stop", "threshold": 0.1, "steps": 1}}},
-        "trainer": {"default_local_dir": str(tmp_path)},
-    })  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "algorithm": {"filter_groups": {"enable": True, "metric": "reward"}},
+            "reward": {
+                "custom_reward_function": {
+                    "reward_kwargs": {"recipe_path": str(REPO / "recipes/rewards/mmagent_r2.yaml")}
+                }
+            },
+            "ragym": {
+                "outcome_metric": "reward/outcome",
+                "guards": {"entropy_floor": {"action": "stop", "threshold": 0.1, "steps": 1}},
+            },
+            "trainer": {"default_local_dir": str(tmp_path)},
+        }
+    )
     trainer = SimpleNamespace(config=config, total_training_steps=10)
     healthy = {"training/filter_groups/evicted_samples": 3, "actor/entropy": 0.5}
     with caplog.at_level(logging.WARNING):
@@ -41,8 +48,10 @@ def test_step_logs_flat_share_and_a_stop_guard_ends_the_loop_after_the_step(tmp_
 
 def evaluation(ident: float, reject: float, rerank: float) -> dict:
     """A held-out trajectory as verl stores it: the reward's result and the env's episode metrics."""
-    return {"reward_extra_info": {"score": ident, "reward/outcome": ident},
-            "episode_metrics": {"ident_acc": ident, "actions/reject": reject, "actions/rerank": rerank}}  # fmt: skip
+    return {
+        "reward_extra_info": {"score": ident, "reward/outcome": ident},
+        "episode_metrics": {"ident_acc": ident, "actions/reject": reject, "actions/rerank": rerank},
+    }
 
 
 def test_a_guard_on_held_out_metrics_reads_verls_evaluations_and_counts_them(tmp_path, monkeypatch):
@@ -53,11 +62,17 @@ def test_a_guard_on_held_out_metrics_reads_verls_evaluations_and_counts_them(tmp
 
     from ragym.rl.verl_plugin.trainer import RagymTrainer
 
-    config = OmegaConf.create({
-        "ragym": {"guards": {"val_ident_floor": {"action": "stop", "threshold": 0.5, "steps": 2},
-                             "val_reject_all": {"action": "warn", "steps": 1}}},
-        "trainer": {"default_local_dir": str(tmp_path)},
-    })  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "ragym": {
+                "guards": {
+                    "val_ident_floor": {"action": "stop", "threshold": 0.5, "steps": 2},
+                    "val_reject_all": {"action": "warn", "steps": 1},
+                }
+            },
+            "trainer": {"default_local_dir": str(tmp_path)},
+        }
+    )
     trainer = RagymTrainer.__new__(
         RagymTrainer
     )  # verl's __init__ starts workers: only the per-step code runs
@@ -85,8 +100,10 @@ def test_a_guard_on_held_out_metrics_reads_verls_evaluations_and_counts_them(tmp
     assert fired[6] == {"guard/val_ident_floor": 1.0, "guard/val_reject_all": 1.0}
     assert trainer.total_training_steps == 6
     (stop,) = [f for f in read_firings(tmp_path) if f["action"] == "stop"]
-    assert stop["message"] == ("guard val_ident_floor fired at step 6: val/episode/ident_acc < 0.5 for 2 evaluations "
-                               "(0.200, 0.000) (action: stop)")  # fmt: skip
+    assert stop["message"] == (
+        "guard val_ident_floor fired at step 6: val/episode/ident_acc < 0.5 for 2 evaluations "
+        "(0.200, 0.000) (action: stop)"
+    )
 
 
 def test_an_evaluation_above_the_floor_fires_nothing(tmp_path, monkeypatch):
@@ -94,11 +111,17 @@ def test_an_evaluation_above_the_floor_fires_nothing(tmp_path, monkeypatch):
 
     from ragym.rl.verl_plugin.trainer import RagymTrainer
 
-    config = OmegaConf.create({
-        "ragym": {"guards": {"val_ident_floor": {"action": "stop", "threshold": 0.5, "steps": 1},
-                             "val_reject_all": {"action": "stop", "steps": 1}}},
-        "trainer": {"default_local_dir": str(tmp_path)},
-    })  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "ragym": {
+                "guards": {
+                    "val_ident_floor": {"action": "stop", "threshold": 0.5, "steps": 1},
+                    "val_reject_all": {"action": "stop", "steps": 1},
+                }
+            },
+            "trainer": {"default_local_dir": str(tmp_path)},
+        }
+    )
     trainer = RagymTrainer.__new__(RagymTrainer)
     trainer.config, trainer.total_training_steps = config, 10
     trainer.replay_buffer = SimpleNamespace(

@@ -52,9 +52,12 @@ class FakeVerlTrainer:
             non_tensors={"uid": np.array(self.uids, dtype=object)},
         )
         out = compute_advantage_for_multi_trajectories(
-            data, batch_keys=batch.keys, adv_estimator=self.config.algorithm.adv_estimator,
-            norm_adv_by_std_in_grpo=True, config=self.config.algorithm,
-        )  # fmt: skip
+            data,
+            batch_keys=batch.keys,
+            adv_estimator=self.config.algorithm.adv_estimator,
+            norm_adv_by_std_in_grpo=True,
+            config=self.config.algorithm,
+        )
         return out.batch["advantages"]
 
 
@@ -63,12 +66,17 @@ class Trainer(TurnCreditMixin, FakeVerlTrainer):
 
 
 def _config(estimator: str):
-    return OmegaConf.create({
-        "algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": False, "gamma": 1.0},
-        "reward": {"custom_reward_function": {"reward_kwargs": {
-            "recipe": {"terms": {"verification": {"weight": 1.0}}}}}},
-        "ragym": {"turn_credit": {"step_weight": 0.5}},
-    })  # fmt: skip
+    return OmegaConf.create(
+        {
+            "algorithm": {"adv_estimator": estimator, "norm_adv_by_std_in_grpo": False, "gamma": 1.0},
+            "reward": {
+                "custom_reward_function": {
+                    "reward_kwargs": {"recipe": {"terms": {"verification": {"weight": 1.0}}}}
+                }
+            },
+            "ragym": {"turn_credit": {"step_weight": 0.5}},
+        }
+    )
 
 
 def test_the_mixin_hands_verls_advantage_code_the_batch_turns(monkeypatch):

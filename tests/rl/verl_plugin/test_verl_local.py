@@ -49,8 +49,12 @@ def test_the_trainers_ray_workers_run_at_its_priority(
 
 
 SEPARATE = "trainer.v1.trainer_mode=ragym_separate_async"
-SIZES = ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-         "trainer.v1.separate_async.parameter_sync_step=1", "trainer.v1.sampler.max_off_policy_threshold=2"]  # fmt: skip
+SIZES = [
+    "data.train_batch_size=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "trainer.v1.separate_async.parameter_sync_step=1",
+    "trainer.v1.sampler.max_off_policy_threshold=2",
+]
 
 
 def test_separate_async_is_one_line_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:

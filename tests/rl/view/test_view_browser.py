@@ -21,8 +21,14 @@ from ragym.rl.view.site import Site
 from ragym.rl.view.trace import TraceConfig, TraceWriter
 
 CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]  # fmt: skip
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 pytestmark = [
     pytest.mark.browser,
@@ -57,14 +63,24 @@ def run_dir(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("demo_like")
     kb = build_kb(root / "kb", PRESETS["demo"], seed=0, name="synthetic-demo")
     policy = build_tiny_policy("qwen2_5_vl", root / "policy", seed=0)
-    trainer = build_trainer("kbvqa_tiny_cpu", [
-        f"actor_rollout_ref.model.path={policy}", f"data.train_files={kb}/data/train.parquet",
-        f"data.val_files={kb}/data/test.parquet", f"trainer.default_local_dir={root / 'grpo'}",
-        "trainer.total_training_steps=2", "trainer.logger=[console]", "trainer.save_freq=-1",
-        "data.train_batch_size=2", "data.val_max_samples=2", "data.max_response_length=256",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
-    ])  # fmt: skip
+    trainer = build_trainer(
+        "kbvqa_tiny_cpu",
+        [
+            f"actor_rollout_ref.model.path={policy}",
+            f"data.train_files={kb}/data/train.parquet",
+            f"data.val_files={kb}/data/test.parquet",
+            f"trainer.default_local_dir={root / 'grpo'}",
+            "trainer.total_training_steps=2",
+            "trainer.logger=[console]",
+            "trainer.save_freq=-1",
+            "data.train_batch_size=2",
+            "data.val_max_samples=2",
+            "data.max_response_length=256",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
+        ],
+    )
     trainer.evaluate()
     trainer.fit()
     trainer.close()
@@ -85,8 +101,15 @@ class TurnScriptedServer:
     def episode_done(self) -> None:
         pass
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: list[Any] | None = None, **kwargs: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
         # System, user and the generation prompt open 3 messages; each earlier turn adds an assistant and a user.
         turn = (prompt_ids.count(self.tokenizer.convert_tokens_to_ids("<|im_start|>")) - 3) // 2
         script = self.scripts[zlib.crc32(np.asarray(image_data[0]).tobytes()) % 2]
@@ -235,9 +258,17 @@ REJECTED_GOLD = "verification at_limit=false correct=false decision=reject gold_
 
 def test_rejected_gold_batches_are_two_clicks_away(eval_dir, browser, tmp_path):
     episodes = load(eval_dir).episodes
-    expected = [e["id"] for e in episodes if any(
-        v["type"] == "verification" and v["decision"] == "reject" and v["gold_in_batch"] and not v["at_limit"]
-        for v in e["events"])]  # fmt: skip
+    expected = [
+        e["id"]
+        for e in episodes
+        if any(
+            v["type"] == "verification"
+            and v["decision"] == "reject"
+            and v["gold_in_batch"]
+            and not v["at_limit"]
+            for v in e["events"]
+        )
+    ]
     assert 0 < len(expected) < len(episodes)  # the filter separates something
     server, url = serve_in_thread(Site(load(eval_dir)))
     page = browser.new_page(viewport={"width": 1280, "height": 900})

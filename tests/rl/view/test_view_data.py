@@ -30,8 +30,12 @@ def processor(tiny_policy_dir):
 
 
 def _row(index: int) -> dict:
-    extra = {"index": index, "env_id": "Fake-v0", "env_kwargs": "{}",
-             "env_options": json.dumps({"question": f"q{index}", "num_images": 1})}  # fmt: skip
+    extra = {
+        "index": index,
+        "env_id": "Fake-v0",
+        "env_kwargs": "{}",
+        "env_options": json.dumps({"question": f"q{index}", "num_images": 1}),
+    }
     return {"data_source": "fake", "reward_model": {"ground_truth": '["a bird"]'}, "extra_info": extra}
 
 
@@ -194,8 +198,16 @@ def test_segments_follow_the_markers_or_put_images_first():
 
 
 def _event_corpus() -> list[dict]:
-    verification = {"type": "verification", "turn": 1, "candidates": ["Q1", "Q2"], "entity": None,
-                    "gold_entity": "Q2", "gold_in_batch": True, "decision": "reject", "correct": False}  # fmt: skip
+    verification = {
+        "type": "verification",
+        "turn": 1,
+        "candidates": ["Q1", "Q2"],
+        "entity": None,
+        "gold_entity": "Q2",
+        "gold_in_batch": True,
+        "decision": "reject",
+        "correct": False,
+    }
     other = dict(verification, turn=2, entity="Q9", gold_entity="Q9", decision="rerank", correct=True)
     answer = {"type": "answer", "turn": 3, "text": "The Velmora bridge", "forced": False}
     return [{"events": [verification, other, answer]}, {"events": [dict(answer, text="1900")]}]
@@ -217,8 +229,14 @@ def test_gold_values_exclude_flags():
 
 
 def test_eval_rollouts_load_without_tokens(tmp_path):
-    episode = {"data_source": "fake", "turns": [SEARCH], "events": _event_corpus()[0]["events"],
-               "ground_truth": ["x"], "truncated": True, "extra": {"index": 4}}  # fmt: skip
+    episode = {
+        "data_source": "fake",
+        "turns": [SEARCH],
+        "events": _event_corpus()[0]["events"],
+        "ground_truth": ["x"],
+        "truncated": True,
+        "extra": {"index": 4},
+    }
     (tmp_path / "rollouts.jsonl").write_text(json.dumps(episode) + "\n")
     (tmp_path / "episodes.jsonl").write_text(json.dumps({"index": 4, "correct": 1.0}) + "\n")
     corpus = data.load(tmp_path)
@@ -286,8 +304,11 @@ def test_questions_without_a_row_index_are_keyed_by_their_task():
 @pytest.mark.parametrize("env_id", sorted(__import__("ragym.envs", fromlist=["envs"]).registered_envs()))
 def test_every_registered_env_is_shown_from_its_events_and_observations(env_id, processor, tmp_path):
     """No per-env code: any env's episode lays out, lists and tokenizes (two malformed turns, then the budget)."""
-    row = {"data_source": env_id, "reward_model": {"ground_truth": "[]"},
-           "extra_info": {"index": 0, "env_id": env_id, "env_kwargs": "{}", "env_options": "null"}}  # fmt: skip
+    row = {
+        "data_source": env_id,
+        "reward_model": {"ground_truth": "[]"},
+        "extra_info": {"index": 0, "env_id": env_id, "env_kwargs": "{}", "env_options": "null"},
+    }
     server = ScriptedServer(processor.tokenizer, ["hello", "<answer>"])
     loop = make_agent_loop(rollout_config(max_assistant_turns=2), server, processor.tokenizer, processor)
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False}

@@ -128,8 +128,10 @@ def test_the_same_vector_sent_to_two_retrievers_gets_each_ones_answer() -> None:
         )
 
     image, passage = retriever("entity-", 0), retriever("passage-", 1)
-    app = RetrievalApp({"image": Served(image, "vector", 16), "passage": Served(passage, "vector", 16)},
-                       ServiceConfig(max_wait_ms=20))  # fmt: skip
+    app = RetrievalApp(
+        {"image": Served(image, "vector", 16), "passage": Served(passage, "vector", 16)},
+        ServiceConfig(max_wait_ms=20),
+    )
     query = np.random.default_rng(2).standard_normal(16).astype(np.float32)
 
     async def docids(name: str) -> list[str]:

@@ -48,8 +48,15 @@ def test_docmemo_reports_a_dead_then_stalled_service_and_recovers(tmp_path: Path
     root = _store_root(tmp_path)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = make_env("DocMemo-v0", store_root=str(root), retrieval_url=url, retrieval_timeout_s=0.5,
-                   retrieval_retries=0, show_images=False, max_turns=40)  # fmt: skip
+    env = make_env(
+        "DocMemo-v0",
+        store_root=str(root),
+        retrieval_url=url,
+        retrieval_timeout_s=0.5,
+        retrieval_retries=0,
+        show_images=False,
+        max_turns=40,
+    )
     options = {"question": "What was the revenue?", "doc_id": DOC}
 
     start = time.monotonic()

@@ -60,8 +60,9 @@ def test_search_text_over_the_service(kb_service: str, tiny_kb: Path) -> None:
 def test_a_dead_service_is_an_observation_and_an_event_and_search_recovers(tiny_kb: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = envs.make_env("KBVQA-v0", kb_dir=str(tiny_kb), retrieval_url=url, retrieval_timeout_s=0.5,
-                        retrieval_retries=1)  # fmt: skip
+    env = envs.make_env(
+        "KBVQA-v0", kb_dir=str(tiny_kb), retrieval_url=url, retrieval_timeout_s=0.5, retrieval_retries=1
+    )
     env.reset(seed=1)
     start = time.monotonic()
     obs, reward, terminated, truncated, info = env.step(format_action(SearchImage(1)))

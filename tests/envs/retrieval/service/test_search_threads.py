@@ -44,15 +44,37 @@ def _vectors(num: int, dim: int = 8) -> np.ndarray:
 
 
 def test_the_flags_become_service_config_fields() -> None:
-    args = parse_args(["--kb-dir", "kb", "--search-workers", "2", "--search-threads", "3", "--cpu-cores", "6",
-                       "--omp-wait-policy", "active", "--batch-splits", "2"])  # fmt: skip
+    args = parse_args(
+        [
+            "--kb-dir",
+            "kb",
+            "--search-workers",
+            "2",
+            "--search-threads",
+            "3",
+            "--cpu-cores",
+            "6",
+            "--omp-wait-policy",
+            "active",
+            "--batch-splits",
+            "2",
+        ]
+    )
     config = service_config(args)
-    assert (config.search_workers, config.search_threads, config.cpu_cores, config.omp_wait_policy,
-            config.batch_splits) == (2, 3, 6, "active", 2)  # fmt: skip
+    assert (
+        config.search_workers,
+        config.search_threads,
+        config.cpu_cores,
+        config.omp_wait_policy,
+        config.batch_splits,
+    ) == (2, 3, 6, "active", 2)
     defaults = service_config(parse_args(["--kb-dir", "kb"]))
     assert (defaults.search_workers, defaults.search_threads, defaults.cpu_cores, defaults.batch_splits) == (
-        4, 0, 0, 1
-    )  # fmt: skip
+        4,
+        0,
+        0,
+        1,
+    )
     assert defaults.omp_wait_policy == "passive" and defaults.gc_freeze
     assert not service_config(parse_args(["--kb-dir", "kb", "--no-gc-freeze"])).gc_freeze
     with pytest.raises(SystemExit):
@@ -100,17 +122,26 @@ def test_service_searches_run_with_the_planned_threads(config: ServiceConfig, ex
 
 def test_ragym_serve_sets_the_wait_policy_before_faiss_and_logs_its_choice(tmp_path: Path) -> None:
     manifest = split_into_shards(_vectors(20), [f"d{i}" for i in range(20)], 1, tmp_path)
-    code = ("import sys, uvicorn; uvicorn.run = lambda *a, **k: None; from ragym.envs.serving.cli import main; "
-            "sys.exit(main(sys.argv[1:]))")  # fmt: skip
+    code = (
+        "import sys, uvicorn; uvicorn.run = lambda *a, **k: None; from ragym.envs.serving.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     argv = ["--shards", f"vec={manifest}", "--cpu-cores", "8", "--search-workers", "2"]
-    out = subprocess.run([sys.executable, "-c", code, *argv], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     line = "faiss search threads: 4 per search x 2 concurrent searches on 8 cores, OpenMP wait policy passive"
     assert line in out.stderr
-    active = subprocess.run([sys.executable, "-c", code, *argv, "--omp-wait-policy", "default"], env=env,
-                            cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+    active = subprocess.run(
+        [sys.executable, "-c", code, *argv, "--omp-wait-policy", "default"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "1 per search x 2 concurrent searches on 8 cores, OpenMP wait policy default" in active.stderr
 
 
