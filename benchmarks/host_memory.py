@@ -155,15 +155,18 @@ def _budget(recipe: str) -> tuple[int, int, int, int]:
     from omegaconf import OmegaConf
 
     from ragym.envs.kbvqa.env import KBVQAConfig
+    from ragym.rl.recipe.compose import compose_recipe
 
-    path = Path(recipe) if recipe.endswith(".yaml") else REPO / "recipes" / f"{recipe}.yaml"
-    images = OmegaConf.load(path).ragym.images
+    # Composed with its bases (recipes/base/): the image budget and Rej_max live there.
+    config = compose_recipe(recipe)
+    images = config.ragym.images
     cfg = KBVQAConfig()
+    max_rejections = OmegaConf.select(config, "ragym.env.max_rejections", default=cfg.max_rejections)
     return (
         int(images.query_max_pixels),
         int(images.candidate_max_pixels),
         1,
-        cfg.candidates_per_batch * (cfg.max_rejections + 1),
+        cfg.candidates_per_batch * (int(max_rejections) + 1),
     )
 
 
