@@ -138,20 +138,14 @@ def _serve(kb: Path) -> tuple[subprocess.Popen, str]:
 
 def _run(args: argparse.Namespace, kb: Path, policy: Path, url: str, mode: str, seed: int) -> Run:
     # Imported here: the verl part's processes never load the local engine (a minute of imports under load).
+    from benchmarks.local_engine import local_run_overrides
     from ragym.rl.train import build_trainer
 
     out = Path(tempfile.mkdtemp(prefix=f"{mode}-{seed}-", dir=args.workdir))
     trainer = build_trainer(
         args.recipe,
         [
-            f"actor_rollout_ref.model.path={policy}",
-            f"data.train_files={kb}/data/train.parquet",
-            f"data.val_files={kb}/data/test.parquet",
-            f"trainer.default_local_dir={out}",
-            "trainer.logger=[]",
-            f"trainer.total_training_steps={args.steps}",
-            "trainer.save_freq=-1",
-            "trainer.resume_mode=disable",
+            *local_run_overrides(policy, kb, out, args.steps),
             "data.max_response_length=256",
             f"data.seed={seed}",
             f"data.train_batch_size={args.batch}",

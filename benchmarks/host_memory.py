@@ -41,7 +41,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.local_engine import _inputs  # noqa: E402
+from benchmarks.local_engine import _inputs, local_run_overrides  # noqa: E402
 
 GOAL_BYTES_PER_STEP = 1 << 20
 """The issue's goal: the driver grows by at most 1 MB per step on the toy run."""
@@ -68,14 +68,7 @@ def _child(args: argparse.Namespace) -> None:
     trainer = build_trainer(
         args.recipe,
         [
-            f"actor_rollout_ref.model.path={policy}",
-            f"data.train_files={kb}/data/train.parquet",
-            f"data.val_files={kb}/data/test.parquet",
-            f"trainer.default_local_dir={out}",
-            "trainer.logger=[]",
-            f"trainer.total_training_steps={args.steps}",
-            "trainer.save_freq=-1",
-            "trainer.resume_mode=disable",
+            *local_run_overrides(policy, kb, out, args.steps),
             "data.max_response_length=256",
             f"data.train_batch_size={args.batch}",
             f"actor_rollout_ref.actor.ppo_mini_batch_size={args.batch}",

@@ -63,6 +63,21 @@ WARM_START = ["ragym.demo.warm_start.num_episodes=64", "ragym.demo.warm_start.ep
 past its first turn and fills its token budget, which would make generation look huge)."""
 
 
+def local_run_overrides(policy: Path, kb: Path, out: Path, steps: int) -> list[str]:
+    """The recipe overrides of a benchmark's short local-engine run: ``policy`` on ``kb``'s rows for ``steps`` GRPO
+    steps into ``out``, with no logger, checkpoint or resume."""
+    return [
+        f"actor_rollout_ref.model.path={policy}",
+        f"data.train_files={kb}/data/train.parquet",
+        f"data.val_files={kb}/data/test.parquet",
+        f"trainer.default_local_dir={out}",
+        "trainer.logger=[]",
+        f"trainer.total_training_steps={steps}",
+        "trainer.save_freq=-1",
+        "trainer.resume_mode=disable",
+    ]
+
+
 def _inputs(workdir: Path, model: str | None) -> tuple[Path, Path]:
     """The demo KB and the policy: ``model``, or a briefly warm-started tiny policy built by ``ragym.rl.demo.run``."""
     if not (workdir / "warm_start" / "warm_start.json").exists():  # written last: everything else exists
@@ -136,14 +151,7 @@ def main() -> None:
     trainer = build_trainer(
         "kbvqa_tiny_cpu",
         [
-            f"actor_rollout_ref.model.path={policy}",
-            f"data.train_files={kb}/data/train.parquet",
-            f"data.val_files={kb}/data/test.parquet",
-            f"trainer.default_local_dir={out}",
-            "trainer.logger=[]",
-            f"trainer.total_training_steps={args.steps}",
-            "trainer.save_freq=-1",
-            "trainer.resume_mode=disable",
+            *local_run_overrides(policy, kb, out, args.steps),
             "data.max_response_length=256",
         ],
     )

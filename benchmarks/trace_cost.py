@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.local_engine import _inputs  # noqa: E402
+from benchmarks.local_engine import _inputs, local_run_overrides  # noqa: E402
 from ragym.rl.train import build_trainer  # noqa: E402
 from ragym.rl.view.trace import TraceConfig  # noqa: E402
 
@@ -48,14 +48,7 @@ def main() -> None:
     trainer = build_trainer(
         "kbvqa_tiny_cpu",
         [
-            f"actor_rollout_ref.model.path={policy}",
-            f"data.train_files={kb}/data/train.parquet",
-            f"data.val_files={kb}/data/test.parquet",
-            f"trainer.default_local_dir={out}",
-            "trainer.logger=[]",
-            f"trainer.total_training_steps={2 * args.pairs + 1}",
-            "trainer.save_freq=-1",
-            "trainer.resume_mode=disable",
+            *local_run_overrides(policy, kb, out, 2 * args.pairs + 1),
             "data.max_response_length=256",
         ],
     )
