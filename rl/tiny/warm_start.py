@@ -113,6 +113,21 @@ class WarmStartTarget:
     def __post_init__(self) -> None:
         if self.action not in ("stop", "warn"):
             raise UsageError(f"ragym.demo.warm_start_target.action must be stop or warn, got {self.action!r}")
+        # Checked here, before the warm start runs: a bad threshold would otherwise surface as a TypeError minutes
+        # later, when the probe is compared with it.
+        for name in (
+            "max_confirm_gap",
+            "min_confirm",
+            "min_reject",
+            "min_format_accuracy",
+            "min_copy_accuracy",
+        ):
+            value = getattr(self, name)
+            nullable = name in ("max_confirm_gap", "min_confirm", "min_copy_accuracy")
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not ((value is None and nullable) or (number and 0 <= value <= 1)):
+                allowed = "a number in [0, 1]" + (" or null" if nullable else "")
+                raise UsageError(f"ragym.demo.warm_start_target.{name} must be {allowed}, got {value!r}")
 
 
 _COPY_SLOT = re.compile(r'(<rerank>|<answer>|SearchText\(\[")(?!Reject\(\))')

@@ -30,6 +30,7 @@ from omegaconf import OmegaConf
 
 from ragym.rl.demo import run
 from ragym.rl.engine.config import RecipeReader
+from ragym.rl.errors import UsageError
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.tiny import copy_pretrain as pretrain_module
 from ragym.rl.tiny import policy as policy_module
@@ -333,3 +334,17 @@ def test_each_warm_start_target_setting_moves_the_check(field: str, composed, tm
             *demo_config(composed, **{f"ragym.demo.warm_start_target.{field}": value}), tmp_path, 0
         )
     assert line in str(missed.value) and "; " not in str(missed.value).split("missed its target: ")[1]
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("min_confirm", "high"), ("min_copy_accuracy", 1.5), ("min_reject", None), ("max_confirm_gap", True)],
+)
+def test_a_bad_warm_start_threshold_is_one_line_before_the_warm_start(
+    field: str, value: Any, composed
+) -> None:
+    config, reader = demo_config(composed, **{f"ragym.demo.warm_start_target.{field}": value})
+    with pytest.raises(
+        UsageError, match=rf"ragym.demo.warm_start_target.{field} must be a number in \[0, 1\]"
+    ):
+        warm_start.WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
