@@ -124,8 +124,9 @@ class WarmStartTarget:
         ):
             value = getattr(self, name)
             nullable = name in ("max_confirm_gap", "min_confirm", "min_copy_accuracy")
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if not ((value is None and nullable) or (number and 0 <= value <= 1)):
+            if value is None and nullable:
+                continue
+            if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1):
                 allowed = "a number in [0, 1]" + (" or null" if nullable else "")
                 raise UsageError(f"ragym.demo.warm_start_target.{name} must be {allowed}, got {value!r}")
 
