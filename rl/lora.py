@@ -24,6 +24,10 @@ import torch
 
 from ragym.rl.errors import UsageError
 
+PEFT_CONFIG_KEY = "__ragym_peft_config__"
+"""The name under which a LoRA sync's first item carries its peft config (a dict, not a tensor): ragym's
+checkpoint engine sends it (``ragym.rl.verl_plugin.weight_sync``), the hf rollout's adapter reads it."""
+
 logger = logging.getLogger(__name__)
 
 MODEL_SECTION = "actor_rollout_ref.model"

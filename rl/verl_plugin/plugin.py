@@ -5,46 +5,44 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from types import ModuleType
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
 _installed = False
 
+ROLLOUT_NAME = "hf"
+"""``actor_rollout_ref.rollout.name`` that selects ragym's hf rollout (``ragym.rl.verl_plugin.rollout``)."""
+
 
 def install() -> None:
-    """Register the CPU platform and the hf rollout, and adapt verl's two CPU-hostile calls (idempotent)."""
+    """Register the CPU platform and the hf rollout, and adapt verl's two CPU-hostile calls (idempotent).
+
+    Each registration waits for its registry's module (``when_imported``): a process that never imports verl's
+    rollout, checkpoint engines or v1 trainers (most of a run's Ray workers) does not pay for them."""
     global _installed
     if _installed:
         return
     _installed = True
     import verl.utils as verl_utils
-    import verl.utils.distributed as verl_distributed
     from verl.plugin.platform.platform_manager import PlatformRegistry
-    from verl.workers.rollout import base as rollout_base
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    from ragym.rl.verl_plugin.import_hooks import when_imported
     from ragym.rl.verl_plugin.platform import PlatformCPU
-    from ragym.rl.verl_plugin.rollout import ROLLOUT_NAME
 
     # Registered after verl's own platforms: auto-detection tries those first and reaches this one only
     # when none of them finds its accelerator.
     PlatformRegistry.register(platform="cpu")(PlatformCPU)
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
-    # verl resolves a rollout's trainer-side class from this table (no public registration call in 0.9.1).
-    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "ragym.rl.verl_plugin.rollout.HFServerAdapter"
-    verl_distributed.initialize_global_process_group_ray = _plain_gloo(
-        verl_distributed.initialize_global_process_group_ray
-    )
-    import verl.workers.config.model as verl_model_config
-
+    when_imported("verl.workers.rollout.replica", _register_replica)
+    when_imported("verl.workers.rollout.base", _register_rollout)
+    when_imported("verl.utils.distributed", _patch_process_group)
     # Both names: ``verl.utils`` for later importers, the model config's own binding for HFModelConfig.
     verl_utils.hf_processor = _with_ragym_processor(verl_utils.hf_processor)
-    # The model config's module imported the name from verl.utils (hence "not exported"): rebinding it is the point.
-    verl_model_config.hf_processor = verl_utils.hf_processor  # pyright: ignore[reportPrivateImportUsage]
-    _text_only_batches_fix()
-    import ragym.rl.verl_plugin.trainer  # noqa: F401  (registers ragym's v1 trainer modes)
-    import ragym.rl.verl_plugin.weight_sync  # noqa: F401  (registers the ragym_object_store checkpoint engine)
+    when_imported("verl.workers.config.model", _patch_model_config)
+    when_imported("transformers.modeling_outputs", _text_only_batches_fix)
+    when_imported("verl.trainer.ppo.v1", _register_trainer_modes)
+    when_imported("verl.checkpoint_engine", _register_checkpoint_engine)
 
     if on_cpu():
         # verl registers its FSDP engines for CUDA and NPU only; the same engine runs on CPU tensors (FSDP2 on
@@ -52,7 +50,40 @@ def install() -> None:
         os.environ.setdefault("VERL_ENGINE_DEVICE", "cuda")
 
 
-def _text_only_batches_fix() -> None:
+def _register_replica(replica: ModuleType) -> None:
+    replica.RolloutReplicaRegistry.register(ROLLOUT_NAME, _load_replica)
+
+
+def _register_rollout(rollout_base: ModuleType) -> None:
+    # verl resolves a rollout's trainer-side class from this table (no public registration call in 0.9.1).
+    rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = "ragym.rl.verl_plugin.rollout.HFServerAdapter"
+
+
+def _patch_process_group(_: ModuleType) -> None:
+    import verl.utils.distributed as verl_distributed
+
+    verl_distributed.initialize_global_process_group_ray = _plain_gloo(
+        verl_distributed.initialize_global_process_group_ray
+    )
+
+
+def _patch_model_config(_: ModuleType) -> None:
+    import verl.utils as verl_utils
+    import verl.workers.config.model as verl_model_config
+
+    # The model config's module imported the name from verl.utils (hence "not exported"): rebinding it is the point.
+    verl_model_config.hf_processor = verl_utils.hf_processor  # pyright: ignore[reportPrivateImportUsage]
+
+
+def _register_trainer_modes(_: ModuleType) -> None:
+    import ragym.rl.verl_plugin.trainer  # noqa: F401  (registers ragym's v1 trainer modes)
+
+
+def _register_checkpoint_engine(_: ModuleType) -> None:
+    import ragym.rl.verl_plugin.weight_sync  # noqa: F401  (registers the ragym_object_store checkpoint engine)
+
+
+def _text_only_batches_fix(_: ModuleType) -> None:
     """verl 0.9.1's Qwen-VL forward feeds a dummy image through the vision tower when a micro-batch has no image
     (``models/transformers/qwen2_vl.py``, "handle mixed text-image data") and calls ``.mean()`` on the tower's
     output, which transformers 5 returns as a ``BaseModelOutputWithPooling``: every text-only micro-batch

@@ -34,9 +34,9 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from ragym.rl import lora
-from ragym.rl.lora import plain_weight_name
+from ragym.rl.lora import PEFT_CONFIG_KEY, plain_weight_name
 from ragym.rl.recipe.modes import PARTIAL_ROLLOUT_KEY, PARTIAL_ROLLOUTS
-from ragym.rl.verl_plugin.weight_sync import PEFT_CONFIG_KEY
+from ragym.rl.verl_plugin.adapter_sync import AdapterSyncLog
 
 logger = logging.getLogger(__name__)
 # Each weight sync's line must reach the run's log from the trainer's Ray worker, whose logging verl leaves at
@@ -47,8 +47,6 @@ logger.addHandler(_handler)
 logger.setLevel(logging.INFO)
 logger.propagate = False
 
-ROLLOUT_NAME = "hf"
-"""``actor_rollout_ref.rollout.name`` that selects this backend."""
 SERVER_PREFIX = "ragym_hf_"
 """Prefix of the server actors' Ray names (one per replica)."""
 
@@ -56,6 +54,14 @@ SERVER_PREFIX = "ragym_hf_"
 def server_actor_name(replica_rank: int) -> str:
     """Ray name of a replica's server actor, which the trainer-side adapter looks up."""
     return f"{SERVER_PREFIX}server_{replica_rank}"
+
+
+def take_adapter_syncs() -> list[dict[str, float]]:
+    """Every hf replica's adapter-sync records since the last call (``AdapterSyncLog``), from the trainer's
+    process; none where no hf server runs."""
+    names = [name for name in ray.util.list_named_actors() if name.startswith(SERVER_PREFIX)]
+    calls = [ray.get_actor(name).take_adapter_syncs.remote() for name in sorted(names)]
+    return [record for records in ray.get(calls) for record in records]
 
 
 def partial_rollout(custom: dict[str, Any] | None) -> str:
@@ -114,6 +120,7 @@ class HFGenerationServer:
         # The run trains LoRA adapters and syncs them (not merged weights): every sync must bring adapters.
         self.lora_adapters = lora_adapters
         self.weight_syncs: list[dict[str, Any]] = []  # per sync: step, kind, tensors and bytes received
+        self.adapter_syncs = AdapterSyncLog()  # what the adapter_sync run check reads
 
     async def generate(
         self,
@@ -174,7 +181,13 @@ class HFGenerationServer:
         if missing:
             raise KeyError(f"weights missing from the update: {missing[:5]} ({len(missing)} in all)")
         with self.server.decoding:  # never under a turn in flight
-            lora.load_synced(own, incoming)  # through the module: a test plants a fault there
+            # lora.load_synced through the module: a test plants a fault there
+            if True in kinds:  # recorded for the adapter_sync run check
+                mine = {name: own[name] for name in expected if _is_adapter(name)}
+                theirs = {name: t for name, t in incoming.items() if _is_adapter(name)}
+                self.adapter_syncs.load(global_steps, theirs, mine, lambda: lora.load_synced(own, incoming))
+            else:
+                lora.load_synced(own, incoming)
             self.server.weight_version = global_steps
         self.global_steps = global_steps
         self.num_weight_updates += 1
@@ -184,6 +197,10 @@ class HFGenerationServer:
             {"step": global_steps, "kind": kind, "num_tensors": len(state), "num_bytes": num_bytes}
         )
         return len(state)
+
+    def take_adapter_syncs(self) -> list[dict[str, float]]:
+        """The adapter syncs' records (``AdapterSyncLog``) since the last call."""
+        return self.adapter_syncs.take()
 
     def set_global_steps(self, global_steps: int) -> None:
         """Tag later outputs with ``global_steps`` (verl calls it after a weight sync)."""

@@ -30,12 +30,12 @@ import torch
 from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
 from verl.workers.rollout.utils import ensure_async_iterator
 
+from ragym.rl.lora import PEFT_CONFIG_KEY
+
 BACKEND = "ragym_object_store"
 """``checkpoint_engine.backend`` of this engine."""
 MAILBOX = "ragym_weight_mailbox"
 """Ray name of the actor that hands each sync's object reference from the trainer to the rollout workers."""
-PEFT_CONFIG_KEY = "__ragym_peft_config__"
-"""The name under which a LoRA sync's first item carries its peft config (a dict, not a tensor)."""
 
 
 @ray.remote(num_cpus=0)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from verl.utils.fsdp_utils import collect_lora_params, replace_lora_wrapper
 
-from ragym.rl.lora import VISION_TOWER, LoraSettings, add_adapters
+from ragym.rl.lora import PEFT_CONFIG_KEY, VISION_TOWER, LoraSettings, add_adapters
 from ragym.rl.models import load_policy
 from ragym.rl.verl_plugin.rollout import HFGenerationServer
-from ragym.rl.verl_plugin.weight_sync import PEFT_CONFIG_KEY, lora_sync
+from ragym.rl.verl_plugin.weight_sync import lora_sync
 from tests.rl.verl_plugin.test_plugin import rollout_config
 
 SETTINGS = LoraSettings(

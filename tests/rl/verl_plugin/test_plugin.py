@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from verl.workers.rollout.base import get_rollout_class
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
 from ragym.rl.verl_plugin import plugin
+from ragym.rl.verl_plugin.import_hooks import when_imported
 from ragym.rl.verl_plugin.platform import PlatformCPU
 from ragym.rl.verl_plugin.rollout import HFGenerationServer, HFRolloutReplica, HFServerAdapter, turn_seed
 from ragym.rl.verl_plugin.trainer import RagymTrainer
@@ -26,6 +29,42 @@ def test_verl_loads_the_plugin_and_finds_every_registration() -> None:
     assert RolloutReplicaRegistry.get("hf") is HFRolloutReplica
     assert get_rollout_class("hf", "async") is HFServerAdapter
     assert get_trainer_cls("ragym") is RagymTrainer
+
+
+HEAVY = ("vllm", "verl.workers.rollout", "verl.checkpoint_engine", "ragym.rl.verl_plugin.trainer")
+"""What the plugin once imported at ``import verl`` in every process: vLLM came in through verl's checkpoint engines."""
+
+
+def test_import_verl_leaves_the_registries_to_the_processes_that_use_them() -> None:
+    """A Ray worker that only imports ``verl`` (the data plane's, the reward loop's) pays for none of the registries;
+    importing one registers ragym's entry there and then."""
+    probe = (
+        "import sys, verl\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+        "from verl.workers.rollout.replica import RolloutReplicaRegistry\n"
+        "from verl.trainer.ppo.v1 import get_trainer_cls\n"
+        "print(RolloutReplicaRegistry.get('hf').__name__, get_trainer_cls('ragym').__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert done.stdout.splitlines() == ["[]", "HFRolloutReplica RagymTrainer"], (
+        done.stdout + done.stderr[-2000:]
+    )
+
+
+def test_a_hook_runs_after_its_modules_import_or_at_once_if_already_imported(tmp_path, monkeypatch) -> None:
+    (tmp_path / "ragym_hook_probe.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: list[int] = []
+    when_imported("ragym_hook_probe", lambda module: seen.append(module.VALUE))
+    assert seen == []
+    import ragym_hook_probe  # noqa: F401  (the import under test)
+
+    assert seen == [1]
+    when_imported("ragym_hook_probe", lambda module: seen.append(module.VALUE + 1))
+    assert seen == [1, 2]
+    sys.modules.pop("ragym_hook_probe")
 
 
 def test_cpu_platform_answers_what_verl_asks_of_a_device() -> None:
