@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_environment
-from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, RUN_TIMEOUT_S, ragym, train
+from tests.launch.test_verl_trainer import (
+    ON_VLLM,
+    RUN_TIMEOUT_S,
+    check_two_sync_steps,
+    export_and_eval,
+    train,
+)
 from tests.rl.engine_helpers import reference_logprobs
 from tests.vllm_cpu import need_vllm_cpu
 
@@ -33,42 +39,18 @@ def _vllm_cpu() -> None:
     need_vllm_cpu()
 
 
-def assert_agrees(metrics: dict[int, dict[str, float]]) -> None:
-    """Both steps ran, rewards varied within a group, and the rollout's log-probs match the trainer's."""
-    assert sorted(metrics) == [1, 2], f"steps seen: {sorted(metrics)}"
-    assert any(m["critic/score/max"] > m["critic/score/min"] for m in metrics.values()), metrics
-    assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
-    for step, m in metrics.items():
-        assert m["training/rollout_probs_diff_valid"] == 1, (step, m)
-        assert m["training/rollout_probs_diff_mean"] < PROBS_DIFF_BOUND, (step, m)
-
-
-@pytest.mark.parametrize(
-    "env_id, recipe", [("KBVQA-v0", "kbvqa_qwen2_5_vl_7b"), ("R3G-v0", "r3g_qwen2_5_vl_7b")]
-)
-def test_two_grpo_steps_with_vllm_export_and_eval(env_id: str, recipe: str, toy: Path) -> None:
+@pytest.mark.parametrize("env_id", list(ON_VLLM))
+def test_two_grpo_steps_with_vllm_export_and_eval(env_id: str, toy: Path) -> None:
+    """The sync trainer's 2 steps with every check of the hf runs (``check_two_sync_steps``), export and eval."""
+    recipe = ON_VLLM[env_id]
     out = toy / "vllm" / recipe  # not the hf runs' folder, which verl would resume from
     metrics = train(recipe, toy, "--rollout", "vllm", FAST_LR, f"trainer.default_local_dir={out}")
-    assert_agrees(metrics)
-    # The trainer moved the weights at step 1 (by far more than the bound allows a stale rollout)...
+    assert all(m["training/rollout_probs_diff_valid"] == 1 for m in metrics.values()), metrics
+    # The trainer moved the weights at step 1 by far more than the bound allows a stale rollout, and every
+    # trajectory of step 2 came from the weights step 1 left (staleness 0 in verl's books).
     assert metrics[1]["actor/grad_norm"] > 0
-    # ... and every trajectory of step 2 came from the weights step 1 left (staleness 0 in verl's books).
-    assert all(m["training/off_policy/trajectory_staleness/max"] == 0 for m in metrics.values())
-    export = toy / "vllm_export" / recipe
-    ragym("export", str(out), "--out", str(export), cwd=toy)
-    ragym(
-        "eval",
-        "--model",
-        str(export),
-        "--data",
-        str(toy / env_id / "data" / "test.parquet"),
-        "--out",
-        str(toy / "vllm_eval" / recipe),
-        "--limit",
-        "4",
-        cwd=toy,
-    )
-    assert json.loads((toy / "vllm_eval" / recipe / "metrics.json").read_text())
+    check_two_sync_steps(metrics, toy, out, env_id, rollout="vllm")
+    export_and_eval(toy, out, f"vllm_{recipe}", env_id)
 
 
 PROCESSOR_KWARGS = {"min_pixels": 3136, "max_pixels": 200704}
