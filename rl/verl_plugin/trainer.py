@@ -60,6 +60,7 @@ from ragym.rl.off_policy import (
 )
 from ragym.rl.off_policy import off_policy_metrics as shared_off_policy_metrics
 from ragym.rl.recipe.modes import mode_problems, run_correction_level, verl_mode
+from ragym.rl.verl_plugin import adapter_sync
 from ragym.rl.verl_plugin.sampler import (
     TOPPED_UP_KEY,
     RagymReplayBuffer,
@@ -194,6 +195,7 @@ class RagymTrainerMixin(TurnCreditMixin):
         metrics.update(turn_version_metrics(global_steps, [f.get(TURN_VERSIONS, []) for f in extra_fields]))
         metrics.update(self._correction_metrics(batch, data, extra_fields))
         metrics.update(self._cotrain_step(global_steps, columns["extra_info"], extra_fields))
+        metrics.update(self._adapter_sync_metrics())
         self._signal(global_steps, metrics, len(set(uids)))
         self._trace(global_steps, data, columns, extra_fields, uids, versions)
 
@@ -214,6 +216,17 @@ class RagymTrainerMixin(TurnCreditMixin):
             (fields["events"], dict(info)) for fields, info in zip(extra_fields, extra_info, strict=True)
         ]
         return self._ragym_cotrain.on_step(step, episodes)
+
+    def _adapter_sync_metrics(self) -> dict[str, float]:
+        """The ``adapter_sync`` run check's metrics of the LoRA adapter syncs since the last step (verl syncs before
+        this step's metrics, so the step reports the sync after its update), as the hf rollout's servers recorded
+        them (``ragym.rl.verl_plugin.adapter_sync``); none without unmerged LoRA or an hf rollout."""
+        model = self.config.actor_rollout_ref.model
+        if not model.get("lora_rank") or OmegaConf.select(model, "lora.merge", default=False):
+            return {}
+        from ragym.rl.verl_plugin.rollout import take_adapter_syncs
+
+        return adapter_sync.step_metrics(take_adapter_syncs())
 
     def _correction_metrics(self, batch: Any, data: Any, extra_fields: list[dict]) -> dict[str, float]:
         """The off-policy correction's metrics (``ragym.rl.correction``, as the local engine logs them) from the
