@@ -74,22 +74,27 @@ def private_network_refusal() -> str | None:
 def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str]:
     """Rows of the recipe's environment and a warm-started tiny policy in ``toy_dir`` (built once), as overrides."""
     from ragym.data_prep.toy_data import toy_env, toy_rows
-    from ragym.rl.tiny.policy import build_tiny_policy
-    from ragym.rl.tiny.warm import warm_start
 
-    config = check_recipe(recipe, overrides, validate=False)
     try:
         env_id = toy_env(recipe)
     except ValueError as err:
         raise UsageError(f"--toy: {err}") from None
+    policy = toy_dir / "policy" / env_id
+    # A recipe or override error is refused before minutes of building; a built toy skips the composition (seconds
+    # of CPU in every run's CLI): the run's own check of the recipe follows either way.
+    config = None if (policy / "config.json").is_file() else check_recipe(recipe, overrides, validate=False)
     toy_dir.mkdir(parents=True, exist_ok=True)
     with (toy_dir / TOY_LOCK).open("w") as lock:
         # Runs may share a toy folder (make test's two workers do): one builds an env's rows and policy while
         # the others wait, then they reuse them, instead of all writing the same files at once.
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = toy_rows(env_id, toy_dir / env_id)
-        policy = toy_dir / "policy" / env_id
         if not (policy / "config.json").is_file():
+            # Only a build imports the policy's model classes (seconds of CPU).
+            from ragym.rl.tiny.policy import build_tiny_policy
+            from ragym.rl.tiny.warm import warm_start
+
+            config = config or check_recipe(recipe, overrides, validate=False)
             random_policy = build_tiny_policy("qwen2_5_vl", toy_dir / "policy" / "random", seed=0)
             import pandas as pd
 
