@@ -86,3 +86,35 @@ def test_the_forgetting_guard_skips_a_drop_beyond_the_margin_and_swaps_otherwise
 def test_update_documents_is_refused_in_one_line() -> None:
     with pytest.raises(Exception, match="document-side update is not built"):
         replace(CotrainConfig(), update_documents=True)
+
+
+def test_the_guard_reads_recall_at_guard_k(tmp_path: Path) -> None:
+    """A version that gains in the pool (R@3) but loses at the top (R@1) swaps under guard_k 3 only."""
+    matrix = load_query_encoder(weak_encoder(tmp_path / "base", seed=3)).matrix
+    meta = {
+        "step": 2,
+        "new_recall@1": 0.30,
+        "serving_recall@1": 0.40,
+        "new_recall@3": 0.70,
+        "serving_recall@3": 0.50,
+    }
+    folder = str(save_query_encoder(QueryEncoder("pool", matrix, meta), tmp_path / "pool"))
+    decisions = {}
+    for k in (1, 3):
+        cfg = CotrainConfig(enable=True, background=False, guard_k=k)
+        cotrain = CoTraining(cfg, tmp_path / f"k{k}", tiny_rows("train"), tiny_rows("test"), None)
+        cotrain.guard_and_swap(2, folder)
+        decisions[k] = cotrain.retriever.version
+        cotrain.retriever.swap(None)
+    assert decisions == {1: None, 3: "pool"}
+
+
+def test_a_stronger_initial_distortion_weakens_the_retriever_more(tmp_path: Path) -> None:
+    """initial_noise_strength sets how far the miniature's initial query side is from the KB's own."""
+    recalls = []
+    for strength in (0.5, 2.0):
+        cfg = CotrainConfig(initial_noise_rank=8, initial_noise_strength=strength)
+        cotrain = CoTraining(cfg, tmp_path / str(strength), tiny_rows("train"), tiny_rows("test"), None)
+        recalls.append(cotrain.serving_recall()["retriever/recall@3"])
+        cotrain.retriever.swap(None)
+    assert recalls[0] > recalls[1], recalls

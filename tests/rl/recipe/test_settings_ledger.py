@@ -177,6 +177,8 @@ COVERED_BY: dict[str, str] = {
     "ragym.cotrain.lr": "tests/rl/cotrain/test_round.py::test_a_round_raises_held_out_recall_of_a_weak_encoder",
     "ragym.cotrain.max_recall_drop": "tests/rl/cotrain/test_round.py::test_the_forgetting_guard_skips_a_drop_beyond_the_margin_and_swaps_otherwise",
     "ragym.cotrain.update_documents": "tests/rl/cotrain/test_round.py::test_update_documents_is_refused_in_one_line",
+    "ragym.cotrain.guard_k": "tests/rl/cotrain/test_round.py::test_the_guard_reads_recall_at_guard_k",
+    "ragym.cotrain.initial_noise_strength": "tests/rl/cotrain/test_round.py::test_a_stronger_initial_distortion_weakens_the_retriever_more",
 }
 """Setting -> ``tests/...py::test_name`` (or a whole test file) that changes it and checks what it changes."""
 
@@ -216,12 +218,10 @@ NOT_COVERED: dict[str, str] = {
             "scale",
             "original_data",
             "original_share",
-            "guard_k",
             "guard_rows",
             "background",
             "seed",
             "initial_noise_rank",
-            "initial_noise_strength",
             "initial_noise_seed",
         )
     },
