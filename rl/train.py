@@ -8,10 +8,10 @@ import logging
 from pathlib import Path
 
 from ragym.rl.data.rows import BAD_ROW_POLICIES
-from ragym.rl.engine.config import ENGINE_SECTION, RecipeReader, read_engine_config, recipe_set_keys
+from ragym.rl.engine.config import ENGINE_SECTION, RecipeReader, read_engine_config
 from ragym.rl.engine.trainer import LocalTrainer
 from ragym.rl.errors import UsageError
-from ragym.rl.recipe.check import unknown_keys
+from ragym.rl.recipe.check import recipe_set_keys, unknown_keys
 from ragym.rl.recipe.compose import load_recipe
 
 logger = logging.getLogger(__name__)
@@ -19,8 +19,8 @@ logger = logging.getLogger(__name__)
 
 def check_keys(recipe: str, overrides: list[str], reader: RecipeReader) -> list[str]:
     """Refuse keys nothing reads (naming them); return the verl keys only a cluster run reads (a warning)."""
-    set_keys = recipe_set_keys(recipe, overrides)
-    unknown = unknown_keys(recipe, overrides)
+    set_keys = recipe_set_keys(recipe, overrides)  # the files are read once, for both checks
+    unknown = unknown_keys(recipe, set_keys=set_keys)
     unknown += [
         k
         for k in sorted(set_keys)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,6 @@ from ragym.rl.off_policy import (
     correction_problems,
     staleness_problem,
 )
-from ragym.rl.recipe.compose import recipe_keys, recipe_settings
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
@@ -58,7 +58,7 @@ class RecipeReader:
         self.read.add(key)
         return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
 
-    def unused_keys(self, set_keys: set[str]) -> list[str]:
+    def unused_keys(self, set_keys: Iterable[str]) -> list[str]:
         """Keys of ``set_keys`` (what the recipe and overrides set) that differ from verl's defaults and were
         never read."""
         defaults = verl_defaults()
@@ -70,14 +70,6 @@ class RecipeReader:
             if default is _MISSING or default != OmegaConf.select(self.config, key, default=_MISSING):
                 unused.append(key)
         return unused
-
-
-def recipe_set_keys(recipe: str | Path, overrides: list[str]) -> set[str]:
-    """Dotted leaf keys a recipe's files set (its own YAML and its bases', not verl's defaults) plus the override
-    keys."""
-    keys = recipe_keys(OmegaConf.create(recipe_settings(recipe)))
-    keys |= {item.split("=", 1)[0].lstrip("+~") for item in overrides}
-    return keys
 
 
 _MISSING = object()

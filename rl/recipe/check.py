@@ -164,13 +164,22 @@ def _is_known(path: str, base: DictConfig) -> bool:
     return True
 
 
-def unknown_keys(recipe: str | Path, overrides: list[str] | None = None) -> list[str]:
-    """Keys the recipe's files (its own and its bases') or an override set that neither verl's ``ppo_trainer``
-    config nor ragym has."""
+def recipe_set_keys(recipe: str | Path, overrides: list[str] | None = None) -> list[str]:
+    """The dotted keys the recipe's files (its own and its bases', not verl's defaults) and the overrides set, once
+    each in order: every leaf of the files (an empty mapping is one), and each ``key=value`` override's key."""
     keys = list(_leaf_paths(recipe_settings(recipe)))
     keys += [item.split("=", 1)[0].lstrip("+~") for item in overrides or [] if "=" in item]
+    return list(dict.fromkeys(keys))
+
+
+def unknown_keys(
+    recipe: str | Path, overrides: list[str] | None = None, set_keys: list[str] | None = None
+) -> list[str]:
+    """Keys the recipe's files (its own and its bases') or an override set that neither verl's ``ppo_trainer``
+    config nor ragym has (``set_keys``: ``recipe_set_keys``' answer where the caller has it already)."""
     base = _base_config()
-    return [key for key in dict.fromkeys(keys) if not _is_known(key, base)]
+    keys = recipe_set_keys(recipe, overrides) if set_keys is None else set_keys
+    return [key for key in keys if not _is_known(key, base)]
 
 
 def uncommented_knobs(text: str) -> list[str]:

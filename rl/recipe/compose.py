@@ -177,15 +177,3 @@ def validate_recipe(config: DictConfig) -> None:
     validate_config(
         config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
     )
-
-
-def recipe_keys(config: DictConfig, prefix: str = "") -> set[str]:
-    """Every leaf key of ``config`` in dotted form (used to report keys an engine does not read)."""
-    keys: set[str] = set()
-    for key, value in config.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, DictConfig):
-            keys |= recipe_keys(value, prefix=f"{dotted}.")
-        else:
-            keys.add(dotted)
-    return keys
