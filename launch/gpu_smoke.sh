@@ -66,6 +66,8 @@ ragym export "$OUT/checkpoints/$RECIPE" --out "$OUT/export/$RECIPE"
 cat "$OUT/export/$RECIPE/README.md"
 
 log "evaluate the export"
-ragym eval --model "$OUT/export/$RECIPE" --data "$OUT/KBVQA-v0/data/test.parquet" --out "$OUT/eval/$RECIPE" --limit 16
+# The recipe named: verl's legacy trainer (trainer.use_v1=false) leaves no recipe snapshot in its checkpoint.
+ragym eval --model "$OUT/export/$RECIPE" --recipe "$RECIPE" --data "$OUT/KBVQA-v0/data/test.parquet" \
+    --out "$OUT/eval/$RECIPE" --limit 16
 cat "$OUT/eval/$RECIPE/metrics.md"
 log "done: $OUT"

@@ -32,20 +32,20 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 VERL_GROUPS = {
     "tests/launch/test_verl_trainer.py": "verl-hf",
     "tests/launch/test_verl_lora_async.py": "verl-hf",
-    "tests/launch/test_verl_lora.py": "verl-vllm-async",
-    "tests/launch/test_verl_async.py": "verl-vllm-async",
-    "tests/launch/test_verl_vllm.py": "verl-vllm-async",
-    "tests/launch/test_new_env_folder.py": "verl-vllm-async",
+    "tests/launch/test_verl_async.py": "verl-hf",
+    "tests/launch/test_verl_lora.py": "verl-vllm",
+    "tests/launch/test_verl_vllm.py": "verl-vllm",
+    "tests/launch/test_new_env_folder.py": "verl-vllm",
 }
 """``make test``'s two workers (``pytest -n 2 --dist loadgroup``) each take one group of verl trainer runs first (the
-two largest scopes) and then share the rest of the suite, test by test. The groups are balanced by run counts
-weighed by a measured run (a 2-step toy run on the hf rollout: 192 s of CPU, vLLM's more): the hf group's 10 runs
-(KB-VQA with its resume, DocMemo, MEMORA, the legacy trainer, the GPU smoke script, 4 async LoRA runs) and 2-3 toy
-builds, the other's 7 runs (sync LoRA, 3 async, 2 on vLLM beside 2 vLLM servers, the new env's) and 2-3 builds. A verl run spends much of
-its wall time waiting on start-ups (worker processes, imports), so two overlap well on 2 cores. Both workers share
-one toy folder (``TOY_ENV``); a test file's runs join one Ray instance (``tests/launch/conftest.py`` ``ray_head``). The groups
-are assigned here rather than by ``xdist_group`` marks, which pytest-xdist 3.8 ignores under pytest 9 (it tags
-``item._nodeid``, which pytest 9 no longer reads)."""
+two largest scopes) and then share the rest of the suite, test by test. The groups are balanced by measured CPU (a
+2-step toy run on the hf rollout: about 160 s, a vLLM run more; ``tests/launch/budget.md``): the hf group's 8 runs
+(DocMemo, MEMORA, the GPU smoke script on the legacy trainer, 2 async LoRA runs, 3 async-mode runs) and 2-3 toy
+builds, the other's 4 runs (sync LoRA, KB-VQA and R3G on vLLM, the new env's) beside 2 vLLM servers and 2-3 builds.
+A verl run spends much of its wall time waiting on start-ups (worker processes, imports), so two overlap well on 2
+cores. Both workers share one toy folder (``TOY_ENV``); a test file's runs join one Ray instance
+(``tests/launch/conftest.py`` ``ray_head``). The groups are assigned here rather than by ``xdist_group`` marks,
+which pytest-xdist 3.8 ignores under pytest 9 (it tags ``item._nodeid``, which pytest 9 no longer reads)."""
 
 
 @pytest.hookimpl(optionalhook=True)
