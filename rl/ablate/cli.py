@@ -38,7 +38,15 @@ from ragym.rl.ablate.grids import (
 )
 from ragym.rl.ablate.report import write_report
 from ragym.rl.ablate.speed import NOT_REACHED, Curves, speed
-from ragym.rl.ablate.stats import Runs, aggregate, claims_under_rl, interval_text, mean_interval, movement
+from ragym.rl.ablate.stats import (
+    Runs,
+    aggregate,
+    by_step,
+    claims_under_rl,
+    interval_text,
+    mean_interval,
+    movement,
+)
 from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, WarmStartMissed
 from ragym.rl.errors import UsageError
 
@@ -185,6 +193,7 @@ def run_grid(
     befores: Runs = {v.name: {} for v in grid.variants}
     curves: Curves = {v.name: {} for v in grid.variants}
     sampling: dict[str, dict[int, dict]] = {v.name: {} for v in grid.variants}
+    retriever: Curves = {v.name: {} for v in grid.variants}
     if jobs > 1:
         run_parallel(grid, out, seeds, steps, extra, run, jobs)
     for seed in seeds:  # seed-major: a killed grid has every variant at the same number of seeds
@@ -208,6 +217,8 @@ def run_grid(
             walls[variant.name].append(result["wall_time_s"])
             if "before_grpo" in result:
                 befores[variant.name][seed] = result["before_grpo"]
+            if "retriever_curve" in result:  # a run that served a versioned retriever (ragym.cotrain)
+                retriever[variant.name][seed] = result["retriever_curve"]
             if grid.target is not None:
                 if "held_out_curve" not in result:
                     raise RuntimeError(
@@ -233,6 +244,8 @@ def run_grid(
         claims_under_rl(results["claims"], results["grpo_movement"]["variants"], seeds)
     if grid.target is not None:
         results.update(speed(grid, curves, sampling, seeds))
+    if all(len(c) == len(seeds) for c in retriever.values()):
+        results["retriever_by_step"] = by_step(retriever, seeds, grid.variants[0].name)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_report(out, grid, results)
     return results

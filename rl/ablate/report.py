@@ -150,6 +150,22 @@ def plot(grid: Grid, results: dict[str, Any], path: Path, metrics: tuple[str, ..
     plt.close(fig)
 
 
+def retriever_lines(found: dict[str, Any], base: str) -> list[str]:
+    """The held-out retriever recall each run logged, by step: each variant's mean [95% interval] over seeds, and
+    each other variant's paired difference from the baseline."""
+    metrics = sorted(found["variants"][base])
+    others = [name for name in found["variants"] if name != base]
+    heads = [f"{name} {m}" for m in metrics for name in found["variants"]]
+    heads += [f"{name} - {base} {m}" for m in metrics for name in others]
+    lines = ["", "## Retriever recall by step (held-out images)", "", "| step | " + " | ".join(heads) + " |"]
+    lines.append("|---" * (len(heads) + 1) + "|")
+    for i, step in enumerate(found["steps"]):
+        cells = [interval_text(found["variants"][n][m][i]) for m in metrics for n in found["variants"]]
+        cells += [interval_text(found["differences"][n][m][i], signed=True) for m in metrics for n in others]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def failed_lines(results: dict[str, Any]) -> list[str]:
     """The seeds left out of the table because a variant's warm start missed its target, each with its reason."""
     failed = results.get("failed_warm_starts", [])
@@ -212,6 +228,8 @@ def write_report(out: Path, grid: Grid, results: dict[str, Any]) -> Path:
             )
     if "grpo_movement" in results:
         lines += movement_lines(grid, results["grpo_movement"], seeds)
+    if "retriever_by_step" in results:
+        lines += retriever_lines(results["retriever_by_step"], grid.variants[0].name)
     if "steps_to_target" in results:
         plot_curves(grid, results, out / "curve.png")
         lines += speed_lines(grid, results)

@@ -127,6 +127,39 @@ def aggregate(grid: Grid, runs: Runs, seeds: list[int]) -> dict[str, Any]:
     return {"grid": grid.name, "seeds": seeds, "level": LEVEL, "variants": variants, "claims": claims}
 
 
+def by_step(
+    curves: dict[str, dict[int, list[dict[str, float]]]], seeds: list[int], base: str
+) -> dict[str, Any]:
+    """Per step every run logged: each variant's mean and interval of each value over seeds, and each other
+    variant's paired difference from ``base`` (the retriever's held-out recall of ``ragym ablate cotrain``).
+
+    >>> curves = {"a": {0: [{"step": 4, "r": 0.5}], 1: [{"step": 4, "r": 0.5}]},
+    ...           "b": {0: [{"step": 4, "r": 0.6}], 1: [{"step": 4, "r": 0.8}]}}
+    >>> found = by_step(curves, [0, 1], "a")
+    >>> found["steps"], round(found["variants"]["b"]["r"][0]["mean"], 3)
+    ([4], 0.7)
+    >>> [round(d, 3) for d in found["differences"]["b"]["r"][0]["per_seed"]]
+    [0.1, 0.3]
+    """
+    rows = {name: {s: {r["step"]: r for r in curves[name][s]} for s in seeds} for name in curves}
+    steps = sorted(set.intersection(*(set(r) for by_seed in rows.values() for r in by_seed.values())))
+    metrics = sorted(
+        {k for by_seed in rows.values() for r in by_seed.values() for v in r.values() for k in v} - {"step"}
+    )
+    variants: dict[str, Any] = {}
+    differences: dict[str, Any] = {}
+    for name, by_seed in rows.items():
+        variants[name] = {
+            m: [mean_interval([by_seed[s][t][m] for s in seeds]) for t in steps] for m in metrics
+        }
+        if name != base:
+            differences[name] = {
+                m: [mean_interval([by_seed[s][t][m] - rows[base][s][t][m] for s in seeds]) for t in steps]
+                for m in metrics
+            }
+    return {"steps": steps, "variants": variants, "differences": differences}
+
+
 def claim_verdict(difference: dict[str, Any], op: str) -> str:
     """``reproduced`` when the interval of left - right lies on ``op``'s side of zero, ``reversed`` when on the
     other, ``tie`` when it holds zero, ``TOO_FEW`` without an interval.
