@@ -2,7 +2,9 @@
 verl, no copy of it).
 
 verl loads ``ragym.rl.verl_plugin.plugin`` in every process that imports it (the ``verl.plugins`` entry point of
-``setup.py``). It registers:
+``setup.py``). It registers, each as its registry's module is imported (``import_hooks``: most of a run's Ray
+workers never import the rollout, checkpoint-engine or trainer registries, and ``import verl`` stays 5 s of CPU
+instead of 10):
 - a CPU platform (``platform``) that verl's auto-detection only picks when no accelerator answers, an ``hf``
   rollout backend (``rollout``) that only a recipe naming it uses, and two adaptations that only act on the
   CPU platform (the process group's backend string, the processor of a model whose stock processor needs
