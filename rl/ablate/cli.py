@@ -219,6 +219,9 @@ def run_grid(
                 befores[variant.name][seed] = result["before_grpo"]
             if "retriever_curve" in result:  # a run that served a versioned retriever (ragym.cotrain)
                 retriever[variant.name][seed] = result["retriever_curve"]
+                # before GRPO it served its initial version: the curve's first point, logged before any swap
+                first = {f"retriever_{k}": v for k, v in result["retriever_curve"][0].items() if k != "step"}
+                befores[variant.name][seed] = {**befores[variant.name].get(seed, {}), **first}
             if grid.target is not None:
                 if "held_out_curve" not in result:
                     raise RuntimeError(

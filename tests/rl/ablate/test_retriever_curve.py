@@ -20,7 +20,14 @@ RECALL = {"frozen": {0: [0.4, 0.4], 1: [0.4, 0.4]}, "cotrain": {0: [0.4, 0.5], 1
 def fake_run(out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> dict:
     """A finished run that logged its serving retriever's held-out recall at steps 1 and 4."""
     curve = [{"step": t, "recall@3": r} for t, r in zip((1, 4), RECALL[variant.name][seed], strict=True)]
-    return {"metrics": {"ident_acc": 0.5}, "wall_time_s": 1.0, "retriever_curve": curve}
+    metrics = {"ident_acc": 0.5, "retriever_recall@3": curve[-1]["recall@3"]}
+    # the policy's evaluation before GRPO knows nothing of the retriever: the grid takes it from the curve
+    return {
+        "metrics": metrics,
+        "before_grpo": {"ident_acc": 0.0},
+        "wall_time_s": 1.0,
+        "retriever_curve": curve,
+    }
 
 
 def test_recall_by_step_has_each_arms_mean_and_the_paired_difference(
@@ -41,5 +48,8 @@ def test_recall_by_step_has_each_arms_mean_and_the_paired_difference(
         0.2
     )
     assert "frozen" not in found["differences"]
+    results = json.loads((tmp_path / "results.json").read_text())
+    gain = results["grpo_movement"]["variants"]["cotrain"]["gain"]["retriever_recall@3"]
+    assert gain["per_seed"] == pytest.approx([0.1, 0.3])  # from step 1's recall, before any swap
     report = (tmp_path / "report.md").read_text()
     assert "## Retriever recall by step" in report and "| 4 | 0.400" in report and "+0.200 [" in report
