@@ -11,7 +11,12 @@ from ragym.rl.ablate.cli import main
 from ragym.rl.ablate.grids import GRIDS, Grid, Variant
 
 GRID = Grid(
-    "fake_cotrain", "kbvqa", (Variant("frozen"), Variant("cotrain")), ("ident_acc",), (), "a fake table"
+    "fake_cotrain",
+    "kbvqa",
+    (Variant("frozen"), Variant("cotrain")),
+    ("ident_acc", "retriever_recall@3"),
+    (),
+    "a fake table",
 )
 # variant -> seed -> recall@3 at steps 1 and 4 (the frozen retriever never changes; the co-trained one does)
 RECALL = {"frozen": {0: [0.4, 0.4], 1: [0.4, 0.4]}, "cotrain": {0: [0.4, 0.5], 1: [0.4, 0.7]}}
@@ -35,7 +40,9 @@ def test_recall_by_step_has_each_arms_mean_and_the_paired_difference(
 ) -> None:
     monkeypatch.setitem(GRIDS, "fake_cotrain", GRID)
     monkeypatch.setattr("ragym.rl.ablate.cli.runner_for", lambda kind: fake_run)
-    assert main(["fake_cotrain", "--out", str(tmp_path), "--seeds", "2", "--jobs", "1"]) == 0
+    assert (
+        main(["fake_cotrain", "--out", str(tmp_path), "--seeds", "2", "--jobs", "1", "--task", "verify"]) == 0
+    )
     found = json.loads((tmp_path / "results.json").read_text())["retriever_by_step"]
     assert found["steps"] == [1, 4]
     cotrain, difference = (
