@@ -66,7 +66,7 @@ ragym export "$OUT/checkpoints/$RECIPE" --out "$OUT/export/$RECIPE"
 cat "$OUT/export/$RECIPE/README.md"
 
 log "evaluate the export"
-# The recipe named: verl's legacy trainer (trainer.use_v1=false) leaves no recipe snapshot in its checkpoint.
+# The recipe named: verl's legacy trainer (use_v1 false) leaves no recipe snapshot in its checkpoint.
 ragym eval --model "$OUT/export/$RECIPE" --recipe "$RECIPE" --data "$OUT/KBVQA-v0/data/test.parquet" \
     --out "$OUT/eval/$RECIPE" --limit 16
 cat "$OUT/eval/$RECIPE/metrics.md"
