@@ -71,8 +71,11 @@ def private_network_refusal() -> str | None:
     return None if probe.returncode == 0 else f"unshare is not permitted: {probe.stderr.strip()[:200]}"
 
 
-def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str]:
-    """Rows of the recipe's environment and a warm-started tiny policy in ``toy_dir`` (built once), as overrides."""
+def toy_overrides(
+    recipe: Path, toy_dir: Path, overrides: list[str], user_overrides: list[str] | None = None
+) -> list[str]:
+    """Rows of the recipe's environment and a warm-started tiny policy in ``toy_dir`` (built once from the recipe
+    and the platform ``overrides``), as overrides; ``user_overrides`` are checked before a build, not built into it."""
     from ragym.data_prep.toy_data import toy_env, toy_rows
 
     try:
@@ -80,9 +83,13 @@ def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str
     except ValueError as err:
         raise UsageError(f"--toy: {err}") from None
     policy = toy_dir / "policy" / env_id
-    # A recipe or override error is refused before minutes of building; a built toy skips the composition (seconds
-    # of CPU in every run's CLI): the run's own check of the recipe follows either way.
-    config = None if (policy / "config.json").is_file() else check_recipe(recipe, overrides, validate=False)
+    # A recipe or override error (the user's too: a misspelt key) is refused before minutes of building; a built toy
+    # skips the composition (seconds of CPU in every run's CLI): the run's own check of the recipe follows either way.
+    config = None
+    if not (policy / "config.json").is_file():
+        if user_overrides:
+            check_recipe(recipe, merge_overrides(overrides, user_overrides), validate=False)
+        config = check_recipe(recipe, overrides, validate=False)
     toy_dir.mkdir(parents=True, exist_ok=True)
     with (toy_dir / TOY_LOCK).open("w") as lock:
         # Runs may share a toy folder (make test's two workers do): one builds an env's rows and policy while
@@ -159,7 +166,10 @@ def verl_command(
         [platform_overrides("cpu")] if on_cpu else [platform_overrides("gpu_hf")] if rollout == "hf" else []
     )
     if toy is not None:
-        groups += [platform_overrides("toy"), toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
+        groups += [
+            platform_overrides("toy"),
+            toy_overrides(path, toy.resolve(), merge_overrides(*groups), overrides),
+        ]
     if on_cpu and rollout == "vllm":  # last: what vLLM's CPU backend needs wins over the toy's settings
         groups.append(vllm_cpu_platform())
     if on_cpu:  # a trainer mode's own CPU settings (ragym_separate_async: a rollout pool and a weight sync)

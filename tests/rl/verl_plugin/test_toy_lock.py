@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ragym.rl.errors import UsageError
 from ragym.rl.recipe.compose import resolve_recipe_path
 from ragym.rl.verl_plugin import verl_local
 
@@ -34,3 +35,13 @@ def test_runs_sharing_a_toy_folder_build_each_env_once(
     assert builds == [tmp_path / "policy" / "KBVQA-v0"]
     assert runs[0] == runs[1]
     assert (tmp_path / "KBVQA-v0" / "data" / "train.parquet").is_file()
+
+
+def test_a_misspelt_user_override_is_refused_before_the_toy_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[str] = []
+    monkeypatch.setattr("ragym.data_prep.toy_data.toy_rows", lambda env_id, out: built.append(env_id))
+    with pytest.raises(UsageError, match="data.shufle"):
+        verl_local.verl_command("kbvqa_qwen2_5_vl_7b", ["data.shufle=1"], tmp_path)
+    assert built == []  # neither the rows nor the policy: the refusal comes first
