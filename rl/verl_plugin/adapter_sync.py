@@ -11,13 +11,9 @@ syncs through the server's ``update_weights``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
 from ragym.rl.guards import (
     ADAPTERS_ROLLOUT_CHANGED,
     ADAPTERS_TRAINED_CHANGED,
-    adapter_digest,
     adapter_sync_metrics,
 )
 
@@ -32,21 +28,14 @@ class AdapterSyncLog:
         self.pending: list[dict[str, float]] = []
         """One record per adapter sync since the last ``take``: its step and ``adapter_sync_metrics``."""
 
-    def load(
-        self,
-        step: int | None,
-        incoming: Mapping[str, Any],
-        own: Mapping[str, Any],
-        load: Callable[[], None],
-    ) -> None:
-        """Run ``load`` (which copies ``incoming`` adapters into the rollout's ``own``) and record the sync. The
-        first sync is not judged: there is no previous one to say whether the trainer's adapters changed."""
-        before = adapter_digest(own)
-        load()
-        after, trained = adapter_digest(own), adapter_digest(incoming)
+    def record(self, step: int | None, trained: str, rollout: tuple[str, str]) -> None:
+        """Record one adapter sync: the digest of the adapters it brought (``trained``) and of the rollout's own
+        before and after loading them (``rollout``). The first sync is not judged: there is no previous one to say
+        whether the trainer's adapters changed."""
         if self.previous is not None:
-            record = adapter_sync_metrics((self.previous, trained), (before, after))
-            self.pending.append({"step": float(step or 0), **record})
+            self.pending.append(
+                {"step": float(step or 0), **adapter_sync_metrics((self.previous, trained), rollout)}
+            )
         self.previous = trained
 
     def take(self) -> list[dict[str, float]]:

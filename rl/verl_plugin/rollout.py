@@ -34,6 +34,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from ragym.rl import lora
+from ragym.rl.guards import adapter_digest
 from ragym.rl.lora import PEFT_CONFIG_KEY, plain_weight_name
 from ragym.rl.recipe.modes import PARTIAL_ROLLOUT_KEY, PARTIAL_ROLLOUTS
 from ragym.rl.verl_plugin.adapter_sync import AdapterSyncLog
@@ -181,13 +182,16 @@ class HFGenerationServer:
         if missing:
             raise KeyError(f"weights missing from the update: {missing[:5]} ({len(missing)} in all)")
         with self.server.decoding:  # never under a turn in flight
-            # lora.load_synced through the module: a test plants a fault there
-            if True in kinds:  # recorded for the adapter_sync run check
-                mine = {name: own[name] for name in expected if _is_adapter(name)}
+            mine = {
+                name: own[name] for name in expected if _is_adapter(name)
+            }  # the model's tensors; none without
+            before = adapter_digest(mine) if mine else None
+            lora.load_synced(own, incoming)  # through the module: a test plants a fault there
+            if before is not None:  # an adapter sync, recorded for the adapter_sync run check
                 theirs = {name: t for name, t in incoming.items() if _is_adapter(name)}
-                self.adapter_syncs.load(global_steps, theirs, mine, lambda: lora.load_synced(own, incoming))
-            else:
-                lora.load_synced(own, incoming)
+                self.adapter_syncs.record(
+                    global_steps, adapter_digest(theirs), (before, adapter_digest(mine))
+                )
             self.server.weight_version = global_steps
         self.global_steps = global_steps
         self.num_weight_updates += 1
