@@ -53,6 +53,11 @@ def write_rows(grid_dir: Path, variant: Variant) -> Path:
             raise RuntimeError(f"{split}: {len(frame)} rows in, {len(written)} out")
         # Written whole: another process of the same grid may be reading the rows.
         atomic_write(out / f"{split}.parquet", written.to_parquet)
+        every = int(variant.options.get("guard_every", 0))
+        if (
+            split == "train" and every
+        ):  # a validation split of training rows (their labels are never harvested)
+            atomic_write(out / "guard.parquet", written.iloc[every - 1 :: every].to_parquet)
     return out
 
 
@@ -75,6 +80,8 @@ def variant_overrides(grid_dir: Path, variant: Variant, extra: list[str]) -> lis
     """Recipe overrides that make the demo recipe this variant (rows, reward recipe, the variant's own keys)."""
     rows = write_rows(grid_dir, variant)
     overrides = [f"data.train_files={rows / 'train.parquet'}", f"data.val_files={rows / 'test.parquet'}"]
+    if variant.options.get("guard_every"):
+        overrides.append(f"+ragym.cotrain.guard_rows={rows / 'guard.parquet'}")
     reward = write_reward_recipe(grid_dir, variant)
     if reward is not None:
         overrides.append(f"reward.custom_reward_function.reward_kwargs.recipe_path={reward}")

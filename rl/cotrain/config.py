@@ -16,6 +16,8 @@ SECTION = "ragym.cotrain"
 """The recipe section."""
 MODES = ("full", "lora")
 """How the query side trains: every weight of its map, or a low-rank delta (merged into the version written)."""
+OPTIMISERS = ("adamw", "sgd")
+"""A round's optimiser: AdamW, or plain SGD (its update stays in the span of the harvested queries)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,16 @@ class CotrainConfig:
     lora_rank: int = 8
     """Rank of the delta under ``mode: lora``."""
     lr: float = 5e-3
-    """AdamW learning rate of a round (small: a round starts from the serving version)."""
+    """Learning rate of a round's optimiser (small for AdamW: a round starts from the serving version)."""
+    optimiser: str = "adamw"
+    """``adamw`` or ``sgd``. AdamW scales every weight's step to about ``lr`` whatever its gradient, so a round on
+    tens of pairs moves all dim x dim weights, directions no harvested query spans included; SGD's step is a sum
+    of the harvested queries' outer products (the miniature's R@1 fell under AdamW, rose under SGD)."""
+    mined_negatives: int = 0
+    """M > 0: each pair's hard negatives are every harvested negative of its image plus the serving version's top
+    M entities for it (its gold excluded: the look-alikes that sit above or beside the gold), and the loss is the
+    in-batch loss over the batch's distinct candidates (so no pair's gold is another's negative twice); 0: one
+    harvested negative per pair (or a random entity), the contrastive trainer's MNRL as is."""
     round_steps: int = 60
     """Optimiser steps per round."""
     batch_size: int = 16
@@ -61,7 +72,9 @@ class CotrainConfig:
     """Cut-off of the guard's recall."""
     guard_rows: str | None = None
     """Parquet rows whose (query image, gold entity) pairs are the guard's held-out retrieval set; None: the
-    recipe's ``data.val_files``. Their questions never enter the harvest buffer either."""
+    recipe's ``data.val_files`` (then the guard selects versions on the set ``retriever/recall@k`` reports:
+    name a validation split of training-side rows to keep the report's set unseen). Their query images never
+    enter the harvest buffer, nor do ``data.val_files``'."""
     update_documents: bool = False
     """Re-encode changed documents too. Not built: ``true`` is refused (the query side alone keeps the index valid)."""
     background: bool = True
@@ -79,6 +92,16 @@ class CotrainConfig:
             raise UsageError(
                 f"{SECTION}.initial_noise_rank must be an integer >= 0, got {self.initial_noise_rank!r}"
             )
+        if (
+            isinstance(self.mined_negatives, bool)
+            or not isinstance(self.mined_negatives, int)
+            or self.mined_negatives < 0
+        ):
+            raise UsageError(
+                f"{SECTION}.mined_negatives must be an integer >= 0, got {self.mined_negatives!r}"
+            )
+        if self.optimiser not in OPTIMISERS:
+            raise UsageError(f"{SECTION}.optimiser must be one of {OPTIMISERS}, got {self.optimiser!r}")
         for name in ("every_n_steps", "lora_rank", "round_steps", "batch_size", "guard_k"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -92,12 +92,19 @@ class CoTraining:
         guard_rows: list[dict[str, Any]],
         resume_step: int | None,
         service_url: str | None = None,
+        report_rows: list[dict[str, Any]] | None = None,
     ) -> None:
         self.cfg, self.root = cfg, Path(output_dir) / "cotrain"
         self.kb_dir, index_kind = _kb_of(train_rows)
         self.kb = load_kb(self.kb_dir)
         self.retriever = self.kb.versioned_image(IndexSpec(kind=index_kind))
-        self.held_out, self.guard_pairs = held_out(guard_rows)
+        guard_out, self.guard_pairs = held_out(guard_rows)
+        # retriever/recall@k is reported on the held-out rows (data.val_files), which the guard need not read:
+        # a guard that selected versions on them would report its own selection
+        report_out, self.report_pairs = (
+            held_out(report_rows) if report_rows is not None else (guard_out, self.guard_pairs)
+        )
+        self.held_out = HeldOut(guard_out.queries | report_out.queries)
         self.buffer = HarvestBuffer(self.root / "buffer", self.held_out)
         self.buffer.drop_after(resume_step if resume_step is not None else -1)
         self.service_url = service_url
@@ -130,9 +137,9 @@ class CoTraining:
         return {**metrics, **self.counts}
 
     def serving_recall(self) -> dict[str, float]:
-        """``retriever/recall@k`` of the serving version on the held-out retrieval set."""
+        """``retriever/recall@k`` of the serving version on the held-out rows (the report's set)."""
         encoder = self.retriever.slot.current or identity_encoder(self.kb.entity_embeddings.shape[1])
-        found = recall(self.kb, encoder, self.guard_pairs, RECALL_KS)
+        found = recall(self.kb, encoder, self.report_pairs, RECALL_KS)
         return {f"retriever/{k}": v for k, v in found.items()}
 
     # ----- rounds ---------------------------------------------------------------------------------
@@ -323,4 +330,4 @@ def from_recipe(
             f"{SECTION}.guard_rows"
         )
     output_dir = OmegaConf.select(config, "trainer.default_local_dir")
-    return CoTraining(cfg, output_dir, train_rows, guard, resume_step, url)
+    return CoTraining(cfg, output_dir, train_rows, guard, resume_step, url, val_rows or None)

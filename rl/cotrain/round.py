@@ -3,7 +3,8 @@
 The query side is the map W of ``ragym.envs.retrieval.versions`` on the KB's query vectors; the documents (entity
 vectors) stay fixed, so the index stays valid. The loss is the contrastive trainer's own
 (``ragym.rl.retriever.train.build_loss``: sentence-transformers' MultipleNegativesRankingLoss, in-batch negatives
-plus one hard negative per pair) on the embeddings this map gives. A round runs in its own process or Ray task
+plus one hard negative per pair) on the embeddings this map gives; with ``mined_negatives`` the same in-batch
+softmax runs over every hard negative of the batch's images (harvested and mined from the serving version). A round runs in its own process or Ray task
 (``ragym.rl.cotrain.controller``) and writes ``version/encoder.{npz,json}`` with the held-out recall of the new
 version and of the one serving, which the controller's forgetting guard compares.
 """
@@ -121,6 +122,35 @@ def original_pairs(path: str, entities: list[str], rng: random.Random) -> list[P
     return pairs
 
 
+def hard_negatives(
+    buffer: HarvestBuffer,
+    until_step: int,
+    kb: KnowledgeBase,
+    serving: QueryEncoder,
+    pairs: list[Pair],
+    mined: int,
+) -> dict[str, list[str]]:
+    """Query image -> its hard negatives: every harvested one (pair's own for original pairs) plus the serving
+    version's top ``mined`` entities for it, its positives excluded (the look-alikes ranked around the gold)."""
+    pooled = buffer.pooled(until_step)
+    queries = sorted({q for q, _, _ in pairs})
+    exact = FaissRetriever.from_vectors(
+        np.asarray(kb.entity_embeddings, dtype=np.float32), kb.entities["entity_id"].tolist()
+    )
+    positives: dict[str, set[str]] = {}
+    for query, positive, _ in pairs:
+        positives.setdefault(query, set()).add(positive)
+    vectors = serving.encode(query_vectors(kb, queries))
+    found: dict[str, list[str]] = {}
+    depth = mined + max(len(p) for p in positives.values())  # enough to drop an image's own positives
+    for query, hits in zip(queries, exact.batch_search(list(vectors), depth), strict=True):
+        harvested = sorted(pooled[query].negatives) if query in pooled else []
+        own = [n for q, _, n in pairs if q == query and query not in pooled]
+        ranked = [h.docid for h in hits if h.docid not in positives[query]][:mined]
+        found[query] = [n for n in dict.fromkeys(harvested + own + ranked) if n not in positives[query]]
+    return found
+
+
 def query_vectors(kb: KnowledgeBase, queries: list[str]) -> np.ndarray:
     """The KB's stored (n, dim) vectors of query images (an image without one is an error naming it)."""
     if kb.query_embeddings is None:
@@ -167,8 +197,20 @@ def run_round(spec: RoundSpec) -> dict[str, Any]:
     )
     original = original_pairs(cfg.original_data, entities, rng) if cfg.original_data else []
     tower = QueryTower(serving.matrix, cfg.mode, cfg.lora_rank, cfg.seed + spec.until_step)
+    negatives = (
+        hard_negatives(
+            HarvestBuffer(Path(spec.buffer_dir), HeldOut()),
+            spec.until_step,
+            kb,
+            serving,
+            harvested + original,
+            cfg.mined_negatives,
+        )
+        if cfg.mined_negatives and harvested
+        else None
+    )
     if harvested:
-        _fit(tower, kb, harvested, original, cfg, rng)
+        _fit(tower, kb, harvested, original, cfg, rng, negatives)
     matrix = tower.matrix().detach().numpy().astype(np.float32)
     meta = {
         "step": spec.until_step,
@@ -177,6 +219,8 @@ def run_round(spec: RoundSpec) -> dict[str, Any]:
         "serving": serving.version,
         "mode": cfg.mode,
         "lr": cfg.lr,
+        "optimiser": cfg.optimiser,
+        "mined_negatives": cfg.mined_negatives,
         "round_steps": cfg.round_steps,
     }
     new = QueryEncoder(spec.version, matrix, meta)
@@ -196,24 +240,49 @@ def _fit(
     original: list[Pair],
     cfg: CotrainConfig,
     rng: random.Random,
+    hard: dict[str, list[str]] | None,
 ) -> None:
-    """``cfg.round_steps`` AdamW steps of the contrastive loss on batches mixing harvest and original pairs."""
+    """``cfg.round_steps`` optimiser steps of the contrastive loss on batches mixing harvest and original pairs;
+    ``hard`` (``mined_negatives``): the in-batch softmax over the batch's distinct golds and hard negatives."""
     loss_fn = build_loss(tower, LossConfig(name="mnrl", scale=cfg.scale))  # pyright: ignore[reportArgumentType]
-    optimiser = torch.optim.AdamW(
-        [p for p in tower.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0
+    params = [p for p in tower.parameters() if p.requires_grad]
+    optimiser = (
+        torch.optim.SGD(params, lr=cfg.lr)
+        if cfg.optimiser == "sgd"
+        else torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     )
     num_original = round(cfg.batch_size * cfg.original_share) if original else 0
     entity_vectors = torch.tensor(np.asarray(kb.entity_embeddings, dtype=np.float32))  # (num_entities, dim)
     for _ in range(cfg.round_steps):
         batch = _draw(harvested, cfg.batch_size - num_original, rng) + _draw(original, num_original, rng)
         queries = torch.tensor(query_vectors(kb, [q for q, _, _ in batch]))  # (batch, dim)
-        positives = entity_vectors[[kb.entity_row[p] for _, p, _ in batch]]  # (batch, dim)
-        negatives = entity_vectors[[kb.entity_row[n] for _, _, n in batch]]  # (batch, dim)
-        embeddings = [tower(queries), positives, negatives]
-        loss = loss_fn.compute_loss_from_embeddings(embeddings, None)  # pyright: ignore[reportCallIssue]
+        if hard is not None:
+            loss = _union_loss(tower(queries), batch, hard, entity_vectors, kb.entity_row, cfg.scale)
+        else:
+            positives = entity_vectors[[kb.entity_row[p] for _, p, _ in batch]]  # (batch, dim)
+            negatives = entity_vectors[[kb.entity_row[n] for _, _, n in batch]]  # (batch, dim)
+            embeddings = [tower(queries), positives, negatives]
+            loss = loss_fn.compute_loss_from_embeddings(embeddings, None)  # pyright: ignore[reportCallIssue]
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
+
+
+def _union_loss(
+    anchors: torch.Tensor,
+    batch: list[Pair],
+    hard: dict[str, list[str]],
+    entity_vectors: torch.Tensor,
+    entity_row: dict[str, int],
+    scale: float,
+) -> torch.Tensor:
+    """MNRL's cross-entropy over the batch's distinct candidates (every gold and hard negative once), each anchor's
+    label its own gold: a look-alike that is one image's gold and another's negative is scored once, never
+    against its own image."""
+    candidates = list(dict.fromkeys([p for _, p, _ in batch] + [n for q, _, _ in batch for n in hard[q]]))
+    vectors = nn.functional.normalize(entity_vectors[[entity_row[c] for c in candidates]], dim=-1)
+    labels = torch.tensor([candidates.index(p) for _, p, _ in batch])
+    return nn.functional.cross_entropy(scale * anchors @ vectors.T, labels)  # anchors are unit-norm
 
 
 def _draw(pairs: list[Pair], count: int, rng: random.Random) -> list[Pair]:
