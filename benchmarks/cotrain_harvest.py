@@ -87,19 +87,31 @@ def simulate(args: argparse.Namespace) -> None:
     if not (kb_dir / "kb.json").exists():
         build_kb(kb_dir, PRESETS["demo"], seed=0, name="synthetic-demo")
     kb, train, test = load_kb(str(kb_dir)), items(kb_dir, "train"), items(kb_dir, "test")
-    guard = tuple((q, g) for q, g, _ in test)
-    run = (
-        args.out
-        / f"s{args.strength}-r{args.rows}x{args.rollouts}-lr{args.lr}-k{args.guard_k}-e{args.every}-seed{args.seed}"
+    # the guard reads every --guard-every-th training image (the grid's guard.parquet), never the reported test set
+    guard = tuple((q, g) for q, g, _ in train[args.guard_every - 1 :: args.guard_every])
+    train = [item for i, item in enumerate(train) if (i + 1) % args.guard_every]
+    held_out = tuple((q, g) for q, g, _ in test)
+    run = args.out / (
+        f"s{args.strength}-r{args.rows}x{args.rollouts}-{args.optimiser}-lr{args.lr}-n{args.round_steps}"
+        f"-m{args.mined_negatives}-k{args.guard_k}-d{args.margin}-e{args.every}-t{args.steps}-seed{args.seed}"
     )
     serving = weak_encoder(kb, args.rank, args.strength, run / "initial")
-    for name, pairs in (("training", tuple((q, g) for q, g, _ in train)), ("held-out", guard)):
+    for name, pairs in (("training", tuple((q, g) for q, g, _ in train)), ("held-out", held_out)):
         found = recall(kb, load_query_encoder(serving), pairs, (1, POOL))
         print(
             f"weak retriever on {len(pairs)} {name} images: R@1 {found['recall@1']:.3f} R@3 {found['recall@3']:.3f}"
         )
-    cfg = CotrainConfig(enable=True, background=False, lr=args.lr, guard_k=args.guard_k)
-    buffer = HarvestBuffer(run / "buffer", HeldOut(frozenset(q for q, _ in guard)))
+    cfg = CotrainConfig(
+        enable=True,
+        background=False,
+        lr=args.lr,
+        optimiser=args.optimiser,
+        round_steps=args.round_steps,
+        mined_negatives=args.mined_negatives,
+        guard_k=args.guard_k,
+        max_recall_drop=args.margin,
+    )
+    buffer = HarvestBuffer(run / "buffer", HeldOut(frozenset(q for q, _ in guard + held_out)))
     rng = random.Random(args.seed)
     order = rng.sample(train, len(train))
     for step in range(1, args.steps + 1):
@@ -123,12 +135,13 @@ def simulate(args: argparse.Namespace) -> None:
         )
         k = args.guard_k
         swapped = meta[f"new_recall@{k}"] >= meta[f"serving_recall@{k}"] - cfg.max_recall_drop
-        print(
-            f"round at step {step:>2}: {meta['num_harvested_pairs']:>3} pairs, held-out R@1 "
-            f"{meta['serving_recall@1']:.3f} -> {meta['new_recall@1']:.3f}, R@3 {meta['serving_recall@3']:.3f} -> "
-            f"{meta['new_recall@3']:.3f}: {'swapped' if swapped else 'skipped'}"
-        )
         serving = str(version) if swapped else serving
+        found = recall(kb, load_query_encoder(serving), held_out, (1, POOL))
+        print(
+            f"round at step {step:>2}: {meta['num_harvested_pairs']:>3} pairs, guard R@{k} "
+            f"{meta[f'serving_recall@{k}']:.3f} -> {meta[f'new_recall@{k}']:.3f}: "
+            f"{'swapped' if swapped else 'skipped'}; held-out R@1 {found['recall@1']:.3f} R@3 {found['recall@3']:.3f}"
+        )
 
 
 def main() -> None:
@@ -142,8 +155,13 @@ def main() -> None:
     parser.add_argument(
         "--p-confirm", type=float, default=0.3, help="P(an episode confirms a gold in its pool)"
     )
-    parser.add_argument("--lr", type=float, default=1e-3, help="ragym.cotrain.lr")
-    parser.add_argument("--guard-k", type=int, default=3, help="ragym.cotrain.guard_k")
+    parser.add_argument("--lr", type=float, default=0.5, help="ragym.cotrain.lr")
+    parser.add_argument("--optimiser", default="sgd", help="ragym.cotrain.optimiser")
+    parser.add_argument("--round-steps", type=int, default=240, help="ragym.cotrain.round_steps")
+    parser.add_argument("--mined-negatives", type=int, default=16, help="ragym.cotrain.mined_negatives")
+    parser.add_argument("--guard-k", type=int, default=1, help="ragym.cotrain.guard_k")
+    parser.add_argument("--margin", type=float, default=0.0, help="ragym.cotrain.max_recall_drop")
+    parser.add_argument("--guard-every", type=int, default=10, help="the guard reads every N-th training image")
     parser.add_argument("--every", type=int, default=4, help="ragym.cotrain.every_n_steps")
     parser.add_argument("--steps", type=int, default=20, help="GRPO steps simulated")
     parser.add_argument("--seed", type=int, default=0, help="row order and confirmation draws")
