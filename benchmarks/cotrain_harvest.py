@@ -8,12 +8,13 @@ confirms the gold with probability ``--p-confirm`` when the serving pool (top 3:
 warm start's expert confirms a match with 1 - reject_noise = 0.3), the candidates ranked above the gold (or the whole
 pool) being its rightly rejected negatives. Labels go into the real harvest buffer; every ``--every`` steps one real
 round (``ragym.rl.cotrain.round.run_round``, inline) trains on it and the forgetting guard swaps or skips on held-out
-R@``--guard-k``. Printed: the weak retriever's R@1/R@3 on training and held-out images, then per round the distinct
-pairs, held-out R@1 and R@3 serving -> new, and the guard's decision. Simulated episodes, not the policy's: it
-sizes the harvest; the grid measures the loop.
+R@``--guard-k`` of every ``--guard-every``-th training image (never harvested; the grid's ``guard.parquet``).
+Printed: the weak retriever's R@1/R@3 on training and held-out images, then per round the distinct pairs, the
+guard's recall serving -> new and its decision, and the held-out (test split) R@1 and R@3 of the version serving.
+Simulated episodes, not the policy's: it sizes the harvest; the grid measures the loop.
 
     OMP_NUM_THREADS=1 python benchmarks/cotrain_harvest.py --out /tmp/cth --strength 0.75 --rows 8 --rollouts 4 \
-        --lr 0.001 --guard-k 3 --every 4 --steps 20
+        --optimiser sgd --lr 0.5 --round-steps 240 --mined-negatives 16 --guard-k 1 --margin 0 --every 4 --steps 32
 """
 
 from __future__ import annotations
@@ -161,7 +162,9 @@ def main() -> None:
     parser.add_argument("--mined-negatives", type=int, default=16, help="ragym.cotrain.mined_negatives")
     parser.add_argument("--guard-k", type=int, default=1, help="ragym.cotrain.guard_k")
     parser.add_argument("--margin", type=float, default=0.0, help="ragym.cotrain.max_recall_drop")
-    parser.add_argument("--guard-every", type=int, default=10, help="the guard reads every N-th training image")
+    parser.add_argument(
+        "--guard-every", type=int, default=10, help="the guard reads every N-th training image"
+    )
     parser.add_argument("--every", type=int, default=4, help="ragym.cotrain.every_n_steps")
     parser.add_argument("--steps", type=int, default=20, help="GRPO steps simulated")
     parser.add_argument("--seed", type=int, default=0, help="row order and confirmation draws")

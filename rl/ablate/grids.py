@@ -485,15 +485,19 @@ the harvest and a round before any grid (docs/results.md, "Retriever co-training
 the pool for under a fifth of the images and a round gets 1-5 pairs, which it overfits; at 0.75 the pool holds it
 for 0.47 of the training images (0.38 held-out, against the unweakened KB's 0.67). A round lifts held-out recall
 only from about 30 distinct confirmed images on, so a step samples 8 rows x 4 rollouts instead of the demo's 4 x 8
-(the same 32 episodes and one update a step, twice the distinct images harvested). lr 1e-3: at the default 5e-3 a
-round on tens of pairs lowers held-out recall. The guard compares R@3, the pool, which caps Ident."""
+(the same 32 episodes and one update a step, twice the distinct images harvested). The rounds (docs/results.md's
+diagnosis, replayed on the first grid's buffers): AdamW at lr 1e-3 raised R@3 and lowered R@1, moving every weight
+of the map; SGD at lr 0.5 keeps each step along the harvested queries, and 16 mined negatives (the serving
+version's top entities, the gold's look-alikes) put the look-alikes in the softmax, so a round ranks a harvested
+gold first (+0.19 R@1 on held-out images of a harvested entity, none lost on the others). The guard compares R@1
+with margin 0 (no swap may lower it) on its own split of training rows (``COTRAIN_GUARD_EVERY``)."""
 COTRAIN_GUARD_EVERY = 10
 """The co-trained arm's forgetting guard reads every 10th training row (48 of 483; ``guard.parquet`` beside the
 variant's rows, their labels never harvested), not the held-out questions its R@1, R@3 and Ident. are reported
 on: a guard that picked versions on those would report its own selection."""
 _ISSUE_49 = "ragym's (issue #49; no paper has it): retriever co-training vs the frozen retriever"
 # Retriever co-training: live image search from a weak query encoder; the co-trained arm harvests its verified
-# episodes and swaps a fine-tuned query encoder in every 5 steps, the frozen arm keeps the weak one.
+# episodes and swaps a fine-tuned query encoder in every 4 steps, the frozen arm keeps the weak one.
 register_grid(
     Grid(
         "cotrain",
