@@ -6,8 +6,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from ragym.envs.kbvqa.harvest import Harvest, Label
+from ragym.envs.kbvqa.kb import load_kb
+from ragym.envs.registry import synthetic_data
 from ragym.envs.retrieval.versions import load_query_encoder
 from ragym.rl.cotrain.buffer import HarvestBuffer, HeldOut
 from ragym.rl.cotrain.config import CotrainConfig
@@ -15,6 +18,13 @@ from ragym.rl.cotrain.controller import CoTraining
 from ragym.rl.cotrain.round import RoundSpec, hard_negatives, query_vectors, recall, run_round
 from tests.rl.cotrain.helpers import options, tiny_rows, weak_encoder
 from tests.rl.cotrain.test_round import _version
+
+
+@pytest.fixture(autouse=True)
+def _kb_serves_its_own_query_side():
+    """Each test swaps versions into the tiny KB's shared query slot; later tests expect none there."""
+    yield
+    load_kb(synthetic_data("kbvqa", "tiny")).query_slot.swap(None)
 
 
 def _gold_pairs(rows: list[dict]) -> list[tuple[str, str, str]]:
