@@ -44,6 +44,19 @@ def test_a_grid_on_the_answer_task_reads_its_kb_with_slots_and_keeps_its_own_war
     assert grid_for_task(grid, "verify") is grid
 
 
+@pytest.mark.parametrize("name", ["delta", "rejmax", "credit_delta05"])
+def test_the_knife_edge_grids_warm_start_lands_at_the_experts_odds_on_either_task(name: str) -> None:
+    """The K=1 grids' expert confirms a match half the time: their warm start imitates both branches at a decaying
+    rate and is held within a gap of that half, on the answer task too (whose own floor of 0.5 on P(confirm),
+    meant for a 0.8-confirming expert, failed two seeds of four there)."""
+    for task in ("verify", "answer"):
+        demo = _demo(grid_for_task(GRIDS[name], task).variants[0].overrides)
+        warm, target = demo["warm_start"], demo["warm_start_target"]
+        assert warm["reject_noise"] == 0.5, task
+        assert (warm["soft_decisions"], warm["lr_decay"]) == (True, True), task
+        assert (target["max_confirm_gap"], target["min_confirm"]) == (0.15, None), task
+
+
 def test_the_answer_task_kbs_are_the_grid_kbs_with_slot_passages_and_region_questions() -> None:
     for base, answer in TASK_KB_PRESETS["answer"].items():
         # The answer task holds out whole entities (issue #46 item 4): no held-out question's entity is trained on.
