@@ -501,7 +501,7 @@ only from about 30 distinct confirmed images on, so a step samples 8 rows x 4 ro
 diagnosis, replayed on the first grid's buffers): AdamW at lr 1e-3 raised R@3 and lowered R@1, moving every weight
 of the map; SGD at lr 0.5 keeps each step along the harvested queries, and 16 mined negatives (the serving
 version's top entities, the gold's look-alikes) put the look-alikes in the softmax, so a round ranks a harvested
-gold first (+0.19 R@1 on held-out images of a harvested entity, none lost on the others). The guard compares R@1
+gold first (+0.19 R@1 on held-out images of a harvested entity, -0.005 on the others). The guard compares R@1
 with margin 0 (no swap may lower it) on its own split of training rows (``COTRAIN_GUARD_EVERY``)."""
 COTRAIN_GUARD_EVERY = 10
 """The co-trained arm's forgetting guard reads every 10th training row (48 of 483; ``guard.parquet`` beside the
