@@ -40,7 +40,7 @@ def _config(tmp_path: Path, url: str | None) -> Any:
         pd.DataFrame(tiny_rows(split)).to_parquet(files[split])
     config = OmegaConf.create(
         {
-            "data": {"train_files": files["train"], "val_files": files["test"]},
+            "data": {"train_files": [files["train"]], "val_files": files["test"]},  # a list, as verl allows
             "trainer": {"default_local_dir": str(tmp_path / "out")},
             "ragym": {
                 "cotrain": {
