@@ -93,6 +93,14 @@ def kb_service(tmp_path: Path):
         yield url
 
 
+def _close(trainer: SimpleNamespace) -> None:
+    """End a trainer's co-training; the trainer's in-process slot is this process's KB's: leave it clean."""
+    cotrain = getattr(trainer, "_ragym_cotrain", None)
+    if cotrain is not None:
+        cotrain.close()
+        cotrain.retriever.swap(None)
+
+
 def test_the_verl_step_hook_harvests_rounds_and_swaps_at_the_service(tmp_path: Path, kb_service: str) -> None:
     trainer = SimpleNamespace(config=_config(tmp_path, kb_service))
     metrics, seen = {}, {}
@@ -102,12 +110,7 @@ def test_the_verl_step_hook_harvests_rounds_and_swaps_at_the_service(tmp_path: P
             metrics[step] = RagymTrainer._cotrain_step(trainer, step, extra_info, extra_fields)
         _, _, seen["after"] = _episodes(kb_service, 4)
     finally:
-        cotrain = getattr(trainer, "_ragym_cotrain", None)
-        if cotrain is not None:
-            cotrain.close()
-            cotrain.retriever.swap(
-                None
-            )  # the trainer's in-process slot is this process's KB's: leave it clean
+        _close(trainer)
     # every step's oracle episodes are harvested and counted
     for step in (1, 2, 3):
         assert metrics[step]["cotrain/positives"] > 0, metrics[step]
@@ -125,6 +128,13 @@ def test_the_verl_step_hook_harvests_rounds_and_swaps_at_the_service(tmp_path: P
     assert "cotrain/new_recall@1" in metrics[3] and metrics[3]["cotrain/serving_step"] == EVERY_N_STEPS
     # the service serves the new version: its status says so and the next searches record it
     assert _service_version(kb_service) == version and seen["after"] == {version}
+    # a run resumed from step 2's checkpoint (its first step 3) serves at the service what step 2 served
+    resumed = SimpleNamespace(config=trainer.config)
+    try:
+        again = RagymTrainer._cotrain_step(resumed, 3, [], [])
+    finally:
+        _close(resumed)
+    assert _service_version(kb_service) == "initial-noise" and again["cotrain/serving_step"] == 0
 
 
 def test_the_verl_path_without_a_retrieval_url_is_refused_in_one_line(tmp_path: Path) -> None:
