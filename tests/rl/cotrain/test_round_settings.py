@@ -47,9 +47,16 @@ def _round(
     cotrain = CoTraining(cfg, tmp_path / name, tiny_rows("train"), tiny_rows("test"), None)
     cotrain.buffer.add(1, Harvest([Label(q, question, (g,), ()) for q, g, question in labelled]))
     spec = RoundSpec(
-        cotrain.kb_dir, str(cotrain.buffer.folder), 1, str(weak), str(tmp_path / name / "v1"), "v1",
-        cotrain.guard_pairs, (1, 3), asdict(cfg),
-    )  # fmt: skip
+        cotrain.kb_dir,
+        str(cotrain.buffer.folder),
+        1,
+        str(weak),
+        str(tmp_path / name / "v1"),
+        "v1",
+        cotrain.guard_pairs,
+        (1, 3),
+        asdict(cfg),
+    )
     return cotrain, run_round(spec)
 
 
