@@ -118,3 +118,26 @@ def test_a_stronger_initial_distortion_weakens_the_retriever_more(tmp_path: Path
         recalls.append(cotrain.serving_recall()["retriever/recall@3"])
         cotrain.retriever.swap(None)
     assert recalls[0] > recalls[1], recalls
+
+
+def test_a_background_round_runs_in_its_own_process_and_the_step_is_not_held(tmp_path: Path) -> None:
+    """``background`` (the default) without Ray: the round runs in a spawned process; the steps meanwhile report it
+    running and go on, and the step after it finishes guards and swaps its version."""
+    weak = weak_encoder(tmp_path / "weak")
+    cfg = CotrainConfig(enable=True, initial_encoder=str(weak), round_steps=40, max_recall_drop=1.0)
+    assert cfg.background
+    cotrain = CoTraining(cfg, tmp_path, tiny_rows("train"), tiny_rows("test"), None)
+    _labelled(cotrain)
+    try:
+        cotrain._start_round(2)
+        spec, handle = cotrain.pending
+        assert handle.is_alive()  # a process of its own, started and returned from at once
+        assert cotrain._finish_round(3) == {"cotrain/round_running": 1.0}
+        handle.join(timeout=300)  # a hang guard: the round takes seconds
+        assert handle.exitcode == 0
+        metrics = cotrain._finish_round(4)
+        assert "cotrain/new_recall@1" in metrics and cotrain.counts["cotrain/swaps"] == 1
+        assert cotrain.retriever.version == spec.version
+        assert cotrain.pending is None and (Path(spec.out) / "encoder.json").is_file()
+    finally:
+        cotrain.retriever.swap(None)
