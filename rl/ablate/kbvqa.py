@@ -54,9 +54,8 @@ def write_rows(grid_dir: Path, variant: Variant) -> Path:
         # Written whole: another process of the same grid may be reading the rows.
         atomic_write(out / f"{split}.parquet", written.to_parquet)
         every = int(variant.options.get("guard_every", 0))
-        if (
-            split == "train" and every
-        ):  # a validation split of training rows (their labels are never harvested)
+        # The guard's validation split of training rows (their labels are never harvested).
+        if split == "train" and every:
             atomic_write(out / "guard.parquet", written.iloc[every - 1 :: every].to_parquet)
     return out
 

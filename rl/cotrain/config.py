@@ -84,28 +84,14 @@ class CotrainConfig:
     """Seed of a round's batch order."""
 
     def __post_init__(self) -> None:
-        if (
-            isinstance(self.initial_noise_rank, bool)
-            or not isinstance(self.initial_noise_rank, int)
-            or self.initial_noise_rank < 0
-        ):
-            raise UsageError(
-                f"{SECTION}.initial_noise_rank must be an integer >= 0, got {self.initial_noise_rank!r}"
-            )
-        if (
-            isinstance(self.mined_negatives, bool)
-            or not isinstance(self.mined_negatives, int)
-            or self.mined_negatives < 0
-        ):
-            raise UsageError(
-                f"{SECTION}.mined_negatives must be an integer >= 0, got {self.mined_negatives!r}"
-            )
         if self.optimiser not in OPTIMISERS:
             raise UsageError(f"{SECTION}.optimiser must be one of {OPTIMISERS}, got {self.optimiser!r}")
-        for name in ("every_n_steps", "lora_rank", "round_steps", "batch_size", "guard_k"):
+        least = {"initial_noise_rank": 0, "mined_negatives": 0}
+        least.update(dict.fromkeys(("every_n_steps", "lora_rank", "round_steps", "batch_size", "guard_k"), 1))
+        for name, low in least.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"{SECTION}.{name} must be an integer >= 1, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise UsageError(f"{SECTION}.{name} must be an integer >= {low}, got {value!r}")
         if self.mode not in MODES:
             raise UsageError(f"{SECTION}.mode must be one of {MODES}, got {self.mode!r}")
         if not 0.0 <= self.original_share < 1.0:

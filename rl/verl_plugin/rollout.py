@@ -182,9 +182,8 @@ class HFGenerationServer:
         if missing:
             raise KeyError(f"weights missing from the update: {missing[:5]} ({len(missing)} in all)")
         with self.server.decoding:  # never under a turn in flight
-            mine = {
-                name: own[name] for name in expected if _is_adapter(name)
-            }  # the model's tensors; none without
+            # The model's own adapter tensors (none in a base-weight sync): digested before and after the load.
+            mine = {name: own[name] for name in expected if _is_adapter(name)}
             before = adapter_digest(mine) if mine else None
             lora.load_synced(own, incoming)  # through the module: a test plants a fault there
             if before is not None:  # an adapter sync, recorded for the adapter_sync run check
