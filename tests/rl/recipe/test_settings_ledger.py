@@ -179,6 +179,10 @@ COVERED_BY: dict[str, str] = {
     "ragym.cotrain.update_documents": "tests/rl/cotrain/test_round.py::test_update_documents_is_refused_in_one_line",
     "ragym.cotrain.guard_k": "tests/rl/cotrain/test_round.py::test_the_guard_reads_recall_at_guard_k",
     "ragym.cotrain.initial_noise_strength": "tests/rl/cotrain/test_round.py::test_a_stronger_initial_distortion_weakens_the_retriever_more",
+    "ragym.cotrain.optimiser": "tests/rl/cotrain/test_round_settings.py::test_an_sgd_round_moves_the_query_map_only_along_the_harvested_queries",
+    "ragym.cotrain.mined_negatives": "tests/rl/cotrain/test_round_settings.py::test_mined_negatives_raise_r1_on_the_harvested_images_over_in_batch_ones",
+    "ragym.cotrain.guard_rows": "tests/rl/cotrain/test_round_settings.py::test_the_guard_reads_its_own_rows_and_recall_is_reported_on_the_held_out_rows",
+    "ragym.cotrain.background": "tests/rl/cotrain/test_round.py::test_a_background_round_runs_in_its_own_process_and_the_step_is_not_held",
 }
 """Setting -> ``tests/...py::test_name`` (or a whole test file) that changes it and checks what it changes."""
 
@@ -218,8 +222,6 @@ NOT_COVERED: dict[str, str] = {
             "scale",
             "original_data",
             "original_share",
-            "guard_rows",
-            "background",
             "seed",
             "initial_noise_rank",
             "initial_noise_seed",
