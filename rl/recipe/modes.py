@@ -94,7 +94,7 @@ MERGE_KEY = "actor_rollout_ref.model.lora.merge"
 CPU_VLLM_EXTENSION = "ragym.rl.verl_plugin.vllm_worker.CPUWorkerExtension"
 """``rollout.engine_kwargs.vllm.worker_extension_cls`` of ragym's CPU vLLM rollout (``recipes/platforms/vllm_cpu.yaml``)."""
 LORA_ROLLOUTS: dict[str, frozenset[str]] = {
-    "ragym": frozenset({"hf", "vllm", "sglang", "trtllm"}),
+    "ragym": frozenset({"hf", "vllm", "vllm_cpu", "sglang", "trtllm"}),
     "ragym_colocate_async": frozenset({"hf"}),
     "ragym_separate_async": frozenset({"hf"}),
 }
@@ -131,11 +131,6 @@ def lora_problems(config: Any, mode: str) -> list[str]:
     if not int(OmegaConf.select(config, LORA_RANK_KEY, default=0) or 0) > 0:
         return []
     rollout = rollout_kind(config)
-    if rollout == "vllm_cpu":
-        return [
-            f"{LORA_RANK_KEY} > 0 with ragym's CPU vLLM rollout: it syncs full weights only; use the hf rollout "
-            "(ragym train --rollout hf) for LoRA on CPU"
-        ]
     merged = bool(OmegaConf.select(config, MERGE_KEY, default=False))
     if merged and MODES[mode] != SYNC_MODE:
         return [

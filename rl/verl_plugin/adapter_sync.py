@@ -7,9 +7,19 @@ takes those records from every replica at each step (``rollout.take_adapter_sync
 step) and logs them as ``lora/sync_trained_changed`` and ``lora/sync_rollout_changed`` (``step_metrics``), which
 the ``adapter_sync`` guard reads. One mechanism for ``sync``, ``colocate_async`` and ``separate_async``: every mode
 syncs through the server's ``update_weights``.
+
+ragym's CPU vLLM rollout (sync mode) loads adapters in vLLM's own worker processes, which no Ray actor of ragym's
+reaches: its worker extension (``ragym.rl.verl_plugin.vllm_worker``) keeps the same log and leaves its records as
+files in the folder ``RECORDS_VAR`` names (``leave_records``), which the trainer takes at each step
+(``take_left_records``) beside the hf servers'.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
 
 from ragym.rl.guards import (
     ADAPTERS_ROLLOUT_CHANGED,
@@ -65,3 +75,34 @@ def step_metrics(records: list[dict[str, float]]) -> dict[str, float]:
         ),
     )
     return {key: worst[key] for key in (ADAPTERS_TRAINED_CHANGED, ADAPTERS_ROLLOUT_CHANGED)}
+
+
+RECORDS_VAR = "RAGYM_ADAPTER_SYNC_RECORDS"
+"""Environment variable: the folder where rollout processes outside Ray (vLLM's workers) leave their adapter-sync
+records; the trainer sets it for the rollout servers it launches (``PlatformCPU.rollout_env_vars``)."""
+
+
+def leave_records(records: list[dict[str, float]], folder: Path) -> None:
+    """Write each record to its own file in ``folder`` (atomically: a reader never sees half a record).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> leave_records([{"step": 0.0, "lora/sync_rollout_changed": 1.0}], folder)
+    >>> take_left_records(folder), take_left_records(folder)
+    ([{'step': 0.0, 'lora/sync_rollout_changed': 1.0}], [])
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    for record in records:
+        name = f"{time.time_ns():020d}-{os.getpid()}"
+        partial = folder / f"{name}.tmp"
+        partial.write_text(json.dumps(record))
+        partial.rename(folder / f"{name}.json")
+
+
+def take_left_records(folder: Path) -> list[dict[str, float]]:
+    """The records ``leave_records`` left in ``folder`` since the last call, oldest first; each is taken once."""
+    records = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        records.append(json.loads(path.read_text()))
+        path.unlink()
+    return records

@@ -6,6 +6,7 @@ no accelerator answers: on a GPU node nothing changes.
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
@@ -87,6 +88,12 @@ class PlatformCPU(PlatformBase):
 
     def ray_noset_envvars(self) -> list[str]:
         return []
+
+    def rollout_env_vars(self) -> dict[str, str]:
+        # Where the CPU vLLM workers leave their adapter-sync records (``ragym.rl.verl_plugin.adapter_sync``).
+        from ragym.rl.verl_plugin.adapter_sync import RECORDS_VAR
+
+        return {RECORDS_VAR: os.environ[RECORDS_VAR]} if RECORDS_VAR in os.environ else {}
 
     def is_ipc_supported(self) -> bool:
         return False

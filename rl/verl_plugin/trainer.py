@@ -23,6 +23,8 @@ while verl's registry knows the class by ragym's. Nothing else of verl's loop ch
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -144,6 +146,7 @@ class RagymTrainerMixin(TurnCreditMixin):
         if problems:
             raise UsageError("\n".join(problems))
         self._ragym_correction = _set_correction(self.config)
+        self._ragym_sync_records = _adapter_sync_records(self.config)
         if OmegaConf.select(self.config, "trainer.v1.sampler.custom_sampler.path"):
             raise UsageError(
                 f"trainer.v1.trainer_mode={self.ragym_mode} brings its own replay buffer "
@@ -226,7 +229,10 @@ class RagymTrainerMixin(TurnCreditMixin):
             return {}
         from ragym.rl.verl_plugin.rollout import take_adapter_syncs
 
-        return adapter_sync.step_metrics(take_adapter_syncs())
+        records = take_adapter_syncs()
+        if self._ragym_sync_records is not None:  # the CPU vLLM workers' (``vllm_worker``)
+            records += adapter_sync.take_left_records(self._ragym_sync_records)
+        return adapter_sync.step_metrics(records)
 
     def _correction_metrics(self, batch: Any, data: Any, extra_fields: list[dict]) -> dict[str, float]:
         """The off-policy correction's metrics (``ragym.rl.correction``, as the local engine logs them) from the
@@ -363,6 +369,19 @@ def _set_correction(config: Any) -> str | None:
         OmegaConf.update(config, VERL_LEVEL_KEY, level, merge=False)
     logger.info("ragym: off-policy correction %s (%s)", level or "off", CORRECTION_KEY)
     return level
+
+
+def _adapter_sync_records(config: Any) -> Path | None:
+    """Where the rollout's vLLM workers leave their adapter-sync records for this run (``adapter_sync.RECORDS_VAR``,
+    which the rollout servers launched after this inherit): a fresh folder beside its checkpoints under unmerged
+    LoRA, else None."""
+    model = config.actor_rollout_ref.model
+    if not model.get("lora_rank") or OmegaConf.select(model, "lora.merge", default=False):
+        return None
+    folder = Path(config.trainer.default_local_dir) / "adapter_syncs"
+    shutil.rmtree(folder, ignore_errors=True)  # a resumed run's old records judge no sync of this one
+    os.environ[adapter_sync.RECORDS_VAR] = str(folder)
+    return folder
 
 
 def _start_signal(config: Any) -> GuardMonitor:

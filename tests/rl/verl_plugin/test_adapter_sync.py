@@ -4,6 +4,8 @@ records (1, 0), and the check stops the run with its one line."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -18,7 +20,7 @@ from ragym.rl.guards import (
     GuardMonitor,
     read_firings,
 )
-from ragym.rl.verl_plugin.adapter_sync import step_metrics
+from ragym.rl.verl_plugin.adapter_sync import AdapterSyncLog, step_metrics
 from ragym.rl.verl_plugin.rollout import HFGenerationServer
 from tests.rl.verl_plugin.test_lora_sync import trained  # noqa: F401  (the fixture)
 from tests.rl.verl_plugin.test_plugin import rollout_config
@@ -103,5 +105,36 @@ def test_the_trainer_logs_its_replicas_worst_sync_under_unmerged_lora_only(monke
         ({"lora_rank": 8, "lora": {"merge": True}}, {}),  # merged full weights: no adapters travel
         ({"lora_rank": 0}, {}),
     ):
-        trainer = SimpleNamespace(config=OmegaConf.create({"actor_rollout_ref": {"model": model}}))
+        trainer = SimpleNamespace(
+            config=OmegaConf.create({"actor_rollout_ref": {"model": model}}), _ragym_sync_records=None
+        )
         assert RagymTrainer._adapter_sync_metrics(trainer) == expected, model
+
+
+def test_the_trainer_takes_the_vllm_workers_records_from_the_runs_folder(monkeypatch, tmp_path):
+    """The CPU vLLM workers' records, left as files in the folder the trainer named for the run's rollout servers
+    (``RECORDS_VAR``), join the hf servers' in the step's metrics, each taken once."""
+    from ragym.rl.verl_plugin import adapter_sync, rollout
+    from ragym.rl.verl_plugin import trainer as verl_trainer
+    from ragym.rl.verl_plugin.trainer import RagymTrainer
+
+    monkeypatch.delenv(adapter_sync.RECORDS_VAR, raising=False)
+    monkeypatch.setattr(rollout, "take_adapter_syncs", list)  # no hf server runs
+    model = {"lora_rank": 8, "lora": {"merge": False}}
+    config = OmegaConf.create(
+        {"actor_rollout_ref": {"model": model}, "trainer": {"default_local_dir": str(tmp_path)}}
+    )
+    folder = verl_trainer._adapter_sync_records(config)
+    assert folder is not None and os.environ[adapter_sync.RECORDS_VAR] == str(folder)
+    trainer = SimpleNamespace(config=config, _ragym_sync_records=folder)
+    log = AdapterSyncLog()  # a vLLM worker's: the first sync is not judged, the second delivered nothing
+    log.record(0, "v0", ("", "a"))
+    log.record(1, "v1", ("a", "a"))
+    adapter_sync.leave_records(log.take(), Path(os.environ[adapter_sync.RECORDS_VAR]))
+    skipped = {ADAPTERS_TRAINED_CHANGED: 1.0, ADAPTERS_ROLLOUT_CHANGED: 0.0}
+    assert RagymTrainer._adapter_sync_metrics(trainer) == skipped
+    assert RagymTrainer._adapter_sync_metrics(trainer) == {}  # taken once
+    # Without unmerged LoRA the run names no folder, and its rollout servers get none.
+    monkeypatch.delenv(adapter_sync.RECORDS_VAR)
+    merged = OmegaConf.create({"actor_rollout_ref": {"model": {"lora_rank": 8, "lora": {"merge": True}}}})
+    assert verl_trainer._adapter_sync_records(merged) is None and adapter_sync.RECORDS_VAR not in os.environ
