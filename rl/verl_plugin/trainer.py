@@ -223,15 +223,13 @@ class RagymTrainerMixin(TurnCreditMixin):
     def _adapter_sync_metrics(self) -> dict[str, float]:
         """The ``adapter_sync`` run check's metrics of the LoRA adapter syncs since the last step (verl syncs before
         this step's metrics, so the step reports the sync after its update), as the hf rollout's servers recorded
-        them (``ragym.rl.verl_plugin.adapter_sync``); none without unmerged LoRA or an hf rollout."""
-        model = self.config.actor_rollout_ref.model
-        if not model.get("lora_rank") or OmegaConf.select(model, "lora.merge", default=False):
+        them and the CPU vLLM rollout's workers left them (``ragym.rl.verl_plugin.adapter_sync``); none without
+        unmerged LoRA or a rollout that records its syncs."""
+        if self._ragym_sync_records is None:
             return {}
         from ragym.rl.verl_plugin.rollout import take_adapter_syncs
 
-        records = take_adapter_syncs()
-        if self._ragym_sync_records is not None:  # the CPU vLLM workers' (``vllm_worker``)
-            records += adapter_sync.take_left_records(self._ragym_sync_records)
+        records = take_adapter_syncs() + adapter_sync.take_left_records(self._ragym_sync_records)
         return adapter_sync.step_metrics(records)
 
     def _correction_metrics(self, batch: Any, data: Any, extra_fields: list[dict]) -> dict[str, float]:
@@ -374,7 +372,7 @@ def _set_correction(config: Any) -> str | None:
 def _adapter_sync_records(config: Any) -> Path | None:
     """Where the rollout's vLLM workers leave their adapter-sync records for this run (``adapter_sync.RECORDS_VAR``,
     which the rollout servers launched after this inherit): a fresh folder beside its checkpoints under unmerged
-    LoRA, else None."""
+    LoRA; None without adapter syncs to judge (no LoRA, or merged weights)."""
     model = config.actor_rollout_ref.model
     if not model.get("lora_rank") or OmegaConf.select(model, "lora.merge", default=False):
         return None

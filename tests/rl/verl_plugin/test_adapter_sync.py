@@ -93,10 +93,12 @@ def test_syncs_record_whether_the_trainers_and_the_rollouts_adapters_changed(tra
     )
 
 
-def test_the_trainer_logs_its_replicas_worst_sync_under_unmerged_lora_only(monkeypatch):
-    from ragym.rl.verl_plugin import rollout
+def test_the_trainer_logs_its_replicas_worst_sync_under_unmerged_lora_only(monkeypatch, tmp_path):
+    from ragym.rl.verl_plugin import adapter_sync, rollout
+    from ragym.rl.verl_plugin import trainer as verl_trainer
     from ragym.rl.verl_plugin.trainer import RagymTrainer
 
+    monkeypatch.delenv(adapter_sync.RECORDS_VAR, raising=False)  # the run sets it for its rollout servers
     delivered = {ADAPTERS_TRAINED_CHANGED: 1.0, ADAPTERS_ROLLOUT_CHANGED: 1.0}
     skipped = {ADAPTERS_TRAINED_CHANGED: 1.0, ADAPTERS_ROLLOUT_CHANGED: 0.0}
     monkeypatch.setattr(rollout, "take_adapter_syncs", lambda: [delivered, skipped, delivered])
@@ -105,8 +107,11 @@ def test_the_trainer_logs_its_replicas_worst_sync_under_unmerged_lora_only(monke
         ({"lora_rank": 8, "lora": {"merge": True}}, {}),  # merged full weights: no adapters travel
         ({"lora_rank": 0}, {}),
     ):
+        config = OmegaConf.create(
+            {"actor_rollout_ref": {"model": model}, "trainer": {"default_local_dir": str(tmp_path)}}
+        )
         trainer = SimpleNamespace(
-            config=OmegaConf.create({"actor_rollout_ref": {"model": model}}), _ragym_sync_records=None
+            config=config, _ragym_sync_records=verl_trainer._adapter_sync_records(config)
         )
         assert RagymTrainer._adapter_sync_metrics(trainer) == expected, model
 
