@@ -49,13 +49,21 @@ SYNC_LINE = re.compile(
 
 
 def lora_run(
-    toy: Path, name: str, overrides: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+    toy: Path,
+    name: str,
+    overrides: tuple[str, ...],
+    monkeypatch: pytest.MonkeyPatch,
+    rollout: str | None = None,
+    fault_module: str | None = FAULT,
 ) -> tuple[dict[int, dict[str, float]], str, Path]:
-    """A LoRA run of ``STEPS`` steps with the fault planted from ``FAULT_FROM``: its metrics per step, log and
-    folder. It starts a Ray of its own (``--network private``): its workers must inherit the fault's
-    ``VERL_USE_EXTERNAL_MODULES``, which a running Ray's do not."""
+    """A LoRA run of ``STEPS`` steps on ``rollout`` (None: the hf replica, CPU's default) with the fault planted from
+    ``FAULT_FROM``: its metrics per step, log and folder. It starts a Ray of its own (``--network private``): its
+    workers must inherit the fault's variables (``fault_module`` through ``VERL_USE_EXTERNAL_MODULES``), which a
+    running Ray's do not. A fault that is not a module verl loads comes in ``overrides`` (vLLM's: a worker
+    extension)."""
     out = toy / "lora" / name
-    monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", FAULT)
+    if fault_module:
+        monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", fault_module)
     monkeypatch.setenv(FAULT_FROM_VAR, str(FAULT_FROM))
     # Ray's workers import the fault from this checkout
     repo = str(Path(__file__).resolve().parents[2])
@@ -70,6 +78,7 @@ def lora_run(
         str(toy),
         "--network",
         "private",
+        *(["--rollout", rollout] if rollout else []),
         f"trainer.total_training_steps={STEPS}",
         f"trainer.default_local_dir={out}",
         *LORA,

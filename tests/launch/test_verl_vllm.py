@@ -16,15 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from ragym.rl.verl_plugin.verl_local import console_step_metrics
 from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_environment
-from tests.launch.test_verl_lora import FAULT_FROM, FAULT_FROM_VAR, LORA, RECIPE, STEPS, check_fault_seen
+from tests.launch.test_verl_lora import lora_run
 from tests.launch.test_verl_trainer import (
     ON_VLLM,
     RUN_TIMEOUT_S,
     check_two_sync_steps,
     export_and_eval,
-    ragym,
     train,
 )
 from tests.rl.engine_helpers import reference_logprobs
@@ -67,33 +65,8 @@ def test_lora_on_vllm_serves_the_trained_adapters_and_its_checks_see_the_fault(
     adapters alone, vLLM loading the base from the policy's files) agrees with the trainer while the adapters arrive,
     and the planted stale-adapter fault from ``FAULT_FROM`` fails both checks as on the hf rollout: the log-probs
     part at the step after it and ``adapter_sync`` (from digests taken in vLLM's worker) names that sync."""
-    out = toy / "vllm" / "lora"
-    monkeypatch.setenv(FAULT_FROM_VAR, str(FAULT_FROM))
-    # vLLM's workers import the fault's extension from this checkout
-    repo = str(Path(__file__).resolve().parents[2])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
-    log = ragym(
-        "train",
-        "--engine",
-        "verl",
-        "--recipe",
-        RECIPE,
-        "--toy",
-        str(toy),
-        "--network",
-        "private",  # a Ray of its own: its workers inherit the fault's variables
-        "--rollout",
-        "vllm",
-        f"trainer.total_training_steps={STEPS}",
-        f"trainer.default_local_dir={out}",
-        f"++actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls={STALE_ADAPTERS}",
-        *LORA,
-        cwd=toy,
-    )
-    metrics = console_step_metrics(log)
-    assert sorted(metrics) == list(range(1, STEPS + 1)), f"steps seen: {sorted(metrics)}"
-    assert all(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
-    check_fault_seen("vLLM sync", metrics, log, out)
+    extension = f"++actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls={STALE_ADAPTERS}"
+    lora_run(toy, "vllm", (extension,), monkeypatch, rollout="vllm", fault_module=None)
 
 
 PROCESSOR_KWARGS = {"min_pixels": 3136, "max_pixels": 200704}
