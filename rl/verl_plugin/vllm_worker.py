@@ -83,6 +83,13 @@ class CPUWorkerExtension(vLLMColocateWorkerExtension):
             if folder:
                 leave_records(self.adapter_syncs.take(), Path(folder))
             return
+        if peft_config:
+            # verl's base sync under LoRA (after a dummy-weight start) names weights as peft does (``base_layer``),
+            # which vLLM's reload does not know: the CPU rollout loads the base from the policy's files instead.
+            raise NotImplementedError(
+                "ragym's CPU vLLM rollout takes LoRA adapters only: set actor_rollout_ref.rollout.load_format=auto "
+                "(vLLM loads the base weights from the policy's files)"
+            )
         model = self.model_runner.model
         initialize_layerwise_reload(model)  # every layer gets its checkpoint-format parameters back
 
