@@ -71,24 +71,31 @@ def private_network_refusal() -> str | None:
     return None if probe.returncode == 0 else f"unshare is not permitted: {probe.stderr.strip()[:200]}"
 
 
-def toy_overrides(
-    recipe: Path, toy_dir: Path, overrides: list[str], user_overrides: list[str] | None = None
-) -> list[str]:
-    """Rows of the recipe's environment and a warm-started tiny policy in ``toy_dir`` (built once from the recipe
-    and the platform ``overrides``), as overrides; ``user_overrides`` are checked before a build, not built into it."""
-    from ragym.data_prep.toy_data import toy_env, toy_rows
+def toy_policy(recipe: Path, toy_dir: Path) -> Path:
+    """The folder of the tiny policy ``toy_overrides`` builds for ``recipe``'s environment in ``toy_dir``."""
+    from ragym.data_prep.toy_data import toy_env
 
     try:
-        env_id = toy_env(recipe)
+        return toy_dir / "policy" / toy_env(recipe)
     except ValueError as err:
         raise UsageError(f"--toy: {err}") from None
-    policy = toy_dir / "policy" / env_id
-    # A recipe or override error (the user's too: a misspelt key) is refused before minutes of building; a built toy
-    # skips the composition (seconds of CPU in every run's CLI): the run's own check of the recipe follows either way.
+
+
+def toy_built(recipe: Path, toy_dir: Path) -> bool:
+    """Whether ``toy_dir`` already holds ``recipe``'s toy policy (then a run skips the build and its checks)."""
+    return (toy_policy(recipe, toy_dir) / "config.json").is_file()
+
+
+def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str]:
+    """Rows of the recipe's environment and a warm-started tiny policy in ``toy_dir`` (built once from the recipe
+    and the platform ``overrides``), as overrides. ``verl_command`` checks the whole run's settings first."""
+    from ragym.data_prep.toy_data import toy_rows
+
+    policy = toy_policy(recipe, toy_dir)
+    env_id = policy.name
+    # A built toy skips the composition (seconds of CPU in every run's CLI): the run's own check follows either way.
     config = None
     if not (policy / "config.json").is_file():
-        if user_overrides:
-            check_recipe(recipe, merge_overrides(overrides, user_overrides), validate=False)
         config = check_recipe(recipe, overrides, validate=False)
     toy_dir.mkdir(parents=True, exist_ok=True)
     with (toy_dir / TOY_LOCK).open("w") as lock:
@@ -143,6 +150,17 @@ def trainer_mode(recipe: Path, overrides: list[str]) -> str:
     return str(OmegaConf.select(load_recipe(recipe, overrides), MODE_KEY))
 
 
+def mode_platform(
+    recipe: Path, groups: list[list[str]], overrides: list[str], on_cpu: bool
+) -> list[list[str]]:
+    """The platform file a trainer mode needs on a machine without a GPU (``CPU_PLATFORM_OF_MODE``: a rollout pool
+    and a weight sync for ragym_separate_async), as a group of overrides after ``groups``; none with a GPU."""
+    if not on_cpu:
+        return []
+    name = CPU_PLATFORM_OF_MODE.get(trainer_mode(recipe, merge_overrides(*groups, overrides)))
+    return [platform_overrides(name)] if name else []
+
+
 def vllm_cpu_platform() -> list[str]:
     """The overrides that serve the policy with vLLM's CPU backend (on top of ``cpu.yaml`` and ``toy.yaml``)."""
     from ragym.rl.verl_plugin.vllm_cpu import vllm_cpu_refusal
@@ -165,17 +183,22 @@ def verl_command(
     groups = (
         [platform_overrides("cpu")] if on_cpu else [platform_overrides("gpu_hf")] if rollout == "hf" else []
     )
+    # Last: what vLLM's CPU backend needs wins over the toy's settings.
+    late = [vllm_cpu_platform()] if on_cpu and rollout == "vllm" else []
     if toy is not None:
-        groups += [
-            platform_overrides("toy"),
-            toy_overrides(path, toy.resolve(), merge_overrides(*groups), overrides),
-        ]
-    if on_cpu and rollout == "vllm":  # last: what vLLM's CPU backend needs wins over the toy's settings
-        groups.append(vllm_cpu_platform())
-    if on_cpu:  # a trainer mode's own CPU settings (ragym_separate_async: a rollout pool and a weight sync)
-        mode_platform = CPU_PLATFORM_OF_MODE.get(trainer_mode(path, merge_overrides(*groups, overrides)))
-        if mode_platform:
-            groups.append(platform_overrides(mode_platform))
+        toy_platform = platform_overrides("toy")
+        if not toy_built(path, toy.resolve()):
+            # The run's settings as they will be but for the toy's files: a recipe or override error (a misspelt
+            # key, a trainer mode the rollout cannot run) is refused before minutes of building, not after.
+            planned = [*groups, toy_platform, *late]
+            check_recipe(
+                path,
+                merge_overrides(*planned, *mode_platform(path, planned, overrides, on_cpu), overrides),
+                validate=False,
+            )
+        groups += [toy_platform, toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
+    groups += late
+    groups += mode_platform(path, groups, overrides, on_cpu)
     merged = merge_overrides(*groups, overrides)
     config = check_recipe(path, merged)
     merged = merge_overrides(merged, absolute_paths(config, path), verl_lora_overrides(config))

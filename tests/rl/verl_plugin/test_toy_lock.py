@@ -10,6 +10,7 @@ import pytest
 
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.compose import resolve_recipe_path
+from ragym.rl.recipe.platforms import platform_overrides
 from ragym.rl.verl_plugin import verl_local
 
 
@@ -45,3 +46,47 @@ def test_a_misspelt_user_override_is_refused_before_the_toy_is_built(
     with pytest.raises(UsageError, match="data.shufle"):
         verl_local.verl_command("kbvqa_qwen2_5_vl_7b", ["data.shufle=1"], tmp_path)
     assert built == []  # neither the rows nor the policy: the refusal comes first
+
+
+class ToyBuilt(Exception):
+    """Raised by the test's stand-in for the toy's row builder: the command got as far as building."""
+
+
+def _no_toy_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU, vLLM's CPU platform as shipped (installed or not), and a row builder that stops the command."""
+
+    def toy_rows(env_id: str, out: Path) -> Path:
+        raise ToyBuilt(env_id)
+
+    monkeypatch.setattr("ragym.data_prep.toy_data.toy_rows", toy_rows)
+    monkeypatch.setattr(verl_local, "gpu_present", lambda: False)
+    monkeypatch.setattr(verl_local, "vllm_cpu_platform", lambda: platform_overrides("vllm_cpu"))
+
+
+def test_a_trainer_mode_the_rollout_cannot_run_is_refused_before_the_toy_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The refusal comes from the vLLM platform and the mode together: both must be in the check before the build.
+    _no_toy_build(monkeypatch)
+    mode = "trainer.v1.trainer_mode=ragym_colocate_async"
+    with pytest.raises(UsageError, match="CPU vLLM rollout: untested there"):
+        verl_local.verl_command("kbvqa_qwen2_5_vl_7b", [mode], tmp_path, rollout="vllm")
+    with pytest.raises(ToyBuilt):  # the hf rollout runs that mode: the same command goes on to build
+        verl_local.verl_command("kbvqa_qwen2_5_vl_7b", [mode], tmp_path, rollout="hf")
+
+
+def test_the_check_before_the_build_adds_a_modes_own_cpu_platform(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # separate_async is refused without its platform file (a rollout pool, a weight sync): a check that left it out
+    # would refuse a run the command can make.
+    _no_toy_build(monkeypatch)
+    mode = "trainer.v1.trainer_mode=ragym_separate_async"
+    with pytest.raises(UsageError):
+        verl_local.check_recipe(
+            resolve_recipe_path("kbvqa_qwen2_5_vl_7b"),
+            [*platform_overrides("cpu"), *platform_overrides("toy"), mode],
+            validate=False,
+        )
+    with pytest.raises(ToyBuilt):
+        verl_local.verl_command("kbvqa_qwen2_5_vl_7b", [mode], tmp_path)
