@@ -1,7 +1,7 @@
 """The retrieval service as a Ray Serve application: N replicas of the app, and one deployment per shard.
 
     python -m ragym.envs.serving.ray_serve --kb-dir DIR [--replicas 4] [--shards NAME=shards.json
-        --shard-replicas 2] [--gpus-per-replica 1] [--port 8000]
+        --shard-replicas 2] [--gpus-per-replica 1] [--port 8000] [--swap-wait-s 60] [--encoder-poll-s 0.5]
 
 connects to the running cluster (``ray start`` first, or inside a Ray job), deploys the app detached and
 returns. Ray Serve runs an HTTP proxy on every node, bound to ``--host`` (127.0.0.1 by default), so each
@@ -9,7 +9,8 @@ agent-loop worker reaches the service at ``http://127.0.0.1:PORT`` on its own no
 requests over the replicas. Each replica is the same ``RetrievalApp`` as ``ragym serve`` (its own
 batcher and cache). A shard set too big for one replica becomes one deployment per shard (each with
 ``--shard-replicas`` replicas); the app's retriever for it sends every batch to all shards and merges
-the hits by score (``ragym.envs.retrieval.service.shards.merge_hits``).
+the hits by score (``ragym.envs.retrieval.service.shards.merge_hits``). ``POST /encoder`` reaches one replica
+and swaps every one (``ragym.envs.serving.encoder_sync``; ``--swap-wait-s``, ``--encoder-poll-s``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -28,6 +29,7 @@ from ragym.envs.retrieval.service.app import RetrievalApp, Served
 from ragym.envs.retrieval.service.config import ServiceConfig
 from ragym.envs.retrieval.service.shards import ShardSpec, load_shard, merge_hits, read_manifest
 from ragym.envs.serving.catalog import CatalogSpec, load_catalog
+from ragym.envs.serving.encoder_sync import SyncSettings, serve_replica_sync
 
 if TYPE_CHECKING:
     from ray.serve.deployment import Deployment as ServeDeployment
@@ -48,6 +50,8 @@ class Deployment:
     """GPUs per replica; flat indexes move to the replica's GPU when > 0 (``shards.to_gpu``)."""
     shard_replicas: int = 1
     """Replicas of each shard deployment."""
+    encoder_sync: SyncSettings = field(default_factory=SyncSettings)
+    """How an encoder swap spreads over the replicas (how long it waits for them, how often they poll)."""
 
 
 class ShardFanout:
@@ -79,14 +83,23 @@ class RetrievalReplica:
     """One replica of the app: loads the catalog, wraps sharded retrievers around their deployments."""
 
     def __init__(
-        self, catalog: CatalogSpec | None, config: ServiceConfig, shards: dict[str, tuple[int, list[Any]]]
+        self,
+        catalog: CatalogSpec | None,
+        config: ServiceConfig,
+        shards: dict[str, tuple[int, list[Any]]],
+        encoder_sync: SyncSettings,
     ):
         served = load_catalog(catalog) if catalog is not None else {}
         for name, (dim, handles) in shards.items():
             served[name] = Served(ShardFanout(handles, dim), "vector", dim)
-        self.service = RetrievalApp(served, config)  # not ``app``: Serve's ASGI wrapper owns that name
+        self.sync = serve_replica_sync(served, config, encoder_sync)
+        self.service = self.sync.app  # not ``app``: Serve's ASGI wrapper owns that name
 
-    def __serve_build_asgi_app__(self) -> RetrievalApp:
+    async def __serve_build_asgi_app__(self) -> RetrievalApp:
+        """Runs before Serve routes a request here: a replica that starts after a swap serves the swapped version."""
+        await self.service.loaded()
+        await self.sync.adopt()
+        self.sync.start()
         return self.service
 
     def check_health(self) -> None:
@@ -130,7 +143,7 @@ def build_app(catalog: CatalogSpec, config: ServiceConfig, deployment: Deploymen
     ingress = cast("ServeDeployment", serve.deployment(serve.ingress()(RetrievalReplica)))
     return ingress.options(
         name="retrieval", num_replicas=deployment.replicas, ray_actor_options=resources
-    ).bind(local, config, shards)
+    ).bind(local, config, shards, deployment.encoder_sync)
 
 
 def deploy(catalog: CatalogSpec, config: ServiceConfig, deployment: Deployment, host: str, port: int) -> str:
@@ -154,6 +167,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-replicas", type=int, default=1)
     parser.add_argument("--cpus-per-replica", type=float, default=1.0)
     parser.add_argument("--gpus-per-replica", type=float, default=0.0)
+    parser.add_argument(
+        "--swap-wait-s",
+        type=float,
+        default=SyncSettings.wait_s,
+        help="how long POST /encoder waits for every replica to hold the new version (then 504)",
+    )
+    parser.add_argument(
+        "--encoder-poll-s",
+        type=float,
+        default=SyncSettings.poll_s,
+        help="how often each replica asks for an encoder version it does not hold",
+    )
     extra, rest = parser.parse_known_args(argv)
     args = parse_args(rest)
     if args.port == ServiceConfig().port and "--port" not in rest:
@@ -161,7 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     catalog = CatalogSpec(args.folders, tuple(args.shards), args.index_kind, None)
     config = service_config(args)  # host and port go to Serve's proxy below, not to the app
     deployment = Deployment(
-        extra.replicas, extra.cpus_per_replica, extra.gpus_per_replica, extra.shard_replicas
+        extra.replicas,
+        extra.cpus_per_replica,
+        extra.gpus_per_replica,
+        extra.shard_replicas,
+        SyncSettings(extra.swap_wait_s, extra.encoder_poll_s),
     )
     url = deploy(catalog, config, deployment, args.host, args.port)
     print(f"ragym retrieval service deployed: {url} (on every node); export RAGYM_RETRIEVAL_URL={url}")

@@ -6,7 +6,8 @@ function (``ragym.envs.kbvqa.harvest.harvest_episode``) into the same buffer. Ev
 (``ragym.rl.cotrain.round``) starts in its own process (a Ray task when Ray is up) and the step goes on; a later
 step that finds it finished compares its held-out recall with the serving version's (the forgetting guard) and
 either swaps it into the KB's query-encoder slot (every env of the process searches with it from the next search
-on; a retrieval service named by the recipe is told through ``POST /encoder``) or skips it, logged either way.
+on; a retrieval service named by the recipe is told through ``POST /encoder``, and a swap that some of a Ray Serve
+deployment's replicas did not take is warned and counted) or skips it, logged either way.
 ``<output_dir>/cotrain/serving.json`` records each swap by step, so a resumed run serves what its checkpoint did.
 """
 
@@ -243,9 +244,17 @@ class CoTraining:
         encoder = load_query_encoder(folder) if folder else None
         self.retriever.swap(encoder)
         if self.service_url and folder:
-            from ragym.envs.retrieval.service.client import ServiceRetriever
+            from ragym.envs.retrieval.service.client import EncoderSwapIncomplete, ServiceRetriever
 
-            ServiceRetriever(self.service_url, "image").swap_encoder(str(Path(folder).resolve()))
+            missing = 0
+            try:
+                ServiceRetriever(self.service_url, "image").swap_encoder(str(Path(folder).resolve()))
+            except EncoderSwapIncomplete as error:
+                # The replicas that hold it serve it; the others keep the previous version until they apply it
+                # (ragym.envs.serving.encoder_sync). Each search records its version, so the run goes on, warned.
+                logger.warning("co-training: the retrieval service did not swap every replica: %s", error)
+                missing = error.live - error.holding
+            self.counts["cotrain/service_replicas_missing"] = float(missing)
 
     def _noisy_initial(self) -> str | None:
         """The miniature's weak initial version (``initial_noise_rank``), written under ``cotrain/versions``."""

@@ -8,7 +8,8 @@ Routes (JSON in and out; ``ragym.envs.retrieval.service.wire`` has the query and
 - ``GET /ready``          200 with the retrievers, cache and batch counters once every index is loaded, else 503
 - ``POST /encoder``       ``{"retriever", "path"}`` -> ``{"version", "previous"}``: load the query-encoder version at
   ``path`` (``ragym.envs.retrieval.versions``) and swap it into a versioned retriever; requests that arrive meanwhile
-  wait for the swap, and the swap waits for the requests in flight, so no request fails or mixes versions
+  wait for the swap, and the swap waits for the requests in flight, so no request fails or mixes versions (a Ray
+  Serve deployment hands the route to ``ragym.envs.serving.encoder_sync``, which swaps every replica)
 
 With a token configured, every route but ``/health`` needs ``Authorization: Bearer <token>`` (else 401).
 Every query goes through the replay cache, then its retriever's dynamic batcher; the results are the
@@ -22,7 +23,7 @@ import asyncio
 import gc
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -70,12 +71,29 @@ class Served:
 Loader = Callable[[], dict[str, Served]]
 """Builds the served retrievers (runs in a thread at startup so /health answers while indexes load)."""
 
+EncoderRoute = Callable[[str, object], Awaitable[tuple[int, dict[str, Any]]]]
+"""``POST /encoder``'s handler: (retriever, path) -> (status, body)."""
+
+REPLICA_HEADER = b"x-ragym-replica"
+"""Response header naming the replica that answered (set when the app is one replica of a deployment)."""
+
 
 class RetrievalApp:
     """ASGI app: auth, routing, cache and batching in front of named retrievers."""
 
-    def __init__(self, retrievers: dict[str, Served] | Loader, config: ServiceConfig | None = None):
+    def __init__(
+        self,
+        retrievers: dict[str, Served] | Loader,
+        config: ServiceConfig | None = None,
+        replica: str | None = None,
+    ):
         self.config = config = config or ServiceConfig()
+        self.replica = replica
+        """Which replica of a deployment this is (Ray Serve), named in ``/ready`` and in every answer's
+        ``x-ragym-replica`` header; None for ``ragym serve``."""
+        self.encoder_route: EncoderRoute = self._swap_here
+        """What ``POST /encoder`` does: swap this process's retriever; a Ray Serve replica's sync replaces it with
+        a swap of every replica (``ragym.envs.serving.encoder_sync``)."""
         self._loader = retrievers if callable(retrievers) else (lambda: retrievers)
         self.retrievers: dict[str, Served] = {}
         self.cache = ReplayCache(config.cache_size)
@@ -133,6 +151,12 @@ class RetrievalApp:
     def _ensure_started(self) -> None:
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self.start())
+
+    async def loaded(self) -> None:
+        """Start loading the retrievers unless started, and wait until it ends (loaded, or ``load_error`` set)."""
+        self._ensure_started()
+        assert self._loading is not None  # _ensure_started set it
+        await self._loading
 
     async def search(self, name: str, queries: list[Any], k: object) -> list[bytes]:
         """Each decoded query's hit list as JSON bytes (``wire.encode_hits``): cache first, then the batcher."""
@@ -199,10 +223,14 @@ class RetrievalApp:
         log.info("retriever %s: query encoder %s -> %s", name, previous and previous.version, encoder.version)
         return {"version": encoder.version, "previous": previous and previous.version}
 
+    async def _swap_here(self, name: str, path: object) -> tuple[int, dict[str, Any]]:
+        return 200, await self.swap_encoder(name, path)
+
     def status(self) -> dict[str, Any]:
         """Readiness details: retrievers, cache and batch counters."""
         return {
             "ready": self.ready,
+            "replica": self.replica,
             "retrievers": {
                 n: {"query": s.query, "dim": s.dim, "version": getattr(s.retriever, "version", None)}
                 for n, s in self.retrievers.items()
@@ -228,7 +256,7 @@ class RetrievalApp:
             data = loads(body)
             if not isinstance(data, dict):
                 raise BadRequest("the body must be a JSON object")
-            return 200, await self.swap_encoder(str(data.get("retriever")), data.get("path"))
+            return await self.encoder_route(str(data.get("retriever")), data.get("path"))
         if path in ("/search", "/batch_search"):
             if method != "POST":
                 raise BadRequest(f"{path} takes POST", 405)
@@ -275,16 +303,13 @@ class RetrievalApp:
             log.exception("search failed")
             status, payload = 500, {"error": f"{type(error).__name__}: {error}"}
         data = payload if isinstance(payload, bytes) else dumps(payload)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(data)).encode()),
-                ],
-            }
-        )
+        response_headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(data)).encode()),
+        ]
+        if self.replica is not None:
+            response_headers.append((REPLICA_HEADER, self.replica.encode()))
+        await send({"type": "http.response.start", "status": status, "headers": response_headers})
         await send({"type": "http.response.body", "body": data})
 
     async def _lifespan(self, receive: Callable, send: Callable) -> None:

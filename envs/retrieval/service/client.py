@@ -7,6 +7,8 @@ call raises ``RetrievalUnavailable`` (the env turns that into an observation and
 event). After ``failure_threshold`` failed calls in a row the breaker opens: calls fail at once for
 ``reset_after_s`` instead of each waiting out its timeouts, then one probe call is let through, and a
 success closes the breaker again. A 4xx is the caller's bug and raises ``RetrievalRequestError`` at once.
+An encoder swap (``swap_encoder``) is one attempt with its own, longer timeout: under Ray Serve it waits for every
+replica, and one that some replicas did not take raises ``EncoderSwapIncomplete``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,20 @@ class RetrievalRequestError(ValueError):
     """The service refused the request as sent (4xx): a bug on the calling side, never retried."""
 
 
+class EncoderSwapIncomplete(RuntimeError):
+    """An encoder swap that not every replica of a Ray Serve deployment holds (``ragym.envs.serving.encoder_sync``):
+    those that do serve the new version, the others still the one before until they apply it."""
+
+    def __init__(self, message: str, answer: dict[str, Any]):
+        super().__init__(message)
+        self.answer = answer
+        """The service's answer: ``version``, ``previous``, ``replicas`` ({"holding", "live", "errors"})."""
+        self.holding: int = answer["replicas"]["holding"]
+        """Replicas that hold the new version."""
+        self.live: int = answer["replicas"]["live"]
+        """Replicas Serve runs."""
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """How long and how often the client tries before it reports the service unavailable."""
@@ -56,6 +72,9 @@ class ClientConfig:
     """How long an open breaker fails calls at once before letting one probe through."""
     token: str | None = None
     """Bearer token, when the service requires one."""
+    swap_timeout_s: float = 120.0
+    """Socket timeout of an encoder swap (``swap_encoder``): it loads the version and, under Ray Serve, waits for
+    every replica to hold it (``ragym.envs.serving.encoder_sync.SyncSettings.wait_s``, 60 s by default)."""
 
 
 class CircuitBreaker:
@@ -129,8 +148,32 @@ class ServiceRetriever:
 
     def swap_encoder(self, path: str) -> dict[str, Any]:
         """Ask the service to load the query-encoder version at ``path`` (a folder on its machine) and serve this
-        retriever's searches through it (``POST /encoder``); returns ``{"version", "previous"}``."""
-        return self.call("POST", "/encoder", {"retriever": self.name, "path": str(path)})
+        retriever's searches through it (``POST /encoder``); returns ``{"version", "previous"}``, under Ray Serve with
+        ``"replicas"`` ({"holding", "live", "errors"}). A swap some replicas did not take raises
+        ``EncoderSwapIncomplete``; the swap is not retried (one whose answer was lost may have happened)."""
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=self.config.swap_timeout_s)
+        try:
+            status, data = self._exchange(
+                conn, "POST", "/encoder", {"retriever": self.name, "path": str(path)}
+            )
+        except TimeoutError as exc:
+            raise RetrievalUnavailable(
+                "timeout", f"{self.url}/encoder: no answer in {conn.timeout} s"
+            ) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise RetrievalUnavailable(
+                "connection", f"{self.url}/encoder: {type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            conn.close()
+        if status < 400:
+            return data
+        message = f"{self.url}/encoder answered {status}: {data.get('error', data) if isinstance(data, dict) else data}"
+        if isinstance(data, dict) and "replicas" in data:
+            raise EncoderSwapIncomplete(message, data)
+        if status < 500:
+            raise RetrievalRequestError(message)
+        raise RetrievalUnavailable("server_error", message)
 
     def ready(self) -> bool:
         """Whether the service answers ``/ready`` with 200 (one attempt, no retries, breaker untouched)."""
@@ -180,18 +223,23 @@ class ServiceRetriever:
         return conn
 
     def _request(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        headers = {"Content-Type": "application/json"}
-        if self.config.token:
-            headers["Authorization"] = f"Bearer {self.config.token}"
         conn = self._connection()
         try:
-            conn.request(method, path, body=None if body is None else dumps(body), headers=headers)
-            response = conn.getresponse()
-            raw = response.read()
+            return self._exchange(conn, method, path, body)
         except BaseException:
             conn.close()  # a half-read connection cannot be reused
             self._local.conn = None
             raise
+
+    def _exchange(
+        self, conn: http.client.HTTPConnection, method: str, path: str, body: Any
+    ) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        conn.request(method, path, body=None if body is None else dumps(body), headers=headers)
+        response = conn.getresponse()
+        raw = response.read()
         try:
             return response.status, loads(raw)
         except ValueError:

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ragym.envs.events import events_of
 from ragym.envs.kbvqa.harvest import harvest_episode
 from ragym.envs.kbvqa.policies import OraclePolicy
 from ragym.envs.registry import make_env, synthetic_data
+from ragym.envs.retrieval.service.app import RetrievalApp
+from ragym.envs.retrieval.service.config import ServiceConfig
 from ragym.envs.retrieval.versions import load_query_encoder
 from ragym.envs.scripted import run_episode
+from ragym.rl.cotrain.config import CotrainConfig
+from ragym.rl.cotrain.controller import CoTraining
+from tests.envs.retrieval.service.helpers import running
 from tests.rl.cotrain.helpers import options, tiny_rows, weak_encoder
 
 
@@ -57,3 +66,30 @@ def test_the_viewer_lists_the_retriever_versions_of_an_episode() -> None:
         "task": {"observation": {"text": "q"}},
     }
     assert summary(episode, {})["retriever_versions"] == ["v1", "v2"]
+
+
+def test_a_swap_some_service_replicas_did_not_take_is_warned_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Ray Serve deployment answers 504 when a replica did not confirm the version in time
+    (``ragym.envs.serving.encoder_sync``): the run goes on, but says so, in the log and in a step metric."""
+    posted = []
+
+    async def one_of_two(name: str, path: object) -> tuple[int, dict[str, Any]]:
+        posted.append((name, path))
+        replicas = {"holding": 1, "live": 2, "errors": {}}
+        return 504, {"error": "1 of 2 replicas hold weak after 60 s", "version": "weak", "replicas": replicas}
+
+    service = RetrievalApp({}, ServiceConfig(gc_freeze=False))
+    service.encoder_route = one_of_two
+    cfg = CotrainConfig(enable=True, background=False)
+    with running(service) as url:
+        cotrain = CoTraining(cfg, tmp_path, tiny_rows("train"), tiny_rows("test"), None, service_url=url)
+        try:
+            with caplog.at_level(logging.WARNING, logger="ragym.rl.cotrain.controller"):
+                cotrain.guard_and_swap(2, str(weak_encoder(tmp_path / "weak")))
+        finally:
+            cotrain.retriever.swap(None)
+    assert posted == [("image", str((tmp_path / "weak").resolve()))]
+    assert cotrain.counts["cotrain/swaps"] == 1 and cotrain.counts["cotrain/service_replicas_missing"] == 1
+    assert "did not swap every replica" in caplog.text and "1 of 2 replicas hold weak" in caplog.text

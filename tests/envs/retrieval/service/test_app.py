@@ -69,6 +69,26 @@ def test_health_and_readiness_report_the_retrievers(kb_url: str) -> None:
     assert body["retrievers"]["image"]["query"] == "vector"
 
 
+def test_a_deployment_replica_names_itself_in_every_answer(kb_url: str) -> None:
+    """A Ray Serve replica's app (``replica`` set) names itself in ``/ready`` and in every answer's header, errors
+    included, so a client can tell which replica answered; ``ragym serve``'s names none."""
+
+    def answer(url: str, path: str) -> tuple[int, str | None, dict]:
+        host, port = url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.getheader("x-ragym-replica"), json.loads(response.read())
+
+    with running(RetrievalApp({}, ServiceConfig(gc_freeze=False), replica="r7")) as url:
+        assert answer(url, "/health")[:2] == (200, "r7")
+        assert answer(url, "/nowhere")[:2] == (404, "r7")
+        status, header, body = answer(url, "/ready")  # 503: an app with no retrievers is never ready
+        assert (status, header, body["replica"]) == (503, "r7", "r7")
+    status, header, body = answer(kb_url, "/ready")
+    assert (status, header, body["replica"]) == (200, None, None)
+
+
 def test_bad_requests_are_4xx_and_never_retried(kb_url: str) -> None:
     with pytest.raises(RetrievalRequestError, match="404.*unknown retriever"):
         ServiceRetriever(kb_url, "nope").search("x", 1)
