@@ -260,6 +260,7 @@ def prepare(
     demo = reader.get("ragym.demo")
     # A bad target, or a key the run sets itself, is refused now, not after the warm start's minutes.
     WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
+    check_cotrain(config)
     refuse_set_by_run(config)
     check_demo_folder(out, seed, demo)
     use_torch_threads(cfg.num_threads)  # the warm start below runs before the trainer would set them
@@ -271,6 +272,16 @@ def prepare(
         _warm_start(config, reader, policy_dir, warm_dir, seed)
     check_warm_start(config, reader, warm_dir, seed)
     return config, reader, overrides
+
+
+def check_cotrain(config: Any) -> None:
+    """A bad ``ragym.cotrain`` setting (an unknown key, a rate <= 0, a switch not built) is refused in its one line
+    now; the trainer reads the section only after the KB, the copy pretraining and the warm start."""
+    from ragym.rl.cotrain.config import SECTION, read_cotrain
+
+    section = OmegaConf.select(config, SECTION, default=None)
+    if section is not None:
+        read_cotrain(OmegaConf.to_container(section, resolve=True))  # pyright: ignore[reportArgumentType]
 
 
 def refuse_set_by_run(config: Any) -> None:

@@ -35,3 +35,12 @@ def test_the_r3g_demo_refuses_its_protocol_share_before_building_anything(tmp_pa
     with pytest.raises(UsageError, match=r"protocol_share is set by the R3G task"):
         run(tmp_path, 0, 1, ["+ragym.r3g_demo.warm_start.protocol_share=0.5"])
     assert not (tmp_path / "task").exists()
+
+
+def test_the_demo_refuses_a_bad_cotrain_setting_before_building_anything(tmp_path: Path) -> None:
+    # ``ragym ablate cotrain`` runs its grid through prepare: the trainer reads the section only after the warm start.
+    from ragym.rl.demo.run import prepare
+
+    with pytest.raises(UsageError, match=r"ragym.cotrain: lr and scale must be > 0"):
+        prepare(tmp_path, 0, 1, extra_overrides=["+ragym.cotrain.lr=-1"])
+    assert not (tmp_path / "kb").exists() and not (tmp_path / "tiny_policy").exists()
