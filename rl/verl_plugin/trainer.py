@@ -202,6 +202,16 @@ class RagymTrainerMixin(TurnCreditMixin):
         self._signal(global_steps, metrics, len(set(uids)))
         self._trace(global_steps, data, columns, extra_fields, uids, versions)
 
+    def fit(self, agent_loop_manager: Any) -> Any:
+        """verl's training loop; when it ends or fails, a co-training round still running is stopped (its version
+        is never swapped in), instead of a spawned round outliving the trainer on the node's CPUs."""
+        try:
+            return super().fit(agent_loop_manager)  # pyright: ignore[reportAttributeAccessIssue]
+        finally:
+            cotrain = getattr(self, "_ragym_cotrain", None)
+            if cotrain is not None:
+                cotrain.close()
+
     def _cotrain_step(self, step: int, extra_info: list[Any], extra_fields: list[dict]) -> dict[str, float]:
         """Retriever co-training (``ragym.cotrain``, ``ragym.rl.cotrain``): the local engine's harvest, rounds and
         swaps, the swap at the recipe's retrieval service (made at the first step: a resume starts there)."""

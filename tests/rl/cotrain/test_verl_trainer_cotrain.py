@@ -23,7 +23,7 @@ from ragym.envs.scripted import run_episode
 from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.retrieval import URL_KEY
-from ragym.rl.verl_plugin.trainer import RagymTrainer
+from ragym.rl.verl_plugin.trainer import RagymTrainer, RagymTrainerMixin
 from tests.envs.retrieval.service.helpers import running
 from tests.rl.cotrain.helpers import options, tiny_rows
 
@@ -143,3 +143,42 @@ def test_the_verl_path_without_a_retrieval_url_is_refused_in_one_line(tmp_path: 
     with pytest.raises(UsageError, match=f"set {URL_KEY}") as error:
         RagymTrainer._cotrain_step(trainer, 1, extra_info, extra_fields)
     assert "\n" not in str(error.value)
+
+
+class _VerlLoop:
+    """verl's trainer as the mixin sees it: a ``fit`` that ends or fails."""
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+
+    def fit(self, agent_loop_manager: Any) -> str:
+        if self.error is not None:
+            raise self.error
+        return "done"
+
+
+class _Trainer(RagymTrainerMixin, _VerlLoop):
+    pass
+
+
+class _Rounds:
+    """A co-training whose ``close`` is counted (a round would still be running)."""
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.mark.parametrize("error", [None, RuntimeError("the step failed")])
+def test_the_verl_trainer_stops_a_running_round_when_its_loop_ends(error: Exception | None) -> None:
+    trainer = _Trainer(error)
+    trainer._ragym_cotrain = rounds = _Rounds()  # pyright: ignore[reportAttributeAccessIssue]
+    if error is None:
+        assert trainer.fit(None) == "done"
+    else:
+        with pytest.raises(RuntimeError, match="the step failed"):
+            trainer.fit(None)
+    assert rounds.closed == 1
+    assert _Trainer(None).fit(None) == "done"  # co-training off (never started): nothing to stop
