@@ -161,7 +161,9 @@ class KnowledgeBase:
         return self._retrievers[key]
 
     def versioned_image(self, spec: IndexSpec = DEFAULT_SPEC) -> VersionedRetriever:
-        """``image_retriever(spec)`` behind the KB's query encoder slot: what envs and ``ragym serve`` search."""
+        """``image_retriever(spec)`` behind the KB's query encoder slot: what envs and ``ragym serve`` search. A
+        version with document rows (co-training's ``update_documents``) is written into that same index, so a
+        search of the bare ``image_retriever(spec)`` meets its rows too (with the KB's own query side)."""
         key = ("versioned", spec)
         if key not in self._retrievers:
             self._retrievers[key] = VersionedRetriever(self.image_retriever(spec), self.query_slot)

@@ -76,7 +76,13 @@ class CotrainConfig:
     name a validation split of training-side rows to keep the report's set unseen). Their query images never
     enter the harvest buffer, nor do ``data.val_files``'."""
     update_documents: bool = False
-    """Re-encode changed documents too. Not built: ``true`` is refused (the query side alone keeps the index valid)."""
+    """Train the document side too: each round also moves the stored vectors of the entities its labels touch (the
+    harvested positives and hard negatives, mined ones included) by a learned delta, renormalised, jointly with the
+    query map; a version carries those rows and serving it re-writes only them in the index (an exact flat index:
+    another kind is refused at start). False: the query side alone, the index as the KB built it."""
+    document_lr: float = 1e-2
+    """Learning rate of the document-side deltas (``update_documents``), in the round's optimiser beside ``lr``:
+    it bounds how far a round moves an entity's vector (AdamW: about this much per weight and step)."""
     background: bool = True
     """Train each round in its own process (a Ray task under verl on Ray), so the policy's step is not held; false
     runs it inline (tests)."""
@@ -98,11 +104,8 @@ class CotrainConfig:
             raise UsageError(f"{SECTION}.original_share must be in [0, 1), got {self.original_share!r}")
         if not (self.lr > 0 and self.max_recall_drop >= 0 and self.scale > 0):
             raise UsageError(f"{SECTION}: lr and scale must be > 0 and max_recall_drop >= 0")
-        if self.update_documents:
-            raise UsageError(
-                f"{SECTION}.update_documents=true: the document-side update is not built; only the query side "
-                "trains (the index stays valid)"
-            )
+        if not self.document_lr > 0:
+            raise UsageError(f"{SECTION}.document_lr must be > 0, got {self.document_lr!r}")
 
 
 def read_cotrain(values: dict[str, Any] | None) -> CotrainConfig | None:

@@ -8,7 +8,9 @@ step that finds it finished compares its held-out recall with the serving versio
 either swaps it into the KB's query-encoder slot (every env of the process searches with it from the next search
 on; a retrieval service named by the recipe is told through ``POST /encoder``, and a swap that some of a Ray Serve
 deployment's replicas did not take is warned and counted) or skips it, logged either way.
-``<output_dir>/cotrain/serving.json`` records each swap by step, so a resumed run serves what its checkpoint did.
+``<output_dir>/cotrain/serving.json`` records each swap by step, so a resumed run serves what its checkpoint did:
+a version is whole (its query map, and with ``update_documents`` every document row its chain changed, relative to
+the KB), so the last version swapped by that step is all a resumed run installs.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class CoTraining:
         self.buffer = HarvestBuffer(self.root / "buffer", self.held_out)
         self.buffer.drop_after(resume_step if resume_step is not None else -1)
         self.service_url = service_url
+        if cfg.update_documents:
+            self._refuse_fixed_rows(index_kind)
         self.swaps = [s for s in self._read_swaps() if resume_step is not None and s["step"] <= resume_step]
         self._write_swaps()
         self.counts = {"cotrain/swaps": 0.0, "cotrain/swaps_skipped": 0.0, "cotrain/rounds": 0.0}
@@ -255,6 +259,21 @@ class CoTraining:
                 logger.warning("co-training: the retrieval service did not swap every replica: %s", error)
                 missing = error.live - error.holding
             self.counts["cotrain/service_replicas_missing"] = float(missing)
+
+    def _refuse_fixed_rows(self, index_kind: str) -> None:
+        """``update_documents``: refuse now, in one line, an index that cannot replace rows (here, or the
+        service's), which would otherwise fail the first swap of a version carrying document rows mid-run."""
+        found = []
+        if (here := self.retriever.row_refusal) is not None:
+            found.append(f"the rows' index_kind {index_kind}: {here}")
+        if self.service_url:
+            from ragym.envs.retrieval.service.client import ServiceRetriever
+
+            status = ServiceRetriever(self.service_url, "image").call("GET", "/ready", None)
+            if (there := status["retrievers"]["image"].get("document_rows_refused")) is not None:
+                found.append(f"the retrieval service {self.service_url}: {there}")
+        if found:
+            raise UsageError(f"{SECTION}.update_documents: " + "; ".join(found))
 
     def _noisy_initial(self) -> str | None:
         """The miniature's weak initial version (``initial_noise_rank``), written under ``cotrain/versions``."""

@@ -1,12 +1,14 @@
 """One co-training round: fine-tune the query side on the harvest (plus original pairs), measure, write a version.
 
 The query side is the map W of ``ragym.envs.retrieval.versions`` on the KB's query vectors; the documents (entity
-vectors) stay fixed, so the index stays valid. The loss is the contrastive trainer's own
-(``ragym.rl.retriever.train.build_loss``: sentence-transformers' MultipleNegativesRankingLoss, in-batch negatives
-plus one hard negative per pair) on the embeddings this map gives; with ``mined_negatives`` the same in-batch
-softmax runs over every hard negative of the batch's images (harvested and mined from the serving version). A round runs in its own process or Ray task
-(``ragym.rl.cotrain.controller``) and writes ``version/encoder.{npz,json}`` with the held-out recall of the new
-version and of the one serving, which the controller's forgetting guard compares.
+vectors) stay fixed, so the index stays valid, unless ``update_documents`` also trains the vectors of the entities
+the harvest touched (``ragym.rl.cotrain.documents``), whose rows the version then carries. The loss is the
+contrastive trainer's own (``ragym.rl.retriever.train.build_loss``: sentence-transformers'
+MultipleNegativesRankingLoss, in-batch negatives plus one hard negative per pair) on the embeddings this map gives;
+with ``mined_negatives`` the same in-batch softmax runs over every hard negative of the batch's images (harvested and
+mined from the serving version). A round runs in its own process or Ray task (``ragym.rl.cotrain.controller``) and
+writes ``version/encoder.{npz,json}`` (and ``documents.npz``) with the held-out recall of the new version and of the
+one serving, each searched over the entity vectors it serves, which the controller's forgetting guard compares.
 """
 
 from __future__ import annotations
@@ -32,13 +34,11 @@ from ragym.envs.retrieval.versions import (
 )
 from ragym.rl.cotrain.buffer import HarvestBuffer, HeldOut
 from ragym.rl.cotrain.config import CotrainConfig
+from ragym.rl.cotrain.documents import EntityTable, Pair, next_rows, served_entities, touched_entities
 from ragym.rl.retriever.config import LossConfig
 from ragym.rl.retriever.train import build_loss
 
 logger = logging.getLogger(__name__)
-
-Pair = tuple[str, str, str]
-"""(query image, positive entity, hard negative entity)."""
 
 
 @dataclass(frozen=True)
@@ -134,9 +134,7 @@ def hard_negatives(
     version's top ``mined`` entities for it, its positives excluded (the look-alikes ranked around the gold)."""
     pooled = buffer.pooled(until_step)
     queries = sorted({q for q, _, _ in pairs})
-    exact = FaissRetriever.from_vectors(
-        np.asarray(kb.entity_embeddings, dtype=np.float32), kb.entities["entity_id"].tolist()
-    )
+    exact = FaissRetriever.from_vectors(served_entities(kb, serving), kb.entities["entity_id"].tolist())
     positives: dict[str, set[str]] = {}
     for query, positive, _ in pairs:
         positives.setdefault(query, set()).add(positive)
@@ -167,12 +165,11 @@ def query_vectors(kb: KnowledgeBase, queries: list[str]) -> np.ndarray:
 def recall(
     kb: KnowledgeBase, encoder: QueryEncoder, pairs: tuple[tuple[str, str], ...], ks: tuple[int, ...]
 ) -> dict[str, float]:
-    """R@k of ``encoder`` over the held-out (query image, gold entity) pairs, exact search over the entities."""
+    """R@k of ``encoder`` over the held-out (query image, gold entity) pairs, exact search over the entity vectors
+    it serves (its document rows in place of the KB's)."""
     if not pairs:
         return {}
-    exact = FaissRetriever.from_vectors(
-        np.asarray(kb.entity_embeddings, dtype=np.float32), kb.entities["entity_id"].tolist()
-    )
+    exact = FaissRetriever.from_vectors(served_entities(kb, encoder), kb.entities["entity_id"].tolist())
     vectors = encoder.encode(query_vectors(kb, [q for q, _ in pairs]))
     hits = exact.batch_search(list(vectors), max(ks))
     ranks = [
@@ -209,9 +206,19 @@ def run_round(spec: RoundSpec) -> dict[str, Any]:
         if cfg.mined_negatives and harvested
         else None
     )
+    touched = (
+        touched_entities(
+            HarvestBuffer(Path(spec.buffer_dir), HeldOut()), spec.until_step, harvested, negatives
+        )
+        if cfg.update_documents
+        else []
+    )
+    table = EntityTable(served_entities(kb, serving), [kb.entity_row[e] for e in touched])
     if harvested:
-        _fit(tower, kb, harvested, original, cfg, rng, negatives)
+        _fit(tower, table, kb, harvested, original, cfg, rng, negatives)
     matrix = tower.matrix().detach().numpy().astype(np.float32)
+    rows, vectors = table.moved()
+    documents = next_rows(serving.documents, [entities[r] for r in rows], vectors)
     meta = {
         "step": spec.until_step,
         "num_harvested_pairs": len(harvested),
@@ -222,19 +229,23 @@ def run_round(spec: RoundSpec) -> dict[str, Any]:
         "optimiser": cfg.optimiser,
         "mined_negatives": cfg.mined_negatives,
         "round_steps": cfg.round_steps,
+        "update_documents": cfg.update_documents,
+        "document_lr": cfg.document_lr,
+        "num_documents_moved": len(rows),
     }
-    new = QueryEncoder(spec.version, matrix, meta)
+    new = QueryEncoder(spec.version, matrix, meta, documents)
     for name, encoder in (("new", new), ("serving", serving)):
         meta.update(
             {f"{name}_{k}": v for k, v in recall(kb, encoder, spec.guard_pairs, spec.recall_ks).items()}
         )
-    save_query_encoder(QueryEncoder(spec.version, matrix, meta), Path(spec.out))
+    save_query_encoder(QueryEncoder(spec.version, matrix, meta, documents), Path(spec.out))
     logger.info("co-training round %s: %d harvested pairs, %s", spec.version, len(harvested), meta)
     return meta
 
 
 def _fit(
     tower: QueryTower,
+    table: EntityTable,
     kb: KnowledgeBase,
     harvested: list[Pair],
     original: list[Pair],
@@ -242,25 +253,29 @@ def _fit(
     rng: random.Random,
     hard: dict[str, list[str]] | None,
 ) -> None:
-    """``cfg.round_steps`` optimiser steps of the contrastive loss on batches mixing harvest and original pairs;
-    ``hard`` (``mined_negatives``): the in-batch softmax over the batch's distinct golds and hard negatives."""
+    """``cfg.round_steps`` optimiser steps of the contrastive loss on batches mixing harvest and original pairs,
+    the query map and ``table``'s trainable entity deltas (at ``document_lr``) together; ``hard``
+    (``mined_negatives``): the in-batch softmax over the batch's distinct golds and hard negatives."""
     loss_fn = build_loss(tower, LossConfig(name="mnrl", scale=cfg.scale))  # pyright: ignore[reportArgumentType]
-    params = [p for p in tower.parameters() if p.requires_grad]
+    groups: list[dict[str, Any]] = [
+        {"params": [p for p in tower.parameters() if p.requires_grad], "lr": cfg.lr}
+    ]
+    if table.trainable:
+        groups.append({"params": [table.delta], "lr": cfg.document_lr})
     optimiser = (
-        torch.optim.SGD(params, lr=cfg.lr)
+        torch.optim.SGD(groups, lr=cfg.lr)
         if cfg.optimiser == "sgd"
-        else torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+        else torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=0.0)
     )
     num_original = round(cfg.batch_size * cfg.original_share) if original else 0
-    entity_vectors = torch.tensor(np.asarray(kb.entity_embeddings, dtype=np.float32))  # (num_entities, dim)
     for _ in range(cfg.round_steps):
         batch = _draw(harvested, cfg.batch_size - num_original, rng) + _draw(original, num_original, rng)
         queries = torch.tensor(query_vectors(kb, [q for q, _, _ in batch]))  # (batch, dim)
         if hard is not None:
-            loss = _union_loss(tower(queries), batch, hard, entity_vectors, kb.entity_row, cfg.scale)
+            loss = _union_loss(tower(queries), batch, hard, table, kb.entity_row, cfg.scale)
         else:
-            positives = entity_vectors[[kb.entity_row[p] for _, p, _ in batch]]  # (batch, dim)
-            negatives = entity_vectors[[kb.entity_row[n] for _, _, n in batch]]  # (batch, dim)
+            positives = table([kb.entity_row[p] for _, p, _ in batch])  # (batch, dim)
+            negatives = table([kb.entity_row[n] for _, _, n in batch])  # (batch, dim)
             embeddings = [tower(queries), positives, negatives]
             loss = loss_fn.compute_loss_from_embeddings(embeddings, None)  # pyright: ignore[reportCallIssue]
         optimiser.zero_grad()
@@ -272,7 +287,7 @@ def _union_loss(
     anchors: torch.Tensor,
     batch: list[Pair],
     hard: dict[str, list[str]],
-    entity_vectors: torch.Tensor,
+    table: EntityTable,
     entity_row: dict[str, int],
     scale: float,
 ) -> torch.Tensor:
@@ -280,7 +295,7 @@ def _union_loss(
     label its own gold: a look-alike that is one image's gold and another's negative is scored once, never
     against its own image."""
     candidates = list(dict.fromkeys([p for _, p, _ in batch] + [n for q, _, _ in batch for n in hard[q]]))
-    vectors = nn.functional.normalize(entity_vectors[[entity_row[c] for c in candidates]], dim=-1)
+    vectors = nn.functional.normalize(table([entity_row[c] for c in candidates]), dim=-1)
     labels = torch.tensor([candidates.index(p) for _, p, _ in batch])
     return nn.functional.cross_entropy(scale * anchors @ vectors.T, labels)  # anchors are unit-norm
 

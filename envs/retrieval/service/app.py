@@ -5,11 +5,13 @@ Routes (JSON in and out; ``ragym.envs.retrieval.service.wire`` has the query and
 - ``POST /search``        ``{"retriever", "query", "k"}`` -> ``{"hits": [hit...]}``
 - ``POST /batch_search``  ``{"retriever", "queries", "k"}`` -> ``{"results": [[hit...]...]}``
 - ``GET /health``         liveness, always 200 while the process serves: ``{"status": "ok", "ready": bool}``
-- ``GET /ready``          200 with the retrievers, cache and batch counters once every index is loaded, else 503
-- ``POST /encoder``       ``{"retriever", "path"}`` -> ``{"version", "previous"}``: load the query-encoder version at
-  ``path`` (``ragym.envs.retrieval.versions``) and swap it into a versioned retriever; requests that arrive meanwhile
-  wait for the swap, and the swap waits for the requests in flight, so no request fails or mixes versions (a Ray
-  Serve deployment hands the route to ``ragym.envs.serving.encoder_sync``, which swaps every replica)
+- ``GET /ready``          200 with the retrievers (a versioned one says whether its index takes document rows:
+  ``document_rows_refused``), cache and batch counters once every index is loaded, else 503
+- ``POST /encoder``       ``{"retriever", "path"}`` -> ``{"version", "previous"}``: load the retriever version at
+  ``path`` (``ragym.envs.retrieval.versions``: its query map and any document rows) and swap it into a versioned
+  retriever; requests that arrive meanwhile wait for the swap, and the swap (which writes the document rows into the
+  index) waits for the requests in flight, so no request fails or mixes versions (a Ray Serve deployment hands the
+  route to ``ragym.envs.serving.encoder_sync``, which swaps every replica)
 
 With a token configured, every route but ``/health`` needs ``Authorization: Bearer <token>`` (else 401).
 Every query goes through the replay cache, then its retriever's dynamic batcher; the results are the
@@ -193,8 +195,9 @@ class RetrievalApp:
         return [await found if isinstance(found, asyncio.Future) else found for found in waits]
 
     async def swap_encoder(self, name: str, path: object) -> dict[str, Any]:
-        """Load the query-encoder version at ``path`` (in a search thread), then swap it into retriever ``name``
-        once the requests in flight have finished; requests arriving meanwhile wait and search the new one."""
+        """Load the version at ``path`` (in a search thread), then swap it into retriever ``name`` (its query map and
+        its document rows) once the requests in flight have finished; requests arriving meanwhile wait and search
+        the new one."""
         from ragym.envs.retrieval.versions import load_query_encoder
 
         if not self.ready:
@@ -208,6 +211,8 @@ class RetrievalApp:
         loop = asyncio.get_running_loop()
         try:
             encoder = await loop.run_in_executor(self._executor, load_query_encoder, path)
+            # before the drain: an index that cannot take the version's document rows refuses it here
+            await loop.run_in_executor(self._executor, served.retriever.check, encoder)
         except (OSError, ValueError, KeyError) as error:
             raise BadRequest(f"cannot load query encoder {path}: {error}") from None
         while self._swapping is not None:  # one swap at a time
@@ -232,7 +237,17 @@ class RetrievalApp:
             "ready": self.ready,
             "replica": self.replica,
             "retrievers": {
-                n: {"query": s.query, "dim": s.dim, "version": getattr(s.retriever, "version", None)}
+                n: {
+                    "query": s.query,
+                    "dim": s.dim,
+                    "version": getattr(s.retriever, "version", None),
+                    # a versioned retriever: why its index cannot take a version's document rows (null: it can)
+                    **(
+                        {"document_rows_refused": s.retriever.row_refusal}
+                        if hasattr(s.retriever, "swap")
+                        else {}
+                    ),
+                }
                 for n, s in self.retrievers.items()
             },
             "cache": {**self.cache.stats.as_dict(), "entries": len(self.cache)},

@@ -13,6 +13,7 @@ from ragym.envs.retrieval.versions import QueryEncoder, load_query_encoder, save
 from ragym.rl.cotrain.config import CotrainConfig
 from ragym.rl.cotrain.controller import CoTraining
 from ragym.rl.cotrain.round import RoundSpec, run_round
+from ragym.rl.errors import UsageError
 from tests.rl.cotrain.helpers import options, tiny_rows, weak_encoder
 
 
@@ -83,9 +84,11 @@ def test_the_forgetting_guard_skips_a_drop_beyond_the_margin_and_swaps_otherwise
     cotrain.retriever.swap(None)
 
 
-def test_update_documents_is_refused_in_one_line() -> None:
-    with pytest.raises(Exception, match="document-side update is not built"):
-        replace(CotrainConfig(), update_documents=True)
+def test_update_documents_is_built_and_its_rate_must_be_positive() -> None:
+    """Once refused as not built; tests/rl/cotrain/test_documents.py tests what it does."""
+    assert replace(CotrainConfig(), update_documents=True).update_documents
+    with pytest.raises(UsageError, match=r"ragym.cotrain.document_lr must be > 0, got 0.0"):
+        CotrainConfig(update_documents=True, document_lr=0.0)
 
 
 def test_the_guard_reads_recall_at_guard_k(tmp_path: Path) -> None:
