@@ -275,7 +275,7 @@ def prepare(
 
 
 def check_cotrain(config: Any) -> None:
-    """A bad ``ragym.cotrain`` setting (an unknown key, a rate <= 0, a switch not built) is refused in its one line
+    """A bad ``ragym.cotrain`` setting (an unknown key, a rate <= 0) is refused in its one line
     now; the trainer reads the section only after the KB, the copy pretraining and the warm start."""
     from ragym.rl.cotrain.config import SECTION, read_cotrain
 
