@@ -188,9 +188,16 @@ def test_a_chain_of_versions_carries_every_changed_row_and_a_resumed_run_serves_
     second_buffer.add(3, Harvest(more))
     v2 = tmp_path / "run" / "v2"
     spec = RoundSpec(
-        cotrain.kb_dir, str(second_buffer.folder), 3, str(tmp_path / "run" / "v1"), str(v2), "v2",
-        cotrain.guard_pairs, (1, 3), asdict(cotrain.cfg),
-    )  # fmt: skip
+        cotrain.kb_dir,
+        str(second_buffer.folder),
+        3,
+        str(tmp_path / "run" / "v1"),
+        str(v2),
+        "v2",
+        cotrain.guard_pairs,
+        (1, 3),
+        asdict(cotrain.cfg),
+    )
     run_round(spec)
     second = load_query_encoder(v2)
     assert first.documents is not None and second.documents is not None
