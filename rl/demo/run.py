@@ -337,6 +337,21 @@ def probe_policy(policy_dir: Path, config: Any, reader: RecipeReader) -> dict[st
     return decision_margin(policy_dir, config, rows, reader.get("ragym.demo.warm_start.quote"))
 
 
+def expert_confirm(rows: list[dict[str, Any]], reject_noise: float, noise: float) -> float:
+    """What the probe's ``confirm_match`` (the token after ``<rerank>`` on a batch holding the match) is for the
+    expert the warm start imitated: ``1 - reject_noise - noise`` where the env offers Reject, written after
+    ``<rerank>``. Without it (``allow_reject`` false: Table 5's "w/o Reject") the expert skips the image instead and
+    writes no ``<rerank>``, so every ``<rerank>`` it writes names the match: ``1 - noise``; the probe then reads
+    whether the policy names the candidate the check matched, not its odds of confirming.
+
+    >>> row = {"extra_info": {"env_kwargs": '{"allow_reject": false}'}}
+    >>> expert_confirm([row], 0.5, 0.0), expert_confirm([{"extra_info": {"env_kwargs": "{}"}}], 0.5, 0.0)
+    (1.0, 0.5)
+    """
+    offers_reject = all(json.loads(r["extra_info"]["env_kwargs"]).get("allow_reject", True) for r in rows)
+    return 1.0 - noise - (reject_noise if offers_reject else 0.0)
+
+
 def check_warm_start(config: Any, reader: RecipeReader, warm_dir: Path, seed: int) -> dict[str, Any]:
     """Probe the warm start on the held-out rows (once; kept in ``WARM_PROBE``) and hold it to
     ``ragym.demo.warm_start_target`` before GRPO starts: a warm start that missed its target is a failed run,
@@ -347,7 +362,8 @@ def check_warm_start(config: Any, reader: RecipeReader, warm_dir: Path, seed: in
     probe = json.loads(path.read_text())
     target = WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
     warm = reader.get("ragym.demo.warm_start")
-    misses = warm_start_misses(probe, target, 1.0 - warm["reject_noise"] - warm["noise"])
+    rows = read_rows(reader.get("data.val_files"), 1)
+    misses = warm_start_misses(probe, target, expert_confirm(rows, warm["reject_noise"], warm["noise"]))
     if misses:
         text = f"seed {seed}: the warm start in {warm_dir} missed its target: {'; '.join(misses)}"
         if target.action == "stop":
