@@ -119,6 +119,14 @@ class CircuitBreaker:
                 self.opened_at = self.clock()
 
 
+def unreachable(where: str, exc: BaseException, timeout_s: float) -> RetrievalUnavailable:
+    """A request to ``where`` that got no answer: ``timeout`` when it waited ``timeout_s`` in vain, else
+    ``connection`` (refused, reset, a broken response)."""
+    if isinstance(exc, TimeoutError):
+        return RetrievalUnavailable("timeout", f"{where}: no answer in {timeout_s} s ({exc})")
+    return RetrievalUnavailable("connection", f"{where}: {type(exc).__name__}: {exc}")
+
+
 class ServiceRetriever:
     """One named retriever of the service, with the ``Retriever`` interface."""
 
@@ -156,14 +164,8 @@ class ServiceRetriever:
             status, data = self._exchange(
                 conn, "POST", "/encoder", {"retriever": self.name, "path": str(path)}
             )
-        except TimeoutError as exc:
-            raise RetrievalUnavailable(
-                "timeout", f"{self.url}/encoder: no answer in {conn.timeout} s"
-            ) from exc
         except (OSError, http.client.HTTPException) as exc:
-            raise RetrievalUnavailable(
-                "connection", f"{self.url}/encoder: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise unreachable(f"{self.url}/encoder", exc, self.config.swap_timeout_s) from exc
         finally:
             conn.close()
         if status < 400:
@@ -195,13 +197,8 @@ class ServiceRetriever:
                 time.sleep(min(cfg.backoff_s * 2 ** (attempt - 1), cfg.backoff_max_s))
             try:
                 status, data = self._request(method, path, body)
-            except TimeoutError as exc:
-                error = RetrievalUnavailable(
-                    "timeout", f"{self.url}{path}: no answer in {cfg.timeout_s} s ({exc})"
-                )
-                continue
             except (OSError, http.client.HTTPException) as exc:
-                error = RetrievalUnavailable("connection", f"{self.url}{path}: {type(exc).__name__}: {exc}")
+                error = unreachable(f"{self.url}{path}", exc, cfg.timeout_s)
                 continue
             if status < 400:
                 self.breaker.record(True)
