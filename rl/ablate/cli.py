@@ -114,15 +114,17 @@ def _record_miss(out: Path, variant: Variant, seed: int, reason: str) -> None:
 
 
 def _source_missed(out: Path, variant: Variant, seed: int) -> str | None:
-    """Why ``variant`` cannot run ``seed`` because the variant whose warm start it starts from missed its target."""
-    if not variant.warm_start_from:
+    """Why ``variant`` cannot run ``seed`` because the variant whose warm start it starts from (GRPO from it, or
+    its own warm start continuing it) missed its target."""
+    source = variant.warm_start_from or variant.init_from
+    if not source:
         return None
-    failed = run_dir(out, Variant(variant.warm_start_from), seed) / FAILED
+    failed = run_dir(out, Variant(source), seed) / FAILED
     if not failed.is_file():
         return None
+    how = "starts from" if variant.warm_start_from else "continues"
     return (
-        f"starts from {variant.warm_start_from}'s warm start, which missed its target: "
-        + json.loads(failed.read_text())["reason"]
+        f"{how} {source}'s warm start, which missed its target: " + json.loads(failed.read_text())["reason"]
     )
 
 
@@ -142,11 +144,18 @@ def _run_one(
     _save(run_dir(out, variant, seed) / "result.json", result)
 
 
+def _phase(variant: Variant) -> int:
+    """When ``variant`` runs in parallel: 0 warm-starts itself, 1 continues another's warm start, 2 starts GRPO
+    from another's warm start (``init_from`` sources are never themselves continuations: ``register_grid``)."""
+    return 2 if variant.warm_start_from else 1 if variant.init_from else 0
+
+
 def run_parallel(
     grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str], run: Runner, jobs: int
 ) -> None:
     """Every unfinished (variant, seed) in ``jobs`` worker processes: first the runs that warm-start
-    themselves, then the ones that start from another variant's warm start (which must exist by then)."""
+    themselves, then the ones whose warm start continues another's, then the ones that start GRPO from another
+    variant's warm start (each source exists by then)."""
     if grid.kind == "kbvqa":  # built once here, not raced for by the workers
         from ragym.rl.ablate.kbvqa import shared_kb, write_rows
 
@@ -154,12 +163,9 @@ def run_parallel(
         for variant in grid.variants:
             write_rows(out, variant)
     context = multiprocessing.get_context("spawn")  # torch and faiss threads do not survive fork
-    for phase in (False, True):
+    for phase in range(3):
         todo = [
-            (v, s)
-            for s in seeds
-            for v in grid.variants
-            if bool(v.warm_start_from) == phase and not _finished(out, v, s)
+            (v, s) for s in seeds for v in grid.variants if _phase(v) == phase and not _finished(out, v, s)
         ]
         for variant, seed in [(v, s) for v, s in todo if _source_missed(out, v, s) is not None]:
             _run_one(run, out, variant, seed, steps, extra)  # records the miss, runs nothing

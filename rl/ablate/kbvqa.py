@@ -75,8 +75,11 @@ def write_reward_recipe(grid_dir: Path, variant: Variant) -> Path | None:
     return path
 
 
-def variant_overrides(grid_dir: Path, variant: Variant, extra: list[str]) -> list[str]:
-    """Recipe overrides that make the demo recipe this variant (rows, reward recipe, the variant's own keys)."""
+def variant_overrides(
+    grid_dir: Path, variant: Variant, extra: list[str], seed: int | None = None
+) -> list[str]:
+    """Recipe overrides that make the demo recipe this variant (rows, reward recipe, the variant's own keys, the
+    warm start it continues from: ``variant.init_from``'s of ``seed``), then ``extra``."""
     rows = write_rows(grid_dir, variant)
     overrides = [f"data.train_files={rows / 'train.parquet'}", f"data.val_files={rows / 'test.parquet'}"]
     if variant.options.get("guard_every"):
@@ -84,7 +87,18 @@ def variant_overrides(grid_dir: Path, variant: Variant, extra: list[str]) -> lis
     reward = write_reward_recipe(grid_dir, variant)
     if reward is not None:
         overrides.append(f"reward.custom_reward_function.reward_kwargs.recipe_path={reward}")
+    if variant.init_from:
+        if seed is None:
+            raise ValueError(
+                f"{variant.name} continues {variant.init_from}'s warm start of a seed: name the seed"
+            )
+        overrides.append(f"ragym.demo.warm_start.init_from={init_dir(grid_dir, variant, seed)}")
     return overrides + list(variant.overrides) + list(extra)
+
+
+def init_dir(grid_dir: Path, variant: Variant, seed: int) -> Path:
+    """The warm start ``variant``'s own continues from (``variant.init_from``'s of ``seed``)."""
+    return run_dir(grid_dir, Variant(variant.init_from), seed) / "warm_start"
 
 
 def demo_command(out: Path, seed: int, steps: int | None, overrides: list[str]) -> str:
@@ -106,14 +120,14 @@ def train_overrides(
         f"actor_rollout_ref.model.path={warm}",
     ]
     overrides += [f"trainer.total_training_steps={steps}"] if steps is not None else []
-    return overrides + variant_overrides(grid_dir, variant, extra)
+    return overrides + variant_overrides(grid_dir, variant, extra, seed)
 
 
 def command(grid_dir: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> str:
     """How to run one (variant, seed) alone: ``ragym demo`` (own warm start) or ``ragym train`` (shared one)."""
     if not variant.warm_start_from:
         return demo_command(
-            run_dir(grid_dir, variant, seed), seed, steps, variant_overrides(grid_dir, variant, extra)
+            run_dir(grid_dir, variant, seed), seed, steps, variant_overrides(grid_dir, variant, extra, seed)
         )
     overrides = train_overrides(grid_dir, variant, seed, steps, extra)
     return shlex.join(["ragym", "train", "--recipe", DEMO_RECIPE, *overrides])
@@ -127,12 +141,17 @@ def _trainer(grid_dir: Path, variant: Variant, seed: int, steps: int | None, ext
 
     if not variant.warm_start_from:
         policy_from = run_dir(grid_dir, Variant(variant.policy_from), seed) if variant.policy_from else None
+        if variant.init_from and not (init_dir(grid_dir, variant, seed) / "warm_start.json").is_file():
+            raise FileNotFoundError(
+                f"{variant.name}'s warm start continues {variant.init_from}'s, not at "
+                f"{init_dir(grid_dir, variant, seed)}: run {variant.init_from} for seed {seed} first"
+            )
         config, reader, _ = prepare(
             run_dir(grid_dir, variant, seed),
             seed,
             steps,
             DEMO_RECIPE,
-            variant_overrides(grid_dir, variant, extra),
+            variant_overrides(grid_dir, variant, extra, seed),
             policy_from,
         )
         return LocalTrainer(config, read_engine_config(reader))

@@ -133,7 +133,7 @@ def _warm_start(
     logger.info("warm start: %s", cfg)
     start = time.perf_counter()
     asyncio.set_event_loop(asyncio.new_event_loop())
-    model, tokenizer, processor = load_policy(policy_dir)
+    model, tokenizer, processor = load_policy(warm_start_init(policy_dir, cfg.init_from))
     rows = read_rows(reader.get("data.train_files"), cfg.num_episodes)
 
     def loop_factory(server: Any) -> Any:
@@ -166,10 +166,45 @@ def _warm_start(
         "reject_noise": cfg.reject_noise,
         "protocol_share": cfg.protocol_share,
         "copy_weight": cfg.copy_weight,
+        "init_from": cfg.init_from,
     }
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     logger.info("warm start: %s", info)
     return info
+
+
+def warm_start_init(policy_dir: Path, init_from: str | None) -> Path:
+    """The policy a warm start begins from: the demo's tiny policy, or ``init_from`` (``ragym.demo.warm_start``),
+    a finished warm start with the same tokenizer; anything else is refused in one line before any imitation."""
+    if init_from is None:
+        return policy_dir
+    start = Path(init_from)
+    if not (start / "warm_start.json").is_file():
+        raise UsageError(
+            f"ragym.demo.warm_start.init_from={init_from}: not a finished warm start (no warm_start.json there)"
+        )
+    for name in ("config.json", "tokenizer.json"):  # the model's shape, and the KB's tokens
+        if _file_settings(start / name) != _file_settings(policy_dir / name):
+            raise UsageError(
+                f"ragym.demo.warm_start.init_from={init_from}: its {name} differs from this run's tiny policy's "
+                f"({policy_dir}): a policy of another size or KB cannot continue on these prompts"
+            )
+    return start
+
+
+_SAVE_NOTES = frozenset({"dtype", "torch_dtype", "transformers_version"})
+"""Config keys ``save_pretrained`` writes or drops that do not change the model (the weights are fp32 either way)."""
+
+
+def _file_settings(path: Path) -> Any:
+    """A policy folder's JSON file without ``_SAVE_NOTES`` at any depth."""
+
+    def settings(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: settings(v) for k, v in value.items() if k not in _SAVE_NOTES}
+        return value
+
+    return settings(json.loads(path.read_text()))
 
 
 def _summary(metrics: dict[str, float]) -> dict[str, Any]:

@@ -84,6 +84,11 @@ class WarmStartConfig:
     each weighted by its probability, instead of one sampled branch: the exact expectation over
     ``reject_noise``, so the policy's P(confirm) is the expert's odds, not the share of its last draws that
     confirmed (docs/results.md: why the demo's learning was fragile). Needs ``noise`` 0."""
+    init_from: str | None = None
+    """A finished warm start (a folder with ``warm_start.json``) this imitation continues from, on this run's
+    own prompts, instead of the copy-pretrained tiny policy; its tokenizer must be this run's. An ablation variant
+    whose prompt differs from the grid's first (no Reject line, another K) starts there: the first's prompts hold
+    several times its decisions, from which the policy learnt to read the visual check (docs/results.md)."""
 
 
 COPY_TAGS = ("search_call", "answer")

@@ -189,6 +189,19 @@ def test_grid_registration_refuses_duplicates_and_unknown_claims() -> None:
     with pytest.raises(ValueError, match="unknown variant"):
         register_grid(bad)
     assert "bad" not in GRIDS
+    # A warm start continues one of the grid's own variants that warm-starts itself, never a chain.
+    for variants in (
+        (Variant("a"), Variant("b", own_warm_start=True, init_from="zzz")),
+        (Variant("a"), Variant("b", init_from="a")),  # b does not warm-start itself
+        (
+            Variant("a"),
+            Variant("b", own_warm_start=True, init_from="a"),
+            Variant("c", own_warm_start=True, init_from="b"),
+        ),
+    ):
+        with pytest.raises(ValueError, match="continues .* warm start, which must be a variant of the grid"):
+            register_grid(Grid("bad", "kbvqa", variants, ("m",)))
+    assert "bad" not in GRIDS
 
 
 def test_the_issue_grids_exist_with_their_variants_and_metrics() -> None:
@@ -287,6 +300,36 @@ def test_jobs_run_warm_starts_first_in_worker_processes(tmp_path: Path) -> None:
         main(["verification", "--out", str(tmp_path / "x"), "--jobs", "0"])
 
 
+def chained_run(out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> dict:
+    """A runner for worker processes: a warm start that continues another's, or GRPO from another's warm start,
+    needs that one's run done (its warm start is written by then), and leaves its own for GRPO to start from."""
+    from ragym.rl.ablate.grids import run_dir
+
+    for source in (variant.warm_start_from, variant.init_from):
+        if source:
+            assert (run_dir(out, Variant(source), seed) / "result.json").is_file(), (variant.name, source)
+    if variant.name == "lucky":  # starts GRPO from better's warm start, which continued base's
+        assert (run_dir(out, Variant("better"), seed) / "result.json").is_file()
+    return {"metrics": VALUES[variant.name][seed], "wall_time_s": 1.0}
+
+
+def test_jobs_run_a_continued_warm_start_after_its_source_and_before_grpo_from_it(tmp_path: Path) -> None:
+    grid = Grid(
+        "chain",
+        "fake_kind",
+        (
+            Variant("base"),
+            Variant("better", own_warm_start=True, init_from="base"),
+            Variant("lucky", warm_start_from="better"),
+        ),
+        ("score",),
+    )
+    results = run_grid(grid, tmp_path, [0, 1, 2], None, [], runner=chained_run, jobs=2)
+    assert results["variants"]["lucky"]["score"]["per_seed"] == pytest.approx(
+        [BASE[s] + SCORE_DIFFS["lucky"][s] for s in range(3)]
+    )
+
+
 def test_defaults_five_seeds_on_the_answer_task_and_a_job_per_core_up_to_the_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -379,7 +422,12 @@ def test_a_missed_warm_start_is_recorded_and_its_seed_leaves_the_table(tmp_path:
     grid = Grid(
         "miss",
         "fake_kind",
-        (Variant("base"), Variant("better", warm_start_from="base"), Variant("worse")),
+        (
+            Variant("base"),
+            Variant("better", warm_start_from="base"),
+            Variant("worse"),
+            Variant("lucky", own_warm_start=True, init_from="base"),
+        ),
         ("score",),
         (Claim("score", "better", ">", "base", "test"),),
     )
@@ -391,9 +439,10 @@ def test_a_missed_warm_start_is_recorded_and_its_seed_leaves_the_table(tmp_path:
     reasons = {f["variant"]: f["reason"] for f in results["failed_warm_starts"]}
     assert reasons["base"].endswith("copy accuracy 0.400 < 0.97")
     assert reasons["better"].startswith("starts from base's warm start, which missed its target")
+    assert reasons["lucky"].startswith("continues base's warm start, which missed its target")
     report = (tmp_path / "report.md").read_text()
     assert (
-        "2 warm start(s) missed their target" in report and "- base seed 1: seed 1: the warm start" in report
+        "3 warm start(s) missed their target" in report and "- base seed 1: seed 1: the warm start" in report
     )
     # A resume keeps the failures (a warm start is deterministic) and runs nothing again.
     again = run_grid(grid, tmp_path, [0, 1, 2], None, [], runner=FakeRunner(fail_at=("base", 1)), jobs=1)

@@ -288,3 +288,60 @@ def test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds(exper
     # Noise on which candidate is confirmed is not enumerated: refused rather than silently ignored.
     with pytest.raises(ValueError, match="noise=0"):
         expert_samples(rows, factory, tokenizer, _warm_config(noise=0.1, soft_decisions=True))
+
+
+def test_a_warm_start_continues_the_one_named_by_init_from(tmp_path) -> None:
+    """``ragym.demo.warm_start.init_from``: the imitation starts from that finished warm start's weights, not the
+    tiny policy's (at a learning rate of 0 it saves exactly those); a folder that is not a finished warm start, or
+    one of another model shape, is refused in one line before any imitation."""
+    from safetensors.torch import load_file
+
+    from ragym.rl.demo.run import prepare
+    from ragym.rl.errors import UsageError
+
+    def weights(folder):
+        return load_file(str(folder / "model.safetensors"))
+
+    def same(a, b) -> bool:
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    toy = [o for o in TOY if o.startswith(("ragym.demo", "data.val_max"))]
+    prepare(tmp_path / "first", 0, 0, extra_overrides=toy)
+    first = tmp_path / "first" / "warm_start"
+    frozen = [*toy, "ragym.demo.warm_start.lr=0"]
+    prepare(tmp_path / "own", 0, 0, extra_overrides=frozen, policy_from=tmp_path / "first")
+    prepare(
+        tmp_path / "continued",
+        0,
+        0,
+        extra_overrides=[*frozen, f"ragym.demo.warm_start.init_from={first}"],
+        policy_from=tmp_path / "first",
+    )
+    tiny = weights(tmp_path / "first" / "tiny_policy")
+    assert not same(weights(first), tiny)  # the first warm start moved the policy
+    assert same(weights(tmp_path / "own" / "warm_start"), tiny)
+    assert same(weights(tmp_path / "continued" / "warm_start"), weights(first))
+    info = json.loads((tmp_path / "continued" / "warm_start" / "warm_start.json").read_text())
+    assert info["init_from"] == str(first)
+    with pytest.raises(UsageError, match=r"init_from=.*not a finished warm start \(no warm_start.json"):
+        prepare(
+            tmp_path / "unfinished",
+            0,
+            0,
+            extra_overrides=[
+                *frozen,
+                f"ragym.demo.warm_start.init_from={tmp_path / 'first' / 'tiny_policy'}",
+            ],
+            policy_from=tmp_path / "first",
+        )
+    with pytest.raises(UsageError, match=r"its config.json differs from this run's tiny policy's"):
+        prepare(
+            tmp_path / "deeper",
+            0,
+            0,
+            extra_overrides=[
+                *frozen,
+                "ragym.demo.policy.num_layers=3",
+                f"ragym.demo.warm_start.init_from={first}",
+            ],
+        )
