@@ -143,3 +143,15 @@ def test_a_grid_folder_records_its_task_and_the_report_its_base_settings(tmp_pat
     assert "Δ outcome per seed" in report and "Δ verification per seed" in report  # which terms moved
     with pytest.raises(UsageError, match="task"):  # the folder's runs are the answer task's
         run_grid(grid, tmp_path, [0], 2, [], runner=runner, task="verify")
+
+
+def test_only_the_row_without_a_decision_lets_every_group_score_flat() -> None:
+    """``neither`` has no decision (the env takes the top-1): GRPO without a signal is its measurement, so its
+    ``flat_groups`` run check warns; every other row keeps the check that stops a run whose groups are all flat."""
+    from ragym.rl.guards import read_guards
+
+    for task in ("verify", "answer"):
+        for variant in grid_for_task(GRIDS["verification"], task).variants:
+            guards = read_guards(load_recipe(DEMO_RECIPE, list(variant.overrides))["ragym"]["guards"])
+            expected = "warn" if variant.name == "neither" else "stop"
+            assert guards["flat_groups"].action == expected, (task, variant.name)
