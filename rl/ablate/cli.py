@@ -20,7 +20,7 @@ import logging
 import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -116,7 +116,7 @@ def _record_miss(out: Path, variant: Variant, seed: int, reason: str) -> None:
 def _source_missed(out: Path, variant: Variant, seed: int) -> str | None:
     """Why ``variant`` cannot run ``seed`` because the variant whose warm start it starts from (GRPO from it, or
     its own warm start continuing it) missed its target."""
-    source = variant.warm_start_from or variant.init_from
+    source = _source(variant)
     if not source:
         return None
     failed = run_dir(out, Variant(source), seed) / FAILED
@@ -144,40 +144,72 @@ def _run_one(
     _save(run_dir(out, variant, seed) / "result.json", result)
 
 
-def _phase(variant: Variant) -> int:
-    """When ``variant`` runs in parallel: 0 warm-starts itself, 1 continues another's warm start, 2 starts GRPO
-    from another's warm start (``init_from`` sources are never themselves continuations: ``register_grid``)."""
-    return 2 if variant.warm_start_from else 1 if variant.init_from else 0
+def _source(variant: Variant) -> str:
+    """The variant whose warm start ``variant`` needs (GRPO from it, or its own warm start continuing it); empty:
+    none (``init_from`` sources are never themselves continuations: ``register_grid``)."""
+    return variant.warm_start_from or variant.init_from
 
 
 def run_parallel(
     grid: Grid, out: Path, seeds: list[int], steps: int | None, extra: list[str], run: Runner, jobs: int
 ) -> None:
-    """Every unfinished (variant, seed) in ``jobs`` worker processes: first the runs that warm-start
-    themselves, then the ones whose warm start continues another's, then the ones that start GRPO from another
-    variant's warm start (each source exists by then)."""
+    """Every unfinished (variant, seed) in ``jobs`` worker processes, each started as soon as a worker is free and
+    the run whose warm start it needs (``_source``) is done, warm starts others wait on first. A run that fails
+    does not stop the others: the ones that need it are left for a resume, and its error is raised at the end."""
     if grid.kind == "kbvqa":  # built once here, not raced for by the workers
         from ragym.rl.ablate.kbvqa import shared_kb, write_rows
 
         shared_kb(out, grid.kb_preset)
         for variant in grid.variants:
             write_rows(out, variant)
+    # Sources first (a stable sort keeps seed-major order within each kind), then what needs them.
+    todo = sorted(
+        [(v, s) for s in seeds for v in grid.variants if not _finished(out, v, s)],
+        key=lambda run_: bool(_source(run_[0])),
+    )
+    if not todo:
+        return
+    running: dict[Future[None], tuple[Variant, int]] = {}
+    errors: list[BaseException] = []
+    blocked: set[tuple[str, int]] = set()
+
+    def waits(variant: Variant, seed: int) -> bool:
+        """Whether the run ``variant`` needs is still to be done in this call (else it is done, or not ours)."""
+        pending = [(v.name, s) for v, s in [*todo, *running.values()]]
+        return bool(_source(variant)) and (_source(variant), seed) in pending
+
     context = multiprocessing.get_context("spawn")  # torch and faiss threads do not survive fork
-    for phase in range(3):
-        todo = [
-            (v, s) for s in seeds for v in grid.variants if _phase(v) == phase and not _finished(out, v, s)
-        ]
-        for variant, seed in [(v, s) for v, s in todo if _source_missed(out, v, s) is not None]:
-            _run_one(run, out, variant, seed, steps, extra)  # records the miss, runs nothing
-        todo = [(v, s) for v, s in todo if not _finished(out, v, s)]
-        if not todo:
-            continue
-        with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=context) as pool:
-            futures = {pool.submit(_run_one, run, out, v, s, steps, extra): (v, s) for v, s in todo}
-            for future in as_completed(futures):
-                variant, seed = futures[future]
-                future.result()
-                logger.info("%s seed %d: finished", variant.name, seed)
+    with ProcessPoolExecutor(min(jobs, len(todo)), mp_context=context) as pool:
+        while True:
+            for variant, seed in list(todo):
+                if len(running) >= jobs:
+                    break
+                if waits(variant, seed):
+                    continue
+                todo.remove((variant, seed))
+                if _source_missed(out, variant, seed) is not None:
+                    _run_one(run, out, variant, seed, steps, extra)  # records the miss, runs nothing
+                    continue
+                future = pool.submit(_run_one, run, out, variant, seed, steps, extra)
+                running[future] = (variant, seed)
+            if not running:
+                break  # what is left waits on a run that failed
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                variant, seed = running.pop(future)
+                error = future.exception()
+                if error is None:
+                    logger.info("%s seed %d: finished", variant.name, seed)
+                    continue
+                logger.error("%s seed %d: failed: %s", variant.name, seed, error)
+                errors.append(error)
+                blocked.add((variant.name, seed))
+            # What needs a failed run (or a run that needs one) cannot run in this call.
+            while blocking := [(v, s) for v, s in todo if (_source(v), s) in blocked]:
+                blocked.update((v.name, s) for v, s in blocking)
+                todo = [run_ for run_ in todo if run_ not in blocking]
+    if errors:
+        raise errors[0]
 
 
 def run_grid(

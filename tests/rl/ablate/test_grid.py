@@ -330,6 +330,54 @@ def test_jobs_run_a_continued_warm_start_after_its_source_and_before_grpo_from_i
     )
 
 
+def waiting_run(out: Path, variant: Variant, seed: int, steps: int | None, extra: list[str]) -> dict:
+    """``base`` seed 1 finishes only once ``better`` seed 0 (which continues base seed 0's warm start) has run, so
+    it passes only where a dependent starts as soon as its own source is done; bounded at 60 s; ``worse`` fails."""
+    import time
+
+    from ragym.rl.ablate.grids import run_dir
+
+    if variant.name == "worse":
+        raise RuntimeError("worse crashed")
+    if (variant.name, seed) == ("base", 1):
+        marker = run_dir(out, Variant("better"), 0) / "ran"
+        deadline = time.monotonic() + 60
+        while not marker.is_file():
+            assert time.monotonic() < deadline, "better seed 0 did not start while base seed 1 ran"
+            time.sleep(0.1)
+    folder = run_dir(out, variant, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "ran").write_text("")
+    return {"metrics": VALUES[variant.name][seed], "wall_time_s": 1.0}
+
+
+def test_jobs_start_a_run_once_its_source_is_done_and_a_crash_stops_only_what_needs_it(
+    tmp_path: Path,
+) -> None:
+    from ragym.rl.ablate.cli import run_parallel
+    from ragym.rl.ablate.grids import run_dir
+
+    grid = Grid(
+        "deps",
+        "fake_kind",
+        (
+            Variant("base"),
+            Variant("better", own_warm_start=True, init_from="base"),
+            Variant("worse"),
+            Variant("lucky", warm_start_from="worse"),
+        ),
+        ("score",),
+    )
+    with pytest.raises(RuntimeError, match="worse crashed"):
+        run_parallel(grid, tmp_path, [0, 1], None, [], waiting_run, jobs=2)
+    ran = {(v.name, s) for v in grid.variants for s in (0, 1) if (run_dir(tmp_path, v, s) / "ran").is_file()}
+    # Every run but the crashed ones and GRPO from their warm starts; those wait for a resume.
+    assert ran == {("base", 0), ("base", 1), ("better", 0), ("better", 1)}
+    for seed in (0, 1):
+        assert (run_dir(tmp_path, Variant("better"), seed) / "result.json").is_file()
+        assert not run_dir(tmp_path, Variant("lucky"), seed).exists()
+
+
 def test_defaults_five_seeds_on_the_answer_task_and_a_job_per_core_up_to_the_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
