@@ -121,7 +121,10 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     from ragym.rl.engine.trainer import read_rows
     from ragym.rl.models import load_policy
 
-    cfg = WarmStartConfig(**reader.get("ragym.r3g_demo.warm_start"), protocol_share=0.0, seed=seed)
+    # No protocol episodes (its expert has none), and always from its tiny policy (nothing to continue).
+    cfg = WarmStartConfig(
+        **reader.get("ragym.r3g_demo.warm_start"), protocol_share=0.0, init_from=None, seed=seed
+    )
     start = time.perf_counter()
     asyncio.set_event_loop(asyncio.new_event_loop())
     model, tokenizer, processor = load_policy(policy_dir)

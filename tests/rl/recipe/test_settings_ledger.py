@@ -102,6 +102,7 @@ COVERED_BY: dict[str, str] = {
     "ragym.demo.warm_start.context_weight": "tests/rl/demo/test_answer_warm_start.py::test_the_answer_task_warm_start_weighs_the_copied_tokens_by_its_copy_weight",
     "ragym.demo.warm_start.lr_decay": "tests/rl/tiny/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target",
     "ragym.demo.warm_start.soft_decisions": "tests/rl/demo/test_demo.py::test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds",
+    "ragym.demo.warm_start.init_from": "tests/rl/demo/test_demo.py::test_a_warm_start_continues_the_one_named_by_init_from",
     "ragym.demo.kb_preset": "tests/rl/demo/test_tasks.py::test_every_task_composes_into_the_settings_the_demo_reads",
     "ragym.demo.arch": "tests/rl/tiny/test_tiny_policy.py::test_forward_backward_generate_with_images",
     "ragym.outcome_metric": "tests/rl/core/test_dynamic_sampling.py::test_warning_when_the_filter_keys_on_a_shaped_reward",
@@ -214,6 +215,8 @@ NOT_COVERED: dict[str, str] = {
     "applies it",
     "ragym.r3g_demo.warm_start.protocol_share": "r3g.warm_start sets it to 0 itself (its expert has no protocol "
     "episodes); a recipe value fails there (WarmStartConfig gets protocol_share twice)",
+    "ragym.r3g_demo.warm_start.init_from": "r3g.warm_start always starts from its tiny policy and sets it to None "
+    "itself; a recipe value fails there (WarmStartConfig gets init_from twice)",
     **{
         f"ragym.cotrain.{name}": "retriever co-training (issue #49): a known gap, no test changes it yet"
         for name in (
