@@ -178,17 +178,23 @@ def warm_start_init(policy_dir: Path, init_from: str | None) -> Path:
     a finished warm start with the same tokenizer; anything else is refused in one line before any imitation."""
     if init_from is None:
         return policy_dir
-    start = Path(init_from)
-    if not (start / "warm_start.json").is_file():
-        raise UsageError(
-            f"ragym.demo.warm_start.init_from={init_from}: not a finished warm start (no warm_start.json there)"
-        )
+    start = finished_warm_start(init_from)
     for name in ("config.json", "tokenizer.json"):  # the model's shape, and the KB's tokens
         if _file_settings(start / name) != _file_settings(policy_dir / name):
             raise UsageError(
                 f"ragym.demo.warm_start.init_from={init_from}: its {name} differs from this run's tiny policy's "
                 f"({policy_dir}): a policy of another size or KB cannot continue on these prompts"
             )
+    return start
+
+
+def finished_warm_start(init_from: str) -> Path:
+    """``init_from`` as a folder, refused in one line unless a warm start finished there (its ``warm_start.json``)."""
+    start = Path(init_from)
+    if not (start / "warm_start.json").is_file():
+        raise UsageError(
+            f"ragym.demo.warm_start.init_from={init_from}: not a finished warm start (no warm_start.json there)"
+        )
     return start
 
 
@@ -295,6 +301,9 @@ def prepare(
     demo = reader.get("ragym.demo")
     # A bad target, or a key the run sets itself, is refused now, not after the warm start's minutes.
     WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
+    init_from = reader.get("ragym.demo.warm_start.init_from")
+    if init_from is not None and not (out / "warm_start" / "warm_start.json").is_file():
+        finished_warm_start(init_from)  # before the KB and tiny policy are built
     check_cotrain(config)
     refuse_set_by_run(config)
     check_demo_folder(out, seed, demo)
