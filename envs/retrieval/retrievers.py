@@ -363,16 +363,39 @@ class BM25Retriever:
         k = min(k, len(self.docids))
         if k <= 0 or not queries:
             return [[] for _ in queries]
-        tokens = bm25s.tokenize(list(queries), stopwords="en", show_progress=False)
-        rows, scores = self.model.retrieve(tokens, k=k, show_progress=False, n_threads=1)
-        return [
-            [
-                Hit(self.docids[int(r)], float(s), self.payload(int(r)))
-                for r, s in zip(rrow, srow, strict=True)
-                if s > 0
-            ]
-            for rrow, srow in zip(rows, scores, strict=True)
-        ]
+        tokenized = bm25s.tokenize(list(queries), stopwords="en", show_progress=False, return_ids=False)
+        results = []
+        for tokens in tokenized:
+            ids = self.model.get_tokens_ids(tokens)
+            if not ids:
+                results.append([])
+                continue
+            scores = np.asarray(self.model.get_scores_from_ids(ids))
+            results.append(
+                [
+                    Hit(self.docids[int(r)], float(scores[r]), self.payload(int(r)))
+                    for r in top_k(scores, k)
+                    if scores[r] > 0
+                ]
+            )
+        return results
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest scores, best first, tied scores the later document first: one ranking on every CPU.
+
+    bm25s's own top-k (``argpartition``, then a flipped ``argsort`` whose ties come out by whichever sort kernel the
+    CPU gets: numpy's AVX-512 sort on one machine, its AVX2 one on another) ranked tied documents differently
+    between machines, and every episode built on the ranking with them. Its usual order, the later document
+    first (a small stable sort, flipped), is the one kept here.
+    """
+    k = min(k, len(scores))
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
+    candidates = np.flatnonzero(scores >= threshold)
+    order = np.lexsort((-candidates, -scores[candidates]))
+    return candidates[order[:k]]
 
 
 class CandidateListRetriever:

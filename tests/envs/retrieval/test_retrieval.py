@@ -13,6 +13,7 @@ from ragym.envs.retrieval.retrievers import (
     IndexSpec,
     normalise,
     page,
+    top_k,
 )
 
 
@@ -76,6 +77,27 @@ def test_bm25_finds_the_document_sharing_rare_terms(tmp_path) -> None:
         ["a"],
     ]
     assert loaded.search("zebra", 3) == []  # no shared term, no hit
+
+
+def test_top_k_ranks_ties_the_later_document_first_whatever_the_sort_kernel() -> None:
+    # 5,000 scores drawn from 4 values: numpy's argpartition/argsort leave such ties in a kernel-dependent order
+    scores = np.random.default_rng(0).integers(0, 4, size=5000).astype(np.float32)
+    for k in (1, 7, 300, 1250, 4999, 5000, 6000):
+        want = sorted(range(len(scores)), key=lambda i: (-scores[i], -i))[:k]
+        assert top_k(scores, k).tolist() == want
+    assert top_k(scores, 0).tolist() == []
+
+
+def test_bm25_ranks_tied_documents_the_same_on_every_machine() -> None:
+    # 400 copies of one text tie on every query term; the distinct documents rank by their own scores
+    texts = ["granite harbour lantern"] * 400 + ["granite granite harbour", "lantern"]
+    bm25 = BM25Retriever.build(texts, [f"d{i}" for i in range(len(texts))])
+    hits = bm25.search("granite harbour lantern", 150)
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+    tied = [h.docid for h in hits if h.score == hits[5].score]
+    assert tied == [f"d{i}" for i in range(399, 399 - len(tied), -1)] and len(tied) >= 140
+    assert bm25.search("unseen words only", 10) == []
 
 
 def test_candidate_lists_page_exactly_and_reject_unknown_keys() -> None:
