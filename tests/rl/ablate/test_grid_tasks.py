@@ -77,24 +77,26 @@ def test_the_k_grids_warm_start_a_policy_deep_enough_to_read_the_check_on_either
 
 
 @pytest.mark.parametrize(
-    ("name", "continued"), [("verification", {"rerank_only"}), ("k", {"k=3", "k=7", "k=1"})]
+    ("name", "first", "continued"),
+    [("verification", "full", {"rerank_only"}), ("k", "k=3", {"k=5", "k=7", "k=1"})],
 )
-def test_the_k_grids_variants_with_few_decisions_continue_the_first_variants_warm_start(
-    tmp_path: Path, name: str, continued: set[str]
+def test_the_k_grids_variants_continue_the_warm_start_that_reads_the_check(
+    tmp_path: Path, name: str, first: str, continued: set[str]
 ) -> None:
-    """``rerank_only``'s prompts hold about a fifth of ``full``'s decisions and K = 7's warm start missed on its
-    own: each continues the first variant's warm start of the same seed on its own prompts (its command says
-    where), and the other variants start as before."""
+    """``rerank_only``'s prompts hold about a fifth of ``full``'s decisions, and K = 5's and K = 7's own warm
+    starts each missed on a seed where K = 3's (three numbers to read) met its target: each continues that
+    variant's warm start of the same seed on its own prompts (its command says where) and copies its tiny
+    policy, and the other variants start as before."""
     from ragym.rl.ablate.kbvqa import command, variant_overrides
 
     grid = grid_for_task(GRIDS[name], "answer")
-    first = grid.variants[0].name
     assert {v.name for v in grid.variants if v.init_from} == continued
     for variant in grid.variants:
         if not variant.init_from:
             assert "init_from" not in command(tmp_path, variant, 3, 40, []), variant.name
             continue
         assert variant.init_from == first and variant.own_warm_start and not variant.warm_start_from
+        assert variant.policy_from == first, variant.name
         source = tmp_path / "runs" / first.replace("=", "_") / "seed_3" / "warm_start"
         assert f"ragym.demo.warm_start.init_from={source}" in command(tmp_path, variant, 3, 40, [])
         config = load_recipe(DEMO_RECIPE, variant_overrides(tmp_path, variant, [], seed=3))

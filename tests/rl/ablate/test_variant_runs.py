@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ragym.data_prep import synthetic_kb
 from ragym.rl.ablate import docmemo, kbvqa
-from ragym.rl.ablate.grids import BASE_REWARD, GRIDS, default_task, grid_for_task, run_dir
+from ragym.rl.ablate.grids import BASE_REWARD, GRIDS, Variant, default_task, grid_for_task, run_dir
 from ragym.rl.demo import run
 from ragym.rl.demo.tasks import task_overrides
 from ragym.rl.engine import trainer as trainer_module
@@ -113,7 +113,9 @@ def test_each_kbvqa_variant_run_receives_its_rows_reward_warm_start_and_steps(na
     task = default_task(GRIDS[name])
     grid = grid_for_task(GRIDS[name], task)
     first = grid.variants[0]
-    for variant in grid.variants:
+    for variant in sorted(
+        grid.variants, key=lambda v: bool(v.init_from)
+    ):  # a continued warm start's source first
         if variant.warm_start_from:  # the first variant's run wrote its warm start
             assert run_dir(tmp_path, first, SEED).joinpath("warm_start", "warm_start.json").is_file()
         kbvqa._trainer(tmp_path, variant, SEED, grid.steps, [])
@@ -166,9 +168,16 @@ def test_each_kbvqa_variant_run_receives_its_rows_reward_warm_start_and_steps(na
                 )
         out_dir, seed, policy_from, kb_preset = seams["inputs"][-1]
         assert (out_dir, seed, kb_preset) == (out, SEED, variant.kb_preset), what
-        # An own_warm_start variant copies the first's tiny policy; the first builds its own.
+        # An own_warm_start variant copies the tiny policy of the variant it continues, else the first's; the
+        # first builds its own.
         assert policy_from == (
-            run_dir(tmp_path, first, SEED) / "tiny_policy" if variant.policy_from else None
+            run_dir(tmp_path, Variant(variant.policy_from), SEED) / "tiny_policy"
+            if variant.policy_from
+            else None
+        ), what
+        sources = {first.name} | {v.init_from for v in grid.variants}
+        assert variant.policy_from == (
+            variant.init_from or ("" if variant.name in sources else first.name)
         ), what
     assert len(Received.built) == len(grid.variants)
 
