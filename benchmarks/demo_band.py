@@ -8,6 +8,10 @@ with its 95% interval per kernel setting and over all runs. A finished run is re
 
     python benchmarks/demo_band.py --out runs/band --seeds 0-9 --kernels machine avx2 default --jobs 2
     python benchmarks/demo_band.py --out runs/band_answer --task answer --seeds 0-9 --kernels machine
+
+Each report also writes ``OUT/band.json``: this machine's name and kernels, and every run's figures. ``--merge``
+adds such files from other machines to the report and to the band ``--write-band`` records (their runs labelled
+with the machine's kernels): ``benchmarks/results/`` keeps those behind ragym's band.
 """
 
 from __future__ import annotations
@@ -115,6 +119,39 @@ def interval(values: list[float]) -> tuple[float, float | None]:
     return stats["mean"], stats["half_width"]
 
 
+def machine_name() -> str:
+    """This CPU's model name (``/proc/cpuinfo``), or the platform's processor where that is missing."""
+    import platform
+
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def kernel_label(kernel: str, capability: str) -> str:
+    """What ``kernel`` ran as: ``machine`` is the CPU's own capability (``AVX512``, ``AVX2``)."""
+    return capability.lower() if kernel == "machine" else kernel
+
+
+def merged_runs(paths: list[Path]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The runs of other machines' ``band.json`` files, keyed ``("<machine>: <kernels>", seed)``."""
+    runs: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in paths:
+        recorded = json.loads(path.read_text())
+        if not isinstance(recorded, dict) or not {"machine", "capability", "runs"} <= set(recorded):
+            raise SystemExit(f"{path}: not a band.json of demo_band.py (machine, capability, runs)")
+        for key, figures in recorded["runs"].items():
+            kernel, _, seed = key.rpartition("/")
+            group = f"{recorded['machine']}: {kernel_label(kernel, recorded['capability'])}"
+            if (group, int(seed)) in runs:
+                raise SystemExit(f"{path}: {group} seed {seed} is in another merged file too")
+            runs[(group, int(seed))] = figures
+    return runs
+
+
 def band_lines(runs: dict[tuple[str, int], dict[str, Any]], kernels: list[str]) -> list[str]:
     """Per kernel setting and over all runs: passes, and each figure's mean ± 95% half-width, min and max."""
     keys = [
@@ -165,6 +202,13 @@ def main(argv: list[str] | None = None) -> int:
         help="record the band in ragym's rl/demo/band.json "
         "(what the demo's report compares a run with) under --task",
     )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="band.json files of other machines' runs to report and record beside these",
+    )
     parser.add_argument("overrides", nargs="*", help="recipe overrides for every demo")
     args = parser.parse_args(argv)
     import torch
@@ -180,7 +224,23 @@ def main(argv: list[str] | None = None) -> int:
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             runs_done = pool.map(lambda ks: run_one(args.out, ks[0], ks[1], args.task, args.overrides), todo)
             folders = dict(zip(todo, runs_done, strict=True))
-    runs = {ks: row(folder, args.min_gain) for ks, folder in folders.items()}
+    capability = torch.backends.cpu.get_cpu_capability()
+    here = f"{machine_name()} ({len(os.sched_getaffinity(0))} cores)"
+    local = {ks: row(folder, args.min_gain) for ks, folder in folders.items()}
+    (args.out / "band.json").write_text(
+        json.dumps(
+            {
+                "machine": here,
+                "capability": capability,
+                "torch": torch.__version__,
+                "runs": {f"{k}/{s}": r for (k, s), r in local.items()},
+            },
+            indent=1,
+        )
+    )
+    others = merged_runs(args.merge)
+    runs = {**{(f"{here}: {kernel_label(k, capability)}", s): r for (k, s), r in local.items()}, **others}
+    groups = list(dict.fromkeys(group for group, _ in runs))
     print("| kernels | seed | reward | Ident. | P(confirm a match) | passes | wall | CPU | peak RSS |")
     print("|---|---|---|---|---|---|---|---|---|")
     for (kernel, seed), r in runs.items():
@@ -192,15 +252,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['ident_after']:.2f} | {margin} | {'yes' if r['passes'] else 'no'} | {r['wall_s']:.0f} s | "
             f"{r.get('cpu_s', float('nan')):.0f} s | {r['rss_mb']:.0f} MB |"
         )
-    print("\n".join(band_lines(runs, args.kernels)))
-    (args.out / "band.json").write_text(json.dumps({f"{k}/{s}": r for (k, s), r in runs.items()}, indent=1))
+    print("\n".join(band_lines(runs, groups)))
     if args.write_band:
-        kinds = {k: [s for kk, s in runs if kk == k] for k in args.kernels}
-        machine = f"this CPU's {torch.backends.cpu.get_cpu_capability()}"
         settings = "; ".join(
-            f"{machine if k == 'machine' else f'ATEN_CPU_CAPABILITY={k}'}: seeds {', '.join(map(str, seeds))}"
-            for k, seeds in kinds.items()
-            if seeds
+            f"{group}: seeds {', '.join(str(s) for g, s in runs if g == group)}" for group in groups
         )
         write_band(args.task, runs, f"{settings}; torch {torch.__version__}")
     return 0

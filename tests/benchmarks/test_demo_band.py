@@ -1,0 +1,61 @@
+"""``benchmarks/demo_band.py``: other machines' runs merge into the band under their own kernels' label."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.demo_band import band_lines, kernel_label, merged_runs
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def _band(path: Path, machine: str, capability: str, runs: dict[str, float]) -> Path:
+    figures = {"reward_after": 2.0, "ident_gain": 0.79, "passes": True}
+    body = {
+        "machine": machine,
+        "capability": capability,
+        "runs": {k: {**figures, "reward_gain": v} for k, v in runs.items()},
+    }
+    path.write_text(json.dumps(body))
+    return path
+
+
+def test_merged_runs_are_labelled_by_the_kernels_they_ran_with(tmp_path: Path) -> None:
+    amd = _band(
+        tmp_path / "amd.json", "AMD EPYC", "AVX2", {"machine/0": 0.7, "default/0": 0.6, "machine/1": 0.1}
+    )
+    intel = _band(tmp_path / "intel.json", "Xeon", "AVX512", {"machine/0": 0.8})
+    runs = merged_runs([amd, intel])
+    assert set(runs) == {
+        ("AMD EPYC: avx2", 0),
+        ("AMD EPYC: default", 0),
+        ("AMD EPYC: avx2", 1),
+        ("Xeon: avx512", 0),
+    }
+    assert runs[("AMD EPYC: avx2", 1)]["reward_gain"] == 0.1
+    lines = band_lines(runs, ["AMD EPYC: avx2", "Xeon: avx512"])
+    assert lines[0] == "AMD EPYC: avx2: 2 of 2 runs pass" and "Xeon: avx512: 1 of 1 runs pass" in lines
+    assert "all: 4 of 4 runs pass" in lines
+    assert kernel_label("machine", "AVX512") == "avx512" and kernel_label("default", "AVX512") == "default"
+
+
+def test_a_file_that_is_not_a_band_or_a_run_merged_twice_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"machine/0": {}}))  # the old format: runs only, no machine
+    with pytest.raises(SystemExit, match="not a band.json"):
+        merged_runs([bad])
+    one = _band(tmp_path / "one.json", "AMD EPYC", "AVX2", {"machine/0": 0.7})
+    two = _band(tmp_path / "two.json", "AMD EPYC", "AVX2", {"avx2/0": 0.7})  # the same kernels, forced
+    with pytest.raises(SystemExit, match="avx2 seed 0 is in another merged file"):
+        merged_runs([one, two])
+
+
+def test_the_kept_bands_of_other_machines_read_back() -> None:
+    for path in sorted(RESULTS.glob("demo_band_*.json")):
+        runs = merged_runs([path])
+        assert len(runs) >= 10, path
+        for figures in runs.values():
+            assert figures["passes"] == (figures["reward_gain"] >= 0.3 and figures["ident_gain"] >= 0.3), path
