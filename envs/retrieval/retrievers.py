@@ -371,13 +371,10 @@ class BM25Retriever:
                 results.append([])
                 continue
             scores = np.asarray(self.model.get_scores_from_ids(ids))
-            results.append(
-                [
-                    Hit(self.docids[int(r)], float(scores[r]), self.payload(int(r)))
-                    for r in top_k(scores, k)
-                    if scores[r] > 0
-                ]
-            )
+            # only documents sharing a term: the ranking's cost follows the matches, not the corpus
+            matched = np.flatnonzero(scores > 0)
+            rows = matched[top_k(scores[matched], k)]
+            results.append([Hit(self.docids[int(r)], float(scores[r]), self.payload(int(r))) for r in rows])
         return results
 
 
