@@ -238,8 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             indent=1,
         )
     )
-    others = merged_runs(args.merge)
-    runs = {**{(f"{here}: {kernel_label(k, capability)}", s): r for (k, s), r in local.items()}, **others}
+    # this machine's runs read back as the others are, so one labelling and one duplicate check serve both
+    runs = merged_runs([args.out / "band.json", *args.merge])
     groups = list(dict.fromkeys(group for group, _ in runs))
     print("| kernels | seed | reward | Ident. | P(confirm a match) | passes | wall | CPU | peak RSS |")
     print("|---|---|---|---|---|---|---|---|---|")

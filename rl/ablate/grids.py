@@ -395,7 +395,7 @@ def register_grid(grid: Grid) -> Grid:
         first = grid.variants[0].name
         # The first variant and the own_warm_start ones warm-start; those others continue (which run first) build
         # their own tiny policy, the rest copy the one of the variant they continue, else the first's.
-        sources = {first} | {v.init_from for v in grid.variants}
+        sources = {first} | {v.init_from for v in grid.variants if v.init_from}
         shared = [
             replace(
                 v,
