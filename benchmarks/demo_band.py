@@ -140,6 +140,8 @@ def merged_runs(paths: list[Path]) -> dict[tuple[str, int], dict[str, Any]]:
     """The runs of other machines' ``band.json`` files, keyed ``("<machine>: <kernels>", seed)``."""
     runs: dict[tuple[str, int], dict[str, Any]] = {}
     for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such band.json")
         recorded = json.loads(path.read_text())
         if not isinstance(recorded, dict) or not {"machine", "capability", "runs"} <= set(recorded):
             raise SystemExit(f"{path}: not a band.json of demo_band.py (machine, capability, runs)")
@@ -227,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     capability = torch.backends.cpu.get_cpu_capability()
     here = f"{machine_name()} ({len(os.sched_getaffinity(0))} cores)"
     local = {ks: row(folder, args.min_gain) for ks, folder in folders.items()}
+    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "band.json").write_text(
         json.dumps(
             {

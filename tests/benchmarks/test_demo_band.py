@@ -43,6 +43,8 @@ def test_merged_runs_are_labelled_by_the_kernels_they_ran_with(tmp_path: Path) -
 
 
 def test_a_file_that_is_not_a_band_or_a_run_merged_twice_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="no such band.json"):
+        merged_runs([tmp_path / "missing.json"])
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"machine/0": {}}))  # the old format: runs only, no machine
     with pytest.raises(SystemExit, match="not a band.json"):
