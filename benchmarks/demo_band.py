@@ -3,8 +3,12 @@
 Runs ``ragym demo --out OUT/KERNEL/seed_S --seed S`` for every seed under each kernel setting (``machine``: what
 torch picks on this CPU; ``avx2`` / ``default`` / ``avx512``: ``ATEN_CPU_CAPABILITY`` forced), ``--jobs`` demos at a
 time (each on one thread), then prints one row per run (held-out reward and Ident. before -> after, the decision
-margin, wall time, peak RSS), how many runs pass (both gains at least ``--min-gain``), and each figure's mean
-with its 95% interval per kernel setting and over all runs. A finished run is read back, not run again.
+margin, wall time, peak RSS), how many runs pass, and each figure's mean with its 95% interval per kernel setting
+and over all runs. A run passes when both gains reach ``--min-gain`` (the verify task: the demo's RL gain) or, with
+``--min-outcome`` (the answer task's default, 0.5), when its outcome on questions whose entity it confirmed reaches
+that. A demo that exits with an error (a warm start that missed its target, a crash) is a row that fails, with the
+last line of its log as the reason, and the other runs go on. A finished or failed run is read back, not run again
+(delete its folder to run it again).
 
     python benchmarks/demo_band.py --out runs/band --seeds 0-9 --kernels machine avx2 default --jobs 2
     python benchmarks/demo_band.py --out runs/band_answer --task answer --seeds 0-9 --kernels machine
@@ -51,17 +55,32 @@ def run_env(kernel: str) -> dict[str, str]:
     return env
 
 
+DEMO_COMMAND = [sys.executable, "-m", "ragym.rl.cli", "demo"]
+"""The command each run starts, before its ``--out``, ``--seed``, ``--task`` and overrides."""
+FAILED = "failed.json"
+"""What a run that exited with an error leaves in its folder: its exit code, the reason and its time."""
+
+
+def finished(folder: Path) -> bool:
+    """Whether the run in ``folder`` ended: its ``metrics.json`` or its ``failed.json`` is there."""
+    return (folder / "metrics.json").is_file() or (folder / FAILED).is_file()
+
+
+def last_line(log: Path) -> str:
+    """The last line of ``log`` with text on it: the one line ``ragym`` prints for an error it names."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    return lines[-1] if lines else "(an empty log)"
+
+
 def run_one(out: Path, kernel: str, seed: int, task: str, overrides: list[str]) -> Path:
-    """One demo (skipped when its metrics.json exists); returns its folder."""
+    """One demo (skipped when it ended before); returns its folder, with ``failed.json`` in it where the demo
+    exited with an error."""
     folder = out / kernel / f"seed_{seed}"
-    if (folder / "metrics.json").is_file():
+    if finished(folder):
         return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     command = [
-        sys.executable,
-        "-m",
-        "ragym.rl.cli",
-        "demo",
+        *DEMO_COMMAND,
         "--out",
         str(folder),
         "--seed",
@@ -77,16 +96,26 @@ def run_one(out: Path, kernel: str, seed: int, task: str, overrides: list[str]) 
         # busy the machine was while it ran.
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise RuntimeError(f"{kernel} seed {seed}: ragym demo exited {process.returncode}; see {log.name}")
     cpu = {"cpu_s": usage.ru_utime + usage.ru_stime, "wall_s": time.perf_counter() - start}
+    if process.returncode != 0:
+        reason = last_line(Path(log.name))
+        (folder / FAILED).write_text(json.dumps({"exit": process.returncode, "reason": reason, **cpu}))
+        print(
+            f"{kernel} seed {seed}: FAILED (exit {process.returncode}): {reason}; see {log.name}", flush=True
+        )
+        return folder
     (folder / "cpu.json").write_text(json.dumps(cpu))
     print(f"{kernel} seed {seed}: done in {cpu['wall_s']:.0f}s wall, {cpu['cpu_s']:.0f}s CPU", flush=True)
     return folder
 
 
-def row(folder: Path, min_gain: float) -> dict[str, Any]:
-    """One run's figures from its metrics.json."""
+def row(folder: Path, min_gain: float, min_outcome: float | None = None) -> dict[str, Any]:
+    """One run's figures from its metrics.json, or its failure (``failed``: the reason; it does not pass). It
+    passes when its outcome on confirmed questions reaches ``min_outcome`` where that is set, else when both
+    gains reach ``min_gain``."""
+    if (folder / FAILED).is_file():
+        failure = json.loads((folder / FAILED).read_text())
+        return {"failed": failure["reason"], "cpu_s": failure["cpu_s"], "passes": False}
     metrics = json.loads((folder / "metrics.json").read_text())
     before, after = metrics["before"], metrics["after"]
     margin = metrics.get("decision_margin", {})
@@ -107,7 +136,11 @@ def row(folder: Path, min_gain: float) -> dict[str, Any]:
             figures[f"p_confirm_{phase}"] = margin[phase]["confirm_match"]["mean"]
     if before.get("outcome_identified") is not None or after.get("outcome_identified") is not None:
         figures["outcome_confirmed_after"] = after.get("outcome_identified")
-    figures["passes"] = figures["reward_gain"] >= min_gain and figures["ident_gain"] >= min_gain
+    if min_outcome is None:
+        figures["passes"] = figures["reward_gain"] >= min_gain and figures["ident_gain"] >= min_gain
+    else:
+        outcome = figures.get("outcome_confirmed_after")
+        figures["passes"] = outcome is not None and outcome >= min_outcome
     return figures
 
 
@@ -163,6 +196,7 @@ def band_lines(runs: dict[tuple[str, int], dict[str, Any]], kernels: list[str]) 
         "ident_gain",
         "p_confirm_before",
         "p_confirm_after",
+        "outcome_confirmed_after",
         "wall_s",
         "cpu_s",
         "rss_mb",
@@ -174,7 +208,11 @@ def band_lines(runs: dict[tuple[str, int], dict[str, Any]], kernels: list[str]) 
     ]:
         if not group:
             continue
-        lines.append(f"{name}: {sum(r['passes'] for r in group)} of {len(group)} runs pass")
+        failed = sum("failed" in r for r in group)
+        lines.append(
+            f"{name}: {sum(r['passes'] for r in group)} of {len(group)} runs pass"
+            + (f" ({failed} failed before a result)" if failed else "")
+        )
         for key in keys:
             values = [r[key] for r in group if r.get(key) is not None]
             if not values:
@@ -193,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="demos at a time")
     parser.add_argument("--task", default="verify", help="ragym demo --task")
     parser.add_argument("--min-gain", type=float, default=0.3, help="reward and Ident. gain a run must reach")
+    parser.add_argument(
+        "--min-outcome",
+        type=float,
+        default=None,
+        help="pass on the outcome on confirmed questions instead of the gains (default: 0.5 for --task answer)",
+    )
     parser.add_argument(
         "--collect",
         action="store_true",
@@ -216,19 +260,21 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     print(f"torch {torch.__version__}, this CPU's kernels: {torch.backends.cpu.get_cpu_capability()}")
+    if args.min_outcome is None and args.task == "answer":
+        args.min_outcome = 0.5  # issue #46 item 4: outcome on confirmed questions >= 0.5
     todo = [(k, s) for k in args.kernels for s in args.seeds]
     if args.collect:
         folders = {(k, s): args.out / k / f"seed_{s}" for k, s in todo}
-        missing = [f"{k}/{s}" for (k, s), f in folders.items() if not (f / "metrics.json").is_file()]
+        missing = [f"{k}/{s}" for (k, s), f in folders.items() if not finished(f)]
         print(f"not finished, left out: {', '.join(missing) or 'none'}")
-        folders = {ks: f for ks, f in folders.items() if (f / "metrics.json").is_file()}
+        folders = {ks: f for ks, f in folders.items() if finished(f)}
     else:
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             runs_done = pool.map(lambda ks: run_one(args.out, ks[0], ks[1], args.task, args.overrides), todo)
             folders = dict(zip(todo, runs_done, strict=True))
     capability = torch.backends.cpu.get_cpu_capability()
     here = f"{machine_name()} ({len(os.sched_getaffinity(0))} cores)"
-    local = {ks: row(folder, args.min_gain) for ks, folder in folders.items()}
+    local = {ks: row(folder, args.min_gain, args.min_outcome) for ks, folder in folders.items()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "band.json").write_text(
         json.dumps(
@@ -244,16 +290,23 @@ def main(argv: list[str] | None = None) -> int:
     # this machine's runs read back as the others are, so one labelling and one duplicate check serve both
     runs = merged_runs([args.out / "band.json", *args.merge])
     groups = list(dict.fromkeys(group for group, _ in runs))
-    print("| kernels | seed | reward | Ident. | P(confirm a match) | passes | wall | CPU | peak RSS |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| kernels | seed | reward | Ident. | P(confirm a match) | outcome, confirmed | passes | wall | CPU | peak RSS |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (kernel, seed), r in runs.items():
+        if "failed" in r:
+            print(f"| {kernel} | {seed} | failed: {r['failed']} | | | | no | | {r['cpu_s']:.0f} s | |")
+            continue
         margin = (
             f"{r['p_confirm_before']:.3f} -> {r['p_confirm_after']:.3f}" if "p_confirm_after" in r else "n/a"
         )
+        outcome = r.get("outcome_confirmed_after")
         print(
             f"| {kernel} | {seed} | {r['reward_before']:.3f} -> {r['reward_after']:.3f} | {r['ident_before']:.2f} -> "
-            f"{r['ident_after']:.2f} | {margin} | {'yes' if r['passes'] else 'no'} | {r['wall_s']:.0f} s | "
-            f"{r.get('cpu_s', float('nan')):.0f} s | {r['rss_mb']:.0f} MB |"
+            f"{r['ident_after']:.2f} | {margin} | {'n/a' if outcome is None else f'{outcome:.2f}'} | "
+            f"{'yes' if r['passes'] else 'no'} | {r['wall_s']:.0f} s | {r.get('cpu_s', float('nan')):.0f} s | "
+            f"{r['rss_mb']:.0f} MB |"
         )
     print("\n".join(band_lines(runs, groups)))
     if args.write_band:
@@ -272,7 +325,7 @@ def write_band(task: str, runs: dict[tuple[str, int], dict[str, Any]], settings:
 
     figures = {}
     for key in BAND_FIGURES:
-        values = [r[key] for r in runs.values()]
+        values = [r[key] for r in runs.values() if "failed" not in r]
         stats = mean_interval(values)
         figures[key] = {
             "mean": stats["mean"],

@@ -61,3 +61,55 @@ def test_the_kept_bands_of_other_machines_read_back() -> None:
         assert len(runs) >= 10, path
         for figures in runs.values():
             assert figures["passes"] == (figures["reward_gain"] >= 0.3 and figures["ident_gain"] >= 0.3), path
+
+
+FAKE_DEMO = """
+import json, sys
+from pathlib import Path
+args = sys.argv[1:]
+out, seed = Path(args[args.index("--out") + 1]), int(args[args.index("--seed") + 1])
+with open(out.parent.parent / "calls.txt", "a") as calls:
+    calls.write(f"{seed}\\n")
+if seed == 1:
+    print("a log line before the error")
+    print("ragym: the warm start missed its target: copy accuracy 0.900 < 0.97")
+    sys.exit(2)
+out.mkdir(parents=True, exist_ok=True)
+phase = {"reward_mean": 2.0, "ident_acc": 0.5, "outcome_identified": 0.4 + 0.5 * (seed == 0)}
+metrics = {"before": phase, "after": phase, "wall_time_s": 1.0, "peak_rss_mb": 10.0}
+(out / "metrics.json").write_text(json.dumps(metrics))
+"""
+
+
+def test_a_run_that_fails_is_a_failing_row_and_the_other_runs_still_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A demo that exits with an error (seed 1's warm start missing its target) does not stop the pool: seeds 0
+    and 2 still run, seed 1 is a row that fails with its log's last line as the reason, it is read back rather
+    than run again, and the answer task passes a run on its outcome on confirmed questions (>= 0.5), not on gains
+    (these fake runs gain nothing)."""
+    import sys
+
+    from benchmarks import demo_band
+
+    script = tmp_path / "fake_demo.py"
+    script.write_text(FAKE_DEMO)
+    monkeypatch.setattr(demo_band, "DEMO_COMMAND", [sys.executable, str(script)])
+    out = tmp_path / "band"
+    argv = ["--out", str(out), "--seeds", "0-2", "--kernels", "machine", "--jobs", "2", "--task", "answer"]
+    assert demo_band.main(argv) == 0
+    runs = json.loads((out / "band.json").read_text())["runs"]
+    assert (
+        runs["machine/1"]["failed"] == "ragym: the warm start missed its target: copy accuracy 0.900 < 0.97"
+    )
+    assert [runs[f"machine/{s}"]["passes"] for s in range(3)] == [True, False, False]
+    text = capsys.readouterr().out
+    assert "all: 1 of 3 runs pass (1 failed before a result)" in text
+    assert "| 1 | failed: ragym: the warm start missed" in text
+    assert sorted((out / "calls.txt").read_text().split()) == ["0", "1", "2"]
+    assert demo_band.main([*argv, "--collect"]) == 0 and demo_band.main(argv) == 0  # read back, not run again
+    assert sorted((out / "calls.txt").read_text().split()) == ["0", "1", "2"]
+    assert json.loads((out / "band.json").read_text())["runs"] == runs
+    # the verify task's rule: both gains at least --min-gain, which these runs do not reach
+    assert demo_band.main([*argv[:-2], "--collect"]) == 0  # the verify task's rule: gains, which none reach
+    assert not any(r["passes"] for r in json.loads((out / "band.json").read_text())["runs"].values())
