@@ -17,12 +17,6 @@ from ragym.rl.errors import UsageError
 DEMO_TASKS: dict[str, tuple[str, ...]] = {
     "verify": (),
     "answer": (
-        # A 3-layer policy (0.72M parameters, the 2-layer one's 0.57M): copying the region takes attention that finds
-        # one token by what surrounds it, which two layers learnt on some seeds only (on the Intel Xeon's AVX-512
-        # kernels seed 5's warm start copied at 0.900 < 0.97, as the K=1 grids' seed 3 did on the AMD EPYC at
-        # 0.938); the third layer met the copy target on every warm start measured (docs/results.md, "The K >= 3
-        # grids' warm start").
-        "ragym.demo.policy.num_layers=3",
         # Induction pretraining: spans of 4-10 tokens repeated after a lead and a gap of 0-8 random tokens; at
         # 64 sequences a step the loss falls from chance to ~0.1 within 800 steps (~2.5 min on one core).
         "ragym.demo.copy_pretrain.steps=800",
@@ -89,8 +83,8 @@ def task_overrides(task: str, preset: str = "demo") -> list[str]:
 
     >>> task_overrides("verify")
     []
-    >>> task_overrides("answer")[:2]
-    ['ragym.demo.kb_preset=demo_slots', 'ragym.demo.policy.num_layers=3']
+    >>> task_overrides("answer")[0]
+    'ragym.demo.kb_preset=demo_slots'
     """
     kb = task_kb_preset(task, preset)
     return ([f"ragym.demo.kb_preset={kb}"] if task in TASK_KB_PRESETS else []) + list(DEMO_TASKS[task])

@@ -42,9 +42,7 @@ def test_the_default_task_is_the_recipe_itself_and_answer_differs_where_it_says(
     # An expert that confirms most matches, so the greedy warm start confirms and its answers can be scored.
     assert answer["warm_start"]["reject_noise"] < 0.5 < verify["warm_start"]["reject_noise"]
     assert answer["warm_start"]["quote"] and not verify["warm_start"]["quote"]
-    # A third layer for the copy (two copied below the target on some seeds), the same policy otherwise.
-    assert answer["policy"] == {**verify["policy"], "num_layers": 3} and verify["policy"]["num_layers"] == 2
-    assert answer["arch"] == verify["arch"]
+    assert answer["policy"] == verify["policy"] and answer["arch"] == verify["arch"]
     # Its warm start is held to the copy it measures (a miss stops the run) and to a floor on confirming a match
     # instead of the verify task's gap from the expert's rate.
     target = WarmStartTarget(**answer["warm_start_target"])
