@@ -213,8 +213,8 @@ def band_lines(runs: dict[tuple[str, int], dict[str, Any]], kernels: list[str]) 
             f"{name}: {sum(r['passes'] for r in group)} of {len(group)} runs pass"
             + (f" ({failed} failed before a result)" if failed else "")
         )
-        for key in keys:
-            values = [r[key] for r in group if r.get(key) is not None]
+        for key in keys:  # figures of the runs that reached a result
+            values = [r[key] for r in group if r.get(key) is not None and "failed" not in r]
             if not values:
                 continue
             mean, half = interval(values)

@@ -44,6 +44,8 @@ from ragym.rl.view.site import Site
 logger = logging.getLogger(__name__)
 
 DEMO_RECIPE = "kbvqa_tiny_cpu"
+COPY_PRETRAIN_RECORD = "copy_pretrain.json"
+"""What copy pretraining did (``ragym.rl.tiny.copy_pretrain.pretrain_summary``), in the tiny policy's folder."""
 """The demo's recipe under ``recipes/``."""
 SUMMARY_KEYS = {
     "reward_mean": "reward/total",
@@ -106,7 +108,7 @@ def _copy_pretrain(policy_dir: Path, cfg: Any) -> None:
     import torch
 
     from ragym.rl.models import load_policy
-    from ragym.rl.tiny.copy_pretrain import copy_pretrain
+    from ragym.rl.tiny.copy_pretrain import LOSS_WINDOW, copy_pretrain, pretrain_summary
 
     start = time.perf_counter()
     model, tokenizer, _ = load_policy(policy_dir)
@@ -114,13 +116,24 @@ def _copy_pretrain(policy_dir: Path, cfg: Any) -> None:
     ordinary = torch.tensor([i for i in range(len(tokenizer)) if i not in special])
     losses = copy_pretrain(model, ordinary, cfg)
     model.save_pretrained(policy_dir, safe_serialization=True)
+    summary = {**pretrain_summary(losses, cfg), "seconds": time.perf_counter() - start}
+    (policy_dir / COPY_PRETRAIN_RECORD).write_text(json.dumps(summary, indent=1))
     logger.info(
-        "copy pretraining: %d steps, loss %.3f -> %.3f in %.1fs",
-        len(losses),
-        losses[0],
-        losses[-1],
-        time.perf_counter() - start,
+        "copy pretraining: %d steps, loss %.3f -> %.3f (mean of the last %d) in %.1fs",
+        summary["steps"],
+        summary["first_loss"],
+        summary["tail_loss"],
+        LOSS_WINDOW,
+        summary["seconds"],
     )
+    if not summary["met"]:
+        logger.warning(
+            "copy pretraining did not reach its loss: %.3f > ragym.demo.copy_pretrain.until_loss=%s after %d "
+            "steps (the policy has not learnt to copy from its context; the warm start's copy target decides)",
+            summary["tail_loss"],
+            cfg.until_loss,
+            summary["steps"],
+        )
 
 
 def _warm_start(

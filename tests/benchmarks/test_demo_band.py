@@ -105,6 +105,15 @@ def test_a_run_that_fails_is_a_failing_row_and_the_other_runs_still_finish(
     assert [runs[f"machine/{s}"]["passes"] for s in range(3)] == [True, False, False]
     text = capsys.readouterr().out
     assert "all: 1 of 3 runs pass (1 failed before a result)" in text
+    # a failed run's time is not among the figures of the runs that reached a result
+    lines = band_lines(
+        {("m", 0): {"failed": "x", "cpu_s": 1.0, "passes": False}, ("m", 1): {"cpu_s": 9.0, "passes": True}},
+        ["m"],
+    )
+    assert (
+        "  cpu_s: 9.000 (one run) (min 9.000, max 9.000)" in lines
+        and lines[0] == "m: 1 of 2 runs pass (1 failed before a result)"
+    )
     assert "| 1 | failed: ragym: the warm start missed" in text
     assert sorted((out / "calls.txt").read_text().split()) == ["0", "1", "2"]
     assert demo_band.main([*argv, "--collect"]) == 0 and demo_band.main(argv) == 0  # read back, not run again

@@ -255,7 +255,16 @@ def build_inputs(composed, kb: Path, out: Path, monkeypatch, seed: int = 0, **se
     return seen
 
 
-COPY_PRETRAIN = {"steps": 2, "batch_size": 3, "min_span": 2, "max_span": 3, "max_gap": 1, "lr": 5e-4}
+COPY_PRETRAIN = {
+    "steps": 2,
+    "batch_size": 3,
+    "min_span": 2,
+    "max_span": 3,
+    "max_gap": 1,
+    "lr": 5e-4,
+    "until_loss": 0.0,  # out of reach: it goes on to max_steps
+    "max_steps": 4,
+}
 """``ragym.demo.copy_pretrain`` field -> the changed run's value (the recipe's: 0 steps, the dataclass's others)."""
 
 
@@ -283,7 +292,10 @@ def test_copy_pretraining_and_the_tokenizer_corpus_follow_their_settings(
     assert base["cfg"] is None and base["batches"] == []
     cfg = changed["cfg"]
     assert {k: getattr(cfg, k) for k in COPY_PRETRAIN} == COPY_PRETRAIN and cfg.seed == 3  # seed: ``--seed``
-    assert len(changed["losses"]) == len(changed["batches"]) == 2  # steps
+    # steps, then on while the loss is above until_loss, up to max_steps in all; the miss is recorded
+    assert len(changed["losses"]) == len(changed["batches"]) == 4
+    record = json.loads((tmp_path / "changed" / "tiny_policy" / run.COPY_PRETRAIN_RECORD).read_text())
+    assert (record["steps"], record["until_loss"], record["max_steps"], record["met"]) == (4, 0.0, 4, False)
     for tokens, span, start in changed["batches"]:
         lead_and_gap = tokens.shape[1] - 2 * span
         assert (
