@@ -313,19 +313,29 @@ def main(argv: list[str] | None = None) -> int:
         settings = "; ".join(
             f"{group}: seeds {', '.join(str(s) for g, s in runs if g == group)}" for group in groups
         )
-        write_band(args.task, runs, f"{settings}; torch {torch.__version__}")
+        rule = (
+            f"answered {args.min_outcome} or more of the held-out questions whose entity they confirmed"
+            if args.min_outcome is not None
+            else f"raised the held-out reward and Ident. by {args.min_gain} or more"
+        )
+        write_band(args.task, runs, f"{settings}; torch {torch.__version__}", rule)
     return 0
 
 
-def write_band(task: str, runs: dict[tuple[str, int], dict[str, Any]], settings: str) -> dict[str, Any]:
-    """Record ``task``'s band (each report figure's mean, 95% interval and range over ``runs``) in the file the
-    demo's report reads (``ragym.rl.demo.report.BAND``); returns it."""
+def write_band(
+    task: str, runs: dict[tuple[str, int], dict[str, Any]], settings: str, pass_rule: str
+) -> dict[str, Any]:
+    """Record ``task``'s band (each report figure's mean, 95% interval and range over the ``runs`` that reached a
+    result and have it) and what a run had to do to pass, in the file the demo's report reads
+    (``ragym.rl.demo.report.BAND``); returns it."""
     from ragym.rl.ablate.stats import mean_interval
     from ragym.rl.demo.report import BAND, BAND_FIGURES
 
     figures = {}
     for key in BAND_FIGURES:
-        values = [r[key] for r in runs.values() if "failed" not in r]
+        values = [r[key] for r in runs.values() if "failed" not in r and r.get(key) is not None]
+        if not values:
+            continue
         stats = mean_interval(values)
         figures[key] = {
             "mean": stats["mean"],
@@ -337,6 +347,7 @@ def write_band(task: str, runs: dict[tuple[str, int], dict[str, Any]], settings:
     band = {
         "runs": len(runs),
         "passed": sum(r["passes"] for r in runs.values()),
+        "pass_rule": pass_rule,
         "settings": settings,
         "figures": figures,
     }

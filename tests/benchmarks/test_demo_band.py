@@ -122,3 +122,33 @@ def test_a_run_that_fails_is_a_failing_row_and_the_other_runs_still_finish(
     # the verify task's rule: both gains at least --min-gain, which these runs do not reach
     assert demo_band.main([*argv[:-2], "--collect"]) == 0  # the verify task's rule: gains, which none reach
     assert not any(r["passes"] for r in json.loads((out / "band.json").read_text())["runs"].values())
+
+
+def test_the_answer_tasks_band_records_its_pass_rule_and_outcome_and_leaves_failed_runs_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--write-band`` for the answer task: the outcome on confirmed questions is a band figure over the runs
+    that reached a result, the failed run counts as a run that did not pass, and the demo's report places an
+    answer run's outcome in that band under the task's own pass rule."""
+    import sys
+
+    from benchmarks import demo_band
+    from ragym.rl.demo import report
+
+    script = tmp_path / "fake_demo.py"
+    script.write_text(FAKE_DEMO)
+    monkeypatch.setattr(demo_band, "DEMO_COMMAND", [sys.executable, str(script)])
+    monkeypatch.setattr(report, "BAND", tmp_path / "band.json")
+    argv = ["--out", str(tmp_path / "b"), "--seeds", "0-2", "--kernels", "machine", "--task", "answer"]
+    assert demo_band.main([*argv, "--jobs", "1", "--write-band"]) == 0
+    band = report.read_band("answer")
+    assert band is not None and (band["runs"], band["passed"]) == (3, 1)
+    assert band["pass_rule"] == "answered 0.5 or more of the held-out questions whose entity they confirmed"
+    outcome = band["figures"]["outcome_confirmed_after"]
+    assert (outcome["min"], outcome["max"]) == pytest.approx((0.4, 0.9))  # seeds 2 and 0; seed 1 failed
+    run = {"before": {"reward_mean": 2.0, "ident_acc": 0.5}, "after": {"reward_mean": 2.0, "ident_acc": 0.5}}
+    lines = report.band_lines({**run, "after": {**run["after"], "outcome_identified": 0.2}}, band)
+    assert "1 of them answered 0.5 or more" in lines[2]
+    assert lines[-2].endswith("| 0.200 | below the range |") and "outcome on the questions" in lines[-2]
+    verify_run = report.band_lines(run, band)  # no outcome in the run: that figure is left out
+    assert not any("outcome" in line for line in verify_run[4:])
