@@ -194,10 +194,6 @@ READS_THE_CHECK = (
     # 0.7 / 3), and some seeds answered from a prior over the region names instead of copying one. Neither soft
     # decisions nor 5 epochs changed that; a third layer did (docs/results.md, "The K >= 3 grids' warm start").
     "ragym.demo.policy.num_layers=3",
-    # Tables 5 and 6 were measured with the answer task's 800 copy-pretraining steps, where the 3-layer policy's loss
-    # stays at 5.0-6.6 (induction never formed) and its warm start learnt the copy from the task itself (copy
-    # accuracy 0.997-1.000 on all 15 of Table 6's warm starts); they keep that until re-run (docs/results.md).
-    "ragym.demo.copy_pretrain.until_loss=null",
     # With the check read, the K=1 grids' knife's edge: an expert confirming a match 70% of the time left a warm
     # start that already was the check-following policy (the same held-out greedy figures as the scripted one, to
     # the last digit, on two seeds), so GRPO had no decision to make and changed none in 40 steps.

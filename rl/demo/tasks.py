@@ -25,10 +25,6 @@ DEMO_TASKS: dict[str, tuple[str, ...]] = {
         "++ragym.demo.copy_pretrain.min_span=4",
         "++ragym.demo.copy_pretrain.max_span=10",
         "++ragym.demo.copy_pretrain.max_gap=8",
-        # ...and on until induction has formed (the mean loss of the last 50 steps at 0.5): 800 steps left one seed
-        # of ten at 4.6 on the Intel Xeon (seed 6), where the others' tail is 0.10-0.27; a seed already there runs
-        # exactly its 800 steps, bit for bit as before.
-        "ragym.demo.copy_pretrain.until_loss=0.5",
         # An expert that mostly confirms: the greedy warm-started policy then confirms, searches the confirmed
         # name and answers, so the held-out split by identification has answers to score.
         "ragym.demo.warm_start.reject_noise=0.2",

@@ -39,9 +39,10 @@ class CopyPretrainConfig:
     until_loss: float | None = None
     """After ``steps``, go on until the mean loss of the last ``LOSS_WINDOW`` steps is at most this (None: stop at
     ``steps``). Induction forms suddenly, at a step that varies by seed and CPU: 800 steps took a 2-layer policy's
-    loss from 7.3 to 0.04-0.17 on 9 seeds of 10 and left the tenth at 4.6, and a 3-layer one at 5.0-6.6 on six of
-    six (docs/results.md, the answer task). Where it forms, the mean of the last 50 steps is 0.10-0.27 at step
-    800; the answer task asks 0.5, past the drop (one seed, continued, met 1.0 at step 910 mid-drop)."""
+    loss from 7.3 to a tail of 0.10-0.27 on 9 seeds of 10 and left the tenth at 4.6, and a 3-layer one at 5.0-6.6
+    on six of six. No shipped task sets it: the one seed it changed (the answer task's seed 6 on an Intel Xeon,
+    induction formed at step 924) answered worse after it (0.08 of its confirmed questions against 0.92),
+    docs/results.md, the answer task."""
     max_steps: int = 4000
     """The most steps in all when ``until_loss`` is set; a pretraining that reaches it without the loss is logged
     as a warning and recorded (``copy_pretrain.json``), and the warm start's copy target decides the run."""
