@@ -282,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
                 "machine": here,
                 "capability": capability,
                 "torch": torch.__version__,
+                "task": args.task,
+                "pass_rule": {"min_gain": args.min_gain, "min_outcome": args.min_outcome},
                 "runs": {f"{k}/{s}": r for (k, s), r in local.items()},
             },
             indent=1,

@@ -56,11 +56,25 @@ def test_a_file_that_is_not_a_band_or_a_run_merged_twice_is_refused(tmp_path: Pa
 
 
 def test_the_kept_bands_of_other_machines_read_back() -> None:
-    for path in sorted(RESULTS.glob("demo_band_*.json")):
+    """Each kept file's pass flags follow its task's rule: the verify task's gains (files without a task are its),
+    the answer task's outcome on confirmed questions; a failed run passes under neither."""
+    paths = sorted(RESULTS.glob("demo_band_*.json"))
+    assert {json.loads(p.read_text()).get("task", "verify") for p in paths} == {"verify", "answer"}
+    for path in paths:
+        recorded = json.loads(path.read_text())
+        rule = recorded.get("pass_rule", {"min_gain": 0.3, "min_outcome": None})
         runs = merged_runs([path])
         assert len(runs) >= 10, path
         for figures in runs.values():
-            assert figures["passes"] == (figures["reward_gain"] >= 0.3 and figures["ident_gain"] >= 0.3), path
+            if "failed" in figures:
+                assert figures["passes"] is False, path
+            elif rule["min_outcome"] is not None:
+                assert figures["passes"] == (figures["outcome_confirmed_after"] >= rule["min_outcome"]), path
+            else:
+                gain = rule["min_gain"]
+                assert figures["passes"] == (
+                    figures["reward_gain"] >= gain and figures["ident_gain"] >= gain
+                ), path
 
 
 FAKE_DEMO = """
