@@ -44,9 +44,9 @@ from ragym.rl.view.site import Site
 logger = logging.getLogger(__name__)
 
 DEMO_RECIPE = "kbvqa_tiny_cpu"
+"""The demo's recipe under ``recipes/``."""
 COPY_PRETRAIN_RECORD = "copy_pretrain.json"
 """What copy pretraining did (``ragym.rl.tiny.copy_pretrain.pretrain_summary``), in the tiny policy's folder."""
-"""The demo's recipe under ``recipes/``."""
 SUMMARY_KEYS = {
     "reward_mean": "reward/total",
     "outcome": "reward/outcome",

@@ -114,7 +114,9 @@ def copy_pretrain(model: torch.nn.Module, token_ids: torch.Tensor, cfg: CopyPret
     model.train()
     step = 0
     while step < cfg.steps or (
-        cfg.until_loss is not None and step < cfg.max_steps and tail_loss(losses) > cfg.until_loss
+        cfg.until_loss is not None
+        and step < cfg.max_steps
+        and (not losses or tail_loss(losses) > cfg.until_loss)
     ):
         batch, span, start = copy_batch(generator, token_ids, cfg)
         attention = torch.ones_like(batch)

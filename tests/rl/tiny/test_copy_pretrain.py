@@ -61,3 +61,4 @@ def test_until_loss_goes_on_past_steps_until_the_tail_loss_is_reached_and_no_fur
     assert len(capped) == 7 and capped[:3] == reached[:3]
     assert pretrain_summary(capped, CopyPretrainConfig(until_loss=0.0, max_steps=7))["met"] is False
     assert len(run(steps=5, until_loss=100.0)) == 5  # met when steps end: nothing more
+    assert len(run(steps=0, until_loss=100.0)) == 1  # no steps asked: one, to read a loss
