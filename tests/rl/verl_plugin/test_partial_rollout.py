@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import threading
 
 import pytest
 import torch
@@ -78,17 +79,41 @@ def versions(tiny_policy_dir):
     return server, old, new
 
 
+HELD_AT = 4
+"""The model call the decode is held at until the update has begun: the prefill, then 3 tokens on version 0."""
+
+
 async def turn_across_an_update(server: HFGenerationServer, new: torch.nn.Module) -> TokenOutput:
-    """One turn through verl's client, with verl's weight update (abort, load version 1, resume) while it decodes."""
+    """One turn through verl's client, with verl's weight update (abort, load version 1, resume) while it decodes.
+    The decode thread is held before its 4th model call until the update's abort (or, under ``finish``, its wait)
+    has begun, so the update lands after 3 tokens on version 0 however slow the machine is (a wall-clock wait
+    here let a loaded machine finish the whole turn on version 0 first)."""
+    model = server.server.model
+    forward, calls = model.forward, []
+    reached, go = threading.Event(), threading.Event()
+
+    def held(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == HELD_AT:
+            reached.set()
+            assert go.wait(timeout=120), "the update never began"
+        return forward(*args, **kwargs)
+
+    model.forward = held
     params = {"temperature": 1.0, "max_tokens": BUDGET}
     task = asyncio.create_task(verl_client(server).generate("r", prompt_ids=PROMPT, sampling_params=params))
-    while not server.server.decoding.locked():
+    while not reached.is_set():
         await asyncio.sleep(0.002)
-    await asyncio.sleep(0.05)  # a few tokens on version 0
-    await server.abort_all_requests()
+    update = asyncio.create_task(server.abort_all_requests())
+    while not (server.num_aborts and (server.partial_rollout != "resume" or server.server.aborting.is_set())):
+        await asyncio.sleep(0.002)
+    go.set()
+    await update
     server.update_weights(new.state_dict(), global_steps=1)
     await server.resume_generation()
-    return await task
+    output = await task
+    model.forward = forward
+    return output
 
 
 def test_resume_aborts_the_turn_and_finishes_it_on_the_new_weights(versions):
