@@ -315,11 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = "; ".join(
             f"{group}: seeds {', '.join(str(s) for g, s in runs if g == group)}" for group in groups
         )
-        rule = (
-            f"answered {args.min_outcome} or more of the held-out questions whose entity they confirmed"
-            if args.min_outcome is not None
-            else f"raised the held-out reward and Ident. by {args.min_gain} or more"
-        )
+        from ragym.rl.demo.report import pass_rule
+
+        rule = pass_rule(args.min_gain, args.min_outcome)
         write_band(args.task, runs, f"{settings}; torch {torch.__version__}", rule)
     return 0
 

@@ -167,7 +167,21 @@ BAND_FIGURES = {
 }
 """The band's figures the report places this run in: band key -> what it is (a figure the band or the run lacks,
 such as the verify task's outcome, is left out)."""
-VERIFY_PASS_RULE = "raised the held-out reward and Ident. by 0.3 or more"
+
+
+def pass_rule(min_gain: float, min_outcome: float | None) -> str:
+    """What a band's run had to do to pass, in words (``benchmarks/demo_band.py``'s ``--min-gain`` /
+    ``--min-outcome``).
+
+    >>> pass_rule(0.3, 0.5)
+    'answered 0.5 or more of the held-out questions whose entity they confirmed'
+    """
+    if min_outcome is not None:
+        return f"answered {min_outcome} or more of the held-out questions whose entity they confirmed"
+    return f"raised the held-out reward and Ident. by {min_gain} or more"
+
+
+VERIFY_PASS_RULE = pass_rule(0.3, None)
 """What a run of a band recorded without its own ``pass_rule`` (the verify task's) had to do to pass."""
 
 
