@@ -319,6 +319,7 @@ def prepare(
         finished_warm_start(init_from)  # before the KB and tiny policy are built
     check_cotrain(config)
     refuse_set_by_run(config)
+    refuse_mistyped(config)
     check_demo_folder(out, seed, demo)
     use_torch_threads(cfg.num_threads)  # the warm start below runs before the trainer would set them
     shared = reusable_policy(policy_from, seed, demo) if policy_from is not None else None
@@ -348,6 +349,15 @@ def refuse_set_by_run(config: Any) -> None:
     given = [key for key in SET_BY_RUN if OmegaConf.select(config, key) is not None]
     if given:
         raise UsageError("; ".join(f"{key} is set by {SET_BY_RUN[key]}, not by the recipe" for key in given))
+
+
+def refuse_mistyped(config: Any) -> None:
+    """One line for each ``ragym`` setting of the wrong type (``section_type_problems``), before any minutes run."""
+    from ragym.rl.recipe.check import section_type_problems
+
+    problems = section_type_problems(config)
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 WARM_PROBE = "probe.json"

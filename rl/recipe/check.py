@@ -99,6 +99,47 @@ def _base_config() -> DictConfig:
         return compose(config_name="ppo_trainer")
 
 
+_SCALARS = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}
+"""Field types ``section_type_problems`` checks, and how a problem names each."""
+
+
+def _fits(value: object, kind: type) -> bool:
+    """Whether ``value`` (from YAML or an override) is a ``kind``: an int is a float, a bool is neither number."""
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def section_type_problems(config: DictConfig) -> list[str]:
+    """One line per value of a ``RAGYM_SECTIONS`` section whose type its dataclass field does not take (a
+    number, an integer, true or false, a string, or null where the field allows None); fields of other types are
+    left to their readers. ``ragym.demo.copy_pretrain.lr=abc`` was a TypeError minutes into a run."""
+    import importlib
+    import types
+    import typing
+
+    problems = []
+    for section, (module, name) in RAGYM_SECTIONS.items():
+        node = OmegaConf.select(config, section, default=None)
+        if not isinstance(node, DictConfig):
+            continue
+        hints = typing.get_type_hints(getattr(importlib.import_module(module), name))
+        values = OmegaConf.to_container(node, resolve=True)
+        assert isinstance(values, dict)
+        for key, value in values.items():
+            hint = hints.get(str(key))
+            args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+            kinds = [a for a in args if a is not type(None)]
+            kind = kinds[0] if len(kinds) == 1 and kinds[0] in _SCALARS else None
+            if kind is None or (value is None and type(None) in args) or _fits(value, kind):
+                continue
+            allowed = _SCALARS[kind] + (" or null" if type(None) in args else "")
+            problems.append(f"{section}.{key}: {value!r} is not {allowed}")
+    return problems
+
+
 def _leaf_paths(node: object, prefix: str = "") -> Iterator[str]:
     """Dotted paths of every leaf (scalar, list or empty mapping) in a plain YAML mapping."""
     if isinstance(node, dict) and node:
@@ -231,7 +272,7 @@ def check_recipe(
             f"{', '.join(unknown)}; check the spelling"
         )
     config = load_recipe(recipe, overrides)
-    problems = mode_problems(config) + correction_problems(config)
+    problems = mode_problems(config) + correction_problems(config) + section_type_problems(config)
     if problems:
         raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
     if before_verl is not None:

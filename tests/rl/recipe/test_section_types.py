@@ -1,0 +1,59 @@
+"""``section_type_problems``: a ragym setting of the wrong type is one line before a run starts, every shipped
+recipe, demo task and grid variant is clean, and ``ragym demo`` refuses a mistyped value in that line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ragym.rl.ablate.grids import GRIDS, grid_for_task
+from ragym.rl.demo import run
+from ragym.rl.demo.tasks import DEMO_TASKS, task_overrides
+from ragym.rl.errors import UsageError
+from ragym.rl.recipe.check import section_type_problems
+from ragym.rl.recipe.compose import load_recipe
+
+RECIPES = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_every_shipped_recipe_is_well_typed(recipe: str) -> None:
+    assert section_type_problems(load_recipe(recipe)) == []
+
+
+def test_every_demo_task_and_grid_variant_is_well_typed() -> None:
+    for task in DEMO_TASKS:
+        assert section_type_problems(load_recipe(run.DEMO_RECIPE, task_overrides(task))) == [], task
+    for name, grid in GRIDS.items():
+        if grid.kind != "kbvqa":
+            continue
+        for variant in grid_for_task(grid, "answer").variants:
+            config = load_recipe(run.DEMO_RECIPE, list(variant.overrides))
+            assert section_type_problems(config) == [], (name, variant.name)
+
+
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_key() -> None:
+    bad = [
+        "ragym.demo.copy_pretrain.until_loss=abc",
+        "++ragym.demo.copy_pretrain.lr=abc",
+        "ragym.demo.warm_start.epochs=2.5",
+        "ragym.demo.warm_start.quote=3",
+    ]
+    assert sorted(section_type_problems(load_recipe(run.DEMO_RECIPE, bad))) == [
+        "ragym.demo.copy_pretrain.lr: 'abc' is not a number",
+        "ragym.demo.copy_pretrain.until_loss: 'abc' is not a number or null",
+        "ragym.demo.warm_start.epochs: 2.5 is not an integer",
+        "ragym.demo.warm_start.quote: 3 is not true or false",
+    ]
+    # an integer where a number goes, null where None is allowed: fine
+    good = ["++ragym.demo.copy_pretrain.lr=1", "ragym.demo.copy_pretrain.until_loss=null"]
+    assert section_type_problems(load_recipe(run.DEMO_RECIPE, good)) == []
+
+
+def test_ragym_demo_refuses_a_mistyped_setting_before_it_builds_anything(tmp_path: Path) -> None:
+    with pytest.raises(
+        UsageError, match=r"^ragym.demo.copy_pretrain.until_loss: 'abc' is not a number or null$"
+    ):
+        run.prepare(tmp_path / "demo", seed=0, extra_overrides=["ragym.demo.copy_pretrain.until_loss=abc"])
+    assert not (tmp_path / "demo" / "tiny_policy").exists()
