@@ -34,12 +34,14 @@ DEMO_TASKS: dict[str, tuple[str, ...]] = {
         # region on only 5 of 10; at 480 every seed measured copies at 0.99-1.00 (docs/results.md, the answer task).
         "ragym.demo.warm_start.num_episodes=480",
         "ragym.demo.warm_start.epochs=3",
-        # As this task was measured (issue #37): the verify task's fixes for its decision's fragility (issue #46:
-        # soft decisions, a decaying warm-start rate, GRPO at 3e-4) are not needed where the expert confirms a
-        # match 80% of the time (soft decisions measured worse here: one seed of two copied at 0.957 and answered
-        # 0.20), and would change what its figures measured.
+        # The warm start's rate decays to 0 (issue #46): at a constant 2e-3 over batches of 2 it ended wherever its last
+        # batches pushed it, and on 3 of 20 Intel runs that was a training name written into every text search
+        # ("Cobalt Lorfen" for "Dune Rinpra Lighthouse": copy accuracy 0.900-0.957, the target missed); decayed, the
+        # same three copy at 0.996-1.000 (docs/results.md, the answer task). The verify task's other fix for its
+        # decision's fragility, soft decisions, measured worse here (one seed of two copied at 0.957 and answered
+        # 0.20): an expert confirming a match 80% of the time needs none.
         "ragym.demo.warm_start.soft_decisions=false",
-        "ragym.demo.warm_start.lr_decay=false",
+        "ragym.demo.warm_start.lr_decay=true",
         "actor_rollout_ref.actor.optim.lr=2.0e-4",
         # Its target: the copy (what the task measures) at 0.97, and a floor on P(confirm a match) rather than a gap
         # from the expert's 0.8: sampled decisions land anywhere in 0.66-0.98, and every one of those answered at
