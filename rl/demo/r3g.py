@@ -33,6 +33,7 @@ import pandas as pd
 from ragym.envs.r3g.actions import ACTION_TAGS
 from ragym.envs.r3g.expert import DECISION_TOKEN, R3GExpert
 from ragym.envs.retrieval.search_settings import use_torch_threads
+from ragym.rl.errors import UsageError
 from ragym.rl.tiny.warm_start import ReplayServer, WarmStartConfig, _replay, imitate
 
 logger = logging.getLogger(__name__)
@@ -122,9 +123,13 @@ def warm_start(config: Any, reader: Any, policy_dir: Path, out_dir: Path, seed: 
     from ragym.rl.models import load_policy
 
     # No protocol episodes (its expert has none), and always from its tiny policy (nothing to continue).
-    cfg = WarmStartConfig(
-        **reader.get("ragym.r3g_demo.warm_start"), protocol_share=0.0, init_from=None, seed=seed
-    )
+    section = reader.get("ragym.r3g_demo.warm_start")
+    if section.get("swap_values", 0.0):
+        raise UsageError(
+            "ragym.r3g_demo.warm_start.swap_values: the R3G expert's episodes have no KB-VQA names or answers to "
+            "swap (only ragym.demo.warm_start swaps values); leave it out or set 0"
+        )
+    cfg = WarmStartConfig(**section, protocol_share=0.0, init_from=None, seed=seed)
     start = time.perf_counter()
     asyncio.set_event_loop(asyncio.new_event_loop())
     model, tokenizer, processor = load_policy(policy_dir)

@@ -36,7 +36,14 @@ from ragym.rl.engine.trainer import LocalTrainer, read_rows
 from ragym.rl.errors import UsageError
 from ragym.rl.export import record_export
 from ragym.rl.recipe.compose import load_recipe
-from ragym.rl.tiny.warm_start import COPY_TAGS, WarmStartConfig, WarmStartTarget, expert_samples, imitate
+from ragym.rl.tiny.warm_start import (
+    COPY_TAGS,
+    ValueSwap,
+    WarmStartConfig,
+    WarmStartTarget,
+    expert_samples,
+    imitate,
+)
 from ragym.rl.train import check_keys
 from ragym.rl.view.data import load as load_traces
 from ragym.rl.view.site import Site
@@ -152,7 +159,10 @@ def _warm_start(
     def loop_factory(server: Any) -> Any:
         return make_agent_loop(config, server, tokenizer, processor)
 
-    epochs = [expert_samples(rows, loop_factory, tokenizer, cfg, epoch) for epoch in range(cfg.epochs)]
+    values = copyable_values(tokenizer, rows) if cfg.swap_values else None
+    epochs = [
+        expert_samples(rows, loop_factory, tokenizer, cfg, epoch, values) for epoch in range(cfg.epochs)
+    ]
     logger.info(
         "warm start: %d x %d expert episodes in %.1fs", len(epochs), len(rows), time.perf_counter() - start
     )
@@ -184,6 +194,22 @@ def _warm_start(
     (out_dir / "warm_start.json").write_text(json.dumps(info, indent=2))
     logger.info("warm start: %s", info)
     return info
+
+
+def copyable_values(tokenizer: Any, rows: list[dict[str, Any]]) -> ValueSwap:
+    """What the demo's expert copies, by kind (``ragym.demo.warm_start.swap_values``): each word of the KB's entity
+    names by its place in the name (``Amber`` / ``Vartor`` / ``Moth``), then the training rows' answers (the
+    regions, years, ... the passages state). Read from the KB and the training rows, never the held-out ones."""
+    kb_dirs = {json.loads(row["extra_info"]["env_kwargs"])["kb_dir"] for row in rows}
+    names = [n for kb in sorted(kb_dirs) for n in pd.read_parquet(Path(kb) / "entities.parquet")["name"]]
+    width = {len(n.split()) for n in names}
+    if len(width) != 1:
+        raise ValueError(f"swap_values needs names of one length in words; the KB's have {sorted(width)}")
+    places = [sorted({n.split()[i] for n in names}) for i in range(width.pop())]
+    answers = sorted(
+        {a for row in rows for a in json.loads(row["extra_info"]["env_options"]).get("answers", [])}
+    )
+    return ValueSwap.from_words(tokenizer, [*places, *([answers] if answers else [])])
 
 
 def warm_start_init(policy_dir: Path, init_from: str | None) -> Path:

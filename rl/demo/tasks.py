@@ -34,14 +34,17 @@ DEMO_TASKS: dict[str, tuple[str, ...]] = {
         # region on only 5 of 10; at 480 every seed measured copies at 0.99-1.00 (docs/results.md, the answer task).
         "ragym.demo.warm_start.num_episodes=480",
         "ragym.demo.warm_start.epochs=3",
-        # The warm start's rate decays to 0 (issue #46): at a constant 2e-3 over batches of 2 it ended wherever its last
-        # batches pushed it, and on 3 of 20 Intel runs that was a training name written into every text search
-        # ("Cobalt Lorfen" for "Dune Rinpra Lighthouse": copy accuracy 0.900-0.957, the target missed); decayed, the
-        # same three copy at 0.996-1.000 (docs/results.md, the answer task). The verify task's other fix for its
-        # decision's fragility, soft decisions, measured worse here (one seed of two copied at 0.957 and answered
-        # 0.20): an expert confirming a match 80% of the time needs none.
+        # Two copies no induction pattern covers (the name's first word after `SearchText(["`, the region after
+        # `<answer>`) are learnt in the warm start against the pull of a prior over the training set's values, and
+        # which wins depended on the run's draws (issue #46): at a constant rate over batches of 2 the prior was
+        # whatever the last batches held ("Cobalt Lorfen" written into every text search), with the rate decayed a
+        # frequent value ("Dunhollow" for every answer). Each episode's names and answers swapped for others of
+        # their kind leave the copy as the only predictor, and the decayed rate ends where the whole imitation
+        # pointed (docs/results.md, the answer task). Soft decisions, the verify task's other fix, measured worse
+        # here (one seed of two copied at 0.957 and answered 0.20): an expert confirming 80% of matches needs none.
         "ragym.demo.warm_start.soft_decisions=false",
         "ragym.demo.warm_start.lr_decay=true",
+        "ragym.demo.warm_start.swap_values=1.0",
         "actor_rollout_ref.actor.optim.lr=2.0e-4",
         # Its target: the copy (what the task measures) at 0.97, and a floor on P(confirm a match) rather than a gap
         # from the expert's 0.8: sampled decisions land anywhere in 0.66-0.98, and every one of those answered at

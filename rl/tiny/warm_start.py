@@ -17,7 +17,7 @@ import json
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -84,6 +84,13 @@ class WarmStartConfig:
     each weighted by its probability, instead of one sampled branch: the exact expectation over
     ``reject_noise``, so the policy's P(confirm) is the expert's odds, not the share of its last draws that
     confirmed (docs/results.md: why the demo's learning was fragile). Needs ``noise`` 0."""
+    swap_values: float = 0.0
+    """Share of expert episodes whose copyable values (``ValueSwap``: the words of the KB's names, the answers) are
+    each replaced throughout the episode, prompt and turns alike, by another value of the same kind drawn at random.
+    The copies stay copies, while a prior over the training set's values (a name or region the last batches held,
+    a frequent one) predicts nothing: the warm start learns to copy the name after ``SearchText(["`` and the
+    value after ``<answer>``, which no induction pattern covers, instead of recalling one (docs/results.md, the
+    answer task). 0: every episode as the expert played it."""
     init_from: str | None = None
     """A finished warm start (a folder with ``warm_start.json``) this imitation continues from, on this run's
     own prompts, instead of the copy-pretrained tiny policy; its tokenizer must be this run's. An ablation variant
@@ -252,8 +259,71 @@ class ReplayServer:
         return TokenOutput(token_ids=ids, log_probs=[0.0] * len(ids), stop_reason="completed")
 
 
+@dataclass(frozen=True)
+class ValueSwap:
+    """The values an expert copies, by kind, as token ids: ``kinds[k]`` lists the kind's values, each value the ids
+    of its spellings (one token each: after a space, and bare where that is one token too), the same spellings in
+    the same order for every value of the kind. ``swap`` maps every value of each kind to one drawn at random, a
+    bijection, so two values of an episode never merge."""
+
+    kinds: tuple[tuple[tuple[int, ...], ...], ...]
+
+    @classmethod
+    def from_words(cls, tokenizer: Any, kinds: Sequence[Sequence[str]]) -> ValueSwap:
+        """Each kind's words as the tokenizer spells them; a word that is not one token after a space is refused,
+        and the bare spelling is kept for a kind only where every word of it is one token bare too.
+
+        >>> class Tok:  # one token per word, bare or after a space
+        ...     def encode(self, text, add_special_tokens=False):
+        ...         return [hash(text) % 1000]
+        >>> [len(k[0]) for k in ValueSwap.from_words(Tok(), [["Amber", "Dune"]]).kinds]
+        [2]
+        """
+        out = []
+        for words in kinds:
+            spaced = [tokenizer.encode(f" {w}", add_special_tokens=False) for w in words]
+            bare = [tokenizer.encode(w, add_special_tokens=False) for w in words]
+            if any(len(ids) != 1 for ids in spaced):
+                raise ValueError(
+                    "swap_values needs one token a value after a space in the policy's tokenizer (the demo's "
+                    f"tiny tokenizer is trained on the KB so that they are), not so for: {sorted(words)[:5]} ..."
+                )
+            both = all(len(ids) == 1 for ids in bare)
+            out.append(tuple((s[0], b[0]) if both else (s[0],) for s, b in zip(spaced, bare, strict=True)))
+        return cls(tuple(out))
+
+    def mapping(self, rng: np.random.Generator) -> dict[int, int]:
+        """Token id -> token id: each kind's values permuted at random, every spelling alike."""
+        table: dict[int, int] = {}
+        for values in self.kinds:
+            order = rng.permutation(len(values))
+            for value, other in zip(values, (values[i] for i in order), strict=True):
+                table.update(zip(value, other, strict=True))
+        return table
+
+    def swap(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        """``sample`` with its values swapped throughout (prompt, turns, observations); the rest untouched.
+
+        >>> swap = ValueSwap((((1,), (2,), (3,)),))  # one kind: three values, one spelling each
+        >>> out = swap.swap(Sample([9, 1], [1, 2, 9], [1, 1, 0], [], 0.0, "u"), np.random.default_rng(0))
+        >>> out.prompt_ids[0], out.response_ids[2], out.response_ids[0] == out.prompt_ids[1]
+        (9, 9, True)
+        """
+        table = self.mapping(rng)
+        return replace(
+            sample,
+            prompt_ids=[table.get(t, t) for t in sample.prompt_ids],
+            response_ids=[table.get(t, t) for t in sample.response_ids],
+        )
+
+
 def expert_samples(
-    rows: list[dict[str, Any]], agent_loop_factory: Any, tokenizer: Any, cfg: WarmStartConfig, epoch: int = 0
+    rows: list[dict[str, Any]],
+    agent_loop_factory: Any,
+    tokenizer: Any,
+    cfg: WarmStartConfig,
+    epoch: int = 0,
+    values: ValueSwap | None = None,
 ) -> list[tuple[Sample, float] | tuple[Sample, float, float]]:
     """Expert episodes for ``rows``, tokenized through the agent loop (``agent_loop_factory(server)``), each
     with the loss weight of its decision tokens (``cfg.decision_weight``; 0 for protocol episodes).
@@ -261,7 +331,26 @@ def expert_samples(
     ``epoch`` seeds the expert's noise: each epoch gets fresh draws, so the policy learns the expert's decision
     probabilities instead of memorising which episode had which noisy decision (which it does within a few
     epochs on one fixed draw, ending deterministic and name-dependent on held-out questions).
+    ``values``: what ``cfg.swap_values`` of the episodes get swapped (their own draws, so the expert's are the
+    same with or without).
     """
+    if cfg.swap_values and values is None:
+        raise ValueError("swap_values is set but no values to swap were given (ValueSwap)")
+    samples = _expert_samples(rows, agent_loop_factory, tokenizer, cfg, epoch)
+    if not cfg.swap_values or values is None:
+        return samples
+    draws = np.random.default_rng([cfg.seed, epoch, 1])
+    out: list[Any] = []
+    for sample, *weights in samples:
+        if draws.random() < cfg.swap_values:
+            sample = values.swap(sample, draws)
+        out.append((sample, *weights))
+    return out
+
+
+def _expert_samples(
+    rows: list[dict[str, Any]], agent_loop_factory: Any, tokenizer: Any, cfg: WarmStartConfig, epoch: int
+) -> list[tuple[Sample, float] | tuple[Sample, float, float]]:
     rng = np.random.default_rng([cfg.seed, epoch])
     server = ReplayServer(tokenizer)
     agent_loop = agent_loop_factory(server)

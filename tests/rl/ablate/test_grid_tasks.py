@@ -53,7 +53,7 @@ def test_the_knife_edge_grids_warm_start_lands_at_the_experts_odds_on_either_tas
         demo = _demo(grid_for_task(GRIDS[name], task).variants[0].overrides)
         warm, target = demo["warm_start"], demo["warm_start_target"]
         assert warm["reject_noise"] == 0.5, task
-        assert (warm["soft_decisions"], warm["lr_decay"]) == (True, True), task
+        assert (warm["soft_decisions"], warm["lr_decay"], warm["swap_values"]) == (True, True, 0.0), task
         assert (target["max_confirm_gap"], target["min_confirm"]) == (0.15, None), task
 
 
@@ -72,7 +72,10 @@ def test_the_k_grids_warm_start_a_policy_deep_enough_to_read_the_check_on_either
             warm, target = demo["warm_start"], demo["warm_start_target"]
             assert demo["policy"]["num_layers"] == 3, (task, variant.name)
             assert warm["reject_noise"] == 0.5, (task, variant.name)
-            assert (warm["soft_decisions"], warm["lr_decay"]) == (True, True), (task, variant.name)
+            assert (warm["soft_decisions"], warm["lr_decay"], warm["swap_values"]) == (True, True, 0.0), (
+                task,
+                variant.name,
+            )
             assert (target["max_confirm_gap"], target["min_confirm"]) == (0.15, None), (task, variant.name)
 
 

@@ -158,3 +158,18 @@ def test_warm_start_up_weights_the_token_after_each_of_several_ids() -> None:
     expected = [5.0, 1.0, 5.0, 1.0, 5.0, 1.0, 1.0, 0.0]
     assert token_weights(sample, [bracket, decision], 5.0).tolist() == expected
     assert token_weights(sample, decision, 5.0).tolist() == [1.0, 1.0, 1.0, 1.0, 5.0, 1.0, 1.0, 0.0]
+
+
+def test_the_r3g_warm_start_refuses_a_value_swap_it_has_no_values_for(tmp_path: Path) -> None:
+    """``swap_values`` is the KB-VQA demo's (its expert copies names and answers); set on the R3G demo's section it is
+    one line before any imitation, not a setting silently ignored."""
+    from ragym.rl.demo.r3g import warm_start
+    from ragym.rl.errors import UsageError
+
+    class Reader:
+        def get(self, key: str) -> dict:
+            assert key == "ragym.r3g_demo.warm_start"
+            return {"swap_values": 1.0}
+
+    with pytest.raises(UsageError, match="swap_values: the R3G expert's episodes have no KB-VQA names"):
+        warm_start(None, Reader(), tmp_path, tmp_path / "out", seed=0)

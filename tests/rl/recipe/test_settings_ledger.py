@@ -102,6 +102,7 @@ COVERED_BY: dict[str, str] = {
     "ragym.demo.warm_start.context_weight": "tests/rl/demo/test_answer_warm_start.py::test_the_answer_task_warm_start_weighs_the_copied_tokens_by_its_copy_weight",
     "ragym.demo.warm_start.lr_decay": "tests/rl/tiny/test_warm_start.py::test_linear_decay_halves_the_distance_travelled_on_a_steady_target",
     "ragym.demo.warm_start.soft_decisions": "tests/rl/demo/test_demo.py::test_soft_decisions_imitate_both_branches_weighted_by_the_experts_odds",
+    "ragym.demo.warm_start.swap_values": "tests/rl/demo/test_value_swap.py::test_swapped_episodes_still_copy_and_change_nothing_but_the_values",
     "ragym.demo.warm_start.init_from": "tests/rl/demo/test_demo.py::test_a_warm_start_continues_the_one_named_by_init_from",
     "ragym.demo.kb_preset": "tests/rl/demo/test_tasks.py::test_every_task_composes_into_the_settings_the_demo_reads",
     "ragym.demo.arch": "tests/rl/tiny/test_tiny_policy.py::test_forward_backward_generate_with_images",
@@ -209,6 +210,8 @@ NOT_COVERED: dict[str, str] = {
         for f in RUN_CHECK_METRICS
     },
     # The R3G warm start's own expert and weights leave these unused (test_r3g_settings shows both inert).
+    "ragym.r3g_demo.warm_start.swap_values": "r3g.warm_start refuses it in one line: its expert's episodes hold no "
+    "KB-VQA names or answers (tests/rl/demo/test_r3g_demo.py)",
     "ragym.r3g_demo.warm_start.quote": "the R3G expert (r3g.R3GExpert) copies no name or value to quote; only the "
     "KB-VQA expert reads quote",
     "ragym.r3g_demo.warm_start.copy_weight": "r3g.warm_start gives imitate no copy spans, so token_weights never "
