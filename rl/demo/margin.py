@@ -20,7 +20,7 @@ import torch
 
 from ragym.rl.core.grpo import Sample
 from ragym.rl.core.vision import ImageInputs
-from ragym.rl.tiny.warm_start import COPY_TAGS, NoisyExpert, ReplayServer, _replay, span_mask
+from ragym.rl.tiny.warm_start import COPY_TAGS, NoisyExpert, ReplayServer, ValueSwap, _replay, span_mask
 
 
 def token_outcomes(
@@ -63,6 +63,7 @@ def decision_margin(
     rows: list[dict[str, Any]],
     quote: bool = False,
     reject_token: str = "Reject",
+    values: ValueSwap | None = None,
 ) -> dict[str, Any]:
     """The policy's probability of confirming where the batch holds the match and of rejecting where it does
     not, on ``rows``' noiseless expert episodes: means, quartiles, and the share the policy's argmax gets right
@@ -70,7 +71,8 @@ def decision_margin(
     from an observation (``copy``: the confirmed name in a text search, the value in the answer) and on the
     rest of its turns (``other``: the grammar and protocol). ``quote``: the expert's reasons quote what it copies, as
     the warm start's expert did (``ragym.demo.warm_start.quote``); read against another expert's turns, the
-    policy's own reasons would count as format errors."""
+    policy's own reasons would count as format errors. ``values``: each episode's copied values swapped first (one
+    fixed draw), so that on training questions the copy is read, not a recalled training value."""
     from ragym.rl.agent_loop.loop import make_agent_loop
     from ragym.rl.models import load_policy
 
@@ -87,6 +89,7 @@ def decision_margin(
     agent_loop = make_agent_loop(config, server, tokenizer, processor)
     image_inputs = ImageInputs(processor.image_processor)
     rng = np.random.default_rng(0)  # a noiseless expert draws nothing from it
+    swaps = np.random.default_rng(1)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     groups: dict[str, list[tuple[float, bool]]] = {
@@ -98,6 +101,8 @@ def decision_margin(
     try:
         for row in rows:
             sample = _replay(row, NoisyExpert.for_row(row, rng, 0.0, 0.0, quote), server, agent_loop)
+            if values is not None:
+                sample = values.swap(sample, swaps)
             for kind, tokens in token_outcomes(
                 model, image_inputs, sample, decision_after, copy_spans
             ).items():

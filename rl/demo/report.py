@@ -267,6 +267,28 @@ def margin_lines(margins: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def restarted(warm: dict[str, Any]) -> str:
+    """A sentence naming the warm start's earlier attempts and what each missed on the training questions
+    (``ragym.demo.warm_start_target.restarts``); empty for a warm start kept at its first attempt.
+
+    >>> restarted({"attempts": [{"seed": 5, "missed": ["copy accuracy 0.871 < 0.97"]}, {"seed": 1005, "missed": []}]})
+    ' Kept at attempt 2 (draws 1005); before it, draws 5 missed the target on the training questions: copy accuracy 0.871 < 0.97.'
+    >>> restarted({}), restarted({"attempts": [{"seed": 0, "missed": []}]})
+    ('', '')
+    """
+    attempts = warm.get("attempts") or []
+    if len(attempts) < 2:
+        return ""
+    earlier = "; ".join(f"draws {a['seed']} missed {', '.join(a['missed'])}" for a in attempts[:-1])
+    kept = attempts[-1]
+    still = f" (it too missed: {', '.join(kept['missed'])})" if kept["missed"] else ""
+    return (
+        f" Kept at attempt {len(attempts)} (draws {kept['seed']}){still}; before it, "
+        + earlier.replace(" missed ", " missed the target on the training questions: ", 1)
+        + "."
+    )
+
+
 def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]]) -> Path:
     """Write ``out/report.md`` and ``out/reward_components.png``; returns the report path."""
     plot_rewards(train, out / "reward_components.png")
@@ -292,7 +314,7 @@ def write_report(out: Path, result: dict[str, Any], train: list[dict[str, Any]])
             f"probability {warm['noise']} ({warm['episodes']} training questions x {warm['epochs']} epochs "
             f"of env-generated episodes, fresh expert noise each epoch, plus a noiseless episode for a share "
             f"{warm['protocol_share']} of them with its decision tokens out of the loss; {warm['steps']} steps, "
-            f"loss {warm['first_loss']:.2f} -> {warm['final_loss']:.2f}).",
+            f"loss {warm['first_loss']:.2f} -> {warm['final_loss']:.2f}).{restarted(warm)}",
             "",
             "## Held-out evaluation (warm start = before, after GRPO)",
             "",

@@ -212,6 +212,69 @@ def copyable_values(tokenizer: Any, rows: list[dict[str, Any]]) -> ValueSwap:
     return ValueSwap.from_words(tokenizer, [*places, *([answers] if answers else [])])
 
 
+RESTART_SEEDS = 1000
+"""Attempt ``k`` of a restarted warm start draws its expert noise, shuffles and swaps with seed ``seed + k * 1000``
+(``ragym.demo.warm_start_target.restarts``); the copy-pretrained tiny policy and GRPO keep ``seed``."""
+
+
+def warm_start_until_target(
+    config: Any, reader: RecipeReader, policy_dir: Path, warm_dir: Path, seed: int
+) -> dict[str, Any]:
+    """The warm start into ``warm_dir``, imitated again with the next draws while it misses its target on the
+    training questions (``ragym.demo.warm_start_target.restarts`` times at most; the held-out check that follows,
+    ``check_warm_start``, decides as before). Each attempt is built aside and the one kept is renamed into place
+    whole; its ``warm_start.json`` lists every attempt: its seed and what it missed on the training questions."""
+    target = WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
+    if not target.restarts:
+        return _warm_start(config, reader, policy_dir, warm_dir, seed)
+    attempts: list[dict[str, Any]] = []
+    folder = warm_dir
+    for attempt in range(target.restarts + 1):
+        draws = seed + RESTART_SEEDS * attempt
+        folder = warm_dir.with_name(f"{warm_dir.name}.attempt{attempt}")
+        shutil.rmtree(folder, ignore_errors=True)
+        _warm_start(config, reader, policy_dir, folder, draws)
+        probe = training_probe(folder, config, reader)
+        warm = reader.get("ragym.demo.warm_start")
+        rows = read_rows(reader.get("data.train_files"), 1)
+        misses = warm_start_misses(probe, target, expert_confirm(rows, warm["reject_noise"], warm["noise"]))
+        shares = {name: group.get("greedy_share") for name, group in probe.items()}
+        attempts.append({"attempt": attempt, "seed": draws, "training_probe": shares, "missed": misses})
+        if not misses:
+            break
+        if attempt < target.restarts:
+            logger.warning(
+                "seed %d: warm start attempt %d (draws %d) missed its target on the training questions: %s; "
+                "imitating again with draws %d",
+                seed,
+                attempt,
+                draws,
+                "; ".join(misses),
+                draws + RESTART_SEEDS,
+            )
+    info = json.loads((folder / "warm_start.json").read_text())
+    info["attempts"] = attempts
+    (folder / "warm_start.json").write_text(json.dumps(info, indent=2))
+    shutil.rmtree(warm_dir, ignore_errors=True)
+    folder.rename(warm_dir)
+    for other in warm_dir.parent.glob(f"{warm_dir.name}.attempt*"):
+        shutil.rmtree(other, ignore_errors=True)
+    return info
+
+
+def training_probe(policy_dir: Path, config: Any, reader: RecipeReader) -> dict[str, Any]:
+    """``decision_margin`` of ``policy_dir`` on as many training questions as the held-out evaluation reads, each
+    episode's names and answers swapped for others of their kind (``ValueSwap``), so that a recalled training name
+    or answer does not pass for a copy: what the held-out check reads on unseen entities, without reading them."""
+    from ragym.rl.models import load_processor
+
+    rows = read_rows(reader.get("data.train_files"), reader.get("data.val_max_samples"))
+    warm = WarmStartConfig(**reader.get("ragym.demo.warm_start"), seed=0)
+    tokenizer = load_processor(policy_dir).tokenizer
+    values = copyable_values(tokenizer, read_rows(reader.get("data.train_files"), warm.num_episodes))
+    return decision_margin(policy_dir, config, rows, warm.quote, values=values)
+
+
 def warm_start_init(policy_dir: Path, init_from: str | None) -> Path:
     """The policy a warm start begins from: the demo's tiny policy, or ``init_from`` (``ragym.demo.warm_start``),
     a finished warm start with the same tokenizer; anything else is refused in one line before any imitation."""
@@ -353,7 +416,7 @@ def prepare(
     warm_dir = out / "warm_start"
     reader.get("ragym.demo.warm_start")  # read on resume too: the unused-key list must not depend on it
     if not (warm_dir / "warm_start.json").exists():
-        _warm_start(config, reader, policy_dir, warm_dir, seed)
+        warm_start_until_target(config, reader, policy_dir, warm_dir, seed)
     check_warm_start(config, reader, warm_dir, seed)
     return config, reader, overrides
 

@@ -360,3 +360,61 @@ def test_a_bad_warm_start_threshold_is_one_line_before_the_warm_start(
         UsageError, match=rf"ragym.demo.warm_start_target.{field} must be a number in \[0, 1\]"
     ):
         warm_start.WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
+
+
+def test_a_warm_start_missing_its_target_on_training_questions_is_imitated_again(
+    composed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``restarts``: while a warm start misses the target on the training questions, it is imitated again with the
+    next draws (seed + 1000 k), up to ``restarts`` times; the last attempt is kept whole in ``warm_start``, with every
+    attempt's seed and misses in its ``warm_start.json``, and the held-out check decides after it as before."""
+    made: list[tuple[Path, int]] = []
+
+    def fake_warm_start(config, reader, policy_dir, out_dir: Path, seed: int) -> dict[str, Any]:
+        made.append((out_dir, seed))
+        out_dir.mkdir(parents=True)
+        (out_dir / "weights").write_text(str(seed))
+        (out_dir / "warm_start.json").write_text(json.dumps({"seed": seed}))
+        return {"seed": seed}
+
+    copy = iter([0.5, 0.5, 0.99])  # the training probe's copy accuracy, attempt by attempt
+    monkeypatch.setattr(run, "_warm_start", fake_warm_start)
+    monkeypatch.setattr(run, "training_probe", lambda *_: {**PROBE, "copy": {"greedy_share": next(copy)}})
+    target = "ragym.demo.warm_start_target."
+    warm_dir = tmp_path / "warm_start"
+
+    # restarts 0 (the recipe's): one warm start, straight into its folder, no training probe.
+    config, reader = demo_config(composed, **{target + "min_copy_accuracy": 0.9})
+    run.warm_start_until_target(config, reader, tmp_path / "policy", warm_dir, seed=7)
+    assert made == [(warm_dir, 7)]
+    shutil.rmtree(warm_dir)
+    made.clear()
+
+    config, reader = demo_config(composed, **{target + "min_copy_accuracy": 0.9, target + "restarts": 2})
+    info = run.warm_start_until_target(config, reader, tmp_path / "policy", warm_dir, seed=7)
+    assert [seed for _, seed in made] == [7, 1007, 2007]
+    assert (warm_dir / "weights").read_text() == "2007" and not list(tmp_path.glob("warm_start.attempt*"))
+    recorded = json.loads((warm_dir / "warm_start.json").read_text())["attempts"]
+    assert recorded == info["attempts"]
+    assert [(a["seed"], a["missed"]) for a in recorded] == [
+        (7, ["copy accuracy 0.500 < 0.9"]),
+        (1007, ["copy accuracy 0.500 < 0.9"]),
+        (2007, []),
+    ]
+
+    # Every attempt missing: the last is kept and the held-out check decides (here: it stops the demo).
+    shutil.rmtree(warm_dir)
+    copy = iter([0.5, 0.5])
+    config, reader = demo_config(composed, **{target + "min_copy_accuracy": 0.9, target + "restarts": 1})
+    run.warm_start_until_target(config, reader, tmp_path / "policy", warm_dir, seed=0)
+    assert (warm_dir / "weights").read_text() == "1000"
+    (warm_dir / run.WARM_PROBE).write_text(json.dumps({**PROBE, "copy": {"greedy_share": 0.5}}))
+    with pytest.raises(run.WarmStartMissed, match="copy accuracy 0.500 < 0.9"):
+        run.check_warm_start(config, reader, warm_dir, 0)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "two", True])
+def test_a_bad_restart_count_is_one_line_before_the_warm_start(value: Any, composed) -> None:
+    config, reader = demo_config(composed, **{"ragym.demo.warm_start_target.restarts": value})
+    with pytest.raises(UsageError, match="ragym.demo.warm_start_target.restarts must be a whole number >= 0"):
+        warm_start.WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))

@@ -138,6 +138,11 @@ def test_report_shows_outcome_by_identification_and_the_shares_of_the_gain(tmp_p
         "steps": 10,
         "first_loss": 2.0,
         "final_loss": 0.1,
+        # A warm start restarted once (ragym.demo.warm_start_target.restarts): the report says so.
+        "attempts": [
+            {"attempt": 0, "seed": 0, "missed": ["copy accuracy 0.871 < 0.97"]},
+            {"attempt": 1, "seed": 1000, "missed": []},
+        ],
     }
     result = {
         "seed": 0,
@@ -161,6 +166,10 @@ def test_report_shows_outcome_by_identification_and_the_shares_of_the_gain(tmp_p
     }
     text = write_report(tmp_path, json.loads(json.dumps(result)), [step]).read_text()
     assert "Task `answer` (`ragym demo --task answer`); seed 0;" in text
+    assert (
+        "Kept at attempt 2 (draws 1000); before it, draws 0 missed the target on the training questions: "
+        "copy accuracy 0.871 < 0.97." in text
+    )
     assert "| outcome, entity confirmed | n/a | 0.667 |" in text
     assert "| outcome, entity not confirmed | 0.000 | 0.000 |" in text
     assert "| questions with the entity confirmed | 0 | 36 |" in text

@@ -43,11 +43,11 @@ def test_the_default_task_is_the_recipe_itself_and_answer_differs_where_it_says(
     assert answer["warm_start"]["reject_noise"] < 0.5 < verify["warm_start"]["reject_noise"]
     assert answer["warm_start"]["quote"] and not verify["warm_start"]["quote"]
     assert answer["policy"] == verify["policy"] and answer["arch"] == verify["arch"]
-    # Its warm start swaps the copied values and decays its rate, so that a prior over the training names or answers
-    # cannot stand in for the copy (docs/results.md, the answer task: 3 of 20 runs stopped without the swap).
+    # A warm start that misses its target on the training questions is imitated again (the copy is a draw: 3 of 20
+    # Intel runs stopped with one attempt); its settings stay those its figures were measured with.
     warm = answer["warm_start"]
-    assert warm["swap_values"] == 1.0 and warm["lr_decay"] and not warm["soft_decisions"]
-    assert verify["warm_start"]["swap_values"] == 0.0
+    assert (warm["swap_values"], warm["lr_decay"], warm["soft_decisions"]) == (0.0, False, False)
+    assert answer["warm_start_target"]["restarts"] == 2 and verify["warm_start_target"]["restarts"] == 0
     # Its warm start is held to the copy it measures (a miss stops the run) and to a floor on confirming a match
     # instead of the verify task's gap from the expert's rate.
     target = WarmStartTarget(**answer["warm_start_target"])

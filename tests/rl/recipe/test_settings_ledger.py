@@ -136,7 +136,10 @@ COVERED_BY: dict[str, str] = {
         f"ragym.demo.warm_start_target.{f.name}": _DEMO
         + "test_each_warm_start_target_setting_moves_the_check"
         for f in dataclasses.fields(WarmStartTarget)
+        if f.name != "restarts"
     },
+    "ragym.demo.warm_start_target.restarts": _DEMO
+    + "test_a_warm_start_missing_its_target_on_training_questions_is_imitated_again",
     "ragym.r3g_demo.preset": _R3G + "test_the_preset_and_corpus_repeats_reach_the_task_and_the_tokenizer",
     "ragym.r3g_demo.corpus_repeats": _R3G
     + "test_the_preset_and_corpus_repeats_reach_the_task_and_the_tokenizer",
