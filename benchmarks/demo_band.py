@@ -131,6 +131,9 @@ def row(folder: Path, min_gain: float, min_outcome: float | None = None) -> dict
     }
     if (folder / "cpu.json").is_file():
         figures["cpu_s"] = json.loads((folder / "cpu.json").read_text())["cpu_s"]
+    warm = folder / "warm_start" / "warm_start.json"
+    if warm.is_file():  # imitated again while it missed its target: ragym.demo.warm_start_target.restarts
+        figures["warm_starts"] = len(json.loads(warm.read_text()).get("attempts") or [None])
     for phase in ("before", "after"):
         if margin:
             figures[f"p_confirm_{phase}"] = margin[phase]["confirm_match"]["mean"]
@@ -293,12 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     runs = merged_runs([args.out / "band.json", *args.merge])
     groups = list(dict.fromkeys(group for group, _ in runs))
     print(
-        "| kernels | seed | reward | Ident. | P(confirm a match) | outcome, confirmed | passes | wall | CPU | peak RSS |"
+        "| kernels | seed | reward | Ident. | P(confirm a match) | outcome, confirmed | passes | warm starts | wall | CPU "
+        "| peak RSS |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for (kernel, seed), r in runs.items():
         if "failed" in r:
-            print(f"| {kernel} | {seed} | failed: {r['failed']} | | | | no | | {r['cpu_s']:.0f} s | |")
+            print(f"| {kernel} | {seed} | failed: {r['failed']} | | | | no | | | {r['cpu_s']:.0f} s | |")
             continue
         margin = (
             f"{r['p_confirm_before']:.3f} -> {r['p_confirm_after']:.3f}" if "p_confirm_after" in r else "n/a"
@@ -307,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {kernel} | {seed} | {r['reward_before']:.3f} -> {r['reward_after']:.3f} | {r['ident_before']:.2f} -> "
             f"{r['ident_after']:.2f} | {margin} | {'n/a' if outcome is None else f'{outcome:.2f}'} | "
-            f"{'yes' if r['passes'] else 'no'} | {r['wall_s']:.0f} s | {r.get('cpu_s', float('nan')):.0f} s | "
+            f"{'yes' if r['passes'] else 'no'} | {r.get('warm_starts', 'n/a')} | {r['wall_s']:.0f} s | "
+            f"{r.get('cpu_s', float('nan')):.0f} s | "
             f"{r['rss_mb']:.0f} MB |"
         )
     print("\n".join(band_lines(runs, groups)))

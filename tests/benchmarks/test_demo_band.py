@@ -92,6 +92,10 @@ out.mkdir(parents=True, exist_ok=True)
 phase = {"reward_mean": 2.0, "ident_acc": 0.5, "outcome_identified": 0.4 + 0.5 * (seed == 0)}
 metrics = {"before": phase, "after": phase, "wall_time_s": 1.0, "peak_rss_mb": 10.0}
 (out / "metrics.json").write_text(json.dumps(metrics))
+if seed == 2:  # a warm start imitated again once (ragym.demo.warm_start_target.restarts)
+    (out / "warm_start").mkdir()
+    attempts = [{"seed": 2, "missed": ["copy accuracy 0.9 < 0.97"]}, {"seed": 1002, "missed": []}]
+    (out / "warm_start" / "warm_start.json").write_text(json.dumps({"attempts": attempts}))
 """
 
 
@@ -117,7 +121,9 @@ def test_a_run_that_fails_is_a_failing_row_and_the_other_runs_still_finish(
         runs["machine/1"]["failed"] == "ragym: the warm start missed its target: copy accuracy 0.900 < 0.97"
     )
     assert [runs[f"machine/{s}"]["passes"] for s in range(3)] == [True, False, False]
+    assert runs["machine/2"]["warm_starts"] == 2 and "warm_starts" not in runs["machine/0"]
     text = capsys.readouterr().out
+    assert "| no | 2 | 1 s |" in text  # seed 2's row: fails, 2 warm starts, its wall time
     assert "all: 1 of 3 runs pass (1 failed before a result)" in text
     # a failed run's time is not among the figures of the runs that reached a result
     lines = band_lines(
