@@ -97,6 +97,11 @@ class WarmStartConfig:
     whose prompt differs from the grid's first (no Reject line, another K) starts there: the first's prompts hold
     several times its decisions, from which the policy learnt to read the visual check (docs/results.md)."""
 
+    def __post_init__(self) -> None:
+        share = self.swap_values
+        if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share <= 1):
+            raise UsageError(f"ragym.demo.warm_start.swap_values must be a share in [0, 1], got {share!r}")
+
 
 COPY_TAGS = ("search_call", "answer")
 """Action tags whose text the warm start weights by ``copy_weight``: the expert copies a name or value there."""

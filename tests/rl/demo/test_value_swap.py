@@ -134,3 +134,12 @@ def test_a_swap_maps_each_kind_onto_itself(tmp_path: Path) -> None:
     out = swap.swap(sample, np.random.default_rng(0))
     assert out.prompt_ids[0] == 5 == out.response_ids[1] and out.response_ids[2] == out.prompt_ids[1] + 10
     assert json.dumps(out.response_mask) == json.dumps(sample.response_mask)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_a_share_outside_0_1_is_one_line(share: float) -> None:
+    from ragym.rl.errors import UsageError
+
+    fields = dict(num_episodes=1, noise=0.0, reject_noise=0.0, protocol_share=0.0, decision_weight=1.0)
+    with pytest.raises(UsageError, match="swap_values must be a share in"):
+        WarmStartConfig(**fields, epochs=1, batch_size=1, lr=1e-3, seed=0, swap_values=share)
