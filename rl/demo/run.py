@@ -227,6 +227,9 @@ def warm_start_until_target(
     target = WarmStartTarget(**reader.get("ragym.demo.warm_start_target"))
     if not target.restarts:
         return _warm_start(config, reader, policy_dir, warm_dir, seed)
+    warm = WarmStartConfig(**reader.get("ragym.demo.warm_start"), seed=seed)
+    rows, values = training_questions(reader, policy_dir)  # what every attempt is read on
+    confirm = expert_confirm(rows, warm.reject_noise, warm.noise)
     attempts: list[dict[str, Any]] = []
     folder = warm_dir
     for attempt in range(target.restarts + 1):
@@ -234,10 +237,8 @@ def warm_start_until_target(
         folder = warm_dir.with_name(f"{warm_dir.name}.attempt{attempt}")
         shutil.rmtree(folder, ignore_errors=True)
         _warm_start(config, reader, policy_dir, folder, draws)
-        probe = training_probe(folder, config, reader)
-        warm = reader.get("ragym.demo.warm_start")
-        rows = read_rows(reader.get("data.train_files"), 1)
-        misses = warm_start_misses(probe, target, expert_confirm(rows, warm["reject_noise"], warm["noise"]))
+        probe = training_probe(folder, config, rows, values, warm.quote)
+        misses = warm_start_misses(probe, target, confirm)
         shares = {name: group.get("greedy_share") for name, group in probe.items()}
         attempts.append({"attempt": attempt, "seed": draws, "training_probe": shares, "missed": misses})
         if not misses:
@@ -262,17 +263,26 @@ def warm_start_until_target(
     return info
 
 
-def training_probe(policy_dir: Path, config: Any, reader: RecipeReader) -> dict[str, Any]:
-    """``decision_margin`` of ``policy_dir`` on as many training questions as the held-out evaluation reads, each
-    episode's names and answers swapped for others of their kind (``ValueSwap``), so that a recalled training name
-    or answer does not pass for a copy: what the held-out check reads on unseen entities, without reading them."""
+def training_questions(reader: RecipeReader, policy_dir: Path) -> tuple[list[dict[str, Any]], ValueSwap]:
+    """The training questions a restarted warm start is checked on (as many as the held-out evaluation reads) and
+    the values to swap in their episodes (``copyable_values``, in the tiny policy's tokenizer, which every attempt
+    shares)."""
     from ragym.rl.models import load_processor
 
-    rows = read_rows(reader.get("data.train_files"), reader.get("data.val_max_samples"))
-    warm = WarmStartConfig(**reader.get("ragym.demo.warm_start"), seed=0)
-    tokenizer = load_processor(policy_dir).tokenizer
-    values = copyable_values(tokenizer, read_rows(reader.get("data.train_files"), warm.num_episodes))
-    return decision_margin(policy_dir, config, rows, warm.quote, values=values)
+    train = reader.get("data.train_files")
+    episodes = read_rows(train, reader.get("ragym.demo.warm_start.num_episodes"))
+    values = copyable_values(load_processor(policy_dir).tokenizer, episodes)
+    return read_rows(train, reader.get("data.val_max_samples")), values
+
+
+def training_probe(
+    policy_dir: Path, config: Any, rows: list[dict[str, Any]], values: ValueSwap, quote: bool
+) -> dict[str, Any]:
+    """``decision_margin`` of ``policy_dir`` on training questions ``rows`` (as many as the held-out evaluation
+    reads), each episode's names and answers swapped for others of their kind (``values``), so that a recalled
+    training name or answer does not pass for a copy: what the held-out check reads on unseen entities, without
+    reading them."""
+    return decision_margin(policy_dir, config, rows, quote, values=values)
 
 
 def warm_start_init(policy_dir: Path, init_from: str | None) -> Path:

@@ -98,9 +98,19 @@ class WarmStartConfig:
     several times its decisions, from which the policy learnt to read the visual check (docs/results.md)."""
 
     def __post_init__(self) -> None:
-        share = self.swap_values
-        if not (isinstance(share, int | float) and not isinstance(share, bool) and 0 <= share <= 1):
-            raise UsageError(f"ragym.demo.warm_start.swap_values must be a share in [0, 1], got {share!r}")
+        if not is_share(self.swap_values):
+            raise UsageError(
+                f"ragym.demo.warm_start.swap_values must be a share in [0, 1], got {self.swap_values!r}"
+            )
+
+
+def is_share(value: object) -> bool:
+    """Whether a setting's ``value`` is a number in [0, 1] (from YAML or an override; true/false is not one).
+
+    >>> is_share(0.5), is_share(1), is_share(True), is_share("0.5"), is_share(1.5)
+    (True, True, False, False, False)
+    """
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1
 
 
 COPY_TAGS = ("search_call", "answer")
@@ -149,7 +159,7 @@ class WarmStartTarget:
             nullable = name in ("max_confirm_gap", "min_confirm", "min_copy_accuracy")
             if value is None and nullable:
                 continue
-            if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1):
+            if not is_share(value):
                 allowed = "a number in [0, 1]" + (" or null" if nullable else "")
                 raise UsageError(f"ragym.demo.warm_start_target.{name} must be {allowed}, got {value!r}")
         if not (

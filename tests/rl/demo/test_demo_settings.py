@@ -379,6 +379,10 @@ def test_a_warm_start_missing_its_target_on_training_questions_is_imitated_again
 
     copy = iter([0.5, 0.5, 0.99])  # the training probe's copy accuracy, attempt by attempt
     monkeypatch.setattr(run, "_warm_start", fake_warm_start)
+    # The training questions as read (no values to swap: the probe below is a stand-in that reads none).
+    monkeypatch.setattr(
+        run, "training_questions", lambda reader, _: (run.read_rows(reader.get("data.train_files"), 4), None)
+    )
     monkeypatch.setattr(run, "training_probe", lambda *_: {**PROBE, "copy": {"greedy_share": next(copy)}})
     target = "ragym.demo.warm_start_target."
     warm_dir = tmp_path / "warm_start"
