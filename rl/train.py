@@ -6,19 +6,24 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ragym.rl.data.rows import BAD_ROW_POLICIES
-from ragym.rl.engine.config import ENGINE_SECTION, RecipeReader, read_engine_config
-from ragym.rl.engine.trainer import LocalTrainer
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.check import recipe_set_keys, unknown_keys
 from ragym.rl.recipe.compose import load_recipe
+
+if TYPE_CHECKING:
+    from ragym.rl.engine.config import RecipeReader
+    from ragym.rl.engine.trainer import LocalTrainer
 
 logger = logging.getLogger(__name__)
 
 
 def check_keys(recipe: str, overrides: list[str], reader: RecipeReader) -> list[str]:
     """Refuse keys nothing reads (naming them); return the verl keys only a cluster run reads (a warning)."""
+    from ragym.rl.engine.config import ENGINE_SECTION
+
     set_keys = recipe_set_keys(recipe, overrides)  # the files are read once, for both checks
     unknown = unknown_keys(recipe, set_keys=set_keys)
     unknown += [
@@ -36,6 +41,12 @@ def check_keys(recipe: str, overrides: list[str], reader: RecipeReader) -> list[
 
 def build_trainer(recipe: str, overrides: list[str], bad_rows: str = "skip") -> LocalTrainer:
     """Compose ``recipe`` with ``overrides``, check every key and row, build the trainer."""
+    # The local engine is imported here, not with the module: ``ragym train --engine verl`` only composes the recipe
+    # and starts verl's trainer, and importing the engine (torch, verl's core algorithms, transformers) cost its
+    # command about 6 s of CPU for nothing.
+    from ragym.rl.engine.config import RecipeReader, read_engine_config
+    from ragym.rl.engine.trainer import LocalTrainer
+
     config = load_recipe(recipe, overrides)
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
