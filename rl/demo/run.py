@@ -239,8 +239,9 @@ def warm_start_until_target(
         _warm_start(config, reader, policy_dir, folder, draws)
         probe = training_probe(folder, config, rows, values, warm.quote)
         misses = warm_start_misses(probe, target, confirm)
-        shares = {name: group.get("greedy_share") for name, group in probe.items()}
-        attempts.append({"attempt": attempt, "seed": draws, "training_probe": shares, "missed": misses})
+        attempts.append(
+            {"attempt": attempt, "seed": draws, "training_probe": target_figures(probe), "missed": misses}
+        )
         if not misses:
             break
         if attempt < target.restarts:
@@ -461,6 +462,22 @@ def refuse_mistyped(config: Any) -> None:
 
 WARM_PROBE = "probe.json"
 """The warm start's decision margin and token accuracies (``ragym.rl.demo.margin``), in its folder."""
+
+
+def target_figures(probe: dict[str, Any]) -> dict[str, float | None]:
+    """The figures of ``probe`` that ``warm_start_misses`` reads: the decisions' mean probabilities (at the knife's
+    edge a greedy share of 0 or 1 says nothing of a P(confirm a match) of 0.47) and the tokens' greedy shares.
+
+    >>> target_figures({"confirm_match": {"mean": 0.47, "greedy_share": 0.0}, "reject_no_match": {"mean": 0.99},
+    ...                 "copy": {"greedy_share": 0.998}, "other": {"greedy_share": 1.0}})
+    {'confirm_match': 0.47, 'reject_no_match': 0.99, 'copy': 0.998, 'format': 1.0}
+    """
+    return {
+        "confirm_match": probe["confirm_match"].get("mean"),
+        "reject_no_match": probe["reject_no_match"].get("mean"),
+        "copy": probe["copy"].get("greedy_share"),
+        "format": probe["other"].get("greedy_share"),
+    }
 
 
 def warm_start_misses(probe: dict[str, Any], target: WarmStartTarget, expert_confirm: float) -> list[str]:

@@ -405,6 +405,13 @@ def test_a_warm_start_missing_its_target_on_training_questions_is_imitated_again
         (1007, ["copy accuracy 0.500 < 0.9"]),
         (2007, []),
     ]
+    # Each attempt records the figures its target read: P(confirm a match) as a mean, not a greedy share.
+    assert recorded[0]["training_probe"] == {
+        "confirm_match": 0.4,
+        "reject_no_match": 0.92,
+        "copy": 0.5,
+        "format": 0.96,
+    }
 
     # Every attempt missing: the last is kept and the held-out check decides (here: it stops the demo).
     shutil.rmtree(warm_dir)
