@@ -41,9 +41,9 @@ def check_keys(recipe: str, overrides: list[str], reader: RecipeReader) -> list[
 
 def build_trainer(recipe: str, overrides: list[str], bad_rows: str = "skip") -> LocalTrainer:
     """Compose ``recipe`` with ``overrides``, check every key and row, build the trainer."""
-    # The local engine is imported here, not with the module: ``ragym train --engine verl`` only composes the recipe
-    # and starts verl's trainer, and importing the engine (torch, verl's core algorithms, transformers) cost its
-    # command about 6 s of CPU for nothing.
+    # The local engine is imported here, not with the module: ``ragym train --engine verl`` only composes and checks
+    # the recipe and starts verl's trainer, which needs none of the engine's own imports (its trainer, rollout and
+    # model classes).
     from ragym.rl.engine.config import RecipeReader, read_engine_config
     from ragym.rl.engine.trainer import LocalTrainer
 
