@@ -465,7 +465,7 @@ WARM_PROBE = "probe.json"
 
 
 def target_figures(probe: dict[str, Any]) -> dict[str, float | None]:
-    """The figures of ``probe`` that ``warm_start_misses`` reads: the decisions' mean probabilities (at the knife's
+    """The figures of ``probe`` that ``warm_start_misses`` judges: the decisions' mean probabilities (at the knife's
     edge a greedy share of 0 or 1 says nothing of a P(confirm a match) of 0.47) and the tokens' greedy shares.
 
     >>> target_figures({"confirm_match": {"mean": 0.47, "greedy_share": 0.0}, "reject_no_match": {"mean": 0.99},
@@ -494,7 +494,8 @@ def warm_start_misses(probe: dict[str, Any], target: WarmStartTarget, expert_con
     ['P(confirm a match) 0.600 < 0.7', 'copy accuracy 0.500 < 0.8']
     """
     misses = []
-    confirm, reject = probe["confirm_match"]["mean"], probe["reject_no_match"]["mean"]
+    figures = target_figures(probe)
+    confirm, reject = figures["confirm_match"], figures["reject_no_match"]
     gap = target.max_confirm_gap
     if confirm is not None and gap is not None and abs(confirm - expert_confirm) > gap:
         misses.append(
@@ -505,9 +506,8 @@ def warm_start_misses(probe: dict[str, Any], target: WarmStartTarget, expert_con
         misses.append(f"P(confirm a match) {confirm:.3f} < {target.min_confirm}")
     if reject is not None and reject < target.min_reject:
         misses.append(f"P(reject a batch without the match) {reject:.3f} < {target.min_reject}")
-    accuracies = (("format", "other", target.min_format_accuracy), ("copy", "copy", target.min_copy_accuracy))
-    for name, group, least in accuracies:
-        share = probe[group]["greedy_share"]
+    for name, least in (("format", target.min_format_accuracy), ("copy", target.min_copy_accuracy)):
+        share = figures[name]
         if least is not None and share is not None and share < least:
             misses.append(f"{name} accuracy {share:.3f} < {least}")
     return misses

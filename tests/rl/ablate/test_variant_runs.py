@@ -88,9 +88,8 @@ def seams(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Any]]:
         out_dir.mkdir(parents=True)
         (out_dir / "warm_start.json").write_text("{}")
 
-    def training_probe(
-        policy_dir, config, rows, values, quote
-    ):  # a restarted warm start's check: met at once
+    def training_probe(policy_dir, config, rows, values, quote):
+        """A restarted warm start's check on the training questions: met at once."""
         seen["training_probe"].append(policy_dir)
         return {
             group: {"mean": None, "greedy_share": None}
