@@ -39,9 +39,9 @@ VERL_GROUPS = {
 }
 """``make test``'s two workers (``pytest -n 2 --dist loadgroup``) each take one group of verl trainer runs first (the
 two largest scopes) and then share the rest of the suite, test by test. The groups are balanced by measured CPU (a
-2-step toy run on the hf rollout: about 160 s, a vLLM run more; ``tests/launch/budget.md``): the hf group's 8 runs
-(DocMemo, MEMORA, the GPU smoke script on the legacy trainer, 2 async LoRA runs, 3 async-mode runs) and 2-3 toy
-builds, the other's 4 runs (sync LoRA, KB-VQA and R3G on vLLM, the new env's) beside 2 vLLM servers and 2-3 builds.
+2-step toy run on the hf rollout: about 160 s, a vLLM run more; ``tests/launch/budget.md``): the hf group's 6 runs
+(3 async-mode runs on DocMemo and MEMORA, 2 async LoRA runs, the GPU smoke script on the legacy trainer) and 2-3 toy
+builds, the other's 4 runs (sync LoRA, R3G and LoRA on vLLM, the new env's) beside 2 vLLM servers and 2-3 builds.
 A verl run spends much of its wall time waiting on start-ups (worker processes, imports), so two overlap well on 2
 cores. Both workers share one toy folder (``TOY_ENV``); a test file's runs join one Ray instance
 (``tests/launch/conftest.py`` ``ray_head``). The groups are assigned here rather than by ``xdist_group`` marks,

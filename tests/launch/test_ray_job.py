@@ -136,10 +136,13 @@ took 623 s beside ``make test``'s other worker and three other jobs' training (l
 
 def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     """`ragym submit RECIPE --cpu` on a Ray cluster started with a logical GPU: verl's trainer through the plugin, on
-    the session's toy rows and warm-started policy (``toy``, which the verl trainer tests share)."""
+    the session's toy rows and warm-started policy (``toy``, which the verl trainer tests share). It is also the
+    sync trainer mode's full-weight run on the hf rollout (``test_verl_trainer.VERL_RUN_OF_ENV``): 2 steps whose
+    rollout served the trainer's weights each step (``check_two_sync_steps``, export and eval)."""
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides, platform_overrides
-    from ragym.rl.verl_plugin.verl_local import toy_overrides
+    from ragym.rl.verl_plugin.verl_local import console_step_metrics, toy_overrides
+    from tests.launch.test_verl_trainer import check_two_sync_steps, export_and_eval
 
     refusal = _unshare_refusal()
     if refusal:
@@ -151,7 +154,7 @@ def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     overrides = merge_overrides(
         platform_overrides("toy"),
         toy_set,
-        [f"trainer.default_local_dir={out}", "trainer.total_training_steps=1"],
+        [f"trainer.default_local_dir={out}", "trainer.total_training_steps=2"],
     )
     script = _script(workdir, overrides, recipe, ("--cpu",), "--num-cpus 16 --num-gpus 1", VERL_JOB_TIMEOUT_S)
     result = subprocess.run(
@@ -164,5 +167,6 @@ def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     log = f"stdout:\n{result.stdout[-6000:]}\nstderr:\n{result.stderr[-4000:]}"
     assert result.returncode == 0, log
     assert "ragym: job ragym-ray-test SUCCEEDED" in result.stdout, log
-    assert "step:1 - " in result.stdout and "reward/total:" in result.stdout, log  # verl's metrics + ragym's
-    assert (out / "global_step_1" / "actor").is_dir(), log
+    # verl's metrics and ragym's, streamed from the job's logs: the checks of every sync run
+    check_two_sync_steps(console_step_metrics(result.stdout), toy, out, "KBVQA-v0")
+    export_and_eval(toy, out, "ray_job", "KBVQA-v0")

@@ -1,7 +1,10 @@
-"""ragym's async trainer modes on verl's own trainer, for real: ``ragym train --engine verl --toy`` on KB-VQA with
+"""ragym's async trainer modes on verl's own trainer, for real: ``ragym train --engine verl --toy`` with
 ``trainer.v1.trainer_mode`` set to each async mode (one line: on CPU, ``ragym train`` adds what separate_async
-needs beyond it, ``recipes/platforms/cpu_separate_async.yaml``): colocate_async 2 steps, then a resume to step 3,
-export and eval; separate_async 3 steps in one run (resume, export and eval are code the two modes share).
+needs beyond it, ``recipes/platforms/cpu_separate_async.yaml``): colocate_async on DocMemo's paper recipe, 2 steps,
+then a resume to step 3, export and eval; separate_async on MEMORA's, 3 steps in one run, export and eval (the
+resume is code the two modes share). These are DocMemo's and MEMORA's verl runs too, with every check a run makes of
+its env (``check_run_files``): a verl run costs minutes of CPU, mostly start-ups, so one run carries an env and a
+mode. KB-VQA runs in each async mode with LoRA (``test_verl_lora_async.py``).
 
 Rollouts overlap training: verl dispatches a warm-up batch ahead of step 1, so step 2 trains on episodes the
 weights before step 1 generated (one update old). ragym's additions must hold in every mode: the rubric's terms,
@@ -19,20 +22,20 @@ from pathlib import Path
 
 import pytest
 
+from ragym.envs.hooks import env_hooks
 from ragym.rl.guards import RUN_CHECKS
 from ragym.rl.verl_plugin.trainer import trajectory_staleness
 from tests.launch.conftest import RayHead
-from tests.launch.test_verl_trainer import CORRECTION_KEYS, export_and_eval, train
+from tests.launch.test_verl_trainer import CORRECTION_KEYS, check_run_files, export_and_eval, train
 
 pytestmark = pytest.mark.ray
 
-RECIPE = "kbvqa_qwen2_5_vl_7b"
-ENV_ID = "KBVQA-v0"
+ENV_OF_MODE = {"ragym_colocate_async": "DocMemo-v0", "ragym_separate_async": "MEMORA-v0"}
+"""The env whose paper recipe each async mode's run trains (``test_verl_trainer.VERL_RUN_OF_ENV``)."""
 BOUND = 2
 """``max_off_policy_threshold``: a trajectory may span 2 weight versions, so it is at most 1 update old."""
 RAGYM_KEYS = {
     "reward/total",
-    "reward/outcome",
     "episode/turns",
     "grpo/zero_adv_group_share",
     "off_policy/stale_share",
@@ -49,12 +52,16 @@ def check_steps(metrics: dict[int, dict[str, float]], steps: list[int]) -> None:
     assert sorted(metrics) == steps, f"steps seen: {sorted(metrics)}"
     for m in metrics.values():
         assert RAGYM_KEYS <= m.keys(), sorted(RAGYM_KEYS - m.keys())
+        assert {k for k in m if k.startswith("reward/")} - {"reward/total"}, sorted(m)  # the rubric's terms
         assert m["reward/total"] == pytest.approx(m["critic/score/mean"], abs=1e-5)
         assert 0 <= m["training/off_policy/trajectory_staleness_worst/max"] <= BOUND - 1, m
         assert m["off_policy/dropped_stale_groups"] == m.get("training/off_policy/evicted_samples", 0)
         # The correction is on in async modes (ragym.off_policy_correction: auto): verl weighed the loss.
         assert "rollout_corr/rollout_is_mean" in m, sorted(k for k in m if k.startswith("rollout_corr/"))
-        assert m["images/tokens_per_episode"] > 0 and all(m[f"guard/{name}"] == 0 for name in RUN_CHECKS), m
+        # DocMemo's and MEMORA's toy rows are text: images, where a row has them, reach the batch as tokens (KB-VQA's
+        # in every async mode: test_verl_lora_async.py).
+        assert (m["images/per_episode"] > 0) == (m["images/tokens_per_episode"] > 0), m
+        assert all(m[f"guard/{name}"] == 0 for name in RUN_CHECKS), m
 
 
 def check_overlap(out: Path, metrics: dict[int, dict[str, float]]) -> list[dict]:
@@ -82,33 +89,49 @@ def check_synced(recorded: list[dict]) -> None:
     ]
 
 
+EPOCHS = 4
+"""Passes over the toy rows a run may take: DocMemo's toy set is 6 rows, one batch of 4 an epoch, and 3 steps with
+the async modes' warm-up batch take 4 (the recipes' 2 epochs stopped a resumed run before its step 3)."""
+
+
 def overrides(mode: str, out: Path) -> list[str]:
     return [
         f"trainer.v1.trainer_mode={mode}",
         f"trainer.v1.sampler.max_off_policy_threshold={BOUND}",
         f"trainer.default_local_dir={out}",
+        f"trainer.total_epochs={EPOCHS}",
     ]
 
 
 def test_colocate_async_two_steps_resume_export_and_eval(toy: Path, ray_head: RayHead) -> None:
     mode = "ragym_colocate_async"
+    env_id = ENV_OF_MODE[mode]
+    recipe = env_hooks(env_id).paper_recipe
     out = toy / "async" / mode
-    metrics = train(RECIPE, toy, *overrides(mode, out), head=ray_head)
+    metrics = train(recipe, toy, *overrides(mode, out), head=ray_head)
     check_steps(metrics, [1, 2])
     recorded = check_overlap(out, metrics)
     assert {r["step"] for r in recorded} == {1, 2}
 
-    resumed = train(RECIPE, toy, *overrides(mode, out), "trainer.total_training_steps=3", head=ray_head)
+    resumed = train(recipe, toy, *overrides(mode, out), "trainer.total_training_steps=3", head=ray_head)
     check_steps(resumed, [3])
-    assert (out / "global_step_3" / "actor").is_dir()
-    check_synced([json.loads(line) for line in (out / "traces" / "episodes.jsonl").read_text().splitlines()])
-    export_and_eval(toy, out, mode, ENV_ID)
+    check_synced(check_run_files(toy, out, env_id, [1, 2, 3]))
+    export_and_eval(toy, out, mode, env_id)
 
 
-def test_separate_async_three_steps(toy: Path, ray_head: RayHead) -> None:
-    """One run of 3 steps (resume, export and eval are the colocate test's: the same code in both async modes)."""
+def test_separate_async_three_steps_export_and_eval(toy: Path, ray_head: RayHead) -> None:
+    """One run of 3 steps (the resume is the colocate test's: the same code in both async modes)."""
     mode = "ragym_separate_async"
+    env_id = ENV_OF_MODE[mode]
     out = toy / "async" / mode
-    metrics = train(RECIPE, toy, *overrides(mode, out), "trainer.total_training_steps=3", head=ray_head)
+    metrics = train(
+        env_hooks(env_id).paper_recipe,
+        toy,
+        *overrides(mode, out),
+        "trainer.total_training_steps=3",
+        head=ray_head,
+    )
     check_steps(metrics, [1, 2, 3])
-    check_synced(check_overlap(out, metrics))
+    check_overlap(out, metrics)
+    check_synced(check_run_files(toy, out, env_id, [1, 2, 3]))
+    export_and_eval(toy, out, mode, env_id)

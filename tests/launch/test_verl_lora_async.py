@@ -49,3 +49,5 @@ def test_the_async_lora_rollout_serves_the_trained_adapters_and_its_checks_see_t
     }
     assert all(r["turn_weight_versions"] == [r["weight_versions"]] * len(r["turns"]) for r in recorded)
     assert all(m["off_policy/resumed_turn_share"] == 0 for m in metrics.values())
+    # KB-VQA's images reach the batch as image tokens in either async mode.
+    assert all(m["images/tokens_per_episode"] > 0 for m in metrics.values()), metrics

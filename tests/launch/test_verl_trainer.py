@@ -1,17 +1,18 @@
 """verl's own trainer (``main_ppo``), for real, on every environment: ``ragym train --engine verl --toy``.
 
 Each run is the cluster path on CPU through ragym's plugin: verl's v1 trainer with TransferQueue, its data
-pipeline and agent-loop workers, ragym's agent loop, env and reward recipe, FSDP2 on gloo, the hf rollout with
-weights synced every step, checkpoints and the recipe snapshot. The policy is a tiny one warm-started on a
-scripted expert, so rewards differ within a group and the gradient is not zero. Then: ragym's metrics and
-trace are there, ``ragym export`` reads the checkpoint and ``ragym eval`` runs the export (resume: the async
-modes' test, the harder case). The GPU smoke script's CPU run is verl's legacy trainer's too. Everything runs
-inside a private network namespace: the runs join the file's Ray instance in its namespace (``ray_head``,
-``tests/launch/conftest.py``), which can only listen on loopback and dies with the module; ``--network private``
-(a namespace and a Ray of the run's own) is the vLLM, new-env, planted-fault and GPU-smoke runs'.
+pipeline and agent-loop workers, ragym's agent loop, env and reward recipe, FSDP2 on gloo, the hf or vLLM rollout
+with weights synced every step, checkpoints and the recipe snapshot. The policy is a tiny one warm-started on a
+scripted expert, so rewards differ within a group and the gradient is not zero. Then: ragym's metrics and trace are
+there, ``ragym export`` reads the checkpoint and ``ragym eval`` runs the export. This file holds what those runs
+check and the GPU smoke script's CPU run (verl's legacy trainer); the runs themselves are one per env, trainer mode
+and LoRA mode (``VERL_RUN_OF_ENV``). Everything runs inside a private network namespace: runs join their file's Ray
+instance in its namespace (``ray_head``, ``tests/launch/conftest.py``), which can only listen on loopback and dies
+with the module; ``--network private`` (a namespace and a Ray of the run's own) is the vLLM, new-env,
+planted-fault and GPU-smoke runs'.
 
-One verl run costs about 3 min of CPU, most of it start-ups (``tests/launch/budget.md``), so a run carries every
-check it can: the suite has one run per env, trainer mode and LoRA mode, not one per check.
+One verl run costs about 2-3 min of CPU, most of it start-ups (``tests/launch/budget.md``), so a run carries every
+check it can: an env's run is also a trainer mode's or a rollout's.
 """
 
 from __future__ import annotations
@@ -37,17 +38,18 @@ RUN_TIMEOUT_S = 1500
 """Longest a ``ragym`` command may take, a hang guard: a two-step run takes about 1.5 min on 2 idle cores, but
 ``make test`` runs two verl runs side by side and CI machines are shared (the LoRA run passed 900 s beside the
 other worker's run and three other jobs' training, load ~10)."""
-ON_VLLM = {"R3G-v0": "r3g_qwen2_5_vl_7b", "KBVQA-v0": "kbvqa_qwen2_5_vl_7b"}
+ON_VLLM = {"R3G-v0": "r3g_qwen2_5_vl_7b"}
 """The envs whose 2-step sync run is on the vLLM rollout (``tests/launch/test_verl_vllm.py``, with this file's
-checks, export and eval): R3G's only rollout is vLLM, and KB-VQA's paper recipe is what GPU users run on vLLM, while
-its hf path runs in the LoRA, async-mode and GPU-smoke tests. Each verl run costs about 3 min of CPU."""
-RECIPES = {
-    env_id: env_hooks(env_id).paper_recipe
-    for env_id in one_env_per_hooks("paper_recipe")
-    if env_id not in ON_VLLM
+checks, export and eval): R3G's only rollout is vLLM. KB-VQA's paper recipe on vLLM is its LoRA run there."""
+VERL_RUN_OF_ENV = {
+    "KBVQA-v0": "sync full weights on a Ray cluster (test_ray_job.py), LoRA in each trainer mode "
+    "(test_verl_lora.py, test_verl_lora_async.py) and on vLLM (test_verl_vllm.py), the GPU smoke script (below)",
+    "R3G-v0": "sync on vLLM, export and eval (test_verl_vllm.py)",
+    "DocMemo-v0": "colocate_async, resumed, export and eval (test_verl_async.py)",
+    "MEMORA-v0": "separate_async, export and eval (test_verl_async.py)",
 }
-"""Each other env's paper recipe (``EnvHooks.paper_recipe``; one env per hooks: KB-VQA's demo env shares
-KB-VQA's), run with ragym's hf rollout."""
+"""Where each env with a paper recipe (``EnvHooks.paper_recipe``; one env per hooks: KB-VQA's demo env shares
+KB-VQA's) runs on verl's trainer, each env's run also a trainer mode's, a LoRA mode's or a rollout's."""
 PROBS_DIFF_BOUND = 0.01
 """Largest ``training/rollout_probs_diff_mean`` (mean |p_rollout - p_trainer| over response tokens) a toy step may
 show, for either rollout: the hf and the vLLM rollout measure about 0.002 (float32 on both sides), while a vLLM
@@ -134,8 +136,8 @@ def check_two_sync_steps(
     metrics: dict[int, dict[str, float]], toy: Path, checkpoints: Path, env_id: str, rollout: str = "hf"
 ) -> None:
     """What every 2-step run of the sync trainer mode must show, either rollout: GRPO had a gradient, the rollout
-    served the trainer's weights, ragym's metrics and the off-policy correction's are in the stream, checkpoints
-    and the recipe snapshot are written, and the trace opens in ``ragym view``."""
+    served the trainer's weights, ragym's metrics and the off-policy correction's are in the stream, and the run's
+    files (``check_run_files``)."""
     assert sorted(metrics) == [1, 2], f"steps seen: {sorted(metrics)}"
     # The warm start makes rewards differ within groups, so GRPO has a non-zero gradient to follow.
     assert any(m["critic/score/max"] > m["critic/score/min"] for m in metrics.values()), metrics
@@ -154,24 +156,28 @@ def check_two_sync_steps(
         assert ("rollout_corr/rollout_is_mean" in m) == (rollout == "vllm"), sorted(m)
         assert m["off_policy/mismatch_kl"] < MISMATCH_BOUND / 10, m
         assert m["reward/total"] == pytest.approx(m["critic/score/mean"], abs=1e-5)
-    for step in (1, 2):
+    check_run_files(toy, checkpoints, env_id, [1, 2])
+
+
+def check_run_files(toy: Path, checkpoints: Path, env_id: str, steps: list[int]) -> list[dict]:
+    """A run's files, any trainer mode: a checkpoint and the recipe snapshot at every step, a trace of ``env_id``'s
+    episodes at every step with an advantage per response token, which opens in ``ragym view``; returns the trace's
+    records."""
+    for step in steps:
         assert (checkpoints / f"global_step_{step}" / "actor").is_dir()
         assert json.loads((checkpoints / f"global_step_{step}" / "ragym_recipe.json").read_text())
-
     traces = checkpoints / "traces"
     recorded = [json.loads(line) for line in (traces / "episodes.jsonl").read_text().splitlines()]
-    assert {r["step"] for r in recorded} == {1, 2} and all(r["env_id"] == env_id for r in recorded)
+    assert sorted({r["step"] for r in recorded}) == steps and all(r["env_id"] == env_id for r in recorded)
     assert all(len(r["advantages"]) == len(r["response_ids"]) == len(r["response_mask"]) for r in recorded)
     ragym("view", str(traces), "--export", str(toy / "view" / checkpoints.name), cwd=toy)
+    return recorded
 
 
-@pytest.mark.parametrize("env_id", list(RECIPES))
-def test_two_grpo_steps_export_and_eval(env_id: str, toy: Path, ray_head: RayHead) -> None:
-    recipe = RECIPES[env_id]
-    metrics = train(recipe, toy, head=ray_head)
-    checkpoints = toy / "checkpoints" / recipe
-    check_two_sync_steps(metrics, toy, checkpoints, env_id)
-    export_and_eval(toy, checkpoints, recipe, env_id)
+def test_every_env_with_a_paper_recipe_has_a_verl_run() -> None:
+    """A new env with a paper recipe gets a verl run (one that also checks a mode or a rollout) or fails here."""
+    assert set(one_env_per_hooks("paper_recipe")) == VERL_RUN_OF_ENV.keys()
+    assert all(env_hooks(env_id).paper_recipe for env_id in VERL_RUN_OF_ENV)
 
 
 def test_gpu_smoke_script_on_cpu_on_the_legacy_trainer(toy: Path) -> None:
