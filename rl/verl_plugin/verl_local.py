@@ -267,11 +267,52 @@ def run_verl(
     logger.info("checkpoints: %s", out_dir)
     firings = Path(out_dir) / GUARDS_FILE
     seen = firings.stat().st_size if firings.exists() else 0
+    resumed_at = checkpointed_step(Path(out_dir))
     code = subprocess.run(command, env=env, check=False).returncode
     stop = guard_stop(firings, seen)
     if code == 0 and stop is not None:
         raise GuardStop(stop)  # verl's loop ended early and cleanly; the run did not finish
+    stalled = stalled_resume(config, resumed_at, checkpointed_step(Path(out_dir)))
+    if code == 0 and stalled is not None:
+        raise UsageError(stalled)
     return code
+
+
+def checkpointed_step(out_dir: Path) -> int | None:
+    """The step of the last checkpoint verl wrote in ``out_dir`` (its ``latest_checkpointed_iteration.txt``), or
+    None."""
+    try:
+        return int((out_dir / "latest_checkpointed_iteration.txt").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stalled_resume(config: DictConfig, before: int | None, after: int | None) -> str | None:
+    """Why a run that resumed from the checkpoint of step ``before`` trained no step although the recipe asks for
+    more (verl exits 0 with nothing done when its data loader is used up: ``trainer.total_epochs`` epochs of the
+    rows hold fewer batches than ``trainer.total_training_steps``); None when it moved on, did not resume, or
+    writes no marker to tell by (no checkpoints, or verl's background saves).
+
+    >>> from omegaconf import OmegaConf
+    >>> config = OmegaConf.create({"trainer": {"total_training_steps": 3, "save_freq": 1, "resume_mode": "auto"}})
+    >>> stalled_resume(config, 2, 2)[:46]
+    'verl resumed from step 2 of 3 and trained no s'
+    >>> stalled_resume(config, 2, 3) is None and stalled_resume(config, None, 2) is None
+    True
+    """
+    total = OmegaConf.select(config, "trainer.total_training_steps")
+    save_freq = OmegaConf.select(config, "trainer.save_freq") or 0
+    if OmegaConf.select(config, "trainer.resume_mode") == "disable" or before is None or not total:
+        return None
+    if OmegaConf.select(config, "actor_rollout_ref.actor.checkpoint.async_save"):
+        return None  # verl writes the marker elsewhere (a callback) when it saves in the background
+    if save_freq <= 0 or before >= total or (after is not None and after > before):
+        return None
+    return (
+        f"verl resumed from step {before} of {total} and trained no step: its data ran out (trainer.total_epochs "
+        f"{OmegaConf.select(config, 'trainer.total_epochs')} epochs of the training rows hold fewer batches than "
+        "trainer.total_training_steps); raise trainer.total_epochs or lower the steps"
+    )
 
 
 def guard_stop(firings: Path, offset: int = 0) -> str | None:

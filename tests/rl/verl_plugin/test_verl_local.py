@@ -96,3 +96,42 @@ def test_a_gpu_run_takes_the_recipes_rollout_or_the_hf_one(
     if rollout == "hf":
         assert not rollout_section.model.use_remove_padding
         assert rollout_section.model.override_config.attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize(
+    ("trained", "steps", "raises"),
+    [
+        (False, 3, True),  # resumed at 2 of 3, its data used up: verl's exit 0 with no step
+        (True, 3, False),  # resumed at 2 and wrote step 3
+        (False, 2, False),  # already at its last step: nothing to train
+    ],
+)
+def test_a_resumed_run_that_trains_no_step_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trained: bool, steps: int, raises: bool
+) -> None:
+    """verl 0.9.1 resumed DocMemo's 6-row toy set at step 2 of 3 and exited 0 with no step (the recipes' 2 epochs held
+    2 batches): the command says so instead of succeeding."""
+    from ragym.rl.errors import UsageError
+
+    latest = tmp_path / "latest_checkpointed_iteration.txt"
+    latest.write_text("2")
+    trainer = {"default_local_dir": str(tmp_path), "total_training_steps": steps, "save_freq": 1}
+    config = OmegaConf.create({"trainer": {**trainer, "resume_mode": "auto", "total_epochs": 2}})
+    monkeypatch.setattr(
+        verl_local, "verl_command", lambda *a: (["python", "-m", "verl.trainer.main_ppo"], config)
+    )
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+
+    def run(command: list[str], env: dict[str, str], check: bool) -> subprocess.CompletedProcess:
+        if trained:
+            latest.write_text("3")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(verl_local.subprocess, "run", run)
+    if raises:
+        with pytest.raises(
+            UsageError, match=r"resumed from step 2 of 3 and trained no step: .*total_epochs 2"
+        ):
+            verl_local.run_verl("kbvqa_tiny_cpu", [], network="host")
+    else:
+        assert verl_local.run_verl("kbvqa_tiny_cpu", [], network="host") == 0
