@@ -30,13 +30,12 @@ from transformers import AutoConfig, GenerationConfig
 from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
+from ragym.rl.core.checkpoints import LATEST
 from ragym.rl.errors import UsageError
 from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir, read_lora
 
 logger = logging.getLogger(__name__)
 
-LATEST_MARKER = "latest_checkpointed_iteration.txt"
-"""verl's and the local engine's pointer to the newest ``global_step_N`` of a run folder."""
 RECIPE_SNAPSHOT = "ragym_recipe.json"
 """Resolved recipe written beside a verl checkpoint by ``RecipeSnapshot``."""
 LOCAL_ENGINE_ONLY = ("engine_state.pt", "optimizer.pt")
@@ -77,7 +76,7 @@ class Checkpoint:
 
 def _resolve_step_dir(path: Path) -> Path:
     """A run folder (with the latest marker) -> its newest ``global_step_N``; anything else unchanged."""
-    marker = path / LATEST_MARKER
+    marker = path / LATEST
     if marker.is_file():
         return path / f"global_step_{marker.read_text().strip()}"
     return path

@@ -24,12 +24,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from ragym.rl.core.checkpoints import LATEST
 from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
-LATEST = "latest_checkpointed_iteration.txt"
-"""File in the output folder naming the last complete checkpoint step (verl's convention)."""
 RESUME_MODES = ("auto", "disable", "resume_path")
 """verl's ``trainer.resume_mode`` values."""
 RUN_SETTINGS = (

@@ -81,12 +81,9 @@ def sources_stamp(path: Path) -> tuple[tuple[str, int, int], ...] | None:
     True
     """
     try:
-        raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        searchpath = ((raw or {}).get("hydra") or {}).get("searchpath") or []
+        roots = search_folders(path)
     except (yaml.YAMLError, AttributeError, OSError):
         return None
-    roots = [path.parent]
-    roots += [Path(entry[len("file://") :]) for entry in searchpath if str(entry).startswith("file://")]
     stamp, seen = [], 0
     for root in roots:
         for folder, folders, files in os.walk(root):
@@ -145,12 +142,17 @@ def recipe_files(recipe: str | Path) -> list[Path]:
     of its ``hydra.searchpath``, e.g. ``base/kbvqa``), in the order Hydra merges them: a later file's value wins;
     verl's configs (``ppo_trainer``) are left out."""
     path = resolve_recipe_path(recipe)
+    return _files(search_folders(path), path, "")
+
+
+def search_folders(path: Path) -> list[Path]:
+    """The folders Hydra finds the recipe at ``path``'s bases in: its own, then its ``hydra.searchpath``'s
+    ``file://`` folders (verl's ``pkg://`` configs are not files of a folder)."""
     searchpath = ((yaml.safe_load(path.read_text()) or {}).get("hydra") or {}).get("searchpath") or []
-    folders = [
+    return [
         path.parent,
         *(Path(entry[len("file://") :]) for entry in searchpath if entry.startswith("file://")),
     ]
-    return _files(folders, path, "")
 
 
 def _files(folders: list[Path], path: Path, group: str) -> list[Path]:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from ragym.rl.core.checkpoints import latest_step
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_FILE, GuardStop
 from ragym.rl.lora import verl_lora_overrides
@@ -267,24 +268,15 @@ def run_verl(
     logger.info("checkpoints: %s", out_dir)
     firings = Path(out_dir) / GUARDS_FILE
     seen = firings.stat().st_size if firings.exists() else 0
-    resumed_at = checkpointed_step(Path(out_dir))
+    resumed_at = latest_step(out_dir)
     code = subprocess.run(command, env=env, check=False).returncode
     stop = guard_stop(firings, seen)
     if code == 0 and stop is not None:
         raise GuardStop(stop)  # verl's loop ended early and cleanly; the run did not finish
-    stalled = stalled_resume(config, resumed_at, checkpointed_step(Path(out_dir)))
+    stalled = stalled_resume(config, resumed_at, latest_step(out_dir))
     if code == 0 and stalled is not None:
         raise UsageError(stalled)
     return code
-
-
-def checkpointed_step(out_dir: Path) -> int | None:
-    """The step of the last checkpoint verl wrote in ``out_dir`` (its ``latest_checkpointed_iteration.txt``), or
-    None."""
-    try:
-        return int((out_dir / "latest_checkpointed_iteration.txt").read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def stalled_resume(config: DictConfig, before: int | None, after: int | None) -> str | None:
