@@ -66,7 +66,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 TOY_ENV = "RAGYM_TEST_TOY"
 """The toy folder (``ragym train --engine verl --toy``) that every verl run of a test session shares, both xdist
 workers included: each env's rows and warm-started policy are built once per session, not once per worker (a
-warm start is 1-2 min of CPU), by whichever run asks first while the others wait (``toy_overrides``' lock)."""
+warm start is 1-2 min of CPU), by whichever run asks first while the others of that env wait (``toy_overrides``'
+lock, one per env)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -45,8 +46,10 @@ any other job on the machine (a one-step toy run beside two busy processes took 
 PRIVATE_NETWORK = ["unshare", "--net", "--pid", "--kill-child", "--mount-proc"]
 """A private network (loopback only) and PID namespace: Ray's servers are unreachable from outside, and every
 process the run started dies with it."""
-TOY_LOCK = ".build.lock"
-"""The file in a ``--toy`` folder that runs sharing the folder lock while one of them builds an env's toy."""
+TOY_LOCK = ".build.{env_id}.lock"
+"""The file in a ``--toy`` folder that runs sharing the folder lock while one of them builds ``env_id``'s toy: one per
+env, so a run of another env goes on (one lock for the folder held ``make test``'s other worker idle for the
+whole of a 1.5-min KB-VQA warm start, its own toy long built)."""
 
 
 def in_private_network(command: list[str], name: str) -> list[str]:
@@ -99,9 +102,9 @@ def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str
     if not (policy / "config.json").is_file():
         config = check_recipe(recipe, overrides, validate=False)
     toy_dir.mkdir(parents=True, exist_ok=True)
-    with (toy_dir / TOY_LOCK).open("w") as lock:
+    with (toy_dir / TOY_LOCK.format(env_id=env_id)).open("w") as lock:
         # Runs may share a toy folder (make test's two workers do): one builds an env's rows and policy while
-        # the others wait, then they reuse them, instead of all writing the same files at once.
+        # the others of that env wait, then they reuse them, instead of all writing the same files at once.
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = toy_rows(env_id, toy_dir / env_id)
         if not (policy / "config.json").is_file():
@@ -110,11 +113,13 @@ def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str
             from ragym.rl.tiny.warm import warm_start
 
             config = config or check_recipe(recipe, overrides, validate=False)
-            random_policy = build_tiny_policy("qwen2_5_vl", toy_dir / "policy" / "random", seed=0)
             import pandas as pd
 
             rows = pd.read_parquet(data / "train.parquet").to_dict("records")
-            warm_start(random_policy, rows, config, policy)
+            # The random policy the warm start begins from, the env's own: another env's build may run meanwhile.
+            with tempfile.TemporaryDirectory(prefix=f".random-{env_id}-", dir=toy_dir) as scratch:
+                random_policy = build_tiny_policy("qwen2_5_vl", Path(scratch), seed=0)
+                warm_start(random_policy, rows, config, policy)
     return [
         f"data.train_files={data / 'train.parquet'}",
         f"data.val_files={data / 'test.parquet'}",

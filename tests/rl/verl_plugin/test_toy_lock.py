@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -36,6 +37,41 @@ def test_runs_sharing_a_toy_folder_build_each_env_once(
     assert builds == [tmp_path / "policy" / "KBVQA-v0"]
     assert runs[0] == runs[1]
     assert (tmp_path / "KBVQA-v0" / "data" / "train.parquet").is_file()
+    assert sorted(p.name for p in (tmp_path / "policy").iterdir()) == ["KBVQA-v0"]  # the random start is gone
+
+
+def test_a_run_of_another_env_does_not_wait_for_a_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KB-VQA's warm start holds its env's lock only: DocMemo's run, its toy built, gets its overrides meanwhile (one
+    lock for the folder held it for the whole build, a worker of make test idle)."""
+    building, release = threading.Event(), threading.Event()
+
+    def warm_start(random_policy: Path, rows: list, config: object, out: Path) -> Path:
+        building.set()
+        assert release.wait(60), "the other env's run never came back"
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        return out
+
+    monkeypatch.setattr(verl_local, "check_recipe", lambda *args, **kwargs: None)
+    monkeypatch.setattr("ragym.rl.tiny.policy.build_tiny_policy", lambda arch, out, seed: out)
+    monkeypatch.setattr("ragym.rl.tiny.warm.warm_start", warm_start)
+    docmemo = resolve_recipe_path("docmemo_qwen2_5_vl_7b")
+    (tmp_path / "policy" / "DocMemo-v0").mkdir(parents=True)
+    (tmp_path / "policy" / "DocMemo-v0" / "config.json").write_text("{}")
+    with ThreadPoolExecutor(2) as pool:
+        kbvqa = pool.submit(
+            verl_local.toy_overrides, resolve_recipe_path("kbvqa_qwen2_5_vl_7b"), tmp_path, []
+        )
+        assert building.wait(60)
+        other = pool.submit(verl_local.toy_overrides, docmemo, tmp_path, [])
+        try:
+            overrides = other.result(timeout=60)  # raises TimeoutError where it waits on KB-VQA's build
+        finally:
+            release.set()
+        kbvqa.result(timeout=60)
+    assert f"actor_rollout_ref.model.path={tmp_path / 'policy' / 'DocMemo-v0'}" in overrides
 
 
 def test_a_misspelt_user_override_is_refused_before_the_toy_is_built(
