@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -15,29 +16,39 @@ from ragym.rl.recipe.platforms import platform_overrides
 from ragym.rl.verl_plugin import verl_local
 
 
+def stub_the_build(monkeypatch: pytest.MonkeyPatch, during_build: Callable[[Path], None]) -> None:
+    """The rows are built for real; the recipe check, the random policy and the warm start (which calls
+    ``during_build(out)`` and writes the policy's ``config.json``) are not what is under test here."""
+
+    def warm_start(random_policy: Path, rows: list, config: object, out: Path) -> Path:
+        during_build(out)
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("{}")
+        return out
+
+    monkeypatch.setattr(verl_local, "check_recipe", lambda *args, **kwargs: None)
+    monkeypatch.setattr("ragym.rl.tiny.policy.build_tiny_policy", lambda arch, out, seed: out)
+    monkeypatch.setattr("ragym.rl.tiny.warm.warm_start", warm_start)
+
+
 def test_runs_sharing_a_toy_folder_build_each_env_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     builds: list[Path] = []
 
-    def warm_start(random_policy: Path, rows: list, config: object, out: Path) -> Path:
+    def during_build(out: Path) -> None:
         builds.append(out)
         time.sleep(0.5)  # the other run asks for the toy meanwhile: it must wait for this one, not build too
-        out.mkdir(parents=True)
-        (out / "config.json").write_text("{}")
-        return out
 
-    # The rows are built for real; the recipe check and the policy's build are not what is under test here.
-    monkeypatch.setattr(verl_local, "check_recipe", lambda *args, **kwargs: None)
-    monkeypatch.setattr("ragym.rl.tiny.policy.build_tiny_policy", lambda arch, out, seed: out)
-    monkeypatch.setattr("ragym.rl.tiny.warm.warm_start", warm_start)
+    stub_the_build(monkeypatch, during_build)
     recipe = resolve_recipe_path("kbvqa_qwen2_5_vl_7b")
     with ThreadPoolExecutor(2) as pool:  # flock locks an open file, so two threads' opens exclude each other
         runs = list(pool.map(lambda _: verl_local.toy_overrides(recipe, tmp_path, []), range(2)))
     assert builds == [tmp_path / "policy" / "KBVQA-v0"]
     assert runs[0] == runs[1]
     assert (tmp_path / "KBVQA-v0" / "data" / "train.parquet").is_file()
-    assert sorted(p.name for p in (tmp_path / "policy").iterdir()) == ["KBVQA-v0"]  # the random start is gone
+    assert sorted(p.name for p in (tmp_path / "policy").iterdir()) == ["KBVQA-v0"]
+    assert not list(tmp_path.glob(".random-*"))  # the random start's scratch folder is gone
 
 
 def test_a_run_of_another_env_does_not_wait_for_a_build(
@@ -47,16 +58,11 @@ def test_a_run_of_another_env_does_not_wait_for_a_build(
     lock for the folder held it for the whole build, a worker of make test idle)."""
     building, release = threading.Event(), threading.Event()
 
-    def warm_start(random_policy: Path, rows: list, config: object, out: Path) -> Path:
+    def during_build(out: Path) -> None:
         building.set()
         assert release.wait(60), "the other env's run never came back"
-        out.mkdir(parents=True)
-        (out / "config.json").write_text("{}")
-        return out
 
-    monkeypatch.setattr(verl_local, "check_recipe", lambda *args, **kwargs: None)
-    monkeypatch.setattr("ragym.rl.tiny.policy.build_tiny_policy", lambda arch, out, seed: out)
-    monkeypatch.setattr("ragym.rl.tiny.warm.warm_start", warm_start)
+    stub_the_build(monkeypatch, during_build)
     docmemo = resolve_recipe_path("docmemo_qwen2_5_vl_7b")
     (tmp_path / "policy" / "DocMemo-v0").mkdir(parents=True)
     (tmp_path / "policy" / "DocMemo-v0" / "config.json").write_text("{}")
