@@ -111,9 +111,10 @@ def test_a_resumed_run_that_trains_no_step_is_an_error(
 ) -> None:
     """verl 0.9.1 resumed DocMemo's 6-row toy set at step 2 of 3 and exited 0 with no step (the recipes' 2 epochs held
     2 batches): the command says so instead of succeeding."""
+    from ragym.rl.core.checkpoints import LATEST
     from ragym.rl.errors import UsageError
 
-    latest = tmp_path / "latest_checkpointed_iteration.txt"
+    latest = tmp_path / LATEST
     latest.write_text("2")
     trainer = {"default_local_dir": str(tmp_path), "total_training_steps": steps, "save_freq": 1}
     config = OmegaConf.create({"trainer": {**trainer, "resume_mode": "auto", "total_epochs": 2}})
