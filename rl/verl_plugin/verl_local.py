@@ -43,6 +43,11 @@ WORKER_NICENESS_ENV = "RAY_worker_niceness"
 every worker (the FSDP worker, the rollout server, agent-loop and reward workers) about 1/30 of the CPU share of
 any other job on the machine (a one-step toy run beside two busy processes took 21 min, 13 of them starting up;
 4 min at 0). 0 shares the machine fairly. One already in the environment wins."""
+NO_PRESTART = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
+"""Raylet settings for a Ray instance the trainer starts itself: no Python workers started ahead of need. verl
+gives each of its actors a process of its own, so the idle workers Ray prestarts when the driver connects and
+when tasks queue sat idle to the end of a toy run (3 of them, each importing Ray: about 4 s of CPU a run on 2
+cores). Ones already in the environment win."""
 PRIVATE_NETWORK = ["unshare", "--net", "--pid", "--kill-child", "--mount-proc"]
 """A private network (loopback only) and PID namespace: Ray's servers are unreachable from outside, and every
 process the run started dies with it."""
@@ -257,6 +262,7 @@ def run_verl(
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     if not joining:
         env.setdefault(WORKER_NICENESS_ENV, "0")
+        env = {**NO_PRESTART, **env}
     if network == "private":
         env.setdefault("RAY_AUTH_MODE", "disabled")  # nothing outside the namespace can reach the cluster
     if rollout == "vllm" and not gpu_present():

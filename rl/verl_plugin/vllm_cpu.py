@@ -33,9 +33,22 @@ def vllm_cpu_refusal() -> str | None:
     return None
 
 
+TORCH_COMPILE_OFF = {"TORCHDYNAMO_DISABLE": "1"}
+"""A CPU vLLM run's processes run torch eagerly. ``enforce_eager`` keeps vLLM from compiling the model, but its
+sampler, log-prob and embedding helpers are ``torch.compile``'d functions whatever it says, and on CPU their
+first call builds C++ kernels with inductor (``cc1plus``): one engine's start-up and first request took 47 s of
+CPU with a fresh inductor cache and 36 s without compiling, the same tokens sampled
+(``benchmarks/vllm_cpu_compile.py``). An entry already in the environment wins."""
+
+
 def vllm_cpu_environment(env: dict[str, str]) -> dict[str, str]:
     """``env`` for the processes of a CPU vLLM run: ``VLLM_CPU_PATH`` first on ``PYTHONPATH`` (the trainer's Ray
-    workers, vLLM's servers and the subprocesses they start inherit it)."""
+    workers, vLLM's servers and the subprocesses they start inherit it), and :data:`TORCH_COMPILE_OFF`."""
     paths = [str(VLLM_CPU_PATH), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     # vLLM's engine otherwise announces the host's address for its message queues; a CPU run is one machine.
-    return {**env, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "VLLM_HOST_IP": "127.0.0.1"}
+    return {
+        **TORCH_COMPILE_OFF,
+        **env,
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+        "VLLM_HOST_IP": "127.0.0.1",
+    }

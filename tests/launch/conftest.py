@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ragym.rl.verl_plugin.verl_local import PRIVATE_NETWORK, private_network_refusal
+from ragym.rl.verl_plugin.verl_local import NO_PRESTART, PRIVATE_NETWORK, private_network_refusal
 from tests.conftest import TOY_ENV
 
 HEAD_PORT = 6390
@@ -64,7 +64,13 @@ def ray_head(toy: Path) -> Iterator[RayHead]:
     folder = Path(tempfile.mkdtemp(prefix="ragym-ray-"))  # short: Ray's socket paths stay under 107 bytes
     ray = str(Path(sys.executable).parent / "ray")
     start = [ray, "start", *HEAD_ARGS.split(), "--port", str(HEAD_PORT), "--temp-dir", str(folder / "ray")]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+    env = {
+        **os.environ,
+        **NO_PRESTART,
+        "PYTHONUNBUFFERED": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+    }
     log = folder / "head.log"
     with log.open("w") as out:
         head = subprocess.Popen(
