@@ -30,7 +30,7 @@ from transformers import AutoConfig, GenerationConfig
 from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
-from ragym.rl.core.checkpoints import LATEST
+from ragym.rl.core.checkpoints import latest_step
 from ragym.rl.errors import UsageError
 from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir, read_lora
 
@@ -76,10 +76,8 @@ class Checkpoint:
 
 def _resolve_step_dir(path: Path) -> Path:
     """A run folder (with the latest marker) -> its newest ``global_step_N``; anything else unchanged."""
-    marker = path / LATEST
-    if marker.is_file():
-        return path / f"global_step_{marker.read_text().strip()}"
-    return path
+    step = latest_step(path)
+    return path if step is None else path / f"global_step_{step}"
 
 
 def inspect_checkpoint(path: str | Path) -> Checkpoint:

@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ragym.rl.core.checkpoints import LATEST
+from ragym.rl.core.checkpoints import LATEST, latest_step
 from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -57,10 +57,8 @@ _STEP_DIR = re.compile(r"global_step_(\d+)$")
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     """The last complete checkpoint folder under ``output_dir``, or None."""
-    marker = Path(output_dir) / LATEST
-    if not marker.exists():
-        return None
-    return Path(output_dir) / f"global_step_{int(marker.read_text().strip())}"
+    step = latest_step(output_dir)
+    return None if step is None else Path(output_dir) / f"global_step_{step}"
 
 
 def checkpoint_steps(output_dir: str | Path) -> list[int]:

@@ -279,12 +279,13 @@ def run_verl(
     logger.info("checkpoints: %s", out_dir)
     firings = Path(out_dir) / GUARDS_FILE
     seen = firings.stat().st_size if firings.exists() else 0
-    resumed_at = latest_step(out_dir)
+    # verl resumes from the marker only in its auto mode; checked here, a broken one is refused before start-up.
+    resumed_at = latest_step(out_dir) if OmegaConf.select(config, "trainer.resume_mode") == "auto" else None
     code = subprocess.run(command, env=env, check=False).returncode
     stop = guard_stop(firings, seen)
     if code == 0 and stop is not None:
         raise GuardStop(stop)  # verl's loop ended early and cleanly; the run did not finish
-    stalled = stalled_resume(config, resumed_at, latest_step(out_dir))
+    stalled = stalled_resume(config, resumed_at, latest_step(out_dir) if resumed_at is not None else None)
     if code == 0 and stalled is not None:
         raise UsageError(stalled)
     return code

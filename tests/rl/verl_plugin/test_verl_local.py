@@ -148,6 +148,7 @@ def test_a_resumed_run_that_trains_no_step_is_an_error(
     from ragym.rl.errors import UsageError
 
     latest = tmp_path / LATEST
+    (tmp_path / "global_step_2").mkdir()
     latest.write_text("2")
     trainer = {"default_local_dir": str(tmp_path), "total_training_steps": steps, "save_freq": 1}
     config = OmegaConf.create({"trainer": {**trainer, "resume_mode": "auto", "total_epochs": 2}})
@@ -158,6 +159,7 @@ def test_a_resumed_run_that_trains_no_step_is_an_error(
 
     def run(command: list[str], env: dict[str, str], check: bool) -> subprocess.CompletedProcess:
         if trained:
+            (tmp_path / "global_step_3").mkdir()
             latest.write_text("3")
         return subprocess.CompletedProcess(command, 0)
 
