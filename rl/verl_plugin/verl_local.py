@@ -285,9 +285,10 @@ def run_verl(
     stop = guard_stop(firings, seen)
     if code == 0 and stop is not None:
         raise GuardStop(stop)  # verl's loop ended early and cleanly; the run did not finish
-    stalled = stalled_resume(config, resumed_at, latest_step(out_dir) if resumed_at is not None else None)
-    if code == 0 and stalled is not None:
-        raise UsageError(stalled)
+    if code == 0 and resumed_at is not None:  # a failed run's exit status is what the caller needs
+        stalled = stalled_resume(config, resumed_at, latest_step(out_dir))
+        if stalled is not None:
+            raise UsageError(stalled)
     return code
 
 
