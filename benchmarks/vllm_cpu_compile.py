@@ -29,6 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from tests.vllm_cpu import generate  # noqa: E402 - the repository on the path first
+
 SETTINGS = ("compile", "eager")
 """``compile``: ``TORCHDYNAMO_DISABLE`` removed from the window's environment; ``eager``: set to 1."""
 
@@ -72,21 +74,10 @@ def window(
         env.pop("TORCHDYNAMO_DISABLE")
     env.update({"TORCHINDUCTOR_CACHE_DIR": str(cache), "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"})
     result = out / f"{setting}.json"
-    command = [
-        sys.executable,
-        str(REPO / "tests" / "vllm_cpu" / "generate.py"),
-        str(model),
-        "--reload",
-        str(synced),
-        "--images",
-        *map(str, images),
-        "--text",
-        "which candidate is it?",
-        "--out",
-        str(result),
-    ]
     before = children_cpu()
-    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        generate.command(model, synced, images, result), env=env, capture_output=True, text=True, check=False
+    )
     seconds = children_cpu() - before
     if done.returncode != 0:
         raise SystemExit(f"{setting}: generate.py failed:\n{done.stderr[-3000:]}")

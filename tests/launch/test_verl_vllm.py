@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from tests.launch.test_verl_trainer import (
     train,
 )
 from tests.rl.engine_helpers import reference_logprobs
-from tests.vllm_cpu import need_vllm_cpu
+from tests.vllm_cpu import generate, need_vllm_cpu
 
 pytestmark = pytest.mark.ray
 
@@ -105,23 +104,15 @@ def test_vllm_serves_synced_weights_as_the_trainer_scores_them(arch: str, toy: P
     served_first = build_tiny_policy(arch, folder / "first", seed=0)
     synced = build_tiny_policy(arch, folder / "synced", seed=1)
     images = photos(folder)
-    script = Path(__file__).parents[1] / "vllm_cpu" / "generate.py"
     env = {**vllm_cpu_environment(dict(os.environ)), "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
-    command = [
-        sys.executable,
-        str(script),
-        str(served_first),
-        "--reload",
-        str(synced),
-        "--images",
-        *map(str, images),
-        "--text",
-        "which candidate is it?",
-        "--out",
-        str(folder / "served.json"),
-    ]
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=toy, env=env, check=False
+        generate.command(served_first, synced, images, folder / "served.json"),
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=toy,
+        env=env,
+        check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     served = json.loads((folder / "served.json").read_text())

@@ -14,6 +14,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
+
+
+def command(
+    model: Path, reload: Path, images: list[Path], out: Path, text: str = "which candidate is it?"
+) -> list[str]:
+    """This script's command line: sample from ``model`` after reloading ``reload``'s weights in place, for one
+    prompt of ``images``, into ``out``; run it under ``vllm_cpu_environment``."""
+    return [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        str(model),
+        "--reload",
+        str(reload),
+        "--images",
+        *map(str, images),
+        "--text",
+        text,
+        "--out",
+        str(out),
+    ]
 
 
 def reload_from(worker: object, folder: str) -> int:

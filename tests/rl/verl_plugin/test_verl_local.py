@@ -10,40 +10,36 @@ from omegaconf import OmegaConf
 
 from ragym.rl.verl_plugin import verl_local
 
+OWN_RAY = {verl_local.WORKER_NICENESS_ENV: "0", **verl_local.NO_PRESTART}
+"""What ``run_verl`` gives a Ray instance the trainer starts itself: its workers at the trainer's own priority (at
+Ray's default niceness, 15, every busy process on the machine starved them: a one-step toy run beside two CPU-bound
+processes took 21 min against 4 at niceness 0), and no idle workers started ahead of need."""
+
 
 @pytest.mark.parametrize(
     ("ray_address", "preset", "expected"),
     [
-        (None, None, "0"),  # a Ray instance the trainer starts: its workers at the trainer's own priority
-        (None, "15", "15"),  # the user's value wins (15 is Ray's default)
-        ("127.0.0.1:6379", None, None),  # joining a cluster: its raylet is running already, nothing to set
+        (None, None, OWN_RAY),  # a Ray instance the trainer starts
+        (None, "7", dict.fromkeys(OWN_RAY, "7")),  # the user's values win
+        (
+            "127.0.0.1:6379",
+            None,
+            dict.fromkeys(OWN_RAY),
+        ),  # joining a cluster: its raylet runs already, nothing set
     ],
 )
-def test_the_trainers_ray_workers_run_at_its_priority(
+def test_the_trainers_own_ray_gets_ragyms_worker_settings(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     ray_address: str | None,
     preset: str | None,
-    expected: str | None,
+    expected: dict[str, str | None],
 ) -> None:
-    """At Ray's default niceness (15) every busy process on the machine starved the workers: a one-step toy run
-    beside two CPU-bound processes took 21 min against 4 at niceness 0."""
-    seen = trainer_environment(
-        tmp_path, monkeypatch, {"RAY_ADDRESS": ray_address, verl_local.WORKER_NICENESS_ENV: preset}
-    )
-    assert seen.get(verl_local.WORKER_NICENESS_ENV) == expected
-
-
-def trainer_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str | None]
-) -> dict[str, str]:
-    """The environment ``run_verl`` gives the trainer's process when the caller's has ``variables`` (None:
-    unset)."""
     config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
     monkeypatch.setattr(
         verl_local, "verl_command", lambda *a: (["python", "-m", "verl.trainer.main_ppo"], config)
     )
-    for name, value in variables.items():
+    for name, value in {"RAY_ADDRESS": ray_address, **dict.fromkeys(OWN_RAY, preset)}.items():
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
@@ -56,29 +52,7 @@ def trainer_environment(
 
     monkeypatch.setattr(verl_local.subprocess, "run", trainer)
     assert verl_local.run_verl("kbvqa_tiny_cpu", [], network="host") == 0
-    return seen
-
-
-@pytest.mark.parametrize(
-    ("ray_address", "preset", "expected"),
-    [
-        (None, None, "0"),  # a Ray instance the trainer starts: no idle workers started ahead of need
-        (None, "1", "1"),  # the user's value wins
-        ("127.0.0.1:6379", None, None),  # joining a cluster: its raylet is running already, nothing to set
-    ],
-)
-def test_the_trainers_own_ray_prestarts_no_workers(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    ray_address: str | None,
-    preset: str | None,
-    expected: str | None,
-) -> None:
-    variables = {"RAY_ADDRESS": ray_address, **dict.fromkeys(verl_local.NO_PRESTART, preset)}
-    seen = trainer_environment(tmp_path, monkeypatch, variables)
-    assert {name: seen.get(name) for name in verl_local.NO_PRESTART} == dict.fromkeys(
-        verl_local.NO_PRESTART, expected
-    )
+    assert {name: seen.get(name) for name in OWN_RAY} == expected
 
 
 SEPARATE = "trainer.v1.trainer_mode=ragym_separate_async"
