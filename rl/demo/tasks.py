@@ -52,8 +52,10 @@ DEMO_TASKS: dict[str, tuple[str, ...]] = {
         # `SearchText(["`, the region after `<answer>`) or a prior over the training values in their place is a draw
         # of its warm start (3 of 20 Intel runs stopped): one that misses the target on the training questions
         # (read with their values swapped, so a recalled name is no copy) is imitated again with the next draws,
-        # up to twice, before the held-out check.
-        "ragym.demo.warm_start_target.restarts=2",
+        # up to four times, before the held-out check. Two were not enough once in 40 runs: seed 3 under forced AVX2
+        # on an AVX-512 AMD EPYC missed with three attempts and met the target with its fourth. A run stops at its
+        # first attempt that meets the target, so every run that met it within three is the same with four.
+        "ragym.demo.warm_start_target.restarts=4",
     ),
 }
 """Task name -> recipe overrides (on ``recipes/kbvqa_tiny_cpu.yaml``), besides its KB preset (``TASK_KB_PRESETS``)."""
