@@ -261,8 +261,7 @@ def run_verl(
         )
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
     if not joining:
-        env.setdefault(WORKER_NICENESS_ENV, "0")
-        env = {**NO_PRESTART, **env}
+        env = {WORKER_NICENESS_ENV: "0", **NO_PRESTART, **env}  # the user's values win
     if network == "private":
         env.setdefault("RAY_AUTH_MODE", "disabled")  # nothing outside the namespace can reach the cluster
     if rollout == "vllm" and not gpu_present():

@@ -36,8 +36,8 @@ def vllm_cpu_refusal() -> str | None:
 TORCH_COMPILE_OFF = {"TORCHDYNAMO_DISABLE": "1"}
 """A CPU vLLM run's processes run torch eagerly. ``enforce_eager`` keeps vLLM from compiling the model, but its
 sampler, log-prob and embedding helpers are ``torch.compile``'d functions whatever it says, and on CPU their
-first call builds C++ kernels with inductor (``cc1plus``): one engine's start-up and first request took 47 s of
-CPU with a fresh inductor cache and 36 s without compiling, the same tokens sampled
+first call builds C++ kernels with inductor (``cc1plus``): one engine's start-up and first request took 47.9 s of
+CPU with a fresh inductor cache and 33.9 s without compiling, the same tokens sampled
 (``benchmarks/vllm_cpu_compile.py``). An entry already in the environment wins."""
 
 
