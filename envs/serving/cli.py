@@ -44,6 +44,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     given = vars(args)
     args.folders = tuple((flag, given.pop(_dest(flag))) for flag in kinds if given[_dest(flag)] is not None)
+    if not args.folders and not args.shards:
+        parser.error(
+            "nothing to serve: give a folder an env serves ("
+            + ", ".join(f"--{f}" for f in kinds)
+            + ") or --shards"
+        )
     return args
 
 

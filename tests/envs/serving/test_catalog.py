@@ -42,6 +42,20 @@ def test_the_shipped_envs_serve_their_folders() -> None:
     assert parse_args(["--shards", "v=m.json"]).folders == ()
 
 
+def test_nothing_to_serve_is_a_usage_error_naming_the_folder_flags(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A bare ``ragym serve`` is argparse's one line and exit status 2, not the catalog's traceback."""
+    with pytest.raises(SystemExit) as stop:
+        parse_args([])
+    assert stop.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        last
+        == "ragym serve: error: nothing to serve: give a folder an env serves (--doc-store-root, --kb-dir) or --shards"
+    )
+
+
 def test_a_new_env_s_hooks_add_a_flag_and_its_retrievers(with_hooks, tmp_path: Path) -> None:
     with_hooks("Words-v0", "WORDS")
     (tmp_path / "birds.txt").write_text("wren\n")
