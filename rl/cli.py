@@ -77,6 +77,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+ARGUMENTS: dict[str, str] = {
+    "demo": "ragym.rl.demo.args:parse_demo_args",
+    "r3g-demo": "ragym.rl.demo.args:parse_r3g_demo_args",
+    "tiny-policy": "ragym.rl.tiny.args:parse_tiny_policy_args",
+    "export": "ragym.rl.export_args:parse_export_args",
+    "eval": "ragym.rl.eval.args:parse_eval_args",
+    "train-retriever": "ragym.rl.retriever.args:parse_train_retriever_args",
+    "retriever-demo": "ragym.rl.retriever.args:parse_retriever_demo_args",
+}
+"""Commands whose module imports torch, transformers or verl at its top (5-10 s): name -> the "module:function"
+that parses their arguments without those imports, as their ``main`` does. The dispatcher parses first, so
+``--help`` and a usage error take a moment; the other commands' modules are light enough to parse themselves."""
+
+
 OWN_WAIT_POLICY = ("serve",)
 """Commands that choose the OpenMP wait policy themselves (``ragym serve --omp-wait-policy``)."""
 
@@ -95,6 +109,14 @@ def command_main(name: str) -> Callable[[list[str]], int]:
     """The function that runs ``ragym NAME`` (imports its module)."""
     module, _, function = COMMANDS[name][0].partition(":")
     return getattr(importlib.import_module(module), function or "main")
+
+
+def check_arguments(name: str, argv: list[str]) -> None:
+    """Parse ``ragym NAME``'s arguments by its light parser (``ARGUMENTS``) where it has one: ``--help`` prints and a
+    usage error stops (``SystemExit``) before the command's module is imported."""
+    if name in ARGUMENTS:
+        module, _, function = ARGUMENTS[name].partition(":")
+        getattr(importlib.import_module(module), function)(argv)
 
 
 def _usage() -> str:
@@ -171,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ragym: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     prepare_process(name)
+    check_arguments(name, rest)
     try:
         return int(command_main(name)(rest) or 0)
     except Exception as err:

@@ -15,7 +15,6 @@ Two sources, one output (safetensors, tokenizer, processor, generation config, `
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import re
@@ -32,6 +31,7 @@ from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
 from ragym.rl.core.checkpoints import latest_step
 from ragym.rl.errors import UsageError
+from ragym.rl.export_args import parse_export_args
 from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir, read_lora
 
 logger = logging.getLogger(__name__)
@@ -282,16 +282,7 @@ def record_export(
 
 def main(argv: list[str]) -> int:
     """``ragym export CHECKPOINT --out DIR [--recipe RECIPE] [--merge]``."""
-    parser = argparse.ArgumentParser(prog="ragym export", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("checkpoint", help="run folder, global_step_N folder, or its actor/ folder")
-    parser.add_argument("--out", required=True, help="output model directory (absent or empty)")
-    parser.add_argument("--recipe", help="recipe to record on the card when the checkpoint has none")
-    parser.add_argument(
-        "--merge",
-        action="store_true",
-        help="a LoRA checkpoint: write the merged model instead of the adapter folder",
-    )
-    args = parser.parse_args(argv)
+    args = parse_export_args(argv)
     out = export_checkpoint(args.checkpoint, args.out, args.recipe, args.merge)
     print(f"exported {args.checkpoint} -> {out}")
     return 0

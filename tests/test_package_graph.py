@@ -38,7 +38,7 @@ ALLOWED = {
 
 
 RL_ORDER = (
-    ("errors", "correction", "off_policy", "credit"),
+    ("errors", "correction", "off_policy", "credit", "export_args"),
     ("lora", "guards", "data", "core"),
     ("models", "recipe", "view"),
     ("agent_loop", "export", "retriever"),

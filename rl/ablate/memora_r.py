@@ -35,7 +35,7 @@ def _data(grid_dir: Path) -> Path:
     """The prepared Skeptics pairs, shared by every variant and seed (prepared once)."""
     from ragym.data_prep.annotators import OfflineAnnotator
     from ragym.data_prep.stackexchange import PrepConfig, prepare
-    from ragym.rl.retriever.demo import SKEPTICS_JSONL
+    from ragym.rl.retriever.args import SKEPTICS_JSONL
 
     data_dir = grid_dir / "data"
     if not (data_dir / "report.json").is_file():

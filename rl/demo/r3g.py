@@ -17,7 +17,6 @@ targets (every noise branch of an episode, weighted by its probability; ``expert
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
@@ -33,6 +32,7 @@ import pandas as pd
 from ragym.envs.r3g.actions import ACTION_TAGS
 from ragym.envs.r3g.expert import DECISION_TOKEN, R3GExpert
 from ragym.envs.retrieval.search_settings import use_torch_threads
+from ragym.rl.demo.args import parse_r3g_demo_args
 from ragym.rl.errors import UsageError
 from ragym.rl.tiny.warm_start import ReplayServer, WarmStartConfig, _replay, imitate
 
@@ -230,12 +230,7 @@ def run(out: Path, seed: int, steps: int | None, overrides: list[str] | None = N
 
 def main(argv: list[str]) -> int:
     """``python -m ragym.rl.demo.r3g --out DIR [--seed S] [--steps N] [overrides...]``."""
-    parser = argparse.ArgumentParser(prog="ragym r3g-demo", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int)
-    parser.add_argument("overrides", nargs="*")
-    args = parser.parse_args(argv)
+    args = parse_r3g_demo_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = run(args.out, args.seed, args.steps, args.overrides)
     ablation = result["baselines"]["no_modules"]["recall@1"]

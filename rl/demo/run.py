@@ -9,7 +9,6 @@ plot), ``DIR/metrics.json`` and ``DIR/checkpoint/`` (a Hugging Face model direct
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
@@ -28,9 +27,10 @@ from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
 from ragym.rl.core.vision import ImageInputs
+from ragym.rl.demo.args import DEMO_RECIPE, parse_demo_args
 from ragym.rl.demo.margin import decision_margin
 from ragym.rl.demo.report import outcome_by_identification, trained_entities, write_report
-from ragym.rl.demo.tasks import DEFAULT_TASK, DEMO_TASKS, WarmStartMissed, task_overrides
+from ragym.rl.demo.tasks import DEFAULT_TASK, WarmStartMissed, task_overrides
 from ragym.rl.engine.config import RecipeReader, read_engine_config
 from ragym.rl.engine.trainer import LocalTrainer, read_rows
 from ragym.rl.errors import UsageError
@@ -50,8 +50,6 @@ from ragym.rl.view.site import Site
 
 logger = logging.getLogger(__name__)
 
-DEMO_RECIPE = "kbvqa_tiny_cpu"
-"""The demo's recipe under ``recipes/``."""
 COPY_PRETRAIN_RECORD = "copy_pretrain.json"
 """What copy pretraining did (``ragym.rl.tiny.copy_pretrain.pretrain_summary``), in the tiny policy's folder."""
 SUMMARY_KEYS = {
@@ -635,24 +633,7 @@ def run_demo(
 
 def main(argv: list[str]) -> int:
     """``ragym demo --out DIR [--task T] [--seed S] [--steps N]``."""
-    parser = argparse.ArgumentParser(prog="ragym demo", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("--out", required=True, type=Path, help="output folder (re-running resumes in it)")
-    parser.add_argument(
-        "--seed", type=int, default=0, help="policy init, expert noise, data order and sampling seed"
-    )
-    parser.add_argument(
-        "--steps", type=int, help="GRPO steps (default: the recipe's trainer.total_training_steps)"
-    )
-    parser.add_argument(
-        "--task",
-        default=DEFAULT_TASK,
-        choices=list(DEMO_TASKS),
-        help="verify (default): learn to confirm the match; answer: also learn to answer from "
-        "the confirmed entity's passage (ragym.rl.demo.tasks)",
-    )
-    parser.add_argument("--recipe", default=DEMO_RECIPE, help="recipe (default: recipes/kbvqa_tiny_cpu.yaml)")
-    parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. ragym.demo.warm_start.epochs=4")
-    args = parser.parse_args(argv)
+    args = parse_demo_args(argv)
     result = run_demo(args.out, args.seed, args.steps, args.recipe, args.overrides, args.task)
     before, after = result["before"], result["after"]
     confirmed = [

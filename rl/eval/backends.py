@@ -17,11 +17,9 @@ from typing import Any
 from ragym.rl.core.hf_server import HFServer, ServerStats
 from ragym.rl.core.vision import ImageInputs
 from ragym.rl.errors import UsageError
+from ragym.rl.eval.args import BACKENDS
 from ragym.rl.lora import is_adapter_dir
 from ragym.rl.models import load_policy, load_processor
-
-BACKENDS = ("auto", "vllm", "hf")
-"""``auto`` picks vLLM when it is importable and a GPU is visible, else ``hf``."""
 
 
 @dataclass

@@ -12,7 +12,6 @@ the text retriever SearchText used. Written as ``metrics.json``, ``metrics.md``,
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -30,13 +29,13 @@ from ragym.envs.events import events_of
 from ragym.envs.hooks import env_hooks, one_env_per_hooks, tables_for
 from ragym.envs.metrics import eval_figures
 from ragym.envs.retrieval.search_settings import use_torch_threads
-from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from ragym.rewards.infoseek import infoseek_final_score
 from ragym.rewards.verl import episode_from_verl
 from ragym.rl.core.rollout import EpisodeResult, run_episodes
-from ragym.rl.data.rows import BAD_ROW_POLICIES, load_rows
+from ragym.rl.data.rows import load_rows
 from ragym.rl.errors import UsageError
-from ragym.rl.eval.backends import BACKENDS, Backend, choose_backend, hf_backend, vllm_backend
+from ragym.rl.eval.args import EvalConfig, parse_eval_args
+from ragym.rl.eval.backends import Backend, choose_backend, hf_backend, vllm_backend
 from ragym.rl.lora import ADAPTER_CONFIG, is_adapter_dir
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
@@ -45,25 +44,6 @@ logger = logging.getLogger(__name__)
 
 OFFICIAL_SPLITS = ("unseen_question", "unseen_entity")
 """InfoSeek's two evaluation subsets (MMhops uses the same protocol); matched inside ``extra_info.split``."""
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """Knobs of one evaluation run."""
-
-    batch_size: int = 16
-    """Rows whose episodes run concurrently; the progress bar ticks once per batch."""
-    time_year_tolerance: int | None = PAPER_TIME_YEAR_TOLERANCE
-    """Time answers within this many years count (InfoSeek protocol as the paper states it, 4.1.1)."""
-    bem_model_path: str | None = None
-    """E-VQA: local BEM-style answer-equivalence model (paper: BEM >= 0.5); None scores exact match only."""
-    no_number_as_zero: bool = True
-    """InfoSeek/MMhops Numerical: an answer without a number reads as 0, as the official scorers read it (the
-    training reward scores it 0 instead: ``ragym.rewards.infoseek``)."""
-    batch_wait_s: float = 0.5
-    """HF backend: longest wait for all live episodes to ask before a generation batch starts."""
-    seed: int = 0
-    """Sampling seed (evaluation is greedy unless the recipe's ``val_kwargs`` sample)."""
 
 
 @dataclass
@@ -291,30 +271,7 @@ def main(argv: list[str]) -> int:
     """``ragym eval --model DIR --data PARQUET [--data ...] --out DIR [--recipe R] [overrides...]``."""
     from ragym.rl.eval.report import ReportStream
 
-    parser = argparse.ArgumentParser(prog="ragym eval", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("--model", required=True, type=Path, help="Hugging Face model directory")
-    parser.add_argument("--data", required=True, action="append", help="verl parquet rows (repeatable)")
-    parser.add_argument("--out", required=True, type=Path, help="report folder")
-    parser.add_argument("--recipe", help="recipe for the agent loop (default: the one recorded at export)")
-    parser.add_argument("--limit", type=int, default=-1, help="first N rows of each file (-1: all)")
-    parser.add_argument("--backend", default="auto", choices=BACKENDS)
-    parser.add_argument("--batch-size", type=int, default=EvalConfig.batch_size)
-    parser.add_argument("--time-year-tolerance", type=int, default=EvalConfig.time_year_tolerance)
-    parser.add_argument("--bem-model-path", help="E-VQA answer-equivalence model (default: exact match only)")
-    parser.add_argument(
-        "--trace-episodes",
-        type=int,
-        default=256,
-        help="episodes recorded with tokens and images under OUT/traces for ragym view (0: none)",
-    )
-    parser.add_argument(
-        "--bad-rows",
-        default="skip",
-        choices=BAD_ROW_POLICIES,
-        help="rows that cannot start an episode: list and skip them (default), or stop",
-    )
-    parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.max_response_length=2048")
-    args = parser.parse_intermixed_args(argv)
+    args = parse_eval_args(argv)
     cfg = EvalConfig(
         batch_size=args.batch_size,
         time_year_tolerance=args.time_year_tolerance,

@@ -9,7 +9,6 @@ Writes ``<output_dir>/model`` (sentence-transformers), ``<output_dir>/export`` (
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
@@ -21,6 +20,7 @@ import torch.distributed as dist
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.overrides import parse_overrides
 from ragym.rl.retriever.ablation import format_table, run_ablation
+from ragym.rl.retriever.args import parse_train_retriever_args
 from ragym.rl.retriever.config import RetrieverRecipe, load_retriever_recipe, with_overrides
 from ragym.rl.retriever.data import heldout_eval_set, load_bright, load_corpus
 from ragym.rl.retriever.evaluate import EvalConfig, evaluate_encoder
@@ -40,24 +40,6 @@ def apply_overrides(recipe: RetrieverRecipe, items: list[str]) -> RetrieverRecip
     return recipe
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ragym train-retriever", description=(__doc__ or "").partition("\n")[0]
-    )
-    parser.add_argument("--recipe", required=True, help="path, or name under recipes/retriever/")
-    parser.add_argument(
-        "--ablation", action="store_true", help="run Table 4 rows instead of one training run"
-    )
-    parser.add_argument("--no-export", action="store_true", help="skip the faiss export")
-    parser.add_argument(
-        "overrides", nargs="*", metavar="SECTION.KEY=VALUE", help="recipe overrides, e.g. train.max_steps=1"
-    )
-    parser.add_argument(
-        "--bright", nargs=3, metavar=("CORPUS", "QUERIES", "QRELS"), help="also evaluate on a BRIGHT task"
-    )
-    return parser
-
-
 def evaluate_all(model: Any, recipe: RetrieverRecipe, bright: list[str] | None) -> dict[str, Any]:
     """Held-out split metrics, plus BRIGHT-format metrics when given."""
     config = EvalConfig(query_prompt=recipe.model.query_prompt)
@@ -72,7 +54,7 @@ def evaluate_all(model: Any, recipe: RetrieverRecipe, bright: list[str] | None) 
 
 def main(argv: list[str] | None = None) -> int:
     """Train (or ablate) per the recipe; print and save metrics."""
-    args = _parser().parse_args(argv)
+    args = parse_train_retriever_args(argv)
     recipe = apply_overrides(load_retriever_recipe(args.recipe), args.overrides)
     out = Path(recipe.train.output_dir)
     if args.ablation:

@@ -8,42 +8,25 @@ split plus the table. ``--export`` also writes the full model with a faiss index
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import time
-from pathlib import Path
 
 from ragym.data_prep.annotators import OfflineAnnotator
 from ragym.data_prep.stackexchange import INPUT_ROWS, PrepConfig, prepare
 from ragym.rl.retriever.ablation import REASONING, ZERO_SHOT, format_table, run_ablation
-from ragym.rl.retriever.config import REPO_ROOT, load_retriever_recipe, with_overrides
+from ragym.rl.retriever.args import parse_retriever_demo_args
+from ragym.rl.retriever.config import load_retriever_recipe, with_overrides
 from ragym.rl.retriever.data import heldout_eval_set, load_corpus
 from ragym.rl.retriever.evaluate import EvalConfig
 from ragym.rl.retriever.export import export_retriever
 
 logger = logging.getLogger(__name__)
 
-SKEPTICS_JSONL = REPO_ROOT.parent / "shared" / "data" / "stackexchange_skeptics" / "web_science_dataset.jsonl"
-"""The shared Skeptics pairs (outside the repository; never copied into it)."""
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ragym retriever-demo", description=(__doc__ or "").partition("\n")[0]
-    )
-    parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--input", type=Path, default=SKEPTICS_JSONL, help="Skeptics jsonl or Posts.xml")
-    parser.add_argument("--recipe", default="memora_r_cpu", help="retriever recipe (name or path)")
-    parser.add_argument("--max-steps", type=int, default=12, help="optimiser steps per trained row")
-    parser.add_argument("--limit", type=int, help="read only the first N input rows")
-    parser.add_argument("--export", action="store_true", help="also export the full model + faiss index")
-    return parser
-
 
 def main(argv: list[str] | None = None) -> int:
     """Prepare data, run the ablation, write metrics.json and print the table."""
-    args = _parser().parse_args(argv)
+    args = parse_retriever_demo_args(argv)
     if not args.input.is_file():
         raise FileNotFoundError(
             f"{args.input}: Skeptics pairs not found (pass --input with a jsonl or Posts.xml)"

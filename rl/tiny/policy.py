@@ -8,7 +8,6 @@ loads them exactly like Qwen2.5-VL-7B. They exist for the CPU demo, the tests an
 
 from __future__ import annotations
 
-import argparse
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -30,11 +29,9 @@ from transformers import (
 from ragym.envs.kbvqa.actions import ACTION_TAGS, REASON_TAG
 from ragym.rl.agent_loop.chat_template import CHAT_TEMPLATE
 from ragym.rl.models import make_processor
+from ragym.rl.tiny.args import ARCHS, parse_tiny_policy_args
 
 logger = logging.getLogger(__name__)
-
-ARCHS = ("qwen2_5_vl", "qwen3_vl")
-"""Supported architectures (Hugging Face ``model_type`` of the root config)."""
 
 SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -234,11 +231,7 @@ def build_tiny_policy(
 
 def main(argv: list[str]) -> int:
     """``ragym tiny-policy --arch ARCH --out DIR [--seed S]``."""
-    parser = argparse.ArgumentParser(prog="ragym tiny-policy", description=(__doc__ or "").partition("\n")[0])
-    parser.add_argument("--arch", choices=ARCHS, required=True, help="model architecture")
-    parser.add_argument("--out", required=True, help="output model directory")
-    parser.add_argument("--seed", type=int, default=0, help="weight initialisation seed")
-    args = parser.parse_args(argv)
+    args = parse_tiny_policy_args(argv)
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         from ragym.rl.errors import UsageError

@@ -10,7 +10,7 @@ import yaml
 
 from ragym.rewards.answers import PAPER_TIME_YEAR_TOLERANCE
 from ragym.rewards.rubric import Rubric
-from ragym.rl.eval.evaluate import EvalConfig
+from ragym.rl.eval.args import EvalConfig
 from ragym.rl.recipe.check import check_recipe, uncommented_knobs, unknown_keys
 from ragym.rl.recipe.compose import RECIPES_DIR, compose_recipe, recipe_files, recipe_settings
 from tests.recipes.composed import leaves

@@ -83,3 +83,78 @@ def test_dispatch_prepares_the_process_before_it_imports_the_command(monkeypatch
     monkeypatch.setattr(cli, "command_main", lambda name: order.append(("import", name)) or (lambda argv: 0))
     assert cli.main(["train", "--recipe", "x"]) == 0
     assert order == [("prepare", "train"), ("import", "train")]
+
+
+HEAVY_MODULES = ("torch", "transformers", "verl", "vllm", "sentence_transformers")
+"""What a command's ``--help`` must not import: 5-10 s of CPU before a line of help (``ragym eval`` took 9 s)."""
+
+_PROBE = """
+import contextlib, io, json, os, sys
+from ragym.rl import cli
+
+def probe(argv):  # in a forked child: the parent stays free of every command's imports
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                code = cli.main(argv)
+        except SystemExit as stop:
+            code = stop.code
+        heavy = [m for m in sys.argv[1].split(",") if m in sys.modules]
+        os.write(write, json.dumps([code, heavy, out.getvalue()]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as got:
+        data = got.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+print(json.dumps({" ".join(a): probe(a) for a in json.loads(sys.argv[2])}))
+"""
+
+
+def _probe(argvs: list[list[str]]) -> dict[str, list]:
+    """(exit status, heavy modules imported, output) of ``ragym ARGV`` for each argv, each in a fresh fork."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, ",".join(HEAVY_MODULES), json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def test_every_commands_help_and_usage_error_come_before_torch_and_verl_load() -> None:
+    """``ragym NAME --help`` prints the command's usage and a bad flag is argparse's exit status 2, each without
+    importing torch, transformers, verl, vLLM or sentence-transformers (``cli.ARGUMENTS`` parses the commands
+    whose module imports them). ``submit`` and ``jobs`` load torch through ``ragym.rl.lora`` (about 1 s) and are
+    left to their own parser."""
+    argvs = [[name, flag] for name in sorted(cli.COMMANDS) for flag in ("--help", "--no-such-flag")]
+    found = _probe(argvs)
+    light_enough = {"submit": ["torch"], "jobs": ["torch"]}
+    for name in cli.COMMANDS:
+        code, heavy, out = found[f"{name} --help"]
+        assert (code, heavy) == (0, light_enough.get(name, [])), name
+        assert out.startswith(f"usage: ragym {name}"), (name, out[:80])
+        code, heavy, out = found[f"{name} --no-such-flag"]
+        assert code == 2 and heavy == light_enough.get(name, []), (name, code, heavy)
+
+
+@pytest.mark.parametrize("name", sorted(cli.ARGUMENTS))
+def test_a_light_parser_is_the_one_its_command_parses_with(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The dispatcher's parse (``cli.ARGUMENTS``) and the command's own ``main`` print the same help: one parser."""
+    with pytest.raises(SystemExit):
+        cli.check_arguments(name, ["--help"])
+    light = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        cli.command_main(name)(["--help"])
+    assert capsys.readouterr().out == light and light.startswith(f"usage: ragym {name}")

@@ -14,8 +14,9 @@ from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
 
 from ragym.rl.core.grpo import response_log_probs
 from ragym.rl.errors import UsageError
+from ragym.rl.eval.args import EvalConfig
 from ragym.rl.eval.backends import Backend, hf_backend
-from ragym.rl.eval.evaluate import EvalConfig, run_eval
+from ragym.rl.eval.evaluate import run_eval
 from ragym.rl.export import export_checkpoint
 from ragym.rl.lora import ADAPTER_CONFIG, VISION_TOWER
 from ragym.rl.train import build_trainer

@@ -15,8 +15,9 @@ from ragym.envs.events import events_of
 from ragym.envs.r3g.corpus import read_rgb
 from ragym.envs.r3g.env import R3GEnv
 from ragym.rl.engine.trainer import read_rows
+from ragym.rl.eval.args import EvalConfig
 from ragym.rl.eval.backends import Backend
-from ragym.rl.eval.evaluate import EvalConfig, run_eval, summarize
+from ragym.rl.eval.evaluate import run_eval, summarize
 from ragym.rl.eval.r3g_baselines import ScriptedModel
 from ragym.rl.eval.report import markdown
 from ragym.rl.models import load_processor

@@ -122,7 +122,8 @@ def eval_dir(tmp_path_factory, tiny_policy_dir) -> Path:
     """A traced ``ragym eval``: half the questions search and reject twice (some rejected batches hold the gold)."""
     from ragym.data_prep.synthetic_kb import PRESETS, build_kb
     from ragym.envs.kbvqa.actions import Answer, Reject, SearchImage, format_action
-    from ragym.rl.eval.evaluate import EvalConfig, run_eval
+    from ragym.rl.eval.args import EvalConfig
+    from ragym.rl.eval.evaluate import run_eval
     from ragym.rl.models import load_processor
     from ragym.rl.recipe.compose import load_recipe
 
