@@ -18,11 +18,12 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ragym.rl.errors import UsageError
+
+if TYPE_CHECKING:  # annotations only: `ragym submit` reads LoRA settings without loading torch
+    import torch
 
 PEFT_CONFIG_KEY = "__ragym_peft_config__"
 """The name under which a LoRA sync's first item carries its peft config (a dict, not a tensor): ragym's
@@ -200,9 +201,11 @@ def attach_adapters(model: torch.nn.Module, peft_config: dict[str, Any]) -> Any:
     return get_peft_model(model, config)
 
 
-@torch.no_grad()
 def load_synced(own: dict[str, torch.Tensor], incoming: dict[str, torch.Tensor]) -> None:
     """Copy a weight sync's tensors (full weights, base weights or adapters) into a model's own ``state_dict``
     tensors, both keyed by ``plain_weight_name``; the receiver has checked the names."""
-    for name, tensor in incoming.items():
-        own[name].copy_(tensor.to(own[name].dtype))
+    import torch
+
+    with torch.no_grad():
+        for name, tensor in incoming.items():
+            own[name].copy_(tensor.to(own[name].dtype))

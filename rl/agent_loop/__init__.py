@@ -9,7 +9,10 @@ budget) import without it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ragym.rl.agent_loop.loop import RagymEnvAgentLoop
 
 __all__ = ["RagymEnvAgentLoop"]
 

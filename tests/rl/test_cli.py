@@ -134,17 +134,15 @@ def _probe(argvs: list[list[str]]) -> dict[str, list]:
 def test_every_commands_help_and_usage_error_come_before_torch_and_verl_load() -> None:
     """``ragym NAME --help`` prints the command's usage and a bad flag is argparse's exit status 2, each without
     importing torch, transformers, verl, vLLM or sentence-transformers (``cli.ARGUMENTS`` parses the commands
-    whose module imports them). ``submit`` and ``jobs`` load torch through ``ragym.rl.lora`` (about 1 s) and are
-    left to their own parser."""
+    whose module imports them)."""
     argvs = [[name, flag] for name in sorted(cli.COMMANDS) for flag in ("--help", "--no-such-flag")]
     found = _probe(argvs)
-    light_enough = {"submit": ["torch"], "jobs": ["torch"]}
     for name in cli.COMMANDS:
         code, heavy, out = found[f"{name} --help"]
-        assert (code, heavy) == (0, light_enough.get(name, [])), name
+        assert (code, heavy) == (0, []), name
         assert out.startswith(f"usage: ragym {name}"), (name, out[:80])
         code, heavy, out = found[f"{name} --no-such-flag"]
-        assert code == 2 and heavy == light_enough.get(name, []), (name, code, heavy)
+        assert (code, heavy) == (2, []), name
 
 
 @pytest.mark.parametrize("name", sorted(cli.ARGUMENTS))
