@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+import time
 
 import pytest
 import torch
@@ -40,7 +41,10 @@ def verl_client(server: HFGenerationServer) -> FullyAsyncLLMServerClient:
     config = OmegaConf.create(
         {
             "actor_rollout_ref": {
-                "rollout": {"name": "hf", "response_length": BUDGET, "full_determinism": False}
+                # full_determinism: verl's client passes the request id through instead of a fresh uuid per turn, so
+                # the turn's seed (ragym's turn_seed) and its draws are the same at every run (with a fresh seed a
+                # turn could sample a stop before the update landed: make test hung on it once, at 7320d8f)
+                "rollout": {"name": "hf", "response_length": BUDGET, "full_determinism": True}
             }
         }
     )
@@ -102,10 +106,15 @@ async def turn_across_an_update(server: HFGenerationServer, new: torch.nn.Module
     model.forward = held
     params = {"temperature": 1.0, "max_tokens": BUDGET}
     task = asyncio.create_task(verl_client(server).generate("r", prompt_ids=PROMPT, sampling_params=params))
-    while not reached.is_set() and not task.done():  # a turn that ended first fails on its tags, not a hang
+    while not reached.is_set() and not task.done():
         await asyncio.sleep(0.002)
+    # A turn that ended before its 4th model call would leave the abort nothing to stop (it returns at once and
+    # the wait below would never see it begin): a failure, not a hang.
+    assert reached.is_set(), f"the turn ended after {len(calls)} model calls, before the update could land"
     update = asyncio.create_task(server.abort_all_requests())
+    deadline = time.monotonic() + 120
     while not (server.num_aborts and (server.partial_rollout != "resume" or server.server.aborting.is_set())):
+        assert time.monotonic() < deadline, "the update's abort never began"
         await asyncio.sleep(0.002)
     go.set()
     await update
