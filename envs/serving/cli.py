@@ -45,11 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     given = vars(args)
     args.folders = tuple((flag, given.pop(_dest(flag))) for flag in kinds if given[_dest(flag)] is not None)
     if not args.folders and not args.shards:
-        parser.error(
-            "nothing to serve: give a folder an env serves ("
-            + ", ".join(f"--{f}" for f in kinds)
-            + ") or --shards"
-        )
+        flags = ", ".join(f"--{flag}" for flag in kinds)
+        parser.error(f"nothing to serve: give a folder an env serves ({flags}) or --shards")
     return args
 
 
