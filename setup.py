@@ -91,8 +91,8 @@ setup(
             "pytest",
             # make test runs the suite on 2 workers (pytest -n 2 --dist loadgroup; tests/conftest.py VERL_GROUPS).
             "pytest-xdist",
-            # A per-test time limit (pyproject's [tool.pytest.ini_options] timeout): a hung test fails with every
-            # thread's stack instead of holding CI until its own limit.
+            # A per-test time limit (pyproject's [tool.pytest.ini_options] timeout): a hung test fails where it
+            # waits instead of holding CI until its own limit.
             "pytest-timeout",
             # tests/test_formatting.py checks `ruff format --check`: another version formats differently.
             "ruff==0.17.6",

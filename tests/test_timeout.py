@@ -1,12 +1,11 @@
 """The suite's per-test time limit (pyproject's ``[tool.pytest.ini_options]`` ``timeout``, pytest-timeout): a hung
-test fails with the traceback of where it waits and the suite goes on, instead of holding CI until its 90-minute limit (a
-wait loop in ``tests/launch/test_partial_rollout.py`` once spun forever)."""
+test fails with the traceback of where it waits and the suite goes on, instead of holding CI until its 90-minute
+limit (a wait loop in ``tests/rl/verl_plugin/test_partial_rollout.py`` once spun forever)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -44,7 +43,6 @@ def test_a_hung_test_fails_where_it_waits_and_the_next_test_still_runs(tmp_path:
     """As make test runs: on pytest-xdist's workers (a limit that killed the worker would lose the file's other
     tests with it)."""
     (tmp_path / "test_hung.py").write_text(HUNG)
-    started = time.monotonic()
     done = subprocess.run(
         [
             sys.executable,
@@ -69,10 +67,8 @@ def test_a_hung_test_fails_where_it_waits_and_the_next_test_still_runs(tmp_path:
         timeout=300,
         check=False,
     )
-    elapsed = time.monotonic() - started
     log = done.stdout + done.stderr
     assert done.returncode == 1, log
     assert "1 failed, 1 passed" in log, log
     assert "FAILED test_hung.py::test_hangs - Failed: Timeout (>2.0s)" in log, log
     assert ">           time.sleep(0.05)" in log, log
-    assert elapsed < 120, f"{elapsed:.0f} s for a 2 s limit"
