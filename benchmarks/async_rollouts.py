@@ -71,7 +71,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.latency_proxy import DelayingProxy, Latency  # noqa: E402
-from ragym.rl.verl_plugin.verl_local import console_step_metrics, in_private_network, private_network_refusal  # noqa: E402
+from ragym.rl.core.metrics import METRICS_FILE, metrics_by_step, read_metrics  # noqa: E402
+from ragym.rl.verl_plugin.verl_local import in_private_network, private_network_refusal  # noqa: E402
 
 STALENESS = "training/off_policy/trajectory_staleness/mean"
 VERL_MODES = {
@@ -233,9 +234,9 @@ def _verl_run(args: argparse.Namespace, url: str, mode: str, seed: int) -> Run:
 
 
 def _read_verl_run(out: Path, args: argparse.Namespace) -> Run:
-    """A finished verl run's figures, from its folder: the console log's step metrics and the trace."""
+    """A finished verl run's figures, from its folder: its step metrics and the trace."""
     log = out / "train.log"
-    metrics = console_step_metrics(log.read_text())
+    metrics = metrics_by_step(read_metrics(out / METRICS_FILE))
     if sorted(metrics) != list(range(1, args.steps + 1)):
         raise SystemExit(f"steps logged {sorted(metrics)}, not 1..{args.steps}; log {log}")
     run = Run(
@@ -398,7 +399,7 @@ def _verl_part_in_private_network(argv: list[str]) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--engines", nargs="+", default=["local"], choices=("local", "verl"))
     parser.add_argument(
         "--recipe", default="kbvqa_tiny_cpu", help="the local engine's recipe (a name or a path)"

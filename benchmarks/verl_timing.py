@@ -40,7 +40,7 @@ VERL_KEYS = {
 
 def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     """verl's per-step metrics of a fresh toy run (its own checkpoint folder)."""
-    from ragym.rl.verl_plugin.verl_local import console_step_metrics
+    from ragym.rl.core.metrics import METRICS_FILE, metrics_by_step, read_metrics
 
     ckpt = toy / "bench_checkpoints" / f"verl-{time.time_ns()}"
     command = [
@@ -62,7 +62,7 @@ def run_verl(toy: Path, steps: int) -> dict[int, dict[str, float]]:
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"verl run failed:\n{(done.stdout + done.stderr)[-4000:]}")
-    return console_step_metrics(done.stdout + done.stderr)
+    return metrics_by_step(read_metrics(ckpt / METRICS_FILE))
 
 
 def run_local(toy: Path, steps: int) -> dict[int, dict[str, float]]:
@@ -95,7 +95,7 @@ def run_local(toy: Path, steps: int) -> dict[int, dict[str, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("runs/verl_timing"), help="toy folder (reused)")
     parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args()

@@ -20,6 +20,10 @@ from ragym.envs.metrics import mean_metrics
 
 logger = logging.getLogger(__name__)
 
+METRICS_FILE = "metrics.jsonl"
+"""A run's per-step metrics, one JSON object per line (``{"step": N, <name>: <value>, ...}``), in its output folder:
+the local engine's and verl's (``ragym.rl.verl_plugin.trainer``) alike."""
+
 
 def summarize(
     rewards: list[float],
@@ -96,7 +100,7 @@ class MetricsSink:
     def __init__(
         self, out_dir: str | Path, loggers: Iterable[str], project: str, run_name: str, config: dict[str, Any]
     ) -> None:
-        self.path = Path(out_dir) / "metrics.jsonl"
+        self.path = Path(out_dir) / METRICS_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         loggers = set(loggers)
         unknown = loggers - {"console", "wandb"}
@@ -124,8 +128,7 @@ class MetricsSink:
 
     def log(self, step: int, metrics: dict[str, float], extra: dict[str, Any] | None = None) -> None:
         """Record ``metrics`` for ``step`` in every sink; ``extra`` (non-scalar data) goes to the jsonl only."""
-        with self.path.open("a") as f:
-            f.write(json.dumps({"step": step, **metrics, **(extra or {})}) + "\n")
+        append_metrics(self.path, step, {**metrics, **(extra or {})})
         if self.console:
             shown = {
                 k: v
@@ -145,3 +148,49 @@ class MetricsSink:
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All records of a metrics jsonl, in order."""
     return [record for _, record in read_jsonl(path)]
+
+
+def metrics_by_step(records: Iterable[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Metrics records by step, a step's records merged in order (verl logs an evaluation before training apart).
+
+    >>> metrics_by_step([{"step": 2, "a": 1.0}, {"step": 2, "b": 0.5}, {"step": 3, "a": 2.0}])
+    {2: {'a': 1.0, 'b': 0.5}, 3: {'a': 2.0}}
+    """
+    steps: dict[int, dict[str, Any]] = {}
+    for record in records:
+        fields = dict(record)
+        steps.setdefault(int(fields.pop("step")), {}).update(fields)
+    return steps
+
+
+def append_metrics(path: Path, step: int, record: dict[str, Any]) -> None:
+    """Append ``{"step": step, **record}`` to a metrics jsonl as one line, in one write (a reader never sees half
+    of it); numpy and torch scalars are written as numbers, anything else JSON cannot hold as its text."""
+    line = json.dumps({"step": step, **record}, default=_json_scalar) + "\n"
+    with path.open("a") as f:
+        f.write(line)
+
+
+def _json_scalar(value: Any) -> Any:
+    item = getattr(value, "item", None)  # numpy and torch scalars
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        return item()
+    return str(value)
+
+
+def drop_metrics_after(output_dir: str | Path, step: int) -> int:
+    """Remove ``metrics.jsonl`` rows logged after ``step`` (a killed run's unsaved steps, which a resume from the
+    checkpoint of ``step`` logs again); returns how many."""
+    path = Path(output_dir) / METRICS_FILE
+    if not path.is_file():
+        return 0
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    if len(kept) < len(lines):
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.replace(path)
+        logger.info(
+            "dropped %d metrics rows logged after step %d (not checkpointed)", len(lines) - len(kept), step
+        )
+    return len(lines) - len(kept)

@@ -17,7 +17,6 @@ Metrics rows logged after the checkpoint (steps a killed run did not save) are d
 from __future__ import annotations
 
 import json
-import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ragym.rl.core.checkpoints import LATEST, latest_step
+from ragym.rl.core.metrics import METRICS_FILE
 from ragym.rl.errors import UsageError
-
-logger = logging.getLogger(__name__)
 
 RESUME_MODES = ("auto", "disable", "resume_path")
 """verl's ``trainer.resume_mode`` values."""
@@ -72,7 +70,7 @@ def checkpoint_steps(output_dir: str | Path) -> list[int]:
 def holds_run(output_dir: str | Path) -> bool:
     """True when ``output_dir`` has checkpoints, a latest marker or logged metrics of some run."""
     root = Path(output_dir)
-    metrics = root / "metrics.jsonl"
+    metrics = root / METRICS_FILE
     has_metrics = metrics.is_file() and metrics.stat().st_size > 0
     return bool(checkpoint_steps(root)) or (root / LATEST).exists() or has_metrics
 
@@ -144,20 +142,3 @@ def _plain(value: Any) -> Any:
 def _short(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= 120 else text[:117] + "..."
-
-
-def drop_metrics_after(output_dir: str | Path, step: int) -> int:
-    """Remove ``metrics.jsonl`` rows logged after ``step`` (a killed run's unsaved steps); returns how many."""
-    path = Path(output_dir) / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
-    if len(kept) < len(lines):
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        tmp.replace(path)
-        logger.info(
-            "dropped %d metrics rows logged after step %d (not checkpointed)", len(lines) - len(kept), step
-        )
-    return len(lines) - len(kept)

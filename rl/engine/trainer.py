@@ -37,6 +37,7 @@ from ragym.rl.core.metrics import (
     IMAGE_PAD,
     MetricsSink,
     advantage_stats,
+    drop_metrics_after,
     image_metrics,
     response_length_stats,
     summarize,
@@ -49,7 +50,7 @@ from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
 from ragym.rl.data.rows import load_rows
 from ragym.rl.engine.async_rollouts import RolloutAhead, tag_versions
 from ragym.rl.engine.config import EngineConfig
-from ragym.rl.engine.resume import LATEST, check_same_run, drop_metrics_after, latest_checkpoint, resume_point
+from ragym.rl.engine.resume import LATEST, check_same_run, latest_checkpoint, resume_point
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GuardMonitor, GuardStop
 from ragym.rl.lora import add_adapters, save_adapter, trainable_parameters

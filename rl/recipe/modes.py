@@ -23,6 +23,8 @@ MODES = {
 SYNC_MODE = "sync"
 """verl's synchronous mode: rollout and training alternate, every trajectory comes from the latest weights."""
 MODE_KEY = "trainer.v1.trainer_mode"
+LOG_PROBS_KEY = "actor_rollout_ref.rollout.calculate_log_probs"
+"""Whether the rollout records each sampled token's log-prob (verl's default: true): what the correction weighs by."""
 
 
 def verl_mode(mode: str) -> str:
@@ -57,6 +59,7 @@ def mode_problems(config: Any) -> list[str]:
     problems = (rollout_problems(config, mode) or lora_problems(config, mode)) + partial_rollout_problems(
         config
     )
+    problems += _log_prob_problems(config, mode)
     verl = MODES[mode]
     if verl == SYNC_MODE:
         return problems
@@ -66,6 +69,19 @@ def mode_problems(config: Any) -> list[str]:
     if verl == "separate_async":
         problems += _separate_problems(config, mode)
     return problems
+
+
+def _log_prob_problems(config: Any, mode: str) -> list[str]:
+    """The correction is on for the run but the rollout records no log-probs: verl's trainer then skips it without a
+    word (it weighs the loss only when the batch has ``rollout_log_probs``)."""
+    level = run_correction_level(config)
+    if level is None or OmegaConf.select(config, LOG_PROBS_KEY, default=True):
+        return []
+    return [
+        f"{CORRECTION_KEY} resolves to {level} for {MODE_KEY}={mode}, but {LOG_PROBS_KEY} is false: the rollout would "
+        f"record no log-probs and verl would skip the correction silently; set {LOG_PROBS_KEY}=true, or "
+        f"{CORRECTION_KEY}=off"
+    ]
 
 
 def _separate_problems(config: Any, mode: str) -> list[str]:

@@ -48,7 +48,7 @@ from ragym.rl.core.dynamic_sampling import (
     reward_weights,
     shaped_metric_warning,
 )
-from ragym.rl.core.metrics import IMAGE_PAD, image_metrics
+from ragym.rl.core.metrics import IMAGE_PAD, METRICS_FILE, append_metrics, drop_metrics_after, image_metrics
 from ragym.rl.correction import correction_metrics
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_SECTION, VAL_PREFIX, GuardMonitor, read_guards
@@ -173,12 +173,27 @@ class RagymTrainerMixin(TurnCreditMixin):
         if episodes:
             uids, extra_fields = [uid for uid, _ in episodes], [fields for _, fields in episodes]
             metrics.update({f"{VAL_PREFIX}{k}": v for k, v in step_metrics(extra_fields, uids).items()})
+        if getattr(self, "_ragym_initial_val", False):
+            # verl logs the evaluation before the first step on its own; later ones join their step's metrics.
+            self._ragym_initial_val = False
+            append_metrics(self._ragym_metrics_path(), self.global_steps, metrics)
         return metrics
 
     def _compute_metrics(
         self, batch: Any, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
     ) -> None:
+        """verl's step metrics, ragym's, then the whole step as verl logs it next, to ``metrics.jsonl``."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
+        self._add_ragym_metrics(batch, metrics, global_steps)
+        append_metrics(self._ragym_metrics_path(), global_steps, metrics)
+
+    def _ragym_metrics_path(self) -> Path:
+        """The run's ``metrics.jsonl``, beside its checkpoints (the local engine's file and format). verl's console
+        line holds the same numbers, but a console line that Ray forwards can arrive split in two."""
+        return Path(self.config.trainer.default_local_dir) / METRICS_FILE
+
+    def _add_ragym_metrics(self, batch: Any, metrics: dict, global_steps: int) -> None:
+        """ragym's additions to the step's metrics (the module's docstring), the guards' signal and the trace."""
         keys = [
             key for key, tag in zip(batch.keys, batch.tags, strict=True) if not tag.get("is_padding", False)
         ]
@@ -205,6 +220,14 @@ class RagymTrainerMixin(TurnCreditMixin):
     def fit(self, agent_loop_manager: Any) -> Any:
         """verl's training loop; when it ends or fails, a co-training round still running is stopped (its version
         is never swapped in), instead of a spawned round outliving the trainer on the node's CPUs."""
+        # verl loaded the checkpoint when it built its workers: rows after it are a killed run's, logged again now;
+        # a run from scratch starts the file anew.
+        out = Path(self.config.trainer.default_local_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        drop_metrics_after(out, self.global_steps if self.global_steps > 0 else -1)
+        self._ragym_initial_val = bool(
+            OmegaConf.select(self.config, "trainer.val_before_train", default=True)
+        )
         try:
             return super().fit(agent_loop_manager)  # pyright: ignore[reportAttributeAccessIssue]
         finally:

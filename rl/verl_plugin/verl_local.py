@@ -331,11 +331,23 @@ def guard_stop(firings: Path, offset: int = 0) -> str | None:
     return stops[0]["message"] if stops else None
 
 
+CONSOLE_STEP = re.compile(r"^(?:\x1b\[[0-9;]*m)*(?:\([^)]*\))?(?:\x1b\[[0-9;]*m)*\s*step:(\d+) - (.*)$")
+"""verl's console line of a step's metrics, from the trainer's own stdout or as Ray forwards it from an actor
+(``(TaskRunner pid=N) step:3 - ...``): the line starts with the step."""
+
+
 def console_step_metrics(log: str) -> dict[int, dict[str, float]]:
-    """verl's console metrics per step (``step:N - key:value - ...``), numeric values only."""
+    """verl's console metrics per step (``step:N - key:value - ...``), numeric values only; best effort.
+
+    Ray forwards an actor's output line by line as its log monitor reads the file, and can read a long line while
+    it is being written: the line arrives in two, and the numbers after the cut are not in the step's dict (the
+    last one before it may be cut short). Only a line that starts with the step counts, so the second part (which
+    may hold ``training/global_step:3 - ...``) never stands in for the step. ``metrics.jsonl`` in the run's folder
+    (``ragym.rl.core.metrics.METRICS_FILE``) holds every step whole.
+    """
     steps: dict[int, dict[str, float]] = {}
     for line in log.splitlines():
-        match = re.search(r"step:(\d+) - (.*)$", line)
+        match = CONSOLE_STEP.match(line)
         if not match:
             continue
         values = {}

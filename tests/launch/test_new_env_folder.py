@@ -316,9 +316,9 @@ def test_rollout_budget_local_engine_and_verl_pick_it_up(user_folder: Path) -> N
         "private",
         "trainer.total_training_steps=1",
     )
-    from ragym.rl.verl_plugin.verl_local import console_step_metrics
+    from tests.launch.test_verl_trainer import logged_steps
 
-    steps = console_step_metrics(log)
+    steps = logged_steps(toy / "checkpoints" / "lookup_tiny", set(), log)
     assert 1 in steps, log[-4000:]
     # the package's own reward term and episode metric, through verl's workers
     assert {"reward/asked_key", "reward/outcome", "episode/lookups"} <= set(steps[1]), sorted(steps[1])

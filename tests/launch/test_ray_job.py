@@ -141,8 +141,8 @@ def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     rollout served the trainer's weights each step (``check_two_sync_steps``, export and eval)."""
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides, platform_overrides
-    from ragym.rl.verl_plugin.verl_local import console_step_metrics, toy_overrides
-    from tests.launch.test_verl_trainer import check_two_sync_steps, export_and_eval
+    from ragym.rl.verl_plugin.verl_local import toy_overrides
+    from tests.launch.test_verl_trainer import check_two_sync_steps, export_and_eval, logged_steps
 
     refusal = _unshare_refusal()
     if refusal:
@@ -167,6 +167,7 @@ def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     log = f"stdout:\n{result.stdout[-6000:]}\nstderr:\n{result.stderr[-4000:]}"
     assert result.returncode == 0, log
     assert "ragym: job ragym-ray-test SUCCEEDED" in result.stdout, log
-    # verl's metrics and ragym's, streamed from the job's logs: the checks of every sync run
-    check_two_sync_steps(console_step_metrics(result.stdout), toy, out, "KBVQA-v0")
+    # verl's metrics and ragym's in the run's metrics.jsonl, its steps the ones the job's streamed logs showed: the
+    # checks of every sync run
+    check_two_sync_steps(logged_steps(out, set(), result.stdout), toy, out, "KBVQA-v0")
     export_and_eval(toy, out, "ray_job", "KBVQA-v0")

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from ragym.envs.hooks import env_hooks
+from ragym.rl.core.metrics import METRICS_FILE
 from ragym.rl.guards import RUN_CHECKS
 from ragym.rl.verl_plugin.trainer import trajectory_staleness
 from tests.launch.conftest import RayHead
@@ -115,6 +116,8 @@ def test_colocate_async_two_steps_resume_export_and_eval(toy: Path, ray_head: Ra
 
     resumed = train(recipe, toy, *overrides(mode, out), "trainer.total_training_steps=3", head=ray_head)
     check_steps(resumed, [3])
+    # The file holds each step once: the first run's two, the resumed run's third after them.
+    assert [json.loads(line)["step"] for line in (out / METRICS_FILE).read_text().splitlines()] == [1, 2, 3]
     check_synced(check_run_files(toy, out, env_id, [1, 2, 3]))
     export_and_eval(toy, out, mode, env_id)
 

@@ -20,8 +20,7 @@ import torch
 from ragym.rl.guards import ADAPTERS_ROLLOUT_CHANGED, ADAPTERS_TRAINED_CHANGED, read_firings
 from ragym.rl.lora import plain_weight_name
 from ragym.rl.models import load_policy
-from ragym.rl.verl_plugin.verl_local import console_step_metrics
-from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, ragym
+from tests.launch.test_verl_trainer import PROBS_DIFF_BOUND, logged_steps, metrics_lines, ragym
 
 pytestmark = pytest.mark.ray
 
@@ -68,6 +67,7 @@ def lora_run(
     # Ray's workers import the fault from this checkout
     repo = str(Path(__file__).resolve().parents[2])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")])))
+    before = metrics_lines(out)
     log = ragym(
         "train",
         "--engine",
@@ -85,7 +85,7 @@ def lora_run(
         *overrides,
         cwd=toy,
     )
-    metrics = console_step_metrics(log)
+    metrics = logged_steps(out, before, log)
     assert sorted(metrics) == list(range(1, STEPS + 1)), f"steps seen: {sorted(metrics)}"
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values()), metrics
     check_fault_seen(name, metrics, log, out)

@@ -28,6 +28,7 @@ import torch
 from safetensors.torch import load_file
 
 from ragym.envs.hooks import env_hooks, one_env_per_hooks
+from ragym.rl.core.metrics import METRICS_FILE, metrics_by_step
 from ragym.rl.guards import MISMATCH_BOUND
 from ragym.rl.verl_plugin.verl_local import console_step_metrics
 from tests.launch.conftest import RayHead
@@ -88,6 +89,8 @@ def train(
     """``ragym train --engine verl --toy`` in a private network namespace: joining ``head`` (the test file's Ray
     instance, in its namespace) where given, else one of its own with its own Ray (``--network private``)."""
     network = "host" if head else "private"  # host: the head's namespace, whose only network is loopback
+    (out,) = [Path(o.split("=", 1)[1]) for o in overrides if o.startswith("trainer.default_local_dir=")]
+    before = metrics_lines(out)
     log = ragym(
         "train",
         "--engine",
@@ -102,7 +105,22 @@ def train(
         cwd=toy,
         head=head,
     )
-    return console_step_metrics(log)
+    return logged_steps(out, before, log)
+
+
+def metrics_lines(out: Path) -> set[str]:
+    """The lines of the run folder's ``metrics.jsonl`` (none before its first run)."""
+    path = out / METRICS_FILE
+    return set(path.read_text().splitlines()) if path.is_file() else set()
+
+
+def logged_steps(out: Path, before: set[str], log: str) -> dict[int, dict[str, float]]:
+    """The steps a run logged to ``out/metrics.jsonl`` (its lines not in ``before``), a step's rows merged; verl's
+    console showed the same steps (its lines may arrive split through Ray: the file is what the checks read)."""
+    lines = (out / METRICS_FILE).read_text().splitlines()
+    steps = metrics_by_step(json.loads(line) for line in lines if line.strip() and line not in before)
+    assert sorted(steps) == sorted(console_step_metrics(log)), log[-4000:]
+    return steps
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:

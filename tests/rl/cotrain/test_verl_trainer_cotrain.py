@@ -148,8 +148,12 @@ def test_the_verl_path_without_a_retrieval_url_is_refused_in_one_line(tmp_path: 
 class _VerlLoop:
     """verl's trainer as the mixin sees it: a ``fit`` that ends or fails."""
 
-    def __init__(self, error: Exception | None) -> None:
+    def __init__(self, error: Exception | None, out: Path) -> None:
         self.error = error
+        self.config = OmegaConf.create(
+            {"trainer": {"default_local_dir": str(out), "val_before_train": False}}
+        )
+        self.global_steps = 0
 
     def fit(self, agent_loop_manager: Any) -> str:
         if self.error is not None:
@@ -172,8 +176,10 @@ class _Rounds:
 
 
 @pytest.mark.parametrize("error", [None, RuntimeError("the step failed")])
-def test_the_verl_trainer_stops_a_running_round_when_its_loop_ends(error: Exception | None) -> None:
-    trainer = _Trainer(error)
+def test_the_verl_trainer_stops_a_running_round_when_its_loop_ends(
+    error: Exception | None, tmp_path: Path
+) -> None:
+    trainer = _Trainer(error, tmp_path)
     trainer._ragym_cotrain = rounds = _Rounds()  # pyright: ignore[reportAttributeAccessIssue]
     if error is None:
         assert trainer.fit(None) == "done"
@@ -181,4 +187,4 @@ def test_the_verl_trainer_stops_a_running_round_when_its_loop_ends(error: Except
         with pytest.raises(RuntimeError, match="the step failed"):
             trainer.fit(None)
     assert rounds.closed == 1
-    assert _Trainer(None).fit(None) == "done"  # co-training off (never started): nothing to stop
+    assert _Trainer(None, tmp_path).fit(None) == "done"  # co-training off (never started): nothing to stop

@@ -9,8 +9,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from ragym.rl.core.metrics import read_metrics
-from ragym.rl.engine.resume import LATEST, check_same_run, drop_metrics_after, resume_point
+from ragym.rl.core.metrics import drop_metrics_after, read_metrics
+from ragym.rl.engine.resume import LATEST, check_same_run, resume_point
 from ragym.rl.errors import UsageError
 from ragym.rl.train import build_trainer
 from tests.rl.engine.test_engine_trainer import _overrides, tiny_setup  # noqa: F401 - the module fixture

@@ -105,6 +105,23 @@ def test_an_unbounded_async_mode_is_refused_by_the_check_and_by_the_trainer():
     assert mode_problems(recipe("trainer.v1.sampler.max_off_policy_threshold=null")) == []
 
 
+def test_a_correction_the_rollout_gives_no_log_probs_for_is_refused():
+    """verl's trainer weighs the loss only when the batch has the rollout's log-probs, and skips it silently else."""
+    no_log_probs = [
+        "trainer.v1.trainer_mode=ragym_colocate_async",
+        "actor_rollout_ref.rollout.calculate_log_probs=false",
+    ]
+    with pytest.raises(
+        UsageError, match="calculate_log_probs is false: the rollout would record no log-probs"
+    ):
+        recipe(*no_log_probs)
+    # The sync mode too, where the correction is on: the paper recipe's vLLM rollout (auto: on)...
+    with pytest.raises(UsageError, match="resolves to token for trainer.v1.trainer_mode=ragym, but"):
+        recipe("actor_rollout_ref.rollout.calculate_log_probs=false")
+    # ... while with the correction off no log-probs are needed.
+    assert mode_problems(recipe(*no_log_probs, "+ragym.off_policy_correction=off")) == []
+
+
 def test_separate_async_problems_are_listed_together():
     config = OmegaConf.create(
         {
