@@ -35,6 +35,7 @@ import transfer_queue as tq
 from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo.v1 import register_trainer
 from verl.trainer.ppo.v1 import trainer_base as verl_trainer
+from verl.trainer.ppo.v1.replay_buffer import DAPO_FILTERED_REWARD_COUNTS_KEY
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
 from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
@@ -185,7 +186,9 @@ class RagymTrainerMixin(TurnCreditMixin):
         """verl's step metrics, ragym's, then the whole step as verl logs it next, to ``metrics.jsonl``."""
         super()._compute_metrics(batch, metrics, timing_raw, global_steps=global_steps, epoch=epoch)
         self._add_ragym_metrics(batch, metrics, global_steps)
-        append_metrics(self._ragym_metrics_path(), global_steps, metrics)
+        # verl takes the filtered groups' reward counts out of the step's metrics for a table of its own.
+        logged = {k: v for k, v in metrics.items() if k != DAPO_FILTERED_REWARD_COUNTS_KEY}
+        append_metrics(self._ragym_metrics_path(), global_steps, logged)
 
     def _ragym_metrics_path(self) -> Path:
         """The run's ``metrics.jsonl``, beside its checkpoints (the local engine's file and format). verl's console

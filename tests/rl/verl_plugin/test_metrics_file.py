@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from verl.trainer.ppo.v1.replay_buffer import DAPO_FILTERED_REWARD_COUNTS_KEY
 
 from ragym.rl.core.metrics import METRICS_FILE, append_metrics, read_metrics
 from ragym.rl.verl_plugin.trainer import RagymTrainerMixin
@@ -45,6 +46,7 @@ class _VerlLoop:
         self, batch: Any, metrics: dict, timing_raw: dict, global_steps: int, epoch: int
     ) -> None:
         metrics["critic/score/mean"] = np.float32(global_steps / 10)
+        metrics[DAPO_FILTERED_REWARD_COUNTS_KEY] = {0.0: 2}
 
     def fit(self, agent_loop_manager: Any) -> None:
         if self.config.trainer.val_before_train:
@@ -53,6 +55,9 @@ class _VerlLoop:
             self.global_steps += 1
             metrics = {"actor/grad_norm": torch.tensor(0.5), "training/global_step": self.global_steps}
             self._compute_metrics(None, metrics, {}, global_steps=self.global_steps, epoch=0)
+            metrics.pop(
+                DAPO_FILTERED_REWARD_COUNTS_KEY
+            )  # for verl's table of filtered groups, not the step's
             self.logged.append((self.global_steps, metrics))
 
 
