@@ -164,8 +164,9 @@ def metrics_by_step(records: Iterable[dict[str, Any]]) -> dict[int, dict[str, An
 
 
 def append_metrics(path: Path, step: int, record: dict[str, Any]) -> None:
-    """Append ``{"step": step, **record}`` to a metrics jsonl as one line, in one write (a reader never sees half
-    of it); numpy and torch scalars are written as numbers, anything else JSON cannot hold as its text."""
+    """Append ``{"step": step, **record}`` to a metrics jsonl as one line, the file closed after it (the row is whole
+    in the file once this returns); numpy and torch scalars are written as numbers, anything else JSON cannot hold
+    as its text."""
     line = json.dumps({"step": step, **record}, default=_json_scalar) + "\n"
     with path.open("a") as f:
         f.write(line)

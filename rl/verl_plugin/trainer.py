@@ -10,7 +10,9 @@ training steps. ``RagymTrainerMixin`` extends the one method that turns a step's
 ``ragym.rl.agent_loop.verl_metrics``), the step's off-policy share and stale drops (``off_policy/*``), then
 records up to ``ragym.verl.trace_groups_per_step`` GRPO groups to ``<trainer.default_local_dir>/traces``
 (``ragym view`` opens it; TransferQueue keeps no raw images, so the trace has the episodes' tokens, masks,
-advantages, turns, events, rewards and staleness, without pictures).
+advantages, turns, events, rewards and staleness, without pictures), and writes the whole step, verl's metrics and
+ragym's, to ``<trainer.default_local_dir>/metrics.jsonl`` (the local engine's file; verl's console line of a step can
+arrive split when Ray forwards it).
 Its evaluations add ``val/<metric>`` (the local engine's held-out names) to verl's ``val-core``/``val-aux``
 ones, so collapse guards on ``val/`` metrics read them at the steps that evaluate. Its replay buffer
 (``ragym.rl.verl_plugin.sampler``) is verl's buffer for the mode with DAPO's ``max_num_gen_batches`` bound.
@@ -221,8 +223,9 @@ class RagymTrainerMixin(TurnCreditMixin):
         self._trace(global_steps, data, columns, extra_fields, uids, versions)
 
     def fit(self, agent_loop_manager: Any) -> Any:
-        """verl's training loop; when it ends or fails, a co-training round still running is stopped (its version
-        is never swapped in), instead of a spawned round outliving the trainer on the node's CPUs."""
+        """verl's training loop, its ``metrics.jsonl`` continued from the loaded checkpoint; when it ends or fails, a
+        co-training round still running is stopped (its version is never swapped in), instead of a spawned round
+        outliving the trainer on the node's CPUs."""
         # verl loaded the checkpoint when it built its workers: rows after it are a killed run's, logged again now;
         # a run from scratch starts the file anew.
         out = Path(self.config.trainer.default_local_dir)
