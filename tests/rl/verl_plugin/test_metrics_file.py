@@ -55,17 +55,15 @@ class _VerlLoop:
             self.global_steps += 1
             metrics = {"actor/grad_norm": torch.tensor(0.5), "training/global_step": self.global_steps}
             self._compute_metrics(None, metrics, {}, global_steps=self.global_steps, epoch=0)
-            metrics.pop(
-                DAPO_FILTERED_REWARD_COUNTS_KEY
-            )  # for verl's table of filtered groups, not the step's
+            # for verl's table of filtered groups, not the step's metrics
+            metrics.pop(DAPO_FILTERED_REWARD_COUNTS_KEY)
             self.logged.append((self.global_steps, metrics))
 
 
 class _Trainer(RagymTrainerMixin, _VerlLoop):
     def _add_ragym_metrics(self, batch: Any, metrics: dict, global_steps: int) -> None:
-        metrics["reward/total"] = float(
-            metrics["critic/score/mean"]
-        )  # what the mixin adds reads TransferQueue
+        # what the mixin really adds reads TransferQueue: one key stands in for it
+        metrics["reward/total"] = float(metrics["critic/score/mean"])
 
 
 def run(out: Path, loaded_step: int, last_step: int, val_before_train: bool = False) -> _Trainer:
@@ -81,10 +79,8 @@ def test_each_step_is_one_row_with_every_number_verl_logs(tmp_path: Path) -> Non
     for row, (step, logged) in zip(rows, trainer.logged, strict=True):
         assert row["step"] == step and row.keys() - {"step"} == logged.keys()  # every key verl logs, no other
         assert row["actor/grad_norm"] == 0.5 and row["training/global_step"] == step
-        assert (
-            row["critic/score/mean"] == pytest.approx(step / 10)
-            and row["reward/total"] == row["critic/score/mean"]
-        )
+        assert row["critic/score/mean"] == pytest.approx(step / 10)
+        assert row["reward/total"] == row["critic/score/mean"]
 
 
 def test_a_resume_logs_again_the_steps_after_its_checkpoint_and_keeps_the_ones_before(tmp_path: Path) -> None:
@@ -128,6 +124,5 @@ def test_a_console_line_split_by_ray_never_stands_in_for_its_step() -> None:
     assert steps[2] == {"critic/score/mean": 0.25, "actor/grad_norm": 0.5}
     # step 3 is its line's first part: the second part, though it holds "global_step:3 - ", is not read as step 3
     assert steps[3] == {"global_seqlen/min": 20249.0, "rollout_corr/rollout_is_mean": 0.99}
-    assert console_step_metrics("step:1 - a:1.0") == {
-        1: {"a": 1.0}
-    }  # the trainer's own stdout, no Ray prefix
+    # the trainer's own stdout, no Ray prefix
+    assert console_step_metrics("step:1 - a:1.0") == {1: {"a": 1.0}}
