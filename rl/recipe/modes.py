@@ -80,7 +80,7 @@ def _log_prob_problems(config: Any, mode: str) -> list[str]:
     return [
         f"{CORRECTION_KEY} resolves to {level} for {MODE_KEY}={mode}, but {LOG_PROBS_KEY} is false: the rollout would "
         f"record no log-probs and verl would skip the correction silently; set {LOG_PROBS_KEY}=true, or "
-        f"{CORRECTION_KEY}=off"
+        f"{CORRECTION_KEY}: off in the recipe"
     ]
 
 
