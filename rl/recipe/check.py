@@ -11,6 +11,7 @@ verl's free-form maps), the trainer mode must be one of ragym's with the setting
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,7 +24,9 @@ from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION
 from ragym.rl.off_policy import correction_problems
 from ragym.rl.recipe.compose import load_recipe, recipe_settings, validate_recipe
-from ragym.rl.recipe.modes import mode_problems
+from ragym.rl.recipe.modes import legacy_notice, mode_problems
+
+logger = logging.getLogger(__name__)
 
 OPEN_MAPS = (
     "reward.custom_reward_function.reward_kwargs",
@@ -253,6 +256,12 @@ def _knob_nodes(node: yaml.MappingNode, prefix: str = "") -> Iterator[tuple[yaml
             yield key_node, dotted
 
 
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Log ``message`` once per process: a run checks its recipe up to three times (``verl_command``)."""
+    logger.warning("%s", message)
+
+
 def check_recipe(
     recipe: str | Path,
     overrides: list[str] | None = None,
@@ -275,6 +284,9 @@ def check_recipe(
     problems = mode_problems(config) + correction_problems(config) + section_type_problems(config)
     if problems:
         raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
+    notice = legacy_notice(config)
+    if notice:
+        _warn_once(f"recipe {recipe}: {notice}")
     if before_verl is not None:
         before_verl(config)
     for section in DATACLASS_SECTIONS:

@@ -45,8 +45,8 @@ def mode_problems(config: Any) -> list[str]:
     a staleness bound (unbounded, a trajectory could be trained on however many updates old it is, and nothing
     would say so); ``separate_async`` has a rollout pool and a batch that splits into its parameter-sync
     mini-batches (verl asserts both, less clearly)."""
-    if not OmegaConf.select(config, "trainer.use_v1", default=True):
-        return []  # the legacy trainer has no modes
+    if not OmegaConf.select(config, LEGACY_KEY, default=True):
+        return legacy_problems(config)  # the legacy trainer has no modes
     mode = str(OmegaConf.select(config, MODE_KEY))
     ours = {verl: ragym for ragym, verl in MODES.items() if verl != SYNC_MODE}
     if mode in ours:
@@ -69,6 +69,51 @@ def mode_problems(config: Any) -> list[str]:
     if verl == "separate_async":
         problems += _separate_problems(config, mode)
     return problems
+
+
+LEGACY_KEY = "trainer.use_v1"
+"""false: verl's legacy trainer (``RayPPOTrainer``), which has none of ragym's trainer modes' additions."""
+TURN_CREDIT_ESTIMATOR = "turn_credit"
+"""``algorithm.adv_estimator`` of turn-level credit (``ragym.rl.credit.turn_credit.TURN_CREDIT``, repeated so this
+module does not import torch): its inputs come from ragym's trainer modes."""
+COTRAIN_ENABLE_KEY = "ragym.cotrain.enable"
+"""Retriever co-training's switch (``ragym.rl.cotrain.config``): a step of ragym's trainer modes."""
+
+
+def legacy_problems(config: Any) -> list[str]:
+    """What a recipe asks of ``trainer.use_v1=false`` that verl's legacy trainer would skip without a word: the
+    off-policy correction ragym hands verl's trainer, turn-level credit's inputs and retriever co-training are
+    ragym's trainer modes' (``ragym.rl.verl_plugin.trainer``)."""
+    problems = []
+    level = run_correction_level(config)
+    if level is not None:
+        problems.append(
+            f"{CORRECTION_KEY} resolves to {level} here, which only ragym's trainer modes hand to verl; with "
+            f"{LEGACY_KEY}=false set {CORRECTION_KEY}: off in the recipe"
+        )
+    if OmegaConf.select(config, "algorithm.adv_estimator", default=None) == TURN_CREDIT_ESTIMATOR:
+        problems.append(
+            f"algorithm.adv_estimator={TURN_CREDIT_ESTIMATOR} takes the turns from ragym's trainer modes, not "
+            f"verl's legacy trainer"
+        )
+    if OmegaConf.select(config, COTRAIN_ENABLE_KEY, default=False):
+        problems.append(f"{COTRAIN_ENABLE_KEY}: retriever co-training runs in ragym's trainer modes only")
+    if problems:
+        return [
+            f"{LEGACY_KEY}=false (verl's legacy trainer): {p}; or drop {LEGACY_KEY}=false" for p in problems
+        ]
+    return []
+
+
+def legacy_notice(config: Any) -> str | None:
+    """One line for a run on verl's legacy trainer: what of ragym's it runs without (None on ragym's modes)."""
+    if OmegaConf.select(config, LEGACY_KEY, default=True):
+        return None
+    return (
+        f"{LEGACY_KEY}=false: verl's legacy trainer runs without ragym's guards (ragym.guards), reward/ and "
+        "episode/ metrics, metrics.jsonl, `ragym view` traces and the recipe snapshot in checkpoints; "
+        f"{MODE_KEY}=ragym (use_v1 true) has them"
+    )
 
 
 def _log_prob_problems(config: Any, mode: str) -> list[str]:

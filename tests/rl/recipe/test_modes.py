@@ -5,7 +5,7 @@ the replay buffer and reads the mode's settings; workers start later, in ``init`
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo.v1 import get_trainer_cls
 from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
@@ -13,9 +13,9 @@ from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
 from ragym.rl.errors import UsageError
-from ragym.rl.recipe.check import check_recipe
+from ragym.rl.recipe.check import _warn_once, check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path
-from ragym.rl.recipe.modes import MODES, mode_problems
+from ragym.rl.recipe.modes import MODES, legacy_notice, mode_problems
 from ragym.rl.verl_plugin.sampler import RagymReplayBuffer, RagymReplayBufferAsync
 from ragym.rl.verl_plugin.trainer import RagymTrainerMixin, off_policy_metrics, trajectory_staleness
 
@@ -120,6 +120,40 @@ def test_a_correction_the_rollout_gives_no_log_probs_for_is_refused():
         recipe("actor_rollout_ref.rollout.calculate_log_probs=false")
     # ... while with the correction off no log-probs are needed.
     assert mode_problems(recipe(*no_log_probs, "+ragym.off_policy_correction=off")) == []
+
+
+def test_the_legacy_trainer_refuses_what_only_ragyms_modes_carry_out_and_names_what_it_runs_without(caplog):
+    """verl's legacy trainer (``trainer.use_v1=false``) has no ragym mixin: the correction ragym hands verl, turn-level
+    credit's inputs and co-training would be skipped without a word there, so they are refused; the guards, metrics
+    and traces it runs without are named in one warning, once however often the run checks its recipe."""
+    legacy = "trainer.use_v1=false"
+    # The paper recipe's vLLM rollout resolves the correction to token; ragym sets it only in its modes.
+    with pytest.raises(
+        UsageError, match="use_v1=false \\(verl's legacy trainer\\): ragym.off_policy_correction"
+    ):
+        recipe(legacy)
+    off = [legacy, "+ragym.off_policy_correction=off"]
+    with pytest.raises(
+        UsageError, match="adv_estimator=turn_credit takes the turns from ragym's trainer modes"
+    ):
+        recipe(*off, "algorithm.adv_estimator=turn_credit")
+    config = recipe(*off)
+    with open_dict(config):
+        config.ragym.cotrain = {"enable": True}
+    assert [p.split(": ", 1)[1] for p in mode_problems(config)] == [
+        "ragym.cotrain.enable: retriever co-training runs in ragym's trainer modes only; or drop trainer.use_v1=false"
+    ]
+    # What it runs without: a warning, not a refusal, logged once however often the run checks its recipe.
+    _warn_once.cache_clear()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="ragym.rl.recipe.check"):
+        recipe(*off)
+        recipe(*off)
+    assert len(caplog.messages) == 1
+    assert "trainer.use_v1=false: verl's legacy trainer runs without ragym's guards" in caplog.messages[0]
+    # ragym's own modes: no warning, and the same recipe runs the correction.
+    assert legacy_notice(recipe()) is None
+    assert mode_problems(recipe()) == []
 
 
 def test_separate_async_problems_are_listed_together():
