@@ -130,7 +130,11 @@ class RagymEnvAgentLoop(AgentLoopBase):
             env, obs, info = await self._start(spec)
         except Exception as err:  # noqa: BLE001 - a row whose env cannot start is an error episode, not a dead run
             return await self._failed_start(spec, err, request_id, sampling_params)
-        first, images = observation_message(obs, turn=-1)
+        try:
+            first, images = observation_message(obs, turn=-1)
+        except ValueError as err:  # a first observation the policy cannot be shown: the env's bug, recorded
+            env.close()
+            return await self._failed_start(spec, err, request_id, sampling_params)
         messages = [{"role": "system", "content": env.system_prompt}, first]
         self._assert_mm_supported(bool(images))
         # verl's ``images: list = None`` means an optional list (pyright reads the annotation alone).
@@ -213,12 +217,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
                 with simple_timer("tool_calls", episode.metrics):
                     obs, _, terminated, truncated, info = await self._in_executor(env.step, text)
             except Exception as err:  # noqa: BLE001 - a step the env cannot take ends the episode, recorded
-                logger.warning(
-                    "env.step raised at turn %d, recorded as an error episode: %s", turn, _one_line(err)
-                )
-                episode.events = [*episode.events, ev.episode_error(turn, "step", _one_line(err))]
-                episode.failed = True
-                return
+                return self._env_error(episode, turn, "env.step raised", err)
             episode.events = info["events"]
             if terminated or truncated:
                 episode.truncated = bool(truncated)
@@ -227,7 +226,13 @@ class RagymEnvAgentLoop(AgentLoopBase):
                 return self._truncate(episode, turn, "max_turns")
             if len(episode.response_mask) >= self.response_length:
                 return self._truncate(episode, turn, "max_response_length")
-            overflow = await self._append_observation(episode, obs, token_ids, turn)
+            try:
+                message, images = observation_message(obs, turn)
+            except ValueError as err:
+                # An observation the policy cannot be shown (image markers without their images, text the
+                # tokenizer refuses) is the env's bug, like a step that raised: this episode ends, the run goes on.
+                return self._env_error(episode, turn, "the env's observation cannot be shown", err)
+            overflow = await self._append_observation(episode, obs, message, images, token_ids, turn)
             if overflow is not None:
                 return self._truncate(episode, turn, "max_response_length", *overflow)
 
@@ -270,13 +275,24 @@ class RagymEnvAgentLoop(AgentLoopBase):
         episode.turn_spans.append((start, len(mask)))
         return token_ids, keep < len(output.token_ids)
 
+    def _env_error(self, episode: _Episode, turn: int, what: str, err: Exception) -> None:
+        """End the episode at ``turn`` as an error episode: the env failed, not the policy (nothing trains on it)."""
+        logger.warning("%s at turn %d, recorded as an error episode: %s", what, turn, _one_line(err))
+        episode.events = [*episode.events, ev.episode_error(turn, "step", _one_line(err))]
+        episode.failed = True
+
     async def _append_observation(
-        self, episode: _Episode, obs: dict[str, Any], token_ids: list[int], turn: int
+        self,
+        episode: _Episode,
+        obs: dict[str, Any],
+        message: dict[str, Any],
+        images: list[Any],
+        token_ids: list[int],
+        turn: int,
     ) -> tuple[int, int] | None:
-        """Append the observation as mask-0 context; when it would not fit with room for one more generated
-        token, append nothing and return its size:
+        """Append the observation (``message`` and its ``images``) as mask-0 context; when it would not fit with
+        room for one more generated token, append nothing and return its size:
         (tokens, of which visual), so the truncation names what the env's observation and its images cost."""
-        message, images = observation_message(obs, turn)
         self._assert_mm_supported(bool(images))
         previous = [*episode.messages, {"role": "assistant", "content": episode.turns[-1]}]
         runtime, mask, logprobs = episode.runtime_ids, episode.response_mask, episode.response_logprobs

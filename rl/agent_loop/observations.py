@@ -86,10 +86,18 @@ def observation_message(obs: dict[str, Any], turn: int) -> tuple[dict[str, Any],
     """The chat message for ``obs`` and its PIL images in placeholder order.
 
     Images go where the text has ``<image>`` markers; text without markers gets its images first. Any other
-    count mismatch is an env bug and raises, naming the turn.
+    count mismatch, an image that is not uint8 RGB, or text that is not valid Unicode (the tokenizer refuses a
+    lone surrogate) is an env bug and raises ``ValueError``, naming the turn.
     """
     images = [to_pil(image, turn) for image in obs["images"]]
-    pieces = obs["text"].split(IMAGE_PLACEHOLDER)
+    text = obs["text"]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"turn {turn}: observation text is not valid Unicode ({err.reason} at character {err.start})"
+        ) from err
+    pieces = text.split(IMAGE_PLACEHOLDER)
     num_markers = len(pieces) - 1
     if num_markers == 0:
         pieces = [""] * len(images) + pieces

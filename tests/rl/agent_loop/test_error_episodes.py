@@ -33,12 +33,19 @@ class FailingEnv(FakeSearchEnv):
     def reset(self, *, seed=None, options=None):
         if self.fail_at == "reset":
             raise FileNotFoundError("[Errno 2] No such file or directory: 'kb/images/q1.jpg'")
-        return super().reset(seed=seed, options=options)
+        obs, info = super().reset(seed=seed, options=options)
+        if self.fail_at == "reset_text":  # a lone surrogate, which the policy's tokenizer refuses
+            obs = {**obs, "text": obs["text"] + " \ud83d"}
+        return obs, info
 
     def step(self, action: str):
         if self.fail_at == "step" and self.turn == self.fail_step:
             raise ConnectionError("retrieval server at http://127.0.0.1:1 is dead\nsecond line")
-        return super().step(action)
+        turn = self.turn
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.fail_at == "observation" and turn == self.fail_step:  # a marker whose image the env forgot
+            obs = {**obs, "images": obs["images"][1:]}
+        return obs, reward, terminated, truncated, info
 
 
 @pytest.fixture(autouse=True)
@@ -108,6 +115,28 @@ def test_a_step_that_raises_ends_the_episode_with_its_events_kept(processor):
     assert sum(output.response_mask) == 0 and len(output.response_ids) > 10
     assert output.extra_fields["episode_metrics"]["errors"] == 1.0
     assert _score(output)["score"] == 0.0
+
+
+def test_an_observation_the_policy_cannot_be_shown_ends_the_episode_not_the_run(processor):
+    """An env's bug in what it shows (a marker without its image, text the tokenizer refuses) is recorded as the
+    env's error at that turn, like a step that raised: the run's other episodes go on."""
+    output, server = _run(processor, {"fail_at": "observation", "fail_step": 0})
+    events = output.extra_fields["events"]
+    assert [e["type"] for e in events] == ["action", "search_image", "episode_error"]
+    assert events[-1] == {
+        "type": "episode_error",
+        "turn": 0,
+        "stage": "step",
+        "error": "ValueError: turn 0: observation text has 2 <image> markers for 1 images",
+    }
+    assert len(server.calls) == 1 and sum(output.response_mask) == 0
+    assert output.extra_fields["episode_metrics"]["errors"] == 1.0 and _score(output)["score"] == 0.0
+    # The first observation: the episode cannot start.
+    output, server = _run(processor, {"fail_at": "reset_text"})
+    [event] = output.extra_fields["events"]
+    assert event["stage"] == "reset" and event["turn"] == -1
+    assert "observation text is not valid Unicode" in event["error"]
+    assert len(server.calls) == 1 and sum(output.response_mask) == 0
 
 
 def test_a_clean_episode_is_unchanged_and_counts_no_error(processor):
