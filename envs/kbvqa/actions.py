@@ -106,7 +106,7 @@ def _parse_call(inner: str) -> Action | ParseError:
     if match := _SEARCH_TEXT.fullmatch(body):
         try:
             queries = json.loads(match.group(1))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # a few thousand "[" fit in one turn
             queries = None
         if isinstance(queries, str):
             queries = [queries]

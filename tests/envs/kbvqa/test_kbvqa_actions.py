@@ -66,6 +66,8 @@ INVALID = [
     (f'{R}<search_call>SearchText(["ok", ""])</search_call>', "bad_argument"),
     (f"{R}<search_call>SearchText([1, 2])</search_call>", "bad_argument"),
     (f"{R}<search_call>SearchText(not json)</search_call>", "bad_argument"),
+    # nested deeper than Python's recursion limit: json.loads raises RecursionError, not JSONDecodeError
+    (f"{R}<search_call>SearchText({'[' * 3000})</search_call>", "bad_argument"),
     (f"{R}<search_call>Lookup(1)</search_call>", "bad_argument"),
     (f"{R}<search_call></search_call>", "bad_argument"),
     (f"{R}<answer>{'x' * 9000}</answer>", "oversized"),
