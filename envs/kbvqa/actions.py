@@ -98,6 +98,19 @@ def _blocks(text: str) -> list[tuple[str, str, int, int]] | ParseError:
     return blocks
 
 
+def _is_query(query: object) -> bool:
+    """A non-empty string that UTF-8 can encode: a JSON escape such as ``"\\ud83d"`` decodes to a lone
+    surrogate, which the observation echoes into the policy's tokenizer (it raises there) and episodes into
+    UTF-8 files."""
+    if not isinstance(query, str) or not query.strip():
+        return False
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _parse_call(inner: str) -> Action | ParseError:
     """The argument of a ``<search_call>`` block."""
     body = inner.strip()
@@ -110,10 +123,11 @@ def _parse_call(inner: str) -> Action | ParseError:
             queries = None
         if isinstance(queries, str):
             queries = [queries]
-        if isinstance(queries, list) and queries and all(isinstance(q, str) and q.strip() for q in queries):
+        if isinstance(queries, list) and queries and all(_is_query(q) for q in queries):
             return SearchText(tuple(q.strip() for q in queries))
         return ParseError(
-            "bad_argument", 'SearchText needs a JSON list of non-empty strings: SearchText(["..."]).'
+            "bad_argument",
+            'SearchText needs a JSON list of non-empty strings of valid Unicode: SearchText(["..."]).',
         )
     return ParseError("bad_argument", "<search_call> must hold SearchImage(j) or SearchText([...]).")
 

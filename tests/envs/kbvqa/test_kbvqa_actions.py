@@ -27,6 +27,8 @@ VALID = [
         SearchText(("year of X", "region of X")),
     ),
     (f'{R}<search_call>SearchText("single query")</search_call>', SearchText(("single query",))),
+    # an escaped surrogate pair is one character (a lone half is not: INVALID)
+    (f'{R}<search_call>SearchText(["\\ud83d\\ude00 park"])</search_call>', SearchText(("\U0001f600 park",))),
     (f"{R}<rerank>Cobalt Varnel Spire</rerank>", Rerank("Cobalt Varnel Spire")),
     (f"{R}<rerank>  Cobalt\n Varnel   Spire </rerank>", Rerank("Cobalt Varnel Spire")),
     (f"{R}<rerank>Reject()</rerank>", Reject()),
@@ -68,6 +70,8 @@ INVALID = [
     (f"{R}<search_call>SearchText(not json)</search_call>", "bad_argument"),
     # nested deeper than Python's recursion limit: json.loads raises RecursionError, not JSONDecodeError
     (f"{R}<search_call>SearchText({'[' * 3000})</search_call>", "bad_argument"),
+    # a lone surrogate (half of an escaped emoji) no tokenizer can encode, echoed in the next observation
+    (f'{R}<search_call>SearchText(["\\ud83d"])</search_call>', "bad_argument"),
     (f"{R}<search_call>Lookup(1)</search_call>", "bad_argument"),
     (f"{R}<search_call></search_call>", "bad_argument"),
     (f"{R}<answer>{'x' * 9000}</answer>", "oversized"),
