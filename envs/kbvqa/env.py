@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from ragym.envs import events as ev
-from ragym.envs.core import EnvConfig, env_config
+from ragym.envs.core import EnvConfig, defuse, env_config
 from ragym.envs.image_budget import budget_of
 from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa import events as kbvqa_ev
@@ -290,7 +290,8 @@ class KBVQAEnv(TurnEnv):
         entity = self._resolve(batch, name)
         if entity is None:
             what = self.rerank_argument
-            msg = f"{name!r} is not a candidate of the current batch of Image {batch.image}; copy {what} exactly."
+            shown = defuse(name)  # the policy's own text, echoed: a literal <image> in it is no image marker
+            msg = f"{shown!r} is not a candidate of the current batch of Image {batch.image}; copy {what} exactly."
             return self._violation(
                 "unknown_entity", msg, image=batch.image, batch_id=batch.batch_id, entity=name
             )

@@ -14,7 +14,7 @@ import pandas as pd
 
 from ragym import envs
 from ragym.envs.core import IMAGE_PLACEHOLDER
-from ragym.envs.kbvqa.actions import SearchImage, SearchText, format_action
+from ragym.envs.kbvqa.actions import Rerank, SearchImage, SearchText, format_action
 from ragym.envs.memora.env import MemoraEnv
 from ragym.envs.retrieval.hits import NamedRetrievers
 from tests.envs.fakes import write_corpus
@@ -27,7 +27,7 @@ def _markers_match(obs: dict) -> bool:
     return obs["text"].count(IMAGE_PLACEHOLDER) == len(obs["images"])
 
 
-def test_kbvqa_question_and_an_echoed_text_query(tiny_kb: Path) -> None:
+def test_kbvqa_question_an_echoed_text_query_and_an_unknown_rerank_name(tiny_kb: Path) -> None:
     frame = pd.read_parquet(tiny_kb / "data" / "train.parquet")
     options = {**json.loads(frame.iloc[0]["extra_info"]["env_options"]), "question": LITERAL}
     env = envs.make_env("KBVQA-v0", kb_dir=str(tiny_kb))
@@ -37,6 +37,8 @@ def test_kbvqa_question_and_an_echoed_text_query(tiny_kb: Path) -> None:
     assert _markers_match(obs) and '"what does (image) show"' in obs["text"]
     obs, *_ = env.step(format_action(SearchImage(1)))
     assert _markers_match(obs) and len(obs["images"]) > 0
+    obs, *_ = env.step(format_action(Rerank(LITERAL)))  # no such candidate: the notice echoes the name
+    assert _markers_match(obs) and "'what does (image) show' is not a candidate" in obs["text"]
 
 
 def test_r3g_question_and_the_echoed_plan(r3g_task: Path) -> None:
