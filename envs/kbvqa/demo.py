@@ -21,6 +21,7 @@ policy reads (three text hooks) and which Rerank arguments resolve.
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass, fields
 from typing import Any
@@ -32,6 +33,10 @@ from ragym.envs.kbvqa import prompts as prompts
 from ragym.envs.kbvqa.env import KBVQAConfig, KBVQAEnv
 from ragym.envs.kbvqa.state import Batch
 from ragym.envs.retrieval.hits import RetrieverSource
+
+_NUMBER = re.compile(r"[0-9]{1,6}")
+"""A candidate number as Rerank may give it: ``str.isdigit`` also holds for "²", which ``int`` refuses, and
+``int`` refuses a string of more than 4300 digits (both raised out of ``step``)."""
 
 TOP1_LINE = (
     "- In this setting SearchImage(j) returns only the retriever's best candidate for image j, taken as its "
@@ -217,7 +222,7 @@ def entity_numbered(batch: Batch, number: str) -> str | None:
     """The candidate shown as ``[number]`` (``"2"`` or ``"[2]"``, 1-based) in ``batch``, else None."""
     text = number.strip()
     text = text[1:-1].strip() if text.startswith("[") and text.endswith("]") else text
-    if not text.isdigit() or not 1 <= int(text) <= len(batch.candidates):
+    if not _NUMBER.fullmatch(text) or not 1 <= int(text) <= len(batch.candidates):
         return None
     return batch.candidates[int(text) - 1]
 

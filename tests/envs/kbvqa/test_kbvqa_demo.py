@@ -100,7 +100,18 @@ def test_signature_aids_need_a_kb_with_signatures(tiny_kb: Path, tmp_path: Path)
 
 
 @pytest.mark.parametrize(
-    ("argument", "position"), [("1", 0), ("[2]", 1), (" 3 ", 2), ("4", None), ("0", None)]
+    ("argument", "position"),
+    # "²" is a digit to str.isdigit but not to int, nor are 5000 digits: neither may raise out of step
+    [
+        ("1", 0),
+        ("[2]", 1),
+        (" 3 ", 2),
+        ("4", None),
+        ("0", None),
+        ("²", None),
+        ("[²]", None),
+        ("9" * 5000, None),
+    ],
 )
 def test_rerank_by_index_resolves_the_numbered_candidate(tiny_kb: Path, argument: str, position) -> None:
     env = demo_env(tiny_kb, candidates_per_batch=3, rerank_by_index=True)
