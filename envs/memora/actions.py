@@ -83,8 +83,9 @@ def parse_action(text: str, max_chars: int) -> Action | ParseError:
         return ParseError("not_text")
     if len(text) > max_chars:
         return ParseError("oversized")
-    m = _TURN.fullmatch(text)
-    if m is None or len(_OPEN_ACTION.findall(text)) > 1:
+    # Count the action tags first: on a turn of many, the lazy blocks of _TURN backtrack in quadratic time.
+    m = _TURN.fullmatch(text) if len(_OPEN_ACTION.findall(text)) == 1 else None
+    if m is None:
         return ParseError(_diagnose(text))
     reason, tag, attrs, body = m.groups()
     if _ANY_TAG.search(reason):
@@ -116,12 +117,15 @@ def _parse_items(tag: str, attrs: str, body: str) -> Action | ParseError:
     """The repeated inner blocks of decompose (factors) and extract (evidence)."""
     pattern = _FACTOR if tag == "decompose" else _EVIDENCE
     items, pos = [], 0
-    for m in pattern.finditer(body):
-        if m.start() != pos:
+    # Item by item from where the last one ended (a search for the next one from every later position would
+    # take quadratic time on a long malformed body).
+    while pos < len(body):
+        m = pattern.match(body, pos)
+        if m is None:
             return ParseError(f"bad_{tag}")
         items.append(m.groups())
         pos = m.end()
-    if pos != len(body) or not items:
+    if not items:
         return ParseError(f"bad_{tag}")
     if any(_ANY_TAG.search(item[-1]) for item in items):
         return ParseError("nested_tags")

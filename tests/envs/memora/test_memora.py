@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from pathlib import Path
 
 import gymnasium
@@ -105,6 +106,28 @@ def test_forbidden_actions_change_nothing(action: str, reason: str) -> None:
     _, _, _, _, info = env.step(turn(action))
     assert events_of(info["events"], "protocol_violation")[-1]["reason"] == reason
     assert env.state.view() == before
+
+
+LONG = 65_536
+
+
+@pytest.mark.parametrize(
+    ("action", "reason"),
+    [
+        ("<decompose><factor p=1" + " " * LONG + "</decompose>", "bad_decompose"),
+        ("<extract f=1><e d=1 s=1" + " " * LONG + "</extract>", "bad_extract"),
+        ("</reason><stop></stop>" * (LONG // 22) + "x", "multiple_actions"),
+    ],
+)
+def test_a_long_malformed_turn_is_refused_in_linear_time(action: str, reason: str) -> None:
+    """With max_turn_chars raised, each of these 64 kB turns took 2-12 s to refuse (the item scan and the turn
+    pattern backtracked in quadratic time; 100 s at 200 kB); in linear time it takes milliseconds."""
+    env = small_env(max_turn_chars=2 * LONG)
+    env.reset(options=OPTIONS)
+    start = time.perf_counter()
+    _, _, _, _, info = env.step(turn(action))
+    assert time.perf_counter() - start < 1.0
+    assert events_of(info["events"], "format_error")[-1]["reason"] == reason
 
 
 def test_evidence_checks_and_budgets() -> None:
