@@ -135,9 +135,13 @@ def _resolve_samples(
     out: Path, samples: list[Sample], key_row: dict[str, int], cfg: BuildConfig, report: PrepReport
 ) -> tuple[list, list]:
     """(kept samples with their query paths and gold rows, query image paths in order); rejects are counted."""
-    kept, query_paths = [], []
+    kept, query_paths, seen = [], [], set()
     for sample in samples:
         try:
+            # A repeated id (the same source row twice) would name two rows and two query images alike.
+            if sample.sample_id in seen:
+                raise RowError("duplicate_id", f"{sample.sample_id} appeared before")
+            seen.add(sample.sample_id)
             sample = _known_golds(sample, key_row, cfg, report)
             paths = []
             for image in sample.images:

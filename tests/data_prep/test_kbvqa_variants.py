@@ -7,6 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -223,3 +224,28 @@ def test_streamed_json_errors_name_the_file(tmp_path: Path, text: str) -> None:
     (tmp_path / "kb.json").write_text(text)
     with pytest.raises(ValueError, match="kb.json"):
         list(iter_json_object(tmp_path / "kb.json", chunk_chars=3))
+
+
+@pytest.mark.parametrize("name", ["infoseek", "mmhops"])
+def test_a_row_given_twice_is_rejected_as_a_duplicate_id(tmp_path: Path, name: str) -> None:
+    """The same source row twice (an InfoSeek line, an MMhops shard) is one row out and one ``duplicate_id``."""
+    from ragym.data_prep.prep import prep_dataset
+
+    raw = tmp_path / "raw"
+    getattr(fx, f"write_{name}")(raw)
+    if name == "infoseek":
+        path = raw / "infoseek_val.jsonl"
+        path.write_text(path.read_text() + path.read_text().splitlines()[0] + "\n")
+        split, sample_id = "val", "infoseek_val_00000000"
+    else:
+        shard = raw / "data" / "validation-00000-of-00001.parquet"
+        shard.with_name("validation-00001-of-00002.parquet").write_bytes(shard.read_bytes())
+        split, sample_id = "validation", "MMhops_validation_00001"
+    report = prep_dataset(name, ["--raw", str(raw), "--out", str(tmp_path / "out")])
+    counts = report["splits"][split]
+    assert counts["rejected_by_reason"].get("duplicate_id") == 1
+    assert counts["num_rows_in"] == counts["num_rows_out"] + counts["num_rows_rejected"]
+    rows = pd.read_parquet(tmp_path / "out" / "data" / f"{split}.parquet")
+    assert [r["sample_id"] for r in rows["extra_info"]].count(sample_id) == 1
+    [example] = [e for e in report["rejected_examples"] if e["reason"] == "duplicate_id"]
+    assert sample_id in example["detail"]
