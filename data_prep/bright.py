@@ -153,11 +153,16 @@ def write_task(
     with corpus_path.open("w", encoding="utf-8") as f:
         for docid, content in corpus.items():
             f.write(json.dumps({"id": docid, "content": content}, ensure_ascii=False) + "\n")
-    usable = []
+    usable, seen = [], set()
     for index, example in enumerate(examples):
         report.read("queries")
         try:
-            usable.append((index, build(example)))
+            options = build(example)
+            # A repeated query would be asked twice and write the memory twice (and could land in both parts).
+            if options["query_id"] in seen:
+                raise RowError("duplicate_id", f"query id {options['query_id']!r} appeared before")
+            seen.add(options["query_id"])
+            usable.append((index, options))
             report.keep("queries")
         except RowError as err:
             report.reject("queries", err.reason, f"example {index}: {err.detail}")

@@ -51,6 +51,22 @@ def test_bright_rows_in_equal_out_plus_rejected(tmp_path: Path) -> None:
     assert len((out / "documents.jsonl").read_text().splitlines()) == 5
 
 
+def test_a_query_given_twice_is_rejected_as_a_duplicate_id(tmp_path: Path) -> None:
+    """The same example row twice is one row out and one ``duplicate_id``, not two episodes of one query."""
+    raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
+    shard = raw / "examples" / "biology-00000-of-00001.parquet"
+    examples = pd.read_parquet(shard)
+    pd.concat([examples, examples.iloc[[0]]]).to_parquet(shard)
+    assert prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out)]) == 0
+    queries = json.loads((out / "report.json").read_text())["splits"]["queries"]
+    assert (queries["num_rows_in"], queries["num_rows_out"]) == (7, 2)
+    assert queries["rejected_by_reason"]["duplicate_id"] == 1
+    query_ids = [
+        json.loads(r["extra_info"]["env_options"])["query_id"] for r in rows(out, "warmup") + rows(out)
+    ]
+    assert sorted(query_ids) == ["0", "1"]
+
+
 def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
     raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
     prep_main(
