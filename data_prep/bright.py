@@ -73,6 +73,11 @@ def _ids(value: Any) -> list[str]:
     return [str(v) for v in list(value) if str(v) != "N/A"]
 
 
+def _null(value: Any) -> bool:
+    """None or NaN: how a null id reads back from parquet (pandas turns a null in a string column into NaN)."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
 def read_documents(rows: list[dict[str, Any]], report: PrepReport) -> dict[str, str]:
     """``{id: content}``; rows without an id or text content, or repeating an id, are rejected (split
     ``documents``)."""
@@ -80,7 +85,7 @@ def read_documents(rows: list[dict[str, Any]], report: PrepReport) -> dict[str, 
     for index, row in enumerate(rows):
         report.read("documents")
         docid, content = row.get("id"), row.get("content")
-        if docid is None or not isinstance(content, str):
+        if _null(docid) or not isinstance(content, str):
             report.reject("documents", "missing_field", f"document {index}: no id or text content")
         elif str(docid) in texts:
             report.reject("documents", "duplicate_id", f"document {index}: id {docid!r} appeared before")
@@ -100,8 +105,10 @@ def query_options(
 ) -> dict[str, Any]:
     """The env options of one example (``domain``: its prep task, the name of its memory file); raises
     ``RowError`` for unusable rows."""
-    if "id" not in row or not isinstance(row.get("query"), str):
-        raise RowError("missing_field", f"row lacks id or query: {sorted(row)[:8]}")
+    if _null(row.get("id")) or not isinstance(row.get("query"), str):
+        raise RowError(
+            "missing_field", f"no id or no query text (id {row.get('id')!r}; fields {sorted(row)[:8]})"
+        )
     qid, query = str(row["id"]), row["query"].strip()
     if not query:
         raise RowError("empty_query", qid)

@@ -67,6 +67,26 @@ def test_a_query_given_twice_is_rejected_as_a_duplicate_id(tmp_path: Path) -> No
     assert sorted(query_ids) == ["0", "1"]
 
 
+def test_a_null_query_or_document_id_is_a_missing_field(tmp_path: Path) -> None:
+    """A null id reads back from parquet as NaN: it is rejected, never kept as the id "nan"."""
+    raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
+    for config, extra in (("examples", {"query": "Why do bees dance?"}), ("documents", {"content": "Bees."})):
+        shard = raw / config / "biology-00000-of-00001.parquet"
+        frame = pd.read_parquet(shard)
+        null = frame.iloc[[1]].assign(id=None, **extra)
+        pd.concat([frame, null]).to_parquet(shard)
+    assert prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out)]) == 0
+    splits = json.loads((out / "report.json").read_text())["splits"]
+    assert splits["queries"]["rejected_by_reason"]["missing_field"] == 1
+    assert splits["documents"]["rejected_by_reason"]["missing_field"] == 2  # the fixture's own, and this one
+    assert (splits["queries"]["num_rows_out"], splits["documents"]["num_rows_out"]) == (2, 5)
+    query_ids = [
+        json.loads(r["extra_info"]["env_options"])["query_id"] for r in rows(out, "warmup") + rows(out)
+    ]
+    assert sorted(query_ids) == ["0", "1"]
+    assert "nan" not in (out / "documents.jsonl").read_text()
+
+
 def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
     raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
     prep_main(
