@@ -28,11 +28,13 @@ warm-up rows too.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from PIL import Image
 
 from ragym.data_prep.report import PrepReport
 from ragym.data_prep.rows import verl_row
@@ -240,6 +242,15 @@ def _image_table(raw: Path, domain: str) -> dict[str, bytes]:
     return table
 
 
+def _check_image(data: bytes, name: str) -> None:
+    """Raise ``RowError`` (``unreadable_image``) unless ``data`` decodes: the env would fail on it at reset."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.convert("RGB").load()
+    except Exception as err:  # noqa: BLE001 - PIL raises many types for a corrupt file
+        raise RowError("unreadable_image", f"{name}: {err}") from err
+
+
 def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
     """One MM-BRIGHT domain, Task 1 (text) or Task 2 (text + first query image)."""
     report = PrepReport(f"mm_bright_task{args.task}_{args.domain}")
@@ -260,6 +271,7 @@ def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
                 raise RowError("no_query_image", options["query_id"])
             if paths[0] not in images:
                 raise RowError("missing_image", f"{options['query_id']}: {paths[0]}")
+            _check_image(images[paths[0]], f"{options['query_id']}: {paths[0]}")
             target = (args.out / "images" / paths[0]).resolve()
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(images[paths[0]])

@@ -233,6 +233,19 @@ def test_mm_bright_task2_resolves_images_and_task1_ignores_them(tmp_path: Path) 
     assert json.loads((tmp_path / "t1" / "report.json").read_text())["splits"]["queries"]["num_rows_out"] == 3
 
 
+def test_mm_bright_task2_rejects_a_query_image_that_does_not_decode(tmp_path: Path) -> None:
+    """A corrupt query image is rejected as ``unreadable_image``; the row is not written for reset to fail on."""
+    raw, out = write_mm_bright(tmp_path / "raw"), tmp_path / "out"
+    shard = raw / "examples_images" / "academia-00000-of-00001.parquet"
+    corrupt = pd.DataFrame([{"path": "academia/q_13/image_1.png", "bytes": b"not a png"}])
+    pd.concat([pd.read_parquet(shard), corrupt]).to_parquet(shard)
+    prep_main(["mm-bright", "--raw", str(raw), "--domain", "academia", "--task", "2", "--out", str(out)])
+    report = json.loads((out / "report.json").read_text())["splits"]["queries"]
+    assert report["num_rows_out"] == 1
+    assert report["rejected_by_reason"] == {"unreadable_image": 1, "no_query_image": 1}
+    assert [json.loads(r["extra_info"]["env_options"])["query_id"] for r in rows(out)] == ["12"]
+
+
 def test_each_prep_task_writes_its_own_memory_file(tmp_path: Path) -> None:
     """Short and long BRIGHT documents, and MM-BRIGHT's Task 1 and Task 2 of one domain, share a memory folder
     but never a memory file: their document ids (and, across tasks, their queries) would leak or not match."""
