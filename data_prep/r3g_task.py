@@ -77,8 +77,11 @@ def write_corpus(
         out / "corpus" / "corpus.parquet"
     )
     items = [Item(i, c, str(out / p)) for i, p, c in zip(ids, paths, captions, strict=True)]
-    vectors = encode_to_array(
-        items, EnvEncoderItems(encoder, "entities"), config=_encoding(batch, len(items))
+    # No image at all (every question rejected): an empty corpus, so the report and empty rows are still written.
+    vectors = (
+        encode_to_array(items, EnvEncoderItems(encoder, "entities"), config=_encoding(batch, len(items)))
+        if items
+        else np.zeros((0, 1), np.float32)
     )
     np.save(out / "corpus" / "embeddings.npy", normalise(vectors))
     manifest = {"image_encoder": encoder_spec, "num_images": len(ids)}

@@ -107,8 +107,8 @@ def records() -> list[dict[str, Any]]:
     return out
 
 
-def write_fixture(raw: Path) -> Path:
-    """Write the fixture under ``raw`` in the hub layout and return ``raw``."""
+def write_fixture(raw: Path, rows: list[dict[str, Any]] | None = None) -> Path:
+    """Write the fixture (or ``rows`` in its shape) under ``raw`` in the hub layout and return ``raw``."""
     from datasets import Dataset, Features, List, Value
     from datasets import Image as ImageFeature
 
@@ -134,7 +134,7 @@ def write_fixture(raw: Path) -> Path:
             "retrieved_images": List(ImageFeature()),
         }
     )
-    rows = records()
+    rows = records() if rows is None else rows
     ds = Dataset.from_dict({k: [r[k] for r in rows] for k in features}, features=features)
     (raw / "data").mkdir(parents=True, exist_ok=True)
     ds.to_parquet(str(raw / "data" / "test-00000-of-00001.parquet"))

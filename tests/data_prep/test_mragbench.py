@@ -15,7 +15,7 @@ from ragym.envs.r3g.corpus import read_rgb
 from ragym.envs.r3g.env import R3GEnv
 from ragym.envs.retrieval.encoders import PixelImageEncoder
 from ragym.rl.prep import main as prep_main
-from tests.data_prep.mragbench_fixture import BROKEN, NUM_VALID, write_fixture
+from tests.data_prep.mragbench_fixture import BROKEN, NUM_VALID, records, write_fixture
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +127,15 @@ def test_a_prepared_row_runs_as_mrag(prepared: tuple[Path, dict]) -> None:
 def test_missing_parquet_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="data/test-"):
         prepare(tmp_path, tmp_path / "out")
+
+
+def test_every_question_rejected_still_writes_the_report_and_empty_rows(tmp_path: Path) -> None:
+    """No question kept means no corpus image to encode: the prep still accounts for every row and ends."""
+    raw = write_fixture(tmp_path / "raw", [{**r, "answer_choice": "E"} for r in records()[:3]])
+    out = tmp_path / "task"
+    assert prep_main(["mragbench", "--raw", str(raw), "--out", str(out)]) == 0
+    questions = json.loads((out / "report.json").read_text())["splits"]["questions"]
+    assert (questions["num_rows_in"], questions["num_rows_out"]) == (3, 0)
+    assert questions["rejected_by_reason"] == {"bad_answer_choice": 3}
+    assert rows(out).empty
+    assert len(pd.read_parquet(out / "corpus" / "corpus.parquet")) == 0
