@@ -169,7 +169,7 @@ def prepare(
         for index, record in enumerate(records):
             report.read("questions")
             try:
-                if str(record.get("id")) in seen:
+                if str(record.get("id")).strip() in seen:  # kept ids are stripped: " 3" repeats "3"
                     raise RowError("duplicate_id", f"id {record.get('id')!r} appeared before")
                 rows.append(_convert(record, images))
                 seen.add(rows[-1].question_id)

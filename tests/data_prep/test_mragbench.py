@@ -139,3 +139,12 @@ def test_every_question_rejected_still_writes_the_report_and_empty_rows(tmp_path
     assert questions["rejected_by_reason"] == {"bad_answer_choice": 3}
     assert rows(out).empty
     assert len(pd.read_parquet(out / "corpus" / "corpus.parquet")) == 0
+
+
+def test_an_id_repeated_with_surrounding_spaces_is_a_duplicate(tmp_path: Path) -> None:
+    """Ids are kept stripped, so " 101" repeats "101": one row, one ``duplicate_id``."""
+    valid = records()[:2]
+    raw = write_fixture(tmp_path / "raw", [*valid, {**valid[1], "id": f" {valid[1]['id']} "}])
+    report = prepare(raw, tmp_path / "task")
+    assert report.rejected["questions"] == {"duplicate_id": 1}
+    assert sorted(rows(tmp_path / "task")["extra_info"].map(lambda e: e["question_id"])) == ["100", "101"]
