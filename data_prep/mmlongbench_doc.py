@@ -136,6 +136,8 @@ def _check_sample(sample: Any) -> None:
         raise RowError("missing_fields", f"missing {missing}")
     if not isinstance(sample["question"], str) or not sample["question"].strip():
         raise RowError("empty_question", "question is empty")
+    if not isinstance(sample["doc_id"], str) or not sample["doc_id"].strip():
+        raise RowError("bad_doc_id", f"doc_id {sample['doc_id']!r} is not a PDF file name")
     if sample["answer_format"] not in ANSWER_FORMATS:
         raise RowError("unknown_answer_format", f"answer_format {sample['answer_format']!r}")
 

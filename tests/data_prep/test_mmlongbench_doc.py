@@ -295,3 +295,22 @@ def test_a_page_that_cannot_be_read_is_a_rejected_row(tmp_path):
     example = next(r for r in report["rejected_examples"] if r["reason"] == "unreadable_page")
     assert "torn.pdf: page 2 cannot be read" in json.dumps(example)
     assert len(pd.read_parquet(tmp_path / "out" / "data" / "test.parquet")) == 1
+
+
+def test_a_doc_id_that_is_not_a_file_name_is_a_rejected_row(tmp_path):
+    """A null or numeric ``doc_id`` is one rejected row (``bad_doc_id``), not a crash of the whole job."""
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    write_pdf(docs / "report.pdf")
+    samples = [
+        sample(None, "[1]"),
+        sample(17, "[1]"),
+        sample("", "[1]"),
+        sample("report.pdf", "[1]", "north"),
+    ]
+    (tmp_path / "samples.json").write_text(json.dumps(samples))
+    report = prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30)).as_dict()
+    counts = report["splits"]["test"]
+    assert (counts["num_rows_in"], counts["num_rows_out"]) == (4, 1)
+    assert counts["rejected_by_reason"] == {"bad_doc_id": 3}
+    assert len(pd.read_parquet(tmp_path / "out" / "data" / "test.parquet")) == 1
