@@ -138,6 +138,10 @@ def _check_sample(sample: Any) -> None:
         raise RowError("empty_question", "question is empty")
     if not isinstance(sample["doc_id"], str) or not sample["doc_id"].strip():
         raise RowError("bad_doc_id", f"doc_id {sample['doc_id']!r} is not a PDF file name")
+    answer = sample["answer"]
+    if answer is None or (isinstance(answer, str) and not answer.strip()):
+        # The scorer gives such a gold 0 for every prediction: the row could never be answered right.
+        raise RowError("missing_answer", f"answer {answer!r} is empty")
     if sample["answer_format"] not in ANSWER_FORMATS:
         raise RowError("unknown_answer_format", f"answer_format {sample['answer_format']!r}")
 

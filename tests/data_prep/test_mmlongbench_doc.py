@@ -314,3 +314,22 @@ def test_a_doc_id_that_is_not_a_file_name_is_a_rejected_row(tmp_path):
     assert (counts["num_rows_in"], counts["num_rows_out"]) == (4, 1)
     assert counts["rejected_by_reason"] == {"bad_doc_id": 3}
     assert len(pd.read_parquet(tmp_path / "out" / "data" / "test.parquet")) == 1
+
+
+def test_a_sample_without_a_gold_answer_is_a_rejected_row(tmp_path):
+    """A null or blank ``answer`` scores 0 against every prediction: rejected as ``missing_answer``."""
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    write_pdf(docs / "report.pdf")
+    samples = [
+        {**sample("report.pdf", "[1]"), "answer": None},
+        sample("report.pdf", "[1]", " "),
+        sample("report.pdf", "[1]", "north"),
+    ]
+    (tmp_path / "samples.json").write_text(json.dumps(samples))
+    report = prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30)).as_dict()
+    counts = report["splits"]["test"]
+    assert (counts["num_rows_in"], counts["num_rows_out"]) == (3, 1)
+    assert counts["rejected_by_reason"] == {"missing_answer": 2}
+    [row] = pd.read_parquet(tmp_path / "out" / "data" / "test.parquet")["reward_model"]
+    assert json.loads(row["ground_truth"])["answer"] == "north"
