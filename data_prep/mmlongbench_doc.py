@@ -183,6 +183,9 @@ def prepare(
     encoder: PageEncoder | None = None,
 ) -> PrepReport:
     """Run the preparation, write stores, parquet and report; returns the report."""
+    if not Path(documents).is_dir():
+        # Not one missing PDF (the shared sample lacks most) but none at all: a wrong path, not 1,082 rejections.
+        raise FileNotFoundError(f"--documents {documents} is not a folder (the PDFs, file name = doc_id)")
     samples = json.loads(Path(samples_path).read_text(encoding="utf-8"))
     if not isinstance(samples, list):
         raise ValueError(f"{samples_path}: expected a JSON list of samples")

@@ -333,3 +333,15 @@ def test_a_sample_without_a_gold_answer_is_a_rejected_row(tmp_path):
     assert counts["rejected_by_reason"] == {"missing_answer": 2}
     [row] = pd.read_parquet(tmp_path / "out" / "data" / "test.parquet")["reward_model"]
     assert json.loads(row["ground_truth"])["answer"] == "north"
+
+
+def test_a_missing_documents_folder_is_one_line_naming_it(tmp_path, capsys):
+    """A wrong ``--documents`` path is an error naming it, not every row rejected as ``missing_pdf``."""
+    from ragym.rl.cli import main as ragym
+
+    (tmp_path / "samples.json").write_text(json.dumps([sample("report.pdf", "[1]")]))
+    args = ["--samples", str(tmp_path / "samples.json"), "--documents", str(tmp_path / "nowhere")]
+    assert ragym(["prep", "mmlongbench-doc", *args, "--out", str(tmp_path / "out")]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert f"--documents {tmp_path / 'nowhere'} is not a folder" in line
+    assert not (tmp_path / "out" / "report.json").exists()
