@@ -20,9 +20,9 @@ T = TypeVar("T")
 
 
 class JsonlError(ValueError):
-    """A line of a JSON-lines file that is not JSON; the message starts with ``path:line``."""
+    """A line of a JSON-lines file that is not JSON (or not UTF-8); the message starts with ``path:line``."""
 
-    def __init__(self, path: Path, line_number: int, error: json.JSONDecodeError) -> None:
+    def __init__(self, path: Path, line_number: int, error: ValueError) -> None:
         super().__init__(f"{path}:{line_number}: not JSON ({error})")
         self.path, self.line_number = path, line_number
 
@@ -30,7 +30,7 @@ class JsonlError(ValueError):
 def read_jsonl(path: str | Path, *, yield_broken: bool = False) -> Iterator[tuple[int, Any]]:
     """``(line number, value)`` of each non-blank line of a ``.jsonl`` (or gzipped ``.jsonl.gz``) file, lazily.
 
-    A line that is not JSON raises ``JsonlError`` naming the file and line; with ``yield_broken`` that error is
+    A line that is not JSON (or not UTF-8) raises ``JsonlError`` naming the file and line; with ``yield_broken`` that error is
     yielded in place of the value and reading goes on (a data preparation counts it as a rejected row).
 
     >>> import tempfile
@@ -41,13 +41,15 @@ def read_jsonl(path: str | Path, *, yield_broken: bool = False) -> Iterator[tupl
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
+    # Bytes, decoded line by line: one line that is not UTF-8 is one broken line, not the end of the file.
+    with opener(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
             try:
+                line = raw.decode("utf-8")
+                if not line.strip():
+                    continue
                 value = json.loads(line)
-            except json.JSONDecodeError as err:
+            except ValueError as err:  # UnicodeDecodeError or json.JSONDecodeError
                 if not yield_broken:
                     raise JsonlError(path, number, err) from err
                 value = JsonlError(path, number, err)

@@ -108,6 +108,17 @@ def test_jsonl_reader_rejects_bad_rows_with_reasons(tmp_path: Path) -> None:
     assert {"split": INPUT_ROWS, "reason": "bad_json", "detail": f"{path}:7"} in report["rejected_examples"]
 
 
+def test_a_line_that_is_not_utf8_is_one_rejected_row(tmp_path: Path) -> None:
+    """One stray byte (a dump cut mid-character) is one ``bad_json`` row, not the end of the whole run."""
+    path = write_pairs_jsonl(tmp_path / "pairs.jsonl", num=6)
+    with path.open("ab") as f:
+        f.write(b'{"question": "caf\xe9?", "questionId": "9", "answer": "a", "answerId": "10"}\n')
+    report = prepare(path, tmp_path / "out", OfflineAnnotator(), PrepConfig(num_negatives=2)).as_dict()
+    threads = report["splits"][INPUT_ROWS]
+    assert (threads["num_rows_in"], threads["num_rows_out"]) == (7, 6)
+    assert threads["rejected_by_reason"] == {"bad_json": 1}
+
+
 def test_limit_and_deterministic_splits(tmp_path: Path) -> None:
     path = write_pairs_jsonl(tmp_path / "pairs.jsonl")
     assert main(["--input", str(path), "--out", str(tmp_path / "a"), "--limit", "5"]) == 0

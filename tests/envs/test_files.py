@@ -86,3 +86,15 @@ def test_yield_broken_hands_the_error_over_and_reads_on(tmp_path: Path) -> None:
     assert [n for n, _ in rows] == [1, 2, 3]
     assert isinstance(rows[1][1], JsonlError) and rows[1][1].line_number == 2
     assert rows[2][1] == {"a": 3}
+
+
+def test_a_line_that_is_not_utf8_is_one_broken_line(tmp_path: Path) -> None:
+    """A stray byte breaks its own line only: with ``yield_broken`` reading goes on past it."""
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes('{"a": "café"}\n'.encode() + b'{"a": "\xff"}\n' + b'{"a": 3}\n')
+    rows = list(read_jsonl(path, yield_broken=True))
+    assert [n for n, _ in rows] == [1, 2, 3]
+    assert rows[0][1] == {"a": "café"} and rows[2][1] == {"a": 3}
+    assert isinstance(rows[1][1], JsonlError) and rows[1][1].line_number == 2
+    with pytest.raises(JsonlError, match=r"rows\.jsonl:2: "):
+        list(read_jsonl(path))
