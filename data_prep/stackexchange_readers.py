@@ -134,7 +134,8 @@ def read_skeptics_jsonl(path: Path, site: str = "skeptics") -> Iterator[QAPair |
         if isinstance(row, JsonlError):
             yield Rejection(where, "bad_json")
             continue
-        missing = [name for name in _JSONL_FIELDS if not isinstance(row, dict) or name not in row]
+        # A null field is missing too: str(None) would train on the text "None" (or file a thread under it).
+        missing = [name for name in _JSONL_FIELDS if not isinstance(row, dict) or row.get(name) is None]
         if missing:
             yield Rejection(where, f"missing_field:{missing[0]}")
             continue

@@ -108,6 +108,24 @@ def test_jsonl_reader_rejects_bad_rows_with_reasons(tmp_path: Path) -> None:
     assert {"split": INPUT_ROWS, "reason": "bad_json", "detail": f"{path}:7"} in report["rejected_examples"]
 
 
+def test_a_null_field_is_a_missing_field(tmp_path: Path) -> None:
+    """JSON null in a required field is rejected like an absent one, never kept as the text "None"."""
+    path = write_pairs_jsonl(tmp_path / "pairs.jsonl", num=6)
+    pair = {"question": "q?", "questionId": "9", "answer": "a", "answerId": "10"}
+    with path.open("a", encoding="utf-8") as f:
+        for field in ("question", "questionId", "answer"):
+            f.write(json.dumps({**pair, field: None}) + "\n")
+    report = prepare(path, tmp_path / "out", OfflineAnnotator(), PrepConfig(num_negatives=2)).as_dict()
+    threads = report["splits"][INPUT_ROWS]
+    assert (threads["num_rows_in"], threads["num_rows_out"]) == (9, 6)
+    assert threads["rejected_by_reason"] == {
+        "missing_field:question": 1,
+        "missing_field:questionId": 1,
+        "missing_field:answer": 1,
+    }
+    assert "None" not in (tmp_path / "out" / "corpus.jsonl").read_text()
+
+
 def test_a_line_that_is_not_utf8_is_one_rejected_row(tmp_path: Path) -> None:
     """One stray byte (a dump cut mid-character) is one ``bad_json`` row, not the end of the whole run."""
     path = write_pairs_jsonl(tmp_path / "pairs.jsonl", num=6)
