@@ -85,6 +85,11 @@ def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         parser.error(f"{args.out} is not empty (pass --resume to continue an interrupted run there)")
+    for flag in ("image_dir", "inat_dir", "kb_image_root", "kb_images"):
+        folder = getattr(args, flag)
+        # A wrong path would reject every row as missing_image (or show every entity as a placeholder).
+        if folder is not None and not folder.is_dir():
+            raise FileNotFoundError(f"--{flag.replace('_', '-')} {folder} is not a folder")
     report = PrepReport(name)
     articles, samples, loose = _read(name, args, report)
     cfg = BuildConfig(

@@ -272,3 +272,21 @@ def test_a_kept_row_without_a_gold_scores_on_its_answer_alone(prepared) -> None:
     )
     assert result.breakdown["verification"] is None and result.breakdown["outcome"] == 1.0
     assert result.total == result.breakdown["outcome"] + result.breakdown["format"]
+
+
+@pytest.mark.parametrize(
+    ("name", "flag"), [("infoseek", "--image-dir"), ("evqa", "--inat-dir"), ("mmhops", "--kb-image-root")]
+)
+def test_an_image_folder_that_does_not_exist_is_one_line_naming_it(
+    tmp_path: Path, capsys, name: str, flag: str
+) -> None:
+    """A wrong image folder is an error naming it, not every row rejected as missing_image."""
+    from ragym.rl.cli import main as ragym
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    getattr(fx, f"write_{name}")(tmp_path / "raw")
+    args = ["--raw", str(tmp_path / "raw"), flag, str(tmp_path / "nowhere"), "--out", str(tmp_path / "kb")]
+    assert ragym(["prep", name, *args]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert f"{flag} {tmp_path / 'nowhere'} is not a folder" in line
+    assert not (tmp_path / "kb").exists()
