@@ -21,11 +21,45 @@ from omegaconf import DictConfig, OmegaConf
 from ragym.envs.image_budget import visual_tokens
 from ragym.rl.budget.prompts import LongestPrompt
 from ragym.rl.errors import UsageError
+from ragym.rl.recipe.counts import count_problems
 
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 REF = "actor_rollout_ref.ref"
 FSDP_STRATEGIES = ("fsdp", "fsdp2")
+COUNTS = (
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "trainer.total_epochs",
+    "data.train_batch_size",
+    f"{ROLLOUT}.n",
+    f"{ACTOR}.ppo_mini_batch_size",
+    f"{ROLLOUT}.prompt_length",
+    f"{ROLLOUT}.response_length",
+    f"{ROLLOUT}.tensor_model_parallel_size",
+    f"{ROLLOUT}.data_parallel_size",
+    f"{ROLLOUT}.pipeline_model_parallel_size",
+    f"{ROLLOUT}.max_num_batched_tokens",
+    f"{ROLLOUT}.max_num_seqs",
+    f"{ACTOR}.ppo_max_token_len_per_gpu",
+    f"{ROLLOUT}.log_prob_max_token_len_per_gpu",
+    f"{REF}.log_prob_max_token_len_per_gpu",
+)
+"""Sizes the rules below read (and the run's epochs): each a whole number of at least 1, checked before any rule
+divides by one."""
+OPTIONAL_COUNTS = (
+    "trainer.total_training_steps",
+    f"{ACTOR}.ulysses_sequence_parallel_size",
+    f"{ACTOR}.fsdp_config.ulysses_sequence_parallel_size",
+    f"{ACTOR}.ppo_micro_batch_size",
+    f"{ACTOR}.ppo_micro_batch_size_per_gpu",
+    f"{ROLLOUT}.log_prob_micro_batch_size",
+    f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",
+    f"{REF}.log_prob_micro_batch_size",
+    f"{REF}.log_prob_micro_batch_size_per_gpu",
+    f"{ROLLOUT}.max_model_len",
+)
+"""Sizes that may also be null (not set: verl derives them or goes without), and the run's steps (null: epochs)."""
 
 
 @dataclass(frozen=True)
@@ -285,7 +319,11 @@ def length_problems(config: DictConfig, prompt: LongestPrompt | None) -> list[st
 
 
 def size_problems(config: DictConfig, prompt: LongestPrompt | None = None) -> list[str]:
-    """Every size the recipe gets wrong for its cluster, one line each (what is wrong; what to do)."""
+    """Every size the recipe gets wrong for its cluster, one line each (what is wrong; what to do); a size that is
+    not a count (``COUNTS``) is the only problem said, as the rules would divide by it."""
+    counts = count_problems(config, COUNTS, OPTIONAL_COUNTS)
+    if counts:
+        return counts
     at = layout(config)
     return [*batch_problems(config, at), *rollout_problems(config, at), *length_problems(config, prompt)]
 

@@ -308,6 +308,40 @@ def test_every_problem_is_one_line_of_ragym_submit(capsys: pytest.CaptureFixture
         build_submission(KBVQA, ["actor_rollout_ref.actor.ppo_mini_batch_size=6"], nodes=4, gpus_per_node=8)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        # A word was a ValueError traceback, a zero a ZeroDivisionError; a negative, a fraction or zero steps were
+        # submitted.
+        (["data.train_batch_size=abc"], ["data.train_batch_size 'abc' is not a whole number of at least 1"]),
+        (["trainer.nnodes=0"], ["trainer.nnodes 0 is not"]),
+        (["trainer.n_gpus_per_node=-1"], ["trainer.n_gpus_per_node -1 is not"]),
+        (["actor_rollout_ref.rollout.tensor_model_parallel_size=0"], ["tensor_model_parallel_size 0 is not"]),
+        (["actor_rollout_ref.rollout.n=1.5"], ["actor_rollout_ref.rollout.n 1.5 is not"]),
+        (
+            ["actor_rollout_ref.actor.ppo_mini_batch_size=-8", "trainer.total_training_steps=0"],
+            [
+                "actor_rollout_ref.actor.ppo_mini_batch_size -8 is not",
+                "trainer.total_training_steps 0 is not a whole number of at least 1; set "
+                "trainer.total_training_steps=1 or more, or null",
+            ],
+        ),
+    ],
+)
+def test_a_size_that_is_not_a_count_is_refused_by_name(overrides: list[str], expected: list[str]) -> None:
+    found = problems(overrides)
+    assert len(found) == len(expected), found
+    for line, text in zip(found, expected, strict=True):
+        assert text in line, line
+
+
+def test_a_zero_node_count_is_one_line_of_ragym_submit(capsys: pytest.CaptureFixture) -> None:
+    assert main(["submit", KBVQA, "--nodes", "0", "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("ragym submit: trainer.nnodes 0 is not a whole number of at least 1")
+    assert "ray job submit" not in captured.out
+
+
 @pytest.fixture(scope="module")
 def kbvqa_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two KB-VQA rows over 12 MP query photos (``tests.rl.budget.fixtures``): the comparison row shows two."""

@@ -1,0 +1,45 @@
+"""Recipe values that count something (GPUs, prompts, episodes, tokens, steps): each a whole number of at least 1.
+
+The commands that plan or run a recipe read these with ``int(...)`` and divide by them; unchecked, a word was a
+traceback, a zero a ``ZeroDivisionError``, and a negative or a fraction went through (``ragym submit`` printed the
+job, the local engine started a run that trained on nothing). Each command checks the counts it reads here, where
+the recipe loads, every problem one line naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from omegaconf import DictConfig, OmegaConf
+
+
+def count_problem(key: str, value: object, *, optional: bool = False) -> str | None:
+    """Why ``value`` cannot be the count at ``key`` (None: it can): a whole number of at least 1, or null where
+    ``optional`` (the key's default is null, meaning "not set").
+
+    >>> count_problem("data.train_batch_size", 128), count_problem("trainer.total_training_steps", None, optional=True)
+    (None, None)
+    >>> count_problem("data.train_batch_size", -4)
+    'data.train_batch_size -4 is not a whole number of at least 1; set data.train_batch_size=1 or more'
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return None
+    shown = "null" if value is None else repr(value) if isinstance(value, str) else value
+    either = ", or null" if optional else ""
+    return f"{key} {shown} is not a whole number of at least 1; set {key}=1 or more{either}"
+
+
+def count_problems(config: DictConfig, keys: Iterable[str], optional: Iterable[str] = ()) -> list[str]:
+    """One line per key of ``keys`` (required) and ``optional`` (null allowed) in ``config`` whose value is not a
+    count; a key the config does not have is left to its reader."""
+    problems = []
+    marker = object()
+    for key, may_be_null in [*((k, False) for k in keys), *((k, True) for k in optional)]:
+        value = OmegaConf.select(config, key, default=marker)
+        if value is marker:
+            continue
+        problem = count_problem(key, value, optional=may_be_null)
+        problems += [problem] if problem is not None else []
+    return problems
