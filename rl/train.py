@@ -102,6 +102,8 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. trainer.total_training_steps=10")
     args = parser.parse_intermixed_args(argv)
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UsageError(f"--max-steps must be >= 1, got {args.max_steps}")
     if args.engine == "verl":
         if args.max_steps is not None:
             raise UsageError(

@@ -42,6 +42,28 @@ def test_recipe_errors_are_one_line(capsys, tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # A negative batch failed mid-step with a traceback; zero steps (or --max-steps 0) trained nothing and exited 0.
+        (["data.train_batch_size=-4"], "data.train_batch_size -4 is not a whole number of at least 1"),
+        (
+            ["trainer.total_training_steps=0"],
+            "trainer.total_training_steps 0 is not a whole number of at least 1",
+        ),
+        (
+            ["actor_rollout_ref.rollout.n=abc"],
+            "actor_rollout_ref.rollout.n 'abc' is not a whole number of at least 1",
+        ),
+        (["--max-steps", "0"], "--max-steps must be >= 1, got 0"),
+    ],
+)
+def test_a_count_the_local_engine_cannot_train_with_is_one_line(
+    capsys, argv: list[str], expected: str
+) -> None:
+    _one_line(capsys, ["train", "--recipe", "kbvqa_tiny_cpu", *argv], expected)
+
+
 def test_model_folder_errors_are_one_line(capsys, tmp_path, tiny_policy_dir):
     _one_line(
         capsys,
