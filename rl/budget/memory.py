@@ -40,12 +40,21 @@ from omegaconf import DictConfig, OmegaConf
 from ragym.rl.budget.model_size import ModelShape
 from ragym.rl.budget.vision import MicroBatchImages, micro_batch_images, vision_memory
 from ragym.rl.errors import UsageError
+from ragym.rl.recipe.counts import count_problem, count_problems
 
 GIB = 2**30
 ACTOR = "actor_rollout_ref.actor"
 ROLLOUT = "actor_rollout_ref.rollout"
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 """Bytes per weight of verl's ``fsdp_config.model_dtype`` values."""
+COUNTS = (
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "data.max_prompt_length",
+    "data.max_response_length",
+    f"{ROLLOUT}.tensor_model_parallel_size",
+)
+"""Keys ``memory_settings`` reads as counts, whatever the micro-batch (``ragym.rl.recipe.counts``)."""
 LOGPROB_BYTES = {"verl": 4, "labels": 14}
 """Bytes per logit the update keeps, by log-prob path: verl's actor (ragym's local engine too) takes log-probs of
 the bf16 logits with an in-place backward (logits + their gradient, 2 + 2); transformers' ``labels`` loss upcasts
@@ -97,6 +106,18 @@ def memory_settings(
     def get(key: str) -> Any:  # a config scalar (int, float, bool, str) or None
         return OmegaConf.select(config, key)
 
+    micro_key = (
+        f"{ACTOR}.ppo_max_token_len_per_gpu"
+        if get(f"{ACTOR}.use_dynamic_bsz")
+        else f"{ACTOR}.ppo_micro_batch_size_per_gpu"
+    )
+    problems = count_problems(config, [*COUNTS, micro_key], [f"{ACTOR}.ulysses_sequence_parallel_size"])
+    shards_key = f"{ACTOR}.fsdp_config.fsdp_size"
+    shards_problem = None if get(shards_key) == -1 else count_problem(shards_key, get(shards_key))
+    if shards_problem is not None:
+        problems.append(f"{shards_problem} (or -1: every GPU)")
+    if problems:  # a zero divided the memory by it, a word or an unset micro-batch was a traceback
+        raise UsageError("\n".join(problems))
     num_gpus = int(get("trainer.nnodes")) * int(get("trainer.n_gpus_per_node"))
     fsdp_size = int(get(f"{ACTOR}.fsdp_config.fsdp_size"))
     ulysses = int(get(f"{ACTOR}.ulysses_sequence_parallel_size") or 1)

@@ -174,6 +174,16 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
         ([*recipe, "--model-config", "/nonexistent/config.json"], "neither a config.json nor a folder"),
         ([*recipe, "--gpu-gib", "0"], "--gpu-gib must be > 0"),
         ([*recipe, "--images", "16"], "holds 0 to 15 images of 1,024 tokens"),
+        # A zero count divided the memory by it (ZeroDivisionError); a negative one printed a table.
+        (
+            [*recipe, "trainer.n_gpus_per_node=0"],
+            "trainer.n_gpus_per_node 0 is not a whole number of at least 1",
+        ),
+        (
+            [*recipe, "actor_rollout_ref.actor.fsdp_config.fsdp_size=0"],
+            "fsdp_size=1 or more (or -1: every GPU)",
+        ),
+        ([*recipe, "data.max_response_length=-5"], "data.max_response_length -5 is not a whole number"),
     ]:
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
