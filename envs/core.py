@@ -48,15 +48,25 @@ class UnknownSetting(TypeError):
     """An env keyword that is not a field of the env's config (the message lists the fields there are)."""
 
 
+class BadSetting(ValueError):
+    """An env setting whose value the env's config refuses (the message names the env, the field and what it takes):
+    a user's error, which ``ragym`` commands say in one line."""
+
+
 def env_config(env: str, cls: type[C], config: C | None, overrides: dict[str, Any]) -> C:
     """The config of env class ``env``: ``config`` (else ``cls``'s defaults) with ``overrides`` applied; a
-    keyword that is not a field of ``cls`` is an ``UnknownSetting`` naming it and listing the fields."""
+    keyword that is not a field of ``cls`` is an ``UnknownSetting`` naming it and listing the fields, a value the
+    config refuses (``max_rejections=-1``) a ``BadSetting``."""
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise UnknownSetting(
             f"{env}: unknown config fields {unknown} (its settings: {', '.join(sorted(names))})"
         )
-    if config is None:
-        return cls(**overrides)
-    return replace(config, **overrides) if overrides else config
+    # The config's own checks (``__post_init__``) refuse a value, or fail on its type.
+    try:
+        if config is None:
+            return cls(**overrides)
+        return replace(config, **overrides) if overrides else config
+    except (ValueError, TypeError) as err:
+        raise BadSetting(f"{env}: {err}") from err

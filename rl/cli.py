@@ -128,7 +128,8 @@ def _usage() -> str:
 
 def user_error(err: BaseException) -> str | None:
     """The message for a user error, one line per problem (ragym's ``UsageError`` or a library error that means one: a
-    missing file, malformed YAML, a bad Hydra override, a model path that is neither a folder nor a hub id);
+    missing file, malformed YAML, a bad Hydra override, a model path that is neither a folder nor a hub id, an env
+    setting its config refuses);
     None for anything else, which is a bug and keeps its traceback."""
     from ragym.rl.errors import UsageError
 
@@ -150,6 +151,7 @@ _LIBRARY_ERRORS = (
     ("omegaconf.errors", "OmegaConfBaseException"),
     ("huggingface_hub.errors", "HFValidationError"),
     ("ragym.envs.core", "UnknownSetting"),
+    ("ragym.envs.core", "BadSetting"),
 )
 """(module, exception) pairs that mean the user's input is wrong; only checked when already imported."""
 

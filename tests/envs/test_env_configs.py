@@ -70,3 +70,28 @@ def test_an_unknown_setting_is_refused_naming_it_and_the_settings_there_are(env_
     ) as err:
         make_env(env_id, nosuchkey=3)
     assert user_error(err.value) == str(err.value)  # a command prints it as one line, no traceback
+
+
+@pytest.mark.parametrize(
+    ("env_id", "setting", "message"),
+    [
+        (
+            "KBVQA-v0",
+            {"max_rejections": -1},
+            "KBVQAEnv: KBVQAConfig.max_rejections must be an int >= 0, got -1",
+        ),
+        ("DocMemo-v0", {"max_turns": 0}, "DocMemoEnv: DocMemoConfig.max_turns must be an int >= 1, got 0"),
+        # A value of the wrong type fails the config's comparison (a TypeError inside it).
+        ("R3G-v0", {"max_turns": "abc"}, "R3GEnv: '<' not supported"),
+    ],
+)
+def test_a_value_the_config_refuses_is_one_line_of_a_command(env_id, setting, message):
+    """``ragym rollout max_rejections=-1`` was the config's ValueError with a traceback."""
+    from ragym.envs import make_env
+    from ragym.envs.core import BadSetting
+    from ragym.rl.cli import user_error
+
+    with pytest.raises(BadSetting) as err:
+        make_env(env_id, **setting)
+    assert str(err.value).startswith(message)
+    assert user_error(err.value) == str(err.value)
