@@ -64,4 +64,10 @@ def parse_eval_args(argv: list[str]) -> argparse.Namespace:
         help="rows that cannot start an episode: list and skip them (default), or stop",
     )
     parser.add_argument("overrides", nargs="*", help="recipe overrides, e.g. data.max_response_length=2048")
-    return parser.parse_intermixed_args(argv)
+    args = parser.parse_intermixed_args(argv)
+    # A zero batch size failed after the model loaded and a negative one ran no episode; no count of traces is below 0.
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.trace_episodes < 0:
+        parser.error(f"--trace-episodes must be >= 0 (0: none), got {args.trace_episodes}")
+    return args

@@ -258,3 +258,23 @@ def test_eval_scores_answers_as_the_official_scorers() -> None:
     )
     assert rubric.score(episode).breakdown == {"outcome": 1.0}
     assert [t.params["time_year_tolerance"] for t in rubric.terms] == [1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        # A zero batch size was range()'s ValueError after the model loaded; a negative one ran no episode, exit 0.
+        (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+        (["--batch-size", "-2"], "--batch-size must be >= 1, got -2"),
+        (["--trace-episodes", "-1"], "--trace-episodes must be >= 0 (0: none), got -1"),
+    ],
+)
+def test_an_out_of_range_count_is_a_usage_error(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragym.rl.eval.args import parse_eval_args
+
+    with pytest.raises(SystemExit) as stop:
+        parse_eval_args(["--model", "m", "--data", "d.parquet", "--out", "o", *flags])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"ragym eval: error: {message}"
