@@ -83,6 +83,13 @@ def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog=f"ragym prep {name}")
     _dataset_args(parser)
     args = parser.parse_args(argv)
+    # The KB stores (Rej_max + 1) x K candidates per query image: a K below 1 or a Rej_max below 0 was faiss's
+    # AssertionError (a traceback) once the KB's images were encoded.
+    if args.candidates_per_batch < 1 or args.max_rejections < 0:
+        parser.error(
+            "--candidates-per-batch must be >= 1 and --max-rejections >= 0, got "
+            f"{args.candidates_per_batch} and {args.max_rejections}"
+        )
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:
         parser.error(f"{args.out} is not empty (pass --resume to continue an interrupted run there)")
     for flag in ("image_dir", "inat_dir", "kb_image_root", "kb_images"):

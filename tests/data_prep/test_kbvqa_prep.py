@@ -234,6 +234,18 @@ def test_output_folder_must_be_empty(prepared) -> None:
         prep_dataset("mmhops", ["--raw", str(kb), "--out", str(kb)])
 
 
+@pytest.mark.parametrize("flags", [["--max-rejections", "-1"], ["--candidates-per-batch", "0"]])
+def test_a_k_or_rej_max_no_env_takes_is_refused_before_any_work(
+    flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, faiss asserted a positive pool (a traceback) after the KB's images were encoded."""
+    with pytest.raises(SystemExit) as stop:
+        prep_dataset("infoseek", ["--raw", str(tmp_path / "absent"), "--out", str(tmp_path / "kb"), *flags])
+    assert stop.value.code == 2
+    assert "--candidates-per-batch must be >= 1 and --max-rejections >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "kb").exists()
+
+
 def test_resume_reuses_the_encoding_steps_shards(tmp_path: Path) -> None:
     from tests.data_prep import kbvqa_fixtures as fx
 
