@@ -44,6 +44,15 @@ class EnvConfig:
     """Patch size x merge size of the policy (28 Qwen2.5-VL, 32 Qwen3-VL): one visual token per factor**2 px."""
 
 
+def check_least(config: object, least: dict[str, int]) -> None:
+    """Refuse ``config`` where a field of ``least`` (field -> minimum) is not an int at least its minimum, naming the
+    field: settings that make no episode possible, refused when the config is built, before any work starts."""
+    for name, minimum in least.items():
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{type(config).__name__}.{name} must be an int >= {minimum}, got {value!r}")
+
+
 class UnknownSetting(TypeError):
     """An env keyword that is not a field of the env's config (the message lists the fields there are)."""
 

@@ -61,7 +61,11 @@ def build_trainer(recipe: str, overrides: list[str], bad_rows: str = "skip") -> 
 
 def main(argv: list[str]) -> int:
     """Train until ``trainer.total_training_steps`` (``trainer.resume_mode`` says where it starts)."""
-    parser = argparse.ArgumentParser(prog="ragym train", description=(__doc__ or "").partition("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym train",
+        description="GRPO on a verl-format recipe: ragym's one-process local engine (default) or verl's own "
+        "trainer (--engine verl)",
+    )
     parser.add_argument("--recipe", required=True, help="recipe path or name under recipes/")
     parser.add_argument(
         "--max-steps", type=int, help="stop after this many more steps (default: run to the end)"

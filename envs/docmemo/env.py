@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from ragym.envs import events as ev
-from ragym.envs.core import EnvConfig, env_config
+from ragym.envs.core import EnvConfig, check_least, env_config
 from ragym.envs.docmemo import events as docmemo_ev
 from ragym.envs.docmemo import views as views
 from ragym.envs.docmemo.actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
@@ -163,10 +163,7 @@ class DocMemoConfig(EnvConfig):
             "evidence_text_chars": 0,
             "image_max_side": 1,
         }
-        for name, minimum in least.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ValueError(f"DocMemoConfig.{name} must be an int >= {minimum}, got {value!r}")
+        check_least(self, least)
         for name in ("kappa", "decay", "lambda_0", "eta"):
             if not 0 <= getattr(self, name) < float("inf"):
                 raise ValueError(

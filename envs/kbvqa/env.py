@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 
 from ragym.envs import events as ev
-from ragym.envs.core import EnvConfig, defuse, env_config
+from ragym.envs.core import EnvConfig, check_least, defuse, env_config
 from ragym.envs.image_budget import budget_of
 from ragym.envs.image_cache import read_image
 from ragym.envs.kbvqa import events as kbvqa_ev
@@ -113,7 +113,7 @@ class KBVQAConfig(EnvConfig):
     def __post_init__(self) -> None:
         budget_of(self)  # a budget no image fits is refused here, naming the field
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
-        minimum = {
+        least = {
             "candidates_per_batch": 1,
             "max_rejections": 0,
             "max_turns": 1,
@@ -121,10 +121,7 @@ class KBVQAConfig(EnvConfig):
             "max_text_queries": 1,
             "max_turn_chars": 1,
         }
-        for name, least in minimum.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"KBVQAConfig.{name} must be an int >= {least}, got {value!r}")
+        check_least(self, least)
         if not isinstance(self.allow_reject, bool):
             raise ValueError(f"KBVQAConfig.allow_reject must be true or false, got {self.allow_reject!r}")
         if not self.allow_reject and self.max_rejections != 0:

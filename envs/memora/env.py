@@ -33,7 +33,7 @@ import numpy as np
 from PIL import Image
 
 from ragym.envs import events as ev
-from ragym.envs.core import EnvConfig, env_config
+from ragym.envs.core import EnvConfig, check_least, env_config
 from ragym.envs.image_budget import budget_of
 from ragym.envs.memora import events as memora_ev
 from ragym.envs.memora import views as views
@@ -135,6 +135,21 @@ class MemoraConfig(ScoreWeights, EnvConfig):
     max_obs_chars: int = 16384
     """Bound of the text observation space."""
 
+    def __post_init__(self) -> None:
+        # Settings that make no episode possible are refused here, naming the field, before any work starts.
+        sizes = ("k_min", "k_max", "k", "kc", "k0", "max_pool")
+        check_least(
+            self,
+            {name: 1 for name in (*sizes, "max_turns", "max_turn_chars", "max_obs_chars", "image_max_side")},
+        )
+        if not self.k_min <= self.k_max or not self.k <= self.kc <= self.k0 <= self.max_pool:
+            got = ", ".join(f"{name}={getattr(self, name)}" for name in sizes)
+            raise ValueError(f"MemoraConfig: need k_min <= k_max and k <= kc <= k0 <= max_pool, got {got}")
+        if not 0 < self.own_query_similarity <= 1:
+            raise ValueError(
+                f"MemoraConfig.own_query_similarity must be in (0, 1], got {self.own_query_similarity}"
+            )
+
 
 class MemoraEnv(TurnEnv):
     """MEMORA's committee reranking as a text-in, text-out environment with persistent domain memory."""
@@ -153,12 +168,6 @@ class MemoraEnv(TurnEnv):
         """``retriever`` serves the first stage (module docstring); ``overrides`` replace config fields."""
         self.config = c = env_config("MemoraEnv", MemoraConfig, config, overrides)
         self.image_budget = budget_of(c)  # a budget no image fits is refused here, naming the field
-        if not 1 <= c.k_min <= c.k_max or not c.k <= c.kc <= c.k0 <= c.max_pool:
-            raise ValueError(f"MemoraEnv: need 1 <= k_min <= k_max and k <= kc <= k0 <= max_pool, got {c}")
-        if not 0 < c.own_query_similarity <= 1:
-            raise ValueError(
-                f"MemoraEnv: own_query_similarity must be in (0, 1], got {c.own_query_similarity}"
-            )
         self.retrievers = retriever
         """Where the first stage comes from: the source passed in, else None (BM25 in process)."""
         self._collection: Collection | None = None

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from ragym.envs import events as ev
-from ragym.envs.core import EnvConfig, env_config
+from ragym.envs.core import EnvConfig, check_least, env_config
 from ragym.envs.image_budget import budget_of
 from ragym.envs.image_cache import read_image
 from ragym.envs.r3g import events as r3g_ev
@@ -118,6 +118,9 @@ class R3GConfig(EnvConfig):
 
     def __post_init__(self) -> None:
         budget_of(self)  # a budget no image fits is refused here, naming the field
+        check_least(
+            self, {"max_turns": 2, "max_turn_chars": 1, "max_obs_chars": 1, "pool_size": 1, "top_k": 1}
+        )
         if isinstance(self.weights, dict):  # env_kwargs arrive as JSON
             object.__setattr__(self, "weights", JudgeWeights(**self.weights))
         if self.rerank not in RERANK_MODES:
@@ -126,8 +129,8 @@ class R3GConfig(EnvConfig):
             raise ValueError(f"pool_source must be one of {POOL_SOURCES}, got {self.pool_source!r}")
         if not 1 <= self.top_k <= self.pool_size:
             raise ValueError(f"need 1 <= top_k <= pool_size, got k={self.top_k}, P={self.pool_size}")
-        if self.temperature <= 0 or self.max_turns < 2:
-            raise ValueError("temperature must be positive and max_turns at least 2")
+        if self.temperature <= 0:
+            raise ValueError(f"R3GConfig.temperature must be positive, got {self.temperature!r}")
 
 
 @dataclass

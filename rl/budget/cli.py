@@ -71,7 +71,12 @@ def main(argv: list[str]) -> int:
 
         return gpu_check_main(argv[1:])
 
-    parser = argparse.ArgumentParser(prog="ragym budget", description=(__doc__ or "").partition("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="ragym budget",
+        description="tokens (text, visual) of each row's longest episode at a recipe's settings, and the share "
+        "the recipe would truncate; `ragym budget memory`: GPU memory per GPU; `ragym budget gpu-check`: one "
+        "update step measured on one GPU",
+    )
     parser.add_argument("--recipe", required=True, help="recipe name (recipes/NAME.yaml) or path")
     parser.add_argument("--rows", required=True, help="verl parquet rows (ragym prep's)")
     parser.add_argument("--limit", type=int, default=-1, help="only the first N rows")

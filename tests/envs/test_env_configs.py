@@ -81,8 +81,21 @@ def test_an_unknown_setting_is_refused_naming_it_and_the_settings_there_are(env_
             "KBVQAEnv: KBVQAConfig.max_rejections must be an int >= 0, got -1",
         ),
         ("DocMemo-v0", {"max_turns": 0}, "DocMemoEnv: DocMemoConfig.max_turns must be an int >= 1, got 0"),
-        # A value of the wrong type fails the config's comparison (a TypeError inside it).
-        ("R3G-v0", {"max_turns": "abc"}, "R3GEnv: '<' not supported"),
+        ("R3G-v0", {"max_turns": "abc"}, "R3GEnv: R3GConfig.max_turns must be an int >= 2, got 'abc'"),
+        # Accepted until the config checked them: a turn bound of 0 or a word, a turn no text fits.
+        (
+            "MEMORA-v0",
+            {"max_turns": "abc"},
+            "MemoraEnv: MemoraConfig.max_turns must be an int >= 1, got 'abc'",
+        ),
+        (
+            "MEMORA-v0",
+            {"max_turn_chars": 0},
+            "MemoraEnv: MemoraConfig.max_turn_chars must be an int >= 1, got 0",
+        ),
+        ("MEMORA-v0", {"k_min": 3, "k_max": 2}, "MemoraEnv: MemoraConfig: need k_min <= k_max and k <= kc"),
+        # R3G's text space raised its own ValueError outside the config.
+        ("R3G-v0", {"max_turn_chars": 0}, "R3GEnv: R3GConfig.max_turn_chars must be an int >= 1, got 0"),
     ],
 )
 def test_a_value_the_config_refuses_is_one_line_of_a_command(env_id, setting, message):

@@ -58,6 +58,9 @@ def test_a_truncated_file_is_one_error_or_a_skipped_file(kb, tmp_path):
     assert rows.bad == [BadRow(str(broken), None, None, rows.bad[0].reason)]
     with pytest.raises(DataError, match="not found"):
         load_rows(str(tmp_path / "absent.parquet"))
+    # A folder (the prep's output, say) is named as one, not as a file that is missing.
+    with pytest.raises(DataError, match="is a folder; give the parquet file in it"):
+        load_rows(str(kb / "data"))
 
 
 def test_nonsense_env_settings_are_bad_rows_naming_the_field(kb, tmp_path):
