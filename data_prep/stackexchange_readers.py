@@ -75,36 +75,46 @@ def site_from_path(path: Path) -> str:
 def read_posts_xml(path: Path, site: str | None = None) -> Iterator[QAPair | Rejection]:
     """Pairs from a data-dump ``Posts.xml``: one item per question post (answers are attached, not counted)."""
     site = site or site_from_path(path)
-    questions: dict[str, dict[str, str]] = {}
+    questions: list[tuple[int, dict[str, str]]] = []  # (position among the file's rows, attributes)
     answers: dict[str, list[dict[str, str]]] = {}
+    position = 0
     for _, elem in ET.iterparse(path, events=("end",)):
         if elem.tag != "row":
             continue
+        position += 1
         attrs = dict(elem.attrib)
         elem.clear()  # the full dump is large; keep only the attributes we copied
         if attrs.get("PostTypeId") == "1":
-            questions[attrs["Id"]] = attrs
+            questions.append((position, attrs))
         elif attrs.get("PostTypeId") == "2" and "ParentId" in attrs:
             answers.setdefault(attrs["ParentId"], []).append(attrs)
-    for qid, q in questions.items():
+    for position, q in questions:
+        qid = q.get("Id")
+        if not qid:
+            yield Rejection(f"{path}:row {position}", "missing_field:Id")
+            continue
         yield _pair_from_posts(path, site, qid, q, answers.get(qid, []))
 
 
 def _best_answer(question: dict[str, str], candidates: list[dict[str, str]]) -> dict[str, str] | None:
-    """The accepted answer, else the highest-scored one (ties broken by the lower post id)."""
+    """The accepted answer, else the highest-scored one (ties broken by the lower post id); ValueError when an
+    answer to rank has an Id or Score that is not an integer."""
     accepted = question.get("AcceptedAnswerId")
     for answer in candidates:
-        if answer["Id"] == accepted:
+        if accepted is not None and answer.get("Id") == accepted:
             return answer
     if not candidates:
         return None
-    return max(candidates, key=lambda a: (int(a.get("Score", "0")), -int(a["Id"])))
+    return max(candidates, key=lambda a: (int(a.get("Score", "0")), -int(a.get("Id", ""))))
 
 
 def _pair_from_posts(
     path: Path, site: str, qid: str, question: dict[str, str], candidates: list[dict[str, str]]
 ) -> QAPair | Rejection:
-    answer = _best_answer(question, candidates)
+    try:
+        answer = _best_answer(question, candidates)
+    except ValueError:
+        return Rejection(f"{path}:{qid}", "unrankable_answers")
     if answer is None:
         return Rejection(f"{path}:{qid}", "no_answer")
     title = html_to_text(question.get("Title", ""))

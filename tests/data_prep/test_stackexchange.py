@@ -49,6 +49,35 @@ def test_posts_xml_pairs_accepted_else_best_scored_answer(posts_xml: Path) -> No
     assert isinstance(items[f"{posts_xml}:7"], Rejection) and items[f"{posts_xml}:7"].reason == "no_answer"
 
 
+def test_a_broken_post_is_one_rejected_thread(posts_xml: Path, tmp_path: Path) -> None:
+    """A question without an Id, or answers that cannot be ranked (a Score or Id that is not an integer, and no
+    accepted answer), reject that thread with a reason; an unranked sibling of an accepted answer is harmless."""
+    broken = """  <row PostTypeId="1" Title="Who am I?" Body="&lt;p&gt;No id.&lt;/p&gt;" />
+  <row Id="20" PostTypeId="1" Title="Scores?" Body="&lt;p&gt;Bad score.&lt;/p&gt;" />
+  <row Id="21" PostTypeId="2" ParentId="20" Score="n/a" Body="&lt;p&gt;Unscored.&lt;/p&gt;" />
+  <row Id="22" PostTypeId="2" ParentId="20" Score="3" Body="&lt;p&gt;Scored.&lt;/p&gt;" />
+  <row PostTypeId="2" ParentId="4" Score="1" Body="&lt;p&gt;An answer without an id.&lt;/p&gt;" />
+  <row Id="23" PostTypeId="2" ParentId="1" Score="n/a" Body="&lt;p&gt;Beside the accepted one.&lt;/p&gt;" />
+</posts>
+"""
+    posts_xml.write_text(POSTS_XML.replace("</posts>\n", broken), encoding="utf-8")
+    report = prepare(posts_xml, tmp_path / "out", OfflineAnnotator(), PrepConfig(num_negatives=1)).as_dict()
+    threads = report["splits"][INPUT_ROWS]
+    assert (threads["num_rows_in"], threads["num_rows_out"]) == (7, 3)  # 1 and 8 and 10 kept
+    assert threads["rejected_by_reason"] == {"missing_field:Id": 1, "no_answer": 1, "unrankable_answers": 2}
+    details = {e["detail"] for e in report["rejected_examples"]}
+    assert {f"{posts_xml}:row 12", f"{posts_xml}:20", f"{posts_xml}:4"} <= details
+
+
+def test_a_question_post_given_twice_is_counted_twice(posts_xml: Path, tmp_path: Path) -> None:
+    again = '  <row Id="4" PostTypeId="1" Title="Is the moon hollow?" Body="&lt;p&gt;Again.&lt;/p&gt;" />\n</posts>\n'
+    posts_xml.write_text(POSTS_XML.replace("</posts>\n", again), encoding="utf-8")
+    report = prepare(posts_xml, tmp_path / "out", OfflineAnnotator(), PrepConfig(num_negatives=1)).as_dict()
+    threads = report["splits"][INPUT_ROWS]
+    assert (threads["num_rows_in"], threads["num_rows_out"]) == (6, 4)
+    assert threads["rejected_by_reason"] == {"duplicate_question_id": 1, "no_answer": 1}
+
+
 @pytest.mark.parametrize(
     ("excluded", "cutoff", "reject_undated", "expected"),
     [
