@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from ragym.data_prep.annotators import (
 from ragym.data_prep.chat import ChatConfig, ChatError
 from ragym.data_prep.hard_negatives import mine_bm25_negatives
 from ragym.data_prep.report import PrepReport
-from ragym.data_prep.stackexchange_readers import QAPair, Rejection, read_pairs
+from ragym.data_prep.stackexchange_readers import INPUT_SUFFIXES, QAPair, Rejection, read_pairs
 
 logger = logging.getLogger(__name__)
 INPUT_ROWS = "threads"
@@ -200,8 +201,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    """Command-line entry: prepare one Stack Exchange source and print the report."""
-    args = _parser().parse_args(argv)
+    """Command-line entry: prepare one Stack Exchange source and print the report; an input of a file type it
+    cannot read is one line and exit status 2."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.input.suffix not in INPUT_SUFFIXES:
+        print(
+            f"{parser.prog}: --input {args.input} is neither a Posts.xml nor a .jsonl file", file=sys.stderr
+        )
+        return 2
     config = PrepConfig(
         test_fraction=args.test_fraction,
         num_negatives=args.num_negatives,

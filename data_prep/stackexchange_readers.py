@@ -165,6 +165,10 @@ def read_skeptics_jsonl(path: Path, site: str = "skeptics") -> Iterator[QAPair |
         )
 
 
+INPUT_SUFFIXES = (".xml", ".jsonl")
+"""The file types ``read_pairs`` reads: a data-dump ``Posts.xml``, the Skeptics jsonl."""
+
+
 def read_pairs(path: Path, site: str | None = None) -> Iterator[QAPair | Rejection]:
     """Dispatch on the file type: ``*.xml`` is a data dump, ``*.jsonl`` the Skeptics format."""
     if path.suffix == ".xml":

@@ -192,6 +192,17 @@ def test_limit_and_deterministic_splits(tmp_path: Path) -> None:
         assert (tmp_path / "b" / name).read_bytes() == (tmp_path / "c" / name).read_bytes()
 
 
+def test_an_input_of_another_file_type_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_pairs_jsonl(tmp_path / "pairs.jsonl").rename(tmp_path / "pairs.txt")
+    assert main(["--input", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"ragym prep stackexchange: --input {path} is neither a Posts.xml nor a .jsonl file"
+    ]
+    assert not (tmp_path / "out").exists()
+
+
 def test_offline_annotations_are_labelled_everywhere(tmp_path: Path) -> None:
     report = prepare(
         write_pairs_jsonl(tmp_path / "p.jsonl"), tmp_path / "out", OfflineAnnotator(), PrepConfig()
