@@ -21,6 +21,7 @@ import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from xml.etree.ElementTree import ParseError
 
 from ragym.data_prep.annotators import (
     OFFLINE_ANNOTATOR_NAME,
@@ -202,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Command-line entry: prepare one Stack Exchange source and print the report; an input of a file type it
-    cannot read is one line and exit status 2."""
+    cannot read, or a Posts.xml that is not well-formed, is one line and exit status 2."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.input.suffix not in INPUT_SUFFIXES:
@@ -225,6 +226,10 @@ def main(argv: list[str]) -> int:
         cache = args.chat_cache or args.out / "annotations_cache.jsonl"
         key = os.environ.get("OPENAI_API_KEY")  # unset for a local server
         annotator = ChatAnnotator(ChatConfig(args.chat_base_url, args.chat_model, key, cache, max_retries=5))
-    report = prepare(args.input, args.out, annotator, config, excluded)
+    try:
+        report = prepare(args.input, args.out, annotator, config, excluded)
+    except ParseError as err:  # a dump cut short or not XML: nothing is read from it (or written)
+        print(f"{parser.prog}: {args.input} is not well-formed XML ({err})", file=sys.stderr)
+        return 2
     print(report.format())
     return 0

@@ -203,6 +203,16 @@ def test_an_input_of_another_file_type_is_one_line(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_posts_xml_cut_short_is_one_line(
+    posts_xml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    posts_xml.write_text(POSTS_XML[:600], encoding="utf-8")
+    assert main(["--input", str(posts_xml), "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"ragym prep stackexchange: {posts_xml} is not well-formed XML (")
+    assert not (tmp_path / "out").exists()
+
+
 def test_offline_annotations_are_labelled_everywhere(tmp_path: Path) -> None:
     report = prepare(
         write_pairs_jsonl(tmp_path / "p.jsonl"), tmp_path / "out", OfflineAnnotator(), PrepConfig()
