@@ -141,6 +141,21 @@ def test_every_question_rejected_still_writes_the_report_and_empty_rows(tmp_path
     assert len(pd.read_parquet(out / "corpus" / "corpus.parquet")) == 0
 
 
+def test_a_parquet_without_rows_is_an_empty_split_with_its_report(tmp_path: Path) -> None:
+    """``datasets`` refuses a split without rows; the prep reads none and reports 0 = 0 + 0, as for BRIGHT."""
+    raw = write_fixture(tmp_path / "raw", [])
+    out = tmp_path / "task"
+    assert prep_main(["mragbench", "--raw", str(raw), "--out", str(out)]) == 0
+    questions = json.loads((out / "report.json").read_text())["splits"]["questions"]
+    assert questions == {
+        "num_rows_in": 0,
+        "num_rows_out": 0,
+        "num_rows_rejected": 0,
+        "rejected_by_reason": {},
+    }
+    assert rows(out).empty
+
+
 def test_an_id_repeated_with_surrounding_spaces_is_a_duplicate(tmp_path: Path) -> None:
     """Ids are kept stripped, so " 101" repeats "101": one row, one ``duplicate_id``."""
     valid = records()[:2]
