@@ -81,14 +81,16 @@ def _null(value: Any) -> bool:
 
 
 def read_documents(rows: list[dict[str, Any]], report: PrepReport) -> dict[str, str]:
-    """``{id: content}``; rows without an id or text content, or repeating an id, are rejected (split
-    ``documents``)."""
+    """``{id: content}``; rows without an id or text content, with only whitespace as content, or repeating an
+    id, are rejected (split ``documents``)."""
     texts: dict[str, str] = {}
     for index, row in enumerate(rows):
         report.read("documents")
         docid, content = row.get("id"), row.get("content")
         if _null(docid) or not isinstance(content, str):
             report.reject("documents", "missing_field", f"document {index}: no id or text content")
+        elif not content.strip():  # nothing to retrieve or to show as evidence
+            report.reject("documents", "empty_document", f"document {index}: id {docid!r} has no text")
         elif str(docid) in texts:
             report.reject("documents", "duplicate_id", f"document {index}: id {docid!r} appeared before")
         else:

@@ -87,6 +87,20 @@ def test_a_null_query_or_document_id_is_a_missing_field(tmp_path: Path) -> None:
     assert "nan" not in (out / "documents.jsonl").read_text()
 
 
+@pytest.mark.parametrize("content", ["", " \n\t"])
+def test_a_document_without_text_is_rejected(tmp_path: Path, content: str) -> None:
+    """An empty (or whitespace) document is nothing to retrieve: rejected as ``empty_document``, never written."""
+    raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
+    shard = raw / "documents" / "biology-00000-of-00001.parquet"
+    frame = pd.read_parquet(shard)
+    pd.concat([frame, pd.DataFrame([{"id": "empty/e_0.txt", "content": content}])]).to_parquet(shard)
+    assert prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out)]) == 0
+    documents = json.loads((out / "report.json").read_text())["splits"]["documents"]
+    assert (documents["num_rows_in"], documents["num_rows_out"]) == (8, 5)
+    assert documents["rejected_by_reason"] == {"duplicate_id": 1, "empty_document": 1, "missing_field": 1}
+    assert "empty/e_0.txt" not in (out / "documents.jsonl").read_text()
+
+
 def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
     raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
     prep_main(
