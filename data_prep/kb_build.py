@@ -35,6 +35,8 @@ from ragym.envs.retrieval.retrievers import BM25Retriever, build_index, normalis
 log = logging.getLogger(__name__)
 ENV_ID = "KBVQA-v0"
 PLACEHOLDER = "images/no_image.png"
+KB_SPLITS = ("kb", "kb_text")
+"""The report's splits that count KB input (articles, MMhops text passages); every other split is a dataset's."""
 
 
 @dataclass(frozen=True)
@@ -231,15 +233,16 @@ def _write_rows(
     cfg: BuildConfig,
     report: PrepReport,
 ) -> None:
-    """Apply the reachability filter to training splits and write ``data/<split>.parquet``; rows written with an
-    image whose gold entity is unknown are counted per split (``rows_without_gold``): no verification reward,
-    reachability filter, Ident. or retriever rank applies to them."""
+    """Apply the reachability filter to training splits and write ``data/<split>.parquet`` for every dataset split
+    read (empty when all its rows were rejected); rows written with an image whose gold entity is unknown are
+    counted per split (``rows_without_gold``): no verification reward, reachability filter, Ident. or retriever
+    rank applies to them."""
     env_kwargs = {
         "kb_dir": str(out.resolve()),
         "candidates_per_batch": cfg.candidates_per_batch,
         "max_rejections": cfg.max_rejections,
     }
-    rows: dict[str, list[dict[str, Any]]] = {}
+    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in report.splits() if s not in KB_SPLITS}
     without_gold = report.details.setdefault("rows_without_gold", {})
     for sample, queries, golds in kept:
         candidates = [[entity_ids[r] for r in ranked[q] if r >= 0] for q in queries]
@@ -259,8 +262,9 @@ def _write_rows(
         if None in gold_ids:
             without_gold[sample.split] = without_gold.get(sample.split, 0) + 1
     (out / "data").mkdir(exist_ok=True)
+    columns = ["data_source", "agent_name", "prompt", "ability", "reward_model", "extra_info"]
     for split, records in rows.items():
-        pd.DataFrame.from_records(records).to_parquet(out / "data" / f"{split}.parquet")
+        pd.DataFrame.from_records(records, columns=columns).to_parquet(out / "data" / f"{split}.parquet")
 
 
 def manifest_text_retrievers(cfg: BuildConfig) -> list[str]:

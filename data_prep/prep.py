@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 
 from ragym.data_prep import evqa, infoseek, kb_images, mmhops
 from ragym.data_prep.kb_build import BuildConfig, build
@@ -31,7 +32,7 @@ from ragym.data_prep.report import PrepReport
 
 DATASETS = ("infoseek", "evqa", "mmhops")
 EVAL_SPLITS = {"infoseek": ("val",), "evqa": ("test", "val"), "mmhops": ("test", "validation")}
-"""Each dataset's evaluation splits, the one the paper reports first (``mix`` copies the first found)."""
+"""Each dataset's evaluation splits, the one the paper reports first (``mix`` copies the first found with rows)."""
 
 
 def _dataset_args(parser: argparse.ArgumentParser) -> None:
@@ -132,6 +133,11 @@ def without_gold_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _num_rows(path: Path) -> int:
+    """Rows of a parquet file; 0 when it does not exist."""
+    return pq.ParquetFile(path).metadata.num_rows if path.exists() else 0
+
+
 def mix(argv: list[str]) -> dict[str, Any]:
     """Sample the training mix (``name=N`` per dataset, seeded) into ``OUT/train.parquet`` and gather each
     dataset's evaluation rows into ``OUT/val.parquet``; rows keep their own KB and data source."""
@@ -153,9 +159,11 @@ def mix(argv: list[str]) -> dict[str, Any]:
         if not (data / "train.parquet").exists():
             parser.error(f"{data / 'train.parquet'} does not exist; run `ragym prep {name}` first")
         rows = pd.read_parquet(data / "train.parquet")
+        if rows.empty and int(count) > 0:  # every training row was rejected (or the split had none)
+            parser.error(f"{data / 'train.parquet'} has no rows; {root / name / 'report.json'} says why")
         take = rows.sample(n=min(int(count), len(rows)), random_state=args.seed)
         train.append(take)
-        split = next((s for s in EVAL_SPLITS[name] if (data / f"{s}.parquet").exists()), None)
+        split = next((s for s in EVAL_SPLITS[name] if _num_rows(data / f"{s}.parquet")), None)
         if split is not None:
             evals.append(pd.read_parquet(data / f"{split}.parquet"))
         summary[name] = {

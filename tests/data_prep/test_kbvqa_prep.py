@@ -262,6 +262,28 @@ def test_resume_reuses_the_encoding_steps_shards(tmp_path: Path) -> None:
     assert second["splits"] == first["splits"] and second["details"]["recall"] == first["details"]["recall"]
 
 
+def test_a_split_with_every_row_rejected_is_written_empty_and_mix_says_so(tmp_path: Path, capsys) -> None:
+    """An all-rejected split still gets its parquet (the rows' columns, no row), so ``mix`` names the real
+    problem, a split without rows and the report that says why, not a prep that never ran."""
+    from ragym.data_prep.prep import mix
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_infoseek(tmp_path / "raw")
+    train = tmp_path / "raw" / "infoseek_train.jsonl"
+    lines = train.read_text().splitlines()
+    train.write_text("\n".join([lines[10], lines[13]]) + "\n")  # missing_image, malformed_answer
+    report = prep_dataset("infoseek", ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "infoseek")])
+    assert report["splits"]["train"]["num_rows_in"] == report["splits"]["train"]["num_rows_rejected"] == 2
+    rows = _rows(tmp_path / "infoseek", "train")
+    assert rows.empty and list(rows.columns) == list(_rows(tmp_path / "infoseek", "val").columns)
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        mix(["--out", str(tmp_path / "mix"), "--root", str(tmp_path), "infoseek=5"])
+    kb = tmp_path / "infoseek"
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith(f"{kb / 'data' / 'train.parquet'} has no rows; {kb / 'report.json'} says why")
+
+
 def test_a_kept_row_without_a_gold_scores_on_its_answer_alone(prepared) -> None:
     """The paper's reward on a kept evaluation row: outcome and format apply, verification does not."""
     from ragym import envs
