@@ -39,6 +39,10 @@ KB_SPLITS = ("kb", "kb_text")
 """The report's splits that count KB input (articles, MMhops text passages); every other split is a dataset's."""
 
 
+class NoUsableArticle(ValueError):
+    """Every KB article was rejected (or the KB had none): there is nothing to index or retrieve."""
+
+
 @dataclass(frozen=True)
 class BuildConfig:
     """Retrieval settings of a real KB (paper defaults)."""
@@ -297,9 +301,16 @@ def build(
     cfg: BuildConfig = BuildConfig(),
     loose_passages: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
-    """Write the KB at ``out`` (entities, passages, indexes, candidates, rows, kb.json, report.json)."""
+    """Write the KB at ``out`` (entities, passages, indexes, candidates, rows, kb.json, report.json);
+    ``NoUsableArticle``, before anything is written, when no article is usable (``report`` then counts why)."""
     if not articles:
-        raise ValueError(f"{data_source}: the KB has no usable article")
+        for sample in samples:  # rows in = rows out + rows rejected still holds for the report printed
+            report.reject(sample.split, "no_kb_article", f"{sample.sample_id}: the KB has no usable article")
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(report.rejected.get("kb", {}).items()))
+        raise NoUsableArticle(
+            f"the KB has no usable article ({report.num_in['kb']} KB entries read, rejected: "
+            f"{reasons or 'none'})"
+        )
     (out / "index").mkdir(parents=True, exist_ok=True)
     entity_ids = [f"E{i:07d}" for i in range(len(articles))]
     key_row = {a.key: i for i, a in enumerate(articles)}

@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from ragym.data_prep import evqa, infoseek, kb_images, mmhops
-from ragym.data_prep.kb_build import BuildConfig, build
+from ragym.data_prep.kb_build import BuildConfig, NoUsableArticle, build
 from ragym.data_prep.report import PrepReport
 
 DATASETS = ("infoseek", "evqa", "mmhops")
@@ -107,7 +107,11 @@ def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
         text_encoder=args.text_encoder,
         kb_images=args.kb_images or args.raw / "kb_images",
     )
-    result = build(args.out, name, articles, samples, report, cfg, loose)
+    try:
+        result = build(args.out, name, articles, samples, report, cfg, loose)
+    except NoUsableArticle:
+        print(report.format())  # why each KB entry was rejected
+        raise
     print(report.format())
     for split, row in result["details"].get("recall", {}).items():
         figures = "  ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items())
@@ -276,7 +280,7 @@ def run_dataset(name: str, argv: list[str]) -> int:
     """``ragym prep infoseek|evqa|mmhops``; files ragym cannot read as the dataset are one line, no traceback."""
     try:
         prep_dataset(name, argv)
-    except mmhops.ShardSchemaError as err:
+    except (mmhops.ShardSchemaError, NoUsableArticle) as err:
         print(f"ragym prep {name}: {err}", file=sys.stderr)
         return 2
     return 0

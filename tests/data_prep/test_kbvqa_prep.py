@@ -284,6 +284,27 @@ def test_a_split_with_every_row_rejected_is_written_empty_and_mix_says_so(tmp_pa
     assert error.endswith(f"{kb / 'data' / 'train.parquet'} has no rows; {kb / 'report.json'} says why")
 
 
+def test_a_kb_without_a_usable_article_is_one_line_after_its_report(tmp_path: Path, capsys) -> None:
+    """Nothing to index: no traceback and nothing written, but the printed report says why each entry failed."""
+    from ragym.rl.cli import main as ragym
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_infoseek(tmp_path / "raw")
+    kb = tmp_path / "raw" / "Wiki6M_ver_1_0.jsonl"
+    bad = [line for line in kb.read_text().splitlines() if '"Q201"' in line or '"Q202"' in line]
+    kb.write_text("".join(line + "\n" for line in bad))  # one line not JSON, one article without text
+    assert ragym(["prep", "infoseek", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")]) == 2
+    captured = capsys.readouterr()
+    assert "  kb     2 = 0 + 2  (kb_entry_without_text 1, malformed_json 1)" in captured.out.splitlines()
+    assert "no_kb_article" in captured.out
+    [line] = [line for line in captured.err.splitlines() if line.startswith("ragym prep")]
+    assert line == (
+        "ragym prep infoseek: the KB has no usable article "
+        "(2 KB entries read, rejected: kb_entry_without_text 1, malformed_json 1)"
+    )
+    assert not (tmp_path / "kb").exists()
+
+
 def test_a_kept_row_without_a_gold_scores_on_its_answer_alone(prepared) -> None:
     """The paper's reward on a kept evaluation row: outcome and format apply, verification does not."""
     from ragym import envs
