@@ -147,6 +147,7 @@ def read(
         if not path.exists():
             continue
         found = True
+        report.read(split, 0)  # an empty file is a split of no rows (written empty), not a split never given
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
             missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]

@@ -197,6 +197,7 @@ def read(
         path = raw / f"infoseek_{split}.jsonl"
         if not path.exists():
             continue
+        report.read(split, 0)  # an empty file is a split of no rows (written empty), not a split never given
         withkb = _by_data_id(raw / f"infoseek_{split}_withkb.jsonl", "entity_id")
         qtypes = _by_data_id(raw / f"infoseek_{split}_qtype.jsonl", "question_type")
         for count, (number, row) in enumerate(read_jsonl(path, yield_broken=True)):

@@ -284,6 +284,26 @@ def test_a_split_with_every_row_rejected_is_written_empty_and_mix_says_so(tmp_pa
     assert error.endswith(f"{kb / 'data' / 'train.parquet'} has no rows; {kb / 'report.json'} says why")
 
 
+@pytest.mark.parametrize(
+    ("name", "file", "keep"), [("infoseek", "infoseek_train.jsonl", 0), ("evqa", "train.csv", 1)]
+)
+def test_a_split_file_without_rows_is_an_empty_split(tmp_path: Path, name: str, file: str, keep: int) -> None:
+    """An empty split file (an E-VQA csv with its header alone) is reported 0 = 0 + 0 and written empty."""
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    getattr(fx, f"write_{name}")(tmp_path / "raw")
+    path = tmp_path / "raw" / file
+    path.write_text("".join(line + "\n" for line in path.read_text().splitlines()[:keep]))
+    report = prep_dataset(name, ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / name)])
+    assert report["splits"]["train"] == {
+        "num_rows_in": 0,
+        "num_rows_out": 0,
+        "num_rows_rejected": 0,
+        "rejected_by_reason": {},
+    }
+    assert _rows(tmp_path / name, "train").empty
+
+
 def test_a_kb_without_a_usable_article_is_one_line_after_its_report(tmp_path: Path, capsys) -> None:
     """Nothing to index: no traceback and nothing written, but the printed report says why each entry failed."""
     from ragym.rl.cli import main as ragym
