@@ -150,6 +150,8 @@ def read(
         report.read(split, 0)  # an empty file is a split of no rows (written empty), not a split never given
         with path.open(newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
+            if reader.fieldnames is None:  # a 0-byte file: no header and no row, like a header alone
+                continue
             missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
                 raise ValueError(f"{path}: header lacks columns {missing}; found {reader.fieldnames}")

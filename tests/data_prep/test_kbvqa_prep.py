@@ -285,10 +285,12 @@ def test_a_split_with_every_row_rejected_is_written_empty_and_mix_says_so(tmp_pa
 
 
 @pytest.mark.parametrize(
-    ("name", "file", "keep"), [("infoseek", "infoseek_train.jsonl", 0), ("evqa", "train.csv", 1)]
+    ("name", "file", "keep"),
+    [("infoseek", "infoseek_train.jsonl", 0), ("evqa", "train.csv", 1), ("evqa", "train.csv", 0)],
 )
 def test_a_split_file_without_rows_is_an_empty_split(tmp_path: Path, name: str, file: str, keep: int) -> None:
-    """An empty split file (an E-VQA csv with its header alone) is reported 0 = 0 + 0 and written empty."""
+    """An empty split file (an E-VQA csv with its header alone, or 0 bytes) is reported 0 = 0 + 0 and written
+    empty."""
     from tests.data_prep import kbvqa_fixtures as fx
 
     getattr(fx, f"write_{name}")(tmp_path / "raw")
