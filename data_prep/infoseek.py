@@ -190,6 +190,8 @@ def read(
     image_dir: Path | None = None,
 ) -> tuple[list[Article], list[Sample]]:
     """The KB articles and the usable samples of every split present in ``raw`` (first ``limit`` per split)."""
+    if not any((raw / f"infoseek_{split}.jsonl").exists() for split in SPLITS):  # before a KB of millions
+        raise FileNotFoundError(f"no infoseek_{{train,val}}.jsonl in {raw}")
     articles = read_kb_file(kb or find_kb(raw), report)
     find_image = ImageFinder(raw, image_dir)
     samples: list[Sample] = []
@@ -210,8 +212,6 @@ def read(
                 samples.append(_sample(row, split, withkb, qtypes, find_image))
             except RowError as err:
                 report.reject(split, err.reason, f"{path.name}:{number}: {err}")
-    if not samples and not report.num_in:
-        raise FileNotFoundError(f"no infoseek_{{train,val}}.jsonl in {raw}")
     return articles, _to_kb_keys(samples, articles, report)
 
 

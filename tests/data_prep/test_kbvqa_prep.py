@@ -367,3 +367,27 @@ def test_an_image_folder_that_does_not_exist_is_one_line_naming_it(
     [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
     assert f"{flag} {tmp_path / 'nowhere'} is not a folder" in line
     assert not (tmp_path / "kb").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "files", "named"),
+    [
+        ("infoseek", "infoseek_*.jsonl", "no infoseek_{train,val}.jsonl in"),
+        ("evqa", "*.csv", "no train.csv / val.csv / test.csv in"),
+        ("mmhops", "data/*.parquet", "no data/{train,validation,test}-*.parquet in"),
+    ],
+)
+def test_no_split_file_at_all_is_one_line_naming_the_files(
+    tmp_path: Path, capsys, name: str, files: str, named: str
+) -> None:
+    """A KB alone is no dataset: before, InfoSeek counted its KB entries as rows read and wrote a KB of no row."""
+    from ragym.rl.cli import main as ragym
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    getattr(fx, f"write_{name}")(tmp_path / "raw")
+    for path in (tmp_path / "raw").glob(files):
+        path.unlink()
+    assert ragym(["prep", name, "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert f"{named} {tmp_path / 'raw'}" in line
+    assert not (tmp_path / "kb").exists()
