@@ -30,13 +30,15 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 from PIL import Image
 
-from ragym.data_prep.report import PrepReport
+from ragym.data_prep.report import PrepReport, UnreadableFile
 from ragym.data_prep.rows import verl_row
 from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.trec import read_trec_qrels
@@ -53,17 +55,28 @@ class RowError(ValueError):
 
 
 def read_split(raw: Path, config: str, split: str) -> list[dict[str, Any]]:
-    """Rows of ``raw/config/split*`` (parquet shards, jsonl or json); a missing split is an error naming it."""
+    """Rows of ``raw/config/split*`` (parquet shards, jsonl or json); a missing split is an error naming it, and
+    so is a shard that is not parquet or a ``.json`` that is not JSON (``UnreadableFile``)."""
     folder = raw / config
     shards = sorted(folder.glob(f"{split}-*.parquet")) + sorted(folder.glob(f"{split}.parquet"))
     if shards:
-        return [row for shard in shards for row in pd.read_parquet(shard).to_dict("records")]
+        return [row for shard in shards for row in _parquet_rows(shard)]
     for path in (folder / f"{split}.jsonl", folder / f"{split}.json"):
         if path.exists():
             if path.suffix == ".json":
-                return list(json.loads(path.read_text(encoding="utf-8")))
+                try:
+                    return list(json.loads(path.read_text(encoding="utf-8")))
+                except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+                    raise UnreadableFile(f"{path} is not JSON ({err})") from err
             return [row for _, row in read_jsonl(path)]
     raise FileNotFoundError(f"no {split}*.parquet, {split}.jsonl or {split}.json in {folder}")
+
+
+def _parquet_rows(shard: Path) -> list[dict[str, Any]]:
+    try:
+        return pd.read_parquet(shard).to_dict("records")
+    except (pa.ArrowException, OSError) as err:  # not parquet (ArrowInvalid), or its data corrupt (OSError)
+        raise UnreadableFile(f"{shard} is not a readable parquet file ({err})") from err
 
 
 def _ids(value: Any) -> list[str]:
@@ -286,7 +299,8 @@ def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
 
 
 def main(command: str, argv: list[str]) -> int:
-    """``ragym prep bright ...`` or ``ragym prep mm-bright ...``; prints the report."""
+    """``ragym prep bright ...`` or ``ragym prep mm-bright ...``; prints the report (an input file it cannot read
+    is one line naming it, exit status 2)."""
     parser = argparse.ArgumentParser(
         prog=f"ragym prep {command}", description=(__doc__ or "").partition("\n")[0]
     )
@@ -318,6 +332,10 @@ def main(command: str, argv: list[str]) -> int:
             "--descriptions", type=Path, help='JSON lines {"id", "description"} of query images'
         )
     args = parser.parse_args(argv)
-    report = prep_bright(args) if command == "bright" else prep_mm_bright(args)
+    try:
+        report = prep_bright(args) if command == "bright" else prep_mm_bright(args)
+    except UnreadableFile as err:  # none of its rows can be counted; nothing is written
+        print(f"{parser.prog}: {err}", file=sys.stderr)
+        return 2
     print(report.format())
     return 0

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ragym.data_prep.kb_records import Article, RowError, Sample, require_str
-from ragym.data_prep.report import PrepReport
+from ragym.data_prep.report import PrepReport, parquet_num_rows
 from ragym.envs.files import read_jsonl
 from ragym.rewards.mmhops import check_ground_truth
 
@@ -105,6 +105,8 @@ def _sample(row: dict[str, Any], split: str, image_columns: list[str], name: str
 def _read_split(files: list[Path], split: str, report: PrepReport, limit: int | None) -> list[Sample]:
     from datasets import load_dataset
 
+    for shard in files:  # a shard that is not parquet is named (datasets' error would not name it)
+        parquet_num_rows(shard)
     dataset = load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
     image_columns = _image_columns(dataset.features, f"MMhops {split} shards {[f.name for f in files]}")
     samples: list[Sample] = []

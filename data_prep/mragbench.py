@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import io
 import logging
+import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import Any
 from PIL import Image
 
 from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
-from ragym.data_prep.report import PrepReport
+from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows
 from ragym.envs.retrieval.encoders import make_image_encoder
 
 log = logging.getLogger(__name__)
@@ -127,12 +128,11 @@ def read_records(raw: Path, limit: int | None, cache: Path) -> list[dict[str, An
     """The ``test`` split of the hub-layout folder ``raw``, images undecoded (``{"bytes", "path"}``); none when
     its parquet files hold no rows."""
     import datasets
-    import pyarrow.parquet as pq
 
     shards = list(raw.glob("data/test-*.parquet"))
     if not shards:
         raise FileNotFoundError(f"{raw} has no data/test-*.parquet (the hub layout of uclanlp/MRAG-Bench)")
-    if not any(pq.ParquetFile(shard).metadata.num_rows for shard in shards):
+    if not sum(map(parquet_num_rows, shards)):  # every shard is opened, so one that is not parquet is named
         return []  # datasets refuses a split without rows ("corresponds to no data"); the report shows 0 in
     ds = datasets.load_dataset(str(raw), split="test", cache_dir=str(cache))
     features = ds.features.copy()
@@ -232,6 +232,10 @@ def main(argv: list[str]) -> int:
             "processor_path": args.processor_path,
             "device": args.device,
         }
-    report = prepare(args.raw, args.out, args.limit, args.corpus, args.test_fraction, spec)
+    try:
+        report = prepare(args.raw, args.out, args.limit, args.corpus, args.test_fraction, spec)
+    except UnreadableFile as err:  # a shard that is not parquet: no question of it can be counted
+        print(f"{parser.prog}: {err}", file=sys.stderr)
+        return 2
     print(report.format())
     return 0

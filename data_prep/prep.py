@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from ragym.data_prep import evqa, infoseek, kb_images, mmhops
 from ragym.data_prep.kb_build import BuildConfig, NoUsableArticle, build
-from ragym.data_prep.report import PrepReport
+from ragym.data_prep.report import PrepReport, UnreadableFile
 
 DATASETS = ("infoseek", "evqa", "mmhops")
 EVAL_SPLITS = {"infoseek": ("val",), "evqa": ("test", "val"), "mmhops": ("test", "validation")}
@@ -280,7 +280,7 @@ def run_dataset(name: str, argv: list[str]) -> int:
     """``ragym prep infoseek|evqa|mmhops``; files ragym cannot read as the dataset are one line, no traceback."""
     try:
         prep_dataset(name, argv)
-    except (mmhops.ShardSchemaError, NoUsableArticle) as err:
+    except (mmhops.ShardSchemaError, NoUsableArticle, UnreadableFile) as err:
         print(f"ragym prep {name}: {err}", file=sys.stderr)
         return 2
     return 0

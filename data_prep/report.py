@@ -32,6 +32,23 @@ class UnbalancedReport(RuntimeError):
     """Rows in != rows out + rows rejected for some split: a counting bug in the prep, never bad input."""
 
 
+class UnreadableFile(ValueError):
+    """An input file a prep cannot read in its format at all (a ``.parquet`` that is not parquet, a ``.json`` that
+    is not JSON): none of its rows can be counted, so ``ragym prep`` prints this, naming the file, as one line
+    (exit status 2), not a traceback."""
+
+
+def parquet_num_rows(path: Path) -> int:
+    """Rows of the parquet file ``path``, from its footer; ``UnreadableFile`` naming it when it is not parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except pa.ArrowInvalid as err:  # pyarrow's message does not name the file
+        raise UnreadableFile(f"{path} is not a parquet file ({err})") from err
+
+
 class PrepReport:
     """Rows read, written and rejected (by reason) per split of one prep, with its prep-specific details."""
 

@@ -285,6 +285,31 @@ def test_each_prep_task_writes_its_own_memory_file(tmp_path: Path) -> None:
     assert sorted(p.name for p in mem.iterdir()) == sorted(f"{name}.jsonl" for name in preps)
 
 
+@pytest.mark.parametrize(
+    ("command", "file", "says"),
+    [
+        ("bright", "documents/biology-00000-of-00001.parquet", "is not a readable parquet file ("),
+        ("mm-bright", "examples_multimodal/academia.parquet", "is not a readable parquet file ("),
+        ("bright", "examples/biology.json", "is not JSON ("),
+    ],
+)
+def test_an_input_file_not_in_its_format_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, file: str, says: str
+) -> None:
+    """Before, pyarrow's ArrowInvalid (or json's error) ended the prep with a traceback."""
+    if command == "bright":
+        raw, task = write_bright(tmp_path / "raw"), ["--task", "biology"]
+    else:
+        raw, task = write_mm_bright(tmp_path / "raw"), ["--domain", "academia"]
+    if file.endswith(".json"):  # the split as one JSON file instead of its shards
+        (raw / "examples" / "biology-00000-of-00001.parquet").unlink()
+    (raw / file).write_text("junk\n")
+    assert prep_main([command, "--raw", str(raw), *task, "--out", str(tmp_path / "out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"ragym prep {command}: {raw / file} {says}")
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
 def test_missing_split_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="documents"):
         prep_main(["bright", "--raw", str(tmp_path), "--task", "biology", "--out", str(tmp_path / "o")])

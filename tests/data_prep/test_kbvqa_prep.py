@@ -391,3 +391,17 @@ def test_no_split_file_at_all_is_one_line_naming_the_files(
     [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
     assert f"{named} {tmp_path / 'raw'}" in line
     assert not (tmp_path / "kb").exists()
+
+
+def test_an_mmhops_shard_that_is_not_parquet_is_one_line_naming_it(tmp_path: Path, capsys) -> None:
+    """Before, pyarrow's ArrowInvalid, which does not name the shard, ended the prep with a traceback."""
+    from ragym.rl.cli import main as ragym
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_mmhops(tmp_path / "raw")
+    shard = tmp_path / "raw" / "data" / "validation-00000-of-00001.parquet"
+    shard.write_text("junk\n")
+    assert ragym(["prep", "mmhops", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert line.startswith(f"ragym prep mmhops: {shard} is not a parquet file (")
+    assert not (tmp_path / "kb").exists()

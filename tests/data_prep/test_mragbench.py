@@ -156,6 +156,19 @@ def test_a_parquet_without_rows_is_an_empty_split_with_its_report(tmp_path: Path
     assert rows(out).empty
 
 
+def test_a_shard_that_is_not_parquet_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before, pyarrow's ArrowInvalid, which does not name the file, ended the prep with a traceback."""
+    shard = tmp_path / "raw" / "data" / "test-00000-of-00001.parquet"
+    shard.parent.mkdir(parents=True)
+    shard.write_text("junk\n")
+    assert prep_main(["mragbench", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "task")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"ragym prep mragbench: {shard} is not a parquet file (")
+    assert not (tmp_path / "task" / "report.json").exists()
+
+
 def test_an_id_repeated_with_surrounding_spaces_is_a_duplicate(tmp_path: Path) -> None:
     """Ids are kept stripped, so " 101" repeats "101": one row, one ``duplicate_id``."""
     valid = records()[:2]
