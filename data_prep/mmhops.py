@@ -105,8 +105,11 @@ def _sample(row: dict[str, Any], split: str, image_columns: list[str], name: str
 def _read_split(files: list[Path], split: str, report: PrepReport, limit: int | None) -> list[Sample]:
     from datasets import load_dataset
 
-    for shard in files:  # a shard that is not parquet is named (datasets' error would not name it)
-        parquet_num_rows(shard)
+    report.read(split, 0)  # shards without rows: a split of no rows (written empty), not one never given
+    # Every shard is opened, so one that is not parquet is named; datasets fails on a shard without rows.
+    files = [shard for shard in files if parquet_num_rows(shard)]
+    if not files:
+        return []
     dataset = load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
     image_columns = _image_columns(dataset.features, f"MMhops {split} shards {[f.name for f in files]}")
     samples: list[Sample] = []

@@ -405,3 +405,25 @@ def test_an_mmhops_shard_that_is_not_parquet_is_one_line_naming_it(tmp_path: Pat
     [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
     assert line.startswith(f"ragym prep mmhops: {shard} is not a parquet file (")
     assert not (tmp_path / "kb").exists()
+
+
+@pytest.mark.parametrize(
+    ("shard", "split", "num_in"),
+    [("validation-00000-of-00001", "validation", 0), ("train-00000-of-00002", "train", 5)],
+)
+def test_an_mmhops_shard_without_rows_reads_as_none(
+    tmp_path: Path, shard: str, split: str, num_in: int
+) -> None:
+    """Before, datasets failed on a shard with its columns and no row (a traceback); now it adds no row, and a
+    split of such shards alone is reported 0 = 0 + 0 and written empty."""
+    import pyarrow.parquet as pq
+
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_mmhops(tmp_path / "raw")
+    path = tmp_path / "raw" / "data" / f"{shard}.parquet"
+    pq.write_table(pq.read_table(path).slice(0, 0), path)
+    report = prep_dataset("mmhops", ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")])
+    counts = report["splits"][split]
+    assert counts["num_rows_in"] == num_in == counts["num_rows_out"] + counts["num_rows_rejected"]
+    assert len(_rows(tmp_path / "kb", split)) == counts["num_rows_out"]
