@@ -21,7 +21,7 @@ from typing import Any
 
 from ragym.data_prep.kb_files import read_kb_file
 from ragym.data_prep.kb_records import Article, RowError, Sample, require_str
-from ragym.data_prep.report import PrepReport
+from ragym.data_prep.report import PrepReport, UnreadableFile
 from ragym.rewards.answers import score_answer
 from ragym.rewards.evqa import QUESTION_TYPES
 
@@ -154,7 +154,7 @@ def read(
                 continue
             missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
-                raise ValueError(f"{path}: header lacks columns {missing}; found {reader.fieldnames}")
+                raise UnreadableFile(f"{path}: header lacks columns {missing}; found {reader.fieldnames}")
             for number, row in enumerate(reader, 2):
                 if limit is not None and number - 2 >= limit:
                     break

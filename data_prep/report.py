@@ -34,8 +34,8 @@ class UnbalancedReport(RuntimeError):
 
 class UnreadableFile(ValueError):
     """An input file a prep cannot read in its format at all (a ``.parquet`` that is not parquet, a ``.json`` that
-    is not JSON): none of its rows can be counted, so ``ragym prep`` prints this, naming the file, as one line
-    (exit status 2), not a traceback."""
+    is not JSON, a CSV without the dataset's columns): none of its rows can be counted, so ``ragym prep`` prints
+    this, naming the file, as one line (exit status 2), not a traceback."""
 
 
 def parquet_num_rows(path: Path) -> int:

@@ -427,3 +427,16 @@ def test_an_mmhops_shard_without_rows_reads_as_none(
     counts = report["splits"][split]
     assert counts["num_rows_in"] == num_in == counts["num_rows_out"] + counts["num_rows_rejected"]
     assert len(_rows(tmp_path / "kb", split)) == counts["num_rows_out"]
+
+
+def test_an_evqa_csv_without_the_columns_is_one_line_naming_it(tmp_path: Path, capsys) -> None:
+    """Before, its ValueError ended the prep with a traceback."""
+    from ragym.rl.cli import main as ragym
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_evqa(tmp_path / "raw")
+    (tmp_path / "raw" / "train.csv").write_text("question,answer\nWhat?,That\n")
+    assert ragym(["prep", "evqa", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert line.startswith(f"ragym prep evqa: {tmp_path / 'raw' / 'train.csv'}: header lacks columns [")
+    assert not (tmp_path / "kb").exists()
