@@ -132,9 +132,13 @@ def read_records(raw: Path, limit: int | None, cache: Path) -> list[dict[str, An
     shards = list(raw.glob("data/test-*.parquet"))
     if not shards:
         raise FileNotFoundError(f"{raw} has no data/test-*.parquet (the hub layout of uclanlp/MRAG-Bench)")
-    if not sum(map(parquet_num_rows, shards)):  # every shard is opened, so one that is not parquet is named
-        return []  # datasets refuses a split without rows ("corresponds to no data"); the report shows 0 in
-    ds = datasets.load_dataset(str(raw), split="test", cache_dir=str(cache))
+    # Every shard is opened, so one that is not parquet is named; datasets fails on a shard without rows, and
+    # refuses a split without any ("corresponds to no data"): the report shows 0 in.
+    shards = [shard for shard in shards if parquet_num_rows(shard)]
+    if not shards:
+        return []
+    files = {"test": [str(shard.relative_to(raw)) for shard in sorted(shards)]}
+    ds = datasets.load_dataset(str(raw), data_files=files, split="test", cache_dir=str(cache))
     features = ds.features.copy()
     for name, feature in features.items():
         if isinstance(feature, datasets.Image):

@@ -156,6 +156,19 @@ def test_a_parquet_without_rows_is_an_empty_split_with_its_report(tmp_path: Path
     assert rows(out).empty
 
 
+def test_a_shard_without_rows_beside_one_with_rows_adds_none(tmp_path: Path) -> None:
+    """Before, datasets failed on the empty shard (a batch size of 0) with a traceback."""
+    import pyarrow.parquet as pq
+
+    raw = write_fixture(tmp_path / "raw")
+    shard = raw / "data" / "test-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(shard).slice(0, 0), raw / "data" / "test-00001-of-00002.parquet")
+    shard.rename(raw / "data" / "test-00000-of-00002.parquet")
+    assert prep_main(["mragbench", "--raw", str(raw), "--out", str(tmp_path / "task")]) == 0
+    questions = json.loads((tmp_path / "task" / "report.json").read_text())["splits"]["questions"]
+    assert (questions["num_rows_in"], questions["num_rows_out"]) == (13, NUM_VALID)
+
+
 def test_a_shard_that_is_not_parquet_is_one_line_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
