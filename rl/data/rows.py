@@ -203,7 +203,9 @@ def _check_shared_state(env_id: str, kwargs: dict[str, Any]) -> None:
 
 def _read_file(path: str, limit: int) -> list[dict[str, Any]]:
     if Path(path).is_dir():
-        raise DataError(f"data file {path} is a folder; give the parquet file in it (e.g. {path}/train.parquet)")
+        raise DataError(
+            f"data file {path} is a folder; give the parquet file in it (e.g. {path}/train.parquet)"
+        )
     if not Path(path).is_file():
         raise DataError(f"data file {path} not found; check the path (relative paths start at {Path.cwd()})")
     try:
