@@ -40,7 +40,7 @@ from PIL import Image
 
 from ragym.data_prep.report import PrepReport, UnreadableFile
 from ragym.data_prep.rows import verl_row
-from ragym.envs.files import read_jsonl
+from ragym.envs.files import JsonlError, read_jsonl
 from ragym.envs.retrieval.trec import read_trec_qrels
 
 ENV_ID = "MEMORA-v0"
@@ -54,9 +54,10 @@ class RowError(ValueError):
         self.reason, self.detail = reason, detail
 
 
-def read_split(raw: Path, config: str, split: str) -> list[dict[str, Any]]:
+def read_split(raw: Path, config: str, split: str) -> list[Any]:
     """Rows of ``raw/config/split*`` (parquet shards, jsonl or json); a missing split is an error naming it, and
-    so is a shard that is not parquet or a ``.json`` that is not JSON (``UnreadableFile``)."""
+    so is a shard that is not parquet or a ``.json`` that is not JSON (``UnreadableFile``). A jsonl line that is
+    not JSON is its ``JsonlError`` in the rows, for the caller to reject (``malformed_json``) and read on."""
     folder = raw / config
     shards = sorted(folder.glob(f"{split}-*.parquet")) + sorted(folder.glob(f"{split}.parquet"))
     if shards:
@@ -68,7 +69,7 @@ def read_split(raw: Path, config: str, split: str) -> list[dict[str, Any]]:
                     return list(json.loads(path.read_text(encoding="utf-8")))
                 except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
                     raise UnreadableFile(f"{path} is not JSON ({err})") from err
-            return [row for _, row in read_jsonl(path)]
+            return [row for _, row in read_jsonl(path, yield_broken=True)]
     raise FileNotFoundError(f"no {split}*.parquet, {split}.jsonl or {split}.json in {folder}")
 
 
@@ -77,6 +78,11 @@ def _parquet_rows(shard: Path) -> list[dict[str, Any]]:
         return pd.read_parquet(shard).to_dict("records")
     except (pa.ArrowException, OSError) as err:  # not parquet (ArrowInvalid), or its data corrupt (OSError)
         raise UnreadableFile(f"{shard} is not a readable parquet file ({err})") from err
+
+
+def _malformed(row: Any) -> str:
+    """What is wrong with a split row that is not a JSON object: its jsonl line's error, or the value."""
+    return str(row) if isinstance(row, JsonlError) else f"not a JSON object: {str(row)[:60]}"
 
 
 def _ids(value: Any) -> list[str]:
@@ -93,14 +99,16 @@ def _null(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value)
 
 
-def read_documents(rows: list[dict[str, Any]], report: PrepReport) -> dict[str, str]:
-    """``{id: content}``; rows without an id or text content, with only whitespace as content, or repeating an
-    id, are rejected (split ``documents``)."""
+def read_documents(rows: list[Any], report: PrepReport) -> dict[str, str]:
+    """``{id: content}``; rows that are not JSON objects, without an id or text content, with only whitespace as
+    content, or repeating an id, are rejected (split ``documents``)."""
     texts: dict[str, str] = {}
     for index, row in enumerate(rows):
         report.read("documents")
-        docid, content = row.get("id"), row.get("content")
-        if _null(docid) or not isinstance(content, str):
+        docid, content = (row.get("id"), row.get("content")) if isinstance(row, dict) else (None, None)
+        if not isinstance(row, dict):
+            report.reject("documents", "malformed_json", f"document {index}: {_malformed(row)}")
+        elif _null(docid) or not isinstance(content, str):
             report.reject("documents", "missing_field", f"document {index}: no id or text content")
         elif not content.strip():  # nothing to retrieve or to show as evidence
             report.reject("documents", "empty_document", f"document {index}: id {docid!r} has no text")
@@ -113,7 +121,7 @@ def read_documents(rows: list[dict[str, Any]], report: PrepReport) -> dict[str, 
 
 
 def query_options(
-    row: dict[str, Any],
+    row: Any,
     domain: str,
     gold_key: str,
     excluded_key: str,
@@ -122,6 +130,8 @@ def query_options(
 ) -> dict[str, Any]:
     """The env options of one example (``domain``: its prep task, the name of its memory file); raises
     ``RowError`` for unusable rows."""
+    if not isinstance(row, dict):
+        raise RowError("malformed_json", _malformed(row))
     if _null(row.get("id")) or not isinstance(row.get("query"), str):
         raise RowError(
             "missing_field", f"no id or no query text (id {row.get('id')!r}; fields {sorted(row)[:8]})"
@@ -240,7 +250,7 @@ def prep_bright(args: argparse.Namespace) -> PrepReport:
     qrels = read_trec_qrels(args.qrels) if args.qrels else None
     gold_key = "gold_ids_long" if args.long else "gold_ids"
 
-    def build(row: dict[str, Any]) -> dict[str, Any]:
+    def build(row: Any) -> dict[str, Any]:
         return query_options(row, memory, gold_key, "excluded_ids", corpus, qrels)
 
     return write_task(args, examples, corpus, report, build)
@@ -250,6 +260,8 @@ def _image_table(raw: Path, domain: str) -> dict[str, bytes]:
     """``examples_images``: path -> image bytes (top-level ``path``/``bytes`` or a nested ``image`` cell)."""
     table = {}
     for row in read_split(raw, "examples_images", domain):
+        if not isinstance(row, dict):  # like a row without bytes: its query is rejected as missing_image
+            continue
         image = row.get("image")
         cell = image if isinstance(image, dict) else row
         if cell.get("path") is not None and cell.get("bytes") is not None:
@@ -278,7 +290,7 @@ def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
         for _, row in read_jsonl(args.descriptions):
             descriptions[str(row["id"])] = str(row["description"])
 
-    def build(row: dict[str, Any]) -> dict[str, Any]:
+    def build(row: Any) -> dict[str, Any]:
         options = query_options(row, report.dataset, "gold_ids", "negative_ids", corpus, None)
         if args.task == 2:
             paths = _ids(row.get("image_paths"))

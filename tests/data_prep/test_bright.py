@@ -101,6 +101,26 @@ def test_a_document_without_text_is_rejected(tmp_path: Path, content: str) -> No
     assert "empty/e_0.txt" not in (out / "documents.jsonl").read_text()
 
 
+@pytest.mark.parametrize(("config", "split"), [("examples", "queries"), ("documents", "documents")])
+def test_a_jsonl_line_that_is_not_a_json_object_is_rejected(tmp_path: Path, config: str, split: str) -> None:
+    """Before, one line that is not JSON ended the whole prep with a ``JsonlError`` traceback."""
+    raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
+    shard = raw / config / "biology-00000-of-00001.parquet"
+    lines = [json.dumps(row, default=list) for row in pd.read_parquet(shard).to_dict("records")]
+    shard.unlink()
+    (raw / config / "biology.jsonl").write_text("\n".join([*lines, "{bad", "[1]"]) + "\n")
+    assert prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    counts = report["splits"][split]
+    assert counts["num_rows_in"] == len(lines) + 2
+    assert counts["num_rows_out"] == {"queries": 2, "documents": 5}[split]
+    assert counts["rejected_by_reason"]["malformed_json"] == 2
+    details = [e["detail"] for e in report["rejected_examples"] if e["reason"] == "malformed_json"]
+    assert (
+        f"biology.jsonl:{len(lines) + 1}: not JSON" in details[0] and "not a JSON object: [1]" in details[1]
+    )
+
+
 def test_bright_row_runs_in_the_env_and_scores(tmp_path: Path) -> None:
     raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
     prep_main(
