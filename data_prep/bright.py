@@ -10,7 +10,8 @@ BRIGHT's run.py: gold ids get relevance 1 (``gold_ids_long`` with ``--long``) an
 (BRIGHT ``excluded_ids`` without ``"N/A"``, MM-BRIGHT ``negative_ids``) are removed from rankings; ``--qrels``
 reads a TREC qrels file instead (``qid 0 docid rel``, e.g. tevatron's ``bright_qrels``). MM-BRIGHT task 2
 resolves the first query image through ``examples_images`` (written to ``OUT/images/``); ``--descriptions``
-(JSON lines ``{"id", "description"}``) adds image descriptions for text-only policies.
+(JSON lines ``{"id", "description"}``) adds image descriptions for text-only policies; a line that cannot be used
+is rejected (split ``descriptions``) and its query goes on without one.
 
 Writes ``OUT/documents.jsonl``, ``OUT/data/warmup.parquet`` and ``OUT/data/test.parquet`` (verl rows for
 ``MEMORA-v0``) and ``OUT/report.json`` (``ragym.data_prep.report``): for the splits ``queries`` and ``documents``,
@@ -278,6 +279,29 @@ def _check_image(data: bytes, name: str) -> None:
         raise RowError("unreadable_image", f"{name}: {err}") from err
 
 
+def read_descriptions(path: Path, report: PrepReport) -> dict[str, str]:
+    """``--descriptions``: ``{query id: image description}``. A line that is not a JSON object, lacks an id or a
+    text description, or repeats an id is rejected (split ``descriptions``); its query goes on without one, as a
+    query no line names does (a description is an aid, not part of the query)."""
+    descriptions: dict[str, str] = {}
+    for number, row in read_jsonl(path, yield_broken=True):
+        report.read("descriptions")
+        where = f"{path.name}:{number}"
+        qid, text = (row.get("id"), row.get("description")) if isinstance(row, dict) else (None, None)
+        if isinstance(row, JsonlError):  # its message names the file and line
+            report.reject("descriptions", "malformed_json", str(row))
+        elif not isinstance(row, dict):
+            report.reject("descriptions", "malformed_json", f"{where}: {_malformed(row)}")
+        elif _null(qid) or not isinstance(text, str) or not text.strip():
+            report.reject("descriptions", "missing_field", f"{where}: no id or no text description")
+        elif str(qid) in descriptions:
+            report.reject("descriptions", "duplicate_id", f"{where}: query id {qid!r} appeared before")
+        else:
+            descriptions[str(qid)] = text
+            report.keep("descriptions")
+    return descriptions
+
+
 def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
     """One MM-BRIGHT domain, Task 1 (text) or Task 2 (text + first query image)."""
     report = PrepReport(f"mm_bright_task{args.task}_{args.domain}")
@@ -285,10 +309,7 @@ def prep_mm_bright(args: argparse.Namespace) -> PrepReport:
     config = "examples" if args.task == 1 else "examples_multimodal"
     examples = read_split(args.raw, config, args.domain)[: args.limit]
     images = _image_table(args.raw, args.domain) if args.task == 2 else {}
-    descriptions = {}
-    if args.descriptions:
-        for _, row in read_jsonl(args.descriptions):
-            descriptions[str(row["id"])] = str(row["description"])
+    descriptions = read_descriptions(args.descriptions, report) if args.descriptions else {}
 
     def build(row: Any) -> dict[str, Any]:
         options = query_options(row, report.dataset, "gold_ids", "negative_ids", corpus, None)

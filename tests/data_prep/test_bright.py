@@ -280,6 +280,39 @@ def test_mm_bright_task2_rejects_a_query_image_that_does_not_decode(tmp_path: Pa
     assert [json.loads(r["extra_info"]["env_options"])["query_id"] for r in rows(out)] == ["12"]
 
 
+def test_mm_bright_descriptions_lines_that_cannot_be_used_are_counted_and_skipped(tmp_path: Path) -> None:
+    """Before, a line without an id was a KeyError traceback and a line that is not JSON a JsonlError one; now
+    each is a rejected row of the ``descriptions`` split and its query goes on without a description."""
+    raw, out = write_mm_bright(tmp_path / "raw"), tmp_path / "out"
+    lines = [
+        {"id": "12", "description": "a line plot whose legend is cut off"},
+        {"description": "no id"},
+        {"id": "13", "description": None},
+        "{bad",
+        [1],
+        {"id": 12, "description": "a second description of query 12"},
+    ]
+    path = tmp_path / "descriptions.jsonl"
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n")
+    args = ["--raw", str(raw), "--domain", "academia", "--task", "1", "--descriptions", str(path)]
+    assert prep_main(["mm-bright", *args, "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["splits"]["descriptions"] == {
+        "num_rows_in": 6,
+        "num_rows_out": 1,
+        "num_rows_rejected": 5,
+        "rejected_by_reason": {"duplicate_id": 1, "malformed_json": 2, "missing_field": 2},
+    }
+    assert report["splits"]["queries"]["num_rows_out"] == 3
+    described = {
+        options["query_id"]: options.get("image_description")
+        for options in (json.loads(r["extra_info"]["env_options"]) for r in rows(out, "warmup") + rows(out))
+    }
+    assert described == {"12": "a line plot whose legend is cut off", "13": None, "14": None}
+    details = [e["detail"] for e in report["rejected_examples"] if e["split"] == "descriptions"]
+    assert any(d.startswith(f"{path}:4: not JSON") for d in details)
+
+
 def test_each_prep_task_writes_its_own_memory_file(tmp_path: Path) -> None:
     """Short and long BRIGHT documents, and MM-BRIGHT's Task 1 and Task 2 of one domain, share a memory folder
     but never a memory file: their document ids (and, across tasks, their queries) would leak or not match."""
