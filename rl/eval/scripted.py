@@ -126,7 +126,9 @@ def main(argv: list[str]) -> int:
         help=f"a scripted policy of the rows' env ({policy_names()}), or expert: the scripted "
         "expert each row's env registers (any env)",
     )
-    parser.add_argument("--episodes", type=int, default=50)
+    parser.add_argument(
+        "--episodes", type=int, default=50, help="one episode on each of the first N rows (>= 1)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "overrides",
@@ -139,6 +141,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--out", help="also write the episodes to OUT/traces for ragym view")
     args = parser.parse_args(argv)
+    # 0 printed a summary of no episodes and a negative count quietly ran every row.
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     kwargs = parse_overrides(args.overrides) | (
         {"show_visual_signature": True} if args.show_signature else {}
     )

@@ -47,3 +47,13 @@ def test_a_policy_the_env_lacks_is_one_line_naming_the_ones_it_has(demo_kb: Path
         UsageError, match=r"^DocMemo-v0 has no scripted policy 'signature' \(its policies: none;"
     ):
         scripted.policy_of("DocMemo-v0", None, "signature")
+
+
+@pytest.mark.parametrize("episodes", ["0", "-1"])
+def test_episodes_below_one_is_one_line_usage_error(episodes: str, capsys: pytest.CaptureFixture) -> None:
+    """Before, ``--episodes 0`` printed a summary of no episodes (exit 0) and ``-1`` quietly ran every row."""
+    from ragym.rl.cli import main as ragym
+
+    assert ragym(["rollout", "--preset", "tiny", "--episodes", episodes]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"ragym rollout: --episodes must be >= 1, got {episodes}")
