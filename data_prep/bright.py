@@ -57,7 +57,7 @@ class RowError(ValueError):
 
 def read_split(raw: Path, config: str, split: str) -> list[Any]:
     """Rows of ``raw/config/split*`` (parquet shards, jsonl or json); a missing split is an error naming it, and
-    so is a shard that is not parquet or a ``.json`` that is not JSON (``UnreadableFile``). A jsonl line that is
+    so is a shard that is not parquet or a ``.json`` that is not a JSON list (``UnreadableFile``). A jsonl line that is
     not JSON is its ``JsonlError`` in the rows, for the caller to reject (``malformed_json``) and read on."""
     folder = raw / config
     shards = sorted(folder.glob(f"{split}-*.parquet")) + sorted(folder.glob(f"{split}.parquet"))
@@ -67,9 +67,12 @@ def read_split(raw: Path, config: str, split: str) -> list[Any]:
         if path.exists():
             if path.suffix == ".json":
                 try:
-                    return list(json.loads(path.read_text(encoding="utf-8")))
+                    rows = json.loads(path.read_text(encoding="utf-8"))
                 except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
                     raise UnreadableFile(f"{path} is not JSON ({err})") from err
+                if not isinstance(rows, list):  # a number failed in list(); an object listed its keys as rows
+                    raise UnreadableFile(f"{path} is not a JSON list of rows (found {type(rows).__name__})")
+                return rows
             return [row for _, row in read_jsonl(path, yield_broken=True)]
     raise FileNotFoundError(f"no {split}*.parquet, {split}.jsonl or {split}.json in {folder}")
 

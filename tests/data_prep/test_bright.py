@@ -363,6 +363,22 @@ def test_an_input_file_not_in_its_format_is_one_line_naming_it(
     assert not (tmp_path / "out" / "report.json").exists()
 
 
+@pytest.mark.parametrize(("content", "found"), [("5", "int"), ('{"id": "0", "query": "q"}', "dict")])
+def test_a_split_json_that_is_not_a_list_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, found: str
+) -> None:
+    """Before, a number was list()'s TypeError traceback and an object became one row per key."""
+    raw, out = write_bright(tmp_path / "raw"), tmp_path / "out"
+    (raw / "examples" / "biology-00000-of-00001.parquet").unlink()
+    (raw / "examples" / "biology.json").write_text(content)
+    assert prep_main(["bright", "--raw", str(raw), "--task", "biology", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (
+        f"ragym prep bright: {raw / 'examples' / 'biology.json'} is not a JSON list of rows (found {found})"
+    )
+    assert not (out / "report.json").exists()
+
+
 def test_missing_split_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="documents"):
         prep_main(["bright", "--raw", str(tmp_path), "--task", "biology", "--out", str(tmp_path / "o")])
