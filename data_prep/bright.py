@@ -251,7 +251,10 @@ def prep_bright(args: argparse.Namespace) -> PrepReport:
         read_split(args.raw, "long_documents" if args.long else "documents", args.task), report
     )
     examples = read_split(args.raw, "examples", args.task)[: args.limit]
-    qrels = read_trec_qrels(args.qrels) if args.qrels else None
+    try:
+        qrels = read_trec_qrels(args.qrels) if args.qrels else None
+    except ValueError as err:  # a line that is not a judgement: no query's gold can be trusted
+        raise UnreadableFile(str(err)) from err
     gold_key = "gold_ids_long" if args.long else "gold_ids"
 
     def build(row: Any) -> dict[str, Any]:

@@ -11,8 +11,11 @@ def read_trec_qrels(path: Path) -> dict[str, dict[str, int]]:
     for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        parts = line.split()
-        if len(parts) != 4:
-            raise ValueError(f"{path}:{line_no}: expected 'qid iter docid rel', got {line!r}")
-        qrels.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+        try:
+            qid, _, docid, rel = line.split()
+            qrels.setdefault(qid, {})[docid] = int(rel)
+        except ValueError as err:  # not four fields, or a relevance that is not an integer
+            raise ValueError(
+                f"{path}:{line_no}: expected 'qid iter docid rel' (rel an integer), got {line!r}"
+            ) from err
     return qrels

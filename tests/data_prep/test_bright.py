@@ -379,6 +379,22 @@ def test_a_split_json_that_is_not_a_list_is_one_line_naming_it(
     assert not (out / "report.json").exists()
 
 
+@pytest.mark.parametrize("line", ["0 0 bird_song/Song_0.txt", "0 0 bird_song/Song_0.txt one"])
+def test_a_qrels_line_that_is_not_a_judgement_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str
+) -> None:
+    """Before, three fields were a ValueError traceback and a relevance that is not an integer one without the
+    file; the qrels are every query's gold, so the prep writes nothing."""
+    raw, out, qrels = write_bright(tmp_path / "raw"), tmp_path / "out", tmp_path / "qrels.tsv"
+    qrels.write_text(f"1 0 bird_song/Song_0.txt 1\n{line}\n")
+    argv = ["bright", "--raw", str(raw), "--task", "biology", "--out", str(out), "--qrels", str(qrels)]
+    assert prep_main(argv) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ragym prep bright: {qrels}:2: expected 'qid iter docid rel' (rel an integer), got {line!r}"
+    )
+    assert not (out / "report.json").exists()
+
+
 def test_missing_split_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="documents"):
         prep_main(["bright", "--raw", str(tmp_path), "--task", "biology", "--out", str(tmp_path / "o")])
