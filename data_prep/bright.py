@@ -39,7 +39,7 @@ import pandas as pd
 import pyarrow as pa
 from PIL import Image
 
-from ragym.data_prep.report import PrepReport, UnreadableFile
+from ragym.data_prep.report import PrepReport, UnreadableFile, row_limit
 from ragym.data_prep.rows import verl_row
 from ragym.envs.files import JsonlError, read_jsonl
 from ragym.envs.retrieval.trec import read_trec_qrels
@@ -347,7 +347,7 @@ def main(command: str, argv: list[str]) -> int:
         "--raw", required=True, type=Path, help="local copy of the hub dataset (configs as folders)"
     )
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--limit", type=int, help="only the first N examples")
+    parser.add_argument("--limit", type=row_limit, help="only the first N examples")
     parser.add_argument(
         "--warmup-fraction",
         type=warmup_fraction,

@@ -28,7 +28,7 @@ from PIL import Image
 from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
 from ragym.data_prep.encoding.encoders import EnvEncoderItems
 from ragym.data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
-from ragym.data_prep.report import PrepReport
+from ragym.data_prep.report import PrepReport, row_limit
 from ragym.data_prep.rows import verl_row
 from ragym.envs.docmemo.store import DocStore, doc_key, save_store, summarise
 from ragym.envs.retrieval.page_encoders import PageEncoder, TextPageEncoder, VisualPageEncoder
@@ -233,7 +233,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--out", type=Path, required=True, help="output folder")
     parser.add_argument("--dpi", type=int, default=PrepConfig.dpi)
-    parser.add_argument("--limit", type=int, help="only the first N samples")
+    parser.add_argument("--limit", type=row_limit, help="only the first N samples")
     parser.add_argument("--zero-page", choices=["first", "reject"], default=PrepConfig.zero_page)
     parser.add_argument("--device", default="cpu", help="device of the page encoder")
     parser.add_argument(

@@ -31,7 +31,7 @@ from typing import Any
 from PIL import Image
 
 from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
-from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows
+from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows, row_limit
 from ragym.envs.retrieval.encoders import make_image_encoder
 
 log = logging.getLogger(__name__)
@@ -217,7 +217,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--raw", required=True, type=Path, help="hub-layout folder with data/test-*.parquet")
     parser.add_argument("--out", required=True, type=Path, help="task folder to write")
-    parser.add_argument("--limit", type=int, help="only the first N questions")
+    parser.add_argument("--limit", type=row_limit, help="only the first N questions")
     parser.add_argument("--corpus", type=Path, help="the image_corpus folder of the separate corpus zip")
     parser.add_argument(
         "--test-fraction", type=float, default=0.3, help="share of questions in the test split"

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from ragym.data_prep import evqa, infoseek, kb_images, mmhops
 from ragym.data_prep.kb_build import BuildConfig, NoUsableArticle, build
-from ragym.data_prep.report import PrepReport, UnreadableFile
+from ragym.data_prep.report import PrepReport, UnreadableFile, row_limit
 
 DATASETS = ("infoseek", "evqa", "mmhops")
 EVAL_SPLITS = {"infoseek": ("val",), "evqa": ("test", "val"), "mmhops": ("test", "validation")}
@@ -40,7 +40,7 @@ def _dataset_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", required=True, type=Path, help="KB folder to write (must be empty or absent)"
     )
-    parser.add_argument("--limit", type=int, help="read at most N rows per split")
+    parser.add_argument("--limit", type=row_limit, help="read at most N rows per split")
     parser.add_argument(
         "--kb", type=Path, help="KB file (InfoSeek/E-VQA) or MMhops-KB folder, if not in --raw"
     )

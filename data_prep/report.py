@@ -16,6 +16,7 @@ bug in the prep, never bad input). Prep-specific figures (recall, the split's qu
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections import Counter
 from pathlib import Path
@@ -36,6 +37,22 @@ class UnreadableFile(ValueError):
     """An input file a prep cannot read in its format at all (a ``.parquet`` that is not parquet, a ``.json`` that
     is not JSON, a CSV without the dataset's columns): none of its rows can be counted, so ``ragym prep`` prints
     this, naming the file, as one line (exit status 2), not a traceback."""
+
+
+def row_limit(text: str) -> int:
+    """``--limit N`` of a prep (an argparse type): a whole number >= 1. A negative value sliced rows off the end and 0
+    wrote nothing, both silently.
+
+    >>> row_limit("5")
+    5
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 (rows to read), got {text!r}")
+    return value
 
 
 def parquet_num_rows(path: Path) -> int:

@@ -31,7 +31,7 @@ from ragym.data_prep.annotators import (
 )
 from ragym.data_prep.chat import ChatConfig, ChatError
 from ragym.data_prep.hard_negatives import mine_bm25_negatives
-from ragym.data_prep.report import PrepReport
+from ragym.data_prep.report import PrepReport, row_limit
 from ragym.data_prep.stackexchange_readers import INPUT_SUFFIXES, QAPair, Rejection, read_pairs
 
 logger = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--num-negatives", type=int, default=PrepConfig.num_negatives)
     parser.add_argument("--test-fraction", type=float, default=PrepConfig.test_fraction)
-    parser.add_argument("--limit", type=int)
+    parser.add_argument("--limit", type=row_limit)
     return parser
 
 

@@ -29,6 +29,35 @@ def test_every_prep_runs_its_own_help(name: str, capsys: pytest.CaptureFixture) 
     assert f"usage: ragym prep {name}" in capsys.readouterr().out
 
 
+LIMITED = [
+    "infoseek",
+    "evqa",
+    "mmhops",
+    "mragbench",
+    "bright",
+    "mm-bright",
+    "mmlongbench-doc",
+    "stackexchange",
+]
+
+
+@pytest.mark.parametrize("name", LIMITED)
+@pytest.mark.parametrize("limit", ["-1", "0", "ten"])
+def test_a_limit_below_one_row_is_refused(name: str, limit: str, capsys: pytest.CaptureFixture) -> None:
+    """``--limit -1`` sliced rows off the end and ``--limit 0`` wrote no row, both silently."""
+    with pytest.raises(SystemExit) as done:
+        prep.main([name, "--limit", limit])
+    assert done.value.code == 2
+    assert "argument --limit: must be a whole number >= 1 (rows to read)" in capsys.readouterr().err
+
+
+def test_every_prep_with_a_limit_is_checked(capsys: pytest.CaptureFixture) -> None:
+    for name in prep.PREPS:
+        with pytest.raises(SystemExit):
+            prep.main([name, "--help"])
+        assert ("--limit" in capsys.readouterr().out) == (name in LIMITED), name
+
+
 def test_an_unknown_prep_is_refused_with_the_list(capsys: pytest.CaptureFixture) -> None:
     assert prep.main(["nosuch"]) == 2
     err = capsys.readouterr().err
