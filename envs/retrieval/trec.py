@@ -8,7 +8,13 @@ from pathlib import Path
 def read_trec_qrels(path: Path) -> dict[str, dict[str, int]]:
     """TREC qrels (``qid iter docid rel``, whitespace-separated) as ``{qid: {docid: rel}}``."""
     qrels: dict[str, dict[str, int]] = {}
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: not UTF-8 text, so not TREC qrels ({err.reason} at byte {err.start})"
+        ) from err
+    for line_no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -395,6 +395,21 @@ def test_a_qrels_line_that_is_not_a_judgement_is_one_line_naming_it(
     assert not (out / "report.json").exists()
 
 
+def test_qrels_that_are_not_utf8_are_one_line_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    raw, out, qrels = write_bright(tmp_path / "raw"), tmp_path / "out", tmp_path / "qrels.tsv"
+    qrels.write_bytes(b"1 0 bird_song/Song_0.txt 1\n\xff\xfe 0 x 1\n")
+    argv = ["bright", "--raw", str(raw), "--task", "biology", "--out", str(out), "--qrels", str(qrels)]
+    assert prep_main(argv) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .startswith(f"ragym prep bright: {qrels}: not UTF-8 text, so not TREC qrels")
+    )
+    assert not (out / "report.json").exists()
+
+
 def test_missing_split_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="documents"):
         prep_main(["bright", "--raw", str(tmp_path), "--task", "biology", "--out", str(tmp_path / "o")])
