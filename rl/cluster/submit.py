@@ -38,6 +38,7 @@ from ragym.rl.errors import UsageError
 from ragym.rl.lora import verl_lora_overrides
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path, validate_recipe
+from ragym.rl.recipe.counts import LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS, count_problems
 from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides
 from ragym.rl.recipe.retrieval import URL_KEY, recipe_retrieval_url
 
@@ -217,10 +218,14 @@ def build_submission(
     if retrieval is not None:  # the deployed service is the recipe's address (++: set or add the key)
         overrides.append(f"++{URL_KEY}={retrieval.url}")
 
-    def sizes(config: Any) -> None:  # verl jobs: every size verl or vLLM would refuse on the cluster, at once
+    def sizes(config: Any) -> None:  # every size the job would refuse on the cluster, at once, before it goes
         if _engine(config, engine) == "verl":
             at = check_sizes(config, recipe_prompt(config, repo_root))
             logger.info("sizes checked for %s (data-parallel %d)", at.describe(), at.data_parallel)
+        else:
+            counts = count_problems(config, LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS)
+            if counts:
+                raise UsageError(f"recipe {recipe}: " + "\n".join(counts))
 
     config = check_recipe(path, overrides, validate=False, before_verl=sizes)
     url = recipe_retrieval_url(config)

@@ -34,7 +34,7 @@ from ragym.rl.off_policy import (
     correction_problems,
     staleness_problem,
 )
-from ragym.rl.recipe.counts import count_problems
+from ragym.rl.recipe.counts import LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS, count_problems
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
@@ -184,24 +184,6 @@ AGENT_LOOP_KEYS = (
 )
 """Keys the ragym agent loop (and verl's ``AgentLoopBase`` under it) reads from the same config."""
 
-COUNTS = (
-    "data.train_batch_size",
-    "actor_rollout_ref.rollout.n",
-    "actor_rollout_ref.actor.ppo_mini_batch_size",
-    "actor_rollout_ref.actor.ppo_epochs",
-    "actor_rollout_ref.rollout.prompt_length",
-    "actor_rollout_ref.rollout.response_length",
-    "trainer.total_epochs",
-)
-"""Keys the engine reads as counts: each a whole number of at least 1 (``ragym.rl.recipe.counts``)."""
-OPTIONAL_COUNTS = (
-    "trainer.total_training_steps",
-    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
-    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
-)
-"""Counts that may be null: the steps (then epochs x rows per epoch), the old-log-prob pass's micro-batch (then the
-update's) and the turn limit (then the env's)."""
-
 
 def read_engine_config(reader: RecipeReader) -> EngineConfig:
     """Build the typed config; knobs the engine cannot honour (KL, critic) are an error naming the key."""
@@ -219,7 +201,7 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         raise UsageError(
             f"reward.custom_reward_function must be pkg://ragym.rewards.verl / compute_score, got {reward_fn}"
         )
-    counts = count_problems(reader.config, COUNTS, OPTIONAL_COUNTS)
+    counts = count_problems(reader.config, LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS)
     if counts:  # a negative batch failed mid-step; zero steps trained nothing and exited 0
         raise UsageError("\n".join(counts))
     rollout, actor = "actor_rollout_ref.rollout", "actor_rollout_ref.actor"

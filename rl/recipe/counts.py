@@ -12,6 +12,25 @@ from collections.abc import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
+LOCAL_ENGINE_COUNTS = (
+    "data.train_batch_size",
+    "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "actor_rollout_ref.actor.ppo_epochs",
+    "actor_rollout_ref.rollout.prompt_length",
+    "actor_rollout_ref.rollout.response_length",
+    "trainer.total_epochs",
+)
+"""Keys the local engine (``ragym.rl.engine.config``) reads as counts; here, so that ``ragym submit`` checks a local
+job's without importing the engine."""
+LOCAL_ENGINE_OPTIONAL_COUNTS = (
+    "trainer.total_training_steps",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
+)
+"""The local engine's counts that may be null: the steps (then epochs x rows per epoch), the old-log-prob pass's
+micro-batch (then the update's) and the turn limit (then the env's)."""
+
 
 def count_problem(key: str, value: object, *, optional: bool = False) -> str | None:
     """Why ``value`` cannot be the count at ``key`` (None: it can): a whole number of at least 1, or null where

@@ -113,6 +113,9 @@ def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
         build_submission(recipes / "local.yaml", [], nodes=2, repo_root=tmp_path)
     forced = build_submission(recipes / "local.yaml", [], engine="verl", repo_root=tmp_path)
     assert "verl.trainer.main_ppo" in forced.entrypoint
+    # A count the engine would refuse on the cluster is refused here, before the job goes.
+    with pytest.raises(UsageError, match="data.train_batch_size -4 is not a whole number of at least 1"):
+        build_submission(recipes / "local.yaml", ["data.train_batch_size=-4"], repo_root=tmp_path)
 
 
 @pytest.mark.parametrize(
