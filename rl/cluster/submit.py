@@ -38,7 +38,12 @@ from ragym.rl.errors import UsageError
 from ragym.rl.lora import verl_lora_overrides
 from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path, validate_recipe
-from ragym.rl.recipe.counts import LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS, count_problems
+from ragym.rl.recipe.counts import (
+    LOCAL_ENGINE_COUNTS,
+    LOCAL_ENGINE_OPTIONAL_COUNTS,
+    LOCAL_ENGINE_STEPS,
+    count_problems,
+)
 from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides
 from ragym.rl.recipe.retrieval import URL_KEY, recipe_retrieval_url
 
@@ -223,7 +228,9 @@ def build_submission(
             at = check_sizes(config, recipe_prompt(config, repo_root))
             logger.info("sizes checked for %s (data-parallel %d)", at.describe(), at.data_parallel)
         else:
-            counts = count_problems(config, LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS)
+            counts = count_problems(
+                config, LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS, LOCAL_ENGINE_STEPS
+            )
             if counts:
                 raise UsageError(f"recipe {recipe}: " + "\n".join(counts))
 

@@ -34,7 +34,12 @@ from ragym.rl.off_policy import (
     correction_problems,
     staleness_problem,
 )
-from ragym.rl.recipe.counts import LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS, count_problems
+from ragym.rl.recipe.counts import (
+    LOCAL_ENGINE_COUNTS,
+    LOCAL_ENGINE_OPTIONAL_COUNTS,
+    LOCAL_ENGINE_STEPS,
+    count_problems,
+)
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
 
@@ -201,7 +206,9 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         raise UsageError(
             f"reward.custom_reward_function must be pkg://ragym.rewards.verl / compute_score, got {reward_fn}"
         )
-    counts = count_problems(reader.config, LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS)
+    counts = count_problems(
+        reader.config, LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS, LOCAL_ENGINE_STEPS
+    )
     if counts:  # a negative batch failed mid-step; zero steps trained nothing and exited 0
         raise UsageError("\n".join(counts))
     rollout, actor = "actor_rollout_ref.rollout", "actor_rollout_ref.actor"

@@ -8,7 +8,7 @@ the recipe loads, every problem one line naming the key.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,17 +24,19 @@ LOCAL_ENGINE_COUNTS = (
 """Keys the local engine (``ragym.rl.engine.config``) reads as counts; here, so that ``ragym submit`` checks a local
 job's without importing the engine."""
 LOCAL_ENGINE_OPTIONAL_COUNTS = (
-    "trainer.total_training_steps",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu",
     "actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
 )
-"""The local engine's counts that may be null: the steps (then epochs x rows per epoch), the old-log-prob pass's
-micro-batch (then the update's) and the turn limit (then the env's)."""
+"""The local engine's counts that may be null: the old-log-prob pass's micro-batch (then the update's) and the turn
+limit (then the env's)."""
+LOCAL_ENGINE_STEPS = {"trainer.total_training_steps": 0}
+"""The local engine's steps, null (epochs x rows per epoch) or at least 0: 0 runs no GRPO step, only what comes before
+the first (the warm start of ``ragym demo --steps 0``, the evaluation before training: a grid's 0-step baseline)."""
 
 
-def count_problem(key: str, value: object, *, optional: bool = False) -> str | None:
-    """Why ``value`` cannot be the count at ``key`` (None: it can): a whole number of at least 1, or null where
-    ``optional`` (the key's default is null, meaning "not set").
+def count_problem(key: str, value: object, *, optional: bool = False, least: int = 1) -> str | None:
+    """Why ``value`` cannot be the count at ``key`` (None: it can): a whole number of at least ``least`` (1), or null
+    where ``optional`` (the key's default is null, meaning "not set").
 
     >>> count_problem("data.train_batch_size", 128), count_problem("trainer.total_training_steps", None, optional=True)
     (None, None)
@@ -43,22 +45,30 @@ def count_problem(key: str, value: object, *, optional: bool = False) -> str | N
     """
     if value is None and optional:
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= least:
         return None
     shown = "null" if value is None else repr(value) if isinstance(value, str) else value
     either = ", or null" if optional else ""
-    return f"{key} {shown} is not a whole number of at least 1; set {key}=1 or more{either}"
+    return f"{key} {shown} is not a whole number of at least {least}; set {key}={least} or more{either}"
 
 
-def count_problems(config: DictConfig, keys: Iterable[str], optional: Iterable[str] = ()) -> list[str]:
+def count_problems(
+    config: DictConfig,
+    keys: Iterable[str],
+    optional: Iterable[str] = (),
+    least: Mapping[str, int] | None = None,
+) -> list[str]:
     """One line per key of ``keys`` (required) and ``optional`` (null allowed) in ``config`` whose value is not a
-    count; a key the config does not have is left to its reader."""
+    count, and per key of ``least`` (null allowed) below its own minimum; a key the config does not have is left to
+    its reader."""
     problems = []
     marker = object()
-    for key, may_be_null in [*((k, False) for k in keys), *((k, True) for k in optional)]:
+    checks = [*((k, False, 1) for k in keys), *((k, True, 1) for k in optional)]
+    checks += [(k, True, minimum) for k, minimum in (least or {}).items()]
+    for key, may_be_null, minimum in checks:
         value = OmegaConf.select(config, key, default=marker)
         if value is marker:
             continue
-        problem = count_problem(key, value, optional=may_be_null)
+        problem = count_problem(key, value, optional=may_be_null, least=minimum)
         problems += [problem] if problem is not None else []
     return problems

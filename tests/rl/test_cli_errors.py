@@ -45,11 +45,12 @@ def test_recipe_errors_are_one_line(capsys, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        # A negative batch failed mid-step with a traceback; zero steps (or --max-steps 0) trained nothing and exited 0.
+        # A negative batch failed mid-step with a traceback; --max-steps 0 trained nothing and exited 0. (0 total
+        # steps is the 0-step baseline: the warm start and the evaluation before training, no GRPO step.)
         (["data.train_batch_size=-4"], "data.train_batch_size -4 is not a whole number of at least 1"),
         (
-            ["trainer.total_training_steps=0"],
-            "trainer.total_training_steps 0 is not a whole number of at least 1",
+            ["trainer.total_training_steps=-1"],
+            "trainer.total_training_steps -1 is not a whole number of at least 0",
         ),
         (
             ["actor_rollout_ref.rollout.n=abc"],

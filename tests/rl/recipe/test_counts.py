@@ -41,3 +41,19 @@ def test_every_bad_count_is_one_line_and_a_missing_key_is_left_to_its_reader() -
         "trainer.nnodes 0 is not a whole number of at least 1; set trainer.nnodes=1 or more",
         "data.x 'abc' is not a whole number of at least 1; set data.x=1 or more",
     ]
+
+
+def test_the_local_engines_steps_may_be_zero_not_negative() -> None:
+    """0 steps is the demo's and the grids' 0-step baseline (the warm start, the evaluation before training)."""
+    from ragym.rl.recipe.counts import LOCAL_ENGINE_STEPS
+
+    def steps(value: object) -> list[str]:
+        return count_problems(
+            OmegaConf.create({"trainer": {"total_training_steps": value}}), [], [], LOCAL_ENGINE_STEPS
+        )
+
+    assert steps(0) == steps(None) == steps(30) == []
+    assert steps(-1) == [
+        "trainer.total_training_steps -1 is not a whole number of at least 0; set trainer.total_training_steps=0 or "
+        "more, or null"
+    ]
