@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ragym.data_prep.kb_records import Article, RowError, Sample, require_str
-from ragym.data_prep.report import PrepReport, parquet_num_rows
+from ragym.data_prep.report import PrepReport, parquet_num_rows, unreadable_shards
 from ragym.envs.files import read_jsonl
 from ragym.rewards.mmhops import check_ground_truth
 
@@ -110,7 +110,10 @@ def _read_split(files: list[Path], split: str, report: PrepReport, limit: int | 
     files = [shard for shard in files if parquet_num_rows(shard)]
     if not files:
         return []
-    dataset = load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
+    try:
+        dataset = load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
+    except Exception as err:  # noqa: BLE001 - datasets wraps pyarrow's error without the file's name
+        raise unreadable_shards(files, err) from err
     image_columns = _image_columns(dataset.features, f"MMhops {split} shards {[f.name for f in files]}")
     samples: list[Sample] = []
     count = 0

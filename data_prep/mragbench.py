@@ -31,7 +31,7 @@ from typing import Any
 from PIL import Image
 
 from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
-from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows, row_limit
+from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows, row_limit, unreadable_shards
 from ragym.envs.retrieval.encoders import make_image_encoder
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,10 @@ def read_records(raw: Path, limit: int | None, cache: Path) -> list[dict[str, An
     if not shards:
         return []
     files = {"test": [str(shard.relative_to(raw)) for shard in sorted(shards)]}
-    ds = datasets.load_dataset(str(raw), data_files=files, split="test", cache_dir=str(cache))
+    try:
+        ds = datasets.load_dataset(str(raw), data_files=files, split="test", cache_dir=str(cache))
+    except Exception as err:  # noqa: BLE001 - datasets wraps pyarrow's error without the file's name
+        raise unreadable_shards(sorted(shards), err) from err
     features = ds.features.copy()
     for name, feature in features.items():
         if isinstance(feature, datasets.Image):

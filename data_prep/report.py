@@ -66,6 +66,23 @@ def parquet_num_rows(path: Path) -> int:
         raise UnreadableFile(f"{path} is not a parquet file ({err})") from err
 
 
+def unreadable_shards(shards: list[Path], err: Exception) -> UnreadableFile:
+    """The error for parquet ``shards`` that ``datasets`` could not load (its message names no file): the first shard
+    pyarrow cannot read either (a page of corrupt data behind a good footer), else all of them, with ``err``'s first
+    line."""
+    import pyarrow.parquet as pq
+
+    def first_line(error: Exception) -> str:
+        return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+    for shard in shards:
+        try:
+            pq.read_table(shard)
+        except Exception as shard_err:  # noqa: BLE001 - pyarrow raises OSError or ArrowInvalid for a bad page
+            return UnreadableFile(f"{shard}: its rows cannot be read ({first_line(shard_err)})")
+    return UnreadableFile(f"{', '.join(map(str, shards))}: datasets could not load them ({first_line(err)})")
+
+
 class PrepReport:
     """Rows read, written and rejected (by reason) per split of one prep, with its prep-specific details."""
 

@@ -407,6 +407,22 @@ def test_an_mmhops_shard_that_is_not_parquet_is_one_line_naming_it(tmp_path: Pat
     assert not (tmp_path / "kb").exists()
 
 
+def test_an_mmhops_shard_whose_rows_cannot_be_read_is_one_line_naming_it(tmp_path: Path, capsys) -> None:
+    """A good footer over corrupt pages: datasets' error names no shard, and ended the prep with a traceback."""
+    import pyarrow.parquet as pq
+
+    from ragym.rl.cli import main as ragym
+    from tests.data_prep import kbvqa_fixtures as fx
+    from tests.rl.data.bad_rows import zeroed_pages
+
+    fx.write_mmhops(tmp_path / "raw")
+    shard = zeroed_pages(tmp_path / "raw" / "data" / "validation-00000-of-00001.parquet")
+    assert pq.ParquetFile(shard).metadata.num_rows > 0  # the footer still reads
+    assert ragym(["prep", "mmhops", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert line.startswith(f"ragym prep mmhops: {shard}: its rows cannot be read (") and line.endswith(")")
+
+
 @pytest.mark.parametrize(
     ("shard", "split", "num_in"),
     [("validation-00000-of-00001", "validation", 0), ("train-00000-of-00002", "train", 5)],

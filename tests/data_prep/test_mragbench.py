@@ -182,6 +182,24 @@ def test_a_shard_that_is_not_parquet_is_one_line_naming_it(
     assert not (tmp_path / "task" / "report.json").exists()
 
 
+def test_a_shard_whose_rows_cannot_be_read_is_one_line_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A good footer over a corrupt page: datasets' error names no file, and ended the prep with a traceback."""
+    import pyarrow.parquet as pq
+
+    from tests.rl.data.bad_rows import zeroed_pages
+
+    raw = write_fixture(tmp_path / "raw")
+    shard = zeroed_pages(raw / "data" / "test-00000-of-00001.parquet")
+    assert pq.ParquetFile(shard).metadata.num_rows > 0  # the footer still reads
+    assert prep_main(["mragbench", "--raw", str(raw), "--out", str(tmp_path / "task")]) == 2
+    # The fixture's writer prints its progress first; the prep's error is one line.
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert line.startswith(f"ragym prep mragbench: {shard}: its rows cannot be read (") and line.endswith(")")
+    assert not (tmp_path / "task" / "report.json").exists()
+
+
 def test_an_id_repeated_with_surrounding_spaces_is_a_duplicate(tmp_path: Path) -> None:
     """Ids are kept stripped, so " 101" repeats "101": one row, one ``duplicate_id``."""
     valid = records()[:2]
