@@ -21,7 +21,6 @@ import argparse
 import hashlib
 import io
 import logging
-import sys
 import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 from PIL import Image
 
 from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
-from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows, row_limit, unreadable_shards
+from ragym.data_prep.report import PrepReport, parquet_num_rows, row_limit, unreadable_shards
 from ragym.envs.retrieval.encoders import make_image_encoder
 
 log = logging.getLogger(__name__)
@@ -239,10 +238,6 @@ def main(argv: list[str]) -> int:
             "processor_path": args.processor_path,
             "device": args.device,
         }
-    try:
-        report = prepare(args.raw, args.out, args.limit, args.corpus, args.test_fraction, spec)
-    except UnreadableFile as err:  # a shard that is not parquet: no question of it can be counted
-        print(f"{parser.prog}: {err}", file=sys.stderr)
-        return 2
+    report = prepare(args.raw, args.out, args.limit, args.corpus, args.test_fraction, spec)
     print(report.format())
     return 0

@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from ragym.data_prep import evqa, infoseek, kb_images, mmhops
 from ragym.data_prep.kb_build import BuildConfig, NoUsableArticle, build
-from ragym.data_prep.report import PrepReport, UnreadableFile, row_limit
+from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows, row_limit
 
 DATASETS = ("infoseek", "evqa", "mmhops")
 EVAL_SPLITS = {"infoseek": ("val",), "evqa": ("test", "val"), "mmhops": ("test", "validation")}
@@ -137,11 +136,6 @@ def without_gold_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def _num_rows(path: Path) -> int:
-    """Rows of a parquet file; 0 when it does not exist."""
-    return pq.ParquetFile(path).metadata.num_rows if path.exists() else 0
-
-
 def mix(argv: list[str]) -> dict[str, Any]:
     """Sample the training mix (``name=N`` per dataset, seeded) into ``OUT/train.parquet`` and gather each
     dataset's evaluation rows into ``OUT/val.parquet``; rows keep their own KB and data source."""
@@ -167,7 +161,10 @@ def mix(argv: list[str]) -> dict[str, Any]:
             parser.error(f"{data / 'train.parquet'} has no rows; {root / name / 'report.json'} says why")
         take = rows.sample(n=min(int(count), len(rows)), random_state=args.seed)
         train.append(take)
-        split = next((s for s in EVAL_SPLITS[name] if _num_rows(data / f"{s}.parquet")), None)
+        split = next(
+            (s for s in EVAL_SPLITS[name] if (p := data / f"{s}.parquet").exists() and parquet_num_rows(p)),
+            None,
+        )
         if split is not None:
             evals.append(pd.read_parquet(data / f"{split}.parquet"))
         summary[name] = {
@@ -260,8 +257,9 @@ def _usage() -> str:
 
 
 def main(argv: list[str]) -> int:
-    """Run one registered prep (``NAME ARGS...``; ``--help``, ``--list``); its exit status. ``ragym prep``
-    (``ragym.rl.prep``) runs this, then the token budget report of the rows it wrote."""
+    """Run one registered prep (``NAME ARGS...``; ``--help``, ``--list``); its exit status, 2 with one line for an
+    input file it cannot read (``UnreadableFile``, from any prep). ``ragym prep`` (``ragym.rl.prep``) runs this,
+    then the token budget report of the rows it wrote."""
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
@@ -272,7 +270,13 @@ def main(argv: list[str]) -> int:
     if name not in PREPS:
         print(f"ragym prep: unknown prep {name!r}\n{_usage()}", file=sys.stderr)
         return 2
-    result = prep_main(name)(*PREPS[name].args, rest)
+    try:
+        result = prep_main(name)(*PREPS[name].args, rest)
+    except (
+        UnreadableFile
+    ) as err:  # an input file none of whose rows can be counted: one line, nothing written
+        print(f"ragym prep {name}: {err}", file=sys.stderr)
+        return 2
     return result if isinstance(result, int) else 0
 
 
@@ -280,7 +284,7 @@ def run_dataset(name: str, argv: list[str]) -> int:
     """``ragym prep infoseek|evqa|mmhops``; files ragym cannot read as the dataset are one line, no traceback."""
     try:
         prep_dataset(name, argv)
-    except (mmhops.ShardSchemaError, NoUsableArticle, UnreadableFile) as err:
+    except (mmhops.ShardSchemaError, NoUsableArticle) as err:
         print(f"ragym prep {name}: {err}", file=sys.stderr)
         return 2
     return 0
