@@ -98,11 +98,7 @@ def legacy_problems(config: Any) -> list[str]:
         )
     if OmegaConf.select(config, COTRAIN_ENABLE_KEY, default=False):
         problems.append(f"{COTRAIN_ENABLE_KEY}: retriever co-training runs in ragym's trainer modes only")
-    if problems:
-        return [
-            f"{LEGACY_KEY}=false (verl's legacy trainer): {p}; or drop {LEGACY_KEY}=false" for p in problems
-        ]
-    return []
+    return [f"{LEGACY_KEY}=false (verl's legacy trainer): {p}; or drop {LEGACY_KEY}=false" for p in problems]
 
 
 def legacy_notice(config: Any) -> str | None:
