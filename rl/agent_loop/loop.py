@@ -39,6 +39,7 @@ from ragym.envs.metrics import episode_metrics
 from ragym.envs.registry import make_env
 from ragym.rl.agent_loop.observations import EpisodeSpec, observation_message
 from ragym.rl.agent_loop.render_cache import RenderCache
+from ragym.rl.errors import one_line
 from ragym.rl.recipe.env_settings import recipe_env_settings, turn_cap_problem
 from ragym.rl.recipe.images import apply_recipe_images
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
@@ -172,7 +173,7 @@ class RagymEnvAgentLoop(AgentLoopBase):
     ) -> AgentLoopOutput:
         """An error episode for a row whose env could not be built or reset: a placeholder prompt, one
         generated token (the server tags it with the weights' step, as every trajectory needs), all mask 0."""
-        error = _one_line(err)
+        error = one_line(err)
         logger.warning(
             "row %s (%s): the env could not start, recorded as an error episode: %s",
             spec.seed,
@@ -277,8 +278,8 @@ class RagymEnvAgentLoop(AgentLoopBase):
 
     def _env_error(self, episode: _Episode, turn: int, what: str, err: Exception) -> None:
         """End the episode at ``turn`` as an error episode: the env failed, not the policy (nothing trains on it)."""
-        logger.warning("%s at turn %d, recorded as an error episode: %s", what, turn, _one_line(err))
-        episode.events = [*episode.events, ev.episode_error(turn, "step", _one_line(err))]
+        logger.warning("%s at turn %d, recorded as an error episode: %s", what, turn, one_line(err))
+        episode.events = [*episode.events, ev.episode_error(turn, "step", one_line(err))]
         episode.failed = True
 
     async def _append_observation(
@@ -380,12 +381,6 @@ class RagymEnvAgentLoop(AgentLoopBase):
 # Registered here, not with @register: verl types its decorator as returning type[AgentLoopBase], which would hide
 # this class's own attributes (``keep_image_pixels``) from type checkers.
 register(AGENT_NAME)(RagymEnvAgentLoop)
-
-
-def _one_line(err: BaseException) -> str:
-    """``Type: first line of the message``, for events and logs."""
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _num_turns(messages: list[dict[str, Any]]) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ragym.rl.errors import UsageError
+from ragym.rl.errors import UsageError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +76,6 @@ class RowSet:
         for (file, position), row in zip(self.positions, self.rows, strict=True):
             digest.update(f"{Path(file).name}:{position}:{row['extra_info']['index']}\n".encode())
         return digest.hexdigest()[:16]
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def _index(value: Any) -> Any:
@@ -176,7 +171,7 @@ class RowChecker:
                 self._envs[key] = err
         env = self._envs[key]
         if isinstance(env, Exception):
-            raise ValueError(f"env {env_id} with env_kwargs {kwargs} cannot be built: {_one_line(env)}")
+            raise ValueError(f"env {env_id} with env_kwargs {kwargs} cannot be built: {one_line(env)}")
         return env
 
     def close(self) -> None:
@@ -211,7 +206,7 @@ def _read_file(path: str, limit: int) -> list[dict[str, Any]]:
     try:
         frame = pd.read_parquet(path)
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for a damaged file
-        raise DataError(f"{path} is not a readable parquet file ({_one_line(err)})") from err
+        raise DataError(f"{path} is not a readable parquet file ({one_line(err)})") from err
     rows = frame.to_dict(orient="records")
     return rows if limit < 0 else rows[:limit]
 
@@ -258,7 +253,7 @@ def check_rows(
             raise DataError(f"{file} row {position}: {err}") from err
         except Exception as err:  # noqa: BLE001 - any failure to start the episode makes the row bad
             index = _index((row.get("extra_info") or {}).get("index"))
-            result.bad.append(BadRow(file, position, index, _one_line(err)))
+            result.bad.append(BadRow(file, position, index, one_line(err)))
             continue
         result.rows.append(row)
         result.positions.append((file, position))
