@@ -281,14 +281,19 @@ def broken_page_pdf(path: Path) -> Path:
     return path
 
 
-def test_a_page_that_cannot_be_read_is_a_rejected_row(tmp_path):
+def prepare_samples(tmp_path: Path, samples: list[dict]) -> dict:
+    """``samples`` prepared into ``tmp_path/out`` (the report as a dict) against a documents folder holding
+    ``report.pdf`` (readable) and ``torn.pdf`` (its second page broken)."""
     docs = tmp_path / "documents"
     docs.mkdir()
     write_pdf(docs / "report.pdf")
     broken_page_pdf(docs / "torn.pdf")
-    samples = [sample("torn.pdf", "[1]"), sample("report.pdf", "[1]", "north")]
     (tmp_path / "samples.json").write_text(json.dumps(samples))
-    report = prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30)).as_dict()
+    return prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30)).as_dict()
+
+
+def test_a_page_that_cannot_be_read_is_a_rejected_row(tmp_path):
+    report = prepare_samples(tmp_path, [sample("torn.pdf", "[1]"), sample("report.pdf", "[1]", "north")])
     counts = report["splits"]["test"]
     assert counts["num_rows_in"] == 2 == counts["num_rows_out"] + counts["num_rows_rejected"]
     assert counts["rejected_by_reason"] == {"unreadable_page": 1}
@@ -299,17 +304,13 @@ def test_a_page_that_cannot_be_read_is_a_rejected_row(tmp_path):
 
 def test_a_doc_id_that_is_not_a_file_name_is_a_rejected_row(tmp_path):
     """A null or numeric ``doc_id`` is one rejected row (``bad_doc_id``), not a crash of the whole job."""
-    docs = tmp_path / "documents"
-    docs.mkdir()
-    write_pdf(docs / "report.pdf")
     samples = [
         sample(None, "[1]"),
         sample(17, "[1]"),
         sample("", "[1]"),
         sample("report.pdf", "[1]", "north"),
     ]
-    (tmp_path / "samples.json").write_text(json.dumps(samples))
-    report = prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30)).as_dict()
+    report = prepare_samples(tmp_path, samples)
     counts = report["splits"]["test"]
     assert (counts["num_rows_in"], counts["num_rows_out"]) == (4, 1)
     assert counts["rejected_by_reason"] == {"bad_doc_id": 3}
@@ -318,16 +319,12 @@ def test_a_doc_id_that_is_not_a_file_name_is_a_rejected_row(tmp_path):
 
 def test_a_sample_without_a_gold_answer_is_a_rejected_row(tmp_path):
     """A null or blank ``answer`` scores 0 against every prediction: rejected as ``missing_answer``."""
-    docs = tmp_path / "documents"
-    docs.mkdir()
-    write_pdf(docs / "report.pdf")
     samples = [
         {**sample("report.pdf", "[1]"), "answer": None},
         sample("report.pdf", "[1]", " "),
         sample("report.pdf", "[1]", "north"),
     ]
-    (tmp_path / "samples.json").write_text(json.dumps(samples))
-    report = prepare(tmp_path / "samples.json", docs, tmp_path / "out", PrepConfig(dpi=30)).as_dict()
+    report = prepare_samples(tmp_path, samples)
     counts = report["splits"]["test"]
     assert (counts["num_rows_in"], counts["num_rows_out"]) == (3, 1)
     assert counts["rejected_by_reason"] == {"missing_answer": 2}
