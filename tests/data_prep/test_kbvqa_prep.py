@@ -456,3 +456,18 @@ def test_an_evqa_csv_without_the_columns_is_one_line_naming_it(tmp_path: Path, c
     [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
     assert line.startswith(f"ragym prep evqa: {tmp_path / 'raw' / 'train.csv'}: header lacks columns [")
     assert not (tmp_path / "kb").exists()
+
+
+def test_an_image_cut_short_is_counted_unreadable_not_a_failed_encoding(tmp_path: Path) -> None:
+    """A JPEG cut short passed PIL's ``verify``, and the encoding step then stopped the prep on it (a traceback)."""
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_infoseek(tmp_path / "raw")
+    entity_image = fx.image_file(tmp_path / "raw" / "kb_images", fx.url(0))
+    query_image = tmp_path / "raw" / "images" / "oven_90000002.jpg"
+    for path in (entity_image, query_image):
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    report = prep_dataset("infoseek", ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")])
+    assert report["details"]["entity_images_unreadable"] == 1
+    assert report["details"]["entities_without_image"] == 2  # the imageless place and the entity cut short
+    assert "unreadable_image" in _rejected(report)["train"]
