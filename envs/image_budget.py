@@ -120,9 +120,15 @@ def fit_image(image: np.ndarray, max_pixels: int, min_pixels: int, factor: int) 
 
 
 def fitted_size(height: int, width: int, max_pixels: int, min_pixels: int, factor: int) -> tuple[int, int]:
-    """The size ``fit_image`` resamples to: ``fit_size``, grown by whole blocks to ``min_pixels`` if rounding fell
-    below it."""
-    return _at_least(*fit_size(height, width, max_pixels, min_pixels, factor), min_pixels, factor)
+    """The size ``fit_image`` resamples to: ``fit_size``, its longer side cut to what ``max_pixels`` and
+    ``MAX_ASPECT_RATIO`` allow, grown by whole blocks to ``min_pixels`` if rounding fell below it."""
+    height, width = fit_size(height, width, max_pixels, min_pixels, factor)
+    shorter = min(height, width)
+    # A thin image's shorter side is rounded up to one block while the longer keeps its share of the pixels: the
+    # size can pass max_pixels (the processor resizes it again, to fewer tokens than counted) and the ratio the
+    # processor accepts (it refuses the image: it checks every image it is given).
+    longest = min(MAX_ASPECT_RATIO * shorter, max_pixels // (shorter * factor) * factor)
+    return _at_least(min(height, longest), min(width, longest), min_pixels, factor)
 
 
 def _needs_resize(height: int, width: int, max_pixels: int, min_pixels: int, factor: int) -> bool:

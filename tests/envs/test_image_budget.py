@@ -44,6 +44,23 @@ def test_an_aspect_ratio_the_processor_refuses_is_a_clear_error() -> None:
         fit_size(10, 2500, 200_704, 3136, 28)
 
 
+@pytest.mark.parametrize("processor", [QWEN25, QWEN3], ids=["qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("max_pixels", [200_704, 802_816])
+@pytest.mark.parametrize(("height", "width"), [(100, 20_000), (20_000, 120)])
+def test_a_thin_image_is_fitted_to_a_ratio_the_processor_accepts(
+    height, width, max_pixels, processor
+) -> None:
+    """Rounding a thin image's shorter side up to one block gave a fitted size past the ratio 200 (28 x 6,328 for
+    100 x 20,000 at 256 tokens), which the processor refused, or past max_pixels (32 x 6,304: 197 tokens counted,
+    the processor resized it again to 196)."""
+    factor, least = processor["factor"], processor["min_pixels"]
+    fitted = fit_image(np.zeros((height, width, 3), np.uint8), max_pixels, least, factor)
+    fitted_h, fitted_w = fitted.shape[:2]
+    assert (fitted_h, fitted_w) != (height, width)  # the budget resized it
+    assert smart_resize(fitted_h, fitted_w, factor, least, max_pixels) == (fitted_h, fitted_w)
+    assert visual_tokens(fitted_h, fitted_w, factor) <= max_pixels // factor**2
+
+
 @pytest.mark.parametrize(
     ("processor", "tokens"), [(QWEN25, 256), (QWEN25, 1024), (QWEN3, 256), (QWEN3, 1024)]
 )
