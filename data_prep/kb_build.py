@@ -29,6 +29,7 @@ from ragym.data_prep.kb_images import image_file
 from ragym.data_prep.kb_records import Article, RowError, Sample, chunk_text
 from ragym.data_prep.report import PrepReport
 from ragym.data_prep.rows import verl_row
+from ragym.envs.image_budget import MAX_ASPECT_RATIO
 from ragym.envs.kbvqa.kb import KB_FORMAT, KB_VERSION
 from ragym.envs.retrieval.retrievers import BM25Retriever, build_index, normalise
 
@@ -68,16 +69,18 @@ class BuildConfig:
         return (self.max_rejections + 1) * self.candidates_per_batch
 
 
-def _readable(path: str) -> bool:
-    """Whether the image at ``path`` decodes whole (``verify`` passed a JPEG cut short, which then stopped the
-    encoding step)."""
+def _image_problem(path: str) -> str | None:
+    """Why the image at ``path`` cannot be shown, or None: ``unreadable`` (it does not decode whole: ``verify``
+    passed a JPEG cut short, which then stopped the encoding step) or ``aspect_ratio`` (past the ratio Qwen-VL
+    accepts: the env refuses it in every episode that shows it)."""
     try:
         with Image.open(path) as image:
+            width, height = image.size
             image.draft("RGB", (1, 1))  # a JPEG decodes at 1/8 scale: cheap, and every byte is still read
             image.load()
-        return True
     except Exception:  # noqa: BLE001 - any decoder error means the file cannot be shown
-        return False
+        return "unreadable"
+    return "aspect_ratio" if max(width, height) > MAX_ASPECT_RATIO * min(width, height) else None
 
 
 def _entity_images(out: Path, articles: list[Article], cfg: BuildConfig, report: PrepReport) -> list[str]:
@@ -90,8 +93,10 @@ def _entity_images(out: Path, articles: list[Article], cfg: BuildConfig, report:
         if path is None and article.image_url and cfg.kb_images is not None:
             fetched = image_file(cfg.kb_images, article.image_url)
             path = str(fetched) if fetched.exists() else None
-        if path is not None and not _readable(path):
-            report.details["entity_images_unreadable"] = report.details.get("entity_images_unreadable", 0) + 1
+        problem = None if path is None else _image_problem(path)
+        if problem is not None:
+            key = f"entity_images_{problem}"
+            report.details[key] = report.details.get(key, 0) + 1
             path = None
         paths.append(str(Path(path).resolve()) if path else PLACEHOLDER)
     report.details["entities_without_image"] = sum(p == PLACEHOLDER for p in paths)
@@ -116,9 +121,11 @@ def _save_query_image(out: Path, image: Any, number: int) -> str:
             os.link(image, target)
         except OSError:
             shutil.copyfile(image, target)
-    if not _readable(str(target)):
+    problem = _image_problem(str(target))
+    if problem is not None:
         target.unlink()
-        raise RowError("unreadable_image", f"query image {image if isinstance(image, str) else '<bytes>'}")
+        reason = "unreadable_image" if problem == "unreadable" else "image_aspect_ratio"
+        raise RowError(reason, f"query image {image if isinstance(image, str) else '<bytes>'}")
     return rel
 
 

@@ -471,3 +471,19 @@ def test_an_image_cut_short_is_counted_unreadable_not_a_failed_encoding(tmp_path
     assert report["details"]["entity_images_unreadable"] == 1
     assert report["details"]["entities_without_image"] == 2  # the imageless place and the entity cut short
     assert "unreadable_image" in _rejected(report)["train"]
+
+
+def test_an_image_past_the_aspect_ratio_qwen_vl_accepts_is_counted(tmp_path: Path) -> None:
+    """A 10,000 x 40 strip decodes, so it was kept, and the env then refused it in every episode showing it."""
+    from PIL import Image
+
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_infoseek(tmp_path / "raw")
+    strip = Image.fromarray(np.full((40, 10_000, 3), 200, np.uint8))
+    strip.save(fx.image_file(tmp_path / "raw" / "kb_images", fx.url(0)), format="JPEG")
+    strip.transpose(Image.Transpose.TRANSPOSE).save(tmp_path / "raw" / "images" / "oven_90000002.jpg")
+    report = prep_dataset("infoseek", ["--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")])
+    assert report["details"]["entity_images_aspect_ratio"] == 1
+    assert report["details"]["entities_without_image"] == 2  # the imageless place and the strip
+    assert "image_aspect_ratio" in _rejected(report)["train"]
