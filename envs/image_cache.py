@@ -99,9 +99,20 @@ def _source_bytes(source: ImageSource) -> int:
     return SOURCE_BYTES
 
 
+class UnreadableImageError(ValueError):
+    """An image file that cannot be shown (it does not decode, or the budget refuses its size); names the file."""
+
+
 def _fitted(path: str, budget: ImageBudget | None, role: str) -> np.ndarray:
-    image = _decode(path)
-    return image if budget is None else budget.fit(image, role)
+    try:
+        image = _decode(path)
+        return image if budget is None else budget.fit(image, role)
+    except FileNotFoundError:
+        raise  # its message names the file
+    except (OSError, ValueError, Image.DecompressionBombError) as err:
+        # PIL's "image file is truncated", its pixel limit and the budget's aspect ratio name no file: the episode
+        # error or bad-row line would not say which of a row's images, or which candidate, it was.
+        raise UnreadableImageError(f"image {path}: {type(err).__name__}: {err}") from err
 
 
 def _nbytes(array: np.ndarray) -> int:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
 
 from ragym.envs import image_cache
@@ -176,3 +178,19 @@ def test_a_budget_near_min_pixels_never_leaves_an_image_the_processor_would_enla
     fitted_h, fitted_w = fitted.shape[:2]
     assert smart_resize(fitted_h, fitted_w, 32, 65536, 1024 * 1024) == (fitted_h, fitted_w)
     assert fitted_h * fitted_w >= 65536
+
+
+@pytest.mark.parametrize("kind", ["cut_short", "strip"])
+def test_an_image_that_cannot_be_shown_is_an_error_naming_its_file(kind: str, tmp_path: Path) -> None:
+    """PIL's "image file is truncated" and the budget's aspect ratio named no file: an episode's error event or a
+    bad row's line did not say which image (of a row's, or of a batch of candidates) it was."""
+    path = tmp_path / "picture.jpg"
+    if kind == "cut_short":
+        write_photo(path, 640, 480)
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    else:
+        Image.fromarray(np.zeros((40, 10_000, 3), np.uint8)).save(path, format="PNG")
+    with pytest.raises(image_cache.UnreadableImageError, match=f"^image {re.escape(str(path))}: "):
+        image_cache.read_image(path, ImageBudget(), "candidate")
+    with pytest.raises(FileNotFoundError, match="absent.jpg"):  # its own message names the file
+        image_cache.read_image(tmp_path / "absent.jpg", ImageBudget(), "candidate")
