@@ -29,6 +29,8 @@ from ragym.rewards.rubric import Rubric, apply_overrides, load_recipe, plain_con
 
 # Keyword arguments verl itself may add to every call; they mean nothing to a rule-based rubric.
 _VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
+RECIPE_KWARGS = ("recipe", "recipe_path", "overrides")
+"""The ``reward_kwargs`` a training recipe gives ``compute_score``: a reward recipe or its path, and overrides."""
 _EXTRA_KEYS = ("index", "split", "num_turns")
 
 

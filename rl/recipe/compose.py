@@ -31,6 +31,8 @@ PACKAGE_ROOT = RECIPES_DIR.parent
 """The repository root: committed recipes name their reward recipes relative to it."""
 REWARD_KWARGS = "reward.custom_reward_function.reward_kwargs"
 """Where a training recipe holds its reward recipe (``recipe``) or the path of one (``recipe_path``)."""
+REWARD_SEAM = "pkg://ragym.rewards.verl"
+"""``reward.custom_reward_function.path`` of ragym's ``compute_score``, whose ``reward_kwargs`` are ragym's."""
 
 
 def resolve_recipe_path(recipe: str | Path) -> Path:
@@ -215,11 +217,25 @@ def resolve_relative(value: str, recipe: Path) -> Path:
 
 def resolve_reward_recipe(config: DictConfig, recipe: Path) -> None:
     """Make the reward recipe path absolute and build its rubric, so a bad reward recipe fails at load time."""
-    from ragym.rewards.verl import rubric_for
+    from ragym.rewards.verl import RECIPE_KWARGS, rubric_for
 
     kwargs = OmegaConf.select(config, REWARD_KWARGS)
-    if kwargs is None or OmegaConf.select(config, "reward.custom_reward_function.path") is None:
+    path = OmegaConf.select(config, "reward.custom_reward_function.path")
+    if kwargs is None or path is None:
         return
+    # compute_score refuses these too, but only at the first reward, after the model has loaded.
+    unknown = sorted(set(map(str, kwargs)) - set(RECIPE_KWARGS))
+    if path == REWARD_SEAM and unknown:
+        raise UsageError(
+            f"{recipe}: {REWARD_KWARGS}: unknown key(s) {unknown}; ragym's compute_score takes "
+            f"{', '.join(RECIPE_KWARGS)}"
+        )
+    given = [key for key in ("recipe", "recipe_path") if kwargs.get(key) is not None]
+    if len(given) == 2 or (path == REWARD_SEAM and not given):
+        raise UsageError(
+            f"{recipe}: {REWARD_KWARGS} needs exactly one of recipe and recipe_path (null the other: a base may "
+            f"set recipe_path), got {' and '.join(given) or 'neither'}"
+        )
     try:
         # ``overrides`` (``+reward...reward_kwargs.overrides.terms.T.params.P=V``) are merged in and checked too.
         if kwargs.get("recipe_path") is not None:

@@ -83,3 +83,19 @@ def test_a_training_recipe_file_with_overrides_scores_offline(tmp_path) -> None:
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump(training))
     assert load_recipe(path)[0]["terms"]["verification"]["params"]["delta"] == 0.3
+
+
+def test_a_reward_kwargs_key_compute_score_refuses_fails_at_load() -> None:
+    # compute_score refused both only at the first reward, after the job had loaded its model.
+    misspelt = DELTA.replace(".overrides.", ".overide.")
+    with pytest.raises(
+        UsageError, match=r"unknown key\(s\) \['overide'\]; ragym's compute_score takes recipe"
+    ):
+        load_training_recipe("kbvqa_qwen2_5_vl_7b", [misspelt])
+    inline = f"+{REWARD_KWARGS}.recipe={{terms:{{outcome:{{weight:1.0}}}}}}"  # beside the base's recipe_path
+    with pytest.raises(UsageError, match="exactly one of recipe and recipe_path.*got recipe and recipe_path"):
+        load_training_recipe("kbvqa_qwen2_5_vl_7b", [inline])
+    with pytest.raises(UsageError, match="exactly one of recipe and recipe_path.*got neither"):
+        load_training_recipe("kbvqa_qwen2_5_vl_7b", [f"{REWARD_KWARGS}.recipe_path=null"])
+    config = load_training_recipe("kbvqa_qwen2_5_vl_7b", [f"{REWARD_KWARGS}.recipe_path=null", inline])
+    assert OmegaConf.select(config, f"{REWARD_KWARGS}.recipe.terms.outcome.weight") == 1.0
