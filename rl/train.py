@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ragym.rl.data.rows import BAD_ROW_POLICIES
 from ragym.rl.errors import UsageError
-from ragym.rl.recipe.check import recipe_set_keys, unknown_keys
+from ragym.rl.recipe.check import recipe_set_keys, section_type_problems, unknown_keys
 from ragym.rl.recipe.compose import load_recipe
 
 if TYPE_CHECKING:
@@ -48,6 +48,10 @@ def build_trainer(recipe: str, overrides: list[str], bad_rows: str = "skip") -> 
     from ragym.rl.engine.trainer import LocalTrainer
 
     config = load_recipe(recipe, overrides)
+    # ``ragym submit`` checks these too (check_recipe); unchecked, "no" for a guard's ``above`` read as true.
+    problems = section_type_problems(config)
+    if problems:
+        raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
     reader = RecipeReader(config)
     cfg = read_engine_config(reader)
     unused = check_keys(recipe, overrides, reader)

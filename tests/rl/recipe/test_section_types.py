@@ -13,6 +13,7 @@ from ragym.rl.demo.tasks import DEMO_TASKS, task_overrides
 from ragym.rl.errors import UsageError
 from ragym.rl.recipe.check import section_type_problems
 from ragym.rl.recipe.compose import load_recipe
+from ragym.rl.train import build_trainer
 
 RECIPES = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "recipes").glob("*.yaml"))
 
@@ -57,3 +58,11 @@ def test_ragym_demo_refuses_a_mistyped_setting_before_it_builds_anything(tmp_pat
     ):
         run.prepare(tmp_path / "demo", seed=0, extra_overrides=["ragym.demo.copy_pretrain.until_loss=abc"])
     assert not (tmp_path / "demo" / "tiny_policy").exists()
+
+
+def test_ragym_train_refuses_a_mistyped_setting_before_it_reads_rows(tmp_path: Path) -> None:
+    # Unchecked, the local engine ran with a guard's ``above`` of "no", a true value: it fired on the wrong side.
+    with pytest.raises(UsageError, match=r"ragym.guards.entropy_floor.above: 'no' is not true or false$"):
+        build_trainer(
+            "kbvqa_tiny_cpu", ["ragym.guards.entropy_floor.above=no", f"trainer.default_local_dir={tmp_path}"]
+        )
