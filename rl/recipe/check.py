@@ -14,6 +14,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 import yaml
 from hydra import compose, initialize_config_module
@@ -21,7 +22,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from ragym.rl.errors import UsageError
-from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION
+from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION, read_guards
 from ragym.rl.off_policy import correction_problems
 from ragym.rl.recipe.compose import load_recipe, recipe_settings, validate_recipe
 from ragym.rl.recipe.modes import legacy_notice, mode_problems
@@ -284,6 +285,9 @@ def check_recipe(
     problems = mode_problems(config) + correction_problems(config) + section_type_problems(config)
     if problems:
         raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
+    # verl's trainer reads the guards at fit(), once its workers have loaded the model: an action "halt" failed there.
+    guards = OmegaConf.select(config, GUARDS_SECTION, default=None)
+    read_guards(cast(dict, OmegaConf.to_container(guards, resolve=True)) if guards is not None else None)
     notice = legacy_notice(config)
     if notice:
         _warn_once(f"recipe {recipe}: {notice}")

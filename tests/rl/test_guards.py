@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ragym.rl.cluster.submit import build_submission
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARDS_FILE, RUN_CHECKS, GuardMonitor, read_firings, read_guards
 
@@ -199,6 +200,12 @@ def test_collapse_guards_are_off_unless_the_recipe_turns_them_on_and_run_checks_
 def test_bad_guard_config_is_an_error(section, error):
     with pytest.raises(UsageError, match=error):
         read_guards(section)
+
+
+def test_ragym_submit_checks_the_guards_before_the_job_goes():
+    # verl's trainer read them only at fit(), after its workers had loaded the model.
+    with pytest.raises(UsageError, match=r"ragym.guards.entropy_floor.action must be one of .*got 'halt'"):
+        build_submission("kbvqa_qwen2_5_vl_7b", ["ragym.guards.entropy_floor.action=halt"])
 
 
 def test_a_guard_reads_held_out_metrics_or_training_ones_not_both():
