@@ -36,6 +36,23 @@ _TERM_KEYS = {"weight", "reward", "params", "data_sources"}
 _KWARGS_AT = "reward.custom_reward_function.reward_kwargs"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s loader, except that a key given twice in one mapping is an error: safe_load keeps the
+    last one silently, so a term listed twice lost its first entry (its weight, its params)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key, _ in node.value:
+            if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                continue
+            if key.value in seen:
+                raise ValueError(
+                    f"line {key.start_mark.line + 1}: {key.value!r} is given twice in one mapping"
+                )
+            seen.add(key.value)
+        return super().construct_mapping(node, deep)
+
+
 class RewardError(RuntimeError):
     """A reward term failed or returned something other than a finite number or None."""
 
@@ -132,7 +149,10 @@ def load_recipe(recipe: Mapping[str, Any] | str | Path) -> tuple[dict[str, Any],
         path = Path(recipe)
         if not path.is_file():
             raise FileNotFoundError(f"reward recipe {path} does not exist")
-        data = yaml.safe_load(path.read_text())
+        try:
+            data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
         where = str(path)
         if isinstance(data, Mapping) and "reward" in data and "terms" not in data:
             # A training recipe: the reward recipe sits in the custom reward function's kwargs.

@@ -158,6 +158,14 @@ def test_recipe_from_yaml_file_and_from_training_recipe(tmp_path: Path) -> None:
         Rubric.from_recipe(broken)
 
 
+def test_a_term_listed_twice_in_a_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    # yaml.safe_load kept the second entry: the outcome term silently lost its weight of 1.
+    path = tmp_path / "r.yaml"
+    path.write_text("terms:\n  outcome: {weight: 1.0}\n  format: {weight: 1.0}\n  outcome: {weight: 0.0}\n")
+    with pytest.raises(ValueError, match=r"r.yaml: line 4: 'outcome' is given twice in one mapping"):
+        Rubric.from_recipe(path)
+
+
 def test_omegaconf_recipe_as_verl_passes_it() -> None:
     from omegaconf import OmegaConf
 
