@@ -34,6 +34,8 @@ from ragym.rewards.registry import RewardFn, get_reward, reward_params, validate
 _RECIPE_KEYS = {"terms", "name", "description"}
 _TERM_KEYS = {"weight", "reward", "params", "data_sources"}
 _KWARGS_AT = "reward.custom_reward_function.reward_kwargs"
+_REPO = Path(__file__).resolve().parents[1]
+"""The repository root, which the committed training recipes name their reward recipes from."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -154,20 +156,33 @@ def load_recipe(recipe: Mapping[str, Any] | str | Path) -> tuple[dict[str, Any],
         except ValueError as err:
             raise ValueError(f"{path}: {err}") from None
         where = str(path)
-        if isinstance(data, Mapping) and "reward" in data and "terms" not in data:
+        if isinstance(data, Mapping) and "terms" not in data and ("reward" in data or "defaults" in data):
             # A training recipe: the reward recipe sits in the custom reward function's kwargs.
-            kwargs = ((data["reward"] or {}).get("custom_reward_function") or {}).get("reward_kwargs") or {}
+            kwargs = ((data.get("reward") or {}).get("custom_reward_function") or {}).get(
+                "reward_kwargs"
+            ) or {}
             if "recipe" in kwargs:
                 inner, where = load_recipe(kwargs["recipe"])[0], f"{where}:{_KWARGS_AT}.recipe"
             elif "recipe_path" in kwargs:
-                target = Path(kwargs["recipe_path"])
-                inner, where = load_recipe(target if target.is_file() else path.parent / target)
+                # Where the training commands look (ragym.rl.recipe.compose.resolve_relative): the recipe's folder, the
+                # repository (the committed recipes name theirs from it), the working directory.
+                tried = [
+                    path.parent / kwargs["recipe_path"],
+                    _REPO / kwargs["recipe_path"],
+                    Path(kwargs["recipe_path"]),
+                ]
+                inner, where = load_recipe(next((t for t in tried if t.is_file()), tried[0]))
             else:
                 inner = None
             if inner is not None:
                 return apply_overrides(inner, kwargs.get("overrides"), where), where
+            bases = (
+                "; its bases (defaults) may set one: give that reward recipe file"
+                if "defaults" in data
+                else ""
+            )
             raise ValueError(
-                f"{where}: training recipe has no reward.custom_reward_function.reward_kwargs.recipe"
+                f"{where}: training recipe has no reward.custom_reward_function.reward_kwargs.recipe{bases}"
             )
         recipe = data
     else:

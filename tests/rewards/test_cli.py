@@ -74,6 +74,31 @@ def test_errors_name_the_culprit(
     assert fragment in capsys.readouterr().err
 
 
+def test_a_shipped_training_recipe_scores_from_any_directory(
+    tmp_path: Path, episodes_file: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its recipe_path names the reward recipe from the repository: it was looked for beside the recipe, in recipes/.
+    monkeypatch.chdir(tmp_path)
+    assert (
+        main(
+            [
+                "--recipe",
+                str(REPO / "recipes" / "kbvqa_single_gpu_smoke.yaml"),
+                "--episodes",
+                str(episodes_file),
+            ]
+        )
+        == 0
+    )
+    assert "(mmagent_r2)" in capsys.readouterr().out
+    # One whose bases hold the reward recipe says so, not that `hydra` and `trainer` are unknown reward recipe keys.
+    assert (
+        main(["--recipe", str(REPO / "recipes" / "kbvqa_tiny_cpu.yaml"), "--episodes", str(episodes_file)])
+        == 2
+    )
+    assert "its bases (defaults) may set one: give that reward recipe file" in capsys.readouterr().err
+
+
 def test_missing_episodes_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["--recipe", str(PAPER_RECIPE), "--episodes", str(tmp_path / "none.jsonl")]) == 2
     assert "does not exist" in capsys.readouterr().err
