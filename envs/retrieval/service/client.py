@@ -2,7 +2,8 @@
 
 ``ServiceRetriever(url, name)`` has the ``Retriever`` interface (``search`` / ``batch_search`` returning
 ``Hit`` lists), so an env swaps it in for an in-process retriever. A request that times out, cannot
-connect, or gets a 5xx is retried ``max_retries`` times with exponential backoff; if it still fails the
+connect, gets a 5xx, or gets an answer that is not the route's (not JSON, another shape, another number of hit
+lists than queries) is retried ``max_retries`` times with exponential backoff; if it still fails the
 call raises ``RetrievalUnavailable`` (the env turns that into an observation and a ``retrieval_error``
 event). After ``failure_threshold`` failed calls in a row the breaker opens: calls fail at once for
 ``reset_after_s`` instead of each waiting out its timeouts, then one probe call is let through, and a
@@ -18,6 +19,7 @@ import http.client
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -147,8 +149,7 @@ class ServiceRetriever:
     def batch_search(self, queries: list[Any], k: int) -> list[list[Hit]]:
         """Top-k hits per query, in one request."""
         body = {"retriever": self.name, "queries": [encode_query(q) for q in queries], "k": k}
-        results = self.call("POST", "/batch_search", body)["results"]
-        return [hits_from_json(hits) for hits in results]
+        return self.call("POST", "/batch_search", body, lambda data: read_results(data, len(queries)))
 
     async def abatch_search(self, queries: list[Any], k: int) -> list[list[Hit]]:
         """``batch_search`` from async code, without blocking the event loop."""
@@ -185,8 +186,9 @@ class ServiceRetriever:
             return False
         return status == 200
 
-    def call(self, method: str, path: str, body: Any) -> Any:
-        """One call with retries and the breaker; JSON in, JSON out."""
+    def call(self, method: str, path: str, body: Any, read: Callable[[Any], Any] = lambda data: data) -> Any:
+        """One call with retries and the breaker; JSON in, ``read`` of the JSON out (a ``ValueError`` from ``read``:
+        an answer the client cannot use, a server error)."""
         if not self.breaker.allow():
             raise RetrievalUnavailable(
                 "circuit_open", f"{self.url} failed {self.breaker.failures} calls in a row"
@@ -201,8 +203,15 @@ class ServiceRetriever:
                 error = unreachable(f"{self.url}{path}", exc, cfg.timeout_s)
                 continue
             if status < 400:
+                try:
+                    answer = read(data)
+                except ValueError as exc:  # a broken server or proxy: retried and counted like a 5xx
+                    error = RetrievalUnavailable(
+                        "server_error", f"{self.url}{path} answered {status} with no usable answer: {exc}"
+                    )
+                    continue
                 self.breaker.record(True)
-                return data
+                return answer
             message = data.get("error", data) if isinstance(data, dict) else data
             if status < 500:
                 self.breaker.record(True)  # the service is up; the request was wrong
@@ -241,6 +250,19 @@ class ServiceRetriever:
             return response.status, loads(raw)
         except ValueError:
             return response.status, {"error": raw[:200].decode(errors="replace")}
+
+
+def read_results(data: Any, num_queries: int) -> list[list[Hit]]:
+    """The hit lists of a ``/batch_search`` answer, one per query; any other answer is a ``ValueError`` saying so."""
+    results = data.get("results") if isinstance(data, dict) else None
+    if not isinstance(results, list) or len(results) != num_queries:
+        raise ValueError(f"expected {num_queries} hit lists under 'results', got {str(data)[:200]}")
+    try:
+        return [hits_from_json(hits) for hits in results]
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(
+            f"a hit is not {{'docid', 'score', 'payload'}} ({type(error).__name__}: {error})"
+        ) from None
 
 
 URL_ENV = "RAGYM_RETRIEVAL_URL"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -15,6 +16,7 @@ from ragym.envs.retrieval.service.client import (
 )
 from ragym.envs.retrieval.service.config import ServiceConfig
 from tests.envs.retrieval.service.helpers import Recording, free_port, random_faiss, running
+from tests.loopback import loopback_server
 
 FAST = ClientConfig(timeout_s=0.3, max_retries=2, backoff_s=0.01, failure_threshold=2, reset_after_s=0.3)
 
@@ -86,6 +88,40 @@ def test_a_dead_server_opens_the_breaker_which_recovers_when_it_returns() -> Non
         hits = client.search(vectors[0], 3)  # the half-open probe succeeds and closes the breaker
     assert [h.docid for h in hits] == [h.docid for h in inner.search(vectors[0], 3)]
     assert client.breaker.state == "closed"
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b'{"results": [[{"docid"', "expected 1 hit lists"),  # cut off: not JSON
+        (b"", "expected 1 hit lists"),
+        (b"[1, 2]", "expected 1 hit lists"),
+        (b'{"hits": []}', "expected 1 hit lists"),
+        (b'{"results": []}', "expected 1 hit lists"),  # no list for the query: not "no hits"
+        (b'{"results": [[{"id": "a"}]]}', "a hit is not"),
+        (b'{"results": [[{"docid": "a", "score": null, "payload": {}}]]}', "a hit is not"),
+    ],
+)
+def test_a_garbled_answer_is_a_server_error_retried_and_counted(body: bytes, why: str) -> None:
+    calls = []
+
+    class Garbled(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            calls.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with loopback_server(Garbled) as url:
+        client = ServiceRetriever(url, "vec", FAST)
+        with pytest.raises(RetrievalUnavailable, match=f"answered 200 with no usable answer: {why}") as error:
+            client.search("q", 3)
+    assert error.value.reason == "server_error" and len(calls) == FAST.max_retries + 1
+    assert client.breaker.failures == 1
 
 
 def test_breaker_states_follow_failures_and_the_clock() -> None:
