@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not args.folders and not args.shards:
         flags = ", ".join(f"--{flag}" for flag in kinds)
         parser.error(f"nothing to serve: give a folder an env serves ({flags}) or --shards")
+    try:  # a setting the service refuses (--max-batch-size 0) is a usage error, not a traceback
+        service_config(args)
+    except ValueError as error:
+        parser.error(str(error))
     return args
 
 

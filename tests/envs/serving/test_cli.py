@@ -1,4 +1,5 @@
-"""``ragym serve`` refuses a folder that is not there before it starts serving (not a load error after)."""
+"""``ragym serve`` refuses a folder that is not there, or a setting the service refuses, before it starts serving (not a
+load error after, not a traceback)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,21 @@ def test_the_command_says_it_in_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert f"ragym serve: --kb-dir {tmp_path / 'nowhere'}: no such folder" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "why"),
+    [
+        (["--max-batch-size", "0"], "max_batch_size must be >= 1, got 0"),
+        (["--search-workers", "0"], "search_workers must be >= 1"),
+        (["--batch-splits", "-1"], "batch_splits must be >= 1, got -1"),
+    ],
+)
+def test_a_setting_the_service_refuses_is_one_line(
+    tmp_path: Path, flags: list[str], why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["--kb-dir", str(tmp_path), *flags, "--port", "1"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"ragym serve: error: {why}" in err and "Traceback" not in err
