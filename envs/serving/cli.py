@@ -169,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(folder).is_dir():
             raise FileNotFoundError(f"--{flag} {folder}: no such folder")
     for _, manifest in args.shards:
-        read_manifest(manifest)
+        try:
+            read_manifest(manifest)
+        except ValueError as error:  # a manifest of another shape: one line, not a traceback
+            raise SystemExit(f"ragym serve: {error}") from None
     catalog = CatalogSpec(args.folders, tuple(args.shards), args.index_kind, args.gpu)
     app = RetrievalApp(lambda: load_catalog(catalog), config)
     # no proxy-headers middleware: the service never reads the client address, and it wraps every request

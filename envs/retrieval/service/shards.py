@@ -59,9 +59,21 @@ class ShardSpec:
 def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
     """The vector dimension and the shards a manifest lists (paths resolved against its folder)."""
     path = Path(path)
-    data = json.loads(path.read_text())
-    if not isinstance(data.get("shards"), list) or not data["shards"]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a JSON shard manifest ({error})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("shards"), list) or not data["shards"]:
         raise ValueError(f"{path}: a shard manifest needs a non-empty 'shards' list")
+    if isinstance(data.get("dim"), bool) or not isinstance(data.get("dim"), int):
+        raise ValueError(f"{path}: a shard manifest needs 'dim', the vector length, got {data.get('dim')!r}")
+    for shard in data["shards"]:
+        if not (
+            isinstance(shard, dict)
+            and isinstance(shard.get("index"), str)
+            and isinstance(shard.get("ids"), str)
+        ):
+            raise ValueError(f"{path}: each shard needs 'index' and 'ids' file names, got {shard!r}")
     search = tuple(sorted(data.get("search", {}).items()))
     specs = [
         ShardSpec(
@@ -80,7 +92,7 @@ def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
     ]
     if missing:
         raise FileNotFoundError(f"{path} lists {len(missing)} missing file(s): {', '.join(missing[:3])}")
-    return int(data["dim"]), specs
+    return data["dim"], specs
 
 
 def write_manifest(path: str | Path, dim: int, specs: Sequence[ShardSpec]) -> Path:

@@ -64,6 +64,29 @@ def test_manifest_errors_are_clear(tmp_path: Path) -> None:
         CatalogSpec()
 
 
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"shards": [', "not a JSON shard manifest"),
+        ("[1]", "non-empty 'shards' list"),
+        ('{"shards": [{"index": "a.faiss", "ids": "a.txt"}]}', "needs 'dim'"),
+        ('{"dim": 8, "shards": [{"ids": "a.txt"}]}', "each shard needs 'index' and 'ids'"),
+        ('{"dim": 8, "shards": ["a.faiss"]}', "each shard needs 'index' and 'ids'"),
+    ],
+)
+def test_a_manifest_of_another_shape_is_one_line_from_ragym_serve(
+    tmp_path: Path, text: str, why: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragym.rl.cli import main
+
+    manifest = tmp_path / "shards.json"
+    manifest.write_text(text)
+    with pytest.raises(ValueError, match=f"{manifest}: .*{why}"):
+        read_manifest(manifest)
+    with pytest.raises(SystemExit, match=f"ragym serve: {manifest}: .*{why}"):
+        main(["serve", "--shards", f"docs={manifest}", "--port", "1"])  # never binds
+
+
 def test_a_shard_with_the_wrong_id_count_is_refused(tmp_path: Path) -> None:
     _, vectors = random_faiss(num=50, dim=8)
     manifest = split_into_shards(vectors, [f"d{i}" for i in range(50)], 1, tmp_path)
