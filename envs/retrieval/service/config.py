@@ -30,6 +30,9 @@ class ServiceConfig:
     """Largest k a request may ask for (bigger is a 422)."""
     max_queries_per_request: int = 1024
     """Largest batch_search request (bigger is a 413)."""
+    max_body_bytes: int = 64 << 20
+    """Largest request body kept (bigger is a 413, its bytes read and dropped): a full batch of 4096-d vector queries
+    is about 22 MB."""
     search_workers: int = 4
     """Index calls that may run at once (the threads that run them; one call per retriever at a time)."""
     search_threads: int = 0
@@ -54,6 +57,8 @@ class ServiceConfig:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
         if self.max_wait_ms < 0:
             raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be >= 1, got {self.max_body_bytes}")
         if self.cache_size < 0:
             raise ValueError(f"cache_size must be >= 0, got {self.cache_size}")
         if self.token is not None and not self.token:

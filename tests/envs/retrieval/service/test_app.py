@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from ragym.envs.kbvqa.kb import load_kb
-from ragym.envs.retrieval.service.app import RetrievalApp
+from ragym.envs.retrieval.service.app import RetrievalApp, Served
 from ragym.envs.retrieval.service.client import ClientConfig, RetrievalRequestError, ServiceRetriever
 from ragym.envs.retrieval.service.config import ServiceConfig
 from ragym.envs.serving.catalog import CatalogSpec, load_catalog
-from tests.envs.retrieval.service.helpers import ids, running
+from tests.envs.retrieval.service.helpers import ids, random_faiss, running
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +168,22 @@ def test_single_search_route_and_malformed_bodies(kb_url: str, tiny_kb: Path) ->
             json.dumps({"retriever": "image", "query": {"f32": bad_vector}, "k": 2}).encode(),
         )
         assert status == 422 and "base64" in body["error"], body
+
+
+def test_a_body_over_max_body_bytes_is_a_413_not_kept_in_memory() -> None:
+    inner, vectors = random_faiss()
+    app = RetrievalApp({"vec": Served(inner, "vector", 16)}, ServiceConfig(max_body_bytes=4096))
+    with running(app) as url:
+        assert _wait_ready(url, name="vec")
+        client = ServiceRetriever(url, "vec")
+        assert ids(client.batch_search(list(vectors[:8]), 2)) == ids(inner.batch_search(list(vectors[:8]), 2))
+        with pytest.raises(RetrievalRequestError, match="413.*at most 4096"):
+            client.batch_search(list(vectors[:80]), 2)  # 80 base64 vectors: over 4 KB
+        status, body = _post(url, "/batch_search", b"x" * 100_000)  # read and dropped, not parsed
+        assert status == 413 and "the body is 100000 bytes" in body["error"]
+        assert ids(client.batch_search(list(vectors[:8]), 2)) == ids(inner.batch_search(list(vectors[:8]), 2))
+    with pytest.raises(ValueError, match="max_body_bytes must be >= 1"):
+        ServiceConfig(max_body_bytes=0)
 
 
 @pytest.mark.slow  # loads all-MiniLM-L6-v2 (shared with the DocMemo tests when they run in the same session)
