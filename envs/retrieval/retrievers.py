@@ -282,8 +282,16 @@ class FaissRetriever:
 
     def raw_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The bare faiss call: (scores, rows), each (num_queries, k); rows are -1 past the end."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)  # (num_queries, d)
+        if queries.ndim != 2 or queries.shape[1] != self.index.d:
+            raise ValueError(
+                f"query vectors of shape {queries.shape} for an index of {self.index.d}-d vectors"
+            )
+        finite = np.isfinite(queries).all(axis=1)
+        if not finite.all():  # faiss ranks no row for a NaN query: an empty result that looks like a real one
+            raise ValueError(f"{int((~finite).sum())} of {len(queries)} query vectors hold NaN or inf")
         use_search_threads()  # per calling thread: env workers and service threads each set their own
-        return self.index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+        return self.index.search(queries, k)
 
     def search(self, query: np.ndarray, k: int) -> list[Hit]:
         """Top-k hits for one query vector (dim,)."""

@@ -68,6 +68,8 @@ class Served:
                 raise BadRequest(f"retriever {name!r} takes vector queries")
             if self.dim is not None and query.shape != (self.dim,):
                 raise BadRequest(f"retriever {name!r} takes {self.dim}-d vectors, got {query.shape[0]}")
+            if not np.isfinite(query).all():  # refused alone: in a batch it would fail every query beside it
+                raise BadRequest(f"retriever {name!r}: the query vector holds NaN or inf")
 
 
 Loader = Callable[[], dict[str, Served]]

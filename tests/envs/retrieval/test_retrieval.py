@@ -54,6 +54,21 @@ def test_unknown_index_kind_is_an_error(vectors: np.ndarray) -> None:
         )
 
 
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
+def test_a_nan_or_wrong_length_query_is_an_error_not_an_empty_ranking(vectors: np.ndarray, kind: str) -> None:
+    retriever = FaissRetriever.from_vectors(
+        vectors, [f"d{i}" for i in range(len(vectors))], spec=IndexSpec(kind)
+    )
+    query = normalise(vectors[:1])[0]
+    broken = query.copy()
+    broken[3] = np.nan
+    with pytest.raises(ValueError, match="1 of 2 query vectors hold NaN or inf"):
+        retriever.batch_search([query, broken], 5)
+    with pytest.raises(ValueError, match=r"shape \(1, 16\) for an index of 32-d vectors"):
+        retriever.search(query[:16], 5)
+    assert len(retriever.search(query, 5)) == 5
+
+
 def test_paging_concatenates_to_the_full_ranking(vectors: np.ndarray) -> None:
     retriever = FaissRetriever.from_vectors(vectors, [f"d{i}" for i in range(len(vectors))])
     query = normalise(vectors[7:8])[0]

@@ -7,12 +7,14 @@ import json
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ragym.envs.kbvqa.kb import load_kb
 from ragym.envs.retrieval.service.app import RetrievalApp, Served
 from ragym.envs.retrieval.service.client import ClientConfig, RetrievalRequestError, ServiceRetriever
 from ragym.envs.retrieval.service.config import ServiceConfig
+from ragym.envs.retrieval.service.wire import encode_query
 from ragym.envs.serving.catalog import CatalogSpec, load_catalog
 from tests.envs.retrieval.service.helpers import ids, random_faiss, running
 
@@ -161,6 +163,10 @@ def test_single_search_route_and_malformed_bodies(kb_url: str, tiny_kb: Path) ->
     too_many = json.dumps({"retriever": "bm25", "queries": ["x"] * 1025, "k": 1}).encode()
     assert _post(kb_url, "/batch_search", too_many)[0] == 413
     assert _post(kb_url, "/nowhere", b"{}")[0] == 404
+    dim = load_kb(tiny_kb).entity_embeddings.shape[1]
+    nan = {"retriever": "image", "query": encode_query(np.full(dim, np.nan, dtype=np.float32)), "k": 2}
+    status, body = _post(kb_url, "/search", json.dumps(nan).encode())
+    assert status == 422 and "NaN" in body["error"], body
     for bad_vector in ("abc", "é" * 8):  # bad padding, not ASCII: the client's mistake (422), not a 500
         status, body = _post(
             kb_url,
