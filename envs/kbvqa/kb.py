@@ -29,7 +29,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -98,6 +98,12 @@ class KnowledgeBase:
         self._titles = self.passages["title"].tolist()
         self._texts = self.passages["text"].tolist()
         self._passage_entities = self.passages["entity_id"].tolist()
+        width = self.entity_embeddings.shape[1]
+        if self.query_embeddings is not None and self.query_embeddings.shape != (len(self.queries), width):
+            raise ValueError(
+                f"{self.root / 'index' / 'query_embeddings.npy'} holds {self.query_embeddings.shape} vectors for "
+                f"{len(self.queries)} queries and {width}-d entity vectors: re-encode the KB's queries"
+            )
         self.image_pack = ImagePack.load(self.root)
         if self.image_pack is not None and len(self.image_pack) != len(self.entities):
             raise ValueError(
@@ -285,9 +291,20 @@ def _load(root: str) -> KnowledgeBase:
         queries=pd.read_parquet(path / "queries.parquet"),
         # memory-mapped: a KB searched through its built index never reads these, and env processes that
         # do (a flat index built at load) share the page cache instead of a copy each
-        entity_embeddings=np.load(path / "index" / "entity_embeddings.npy", mmap_mode="r"),
-        query_embeddings=np.load(queries_emb) if queries_emb.exists() else None,
+        entity_embeddings=_vectors(path / "index" / "entity_embeddings.npy", mmap_mode="r"),
+        query_embeddings=_vectors(queries_emb) if queries_emb.exists() else None,
     )
+
+
+def _vectors(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray:
+    """The 2-D vectors stored at ``path``; a file cut short or of another kind is a ``ValueError`` naming it."""
+    try:
+        vectors = np.load(path, mmap_mode=mmap_mode)
+    except (ValueError, EOFError) as error:  # numpy names no file: "mmap length is greater than file size"
+        raise ValueError(f"{path}: not a whole .npy array ({error}); a partial copy?") from None
+    if vectors.ndim != 2:
+        raise ValueError(f"{path}: expected 2-D vectors, got shape {vectors.shape}")
+    return vectors
 
 
 def load_kb(root: str | Path) -> KnowledgeBase:

@@ -57,3 +57,34 @@ def test_entity_vectors_are_mapped_not_copied_into_each_process(tiny_kb: Path) -
     kb = load_kb(tiny_kb)
     assert isinstance(kb.entity_embeddings, np.memmap) and not kb.entity_embeddings.flags.writeable
     assert Path(kb.entity_embeddings.filename) == (tiny_kb / "index" / "entity_embeddings.npy").resolve()
+
+
+@pytest.mark.parametrize(
+    ("broken", "why"),
+    [
+        ("entity_embeddings.npy", "entity_embeddings.npy: not a whole .npy array"),
+        ("query_embeddings.npy", "query_embeddings.npy: not a whole .npy array"),
+    ],
+)
+def test_an_embeddings_file_cut_short_is_named(tiny_kb: Path, tmp_path: Path, broken: str, why: str) -> None:
+    copy = tmp_path / "kb"
+    shutil.copytree(tiny_kb, copy)
+    path = copy / "index" / broken
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ValueError, match=why):
+        load_kb(copy)
+
+
+@pytest.mark.parametrize("shape", [(80, 64), (79, 192)])
+def test_query_embeddings_of_another_width_or_count_are_refused(
+    tiny_kb: Path, tmp_path: Path, shape: tuple[int, int]
+) -> None:
+    copy = tmp_path / "kb"
+    shutil.copytree(tiny_kb, copy)
+    np.save(copy / "index" / "query_embeddings.npy", np.full(shape, 0.1, dtype=np.float32))
+    width = load_kb(tiny_kb).entity_embeddings.shape[1]
+    with pytest.raises(
+        ValueError,
+        match=rf"query_embeddings.npy holds \({shape[0]}, {shape[1]}\) vectors for 80 queries and {width}-d",
+    ):
+        load_kb(copy)
