@@ -87,6 +87,13 @@ class KnowledgeBase:
 
     def __post_init__(self) -> None:
         self.entity_row = {e: i for i, e in enumerate(self.entities["entity_id"])}
+        # an id on two rows: the later row would shadow the earlier one's image and its gold label
+        if len(self.entity_row) != len(self.entities):
+            ids = self.entities["entity_id"]
+            twice = sorted(set(ids[ids.duplicated()]))
+            raise ValueError(
+                f"{self.root / 'entities.parquet'}: {len(twice)} entity ids name two rows: {twice[:3]}"
+            )
         # Keyed by the symlink-free path: a row may name an image through a symlinked folder or its target.
         self.query_row = {self.resolve(p): i for i, p in enumerate(self.queries["image"])}
         self._names = self.entities["name"].tolist()

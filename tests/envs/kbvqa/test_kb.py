@@ -88,3 +88,18 @@ def test_query_embeddings_of_another_width_or_count_are_refused(
         match=rf"query_embeddings.npy holds \({shape[0]}, {shape[1]}\) vectors for 80 queries and {width}-d",
     ):
         load_kb(copy)
+
+
+def test_an_entity_id_on_two_rows_is_refused(tiny_kb: Path, tmp_path: Path) -> None:
+    import pandas as pd
+
+    copy = tmp_path / "kb"
+    shutil.copytree(tiny_kb, copy)
+    entities = pd.read_parquet(copy / "entities.parquet")
+    entities.loc[5, "entity_id"] = entities.loc[2, "entity_id"]
+    entities.to_parquet(copy / "entities.parquet")
+    with pytest.raises(
+        ValueError,
+        match=rf"entities.parquet: 1 entity ids name two rows: \['{entities.loc[2, 'entity_id']}'\]",
+    ):
+        load_kb(copy)
