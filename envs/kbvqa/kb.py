@@ -250,7 +250,7 @@ class KnowledgeBase:
                     raise ValueError(
                         f"{self.root / MANIFEST} names no text_encoder; dense text search needs one"
                     )
-                vectors = np.load(self.root / "index" / "passage_embeddings.npy")
+                vectors = _vectors(self.root / "index" / "passage_embeddings.npy")
                 dense = FaissRetriever.from_vectors(vectors, ids, self.passage_payload)
                 self._retrievers[kind] = EncodedRetriever(dense, make_text_encoder(spec).encode_queries)
             else:

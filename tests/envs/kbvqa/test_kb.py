@@ -103,3 +103,15 @@ def test_an_entity_id_on_two_rows_is_refused(tiny_kb: Path, tmp_path: Path) -> N
         match=rf"entities.parquet: 1 entity ids name two rows: \['{entities.loc[2, 'entity_id']}'\]",
     ):
         load_kb(copy)
+
+
+def test_passage_vectors_cut_short_are_named_when_dense_search_loads(tiny_kb: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "kb"
+    shutil.copytree(tiny_kb, copy)
+    manifest = json.loads((copy / "kb.json").read_text())
+    (copy / "kb.json").write_text(json.dumps({**manifest, "text_encoder": {"name": "minilm"}}))
+    np.save(copy / "index" / "passage_embeddings.npy", np.ones((60, 8), dtype=np.float32))
+    path = copy / "index" / "passage_embeddings.npy"
+    path.write_bytes(path.read_bytes()[:300])
+    with pytest.raises(ValueError, match="passage_embeddings.npy: not a whole .npy array"):
+        load_kb(copy).text_retriever("dense")  # before the text encoder loads
