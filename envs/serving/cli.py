@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from pathlib import Path
 
 from ragym.envs.retrieval.search_settings import WAIT_POLICIES, request_wait_policy
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             read_manifest(manifest)
         except ValueError as error:  # a manifest of another shape: one line, not a traceback
             raise SystemExit(f"ragym serve: {error}") from None
+    _check_address(config.host, config.port)
     catalog = CatalogSpec(args.folders, tuple(args.shards), args.index_kind, args.gpu)
     app = RetrievalApp(lambda: load_catalog(catalog), config)
     # no proxy-headers middleware: the service never reads the client address, and it wraps every request
@@ -180,6 +182,19 @@ def main(argv: list[str] | None = None) -> int:
         app, host=config.host, port=config.port, log_level="info", access_log=False, proxy_headers=False
     )
     return 0
+
+
+def _check_address(host: str, port: int) -> None:
+    """Stop, in one line, when ``host:port`` cannot be listened on (a port in use): uvicorn finds out only after
+    the indexes started loading, and the process then waits for that load to end before it exits."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise SystemExit(
+                f"ragym serve: cannot listen on {host}:{port}: {error.strerror or error}"
+            ) from None
 
 
 if __name__ == "__main__":

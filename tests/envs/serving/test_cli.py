@@ -46,3 +46,22 @@ def test_a_setting_the_service_refuses_is_one_line(
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert f"ragym serve: error: {why}" in err and "Traceback" not in err
+
+
+def test_a_port_in_use_is_one_line_before_anything_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    from ragym.envs.serving import catalog
+
+    def no_load(spec: object) -> dict:
+        raise AssertionError("the indexes were loaded for a port it cannot listen on")
+
+    monkeypatch.setattr(catalog, "load_catalog", no_load)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(SystemExit, match=f"ragym serve: cannot listen on 127.0.0.1:{port}: .*in use"):
+            main(["--kb-dir", str(tmp_path), "--port", str(port)])
