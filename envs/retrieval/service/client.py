@@ -170,7 +170,12 @@ class ServiceRetriever:
         finally:
             conn.close()
         if status < 400:
-            return data
+            if isinstance(data, dict) and isinstance(data.get("version"), str):
+                return data
+            # a proxy's page or another route's answer: the swap cannot be taken as done
+            raise RetrievalUnavailable(
+                "server_error", f"{self.url}/encoder answered {status} without a version: {str(data)[:200]}"
+            )
         message = f"{self.url}/encoder answered {status}: {data.get('error', data) if isinstance(data, dict) else data}"
         if isinstance(data, dict) and "replicas" in data:
             raise EncoderSwapIncomplete(message, data)

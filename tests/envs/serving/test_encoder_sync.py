@@ -17,7 +17,12 @@ import orjson
 import pytest
 
 from ragym.envs.retrieval.service.app import RetrievalApp, Served
-from ragym.envs.retrieval.service.client import ClientConfig, EncoderSwapIncomplete, ServiceRetriever
+from ragym.envs.retrieval.service.client import (
+    ClientConfig,
+    EncoderSwapIncomplete,
+    RetrievalUnavailable,
+    ServiceRetriever,
+)
 from ragym.envs.retrieval.service.config import ServiceConfig
 from ragym.envs.retrieval.versions import (
     VERSION_KEY,
@@ -218,3 +223,20 @@ def test_the_client_raises_on_a_swap_some_replicas_did_not_take(
             client.swap_encoder("/v/1")
     assert isinstance(caught.value, EncoderSwapIncomplete)
     assert (caught.value.holding, caught.value.live) == (1, 2)
+
+
+@pytest.mark.parametrize("answer", [{"error": "<html>proxy page</html>"}, {"ok": True}, ["v1"]])
+def test_the_client_refuses_a_swap_answer_without_a_version(answer: Any) -> None:
+    """A 200 that is not the route's answer (a proxy's page, another route's) is not a swap that happened."""
+
+    async def route(name: str, path: object) -> tuple[int, Any]:
+        return 200, answer
+
+    base, _ = random_faiss(50, DIM)
+    app = RetrievalApp({"image": Served(base, "vector", DIM)}, ServiceConfig(gc_freeze=False), replica="r0")
+    app.encoder_route = route
+    with running(app) as url:
+        client = ServiceRetriever(url, "image", ClientConfig(swap_timeout_s=5.0))
+        with pytest.raises(RetrievalUnavailable, match="without a version") as caught:
+            client.swap_encoder("/v/1")
+    assert caught.value.reason == "server_error"
