@@ -18,6 +18,7 @@ Stop strings are the three closing action tags. The reward module's format check
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -28,11 +29,13 @@ STOP_STRINGS = tuple(f"</{tag}>" for tag in ACTION_TAGS)
 NOT_ANSWERABLE = "Not answerable"
 
 _TURN = re.compile(r"\s*<reason>(.*?)</reason>\s*<(select|refine|answer)>(.*?)</\2>\s*", re.DOTALL)
-_REFINE = re.compile(
-    r"\s*<query>(.*?)</query>\s*(?:<note>(.*?)</note>\s*)?(?:<useful>(.*?)</useful>\s*)?"
-    r"(?:<irrelevant>(.*?)</irrelevant>\s*)?",
-    re.DOTALL,
-)
+_REFINE_BLOCKS = ("query", "note", "useful", "irrelevant")
+# Where one refine block ends and a later one begins: "</a>", whitespace, "<b>".
+_BETWEEN = {
+    (a, b): re.compile(rf"</{a}>\s*<{b}>")
+    for i, a in enumerate(_REFINE_BLOCKS)
+    for b in _REFINE_BLOCKS[i + 1 :]
+}
 _PAGES = re.compile(r"\s*(\d{1,6}(?:\s*,\s*\d{1,6})*)?\s*")
 _ANY_TAG = re.compile(r"</?(reason|select|refine|answer|query|note|useful|irrelevant)>")
 _OPEN_ACTION = re.compile(r"<(select|refine|answer)>")
@@ -87,8 +90,9 @@ def parse_action(text: str, max_chars: int) -> Action | ParseError:
         return ParseError("not_text")
     if len(text) > max_chars:
         return ParseError("oversized")
-    m = _TURN.fullmatch(text)
-    if m is None or len(_OPEN_ACTION.findall(text)) > 1:
+    # Count the action tags first: on a turn of many, the lazy blocks of _TURN backtrack in quadratic time.
+    m = _TURN.fullmatch(text) if len(_OPEN_ACTION.findall(text)) == 1 else None
+    if m is None:
         return ParseError(_diagnose(text))
     reason, tag, body = m.groups()
     inner = body if tag == "refine" else reason + body
@@ -104,10 +108,10 @@ def parse_action(text: str, max_chars: int) -> Action | ParseError:
 
 
 def _parse_refine(body: str) -> Refine | ParseError:
-    m = _REFINE.fullmatch(body)
-    if m is None:
+    blocks = _refine_blocks(body)
+    if blocks is None:
         return ParseError("bad_refine")
-    query, note, useful, irrelevant = (g or "" for g in m.groups())
+    query, note, useful, irrelevant = blocks
     if any(_ANY_TAG.search(part) for part in (query, note)):
         return ParseError("nested_tags")
     if not query.strip():
@@ -116,6 +120,49 @@ def _parse_refine(body: str) -> Refine | ParseError:
     if useful_pages is None or irrelevant_pages is None:
         return ParseError("bad_pages")
     return Refine(query.strip(), note.strip(), useful_pages, irrelevant_pages)
+
+
+def _refine_blocks(body: str) -> tuple[str, ...] | None:
+    """The query, note, useful and irrelevant texts of a refine body ("" for a block left out), or None when the
+    body is not ``<query>`` and then the optional blocks in that order, whitespace between.
+
+    A block's text may itself hold tags, so a body can have several readings: this takes the one a regex of lazy
+    blocks takes (the earliest end for the query, then for the next block, and so on), without that regex's
+    backtracking, which took quadratic time and worse (minutes for some 8 kB bodies) on long malformed ones.
+    """
+    start, end = len(body) - len(body.lstrip()), len(body.rstrip())
+    last = next((tag for tag in _REFINE_BLOCKS if body.endswith(f"</{tag}>", start, end)), None)
+    if last is None or not body.startswith("<query>", start):
+        return None
+    # The body's last closing tag names its last block; each optional block before that one may be left out.
+    optional = _REFINE_BLOCKS[1 : _REFINE_BLOCKS.index(last)]
+    readings = []
+    for keep in itertools.product((True, False), repeat=len(optional)):
+        tags = ("query", *itertools.compress(optional, keep), last) if last != "query" else ("query",)
+        spans = _earliest_spans(body, tags, start + len("<query>"), end - len(f"</{last}>"))
+        if spans is not None:
+            readings.append((spans, tags))
+    if not readings:
+        return None
+    # Two readings with the same ends so far continue with the same block (the tag after the end names it),
+    # so the first reading in the regex's order is the one whose ends come first.
+    spans, tags = min(readings)
+    texts = {tag: body[a:b] for tag, (a, b) in zip(tags, spans, strict=True)}
+    return tuple(texts.get(tag, "") for tag in _REFINE_BLOCKS)
+
+
+def _earliest_spans(body: str, tags: tuple[str, ...], pos: int, close: int) -> list[tuple[int, int]] | None:
+    """Where the texts of the blocks ``tags`` lie when each ends as early as it can (``pos`` is where the first
+    text starts, ``close`` where the last one ends), or None when they do not fit. An earlier end leaves more
+    room for the blocks after it, so the earliest ends fit whenever any ends do."""
+    spans = []
+    for tag, following in itertools.pairwise(tags):
+        m = _BETWEEN[tag, following].search(body, pos)
+        if m is None:
+            return None
+        spans.append((pos, m.start()))
+        pos = m.end()
+    return [*spans, (pos, close)] if pos <= close else None
 
 
 def _diagnose(text: str) -> str:

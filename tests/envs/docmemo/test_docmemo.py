@@ -150,6 +150,38 @@ def test_malformed_turns_are_recorded_not_raised(env, text, reason):
     assert reason in obs["text"] and env.turn == 1
 
 
+def long_turns(size: int) -> list[tuple[str, Refine | ParseError]]:
+    """Turns of about ``size`` characters, most of them runs of tags a parser can backtrack over, and what each is."""
+
+    def fill(unit: str, share: int = 1) -> str:
+        return unit * (size // share // len(unit))
+
+    meets = fill("</query><note>", 3) + fill("</note><useful>", 3) + fill("</useful><irrelevant>", 3)
+    return [
+        # every two consecutive refine blocks meet over and over, and nothing closes the last: no reading
+        (turn(f"<refine><query>q{meets}</refine>"), ParseError("bad_refine")),
+        (turn(f"<refine><query>q</query><note>{fill('n</query><note>')}</refine>"), ParseError("bad_refine")),
+        # the query ends at its first closing tag that a note follows, so the note holds all the other tags
+        (turn(f"<refine><query>q{fill('</query><note>')}n</note></refine>"), ParseError("nested_tags")),
+        ("<reason>" + fill("</reason><select>1"), ParseError("multiple_actions")),
+        (
+            turn(
+                f"<refine><query>q</query><note>{fill('n ')}</note><useful>2,{fill('1,', 2)}3</useful></refine>"
+            ),
+            Refine("q", fill("n ").strip(), (2, 1, 3), ()),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("size", [2_048, 65_536])
+def test_long_malformed_turns(size):
+    """Parsed by lazy regex blocks that backtracked within each other, the first turn here took seconds at 2 kB and
+    minutes at 8 kB, the second and the select one seconds at 64 kB; each now takes milliseconds, and its result
+    is the grammar's at either size."""
+    for text, expected in long_turns(size):
+        assert len(text) > size / 2 and parse_action(text, 2 * size) == expected
+
+
 GOOD_TURNS = [
     ("<reason>r</reason> <select> 3, 5,3 </select>", Select((3, 5))),
     ("<reason>r</reason><answer>Not Answerable</answer>", Answer("Not Answerable", True)),
