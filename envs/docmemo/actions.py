@@ -81,7 +81,8 @@ def parse_pages(text: str) -> tuple[int, ...] | None:
         return None
     if m.group(1) is None:
         return ()
-    return tuple(dict.fromkeys(int(p) for p in m.group(1).split(",")))
+    # strip() before int(): \s matches the separators \x1c-\x1f, which int() does not take as whitespace
+    return tuple(dict.fromkeys(int(p.strip()) for p in m.group(1).split(",")))
 
 
 def parse_action(text: str, max_chars: int) -> Action | ParseError:

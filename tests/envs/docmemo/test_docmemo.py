@@ -191,6 +191,12 @@ GOOD_TURNS = [
         Refine("q", "", (1, 2), ()),
     ),
     ("<reason>r</reason><refine> <query>q</query> <note>n</note> </refine>", Refine("q", "n", (), ())),
+    # whitespace that int() does not take (the separators \x1c-\x1f) before a comma raised a ValueError
+    ("<reason>r</reason><select>1\x1f,2</select>", Select((1, 2))),
+    (
+        "<reason>r</reason><refine><query>q</query><useful>3\x1c ,4</useful></refine>",
+        Refine("q", "", (3, 4), ()),
+    ),
 ]
 
 
