@@ -101,7 +101,8 @@ def parse_action(text: str, max_chars: int) -> Action | ParseError:
     if tag == "judge":
         if _JUDGE.fullmatch(body) is None:
             return ParseError("bad_judge")
-        return Judge(tuple(dict.fromkeys(int(n) for n in body.split(">"))))
+        # strip() before int(): \s matches the separators \x1c-\x1f, which int() does not take as whitespace
+        return Judge(tuple(dict.fromkeys(int(n.strip()) for n in body.split(">"))))
     factor = _factor_attr(attrs)
     if factor is None:
         return ParseError("bad_attributes")

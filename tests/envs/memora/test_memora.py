@@ -13,6 +13,7 @@ from gymnasium.utils.env_checker import check_env
 
 from ragym import envs
 from ragym.envs.events import events_of
+from ragym.envs.memora.actions import Judge, parse_action
 from ragym.envs.memora.env import MemoraEnv
 from ragym.envs.retrieval.hits import Hit, NamedRetrievers
 from tests.envs.fakes import write_corpus
@@ -314,3 +315,9 @@ def test_a_candidates_text_is_shown_once_unless_the_config_repeats_it(repeat: bo
         assert (f"{d} (text above)" in second) is not repeat
     # A new episode starts afresh.
     assert all(f"{d}: {TEXTS[d]}" in env.reset(options=OPTIONS)[0]["text"] for d in "abcd")
+
+
+@pytest.mark.parametrize("separator", ["\x1c", "\x1d", "\x1e", "\x1f", "\u2028"])
+def test_a_judge_order_spaced_by_any_whitespace_reads_as_with_spaces(separator: str) -> None:
+    """The judge grammar takes any whitespace around '>' (regex \\s), as a space (int() alone refused \\x1c-\\x1f)."""
+    assert parse_action(f"<reason>r</reason><judge>4{separator}>{separator}1</judge>", 8192) == Judge((4, 1))
