@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
 import shutil
 import uuid
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class JsonlError(ValueError):
@@ -54,6 +57,33 @@ def read_jsonl(path: str | Path, *, yield_broken: bool = False) -> Iterator[tupl
                     raise JsonlError(path, number, err) from err
                 value = JsonlError(path, number, err)
             yield number, value
+
+
+def read_log(path: str | Path) -> list[Any]:
+    """The values of an append-only JSON-lines log (a run's metrics, its traces), in order. A last line a killed
+    writer cut short (not JSON, no closing newline) is left out with a warning naming it; any other line that is
+    not JSON raises ``JsonlError``.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "metrics.jsonl"
+    >>> _ = path.write_text('{"step": 1}\\n{"step": 2, "rew')
+    >>> read_log(path)
+    [{'step': 1}]
+    """
+    path = Path(path)
+    values = [value for _, value in read_jsonl(path, yield_broken=True)]
+    if values and isinstance(values[-1], JsonlError) and not _ends_line(path):
+        logger.warning("left out %s: the last line, which a killed run cut short", values.pop())
+    broken = next((value for value in values if isinstance(value, JsonlError)), None)
+    if broken is not None:
+        raise broken
+    return values
+
+
+def _ends_line(path: Path) -> bool:
+    with path.open("rb") as file:
+        file.seek(-1, os.SEEK_END)
+        return file.read(1) == b"\n"
 
 
 @overload

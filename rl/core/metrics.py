@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ragym.envs.files import read_jsonl
+from ragym.envs.files import read_jsonl, read_log
 from ragym.envs.metrics import mean_metrics
 
 logger = logging.getLogger(__name__)
@@ -181,17 +181,18 @@ def _json_scalar(value: Any) -> Any:
 
 def drop_metrics_after(output_dir: str | Path, step: int) -> int:
     """Remove ``metrics.jsonl`` rows logged after ``step`` (a killed run's unsaved steps, which a resume from the
-    checkpoint of ``step`` logs again); returns how many."""
+    checkpoint of ``step`` logs again, and a last line the kill cut short); returns how many."""
     path = Path(output_dir) / METRICS_FILE
     if not path.is_file():
         return 0
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    kept = [line for line in lines if json.loads(line)["step"] <= step]
+    lines = [line for line in path.read_bytes().split(b"\n") if line.strip()]
+    records = read_log(path)  # a last line the kill cut short is left out (and rewritten without)
+    kept = [record for record in records if record["step"] <= step]
     if len(kept) < len(lines):
         tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
+        tmp.write_text("".join(json.dumps(record) + "\n" for record in kept))
         tmp.replace(path)
         logger.info(
-            "dropped %d metrics rows logged after step %d (not checkpointed)", len(lines) - len(kept), step
+            "dropped %d metrics rows logged after step %d (not checkpointed)", len(records) - len(kept), step
         )
     return len(lines) - len(kept)

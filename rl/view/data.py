@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
-from ragym.envs.files import read_jsonl
+from ragym.envs.files import read_jsonl, read_log
 from ragym.rl.view.tokens import token_issues, token_spans
 from ragym.rl.view.trace import MARKER
 
@@ -116,7 +116,7 @@ def load(path: str | Path) -> Corpus:
         traces = find_traces(path)
         for trace in traces:
             label = str(trace.relative_to(path)) if trace != path else trace.name
-            for record in _jsonl(trace / "episodes.jsonl") if (trace / "episodes.jsonl").is_file() else []:
+            for record in read_log(trace / "episodes.jsonl") if (trace / "episodes.jsonl").is_file() else []:
                 episodes.append({**record, "source": label})
             images.update({p.stem: p for p in (trace / "images").glob("*.png")})
         if not traces and (path / "rollouts.jsonl").is_file():
@@ -124,7 +124,7 @@ def load(path: str | Path) -> Corpus:
         elif not traces:
             raise ValueError(f"{path} holds no trace folder ({MARKER}) and no rollouts.jsonl")
     elif path.parent.joinpath(MARKER).is_file():
-        episodes = [{**r, "source": path.parent.name} for r in _jsonl(path)]
+        episodes = [{**r, "source": path.parent.name} for r in read_log(path)]
         images = {p.stem: p for p in (path.parent / "images").glob("*.png")}
     else:
         episodes = [{**e, "source": path.parent.name} for e in _from_rollouts(path)]

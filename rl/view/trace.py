@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium
 from PIL import Image
 
-from ragym.envs.files import atomic_write, read_jsonl
+from ragym.envs.files import atomic_write, read_log
 from ragym.envs.image_ref import as_pixels
 
 TRACE_VERSION = 1
@@ -184,7 +184,7 @@ class TraceWriter:
         if keep_steps_up_to < 0 or not self.path.is_file():
             return []
         kept, groups = [], set()
-        for _, record in read_jsonl(self.path):
+        for record in read_log(self.path):  # a last line the kill cut short is left out
             if record["step"] > keep_steps_up_to:
                 continue
             kept.append(json.dumps(record, ensure_ascii=False))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ragym.envs.files import JsonlError, atomic_write, read_jsonl
+from ragym.envs.files import JsonlError, atomic_write, read_jsonl, read_log
 
 
 def test_atomic_write_writes_bytes_text_and_through_a_writer(tmp_path: Path) -> None:
@@ -98,3 +98,18 @@ def test_a_line_that_is_not_utf8_is_one_broken_line(tmp_path: Path) -> None:
     assert isinstance(rows[1][1], JsonlError) and rows[1][1].line_number == 2
     with pytest.raises(JsonlError, match=r"rows\.jsonl:2: "):
         list(read_jsonl(path))
+
+
+def test_read_log_leaves_out_a_last_line_a_kill_cut_short(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "rew')
+    assert read_log(path) == [{"step": 1}]
+    assert "metrics.jsonl:2: not JSON" in caplog.text and "killed run" in caplog.text
+    path.write_bytes(
+        b'{"step": 1}\n{"step": 2, "x": "\xff"}\n{"step": 3}\n'
+    )  # a damaged line is not the kill's
+    with pytest.raises(JsonlError, match=r"metrics\.jsonl:2: not JSON"):
+        read_log(path)
+    path.write_text('{"step": 1}\nnot json\n')  # whole lines: the writer finished it
+    with pytest.raises(JsonlError, match=r"metrics\.jsonl:2: not JSON"):
+        read_log(path)

@@ -63,6 +63,14 @@ def test_metrics_after_the_checkpoint_are_dropped(tmp_path):
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3]
 
 
+def test_a_metrics_line_a_kill_cut_short_is_dropped_with_the_unsaved_steps(tmp_path):
+    _fake_run(tmp_path, [1], latest=1, logged=[1, 2])
+    with (tmp_path / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "reward/total": 0.')  # killed while appending step 3's row
+    assert drop_metrics_after(tmp_path, 1) == 2
+    assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "x": 1.0}\n'
+
+
 def test_a_changed_setting_is_refused_by_name():
     saved = {
         "data": {"seed": 0, "train_files": "a.parquet"},
@@ -91,6 +99,26 @@ def test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics(tiny_setup, tm
     assert resumed.step == 1
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
     resumed.close()
+
+
+def test_a_run_killed_while_appending_metrics_and_traces_resumes(tiny_setup, tmp_path):  # noqa: F811
+    overrides = [*_overrides(tiny_setup, tmp_path, steps=2), "trainer.save_freq=-1"]
+    trainer = build_trainer("kbvqa_tiny_cpu", overrides)
+    trainer.fit(max_steps=1)
+    trainer.save()
+    trainer.fit(max_steps=1)
+    trainer.close()
+    (tmp_path / LATEST).write_text("1")  # killed before step 2's checkpoint, in the middle of its last lines
+    for log in (tmp_path / "metrics.jsonl", tmp_path / "traces" / "episodes.jsonl"):
+        log.write_bytes(log.read_bytes()[:-50])
+    resumed = build_trainer("kbvqa_tiny_cpu", overrides)
+    assert resumed.step == 1
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
+    traced = [json.loads(line)["step"] for line in (tmp_path / "traces" / "episodes.jsonl").open()]
+    assert traced and set(traced) == {1}
+    resumed.fit()
+    resumed.close()
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
 
 
 def test_a_run_on_data_with_bad_rows_resumes(tiny_setup, tmp_path):  # noqa: F811

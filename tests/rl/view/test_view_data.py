@@ -114,6 +114,18 @@ def test_resumed_writer_keeps_steps_up_to_its_checkpoint(trace_dir, processor, t
     assert writer.followed == {3} and writer.counts == {("train", 1): 1}
 
 
+def test_a_trace_line_a_kill_cut_short_is_left_out(trace_dir, processor, tmp_path):
+    copy = tmp_path / "traces"
+    copy.mkdir()
+    whole = (trace_dir / "episodes.jsonl").read_bytes()
+    (copy / "episodes.jsonl").write_bytes(whole[:-100])  # killed while appending step 2's last episode
+    (copy / "trace.json").write_text((trace_dir / "trace.json").read_text())
+    assert [e["step"] for e in data.load(tmp_path).episodes] == [1, 1, 2]
+    assert [e["step"] for e in data.load(copy / "episodes.jsonl").episodes] == [1, 1, 2]
+    TraceWriter(copy, processor.tokenizer, TraceConfig(max_groups_per_step=1), keep_steps_up_to=1)
+    assert [json.loads(x)["step"] for x in (copy / "episodes.jsonl").read_text().splitlines()] == [1, 1]
+
+
 def test_token_spans_show_masks_placeholders_and_advantages(trace_dir):
     corpus = data.load(trace_dir.parent)
     episode = corpus.episodes[0]
