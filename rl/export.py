@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import torch
 from omegaconf import OmegaConf
 from transformers import AutoConfig, GenerationConfig
 from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
-from ragym.rl.core.checkpoints import latest_step
+from ragym.rl.core.checkpoints import latest_step, load_state, missing_model_files
 from ragym.rl.errors import UsageError
 from ragym.rl.export_args import parse_export_args
 from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir, read_lora
@@ -93,7 +92,13 @@ def inspect_checkpoint(path: str | Path) -> Checkpoint:
         recipe = json.loads(snapshot.read_text()) if snapshot else None
         return Checkpoint("verl_fsdp", actor, step, recipe)
     if (path / "engine_state.pt").is_file() and (is_adapter_dir(path) or (path / "config.json").is_file()):
-        state = torch.load(path / "engine_state.pt", weights_only=False)
+        missing = missing_model_files(path, is_adapter_dir(path))
+        if missing:  # before anything is written: the export would be a model that cannot be loaded
+            raise UsageError(
+                f"{path} is incomplete, it has no {', '.join(missing)}: restore the files, or export "
+                "an earlier complete global_step_N"
+            )
+        state = load_state(path / "engine_state.pt")
         kind = "local_lora" if is_adapter_dir(path) else "local"
         return Checkpoint(kind, path, state["step"], json.loads(state["config"]))
     found = sorted(p.name for p in path.iterdir()) if path.is_dir() else "nothing (not a folder)"

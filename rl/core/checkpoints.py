@@ -1,11 +1,14 @@
 """The checkpoint folder's convention both engines and ``ragym export`` read: verl's marker naming the last
-complete step."""
+complete step; and the files a local-engine step folder must hold to be resumed or exported."""
 
 from __future__ import annotations
 
+import json
+import pickle
 from pathlib import Path
+from typing import Any
 
-from ragym.rl.errors import UsageError
+from ragym.rl.errors import UsageError, one_line
 
 LATEST = "latest_checkpointed_iteration.txt"
 """File in the output folder naming the last complete checkpoint step (verl's convention)."""
@@ -45,3 +48,55 @@ def latest_step(output_dir: str | Path) -> int | None:
             "run in another folder"
         )
     return step
+
+
+ENGINE_STATE = ("engine_state.pt", "optimizer.pt")
+"""A local-engine checkpoint's training state: step, data cursor, random states and recipe; optimizer and scheduler."""
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+"""Either holds a saved image processor."""
+
+
+def missing_model_files(folder: str | Path, adapters: bool) -> list[str]:
+    """The files a local-engine checkpoint's model lacks (absent or empty; none when it is whole): config, weights
+    (every shard an index lists), tokenizer and processor, or with ``adapters`` (a peft folder) the adapter weights.
+    A copy cut short or a file removed by hand would otherwise fail inside transformers, or export a model that
+    cannot be loaded.
+
+    >>> missing_model_files("/nonexistent", adapters=True)
+    ['adapter_model.safetensors']
+    """
+    folder = Path(folder)
+    if adapters:
+        needed = [("adapter_model.safetensors",)]
+    else:
+        needed = [("config.json",), *[(name,) for name in _weight_files(folder)]]
+        needed += [("tokenizer.json",), ("tokenizer_config.json",), PROCESSOR_FILES]
+    return [" or ".join(names) for names in needed if not any(_whole(folder / name) for name in names)]
+
+
+def _weight_files(folder: Path) -> list[str]:
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return ["model.safetensors"]
+    try:
+        return sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [f"{index.name} that lists the weight shards"]
+
+
+def _whole(path: Path) -> bool:
+    return path.is_file() and path.stat().st_size > 0
+
+
+def load_state(path: str | Path) -> Any:
+    """A checkpoint's ``torch.save`` file (``engine_state.pt``, ``optimizer.pt``); one that is missing or cannot be
+    read (a copy cut short) is a :class:`UsageError` naming it."""
+    import torch  # here, not at the top: the marker's readers import this module without torch
+
+    try:
+        return torch.load(path, weights_only=False)
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:
+        raise UsageError(
+            f"cannot read {path} ({one_line(err).split('. ')[0]}): the checkpoint is damaged; restore the file or "
+            "use an earlier global_step_N"
+        ) from err

@@ -23,9 +23,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ragym.rl.core.checkpoints import LATEST, latest_step
+from ragym.rl.core.checkpoints import ENGINE_STATE, LATEST, latest_step, missing_model_files
 from ragym.rl.core.metrics import METRICS_FILE
 from ragym.rl.errors import UsageError
+from ragym.rl.lora import is_adapter_dir
 
 RESUME_MODES = ("auto", "disable", "resume_path")
 """verl's ``trainer.resume_mode`` values."""
@@ -88,7 +89,8 @@ def resume_point(output_dir: str, mode: str, resume_from_path: str | None) -> Pa
             )
         return None
     if mode == "auto":
-        return latest_checkpoint(out)
+        latest = latest_checkpoint(out)
+        return None if latest is None else _complete(latest)
     match = _STEP_DIR.search(resume_from_path.rstrip("/")) if isinstance(resume_from_path, str) else None
     if match is None:
         raise UsageError(
@@ -112,7 +114,19 @@ def resume_point(output_dir: str, mode: str, resume_from_path: str | None) -> Pa
             f"{out} holds checkpoints after step {step} (global_step_{later[0]}..{later[-1]}) of the run "
             "being resumed; set trainer.default_local_dir to a new folder to branch from it"
         )
-    return path
+    return _complete(path)
+
+
+def _complete(checkpoint: Path) -> Path:
+    """``checkpoint`` when it holds every file a resume loads (checked before the model loads)."""
+    missing = [name for name in ENGINE_STATE if not (checkpoint / name).is_file()]
+    missing += missing_model_files(checkpoint, is_adapter_dir(checkpoint))
+    if missing:
+        raise UsageError(
+            f"{checkpoint} is incomplete, it has no {', '.join(missing)}: restore the files, or resume from an "
+            "earlier complete global_step_N"
+        )
+    return checkpoint
 
 
 def check_same_run(

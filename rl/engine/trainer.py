@@ -25,6 +25,7 @@ from verl.utils.config import omega_conf_to_dataclass
 
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rl.agent_loop.loop import make_agent_loop
+from ragym.rl.core.checkpoints import load_state
 from ragym.rl.core.dynamic_sampling import (
     SampledBatch,
     reward_weights,
@@ -121,7 +122,7 @@ class LocalTrainer:
         state: dict[str, Any] | None = None
         if resume is not None:
             # The dict save() wrote (torch.load's type is Any).
-            state = cast(dict[str, Any], torch.load(resume / "engine_state.pt", weights_only=False))
+            state = cast(dict[str, Any], load_state(resume / "engine_state.pt"))
             check_same_run(
                 state.get("config"), config, state.get("data"), self.train_set.fingerprint(), resume
             )
@@ -415,7 +416,7 @@ class LocalTrainer:
         }
 
     def _load_state(self, path: Path, state: dict[str, Any]) -> None:
-        optim = torch.load(path / "optimizer.pt", weights_only=False)
+        optim = load_state(path / "optimizer.pt")
         self.optimizer.load_state_dict(optim["optimizer"])
         self.scheduler.load_state_dict(optim["scheduler"])
         self.step = state["step"]

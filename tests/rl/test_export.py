@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -137,3 +138,23 @@ def test_refuses_to_overwrite(verl_checkpoint: Path, tmp_path: Path) -> None:
     (tmp_path / "keep.txt").write_text("x")
     with pytest.raises(UsageError, match="not empty"):
         export_checkpoint(verl_checkpoint, tmp_path)
+
+
+@pytest.mark.parametrize("lost", ["model.safetensors", "tokenizer.json", "engine_state.pt"])
+def test_an_incomplete_local_checkpoint_is_named_before_anything_is_written(
+    tiny_policy_dir: Callable[[str], Path], tmp_path: Path, lost: str
+) -> None:
+    step_dir = tmp_path / "run" / "global_step_1"
+    shutil.copytree(tiny_policy_dir("qwen2_5_vl"), step_dir)
+    torch.save({"step": 1, "config": "{}"}, step_dir / "engine_state.pt")
+    damaged = lost == "engine_state.pt"  # the state's absence makes no local checkpoint: cut it short instead
+    if damaged:
+        (step_dir / lost).write_bytes((step_dir / lost).read_bytes()[:100])
+    else:
+        (step_dir / lost).unlink()
+    expected = (
+        r"cannot read .*engine_state\.pt" if damaged else rf"global_step_1 is incomplete, it has no {lost}"
+    )
+    with pytest.raises(UsageError, match=expected):
+        export_checkpoint(step_dir, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()

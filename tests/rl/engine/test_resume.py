@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,22 @@ from ragym.rl.errors import UsageError
 from ragym.rl.train import build_trainer
 from tests.rl.engine.test_engine_trainer import _overrides, tiny_setup  # noqa: F401 - the module fixture
 
+MODEL_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "processor_config.json",
+)
+
 
 def _fake_run(out: Path, steps: list[int], latest: int, logged: list[int]) -> None:
     for step in steps:
-        (out / f"global_step_{step}").mkdir(parents=True)
-        torch.save({"step": step}, out / f"global_step_{step}" / "engine_state.pt")
+        folder = out / f"global_step_{step}"
+        folder.mkdir(parents=True)
+        torch.save({"step": step}, folder / "engine_state.pt")
+        for name in ("optimizer.pt", *MODEL_FILES):  # stand-ins: resume_point checks that they are there
+            (folder / name).write_text("x")
     (out / LATEST).write_text(str(latest))
     (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "x": 1.0}) + "\n" for s in logged))
 
@@ -55,6 +67,38 @@ def test_resume_path_continues_from_the_named_step_and_never_branches_in_place(t
         resume_point(str(run), "resume_path", str(elsewhere / "global_step_1"))
     with pytest.raises(UsageError, match="not one of"):
         resume_point(str(run), "sometimes", None)
+
+
+def _whole_step(policy: Path, out: Path, step: int) -> Path:
+    """A ``global_step_N`` folder with every file the engine saves: the policy's, optimizer and engine state."""
+    folder = out / f"global_step_{step}"
+    shutil.copytree(policy, folder)
+    torch.save({"step": step}, folder / "engine_state.pt")
+    torch.save({"optimizer": {}}, folder / "optimizer.pt")
+    (out / LATEST).write_text(str(step))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "lost", ["model.safetensors", "tokenizer.json", "optimizer.pt", "processor_config.json"]
+)
+def test_a_checkpoint_missing_a_file_is_refused_naming_it(tiny_policy_dir, tmp_path, lost):
+    folder = _whole_step(tiny_policy_dir("qwen2_5_vl"), tmp_path, step=1)
+    assert resume_point(str(tmp_path), "auto", None) == folder
+    (folder / lost).unlink()
+    with pytest.raises(UsageError, match=rf"global_step_1 is incomplete, it has no {lost}"):
+        resume_point(str(tmp_path), "auto", None)
+    with pytest.raises(UsageError, match=rf"it has no {lost}"):
+        resume_point(str(tmp_path / "branch"), "resume_path", str(folder))
+
+
+def test_a_damaged_engine_state_is_named(tmp_path):
+    from ragym.rl.core.checkpoints import load_state
+
+    torch.save({"step": 1}, tmp_path / "engine_state.pt")
+    (tmp_path / "engine_state.pt").write_bytes((tmp_path / "engine_state.pt").read_bytes()[:100])
+    with pytest.raises(UsageError, match=r"cannot read .*engine_state\.pt .*damaged"):
+        load_state(tmp_path / "engine_state.pt")
 
 
 def test_metrics_after_the_checkpoint_are_dropped(tmp_path):
