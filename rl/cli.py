@@ -129,7 +129,7 @@ def _usage() -> str:
 def user_error(err: BaseException) -> str | None:
     """The message for a user error, one line per problem (ragym's ``UsageError`` or a library error that means one: a
     missing file, malformed YAML, a bad Hydra override, a model path that is neither a folder nor a hub id, an env
-    setting its config refuses);
+    setting its config refuses, a JSON-lines file with a line that is not JSON);
     None for anything else, which is a bug and keeps its traceback."""
     from ragym.rl.errors import UsageError
 
@@ -152,6 +152,7 @@ _LIBRARY_ERRORS = (
     ("huggingface_hub.errors", "HFValidationError"),
     ("ragym.envs.core", "UnknownSetting"),
     ("ragym.envs.core", "BadSetting"),
+    ("ragym.envs.files", "JsonlError"),
 )
 """(module, exception) pairs that mean the user's input is wrong; only checked when already imported."""
 

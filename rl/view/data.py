@@ -17,6 +17,7 @@ from typing import Any
 
 from ragym.envs.core import IMAGE_PLACEHOLDER
 from ragym.envs.files import read_jsonl, read_log
+from ragym.rl.errors import UsageError
 from ragym.rl.view.tokens import token_issues, token_spans
 from ragym.rl.view.trace import MARKER
 
@@ -74,11 +75,11 @@ def _from_rollouts(path: Path) -> list[dict[str, Any]]:
     has_scores = path.with_name("episodes.jsonl").is_file()
     scores = _jsonl(path.with_name("episodes.jsonl")) if has_scores else []
     if has_scores and len(scores) != len(rollouts):
-        raise ValueError(f"{path} has {len(rollouts)} episodes, episodes.jsonl beside it {len(scores)}")
+        raise UsageError(f"{path} has {len(rollouts)} episodes, episodes.jsonl beside it {len(scores)}")
     out = []
     for i, episode in enumerate(rollouts):
         if "turns" not in episode or "events" not in episode:
-            raise ValueError(
+            raise UsageError(
                 f"{path}:{i + 1}: not an episode (needs turns and events; has {sorted(episode)})"
             )
         score = scores[i] if scores else {}
@@ -122,7 +123,7 @@ def load(path: str | Path) -> Corpus:
         if not traces and (path / "rollouts.jsonl").is_file():
             episodes = [{**e, "source": path.name} for e in _from_rollouts(path / "rollouts.jsonl")]
         elif not traces:
-            raise ValueError(f"{path} holds no trace folder ({MARKER}) and no rollouts.jsonl")
+            raise UsageError(f"{path} holds no trace folder ({MARKER}) and no rollouts.jsonl")
     elif path.parent.joinpath(MARKER).is_file():
         episodes = [{**r, "source": path.parent.name} for r in read_log(path)]
         images = {p.stem: p for p in (path.parent / "images").glob("*.png")}

@@ -90,6 +90,18 @@ def test_model_folder_errors_are_one_line(capsys, tmp_path, tiny_policy_dir):
     _one_line(capsys, ["tiny-policy", "--arch", "qwen2_5_vl", "--out", str(RECIPES)], "not empty")
 
 
+def test_a_folder_or_file_the_viewer_cannot_read_is_one_line(capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    _one_line(capsys, ["view", str(tmp_path / "empty")], "empty holds no trace folder")
+    traces = tmp_path / "run" / "traces"
+    traces.mkdir(parents=True)
+    (traces / "trace.json").write_text('{"version": 1}')
+    (traces / "episodes.jsonl").write_bytes(
+        b'{"step": 1, "turns": ["\xff"]}\n{"step": 2}\n'
+    )  # a damaged byte
+    _one_line(capsys, ["view", str(tmp_path / "run")], "episodes.jsonl:1: not JSON")
+
+
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(FileNotFoundError):
         main(["--debug", "train", "--recipe", "no_such_recipe"])
