@@ -89,8 +89,7 @@ def inspect_checkpoint(path: str | Path) -> Checkpoint:
         snapshot = next(
             (p for p in (actor / RECIPE_SNAPSHOT, actor.parent / RECIPE_SNAPSHOT) if p.is_file()), None
         )
-        recipe = json.loads(snapshot.read_text()) if snapshot else None
-        return Checkpoint("verl_fsdp", actor, step, recipe)
+        return Checkpoint("verl_fsdp", actor, step, _read_snapshot(snapshot) if snapshot else None)
     if (path / "engine_state.pt").is_file() and (is_adapter_dir(path) or (path / "config.json").is_file()):
         missing = missing_model_files(path, is_adapter_dir(path))
         if missing:  # before anything is written: the export would be a model that cannot be loaded
@@ -106,6 +105,16 @@ def inspect_checkpoint(path: str | Path) -> Checkpoint:
         f"{path}: not a verl FSDP checkpoint (no fsdp_config.json here or in actor/) nor a local-engine one "
         f"(no engine_state.pt + config.json or {ADAPTER_CONFIG}); found {found}"
     )
+
+
+def _read_snapshot(path: Path) -> dict[str, Any] | None:
+    """The recipe ``RecipeSnapshot`` wrote; one that is not JSON (a save cut short) counts as none recorded, with a
+    warning naming it (``--recipe`` gives the card one; a LoRA checkpoint needs it)."""
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        logger.warning("%s is not JSON (%s): no recipe is recorded for this checkpoint", path, err)
+        return None
 
 
 def _merge_verl(actor_dir: Path, out: Path) -> None:

@@ -252,12 +252,12 @@ def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictCo
         )
     if recipe is not None:
         config = load_recipe(recipe, overrides)
-    elif exported.is_file() and json.loads(exported.read_text()).get("recipe"):
+    elif exported.is_file() and _export_record(exported).get("recipe"):
         # A mapping merged with a dotlist's mapping is a DictConfig (merge's type also covers lists).
         config = cast(
             DictConfig,
             OmegaConf.merge(
-                OmegaConf.create(json.loads(exported.read_text())["recipe"]),
+                OmegaConf.create(_export_record(exported)["recipe"]),
                 OmegaConf.from_dotlist(overrides),
             ),
         )
@@ -265,6 +265,16 @@ def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictCo
         raise UsageError(f"{model} records no recipe (no ragym_export.json); pass --recipe RECIPE")
     config.actor_rollout_ref.model.path = str(model)
     return config
+
+
+def _export_record(path: Path) -> dict[str, Any]:
+    """``ragym_export.json``; one that is not JSON (an export cut short) is a usage error naming it."""
+    try:
+        return json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UsageError(
+            f"{path} is not JSON ({err}): export the checkpoint again, or pass --recipe RECIPE"
+        ) from err
 
 
 def main(argv: list[str]) -> int:

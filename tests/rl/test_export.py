@@ -158,3 +158,15 @@ def test_an_incomplete_local_checkpoint_is_named_before_anything_is_written(
     with pytest.raises(UsageError, match=expected):
         export_checkpoint(step_dir, tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_recipe_snapshot_cut_short_counts_as_none_recorded(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    step_dir = tmp_path / "global_step_3"
+    (step_dir / "actor").mkdir(parents=True)
+    (step_dir / "actor" / "fsdp_config.json").write_text("{}")
+    (step_dir / RECIPE_SNAPSHOT).write_text('{"trainer": {"experiment_na')
+    found = inspect_checkpoint(step_dir)
+    assert (found.kind, found.step, found.recipe) == ("verl_fsdp", 3, None)
+    assert f"{RECIPE_SNAPSHOT} is not JSON" in caplog.text

@@ -21,6 +21,7 @@ from ragym.rl.eval.backends import Backend
 from ragym.rl.eval.evaluate import (
     EpisodeRecord,
     EvalConfig,
+    eval_config,
     eval_reward,
     gold_ranks,
     run_eval,
@@ -278,3 +279,12 @@ def test_an_out_of_range_count_is_a_usage_error(
         parse_eval_args(["--model", "m", "--data", "d.parquet", "--out", "o", *flags])
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"ragym eval: error: {message}"
+
+
+def test_an_export_record_cut_short_is_named(tmp_path: Path) -> None:
+    from ragym.rl.errors import UsageError
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "ragym_export.json").write_text('{"source": "/runs/a", "recipe": {"data": {"train_')
+    with pytest.raises(UsageError, match=r"ragym_export\.json is not JSON .*--recipe RECIPE"):
+        eval_config(tmp_path, None, [])
