@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ragym.envs.files import read_jsonl
+from ragym.envs.files import read_log
 from ragym.rl.errors import UsageError
 
 logger = logging.getLogger(__name__)
@@ -444,11 +444,12 @@ _CHECKS = {
 
 
 def read_firings(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The firings recorded in ``run_dir/guards.jsonl`` (none when the file is absent)."""
+    """The firings recorded in ``run_dir/guards.jsonl`` (none when the file is absent; a last line a killed run cut
+    short is left out with a warning, as ``read_log`` says)."""
     path = Path(run_dir) / GUARDS_FILE
     if not path.is_file():
         return []
-    return [firing for _, firing in read_jsonl(path)]
+    return read_log(path)
 
 
 def adapter_digest(tensors: Mapping[str, Any]) -> str:

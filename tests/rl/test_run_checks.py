@@ -57,6 +57,16 @@ def test_every_group_flat_for_ten_steps_stops_the_run(tmp_path):
     assert "grpo/zero_adv_group_share >= 1.0 for 10 steps" in firing.line()
 
 
+def test_a_firing_line_a_killed_run_cut_short_is_left_out_and_the_rest_read(tmp_path, caplog):
+    _, stream = runs()["local answer seed 4 (broken warm start)"]
+    check(stream, out=tmp_path)
+    path = tmp_path / "guards.jsonl"
+    whole = path.read_text()
+    path.write_text(whole + whole[: len(whole) // 2])  # a second firing's line, cut by the kill
+    assert [f["guard"] for f in read_firings(tmp_path)] == ["flat_groups"]
+    assert "cut short" in caplog.text and "guards.jsonl" in caplog.text
+
+
 def test_a_rollout_that_never_gets_the_trained_weights_stops_the_run():
     """The verl#7495 signature, planted on the local engine: async rollouts whose sync copies nothing, so the
     rollout samples from the initial policy while the trainer moves on (/tmp/cal/stuck.py in the calibration)."""
