@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import ExifTags, Image, ImageOps
 
 from ragym.envs.byte_cache import ByteLRU
 from ragym.envs.image_budget import ImageBudget
@@ -30,9 +30,37 @@ def configure_image_cache(max_bytes: int) -> None:
     log.info("decoded-image cache: %d bytes (%.2f GiB) per process", max_bytes, max_bytes / (1 << 30))
 
 
+def rgb_pixels(image: Image.Image) -> np.ndarray:
+    """``image`` upright (its EXIF orientation applied, as transformers' ``load_image`` does) as uint8 (H, W, 3):
+    every decoder's one conversion, so prep, encoding and the envs see the same pixels. A 16-bit, 32-bit or float
+    image is scaled to 8 bits (``convert("RGB")`` clips it at 255: a 16-bit grayscale PNG turned white)."""
+    if image.getexif().get(ExifTags.Base.Orientation, 1) != 1:  # exif_transpose copies even an upright image
+        image = ImageOps.exif_transpose(image)
+    if image.mode in ("I", "F") or image.mode.startswith("I;"):
+        image = Image.fromarray(_eight_bit(np.asarray(image)))
+    return np.asarray(image if image.mode == "RGB" else image.convert("RGB"), dtype=np.uint8)
+
+
+def _eight_bit(values: np.ndarray) -> np.ndarray:
+    """Gray values as uint8: integers from a 16-bit scale and floats from [0, 1] (how PIL reads 16-bit PNG, TIFF
+    and PGM files, and float TIFFs), or from the image's own range when its values fall outside that scale.
+
+    >>> _eight_bit(np.array([0, 257, 65535], np.uint16)).tolist(), _eight_bit(np.array([0.0, 0.5, 1.0])).tolist()
+    ([0, 1, 255], [0, 128, 255])
+    >>> _eight_bit(np.array([-10, 0, 10], np.int32)).tolist()
+    [0, 128, 255]
+    """
+    low, high = (0.0, 1.0) if values.dtype.kind == "f" else (0.0, 65535.0)
+    values = np.nan_to_num(values.astype(np.float32))
+    if values.size and (values.min() < low or values.max() > high):
+        low, high = float(values.min()), float(values.max())
+    scaled = (values - low) * (255 / max(high - low, 1e-12))
+    return np.clip(np.round(scaled), 0, 255).astype(np.uint8)
+
+
 def _decode(path: str) -> np.ndarray:
     with Image.open(path) as image:
-        return np.asarray(image if image.mode == "RGB" else image.convert("RGB"), dtype=np.uint8)
+        return rgb_pixels(image)
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

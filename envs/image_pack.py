@@ -25,6 +25,7 @@ import pandas as pd
 from PIL import Image
 
 from ragym.envs.files import atomic_write
+from ragym.envs.image_cache import rgb_pixels
 
 PACK_DATA = "index/images.u8"
 PACK_INDEX = "index/images_index.npy"
@@ -61,11 +62,15 @@ class ImagePack:
 
 def _decoded(path: Path, max_side: int | None) -> np.ndarray:
     with Image.open(path) as image:
-        image = image if image.mode == "RGB" else image.convert("RGB")
-        if max_side and max(image.size) > max_side:
-            scale = max_side / max(image.size)
-            image = image.resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))))
-        return np.asarray(image, dtype=np.uint8)
+        pixels = rgb_pixels(image)
+    height, width = pixels.shape[:2]
+    if max_side and max(height, width) > max_side:
+        scale = max_side / max(height, width)
+        resized = Image.fromarray(pixels).resize(
+            (max(1, round(width * scale)), max(1, round(height * scale)))
+        )
+        return np.asarray(resized, dtype=np.uint8)
+    return pixels
 
 
 def write_image_pack(kb_dir: str | Path, max_side: int | None = None) -> int:

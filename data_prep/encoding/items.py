@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image
 
 from ragym.envs.files import read_jsonl
+from ragym.envs.image_cache import rgb_pixels
 
 
 class EncodingError(ValueError):
@@ -86,7 +87,7 @@ def load_image(item: Item) -> np.ndarray:
         raise EncodingError(f"item {item.id!r} has no image but the encoder reads images")
     try:
         with Image.open(item.image) as image:
-            return np.asarray(image if image.mode == "RGB" else image.convert("RGB"), dtype=np.uint8)
+            return rgb_pixels(image)
     except OSError as err:
         raise EncodingError(f"item {item.id!r}: cannot read image {item.image}: {err}") from err
 

@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from ragym.envs.files import read_jsonl
+from ragym.envs.image_cache import rgb_pixels
 
 PAGE_TYPES = ("text", "table", "chart", "image-heavy")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -83,8 +84,8 @@ class DocStore:
         if self.images:
             return self.images[index]
         if self.image_paths:
-            with Image.open(self.image_paths[index]) as im:
-                return np.asarray(im.convert("RGB"), dtype=np.uint8)
+            with Image.open(self.image_paths[index]) as image:
+                return rgb_pixels(image)
         return np.full((32, 24, 3), 255, dtype=np.uint8)
 
     def schema_text(self, max_sections: int) -> str:

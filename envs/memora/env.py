@@ -35,6 +35,7 @@ from PIL import Image
 from ragym.envs import events as ev
 from ragym.envs.core import EnvConfig, check_least, env_config
 from ragym.envs.image_budget import budget_of
+from ragym.envs.image_cache import rgb_pixels
 from ragym.envs.memora import events as memora_ev
 from ragym.envs.memora import views as views
 from ragym.envs.memora.actions import (
@@ -346,7 +347,8 @@ class MemoraEnv(TurnEnv):
         if not path or not self.config.show_image:
             return []
         try:
-            image = Image.open(path).convert("RGB")
+            with Image.open(path) as opened:
+                image = Image.fromarray(rgb_pixels(opened))
         except OSError as err:
             raise ValueError(f"MEMORA query image {path!r} cannot be read: {err}") from err
         # Within image_max_side a photo also fits the default budget: the fit below then resizes nothing.

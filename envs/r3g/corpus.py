@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from ragym.envs.image_cache import rgb_pixels
 from ragym.envs.retrieval.encoders import ImageEncoder, make_image_encoder
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.retrievers import normalise
@@ -33,7 +34,7 @@ from ragym.envs.retrieval.retrievers import normalise
 def read_rgb(path: Path) -> np.ndarray:
     """An image file as uint8 (H, W, 3)."""
     with Image.open(path) as image:
-        return np.asarray(image.convert("RGB"))
+        return rgb_pixels(image)
 
 
 @dataclass

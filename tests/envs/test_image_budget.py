@@ -194,3 +194,76 @@ def test_an_image_that_cannot_be_shown_is_an_error_naming_its_file(kind: str, tm
         image_cache.read_image(path, ImageBudget(), "candidate")
     with pytest.raises(FileNotFoundError, match="absent.jpg"):  # its own message names the file
         image_cache.read_image(tmp_path / "absent.jpg", ImageBudget(), "candidate")
+
+
+def write_sideways_jpeg(path: Path) -> Path:
+    """A 40x20 JPEG, black left half and white right half, tagged EXIF orientation 6 (shown turned 90° clockwise:
+    20 wide, 40 high, black on top), as a phone writes a portrait photo."""
+    pixels = np.zeros((20, 40, 3), np.uint8)
+    pixels[:, 20:] = 255
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90° clockwise to display
+    Image.fromarray(pixels).save(path, format="JPEG", quality=95, exif=exif)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("values", "fmt"),
+    [
+        (np.array([[0, 257 * 100, 65535]], np.uint16), "PNG"),  # a 16-bit grayscale PNG (PIL mode I;16)
+        (np.array([[0, 257 * 100, 65535]], np.int32), "TIFF"),  # mode I (a 16-bit PNG on older PIL)
+        (np.array([[0.0, 100 / 255, 1.0]], np.float32), "TIFF"),  # mode F
+    ],
+    ids=["uint16", "int32", "float32"],
+)
+def test_a_high_bit_depth_image_is_scaled_to_eight_bits_not_clipped_white(
+    tmp_path: Path, values, fmt
+) -> None:
+    """convert("RGB") clipped every 16-bit value over 255 to 255: a 16-bit grayscale PNG turned white."""
+    path = tmp_path / f"gray.{fmt.lower()}"
+    Image.fromarray(values).save(path, format=fmt)
+    image = image_cache.read_image(path)
+    assert image.shape == (1, 3, 3)
+    assert image[0, :, 0].tolist() == [0, 100, 255] and (image == image[..., :1]).all()
+
+
+def test_an_image_of_another_range_is_scaled_from_its_own() -> None:
+    gray = image_cache.rgb_pixels(Image.fromarray(np.array([[-1.0, 0.0, 3.0]], np.float32)))
+    assert gray[0, :, 0].tolist() == [0, 64, 255]  # (v + 1) * 255 / 4, rounded
+
+
+def test_a_photo_tagged_sideways_is_shown_upright(tmp_path: Path) -> None:
+    image = image_cache.read_image(write_sideways_jpeg(tmp_path / "portrait.jpg"))
+    assert image.shape == (40, 20, 3)
+    assert image[:18].max() < 40 and image[22:].min() > 215  # black on top, white below (JPEG blurs the edge)
+
+
+def test_every_decoder_shows_the_same_pixels(tmp_path: Path) -> None:
+    """Prep (the image pack), encoding (items) and each env decode through one conversion: a 16-bit PNG or a JPEG
+    tagged sideways gives every path the pixels read_image gives."""
+    from ragym.data_prep.encoding.items import Item, load_image
+    from ragym.envs.docmemo.store import DocStore
+    from ragym.envs.image_pack import _decoded
+    from ragym.envs.memora.env import MemoraEnv
+    from ragym.envs.r3g.corpus import read_rgb
+    from tests.envs.memora.test_memora import small_env
+
+    gray = tmp_path / "gray.png"
+    Image.fromarray(np.arange(64 * 64, dtype=np.uint16).reshape(64, 64) * 16).save(gray)
+    for path in (gray, write_sideways_jpeg(tmp_path / "portrait.jpg")):
+        expected = image_cache.read_image(path)
+        store = DocStore(
+            "d", ("t",), ("s",), ("text",), np.ones((1, 1), np.float32), "fake", image_paths=(str(path),)
+        )
+        env: MemoraEnv = small_env()
+        obs, _ = env.reset(options={"query": "q", "image_path": str(path)})
+        for decoded in (
+            _decoded(path, None),
+            read_rgb(path),
+            load_image(Item("x", None, str(path))),
+            store.page_image(0),
+        ):
+            np.testing.assert_array_equal(decoded, expected)
+        np.testing.assert_array_equal(
+            obs["images"][0], image_cache.read_image(path, env.image_budget, "query")
+        )
