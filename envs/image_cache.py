@@ -58,11 +58,6 @@ def _eight_bit(values: np.ndarray) -> np.ndarray:
     return np.clip(np.round(scaled), 0, 255).astype(np.uint8)
 
 
-def _decode(path: str) -> np.ndarray:
-    with Image.open(path) as image:
-        return rgb_pixels(image)
-
-
 def _read_only(array: np.ndarray) -> np.ndarray:
     array.setflags(write=False)
     return array
@@ -130,17 +125,32 @@ def _source_bytes(source: ImageSource) -> int:
 class UnreadableImageError(ValueError):
     """An image file that cannot be shown (it does not decode, or the budget refuses its size); names the file."""
 
-
-def _fitted(path: str, budget: ImageBudget | None, role: str) -> np.ndarray:
-    try:
-        image = _decode(path)
-        return image if budget is None else budget.fit(image, role)
-    except FileNotFoundError:
-        raise  # its message names the file
-    except (OSError, ValueError, Image.DecompressionBombError) as err:
+    @classmethod
+    def of(cls, path: str | Path, err: Exception) -> UnreadableImageError:
+        """The error for the image at ``path`` that ``err`` (which names no file) refused."""
         # PIL's "image file is truncated", its pixel limit and the budget's aspect ratio name no file: the episode
         # error or bad-row line would not say which of a row's images, or which candidate, it was.
-        raise UnreadableImageError(f"image {path}: {type(err).__name__}: {err}") from err
+        return cls(f"image {path}: {type(err).__name__}: {err}")
+
+
+def decode_image(path: str | Path) -> np.ndarray:
+    """The image at ``path`` as uint8 (H, W, 3) (``rgb_pixels``), uncached; ``UnreadableImageError`` naming the
+    file when it does not decode (a missing file keeps its own ``FileNotFoundError``, which names it)."""
+    try:
+        with Image.open(path) as image:
+            return rgb_pixels(image)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, Image.DecompressionBombError) as err:
+        raise UnreadableImageError.of(path, err) from err
+
+
+def _fitted(path: str, budget: ImageBudget | None, role: str) -> np.ndarray:
+    image = decode_image(path)
+    try:
+        return image if budget is None else budget.fit(image, role)
+    except ValueError as err:
+        raise UnreadableImageError.of(path, err) from err
 
 
 def _nbytes(array: np.ndarray) -> int:

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from ragym.envs.files import read_jsonl
-from ragym.envs.image_cache import rgb_pixels
+from ragym.envs.image_cache import decode_image
 
 PAGE_TYPES = ("text", "table", "chart", "image-heavy")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -84,8 +83,7 @@ class DocStore:
         if self.images:
             return self.images[index]
         if self.image_paths:
-            with Image.open(self.image_paths[index]) as image:
-                return rgb_pixels(image)
+            return decode_image(self.image_paths[index])
         return np.full((32, 24, 3), 255, dtype=np.uint8)
 
     def schema_text(self, max_sections: int) -> str:

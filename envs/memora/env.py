@@ -35,7 +35,7 @@ from PIL import Image
 from ragym.envs import events as ev
 from ragym.envs.core import EnvConfig, check_least, env_config
 from ragym.envs.image_budget import budget_of
-from ragym.envs.image_cache import rgb_pixels
+from ragym.envs.image_cache import UnreadableImageError, decode_image
 from ragym.envs.memora import events as memora_ev
 from ragym.envs.memora import views as views
 from ragym.envs.memora.actions import (
@@ -346,14 +346,13 @@ class MemoraEnv(TurnEnv):
     def _query_image(self, path: str | None) -> list[np.ndarray]:
         if not path or not self.config.show_image:
             return []
-        try:
-            with Image.open(path) as opened:
-                image = Image.fromarray(rgb_pixels(opened))
-        except OSError as err:
-            raise ValueError(f"MEMORA query image {path!r} cannot be read: {err}") from err
+        image = Image.fromarray(decode_image(path))
         # Within image_max_side a photo also fits the default budget: the fit below then resizes nothing.
         image.thumbnail((self.config.image_max_side, self.config.image_max_side))
-        return [self.image_budget.fit(np.asarray(image, dtype=np.uint8), "query")]
+        try:
+            return [self.image_budget.fit(np.asarray(image, dtype=np.uint8), "query")]
+        except ValueError as err:  # past the aspect ratio the budget accepts
+            raise UnreadableImageError.of(path, err) from err
 
     def _obs(self, text: str, images: list[np.ndarray] | None = None) -> dict[str, Any]:
         return {"text": text[: self.config.max_obs_chars], "images": tuple(images or [])}

@@ -23,18 +23,16 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from PIL import Image
 
-from ragym.envs.image_cache import rgb_pixels
+from ragym.envs.image_cache import decode_image
 from ragym.envs.retrieval.encoders import ImageEncoder, make_image_encoder
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.retrieval.retrievers import normalise
 
 
 def read_rgb(path: Path) -> np.ndarray:
-    """An image file as uint8 (H, W, 3)."""
-    with Image.open(path) as image:
-        return rgb_pixels(image)
+    """An image file as uint8 (H, W, 3); ``UnreadableImageError`` naming it when it does not decode."""
+    return decode_image(path)
 
 
 @dataclass

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+from PIL import Image
 
 from ragym.envs.docmemo.env import DocMemoEnv
 from ragym.envs.docmemo.pages import PageRetriever, similarity_vector
 from ragym.envs.docmemo.store import DocStore, Section, doc_key, load_store, save_store, summarise
 from ragym.envs.docmemo.synthetic import synthetic_questions
+from ragym.envs.image_cache import UnreadableImageError
 from ragym.envs.retrieval.hits import Hit, NamedRetrievers, Retriever
 from ragym.envs.retrieval.page_encoders import TextPageEncoder
 
@@ -177,3 +181,15 @@ def test_visual_encoder_path_runs_on_cpu(tiny_clip_dir):
     env = DocMemoEnv(encoder="visual", visual_model_path=tiny_clip_dir)
     obs, info = env.reset(seed=0)
     assert env.store.encoder == f"visual:{tiny_clip_dir}" and len(info["events"][-1]["pages"]) == 8
+
+
+def test_a_page_image_that_cannot_be_shown_is_an_error_naming_its_file(tmp_path):
+    """A page image cut short raised PIL's bare OSError: the episode's error event did not say which page it was."""
+    path = tmp_path / "page_0001.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 30, 3), np.uint8)).save(path)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    store = DocStore(
+        "d", ("t",), ("s",), ("text",), np.ones((1, 1), np.float32), "fake", image_paths=(str(path),)
+    )
+    with pytest.raises(UnreadableImageError, match=f"^image {re.escape(str(path))}: "):
+        store.page_image(0)

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
 
 import gymnasium
+import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from PIL import Image
 
 from ragym import envs
 from ragym.envs.events import events_of
+from ragym.envs.image_cache import UnreadableImageError
 from ragym.envs.memora.actions import Judge, parse_action
 from ragym.envs.memora.env import MemoraEnv
 from ragym.envs.retrieval.hits import Hit, NamedRetrievers
@@ -321,3 +325,19 @@ def test_a_candidates_text_is_shown_once_unless_the_config_repeats_it(repeat: bo
 def test_a_judge_order_spaced_by_any_whitespace_reads_as_with_spaces(separator: str) -> None:
     """The judge grammar takes any whitespace around '>' (regex \\s), as a space (int() alone refused \\x1c-\\x1f)."""
     assert parse_action(f"<reason>r</reason><judge>4{separator}>{separator}1</judge>", 8192) == Judge((4, 1))
+
+
+@pytest.mark.parametrize("kind", ["bomb", "cut_short", "strip"])
+def test_a_query_image_that_cannot_be_shown_is_an_error_naming_its_file(kind, tmp_path, monkeypatch) -> None:
+    """MEMORA caught only OSError: PIL's DecompressionBombError (not one) passed through bare, and a strip past the
+    ratio the budget accepts named no file. Each is now UnreadableImageError naming the image, which the agent
+    loop records as the episode's episode_error event."""
+    path = tmp_path / "query.png"
+    pixels = np.random.default_rng(0).integers(0, 256, (10, 4000 if kind == "strip" else 64, 3), np.uint8)
+    Image.fromarray(pixels).save(path)
+    if kind == "bomb":
+        monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)  # 640 pixels: more than twice the limit
+    elif kind == "cut_short":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(UnreadableImageError, match=f"^image {re.escape(str(path))}: "):
+        small_env().reset(options={"query": "q", "image_path": str(path)})
