@@ -6,8 +6,11 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from PIL import Image
 
+from ragym.envs.image_budget import MAX_ASPECT_RATIO, ImageBudget
 from ragym.envs.image_cache import read_image
 from ragym.envs.image_pack import PACK_INDEX, ImagePack, main, write_image_pack
 from ragym.envs.kbvqa.kb import load_kb
@@ -52,3 +55,19 @@ def test_a_missing_image_fails_naming_it(kb_copy: Path) -> None:
     (kb_copy / kb_rows["image"].iloc[5]).unlink()
     with pytest.raises(FileNotFoundError, match=kb_rows["image"].iloc[5].split("/")[-1]):
         write_image_pack(kb_copy)
+
+
+@pytest.mark.parametrize(("height", "width"), [(10_000, 50), (50, 10_000)])
+def test_max_side_keeps_a_thin_image_within_the_ratio_the_budget_accepts(
+    tmp_path: Path, height, width
+) -> None:
+    """--max-side rounded the shorter side down: a 50 x 10,000 strip (ratio 200) at 448 became 2 x 448 (ratio 224),
+    which the budget then refused for that entity in every episode; its shorter side is now ceil(448 / 200) = 3."""
+    Image.fromarray(np.full((height, width, 3), 90, np.uint8)).save(tmp_path / "strip.png")
+    pd.DataFrame({"image": ["strip.png"]}).to_parquet(tmp_path / "entities.parquet")
+    (tmp_path / "index").mkdir()
+    write_image_pack(tmp_path, max_side=448)
+    packed = ImagePack.load(tmp_path).image(0)
+    assert packed.shape == ((448, 3, 3) if height > width else (3, 448, 3))
+    fitted = ImageBudget().fit(packed, "candidate")  # raised: the ratio 224 past MAX_ASPECT_RATIO
+    assert max(fitted.shape[:2]) <= MAX_ASPECT_RATIO * min(fitted.shape[:2])
