@@ -144,7 +144,9 @@ class KnowledgeBase:
         packed = self.image_pack.image(row)
         height, width = packed.shape[:2]
         if budget is None or not budget.needs_resize(height, width, "candidate"):
-            return packed  # a pack written to the budget (`--max-pixels`): served without a resize
+            # A pack written within the budget (`ragym prep image-pack --max-side 448` for 256 tokens at factor 28:
+            # 16 x 16 blocks at most) is served without a resize.
+            return packed
         key = (str(self.root / PACK_INDEX), row, budget)
         return cached_fit(key, packed, budget, "candidate")
 
