@@ -31,6 +31,7 @@ from PIL import Image
 
 from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
 from ragym.data_prep.report import PrepReport, parquet_num_rows, row_limit, unreadable_shards
+from ragym.envs.image_budget import MAX_ASPECT_RATIO
 from ragym.envs.retrieval.encoders import make_image_encoder
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ class _Images:
 
 
 def _image_bytes(cell: Any, what: str) -> bytes:
-    """The bytes of one parquet image cell (``{"bytes", "path"}``), checked to decode."""
+    """The bytes of one parquet image cell (``{"bytes", "path"}``), checked to decode and to be within the aspect
+    ratio Qwen-VL accepts (R3G's env refuses such an image in every episode that shows it)."""
     data = cell.get("bytes") if isinstance(cell, dict) else None
     if data is None and isinstance(cell, dict) and cell.get("path") and Path(cell["path"]).is_file():
         data = Path(cell["path"]).read_bytes()
@@ -86,8 +88,14 @@ def _image_bytes(cell: Any, what: str) -> bytes:
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.convert("RGB").load()
+            width, height = image.size
     except Exception as err:  # PIL raises many types for corrupt files
         raise RowError(f"bad_{what}", f"undecodable image: {err}") from err
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise RowError(
+            f"{what}_aspect_ratio",
+            f"a {width}x{height} image: a side over {MAX_ASPECT_RATIO} times the other",
+        )
     return data
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from ragym.data_prep.mragbench import prepare
 from ragym.envs.events import events_of
@@ -207,3 +209,18 @@ def test_an_id_repeated_with_surrounding_spaces_is_a_duplicate(tmp_path: Path) -
     report = prepare(raw, tmp_path / "task")
     assert report.rejected["questions"] == {"duplicate_id": 1}
     assert sorted(rows(tmp_path / "task")["extra_info"].map(lambda e: e["question_id"])) == ["100", "101"]
+
+
+@pytest.mark.parametrize("what", ["query_image", "gt_image", "retrieved_image"])
+def test_an_image_past_the_aspect_ratio_rejects_its_row(tmp_path: Path, what: str) -> None:
+    """A 2 x 500 image decoded, so its row was kept, and R3G's env then refused it (past the ratio 200 Qwen-VL
+    accepts) in every episode that showed it; the row is now rejected with the reason."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((500, 2, 3), 128, np.uint8)).save(buffer, format="PNG")
+    strip = {"bytes": buffer.getvalue(), "path": None}
+    valid = records()[:2]
+    column = {"query_image": "image", "gt_image": "gt_images", "retrieved_image": "retrieved_images"}[what]
+    broken = {**valid[1], column: strip if column == "image" else [strip]}
+    report = prepare(write_fixture(tmp_path / "raw", [valid[0], broken]), tmp_path / "task")
+    assert report.rejected["questions"] == {f"{what}_aspect_ratio": 1}
+    assert report.num_out["questions"] == 1 and len(rows(tmp_path / "task")) == 1
