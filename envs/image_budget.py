@@ -81,6 +81,21 @@ def budget_of(config: object) -> ImageBudget:
     return ImageBudget(**{name: getattr(config, name) for name in BUDGET_FIELDS})
 
 
+def shrunk_size(height: int, width: int, max_side: int) -> tuple[int, int]:
+    """(height, width) with the longer side ``max_side`` and the ratio kept; the shorter side of an image within
+    ``MAX_ASPECT_RATIO`` is never rounded past it (rounded down, a 50 x 10,000 strip at 448 became 2 x 448, which
+    every budget refuses), and one past it stays past it (refused, as at full size).
+
+    >>> shrunk_size(10_000, 50, 448), shrunk_size(3000, 2000, 448), shrunk_size(40, 10_000, 448)
+    ((448, 3), (448, 299), (2, 448))
+    """
+    longer, shorter = max(height, width), min(height, width)
+    size = max(1, round(shorter * max_side / longer))
+    if longer <= MAX_ASPECT_RATIO * shorter:
+        size = max(size, math.ceil(max_side / MAX_ASPECT_RATIO))
+    return (max_side, size) if height >= width else (size, max_side)
+
+
 def fit_size(height: int, width: int, max_pixels: int, min_pixels: int, factor: int) -> tuple[int, int]:
     """The (height, width) a Qwen-VL processor resizes an image to: multiples of ``factor``, area within
     [``min_pixels``, ``max_pixels``], aspect ratio kept as closely as rounding allows."""

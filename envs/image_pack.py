@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ import pandas as pd
 from PIL import Image
 
 from ragym.envs.files import atomic_write
-from ragym.envs.image_budget import MAX_ASPECT_RATIO
+from ragym.envs.image_budget import shrunk_size
 from ragym.envs.image_cache import rgb_pixels
 
 PACK_DATA = "index/images.u8"
@@ -67,23 +66,10 @@ def _decoded(path: Path, max_side: int | None) -> np.ndarray:
         pixels = rgb_pixels(image)
     height, width = pixels.shape[:2]
     if max_side and max(height, width) > max_side:
-        new_height, new_width = _shrunk_size(height, width, max_side)
+        new_height, new_width = shrunk_size(height, width, max_side)
         resized = Image.fromarray(pixels).resize((new_width, new_height))
         return np.asarray(resized, dtype=np.uint8)
     return pixels
-
-
-def _shrunk_size(height: int, width: int, max_side: int) -> tuple[int, int]:
-    """(height, width) with the longer side ``max_side`` and the ratio kept, the shorter side never rounded past
-    ``MAX_ASPECT_RATIO`` (a 50 x 10,000 strip at 448 became 2 x 448, which every budget then refused).
-
-    >>> _shrunk_size(10_000, 50, 448), _shrunk_size(3000, 2000, 448)
-    ((448, 3), (448, 299))
-    """
-    shorter = max(
-        round(min(height, width) * max_side / max(height, width)), math.ceil(max_side / MAX_ASPECT_RATIO)
-    )
-    return (max_side, shorter) if height >= width else (shorter, max_side)
 
 
 def write_image_pack(kb_dir: str | Path, max_side: int | None = None) -> int:

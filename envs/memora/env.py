@@ -34,7 +34,7 @@ from PIL import Image
 
 from ragym.envs import events as ev
 from ragym.envs.core import EnvConfig, check_least, env_config
-from ragym.envs.image_budget import budget_of
+from ragym.envs.image_budget import budget_of, shrunk_size
 from ragym.envs.image_cache import UnreadableImageError, decode_image
 from ragym.envs.memora import events as memora_ev
 from ragym.envs.memora import views as views
@@ -346,11 +346,18 @@ class MemoraEnv(TurnEnv):
     def _query_image(self, path: str | None) -> list[np.ndarray]:
         if not path or not self.config.show_image:
             return []
-        image = Image.fromarray(decode_image(path))
-        # Within image_max_side a photo also fits the default budget: the fit below then resizes nothing.
-        image.thumbnail((self.config.image_max_side, self.config.image_max_side))
+        pixels = decode_image(path)
+        height, width = pixels.shape[:2]
+        # Within image_max_side a photo also fits the default budget: the fit below then resizes nothing. Not
+        # PIL's thumbnail: it rounded a 20 x 4,000 strip (ratio 200) to 5 x 1,024, which the budget refuses.
+        if max(height, width) > self.config.image_max_side:
+            new_height, new_width = shrunk_size(height, width, self.config.image_max_side)
+            shrunk = Image.fromarray(pixels).resize(
+                (new_width, new_height), Image.Resampling.BICUBIC, reducing_gap=2.0
+            )
+            pixels = np.asarray(shrunk, dtype=np.uint8)
         try:
-            return [self.image_budget.fit(np.asarray(image, dtype=np.uint8), "query")]
+            return [self.image_budget.fit(pixels, "query")]
         except ValueError as err:  # past the aspect ratio the budget accepts
             raise UnreadableImageError.of(path, err) from err
 

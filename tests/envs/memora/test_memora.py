@@ -341,3 +341,13 @@ def test_a_query_image_that_cannot_be_shown_is_an_error_naming_its_file(kind, tm
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(UnreadableImageError, match=f"^image {re.escape(str(path))}: "):
         small_env().reset(options={"query": "q", "image_path": str(path)})
+
+
+def test_a_thin_query_image_the_budget_accepts_is_shown(tmp_path) -> None:
+    """PIL's thumbnail rounded a 20 x 4,000 strip (ratio 200, which the budget accepts) to 5 x 1,024 (ratio 204.8),
+    so the episode failed on an image every other env shows; the shorter side is now ceil(1,024 / 200) = 6."""
+    path = tmp_path / "strip.png"
+    Image.fromarray(np.full((4000, 20, 3), 90, np.uint8)).save(path)
+    obs, _ = small_env().reset(options={"query": "q", "image_path": str(path)})
+    height, width = obs["images"][0].shape[:2]
+    assert max(height, width) <= 1024 and max(height, width) <= 200 * min(height, width)
