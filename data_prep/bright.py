@@ -41,6 +41,7 @@ from PIL import Image
 from ragym.data_prep.report import PrepReport, UnreadableFile, row_limit
 from ragym.data_prep.rows import verl_row
 from ragym.envs.files import JsonlError, read_jsonl
+from ragym.envs.image_budget import MAX_ASPECT_RATIO
 from ragym.envs.retrieval.trec import read_trec_qrels
 
 ENV_ID = "MEMORA-v0"
@@ -276,12 +277,19 @@ def _image_table(raw: Path, domain: str) -> dict[str, bytes]:
 
 
 def _check_image(data: bytes, name: str) -> None:
-    """Raise ``RowError`` (``unreadable_image``) unless ``data`` decodes: the env would fail on it at reset."""
+    """Raise ``RowError`` unless ``data`` decodes (``unreadable_image``) within the aspect ratio Qwen-VL accepts
+    (``image_aspect_ratio``): the env would fail on it at reset."""
     try:
         with Image.open(io.BytesIO(data)) as image:
             image.convert("RGB").load()
+            width, height = image.size
     except Exception as err:  # noqa: BLE001 - PIL raises many types for a corrupt file
         raise RowError("unreadable_image", f"{name}: {err}") from err
+    if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
+        raise RowError(
+            "image_aspect_ratio",
+            f"{name}: a {width}x{height} image, a side over {MAX_ASPECT_RATIO} times the other",
+        )
 
 
 def read_descriptions(path: Path, report: PrepReport) -> dict[str, str]:

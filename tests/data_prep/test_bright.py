@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from ragym.envs.events import events_of
 from ragym.envs.registry import make_env
@@ -277,6 +280,21 @@ def test_mm_bright_task2_rejects_a_query_image_that_does_not_decode(tmp_path: Pa
     report = json.loads((out / "report.json").read_text())["splits"]["queries"]
     assert report["num_rows_out"] == 1
     assert report["rejected_by_reason"] == {"unreadable_image": 1, "no_query_image": 1}
+    assert [json.loads(r["extra_info"]["env_options"])["query_id"] for r in rows(out)] == ["12"]
+
+
+def test_mm_bright_task2_rejects_a_query_image_past_the_aspect_ratio(tmp_path: Path) -> None:
+    """A 2 x 500 query image decoded, so its row was kept, and MEMORA then refused it at every reset (past the
+    ratio 200 Qwen-VL accepts); it is now rejected as ``image_aspect_ratio``."""
+    raw, out = write_mm_bright(tmp_path / "raw"), tmp_path / "out"
+    shard = raw / "examples_images" / "academia-00000-of-00001.parquet"
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((500, 2, 3), 128, np.uint8)).save(buffer, format="PNG")
+    strip = pd.DataFrame([{"path": "academia/q_13/image_1.png", "bytes": buffer.getvalue()}])
+    pd.concat([pd.read_parquet(shard), strip]).to_parquet(shard)
+    prep_main(["mm-bright", "--raw", str(raw), "--domain", "academia", "--task", "2", "--out", str(out)])
+    report = json.loads((out / "report.json").read_text())["splits"]["queries"]
+    assert report["rejected_by_reason"] == {"image_aspect_ratio": 1, "no_query_image": 1}
     assert [json.loads(r["extra_info"]["env_options"])["query_id"] for r in rows(out)] == ["12"]
 
 
