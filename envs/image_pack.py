@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from PIL import Image
 
 from ragym.envs.files import atomic_write
 from ragym.envs.image_budget import shrunk_size
-from ragym.envs.image_cache import rgb_pixels
+from ragym.envs.image_cache import UnreadableImageError, decode_image
 
 PACK_DATA = "index/images.u8"
 PACK_INDEX = "index/images_index.npy"
@@ -62,8 +63,7 @@ class ImagePack:
 
 
 def _decoded(path: Path, max_side: int | None) -> np.ndarray:
-    with Image.open(path) as image:
-        pixels = rgb_pixels(image)
+    pixels = decode_image(path)  # a missing or broken image fails here, naming the file
     height, width = pixels.shape[:2]
     if max_side and max(height, width) > max_side:
         new_height, new_width = shrunk_size(height, width, max_side)
@@ -82,9 +82,7 @@ def write_image_pack(kb_dir: str | Path, max_side: int | None = None) -> int:
         offset = 0
         with open(tmp, "wb") as out:
             for row, rel in enumerate(paths):
-                pixels = _decoded(
-                    root / rel, max_side
-                )  # a missing or broken image fails here, naming the file
+                pixels = _decoded(root / rel, max_side)
                 out.write(pixels.tobytes())
                 index[row] = (offset, *pixels.shape)
                 offset += pixels.size
@@ -104,6 +102,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("kb_dir")
     parser.add_argument("--max-side", type=int, help="shrink images whose longer side exceeds this")
     args = parser.parse_args(argv)
-    count = write_image_pack(args.kb_dir, args.max_side)
+    if args.max_side is not None and args.max_side < 1:
+        parser.error(f"--max-side takes a number of pixels >= 1, not {args.max_side}")
+    try:
+        count = write_image_pack(args.kb_dir, args.max_side)
+    except (FileNotFoundError, UnreadableImageError) as err:
+        # one image per entity: the pack cannot leave one out (the KB's prep gives an unreadable one a placeholder)
+        print(f"ragym prep image-pack: {err}; rebuild the KB or replace the image", file=sys.stderr)
+        return 2
     print(f"entities in={count} images packed={count} rejected=0")
     return 0

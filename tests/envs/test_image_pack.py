@@ -71,3 +71,26 @@ def test_max_side_keeps_a_thin_image_within_the_ratio_the_budget_accepts(
     assert packed.shape == ((448, 3, 3) if height > width else (3, 448, 3))
     fitted = ImageBudget().fit(packed, "candidate")  # raised: the ratio 224 past MAX_ASPECT_RATIO
     assert max(fitted.shape[:2]) <= MAX_ASPECT_RATIO * min(fitted.shape[:2])
+
+
+def test_a_broken_image_is_one_line_naming_it_and_no_pack_is_written(
+    kb_copy: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """It opened files itself: an image cut short ended in PIL's traceback naming no file."""
+    rel = load_kb(kb_copy).entities["image"].iloc[7]
+    path = kb_copy / rel
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    assert main([str(kb_copy)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ragym prep image-pack: image {path}: ") and err.count("\n") == 1, err
+    assert ImagePack.load(kb_copy) is None
+
+
+@pytest.mark.parametrize("max_side", ["0", "-448"])
+def test_a_max_side_below_one_pixel_is_refused(kb_copy: Path, max_side: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([str(kb_copy), "--max-side", max_side])
+    assert (
+        exited.value.code == 2
+        and f"--max-side takes a number of pixels >= 1, not {max_side}" in capsys.readouterr().err
+    )
