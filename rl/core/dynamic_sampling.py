@@ -84,7 +84,8 @@ def split_groups(episodes: Sequence[Scored], metric: str) -> tuple[list[list[Sco
     kept, flat = [], []
     for group in groups.values():
         values = [episode_value(e, metric) for e in group]
-        # A single-episode group is kept: GRPO gives it zero advantage either way, as verl's filter does.
+        # A single-episode group is kept, as verl's filter keeps it: it has no spread to measure. Its advantage is not
+        # zero (verl's GRPO takes its raw reward), which is why a group estimator needs rollout.n >= 2 (recipe check).
         (flat if len(values) > 1 and float(np.ptp(values)) == 0.0 else kept).append(group)
     return kept, flat
 

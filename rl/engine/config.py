@@ -39,6 +39,7 @@ from ragym.rl.recipe.counts import (
     LOCAL_ENGINE_OPTIONAL_COUNTS,
     LOCAL_ENGINE_STEPS,
     count_problems,
+    group_size_problems,
 )
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
@@ -209,6 +210,7 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
     counts = count_problems(
         reader.config, LOCAL_ENGINE_COUNTS, LOCAL_ENGINE_OPTIONAL_COUNTS, LOCAL_ENGINE_STEPS
     )
+    counts += group_size_problems(reader.config)  # one episode a group: its raw reward was its advantage
     if counts:  # a negative batch failed mid-step; zero steps trained nothing and exited 0
         raise UsageError("\n".join(counts))
     rollout, actor = "actor_rollout_ref.rollout", "actor_rollout_ref.actor"

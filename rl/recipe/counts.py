@@ -3,7 +3,8 @@
 The commands that plan or run a recipe read these with ``int(...)`` and divide by them; unchecked, a word was a
 traceback, a zero a ``ZeroDivisionError``, and a negative or a fraction went through (``ragym submit`` printed the
 job, the local engine started a run that trained on nothing). Each command checks the counts it reads here, where
-the recipe loads, every problem one line naming the key.
+the recipe loads, every problem one line naming the key. A group estimator's group (``rollout.n``) has at least two
+episodes: with one, verl's GRPO took the raw reward as the advantage without a word.
 """
 
 from __future__ import annotations
@@ -72,3 +73,43 @@ def count_problems(
         problem = count_problem(key, value, optional=may_be_null, least=minimum)
         problems += [problem] if problem is not None else []
     return problems
+
+
+GROUP_ESTIMATORS = (
+    "grpo",
+    "grpo_vectorized",
+    "grpo_passk",
+    "gdpo",
+    "gpg",
+    "rloo",
+    "rloo_vectorized",
+    "opo",
+    "reinforce_plus_plus_baseline",
+    "optimal_token_baseline",
+    "tir_optimal_token_baseline",
+    "turn_credit",
+)
+"""``algorithm.adv_estimator`` values whose baseline is the other episodes of a row's group (verl 0.9.1's
+``core_algos``; ragym's ``turn_credit`` adds GRPO's to its step term, whose partners are the group's other episodes).
+With one episode per row verl's GRPO takes a group mean of 0 and a std of 1: the raw reward becomes the advantage,
+REINFORCE without a baseline, and ``grpo/zero_adv_group_share`` (groups of two or more) shows 0.0."""
+GROUP_SIZE_KEY = "actor_rollout_ref.rollout.n"
+
+
+def group_size_problems(config: DictConfig) -> list[str]:
+    """One line when the recipe's estimator compares episodes within a group and ``rollout.n`` gives one episode a
+    group; a group size that is not a count is left to ``count_problems``.
+
+    >>> group_size_problems(OmegaConf.create({"algorithm": {"adv_estimator": "grpo"},
+    ...     "actor_rollout_ref": {"rollout": {"n": 1}}}))  # doctest: +ELLIPSIS
+    ['actor_rollout_ref.rollout.n 1 is one episode per group, ...; set actor_rollout_ref.rollout.n=2 or more']
+    """
+    estimator = OmegaConf.select(config, "algorithm.adv_estimator", default=None)
+    n = OmegaConf.select(config, GROUP_SIZE_KEY, default=None)
+    if estimator not in GROUP_ESTIMATORS or type(n) is not int or n != 1:
+        return []
+    return [
+        f"{GROUP_SIZE_KEY} 1 is one episode per group, but algorithm.adv_estimator={estimator} takes the "
+        "baseline of each episode from the rest of its group: with none, the raw reward would be the advantage; set "
+        f"{GROUP_SIZE_KEY}=2 or more"
+    ]

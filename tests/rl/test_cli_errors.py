@@ -57,6 +57,11 @@ def test_recipe_errors_are_one_line(capsys, tmp_path):
             "actor_rollout_ref.rollout.n 'abc' is not a whole number of at least 1",
         ),
         (["--max-steps", "0"], "--max-steps must be >= 1, got 0"),
+        # One episode a group: verl's GRPO took its raw reward as the advantage (REINFORCE without a baseline).
+        (
+            ["actor_rollout_ref.rollout.n=1"],
+            "actor_rollout_ref.rollout.n 1 is one episode per group, but algorithm.adv_estimator=grpo",
+        ),
     ],
 )
 def test_a_count_the_local_engine_cannot_train_with_is_one_line(

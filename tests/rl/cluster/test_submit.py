@@ -116,6 +116,8 @@ def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
     # A count the engine would refuse on the cluster is refused here, before the job goes.
     with pytest.raises(UsageError, match="data.train_batch_size -4 is not a whole number of at least 1"):
         build_submission(recipes / "local.yaml", ["data.train_batch_size=-4"], repo_root=tmp_path)
+    with pytest.raises(UsageError, match="rollout.n 1 is one episode per group"):
+        build_submission(recipes / "local.yaml", ["actor_rollout_ref.rollout.n=1"], repo_root=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -124,6 +126,7 @@ def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
         ("outside", [], ValueError, "outside the repository"),
         (SMOKE, ["actor_rollout_ref.rollout.temprature=0.5"], Exception, "temprature"),
         (SMOKE, ["actor_rollout_ref.actor.loss_agg_mode=bogus"], Exception, "loss_agg_mode"),
+        (SMOKE, ["actor_rollout_ref.rollout.n=1"], UsageError, "rollout.n 1 is one episode per group"),
     ],
 )
 def test_bad_recipes_fail_before_anything_is_submitted(

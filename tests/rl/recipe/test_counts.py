@@ -57,3 +57,35 @@ def test_the_local_engines_steps_may_be_zero_not_negative() -> None:
         "trainer.total_training_steps -1 is not a whole number of at least 0; set trainer.total_training_steps=0 or "
         "more, or null"
     ]
+
+
+@pytest.mark.parametrize(
+    ("estimator", "n", "refused"),
+    [
+        ("grpo", 1, True),
+        ("turn_credit", 1, True),
+        ("rloo", 1, True),
+        ("grpo", 2, False),
+        # No group baseline: one episode a row is theirs to take.
+        ("reinforce_plus_plus", 1, False),
+        ("remax", 1, False),
+        # Not a count: count_problems says so, once.
+        ("grpo", 0, False),
+        ("grpo", "abc", False),
+        ("grpo", True, False),
+    ],
+)
+def test_a_group_estimator_needs_two_episodes_a_group(estimator: str, n: object, refused: bool) -> None:
+    """verl's GRPO gives a one-episode group mean 0 and std 1: the raw reward was the advantage, and
+    ``grpo/zero_adv_group_share`` (groups of two or more) read 0.0 so ``flat_groups`` never fired."""
+    from ragym.rl.recipe.counts import group_size_problems
+
+    config = OmegaConf.create(
+        {"algorithm": {"adv_estimator": estimator}, "actor_rollout_ref": {"rollout": {"n": n}}}
+    )
+    problems = group_size_problems(config)
+    assert bool(problems) == refused, problems
+    if refused:
+        (line,) = problems
+        assert line.startswith("actor_rollout_ref.rollout.n 1 ") and f"adv_estimator={estimator}" in line
+        assert line.endswith("; set actor_rollout_ref.rollout.n=2 or more")
