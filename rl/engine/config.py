@@ -40,6 +40,7 @@ from ragym.rl.recipe.counts import (
     LOCAL_ENGINE_STEPS,
     count_problems,
     group_size_problems,
+    switch_problem,
 )
 from ragym.rl.recipe.retrieval import URL_KEY as RETRIEVAL_URL_KEY
 from ragym.rl.recipe.retrieval import recipe_retrieval_url
@@ -64,6 +65,15 @@ class RecipeReader:
             raise UsageError(f"recipe has no key {key!r}; add it (verl's default may be missing)")
         self.read.add(key)
         return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+
+    def switch(self, key: str) -> bool:
+        """The yes/no switch at ``key``; anything but true or false (``no`` from the command line is the string
+        "no", a true value) is an error naming it."""
+        value = self.get(key)
+        problem = switch_problem(key, value)
+        if problem is not None:
+            raise UsageError(problem)
+        return value
 
     def unused_keys(self, set_keys: Iterable[str]) -> list[str]:
         """Keys of ``set_keys`` (what the recipe and overrides set) that differ from verl's defaults and were
@@ -196,11 +206,12 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
     g = reader.get
     for key in AGENT_LOOP_KEYS:
         g(key)
+    reader.switch("actor_rollout_ref.rollout.full_determinism")  # the agent loop takes its truth value
     if "url" in (OmegaConf.select(reader.config, "ragym.retrieval", default=None) or {}):
         g(RETRIEVAL_URL_KEY)  # the agent loop passes it to every env that searches
         recipe_retrieval_url(reader.config)  # a bad address fails here, naming the key
     for key in ("actor_rollout_ref.actor.use_kl_loss", "algorithm.use_kl_in_reward"):
-        if g(key):
+        if reader.switch(key):
             raise UsageError(f"{key}=true needs a reference model, which the local engine does not load")
     reward_fn = (g("reward.custom_reward_function.path"), g("reward.custom_reward_function.name"))
     if reward_fn != ("pkg://ragym.rewards.verl", "compute_score"):
@@ -230,12 +241,12 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         log_prob_micro_batch_size=g(f"{rollout}.log_prob_micro_batch_size_per_gpu")
         or g(f"{actor}.ppo_micro_batch_size_per_gpu"),
         ppo_epochs=g(f"{actor}.ppo_epochs"),
-        shuffle=g(f"{actor}.shuffle"),
+        shuffle=reader.switch(f"{actor}.shuffle"),
         temperature=temperature,
         grad_clip=g(f"{actor}.grad_clip"),
         entropy_coeff=g(f"{actor}.entropy_coeff"),
         adv_estimator=g("algorithm.adv_estimator"),
-        norm_adv_by_std=g("algorithm.norm_adv_by_std_in_grpo"),
+        norm_adv_by_std=reader.switch("algorithm.norm_adv_by_std_in_grpo"),
     )
     for key in (
         "clip_ratio",
@@ -257,10 +268,10 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         warmup = int(g(f"{actor}.optim.lr_warmup_steps_ratio") * total_steps)
     val = g(f"{rollout}.val_kwargs")
     val_sampling = {"temperature": val["temperature"], "top_p": val["top_p"], "top_k": val["top_k"]}
-    if not val["do_sample"]:
+    if not reader.switch(f"{rollout}.val_kwargs.do_sample"):
         val_sampling = {"temperature": 0.0, "top_p": 1.0, "top_k": -1}
     seed = g("data.seed")
-    async_settings = _async_settings(g)
+    async_settings = _async_settings(reader)
     update = _with_correction(reader, update, async_settings["async_rollouts"])
     return EngineConfig(
         model_path=g("actor_rollout_ref.model.path"),
@@ -268,7 +279,7 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         val_files=g("data.val_files"),
         train_batch_size=batch,
         val_max_samples=g("data.val_max_samples"),
-        shuffle=g("data.shuffle"),
+        shuffle=reader.switch("data.shuffle"),
         seed=0 if seed is None else seed,
         rollout_n=n,
         sampling={"temperature": temperature, "top_p": g(f"{rollout}.top_p"), "top_k": g(f"{rollout}.top_k")},
@@ -283,7 +294,7 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         total_epochs=epochs,
         save_freq=g("trainer.save_freq"),
         test_freq=g("trainer.test_freq"),
-        val_before_train=g("trainer.val_before_train"),
+        val_before_train=reader.switch("trainer.val_before_train"),
         output_dir=g("trainer.default_local_dir"),
         project_name=g("trainer.project_name"),
         experiment_name=g("trainer.experiment_name"),
@@ -295,7 +306,7 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         num_threads=g(f"{ENGINE_SECTION}.num_threads"),
         trace_groups_per_step=g(f"{ENGINE_SECTION}.trace_groups_per_step"),
         filter_groups=FilterConfig(
-            enable=g(f"{FILTER_SECTION}.enable"),
+            enable=reader.switch(f"{FILTER_SECTION}.enable"),
             metric=g(f"{FILTER_SECTION}.metric"),
             max_num_gen_batches=g(f"{FILTER_SECTION}.max_num_gen_batches"),
         ),
@@ -319,14 +330,11 @@ def _with_correction(reader: RecipeReader, update: UpdateConfig, asynchronous: b
     return dataclasses.replace(update, correction=level, is_threshold=float(reader.get(IS_THRESHOLD_KEY)))
 
 
-def _async_settings(g: Any) -> dict[str, Any]:
+def _async_settings(reader: RecipeReader) -> dict[str, Any]:
     """``async_rollouts`` and its staleness bound, read by verl's async modes' key (refused when not positive)."""
-    enable = g(f"{ENGINE_SECTION}.async_rollouts")
-    if not isinstance(enable, bool):
-        raise UsageError(f"{ENGINE_SECTION}.async_rollouts must be true or false, got {enable!r}")
-    if not enable:
+    if not reader.switch(f"{ENGINE_SECTION}.async_rollouts"):
         return {"async_rollouts": False, "staleness_bound": 0}
-    bound = g(STALENESS_KEY)
+    bound = reader.get(STALENESS_KEY)
     problem = staleness_problem(bound)
     if problem is not None:
         raise UsageError(f"{ENGINE_SECTION}.async_rollouts=true needs a staleness bound: {problem}")

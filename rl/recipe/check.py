@@ -25,7 +25,7 @@ from ragym.rl.errors import UsageError
 from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION, read_guards
 from ragym.rl.off_policy import correction_problems
 from ragym.rl.recipe.compose import load_recipe, recipe_settings, validate_recipe
-from ragym.rl.recipe.counts import group_size_problems
+from ragym.rl.recipe.counts import group_size_problems, switch_problems
 from ragym.rl.recipe.modes import legacy_notice, mode_problems
 
 logger = logging.getLogger(__name__)
@@ -285,6 +285,7 @@ def check_recipe(
     config = load_recipe(recipe, overrides)
     problems = mode_problems(config) + correction_problems(config) + section_type_problems(config)
     problems += group_size_problems(config)  # verl takes a one-episode group's raw reward as its advantage
+    problems += switch_problems(config)  # a word from the command line ("no") is a true value to both engines
     if problems:
         raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
     # verl's trainer reads the guards at fit(), once its workers have loaded the model: an action "halt" failed there.

@@ -4,7 +4,8 @@ The commands that plan or run a recipe read these with ``int(...)`` and divide b
 traceback, a zero a ``ZeroDivisionError``, and a negative or a fraction went through (``ragym submit`` printed the
 job, the local engine started a run that trained on nothing). Each command checks the counts it reads here, where
 the recipe loads, every problem one line naming the key. A group estimator's group (``rollout.n``) has at least two
-episodes: with one, verl's GRPO took the raw reward as the advantage without a word.
+episodes: with one, verl's GRPO took the raw reward as the advantage without a word. The yes/no switches both
+engines read (``SWITCHES``) are true or false.
 """
 
 from __future__ import annotations
@@ -112,4 +113,42 @@ def group_size_problems(config: DictConfig) -> list[str]:
         f"{GROUP_SIZE_KEY} 1 is one episode per group, but algorithm.adv_estimator={estimator} takes the "
         "baseline of each episode from the rest of its group: with none, the raw reward would be the advantage; set "
         f"{GROUP_SIZE_KEY}=2 or more"
+    ]
+
+
+SWITCHES = (
+    "data.shuffle",
+    "trainer.val_before_train",
+    "algorithm.filter_groups.enable",
+    "algorithm.norm_adv_by_std_in_grpo",
+    "algorithm.use_kl_in_reward",
+    "actor_rollout_ref.actor.shuffle",
+    "actor_rollout_ref.actor.use_kl_loss",
+    "actor_rollout_ref.rollout.full_determinism",
+    "actor_rollout_ref.rollout.val_kwargs.do_sample",
+)
+"""verl's yes/no switches the local engine reads, which verl's trainer reads too, as Python truth values. A word on
+the command line stays a string (Hydra parses only true/false): ``algorithm.filter_groups.enable=no`` is "no", a true
+value, though ``no`` in a YAML file is false."""
+
+
+def switch_problem(key: str, value: object) -> str | None:
+    """Why ``value`` cannot be the switch at ``key`` (None: it can): true or false, no word or number taken for one.
+
+    >>> switch_problem("data.shuffle", False) is None, switch_problem("data.shuffle", "no")
+    (True, "data.shuffle 'no' is not true or false; set data.shuffle=true or data.shuffle=false")
+    """
+    if isinstance(value, bool):
+        return None
+    shown = "null" if value is None else repr(value) if isinstance(value, str) else value
+    return f"{key} {shown} is not true or false; set {key}=true or {key}=false"
+
+
+def switch_problems(config: DictConfig, keys: Iterable[str] = SWITCHES) -> list[str]:
+    """One line per key of ``keys`` in ``config`` that is not true or false; a key the config does not have is left
+    to its reader."""
+    marker = object()
+    values = [(key, OmegaConf.select(config, key, default=marker)) for key in keys]
+    return [
+        p for key, value in values if value is not marker and (p := switch_problem(key, value)) is not None
     ]

@@ -70,6 +70,24 @@ def test_a_count_the_local_engine_cannot_train_with_is_one_line(
     _one_line(capsys, ["train", "--recipe", "kbvqa_tiny_cpu", *argv], expected)
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "algorithm.filter_groups.enable",
+        "data.shuffle",
+        "trainer.val_before_train",
+    ],
+)
+def test_a_word_for_a_switch_is_one_line(capsys, key: str) -> None:
+    """Hydra keeps ``no`` from the command line as the string "no", which the engine read as true (in a YAML file
+    ``no`` is false, so only overrides bit): ``filter_groups.enable=no`` switched dynamic sampling on."""
+    _one_line(
+        capsys,
+        ["train", "--recipe", "kbvqa_tiny_cpu", f"{key}=no"],
+        f"{key} 'no' is not true or false; set {key}=true or {key}=false",
+    )
+
+
 def test_model_folder_errors_are_one_line(capsys, tmp_path, tiny_policy_dir):
     _one_line(
         capsys,

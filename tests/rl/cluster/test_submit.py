@@ -118,6 +118,8 @@ def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
         build_submission(recipes / "local.yaml", ["data.train_batch_size=-4"], repo_root=tmp_path)
     with pytest.raises(UsageError, match="rollout.n 1 is one episode per group"):
         build_submission(recipes / "local.yaml", ["actor_rollout_ref.rollout.n=1"], repo_root=tmp_path)
+    with pytest.raises(UsageError, match="data.shuffle 'no' is not true or false"):
+        build_submission(recipes / "local.yaml", ["data.shuffle=no"], repo_root=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -127,6 +129,8 @@ def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
         (SMOKE, ["actor_rollout_ref.rollout.temprature=0.5"], Exception, "temprature"),
         (SMOKE, ["actor_rollout_ref.actor.loss_agg_mode=bogus"], Exception, "loss_agg_mode"),
         (SMOKE, ["actor_rollout_ref.rollout.n=1"], UsageError, "rollout.n 1 is one episode per group"),
+        # "no" from the command line is a true string to verl's trainer too (bool(filter_groups.get("enable"))).
+        (SMOKE, ["algorithm.filter_groups.enable=no"], UsageError, "enable 'no' is not true or false"),
     ],
 )
 def test_bad_recipes_fail_before_anything_is_submitted(

@@ -13,6 +13,7 @@ composes to) and builds the trainer from it as ``ragym train`` does (``read_engi
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from ragym.rl.engine import trainer as trainer_module
 from ragym.rl.engine.config import RecipeReader, read_engine_config
 from ragym.rl.engine.trainer import LocalTrainer
 from ragym.rl.recipe.compose import load_recipe
+from ragym.rl.recipe.counts import SWITCHES
 from tests.rl.engine_helpers import VARYING_REWARD
 
 ACTOR = "actor_rollout_ref.actor"
@@ -272,3 +274,15 @@ def test_each_engine_setting_changes_what_the_engine_does(field, base, tmp_path,
     check = CHECKS[field]
     extra = {"caplog": caplog} if "caplog" in check.__code__.co_varnames else {}
     check(base, tmp_path, monkeypatch, **extra)
+
+
+@pytest.mark.parametrize("key", [*SWITCHES, "ragym.engine.async_rollouts"])
+def test_the_engine_reads_every_switch_as_true_or_false(key: str) -> None:
+    """A word from the command line (``data.shuffle=no``) stays the string "no", which the engine read as true."""
+    from ragym.rl.errors import UsageError
+
+    reader = RecipeReader(load_recipe("kbvqa_tiny_cpu", [f"{key}=no"]))
+    with pytest.raises(
+        UsageError, match=f"^{re.escape(key)} 'no' is not true or false; set {re.escape(key)}=true"
+    ):
+        read_engine_config(reader)

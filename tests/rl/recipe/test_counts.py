@@ -89,3 +89,28 @@ def test_a_group_estimator_needs_two_episodes_a_group(estimator: str, n: object,
         (line,) = problems
         assert line.startswith("actor_rollout_ref.rollout.n 1 ") and f"adv_estimator={estimator}" in line
         assert line.endswith("; set actor_rollout_ref.rollout.n=2 or more")
+
+
+@pytest.mark.parametrize(
+    ("value", "accepted"),
+    [(True, True), (False, True), ("no", False), ("false", False), (0, False), (1, False), (None, False)],
+)
+def test_a_switch_is_true_or_false(value: object, accepted: bool) -> None:
+    """``algorithm.filter_groups.enable=no`` on the command line is the string "no": a true value to both engines."""
+    from ragym.rl.recipe.counts import switch_problem
+
+    problem = switch_problem("algorithm.filter_groups.enable", value)
+    assert (problem is None) == accepted, problem
+    if problem is not None:
+        assert problem.startswith("algorithm.filter_groups.enable ") and problem.endswith(
+            "is not true or false; set algorithm.filter_groups.enable=true or algorithm.filter_groups.enable=false"
+        )
+
+
+def test_every_bad_switch_is_one_line_and_a_missing_key_is_left_to_its_reader() -> None:
+    from ragym.rl.recipe.counts import switch_problems
+
+    config = OmegaConf.create({"data": {"shuffle": "no"}, "trainer": {"val_before_train": False}})
+    assert switch_problems(config) == [
+        "data.shuffle 'no' is not true or false; set data.shuffle=true or data.shuffle=false"
+    ]
