@@ -104,6 +104,13 @@ def _base_config() -> DictConfig:
         return compose(config_name="ppo_trainer")
 
 
+RAGYM_KEY_TYPES = {"ragym.outcome_metric": (str, True), "ragym.turn_credit.step_weight": (float, False)}
+"""Keys of ``RAGYM_KEYS`` (outside any section's dataclass) -> (their type, whether null is allowed), checked by
+``section_type_problems``: otherwise ``ragym.outcome_metric=5`` went through and ``step_weight=abc`` failed only when
+turn credit read it, after the model had loaded."""
+OUTCOME_PREFIX = "reward/"
+"""``ragym.outcome_metric`` names a reward term as ``compute_score`` logs it: ``reward/<term>``."""
+
 _SCALARS = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}
 """Field types ``section_type_problems`` checks, and how a problem names each."""
 
@@ -119,8 +126,9 @@ def _fits(value: object, kind: type) -> bool:
 
 def section_type_problems(config: DictConfig) -> list[str]:
     """One line per value of a ``RAGYM_SECTIONS`` section whose type its dataclass field does not take (a
-    number, an integer, true or false, a string, or null where the field allows None); fields of other types are
-    left to their readers. ``ragym.demo.copy_pretrain.lr=abc`` was a TypeError minutes into a run."""
+    number, an integer, true or false, a string, or null where the field allows None), and per ``RAGYM_KEY_TYPES``
+    key of another type; fields of other types are left to their readers. ``ragym.demo.copy_pretrain.lr=abc`` was a
+    TypeError minutes into a run."""
     import importlib
     import types
     import typing
@@ -142,6 +150,17 @@ def section_type_problems(config: DictConfig) -> list[str]:
                 continue
             allowed = _SCALARS[kind] + (" or null" if type(None) in args else "")
             problems.append(f"{section}.{key}: {value!r} is not {allowed}")
+    marker = object()
+    for key, (kind, nullable) in RAGYM_KEY_TYPES.items():
+        value = OmegaConf.select(config, key, default=marker)
+        if value is marker or (value is None and nullable) or _fits(value, kind):
+            continue
+        problems.append(f"{key}: {value!r} is not {_SCALARS[kind]}" + (" or null" if nullable else ""))
+    outcome = OmegaConf.select(config, "ragym.outcome_metric", default=None)
+    if isinstance(outcome, str) and not outcome.startswith(OUTCOME_PREFIX):
+        problems.append(
+            f"ragym.outcome_metric: {outcome!r} is not a reward term's metric; name one as {OUTCOME_PREFIX}<term>"
+        )
     return problems
 
 

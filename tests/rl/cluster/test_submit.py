@@ -131,6 +131,8 @@ def test_local_engine_recipe_runs_ragym_train(tmp_path: Path) -> None:
         (SMOKE, ["actor_rollout_ref.rollout.n=1"], UsageError, "rollout.n 1 is one episode per group"),
         # "no" from the command line is a true string to verl's trainer too (bool(filter_groups.get("enable"))).
         (SMOKE, ["algorithm.filter_groups.enable=no"], UsageError, "enable 'no' is not true or false"),
+        (SMOKE, ["++ragym.outcome_metric=5"], UsageError, "ragym.outcome_metric: 5 is not a string or null"),
+        (SMOKE, ["++ragym.turn_credit.step_weight=abc"], UsageError, "step_weight: 'abc' is not a number"),
     ],
 )
 def test_bad_recipes_fail_before_anything_is_submitted(

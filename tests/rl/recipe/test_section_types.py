@@ -52,6 +52,24 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_the_key() -> None:
     assert section_type_problems(load_recipe(run.DEMO_RECIPE, good)) == []
 
 
+def test_a_ragym_key_outside_the_sections_is_checked_too() -> None:
+    """``ragym.outcome_metric=5`` went through (it is only read for a warning), and ``step_weight=abc`` failed only
+    when turn credit read it, after the model had loaded."""
+    bad = ["ragym.outcome_metric=5", "++ragym.turn_credit.step_weight=abc"]
+    assert section_type_problems(load_recipe(run.DEMO_RECIPE, bad)) == [
+        "ragym.outcome_metric: 5 is not a string or null",
+        "ragym.turn_credit.step_weight: 'abc' is not a number",
+    ]
+    assert section_type_problems(load_recipe(run.DEMO_RECIPE, ["ragym.outcome_metric=outcome"])) == [
+        "ragym.outcome_metric: 'outcome' is not a reward term's metric; name one as reward/<term>"
+    ]
+    assert section_type_problems(load_recipe(run.DEMO_RECIPE, ["++ragym.turn_credit.step_weight=null"])) == [
+        "ragym.turn_credit.step_weight: None is not a number"
+    ]
+    good = ["ragym.outcome_metric=null", "++ragym.turn_credit.step_weight=2"]
+    assert section_type_problems(load_recipe(run.DEMO_RECIPE, good)) == []
+
+
 def test_ragym_demo_refuses_a_mistyped_setting_before_it_builds_anything(tmp_path: Path) -> None:
     with pytest.raises(
         UsageError, match=r"^ragym.demo.copy_pretrain.until_loss: 'abc' is not a number or null$"
@@ -65,4 +83,16 @@ def test_ragym_train_refuses_a_mistyped_setting_before_it_reads_rows(tmp_path: P
     with pytest.raises(UsageError, match=r"ragym.guards.entropy_floor.above: 'no' is not true or false$"):
         build_trainer(
             "kbvqa_tiny_cpu", ["ragym.guards.entropy_floor.above=no", f"trainer.default_local_dir={tmp_path}"]
+        )
+
+
+def test_ragym_train_refuses_a_mistyped_ragym_key_before_it_reads_rows(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"ragym.turn_credit.step_weight: 'abc' is not a number$"):
+        build_trainer(
+            "kbvqa_tiny_cpu",
+            [
+                "algorithm.adv_estimator=turn_credit",
+                "++ragym.turn_credit.step_weight=abc",
+                f"trainer.default_local_dir={tmp_path}",
+            ],
         )
