@@ -37,6 +37,7 @@ from ragym.rl.errors import UsageError
 from ragym.rl.eval.args import EvalConfig, parse_eval_args
 from ragym.rl.eval.backends import Backend, choose_backend, hf_backend, vllm_backend
 from ragym.rl.lora import ADAPTER_CONFIG, is_adapter_dir
+from ragym.rl.recipe.counts import switch_problems
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
 
@@ -196,6 +197,10 @@ def eval_reward(cfg: EvalConfig) -> dict[str, Any]:
     return {"recipe": {"terms": {"outcome": {"weight": 1.0, "params": params}}}}
 
 
+DO_SAMPLE = "actor_rollout_ref.rollout.val_kwargs.do_sample"
+"""The recipe's switch between sampling and greedy decoding in evaluation."""
+
+
 def sampling_from(config: DictConfig) -> dict[str, Any]:
     """The recipe's validation sampling (greedy unless ``val_kwargs.do_sample``)."""
     val = config.actor_rollout_ref.rollout.val_kwargs
@@ -263,6 +268,10 @@ def eval_config(model: Path, recipe: str | None, overrides: list[str]) -> DictCo
         )
     else:
         raise UsageError(f"{model} records no recipe (no ragym_export.json); pass --recipe RECIPE")
+    # eval decodes greedily unless do_sample: a word from the command line ("no") would read as true
+    problems = switch_problems(config, [DO_SAMPLE])
+    if problems:
+        raise UsageError(problems[0])
     config.actor_rollout_ref.model.path = str(model)
     return config
 

@@ -288,3 +288,19 @@ def test_an_export_record_cut_short_is_named(tmp_path: Path) -> None:
     (tmp_path / "ragym_export.json").write_text('{"source": "/runs/a", "recipe": {"data": {"train_')
     with pytest.raises(UsageError, match=r"ragym_export\.json is not JSON .*--recipe RECIPE"):
         eval_config(tmp_path, None, [])
+
+
+def test_a_do_sample_word_from_the_command_line_is_refused(tmp_path: Path) -> None:
+    """``do_sample=no`` is the string "no", a true value: eval sampled where the user asked for greedy decoding."""
+    from ragym.rl.errors import UsageError
+
+    (tmp_path / "config.json").write_text("{}")
+    key = "actor_rollout_ref.rollout.val_kwargs.do_sample"
+    with pytest.raises(UsageError, match=f"^{key} 'no' is not true or false"):
+        eval_config(tmp_path, "kbvqa_tiny_cpu", [f"{key}=no"])
+    assert (
+        eval_config(
+            tmp_path, "kbvqa_tiny_cpu", [f"{key}=false"]
+        ).actor_rollout_ref.rollout.val_kwargs.do_sample
+        is False
+    )
