@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from ragym.rl.errors import UsageError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RETRIEVER_RECIPES = REPO_ROOT / "recipes" / "retriever"
 """Committed retriever recipes."""
@@ -115,7 +117,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"train.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+            raise UsageError(f"train.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
 
 
 @dataclass(frozen=True)
@@ -134,12 +136,18 @@ class RetrieverRecipe:
     """Optimisation and runtime."""
 
 
+def _refuse_unknown(cls: type, keys: Any, where: str) -> None:
+    """One line naming the keys ``cls`` has no field for (a typo never falls back to a default)."""
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
+
+
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:
     """``cls(**values)`` with nested dataclasses built recursively and unknown keys reported by path."""
+    _refuse_unknown(cls, values, where)
     known = {f.name: f for f in fields(cls)}
-    unknown = sorted(set(values) - set(known))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
     kwargs = {}
     for name, value in values.items():
         factory = known[name].default_factory
@@ -147,7 +155,7 @@ def _build(cls: type, values: dict[str, Any], where: str) -> Any:
         nested = type(default()) if default is not None else None
         if nested is not None and dataclasses.is_dataclass(nested):
             if not isinstance(value, dict):
-                raise ValueError(f"{where}.{name}: expected a mapping, got {value!r}")
+                raise UsageError(f"{where}.{name}: expected a mapping, got {value!r}")
             value = _build(nested, value, f"{where}.{name}")
         kwargs[name] = value
     return cls(**kwargs)
@@ -172,12 +180,15 @@ def load_retriever_recipe(recipe: str | Path) -> RetrieverRecipe:
     path = resolve_recipe(recipe)
     values = yaml.safe_load(path.read_text()) or {}
     if not isinstance(values, dict):
-        raise ValueError(f"{path}: a retriever recipe must be a mapping")
+        raise UsageError(f"{path}: a retriever recipe must be a mapping")
     return recipe_from_dict(values, where=str(path))
 
 
 def with_overrides(recipe: RetrieverRecipe, **sections: dict[str, Any]) -> RetrieverRecipe:
     """A copy of ``recipe`` with some fields of some sections replaced, e.g. ``augment={"use_reasoning": False}``."""
+    _refuse_unknown(RetrieverRecipe, sections, "recipe")
+    for name, values in sections.items():
+        _refuse_unknown(type(getattr(recipe, name)), values, name)
     return replace(
         recipe, **{name: replace(getattr(recipe, name), **values) for name, values in sections.items()}
     )

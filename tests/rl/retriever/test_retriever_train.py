@@ -9,6 +9,7 @@ import pytest
 import torch
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
+from ragym.rl.errors import UsageError
 from ragym.rl.retriever.augment import ReasoningQueryCollator, augment_query
 from ragym.rl.retriever.cli import apply_overrides
 from ragym.rl.retriever.config import (
@@ -78,10 +79,24 @@ def test_committed_recipes_load_and_typos_fail(tmp_path: Path) -> None:
         assert recipe.augment.use_reasoning and recipe.data.num_hard_negatives >= 1
     bad = tmp_path / "bad.yaml"
     bad.write_text("train:\n  batchsize: 4\n")
-    with pytest.raises(ValueError, match=r"bad.yaml.train: unknown key\(s\) \['batchsize'\]"):
+    with pytest.raises(UsageError, match=r"bad.yaml.train: unknown key\(s\) \['batchsize'\]"):
         load_retriever_recipe(bad)
     recipe = apply_overrides(recipe_from_dict({}), ["train.max_steps=3", "augment.separator=' | '"])
     assert recipe.train.max_steps == 3 and recipe.augment.separator == " | "
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.batchsize=3", r"train: unknown key\(s\) \['batchsize'\]"),
+        ("trian.max_steps=1", r"recipe: unknown key\(s\) \['trian'\]"),
+        ("train.warmup_ratio=1", r"train.warmup_ratio must be in \[0, 1\)"),
+    ],
+)
+def test_an_override_typo_is_one_line_naming_the_key(override: str, message: str) -> None:
+    # UsageError is what ragym prints as one line; a TypeError or AttributeError was a traceback
+    with pytest.raises(UsageError, match=message):
+        apply_overrides(recipe_from_dict({}), [override])
 
 
 def test_dataset_columns_follow_loss_order(data_dir: Path) -> None:
