@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,22 @@ from ragym.rl.errors import UsageError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RETRIEVER_RECIPES = REPO_ROOT / "recipes" / "retriever"
 """Committed retriever recipes."""
+LOSSES = ("mnrl", "cached_mnrl")
+"""The contrastive losses ``loss.name`` picks."""
+
+
+def _require(ok: bool, key: str, rule: str, value: Any) -> None:
+    """Refuse a recipe value in one line naming its key (before the model loads, not as a trainer's traceback)."""
+    if not ok:
+        raise UsageError(f"{key} must be {rule}, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,14 @@ class DataConfig:
     limit: int | None = None
     """Use only the first N training pairs."""
 
+    def __post_init__(self) -> None:
+        value = self.num_hard_negatives
+        _require(_is_int(value) and value >= 0, "data.num_hard_negatives", "an integer >= 0", value)
+        value = self.limit
+        _require(
+            value is None or (_is_int(value) and value >= 1), "data.limit", "null or an integer >= 1", value
+        )
+
 
 @dataclass(frozen=True)
 class AugmentConfig:
@@ -61,6 +86,10 @@ class AugmentConfig:
     seed: int = 0
     """Seed of the drop decisions."""
 
+    def __post_init__(self) -> None:
+        value = self.drop_rate
+        _require(_is_number(value) and 0.0 <= value <= 1.0, "augment.drop_rate", "in [0, 1]", value)
+
 
 @dataclass(frozen=True)
 class LossConfig:
@@ -74,6 +103,13 @@ class LossConfig:
     """Chunk size of the cached loss's forward passes (memory bound, not the effective batch)."""
     gather_across_devices: bool = False
     """Under DDP, use every rank's documents as negatives for every query."""
+
+    def __post_init__(self) -> None:
+        _require(self.name in LOSSES, "loss.name", f"one of {LOSSES}", self.name)
+        # scale is the inverse temperature: 0 makes every score equal, and the loss then teaches nothing
+        _require(_is_number(self.scale) and self.scale > 0, "loss.scale", "a number > 0", self.scale)
+        value = self.mini_batch_size
+        _require(_is_int(value) and value >= 1, "loss.mini_batch_size", "an integer >= 1", value)
 
 
 @dataclass(frozen=True)
@@ -118,6 +154,25 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise UsageError(f"train.warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        _require(
+            _is_int(self.batch_size) and self.batch_size >= 1,
+            "train.batch_size",
+            "an integer >= 1",
+            self.batch_size,
+        )
+        value = self.learning_rate
+        _require(_is_number(value) and value > 0, "train.learning_rate", "a number > 0", value)
+        # 0 epochs (or max_steps 0, which the trainer reads as "run num_epochs") trains nothing and still saves
+        value = self.num_epochs
+        _require(_is_number(value) and value > 0, "train.num_epochs", "a number > 0", value)
+        value = self.max_steps
+        _require(
+            _is_int(value) and (value == -1 or value >= 1), "train.max_steps", "-1 or an integer >= 1", value
+        )
+        value = self.logging_steps
+        _require(_is_int(value) and value >= 1, "train.logging_steps", "an integer >= 1", value)
+        value = self.save_steps
+        _require(_is_int(value) and value >= 0, "train.save_steps", "an integer >= 0", value)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from torch import nn
 
 from ragym.rl.retriever.augment import ANCHOR_COLUMN, ReasoningQueryCollator
 from ragym.rl.retriever.config import (
+    LOSSES,
     LossConfig,
     ModelConfig,
     RetrieverRecipe,
@@ -59,7 +60,7 @@ def build_loss(model: SentenceTransformer, config: LossConfig) -> nn.Module:
             mini_batch_size=config.mini_batch_size,
             gather_across_devices=config.gather_across_devices,
         )
-    raise ValueError(f"loss.name must be 'mnrl' or 'cached_mnrl', got {config.name!r}")
+    raise ValueError(f"loss.name must be one of {LOSSES}, got {config.name!r}")
 
 
 def build_training_args(

@@ -99,6 +99,26 @@ def test_an_override_typo_is_one_line_naming_the_key(override: str, message: str
         apply_overrides(recipe_from_dict({}), [override])
 
 
+@pytest.mark.parametrize(
+    "override",
+    [
+        "train.num_epochs=0",  # trained nothing, saved the backbone, exited 0
+        "train.max_steps=0",  # read by the trainer as "run num_epochs"
+        "train.learning_rate=-1",  # torch's traceback after the model loaded
+        "train.batch_size=0",
+        "loss.scale=0",  # every score equal: nothing to learn
+        "loss.name=triplet",  # refused only once the model had loaded
+        "data.num_hard_negatives=-1",  # trained with in-batch negatives only, silently
+        "data.limit=-1",  # dropped the last training pair, silently
+        "augment.drop_rate=2",
+    ],
+)
+def test_a_value_out_of_range_is_refused_naming_its_key(override: str) -> None:
+    key = override.partition("=")[0]
+    with pytest.raises(UsageError, match=rf"^{key} must be"):
+        apply_overrides(recipe_from_dict({}), [override])
+
+
 def test_dataset_columns_follow_loss_order(data_dir: Path) -> None:
     rows = read_rows(data_dir / "train.jsonl")
     dataset = build_train_dataset(rows, load_corpus(data_dir), num_hard_negatives=1, with_reasoning=True)
