@@ -13,6 +13,7 @@ from datasets import Dataset
 
 from ragym.envs.files import read_jsonl
 from ragym.envs.retrieval.trec import read_trec_qrels
+from ragym.rl.errors import UsageError
 from ragym.rl.retriever.augment import ANCHOR_COLUMN, REASONING_COLUMN
 
 EvalSet = tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]
@@ -25,26 +26,59 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def load_corpus(data_dir: Path) -> dict[str, str]:
-    """docid -> answer text from a prepared folder's ``corpus.jsonl``."""
-    return {row["docid"]: row["text"] for row in read_rows(data_dir / "corpus.jsonl")}
+    """docid -> answer text from a prepared folder's ``corpus.jsonl`` (a docid twice is an error: one of the two
+    texts would be dropped, and a pair naming it trained on the other)."""
+    path = data_dir / "corpus.jsonl"
+    corpus, first_line = {}, {}
+    for line, row in read_jsonl(path):
+        docid, text = _pick(row, ("docid",), f"{path}:{line}"), _pick(row, ("text",), f"{path}:{line}")
+        if docid in first_line:
+            raise UsageError(f"{path}:{line}: docid {docid!r} again (first on line {first_line[docid]})")
+        corpus[docid], first_line[docid] = text, line
+    return corpus
+
+
+def _check_pair(row: dict[str, Any], corpus: dict[str, str], negatives: list[str], where: str) -> None:
+    """Refuse a pair the loss would train wrongly on: no question, or a document missing or its own negative."""
+    if not str(row["question"]).strip():
+        raise UsageError(f"{where}: empty question")
+    for docid in (row["answer_id"], *negatives):
+        if docid not in corpus:
+            raise UsageError(f"{where}: document {docid!r} is not in corpus.jsonl")
+    if row["answer_id"] in negatives:
+        raise UsageError(f"{where}: its negative_ids name its own answer {row['answer_id']!r}")
 
 
 def build_train_dataset(
-    rows: list[dict[str, Any]], corpus: dict[str, str], num_hard_negatives: int, with_reasoning: bool
+    rows: list[dict[str, Any]],
+    corpus: dict[str, str],
+    num_hard_negatives: int,
+    with_reasoning: bool,
+    source: str = "train.jsonl",
 ) -> Dataset:
-    """Columns ``anchor`` [, ``reasoning``], ``positive``, ``negative_1..n`` in the order the loss expects."""
+    """Columns ``anchor`` [, ``reasoning``], ``positive``, ``negative_1..n`` in the order the loss expects; a pair
+    that cannot train (a field or document missing, an empty question, its answer among its negatives) is an error
+    naming ``source`` and the pair."""
+    needed = ["question_id", "question", "answer_id"]
+    needed += ["negative_ids"] if num_hard_negatives else []
+    needed += [REASONING_COLUMN] if with_reasoning else []
     table: dict[str, list[str]] = {ANCHOR_COLUMN: []}
     if with_reasoning:
         table[REASONING_COLUMN] = []
     table["positive"] = []
     for i in range(num_hard_negatives):
         table[f"negative_{i + 1}"] = []
-    for row in rows:
-        negatives = row["negative_ids"][:num_hard_negatives]
+    for number, row in enumerate(rows, 1):
+        where = f"{source}: pair {row.get('question_id', f'#{number}')}"
+        missing = [name for name in needed if name not in row]
+        if missing:
+            raise UsageError(f"{where}: no field {missing}")
+        negatives = row["negative_ids"][:num_hard_negatives] if num_hard_negatives else []
         if len(negatives) < num_hard_negatives:
-            raise ValueError(
-                f"pair {row['question_id']}: {len(negatives)} negatives mined, recipe asks for {num_hard_negatives}"
+            raise UsageError(
+                f"{where}: {len(negatives)} negatives mined, recipe asks for {num_hard_negatives}"
             )
+        _check_pair(row, corpus, negatives, where)
         table[ANCHOR_COLUMN].append(row["question"])
         if with_reasoning:
             table[REASONING_COLUMN].append(row["reasoning"])
@@ -66,7 +100,7 @@ def _pick(row: dict[str, Any], names: tuple[str, ...], where: str) -> Any:
     for name in names:
         if name in row:
             return row[name]
-    raise ValueError(f"{where}: none of the fields {list(names)} present")
+    raise UsageError(f"{where}: none of the fields {list(names)} present")
 
 
 def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path) -> EvalSet:

@@ -129,6 +129,7 @@ def training_dataset(recipe: RetrieverRecipe) -> Dataset:
         load_corpus(data_dir),
         recipe.data.num_hard_negatives,
         with_reasoning=recipe.augment.use_reasoning,
+        source=str(data_dir / "train.jsonl"),
     )
 
 

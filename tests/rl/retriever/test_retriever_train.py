@@ -128,6 +128,40 @@ def test_dataset_columns_follow_loss_order(data_dir: Path) -> None:
         build_train_dataset(rows, load_corpus(data_dir), num_hard_negatives=2, with_reasoning=False)
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"answer_id": "999"}, r"pair 100: document '999' is not in corpus.jsonl"),  # was a bare KeyError
+        ({"negative_ids": ["998"]}, r"pair 100: document '998' is not in corpus.jsonl"),
+        ({"question": "  "}, r"pair 100: empty question"),  # trained on an empty anchor
+        (
+            {"negative_ids": ["500"]},
+            r"pair 100: its negative_ids name its own answer '500'",
+        ),  # positive as negative
+        ({"negative_ids": None}, r"pair 100: no field \['negative_ids'\]"),
+    ],
+)
+def test_a_pair_that_cannot_train_is_refused_naming_the_file_and_pair(
+    data_dir: Path, edit: dict, message: str
+) -> None:
+    rows = read_rows(data_dir / "train.jsonl")
+    assert rows[0]["question_id"] == "100" and rows[0]["answer_id"] == "500"
+    first = {k: v for k, v in {**rows[0], **edit}.items() if v is not None}
+    with pytest.raises(UsageError, match=rf"^train.jsonl: {message}"):
+        build_train_dataset(
+            [first, *rows[1:]], load_corpus(data_dir), num_hard_negatives=1, with_reasoning=True
+        )
+
+
+def test_a_docid_twice_in_the_corpus_is_refused_naming_the_line(data_dir: Path, tmp_path: Path) -> None:
+    lines = (data_dir / "corpus.jsonl").read_text().splitlines()
+    (tmp_path / "corpus.jsonl").write_text("\n".join([*lines, lines[0]]) + "\n")  # its text silently replaced
+    with pytest.raises(
+        UsageError, match=rf"corpus.jsonl:{len(lines) + 1}: docid '500' again \(first on line 1\)"
+    ):
+        load_corpus(tmp_path)
+
+
 def _batch(encoder, n: int = 8) -> tuple[list[dict], torch.Tensor]:
     collator = ReasoningQueryCollator(preprocess_fn=encoder.preprocess)
     feats = [
