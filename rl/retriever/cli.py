@@ -22,7 +22,7 @@ from ragym.rl.recipe.overrides import parse_overrides
 from ragym.rl.retriever.ablation import format_table, run_ablation
 from ragym.rl.retriever.args import parse_train_retriever_args
 from ragym.rl.retriever.config import RetrieverRecipe, load_retriever_recipe, with_overrides
-from ragym.rl.retriever.data import heldout_eval_set, load_bright, load_corpus
+from ragym.rl.retriever.data import EvalSet, heldout_eval_set, load_bright, load_corpus
 from ragym.rl.retriever.evaluate import EvalConfig, evaluate_encoder
 from ragym.rl.retriever.export import export_retriever
 from ragym.rl.retriever.train import train_retriever
@@ -40,16 +40,22 @@ def apply_overrides(recipe: RetrieverRecipe, items: list[str]) -> RetrieverRecip
     return recipe
 
 
-def evaluate_all(model: Any, recipe: RetrieverRecipe, bright: list[str] | None) -> dict[str, Any]:
-    """Held-out split metrics, plus BRIGHT-format metrics when given."""
-    config = EvalConfig(query_prompt=recipe.model.query_prompt)
+def eval_sets(recipe: RetrieverRecipe, bright: list[str] | None) -> dict[str, EvalSet]:
+    """The held-out split (when the data has one) and the BRIGHT-format task (when given), read before training so
+    that a broken one is refused before the training time is spent."""
     data_dir = Path(recipe.data.data_dir)
-    metrics: dict[str, Any] = {}
+    sets: dict[str, EvalSet] = {}
     if (data_dir / "test.jsonl").exists():
-        metrics["heldout"] = evaluate_encoder(model, heldout_eval_set(data_dir), config)
+        sets["heldout"] = heldout_eval_set(data_dir)
     if bright:
-        metrics["bright"] = evaluate_encoder(model, load_bright(*map(Path, bright)), config)
-    return metrics
+        sets["bright"] = load_bright(*map(Path, bright))
+    return sets
+
+
+def evaluate_all(model: Any, recipe: RetrieverRecipe, sets: dict[str, EvalSet]) -> dict[str, Any]:
+    """Metrics of every evaluation set, by name."""
+    config = EvalConfig(query_prompt=recipe.model.query_prompt)
+    return {name: evaluate_encoder(model, eval_set, config) for name, eval_set in sets.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,10 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         (out / "ablation.json").write_text(json.dumps(results, indent=2) + "\n")
         print(format_table(results))
         return 0
+    sets = eval_sets(recipe, args.bright)
     model = train_retriever(recipe)
     if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
         return 0  # evaluation and export happen once, on rank 0
-    metrics = evaluate_all(model, recipe, args.bright)
+    metrics = evaluate_all(model, recipe, sets)
     if not args.no_export:
         corpus = load_corpus(Path(recipe.data.data_dir))
         export_retriever(model, corpus, out / "export", recipe.model.query_prompt)

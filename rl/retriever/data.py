@@ -89,11 +89,24 @@ def build_train_dataset(
 
 
 def heldout_eval_set(data_dir: Path, split: str = "test") -> EvalSet:
-    """The split's raw questions against the whole answer corpus; each question's own answer is relevant."""
-    rows = read_rows(data_dir / f"{split}.jsonl")
-    queries = {row["question_id"]: row["question"] for row in rows}
-    qrels = {row["question_id"]: {row["answer_id"]: 1} for row in rows}
-    return queries, load_corpus(data_dir), qrels
+    """The split's raw questions against the whole answer corpus; each question's own answer is relevant (a split
+    with no pairs, a question twice, or an answer missing from the corpus is an error naming the file: each would
+    otherwise fail after training or score a question silently)."""
+    path = data_dir / f"{split}.jsonl"
+    rows = read_rows(path)
+    if not rows:
+        raise UsageError(f"{path}: no held-out pairs to evaluate on")
+    corpus = load_corpus(data_dir)
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    for row in rows:
+        qid = row["question_id"]
+        if qid in queries:
+            raise UsageError(f"{path}: question_id {qid!r} twice")
+        if row["answer_id"] not in corpus:
+            raise UsageError(f"{path}: pair {qid}: answer {row['answer_id']!r} is not in corpus.jsonl")
+        queries[qid], qrels[qid] = row["question"], {row["answer_id"]: 1}
+    return queries, corpus, qrels
 
 
 def _pick(row: dict[str, Any], names: tuple[str, ...], where: str) -> Any:
@@ -118,9 +131,11 @@ def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path) -> Eval
             row, ("query", "text"), where
         )
     qrels = read_trec_qrels(qrels_path)
+    if not any(rel > 0 for rels in qrels.values() for rel in rels.values()):
+        raise UsageError(f"{qrels_path}: no query with a relevant document")
     missing = sorted(set(qrels) - set(queries))
     if missing:
-        raise ValueError(
+        raise UsageError(
             f"{qrels_path}: qrels name {len(missing)} queries absent from {queries_path}, e.g. {missing[:3]}"
         )
     return queries, corpus, qrels

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ragym.rl.errors import UsageError
 from ragym.rl.retriever import cli as retriever_train
 from ragym.rl.retriever import demo as retriever_demo
 from ragym.rl.retriever.export import load_dense_retriever
@@ -40,6 +41,21 @@ def test_train_retriever_trains_evaluates_and_exports(tmp_path: Path) -> None:
         "Is the Great Wall of China visible from space?", 2
     )
     assert [h.docid for h in hits][:1] == ["506"]  # that question's own answer
+
+
+def test_an_empty_held_out_split_is_refused_before_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data_dir = prepared_dir(tmp_path)
+    (data_dir / "test.jsonl").write_text("")  # was a numpy error after the whole training run
+    recipe = _recipe(tmp_path, data={"data_dir": str(data_dir)}, train={"output_dir": str(tmp_path / "run")})
+
+    def train_retriever(_recipe):
+        raise AssertionError("trained before the evaluation split was read")
+
+    monkeypatch.setattr(retriever_train, "train_retriever", train_retriever)
+    with pytest.raises(UsageError, match=r"test.jsonl: no held-out pairs to evaluate on"):
+        retriever_train.main(["--recipe", str(recipe)])
 
 
 def test_retriever_demo_writes_before_after_and_table(tmp_path: Path) -> None:

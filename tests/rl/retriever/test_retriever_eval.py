@@ -11,6 +11,7 @@ import pytest
 from ragym.envs.retrieval.encoders import make_text_encoder
 from ragym.envs.retrieval.hits import Hit, Retriever
 from ragym.envs.retrieval.retrievers import normalise
+from ragym.rl.errors import UsageError
 from ragym.rl.retriever.ablation import (
     CONTRASTIVE,
     REASONING,
@@ -91,6 +92,36 @@ def test_bright_format_eval(tmp_path: Path, encoder) -> None:
         load_bright(*bad)
     with pytest.raises(ValueError, match=r"qrels.tsv:1"):
         load_bright(*_bright_files(tmp_path, "q0 d0 1\n"))
+
+
+def test_bright_qrels_with_nothing_relevant_are_refused_naming_the_file(tmp_path: Path) -> None:
+    # every query would be unjudged: evaluation failed after training with a message naming no file
+    with pytest.raises(UsageError, match=r"qrels.tsv: no query with a relevant document"):
+        load_bright(*_bright_files(tmp_path, "q0\t0\td0\t0\n"))
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda rows: [], r"test.jsonl: no held-out pairs to evaluate on"),  # crashed after training
+        (lambda rows: [*rows, rows[0]], r"test.jsonl: question_id '\d+' twice"),  # one silently dropped
+        (  # scored 0 silently: its relevant document can never be retrieved
+            lambda rows: [{**rows[0], "answer_id": "999"}, *rows[1:]],
+            r"test.jsonl: pair \d+: answer '999' is not in corpus.jsonl",
+        ),
+    ],
+)
+def test_a_held_out_split_that_cannot_be_scored_is_refused_naming_the_file(
+    tmp_path: Path, data_dir: Path, edit, message: str
+) -> None:
+    import shutil
+
+    shutil.copytree(data_dir, tmp_path / "data")
+    path = tmp_path / "data" / "test.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps(row) + "\n" for row in edit(rows)))
+    with pytest.raises(UsageError, match=message):
+        heldout_eval_set(tmp_path / "data")
 
 
 def test_a_large_export_is_indexed_by_size_and_still_answers_with_passages(
