@@ -7,6 +7,7 @@ query-encoder version, which is how the frozen arm of ``ragym ablate cotrain`` s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -90,6 +91,22 @@ class CotrainConfig:
     """Seed of a round's batch order."""
 
     def __post_init__(self) -> None:
+        for name in ("enable", "update_documents", "background"):
+            # a word on the command line (+ragym.cotrain.enable=no) stays the string "no", a true value
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{SECTION}.{name} must be true or false, got {getattr(self, name)!r}")
+        numbers = (
+            "initial_noise_strength",
+            "lr",
+            "scale",
+            "original_share",
+            "max_recall_drop",
+            "document_lr",
+        )
+        for name in numbers:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise UsageError(f"{SECTION}.{name} must be a number, got {value!r}")
         if self.optimiser not in OPTIMISERS:
             raise UsageError(f"{SECTION}.optimiser must be one of {OPTIMISERS}, got {self.optimiser!r}")
         least = {"initial_noise_rank": 0, "mined_negatives": 0}

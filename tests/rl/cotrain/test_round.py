@@ -10,7 +10,7 @@ import pytest
 
 from ragym.envs.kbvqa.harvest import Harvest, Label
 from ragym.envs.retrieval.versions import QueryEncoder, load_query_encoder, save_query_encoder
-from ragym.rl.cotrain.config import CotrainConfig
+from ragym.rl.cotrain.config import CotrainConfig, read_cotrain
 from ragym.rl.cotrain.controller import CoTraining
 from ragym.rl.cotrain.round import RoundSpec, run_round
 from ragym.rl.errors import UsageError
@@ -89,6 +89,20 @@ def test_update_documents_is_built_and_its_rate_must_be_positive() -> None:
     assert replace(CotrainConfig(), update_documents=True).update_documents
     with pytest.raises(UsageError, match=r"ragym.cotrain.document_lr must be > 0, got 0.0"):
         CotrainConfig(update_documents=True, document_lr=0.0)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"enable": "no"}, r"ragym.cotrain.enable must be true or false, got 'no'"),  # was on: "no" is true
+        ({"background": "false"}, r"ragym.cotrain.background must be true or false"),
+        ({"lr": "abc"}, r"ragym.cotrain.lr must be a number, got 'abc'"),  # was a TypeError traceback
+        ({"scale": "20"}, r"ragym.cotrain.scale must be a number, got '20'"),
+    ],
+)
+def test_a_switch_given_as_a_word_or_a_number_that_is_not_one_is_refused(values: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        read_cotrain(values)
 
 
 def test_the_guard_reads_recall_at_guard_k(tmp_path: Path) -> None:
