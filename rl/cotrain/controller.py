@@ -207,6 +207,17 @@ class CoTraining:
             f"cotrain/new_recall@{k}": float(new or 0.0),
             f"cotrain/serving_recall@{k}": float(old or 0.0),
         }
+        if encoder.meta.get("num_harvested_pairs") == 0 and not encoder.meta.get("num_documents_moved"):
+            # A round without harvested pairs trains nothing: its version is the serving one under a new name, and
+            # swapping it in would count a swap and flush the service's per-version cache for no change.
+            self.counts["cotrain/swaps_skipped"] += 1
+            logger.info(
+                "co-training: %s not swapped in at step %d: its round had no harvested pairs",
+                encoder.version,
+                step,
+            )
+            self._log_decision(step, encoder.version, folder, "nothing_trained", new, old)
+            return metrics
         if new is not None and old is not None and new < old - self.cfg.max_recall_drop:
             self.counts["cotrain/swaps_skipped"] += 1
             logger.warning(

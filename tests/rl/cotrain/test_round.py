@@ -158,3 +158,24 @@ def test_a_background_round_runs_in_its_own_process_and_the_step_is_not_held(tmp
         assert cotrain.pending is None and (Path(spec.out) / "encoder.json").is_file()
     finally:
         cotrain.retriever.swap(None)
+
+
+def test_a_version_whose_round_harvested_no_pairs_is_not_swapped_in(tmp_path: Path) -> None:
+    """Its round trained nothing (no harvested pairs): it was swapped in and counted as a swap all the same."""
+    cotrain = CoTraining(
+        CotrainConfig(enable=True, background=False), tmp_path, tiny_rows("train"), tiny_rows("test"), None
+    )
+    matrix = load_query_encoder(weak_encoder(tmp_path / "base", seed=3)).matrix
+    meta = {
+        "step": 2,
+        "new_recall@1": 0.5,
+        "serving_recall@1": 0.5,
+        "num_harvested_pairs": 0,
+        "num_documents_moved": 0,
+    }
+    folder = str(save_query_encoder(QueryEncoder("idle", matrix, meta), tmp_path / "idle"))
+    cotrain.guard_and_swap(2, folder)
+    assert cotrain.retriever.version is None
+    assert cotrain.counts["cotrain/swaps"] == 0 and cotrain.counts["cotrain/swaps_skipped"] == 1
+    (record,) = [json.loads(line) for line in (tmp_path / "cotrain" / "swaps.jsonl").read_text().splitlines()]
+    assert record["decision"] == "nothing_trained" and record["version"] == "idle"
