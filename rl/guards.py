@@ -215,9 +215,14 @@ class GuardStop(UsageError):
     """A guard with ``action: stop`` fired; the message is its one line."""
 
 
+def guard_metric_fields(guard: Any) -> list[str]:
+    """The names of ``guard``'s fields that name a metric it reads (``*metric``)."""
+    return [f.name for f in fields(guard) if f.name.endswith("metric")]
+
+
 def guard_metrics(guard: Any) -> list[str]:
-    """The metric keys ``guard`` reads (its fields named ``*metric``)."""
-    return [getattr(guard, f.name) for f in fields(guard) if f.name.endswith("metric")]
+    """The metric keys ``guard`` reads."""
+    return [getattr(guard, name) for name in guard_metric_fields(guard)]
 
 
 def reads_validation(guard: Any) -> bool:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ragym.rl.data.rows import BAD_ROW_POLICIES
 from ragym.rl.errors import UsageError
-from ragym.rl.recipe.check import recipe_set_keys, section_type_problems, unknown_keys
+from ragym.rl.recipe.check import recipe_set_keys, reward_metric_problems, section_type_problems, unknown_keys
 from ragym.rl.recipe.compose import load_recipe
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def build_trainer(recipe: str, overrides: list[str], bad_rows: str = "skip") -> 
 
     config = load_recipe(recipe, overrides)
     # ``ragym submit`` checks these too (check_recipe); unchecked, "no" for a guard's ``above`` read as true.
-    problems = section_type_problems(config)
+    problems = section_type_problems(config) + reward_metric_problems(config)
     if problems:
         raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
     reader = RecipeReader(config)

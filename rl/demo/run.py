@@ -450,10 +450,11 @@ def refuse_set_by_run(config: Any) -> None:
 
 
 def refuse_mistyped(config: Any) -> None:
-    """One line for each ``ragym`` setting of the wrong type (``section_type_problems``), before any minutes run."""
-    from ragym.rl.recipe.check import section_type_problems
+    """One line for each ``ragym`` setting of the wrong type (``section_type_problems``) or naming a reward metric no
+    step logs (``reward_metric_problems``), before any minutes run."""
+    from ragym.rl.recipe.check import reward_metric_problems, section_type_problems
 
-    problems = section_type_problems(config)
+    problems = section_type_problems(config) + reward_metric_problems(config)
     if problems:
         raise UsageError("; ".join(problems))
 

@@ -21,10 +21,11 @@ from hydra import compose, initialize_config_module
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
+from ragym.rl.core.dynamic_sampling import FILTER_SECTION
 from ragym.rl.errors import UsageError
-from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION, read_guards
+from ragym.rl.guards import GUARD_TYPES, GUARDS_SECTION, VAL_PREFIX, guard_metric_fields, read_guards
 from ragym.rl.off_policy import correction_problems
-from ragym.rl.recipe.compose import load_recipe, recipe_settings, validate_recipe
+from ragym.rl.recipe.compose import REWARD_KWARGS, REWARD_SEAM, load_recipe, recipe_settings, validate_recipe
 from ragym.rl.recipe.counts import group_size_problems, switch_problems
 from ragym.rl.recipe.modes import legacy_notice, mode_problems
 
@@ -161,6 +162,50 @@ def section_type_problems(config: DictConfig) -> list[str]:
         problems.append(
             f"ragym.outcome_metric: {outcome!r} is not a reward term's metric; name one as {OUTCOME_PREFIX}<term>"
         )
+    return problems
+
+
+def reward_metric_problems(config: DictConfig) -> list[str]:
+    """One line for each ``reward/<term>`` metric a setting names (``ragym.outcome_metric``, a guard that is not off,
+    dynamic sampling's ``algorithm.filter_groups.metric``) whose term ragym's rubric for the recipe does not have: a
+    misspelt ``reward/outcom`` left the guard waiting for a metric no step logs (one warning, then never judged) and
+    the filter's key unread until the first step. Nothing for a recipe whose reward is not ragym's ``compute_score``."""
+    from ragym.rewards.verl import rubric_for
+
+    kwargs = OmegaConf.select(config, REWARD_KWARGS, default=None)
+    if (
+        OmegaConf.select(config, "reward.custom_reward_function.path", default=None) != REWARD_SEAM
+        or kwargs is None
+    ):
+        return []
+    recipe, recipe_path = kwargs.get("recipe"), kwargs.get("recipe_path")
+    if (recipe is None) == (recipe_path is None):
+        return []  # load_recipe's check names this
+    terms = [term.name for term in rubric_for(recipe, recipe_path, kwargs.get("overrides")).terms]
+    named = {"ragym.outcome_metric": OmegaConf.select(config, "ragym.outcome_metric", default=None)}
+    guards = OmegaConf.select(config, GUARDS_SECTION, default=None)
+    section = cast(dict, OmegaConf.to_container(guards, resolve=True)) if guards is not None else None
+    try:
+        guard_configs = read_guards(section)
+    except UsageError:
+        guard_configs = {}  # check_recipe's own read of the guards names the problem
+    for name, guard in guard_configs.items():
+        if guard.action != "off":
+            named |= {f"{GUARDS_SECTION}.{name}.{f}": getattr(guard, f) for f in guard_metric_fields(guard)}
+    if OmegaConf.select(config, f"{FILTER_SECTION}.enable", default=False) is True:
+        named[f"{FILTER_SECTION}.metric"] = OmegaConf.select(config, f"{FILTER_SECTION}.metric", default=None)
+    problems = []
+    for key, metric in named.items():
+        term = str(metric).removeprefix(VAL_PREFIX).removeprefix(OUTCOME_PREFIX)
+        if (
+            isinstance(metric, str)
+            and metric.removeprefix(VAL_PREFIX).startswith(OUTCOME_PREFIX)
+            and term not in terms
+        ):
+            problems.append(
+                f"{key}: {metric!r} names no term of the reward recipe (its terms: {', '.join(terms)}); "
+                f"no step logs it"
+            )
     return problems
 
 
@@ -305,6 +350,7 @@ def check_recipe(
     problems = mode_problems(config) + correction_problems(config) + section_type_problems(config)
     problems += group_size_problems(config)  # verl takes a one-episode group's raw reward as its advantage
     problems += switch_problems(config)  # a word from the command line ("no") is a true value to both engines
+    problems += reward_metric_problems(config)
     if problems:
         raise UsageError(f"recipe {recipe}: " + "\n".join(problems))
     # verl's trainer reads the guards at fit(), once its workers have loaded the model: an action "halt" failed there.

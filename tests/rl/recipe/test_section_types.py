@@ -11,7 +11,7 @@ from ragym.rl.ablate.grids import GRIDS, grid_for_task
 from ragym.rl.demo import run
 from ragym.rl.demo.tasks import DEMO_TASKS, task_overrides
 from ragym.rl.errors import UsageError
-from ragym.rl.recipe.check import section_type_problems
+from ragym.rl.recipe.check import check_recipe, reward_metric_problems, section_type_problems
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.train import build_trainer
 
@@ -20,7 +20,9 @@ RECIPES = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "recipes
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_every_shipped_recipe_is_well_typed(recipe: str) -> None:
-    assert section_type_problems(load_recipe(recipe)) == []
+    config = load_recipe(recipe)
+    assert section_type_problems(config) == []
+    assert reward_metric_problems(config) == []
 
 
 def test_every_demo_task_and_grid_variant_is_well_typed() -> None:
@@ -96,3 +98,43 @@ def test_ragym_train_refuses_a_mistyped_ragym_key_before_it_reads_rows(tmp_path:
                 f"trainer.default_local_dir={tmp_path}",
             ],
         )
+
+
+MISSPELT = [
+    "ragym.outcome_metric=reward/outcom",
+    "ragym.guards.format_only.action=warn",
+    "ragym.guards.format_only.format_metric=reward/formt",
+    "algorithm.filter_groups.enable=true",
+    "algorithm.filter_groups.metric=reward/outcome_",
+]
+"""A reward metric misspelt in each place one is named; each was accepted, and the guard then waited for a metric no
+step logs (one warning, never judged) while the filter's key failed only at the first step."""
+
+
+def test_a_reward_metric_that_names_no_term_of_the_rubric_is_one_line_each() -> None:
+    terms = "its terms: outcome, format, verification, retrieval_recall_at_15"
+    assert reward_metric_problems(load_recipe("kbvqa_tiny_cpu", MISSPELT)) == [
+        f"ragym.outcome_metric: 'reward/outcom' names no term of the reward recipe ({terms}); no step logs it",
+        f"ragym.guards.format_only.format_metric: 'reward/formt' names no term of the reward recipe ({terms}); "
+        "no step logs it",
+        f"algorithm.filter_groups.metric: 'reward/outcome_' names no term of the reward recipe ({terms}); "
+        "no step logs it",
+    ]
+    # held-out names are checked too; a guard that is off, a filter that is off and non-reward metrics are not
+    held_out = ["ragym.guards.val_ident_floor.metric=val/reward/outcme"]
+    assert [p.split(":")[0] for p in reward_metric_problems(load_recipe("kbvqa_tiny_cpu", held_out))] == [
+        "ragym.guards.val_ident_floor.metric"
+    ]
+    off = ["ragym.guards.format_only.action=off", "ragym.guards.format_only.format_metric=reward/formt"]
+    off += ["algorithm.filter_groups.enable=false", "algorithm.filter_groups.metric=reward/x"]
+    assert reward_metric_problems(load_recipe("kbvqa_tiny_cpu", off)) == []
+    fine = ["ragym.outcome_metric=reward/verification", "algorithm.filter_groups.enable=true"]
+    fine += ["algorithm.filter_groups.metric=reward/outcome"]
+    assert reward_metric_problems(load_recipe("kbvqa_tiny_cpu", fine)) == []
+
+
+def test_both_engines_refuse_a_misspelt_reward_metric_before_a_run_starts(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"ragym.outcome_metric: 'reward/outcom' names no term"):
+        build_trainer("kbvqa_tiny_cpu", [*MISSPELT, f"trainer.default_local_dir={tmp_path}"])
+    with pytest.raises(UsageError, match=r"algorithm.filter_groups.metric: 'reward/outcome_' names no term"):
+        check_recipe("kbvqa_tiny_cpu", MISSPELT, validate=False)
