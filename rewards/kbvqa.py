@@ -45,6 +45,11 @@ class VerificationParams:
     the boundary prompt and does not count it as a rejection, so by default it earns nothing: a policy that
     rejects every batch is not paid for a Reject that changed nothing, and at Rej_max = 0 (Table 7) no Reject
     is paid. True reads Eq. 4's "every verification decision" as including it (docs/rewards.md)."""
+    pay_reject_after_confirm: bool = True
+    """Pay a Reject() on a batch of an image whose gold entity an earlier Rerank already confirmed, as Eq. 4
+    does (e* is not in that batch). Batches do not overlap, so every batch after the confirmation lacks e* and
+    such a Reject is always "correct": a policy that confirms e*, pages on with SearchImage(j) and rejects
+    earns 1 + Rej_max * delta for the image instead of 1. False pays it nothing (docs/rewards.md)."""
 
     def __post_init__(self) -> None:
         if (
@@ -61,6 +66,10 @@ class VerificationParams:
             raise ValueError(f"max_rejections must be null or an int >= 0, got {self.max_rejections!r}")
         if not isinstance(self.pay_reject_at_limit, bool):
             raise ValueError(f"pay_reject_at_limit must be true or false, got {self.pay_reject_at_limit!r}")
+        if not isinstance(self.pay_reject_after_confirm, bool):
+            raise ValueError(
+                f"pay_reject_after_confirm must be true or false, got {self.pay_reject_after_confirm!r}"
+            )
 
 
 @register_turn_check("kbvqa")
@@ -116,8 +125,9 @@ def _rho(decision: dict[str, Any], batch: dict[str, Any], delta: float) -> float
 @register_reward("verification", params=VerificationParams)
 def verification(episode: Episode, **params: Any) -> float | None:
     """R_ver (Eq. 3): sum of rho over the first decision on each served batch of every query image; a Reject
-    at the limit counts only with ``pay_reject_at_limit`` and a Reject of an episode run without the Reject
-    action (``allow_reject=False``) never does.
+    at the limit counts only with ``pay_reject_at_limit``, one after its image's e* was confirmed only with
+    ``pay_reject_after_confirm``, and a Reject of an episode run without the Reject action (``allow_reject=False``)
+    never does.
 
     None when no served batch has a gold entity (nothing to verify against).
 
@@ -146,7 +156,7 @@ def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, f
     # Without the Reject action (Table 5's "w/o Reject") no Reject is paid, even one a broken env recorded.
     rejects_pay = all(task.get("allow_reject", True) for task in events_of(episode.events, "task"))
     at_limit = set() if cfg.pay_reject_at_limit else _rejects_at_limit(episode, max_rejections)
-    counted, decided = [], set()
+    counted, decided, confirmed = [], set(), set()
     for decision in events_of(episode.events, "verification"):
         key = (decision["image"], decision["batch_id"])
         if key in decided:
@@ -156,9 +166,13 @@ def verification_decisions(episode: Episode, **params: Any) -> list[tuple[int, f
         # A decision on a batch that was never served (or lies beyond Rej_max) earns nothing.
         if batch is None or batch.get("gold_entity") is None:
             continue
-        if decision["decision"] == "reject" and (not rejects_pay or key in at_limit):
+        after_confirm = not cfg.pay_reject_after_confirm and key[0] in confirmed
+        if decision["decision"] == "reject" and (not rejects_pay or key in at_limit or after_confirm):
             continue
-        counted.append((int(decision["turn"]), _rho(decision, batch, cfg.delta)))
+        rho = _rho(decision, batch, cfg.delta)
+        if decision["decision"] == "rerank" and rho > 0:
+            confirmed.add(key[0])
+        counted.append((int(decision["turn"]), rho))
     return counted
 
 

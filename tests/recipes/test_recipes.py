@@ -146,6 +146,7 @@ def test_the_paper_reward_recipe_scores_time_like_eval_and_reads_rej_max_from_ep
         "delta": 0.2,
         "max_rejections": None,
         "pay_reject_at_limit": False,
+        "pay_reject_after_confirm": True,
     }
     # Numerical answers without a number: the training reward pays nothing, eval scores as the official scorers.
     assert terms["outcome"]["params"]["no_number_as_zero"] is False and EvalConfig().no_number_as_zero is True

@@ -115,6 +115,32 @@ def test_rejecting_past_rej_max_earns_at_most_rej_max_plus_one_deltas(env_and_ro
     assert r.score()["reward/verification"] <= 3 * DELTA + 1e-9
 
 
+def test_paging_past_the_confirmed_entity_to_reject_is_paid_only_when_the_recipe_says(env_and_rows) -> None:
+    """Confirm e* in the first batch, then page with SearchImage and reject the gold-free batches that follow."""
+    env, rows = env_and_rows
+    for _, row in rows.head(20).iterrows():
+        r = Rollout(env, row)
+        r.play(SearchImage(1))
+        if r.gold_name(1) is None or len(r.options["query_images"]) != 1:
+            continue
+        for action in (Rerank(r.gold_name(1)), SearchImage(1), Reject(), Reject(), Answer(r.answers[0])):
+            r.play(action)
+        assert r.score()["reward/verification"] == pytest.approx(1.0 + 2 * DELTA)  # Eq. 4 as the paper has it
+        extra = {"events": r.info["events"], "turns": r.turns, "truncated": r.truncated}
+        overrides = {"terms": {"verification": {"params": {"pay_reject_after_confirm": False}}}}
+        unpaid = compute_score(
+            row["data_source"],
+            "",
+            row["reward_model"]["ground_truth"],
+            extra,
+            recipe_path=RECIPE,
+            overrides=overrides,
+        )
+        assert unpaid["reward/verification"] == 1.0
+        return
+    pytest.fail("no single-image row with the gold entity in the first batch")
+
+
 @pytest.mark.parametrize(
     "attack",
     [

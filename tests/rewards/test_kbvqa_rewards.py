@@ -174,6 +174,33 @@ def test_a_reject_after_batches_paged_by_search_image_is_paid_as_a_normal_reject
     assert score("verification", episode(at_zero), delta=0.2) == 0.0
 
 
+@pytest.mark.parametrize(("pay", "expected"), [(True, 1.4), (False, 1.0)])
+def test_a_reject_after_the_entity_is_confirmed_is_paid_only_when_the_recipe_says(
+    pay: bool, expected
+) -> None:
+    """Eq. 4 pays it, yet every batch after the confirmation lacks e*: confirming and paging on farms delta."""
+    events = [batch(0, CANDS_A), decide(0, CANDS_A, "gold"), *_rejected_batches(2, first_id=1)]
+    paid = score("verification", episode(events), delta=0.2, pay_reject_after_confirm=pay)
+    assert paid == pytest.approx(expected)
+
+
+def test_without_pay_after_confirm_a_reject_before_it_or_after_a_wrong_rerank_is_still_paid() -> None:
+    wrong_then_found = [
+        batch(0, CANDS_B),
+        decide(0, CANDS_B, "e6"),
+        *_rejected_batches(1, first_id=1),
+        batch(2, CANDS_A, offset=10),
+        decide(2, CANDS_A, "gold"),
+    ]
+    other_image = [batch(0, CANDS_A), decide(0, CANDS_A, "gold"), *_rejected_batches(1, image=2, first_id=1)]
+    for events in (wrong_then_found, other_image):
+        assert score(
+            "verification", episode(events), delta=0.2, pay_reject_after_confirm=False
+        ) == pytest.approx(1.2)
+    with pytest.raises(ValueError, match="pay_reject_after_confirm must be true or false"):
+        score("verification", episode(wrong_then_found), pay_reject_after_confirm="no")
+
+
 def test_with_no_known_limit_the_envs_at_limit_flag_decides() -> None:
     cands = CANDS_B
     flagged = {
