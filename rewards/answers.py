@@ -19,7 +19,7 @@ from ragym.rewards.evqa import AnswerEquivalence, evqa_metric_name, score_evqa
 from ragym.rewards.infoseek import score_infoseek
 from ragym.rewards.mmhops import score_mmhops
 from ragym.rewards.mmlongbench import score_mmlongbench
-from ragym.rewards.text import normalize_squad, token_f1
+from ragym.rewards.text import squad_match, token_f1
 
 GENERIC_METRICS = ("em", "f1")
 PAPER_TIME_YEAR_TOLERANCE = 1
@@ -53,8 +53,7 @@ def score_generic(prediction: str, ground_truth: Any, metric: str = "em") -> flo
     """
     aliases = _aliases(ground_truth)
     if metric == "em":
-        pred = normalize_squad(prediction)
-        return float(any(pred == normalize_squad(alias) for alias in aliases))
+        return float(any(squad_match(prediction, alias) for alias in aliases))
     if metric == "f1":
         return max(token_f1(prediction, alias) for alias in aliases)
     raise ValueError(f"generic metric must be one of {GENERIC_METRICS}, got {metric!r}")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ragym.rewards.text import normalize_squad
+from ragym.rewards.text import normalize_squad, squad_match
 
 LETTERS = ("A", "B", "C", "D")
 _LEADING = re.compile(r"^\s*[\(\[]?\s*([A-Da-d])\s*(?:[\)\]\.:,]|$)(?:\s|$)")
@@ -63,4 +63,4 @@ def score_choice(prediction: str, ground_truth: Any, **_: Any) -> float:
     letter = ground_truth.get("answer_choice")
     if letter:
         return float(parse_choice(prediction, ground_truth.get("options")) == str(letter).upper())
-    return float(normalize_squad(prediction) == normalize_squad(str(ground_truth["answer"])))
+    return float(squad_match(prediction, str(ground_truth["answer"])))

@@ -20,7 +20,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, SupportsFloat, SupportsIndex, TypeGuard
 
-from ragym.rewards.text import normalize_squad
+from ragym.rewards.text import squad_match
 
 RANGE_IOU_THRESHOLD = 0.5
 """Official: a range prediction is correct when its IoU with the gold range reaches 0.5."""
@@ -177,8 +177,7 @@ def score_strings(prediction: str, answers: Sequence[Any]) -> float:
     >>> score_strings("the Louvre.", ["Louvre", "Musée du Louvre"])
     1.0
     """
-    pred = normalize_squad(prediction)
-    return float(any(pred == normalize_squad(str(answer)) for answer in answers))
+    return float(any(squad_match(prediction, str(answer)) for answer in answers))
 
 
 def score_infoseek(

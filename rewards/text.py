@@ -48,8 +48,26 @@ def normalize_squad(text: str) -> str:
     >>> normalize_squad("The  Eiffel-Tower!")
     'eiffeltower'
     """
-    text = "".join(ch for ch in text.lower() if ch not in _SQUAD_PUNCTUATION)
-    return " ".join(_SQUAD_ARTICLES.sub(" ", text).split())
+    return " ".join(_SQUAD_ARTICLES.sub(" ", _without_punctuation(text)).split())
+
+
+def squad_match(prediction: str, reference: str) -> bool:
+    """Normalised exact match (``normalize_squad``). A reference that normalises to nothing ("A", "The") is
+    compared with its articles kept, so an answer of only punctuation or articles, or the empty forced answer,
+    does not match it; a reference with nothing left even then matches nothing (docs/rewards.md).
+
+    >>> squad_match("the Louvre.", "Louvre"), squad_match("a", "A"), squad_match(".", "A"), squad_match("", "The")
+    (True, True, False, False)
+    """
+    ref = normalize_squad(reference)
+    if ref:
+        return normalize_squad(prediction) == ref
+    kept = " ".join(_without_punctuation(reference).split())
+    return bool(kept) and " ".join(_without_punctuation(prediction).split()) == kept
+
+
+def _without_punctuation(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch not in _SQUAD_PUNCTUATION)
 
 
 def normalize_evqa(text: str) -> str:
@@ -74,7 +92,7 @@ def token_f1(prediction: str, reference: str) -> float:
     """
     pred, ref = normalize_squad(prediction).split(), normalize_squad(reference).split()
     if not pred or not ref:
-        return float(pred == ref)
+        return float(squad_match(prediction, reference))
     common = sum((Counter(pred) & Counter(ref)).values())
     if common == 0:
         return 0.0

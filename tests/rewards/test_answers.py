@@ -102,6 +102,16 @@ CASES = [
     ("mragbench wrong letter", "mragbench", "B", MCQ, 0.0),
     ("mragbench option text", "mragbench", "a tabby cat", MCQ, 1.0),
     ("synthetic r3g open answer", "synthetic_r3g", "Red Panda", {"answer": "red panda"}, 1.0),
+    # A gold that normalises to nothing ("A", "The"): an answer of only punctuation or articles, or the empty
+    # forced answer, normalises to nothing too and must not match it; the gold itself still does.
+    ("gold A, answer A", "infoseek", "a.", {"answer_eval": ["A"], "question_type": "String"}, 1.0),
+    ("gold A, answer punctuation", "infoseek", ".", {"answer_eval": ["A"], "question_type": "String"}, 0.0),
+    ("gold A, empty answer", "mmhops", "", {"answer_eval": ["A"], "question_type": "String"}, 0.0),
+    ("gold The, answer an", "generic", "an", ["The"], 0.0),
+    ("gold The, answer the", "generic", "The", ["The"], 1.0),
+    ("gold A, empty answer, synthetic", "synthetic_kbvqa", "", ["A"], 0.0),
+    ("open gold A, answer punctuation", "synthetic_r3g", "-", {"answer": "A"}, 0.0),
+    ("gold of punctuation only", "generic", "?", ["?"], 0.0),
 ]
 
 
@@ -132,6 +142,8 @@ def test_time_year_tolerance_is_an_option(prediction: str, tolerance: int, expec
 def test_generic_token_f1() -> None:
     assert score_answer("generic", "John Lennon", ["Lennon"], generic_metric="f1") == pytest.approx(2 / 3)
     assert score_answer("generic", "", ["Lennon"], generic_metric="f1") == 0.0
+    assert score_answer("generic", "?", ["an"], generic_metric="f1") == 0.0
+    assert score_answer("generic", "An", ["an"], generic_metric="f1") == 1.0
 
 
 def test_evqa_equivalence_runs_only_after_exact_match_fails() -> None:
