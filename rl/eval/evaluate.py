@@ -134,9 +134,10 @@ def _mean(values: list[float]) -> float | None:
 
 
 def official_accuracy(records: list[EpisodeRecord]) -> tuple[float, str]:
-    """(accuracy, how): the InfoSeek harmonic mean when both unseen splits are present, else the mean."""
+    """(accuracy, how): the InfoSeek harmonic mean when the episodes are one benchmark's and both unseen splits are
+    present, else the mean (over several benchmarks, every episode counts, not InfoSeek's alone)."""
     by_split = {name: [r.correct for r in records if name in r.split] for name in OFFICIAL_SPLITS}
-    if all(by_split.values()):
+    if len({r.data_source for r in records}) == 1 and all(by_split.values()):
         return infoseek_final_score(*(by_split[name] for name in OFFICIAL_SPLITS)), "harmonic mean of splits"
     return float(np.mean([r.correct for r in records])), "mean"
 
