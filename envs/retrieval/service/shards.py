@@ -54,6 +54,8 @@ class ShardSpec:
     """Search-time parameters set after loading (``nprobe``, ``k_factor``), from the manifest's ``search``."""
     refine_path: str = ""
     """Full vectors (``.npy``, row order) that re-score the index's candidates from disk, or none."""
+    dim: int = 0
+    """The vector length the manifest states (0: not stated); ``load_shard`` checks the index against it."""
 
 
 def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
@@ -81,6 +83,7 @@ def read_manifest(path: str | Path) -> tuple[int, list[ShardSpec]]:
             str(path.parent / s["ids"]),
             search,
             str(path.parent / s["refine"]) if s.get("refine") else "",
+            data["dim"],
         )
         for s in data["shards"]
     ]
@@ -121,6 +124,11 @@ def read_ids(path: str | Path) -> list[str]:
 def load_shard(spec: ShardSpec, gpu: int | None = None, payload: PayloadFn | None = None) -> FaissRetriever:
     """One shard as a ``FaissRetriever`` (moved to GPU ``gpu`` when given)."""
     index = faiss.read_index(spec.index_path)
+    if spec.dim and index.d != spec.dim:
+        # Unchecked, the shard loaded and every search then failed on the query's width, after the whole index loaded.
+        raise ValueError(
+            f"{spec.index_path}: an index of {index.d}-d vectors, but its manifest says dim {spec.dim}"
+        )
     if spec.refine_path:
         index = DiskRefinedIndex(index, RefineVectors(spec.refine_path))
     set_search_params(index, dict(spec.search))

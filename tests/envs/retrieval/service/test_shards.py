@@ -95,6 +95,19 @@ def test_a_shard_with_the_wrong_id_count_is_refused(tmp_path: Path) -> None:
         ShardedRetriever.from_manifest(manifest)
 
 
+def test_a_shard_of_another_width_than_its_manifest_is_refused_at_load(tmp_path: Path) -> None:
+    """A shard built with another encoder (384-d among 768-d) loaded, and every search then failed on the query's
+    width, after the whole index had loaded."""
+    _, vectors = random_faiss(num=50, dim=8)
+    manifest = split_into_shards(vectors, [f"d{i}" for i in range(50)], 2, tmp_path)
+    data = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**data, "dim": 16}))
+    with pytest.raises(
+        ValueError, match=r"shard_000.faiss: an index of 8-d vectors, but its manifest says dim 16$"
+    ):
+        ShardedRetriever.from_manifest(manifest)
+
+
 def test_a_manifest_naming_a_missing_file_stops_ragym_serve_before_it_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
