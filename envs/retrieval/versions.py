@@ -57,6 +57,8 @@ class DocumentRows:
             raise ValueError(f"{len(self.ids)} document ids with vectors of shape {self.vectors.shape}")
         if len(set(self.ids)) != len(self.ids):
             raise ValueError("document rows name an entity twice")
+        if not np.isfinite(self.vectors).all():
+            raise ValueError("document rows hold non-finite vectors (a diverged round?)")
 
     def applied_to(self, vectors: np.ndarray, row_of: Mapping[str, int]) -> np.ndarray:
         """A float32 copy of ``vectors`` (the KB's own, in ``row_of``'s row order) with these rows replaced.
@@ -87,6 +89,9 @@ class QueryEncoder:
         shape = self.matrix.shape
         if len(shape) != 2 or shape[0] != shape[1]:
             raise ValueError(f"query encoder {self.version}: W must be square, got shape {shape}")
+        # A diverged round's NaN W loaded and swapped in: every query it encoded was then refused at search.
+        if not np.isfinite(self.matrix).all():
+            raise ValueError(f"query encoder {self.version}: W holds non-finite values (a diverged round?)")
         if self.documents is not None and self.documents.vectors.shape[1] != shape[0]:
             raise ValueError(
                 f"query encoder {self.version}: {self.documents.vectors.shape[1]}-d document rows, {shape[0]}-d W"

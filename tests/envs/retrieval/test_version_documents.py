@@ -111,6 +111,19 @@ def test_a_version_folder_holds_its_rows(tmp_path: Path) -> None:
     assert plain.documents is None and not (tmp_path / "q" / "documents.npz").exists()
 
 
+def test_a_version_with_non_finite_values_is_refused_when_read(tmp_path: Path) -> None:
+    """A diverged round's NaN W (or rows) loaded and was swapped in; every query it encoded was then refused."""
+    good = tmp_path / "v1"
+    save_query_encoder(QueryEncoder("v1", np.eye(DIM, dtype=np.float32)), good)
+    np.savez(good / "encoder.npz", matrix=np.full((DIM, DIM), np.nan, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"^query encoder v1: W holds non-finite values"):
+        load_query_encoder(good)
+    vectors = _unit(np.random.default_rng(0), 1)
+    vectors[0, 3] = np.inf
+    with pytest.raises(ValueError, match="document rows hold non-finite vectors"):
+        DocumentRows(("a",), vectors)
+
+
 def test_an_index_that_cannot_replace_rows_refuses_a_version_with_rows_and_serves_on() -> None:
     rng = np.random.default_rng(0)
     docids = [f"d{i}" for i in range(200)]
