@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ragym.rl.errors import UsageError
+from ragym.rl.recipe.counts import switch_problem
 
 SECTION = "ragym.cotrain"
 """The recipe section."""
@@ -93,8 +94,9 @@ class CotrainConfig:
     def __post_init__(self) -> None:
         for name in ("enable", "update_documents", "background"):
             # a word on the command line (+ragym.cotrain.enable=no) stays the string "no", a true value
-            if not isinstance(getattr(self, name), bool):
-                raise UsageError(f"{SECTION}.{name} must be true or false, got {getattr(self, name)!r}")
+            problem = switch_problem(f"{SECTION}.{name}", getattr(self, name))
+            if problem is not None:
+                raise UsageError(problem)
         numbers = (
             "initial_noise_strength",
             "lr",

@@ -94,8 +94,11 @@ def test_update_documents_is_built_and_its_rate_must_be_positive() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"enable": "no"}, r"ragym.cotrain.enable must be true or false, got 'no'"),  # was on: "no" is true
-        ({"background": "false"}, r"ragym.cotrain.background must be true or false"),
+        (
+            {"enable": "no"},
+            r"ragym.cotrain.enable 'no' is not true or false; set ragym.cotrain.enable=true or",
+        ),  # was on: "no" is true
+        ({"background": "false"}, r"ragym.cotrain.background 'false' is not true or false"),
         ({"lr": "abc"}, r"ragym.cotrain.lr must be a number, got 'abc'"),  # was a TypeError traceback
         ({"scale": "20"}, r"ragym.cotrain.scale must be a number, got '20'"),
     ],
