@@ -138,8 +138,11 @@ class RagymEnvAgentLoop(AgentLoopBase):
             return await self._failed_start(spec, err, request_id, sampling_params)
         messages = [{"role": "system", "content": env.system_prompt}, first]
         self._assert_mm_supported(bool(images))
-        # verl's ``images: list = None`` means an optional list (pyright reads the annotation alone).
-        prompt_ids = await self.ct_build_initial_tokens(messages, images=images or None)  # pyright: ignore[reportArgumentType]
+        prompt_ids = await self._prompt_ids(messages, images)
+        if len(prompt_ids) > self.rollout_config.prompt_length:
+            env.close()
+            error = ValueError(self._prompt_problem(prompt_ids))
+            return await self._failed_start(spec, error, request_id, sampling_params, cut="max_prompt_length")
         logprobs = [] if sampling_params.get("logprobs") else None
         refs = await self._image_refs(obs["images"])
         episode = _Episode(
@@ -168,11 +171,35 @@ class RagymEnvAgentLoop(AgentLoopBase):
             raise
         return env, obs, info
 
+    async def _prompt_ids(self, messages: list[dict[str, Any]], images: list[Image.Image]) -> list[int]:
+        """The episode's prompt ids, whole: verl's ``ct_build_initial_tokens`` fails on a multimodal prompt over
+        ``rollout.prompt_length`` (the whole rollout with it) and cuts a text one from its start, system prompt
+        first, with no trace in the episode; ``run`` records such a prompt instead."""
+        build = functools.partial(
+            self.continuous_token_builder.build_initial_tokens, messages, images=images or None
+        )
+        return list(await self._in_executor(build))
+
+    def _prompt_problem(self, prompt_ids: list[int]) -> str:
+        """Why a prompt does not fit, with its size (of which visual) and the key to raise."""
+        visual = sum(t in self._vision_ids for t in prompt_ids)
+        return (
+            f"the prompt is {len(prompt_ids)} tokens ({visual} visual), over actor_rollout_ref.rollout.prompt_length "
+            f"{self.rollout_config.prompt_length} (data.max_prompt_length); raise it or lower the image budget "
+            "(ragym.images)"
+        )
+
     async def _failed_start(
-        self, spec: EpisodeSpec, err: Exception, request_id: str, sampling_params: dict[str, Any]
+        self,
+        spec: EpisodeSpec,
+        err: Exception,
+        request_id: str,
+        sampling_params: dict[str, Any],
+        cut: str | None = None,
     ) -> AgentLoopOutput:
-        """An error episode for a row whose env could not be built or reset: a placeholder prompt, one
-        generated token (the server tags it with the weights' step, as every trajectory needs), all mask 0."""
+        """An error episode for a row whose env could not be built or reset, or whose prompt does not fit (``cut``,
+        the length: recorded as a ``truncated`` event too): a placeholder prompt, one generated token (the server
+        tags it with the weights' step, as every trajectory needs), all mask 0."""
         error = one_line(err)
         logger.warning(
             "row %s (%s): the env could not start, recorded as an error episode: %s",
@@ -190,7 +217,8 @@ class RagymEnvAgentLoop(AgentLoopBase):
             list(prompt_ids),
             request_id,
             logprobs,
-            events=[ev.episode_error(-1, "reset", error)],
+            events=[ev.episode_error(-1, "reset", error), *([ev.truncated(-1, cut)] if cut else [])],
+            truncated=cut is not None,
             failed=True,
         )
         params = {**sampling_params, "max_tokens": 1}

@@ -277,11 +277,11 @@ def length_problems(config: DictConfig, prompt: LongestPrompt | None) -> list[st
     prompt_length, response_length = int(rollout.prompt_length), int(rollout.response_length)
     problems = []
     if prompt is not None and prompt.tokens > prompt_length:
-        # verl/experimental/agent_loop/agent_loop.py: ValueError for a multimodal prompt, left-truncation for text
+        # ragym.rl.agent_loop.loop: an error episode (verl's own helper raises for a multimodal prompt, cuts a text one)
         problems.append(
             f"the longest prompt ragym budget counts is {prompt.tokens} tokens ({prompt.describe()}), "
-            f"over {ROLLOUT}.prompt_length {prompt_length} (data.max_prompt_length): verl's agent loop "
-            "fails on a multimodal prompt over it and cuts a text one from its start; raise "
+            f"over {ROLLOUT}.prompt_length {prompt_length} (data.max_prompt_length): the agent loop "
+            "records every episode of a row over it as an error episode, which trains nothing; raise "
             "data.max_prompt_length (and max_model_len with it) or lower the image budget (ragym.images)"
         )
     if rollout.name != "vllm":

@@ -18,8 +18,12 @@ SCRIPT = [
 
 def test_agent_loop_runs_memora_with_disk_memory(tiny_policy_dir, tmp_path) -> None:
     processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
+    config = rollout_config(response_length=8192)
+    config.actor_rollout_ref.rollout.prompt_length = (
+        4096  # MEMORA's prompt is ~2,000 of the tiny policy's tokens
+    )
     loop = make_agent_loop(
-        rollout_config(response_length=8192),
+        config,
         ScriptedServer(processor.tokenizer, SCRIPT),
         processor.tokenizer,
         processor,

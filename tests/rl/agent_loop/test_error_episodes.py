@@ -58,14 +58,14 @@ def processor(tiny_policy_dir):
     return load_processor(tiny_policy_dir("qwen2_5_vl"))
 
 
-def _run(processor, env_kwargs: dict, script=(SEARCH, SEARCH, ANSWER)):
+def _run(processor, env_kwargs: dict, script=(SEARCH, SEARCH, ANSWER), config=None, options=None):
     server = ScriptedServer(processor.tokenizer, list(script))
-    loop = make_agent_loop(rollout_config(), server, processor.tokenizer, processor)
+    loop = make_agent_loop(config or rollout_config(), server, processor.tokenizer, processor)
     row = {
         "index": 3,
         "env_id": "Fake-v0",
         "env_kwargs": json.dumps(env_kwargs),
-        "env_options": json.dumps({"question": "which bird?", "num_images": 1}),
+        "env_options": json.dumps(options or {"question": "which bird?", "num_images": 1}),
     }
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": True}
     return asyncio.run(loop.run(params, extra_info=row, raw_prompt=[])), server
@@ -137,6 +137,31 @@ def test_an_observation_the_policy_cannot_be_shown_ends_the_episode_not_the_run(
     assert event["stage"] == "reset" and event["turn"] == -1
     assert "observation text is not valid Unicode" in event["error"]
     assert len(server.calls) == 1 and sum(output.response_mask) == 0
+
+
+@pytest.mark.parametrize("num_images", [0, 2])
+def test_a_prompt_over_the_prompt_length_is_recorded_not_cut_nor_fatal(processor, num_images):
+    """verl's prompt helper raised on a multimodal prompt over ``rollout.prompt_length`` (every episode of the
+    rollout died with it) and cut a text one from its start, system prompt first, with no mark on the episode."""
+    options = {"question": "which bird is it? " * 8, "num_images": num_images}
+    whole, _ = _run(processor, {}, config=rollout_config(), options=options)
+    size = len(whole.prompt_ids)
+    config = rollout_config()
+    config.actor_rollout_ref.rollout.prompt_length = size  # a prompt at the limit runs as before
+    fits, _ = _run(processor, {}, config=config, options=options)
+    assert fits.prompt_ids == whole.prompt_ids and sum(fits.response_mask) > 0
+    config.actor_rollout_ref.rollout.prompt_length = size - 1
+    output, server = _run(processor, {}, config=config, options=options)
+    error, cut = output.extra_fields["events"]
+    assert (error["type"], error["turn"], error["stage"]) == ("episode_error", -1, "reset")
+    assert f"the prompt is {size} tokens" in error["error"]
+    assert f"actor_rollout_ref.rollout.prompt_length {size - 1}" in error["error"]
+    assert cut == {"type": "truncated", "turn": -1, "reason": "max_prompt_length"}
+    assert output.extra_fields["truncated"] is True
+    assert len(server.calls) == 1 and sum(output.response_mask) == 0
+    metrics = output.extra_fields["episode_metrics"]
+    assert (metrics["errors"], metrics["truncated"], metrics["truncated_by_policy"]) == (1.0, 1.0, 0.0)
+    assert _score(output)["score"] == 0.0
 
 
 def test_a_clean_episode_is_unchanged_and_counts_no_error(processor):
