@@ -17,7 +17,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -43,6 +43,8 @@ from ragym.rl.view.trace import TraceConfig, TraceWriter
 
 logger = logging.getLogger(__name__)
 
+TRUNCATIONS = ("truncated", "truncated_by_policy", "truncated_by_observation", "truncated_by_images")
+"""Episode metrics of a budget's cut (``ragym.envs.metrics.shared_metrics``): the summary holds each one's share."""
 OFFICIAL_SPLITS = ("unseen_question", "unseen_entity")
 """InfoSeek's two evaluation subsets (MMhops uses the same protocol); matched inside ``extra_info.split``."""
 
@@ -76,6 +78,8 @@ class EpisodeRecord:
     """The row's question type (InfoSeek / MMhops String, Numerical, Time; E-VQA templated, ...), if any."""
     text_retriever: str | None = None
     """What SearchText searched (``bm25`` or ``dense``, from the ``task`` event); None for other envs."""
+    truncations: dict[str, float] = field(default_factory=dict)
+    """Whether a budget cut the episode, and by what cause: its ``TRUNCATIONS`` episode metrics (1 or 0)."""
 
 
 Ranker = Callable[[dict[str, Any]], tuple[list[int | None], int | None]]
@@ -126,6 +130,7 @@ def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -
         subset=subset,
         question_type=question_type,
         text_retriever=tasks[0]["text_retriever"] if tasks else None,
+        truncations={key: float(metrics[key]) for key in TRUNCATIONS},
     )
 
 
@@ -161,6 +166,8 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
         "avg_turns": float(np.mean([r.turns for r in records])),
         "format_error_rate": sum(r.format_errors for r in records) / max(1, turns),
         "answered": float(np.mean([r.answer is not None for r in records])),
+        # The share of episodes a budget cut, by cause: an accuracy over cut episodes is not one over whole ones.
+        **{key: float(np.mean([r.truncations.get(key, 0.0) for r in records])) for key in TRUNCATIONS},
         # Each env's own figures (EnvHooks.eval_summary; R3G: accuracy and Recall@1/3/5 overall and per
         # scenario), under the env's name; None where no episode is the env's.
         **env_summaries([(json.loads(r.episode)["events"], r.correct) for r in records]),

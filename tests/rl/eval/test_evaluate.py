@@ -83,14 +83,15 @@ def kb_rows(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[s
 
 
 def _evaluate(
-    rows: list[dict[str, Any]], scripts: dict[bytes, list[str]], policy: Path
+    rows: list[dict[str, Any]], scripts: dict[bytes, list[str]], policy: Path, response_length: int = 4096
 ) -> list[EpisodeRecord]:
     processor = load_processor(policy)
     backend = Backend(
         RowScriptedServer(processor.tokenizer, scripts), processor.tokenizer, processor, "scripted"
     )
     config = load_recipe(
-        "kbvqa_tiny_cpu", [f"actor_rollout_ref.model.path={policy}", "data.max_response_length=4096"]
+        "kbvqa_tiny_cpu",
+        [f"actor_rollout_ref.model.path={policy}", f"data.max_response_length={response_length}"],
     )
     return run_eval(rows, backend, config, EvalConfig(batch_size=4))
 
@@ -139,6 +140,25 @@ def test_format_errors_rejections_and_wrong_answers_are_counted(
     metrics = summarize(_evaluate(rows, scripts, tiny_policy_dir("qwen2_5_vl")))["all"]
     assert metrics["accuracy"] == 0.0 and metrics["ident"] == 0.0
     assert (metrics["avg_turns"], metrics["avg_rejections"], metrics["format_error_rate"]) == (4.0, 1.0, 0.25)
+
+
+def test_episodes_a_budget_cut_are_counted_by_cause(
+    kb_rows: tuple[Path, list[dict[str, Any]]], tiny_policy_dir: Callable[[str], Path]
+) -> None:
+    """docs/scale.md: ``ragym eval``'s summary splits ``truncated`` by cause, as training's ``episode/*`` do; the
+    summary had no truncation at all, so an accuracy over cut episodes read like one over whole ones."""
+    _, rows = kb_rows
+    rows = rows[:2]
+    script = [_turn("<search_call>SearchImage(1)</search_call>"), _turn("<answer>x</answer>")]
+    scripts = {_key(row): script for row in rows}
+    policy = tiny_policy_dir("qwen2_5_vl")
+    cuts = ("truncated", "truncated_by_policy", "truncated_by_observation", "truncated_by_images")
+    whole = summarize(_evaluate(rows, scripts, policy))
+    assert [whole["all"][key] for key in cuts] == [0.0, 0.0, 0.0, 0.0]
+    # Room for the search turn, not for the batch of candidate images it brings back.
+    cut = summarize(_evaluate(rows, scripts, policy, response_length=40))
+    for summary in (cut["all"], *cut["by_source"].values()):
+        assert [summary[key] for key in cuts] == [1.0, 0.0, 1.0, 1.0]
 
 
 def _record(source: str, split: str, correct: float) -> EpisodeRecord:
