@@ -239,8 +239,10 @@ class RagymEnvAgentLoop(AgentLoopBase):
             token_ids, cut = await self._generate(episode, sampling_params)
             text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
             episode.turns.append(text)
-            if cut:
-                return self._truncate(episode, len(episode.turns) - 1, "generated_vision_token")
+            if (
+                cut is not None
+            ):  # a turn the env never sees (docs/rewards.md): the rewards judge it by its text
+                return self._truncate(episode, len(episode.turns) - 1, cut)
             turn = len(episode.turns) - 1
             try:
                 with simple_timer("tool_calls", episode.metrics):
@@ -265,8 +267,11 @@ class RagymEnvAgentLoop(AgentLoopBase):
             if overflow is not None:
                 return self._truncate(episode, turn, "max_response_length", *overflow)
 
-    async def _generate(self, episode: _Episode, sampling_params: dict[str, Any]) -> tuple[list[int], bool]:
-        """One assistant turn, appended with mask 1 and its logprobs: (the ids kept, whether it was cut)."""
+    async def _generate(
+        self, episode: _Episode, sampling_params: dict[str, Any]
+    ) -> tuple[list[int], str | None]:
+        """One assistant turn, appended with mask 1 and its logprobs: (the ids kept, why it was cut: a generated
+        vision token, or the response length filled before a stop token or string; None when it ended)."""
         params = {**sampling_params, "max_tokens": self.response_length - len(episode.response_mask)}
         with simple_timer("generate_sequences", episode.metrics):
             output: TokenOutput = await self.server_manager.generate(
@@ -302,7 +307,13 @@ class RagymEnvAgentLoop(AgentLoopBase):
             logprobs,
         )
         episode.turn_spans.append((start, len(mask)))
-        return token_ids, keep < len(output.token_ids)
+        if keep < len(output.token_ids):
+            return token_ids, "generated_vision_token"
+        if len(token_ids) >= params["max_tokens"] and token_ids[-1] not in self._stop_ids:
+            text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
+            if not any(stop in text for stop in params.get("stop", ())):
+                return token_ids, "max_response_length"
+        return token_ids, None
 
     def _env_error(self, episode: _Episode, turn: int, what: str, err: Exception) -> None:
         """End the episode at ``turn`` as an error episode: the env failed, not the policy (nothing trains on it)."""

@@ -190,6 +190,28 @@ def test_a_truncation_names_its_cause(tiny_policy_dir, response_length):
     assert metrics["truncated"] == 1.0
 
 
+@pytest.mark.parametrize("env_max_turns", [1, 4])
+def test_a_turn_the_length_budget_cut_never_reaches_the_env(tiny_policy_dir, env_max_turns):
+    """docs/rewards.md: a reply the length budget cut is recorded as ``truncated`` without stepping the env. The env
+    took it: a format error and an invalid action for the policy's cut, and at the env's last turn its own
+    ``max_turns`` in place of the cause (``truncated_by_policy`` 0)."""
+    processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
+    num_tokens = len(processor.tokenizer.encode(ANSWER, add_special_tokens=False))
+    row = _row(env_kwargs={"max_turns": env_max_turns})
+    config = rollout_config(response_length=num_tokens - 2)
+    out, server = _run(processor, [ANSWER], config=config, row=row)
+    assert out.extra_fields["events"] == [{"type": "truncated", "turn": 0, "reason": "max_response_length"}]
+    assert out.extra_fields["turns"] == [processor.tokenizer.decode(server.calls[0]["output"].token_ids)]
+    assert out.response_mask == [1] * (num_tokens - 2)  # the policy's tokens all the same
+    metrics = shared_metrics(out.extra_fields["events"], KINDS)
+    assert (metrics["turns"], metrics["truncated_by_policy"], metrics["format_errors"]) == (1.0, 1.0, 0.0)
+    assert metrics["actions/invalid"] == 0.0
+    # A turn that ends (its stop string) on the budget's last token is whole: the env takes it.
+    out, _ = _run(processor, [ANSWER], config=rollout_config(response_length=num_tokens), row=row)
+    assert [e["type"] for e in out.extra_fields["events"]] == ["action", "answer"]
+    assert out.extra_fields["truncated"] is False
+
+
 def test_an_image_free_observation_that_does_not_fit_is_not_the_budget(tiny_policy_dir):
     processor = load_processor(tiny_policy_dir("qwen2_5_vl"))
     row = _row(env_kwargs={"max_turns": 40, "num_candidates": 0})
