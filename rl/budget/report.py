@@ -3,8 +3,9 @@ at the recipe's settings, their distribution, and the share the recipe's lengths
 
 Each row's env is built as the agent loop builds it (the row's ``env_kwargs``, the recipe's ``ragym.images``
 budget and retrieval service); ``ragym.rl.budget.episodes`` plays the paper's longest episode on it and
-``ragym.rl.budget.tokens`` counts it. An episode is truncated when its prompt exceeds ``data.max_prompt_length`` or its
-response ``data.max_response_length``. ``ragym prep`` prints the same report for a sample of the rows it writes.
+``ragym.rl.budget.tokens`` counts it. An episode is truncated when its prompt exceeds ``rollout.prompt_length`` or its
+response ``rollout.response_length``, the limits the agent loop applies (``data.max_prompt_length`` /
+``max_response_length`` by default). ``ragym prep`` prints the same report for a sample of the rows it writes.
 """
 
 from __future__ import annotations
@@ -214,7 +215,9 @@ def budget_report(
     bad = [*skipped, *bad]
     if not episodes:
         raise DataError(f"no row's episode could run (first: {bad[0] if bad else 'no rows'})")
-    summary = summarise(episodes, int(config.data.max_prompt_length), int(config.data.max_response_length))
+    # The limits the agent loop applies: verl's rollout keys, which data.max_* only set by default.
+    rollout = config.actor_rollout_ref.rollout
+    summary = summarise(episodes, int(rollout.prompt_length), int(rollout.response_length))
     assumptions = [
         text.describe(text_source),
         f"visual tokens: the processor's resize (factor {pixels.factor}, {pixels.min_pixels:,}-"

@@ -104,6 +104,18 @@ def test_a_candidate_budget_at_the_models_own_cap_is_flagged_as_truncation(paper
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith("truncated 100.0%")
 
 
+def test_the_limits_are_the_ones_the_agent_loop_applies(paper_rows, tokenizer_dir, tmp_path) -> None:
+    """The agent loop cuts at ``rollout.prompt_length`` / ``response_length`` (verl's keys, which only default to
+    ``data.max_*``): the report compared with ``data.max_*`` and said 0% of episodes the loop would cut."""
+    rows, out = paper_rows("r3g"), tmp_path / "r.json"
+    base = ["--recipe", "r3g_qwen2_5_vl_7b", "--rows", str(rows), "--tokenizer", str(tokenizer_dir)]
+    limits = ["actor_rollout_ref.rollout.prompt_length=16", "actor_rollout_ref.rollout.response_length=64"]
+    assert main([*base, "--json", str(out), *limits]) == 0
+    summary = json.loads(out.read_text())["summary"]
+    assert (summary["max_prompt_length"], summary["max_response_length"]) == (16, 64)
+    assert (summary["truncated_prompt"], summary["truncated_response"], summary["truncated"]) == (1, 1, 1)
+
+
 def test_the_action_allowance_counts_each_turn_at_least_n_tokens(paper_rows, tmp_path) -> None:
     rows, out = paper_rows("r3g"), tmp_path / "r.json"
     base = ["--recipe", "r3g_qwen2_5_vl_7b", "--rows", str(rows), "--estimate-text", "--json", str(out)]
