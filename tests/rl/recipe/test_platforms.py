@@ -3,6 +3,8 @@ every key is commented, and merging lets a later group (the user's) win."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ragym.envs.hooks import env_hooks, hooked_envs
@@ -27,6 +29,40 @@ def test_cpu_and_toy_compose_on_every_paper_recipe(recipe: str) -> None:
     # One logical GPU per trainer worker for a Ray instance the trainer starts itself.
     assert config.ray_kwargs.ray_init.num_gpus == config.trainer.n_gpus_per_node == 1
     assert config.data.train_batch_size == 4 and config.trainer.total_training_steps == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", PAPER_RECIPES)
+def test_every_toy_prompt_fits_the_toy_prompt_length(recipe: str, tiny_policy_dir, tmp_path) -> None:
+    """The agent loop records a prompt over ``rollout.prompt_length`` as an error episode (verl's helper had cut it
+    from its start, silently): toy.yaml's 1024 was below MEMORA's (up to 2,488 of the toy policy's tokens) and
+    DocMemo's (1,268), so their toy runs trained on prompts without their start."""
+    import asyncio
+
+    import pandas as pd
+
+    from ragym.data_prep.toy_data import toy_env, toy_rows
+    from ragym.envs.events import events_of
+    from ragym.rl.agent_loop.loop import make_agent_loop
+    from ragym.rl.models import load_processor
+    from tests.rl.fakes import ScriptedServer
+
+    env_id = toy_env(Path(recipe))
+    data = toy_rows(env_id, tmp_path / env_id)
+    policy = tiny_policy_dir("qwen2_5_vl")  # the toy's policy before its warm start: the same tokenizer
+    overrides = merge_overrides(platform_overrides("cpu"), platform_overrides("toy"))
+    config = check_recipe(recipe, [*overrides, f"actor_rollout_ref.model.path={policy}"])
+    processor = load_processor(policy)
+    loop = make_agent_loop(config, ScriptedServer(processor.tokenizer, ["x"]), processor.tokenizer, processor)
+    for split in ("train", "test"):
+        for row in pd.read_parquet(data / f"{split}.parquet").to_dict("records"):
+            output = asyncio.run(
+                loop.run({"logprobs": False}, extra_info=dict(row["extra_info"]), priority=0)
+            )
+            assert not events_of(output.extra_fields["events"], "episode_error"), output.extra_fields[
+                "events"
+            ]
+            assert len(output.prompt_ids) <= config.actor_rollout_ref.rollout.prompt_length
 
 
 def test_a_later_group_wins_and_added_keys_keep_their_plus() -> None:
