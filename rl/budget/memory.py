@@ -50,8 +50,8 @@ DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "fl
 COUNTS = (
     "trainer.nnodes",
     "trainer.n_gpus_per_node",
-    "data.max_prompt_length",
-    "data.max_response_length",
+    f"{ROLLOUT}.prompt_length",
+    f"{ROLLOUT}.response_length",
     f"{ROLLOUT}.tensor_model_parallel_size",
 )
 """Keys ``memory_settings`` reads as counts, whatever the micro-batch (``ragym.rl.recipe.counts``)."""
@@ -88,7 +88,8 @@ class MemorySettings:
     rollout_tp: int
     """``rollout.tensor_model_parallel_size``: vLLM shards its weights and KV cache over this many GPUs."""
     sequence_tokens: int
-    """``data.max_prompt_length`` + ``data.max_response_length``: one episode at most."""
+    """``rollout.prompt_length`` + ``rollout.response_length`` (``data.max_*`` by default): one episode at most, as
+    verl's agent loop pads and cuts it."""
     images: MicroBatchImages
     """The micro-batch's images at the recipe's image budget (``ragym.rl.budget.vision``)."""
     freeze_vision_tower: bool
@@ -121,7 +122,8 @@ def memory_settings(
     num_gpus = int(get("trainer.nnodes")) * int(get("trainer.n_gpus_per_node"))
     fsdp_size = int(get(f"{ACTOR}.fsdp_config.fsdp_size"))
     ulysses = int(get(f"{ACTOR}.ulysses_sequence_parallel_size") or 1)
-    sequence = int(get("data.max_prompt_length")) + int(get("data.max_response_length"))
+    # The lengths the agent loop cuts and pads at (verl's rollout keys; data.max_* only set them by default).
+    sequence = int(get(f"{ROLLOUT}.prompt_length")) + int(get(f"{ROLLOUT}.response_length"))
     if get(f"{ACTOR}.use_dynamic_bsz"):
         tokens, source = (
             int(get(f"{ACTOR}.ppo_max_token_len_per_gpu")),

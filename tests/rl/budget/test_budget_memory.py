@@ -183,11 +183,20 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
             [*recipe, "actor_rollout_ref.actor.fsdp_config.fsdp_size=0"],
             "fsdp_size=1 or more (or -1: every GPU)",
         ),
-        ([*recipe, "data.max_response_length=-5"], "data.max_response_length -5 is not a whole number"),
+        ([*recipe, "data.max_response_length=-5"], "rollout.response_length -5 is not a whole number"),
     ]:
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and message in err[0], err
+
+
+def test_the_sequence_is_the_rollout_lengths_the_agent_loop_cuts_at() -> None:
+    """The update's sequence was sized from data.max_*, though verl's agent loop pads and cuts at the rollout keys
+    (data.max_* only set them by default): a response_length set apart was not counted."""
+    recipe = "kbvqa_qwen2_5_vl_7b_lora_single_gpu"
+    assert memory_settings(load_recipe(recipe)).sequence_tokens == 4096 + 12288
+    apart = ["actor_rollout_ref.rollout.response_length=20000"]
+    assert memory_settings(load_recipe(recipe, apart)).sequence_tokens == 4096 + 20000
 
 
 SHIPPED = [
