@@ -5,7 +5,8 @@ agent loop's ``extra_fields``. ``episode_metrics(env_id, events)`` returns the m
 (turns, the action histogram, format errors, ...) plus the env's own, which its package's ``metrics`` module
 registers with ``@register_metrics(env_id, action_kinds=...)`` (``ragym.envs.kbvqa.metrics``, ...). A value is
 None where it does not apply (Ident. without gold entities); ``mean_metrics`` averages each metric over the
-episodes where it applies.
+episodes where it applies. An episode the env ended by raising gets the env's ``failed`` metrics instead of its own:
+its rates (Ident., R3G's Recall@k) count 0 there, as its answer does, so a crash never leaves the denominator.
 """
 
 from __future__ import annotations
@@ -34,18 +35,24 @@ class EnvMetrics:
     """Every ``action`` event kind the env records (``invalid`` included): the histogram's fixed keys."""
     fn: MetricFn
     """The env's own metrics from its events."""
+    failed: MetricFn | None = None
+    """The env's own metrics of an episode it ended by raising (an ``episode_error`` event): its rates 0 where
+    the events say they apply (the task names its golds), None elsewhere; none: its metrics do not apply."""
 
 
 _REGISTRY: dict[str, EnvMetrics] = {}
 
 
-def register_metrics(env_id: str, action_kinds: tuple[str, ...]) -> Callable[[MetricFn], MetricFn]:
-    """Register ``fn`` as ``env_id``'s episode metrics; a duplicate env id is an error."""
+def register_metrics(
+    env_id: str, action_kinds: tuple[str, ...], failed: MetricFn | None = None
+) -> Callable[[MetricFn], MetricFn]:
+    """Register ``fn`` as ``env_id``'s episode metrics (``failed``: those of an episode the env ended by
+    raising, ``EnvMetrics.failed``); a duplicate env id is an error."""
 
     def wrap(fn: MetricFn) -> MetricFn:
         if env_id in _REGISTRY:
             raise ValueError(f"episode metrics for {env_id!r} are already registered")
-        _REGISTRY[env_id] = EnvMetrics(tuple(action_kinds), fn)
+        _REGISTRY[env_id] = EnvMetrics(tuple(action_kinds), fn, failed)
         return fn
 
     return wrap
@@ -62,8 +69,9 @@ def episode_metrics(env_id: str, events: list[Event]) -> Metrics:
         raise KeyError(f"no episode metrics registered for {env_id!r}; registered: {sorted(_REGISTRY)}")
     entry = _REGISTRY[env_id]
     if events_of(events, "episode_error"):
-        # The env raised: its own metrics need events the episode never reached, so they do not apply.
-        return shared_metrics(events, entry.action_kinds)
+        # The env raised: its own metrics need events the episode never reached; its rates count it as failed.
+        failed = entry.failed(events) if entry.failed is not None else {}
+        return {**shared_metrics(events, entry.action_kinds), **failed}
     return {**shared_metrics(events, entry.action_kinds), **entry.fn(events)}
 
 
@@ -128,6 +136,7 @@ class Evaluated(Protocol):
     correct: float
     ident: float | None
     gold_ranks: list[int | None]
+    started: bool
 
 
 def _mean(values: list[float]) -> float | None:
@@ -136,12 +145,18 @@ def _mean(values: list[float]) -> float | None:
 
 def eval_figures(records: Sequence[Evaluated]) -> dict[str, Any]:
     """Episodes, mean answer score, Ident. (where known) and the retriever's R@1 / R@pool over known golds:
-    ``ragym eval``'s columns for every data source, and each column of an env's own tables."""
+    ``ragym eval``'s columns for every data source, and each column of an env's own tables.
+
+    An episode whose env could not start names no golds: it counts as not identified wherever the other
+    episodes report Ident., as its answer counts wrong, so neither figure leaves it out.
+    """
     ranks = [rank for r in records for rank in r.gold_ranks]
+    known = [r.ident for r in records if r.ident is not None]
+    unstarted = [0.0 for r in records if not r.started] if known else []
     return {
         "num_episodes": len(records),
         "accuracy": _mean([r.correct for r in records]),
-        "ident": _mean([r.ident for r in records if r.ident is not None]),
+        "ident": _mean(known + unstarted),
         "retriever_r1": _mean([float(rank == 0) for rank in ranks]),
         "retriever_r_pool": _mean([float(rank is not None) for rank in ranks]),
     }

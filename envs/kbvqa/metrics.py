@@ -40,8 +40,24 @@ def rejects_at_limit(events: list[Event], max_rejections: int) -> set[tuple[int,
     return at_limit
 
 
-@register_metrics("KBVQA-Demo-v0", action_kinds=ACTION_KINDS)  # the same episodes, with demo aids
-@register_metrics("KBVQA-v0", action_kinds=ACTION_KINDS)
+def kbvqa_failed_metrics(events: list[Event]) -> Metrics:
+    """An episode the env ended by raising identified nothing: Ident. and the image share 0 where its task
+    names every gold entity, None where it does not (or the env raised before its task).
+
+    >>> from ragym.envs import events as ev
+    >>> from ragym.envs.kbvqa import events as kbvqa_ev
+    >>> kbvqa_failed_metrics([kbvqa_ev.task(1, ["Q1"], 2, 5, 6), ev.episode_error(0, "step", "boom")])
+    {'ident_acc': 0.0, 'ident_image_share': 0.0}
+    """
+    tasks = events_of(events, "task")
+    known = bool(tasks) and all(g is not None for g in tasks[0]["gold_entities"])
+    value = 0.0 if known else None
+    return {"ident_acc": value, "ident_image_share": value}
+
+
+# KBVQA-Demo-v0: the same episodes, with demo aids.
+@register_metrics("KBVQA-Demo-v0", action_kinds=ACTION_KINDS, failed=kbvqa_failed_metrics)
+@register_metrics("KBVQA-v0", action_kinds=ACTION_KINDS, failed=kbvqa_failed_metrics)
 def kbvqa_metrics(events: list[Event]) -> Metrics:
     """Ident. (MMAgent-R² 4.2.2: 1 only when every query image's confirmed entity is its gold entity),
     the share of images identified, rejections (Algorithm S1's RejCount, summed over images: a Reject at the

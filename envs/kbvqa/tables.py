@@ -52,6 +52,7 @@ class Scored(Protocol):
     pool_size: int | None
     subset: str | None
     question_type: str | None
+    started: bool
 
 
 def _json(value: Any) -> Any:

@@ -11,7 +11,16 @@ RECALL_KS = (1, 3, 5)
 """The paper's Recall@K cut-offs."""
 
 
-@register_metrics("R3G-v0", action_kinds=ACTION_KINDS)
+def r3g_failed_metrics(events: list[Event]) -> Metrics:
+    """An episode the env ended by raising found nothing: Recall@1/3/5, evidence recall and gold in the pool 0
+    where its task names gold images, None where it names none (or the env raised before its task)."""
+    tasks = events_of(events, "r3g_task")
+    value = 0.0 if tasks and tasks[0]["gold_images"] else None
+    keys = (*(f"recall@{k}" for k in RECALL_KS), "evidence_recall", "gold_in_pool")
+    return dict.fromkeys(keys, value)
+
+
+@register_metrics("R3G-v0", action_kinds=ACTION_KINDS, failed=r3g_failed_metrics)
 def r3g_metrics(events: list[Event]) -> Metrics:
     """Recall@1/3/5 of the final pool ranking (R3G: any gold image in the top K; 0 without a ranking), gold in
     the pool, evidence recall (the selected top k), judge errors, and whether the plan came before retrieval.

@@ -1,7 +1,8 @@
 """R3G's reported numbers from episodes: accuracy and Recall@1/3/5, overall and per scenario (paper, 4.x).
 
-Recall@K is R3G's: 1 when any ground-truth image is in the top K of the final pool ranking. Every value
-comes from the episode's events (``ragym.envs.r3g.metrics``) and its outcome score.
+Recall@K is R3G's: 1 when any ground-truth image is in the top K of the final pool ranking; 0 in an episode the
+env ended by raising. Every value comes from the episode's events (``ragym.envs.r3g.metrics``) and its outcome
+score.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ragym.envs.r3g.metrics import RECALL_KS, r3g_metrics
+from ragym.envs.metrics import episode_metrics
+from ragym.envs.r3g.metrics import RECALL_KS
 
 COLUMNS = ("accuracy", *(f"recall@{k}" for k in RECALL_KS), "gold_in_pool", "judge_errors", "format_errors")
 """The summary's per-group metrics, in table order."""
@@ -30,10 +32,11 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def _group(episodes: list[EpisodeScore]) -> dict[str, Any]:
-    metrics = [r3g_metrics(e.events) for e in episodes]
+    # episode_metrics: an episode the env ended by raising recalls nothing (r3g_failed_metrics), as in training.
+    metrics = [episode_metrics("R3G-v0", e.events) for e in episodes]
     out: dict[str, Any] = {"num_episodes": len(episodes), "accuracy": _mean([e.correct for e in episodes])}
     for key in COLUMNS[1:-1]:
-        out[key] = _mean([m[key] for m in metrics])
+        out[key] = _mean([m.get(key) for m in metrics])
     out["format_errors"] = _mean(
         [float(sum(ev["type"] == "format_error" for ev in e.events)) for e in episodes]
     )

@@ -64,7 +64,8 @@ class EpisodeRecord:
     format_errors: int
     ident: float | None
     """Ident. of the episode (MMAgent-R² 4.2.2): 1 when every query image's confirmed entity is its gold
-    entity, else 0; None where the env has no such metric (``ragym.envs.metrics``)."""
+    entity, else 0 (0 too where the env raised); None where the env has no such metric or the row no gold
+    (``ragym.envs.metrics``)."""
     gold_ranks: list[int | None]
     """Per query image: the gold entity's rank in the retriever's list within the pool, None if outside."""
     pool_size: int | None
@@ -80,6 +81,9 @@ class EpisodeRecord:
     """What SearchText searched (``bm25`` or ``dense``, from the ``task`` event); None for other envs."""
     truncations: dict[str, float] = field(default_factory=dict)
     """Whether a budget cut the episode, and by what cause: its ``TRUNCATIONS`` episode metrics (1 or 0)."""
+    started: bool = True
+    """False when the env could not start (a ``reset`` ``episode_error``): no event names the row's golds, so
+    ``eval_figures`` counts it as not identified wherever the other episodes report Ident."""
 
 
 Ranker = Callable[[dict[str, Any]], tuple[list[int | None], int | None]]
@@ -131,6 +135,7 @@ def record_episode(row: dict[str, Any], result: EpisodeResult, ranker: Ranker) -
         question_type=question_type,
         text_retriever=tasks[0]["text_retriever"] if tasks else None,
         truncations={key: float(metrics[key]) for key in TRUNCATIONS},
+        started=not any(e["stage"] == "reset" for e in events_of(events, "episode_error")),
     )
 
 

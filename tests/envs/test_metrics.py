@@ -7,6 +7,7 @@ import pytest
 from ragym.envs import events as ev
 from ragym.envs.kbvqa import events as kbvqa_ev
 from ragym.envs.metrics import episode_metrics, mean_metrics, register_metrics, registered_metrics
+from ragym.envs.r3g import events as r3g_ev
 
 
 def test_turns_count_a_turn_the_agent_loop_cut() -> None:
@@ -67,3 +68,26 @@ def test_mean_skips_episodes_where_a_metric_does_not_apply() -> None:
     means = mean_metrics([{"a": 1.0, "b": None}, {"a": 0.0, "b": 1.0}, {"a": 0.5, "b": None}])
     assert means == {"a": 0.5, "b": 1.0}
     assert mean_metrics([{"b": None}]) == {"b": None}
+
+
+def test_an_episode_the_env_ended_by_raising_counts_as_not_identified() -> None:
+    task = kbvqa_ev.task(1, ["Q1"], 2, 5, 6)
+    crashed = episode_metrics("KBVQA-v0", [task, ev.episode_error(0, "step", "boom")])
+    assert (crashed["ident_acc"], crashed["ident_image_share"], crashed["errors"]) == (0.0, 0.0, 1.0)
+    assert "searches" not in crashed  # the env's counts still do not apply
+    identified = episode_metrics(
+        "KBVQA-v0", [task, kbvqa_ev.verification(0, "rerank", "Q1", 1, 0, ["Q1"], "Q1"), ev.answer(1, "x")]
+    )
+    assert mean_metrics([identified, crashed])["ident_acc"] == 0.5  # the crash stays in the denominator
+    no_gold = episode_metrics(
+        "KBVQA-v0", [kbvqa_ev.task(1, [None], 2, 5, 6), ev.episode_error(0, "step", "x")]
+    )
+    assert no_gold["ident_acc"] is None  # Ident. never applied to a row with no gold entity
+    unstarted = episode_metrics("KBVQA-v0", [ev.episode_error(-1, "reset", "no such image")])
+    assert unstarted["ident_acc"] is None  # no event names its golds: ragym eval decides (eval_figures)
+
+
+def test_a_crashed_r3g_episode_recalls_nothing() -> None:
+    events = [r3g_ev.r3g_task(["g"], "Angle", 5, 1, "fused", True), ev.episode_error(0, "step", "boom")]
+    metrics = episode_metrics("R3G-v0", events)
+    assert (metrics["recall@1"], metrics["recall@5"], metrics["gold_in_pool"]) == (0.0, 0.0, 0.0)

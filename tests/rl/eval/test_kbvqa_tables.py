@@ -198,3 +198,36 @@ def test_the_ceiling_without_candidate_lists_is_n_a_for_that_reason() -> None:
         "retriever_r1": "the rows' env serves no precomputed candidate lists, on which the "
         "ceiling is measured"
     }
+
+
+def test_an_episode_whose_env_could_not_start_counts_as_not_identified() -> None:
+    """Its answer counts wrong and no event names its golds: Ident. counts it 0 where the column reports Ident.,
+    and an MMhops column with no gold stays n/a."""
+    crashed = replace(_record("evqa", 0.0, "single_hop", "templated"), started=False)
+    single = summarize_source([*EVQA, crashed])["paper"]["subsets"]["single_hop"]
+    assert (single["num_episodes"], single["accuracy"], single["ident"]) == (4, 0.5, pytest.approx(1 / 3))
+    mmhops = [
+        _record("mmhops", 1.0, "bridge", "String"),
+        replace(_record("mmhops", 0.0, "bridge", "Time"), started=False),
+    ]
+    assert summarize_source(mmhops)["paper"]["subsets"]["bridge"]["ident"] is None
+
+
+def test_a_record_says_whether_its_env_started() -> None:
+    from types import SimpleNamespace
+
+    from ragym.envs import events as ev
+
+    row = {
+        "data_source": "evqa",
+        "reward_model": {"ground_truth": json.dumps({"answer": ["a"]})},
+        "extra_info": {"index": 0, "env_id": "KBVQA-v0", "env_kwargs": "{}", "env_options": "{}"},
+    }
+
+    def record(stage: str) -> EpisodeRecord:
+        events = [ev.episode_error(-1 if stage == "reset" else 0, stage, "boom")]
+        fields = {"events": events, "episode_metrics": {"turns": 0.0, "format_errors": 0.0}}
+        result = SimpleNamespace(output=SimpleNamespace(extra_fields=fields), score={"reward/outcome": 0.0})
+        return evaluate.record_episode(row, result, lambda _: ([], None))  # pyright: ignore[reportArgumentType]
+
+    assert (record("reset").started, record("step").started) == (False, True)
