@@ -109,8 +109,9 @@ class EnvHooks:
     """``gold_ranks(row)`` -> (the gold's rank per query image in what the env serves, the pool size): the
     retriever's ceiling in ``ragym eval`` (KB-VQA's R@1 and R@pool), independent of the policy."""
     eval_summary: Callable[[list[tuple[list[dict[str, Any]], float]]], dict[str, Any] | None] | None = None
-    """``eval_summary([(events, correct), ...])`` -> the env's own figures in ``ragym eval``'s summary, under
-    ``name`` (None when no episode is the env's)."""
+    """``eval_summary([(events, correct), ...])`` of the env's episodes (those of an env id registered with these
+    hooks, an episode whose env could not start included) -> the env's own figures in ``ragym eval``'s summary,
+    under ``name`` (None without episodes)."""
     eval_markdown: Callable[[dict[str, dict[str, Any]]], str] | None = None
     """``ragym eval``'s report.md section of the env's figures: data source -> what ``eval_summary`` returned."""
     eval_tables: EvalTables | None = None

@@ -12,10 +12,16 @@ RECALL_KS = (1, 3, 5)
 
 
 def r3g_failed_metrics(events: list[Event]) -> Metrics:
-    """An episode the env ended by raising found nothing: Recall@1/3/5, evidence recall and gold in the pool 0
-    where its task names gold images, None where it names none (or the env raised before its task)."""
+    """An episode the env ended by raising found nothing: Recall@1/3/5, evidence recall and gold in the pool 0,
+    None only where its task names no gold image (an env that could not start names none, but every R3G row is
+    prepared with its gold images, so it counts 0).
+
+    >>> from ragym.envs import events as ev
+    >>> r3g_failed_metrics([ev.episode_error(-1, "reset", "boom")])["recall@1"]
+    0.0
+    """
     tasks = events_of(events, "r3g_task")
-    value = 0.0 if tasks and tasks[0]["gold_images"] else None
+    value = None if tasks and not tasks[0]["gold_images"] else 0.0
     keys = (*(f"recall@{k}" for k in RECALL_KS), "evidence_recall", "gold_in_pool")
     return dict.fromkeys(keys, value)
 

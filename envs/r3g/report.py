@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ragym.envs.events import events_of
 from ragym.envs.metrics import episode_metrics
 from ragym.envs.r3g.metrics import RECALL_KS
 
@@ -23,7 +24,8 @@ class EpisodeScore:
 
     events: list[dict[str, Any]]
     correct: float
-    scenario: str
+    scenario: str | None
+    """None where the env could not start: only its ``r3g_task`` event names the scenario."""
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -44,7 +46,8 @@ def _group(episodes: list[EpisodeScore]) -> dict[str, Any]:
 
 
 def summarize(episodes: list[EpisodeScore]) -> dict[str, Any]:
-    """Overall and per-scenario accuracy and recall (scenarios sorted by name).
+    """Overall and per-scenario accuracy and recall (scenarios sorted by name); an episode whose env could not
+    start is in ``all`` (wrong, recalling nothing) and in no scenario, counted in ``all``'s ``num_not_started``.
 
     >>> from ragym.envs.r3g import events as r3g_ev
     >>> evs = [r3g_ev.r3g_task(["g"], "Angle", 2, 1, "fused", True),
@@ -53,9 +56,9 @@ def summarize(episodes: list[EpisodeScore]) -> dict[str, Any]:
     >>> s["all"]["accuracy"], s["all"]["recall@1"], s["by_scenario"]["Scope"]["accuracy"]
     (0.5, 1.0, 0.0)
     """
-    scenarios = sorted({e.scenario for e in episodes})
+    scenarios = sorted({e.scenario for e in episodes if e.scenario is not None})
     return {
-        "all": _group(episodes),
+        "all": {**_group(episodes), "num_not_started": sum(e.scenario is None for e in episodes)},
         "by_scenario": {s: _group([e for e in episodes if e.scenario == s]) for s in scenarios},
     }
 
@@ -76,16 +79,19 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
             f"| {g} | {row['num_episodes']} | " + " | ".join(_cell(k, row[k]) for k in COLUMNS) + " |"
             for g, row in groups.items()
         ]
-        parts.append(f"## {name}\n\n{header}\n" + "\n".join(lines))
+        unstarted = summary["all"]["num_not_started"]
+        note = f"\n\n{unstarted} episodes whose env could not start are in all only." if unstarted else ""
+        parts.append(f"## {name}\n\n{header}\n" + "\n".join(lines) + note)
     return "\n\n".join(parts) + "\n"
 
 
 def r3g_summary(episodes: list[tuple[list[dict[str, Any]], float]]) -> dict[str, Any] | None:
-    """``summarize`` over the R3G episodes among (events, outcome) pairs, scenario from each ``r3g_task``
-    event; None when none is an R3G episode (``ragym eval`` adds it per data source)."""
+    """``summarize`` over R3G episodes' (events, outcome) pairs, scenario from each ``r3g_task`` event (none
+    where the env could not start); None without episodes (``ragym eval`` adds it per data source)."""
     scored = [
-        EpisodeScore(events, correct, task[0]["scenario"])
+        EpisodeScore(
+            events, correct, task[0]["scenario"] if (task := events_of(events, "r3g_task")) else None
+        )
         for events, correct in episodes
-        if (task := [e for e in events if e["type"] == "r3g_task"])
     ]
     return summarize(scored) if scored else None

@@ -175,19 +175,26 @@ def summarize_source(records: list[EpisodeRecord]) -> dict[str, Any]:
         **{key: float(np.mean([r.truncations.get(key, 0.0) for r in records])) for key in TRUNCATIONS},
         # Each env's own figures (EnvHooks.eval_summary; R3G: accuracy and Recall@1/3/5 overall and per
         # scenario), under the env's name; None where no episode is the env's.
-        **env_summaries([(json.loads(r.episode)["events"], r.correct) for r in records]),
+        **env_summaries([(json.loads(r.episode), r.correct) for r in records]),
     }
     tables = tables_for(next(iter(sources))) if len(sources) == 1 else None  # a paper reports one benchmark
     summary["paper"] = tables.columns(next(iter(sources)), records, summary) if tables is not None else None
     return summary
 
 
-def env_summaries(episodes: list[tuple[list[dict[str, Any]], float]]) -> dict[str, Any]:
-    """Every env's ``EnvHooks.eval_summary`` of (events, correct) pairs, by the env's name."""
+def env_summaries(episodes: list[tuple[dict[str, Any], float]]) -> dict[str, Any]:
+    """Every env's ``EnvHooks.eval_summary`` of its own episodes' (events, correct) pairs, by the env's name, from
+    (``Episode`` JSON, correct) pairs: the episode's ``env_id`` says whose it is, as no event of an episode whose
+    env could not start does."""
     summaries = {}
     for hooks in map(env_hooks, one_env_per_hooks("eval_summary")):
         assert hooks.eval_summary is not None  # one_env_per_hooks keeps the hooks that define it
-        summaries[hooks.name] = hooks.eval_summary(episodes)
+        own = [
+            (e["events"], correct)
+            for e, correct in episodes
+            if e["env_id"] is not None and env_hooks(e["env_id"]).name == hooks.name
+        ]
+        summaries[hooks.name] = hooks.eval_summary(own)
     return summaries
 
 

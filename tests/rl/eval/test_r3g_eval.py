@@ -88,3 +88,16 @@ def test_eval_reports_recall_and_accuracy_per_scenario(
     assert "## synthetic_r3g" in markdown(
         {"model": "m", "backend": "scripted", **metrics}
     ) and "recall@3" in markdown({"model": "m", "backend": "scripted", **metrics})
+
+
+def test_env_summaries_count_each_env_s_episodes_an_unstarted_one_included() -> None:
+    """An episode whose env could not start has no task event: its ``env_id`` says whose summary counts it."""
+    from ragym.envs import events as ev
+    from ragym.rl.eval.evaluate import env_summaries
+
+    unstarted = [ev.episode_error(-1, "reset", "boom")]
+    r3g = {"env_id": "R3G-v0", "events": unstarted}
+    kbvqa = {"env_id": "KBVQA-v0", "events": unstarted}
+    summaries = env_summaries([(r3g, 0.0), (kbvqa, 0.0)])
+    assert summaries["r3g"]["all"]["num_episodes"] == 1 and summaries["r3g"]["all"]["num_not_started"] == 1
+    assert env_summaries([(kbvqa, 0.0)])["r3g"] is None
