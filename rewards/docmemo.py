@@ -82,27 +82,30 @@ class UsefulParams:
     """Recipe parameters of ``docmemo_useful_gold``."""
 
     gold_credit: float = 1.0
-    """Credit per useful mark on a gold evidence page."""
+    """Credit per gold evidence page marked useful (once, however many rounds mark it)."""
     non_gold_cost: float = 0.0
-    """Cost per useful mark on a page that is not gold evidence."""
+    """Cost per page marked useful that is not gold evidence (once, however many rounds mark it)."""
 
 
 @register_reward("docmemo_useful_gold", params=UsefulParams)
 def docmemo_useful_gold(episode: Episode, **params: Any) -> float | None:
-    """Mean credit of the policy's useful marks: gold pages earn ``gold_credit``, others cost ``non_gold_cost``.
+    """Mean credit over the distinct pages the policy marked useful: gold pages earn ``gold_credit``, others
+    cost ``non_gold_cost``. A page re-marked in a later round counts once: marking it again is no new evidence.
 
     0 when the policy marked nothing useful; None without gold pages.
 
-    >>> ev = [{"type": "feedback", "turn": 1, "round": 0, "useful": [4, 9], "irrelevant": [], "query": "q",
-    ...        "note": ""}]
-    >>> docmemo_useful_gold(Episode("mmlongbench_doc", [], ev, {"evidence_pages": [4]}), non_gold_cost=0.5)
-    0.25
+    >>> def marked(*rounds):  # one feedback round per list of pages marked useful; page 4 is the gold one
+    ...     ev = [{"type": "feedback", "turn": 1 + 2 * r, "round": r, "useful": pages, "irrelevant": [],
+    ...            "query": "q", "note": ""} for r, pages in enumerate(rounds)]
+    ...     return Episode("mmlongbench_doc", [], ev, {"evidence_pages": [4]})
+    >>> docmemo_useful_gold(marked([4, 9]), non_gold_cost=0.5), docmemo_useful_gold(marked([4, 9], [4], [4]))
+    (0.25, 0.5)
     """
     cfg = UsefulParams(**params)
     gold = _gold_pages(episode)
     if not gold:
         return None
-    marks = [p for e in events_of(episode.events, "feedback") for p in e["useful"]]
+    marks = {p for e in events_of(episode.events, "feedback") for p in e["useful"]}
     if not marks:
         return 0.0
     return sum(cfg.gold_credit if p in gold else -cfg.non_gold_cost for p in marks) / len(marks)

@@ -72,6 +72,23 @@ CASES = [
     ("docmemo_useful_gold", {}, GT, [feedback(1, useful=[4, 6])], 2, 1.0),
     ("docmemo_useful_gold", {}, GT, [feedback(1, useful=[4, 9])], 2, 0.5),
     ("docmemo_useful_gold", {"non_gold_cost": 1.0}, GT, [feedback(1, useful=[9])], 2, -1.0),
+    # re-marking a gold page in later rounds is no new evidence: each page counts once
+    (
+        "docmemo_useful_gold",
+        {},
+        GT,
+        [feedback(1, useful=[4, 9]), feedback(3, useful=[4]), feedback(5, useful=[4])],
+        6,
+        0.5,
+    ),
+    (
+        "docmemo_useful_gold",
+        {"non_gold_cost": 1.0},
+        GT,
+        [feedback(1, useful=[9]), feedback(3, useful=[9, 4])],
+        4,
+        0.0,
+    ),
     ("docmemo_useful_gold", {}, GT, [feedback(1, irrelevant=[9])], 2, 0.0),
     ("docmemo_useful_gold", {}, NA, [feedback(1, useful=[9])], 2, None),
     ("docmemo_irrelevant_gold", {}, GT, [feedback(1, irrelevant=[4, 9])], 2, -0.5),
