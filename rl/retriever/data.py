@@ -1,13 +1,14 @@
 """Tables for MEMORA-R: training pairs as a ``datasets.Dataset``, held-out and BRIGHT-format evaluation sets.
 
 Evaluation sets are TREC-style dicts: ``queries = {qid: text}``, ``corpus = {docid: text}`` and
-``qrels = {qid: {docid: relevance}}``.
+``qrels = {qid: {docid: relevance}}``, plus ``excluded = {qid: docids}``, the documents BRIGHT removes from a query's
+ranking before scoring (its ``examples`` rows' ``excluded_ids``).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from datasets import Dataset
 
@@ -16,8 +17,15 @@ from ragym.envs.retrieval.trec import read_trec_qrels
 from ragym.rl.errors import UsageError
 from ragym.rl.retriever.augment import ANCHOR_COLUMN, REASONING_COLUMN
 
-EvalSet = tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]
-"""(queries, corpus, qrels)."""
+
+class EvalSet(NamedTuple):
+    """What an encoder is evaluated on."""
+
+    queries: dict[str, str]
+    corpus: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    excluded: dict[str, frozenset[str]]
+    """Per query, the documents removed from its ranking before the cut-off (BRIGHT's ``excluded_ids``)."""
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
@@ -106,7 +114,7 @@ def heldout_eval_set(data_dir: Path, split: str = "test") -> EvalSet:
         if row["answer_id"] not in corpus:
             raise UsageError(f"{path}: pair {qid}: answer {row['answer_id']!r} is not in corpus.jsonl")
         queries[qid], qrels[qid] = row["question"], {row["answer_id"]: 1}
-    return queries, corpus, qrels
+    return EvalSet(queries, corpus, qrels, {})
 
 
 def _pick(row: dict[str, Any], names: tuple[str, ...], where: str) -> Any:
@@ -116,20 +124,29 @@ def _pick(row: dict[str, Any], names: tuple[str, ...], where: str) -> Any:
     raise UsageError(f"{where}: none of the fields {list(names)} present")
 
 
+def _excluded_ids(row: dict[str, Any], where: str) -> frozenset[str]:
+    """A BRIGHT ``examples`` row's ``excluded_ids`` (``["N/A"]`` when there are none); none without the field."""
+    ids = row.get("excluded_ids") or []
+    if not isinstance(ids, list):
+        raise UsageError(f"{where}: excluded_ids must be a list of document ids, got {ids!r:.60}")
+    return frozenset(str(d) for d in ids if str(d) != "N/A")
+
+
 def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path) -> EvalSet:
-    """A BRIGHT-format task: corpus and queries jsonl (``id``/``text`` style fields) plus TREC qrels."""
+    """A BRIGHT-format task: corpus and queries jsonl (``id``/``text`` style fields) plus TREC qrels; queries that
+    are BRIGHT's ``examples`` rows bring their ``excluded_ids``, removed from the ranking as BRIGHT's run.py does
+    (one that is also relevant in the qrels is an error naming the file, as run.py asserts)."""
     corpus = {}
     for i, row in read_jsonl(corpus_path):
         where = f"{corpus_path}:{i}"
         corpus[str(_pick(row, ("id", "_id", "docid"), where))] = _pick(
             row, ("text", "contents", "content"), where
         )
-    queries = {}
+    queries, excluded = {}, {}
     for i, row in read_jsonl(queries_path):
         where = f"{queries_path}:{i}"
-        queries[str(_pick(row, ("id", "_id", "query_id", "qid"), where))] = _pick(
-            row, ("query", "text"), where
-        )
+        qid = str(_pick(row, ("id", "_id", "query_id", "qid"), where))
+        queries[qid], excluded[qid] = _pick(row, ("query", "text"), where), _excluded_ids(row, where)
     qrels = read_trec_qrels(qrels_path)
     if not any(rel > 0 for rels in qrels.values() for rel in rels.values()):
         raise UsageError(f"{qrels_path}: no query with a relevant document")
@@ -138,4 +155,10 @@ def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path) -> Eval
         raise UsageError(
             f"{qrels_path}: qrels name {len(missing)} queries absent from {queries_path}, e.g. {missing[:3]}"
         )
-    return queries, corpus, qrels
+    for qid, rels in qrels.items():
+        overlap = sorted(d for d, rel in rels.items() if rel > 0 and d in excluded[qid])
+        if overlap:
+            raise UsageError(
+                f"{queries_path}: query {qid!r} excludes {overlap[:3]}, relevant in {qrels_path}"
+            )
+    return EvalSet(queries, corpus, qrels, {qid: ids for qid, ids in excluded.items() if ids})

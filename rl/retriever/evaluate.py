@@ -7,7 +7,7 @@ same code path the environments use, so evaluation and serving rank identically.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,14 +59,22 @@ def dense_run(
     corpus: dict[str, str],
     depth: int,
     config: EvalConfig,
+    excluded: Mapping[str, frozenset[str]] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """TREC-style run ``{qid: {docid: score}}`` of the top ``depth`` documents per query."""
+    """TREC-style run ``{qid: {docid: score}}`` of the top ``depth`` documents per query, its ``excluded``
+    documents removed before the cut-off (BRIGHT's run.py: an excluded document takes no place in the top)."""
+    excluded = excluded or {}
     docids = list(corpus)
     retriever = FaissRetriever.from_vectors(encode_corpus(model, corpus, config.batch_size), docids)
     qids = list(queries)
     query_vectors = encode(model, [queries[q] for q in qids], config.batch_size, config.query_prompt)
-    hits = retriever.batch_search(list(query_vectors), depth)
-    return {qid: {hit.docid: hit.score for hit in row} for qid, row in zip(qids, hits, strict=True)}
+    extra = max(map(len, excluded.values()), default=0)  # deep enough that depth remain after the removal
+    hits = retriever.batch_search(list(query_vectors), depth + extra)
+    run = {}
+    for qid, row in zip(qids, hits, strict=True):
+        kept = [hit for hit in row if hit.docid not in excluded.get(qid, ())][:depth]
+        run[qid] = {hit.docid: hit.score for hit in kept}
+    return run
 
 
 def score_run(
@@ -84,8 +92,8 @@ def score_run(
 
 def evaluate_encoder(model: SentenceTransformer, eval_set: EvalSet, config: EvalConfig) -> dict[str, float]:
     """Embed, search and score: ``{"ndcg@10": ..., "recall@10": ..., "num_queries": ...}``."""
-    queries, corpus, qrels = eval_set
+    queries, corpus, qrels, excluded = eval_set
     depth = max(config.ndcg_k, *config.recall_ks)
-    metrics = score_run(dense_run(model, queries, corpus, depth, config), qrels, config)
+    metrics = score_run(dense_run(model, queries, corpus, depth, config, excluded), qrels, config)
     metrics["num_queries"] = float(len(queries))
     return metrics

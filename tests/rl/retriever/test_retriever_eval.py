@@ -21,8 +21,8 @@ from ragym.rl.retriever.ablation import (
     table4_rows,
 )
 from ragym.rl.retriever.config import ModelConfig, recipe_from_dict, with_overrides
-from ragym.rl.retriever.data import heldout_eval_set, load_bright, load_corpus
-from ragym.rl.retriever.evaluate import EvalConfig, encode, evaluate_encoder, score_run
+from ragym.rl.retriever.data import EvalSet, heldout_eval_set, load_bright, load_corpus
+from ragym.rl.retriever.evaluate import EvalConfig, dense_run, encode, evaluate_encoder, score_run
 from ragym.rl.retriever.export import export_retriever, load_dense_retriever
 from ragym.rl.retriever.train import load_encoder
 from tests.rl.retriever_fixtures import prepared_dir
@@ -83,15 +83,47 @@ def _bright_files(tmp: Path, qrels_text: str) -> tuple[Path, Path, Path]:
 
 def test_bright_format_eval(tmp_path: Path, encoder) -> None:
     files = _bright_files(tmp_path, "q0\t0\td0\t1\nq1\t0\td2\t1\n")
-    queries, corpus, qrels = load_bright(*files)
-    assert qrels == {"q0": {"d0": 1}, "q1": {"d2": 1}} and len(corpus) == 3
-    metrics = evaluate_encoder(encoder, (queries, corpus, qrels), EvalConfig(recall_ks=(1,)))
+    bright = load_bright(*files)
+    assert bright.qrels == {"q0": {"d0": 1}, "q1": {"d2": 1}} and len(bright.corpus) == 3
+    metrics = evaluate_encoder(encoder, bright, EvalConfig(recall_ks=(1,)))
     assert metrics["ndcg@10"] == pytest.approx(1.0) and metrics["num_queries"] == 2
     bad = _bright_files(tmp_path, "q9 0 d0 1\n")
     with pytest.raises(ValueError, match="absent from"):
         load_bright(*bad)
     with pytest.raises(ValueError, match=r"qrels.tsv:1"):
         load_bright(*_bright_files(tmp_path, "q0 d0 1\n"))
+
+
+def test_bright_excluded_ids_leave_the_ranking_before_scoring(tmp_path: Path, encoder) -> None:
+    """BRIGHT's official ``examples`` rows carry ``excluded_ids`` (``["N/A"]`` for none); its run.py removes them
+    from each query's ranking before the cut-off, so a document ranked above the gold one stops costing it."""
+    corpus, queries, qrels = _bright_files(tmp_path, "q0\t0\td1\t1\n")  # a gold unlike the query
+    base = load_bright(corpus, queries, qrels)
+    run = dense_run(encoder, base.queries, base.corpus, 3, EvalConfig())["q0"]
+    ranked = sorted(run, key=run.__getitem__, reverse=True)
+    above = ranked[: ranked.index("d1")]
+    assert above  # the encoder ranks another document first
+    lines = [json.loads(line) for line in queries.read_text().splitlines()]
+    examples = [
+        {**lines[0], "gold_ids": ["d1"], "excluded_ids": above},
+        {**lines[1], "gold_ids": ["d2"], "excluded_ids": ["N/A"]},
+    ]
+    queries.write_text("".join(json.dumps(e) + "\n" for e in examples))
+    bright = load_bright(corpus, queries, qrels)
+    assert bright.excluded == {"q0": frozenset(above)}  # "N/A" is BRIGHT's placeholder for none
+    config = EvalConfig(ndcg_k=1, recall_ks=(1,))
+    assert evaluate_encoder(encoder, base, config)["recall@1"] == 0.0
+    assert evaluate_encoder(encoder, bright, config)["recall@1"] == 1.0
+    # searched deep enough that an excluded document takes no place in the top 1
+    assert list(dense_run(encoder, bright.queries, bright.corpus, 1, config, bright.excluded)["q0"]) == ["d1"]
+    examples[0]["excluded_ids"] = ["d1"]  # BRIGHT's run.py asserts excluded and gold ids never overlap
+    queries.write_text("".join(json.dumps(e) + "\n" for e in examples))
+    with pytest.raises(UsageError, match=r"queries.jsonl: query 'q0' excludes \['d1'\], relevant in"):
+        load_bright(corpus, queries, qrels)
+    examples[0]["excluded_ids"] = "d0"
+    queries.write_text("".join(json.dumps(e) + "\n" for e in examples))
+    with pytest.raises(UsageError, match=r"queries.jsonl:1: excluded_ids must be a list"):
+        load_bright(corpus, queries, qrels)
 
 
 def test_bright_qrels_with_nothing_relevant_are_refused_naming_the_file(tmp_path: Path) -> None:
@@ -178,14 +210,14 @@ def test_export_round_trip_is_a_retriever(tmp_path: Path, encoder, data_dir: Pat
     env_vector = make_text_encoder(spec).encode_queries(["Do vaccines cause autism?"])
     assert np.allclose(normalise(env_vector), encode(encoder, ["Do vaccines cause autism?"], 8), atol=1e-5)
     # The exported index ranks exactly as evaluation does.
-    queries, _, qrels = heldout_eval_set(data_dir)
+    queries, _, qrels, _ = heldout_eval_set(data_dir)
     exported = retriever.batch_search(list(queries.values()), k=10)
     run = {qid: {h.docid: h.score for h in row} for qid, row in zip(queries, exported, strict=True)}
     config = EvalConfig(recall_ks=(10,))
     assert score_run(run, qrels, config) == pytest.approx(
         {
             k: v
-            for k, v in evaluate_encoder(encoder, (queries, corpus, qrels), config).items()
+            for k, v in evaluate_encoder(encoder, EvalSet(queries, corpus, qrels, {}), config).items()
             if k != "num_queries"
         }
     )
