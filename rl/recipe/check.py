@@ -204,7 +204,9 @@ def reward_metric_problems(config: DictConfig) -> list[str]:
         ):
             problems.append(
                 f"{key}: {metric!r} names no term of the reward recipe (its terms: {', '.join(terms)}); "
-                f"no step logs it"
+                "no step logs it; name one of them"
+                + (" (or null)" if key == "ragym.outcome_metric" else "")
+                + (" or set the guard's action to off" if key.startswith(GUARDS_SECTION) else "")
             )
     return problems
 

@@ -88,6 +88,9 @@ VARYING_REWARD = [
     "~reward.custom_reward_function.reward_kwargs.recipe_path",
     "+reward.custom_reward_function.reward_kwargs.recipe={terms:{length:{weight:1.0,"
     "reward:'tests.rl.engine_helpers:first_turn_length'}}}",
+    # no outcome or format term to name: the recipe checks refuse a reward metric that names no term
+    "ragym.outcome_metric=null",
+    "ragym.guards.format_only.action=off",
 ]
 """Overrides replacing the demo's reward recipe with ``first_turn_length``."""
 

@@ -226,7 +226,8 @@ def test_a_record_says_whether_its_env_started() -> None:
 
     def record(stage: str) -> EpisodeRecord:
         events = [ev.episode_error(-1 if stage == "reset" else 0, stage, "boom")]
-        fields = {"events": events, "episode_metrics": {"turns": 0.0, "format_errors": 0.0}}
+        metrics = {"turns": 0.0, "format_errors": 0.0, **dict.fromkeys(evaluate.TRUNCATIONS, 0.0)}
+        fields = {"events": events, "episode_metrics": metrics}
         result = SimpleNamespace(output=SimpleNamespace(extra_fields=fields), score={"reward/outcome": 0.0})
         return evaluate.record_episode(row, result, lambda _: ([], None))  # pyright: ignore[reportArgumentType]
 

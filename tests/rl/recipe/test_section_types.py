@@ -27,13 +27,14 @@ def test_every_shipped_recipe_is_well_typed(recipe: str) -> None:
 
 def test_every_demo_task_and_grid_variant_is_well_typed() -> None:
     for task in DEMO_TASKS:
-        assert section_type_problems(load_recipe(run.DEMO_RECIPE, task_overrides(task))) == [], task
+        config = load_recipe(run.DEMO_RECIPE, task_overrides(task))
+        assert section_type_problems(config) + reward_metric_problems(config) == [], task
     for name, grid in GRIDS.items():
         if grid.kind != "kbvqa":
             continue
         for variant in grid_for_task(grid, "answer").variants:
             config = load_recipe(run.DEMO_RECIPE, list(variant.overrides))
-            assert section_type_problems(config) == [], (name, variant.name)
+            assert section_type_problems(config) + reward_metric_problems(config) == [], (name, variant.name)
 
 
 def test_a_value_of_the_wrong_type_is_one_line_naming_the_key() -> None:
@@ -114,11 +115,12 @@ step logs (one warning, never judged) while the filter's key failed only at the 
 def test_a_reward_metric_that_names_no_term_of_the_rubric_is_one_line_each() -> None:
     terms = "its terms: outcome, format, verification, retrieval_recall_at_15"
     assert reward_metric_problems(load_recipe("kbvqa_tiny_cpu", MISSPELT)) == [
-        f"ragym.outcome_metric: 'reward/outcom' names no term of the reward recipe ({terms}); no step logs it",
+        f"ragym.outcome_metric: 'reward/outcom' names no term of the reward recipe ({terms}); no step logs it; name one "
+        "of them (or null)",
         f"ragym.guards.format_only.format_metric: 'reward/formt' names no term of the reward recipe ({terms}); "
-        "no step logs it",
+        "no step logs it; name one of them or set the guard's action to off",
         f"algorithm.filter_groups.metric: 'reward/outcome_' names no term of the reward recipe ({terms}); "
-        "no step logs it",
+        "no step logs it; name one of them",
     ]
     # held-out names are checked too; a guard that is off, a filter that is off and non-reward metrics are not
     held_out = ["ragym.guards.val_ident_floor.metric=val/reward/outcme"]
