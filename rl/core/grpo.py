@@ -82,6 +82,7 @@ class Batch:
     advantages: torch.Tensor | None = None  # [N, R]
     old_log_prob: torch.Tensor | None = None  # [N, R]
     rollout_log_prob: torch.Tensor | None = None  # [N, R] what the rollout computed; None: not recorded
+    entropy: torch.Tensor | None = None  # [N, R] the policy's token entropies before the update
 
 
 def assemble(samples: list[Sample]) -> Batch:
@@ -182,13 +183,15 @@ def update_policy(
         with torch.no_grad():
             parts = [
                 response_log_probs(
-                    model, image_inputs, [batch.samples[i] for i in idx], length, cfg.temperature
-                )[0]
+                    model, image_inputs, [batch.samples[i] for i in idx], length, cfg.temperature, True
+                )
                 for idx in _chunks(list(range(num)), cfg.log_prob_micro_batch_size)
             ]
-        batch.old_log_prob = torch.cat(parts)
-    else:  # filled by the micro-steps: the trainer's log-probs before the update, for the correction's metrics
+        batch.old_log_prob = torch.cat([log_prob for log_prob, _ in parts])
+        batch.entropy = torch.cat([entropy for _, entropy in parts if entropy is not None])
+    else:  # filled by the micro-steps: the trainer's log-probs and entropies before the update, for the metrics
         batch.old_log_prob = torch.zeros_like(batch.response_mask)
+        batch.entropy = torch.zeros_like(batch.response_mask)
     if cfg.correction is not None and batch.rollout_log_prob is None:
         raise ValueError("the off-policy correction is on but the episodes carry no rollout log-probs")
     totals: dict[str, list[float]] = {}
@@ -206,6 +209,16 @@ def update_policy(
                 totals.setdefault(key, []).append(value)
     model.eval()
     metrics = {key: float(np.mean(values)) for key, values in totals.items()}
+    # verl's actor/entropy: the whole batch's entropies before the update, aggregated as the loss is (token-mean:
+    # the mean over generated tokens, not a mean of micro-batch means).
+    metrics["actor/entropy"] = float(
+        core_algos.agg_loss(
+            batch.entropy,
+            batch.response_mask,
+            actor_config.loss_agg_mode,
+            loss_scale_factor=actor_config.loss_scale_factor,
+        )
+    )
     if batch.rollout_log_prob is not None:
         level = cfg.correction or "token"  # off: what the default correction would see
         metrics.update(
@@ -263,8 +276,10 @@ def _micro_step(
     assert entropy is not None  # with_entropy=True
     mask = batch.response_mask[micro]
     old = log_prob.detach() if single_pass else batch.old_log_prob[micro]
-    if single_pass and batch.old_log_prob is not None:  # update_policy's slot for the correction's metrics
+    if single_pass and batch.old_log_prob is not None:  # update_policy's slots for the step's metrics
         batch.old_log_prob[micro] = old
+    if single_pass and batch.entropy is not None:
+        batch.entropy[micro] = entropy.detach()
     # The weights are per token or per response, so a micro-batch's are its rows of the whole batch's.
     weights = None
     if cfg.correction is not None:  # update_policy checked that the rollout's log-probs are there
@@ -288,6 +303,5 @@ def _micro_step(
     return {
         "actor/pg_loss": float(pg_loss.detach()),
         "actor/entropy_loss": float(entropy_loss.detach()),
-        "actor/entropy": float(verl_F.masked_mean(entropy.detach(), mask)),
         **{key: float(value) for key, value in pg_metrics.items()},
     }

@@ -16,6 +16,7 @@ from ragym.rl.core.grpo import (
     accumulate_gradients,
     assemble,
     compute_advantages,
+    response_log_probs,
     update_policy,
 )
 from ragym.rl.core.vision import ImageInputs
@@ -127,6 +128,36 @@ def test_observation_tokens_carry_no_gradient(actor_config):
     assert torch.equal(grads[0], grads[1])
 
 
+@pytest.mark.parametrize(("mini", "micro"), [(4, 1), (2, 1), (4, 3)])
+def test_entropy_metric_is_verls_over_the_step_batch_before_the_update(actor_config, mini, micro):
+    """verl logs ``actor/entropy`` as ``agg_loss`` of the policy's entropies before the update over the whole batch
+    (token-mean: the mean over generated tokens); a mean of micro-batch means weighs a short response's tokens more.
+    """
+    model = build_model()
+    inputs = ImageInputs(image_processor())
+    samples = _samples([1.0, 0.0, 0.5, 0.0], ["a", "a", "b", "b"], seed=5)
+    batch = assemble(samples)
+    compute_advantages(batch, AlgoConfig(), _cfg())
+    temperature = 0.05  # the tiny model's logits are near uniform: sharpened, responses differ in entropy
+    with torch.no_grad():
+        _, entropy = response_log_probs(
+            model, inputs, samples, batch.response_mask.shape[1], temperature, True
+        )
+    assert entropy is not None
+    expected = core_algos.agg_loss(entropy, batch.response_mask, "token-mean")
+    cfg = _cfg(mini_batch_size=mini, micro_batch_size=micro, temperature=temperature)
+    metrics = update_policy(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        inputs,
+        batch,
+        actor_config,
+        cfg,
+        torch.Generator(),
+    )
+    assert metrics["actor/entropy"] == pytest.approx(float(expected), rel=1e-5)
+
+
 @pytest.mark.parametrize(
     ("mini", "micro", "epochs", "shuffle"),
     [(4, 2, 1, False), (2, 1, 1, False), (4, 4, 2, True)],  # one pass; two mini-batches; two PPO epochs
@@ -154,7 +185,6 @@ def test_update_step_is_finite_and_moves_parameters(actor_config, mini, micro, e
 
 def test_update_raises_the_likelihood_of_the_better_response_in_each_group(actor_config):
     """Two prompts, two responses each (same context, one differing decision token); the rewarded one gains."""
-    from ragym.rl.core.grpo import response_log_probs
 
     model = build_model()
     inputs = ImageInputs(image_processor())
