@@ -99,6 +99,9 @@ class EnvHooks:
     tiny policies' tokenizer is trained on (``ragym.rl.tiny.corpus``)."""
     toy_rows: Callable[[Path], None] | None = None
     """``toy_rows(out)`` writes ``out/data/{train,test}.parquet`` (verl rows of the env's synthetic data)."""
+    toy_prompt_length: int | None = None
+    """``data.max_prompt_length`` of the env's toy runs where its toy rows' prompts (in the tiny policy's tokens) are
+    longer than ``recipes/platforms/toy.yaml``'s; ``max_model_len`` grows with it. None: the platform's."""
     longest_episode: Callable[[Any, dict[str, Any] | None, int], None] | None = None
     """``longest_episode(env, options, seed)`` plays the paper's longest episode on ``env`` (a logging wrapper:
     reset it with ``seed`` and ``options``, then step until done); ``ragym budget`` counts what it logged."""

@@ -128,6 +128,7 @@ HOOKS = EnvHooks(
     ),
     expert=expert,
     toy_rows=toy_rows,
+    toy_prompt_length=1536,  # DocMemo's toy prompts reach 1,268 tokens
     longest_episode=longest_episode,
     paper_recipe="docmemo_qwen2_5_vl_7b",
     services=(

@@ -92,6 +92,7 @@ HOOKS = EnvHooks(
     ),
     expert=expert,
     toy_rows=toy_rows,
+    toy_prompt_length=3072,  # MEMORA's toy prompts reach 2,739 tokens (the system prompt's pool of 30 candidates)
     longest_episode=longest_episode,
     paper_recipe="memora_qwen2_5_vl_7b",
     search_probe=SearchProbe(first_stage, (), "first_stage"),  # reset runs the first stage

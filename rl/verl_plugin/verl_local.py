@@ -95,6 +95,22 @@ def toy_built(recipe: Path, toy_dir: Path) -> bool:
     return (toy_policy(recipe, toy_dir) / "config.json").is_file()
 
 
+def toy_platform(env_id: str) -> list[str]:
+    """``recipes/platforms/toy.yaml``'s overrides for ``env_id``'s toy runs: its prompt length raised where the env's
+    toy prompts are longer (``EnvHooks.toy_prompt_length``), ``max_model_len`` with it. Only those envs pay the
+    longer padded width (the CPU actor computes every sequence at it)."""
+    from ragym.envs.hooks import env_hooks
+
+    overrides = platform_overrides("toy")
+    length = env_hooks(env_id).toy_prompt_length
+    if length is None:
+        return overrides
+    settings = dict(item.split("=", 1) for item in overrides)
+    response = int(settings["data.max_response_length"])
+    raised = {"data.max_prompt_length": length, "actor_rollout_ref.rollout.max_model_len": length + response}
+    return merge_overrides(overrides, [f"{key}={value}" for key, value in raised.items()])
+
+
 def toy_overrides(recipe: Path, toy_dir: Path, overrides: list[str]) -> list[str]:
     """Rows of the recipe's environment and a warm-started tiny policy in ``toy_dir`` (built once from the recipe
     and the platform ``overrides``), as overrides. ``verl_command`` checks the whole run's settings first."""
@@ -197,17 +213,17 @@ def verl_command(
     # Last: what vLLM's CPU backend needs wins over the toy's settings.
     late = [vllm_cpu_platform()] if on_cpu and rollout == "vllm" else []
     if toy is not None:
-        toy_platform = platform_overrides("toy")
+        toy_settings = toy_platform(toy_policy(path, toy.resolve()).name)
         if not toy_built(path, toy.resolve()):
             # The run's settings as they will be but for the toy's files: a recipe or override error (a misspelt
             # key, a trainer mode the rollout cannot run) is refused before minutes of building, not after.
-            planned = [*groups, toy_platform, *late]
+            planned = [*groups, toy_settings, *late]
             check_recipe(
                 path,
                 merge_overrides(*planned, *mode_platform(path, planned, overrides, on_cpu), overrides),
                 validate=False,
             )
-        groups += [toy_platform, toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
+        groups += [toy_settings, toy_overrides(path, toy.resolve(), merge_overrides(*groups))]
     groups += late
     groups += mode_platform(path, groups, overrides, on_cpu)
     merged = merge_overrides(*groups, overrides)

@@ -10,6 +10,7 @@ import pytest
 from ragym.envs.hooks import env_hooks, hooked_envs
 from ragym.rl.recipe.check import check_recipe, uncommented_knobs
 from ragym.rl.recipe.platforms import PLATFORMS_DIR, cluster_overrides, merge_overrides, platform_overrides
+from ragym.rl.verl_plugin.verl_local import toy_platform
 
 PAPER_RECIPES = sorted({env_hooks(env_id).paper_recipe for env_id in hooked_envs()} - {None})
 """Every env's paper recipe (``EnvHooks.paper_recipe``)."""
@@ -35,8 +36,10 @@ def test_cpu_and_toy_compose_on_every_paper_recipe(recipe: str) -> None:
 @pytest.mark.parametrize("recipe", PAPER_RECIPES)
 def test_every_toy_prompt_fits_the_toy_prompt_length(recipe: str, tiny_policy_dir, tmp_path) -> None:
     """The agent loop records a prompt over ``rollout.prompt_length`` as an error episode (verl's helper had cut it
-    from its start, silently): toy.yaml's 1024 was below MEMORA's (up to 2,488 of the toy policy's tokens) and
-    DocMemo's (1,268), so their toy runs trained on prompts without their start."""
+    from its start, silently): toy.yaml's 1024 was below MEMORA's (up to 2,739 of the toy policy's tokens) and
+    DocMemo's (1,268), so their toy runs trained on prompts without their start. Those envs raise it for their own
+    runs (``EnvHooks.toy_prompt_length``, ``toy_platform``); the others keep the platform's, a padded width the CPU
+    actor computes in full."""
     import asyncio
 
     import pandas as pd
@@ -50,8 +53,11 @@ def test_every_toy_prompt_fits_the_toy_prompt_length(recipe: str, tiny_policy_di
     env_id = toy_env(Path(recipe))
     data = toy_rows(env_id, tmp_path / env_id)
     policy = tiny_policy_dir("qwen2_5_vl")  # the toy's policy before its warm start: the same tokenizer
-    overrides = merge_overrides(platform_overrides("cpu"), platform_overrides("toy"))
+    overrides = merge_overrides(platform_overrides("cpu"), toy_platform(env_id))
     config = check_recipe(recipe, [*overrides, f"actor_rollout_ref.model.path={policy}"])
+    length = env_hooks(env_id).toy_prompt_length
+    assert config.actor_rollout_ref.rollout.prompt_length == (length or 1024)
+    assert config.actor_rollout_ref.rollout.max_model_len == (length or 1024) + 1024
     processor = load_processor(policy)
     loop = make_agent_loop(config, ScriptedServer(processor.tokenizer, ["x"]), processor.tokenizer, processor)
     for split in ("train", "test"):
