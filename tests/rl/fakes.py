@@ -123,13 +123,15 @@ class ScriptedServer:
         return call["output"]
 
 
-def rollout_config(response_length: int = 512, max_assistant_turns: int | None = None) -> DictConfig:
-    """The keys of verl's config the agent loop reads."""
+def rollout_config(
+    response_length: int = 512, max_assistant_turns: int | None = None, prompt_length: int = 1024
+) -> DictConfig:
+    """The keys of verl's config the agent loop reads (a longer prompt is an error episode)."""
     return OmegaConf.create(
         {
             "actor_rollout_ref": {
                 "rollout": {
-                    "prompt_length": 1024,
+                    "prompt_length": prompt_length,
                     "response_length": response_length,
                     "full_determinism": False,
                     "multi_turn": {"max_assistant_turns": max_assistant_turns},

@@ -14,6 +14,7 @@ from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import resolve_recipe_path
 from ragym.rl.recipe.platforms import merge_overrides, platform_overrides
 from ragym.rl.tiny import warm
+from ragym.rl.verl_plugin.verl_local import toy_platform
 
 
 def test_the_warm_start_imitates_with_one_torch_thread(
@@ -30,7 +31,7 @@ def test_the_warm_start_imitates_with_one_torch_thread(
     monkeypatch.setattr(warm, "imitate", imitate)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     rows = pd.read_parquet(toy_rows("MEMORA-v0", tmp_path / "toy") / "train.parquet").to_dict("records")
-    overrides = merge_overrides(platform_overrides("cpu"), platform_overrides("toy"))
+    overrides = merge_overrides(platform_overrides("cpu"), toy_platform("MEMORA-v0"))
     config = check_recipe(resolve_recipe_path("memora_qwen2_5_vl_7b"), overrides, validate=False)
     original = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -58,7 +59,7 @@ def test_the_toy_warm_start_imitates_the_experts_turns_each_pass_at_weight_one(
         warm, "imitate", lambda model, inputs, epochs, cfg: received.append((epochs, cfg)) or [0.0]
     )
     rows = pd.read_parquet(toy_rows("MEMORA-v0", tmp_path / "toy") / "train.parquet").to_dict("records")
-    overrides = merge_overrides(platform_overrides("cpu"), platform_overrides("toy"))
+    overrides = merge_overrides(platform_overrides("cpu"), toy_platform("MEMORA-v0"))
     config = check_recipe(resolve_recipe_path("memora_qwen2_5_vl_7b"), overrides, validate=False)
     policy = tiny_policy_dir("qwen2_5_vl")
     warm.warm_start(policy, rows, config, tmp_path / "warm", seed=0)

@@ -322,7 +322,9 @@ def test_every_registered_env_is_shown_from_its_events_and_observations(env_id, 
         "extra_info": {"index": 0, "env_id": env_id, "env_kwargs": "{}", "env_options": "null"},
     }
     server = ScriptedServer(processor.tokenizer, ["hello", "<answer>"])
-    loop = make_agent_loop(rollout_config(max_assistant_turns=2), server, processor.tokenizer, processor)
+    # Room for every env's first prompt at its default settings (MEMORA's and DocMemo's run past 1024 tokens).
+    config = rollout_config(max_assistant_turns=2, prompt_length=16384)
+    loop = make_agent_loop(config, server, processor.tokenizer, processor)
     params = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": False}
     output = asyncio.run(loop.run(params, extra_info=row["extra_info"], raw_prompt=[], priority=0))
     result = EpisodeResult(0, "g0", output, {"score": 0.0, "reward/format": 0.0})
