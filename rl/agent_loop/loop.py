@@ -239,9 +239,8 @@ class RagymEnvAgentLoop(AgentLoopBase):
             token_ids, cut = await self._generate(episode, sampling_params)
             text = self.tokenizer.decode(token_ids, skip_special_tokens=True)
             episode.turns.append(text)
-            if (
-                cut is not None
-            ):  # a turn the env never sees (docs/rewards.md): the rewards judge it by its text
+            # A cut turn the env never sees (docs/rewards.md): the rewards judge it by its text.
+            if cut is not None:
                 return self._truncate(episode, len(episode.turns) - 1, cut)
             turn = len(episode.turns) - 1
             try:
