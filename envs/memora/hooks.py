@@ -16,6 +16,11 @@ from ragym.envs.scripted import OneTurn
 
 NUM_TOY_ROWS = 16
 """Rows per split (queries of the synthetic domain, in stream order)."""
+TOY_KWARGS = {"kc": 12, "doc_chars": 120}
+"""The toy rows' env settings beside their memory folder: 12 candidates shown (the paper's K_c is 30) of 120
+characters each. The toy policy's episode is one turn (the expert stops at once), so its prompt is nearly all its
+sequence, and the CPU actor's cost grows with its square: with K_c = 30 the prompts reached 2,879 of the tiny
+policy's tokens (MEMORA's separate_async toy run took 898 s in the suite), with these 1,793."""
 
 
 def expert(env: Any, seed: int) -> Any:
@@ -42,7 +47,7 @@ def toy_rows(out: Path) -> None:
             "domain": domain.name,
         }
         truth = {"qrels": query["qrels"], "excluded_ids": query["excluded_ids"]}
-        kwargs = {"memory_dir": str(memory.resolve()), "memory_frozen": split == "test"}
+        kwargs = {**TOY_KWARGS, "memory_dir": str(memory.resolve()), "memory_frozen": split == "test"}
         return toy_row("MEMORA-v0", index, split, "synthetic_memora", truth, options, kwargs)
 
     write_splits(
@@ -92,7 +97,7 @@ HOOKS = EnvHooks(
     ),
     expert=expert,
     toy_rows=toy_rows,
-    toy_prompt_length=3072,  # MEMORA's toy prompts reach 2,739 tokens (the system prompt's pool of 30 candidates)
+    toy_prompt_length=2048,  # MEMORA's toy prompts reach 1,793 tokens (the first observation's 12 candidates)
     longest_episode=longest_episode,
     paper_recipe="memora_qwen2_5_vl_7b",
     search_probe=SearchProbe(first_stage, (), "first_stage"),  # reset runs the first stage
