@@ -124,6 +124,24 @@ def load_processor(path: str | Path) -> ProcessorMixin:
     return processor
 
 
+def position_problem(path: str | Path, prompt_length: int, response_length: int) -> str | None:
+    """Why a rollout of ``prompt_length`` + ``response_length`` tokens does not fit the policy at ``path`` (a peft
+    adapter folder: its base), or None: the Hugging Face engine would run it on positions the model never had, where
+    vLLM refuses it. The limit is the config's ``max_position_embeddings`` (a VL model's ``text_config`` holds it);
+    a config without one refuses nothing."""
+    config = AutoConfig.from_pretrained(adapter_base(path) if is_adapter_dir(path) else path)
+    # transformers' configs carry their fields as attributes; a model family may define no position limit.
+    positions = getattr(config.get_text_config(), "max_position_embeddings", None)
+    longest = prompt_length + response_length
+    if positions is None or longest <= positions:
+        return None
+    return (
+        f"actor_rollout_ref.rollout.prompt_length {prompt_length} + response_length {response_length} = {longest} "
+        f"exceeds the policy's max_position_embeddings {positions} ({path}): lower them (data.max_prompt_length, "
+        "data.max_response_length) or use a model with more positions"
+    )
+
+
 def load_policy(
     path: str | Path,
     dtype: torch.dtype = torch.float32,

@@ -129,6 +129,8 @@ class EngineConfig:
     """Training sampling params (temperature, top_p, top_k, logprobs)."""
     val_sampling: dict[str, Any]
     """Evaluation sampling params (``rollout.val_kwargs``; greedy when ``do_sample`` is false)."""
+    prompt_length: int
+    """Token budget of one episode's prompt (``rollout.prompt_length``)."""
     response_length: int
     """Token budget of one episode's response side (``rollout.response_length``)."""
     update: UpdateConfig
@@ -284,6 +286,7 @@ def read_engine_config(reader: RecipeReader) -> EngineConfig:
         rollout_n=n,
         sampling={"temperature": temperature, "top_p": g(f"{rollout}.top_p"), "top_k": g(f"{rollout}.top_k")},
         val_sampling=val_sampling,
+        prompt_length=g(f"{rollout}.prompt_length"),
         response_length=g(f"{rollout}.response_length"),
         update=update,
         lr=g(f"{actor}.optim.lr"),

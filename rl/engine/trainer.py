@@ -55,7 +55,7 @@ from ragym.rl.engine.resume import LATEST, check_same_run, latest_checkpoint, re
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GuardMonitor, GuardStop
 from ragym.rl.lora import add_adapters, save_adapter, trainable_parameters
-from ragym.rl.models import load_policy
+from ragym.rl.models import load_policy, position_problem
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
 
@@ -126,6 +126,10 @@ class LocalTrainer:
             check_same_run(
                 state.get("config"), config, state.get("data"), self.train_set.fingerprint(), resume
             )
+        # The Hugging Face policy would run positions it never had (vLLM refuses such a length itself).
+        problem = position_problem(cfg.model_path, cfg.prompt_length, cfg.response_length)
+        if problem is not None:
+            raise UsageError(problem)
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)  # verl's agent loop binds to the current loop at construction
         # Under LoRA the base always comes from the recipe's model, the adapters from the checkpoint.

@@ -37,6 +37,7 @@ from ragym.rl.errors import UsageError
 from ragym.rl.eval.args import EvalConfig, parse_eval_args
 from ragym.rl.eval.backends import Backend, choose_backend, hf_backend, vllm_backend
 from ragym.rl.lora import ADAPTER_CONFIG, is_adapter_dir
+from ragym.rl.models import position_problem
 from ragym.rl.recipe.counts import switch_problems
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
 from ragym.rl.view.trace import TraceConfig, TraceWriter
@@ -329,6 +330,10 @@ def main(argv: list[str]) -> int:
             pixels,
         )
     else:
+        # vLLM refuses a length past the model's positions; the Hugging Face model would run it on positions it never had.
+        problem = position_problem(args.model, rollout.prompt_length, rollout.response_length)
+        if problem is not None:
+            raise UsageError(problem)
         use_torch_threads()  # on CPU (and for a GPU's host-side work): robust beside other processes
         backend = hf_backend(args.model, rollout.response_length, cfg.batch_wait_s, cfg.seed, pixels)
     check_processor_factor(recipe_images(config), backend.processor)

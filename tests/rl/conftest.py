@@ -31,6 +31,18 @@ def tiny_policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str],
     return get
 
 
+SHORT_POSITIONS = 1024 + 16
+"""``max_position_embeddings`` of ``short_policy_dir``: the tiny recipe's prompt length and a 16-token response fit
+exactly."""
+
+
+@pytest.fixture(scope="session")
+def short_policy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny Qwen2.5-VL policy (seed 0) whose positions end at ``SHORT_POSITIONS``: longer rollouts are refused."""
+    config = TinyPolicyConfig(max_position_embeddings=SHORT_POSITIONS)
+    return build_tiny_policy("qwen2_5_vl", tmp_path_factory.mktemp("tiny_short"), seed=0, config=config)
+
+
 @pytest.fixture(scope="session")
 def real_policy(tmp_path_factory: pytest.TempPathFactory):
     """``real_policy(arch)``: (folder, processor) of a tiny policy with the real model's patch, merge and pixels."""

@@ -286,3 +286,34 @@ def test_the_engine_reads_every_switch_as_true_or_false(key: str) -> None:
         UsageError, match=f"^{re.escape(key)} 'no' is not true or false; set {re.escape(key)}=true"
     ):
         read_engine_config(reader)
+
+
+def test_lengths_past_the_policys_positions_are_refused_before_the_model_loads(
+    base, short_policy_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hugging Face policy ran positions it never had (vLLM refuses such lengths itself): prompt_length 1024 +
+    response_length 17 is one past the short policy's 1040 positions, refused before the model loads; 1024 + 16 fits
+    and trains as before."""
+    from ragym.rl.errors import UsageError
+
+    loaded: list[Any] = []
+    real = trainer_module.load_policy
+    monkeypatch.setattr(trainer_module, "load_policy", lambda *args: loaded.append(args) or real(*args))
+    policy = {"actor_rollout_ref.model.path": str(short_policy_dir)}
+    longer = {**policy, f"{ROLLOUT}.response_length": 17}
+    message = (
+        "actor_rollout_ref.rollout.prompt_length 1024 + response_length 17 = 1041 exceeds the policy's "
+        f"max_position_embeddings 1040 ({short_policy_dir}): lower them (data.max_prompt_length, "
+        "data.max_response_length) or use a model with more positions"
+    )
+    threads = torch.get_num_threads()
+    with (
+        pytest.raises(UsageError, match=f"^{re.escape(message)}$"),
+        engine(base, tmp_path / "long", **longer),
+    ):
+        pass
+    torch.set_num_threads(threads)  # the refused trainer had set them (``engine`` restores a built one's)
+    assert loaded == []
+    with engine(base, tmp_path / "fits", **policy) as trainer:
+        metrics = trainer.train_step()
+    assert len(loaded) == 1 and "reward/total" in metrics

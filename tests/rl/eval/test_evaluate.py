@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -253,6 +254,46 @@ def test_cli_runs_the_hf_backend_end_to_end(
     assert (
         score(["--recipe", "recipes/rewards/mmagent_r2.yaml", "--episodes", str(out / "rollouts.jsonl")]) == 0
     )
+
+
+def test_hf_lengths_past_the_policys_positions_are_refused_before_the_model_loads(
+    kb_rows: tuple[Path, list[dict[str, Any]]],
+    short_policy_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Hugging Face backend ran positions the policy never had (vLLM refuses such lengths itself): prompt_length
+    1024 + response_length 48 is past the short policy's 1040 positions, refused before it loads; 1024 + 16 fits
+    and evaluates as before."""
+    from ragym.rl.errors import UsageError
+    from ragym.rl.eval import evaluate
+
+    loaded: list[Any] = []
+    real = evaluate.hf_backend
+    monkeypatch.setattr(evaluate, "hf_backend", lambda *args: loaded.append(args) or real(*args))
+    kb_dir, _ = kb_rows
+
+    def run(response_length: int, out: Path) -> int:
+        return evaluate.main(
+            [
+                *("--model", str(short_policy_dir), "--data", str(kb_dir / "data" / "test.parquet")),
+                *("--out", str(out), "--recipe", "kbvqa_tiny_cpu", "--limit", "1", "--backend", "hf"),
+                f"data.max_response_length={response_length}",
+                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=1",
+            ]
+        )
+
+    message = (
+        "actor_rollout_ref.rollout.prompt_length 1024 + response_length 48 = 1072 exceeds the policy's "
+        f"max_position_embeddings 1040 ({short_policy_dir}): lower them (data.max_prompt_length, "
+        "data.max_response_length) or use a model with more positions"
+    )
+    with pytest.raises(UsageError, match=f"^{re.escape(message)}$"):
+        run(48, tmp_path / "long")
+    assert loaded == [] and not (tmp_path / "long").exists()
+    assert run(16, tmp_path / "fits") == 0
+    assert len(loaded) == 1
+    assert json.loads((tmp_path / "fits" / "metrics.json").read_text())["all"]["num_episodes"] == 1
 
 
 def test_gold_ranks_of_demo_rows_ignore_the_demo_aids(tmp_path: Path) -> None:
