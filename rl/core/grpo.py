@@ -252,8 +252,9 @@ def accumulate_gradients(
     for micro in micros:
         stats = _micro_step(model, image_inputs, batch, micro, loss_fn, actor_config, cfg, single_pass)
         for key, value in stats.items():
-            # Losses are shares of the mini-batch loss (sum them); ratios/entropy are averaged.
-            share = 1.0 if key.endswith("_loss") else len(micro) / len(mini)
+            # As verl's actor: losses are shares of the mini-batch loss (summed); the policy loss's metrics
+            # (pg_clipfrac, ppo_kl: token means of one micro-batch) are a plain mean of the micro-batch values.
+            share = 1.0 if key.endswith("_loss") else 1 / len(micros)
             totals[key] = totals.get(key, 0.0) + share * value
     return totals
 

@@ -158,6 +158,46 @@ def test_entropy_metric_is_verls_over_the_step_batch_before_the_update(actor_con
     assert metrics["actor/entropy"] == pytest.approx(float(expected), rel=1e-5)
 
 
+@pytest.mark.parametrize("loss_agg_mode", ["token-mean", "seq-mean-token-sum"])
+def test_clip_and_kl_metrics_are_verls_plain_mean_over_micro_batches(loss_agg_mode):
+    """verl's policy loss logs ``actor/pg_clipfrac`` and ``actor/ppo_kl`` per micro-batch as a token mean (whatever
+    ``loss_agg_mode``), and its actor averages the micro-batch values plainly (``AggregationType.MEAN``); a mean
+    weighted by each micro-batch's episodes is another number once the micro-batches differ in size (2 + 1 here).
+    """
+    actor = verl_defaults().actor_rollout_ref.actor
+    overrides = {"ppo_micro_batch_size_per_gpu": 1, "ppo_mini_batch_size": 1, "loss_agg_mode": loss_agg_mode}
+    actor_config = omega_conf_to_dataclass(OmegaConf.merge(actor, overrides))
+    model = build_model()
+    inputs = ImageInputs(image_processor())
+    samples = _samples([1.0, 0.0, 0.5, 0.0], ["a", "a", "b", "b"], seed=7)
+    batch = assemble(samples)
+    compute_advantages(batch, AlgoConfig(), _cfg())
+    length = batch.response_mask.shape[1]
+    # Old log-probs off the current ones by up to 0.5 nats: some ratios leave verl's clip range [0.8, 1.2].
+    with torch.no_grad():
+        log_prob, _ = response_log_probs(model, inputs, samples, length, 1.0)
+    noise = torch.rand(log_prob.shape, generator=torch.Generator().manual_seed(0)) - 0.5  # [N, R]
+    batch.old_log_prob = log_prob + noise
+    mini, micros = [0, 1, 2], [[0, 1], [2]]
+    clipfrac, kl = [], []
+    for micro in micros:  # verl's compute_policy_loss_vanilla, by hand, on one micro-batch
+        with torch.no_grad():
+            current, _ = response_log_probs(model, inputs, [samples[i] for i in micro], length, 1.0)
+        mask, advantages = batch.response_mask[micro], batch.advantages[micro]
+        log_ratio = (current - batch.old_log_prob[micro]).clamp(-20.0, 20.0)
+        ratio = log_ratio.exp()
+        clipped = -advantages * ratio.clamp(0.8, 1.2) > -advantages * ratio
+        clipfrac.append(float((clipped * mask).sum() / mask.sum()))
+        kl.append(float((-log_ratio * mask).sum() / mask.sum()))
+    stats = accumulate_gradients(
+        model, inputs, batch, mini, actor_config, _cfg(micro_batch_size=2), single_pass=False
+    )
+    for key, values in (("actor/pg_clipfrac", clipfrac), ("actor/ppo_kl", kl)):
+        weighted = (2 * values[0] + values[1]) / 3  # by episodes: the number verl does not log
+        assert abs(weighted - np.mean(values)) > 1e-3  # the two definitions differ on this batch
+        assert stats[key] == pytest.approx(float(np.mean(values)), abs=1e-6)
+
+
 @pytest.mark.parametrize(
     ("mini", "micro", "epochs", "shuffle"),
     [(4, 2, 1, False), (2, 1, 1, False), (4, 4, 2, True)],  # one pass; two mini-batches; two PPO epochs
