@@ -8,12 +8,13 @@ Retrieval (``envs/retrieval``) needs neither and imports nothing outside itself.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -44,25 +45,29 @@ def read_jsonl(path: str | Path, *, yield_broken: bool = False) -> Iterator[tupl
     """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    # Bytes, decoded line by line: one line that is not UTF-8 is one broken line, not the end of the file.
     with opener(path, "rb") as lines:
-        for number, raw in enumerate(lines, 1):
-            try:
-                line = raw.decode("utf-8")
-                if not line.strip():
-                    continue
-                value = json.loads(line)
-            except ValueError as err:  # UnicodeDecodeError or json.JSONDecodeError
-                if not yield_broken:
-                    raise JsonlError(path, number, err) from err
-                value = JsonlError(path, number, err)
-            yield number, value
+        yield from _parse_lines(path, lines, yield_broken)
 
 
-def read_log(path: str | Path) -> list[Any]:
+def _parse_lines(path: Path, lines: Iterable[bytes], yield_broken: bool) -> Iterator[tuple[int, Any]]:
+    # Bytes, decoded line by line: one line that is not UTF-8 is one broken line, not the end of the file.
+    for number, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode("utf-8")
+            if not line.strip():
+                continue
+            value = json.loads(line)
+        except ValueError as err:  # UnicodeDecodeError or json.JSONDecodeError
+            if not yield_broken:
+                raise JsonlError(path, number, err) from err
+            value = JsonlError(path, number, err)
+        yield number, value
+
+
+def read_log(path: str | Path, data: bytes | None = None) -> list[Any]:
     """The values of an append-only JSON-lines log (a run's metrics, its traces), in order. A last line a killed
     writer cut short (not JSON, no closing newline) is left out with a warning naming it; any other line that is
-    not JSON raises ``JsonlError``.
+    not JSON raises ``JsonlError``. ``data``: the file's bytes, when the caller has read them (it acts on them).
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "metrics.jsonl"
@@ -71,19 +76,16 @@ def read_log(path: str | Path) -> list[Any]:
     [{'step': 1}]
     """
     path = Path(path)
-    values = [value for _, value in read_jsonl(path, yield_broken=True)]
-    if values and isinstance(values[-1], JsonlError) and not _ends_line(path):
+    # One read: in two (the lines, then the last byte), a line the writer finishes between them reads as cut
+    # short in the first and as whole in the second, and is refused as a broken line.
+    data = path.read_bytes() if data is None else data
+    values = [value for _, value in _parse_lines(path, io.BytesIO(data), yield_broken=True)]
+    if values and isinstance(values[-1], JsonlError) and not data.endswith(b"\n"):
         logger.warning("left out %s: the last line, which a killed run cut short", values.pop())
     broken = next((value for value in values if isinstance(value, JsonlError)), None)
     if broken is not None:
         raise broken
     return values
-
-
-def _ends_line(path: Path) -> bool:
-    with path.open("rb") as file:
-        file.seek(-1, os.SEEK_END)
-        return file.read(1) == b"\n"
 
 
 @overload

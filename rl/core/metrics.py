@@ -185,8 +185,10 @@ def drop_metrics_after(output_dir: str | Path, step: int) -> int:
     path = Path(output_dir) / METRICS_FILE
     if not path.is_file():
         return 0
-    lines = [line for line in path.read_bytes().split(b"\n") if line.strip()]
-    records = read_log(path)  # a last line the kill cut short is left out (and rewritten without)
+    # One read: the rows counted, kept and rewritten are the same rows, whatever a late writer appends meanwhile.
+    data = path.read_bytes()
+    lines = [line for line in data.split(b"\n") if line.strip()]
+    records = read_log(path, data)  # a last line the kill cut short is left out (and rewritten without)
     kept = [record for record in records if record["step"] <= step]
     if len(kept) < len(lines):
         tmp = path.with_suffix(".jsonl.tmp")

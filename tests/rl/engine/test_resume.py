@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from ragym.envs import files
 from ragym.rl.core.metrics import drop_metrics_after, read_metrics
 from ragym.rl.engine.resume import LATEST, check_same_run, resume_point
 from ragym.rl.errors import UsageError
@@ -113,6 +116,43 @@ def test_a_metrics_line_a_kill_cut_short_is_dropped_with_the_unsaved_steps(tmp_p
         f.write('{"step": 3, "reward/total": 0.')  # killed while appending step 3's row
     assert drop_metrics_after(tmp_path, 1) == 2
     assert (tmp_path / "metrics.jsonl").read_text() == '{"step": 1, "x": 1.0}\n'
+
+
+def _finish_after_read(monkeypatch, path: Path, rest: str, after: int) -> None:
+    """The killed run's writer appends ``rest`` (the end of its last row) right after the ``after``-th read of
+    ``path``: the row is cut short for the reads before and whole for the reads after."""
+    real_open, reads = io.open, []
+
+    def tracked(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        if not isinstance(file, str | os.PathLike) or Path(file) != path or "r" not in mode:
+            return handle
+        reads.append(mode)
+        if len(reads) != after:
+            return handle
+        with handle:
+            content = handle.read()
+        with real_open(path, "a") as f:
+            f.write(rest)
+        return io.BytesIO(content) if "b" in mode else io.StringIO(content)
+
+    monkeypatch.setattr(io, "open", tracked)  # pathlib's reads
+    monkeypatch.setattr(files, "open", tracked, raising=False)  # read_jsonl's
+
+
+@pytest.mark.parametrize("after", [1, 2, 3])
+def test_a_row_the_killed_run_finishes_while_the_resume_reads_the_metrics_is_dropped(
+    tmp_path, monkeypatch, after
+):
+    """The resume reads ``metrics.jsonl`` once: read in several passes, the row a killed run was still appending
+    read cut short in one pass and whole in the next, and the resume failed on a line that is "not JSON"."""
+    _fake_run(tmp_path, [1], latest=1, logged=[1, 2])
+    path = tmp_path / "metrics.jsonl"
+    with path.open("a") as f:
+        f.write('{"step": 3, "reward/total": 0.')
+    _finish_after_read(monkeypatch, path, "5}\n", after)
+    assert drop_metrics_after(tmp_path, 1) == 2
+    assert path.read_text() == '{"step": 1, "x": 1.0}\n'
 
 
 def test_a_changed_setting_is_refused_by_name():
