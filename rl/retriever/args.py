@@ -8,16 +8,20 @@ usage error take a moment; each command's ``main`` parses with the same function
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from ragym.rl.retriever.config import REPO_ROOT
+
+_OVERRIDE = re.compile(r"[A-Za-z_]\w*\.[\w.]+=")
+"""A ``section.key=value`` recipe override, as opposed to a file path."""
 
 SKEPTICS_JSONL = REPO_ROOT.parent / "shared" / "data" / "stackexchange_skeptics" / "web_science_dataset.jsonl"
 """The shared Skeptics pairs (outside the repository; never copied into it)."""
 
 
 def parse_train_retriever_args(argv: list[str] | None) -> argparse.Namespace:
-    """``ragym train-retriever --recipe R [--ablation] [--no-export] [--bright C Q R] [section.key=value ...]``."""
+    """``ragym train-retriever --recipe R [--ablation] [--no-export] [--bright C Q [R]] [section.key=value ...]``."""
     parser = argparse.ArgumentParser(
         prog="ragym train-retriever",
         description="train MEMORA-R, evaluate it, export model + faiss index",
@@ -31,9 +35,21 @@ def parse_train_retriever_args(argv: list[str] | None) -> argparse.Namespace:
         "overrides", nargs="*", metavar="SECTION.KEY=VALUE", help="recipe overrides, e.g. train.max_steps=1"
     )
     parser.add_argument(
-        "--bright", nargs=3, metavar=("CORPUS", "QUERIES", "QRELS"), help="also evaluate on a BRIGHT task"
+        "--bright",
+        nargs="+",
+        metavar="FILE",
+        help="also evaluate on a BRIGHT task: CORPUS QUERIES [QRELS] (no QRELS: the queries' gold_ids, as BRIGHT's "
+        "run.py)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.bright:
+        # The files take every item after --bright: section.key=value items there are the overrides.
+        num_files = next((i for i, item in enumerate(args.bright) if _OVERRIDE.match(item)), len(args.bright))
+        args.overrides += args.bright[num_files:]
+        args.bright = args.bright[:num_files]
+        if len(args.bright) not in (2, 3):
+            parser.error(f"--bright takes CORPUS QUERIES [QRELS]: 2 or 3 files, got {len(args.bright)}")
+    return args
 
 
 def parse_retriever_demo_args(argv: list[str] | None) -> argparse.Namespace:

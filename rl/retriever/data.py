@@ -132,24 +132,41 @@ def _excluded_ids(row: dict[str, Any], where: str) -> frozenset[str]:
     return frozenset(str(d) for d in ids if str(d) != "N/A")
 
 
-def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path) -> EvalSet:
+def _gold_qrels(row: dict[str, Any], corpus: dict[str, str], corpus_path: Path, where: str) -> dict[str, int]:
+    """A BRIGHT ``examples`` row's qrels as BRIGHT's run.py builds them: relevance 1 for each of its ``gold_ids``."""
+    ids = row.get("gold_ids")
+    if not isinstance(ids, list) or not ids:
+        raise UsageError(
+            f"{where}: no gold_ids to judge the query by (got {ids!r:.60}); give a QRELS file for such queries"
+        )
+    missing = [str(d) for d in ids if str(d) not in corpus]
+    if missing:
+        raise UsageError(f"{where}: gold id {missing[0]!r} is not in {corpus_path}")
+    return {str(d): 1 for d in ids}
+
+
+def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path | None = None) -> EvalSet:
     """A BRIGHT-format task: corpus and queries jsonl (``id``/``text`` style fields) plus TREC qrels; queries that
     are BRIGHT's ``examples`` rows bring their ``excluded_ids``, removed from the ranking as BRIGHT's run.py does
-    (one that is also relevant in the qrels is an error naming the file, as run.py asserts)."""
+    (one that is also relevant in the qrels is an error naming the file, as run.py asserts). Without
+    ``qrels_path`` the qrels are the rows' ``gold_ids`` at relevance 1, as run.py builds them (a row without gold
+    ids, or with one the corpus lacks, is an error naming the file and row)."""
     corpus = {}
     for i, row in read_jsonl(corpus_path):
         where = f"{corpus_path}:{i}"
         corpus[str(_pick(row, ("id", "_id", "docid"), where))] = _pick(
             row, ("text", "contents", "content"), where
         )
-    queries, excluded = {}, {}
+    queries, excluded, gold = {}, {}, {}
     for i, row in read_jsonl(queries_path):
         where = f"{queries_path}:{i}"
         qid = str(_pick(row, ("id", "_id", "query_id", "qid"), where))
         queries[qid], excluded[qid] = _pick(row, ("query", "text"), where), _excluded_ids(row, where)
-    qrels = read_trec_qrels(qrels_path)
+        if qrels_path is None:
+            gold[qid] = _gold_qrels(row, corpus, corpus_path, f"{where}: query {qid!r}")
+    qrels = read_trec_qrels(qrels_path) if qrels_path is not None else gold
     if not any(rel > 0 for rels in qrels.values() for rel in rels.values()):
-        raise UsageError(f"{qrels_path}: no query with a relevant document")
+        raise UsageError(f"{qrels_path or queries_path}: no query with a relevant document")
     missing = sorted(set(qrels) - set(queries))
     if missing:
         raise UsageError(
@@ -158,7 +175,6 @@ def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path) -> Eval
     for qid, rels in qrels.items():
         overlap = sorted(d for d, rel in rels.items() if rel > 0 and d in excluded[qid])
         if overlap:
-            raise UsageError(
-                f"{queries_path}: query {qid!r} excludes {overlap[:3]}, relevant in {qrels_path}"
-            )
+            judged_in = qrels_path or "its gold_ids"
+            raise UsageError(f"{queries_path}: query {qid!r} excludes {overlap[:3]}, relevant in {judged_in}")
     return EvalSet(queries, corpus, qrels, {qid: ids for qid, ids in excluded.items() if ids})

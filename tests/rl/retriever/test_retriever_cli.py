@@ -11,6 +11,7 @@ import yaml
 from ragym.rl.errors import UsageError
 from ragym.rl.retriever import cli as retriever_train
 from ragym.rl.retriever import demo as retriever_demo
+from ragym.rl.retriever.args import parse_train_retriever_args
 from ragym.rl.retriever.export import load_dense_retriever
 from tests.rl.retriever_fixtures import prepared_dir, write_pairs_jsonl
 
@@ -76,3 +77,15 @@ def test_retriever_demo_writes_before_after_and_table(tmp_path: Path) -> None:
 def test_demo_names_a_missing_input(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="nowhere.jsonl"):
         retriever_demo.main(["--out", str(tmp_path), "--input", str(tmp_path / "nowhere.jsonl")])
+
+
+def test_bright_takes_its_qrels_file_or_none_and_leaves_the_overrides_after_it() -> None:
+    """``--bright CORPUS QUERIES [QRELS]``: without QRELS the queries' gold ids judge them (``load_bright``); a
+    ``section.key=value`` item after the files is an override, not the qrels file."""
+    argv = ["--recipe", "r", "--bright", "docs.jsonl", "examples.jsonl"]
+    args = parse_train_retriever_args([*argv, "train.max_steps=1"])
+    assert args.bright == ["docs.jsonl", "examples.jsonl"] and args.overrides == ["train.max_steps=1"]
+    args = parse_train_retriever_args([*argv, "qrels.tsv", "train.max_steps=1"])
+    assert args.bright == [*argv[3:], "qrels.tsv"] and args.overrides == ["train.max_steps=1"]
+    with pytest.raises(SystemExit):
+        parse_train_retriever_args(argv[:-1])  # a corpus alone

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from ragym.envs.retrieval.encoders import make_text_encoder
@@ -25,6 +26,7 @@ from ragym.rl.retriever.data import EvalSet, heldout_eval_set, load_bright, load
 from ragym.rl.retriever.evaluate import EvalConfig, dense_run, encode, evaluate_encoder, score_run
 from ragym.rl.retriever.export import export_retriever, load_dense_retriever
 from ragym.rl.retriever.train import load_encoder
+from tests.data_prep.bright_fixtures import BRIGHT_DOCS, write_bright
 from tests.rl.retriever_fixtures import prepared_dir
 
 
@@ -130,6 +132,48 @@ def test_bright_qrels_with_nothing_relevant_are_refused_naming_the_file(tmp_path
     # every query would be unjudged: evaluation failed after training with a message naming no file
     with pytest.raises(UsageError, match=r"qrels.tsv: no query with a relevant document"):
         load_bright(*_bright_files(tmp_path, "q0\t0\td0\t0\n"))
+
+
+def _official_bright(tmp: Path, ids: list[str]) -> tuple[Path, Path, list[dict]]:
+    """BRIGHT's ``documents`` and its ``examples`` rows ``ids`` as jsonl, from the hub-format fixture."""
+    raw = write_bright(tmp / "hub")
+    table = pd.read_parquet(raw / "examples" / "biology-00000-of-00001.parquet")
+    rows = [
+        {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in row.items()}
+        for row in table.to_dict("records")
+        if row["id"] in ids
+    ]
+    corpus, queries = tmp / "documents.jsonl", tmp / "examples.jsonl"
+    corpus.write_text("".join(json.dumps({"id": d, "content": c}) + "\n" for d, c in BRIGHT_DOCS.items()))
+    queries.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return corpus, queries, rows
+
+
+def test_bright_without_qrels_judges_each_query_by_its_gold_ids(tmp_path: Path, encoder) -> None:
+    """BRIGHT ships no qrels file: its run.py judges each ``examples`` row by ``{gid: 1 for gid in gold_ids}``."""
+    corpus, queries, rows = _official_bright(tmp_path, ["0", "1"])
+    bright = load_bright(corpus, queries)
+    assert bright.qrels == {row["id"]: dict.fromkeys(row["gold_ids"], 1) for row in rows}
+    assert len(bright.qrels["0"]) == 3 and bright.excluded == {"1": frozenset({"moth_lamps/Lamp_2.txt"})}
+    assert evaluate_encoder(encoder, bright, EvalConfig(recall_ks=(1,)))["num_queries"] == 2
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ("3", r"examples.jsonl:2: query '3': no gold_ids to judge the query by \(got \[\]\)"),
+        ("4", r"examples.jsonl:2: query '4': gold id 'moth_lamps/Lamp_9.txt' is not in .*documents.jsonl$"),
+        ("5", r"examples.jsonl: query '5' excludes \['moth_lamps/Lamp_2.txt'\], relevant in its gold_ids"),
+    ],
+)
+def test_bright_rows_that_cannot_be_judged_by_their_gold_ids_are_refused(
+    tmp_path: Path, row: str, message: str
+) -> None:
+    """Without a qrels file a row with no gold id would go unjudged (left out of the scores silently), and a gold
+    id the corpus lacks could never be retrieved (scored 0 for no fault of the encoder)."""
+    corpus, queries, _ = _official_bright(tmp_path, ["0", row])
+    with pytest.raises(UsageError, match=message):
+        load_bright(corpus, queries)
 
 
 @pytest.mark.parametrize(
