@@ -151,17 +151,22 @@ def load_bright(corpus_path: Path, queries_path: Path, qrels_path: Path | None =
     (one that is also relevant in the qrels is an error naming the file, as run.py asserts). Without
     ``qrels_path`` the qrels are the rows' ``gold_ids`` at relevance 1, as run.py builds them (a row without gold
     ids, or with one the corpus lacks, is an error naming the file and row)."""
-    corpus = {}
+    corpus: dict[str, str] = {}
     for i, row in read_jsonl(corpus_path):
         where = f"{corpus_path}:{i}"
-        corpus[str(_pick(row, ("id", "_id", "docid"), where))] = _pick(
-            row, ("text", "contents", "content"), where
-        )
+        docid = str(_pick(row, ("id", "_id", "docid"), where))
+        if docid in corpus:  # the second row would replace the first's text unseen
+            raise UsageError(f"{where}: document id {docid!r} is given twice")
+        corpus[docid] = _pick(row, ("text", "contents", "content"), where)
     queries, excluded, gold = {}, {}, {}
     for i, row in read_jsonl(queries_path):
         where = f"{queries_path}:{i}"
         qid = str(_pick(row, ("id", "_id", "query_id", "qid"), where))
+        if qid in queries:
+            raise UsageError(f"{where}: query id {qid!r} is given twice")
         queries[qid], excluded[qid] = _pick(row, ("query", "text"), where), _excluded_ids(row, where)
+        if not str(queries[qid]).strip():
+            raise UsageError(f"{where}: query {qid!r} has no text")
         if qrels_path is None:
             gold[qid] = _gold_qrels(row, corpus, corpus_path, f"{where}: query {qid!r}")
     qrels = read_trec_qrels(qrels_path) if qrels_path is not None else gold

@@ -164,6 +164,7 @@ def test_bright_without_qrels_judges_each_query_by_its_gold_ids(tmp_path: Path, 
         ("3", r"examples.jsonl:2: query '3': no gold_ids to judge the query by \(got \[\]\)"),
         ("4", r"examples.jsonl:2: query '4': gold id 'moth_lamps/Lamp_9.txt' is not in .*documents.jsonl$"),
         ("5", r"examples.jsonl: query '5' excludes \['moth_lamps/Lamp_2.txt'\], relevant in its gold_ids"),
+        ("2", r"examples.jsonl:2: query '2' has no text$"),  # its encoding would rank the corpus by nothing
     ],
 )
 def test_bright_rows_that_cannot_be_judged_by_their_gold_ids_are_refused(
@@ -173,6 +174,20 @@ def test_bright_rows_that_cannot_be_judged_by_their_gold_ids_are_refused(
     id the corpus lacks could never be retrieved (scored 0 for no fault of the encoder)."""
     corpus, queries, _ = _official_bright(tmp_path, ["0", row])
     with pytest.raises(UsageError, match=message):
+        load_bright(corpus, queries)
+
+
+@pytest.mark.parametrize("kind", ["documents", "examples"])
+def test_a_bright_id_given_twice_is_refused_naming_the_line(tmp_path: Path, kind: str) -> None:
+    """The second row with an id replaced the first one's text (a document) or query unseen."""
+    corpus, queries, _ = _official_bright(tmp_path, ["0", "1"])
+    path = corpus if kind == "documents" else queries
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join([*lines, lines[0]]))
+    what = (
+        "document id 'insects_attracted_to_light/Phototaxis_0.txt'" if kind == "documents" else "query id '0'"
+    )
+    with pytest.raises(UsageError, match=rf"{path.name}:{len(lines) + 1}: {what} is given twice$"):
         load_bright(corpus, queries)
 
 
