@@ -237,14 +237,15 @@ def _ragym_known(path: str) -> bool:
 
 
 def _dataclass_field(path: str, base: DictConfig) -> bool:
-    """True when ``path`` is a field of the config dataclass verl converts its section into, though verl's
-    YAML leaves it out (``actor_rollout_ref.rollout.enable_sleep_mode``): the dataclass reads it."""
+    """True when ``path`` is a field of the config dataclass verl converts its section, or a section within it,
+    into, though verl's YAML leaves it out (``actor_rollout_ref.rollout.enable_sleep_mode``,
+    ``actor_rollout_ref.actor.fsdp_config.mixed_precision``): the dataclass reads it."""
     import dataclasses
 
     from hydra.utils import get_class
 
     section, _, field = path.rpartition(".")
-    if section not in DATACLASS_SECTIONS:
+    if not any(section == known or section.startswith(known + ".") for known in DATACLASS_SECTIONS):
         return False
     target = OmegaConf.select(base, f"{section}._target_")
     return bool(target) and field in {f.name for f in dataclasses.fields(get_class(target))}

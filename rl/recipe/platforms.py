@@ -21,13 +21,16 @@ def platform_overrides(name: str) -> list[str]:
 
 
 def _hydra_value(value: object) -> str:
-    """A YAML value written as a Hydra override value (lists as [a,b], booleans lower-case, null)."""
+    """A YAML value written as a Hydra override value (lists as [a,b], mappings as {k:v}, booleans lower-case,
+    null)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list):
         return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 

@@ -30,6 +30,10 @@ def test_cpu_and_toy_compose_on_every_paper_recipe(recipe: str) -> None:
     # One logical GPU per trainer worker for a Ray instance the trainer starts itself.
     assert config.ray_kwargs.ray_init.num_gpus == config.trainer.n_gpus_per_node == 1
     assert config.data.train_batch_size == 4 and config.trainer.total_training_steps == 2
+    # The actor in float32, the hf rollout's dtype (verl's default bf16 autocast is emulated on most CPUs).
+    assert dict(config.actor_rollout_ref.actor.fsdp_config.mixed_precision) == dict.fromkeys(
+        ("param_dtype", "reduce_dtype", "buffer_dtype"), "fp32"
+    )
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import pytest
 
 from ragym.rl.cluster.submit import build_submission
 from ragym.rl.errors import UsageError
+from ragym.rl.recipe.check import check_recipe
 from ragym.rl.recipe.compose import load_recipe
 from ragym.rl.train import build_trainer
 
@@ -63,4 +64,19 @@ def test_a_key_nothing_reads_is_an_error_naming_it(tmp_path):
     with pytest.raises(UsageError, match=r"ragym\.demo\.warm_start\.epoch\b"):
         build_trainer(
             "kbvqa_tiny_cpu", ["+ragym.demo.warm_start.epoch=2", f"trainer.default_local_dir={tmp_path}"]
+        )
+
+
+def test_a_field_of_a_dataclass_within_a_section_is_read_and_a_misspelt_one_is_not():
+    """verl's YAML leaves ``mixed_precision`` out of the actor's ``fsdp_config`` though its dataclass
+    (``FSDPEngineConfig``) reads it: the CPU platform sets it; a misspelling is still refused."""
+    base = ["actor_rollout_ref.model.path=/nonexistent"]
+    precision = "{param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}"
+    config = check_recipe(
+        "kbvqa_qwen2_5_vl_7b", [*base, f"+actor_rollout_ref.actor.fsdp_config.mixed_precision={precision}"]
+    )
+    assert config.actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype == "fp32"
+    with pytest.raises(UsageError, match=r"actor_rollout_ref\.actor\.fsdp_config\.mixed_precison; check"):
+        check_recipe(
+            "kbvqa_qwen2_5_vl_7b", [*base, f"+actor_rollout_ref.actor.fsdp_config.mixed_precison={precision}"]
         )
