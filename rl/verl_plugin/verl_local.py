@@ -97,8 +97,7 @@ def toy_built(recipe: Path, toy_dir: Path) -> bool:
 
 def toy_platform(env_id: str) -> list[str]:
     """``recipes/platforms/toy.yaml``'s overrides for ``env_id``'s toy runs: its prompt length raised where the env's
-    toy prompts are longer (``EnvHooks.toy_prompt_length``), ``max_model_len`` with it. Only those envs pay the
-    longer padded width (the CPU actor computes every sequence at it)."""
+    toy prompts are longer (``EnvHooks.toy_prompt_length``), ``max_model_len`` with it."""
     from ragym.envs.hooks import env_hooks
 
     overrides = platform_overrides("toy")

@@ -40,10 +40,9 @@ def test_cpu_and_toy_compose_on_every_paper_recipe(recipe: str) -> None:
 @pytest.mark.parametrize("recipe", PAPER_RECIPES)
 def test_every_toy_prompt_fits_the_toy_prompt_length(recipe: str, tiny_policy_dir, tmp_path) -> None:
     """The agent loop records a prompt over ``rollout.prompt_length`` as an error episode (verl's helper had cut it
-    from its start, silently): toy.yaml's 1024 was below MEMORA's (up to 2,739 of the toy policy's tokens) and
-    DocMemo's (1,268), so their toy runs trained on prompts without their start. Those envs raise it for their own
-    runs (``EnvHooks.toy_prompt_length``, ``toy_platform``); the others keep the platform's, a padded width the CPU
-    actor computes in full."""
+    from its start, silently): toy.yaml's 1024 was below MEMORA's (then up to 2,879 of the toy policy's tokens, 1,793
+    since its toy rows show 12 candidates) and DocMemo's (1,268), so their toy runs trained on prompts without their
+    start. Those envs raise it for their own runs (``EnvHooks.toy_prompt_length``, ``toy_platform``)."""
     import asyncio
 
     import pandas as pd
