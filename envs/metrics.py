@@ -6,7 +6,10 @@ agent loop's ``extra_fields``. ``episode_metrics(env_id, events)`` returns the m
 registers with ``@register_metrics(env_id, action_kinds=...)`` (``ragym.envs.kbvqa.metrics``, ...). A value is
 None where it does not apply (Ident. without gold entities); ``mean_metrics`` averages each metric over the
 episodes where it applies. An episode the env ended by raising gets the env's ``failed`` metrics instead of its own:
-its rates (Ident., R3G's Recall@k) count 0 there, as its answer does, so a crash never leaves the denominator.
+its rates (Ident., R3G's Recall@k) count 0 there, as its answer does, so a crash never leaves the denominator. An
+env that could not start (``unstarted``) names none of its row's golds: ``mean_metrics`` counts such an episode 0 in
+each rate its ``failed`` metrics leave None, wherever another episode reports that rate, as ``eval_figures`` counts
+its Ident.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ class EnvMetrics:
     """The env's own metrics from its events."""
     failed: MetricFn | None = None
     """The env's own metrics of an episode it ended by raising (an ``episode_error`` event): its rates 0 where
-    the events say they apply (the task names its golds), None elsewhere; none: its metrics do not apply."""
+    the events say they apply (the task names its golds), None elsewhere (``mean_metrics`` counts an unstarted
+    episode's None rates 0 where other episodes report them); none: its metrics do not apply."""
 
 
 _REGISTRY: dict[str, EnvMetrics] = {}
@@ -78,8 +82,9 @@ def episode_metrics(env_id: str, events: list[Event]) -> Metrics:
 def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metrics:
     """Turns, the action histogram, format errors, violations, truncation (any, by the policy's own tokens, by an
     observation that did not fit, by one whose images did: the image budget's share), whether the policy answered, and
-    searches the retrieval service could not answer (``retrieval_errors``), and whether the env raised and ended
-    the episode (``errors``: an ``episode_error`` event).
+    searches the retrieval service could not answer (``retrieval_errors``), whether the env raised and ended
+    the episode (``errors``: an ``episode_error`` event), and whether it raised before the episode could start
+    (``unstarted``: a ``reset`` one).
 
     ``turns`` counts every policy turn an event names, the one the agent loop cut included.
 
@@ -94,6 +99,7 @@ def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metric
     turns = 1 + max((e["turn"] for e in events), default=-1)
     answers = events_of(events, "answer")
     cuts = events_of(events, "truncated")
+    errors = events_of(events, "episode_error")
     metrics: Metrics = {
         "turns": float(max(turns, 0)),
         "format_errors": float(len(events_of(events, "format_error"))),
@@ -106,18 +112,30 @@ def shared_metrics(events: list[Event], action_kinds: tuple[str, ...]) -> Metric
         "truncated_by_images": float(any(c.get("visual_tokens", 0) > 0 for c in cuts)),
         "answered": float(any(not a["forced"] for a in answers)),
         "retrieval_errors": float(len(events_of(events, "retrieval_error"))),
-        "errors": float(bool(events_of(events, "episode_error"))),
+        "errors": float(bool(errors)),
+        "unstarted": float(any(e["stage"] == "reset" for e in errors)),
     }
     metrics.update({f"actions/{kind}": float(kinds[kind]) for kind in action_kinds})
     return metrics
 
 
 def mean_metrics(per_episode: list[Metrics]) -> Metrics:
-    """The mean of each metric over the episodes where it applies (None where it applies to none)."""
+    """The mean of each metric over the episodes where it applies (None where it applies to none).
+
+    An episode whose env could not start (``unstarted``) counts 0 in each metric it holds as None (its env's
+    ``failed`` rates, which no event of it can decide) wherever another episode reports that metric: the rule
+    ``eval_figures`` applies to Ident.
+
+    >>> unstarted = {"unstarted": 1.0, "ident_acc": None}
+    >>> mean_metrics([{"unstarted": 0.0, "ident_acc": 1.0}, unstarted])["ident_acc"]
+    0.5
+    """
     keys = sorted({k for m in per_episode for k in m})
     means: Metrics = {}
     for key in keys:
         values = [value for m in per_episode if (value := m.get(key)) is not None]
+        if values:
+            values += [0.0 for m in per_episode if m.get("unstarted") and key in m and m[key] is None]
         means[key] = sum(values) / len(values) if values else None
     return means
 

@@ -42,7 +42,8 @@ def rejects_at_limit(events: list[Event], max_rejections: int) -> set[tuple[int,
 
 def kbvqa_failed_metrics(events: list[Event]) -> Metrics:
     """An episode the env ended by raising identified nothing: Ident. and the image share 0 where its task
-    names every gold entity, None where it does not (or the env raised before its task).
+    names every gold entity, None where it does not (or the env raised before its task: ``mean_metrics`` then
+    counts them 0 wherever other episodes report them, as ``eval_figures`` does, and neither counts it twice).
 
     >>> from ragym.envs import events as ev
     >>> from ragym.envs.kbvqa import events as kbvqa_ev

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from ragym.envs import events as ev
 from ragym.envs.kbvqa import events as kbvqa_ev
-from ragym.envs.metrics import episode_metrics, mean_metrics, register_metrics, registered_metrics
+from ragym.envs.metrics import (
+    episode_metrics,
+    eval_figures,
+    mean_metrics,
+    register_metrics,
+    registered_metrics,
+)
 from ragym.envs.r3g import events as r3g_ev
+from ragym.rl.core.metrics import summarize
 
 
 def test_turns_count_a_turn_the_agent_loop_cut() -> None:
@@ -85,6 +94,49 @@ def test_an_episode_the_env_ended_by_raising_counts_as_not_identified() -> None:
     assert no_gold["ident_acc"] is None  # Ident. never applied to a row with no gold entity
     unstarted = episode_metrics("KBVQA-v0", [ev.episode_error(-1, "reset", "no such image")])
     assert unstarted["ident_acc"] is None  # no event names its golds: ragym eval decides (eval_figures)
+
+
+@dataclass
+class _Record:
+    """What ``ragym eval`` keeps of an episode for ``eval_figures`` (``record_episode``'s fields)."""
+
+    correct: float
+    ident: float | None
+    gold_ranks: list[int | None]
+    started: bool
+
+
+def test_training_and_eval_count_an_episode_that_could_not_start_alike() -> None:
+    identified = [
+        kbvqa_ev.task(1, ["Q1"], 2, 5, 6),
+        kbvqa_ev.verification(0, "rerank", "Q1", 1, 0, ["Q1"], "Q1"),
+        ev.answer(1, "x"),
+    ]
+    unstarted = [ev.episode_error(-1, "reset", "no such image")]
+    metrics = [episode_metrics("KBVQA-v0", events) for events in (identified, unstarted)]
+    training = summarize([1.0, 0.0], [{}, {}], metrics, ["a", "a"])
+    records = [
+        _Record(1.0, metrics[0]["ident_acc"], [], True),
+        _Record(0.0, metrics[1]["ident_acc"], [], False),
+    ]
+    # Not identified on both sides, counted once: 1 of 2.
+    assert training["episode/ident_acc"] == eval_figures(records)["ident"] == 0.5
+    assert training["episode/ident_image_share"] == 0.5 and training["episode/unstarted"] == 0.5
+    assert training["episode/verification_acc"] == 1.0  # a rate its failed metrics do not name: left out
+
+
+def test_an_unstarted_episode_counts_only_where_another_episode_reports_the_metric() -> None:
+    no_gold = episode_metrics("KBVQA-v0", [kbvqa_ev.task(1, [None], 2, 5, 6), ev.answer(0, "x")])
+    unstarted = episode_metrics("KBVQA-v0", [ev.episode_error(-1, "reset", "boom")])
+    assert (
+        mean_metrics([no_gold, unstarted])["ident_acc"] is None
+    )  # as eval_figures: no Ident. to count it in
+    assert mean_metrics([unstarted])["ident_acc"] is None
+    crashed = episode_metrics(
+        "KBVQA-v0", [kbvqa_ev.task(1, [None], 2, 5, 6), ev.episode_error(0, "step", "x")]
+    )
+    identified = {**no_gold, "ident_acc": 1.0}
+    assert mean_metrics([identified, crashed])["ident_acc"] == 1.0  # it started: its row names no gold
 
 
 def test_a_crashed_r3g_episode_recalls_nothing() -> None:

@@ -67,6 +67,7 @@ def test_kbvqa_counts() -> None:
         "truncated_by_images": 0.0,
         "retrieval_errors": 0.0,
         "errors": 0.0,
+        "unstarted": 0.0,
         "actions/search_image": 2.0,
         "actions/search_text": 0.0,
         "actions/rerank": 1.0,
