@@ -247,7 +247,12 @@ class MemoraEnv(TurnEnv):
         sims, queries = [s for _, s in self.state.memories], [r.query for r, _ in self.state.memories]
         self.events = [memora_ev.memory_read(domain, len(memory), sims, queries)]
         self.events.append(
-            memora_ev.first_stage(opts.get("query_id"), list(self.state.pool), self.state.first_scores)
+            memora_ev.first_stage(
+                opts.get("query_id"),
+                list(self.state.pool),
+                self.state.first_scores,
+                self.state.first_stage_ndcg(),
+            )
         )
         images = self._query_image(opts.get("image_path"))
         text = "\n\n".join(

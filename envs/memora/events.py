@@ -54,14 +54,18 @@ def memory_read(
     )
 
 
-def first_stage(query_id: str | None, ranking: Sequence[str], scores: Sequence[float]) -> Event:
-    """Emitted by ``reset``: the first stage's top-K_0 (excluded ids removed), best first."""
+def first_stage(
+    query_id: str | None, ranking: Sequence[str], scores: Sequence[float], ndcg: float | None = None
+) -> Event:
+    """Emitted by ``reset``: the first stage's top-K_0 (excluded ids removed), best first, and its nDCG@K (None
+    without qrels), which the metrics of an episode the env then ended by raising read."""
     docs = str_list("first_stage", "ranking", ranking)
     scored = float_list("first_stage", "scores", scores)
     if len(docs) != len(scored):
         raise ValueError(f"first_stage event: {len(scored)} scores for {len(docs)} documents")
     query = str_field("first_stage", "query_id", query_id, optional=True)
-    return make_event("first_stage", -1, query_id=query, ranking=docs, scores=scored)
+    value = None if ndcg is None else float_field("first_stage", "ndcg", ndcg)
+    return make_event("first_stage", -1, query_id=query, ranking=docs, scores=scored, ndcg=value)
 
 
 def decompose(

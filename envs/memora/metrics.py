@@ -9,7 +9,25 @@ ACTION_KINDS = ("decompose", "subquery", "extract", "judge", "stop", "invalid")
 """Every ``action`` kind MEMORA-v0 records."""
 
 
-@register_metrics("MEMORA-v0", action_kinds=ACTION_KINDS)
+def memora_failed_metrics(events: list[Event]) -> Metrics:
+    """An episode the env ended by raising ranked nothing: nDCG@K 0 (as the rubric scores it), the first stage's
+    nDCG@K as reset recorded it, and the gain 0 minus it, where the row has qrels; None without qrels. An env that
+    could not start recorded no first stage: all three None, which ``mean_metrics`` counts 0 wherever other
+    episodes report them (KB-VQA's Ident. rule; the rubric's ``first_stage_ndcg`` term scores it 0 too).
+
+    >>> from ragym.envs import events as ev
+    >>> from ragym.envs.memora import events as memora_ev
+    >>> memora_failed_metrics([memora_ev.first_stage("q", ["a"], [1.0], 0.5), ev.episode_error(0, "step", "boom")])
+    {'ndcg': 0.0, 'first_stage_ndcg': 0.5, 'ndcg_gain': -0.5}
+    """
+    first = events_of(events, "first_stage")
+    base = first[0]["ndcg"] if first else None
+    if base is None:
+        return dict.fromkeys(("ndcg", "first_stage_ndcg", "ndcg_gain"))
+    return {"ndcg": 0.0, "first_stage_ndcg": base, "ndcg_gain": 0.0 - base}
+
+
+@register_metrics("MEMORA-v0", action_kinds=ACTION_KINDS, failed=memora_failed_metrics)
 def memora_metrics(events: list[Event]) -> Metrics:
     """nDCG@K of the final ranking beside the first stage's (None without qrels or a final ranking), memory
     hits and records at reset, whether memory was written, actions, pool growth, factors, evidence edges,
