@@ -62,6 +62,8 @@ COVERED_BY: dict[str, str] = {
     E + "sampling": "tests/rl/core/test_hf_server.py::test_sampling_filters",
     E
     + "response_length": "tests/rl/agent_loop/test_agent_loop.py::test_stop_strings_and_length_budget_reach_the_server",
+    E + "prompt_length": "tests/rl/engine/test_engine_settings.py::"
+    "test_lengths_past_the_policys_positions_are_refused_before_the_model_loads",
     E + "lr": "tests/rl/core/test_grpo.py::test_update_step_is_finite_and_moves_parameters",
     E
     + "save_freq": "tests/rl/engine/test_resume.py::test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics",
