@@ -19,7 +19,7 @@ NUM_TOY_ROWS = 16
 TOY_KWARGS = {"kc": 12, "doc_chars": 120}
 """The toy rows' env settings beside their memory folder: 12 candidates shown (the paper's K_c is 30) of 120
 characters each. The toy policy's episode is one turn (the expert stops at once), so its prompt is nearly all its
-sequence, and the CPU actor's cost grows with its square: with K_c = 30 the prompts reached 2,879 of the tiny
+sequence, and the CPU actor's attention cost grows with its square: with K_c = 30 the prompts reached 2,879 of the tiny
 policy's tokens (MEMORA's separate_async toy run took 898 s in the suite), with these 1,793."""
 
 
