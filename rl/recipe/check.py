@@ -90,6 +90,8 @@ SET_BY_RUN = {
 DATACLASS_SECTIONS = (
     "actor_rollout_ref.actor",
     "actor_rollout_ref.rollout",
+    # The reference policy's section holds keys verl pops before converting it; its engine section converts as is.
+    "actor_rollout_ref.ref.fsdp_config",
     "algorithm",
     "distillation",
 )

@@ -43,6 +43,7 @@ def install() -> None:
     when_imported("transformers.modeling_outputs", _text_only_batches_fix)
     when_imported("verl.trainer.ppo.v1", _register_trainer_modes)
     when_imported("verl.checkpoint_engine", _register_checkpoint_engine)
+    when_imported("verl.workers.engine.fsdp.transformer_impl", _unpinned_offload)
 
     if on_cpu():
         # verl registers its FSDP engines for CUDA and NPU only; the same engine runs on CPU tensors (FSDP2 on
@@ -98,6 +99,21 @@ def _text_only_batches_fix(_: ModuleType) -> None:
 
         # A method transformers' class lacks, added (pyright knows only the declared attributes).
         BaseModelOutputWithPooling.mean = mean  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def _unpinned_offload(transformer_impl: ModuleType) -> None:
+    """verl's FSDP2 engine always offloads a forward-only model (the reference policy that ``use_kl_loss`` or
+    ``use_kl_in_reward`` asks for) with ``CPUOffloadPolicy(pin_memory=True)``, and torch cannot pin memory without
+    an accelerator: on CPU every such run failed at the reference's load ("Cannot access accelerator device"). The
+    parameters are in host memory already, so on CPU the policy is the same one unpinned."""
+    if not on_cpu():
+        return
+    policy = transformer_impl.CPUOffloadPolicy
+
+    def unpinned(**kwargs: Any) -> Any:
+        return policy(**{**kwargs, "pin_memory": False})
+
+    transformer_impl.CPUOffloadPolicy = unpinned
 
 
 def _load_replica() -> type:

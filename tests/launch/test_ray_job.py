@@ -138,7 +138,8 @@ def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     """`ragym submit RECIPE --cpu` on a Ray cluster started with a logical GPU: verl's trainer through the plugin, on
     the session's toy rows and warm-started policy (``toy``, which the verl trainer tests share). It is also the
     sync trainer mode's full-weight run on the hf rollout (``test_verl_trainer.VERL_RUN_OF_ENV``): 2 steps whose
-    rollout served the trainer's weights each step (``check_two_sync_steps``, export and eval)."""
+    rollout served the trainer's weights each step (``check_two_sync_steps``, export and eval), and the run with a
+    reference policy (``use_kl_loss``), which the CPU plugin loads unpinned and the CPU platform runs in float32."""
     from ragym.rl.recipe.compose import resolve_recipe_path
     from ragym.rl.recipe.platforms import cluster_overrides, merge_overrides, platform_overrides
     from ragym.rl.verl_plugin.verl_local import toy_overrides
@@ -154,7 +155,11 @@ def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     overrides = merge_overrides(
         platform_overrides("toy"),
         toy_set,
-        [f"trainer.default_local_dir={out}", "trainer.total_training_steps=2"],
+        [
+            f"trainer.default_local_dir={out}",
+            "trainer.total_training_steps=2",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+        ],
     )
     script = _script(workdir, overrides, recipe, ("--cpu",), "--num-cpus 16 --num-gpus 1", VERL_JOB_TIMEOUT_S)
     result = subprocess.run(
@@ -169,5 +174,9 @@ def test_verl_job_on_a_cluster_of_cpu_nodes(workdir: Path, toy: Path) -> None:
     assert "ragym: job ragym-ray-test SUCCEEDED" in result.stdout, log
     # verl's metrics and ragym's in the run's metrics.jsonl, its steps the ones the job's streamed logs showed: the
     # checks of every sync run
-    check_two_sync_steps(logged_steps(out, set(), result.stdout), toy, out, "KBVQA-v0")
+    steps = logged_steps(out, set(), result.stdout)
+    check_two_sync_steps(steps, toy, out, "KBVQA-v0")
+    # The reference is the starting policy computed as the actor computes it: no KL before the first update (a bf16
+    # reference gave 2.4e-5 there from rounding alone, 500 times the 4.6e-8 one update made), some after it.
+    assert steps[1]["actor/kl_loss"] < 1e-7 and steps[2]["actor/kl_loss"] > 0, steps
     export_and_eval(toy, out, "ray_job", "KBVQA-v0")

@@ -43,7 +43,7 @@ ON_VLLM = {"R3G-v0": "r3g_qwen2_5_vl_7b"}
 """The envs whose 2-step sync run is on the vLLM rollout (``tests/launch/test_verl_vllm.py``, with this file's
 checks, export and eval): R3G's only rollout is vLLM. KB-VQA's paper recipe on vLLM is its LoRA run there."""
 VERL_RUN_OF_ENV = {
-    "KBVQA-v0": "sync full weights on a Ray cluster (test_ray_job.py), LoRA in each trainer mode "
+    "KBVQA-v0": "sync full weights with a KL reference on a Ray cluster (test_ray_job.py), LoRA in each trainer mode "
     "(test_verl_lora.py, test_verl_lora_async.py) and on vLLM (test_verl_vllm.py), the GPU smoke script (below)",
     "R3G-v0": "sync on vLLM, export and eval (test_verl_vllm.py)",
     "DocMemo-v0": "colocate_async, resumed, export and eval (test_verl_async.py)",

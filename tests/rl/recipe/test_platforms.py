@@ -30,10 +30,12 @@ def test_cpu_and_toy_compose_on_every_paper_recipe(recipe: str) -> None:
     # One logical GPU per trainer worker for a Ray instance the trainer starts itself.
     assert config.ray_kwargs.ray_init.num_gpus == config.trainer.n_gpus_per_node == 1
     assert config.data.train_batch_size == 4 and config.trainer.total_training_steps == 2
-    # The actor in float32, the hf rollout's dtype (verl's default bf16 autocast is emulated on most CPUs).
-    assert dict(config.actor_rollout_ref.actor.fsdp_config.mixed_precision) == dict.fromkeys(
-        ("param_dtype", "reduce_dtype", "buffer_dtype"), "fp32"
-    )
+    # The actor and the reference policy in float32, the hf rollout's dtype (verl's default bf16 autocast is emulated
+    # on most CPUs, and its rounding alone makes a KL term where the policy has not moved).
+    for role in ("actor", "ref"):
+        assert dict(config.actor_rollout_ref[role].fsdp_config.mixed_precision) == dict.fromkeys(
+            ("param_dtype", "reduce_dtype", "buffer_dtype"), "fp32"
+        ), role
 
 
 @pytest.mark.slow

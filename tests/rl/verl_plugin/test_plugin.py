@@ -113,6 +113,35 @@ def test_text_only_forward_fix_gives_the_vision_output_a_mean() -> None:
     assert BaseModelOutputWithPooling(last_hidden_state=hidden).mean() == hidden.mean()
 
 
+OFFLOAD_PROBE = """
+import torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+import verl.workers.engine.fsdp.transformer_impl as engine
+
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+mesh = init_device_mesh("cpu", (1,))
+for name, policy in (("ragym", engine.CPUOffloadPolicy), ("torch", CPUOffloadPolicy)):
+    layer = torch.nn.Linear(4, 2)
+    try:
+        fully_shard(layer, mesh=mesh, offload_policy=policy(pin_memory=True))  # verl's call for a reference policy
+        print(name, tuple(layer(torch.ones(1, 4)).shape))
+    except RuntimeError as error:
+        print(name, "accelerator" in str(error))
+dist.destroy_process_group()
+"""
+
+
+def test_a_reference_policys_offload_loads_on_cpu() -> None:
+    """verl's FSDP2 engine offloads a forward-only model (the KL reference) with pinned memory, which torch cannot
+    pin without an accelerator: every CPU run with ``use_kl_loss`` failed at the reference's load. Through the
+    plugin the same call shards and runs; torch's own policy still fails here (the fault the plugin mends)."""
+    done = subprocess.run(
+        [sys.executable, "-c", OFFLOAD_PROBE], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.stdout.splitlines() == ["ragym (1, 2)", "torch True"], done.stdout + done.stderr[-3000:]
+
+
 def rollout_config(seed: int | None) -> RolloutConfig:
     """verl's rollout section as the replica gets it (``actor_rollout_ref.rollout``)."""
     return RolloutConfig(name="hf", response_length=8, seed=seed)
