@@ -6,7 +6,7 @@ Grammar of one turn (whitespace between blocks is allowed, other text outside bl
     action    := "<decompose>" ("<factor p=" NUM ">" TEXT "</factor>")+ "</decompose>"
                | "<subquery f=" INT ">" TEXT "</subquery>"          # retrieval for factor f (1-based)
                | "<extract f=" INT ">" ("<e d=" INT " s=" NUM ">" TEXT "</e>")+ "</extract>"
-               | "<judge>" INT (">" INT)* "</judge>"                 # listwise verdict, best first
+               | "<judge>" INT (">" INT)* "</judge>"                 # listwise verdict, best first, each once
                | "<stop></stop>"
     NUM       := a decimal number; attribute values may be quoted ("0.5" or 0.5)
 
@@ -102,7 +102,7 @@ def parse_action(text: str, max_chars: int) -> Action | ParseError:
         if _JUDGE.fullmatch(body) is None:
             return ParseError("bad_judge")
         # strip() before int(): \s matches the separators \x1c-\x1f, which int() does not take as whitespace
-        return Judge(tuple(dict.fromkeys(int(n.strip()) for n in body.split(">"))))
+        return Judge(tuple(int(n.strip()) for n in body.split(">")))  # a repeat is the env's to refuse
     factor = _factor_attr(attrs)
     if factor is None:
         return ParseError("bad_attributes")

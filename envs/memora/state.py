@@ -133,14 +133,15 @@ class EpisodeState:
             return "bad_factor", f"f={action.factor} of {len(self.factors)}"
         if isinstance(action, Extract):
             numbers = [d for d, _, _ in action.evidence]
-            if len(set(numbers)) != len(numbers):
-                return "duplicate_candidate", str(numbers)
             if any(not 0 <= s <= self.config.evidence_scale for _, s, _ in action.evidence):
                 return "bad_score", f"scores must be in [0, {self.config.evidence_scale}]"
             return self._bad_numbers(numbers)
         return None
 
     def _bad_numbers(self, numbers: Sequence[int]) -> tuple[str, str] | None:
+        """A candidate named twice (a verdict or evidence of one place per candidate), or a number past the pool."""
+        if len(set(numbers)) != len(numbers):
+            return "duplicate_candidate", str(list(numbers))
         bad = [n for n in numbers if not 1 <= n <= len(self.pool)]
         return ("bad_candidate", str(bad[:5])) if bad else None
 

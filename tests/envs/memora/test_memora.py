@@ -351,3 +351,17 @@ def test_a_thin_query_image_the_budget_accepts_is_shown(tmp_path) -> None:
     obs, _ = small_env().reset(options={"query": "q", "image_path": str(path)})
     height, width = obs["images"][0].shape[:2]
     assert max(height, width) <= 1024 and max(height, width) <= 200 * min(height, width)
+
+
+def test_a_judge_that_ranks_a_candidate_twice_is_refused_and_changes_nothing() -> None:
+    """``3 > 1 > 3`` places candidate 3 both first and third: the parser kept its first place unseen (and scored
+    the verdict as a list of 2), while an extract naming a candidate twice was refused. Both are now refused."""
+    env = small_env()
+    env.reset(options=OPTIONS)
+    before = env.state.view()
+    _, _, _, _, info = env.step(turn("<judge>3 > 1 > 3</judge>"))
+    violation = events_of(info["events"], "protocol_violation")[-1]
+    assert violation["reason"] == "duplicate_candidate"
+    assert not events_of(info["events"], "verdict") and env.state.view() == before
+    assert env.state.calls["judge"] == 0
+
