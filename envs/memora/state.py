@@ -73,6 +73,9 @@ class EpisodeState:
         missing = [d for d, _ in run if d not in collection.texts]
         if missing:
             raise ValueError(f"MEMORA first-stage documents not in the collection: {missing[:3]}")
+        repeated = [d for d, n in Counter(d for d, _ in run).items() if n > 1]
+        if repeated:  # one document under two candidate numbers, twice in the final ranking
+            raise ValueError(f"MEMORA first stage ranks documents more than once: {repeated[:3]}")
         query_id = None if opts.get("query_id") is None else str(opts["query_id"])
         # Never the query's own episodes; one per other query.
         memories = memory.nearest(opts["query"], config.k_m, query_id, config.own_query_similarity)

@@ -365,3 +365,24 @@ def test_a_judge_that_ranks_a_candidate_twice_is_refused_and_changes_nothing() -
     assert not events_of(info["events"], "verdict") and env.state.view() == before
     assert env.state.calls["judge"] == 0
 
+
+@pytest.mark.parametrize("source", ["retriever", "precomputed"])
+def test_a_first_stage_that_ranks_a_document_twice_is_an_error_naming_it(source: str) -> None:
+    """A first stage naming c twice put it in the pool under two numbers, and the final ranking (and its nDCG@K
+    top) held it twice; it is now an error at reset, as a document outside the collection is."""
+
+    class Repeating(FakeRetriever):
+        def search(self, query: str, k: int) -> list[Hit]:
+            return [Hit("c", 3.0), Hit("a", 2.0), Hit("c", 1.0)][:k]
+
+    env = MemoraEnv(
+        retriever=NamedRetrievers({"first_stage": Repeating()}), corpus_path=CORPUS, k0=4, kc=4, k=2
+    )
+    options = (
+        {**OPTIONS, "first_stage": [["c", 3.0], ["a", 2.0], ["c", 1.0]]}
+        if source == "precomputed"
+        else OPTIONS
+    )
+    with pytest.raises(ValueError, match="ranks documents more than once: \\['c'\\]"):
+        env.reset(options=options)
+
