@@ -386,3 +386,36 @@ def test_a_first_stage_that_ranks_a_document_twice_is_an_error_naming_it(source:
     with pytest.raises(ValueError, match="ranks documents more than once: \\['c'\\]"):
         env.reset(options=options)
 
+
+def test_pools_of_one_and_of_500_rank_every_candidate_once_and_judge_ndcg_against_all_qrels(tmp_path) -> None:
+    """The pool sizes a policy can meet at the ends: one candidate (nDCG@10 divides by the ideal DCG of both
+    relevant documents in the qrels, not of the one shown) and 500 (numbers up to 500 are candidates, 501 is not)."""
+    texts = {f"d{i}": f"text {i}" for i in range(500)}
+    corpus = write_corpus(texts, tmp_path)
+    hits = [Hit(f"d{i}", 1000.0 - i) for i in range(500)]
+
+    class Fixed(FakeRetriever):
+        def search(self, query: str, k: int) -> list[Hit]:
+            return hits[:k]
+
+    source = NamedRetrievers({"first_stage": Fixed()})
+    env = MemoraEnv(retriever=source, corpus_path=corpus)  # K = 10 over a pool of one
+    env.reset(options={"query": "q", "qrels": {"d0": 1, "d7": 1}, "first_stage": [["d0", 1.0]]})
+    _, _, _, _, info = env.step(turn("<judge>2</judge>"))
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "bad_candidate"
+    _, _, terminated, _, info = env.step(turn("<stop></stop>"))
+    assert terminated and events_of(info["events"], "final_ranking")[0]["ranking"] == ["d0"]
+    assert events_of(info["events"], "memory_write")[0]["ndcg"] == pytest.approx(
+        1 / (1 + 1 / np.log2(3)), abs=1e-6
+    )
+
+    env = MemoraEnv(retriever=source, corpus_path=corpus, k0=500, max_pool=500)
+    _, info = env.reset(options={"query": "q", "qrels": {"d499": 1}})
+    assert info["view"]["pool_size"] == 500 and len(info["view"]["candidates"]) == 30
+    _, _, _, _, info = env.step(turn("<judge>501</judge>"))
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "bad_candidate"
+    env.step(turn("<judge>500</judge>"))
+    _, _, _, _, info = env.step(turn("<stop></stop>"))
+    ranking = events_of(info["events"], "final_ranking")[0]["ranking"]
+    assert len(ranking) == len(set(ranking)) == 500 and ranking[0] == "d499"
+    assert events_of(info["events"], "memory_write")[0]["ndcg"] == 1.0
