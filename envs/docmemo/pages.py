@@ -52,9 +52,13 @@ class PageRetriever:
 
 
 def similarity_vector(hits: list[Hit], num_pages: int) -> np.ndarray:
-    """Dense (num_pages,) similarity from hits; pages the retriever did not return get the lowest score."""
+    """Dense (num_pages,) similarity from hits; pages the retriever did not return get the lowest score. A hit
+    that is no page of the document (a search over another version of it) is an error."""
     sims = np.full(num_pages, np.nan)
     for hit in hits:
-        sims[int(hit.docid) - 1] = hit.score
+        page = int(hit.docid) if hit.docid.isdecimal() else 0
+        if not 1 <= page <= num_pages:
+            raise ValueError(f"page search returned page {hit.docid!r}, not one of 1..{num_pages}")
+        sims[page - 1] = hit.score
     floor = np.nanmin(sims) if hits else 0.0
     return np.where(np.isnan(sims), floor, sims)

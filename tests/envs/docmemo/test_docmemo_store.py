@@ -116,6 +116,14 @@ def test_similarity_vector_fills_missing_pages_with_the_floor():
     np.testing.assert_allclose(similarity_vector(hits, 4), [0.1, 0.9, 0.1, 0.1])
 
 
+@pytest.mark.parametrize("docid", ["0", "-1", "5", "p2"])
+def test_similarity_vector_refuses_a_hit_outside_the_document(docid):
+    """A hit for page 0 (or -1) wrote the last page's similarity through numpy's negative index, one past the
+    end was a bare IndexError: a search over another version of the document is an error naming the hit."""
+    with pytest.raises(ValueError, match=f"page {docid!r}.*1..4"):
+        similarity_vector([Hit("2", 0.9), Hit(docid, 0.5)], 4)
+
+
 def test_env_on_a_store_from_disk(tmp_path):
     store = _store()
     save_store(store, tmp_path / doc_key(store.doc_id), dpi=72)
