@@ -317,6 +317,9 @@ class R3GEnv(TurnEnv):
         errors += [
             (i, "not_judged") for i in range(1, size + 1) if stage2[i - 1] is None and i not in reported
         ]
+        for candidate in reported:  # a repeated candidate, or a bad line and a good one: no usable score
+            if candidate is not None and 1 <= candidate <= size:
+                stage2[candidate - 1] = None
         return self._select(state.pool, stage2, errors)
 
     def _select(
@@ -336,7 +339,8 @@ class R3GEnv(TurnEnv):
         captions = [self.corpus.captions[i] for i in state.evidence]
         text = prompts.evidence_text(captions, cfg.show_captions, state.plan, cfg.rerank)
         if errors:
-            text = f"{text}\n{prompts.judge_notice(len(errors))}"
+            ignored = sum(c is None or not 1 <= c <= len(pool) for c, _ in errors)
+            text = f"{text}\n{prompts.judge_notice(stage2.count(None), ignored)}"
         return text, self._images(state.evidence)
 
     def _images(self, rows: list[int]) -> list[np.ndarray]:

@@ -88,9 +88,16 @@ def evidence_text(captions: Sequence[str], show_captions: bool, plan: str | None
     return "\n".join(lines)
 
 
-def judge_notice(num_errors: int) -> str:
-    """Said after the evidence when some candidates had no usable scores."""
-    return f"Note: {num_errors} candidate(s) had missing or invalid scores and were ranked with Stage-2 = 0."
+def judge_notice(num_unscored: int, num_ignored: int) -> str:
+    """Said after the evidence when some candidates had no usable scores or some lines named no candidate."""
+    notes = []
+    if num_unscored:
+        notes.append(
+            f"{num_unscored} candidate(s) had missing, invalid or repeated scores and were ranked with Stage-2 = 0."
+        )
+    if num_ignored:
+        notes.append(f"{num_ignored} judge line(s) named no candidate of the pool and were ignored.")
+    return "Note: " + " ".join(notes)
 
 
 PLAN_RECORDED = "Plan recorded. Next: <retrieve></retrieve>."

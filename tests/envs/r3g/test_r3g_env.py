@@ -125,9 +125,34 @@ def test_malformed_judge_lines_are_per_candidate_errors(r3g_task: Path) -> None:
     ]
     chosen = events_of(info["events"], "evidence_selected")[0]
     assert chosen["stage2"] == [None] * 5 and chosen["selected"] == chosen["pool"][:1]
-    assert "invalid scores" in obs["text"]
+    assert "5 candidate(s) had missing, invalid or repeated scores" in obs["text"]
+    assert "2 judge line(s) named no candidate" in obs["text"]
     *_, info = env.step("<judge>[1] r=1 t=1 a=1 x</judge>")
     assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "second_judge"
+
+
+def test_a_candidate_named_by_a_judge_error_ranks_with_stage2_zero(r3g_task: Path) -> None:
+    """A repeated candidate, or one whose first line was bad, is a judge_error: Stage-2 0, as the notice says,
+    not the score of one of its lines; a line naming no pooled candidate is ignored and said so."""
+    env = R3GEnv(task_dir=str(r3g_task), rerank="stage2")
+    env.reset(seed=0, options=first_row(r3g_task))
+    env.step(PLAN)
+    env.step(RETRIEVE)
+    judge = (
+        "<judge>\n[1] r=1 t=1 a=1 first\n[1] r=0 t=0 a=0 again\n[2] r=x t=1 a=1 bad\n[2] r=1 t=1 a=1 good\n"
+        "[3] r=0 t=0 a=0.5 c\n[4] r=0 t=0 a=0 d\n[5] r=0 t=0 a=0 e\n[9] r=1 t=1 a=1 z\n</judge>"
+    )
+    obs, *_, info = env.step(judge)
+    errors = events_of(info["events"], "judge_error")
+    assert [(e["candidate"], e["reason"]) for e in errors] == [
+        (1, "duplicate_candidate"),
+        (2, "bad_score"),
+        (9, "unknown_candidate"),
+    ]
+    chosen = events_of(info["events"], "evidence_selected")[0]
+    assert chosen["stage2"] == pytest.approx([None, None, 0.225, 0.0, 0.0])
+    assert chosen["selected"] == [chosen["pool"][2]]
+    assert "2 candidate(s)" in obs["text"] and "1 judge line(s)" in obs["text"]
 
 
 def test_turn_budget_forces_an_empty_answer(r3g_task: Path) -> None:
