@@ -84,12 +84,12 @@ class DocMemoConfig(EnvConfig):
     radius: int = 2
     """Propagation radius r: useful feedback reaches pages within r of a useful page."""
     decay: float = 0.5
-    """Distance decay gamma: a neighbour at distance d gains decay ** d in alpha."""
+    """Distance decay gamma in [0, 1]: a neighbour at distance d gains decay ** d in alpha."""
     lambda_0: float = 1.0
-    """Round-0 weight of query similarity against the Thompson draw: the first round relies on similarity
-    only (the seed: retrieval "gradually shifts from relying only on visual similarity")."""
+    """Round-0 weight in [0, 1] of query similarity against the Thompson draw: the first round relies on
+    similarity only (the seed: retrieval "gradually shifts from relying only on visual similarity")."""
     eta: float = 0.5
-    """Schedule factor: lambda_t = lambda_0 * eta ** t, so beliefs weigh more each round."""
+    """Schedule factor in [0, 1]: lambda_t = lambda_0 * eta ** t, so beliefs weigh more each round."""
     num_candidates: int = 8
     """M: candidate pages shown per round."""
     num_evidence: int = 3
@@ -164,10 +164,14 @@ class DocMemoConfig(EnvConfig):
             "image_max_side": 1,
         }
         check_least(self, least)
-        for name in ("kappa", "decay", "lambda_0", "eta"):
-            if not 0 <= getattr(self, name) < float("inf"):
+        if not 0 <= self.kappa < float("inf"):
+            raise ValueError(f"DocMemoConfig.kappa must be a finite number >= 0, got {self.kappa!r}")
+        # lambda_t = lambda_0 eta^t weighs similarity against the belief draw (s = lambda c + (1 - lambda) theta):
+        # above 1 the draw's weight turns negative, so pages believed relevant would sink.
+        for name in ("decay", "lambda_0", "eta"):
+            if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(
-                    f"DocMemoConfig.{name} must be a finite number >= 0, got {getattr(self, name)!r}"
+                    f"DocMemoConfig.{name} must be a number in [0, 1], got {getattr(self, name)!r}"
                 )
         if not self.belief_memory and self.belief_update:
             raise ValueError(

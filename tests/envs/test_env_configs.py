@@ -39,6 +39,11 @@ def test_the_papers_settings_and_the_least_ones_are_accepted():
         ("radius", -1),
         ("kappa", -1.0),
         ("eta", float("nan")),
+        # lambda_t weighs similarity against the belief draw: above 1 the draw's weight 1 - lambda_t turns
+        # negative (pages believed relevant sink), so lambda_0 and eta lie in [0, 1]; decay > 1 failed at reset
+        ("lambda_0", 1.5),
+        ("eta", 2.0),
+        ("decay", 1.5),
         ("encoder", "audio"),
     ],
 )
