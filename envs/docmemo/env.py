@@ -32,7 +32,8 @@ Events (``info["events"]``, each with ``type`` and ``turn``; reset-time events h
 - ``answer``: ``text``, ``not_answerable`` (bool), ``forced`` (always false: no answer is forced), ``round``.
 - ``truncated``: ``reason`` (``max_rounds`` | ``max_turns``).
 - ``retrieval_error``: the page search got no answer from the retrieval service (``retriever``, ``reason``,
-  ``detail``); no candidates are shown, and a ``refine`` retries the search without using up a round.
+  ``detail``); no candidates are shown, and a ``refine`` retries the search without using up a round (its
+  page marks, if any, update the beliefs with ``feedback`` and ``beliefs`` events of the same round).
 
 Retrieval: ``DocMemoEnv(config=None, *, retriever=None, **overrides)``. ``retriever`` (a ``RetrieverSource``)
 is asked for ``pages/<doc_key(doc_id)>``, one retriever per document, whose hits are 1-based page numbers:
@@ -402,10 +403,15 @@ class DocMemoEnv(TurnEnv):
         return Outcome(self._start_round(turn))
 
     def _retry(self, action: Refine, turn: int) -> Outcome:
-        """Search again after a failed search, in the same round; feedback marks still update beliefs."""
-        if self.beliefs is not None and self.config.belief_update and (action.useful or action.irrelevant):
-            self.beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
+        """Search again after a failed search, in the same round; feedback marks still update beliefs, recorded
+        as a round's refinement's are."""
+        if self.beliefs is not None and (action.useful or action.irrelevant):
+            if self.config.belief_update:
+                self.beliefs.update([p - 1 for p in action.useful], [p - 1 for p in action.irrelevant])
             self.judged.update(action.useful + action.irrelevant)
+            marks = {"useful": list(action.useful), "irrelevant": list(action.irrelevant)}
+            self.events.append(docmemo_ev.feedback(turn, self.round, action.query, action.note, **marks))
+            self.events.append(docmemo_ev.beliefs(turn, self.round, _rounded(self.beliefs.mean())))
         self.query = action.query
         return Outcome(self._start_round(turn))
 

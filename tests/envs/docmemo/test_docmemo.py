@@ -16,6 +16,7 @@ from ragym.envs.docmemo.env import DocMemoConfig, DocMemoEnv
 from ragym.envs.docmemo.synthetic import synthetic_questions
 from ragym.envs.events import events_of
 from ragym.envs.retrieval.hits import Hit
+from ragym.envs.retrieval.service.client import RetrievalUnavailable
 from tests.envs.fakes import EveryName
 
 
@@ -293,3 +294,41 @@ def test_synthetic_questions_have_gold_in_range():
     for q in synthetic_questions():
         assert all(1 <= p <= env.store.num_pages for p in q.evidence_pages)
         assert (q.answer == "Not answerable") == (q.evidence_pages == ())
+
+
+class FailingOnce(FixedRetriever):
+    """``FixedRetriever`` whose ``fail_on``-th search (0-based) finds the retrieval service down."""
+
+    def __init__(self, scores, fail_on):
+        super().__init__(scores)
+        self.calls, self.fail_on = 0, fail_on
+
+    def search(self, query, k):
+        self.calls += 1
+        if self.calls - 1 == self.fail_on:
+            raise RetrievalUnavailable("connection", "nothing listens")
+        return super().search(query, k)
+
+
+def test_marks_on_a_retried_search_are_recorded():
+    """A refine after a failed search (round 1's) updated the beliefs with its marks but recorded no event: the
+    beliefs moved where no feedback or beliefs event said, and the rewards never saw those marks."""
+    env = DocMemoEnv(retriever=EveryName(FailingOnce([0.1 * (i % 5) for i in range(20)], fail_on=1)))
+    _, info = env.reset(seed=0)
+    page = last(info, "candidates")["pages"][0]
+    env.step(turn(f"<select>{page}</select>"))
+    obs, *_, info = env.step(turn("<refine><query>q</query></refine>"))
+    assert (
+        "Retrieval is unavailable" in obs["text"] and last(info, "retrieval_error")["reason"] == "connection"
+    )
+    obs, _, term, trunc, info = env.step(
+        turn(f"<refine><query>q2</query><irrelevant>{page}</irrelevant></refine>")
+    )
+    assert not (term or trunc) and "Candidate pages" in obs["text"]
+    feedback = last(info, "feedback")
+    assert (feedback["round"], feedback["query"], feedback["irrelevant"]) == (1, "q2", [page])
+    after = last(info, "beliefs")["means"]
+    assert (
+        after == last(info, "candidates")["means"]
+        and after[page - 1] < events_of(info["events"], "beliefs")[0]["means"][page - 1]
+    )
