@@ -110,13 +110,17 @@ class MemoraPipeline:
         self.model = model
         self.config = config
         self.calls: Counter = Counter()
+        self.unknown: Counter = Counter()
+        """Answer entries per call kind that named a candidate the call was not shown (dropped)."""
 
     def play(
         self, env: gymnasium.Env, options: dict[str, Any] | None = None, seed: int | None = None
     ) -> dict:
         """Run one episode to its end; returns the last ``info`` plus ``info["turns"]``, the turn texts sent,
-        and ``info["llm_calls"]``, the model calls by kind and their ``total``."""
-        self.calls = Counter()
+        ``info["llm_calls"]``, the model calls by kind and their ``total``, and ``info["unknown_candidates"]``, the
+        answer entries by kind that named a candidate the call was not shown (left out of the turn: one would
+        make the env refuse the whole extraction or verdict)."""
+        self.calls, self.unknown = Counter(), Counter()
         _, info = env.reset(seed=seed, options=options)
         turns, sent = self._turns(info["view"]), []
         done = False
@@ -133,7 +137,13 @@ class MemoraPipeline:
                 sent.append(STOP_TURN)
                 _, _, _, _, info = env.step(STOP_TURN)
         calls = {kind: self.calls[kind] for kind in CALL_KINDS}
-        return {**info, "turns": sent, "llm_calls": {**calls, "total": sum(calls.values())}}
+        unknown = {kind: self.unknown[kind] for kind in ("extract", "judge")}
+        return {
+            **info,
+            "turns": sent,
+            "llm_calls": {**calls, "total": sum(calls.values())},
+            "unknown_candidates": unknown,
+        }
 
     def _turns(self, view: dict[str, Any]):
         """A generator of turns; each ``send`` gives it the view after the last turn."""
@@ -163,7 +173,11 @@ class MemoraPipeline:
                 shown = {cand["number"] for cand in candidates}
                 evidence = [e for e in view["evidence"] if e["number"] in shown]
                 self.calls["judge"] += 1
-                yield judge_turn(m.judge(query, view["factors"], candidates, evidence, view["memories"]))
+                order = m.judge(query, view["factors"], candidates, evidence, view["memories"])
+                kept = [n for n in order if n in shown]
+                self.unknown["judge"] += len(order) - len(kept)
+                if kept:  # a verdict of none is no turn
+                    yield judge_turn(kept)
             return
 
     def _subquery(self, query: str, factor: str, issued: list[str]) -> str:
@@ -178,5 +192,9 @@ class MemoraPipeline:
         c, evidence = self.config, []
         for start in range(0, len(pool), c.extract_batch):
             self.calls["extract"] += 1
-            evidence += self.model.extract(query, factor, pool[start : start + c.extract_batch])
+            batch = pool[start : start + c.extract_batch]
+            answer = self.model.extract(query, factor, batch)
+            kept = [e for e in answer if e[0] in {cand["number"] for cand in batch}]
+            self.unknown["extract"] += len(answer) - len(kept)
+            evidence += kept
         return extract_turn(k, evidence, c.evidence_scale, c.snippet_chars)

@@ -120,3 +120,37 @@ def test_llm_calls_follow_the_cost_model_and_one_factor_runs(num_factors: int) -
             expected += {"subquery": 1, "verdict": 1}.get(event["type"], 0)
             expected += -(-pool // 30) if event["type"] == "factor_evidence" else 0
         assert info["llm_calls"]["total"] == expected
+
+
+class Hallucinating(ScriptedModel):
+    """A model that, besides its answer, names a candidate it was never shown (an LLM's slip)."""
+
+    def extract(self, query, factor, candidates):
+        return [*super().extract(query, factor, candidates), (999, 9.0, "made up")]
+
+    def judge(self, query, factors, candidates, evidence, memories):
+        return [999, *super().judge(query, factors, candidates, evidence, memories)]
+
+
+def test_a_candidate_number_the_model_was_not_shown_costs_only_that_entry() -> None:
+    """One made-up number in an extraction or verdict answer made the env refuse the whole turn (bad_candidate):
+    the factor lost all its evidence and the judge its verdict. The pipeline now keeps the answer's entries for
+    candidates the call was shown, and counts the others in ``info["unknown_candidates"]``."""
+    env = MemoraEnv()
+    never_stop = PipelineConfig(stop_threshold=99.0)
+    info = MemoraPipeline(Hallucinating(facets=FACETS), never_stop).play(env, seed=1)
+    assert not events_of(info["events"], "protocol_violation")
+    honest = MemoraPipeline(ScriptedModel(facets=FACETS), never_stop).play(env, seed=1)
+    assert events_of(info["events"], "final_ranking") == events_of(honest["events"], "final_ranking")
+    extracts = info["llm_calls"]["extract"]
+    assert info["unknown_candidates"] == {"extract": extracts, "judge": 1}
+    # A verdict of unknown numbers alone is no judge turn (an empty <judge> would be a format error).
+    lost = MemoraPipeline(LostJudge(facets=FACETS), never_stop).play(env, seed=1)
+    kinds = [e["kind"] for e in events_of(lost["events"], "action")]
+    assert "judge" not in kinds and kinds[-1] == "stop" and not events_of(lost["events"], "format_error")
+    assert lost["unknown_candidates"]["judge"] == 1
+
+
+class LostJudge(ScriptedModel):
+    def judge(self, query, factors, candidates, evidence, memories):
+        return [999]
