@@ -147,13 +147,12 @@ class KBVQADemoEnv(KBVQAEnv):
             number = faulty_check(number, len(hits), self.aids.visual_check_accuracy, draws)
         return f"{text}\n{visual_check_text(None if number is None else self._argument(hits, number))}"
 
-    def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
+    def _serve_batch(self, image: int, hits: list[Any]) -> tuple[str, list[np.ndarray]]:
         """Without verification actions: the batch's top-1 becomes the image's entity, and only it is shown."""
-        state = self._running()
-        served = len(state.batches)
-        text, images = super()._serve_batch(image)
-        if self.aids.verification_actions or len(state.batches) == served:  # nothing new was served
+        text, images = super()._serve_batch(image, hits)
+        if self.aids.verification_actions:
             return text, images
+        state = self._running()
         batch = state.batches[-1]
         state.decide(batch, "rerank", batch.candidates[0])
         return top1_text(image, batch.names[0]), images[:1]

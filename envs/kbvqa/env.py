@@ -4,7 +4,8 @@ The policy sees N query images and a question, and acts with SearchImage(j), Sea
 Rerank(e), Reject() and Answer(y) (grammar in ``ragym.envs.kbvqa.actions``; stop strings ``</search_call>``,
 ``</rerank>``, ``</answer>``). Rules:
 
-- SearchImage(j) serves the next non-overlapping batch of K candidates of image j and makes j active.
+- SearchImage(j) serves the next non-overlapping batch of K candidates of image j and makes j active (one
+  that serves nothing, j's list used up or the service down, leaves the active image as it was).
   Each image gets at most ``max_rejections + 1`` batches; past that, the boundary prompt is returned.
 - Each batch admits one verification decision (Rerank of one of its names, or Reject()). Reject()
   counts as one of the active image's rejections and serves its next batch (the boundary prompt when the
@@ -242,22 +243,36 @@ class KBVQAEnv(TurnEnv):
         if not 1 <= image <= state.num_images:
             message = f"Image {image} does not exist; images are numbered 1 to {state.num_images}."
             return self._violation("image_out_of_range", message, image=image), []
-        state.active_image = image
         if state.batches_served(image) > cfg.max_rejections:
+            state.active_image = image
             return self._boundary(image)
-        return self._serve_batch(image)
-
-    def _serve_batch(self, image: int) -> tuple[str, list[np.ndarray]]:
-        state, k = self._running(), self.config.candidates_per_batch
-        offset = state.offsets[image]
-        try:
-            hits = page(self._image_retriever, state.image_query(image), offset, k)
-        except RetrievalUnavailable as error:
-            return self._unavailable("image", error), []
-        if not hits:
+        hits = self._next_hits(image)
+        if not isinstance(hits, list):
+            return hits, []
+        if not hits:  # nothing executed, so image j does not become the active one either
             message = f"no more candidates exist for Image {image}."
             return self._violation("no_more_candidates", message, image=image), []
+        return self._serve_batch(image, hits)
+
+    def _next_hits(self, image: int) -> list[Any] | str:
+        """The image's next page of candidates (empty when its list is used up), or the unavailable notice."""
+        state = self._running()
+        try:
+            return page(
+                self._image_retriever,
+                state.image_query(image),
+                state.offsets[image],
+                self.config.candidates_per_batch,
+            )
+        except RetrievalUnavailable as error:
+            return self._unavailable("image", error)
+
+    def _serve_batch(self, image: int, hits: list[Any]) -> tuple[str, list[np.ndarray]]:
+        """Serve ``hits`` as image ``image``'s next batch and make it the active image."""
+        state = self._running()
+        offset = state.offsets[image]
         batch = state.new_batch(image, offset, hits)
+        state.active_image = image
         version = hits[0].payload.get(VERSION_KEY)  # one search, one version (ragym.envs.retrieval.versions)
         state.record(
             kbvqa_ev.search_image(
@@ -310,7 +325,13 @@ class KBVQAEnv(TurnEnv):
         # bounds what is served, so after SearchImage paged to the cap the rejection brings the boundary prompt.
         if state.batches_served(image) > max_rejections:
             return self._boundary(image)
-        return self._serve_batch(image)
+        hits = self._next_hits(image)
+        if not isinstance(hits, list):
+            return hits, []
+        if not hits:
+            message = f"no more candidates exist for Image {image}."
+            return self._violation("no_more_candidates", message, image=image), []
+        return self._serve_batch(image, hits)
 
     def _boundary(self, image: int) -> tuple[str, list[np.ndarray]]:
         """The boundary prompt (no batch), stating the image's actual rejections and batches."""

@@ -177,6 +177,22 @@ def test_rejects_count_towards_rej_max_whether_or_not_search_image_paged_in_betw
     assert episode_metrics("KBVQA-v0", info["events"])["rejections"] == 2.0
 
 
+def test_a_search_of_an_exhausted_image_changes_nothing(tiny_kb: Path) -> None:
+    """SearchImage(2) when image 2's candidate list is used up is an invalid action that executes nothing: image 1,
+    searched last, stays active, so the next Rerank is a decision on image 1's batch, not on image 2's."""
+    option = rows(tiny_kb, "comparison")[0]
+    env = env_for(tiny_kb, candidates_per_batch=50)  # the tiny KB stores 50 candidates per query image
+    env.reset(options=option)
+    env.step(format_action(SearchImage(2)))
+    first, *_ = env.step(SEARCH1)
+    obs, *_, info = env.step(format_action(SearchImage(2)))
+    assert obs["text"].startswith("Invalid action") and "no more candidates" in obs["text"]
+    assert events_of(info["events"], "protocol_violation")[-1]["reason"] == "no_more_candidates"
+    obs, *_, info = env.step(format_action(Rerank(names_in(first["text"])[0])))
+    assert obs["text"].startswith("Confirmed: the entity in Image 1")
+    assert [v["image"] for v in events_of(info["events"], "verification")] == [1]
+
+
 def test_without_the_reject_action_the_prompt_parser_and_task_agree(tiny_kb: Path) -> None:
     """Table 5's "w/o Reject": allow_reject=False lists no Reject, and ``Reject()`` is a format error."""
     with_reject, without = (
