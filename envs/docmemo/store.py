@@ -65,7 +65,9 @@ class DocStore:
     def __post_init__(self) -> None:
         n = len(self.texts)
         lengths = {len(self.summaries), len(self.page_types), self.embeddings.shape[0]}
-        if n == 0 or lengths != {n}:
+        if n == 0:
+            raise ValueError(f"document {self.doc_id!r} has no pages")
+        if lengths != {n}:
             raise ValueError(f"document {self.doc_id!r}: per-page fields disagree on the page count")
         if len(self.image_paths) not in (0, n) or len(self.images) not in (0, n):
             raise ValueError(f"document {self.doc_id!r}: page images do not match the page count {n}")

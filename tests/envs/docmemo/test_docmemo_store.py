@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -82,6 +83,19 @@ def test_inconsistent_store_is_an_error(kwargs, message):
     }
     with pytest.raises(ValueError, match=message):
         DocStore(**{**fields, **kwargs})
+
+
+def test_env_on_an_empty_document_is_an_error_saying_so(tmp_path):
+    """A store of no pages (a PDF that rendered none) was refused as one whose per-page fields disagree."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    meta = {"doc_id": "empty.pdf", "num_pages": 0, "encoder": "fake", "dpi": 72, "sections": []}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    (folder / "pages.jsonl").write_text("")
+    np.save(folder / "embeddings.npy", np.zeros((0, 8), np.float32))
+    env = DocMemoEnv(store_root=str(tmp_path), retriever=NamedRetrievers({}))
+    with pytest.raises(ValueError, match="document 'empty.pdf' has no pages"):
+        env.reset(seed=0, options={"question": "q", "doc_id": "empty.pdf"})
 
 
 def test_missing_store_names_the_path(tmp_path):
