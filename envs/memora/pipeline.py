@@ -157,7 +157,8 @@ class MemoraPipeline:
         for k, (text, _) in enumerate(factors, 1):
             view = yield subquery_turn(k, self._subquery(query, text, issued[k - 1]))
         for k, (text, _) in enumerate(factors, 1):
-            view = yield self._extract_turn(k, query, text, view["pool"])
+            if (turn := self._extract_turn(k, query, text, view["pool"])) is not None:
+                view = yield turn
         for round_ in range(c.max_expansions + 1):
             signals, left = view["signals"], view["calls_left"]
             if c.w_margin * signals["margin"] + c.w_support * signals["support"] + c.bias >= c.stop_threshold:
@@ -166,7 +167,8 @@ class MemoraPipeline:
             if round_ < c.max_expansions and expand:
                 k = round_ % len(factors) + 1
                 view = yield subquery_turn(k, self._subquery(query, factors[k - 1][0], issued[k - 1]))
-                view = yield self._extract_turn(k, query, factors[k - 1][0], view["pool"])
+                if (turn := self._extract_turn(k, query, factors[k - 1][0], view["pool"])) is not None:
+                    view = yield turn
                 continue
             if left["judge"] > 0:
                 candidates = view["candidates"][: c.judge_depth]
@@ -187,8 +189,9 @@ class MemoraPipeline:
         issued.append(text)
         return text
 
-    def _extract_turn(self, k: int, query: str, factor: str, pool: list[dict[str, Any]]) -> str:
-        """Evidence for factor ``k`` over the whole pool, one model call per batch, as one extract turn."""
+    def _extract_turn(self, k: int, query: str, factor: str, pool: list[dict[str, Any]]) -> str | None:
+        """Evidence for factor ``k`` over the whole pool, one model call per batch, as one extract turn (None when
+        the model found none: the grammar has no empty extraction)."""
         c, evidence = self.config, []
         for start in range(0, len(pool), c.extract_batch):
             self.calls["extract"] += 1
@@ -197,4 +200,4 @@ class MemoraPipeline:
             kept = [e for e in answer if e[0] in {cand["number"] for cand in batch}]
             self.unknown["extract"] += len(answer) - len(kept)
             evidence += kept
-        return extract_turn(k, evidence, c.evidence_scale, c.snippet_chars)
+        return extract_turn(k, evidence, c.evidence_scale, c.snippet_chars) if evidence else None

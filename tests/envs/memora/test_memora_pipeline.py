@@ -154,3 +154,20 @@ def test_a_candidate_number_the_model_was_not_shown_costs_only_that_entry() -> N
 class LostJudge(ScriptedModel):
     def judge(self, query, factors, candidates, evidence, memories):
         return [999]
+
+
+class FindsNothing(ScriptedModel):
+    """An extraction that finds nothing bearing on the factor (an LLM may answer ``{"evidence": []}``)."""
+
+    def extract(self, query, factor, candidates):
+        return []
+
+
+def test_an_extraction_that_finds_nothing_sends_no_malformed_turn() -> None:
+    """With no evidence the pipeline wrote ``<extract f=1></extract>``, which the grammar refuses (bad_extract): a
+    format error and a turn spent per factor. Such an extraction is now no turn; the calls still count."""
+    info = MemoraPipeline(FindsNothing(facets=FACETS)).play(MemoraEnv(), seed=1)
+    assert not events_of(info["events"], "format_error")
+    kinds = [e["kind"] for e in events_of(info["events"], "action")]
+    assert "extract" not in kinds and kinds[-1] == "stop"
+    assert info["llm_calls"]["extract"] >= 3
