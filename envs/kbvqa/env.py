@@ -9,7 +9,7 @@ Rerank(e), Reject() and Answer(y) (grammar in ``ragym.envs.kbvqa.actions``; stop
   Each image gets at most ``max_rejections + 1`` batches; past that, the boundary prompt is returned.
 - Each batch admits one verification decision (Rerank of one of its names, or Reject()). Reject()
   counts as one of the active image's rejections and serves its next batch (the boundary prompt when the
-  batch cap is reached); when the image's RejCount, its counted Rejects, is already Rej_max it brings the
+  batch cap is reached or the image's candidate list is used up); when the image's RejCount, its counted Rejects, is already Rej_max it brings the
   boundary prompt instead and is not counted (Algorithm S1, lines 14-20, which checks RejCount alone:
   batches paged by SearchImage do not count; the ``verification`` event says ``at_limit``). A second
   decision on the same batch is a ``protocol_violation`` and changes nothing, so repeating Rerank(e*) earns
@@ -328,16 +328,16 @@ class KBVQAEnv(TurnEnv):
         hits = self._next_hits(image)
         if not isinstance(hits, list):
             return hits, []
-        if not hits:
-            message = f"no more candidates exist for Image {image}."
-            return self._violation("no_more_candidates", message, image=image), []
+        if not hits:  # the decision stands; the image's candidate list is used up before the cap
+            return self._boundary(image, exhausted=True)
         return self._serve_batch(image, hits)
 
-    def _boundary(self, image: int) -> tuple[str, list[np.ndarray]]:
-        """The boundary prompt (no batch), stating the image's actual rejections and batches."""
+    def _boundary(self, image: int, exhausted: bool = False) -> tuple[str, list[np.ndarray]]:
+        """The boundary prompt (no batch), stating the image's actual rejections and batches (``exhausted``: its
+        candidate list ran out before the rejection limit)."""
         state = self._running()
         state.record(kbvqa_ev.boundary(state.turn, image, state.rejections[image]))
-        text = prompts.boundary_text(image, state.rejections[image], state.batches_served(image))
+        text = prompts.boundary_text(image, state.rejections[image], state.batches_served(image), exhausted)
         return text, []
 
     def _search_text(self, queries: tuple[str, ...]) -> str:

@@ -77,10 +77,12 @@ def confirmation_text(image: int, name: str) -> str:
     return f"Confirmed: the entity in Image {image} is {defuse(name)}."
 
 
-def boundary_text(image: int, rejections: int, batches: int) -> str:
-    """The boundary prompt returned instead of a new batch once an image's exploration depth is used up."""
+def boundary_text(image: int, rejections: int, batches: int, exhausted: bool = False) -> str:
+    """The boundary prompt returned instead of a new batch once an image's exploration depth is used up
+    (``exhausted``: its candidate list ran out first)."""
+    reached = "No more candidates exist" if exhausted else "Rejection limit reached"
     return (
-        f"Rejection limit reached for Image {image} ({rejections} rejections, {batches} batches served): "
+        f"{reached} for Image {image} ({rejections} rejections, {batches} batches served): "
         "no more candidates will be "
         "retrieved for it. Continue with the evidence you have: search text or give your answer."
     )

@@ -193,6 +193,26 @@ def test_a_search_of_an_exhausted_image_changes_nothing(tiny_kb: Path) -> None:
     assert [v["image"] for v in events_of(info["events"], "verification")] == [1]
 
 
+def test_a_reject_when_no_candidate_is_left_is_a_counted_rejection_with_the_boundary_prompt(
+    tiny_kb: Path,
+) -> None:
+    """A Reject of the last candidates an image has (below Rej_max) is a decision and a counted rejection, as
+    Algorithm S1 counts it; no batch is left to serve, so the boundary prompt says so. It is no invalid action."""
+    env = env_for(tiny_kb, candidates_per_batch=50)
+    env.reset(options=rows(tiny_kb, "single")[0])
+    env.step(SEARCH1)
+    obs, *_, info = env.step(REJECT)
+    assert not obs["text"].startswith("Invalid action") and obs["images"] == ()
+    assert "No more candidates exist for Image 1 (1 rejections, 1 batches served)" in obs["text"]
+    assert events_of(info["events"], "protocol_violation") == []
+    assert events_of(info["events"], "boundary") == [
+        {"type": "boundary", "turn": 1, "image": 1, "rejections": 1}
+    ]
+    assert [d["at_limit"] for d in events_of(info["events"], "verification")] == [False]
+    assert env.state.rejections[1] == 1
+    assert episode_metrics("KBVQA-v0", info["events"])["rejections"] == 1.0
+
+
 def test_without_the_reject_action_the_prompt_parser_and_task_agree(tiny_kb: Path) -> None:
     """Table 5's "w/o Reject": allow_reject=False lists no Reject, and ``Reject()`` is a format error."""
     with_reject, without = (
