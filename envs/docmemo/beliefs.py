@@ -102,7 +102,8 @@ class PageBeliefs:
         self.beta[v] += 1.0
         # Neighbourhoods of several useful pages overlap: np.add.at accumulates repeated indices.
         # Negative feedback is not propagated, so nearby pages of an irrelevant one stay explorable.
-        for d in range(1, self.radius + 1):
+        # Distances past the document's length reach no page: a radius beyond it stops there.
+        for d in range(1, min(self.radius, self.num_pages - 1) + 1):
             weight = self.decay**d
             for j in (u - d, u + d):
                 j = j[(j >= 0) & (j < self.num_pages)]
