@@ -123,6 +123,11 @@ class KBVQAConfig(EnvConfig):
             "max_turn_chars": 1,
         }
         check_least(self, least)
+        if self.candidates_per_batch > self.max_images_per_obs:  # a batch is one observation's images
+            raise ValueError(
+                f"KBVQAConfig.candidates_per_batch must be at most max_images_per_obs "
+                f"({self.max_images_per_obs}), got {self.candidates_per_batch}"
+            )
         if not isinstance(self.allow_reject, bool):
             raise ValueError(f"KBVQAConfig.allow_reject must be true or false, got {self.allow_reject!r}")
         if not self.allow_reject and self.max_rejections != 0:

@@ -127,6 +127,11 @@ class R3GConfig(EnvConfig):
             raise ValueError(f"rerank must be one of {RERANK_MODES}, got {self.rerank!r}")
         if self.pool_source not in POOL_SOURCES:
             raise ValueError(f"pool_source must be one of {POOL_SOURCES}, got {self.pool_source!r}")
+        if self.pool_size > self.max_images_per_obs:  # the pool is one observation's images
+            raise ValueError(
+                f"R3GConfig.pool_size must be at most max_images_per_obs ({self.max_images_per_obs}), "
+                f"got {self.pool_size}"
+            )
         if not 1 <= self.top_k <= self.pool_size:
             raise ValueError(f"need 1 <= top_k <= pool_size, got k={self.top_k}, P={self.pool_size}")
         if self.temperature <= 0:

@@ -24,6 +24,20 @@ def test_nonsense_settings_name_the_field(field, value):
         KBVQAConfig(**{field: value})
 
 
+@pytest.mark.parametrize(
+    ("config", "field", "value"),
+    [("KBVQAConfig", "candidates_per_batch", 33), ("R3GConfig", "pool_size", 33)],
+)
+def test_a_batch_of_more_images_than_an_observation_holds_is_refused(config, field, value):
+    """A batch (KB-VQA) or pool (R3G) of 33 images would be an observation outside the env's space (32 images)."""
+    from ragym.envs.r3g.env import R3GConfig
+
+    cls = {"KBVQAConfig": KBVQAConfig, "R3GConfig": R3GConfig}[config]
+    with pytest.raises(ValueError, match=f"{config}.{field}"):
+        cls(**{field: value})
+    cls(**{field: value, "max_images_per_obs": value})
+
+
 def test_the_papers_settings_and_the_least_ones_are_accepted():
     KBVQAConfig()
     KBVQAConfig(candidates_per_batch=1, max_rejections=0, max_turns=1, text_top_k=1, max_text_queries=1)

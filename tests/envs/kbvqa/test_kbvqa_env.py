@@ -181,7 +181,9 @@ def test_a_search_of_an_exhausted_image_changes_nothing(tiny_kb: Path) -> None:
     """SearchImage(2) when image 2's candidate list is used up is an invalid action that executes nothing: image 1,
     searched last, stays active, so the next Rerank is a decision on image 1's batch, not on image 2's."""
     option = rows(tiny_kb, "comparison")[0]
-    env = env_for(tiny_kb, candidates_per_batch=50)  # the tiny KB stores 50 candidates per query image
+    env = env_for(
+        tiny_kb, candidates_per_batch=50, max_images_per_obs=50
+    )  # the tiny KB stores 50 candidates per query image
     env.reset(options=option)
     env.step(format_action(SearchImage(2)))
     first, *_ = env.step(SEARCH1)
@@ -198,7 +200,7 @@ def test_a_reject_when_no_candidate_is_left_is_a_counted_rejection_with_the_boun
 ) -> None:
     """A Reject of the last candidates an image has (below Rej_max) is a decision and a counted rejection, as
     Algorithm S1 counts it; no batch is left to serve, so the boundary prompt says so. It is no invalid action."""
-    env = env_for(tiny_kb, candidates_per_batch=50)
+    env = env_for(tiny_kb, candidates_per_batch=50, max_images_per_obs=50)
     env.reset(options=rows(tiny_kb, "single")[0])
     env.step(SEARCH1)
     obs, *_, info = env.step(REJECT)
