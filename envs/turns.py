@@ -129,6 +129,12 @@ class TurnEnv(gymnasium.Env):
         """Whether the observation before the last turn tells the policy to answer now (no notice by default)."""
         return False
 
+    def _first_text(self, text: str) -> str:
+        """The reset observation's ``text``, with the last-turn notice where the first turn is the last one."""
+        if self._notices_last_turn() and self.config.max_turns == 1:
+            return f"{text}\n{LAST_TURN_NOTICE}"
+        return text
+
     def _out_of_turns(self, outcome: Outcome, turn: int) -> Outcome:
         """The outcome of a turn that used the last one without ending the episode (events recorded already)."""
         return outcome

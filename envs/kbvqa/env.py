@@ -195,7 +195,7 @@ class KBVQAEnv(TurnEnv):
                 allow_reject=cfg.allow_reject,
             )
         )
-        text = self._task_text()
+        text = self._first_text(self._task_text())
         images = tuple(np.array(read_image(p, self.image_budget, "query")) for p in self.state.query_paths)
         return {"text": text, "images": images}, self._info()
 

@@ -354,6 +354,16 @@ def test_turn_limit_truncates_with_the_forced_answer_rule(tiny_kb: Path, max_tur
     assert len(events_of(info["events"], "format_error")) == max_turns
 
 
+def test_with_one_turn_the_first_observation_asks_for_the_answer(tiny_kb: Path) -> None:
+    """T_max = 1: the task is the observation before the last turn, so it carries the last-turn notice."""
+    obs, _ = env_for(tiny_kb, max_turns=1).reset(seed=2)
+    assert obs["text"].endswith(LAST_TURN_NOTICE)
+    obs, _ = env_for(tiny_kb, max_turns=1, last_turn_notice=False).reset(seed=2)
+    assert LAST_TURN_NOTICE not in obs["text"]
+    obs, _ = env_for(tiny_kb, max_turns=2).reset(seed=2)
+    assert LAST_TURN_NOTICE not in obs["text"]
+
+
 def test_multi_image_questions_page_and_verify_per_image(tiny_kb: Path) -> None:
     option = rows(tiny_kb, "comparison")[0]
     env = env_for(tiny_kb)
