@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import bm25s
+from ragym.envs.retrieval.retrievers import BM25Retriever
 
 
 def mine_bm25_negatives(
@@ -19,7 +19,8 @@ def mine_bm25_negatives(
     """For each query, the ids of its ``num_negatives`` best BM25 documents outside its own thread.
 
     Excluding the whole thread (not only the positive) keeps other answers to the same question, which are
-    usually relevant, from being trained as negatives. ``depth`` is how far down the BM25 ranking to look.
+    usually relevant, from being trained as negatives. ``depth`` is how far down the BM25 ranking to look; tied
+    scores rank the later document first, the same on every CPU.
     A query whose top ``depth`` holds too few usable documents is topped up with other-thread documents in a
     fixed order (so every row has the same number of columns); the second return value counts those queries.
     """
@@ -27,19 +28,13 @@ def mine_bm25_negatives(
         raise ValueError("queries/query_threads and doc_ids/doc_texts/doc_threads must have matching lengths")
     if num_negatives <= 0 or not queries:
         return [[] for _ in queries], 0
-    model = bm25s.BM25()
-    model.index(bm25s.tokenize(list(doc_texts), stopwords="en", show_progress=False), show_progress=False)
-    k = min(depth, len(doc_ids))
-    tokens = bm25s.tokenize(list(queries), stopwords="en", show_progress=False)
-    rows, scores = model.retrieve(tokens, k=k, show_progress=False, n_threads=1)  # each (num_queries, k)
+    # The env's BM25 (bm25s scores): documents sharing no term dropped, tied scores the later document first on
+    # every CPU (bm25s's own top-k ordered ties by the CPU's sort kernel). Hits name corpus rows.
+    retriever = BM25Retriever.build(list(doc_texts), [str(row) for row in range(len(doc_ids))])
+    rankings = retriever.batch_search(list(queries), depth)
     negatives, num_topped_up = [], 0
-    for i, (thread, row_ids, row_scores) in enumerate(zip(query_threads, rows, scores, strict=True)):
-        picked = [
-            int(r)
-            for r, s in zip(row_ids, row_scores, strict=True)
-            if s > 0 and doc_threads[int(r)] != thread
-        ]
-        picked = picked[:num_negatives]
+    for i, (thread, hits) in enumerate(zip(query_threads, rankings, strict=True)):
+        picked = [int(h.docid) for h in hits if doc_threads[int(h.docid)] != thread][:num_negatives]
         if len(picked) < num_negatives:
             num_topped_up += 1
             picked += _top_up(i, thread, picked, doc_threads, num_negatives - len(picked))

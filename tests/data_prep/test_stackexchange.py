@@ -251,6 +251,25 @@ def test_bm25_negatives_skip_positive_and_same_thread() -> None:
     assert topped == 1 and len(negatives[0]) == 3 and not {"pos", "sibling"} & set(negatives[0])
 
 
+def test_bm25_negatives_among_tied_answers_are_the_same_on_every_cpu() -> None:
+    """Among answers of equal BM25 score, bm25s's own top-k picked them by numpy's partition and sort kernels
+    (here, 257 tied answers gave a0, a39, a38, ...: which ones depends on the CPU's AVX-512 or AVX2 sort), so
+    train.jsonl's negatives differed between machines. They now follow the env's BM25 rule, tied scores the
+    later document first (``ragym.envs.retrieval.retrievers.top_k``)."""
+    num = 257
+    ids = [f"a{i}" for i in range(num)]
+    negatives, _ = mine_bm25_negatives(
+        ["glacier melt"],
+        ["q"],
+        ids,
+        ["glacier melt answer"] * num,
+        [f"t{i}" for i in range(num)],
+        5,
+        depth=30,
+    )
+    assert negatives == [[f"a{i}" for i in range(num - 1, num - 6, -1)]]
+
+
 def test_shared_skeptics_accounting(shared_data: Path, tmp_path: Path) -> None:
     path = shared_data / "stackexchange_skeptics" / "web_science_dataset.jsonl"
     if not path.is_file():
