@@ -258,7 +258,7 @@ class MemoraEnv(TurnEnv):
         text = "\n\n".join(
             [
                 views.query_view(opts["query"], bool(images), opts.get("image_description")),
-                views.memory_view(self.state.memories, len(memory), c.memory_query_chars),
+                views.memory_view(self.state.memories, len(memory), c.memory_query_chars, c.k),
                 self._status_text(c.max_turns),
             ]
         )

@@ -2,7 +2,7 @@
 
 ragym's reading: one store per domain holds one record per query, of its latest finished episode: the query,
 the factors it used (text, priority, and whether each helped, hurt or stayed neutral once the episode was
-scored against its qrels), the final top-K document ids and the episode's nDCG@10. At reset the K_m records whose query
+scored against its qrels), the final top-K document ids and the episode's nDCG@K. At reset the K_m records whose query
 is nearest (bag-of-words cosine) are shown; from them the env derives the two priors of Table 6:
 
 - the factor prior (h_k, l_k): for a factor text, how many near memories used a similar factor that
@@ -118,7 +118,7 @@ class MemoryRecord:
     top_docs: tuple[str, ...]
     """The final top-K document ids."""
     ndcg: float
-    """nDCG@10 of the final ranking."""
+    """nDCG@K of the final ranking (K: the writing env's ``config.k``, 10 by default)."""
     query_id: str | None = None
     """The query's id, when the episode had one (records written before ids were kept have none)."""
 

@@ -23,8 +23,11 @@ satisfy factor 1, scored 0 to the evidence scale, with the supporting snippet.
 Candidates are named by number. Every action kind has a call budget."""
 
 
-def memory_view(memories: Sequence[tuple[MemoryRecord, float]], num_records: int, query_chars: int) -> str:
-    """The K_m nearest past episodes of the domain: query, outcome and factors that helped (+) or hurt (-)."""
+def memory_view(
+    memories: Sequence[tuple[MemoryRecord, float]], num_records: int, query_chars: int, k: int
+) -> str:
+    """The K_m nearest past episodes of the domain: query, outcome (nDCG@``k``) and factors that helped (+) or
+    hurt (-)."""
     if not memories:
         return f"Domain memory: no similar past episode ({num_records} stored)."
     lines = [f"Domain memory ({len(memories)} of {num_records} past episodes, most similar first):"]
@@ -32,7 +35,7 @@ def memory_view(memories: Sequence[tuple[MemoryRecord, float]], num_records: int
     for i, (record, sim) in enumerate(memories, 1):
         factors = ", ".join(f"{mark[f.outcome]}{defuse(f.text)}" for f in record.factors) or "none"
         lines.append(
-            f"  M{i} (similarity {sim:.2f}, nDCG@10 {record.ndcg:.2f}) {defuse(record.query[:query_chars])!r}; factors: {factors}"
+            f"  M{i} (similarity {sim:.2f}, nDCG@{k} {record.ndcg:.2f}) {defuse(record.query[:query_chars])!r}; factors: {factors}"
         )
     return "\n".join(lines)
 

@@ -245,6 +245,17 @@ def test_the_own_query_similarity_setting_decides_which_memories_a_query_sees(tm
     assert shown == {0.6: [], 0.86: [], 0.87: ["q7"], 1.0: ["q7"]}
 
 
+@pytest.mark.parametrize("k", [5, 10])
+def test_the_memory_view_names_the_configured_k(tmp_path, k: int) -> None:
+    """A memory's outcome is nDCG@K of its final ranking, K the config's ``k``: the view says nDCG@5 at k=5."""
+    from ragym.envs.memora.memory import EpisodicMemory, MemoryRecord
+
+    EpisodicMemory(tmp_path / "toy.jsonl").write(MemoryRecord("gamma question", (), ("c",), 1.0, "q7"))
+    env = small_env(memory_dir=str(tmp_path), k=k, kc=k, k0=k, max_pool=k)
+    obs, _ = env.reset(options={**OPTIONS, "query": "gamma rays from distant quasars"})
+    assert re.findall(r"nDCG@\w+ [\d.]+", obs["text"]) == [f"nDCG@{k} 1.00"]
+
+
 def test_own_memory_gives_a_stop_at_once_policy_nothing() -> None:
     """The leak of issue 30: one earlier scored episode of the same query raised an immediate stop's nDCG@10
     by 0.11 on these 40 queries (its document prior boosted its own relevant documents); now by nothing."""
