@@ -4,6 +4,7 @@ every recipe, and every repository path or ``ragym.*`` module the text names exi
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from markdown.extensions.toc import slugify
 
+from ragym.envs.kbvqa.env import KBVQAConfig
 from ragym.rl.cli import COMMANDS
 from tests.conftest import REPO_ROOT
 
@@ -128,6 +130,16 @@ def test_the_recipe_table_names_every_recipe() -> None:
     }
     assert shipped - listed == set(), "recipes missing from docs/recipes.md"
     assert listed - shipped == set(), "docs/recipes.md lists recipes that do not exist"
+
+
+def test_the_kbvqa_config_table_lists_fields_with_their_defaults() -> None:
+    """docs/kbvqa.md's config table names ``KBVQAConfig`` fields only (``make_env``'s retrieval keywords are not:
+    ``KBVQAEnv(retrieval_url=...)`` is refused), each with its default."""
+    rows = table_after((DOCS / "kbvqa.md").read_text(), "| field | default | meaning |")
+    listed = {row[0].strip("`"): row[1].strip("`") for row in rows}
+    defaults = {f.name: str(f.default) for f in dataclasses.fields(KBVQAConfig)}
+    assert sorted(set(listed) - set(defaults)) == [], "the table lists names that are not KBVQAConfig fields"
+    assert {name: defaults[name] for name in listed} == listed
 
 
 @pytest.mark.parametrize("page", manual_pages(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
