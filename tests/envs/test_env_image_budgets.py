@@ -148,6 +148,15 @@ def test_docmemo_pages_and_crops_are_fitted_to_the_page_budget(budget: ImageBudg
     assert_within((fitted, *docmemo_views.dense_crops(page, 1024, pages)), pages, "candidate")
 
 
+def test_a_dense_letter_page_costs_what_docs_docmemo_says() -> None:
+    """docs/docmemo.md's cost of dense-page crops: at the DocMemo recipe's page budget (1,024 tokens, factor 28), a
+    letter page at 144 dpi costs 1,008 visual tokens and each of its two half-page crops 828."""
+    page = photo(1224, 1584)  # 8.5 x 11 in at 144 dpi, ragym prep mmlongbench-doc's default
+    recipe = ImageBudget(1024 * 28 * 28, 1024 * 28 * 28)
+    images = (docmemo_views.fit(page, 1024, recipe), *docmemo_views.dense_crops(page, 1024, recipe))
+    assert [visual_tokens(*image.shape[:2], 28) for image in images] == [1008, 828, 828]
+
+
 def test_docmemo_pages_keep_image_max_side_when_the_budget_does_not_bind() -> None:
     page = photo(1700, 2200)
     default = budget_of(DocMemoConfig())  # no recipe: Qwen2.5-VL's own max_pixels, looser than 1024 px
