@@ -40,8 +40,6 @@ class OutcomeParams:
     """``em`` (normalised exact match) or ``f1`` (token F1) for ``generic`` and ``synthetic_kbvqa``."""
     bem_model_path: str | None = None
     """E-VQA: local answer-equivalence model tried after exact match; null = exact match only."""
-    score_forced_answer: bool = True
-    """Score the answer the env forced at the turn limit (Algorithm S1, line 26); false scores it 0."""
     markup_scores_zero: bool = True
     """An answer containing a tag (``</answer>``, ``<b>``...) scores 0: tag injection earns nothing."""
     no_number_as_zero: bool = False
@@ -74,7 +72,7 @@ def outcome(episode: Episode, **params: Any) -> float | None:
     # The env ends the episode at its first answer; a misbehaving env cannot let a policy spray answers.
     final = answers[0]
     text = final.get("text")
-    if not isinstance(text, str) or (final.get("forced") and not cfg.score_forced_answer):
+    if not isinstance(text, str):
         return 0.0
     if cfg.markup_scores_zero and has_markup(text):
         return 0.0

@@ -271,7 +271,6 @@ def test_answer_hidden_in_reasoning_earns_nothing() -> None:
 
 
 def test_outcome_options() -> None:
-    assert score("outcome", episode([answer("Paris", forced=True)]), score_forced_answer=False) == 0.0
     assert score("outcome", episode([answer("<i>Paris</i>")]), markup_scores_zero=False) == 0.0  # 'iparisi'
     assert score("outcome", episode([answer("the Paris area")]), generic_metric="f1") == pytest.approx(2 / 3)
     assert score("outcome", Episode("generic", [], [answer("x")], None)) is None
