@@ -10,7 +10,9 @@ As verl's ``RayPPOTrainer._load_checkpoint`` defines them:
   start at the working directory).
 
 A resumed run must be the same run: the settings a checkpoint cannot carry over (learning rate, data,
-seed, batch shape, reward) are compared with the checkpoint's and a change is refused, naming the setting.
+seed, batch shape, reward) are compared with the checkpoint's and a change is refused, naming the setting. The
+settings that name files (the model folder, the reward recipe) are compared by what the files hold, so a run
+resumes from a moved checkout or model folder, and a reward recipe edited in place is refused.
 Metrics rows logged after the checkpoint (steps a killed run did not save) are dropped before continuing.
 """
 
@@ -51,6 +53,11 @@ RUN_SETTINGS = (
     "actor_rollout_ref.model.exclude_modules",
 )
 """Settings a resumed run cannot change: the optimizer state, data cursor and rewards belong to them."""
+MODEL_KEY = "actor_rollout_ref.model.path"
+REWARD_KEY = "reward.custom_reward_function.reward_kwargs"
+_WHOLE_FILE_BYTES = 16 << 20
+"""Files up to this size count whole in a folder's fingerprint; larger ones (weight shards) by their size and their
+first and last MiB, which differ between any two trainings of one architecture."""
 _STEP_DIR = re.compile(r"global_step_(\d+)$")
 
 
@@ -129,14 +136,81 @@ def _complete(checkpoint: Path) -> Path:
     return checkpoint
 
 
+def run_contents(config: DictConfig) -> dict[str, str | None]:
+    """Fingerprints of what the settings that name files hold (None: not a local file, compared as written)."""
+    return {
+        MODEL_KEY: folder_fingerprint(OmegaConf.select(config, MODEL_KEY)),
+        REWARD_KEY: reward_fingerprint(OmegaConf.select(config, REWARD_KEY)),
+    }
+
+
+def folder_fingerprint(path: Any) -> str | None:
+    """A hash of a model folder's files (names, and contents as ``_WHOLE_FILE_BYTES`` says), None for no folder."""
+    import hashlib
+
+    folder = Path(path) if isinstance(path, str) else None
+    if folder is None or not folder.is_dir():
+        return None
+    digest = hashlib.sha256()
+    for file in sorted(f for f in folder.iterdir() if f.is_file() and not f.name.startswith(".")):
+        size = file.stat().st_size
+        digest.update(f"{file.name}:{size}\n".encode())
+        with file.open("rb") as f:
+            if size <= _WHOLE_FILE_BYTES:
+                digest.update(f.read())
+            else:
+                digest.update(f.read(1 << 20))
+                f.seek(-(1 << 20), 2)
+                digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
+def reward_fingerprint(kwargs: Any) -> str | None:
+    """A hash of the reward settings with the reward recipe file's parsed contents in place of its path."""
+    import hashlib
+
+    import yaml
+
+    if kwargs is None:
+        return None
+    plain = _plain(kwargs)
+    recipe_path = plain.get("recipe_path") if isinstance(plain, dict) else None
+    if recipe_path is None:
+        return None
+    try:
+        recipe = yaml.safe_load(Path(recipe_path).read_text())
+    except OSError:
+        return None  # the recipe is gone: compared as written
+    text = json.dumps({**plain, "recipe_path": recipe}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def check_same_run(
-    saved_config_json: str | None, config: DictConfig, saved_data: str | None, data: str, checkpoint: Path
+    saved_config_json: str | None,
+    config: DictConfig,
+    saved_data: str | None,
+    data: str,
+    checkpoint: Path,
+    saved_contents: dict[str, str | None] | None = None,
 ) -> None:
-    """Refuse to resume ``checkpoint`` with settings or training rows other than the ones it was trained on."""
+    """Refuse to resume ``checkpoint`` with settings or training rows other than the ones it was trained on
+    (``saved_contents``: ``run_contents`` at the save; checkpoints written before it compare paths)."""
     if saved_config_json is not None:
         saved = OmegaConf.create(json.loads(saved_config_json))
+        contents = run_contents(config) if saved_contents else {}
         for key in RUN_SETTINGS:
             before, now = _plain(OmegaConf.select(saved, key)), _plain(OmegaConf.select(config, key))
+            if key == "data.train_files" and saved_data is not None:
+                continue  # the rows' fingerprint below decides, wherever the files lie
+            known = (saved_contents or {}).get(key)
+            if known is not None and contents.get(key) is not None:
+                if known != contents[key]:
+                    raise UsageError(
+                        f"{checkpoint} was trained with {key}={_short(before)}; what this run's "
+                        f"{_short(now)} holds differs from it (files changed): restore them to resume, or set "
+                        "trainer.default_local_dir to a new folder for a new run"
+                    )
+                continue
             if before != now:
                 raise UsageError(
                     f"{checkpoint} was trained with {key}={_short(before)}, this run sets {_short(now)}: "

@@ -51,7 +51,7 @@ from ragym.rl.credit.inputs import local_turn_credit, recipe_rubric, step_weight
 from ragym.rl.data.rows import load_rows
 from ragym.rl.engine.async_rollouts import RolloutAhead, tag_versions
 from ragym.rl.engine.config import EngineConfig
-from ragym.rl.engine.resume import LATEST, check_same_run, latest_checkpoint, resume_point
+from ragym.rl.engine.resume import LATEST, check_same_run, latest_checkpoint, resume_point, run_contents
 from ragym.rl.errors import UsageError
 from ragym.rl.guards import GuardMonitor, GuardStop
 from ragym.rl.lora import add_adapters, save_adapter, trainable_parameters
@@ -124,7 +124,12 @@ class LocalTrainer:
             # The dict save() wrote (torch.load's type is Any).
             state = cast(dict[str, Any], load_state(resume / "engine_state.pt"))
             check_same_run(
-                state.get("config"), config, state.get("data"), self.train_set.fingerprint(), resume
+                state.get("config"),
+                config,
+                state.get("data"),
+                self.train_set.fingerprint(),
+                resume,
+                state.get("contents"),
             )
         # The Hugging Face policy would run positions it never had (vLLM refuses such a length itself).
         problem = position_problem(cfg.model_path, cfg.prompt_length, cfg.response_length)
@@ -407,6 +412,7 @@ class LocalTrainer:
             "update_rng": self.update_generator.get_state(),
             "config": json.dumps(OmegaConf.to_container(self.config, resolve=True)),
             "data": self.train_set.fingerprint(),
+            "contents": run_contents(self.config),
         }
 
     def _rollout_state(self) -> dict[str, Any]:

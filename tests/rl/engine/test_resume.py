@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from ragym.envs import files
 from ragym.rl.core.metrics import drop_metrics_after, read_metrics
-from ragym.rl.engine.resume import LATEST, check_same_run, resume_point
+from ragym.rl.engine.resume import LATEST, MODEL_KEY, REWARD_KEY, check_same_run, resume_point, run_contents
 from ragym.rl.errors import UsageError
 from ragym.rl.train import build_trainer
 from tests.rl.engine.test_engine_trainer import _overrides, tiny_setup  # noqa: F401 - the module fixture
@@ -168,6 +168,42 @@ def test_a_changed_setting_is_refused_by_name():
     check_same_run(json.dumps(saved), OmegaConf.create(saved), "abc", "abc", Path("ckpt"))
 
 
+def _files_run(root: Path, weights: bytes = b"w" * 100) -> DictConfig:
+    """A config whose model folder and reward recipe lie under ``root``."""
+    (root / "model").mkdir(parents=True)
+    (root / "model" / "config.json").write_text('{"hidden_size": 8}')
+    (root / "model" / "model.safetensors").write_bytes(weights)
+    (root / "reward.yaml").write_text("terms:\n  outcome:\n    weight: 1.0\n")
+    reward = {"recipe": None, "recipe_path": str(root / "reward.yaml"), "overrides": None}
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {"model": {"path": str(root / "model")}},
+            "reward": {"custom_reward_function": {"reward_kwargs": reward}},
+            "data": {"train_files": str(root / "train.parquet")},
+        }
+    )
+
+
+def test_a_run_resumes_from_a_moved_checkout_and_refuses_files_changed_in_place(tmp_path):
+    """The settings that name files compare what they hold: the same model folder and reward recipe at new paths
+    (another checkout, a copied run) resume, which their recorded absolute paths refused; a reward recipe edited in
+    place or a model folder overwritten, which the paths let through, are refused."""
+    saved_config = _files_run(tmp_path / "a")
+    saved = json.dumps(OmegaConf.to_container(saved_config))
+    contents = run_contents(saved_config)
+    assert None not in contents.values()
+    moved = _files_run(tmp_path / "b")  # the same files elsewhere
+    check_same_run(saved, moved, "abc", "abc", Path("ckpt"), contents)
+    with pytest.raises(UsageError, match=MODEL_KEY.replace(".", r"\.")):
+        check_same_run(saved, moved, "abc", "abc", Path("ckpt"))  # a checkpoint from before: paths compared
+    (tmp_path / "a" / "reward.yaml").write_text("terms:\n  outcome:\n    weight: 2.0\n")
+    with pytest.raises(UsageError, match=REWARD_KEY.replace(".", r"\.") + ".*differs"):
+        check_same_run(saved, saved_config, "abc", "abc", Path("ckpt"), contents)
+    retrained = _files_run(tmp_path / "c", weights=b"v" * 100)
+    with pytest.raises(UsageError, match=MODEL_KEY.replace(".", r"\.") + ".*differs"):
+        check_same_run(saved, retrained, "abc", "abc", Path("ckpt"), contents)
+
+
 def test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics(tiny_setup, tmp_path):  # noqa: F811
     overrides = [*_overrides(tiny_setup, tmp_path, steps=2), "trainer.save_freq=-1"]
     trainer = build_trainer("kbvqa_tiny_cpu", overrides)
@@ -176,6 +212,13 @@ def test_resumed_run_refuses_a_new_seed_and_drops_unsaved_metrics(tiny_setup, tm
     trainer.fit(max_steps=1)  # step 2 is logged; the final save is what a kill would lose
     trainer.close()
     (tmp_path / LATEST).write_text("1")
+    # The checkpoint records what its model folder and reward recipe hold.
+    assert torch.load(tmp_path / "global_step_1" / "engine_state.pt", weights_only=False)[
+        "contents"
+    ].keys() == {
+        MODEL_KEY,
+        REWARD_KEY,
+    }
     with pytest.raises(UsageError, match="data.seed=0, this run sets 1"):
         build_trainer("kbvqa_tiny_cpu", [*overrides, "data.seed=1"])
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
