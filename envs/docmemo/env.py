@@ -31,6 +31,8 @@ Events (``info["events"]``, each with ``type`` and ``turn``; reset-time events h
 - ``beliefs``: ``round``, ``means`` (every page's posterior mean after the update).
 - ``answer``: ``text``, ``not_answerable`` (bool), ``forced`` (always false: no answer is forced), ``round``.
 - ``truncated``: ``reason`` (``max_rounds`` | ``max_turns``).
+- ``observation_cut``: an observation shortened to fit ``max_obs_chars``: ``part`` (``memory``: notes, then
+  queries, of episodic memory's ``rounds``; ``tail``: the text's end), ``num_chars`` (characters fewer).
 - ``retrieval_error``: the page search got no answer from the retrieval service (``retriever``, ``reason``,
   ``detail``); no candidates are shown, and a ``refine`` retries the search without using up a round (its
   page marks, if any, update the beliefs with ``feedback`` and ``beliefs`` events of the same round).
@@ -52,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ragym.envs import events as ev
-from ragym.envs.core import EnvConfig, check_least, env_config
+from ragym.envs.core import IMAGE_PLACEHOLDER, EnvConfig, check_least, env_config
 from ragym.envs.docmemo import events as docmemo_ev
 from ragym.envs.docmemo import views as views
 from ragym.envs.docmemo.actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
@@ -110,7 +112,9 @@ class DocMemoConfig(EnvConfig):
     max_turns: int = 8
     """Turn budget, format errors included (each round takes two turns: select, then answer/refine)."""
     max_obs_chars: int = 32768
-    """Bound of the text observation space."""
+    """Bound of the text observation space. A candidate view over it shortens episodic memory (notes, then
+    queries, oldest round first, each ending "… [cut]") and keeps its candidates whole; a text still over it
+    loses its end; either is an ``observation_cut`` event. A cut that would drop an image placeholder is an error."""
     max_sections: int = 12
     """Outline entries shown in the schema memory."""
     evidence_text_chars: int = 600
@@ -268,7 +272,7 @@ class DocMemoEnv(TurnEnv):
         self.episodic: list[dict[str, Any]] = []
         self.events = []
         self.done = False
-        return self._obs(self._start_round(turn=-1)), self._info()
+        return self._obs(self._start_round(turn=-1), turn=-1), self._info()
 
     # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
     def _episode(self) -> DocMemoEnv:
@@ -339,7 +343,7 @@ class DocMemoEnv(TurnEnv):
             )
         )
         self.phase = "select"
-        return views.candidate_view(
+        text, rounds, num_chars = views.candidate_view(
             self.question,
             self.store,
             c.max_sections if c.schema_memory else None,
@@ -349,7 +353,11 @@ class DocMemoEnv(TurnEnv):
             self.query,
             self.candidates,
             self.accumulated,
+            c.max_obs_chars,
         )
+        if num_chars:
+            self.events.append(docmemo_ev.observation_cut(turn, "memory", num_chars, rounds))
+        return text
 
     def _searched_beliefs(self) -> PageBeliefs:
         """The page beliefs the round's search made (Select and Refine come after a search)."""
@@ -435,13 +443,25 @@ class DocMemoEnv(TurnEnv):
         return Outcome(views.error_view(reason, self.phase, self.config.max_turns - self.turn - 1))
 
     def _observation(self, outcome: Outcome) -> dict[str, Any]:
-        return self._obs(outcome.text, list(outcome.images))
+        return self._obs(outcome.text, list(outcome.images), turn=self.turn - 1)  # the loop counted the turn
 
-    def _obs(self, text: str, images: list[np.ndarray] | None = None) -> dict[str, Any]:
-        return {
-            "text": text[: self.config.max_obs_chars],
-            "images": tuple(np.array(im) for im in images or []),
-        }
+    def _obs(self, text: str, images: list[np.ndarray] | None = None, *, turn: int) -> dict[str, Any]:
+        """The observation of ``text`` and ``images``; a text still over ``max_obs_chars`` (the views shorten
+        what they can) loses its end, recorded, and never an image placeholder: that is an error."""
+        images = images or []
+        limit = self.config.max_obs_chars
+        if len(text) > limit:
+            kept = views.cut_tail(text, limit)
+            num_placeholders = kept.count(IMAGE_PLACEHOLDER)
+            if images and num_placeholders != len(images):
+                raise ValueError(
+                    f"DocMemo observation of {len(text)} characters cut to max_obs_chars={limit} keeps "
+                    f"{num_placeholders} of {len(images)} image placeholders; raise max_obs_chars or lower "
+                    "evidence_text_chars"
+                )
+            self.events.append(docmemo_ev.observation_cut(turn, "tail", len(text) - len(kept)))
+            text = kept
+        return {"text": text, "images": tuple(np.array(im) for im in images)}
 
     def _info(self) -> dict[str, Any]:
         return {"events": copy.deepcopy(self.events)}

@@ -25,6 +25,10 @@ Every turn is <reason>your reasoning</reason> followed by exactly one action:
 Put only the final answer inside <answer>: a number, a short phrase, or a list like ["a", "b"]."""
 
 
+CUT_MARK = "… [cut]"
+"""Ends every text shortened to fit ``max_obs_chars``, so the policy sees that something is missing there."""
+
+
 def _pages(pages: Sequence[int]) -> str:
     return ", ".join(map(str, pages)) or "none"
 
@@ -63,18 +67,59 @@ def candidate_view(
     query: str,
     candidates: Sequence[int],
     accumulated: Sequence[int],
-) -> str:
-    """Start of a round: question, schema memory (None: not shown), episodic memory, candidate pages (1-based)."""
-    lines = [f"Question: {question}"] + ([] if max_sections is None else [store.schema_text(max_sections)])
-    if episodic:
-        lines += ["Memory of earlier rounds:", *memory_lines(episodic)]
-    lines.append(f"Round {round_index + 1} of {max_rounds}. Search query: {query}")
-    lines.append("Candidate pages (best first):")
-    lines += [f"  [p{p}] ({store.page_types[p - 1]}) {store.summaries[p - 1]}" for p in candidates]
+    max_chars: int,
+) -> tuple[str, list[int], int]:
+    """Start of a round: question, schema memory (None: not shown), episodic memory, candidate pages (1-based).
+
+    Over ``max_chars``, episodic memory is shortened first (``shorten_memory``) so that the candidates stay
+    whole; returns the text, the rounds whose memory was shortened and the number of characters that saved.
+    """
+    head = [f"Question: {question}"] + ([] if max_sections is None else [store.schema_text(max_sections)])
+    tail = [
+        f"Round {round_index + 1} of {max_rounds}. Search query: {query}",
+        "Candidate pages (best first):",
+    ]
+    tail += [f"  [p{p}] ({store.page_types[p - 1]}) {store.summaries[p - 1]}" for p in candidates]
     if accumulated:
-        lines.append("Pages already selected: " + ", ".join(map(str, accumulated)))
-    lines.append("Select pages to read with <select>..</select>, or answer.")
-    return clean("\n".join(lines))
+        tail.append("Pages already selected: " + ", ".join(map(str, accumulated)))
+    tail.append("Select pages to read with <select>..</select>, or answer.")
+
+    def render(memory: Sequence[dict]) -> str:
+        shown = ["Memory of earlier rounds:", *memory_lines(memory)] if memory else []
+        return clean("\n".join(head + shown + tail))
+
+    text = render(episodic)
+    if len(text) <= max_chars:
+        return text, [], 0
+    memory, rounds, num_chars = shorten_memory(episodic, len(text) - max_chars)
+    return render(memory), rounds, num_chars
+
+
+def shorten_memory(episodic: Sequence[dict], excess: int) -> tuple[list[dict], list[int], int]:
+    """Episodic memory up to ``excess`` characters shorter: the policy's notes, oldest round first, then its
+    queries, each shortened text ending in ``CUT_MARK``; also the rounds shortened and the characters saved
+    (less than ``excess`` when even the marks alone do not fit)."""
+    memory = [dict(m) for m in episodic]
+    rounds: list[int] = []
+    num_chars = 0
+    for field in ("note", "query"):  # notes first: a round's query and marks say more per character
+        for m in memory:
+            saved = min(len(m[field]) - len(CUT_MARK), excess - num_chars)
+            if saved <= 0:  # nothing left to save here (an empty note is not shown at all)
+                continue
+            m[field] = m[field][: len(m[field]) - len(CUT_MARK) - saved] + CUT_MARK
+            num_chars += saved
+            rounds.append(m["round"])
+    return memory, sorted(set(rounds)), num_chars
+
+
+def cut_tail(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters at its end, the last of them ``CUT_MARK`` (where it fits)."""
+    if len(text) <= max_chars:
+        return text
+    if max_chars <= len(CUT_MARK):
+        return text[:max_chars]
+    return text[: max_chars - len(CUT_MARK)] + CUT_MARK
 
 
 def evidence_view(
