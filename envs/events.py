@@ -124,6 +124,7 @@ register_event_kinds(
     "answer",
     "retrieval_error",
     "episode_error",
+    "observation_cut",
 )
 
 
@@ -212,3 +213,27 @@ def episode_error(turn: int, stage: str, error: str) -> Event:
     if stage not in ("reset", "step"):
         raise ValueError(f"episode_error event: stage must be reset or step, got {stage!r}")
     return make_event("episode_error", turn, stage=stage, error=str_field("episode_error", "error", error))
+
+
+OBSERVATION_PARTS = ("tail", "memory", "documents", "passages")
+"""What an ``observation_cut`` shortened: ``tail`` the text's end (any env), ``memory`` DocMemo's episodic memory,
+``documents`` MEMORA's candidate texts, ``passages`` KB-VQA's SearchText passages."""
+
+
+def observation_cut(turn: int, part: str, num_chars: int, rounds: Sequence[int] = ()) -> Event:
+    """An observation shortened to fit ``max_obs_chars`` (``ragym.envs.observations``): which ``part``
+    (``OBSERVATION_PARTS``; DocMemo's ``memory`` names the 0-based ``rounds`` of episodic memory it shortened),
+    ``num_chars`` characters shorter than built."""
+    if part not in OBSERVATION_PARTS:
+        raise ValueError(f"observation_cut event: part must be one of {OBSERVATION_PARTS}, got {part!r}")
+    if (part == "memory") != bool(rounds):
+        raise ValueError(
+            "observation_cut event: a memory cut, and only a memory cut, names the rounds it shortened"
+        )
+    return make_event(
+        "observation_cut",
+        turn,
+        part=part,
+        num_chars=int_field("observation_cut", "num_chars", num_chars, minimum=1),
+        rounds=int_list("observation_cut", "rounds", rounds),
+    )

@@ -2,7 +2,8 @@
 
 An env writes its actions (``_parse``, ``_act``), its state and its events; the loop records the ``action`` and
 ``format_error`` events, counts turns, cuts the episode at ``config.max_turns`` with a ``truncated`` event (and a
-forced empty answer where the env has one), adds the last-turn notice, and builds the observation.
+forced empty answer where the env has one), adds the last-turn notice, and builds the observation within
+``config.max_obs_chars`` (``ragym.envs.observations``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import gymnasium
 import numpy as np
 
 from ragym.envs import events as ev
+from ragym.envs.observations import bound_text
 
 LAST_TURN_NOTICE = "This is your last turn: give your answer now with <answer>...</answer>."
 """Added to the observation before the last turn by envs that tell the policy to answer now."""
@@ -65,7 +67,7 @@ class TurnEnv(gymnasium.Env):
     forced_answer: ClassVar[bool] = False
     """Record an empty ``answer`` with ``forced=True`` when ``max_turns`` cuts the episode (it scores as none)."""
 
-    config: Any  # the env's frozen config; the loop reads its ``max_turns``
+    config: Any  # the env's frozen config; the loop reads its ``max_turns`` and ``max_obs_chars``
 
     def step(self, action: str):
         """Parse and execute one policy turn; malformed or forbidden turns are an observation and an event."""
@@ -90,8 +92,8 @@ class TurnEnv(gymnasium.Env):
             if self.forced_answer:
                 episode.events.append(ev.answer(turn, "", forced=True))
             outcome = self._out_of_turns(replace(outcome, truncated=True), turn)
-        elif not outcome.ended and self._notices_last_turn() and episode.turn == max_turns - 1:
-            outcome = replace(outcome, text=f"{outcome.text}\n{LAST_TURN_NOTICE}")
+        elif not outcome.ended and (notice := self._notice_after(turn)):
+            outcome = replace(outcome, text=outcome.text + notice)
         if outcome.ended:
             self._end(outcome, turn)
         episode.done = outcome.ended
@@ -129,11 +131,17 @@ class TurnEnv(gymnasium.Env):
         """Whether the observation before the last turn tells the policy to answer now (no notice by default)."""
         return False
 
+    def _notice_after(self, turn: int) -> str:
+        """What the loop adds to the text of turn ``turn`` (-1: reset's) when the episode goes on: the last-turn
+        notice where the next turn is the last and the env gives one, else nothing (a view that shortens itself
+        to fit ``max_obs_chars`` leaves room for it)."""
+        if self._notices_last_turn() and turn + 1 == self.config.max_turns - 1:
+            return f"\n{LAST_TURN_NOTICE}"
+        return ""
+
     def _first_text(self, text: str) -> str:
         """The reset observation's ``text``, with the last-turn notice where the first turn is the last one."""
-        if self._notices_last_turn() and self.config.max_turns == 1:
-            return f"{text}\n{LAST_TURN_NOTICE}"
-        return text
+        return text + self._notice_after(-1)
 
     def _out_of_turns(self, outcome: Outcome, turn: int) -> Outcome:
         """The outcome of a turn that used the last one without ending the episode (events recorded already)."""
@@ -143,5 +151,17 @@ class TurnEnv(gymnasium.Env):
         """What the env does once the episode is over (e.g. a final ranking); nothing by default."""
 
     def _observation(self, outcome: Outcome) -> dict[str, Any]:
-        """The observation of ``outcome``."""
-        return {"text": outcome.text, "images": tuple(np.array(im) for im in outcome.images)}
+        """The observation of ``outcome`` (the loop counted its turn already)."""
+        return self._bounded(outcome.text, outcome.images, turn=self._episode().turn - 1)
+
+    def _bounded(
+        self, text: str, images: Sequence[Any], *, turn: int, remedy: str = "raise max_obs_chars"
+    ) -> dict[str, Any]:
+        """The observation of ``text`` and ``images`` with the text within ``config.max_obs_chars``: a text still
+        over it (the env's views shorten what they can) loses its end, an ``observation_cut`` event of ``turn``
+        (-1: reset's); a cut that would drop an image placeholder raises, naming the setting and ``remedy``."""
+        limit, events = self.config.max_obs_chars, self._episode().events
+        text = bound_text(
+            text, len(images), limit, turn=turn, events=events, env=type(self).__name__, remedy=remedy
+        )
+        return {"text": text, "images": tuple(np.array(im) for im in images)}

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from ragym.envs import events as ev
-from ragym.envs.core import IMAGE_PLACEHOLDER, EnvConfig, check_least, env_config
+from ragym.envs.core import EnvConfig, check_least, env_config
 from ragym.envs.docmemo import events as docmemo_ev
 from ragym.envs.docmemo import views as views
 from ragym.envs.docmemo.actions import STOP_STRINGS, Answer, ParseError, Refine, Select, parse_action
@@ -71,6 +71,8 @@ from ragym.envs.turns import Outcome, TurnEnv
 
 PAGE_MAX_PIXELS = 12_845_056
 """Qwen2.5-VL's own ``max_pixels``: the default page budget, which leaves pages to ``image_max_side``."""
+_REMEDY = "raise max_obs_chars or lower evidence_text_chars"
+"""What the error of a cut that would drop an evidence image's placeholder asks for."""
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,7 @@ class DocMemoEnv(TurnEnv):
         self.episodic: list[dict[str, Any]] = []
         self.events = []
         self.done = False
-        return self._obs(self._start_round(turn=-1), turn=-1), self._info()
+        return self._bounded(self._start_round(turn=-1), (), turn=-1, remedy=_REMEDY), self._info()
 
     # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
     def _episode(self) -> DocMemoEnv:
@@ -356,7 +358,7 @@ class DocMemoEnv(TurnEnv):
             c.max_obs_chars,
         )
         if num_chars:
-            self.events.append(docmemo_ev.observation_cut(turn, "memory", num_chars, rounds))
+            self.events.append(ev.observation_cut(turn, "memory", num_chars, rounds))
         return text
 
     def _searched_beliefs(self) -> PageBeliefs:
@@ -443,25 +445,7 @@ class DocMemoEnv(TurnEnv):
         return Outcome(views.error_view(reason, self.phase, self.config.max_turns - self.turn - 1))
 
     def _observation(self, outcome: Outcome) -> dict[str, Any]:
-        return self._obs(outcome.text, list(outcome.images), turn=self.turn - 1)  # the loop counted the turn
-
-    def _obs(self, text: str, images: list[np.ndarray] | None = None, *, turn: int) -> dict[str, Any]:
-        """The observation of ``text`` and ``images``; a text still over ``max_obs_chars`` (the views shorten
-        what they can) loses its end, recorded, and never an image placeholder: that is an error."""
-        images = images or []
-        limit = self.config.max_obs_chars
-        if len(text) > limit:
-            kept = views.cut_tail(text, limit)
-            num_placeholders = kept.count(IMAGE_PLACEHOLDER)
-            if images and num_placeholders != len(images):
-                raise ValueError(
-                    f"DocMemo observation of {len(text)} characters cut to max_obs_chars={limit} keeps "
-                    f"{num_placeholders} of {len(images)} image placeholders; raise max_obs_chars or lower "
-                    "evidence_text_chars"
-                )
-            self.events.append(docmemo_ev.observation_cut(turn, "tail", len(text) - len(kept)))
-            text = kept
-        return {"text": text, "images": tuple(np.array(im) for im in images)}
+        return self._bounded(outcome.text, outcome.images, turn=self.turn - 1, remedy=_REMEDY)
 
     def _info(self) -> dict[str, Any]:
         return {"events": copy.deepcopy(self.events)}

@@ -20,7 +20,7 @@ from ragym.envs.events import (
     str_field,
 )
 
-KINDS = ("candidates", "selected", "evidence", "feedback", "beliefs", "observation_cut")
+KINDS = ("candidates", "selected", "evidence", "feedback", "beliefs")
 """The event kinds DocMemo-v0 adds to the shared vocabulary."""
 register_event_kinds(*KINDS)
 
@@ -102,22 +102,6 @@ def beliefs(turn: int, round: int, means: Sequence[float]) -> Event:
         turn,
         round=int_field("beliefs", "round", round, minimum=0),
         means=float_list("beliefs", "means", means),
-    )
-
-
-def observation_cut(turn: int, part: str, num_chars: int, rounds: Sequence[int] = ()) -> Event:
-    """An observation shortened to fit ``max_obs_chars``: ``part`` ``memory`` (notes, then queries, of the 0-based
-    ``rounds`` in episodic memory) or ``tail`` (the text's end), ``num_chars`` characters shorter than built."""
-    if part not in ("memory", "tail"):
-        raise ValueError(f"observation_cut event: part must be memory or tail, got {part!r}")
-    if part == "memory" and not rounds:
-        raise ValueError("observation_cut event: a memory cut names the rounds it shortened")
-    return make_event(
-        "observation_cut",
-        turn,
-        part=part,
-        num_chars=int_field("observation_cut", "num_chars", num_chars, minimum=1),
-        rounds=int_list("observation_cut", "rounds", rounds),
     )
 
 

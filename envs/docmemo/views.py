@@ -13,6 +13,7 @@ from PIL import Image
 from ragym.envs.core import IMAGE_PLACEHOLDER, defuse
 from ragym.envs.docmemo.store import DocStore
 from ragym.envs.image_budget import ImageBudget
+from ragym.envs.observations import CUT_MARK
 
 SYSTEM_PROMPT = """You answer questions about one long document by finding its evidence pages.
 Each round you see candidate pages (number, type, summary); select the ones worth reading, then read the
@@ -23,10 +24,6 @@ Every turn is <reason>your reasoning</reason> followed by exactly one action:
                            search again; mark pages you have seen as useful or irrelevant (both optional)
   <answer>final answer</answer>   or <answer>Not answerable</answer> when the document cannot answer
 Put only the final answer inside <answer>: a number, a short phrase, or a list like ["a", "b"]."""
-
-
-CUT_MARK = "… [cut]"
-"""Ends every text shortened to fit ``max_obs_chars``, so the policy sees that something is missing there."""
 
 
 def _pages(pages: Sequence[int]) -> str:
@@ -111,15 +108,6 @@ def shorten_memory(episodic: Sequence[dict], excess: int) -> tuple[list[dict], l
             num_chars += saved
             rounds.append(m["round"])
     return memory, sorted(set(rounds)), num_chars
-
-
-def cut_tail(text: str, max_chars: int) -> str:
-    """``text`` cut to ``max_chars`` characters at its end, the last of them ``CUT_MARK`` (where it fits)."""
-    if len(text) <= max_chars:
-        return text
-    if max_chars <= len(CUT_MARK):
-        return text[:max_chars]
-    return text[: max_chars - len(CUT_MARK)] + CUT_MARK
 
 
 def evidence_view(

@@ -19,6 +19,7 @@ SHARED_KINDS = {
     "answer",
     "retrieval_error",
     "episode_error",
+    "observation_cut",
 }
 
 BAD_EVENTS = [
@@ -31,6 +32,10 @@ BAD_EVENTS = [
     ("episode_error stage unknown", lambda: ev.episode_error(0, "render", "x"), ValueError),
     ("episode_error error not str", lambda: ev.episode_error(0, "step", None), TypeError),
     ("truncation size negative", lambda: ev.truncated(0, "max_response_length", -1, 0), ValueError),
+    ("cut part unknown", lambda: ev.observation_cut(0, "middle", 5), ValueError),
+    ("cut of no characters", lambda: ev.observation_cut(0, "tail", 0), ValueError),
+    ("memory cut without rounds", lambda: ev.observation_cut(0, "memory", 5), ValueError),
+    ("rounds on a tail cut", lambda: ev.observation_cut(0, "tail", 5, [0]), ValueError),
 ]
 
 
@@ -49,6 +54,7 @@ def test_shared_constructors_make_their_kinds_as_plain_json() -> None:
         ev.answer(0, "y"),
         ev.retrieval_error(0, "bm25", "timeout", "no answer"),
         ev.episode_error(-1, "reset", "FileNotFoundError: q.jpg"),
+        ev.observation_cut(1, "memory", 12, [0]),
     ]
     assert {e["type"] for e in made} == SHARED_KINDS
     assert json.loads(json.dumps(made)) == made and type(made[0]["turn"]) is int

@@ -16,6 +16,7 @@ from ragym.envs.turns import LAST_TURN_NOTICE, Outcome, ParseError, TurnEnv
 class Config:
     max_turns: int = 3
     last_turn_notice: bool = True
+    max_obs_chars: int = 1000
 
 
 @dataclass
@@ -112,3 +113,13 @@ def test_an_env_without_the_notice_or_a_forced_answer_is_only_cut() -> None:
     *_, truncated, info = env.step("say b")
     assert truncated and info["events"][-1] == ev.truncated(1, "max_turns")
     assert not events_of(info["events"], "answer")
+
+
+def test_the_loop_keeps_every_observation_within_max_obs_chars_and_records_the_cut() -> None:
+    env = Echo(max_turns=5, max_obs_chars=20)
+    env.reset()
+    obs, *_, info = env.step("say " + "z" * 30)
+    assert obs["text"] == "z" * 13 + "… [cut]"
+    assert events_of(info["events"], "observation_cut") == [ev.observation_cut(0, "tail", 10)]
+    obs, *_, info = env.step("say " + "z" * 20)  # exactly the bound: unchanged, nothing recorded
+    assert obs["text"] == "z" * 20 and len(events_of(info["events"], "observation_cut")) == 1

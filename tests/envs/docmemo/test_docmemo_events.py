@@ -19,9 +19,6 @@ BAD_EVENTS = [
     ("float page", lambda: docmemo_ev.selected(0, 0, [1.0], [1]), TypeError),
     ("nan-free number check", lambda: docmemo_ev.beliefs(0, 0, ["0.5"]), TypeError),
     ("answer round negative", lambda: docmemo_ev.docmemo_answer(0, "x", False, -1), ValueError),
-    ("cut part unknown", lambda: docmemo_ev.observation_cut(0, "middle", 5), ValueError),
-    ("cut of no characters", lambda: docmemo_ev.observation_cut(0, "tail", 0), ValueError),
-    ("memory cut without rounds", lambda: docmemo_ev.observation_cut(0, "memory", 5), ValueError),
 ]
 
 
@@ -38,7 +35,6 @@ def test_every_docmemo_constructor_makes_a_registered_kind() -> None:
         docmemo_ev.evidence(0, 0, [1], [0.5], [1]),
         docmemo_ev.feedback(1, 0, "q", "n", [1], []),
         docmemo_ev.beliefs(1, 0, [0.6]),
-        docmemo_ev.observation_cut(1, "memory", 12, [0]),
     ]
     assert [e["type"] for e in made] == list(docmemo_ev.KINDS)
     assert set(docmemo_ev.KINDS) <= ev.registered_event_kinds()
