@@ -52,6 +52,7 @@ from ragym.envs.memora.corpus import Collection, corpus_collection, corpus_texts
 from ragym.envs.memora.memory import OWN_QUERY_SIMILARITY, EpisodicMemory
 from ragym.envs.memora.scoring import ScoreWeights
 from ragym.envs.memora.state import EpisodeState
+from ragym.envs.observations import shorten_evenly
 from ragym.envs.retrieval.hits import RetrieverSource
 from ragym.envs.spaces import FreeText, text_image_space
 from ragym.envs.turns import Outcome, TurnEnv
@@ -134,7 +135,9 @@ class MemoraConfig(ScoreWeights, EnvConfig):
     image_max_side: int = 1024
     """Longer side of the query image."""
     max_obs_chars: int = 16384
-    """Bound of the text observation space."""
+    """Bound of the text observation space. A view over it cuts the texts of the candidates it shows evenly (each
+    ending "… [cut]"), keeping the query and every candidate's number and id; a text still over it loses its end.
+    Either is an ``observation_cut`` event."""
 
     def __post_init__(self) -> None:
         # Settings that make no episode possible are refused here, naming the field, before any work starts.
@@ -255,14 +258,11 @@ class MemoraEnv(TurnEnv):
             )
         )
         images = self._query_image(opts.get("image_path"))
-        text = "\n\n".join(
-            [
-                views.query_view(opts["query"], bool(images), opts.get("image_description")),
-                views.memory_view(self.state.memories, len(memory), c.memory_query_chars, c.k),
-                self._status_text(c.max_turns),
-            ]
-        )
-        return self._obs(text, images), self._info()
+        head = [
+            views.query_view(opts["query"], bool(images), opts.get("image_description")),
+            views.memory_view(self.state.memories, len(memory), c.memory_query_chars, c.k),
+        ]
+        return self._bounded(self._view(head, c.max_turns, turn=-1), images, turn=-1), self._info()
 
     # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
     def _episode(self) -> MemoraEnv:
@@ -293,9 +293,6 @@ class MemoraEnv(TurnEnv):
     def _end(self, outcome: Outcome, turn: int) -> None:
         self._finish(turn, forced=outcome.truncated)
 
-    def _observation(self, outcome: Outcome) -> dict[str, Any]:
-        return self._obs(outcome.text, list(outcome.images))
-
     def _apply(self, action: Decompose | Subquery | Extract | Judge, turn: int) -> str:
         """Run a well-formed, allowed action, record its event, and show the new status."""
         s = self.state
@@ -314,19 +311,32 @@ class MemoraEnv(TurnEnv):
         else:
             s.judge([n - 1 for n in action.order])
             self.events.append(memora_ev.verdict(turn, [s.pool[n - 1] for n in action.order]))
-        return self._status_text(self._turns_left(turn))
+        return self._view([], self._turns_left(turn), turn)
 
-    def _status_text(self, turns_left: int) -> str:
-        """The factors, the top candidates and what is left of each budget, ``turns_left`` turns included."""
+    def _view(self, head: list[str], turns_left: int, turn: int) -> str:
+        """``head`` (reset's query and memory views), then the factors, the top candidates and what is left of each
+        budget, ``turns_left`` turns included. Over ``max_obs_chars`` the texts of the candidates shown are cut
+        evenly, so that every candidate's number and id stay (an ``observation_cut`` event of ``turn``)."""
         s, c = self.state, self.config
+        rows, signals = s.top_rows(), s.signals()
         left = {kind: c_max - s.calls[kind] for kind, c_max in s.budgets.items()}
-        return "\n".join(
-            [
+
+        def render(text_chars: int | None) -> str:
+            status = [
                 views.factors_view(s.factors, s.priorities, s.priors),
-                views.candidates_view(s.top_rows(), len(s.pool), s.signals(), c.doc_chars, self._shown),
+                views.candidates_view(rows, len(s.pool), signals, c.doc_chars, self._shown, text_chars),
                 views.budget_view(left, turns_left),
             ]
-        )
+            return "\n\n".join([*head, "\n".join(status)])
+
+        fresh = {docid: text for _, docid, _, text in rows if self._shown is None or docid not in self._shown}
+        lengths = [len(text[: c.doc_chars]) for text in fresh.values()]
+        text, num_chars = shorten_evenly(render, lengths, c.max_obs_chars)
+        if num_chars:
+            self.events.append(ev.observation_cut(turn, "documents", num_chars))
+        if self._shown is not None:  # their texts are in the policy's context now (cut ones with the mark)
+            self._shown.update(fresh)
+        return text
 
     def _finish(self, turn: int, forced: bool) -> None:
         """Emit the final ranking and write the episode to the domain memory."""
@@ -365,9 +375,6 @@ class MemoraEnv(TurnEnv):
             return [self.image_budget.fit(pixels, "query")]
         except ValueError as err:  # past the aspect ratio the budget accepts
             raise UnreadableImageError.of(path, err) from err
-
-    def _obs(self, text: str, images: list[np.ndarray] | None = None) -> dict[str, Any]:
-        return {"text": text[: self.config.max_obs_chars], "images": tuple(images or [])}
 
     def _info(self) -> dict[str, Any]:
         return {"events": copy.deepcopy(self.events), "view": self.state.view()}

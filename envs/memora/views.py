@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from ragym.envs.core import IMAGE_PLACEHOLDER, defuse
 from ragym.envs.memora.memory import MemoryRecord
+from ragym.envs.observations import cut_tail
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,21 +57,24 @@ def candidates_view(
     signals: dict[str, float],
     doc_chars: int,
     shown: set[str] | None = None,
+    text_chars: int | None = None,
 ) -> str:
     """Top candidates as ``[n] (score) docid: text``, then the controller's two signals.
 
-    With ``shown`` (the docids whose text this episode already showed; updated here), a candidate shown before
-    is listed without its text (``[n] (score) docid (text above)``): the policy's context holds it, and
-    repeating K_c texts after every turn made MEMORA's longest episode overflow its response length.
+    With ``shown`` (the docids whose text this episode already showed), a candidate shown before is listed without
+    its text (``[n] (score) docid (text above)``): the policy's context holds it, and repeating K_c texts after
+    every turn made MEMORA's longest episode overflow its response length. ``text_chars`` (a view over
+    ``max_obs_chars``) cuts each text shown to that many characters, ending in ``CUT_MARK``.
     """
     lines = [f"Candidates (top {len(rows)} of {num_pool} by factor-aware score):"]
     for number, docid, score, text in rows:
         if shown is not None and docid in shown:
             lines.append(f"[{number}] ({score:.3f}) {docid} (text above)")
             continue
-        lines.append(f"[{number}] ({score:.3f}) {docid}: {defuse(text[:doc_chars])}")
-        if shown is not None:
-            shown.add(docid)
+        excerpt = defuse(text[:doc_chars])
+        if text_chars is not None:
+            excerpt = cut_tail(excerpt, text_chars)
+        lines.append(f"[{number}] ({score:.3f}) {docid}: {excerpt}")
     lines.append(
         f"Controller signals: top-K margin {signals['margin']:.4f}, evidence support {signals['support']:.2f}"
     )
