@@ -62,6 +62,7 @@ from ragym.envs.kbvqa.actions import (
 from ragym.envs.kbvqa.actions import parse_action as parse_turn
 from ragym.envs.kbvqa.kb import TEXT_RETRIEVERS, KBRetrievers, KnowledgeBase, load_kb
 from ragym.envs.kbvqa.state import EpisodeState, copy_events
+from ragym.envs.observations import shorten_evenly
 from ragym.envs.registry import synthetic_data
 from ragym.envs.retrieval.hits import RetrieverSource
 from ragym.envs.retrieval.retrievers import IndexSpec, page
@@ -105,7 +106,9 @@ class KBVQAConfig(EnvConfig):
     last_turn_notice: bool = True
     """Tell the policy, before its last turn, to answer now."""
     max_obs_chars: int = 200_000
-    """Upper bound of the observation-space text length."""
+    """Upper bound of the observation-space text length. SearchText passages over it are cut evenly (each ending
+    "… [cut]"); a text still over it loses its end; either is an ``observation_cut`` event. A cut that would drop
+    an image placeholder is an error."""
     max_images_per_obs: int = 32
     """Upper bound of images in one observation (the space's limit)."""
     max_image_side: int = 4096
@@ -196,8 +199,8 @@ class KBVQAEnv(TurnEnv):
             )
         )
         text = self._first_text(self._task_text())
-        images = tuple(np.array(read_image(p, self.image_budget, "query")) for p in self.state.query_paths)
-        return {"text": text, "images": images}, self._info()
+        images = [read_image(p, self.image_budget, "query") for p in self.state.query_paths]
+        return self._bounded(text, images, turn=-1), self._info()
 
     # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
     def _episode(self) -> EpisodeState:
@@ -360,7 +363,15 @@ class KBVQAEnv(TurnEnv):
         ids = [h.docid for hits in results for h in hits]
         state = self._running()
         state.record(kbvqa_ev.search_text(state.turn, queries, ids))
-        return prompts.passages_text(queries, results)
+        # Over max_obs_chars the passages' texts are cut evenly: queries, titles and the last-turn notice stay.
+        lengths = [len(h.payload["text"]) for hits in results for h in hits]
+        room = cfg.max_obs_chars - len(self._notice_after(state.turn))
+        text, num_chars = shorten_evenly(
+            lambda cap: prompts.passages_text(queries, results, cap), lengths, room
+        )
+        if num_chars:
+            state.record(ev.observation_cut(state.turn, "passages", num_chars))
+        return text
 
     # ----- what the policy reads (``ragym.envs.kbvqa.demo`` adds the CPU demo's aids here) ----------------
     rerank_argument = "a name"

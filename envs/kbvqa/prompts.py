@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ragym.envs.core import IMAGE_PLACEHOLDER, defuse
+from ragym.envs.observations import cut_tail
 from ragym.envs.retrieval.hits import Hit
 from ragym.envs.turns import LAST_TURN_NOTICE  # noqa: F401  (the loop adds it; scripted policies read it)
 
@@ -58,18 +59,25 @@ def batch_text(
     return "\n".join([header, *lines])
 
 
-def passages_text(queries: Sequence[str], results: Sequence[Sequence[Hit]]) -> str:
-    """Passages for each text query, concatenated in query order."""
+def passages_text(
+    queries: Sequence[str], results: Sequence[Sequence[Hit]], text_chars: int | None = None
+) -> str:
+    """Passages for each text query, concatenated in query order; ``text_chars`` (a text over ``max_obs_chars``)
+    cuts each passage's text to that many characters, ending in ``CUT_MARK``."""
     parts = []
     for query, hits in zip(queries, results, strict=True):
         parts.append(f'Results for "{defuse(query)}":')
         parts += [
-            f"[{i}] {defuse(hit.payload['title'])}: {defuse(hit.payload['text'])}"
+            f"[{i}] {defuse(hit.payload['title'])}: {_excerpt(defuse(hit.payload['text']), text_chars)}"
             for i, hit in enumerate(hits, 1)
         ]
         if not hits:
             parts.append("(no passage found)")
     return "\n".join(parts)
+
+
+def _excerpt(text: str, text_chars: int | None) -> str:
+    return text if text_chars is None else cut_tail(text, text_chars)
 
 
 def confirmation_text(image: int, name: str) -> str:

@@ -110,7 +110,8 @@ class R3GConfig(EnvConfig):
     last_turn_notice: bool = True
     """Tell the policy, before its last turn, to answer now."""
     max_obs_chars: int = 100_000
-    """Upper bound of the observation-space text length."""
+    """Upper bound of the observation-space text length: a text over it loses its end (marked "… [cut]", an
+    ``observation_cut`` event); a cut that would drop an image placeholder is an error."""
     max_images_per_obs: int = 32
     """Upper bound of images in one observation."""
     max_image_side: int = 4096
@@ -221,7 +222,7 @@ class R3GEnv(TurnEnv):
         )
         text = prompts.task_text(options["question"], options.get("options"))
         query = read_image(self.corpus.root / options["query_image"], self.image_budget, "query")
-        return {"text": text, "images": (np.array(query),)}, self._info()
+        return self._bounded(text, [query], turn=-1), self._info()
 
     # ----- the turn loop's hooks (``ragym.envs.turns.TurnEnv.step``) ----------------------------------
     def _episode(self) -> _State:
