@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import uuid
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -35,7 +36,8 @@ def read_jsonl(path: str | Path, *, yield_broken: bool = False) -> Iterator[tupl
     """``(line number, value)`` of each non-blank line of a ``.jsonl`` (or gzipped ``.jsonl.gz``) file, lazily.
 
     A line that is not JSON (or not UTF-8) raises ``JsonlError`` naming the file and line; with ``yield_broken`` that error is
-    yielded in place of the value and reading goes on (a data preparation counts it as a rejected row).
+    yielded in place of the value and reading goes on (a data preparation counts it as a rejected row). A gzip file
+    cut short ends with one such error, after the lines before the cut. A UTF-8 BOM opening the file is skipped.
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "rows.jsonl"
@@ -49,11 +51,26 @@ def read_jsonl(path: str | Path, *, yield_broken: bool = False) -> Iterator[tupl
         yield from _parse_lines(path, lines, yield_broken)
 
 
+def _lines(lines: Iterable[bytes]) -> Iterator[bytes | ValueError]:
+    """The file's lines; a gzip stream cut short (a download that stopped) ends them with its error."""
+    try:
+        yield from lines
+    except (
+        EOFError,
+        gzip.BadGzipFile,
+        zlib.error,
+    ) as err:  # gzip: no end-of-stream marker, a bad header or block
+        yield ValueError(f"the file is cut short or not gzip ({err})")
+
+
 def _parse_lines(path: Path, lines: Iterable[bytes], yield_broken: bool) -> Iterator[tuple[int, Any]]:
     # Bytes, decoded line by line: one line that is not UTF-8 is one broken line, not the end of the file.
-    for number, raw in enumerate(lines, 1):
+    for number, raw in enumerate(_lines(lines), 1):
         try:
-            line = raw.decode("utf-8")
+            if isinstance(raw, ValueError):
+                raise raw
+            # A BOM (a file saved by a Windows editor) opens the first line; CRLF ends are JSON whitespace.
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             if not line.strip():
                 continue
             value = json.loads(line)

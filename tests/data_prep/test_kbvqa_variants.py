@@ -249,3 +249,18 @@ def test_a_row_given_twice_is_rejected_as_a_duplicate_id(tmp_path: Path, name: s
     assert [r["sample_id"] for r in rows["extra_info"]].count(sample_id) == 1
     [example] = [e for e in report["rejected_examples"] if e["reason"] == "duplicate_id"]
     assert sample_id in example["detail"]
+
+
+def test_infoseek_files_saved_with_a_bom_and_crlf_read_like_the_originals(tmp_path: Path) -> None:
+    """A QA file and a KB file re-saved with a UTF-8 BOM and CRLF line ends: the same rows, the same rejections
+    (the BOM rejected each file's first row as ``malformed_json``)."""
+    raw = tmp_path / "raw"
+    fx.write_infoseek(raw)
+    plain = PrepReport("infoseek")
+    articles, samples = infoseek.read(raw, plain)
+    for name in ("infoseek_train.jsonl", "infoseek_val.jsonl", "Wiki6M_ver_1_0.jsonl"):
+        path = raw / name
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes().replace(b"\n", b"\r\n"))
+    saved = PrepReport("infoseek")
+    assert infoseek.read(raw, saved) == (articles, samples)
+    assert saved.rejected == plain.rejected and saved.num_in == plain.num_in

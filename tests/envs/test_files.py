@@ -100,6 +100,25 @@ def test_a_line_that_is_not_utf8_is_one_broken_line(tmp_path: Path) -> None:
         list(read_jsonl(path))
 
 
+def test_a_byte_order_mark_and_crlf_line_ends_are_read_as_the_rows_they_frame(tmp_path: Path) -> None:
+    """A file saved with a UTF-8 BOM and Windows line ends: its first row is a row, not a broken line."""
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"a": 1}\r\n{"a": 2}\r\n')
+    assert list(read_jsonl(path)) == [(1, {"a": 1}), (2, {"a": 2})]
+
+
+def test_a_gzip_file_cut_short_is_one_broken_line_not_a_crash(tmp_path: Path) -> None:
+    """A download cut short: the rows before the cut are read, the cut is one broken line naming the file."""
+    path = tmp_path / "rows.jsonl.gz"
+    data = gzip.compress("".join(f'{{"a": {i}, "pad": "{"x" * 50}"}}\n' for i in range(400)).encode())
+    path.write_bytes(data[: len(data) // 2])
+    rows = list(read_jsonl(path, yield_broken=True))
+    assert len(rows) > 1 and all(row["a"] == i for i, (_, row) in enumerate(rows[:-1]))
+    assert isinstance(rows[-1][1], JsonlError) and "cut short" in str(rows[-1][1])
+    with pytest.raises(JsonlError, match=r"rows\.jsonl\.gz:\d+: .*cut short"):
+        list(read_jsonl(path))
+
+
 def test_read_log_leaves_out_a_last_line_a_kill_cut_short(tmp_path: Path, caplog) -> None:
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2, "rew')
