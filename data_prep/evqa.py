@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,8 @@ REQUIRED_COLUMNS = (
     "question_type",
     "wikipedia_url",
 )
+_SURROGATE = re.compile("[\udc80-\udcff]")
+"""What ``errors="surrogateescape"`` makes of a byte that is not UTF-8."""
 
 
 class ImageFinder:
@@ -84,6 +87,8 @@ def _samples(
     ids = [i.strip() for i in (row.get("dataset_image_ids") or "").split("|") if i.strip()]
     report.read(split, max(1, len(ids)))
     try:
+        if any(_SURROGATE.search(v) for v in row.values() if isinstance(v, str)):
+            raise RowError("not_utf8", f"{name} has a byte that is not UTF-8")
         question = require_str(row, "question", name)
         if not ids:
             raise RowError("missing_image_id", f"{name} has no dataset_image_ids")
@@ -148,7 +153,9 @@ def read(
             continue
         found = True
         report.read(split, 0)  # an empty file is a split of no rows (written empty), not a split never given
-        with path.open(newline="", encoding="utf-8") as handle:
+        # utf-8-sig: a CSV re-saved with a BOM keeps its first column's name; a byte that is not UTF-8 is
+        # escaped and rejects its own row (``not_utf8``), not the file.
+        with path.open(newline="", encoding="utf-8-sig", errors="surrogateescape") as handle:
             reader = csv.DictReader(handle)
             if reader.fieldnames is None:  # a 0-byte file: no header and no row, like a header alone
                 continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragym.data_prep import infoseek, mmhops
+from ragym.data_prep import evqa, infoseek, mmhops
 from ragym.data_prep.kb_files import read_kb_file
 from ragym.data_prep.kb_records import iter_json_object
 from ragym.data_prep.report import PrepReport
@@ -264,3 +265,24 @@ def test_infoseek_files_saved_with_a_bom_and_crlf_read_like_the_originals(tmp_pa
     saved = PrepReport("infoseek")
     assert infoseek.read(raw, saved) == (articles, samples)
     assert saved.rejected == plain.rejected and saved.num_in == plain.num_in
+
+
+def test_evqa_csv_saved_with_a_bom_and_crlf_and_a_row_not_utf8(tmp_path: Path) -> None:
+    """The README's column order (``question`` first) re-saved with a UTF-8 BOM and CRLF reads the same rows (the
+    BOM renamed the first column, refusing the file); a row with a byte that is not UTF-8 is one rejected pair
+    (it was a UnicodeDecodeError traceback)."""
+    raw = tmp_path / "raw"
+    fx.write_evqa(raw)
+    path = raw / "test.csv"
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    frame[["question", *[c for c in frame.columns if c != "question"]]].to_csv(path, index=False)
+    plain = PrepReport("evqa")
+    samples = evqa.read(raw, plain)[1]
+    bad = b"Q\xff?,x,4242,inaturalist,1,automatic," + fx.WIKI.encode() + b"Coffee_cup,t,,0,t,test,Q,True\n"
+    path.write_bytes(b"\xef\xbb\xbf" + (path.read_bytes() + bad).replace(b"\n", b"\r\n"))
+    saved = PrepReport("evqa")
+    assert evqa.read(raw, saved)[1] == samples
+    assert saved.num_in["test"] == plain.num_in["test"] + 1
+    assert saved.rejected["test"] - plain.rejected.get("test", Counter()) == Counter({"not_utf8": 1})
+    [example] = [e for e in saved.examples if e["reason"] == "not_utf8"]
+    assert "test.csv" in example["detail"]
