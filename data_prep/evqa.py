@@ -50,9 +50,7 @@ class ImageFinder:
         for name in ("id2name.json", "train_id2name.json", "val_id2name.json"):
             for folder in (self.inat, raw):
                 if (folder / name).exists():
-                    self.inat_paths.update(
-                        {str(k): str(v) for k, v in json.loads((folder / name).read_text()).items()}
-                    )
+                    self.inat_paths.update(_id2name(folder / name))
 
     def __call__(self, dataset: str, image_id: str) -> str | None:
         """The file of ``image_id`` in ``dataset``'s layout, or None."""
@@ -66,6 +64,17 @@ class ImageFinder:
         else:
             return None
         return next((str(p) for p in candidates if len(image_id) >= 3 and p.exists()), None)
+
+
+def _id2name(path: Path) -> dict[str, str]:
+    """An ``id2name`` file's ``{image_id: path}``; ``UnreadableFile`` naming it when it is cut short or not that."""
+    try:
+        mapping = json.loads(path.read_text(encoding="utf-8-sig"))
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise UnreadableFile(f"{path}: not JSON, e.g. cut short ({err})") from err
+    if not isinstance(mapping, dict):
+        raise UnreadableFile(f"{path}: not a JSON object of image id -> path")
+    return {str(k): str(v) for k, v in mapping.items()}
 
 
 def _ground_truth(row: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ragym.data_prep.kb_records import Article, RowError, iter_json_object
-from ragym.data_prep.report import PrepReport
+from ragym.data_prep.report import PrepReport, UnreadableFile
 from ragym.envs.files import read_jsonl
 
 _QID = re.compile(r"Q[1-9]\d*")
@@ -84,12 +84,22 @@ def _jsonl_entries(path: Path) -> Iterator[tuple[str, Any]]:
             yield where, RowError("malformed_kb_entry", f"{where}: neither a Wiki6M row nor {{url: entry}}")
 
 
+def _json_entries(path: Path) -> Iterator[tuple[str, Any]]:
+    """The entries of a one-object KB file; ``UnreadableFile`` naming it when it is cut short (a download that
+    stopped) or not one JSON object: past the break nothing can be read, so nothing is built on part of it."""
+    try:
+        yield from iter_json_object(path)  # streamed: the 2M-article E-VQA KB does not fit json.load
+    except ValueError as err:  # malformed JSON (named by iter_json_object) or a byte that is not UTF-8
+        message = str(err) if str(path) in str(err) else f"{path}: {err}"
+        raise UnreadableFile(f"{message}; the file is cut short or is not one JSON object") from err
+
+
 def read_kb_file(path: Path, report: PrepReport) -> list[Article]:
     """Every usable article of one KB file, in file order; rejects are counted in ``report`` (split ``kb``)."""
     if path.name.endswith((".jsonl", ".jsonl.gz")):
         entries: Iterator[tuple[str, Any]] = _jsonl_entries(path)
     else:
-        entries = iter_json_object(path)  # streamed: the 2M-article E-VQA KB does not fit json.load
+        entries = _json_entries(path)
     articles, seen = [], set()
     for key, entry in entries:
         report.read("kb")

@@ -154,7 +154,7 @@ def iter_json_object(path: Path, chunk_chars: int = 1 << 20) -> Iterator[tuple[s
     big to ``json.load`` on most machines. Malformed JSON is a ``ValueError`` naming the file.
     """
     decoder = json.JSONDecoder()
-    with path.open(encoding="utf-8") as handle:
+    with path.open(encoding="utf-8-sig") as handle:  # -sig: a file re-saved with a BOM reads the same
         stream = _Stream(handle, chunk_chars)
 
         def expect(chars: str) -> str:

@@ -487,3 +487,31 @@ def test_an_image_past_the_aspect_ratio_qwen_vl_accepts_is_counted(tmp_path: Pat
     assert report["details"]["entity_images_aspect_ratio"] == 1
     assert report["details"]["entities_without_image"] == 2  # the imageless place and the strip
     assert "image_aspect_ratio" in _rejected(report)["train"]
+
+
+def test_an_evqa_kb_saved_with_a_bom_reads_as_the_original(tmp_path: Path) -> None:
+    """The KB JSON re-saved with a UTF-8 BOM: the same KB (it was a ValueError traceback at its first byte)."""
+    from ragym.data_prep.kb_files import read_kb_file
+    from ragym.data_prep.report import PrepReport
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_evqa(tmp_path / "raw")
+    path = tmp_path / "raw" / "encyclopedic_kb_wiki.json"
+    plain = read_kb_file(path, PrepReport("evqa"))
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert read_kb_file(path, PrepReport("evqa")) == plain
+
+
+@pytest.mark.parametrize("file", ["encyclopedic_kb_wiki.json", "inaturalist/val_id2name.json"])
+def test_an_evqa_json_file_cut_short_is_one_line_naming_it(tmp_path: Path, capsys, file: str) -> None:
+    """A download of the KB (4.9 GB) or an id2name file that stopped: before, a ValueError traceback."""
+    from ragym.rl.cli import main as ragym
+    from tests.data_prep import kbvqa_fixtures as fx
+
+    fx.write_evqa(tmp_path / "raw")
+    path = tmp_path / "raw" / file
+    path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
+    assert ragym(["prep", "evqa", "--raw", str(tmp_path / "raw"), "--out", str(tmp_path / "kb")]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert line.startswith(f"ragym prep evqa: {path}") and "cut short" in line
+    assert not (tmp_path / "kb").exists()
