@@ -132,10 +132,12 @@ def _sample(row: Any, split: str, withkb: dict, qtypes: dict, find_image: ImageF
     answer_eval = row["answer_eval"]
     if qtype != "Numerical" and (
         not isinstance(answer_eval, list)
-        or not answer_eval
         or not all(isinstance(a, str) for a in answer_eval)
+        or not any(a.strip() for a in answer_eval)  # only empty aliases: no prediction could match
     ):
-        raise RowError("malformed_answer", f"{data_id}: {qtype} answer_eval must be a list of strings")
+        raise RowError(
+            "malformed_answer", f"{data_id}: {qtype} answer_eval must be a list of strings, one not empty"
+        )
     truth = {"answer_eval": answer_eval, "question_type": qtype}
     try:
         score_answer("infoseek", "", truth)

@@ -89,6 +89,8 @@ def _sample(row: dict[str, Any], split: str, image_columns: list[str], name: str
         answer_eval, qtype = check_ground_truth(truth)
     except ValueError as err:
         raise RowError("malformed_answer", f"{sample_id}: {err}") from err
+    if qtype != "numerical" and not any(isinstance(a, str) and a.strip() for a in answer_eval):
+        raise RowError("malformed_answer", f"{sample_id}: every answer_eval alias is empty: {answer_eval!r}")
     truth = {"answer_eval": answer_eval, "question_type": qtype.capitalize()}
     cells = [c for column in image_columns for c in _cells(row.get(column))]
     if not cells:

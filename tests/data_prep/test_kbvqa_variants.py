@@ -286,3 +286,51 @@ def test_evqa_csv_saved_with_a_bom_and_crlf_and_a_row_not_utf8(tmp_path: Path) -
     assert saved.rejected["test"] - plain.rejected.get("test", Counter()) == Counter({"not_utf8": 1})
     [example] = [e for e in saved.examples if e["reason"] == "not_utf8"]
     assert "test.csv" in example["detail"]
+
+
+def test_infoseek_and_mmhops_rows_whose_answers_are_all_empty_are_rejected(tmp_path: Path) -> None:
+    """An ``answer_eval`` of empty strings matches no prediction (every episode would score 0): it is
+    ``malformed_answer``, as an empty E-VQA answer is; a list with one usable alias is kept."""
+    from datasets import Dataset, Features, Image, List, Value
+
+    raw = tmp_path / "infoseek"
+    fx.write_infoseek(raw)
+    path = raw / "infoseek_val.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[0]["answer_eval"], rows[5]["answer_eval"] = ["", " "], ["", "Astronaut"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = PrepReport("infoseek")
+    kept = {s.sample_id for s in infoseek.read(raw, report)[1]}
+    assert report.rejected["val"]["malformed_answer"] == 1
+    assert rows[0]["data_id"] not in kept and rows[5]["data_id"] in kept
+
+    raw = tmp_path / "mmhops"
+    fx.write_mmhops(raw)
+    for shard in (raw / "data").glob("*.parquet"):
+        shard.unlink()
+    features = Features(
+        {
+            "id": Value("string"),
+            "problem": Value("string"),
+            "answer_eval": List(Value("string")),
+            "split": Value("string"),
+            "problem_type": Value("string"),
+            "images": List(Image()),
+        }
+    )
+    png = {"bytes": fx._png(fx.photo(0)), "path": None}
+    columns = {
+        "id": ["MMhops_test_1", "MMhops_test_2", "MMhops_test_3"],
+        "problem": ["<image>Who?"] * 3,
+        "answer_eval": [[""], ["  ", ""], ["", "Louvre"]],
+        "split": ["Bridge"] * 3,
+        "problem_type": ["String", "Time", "String"],
+        "images": [[png]] * 3,
+    }
+    Dataset.from_dict(columns, features=features).to_parquet(
+        str(raw / "data" / "test-00000-of-00001.parquet")
+    )
+    report = PrepReport("mmhops")
+    samples = mmhops.read(raw, report)[1]
+    assert [s.sample_id for s in samples] == ["MMhops_test_3"]
+    assert report.rejected["test"] == Counter({"malformed_answer": 2})
