@@ -55,13 +55,28 @@ def find_kb(raw: Path) -> Path:
     raise FileNotFoundError(f"no InfoSeek KB in {raw}: expected one of {KB_NAMES} (or pass --kb)")
 
 
-def _by_data_id(path: Path, field: str) -> dict[str, Any]:
-    """``data_id -> row[field]`` of a side file (withkb, qtype); empty when the file is absent."""
+def _by_data_id(path: Path, field: str, report: PrepReport, split: str) -> dict[str, Any]:
+    """``data_id -> row`` of a side file (withkb, qtype); empty when the file is absent. Each line is counted
+    under ``split`` (``val_withkb``, ...): a line that is not a JSON object (``malformed_json``), lacks
+    ``data_id`` or ``field`` (``missing_<field>``) or repeats a data_id (``duplicate_id``: the first stands) is
+    rejected, and its QA row goes on as if it had no line here."""
     out: dict[str, Any] = {}
-    if path.exists():
-        for _, row in read_jsonl(path, yield_broken=True):
-            if isinstance(row, dict) and "data_id" in row and field in row:
-                out[str(row["data_id"])] = row
+    if not path.exists():
+        return out
+    report.read(split, 0)
+    for number, row in read_jsonl(path, yield_broken=True):
+        report.read(split)
+        where = f"{path.name}:{number}"
+        if not isinstance(row, dict):
+            report.reject(split, "malformed_json", f"{where}: {row}")
+        elif not isinstance(row.get("data_id"), str) or row.get(field) is None:
+            missing = field if isinstance(row.get("data_id"), str) else "data_id"
+            report.reject(split, f"missing_{missing}", f"{where} has no {missing}")
+        elif row["data_id"] in out:
+            report.reject(split, "duplicate_id", f"{where}: {row['data_id']} has a line before")
+        else:
+            out[row["data_id"]] = row
+            report.keep(split)
     return out
 
 
@@ -202,8 +217,8 @@ def read(
         if not path.exists():
             continue
         report.read(split, 0)  # an empty file is a split of no rows (written empty), not a split never given
-        withkb = _by_data_id(raw / f"infoseek_{split}_withkb.jsonl", "entity_id")
-        qtypes = _by_data_id(raw / f"infoseek_{split}_qtype.jsonl", "question_type")
+        withkb = _by_data_id(raw / f"infoseek_{split}_withkb.jsonl", "entity_id", report, f"{split}_withkb")
+        qtypes = _by_data_id(raw / f"infoseek_{split}_qtype.jsonl", "question_type", report, f"{split}_qtype")
         for count, (number, row) in enumerate(read_jsonl(path, yield_broken=True)):
             if limit is not None and count >= limit:
                 break

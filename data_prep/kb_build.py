@@ -37,7 +37,15 @@ log = logging.getLogger(__name__)
 ENV_ID = "KBVQA-v0"
 PLACEHOLDER = "images/no_image.png"
 KB_SPLITS = ("kb", "kb_text")
-"""The report's splits that count KB input (articles, MMhops text passages); every other split is a dataset's."""
+"""The report's splits that count KB input (articles, MMhops text passages)."""
+SIDE_FILE_SUFFIXES = ("_withkb", "_qtype")
+"""Splits named ``<split><suffix>`` count the lines of a dataset split's side file (InfoSeek's withkb and qtype
+files), not rows; every split that is neither these nor a KB split is a dataset's."""
+
+
+def is_row_split(split: str) -> bool:
+    """Whether the report's ``split`` counts a dataset split's rows (written to ``data/<split>.parquet``)."""
+    return split not in KB_SPLITS and not split.endswith(SIDE_FILE_SUFFIXES)
 
 
 class NoUsableArticle(ValueError):
@@ -256,7 +264,7 @@ def _write_rows(
         "candidates_per_batch": cfg.candidates_per_batch,
         "max_rejections": cfg.max_rejections,
     }
-    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in report.splits() if s not in KB_SPLITS}
+    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in report.splits() if is_row_split(s)}
     without_gold = report.details.setdefault("rows_without_gold", {})
     for sample, queries, golds in kept:
         candidates = [[entity_ids[r] for r in ranked[q] if r >= 0] for q in queries]

@@ -334,3 +334,27 @@ def test_infoseek_and_mmhops_rows_whose_answers_are_all_empty_are_rejected(tmp_p
     samples = mmhops.read(raw, report)[1]
     assert [s.sample_id for s in samples] == ["MMhops_test_3"]
     assert report.rejected["test"] == Counter({"malformed_answer": 2})
+
+
+def test_infoseek_withkb_and_qtype_lines_are_counted_not_dropped(tmp_path: Path) -> None:
+    """A withkb or qtype line that is broken, lacks its field or repeats a data_id was skipped (or overwrote the
+    first) silently, and its row then lost its gold or had its type guessed; each line is now counted under
+    ``<split>_withkb`` / ``<split>_qtype`` with its reason, the first line of a data_id standing."""
+    raw = tmp_path / "raw"
+    fx.write_infoseek(raw)
+    with (raw / "infoseek_val_withkb.jsonl").open("a") as f:
+        f.write('{"data_id": "infoseek_val_00000005", "entity_id": \n')  # cut short
+        f.write('{"data_id": "infoseek_val_00000000", "entity_id": "Q105"}\n')  # a second gold: ignored
+        f.write('{"data_id": "infoseek_val_00000004"}\n')  # no entity_id
+    with (raw / "infoseek_val_qtype.jsonl").open("a") as f:
+        f.write('{"data_id": "infoseek_val_00000000", "question_type": "Numerical"}\n')
+        f.write("[1]\n")
+    report = PrepReport("infoseek")
+    samples = {s.sample_id: s for s in infoseek.read(raw, report)[1]}
+    assert report.rejected["val_withkb"] == Counter(malformed_json=1, duplicate_id=1, missing_entity_id=1)
+    assert report.rejected["val_qtype"] == Counter(duplicate_id=1, malformed_json=1)
+    assert samples["infoseek_val_00000000"].gold_keys == ("Q100",)  # the first line's gold, matched by QID
+    assert samples["infoseek_val_00000000"].question_type == "String"
+    for split in ("val_withkb", "val_qtype", "train_withkb"):
+        assert report.num_in[split] == report.num_out[split] + sum(report.rejected.get(split, {}).values())
+    assert report.num_in["val_withkb"] == 8 and report.num_in["train_withkb"] == 12
