@@ -3,7 +3,7 @@
 ``ragym prep mragbench --raw DIR --out DIR [--limit N] [--corpus CORPUS_DIR] [--test-fraction F]``
 
 ``--raw`` is the dataset as a Hugging Face hub download lays it out (``DIR/data/test-*.parquet``); it is
-read with ``datasets`` from disk, offline. Each question becomes one row (data source ``mragbench``):
+read with pyarrow from disk, a few rows at a time. Each question becomes one row (data source ``mragbench``):
 options A-D, ``answer_choice``, ``scenario``, the query image, as gold evidence its ``gt_images``, and as
 ``retrieved_images`` the benchmark's own CLIP top-5 in its order (the MRAG baseline's evidence; for
 ``Incomplete`` only the first, as MRAG-Bench's own loader keeps).
@@ -21,8 +21,8 @@ import argparse
 import hashlib
 import io
 import logging
-import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from typing import Any
 from PIL import Image
 
 from ragym.data_prep.r3g_task import TaskRow, write_corpus, write_queries, write_rows
-from ragym.data_prep.report import PrepReport, parquet_num_rows, row_limit, unreadable_shards
+from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows, row_limit
 from ragym.envs.image_budget import MAX_ASPECT_RATIO
 from ragym.envs.retrieval.encoders import make_image_encoder
 
@@ -131,34 +131,29 @@ def _convert(record: dict[str, Any], images: _Images) -> TaskRow:
     )
 
 
-def read_records(raw: Path, limit: int | None, cache: Path) -> list[dict[str, Any]]:
-    """The ``test`` split of the hub-layout folder ``raw``, images undecoded (``{"bytes", "path"}``); none when
-    its parquet files hold no rows."""
-    import datasets
+def read_records(raw: Path, limit: int | None) -> Iterator[dict[str, Any]]:
+    """The ``test`` split of the hub-layout folder ``raw``, images undecoded (``{"bytes", "path"}``, as the
+    parquet stores them), read with pyarrow a few rows at a time as iterated: the dataset's 16,130 images are
+    never all in memory, nor copied into a cache. Every shard is opened first, so one that is not parquet is
+    named before any row is read; a shard whose pages cannot be read is ``UnreadableFile`` naming it."""
+    import pyarrow.parquet as pq
 
-    shards = list(raw.glob("data/test-*.parquet"))
+    shards = sorted(raw.glob("data/test-*.parquet"))
     if not shards:
         raise FileNotFoundError(f"{raw} has no data/test-*.parquet (the hub layout of uclanlp/MRAG-Bench)")
-    # Every shard is opened, so one that is not parquet is named; datasets fails on a shard without rows, and
-    # refuses a split without any ("corresponds to no data"): the report shows 0 in.
-    shards = [shard for shard in shards if parquet_num_rows(shard)]
-    if not shards:
-        return []
-    files = {"test": [str(shard.relative_to(raw)) for shard in sorted(shards)]}
-    try:
-        ds = datasets.load_dataset(str(raw), data_files=files, split="test", cache_dir=str(cache))
-    except Exception as err:  # noqa: BLE001 - datasets wraps pyarrow's error without the file's name
-        raise unreadable_shards(sorted(shards), err) from err
-    features = ds.features.copy()
-    for name, feature in features.items():
-        if isinstance(feature, datasets.Image):
-            features[name] = datasets.Image(decode=False)
-        elif isinstance(getattr(feature, "feature", None), datasets.Image):
-            features[name] = type(feature)(datasets.Image(decode=False))
-    ds = ds.cast(features)
-    if limit is not None:
-        ds = ds.select(range(min(limit, len(ds))))
-    return [dict(r) for r in ds]
+    shards = [shard for shard in shards if parquet_num_rows(shard)]  # a shard without rows adds none
+    count = 0
+    for shard in shards:
+        try:
+            for batch in pq.ParquetFile(shard).iter_batches(batch_size=8):
+                for row in batch.to_pylist():
+                    if limit is not None and count >= limit:
+                        return
+                    count += 1
+                    yield row
+        except (OSError, ValueError) as err:  # pyarrow's OSError or ArrowInvalid for a corrupt page
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise UnreadableFile(f"{shard}: its rows cannot be read ({first})") from err
 
 
 def _corpus_files(corpus: Path | None) -> list[Path]:
@@ -183,19 +178,17 @@ def prepare(
     images = _Images(out)
     report = PrepReport(DATA_SOURCE)
     rows, seen = [], set()
-    with tempfile.TemporaryDirectory() as cache:
-        records = read_records(raw, limit, Path(cache))
-        report.read("questions", 0)  # an empty split still reports its 0 = 0 + 0
-        for index, record in enumerate(records):
-            report.read("questions")
-            try:
-                if str(record.get("id")).strip() in seen:  # kept ids are stripped: " 3" repeats "3"
-                    raise RowError("duplicate_id", f"id {record.get('id')!r} appeared before")
-                rows.append(_convert(record, images))
-                seen.add(rows[-1].question_id)
-                report.keep("questions")
-            except RowError as err:
-                report.reject("questions", err.reason, f"row {index} (id {record.get('id')!r}): {err.detail}")
+    report.read("questions", 0)  # an empty split still reports its 0 = 0 + 0
+    for index, record in enumerate(read_records(raw, limit)):
+        report.read("questions")
+        try:
+            if str(record.get("id")).strip() in seen:  # kept ids are stripped: " 3" repeats "3"
+                raise RowError("duplicate_id", f"id {record.get('id')!r} appeared before")
+            rows.append(_convert(record, images))
+            seen.add(rows[-1].question_id)
+            report.keep("questions")
+        except RowError as err:
+            report.reject("questions", err.reason, f"row {index} (id {record.get('id')!r}): {err.detail}")
     for path in _corpus_files(corpus):
         report.read("corpus_files")
         try:

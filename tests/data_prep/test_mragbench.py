@@ -224,3 +224,36 @@ def test_an_image_past_the_aspect_ratio_rejects_its_row(tmp_path: Path, what: st
     report = prepare(write_fixture(tmp_path / "raw", [valid[0], broken]), tmp_path / "task")
     assert report.rejected["questions"] == {f"{what}_aspect_ratio": 1}
     assert report.num_out["questions"] == 1 and len(rows(tmp_path / "task")) == 1
+
+
+def test_questions_stream_through_the_prep_not_held_all_at_once(tmp_path: Path, monkeypatch) -> None:
+    """The 16,130 images of MRAG-Bench were all copied out of the parquet into one Python list before the first
+    question was converted: the prep's peak memory grew with the dataset. It now reads one question at a time,
+    so its peak stays under the query images' total size (here 40 images of ~190 KB each). The encoding step,
+    which decodes a bounded batch of images at a time, is left out of the measure."""
+    import tracemalloc
+
+    from ragym.data_prep import mragbench
+
+    monkeypatch.setattr(mragbench, "write_corpus", lambda *args, **kwargs: None)
+    monkeypatch.setattr(mragbench, "write_queries", lambda *args, **kwargs: None)
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(40):
+        row = dict(records()[i % NUM_VALID], id=str(1000 + i))
+        buffer = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (256, 256, 3), dtype=np.uint8)).save(buffer, format="PNG")
+        row["image"] = {"bytes": buffer.getvalue(), "path": None}
+        rows.append(row)
+    total = sum(len(r["image"]["bytes"]) for r in rows)
+    raw = write_fixture(tmp_path / "raw", rows)
+    del rows
+    tracemalloc.start()
+    try:
+        report = prepare(raw, tmp_path / "out")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.num_out["questions"] == 40
+    assert peak < total / 2, f"peak {peak / 2**20:.1f} MiB for {total / 2**20:.1f} MiB of query images"
