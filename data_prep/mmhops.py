@@ -1,4 +1,4 @@
-"""MMhops reader: the Hugging Face dataset repository's parquet shards (read offline with ``datasets``) and
+"""MMhops reader: the Hugging Face dataset repository's parquet shards (read with pyarrow, a few rows at a time) and
 the MMhops-KB corpora, by field name.
 
 ``--raw`` is the dataset repository as the hub client downloads it (``data/<split>-*.parquet`` for ``train``,
@@ -21,11 +21,12 @@ filter), and leave Table 4's MMhops Ident. and R@k n/a in ``ragym eval``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ragym.data_prep.kb_records import Article, RowError, Sample, require_str
-from ragym.data_prep.report import PrepReport, parquet_num_rows, unreadable_shards
+from ragym.data_prep.report import PrepReport, UnreadableFile, parquet_num_rows
 from ragym.envs.files import read_jsonl
 from ragym.rewards.mmhops import check_ground_truth
 
@@ -78,7 +79,29 @@ def _gold(row: dict[str, Any], num_images: int, name: str) -> tuple[str | None, 
     return (None,) * num_images
 
 
-def _sample(row: dict[str, Any], split: str, image_columns: list[str], name: str) -> Sample:
+def _spooled(data: bytes, spool: Path) -> str:
+    """Write one query image's bytes under ``spool`` (named by content, extension by format); its path."""
+    import hashlib
+    import io
+
+    from PIL import Image
+
+    digest = hashlib.sha1(data).hexdigest()
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            ext = (image.format or "png").lower().replace("jpeg", "jpg")
+    except Exception:  # noqa: BLE001 - kb_build counts an image that does not decode as unreadable_image
+        ext = "img"
+    path = spool / digest[:2] / f"{digest}.{ext}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return str(path)
+
+
+def _sample(
+    row: dict[str, Any], split: str, image_columns: list[str], name: str, spool: Path | None = None
+) -> Sample:
     sample_id = require_str(row, "id", name)
     problem = require_str(row, "problem", sample_id)
     kind = str(row.get("split", "")).capitalize()
@@ -99,34 +122,50 @@ def _sample(row: dict[str, Any], split: str, image_columns: list[str], name: str
     if placeholders and placeholders != len(cells):
         raise RowError("image_count_mismatch", f"{sample_id}: {placeholders} <image> for {len(cells)} images")
     images = tuple(c["bytes"] if c.get("bytes") else c["path"] for c in cells)
+    if spool is not None:
+        images = tuple(_spooled(i, spool) if isinstance(i, bytes) else i for i in images)
     question = " ".join(_PLACEHOLDER.sub(" ", problem).split())
     extra = {"kind": kind, "answer": row.get("answer")}
     return Sample(sample_id, split, question, images, _gold(row, len(cells), sample_id), truth, kind, extra)
 
 
-def _read_split(files: list[Path], split: str, report: PrepReport, limit: int | None) -> list[Sample]:
-    from datasets import load_dataset
+def _shard_rows(shard: Path) -> Iterator[dict[str, Any]]:
+    """The rows of one parquet shard, a few at a time (images stay the stored ``{"bytes", "path"}`` structs);
+    ``UnreadableFile`` naming the shard when a page cannot be read."""
+    import pyarrow.parquet as pq
+
+    try:
+        for batch in pq.ParquetFile(shard).iter_batches(batch_size=16):
+            yield from batch.to_pylist()
+    except (OSError, ValueError) as err:  # pyarrow's OSError or ArrowInvalid for a corrupt page
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise UnreadableFile(f"{shard}: its rows cannot be read ({first})") from err
+
+
+def _read_split(
+    files: list[Path], split: str, report: PrepReport, limit: int | None, spool: Path | None = None
+) -> list[Sample]:
+    """The usable samples of one split's shards, read with pyarrow as they are converted (never the whole
+    dataset in memory); the image columns come from each shard's Hugging Face feature metadata, or its bare
+    ``{"bytes", "path"}`` structs."""
+    import pyarrow.parquet as pq
+    from datasets import Features
 
     report.read(split, 0)  # shards without rows: a split of no rows (written empty), not one never given
-    # Every shard is opened, so one that is not parquet is named; datasets fails on a shard without rows.
+    # Every shard is opened first, so one that is not parquet is named before any row is read.
     files = [shard for shard in files if parquet_num_rows(shard)]
-    if not files:
-        return []
-    try:
-        dataset = load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
-    except Exception as err:  # noqa: BLE001 - datasets wraps pyarrow's error without the file's name
-        raise unreadable_shards(files, err) from err
-    image_columns = _image_columns(dataset.features, f"MMhops {split} shards {[f.name for f in files]}")
+    where = f"MMhops {split} shards {[f.name for f in files]}"
+    columns = {f: _image_columns(Features.from_arrow_schema(pq.read_schema(f)), where) for f in files}
     samples: list[Sample] = []
     count = 0
-    for batch in dataset.data.table.to_batches(max_chunksize=256):
-        for row in batch.to_pylist():
+    for shard in files:
+        for row in _shard_rows(shard):
             if limit is not None and count >= limit:
                 return samples
             count += 1
             report.read(split)
             try:
-                samples.append(_sample(row, split, image_columns, f"{split} row {count}"))
+                samples.append(_sample(row, split, columns[shard], f"{split} row {count}", spool))
             except RowError as err:
                 report.reject(split, err.reason, str(err))
     return samples
@@ -176,8 +215,11 @@ def read(
     limit: int | None = None,
     kb: Path | None = None,
     kb_image_root: Path | None = None,
+    spool: Path | None = None,
 ) -> tuple[list[Article], list[Sample], list[tuple[str, str]]]:
-    """KB articles, the usable samples of every split found, and passages that belong to no KB entity."""
+    """KB articles, the usable samples of every split found, and passages that belong to no KB entity. With
+    ``spool``, each query image stored in the shards is written there as its row is read and the sample holds
+    its path (the dataset's images are never all in memory); without, the sample holds the bytes."""
     kb_dir = kb or raw / "MMhops-KB"
     if not (kb_dir / "image" / "image_corpus.jsonl").exists():
         raise FileNotFoundError(f"no MMhops KB at {kb_dir} (image/image_corpus.jsonl); pass --kb")
@@ -186,7 +228,7 @@ def read(
     for split in SPLITS:
         files = sorted((raw / "data").glob(f"{split}-*.parquet"))
         if files:
-            samples += _read_split(files, split, report, limit)
+            samples += _read_split(files, split, report, limit, spool)
     if not report.num_in.keys() - {"kb", "kb_text"}:
         raise FileNotFoundError(f"no data/{{train,validation,test}}-*.parquet in {raw}")
     return articles, samples, loose

@@ -18,6 +18,7 @@ import argparse
 import importlib
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,12 +71,13 @@ def _dataset_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _read(name: str, args: argparse.Namespace, report: PrepReport) -> tuple[list, list, list]:
+def _read(name: str, args: argparse.Namespace, report: PrepReport, spool: Path) -> tuple[list, list, list]:
+    """The dataset's articles, samples and loose passages; MMhops' query images go to files under ``spool``."""
     if name == "infoseek":
         return (*infoseek.read(args.raw, report, args.limit, args.kb, args.image_dir), [])
     if name == "evqa":
         return (*evqa.read(args.raw, report, args.limit, args.kb, args.image_dir, args.inat_dir), [])
-    return mmhops.read(args.raw, report, args.limit, args.kb, args.kb_image_root)
+    return mmhops.read(args.raw, report, args.limit, args.kb, args.kb_image_root, spool)
 
 
 def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
@@ -98,7 +100,16 @@ def prep_dataset(name: str, argv: list[str]) -> dict[str, Any]:
         if folder is not None and not folder.is_dir():
             raise FileNotFoundError(f"--{flag.replace('_', '-')} {folder} is not a folder")
     report = PrepReport(name)
-    articles, samples, loose = _read(name, args, report)
+    # MMhops' query images are spooled to files as their rows are read, beside OUT (so build hard-links them
+    # into OUT/queries), and removed at the end: the dataset's images are never all in memory.
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.out.parent, prefix=".ragym-prep-images-") as spool:
+        return _build(name, args, report, Path(spool))
+
+
+def _build(name: str, args: argparse.Namespace, report: PrepReport, spool: Path) -> dict[str, Any]:
+    """Read the dataset (spooling under ``spool``), build its KB and rows, print the report; returns it."""
+    articles, samples, loose = _read(name, args, report, spool)
     cfg = BuildConfig(
         candidates_per_batch=args.candidates_per_batch,
         max_rejections=args.max_rejections,

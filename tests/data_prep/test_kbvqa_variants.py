@@ -6,12 +6,15 @@ from __future__ import annotations
 import gzip
 import json
 from collections import Counter
+from io import BytesIO
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image as PILImage
 
 from ragym.data_prep import evqa, infoseek, mmhops
 from ragym.data_prep.kb_files import read_kb_file
@@ -358,3 +361,55 @@ def test_infoseek_withkb_and_qtype_lines_are_counted_not_dropped(tmp_path: Path)
     for split in ("val_withkb", "val_qtype", "train_withkb"):
         assert report.num_in[split] == report.num_out[split] + sum(report.rejected.get(split, {}).values())
     assert report.num_in["val_withkb"] == 8 and report.num_in["train_withkb"] == 12
+
+
+def test_mmhops_query_images_are_spooled_to_files_not_held_in_memory(tmp_path: Path) -> None:
+    """Every MMhops sample held its images' bytes until the KB was built: the whole dataset's images (28,256)
+    in memory at once. With a spool folder (what ``ragym prep mmhops`` gives) each image goes to a file as its
+    row is read and the sample holds its path, so the reader's peak stays under the images' total size."""
+    import tracemalloc
+
+    from datasets import Dataset, Features, Image, List, Value
+
+    raw = tmp_path / "raw"
+    fx.write_mmhops(raw)
+    for shard in (raw / "data").glob("*.parquet"):
+        shard.unlink()
+    rng = np.random.default_rng(0)
+    pngs = []
+    for _ in range(40):
+        buffer = BytesIO()
+        PILImage.fromarray(rng.integers(0, 255, (256, 256, 3), dtype=np.uint8)).save(buffer, format="PNG")
+        pngs.append(buffer.getvalue())
+    features = Features(
+        {
+            "id": Value("string"),
+            "problem": Value("string"),
+            "answer_eval": List(Value("string")),
+            "split": Value("string"),
+            "problem_type": Value("string"),
+            "images": List(Image()),
+        }
+    )
+    columns = {
+        "id": [f"MMhops_test_{i}" for i in range(40)],
+        "problem": ["<image>Who?"] * 40,
+        "answer_eval": [["Louvre"]] * 40,
+        "split": ["Bridge"] * 40,
+        "problem_type": ["String"] * 40,
+        "images": [[{"bytes": png, "path": None}] for png in pngs],
+    }
+    Dataset.from_dict(columns, features=features).to_parquet(
+        str(raw / "data" / "test-00000-of-00001.parquet")
+    )
+    del columns
+    tracemalloc.start()
+    try:
+        samples = mmhops.read(raw, PrepReport("mmhops"), spool=tmp_path / "spool")[1]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [Path(s.images[0]).read_bytes() for s in samples] == pngs
+    assert all(Path(s.images[0]).parent.parent == tmp_path / "spool" for s in samples)
+    total = sum(map(len, pngs))
+    assert peak < total / 2, f"peak {peak / 2**20:.1f} MiB for {total / 2**20:.1f} MiB of images"
