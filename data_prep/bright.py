@@ -67,7 +67,7 @@ def read_split(raw: Path, config: str, split: str) -> list[Any]:
         if path.exists():
             if path.suffix == ".json":
                 try:
-                    rows = json.loads(path.read_text(encoding="utf-8"))
+                    rows = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a BOM is skipped
                 except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
                     raise UnreadableFile(f"{path} is not JSON ({err})") from err
                 if not isinstance(rows, list):  # a number failed in list(); an object listed its keys as rows

@@ -451,3 +451,21 @@ def test_real_bright_qrels_have_the_documented_query_counts() -> None:
         assert len(qrels) == count, task
         assert all(rel > 0 for judged in qrels.values() for rel in judged.values())
     assert "insects_attracted_to_light/Phototaxis_3.txt" in read_trec_qrels(SHARED_QRELS / "biology.tsv")["0"]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".jsonl"])
+def test_split_files_saved_with_a_bom_and_crlf_read_as_the_shards(tmp_path: Path, suffix: str) -> None:
+    """The examples split as one ``.json`` list or ``.jsonl`` re-saved with a UTF-8 BOM and CRLF: the same report
+    as its parquet shard (the BOM made the ``.json`` 'not JSON' and cost the ``.jsonl`` its first query)."""
+    from ragym.data_prep.bright import read_split
+
+    raw = write_bright(tmp_path / "raw")
+    shard = raw / "examples" / "biology-00000-of-00001.parquet"
+    rows = pd.read_parquet(shard).to_dict("records")
+    rows = [{k: (list(v) if isinstance(v, np.ndarray) else v) for k, v in r.items()} for r in rows]
+    shard.unlink()
+    lines = [json.dumps(rows)] if suffix == ".json" else [json.dumps(r) for r in rows]
+    (raw / "examples" / f"biology{suffix}").write_bytes(
+        b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n"
+    )
+    assert read_split(raw, "examples", "biology") == rows
