@@ -28,7 +28,7 @@ from PIL import Image
 from ragym.data_prep.encoding import EncodeConfig, Item, encode_to_array
 from ragym.data_prep.encoding.encoders import EnvEncoderItems
 from ragym.data_prep.pdf_pages import PageTypeRules, UnreadablePage, classify_page, read_outline, read_pdf
-from ragym.data_prep.report import PrepReport, row_limit
+from ragym.data_prep.report import PrepReport, UnreadableFile, row_limit
 from ragym.data_prep.rows import verl_row
 from ragym.envs.docmemo.store import DocStore, doc_key, save_store, summarise
 from ragym.envs.retrieval.page_encoders import PageEncoder, TextPageEncoder, VisualPageEncoder
@@ -186,9 +186,12 @@ def prepare(
     if not Path(documents).is_dir():
         # Not one missing PDF (the shared sample lacks most) but none at all: a wrong path, not 1,082 rejections.
         raise FileNotFoundError(f"--documents {documents} is not a folder (the PDFs, file name = doc_id)")
-    samples = json.loads(Path(samples_path).read_text(encoding="utf-8"))
+    try:  # utf-8-sig: a file saved with a BOM reads the same
+        samples = json.loads(Path(samples_path).read_text(encoding="utf-8-sig"))
+    except ValueError as err:  # cut short (a stopped download), not JSON, not UTF-8: no sample can be counted
+        raise UnreadableFile(f"{samples_path} is not JSON ({err})") from err
     if not isinstance(samples, list):
-        raise ValueError(f"{samples_path}: expected a JSON list of samples")
+        raise UnreadableFile(f"{samples_path}: expected a JSON list of samples")
     samples = samples[:limit] if limit is not None else samples
     stores = _Stores(Path(documents), out / "docs", encoder or TextPageEncoder(), cfg)
     report = PrepReport("mmlongbench_doc")

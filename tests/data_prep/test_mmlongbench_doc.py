@@ -342,3 +342,24 @@ def test_a_missing_documents_folder_is_one_line_naming_it(tmp_path, capsys):
     [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
     assert f"--documents {tmp_path / 'nowhere'} is not a folder" in line
     assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_samples_json_with_a_bom_reads_and_one_cut_short_is_one_line(tmp_path, capsys):
+    """samples.json saved with a UTF-8 BOM was a JSONDecodeError traceback, and so was one cut short (a stopped
+    download); the first reads, the second is one line naming the file (exit status 2), no report."""
+    from ragym.data_prep.prep import main as prep
+
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    write_pdf(docs / "report.pdf")
+    text = json.dumps([sample("report.pdf", "[1]", "north")])
+    path = tmp_path / "samples.json"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    report = prepare(path, docs, tmp_path / "out", PrepConfig(dpi=30))
+    assert report.num_out["test"] == 1
+    path.write_text(text[: len(text) // 2])
+    args = ["--samples", str(path), "--documents", str(docs), "--out", str(tmp_path / "out2")]
+    assert prep(["mmlongbench-doc", *args]) == 2
+    [line] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ragym prep")]
+    assert line.startswith(f"ragym prep mmlongbench-doc: {path} is not JSON")
+    assert not (tmp_path / "out2" / "report.json").exists()
