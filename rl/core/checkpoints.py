@@ -57,10 +57,10 @@ PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 
 
 def missing_model_files(folder: str | Path, adapters: bool) -> list[str]:
-    """The files a local-engine checkpoint's model lacks (absent or empty; none when it is whole): config, weights
-    (every shard an index lists), tokenizer and processor, or with ``adapters`` (a peft folder) the adapter weights.
-    A copy cut short or a file removed by hand would otherwise fail inside transformers, or export a model that
-    cannot be loaded.
+    """The files a local-engine checkpoint's model lacks (absent, empty, or safetensors weights shorter than their
+    header says; none when it is whole): config, weights (every shard an index lists), tokenizer and processor, or
+    with ``adapters`` (a peft folder) the adapter weights. A copy cut short or a file removed by hand would otherwise
+    fail inside transformers, or export a model that cannot be loaded.
 
     >>> missing_model_files("/nonexistent", adapters=True)
     ['adapter_model.safetensors']
@@ -71,7 +71,15 @@ def missing_model_files(folder: str | Path, adapters: bool) -> list[str]:
     else:
         needed = [("config.json",), *[(name,) for name in _weight_files(folder)]]
         needed += [("tokenizer.json",), ("tokenizer_config.json",), PROCESSOR_FILES]
-    return [" or ".join(names) for names in needed if not any(_whole(folder / name) for name in names)]
+    missing = []
+    for names in needed:
+        present = [folder / name for name in names if _whole(folder / name)]
+        cut = [problem for path in present if (problem := _cut_short(path)) is not None]
+        if not present:
+            missing.append(" or ".join(names))
+        elif len(cut) == len(present):
+            missing.append(f"whole {present[0].name} (cut short: {cut[0]})")
+    return missing
 
 
 def _weight_files(folder: Path) -> list[str]:
@@ -86,6 +94,25 @@ def _weight_files(folder: Path) -> list[str]:
 
 def _whole(path: Path) -> bool:
     return path.is_file() and path.stat().st_size > 0
+
+
+def _cut_short(path: Path) -> str | None:
+    """How a ``.safetensors`` file falls short of the size its header declares (None when it does not, or for
+    another kind of file): a copy cut short keeps its name, and would fail inside transformers, or be exported."""
+    if path.suffix != ".safetensors":
+        return None
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        length = int.from_bytes(file.read(8), "little") if size >= 8 else 0
+        if size < 8 + length or length == 0:
+            return f"{size} bytes, inside its header"
+        try:
+            header = json.loads(file.read(length))
+            ends = [entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"]
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+            return f"{size} bytes, its header is not a safetensors header"
+    expected = 8 + length + max(ends, default=0)
+    return f"{size} of {expected} bytes" if size < expected else None
 
 
 def load_state(path: str | Path) -> Any:

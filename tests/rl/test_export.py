@@ -160,6 +160,22 @@ def test_an_incomplete_local_checkpoint_is_named_before_anything_is_written(
     assert not (tmp_path / "hf").exists()
 
 
+def test_weights_cut_short_are_named_before_anything_is_written(
+    tiny_policy_dir: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """A copy of the checkpoint that ran out of disk keeps the file's name; exported, it would fail at load."""
+    step_dir = tmp_path / "run" / "global_step_1"
+    shutil.copytree(tiny_policy_dir("qwen2_5_vl"), step_dir)
+    torch.save({"step": 1, "config": "{}"}, step_dir / "engine_state.pt")
+    weights = step_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(
+        UsageError, match=r"it has no whole model\.safetensors \(cut short: \d+ of \d+ bytes\)"
+    ):
+        export_checkpoint(step_dir, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
 def test_a_recipe_snapshot_cut_short_counts_as_none_recorded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -70,3 +70,36 @@ def test_every_reader_refuses_a_broken_marker(
         else:  # verl starts over and ignores the marker
             assert verl_local.run_verl("kbvqa_tiny_cpu", [], network="host") == 0
             assert len(started) == 1
+
+
+def _model_folder(folder: Path) -> Path:
+    """A folder with every file a full local-engine checkpoint's model needs, the weights a real safetensors file."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "processor_config.json"):
+        (folder / name).write_text("{}")
+    save_file({"w": torch.arange(64, dtype=torch.float32)}, folder / "model.safetensors")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("kept", "missing"),
+    [
+        (328, []),  # whole: the 8-byte length, a 64-byte header, 64 float32 values
+        (327, ["whole model.safetensors (cut short: 327 of 328 bytes)"]),  # its last byte lost
+        (60, ["whole model.safetensors (cut short: 60 bytes, inside its header)"]),
+        (5, ["whole model.safetensors (cut short: 5 bytes, inside its header)"]),
+        (0, ["model.safetensors"]),  # empty
+    ],
+)
+def test_weights_cut_short_count_as_missing(tmp_path: Path, kept: int, missing: list[str]) -> None:
+    """A copy cut short (disk full, a killed ``cp``) keeps the file's name: its header says how long it must be."""
+    from ragym.rl.core.checkpoints import missing_model_files
+
+    weights = _model_folder(tmp_path / "step") / "model.safetensors"
+    data = weights.read_bytes()
+    assert len(data) == 328
+    weights.write_bytes(data[:kept])
+    assert missing_model_files(tmp_path / "step", adapters=False) == missing

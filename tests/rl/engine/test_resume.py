@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
+from safetensors.torch import save_file
 
 from ragym.envs import files
 from ragym.rl.core.metrics import drop_metrics_after, read_metrics
@@ -35,6 +36,7 @@ def _fake_run(out: Path, steps: list[int], latest: int, logged: list[int]) -> No
         torch.save({"step": step}, folder / "engine_state.pt")
         for name in ("optimizer.pt", *MODEL_FILES):  # stand-ins: resume_point checks that they are there
             (folder / name).write_text("x")
+        save_file({}, folder / "model.safetensors")  # whole (weights are checked against their header)
     (out / LATEST).write_text(str(latest))
     (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "x": 1.0}) + "\n" for s in logged))
 
