@@ -19,6 +19,7 @@ import json
 import logging
 import re
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -29,7 +30,7 @@ from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
 from ragym.rl.core.checkpoints import latest_step, load_state, missing_model_files
-from ragym.rl.errors import UsageError
+from ragym.rl.errors import UsageError, one_line
 from ragym.rl.export_args import parse_export_args
 from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir, read_lora
 
@@ -263,6 +264,22 @@ def export_checkpoint(
             cast(dict[str, Any], OmegaConf.to_container(load_recipe(recipe), resolve=True)),
         )
     logger.info("exporting %s checkpoint %s (step %s) -> %s", found.kind, found.model_dir, found.step, out)
+    # Written beside ``out`` and renamed when whole: a write that fails midway (a full disk) or a killed export
+    # leaves no folder at ``out`` that loads as if it were the model.
+    staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")  # not mkdtemp's owner-only mode
+    staging.mkdir(parents=True)
+    try:
+        _write_export(found, Path(checkpoint).resolve(), staging, recipe, merge)
+        staging.rename(out)  # replaces an empty ``out``; one filled meanwhile is refused (ENOTEMPTY)
+    except OSError as err:
+        raise UsageError(f"export to {out} failed, nothing was written there: {one_line(err)}") from err
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def _write_export(found: Checkpoint, source: Path, out: Path, recipe: str | None, merge: bool) -> None:
+    """The model folder (weights or adapters, tokenizer, processor, card, export record) of ``found`` in ``out``."""
     adapters = found.kind == "local_lora"
     if found.kind == "verl_fsdp":
         adapters = _export_verl(found, out, merge)
@@ -276,9 +293,8 @@ def export_checkpoint(
         _ensure_generation_config(out)
         validate_hf_model_output(out)
     recipe_name = recipe or (found.recipe or {}).get("trainer", {}).get("experiment_name")
-    (out / "README.md").write_text(_card(found, Path(checkpoint).resolve(), recipe_name))
-    record_export(out, Path(checkpoint).resolve(), found.kind, found.step, recipe_name, found.recipe)
-    return out
+    (out / "README.md").write_text(_card(found, source, recipe_name))
+    record_export(out, source, found.kind, found.step, recipe_name, found.recipe)
 
 
 def record_export(

@@ -176,6 +176,43 @@ def test_weights_cut_short_are_named_before_anything_is_written(
     assert not (tmp_path / "hf").exists()
 
 
+def _local_checkpoint(policy: Path, step_dir: Path) -> Path:
+    """``policy`` as a local-engine ``global_step_1`` folder (its engine state a stand-in)."""
+    shutil.copytree(policy, step_dir)
+    torch.save({"step": 1, "config": "{}"}, step_dir / "engine_state.pt")
+    return step_dir
+
+
+def test_a_write_that_fails_midway_leaves_no_folder_that_loads_as_whole(
+    tiny_policy_dir: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills up while the weights are copied: one line names the failure, and ``--out`` is not a model
+    folder with some of its files (nor are half-written folders left beside it); the same command then works."""
+    import errno
+
+    import ragym.rl.export as export
+
+    step_dir = _local_checkpoint(tiny_policy_dir("qwen2_5_vl"), tmp_path / "run" / "global_step_1")
+    copy = shutil.copy2
+
+    def disk_full(source: Path, target: Path) -> None:
+        if Path(source).name == "tokenizer.json":  # after the config and weights, in name order
+            Path(target).write_bytes(Path(source).read_bytes()[:10])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        copy(source, target)
+
+    monkeypatch.setattr(export.shutil, "copy2", disk_full)
+    with pytest.raises(UsageError, match=r"nothing was written there.*No space left on device"):
+        export_checkpoint(step_dir, tmp_path / "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    monkeypatch.setattr(export.shutil, "copy2", copy)
+    out = export_checkpoint(step_dir, tmp_path / "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf", "run"]
+    (tmp_path / "plain").mkdir()
+    assert out.stat().st_mode == (tmp_path / "plain").stat().st_mode  # readable as any folder the user makes
+    load_policy(out)
+
+
 def test_a_recipe_snapshot_cut_short_counts_as_none_recorded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
