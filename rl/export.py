@@ -194,10 +194,25 @@ def _export_verl(checkpoint: Checkpoint, out: Path, merge: bool) -> bool:
                 base = staging
             _merge_adapter(adapter, out, base=base)
         else:
+            _check_verl_base(adapter, checkpoint.model_dir)
             _copy_local(adapter, out)
         return True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_verl_base(adapter: Path, actor_dir: Path) -> None:
+    """The base the recipe names for a verl checkpoint's adapters resolves (offline): without it the adapter folder
+    would not load."""
+    try:
+        adapter_base(adapter)
+    except UsageError:
+        base = json.loads((adapter / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+        raise UsageError(
+            f"{actor_dir}: its recipe's base model {base!r} is neither a folder with config.json nor in the Hugging "
+            "Face cache, so its adapter folder would not load; pass --recipe RECIPE naming the base, or export with "
+            "--merge (onto the checkpoint's bf16 copy of the base)"
+        ) from None
 
 
 def _ensure_generation_config(out: Path) -> None:
@@ -281,15 +296,17 @@ def export_checkpoint(
 def _write_export(found: Checkpoint, source: Path, out: Path, recipe: str | None, merge: bool) -> None:
     """The model folder (weights or adapters, tokenizer, processor, card, export record) of ``found`` in ``out``."""
     adapters = found.kind == "local_lora"
+    if (
+        adapters
+    ):  # the base its adapter_config.json names resolves (offline), or it would not load (nor merge)
+        adapter_base(found.model_dir)
     if found.kind == "verl_fsdp":
         adapters = _export_verl(found, out, merge)
     elif adapters and merge:
         _merge_adapter(found.model_dir, out)
     else:
         _copy_local(found.model_dir, out)
-    if adapters and not merge:
-        adapter_base(out)  # the base it names resolves (offline), or the export fails here, naming it
-    else:
+    if not adapters or merge:
         _ensure_generation_config(out)
         validate_hf_model_output(out)
     recipe_name = recipe or (found.recipe or {}).get("trainer", {}).get("experiment_name")

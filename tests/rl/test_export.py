@@ -213,6 +213,37 @@ def test_a_write_that_fails_midway_leaves_no_folder_that_loads_as_whole(
     load_policy(out)
 
 
+def _lora_checkpoint(base: Path, step_dir: Path) -> Path:
+    """A local-engine LoRA ``global_step_1`` folder: peft's adapter files naming ``base``, and a stand-in state."""
+    from peft import LoraConfig, get_peft_model
+
+    from ragym.rl.lora import VISION_TOWER
+
+    model, _, _ = load_policy(base)
+    config = LoraConfig(
+        r=4, target_modules="all-linear", exclude_modules=VISION_TOWER, base_model_name_or_path=str(base)
+    )
+    get_peft_model(model, config).save_pretrained(str(step_dir), safe_serialization=True)
+    torch.save({"step": 1, "config": "{}"}, step_dir / "engine_state.pt")
+    return step_dir
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_adapters_whose_base_moved_are_refused_naming_the_checkpoint(
+    tiny_policy_dir: Callable[[str], Path], tmp_path: Path, merge: bool
+) -> None:
+    """The adapter folder would not load (nor merge) without its base: the error names the checkpoint whose
+    ``adapter_config.json`` names it, and ``--out`` is not left holding adapters that cannot load."""
+    base = tmp_path / "policy"
+    shutil.copytree(tiny_policy_dir("qwen2_5_vl"), base)
+    step_dir = _lora_checkpoint(base, tmp_path / "run" / "global_step_1")
+    base.rename(tmp_path / "policy_moved")
+    message = rf"{step_dir}: its base model '{base}' is neither a folder"
+    with pytest.raises(UsageError, match=message):
+        export_checkpoint(step_dir, tmp_path / "hf", merge=merge)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy_moved", "run"]
+
+
 def test_a_recipe_snapshot_cut_short_counts_as_none_recorded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
