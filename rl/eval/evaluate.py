@@ -31,12 +31,13 @@ from ragym.envs.metrics import eval_figures
 from ragym.envs.retrieval.search_settings import use_torch_threads
 from ragym.rewards.infoseek import infoseek_final_score
 from ragym.rewards.verl import episode_from_verl
+from ragym.rl.core.checkpoints import missing_model_files
 from ragym.rl.core.rollout import EpisodeResult, run_episodes
 from ragym.rl.data.rows import load_rows
 from ragym.rl.errors import UsageError
 from ragym.rl.eval.args import EvalConfig, parse_eval_args
 from ragym.rl.eval.backends import Backend, choose_backend, hf_backend, vllm_backend
-from ragym.rl.lora import ADAPTER_CONFIG, is_adapter_dir
+from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir
 from ragym.rl.models import position_problem
 from ragym.rl.recipe.counts import switch_problems
 from ragym.rl.recipe.images import check_processor_factor, recipe_images, recipe_processor_kwargs
@@ -307,11 +308,28 @@ def _export_record(path: Path) -> dict[str, Any]:
         ) from err
 
 
+def check_model(model: Path) -> None:
+    """Refuse, naming the file, a model folder (or an adapter folder's base) that lacks a file it loads or whose
+    weights a copy cut short: transformers would fail on it with a traceback. A hub id (no such folder) passes."""
+    if not model.is_dir():
+        return
+    adapters = is_adapter_dir(model)
+    missing = missing_model_files(model, adapters)
+    if missing:
+        raise UsageError(
+            f"--model {model} is incomplete, it has no {', '.join(missing)}: restore the files, or export the "
+            "checkpoint again"
+        )
+    if adapters:
+        check_model(adapter_base(model))
+
+
 def main(argv: list[str]) -> int:
     """``ragym eval --model DIR --data PARQUET [--data ...] --out DIR [--recipe R] [overrides...]``."""
     from ragym.rl.eval.report import ReportStream
 
     args = parse_eval_args(argv)
+    check_model(args.model)
     cfg = EvalConfig(
         batch_size=args.batch_size,
         time_year_tolerance=args.time_year_tolerance,

@@ -374,3 +374,45 @@ def test_a_do_sample_word_from_the_command_line_is_refused(tmp_path: Path) -> No
         ).actor_rollout_ref.rollout.val_kwargs.do_sample
         is False
     )
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        ("tokenizer.json", "tokenizer.json"),
+        ("processor_config.json", "processor_config.json or preprocessor_config.json"),
+        ("model.safetensors", r"whole model.safetensors \(cut short: \d+ of \d+ bytes\)"),
+    ],
+)
+def test_a_damaged_model_folder_is_named_before_it_loads(
+    kb_rows: tuple[Path, list[dict[str, Any]]],
+    tiny_policy_dir: Callable[[str], Path],
+    tmp_path: Path,
+    damage: str,
+    named: str,
+) -> None:
+    """A model folder that lost a file (or whose weights a copy cut short) failed inside transformers with a
+    traceback (``Can't load image processor``, ``incomplete metadata``)."""
+    import shutil
+
+    from ragym.rl.errors import UsageError
+    from ragym.rl.eval.evaluate import main
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_policy_dir("qwen2_5_vl"), model)
+    if damage == "model.safetensors":
+        (model / damage).write_bytes((model / damage).read_bytes()[: (model / damage).stat().st_size // 2])
+    else:
+        (model / damage).unlink()
+    kb_dir, _ = kb_rows
+    argv = [
+        "--model",
+        str(model),
+        "--data",
+        str(kb_dir / "data" / "test.parquet"),
+        "--out",
+        str(tmp_path / "ev"),
+    ]
+    with pytest.raises(UsageError, match=rf"--model {model} is incomplete, it has no {named}: "):
+        main([*argv, "--recipe", "kbvqa_tiny_cpu", "--limit", "1", "--backend", "hf"])
+    assert not (tmp_path / "ev").exists()
