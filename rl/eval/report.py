@@ -72,6 +72,10 @@ def markdown(metrics: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PLOTS = ("accuracy_ident_recall.png", "turns_rejections.png")
+"""The figures ``plot`` writes (bars per source, histograms)."""
+
+
 def plot(metrics: dict[str, Any], records: list[dict[str, Any]], out: Path) -> list[Path]:
     """Accuracy / Ident. / retriever ceiling per source, and the turns and rejections histograms."""
     import matplotlib
@@ -90,7 +94,7 @@ def plot(metrics: dict[str, Any], records: list[dict[str, Any]], out: Path) -> l
     ax.set_ylabel("%")
     ax.legend(fontsize="small")
     fig.tight_layout()
-    bars = out / "accuracy_ident_recall.png"
+    bars = out / PLOTS[0]
     fig.savefig(bars, dpi=120)
     plt.close(fig)
     fig, axes = plt.subplots(1, 2, figsize=(8, 3))
@@ -99,7 +103,7 @@ def plot(metrics: dict[str, Any], records: list[dict[str, Any]], out: Path) -> l
         ax.hist(values, bins=range(0, max(values, default=0) + 2), align="left", rwidth=0.8)
         ax.set_title(f"{key} per episode")
     fig.tight_layout()
-    hist = out / "turns_rejections.png"
+    hist = out / PLOTS[1]
     fig.savefig(hist, dpi=120)
     plt.close(fig)
     return [bars, hist]
@@ -126,6 +130,8 @@ class ReportStream:
         self.records: list[dict[str, Any]] = []
         for name in ("episodes.jsonl", "rollouts.jsonl"):
             (out / name).write_text("")
+        for name in PLOTS:  # an earlier run's, which a run of no episodes would otherwise leave as if its own
+            (out / name).unlink(missing_ok=True)
 
     def add(self, records: list[dict[str, Any]]) -> None:
         """Append the records of one batch to both jsonl files."""

@@ -218,6 +218,27 @@ def test_report_files(tmp_path: Path) -> None:
     assert (tmp_path / "turns_rejections.png").stat().st_size > 0
 
 
+def test_a_run_into_an_earlier_runs_folder_keeps_none_of_its_files(tmp_path: Path) -> None:
+    """A second evaluation into the same ``--out`` that ran no episode (``--limit 0``, every row bad, stopped at
+    once) left the first run's plots beside its own metrics, as if they were its own."""
+    records = [_record("infoseek", "val_unseen_question", 1.0)]
+    write_report(
+        {"model": "a", "backend": "hf", "data": ["x.parquet"], **summarize(records)},
+        [r.__dict__ for r in records],
+        tmp_path,
+    )
+    assert (tmp_path / "accuracy_ident_recall.png").is_file()
+    write_report({"model": "b", "backend": "hf", "data": ["x.parquet"], **summarize([])}, [], tmp_path)
+    assert json.loads((tmp_path / "metrics.json").read_text())["model"] == "b"
+    assert (tmp_path / "episodes.jsonl").read_text() == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "episodes.jsonl",
+        "metrics.json",
+        "metrics.md",
+        "rollouts.jsonl",
+    ]
+
+
 def test_cli_runs_the_hf_backend_end_to_end(
     kb_rows: tuple[Path, list[dict[str, Any]]], tiny_policy_dir: Callable[[str], Path], tmp_path: Path
 ) -> None:
