@@ -20,6 +20,7 @@ import logging
 import re
 import shutil
 import uuid
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -106,6 +107,31 @@ def inspect_checkpoint(path: str | Path) -> Checkpoint:
         f"{path}: not a verl FSDP checkpoint (no fsdp_config.json here or in actor/) nor a local-engine one "
         f"(no engine_state.pt + config.json or {ADAPTER_CONFIG}); found {found}"
     )
+
+
+def _missing_verl_files(actor: Path) -> list[str]:
+    """The files verl's merger and ``ragym export`` read that a verl FSDP checkpoint's actor folder lacks (absent, or
+    a rank's shard whose zip is cut short): each rank's model shard and ``huggingface/``'s config, tokenizer and
+    processor. verl would fail on them inside torch.load or transformers, with a traceback."""
+    try:
+        world_size = json.loads((actor / "fsdp_config.json").read_text())["world_size"]
+        shards = [f"model_world_size_{world_size}_rank_{rank}.pt" for rank in range(world_size)]
+    except (ValueError, KeyError, TypeError):
+        return ["fsdp_config.json that names the world size"]
+    missing = []
+    for name in shards:
+        if not (actor / name).is_file():
+            missing.append(name)
+        elif not zipfile.is_zipfile(actor / name):  # torch.save's zip: its central directory is written last
+            missing.append(f"whole {name} (cut short)")
+    needed = [("config.json",), ("tokenizer.json",), ("tokenizer_config.json",), PROCESSOR_FILES]
+    hf = actor / "huggingface"
+    missing += [
+        " or ".join(f"huggingface/{name}" for name in names)
+        for names in needed
+        if not any((hf / name).is_file() for name in names)
+    ]
+    return missing
 
 
 def _read_snapshot(path: Path) -> dict[str, Any] | None:
@@ -265,6 +291,12 @@ def export_checkpoint(
     if out.exists() and any(out.iterdir()):
         raise UsageError(f"--out {out} exists and is not empty; give a new or empty folder")
     found = inspect_checkpoint(checkpoint)
+    missing = _missing_verl_files(found.model_dir) if found.kind == "verl_fsdp" else []
+    if missing:  # before anything is written (the local engine's files are checked by inspect_checkpoint)
+        raise UsageError(
+            f"{found.model_dir} is incomplete, it has no {', '.join(missing)}: restore the files, or export an "
+            "earlier complete global_step_N"
+        )
     if merge and found.kind == "local":
         raise UsageError(
             f"--merge: {checkpoint} holds full weights ({found.kind}), no adapters; drop --merge"

@@ -140,6 +140,33 @@ def test_refuses_to_overwrite(verl_checkpoint: Path, tmp_path: Path) -> None:
         export_checkpoint(verl_checkpoint, tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        ("model_world_size_2_rank_1.pt", r"whole model_world_size_2_rank_1\.pt \(cut short\)"),
+        ("huggingface/tokenizer.json", r"huggingface/tokenizer\.json"),
+        ("fsdp_config.json", r"fsdp_config\.json that names the world size"),
+    ],
+)
+def test_an_incomplete_verl_checkpoint_is_named_before_anything_is_written(
+    verl_checkpoint: Path, tmp_path: Path, damage: str, named: str
+) -> None:
+    """A rank's shard cut short (a copy that ran out of disk) failed inside torch.load with a traceback, and a
+    tokenizer lost from ``huggingface/`` inside transformers."""
+    run = tmp_path / "run"
+    shutil.copytree(verl_checkpoint, run)
+    damaged = run / "global_step_1" / "actor" / damage
+    if damage.endswith(".pt"):
+        damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    elif damage == "fsdp_config.json":
+        damaged.write_text('{"FSDP_version": 2}')
+    else:
+        damaged.unlink()
+    with pytest.raises(UsageError, match=rf"actor is incomplete, it has no {named}: "):
+        export_checkpoint(run, tmp_path / "hf")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
 @pytest.mark.parametrize("lost", ["model.safetensors", "tokenizer.json", "engine_state.pt"])
 def test_an_incomplete_local_checkpoint_is_named_before_anything_is_written(
     tiny_policy_dir: Callable[[str], Path], tmp_path: Path, lost: str
