@@ -271,6 +271,24 @@ def test_adapters_whose_base_moved_are_refused_naming_the_checkpoint(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy_moved", "run"]
 
 
+def test_a_verl_lora_base_that_does_not_resolve_names_the_checkpoint(tmp_path: Path) -> None:
+    """verl's adapters get their base from the recipe snapshot: the error names the actor folder and the ways out,
+    not the hidden folder the export is written into."""
+    from ragym.rl.export import _check_verl_base
+
+    adapter = tmp_path / ".hf.0123abcd.partial" / "lora_adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({"base_model_name_or_path": str(tmp_path / "gone")})
+    )
+    actor = tmp_path / "global_step_2" / "actor"
+    with pytest.raises(
+        UsageError, match=rf"^{actor}: its recipe's base model '{tmp_path}/gone' .*--recipe"
+    ) as err:
+        _check_verl_base(adapter, actor)
+    assert ".partial" not in str(err.value)
+
+
 def test_a_recipe_snapshot_cut_short_counts_as_none_recorded(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
