@@ -113,7 +113,8 @@ def _unpinned_offload(transformer_impl: ModuleType) -> None:
     def unpinned(**kwargs: Any) -> Any:
         return policy(**{**kwargs, "pin_memory": False})
 
-    transformer_impl.CPUOffloadPolicy = unpinned
+    # The engine module's own binding, rebound (pyright sees a plain ModuleType).
+    transformer_impl.CPUOffloadPolicy = unpinned  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def _load_replica() -> type:
