@@ -8,6 +8,7 @@ import json
 from collections import Counter
 from io import BytesIO
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +39,22 @@ WIKI6M_ROW = {
     "wikipedia_summary": "A bridge.",
     "wikipedia_image_url": None,
 }
+
+
+def _mmhops_features(images: dict) -> Any:
+    """The columns of an MMhops shard a test writes itself, with ``images``' image columns (``datasets.Features``)."""
+    from datasets import Features, List, Value
+
+    return Features(
+        {
+            "id": Value("string"),
+            "problem": Value("string"),
+            "answer_eval": List(Value("string")),
+            "split": Value("string"),
+            "problem_type": Value("string"),
+            **images,
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -118,23 +135,13 @@ def test_infoseek_golds_match_by_qid_where_the_kb_carries_one_and_by_title_only_
 
 
 def test_mmhops_image_columns_under_other_names(tmp_path: Path) -> None:
-    from datasets import Dataset, Features, Image, List, Value
+    from datasets import Dataset, Image
 
     raw = tmp_path / "raw"
     fx.write_mmhops(raw)
     for shard in (raw / "data").glob("*.parquet"):
         shard.unlink()
-    features = Features(
-        {
-            "id": Value("string"),
-            "problem": Value("string"),
-            "answer_eval": List(Value("string")),
-            "split": Value("string"),
-            "problem_type": Value("string"),
-            "image_1": Image(),
-            "image_2": Image(),
-        }
-    )
+    features = _mmhops_features({"image_1": Image(), "image_2": Image()})
     png = fx._png(fx.photo(0))
     rows = {
         "id": ["MMhops_test_1", "MMhops_test_2"],
@@ -294,7 +301,7 @@ def test_evqa_csv_saved_with_a_bom_and_crlf_and_a_row_not_utf8(tmp_path: Path) -
 def test_infoseek_and_mmhops_rows_whose_answers_are_all_empty_are_rejected(tmp_path: Path) -> None:
     """An ``answer_eval`` of empty strings matches no prediction (every episode would score 0): it is
     ``malformed_answer``, as an empty E-VQA answer is; a list with one usable alias is kept."""
-    from datasets import Dataset, Features, Image, List, Value
+    from datasets import Dataset, Image, List
 
     raw = tmp_path / "infoseek"
     fx.write_infoseek(raw)
@@ -311,16 +318,7 @@ def test_infoseek_and_mmhops_rows_whose_answers_are_all_empty_are_rejected(tmp_p
     fx.write_mmhops(raw)
     for shard in (raw / "data").glob("*.parquet"):
         shard.unlink()
-    features = Features(
-        {
-            "id": Value("string"),
-            "problem": Value("string"),
-            "answer_eval": List(Value("string")),
-            "split": Value("string"),
-            "problem_type": Value("string"),
-            "images": List(Image()),
-        }
-    )
+    features = _mmhops_features({"images": List(Image())})
     png = {"bytes": fx._png(fx.photo(0)), "path": None}
     columns = {
         "id": ["MMhops_test_1", "MMhops_test_2", "MMhops_test_3"],
@@ -369,7 +367,7 @@ def test_mmhops_query_images_are_spooled_to_files_not_held_in_memory(tmp_path: P
     row is read and the sample holds its path, so the reader's peak stays under the images' total size."""
     import tracemalloc
 
-    from datasets import Dataset, Features, Image, List, Value
+    from datasets import Dataset, Image, List
 
     raw = tmp_path / "raw"
     fx.write_mmhops(raw)
@@ -381,16 +379,7 @@ def test_mmhops_query_images_are_spooled_to_files_not_held_in_memory(tmp_path: P
         buffer = BytesIO()
         PILImage.fromarray(rng.integers(0, 255, (256, 256, 3), dtype=np.uint8)).save(buffer, format="PNG")
         pngs.append(buffer.getvalue())
-    features = Features(
-        {
-            "id": Value("string"),
-            "problem": Value("string"),
-            "answer_eval": List(Value("string")),
-            "split": Value("string"),
-            "problem_type": Value("string"),
-            "images": List(Image()),
-        }
-    )
+    features = _mmhops_features({"images": List(Image())})
     columns = {
         "id": [f"MMhops_test_{i}" for i in range(40)],
         "problem": ["<image>Who?"] * 40,
