@@ -324,12 +324,22 @@ def check_model(model: Path) -> None:
         check_model(adapter_base(model))
 
 
+def check_out(out: Path, model: Path) -> None:
+    """Refuse, before the model loads, an ``--out`` that is a file or lies in the model folder (its results, traces
+    and plots would mix with the model's files, and a second run there would remove the first's)."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file: give a folder for the results")
+    if model.is_dir() and (out.resolve() == model.resolve() or model.resolve() in out.resolve().parents):
+        raise UsageError(f"--out {out} lies in --model {model}: give a folder outside the model's")
+
+
 def main(argv: list[str]) -> int:
     """``ragym eval --model DIR --data PARQUET [--data ...] --out DIR [--recipe R] [overrides...]``."""
     from ragym.rl.eval.report import ReportStream
 
     args = parse_eval_args(argv)
     check_model(args.model)
+    check_out(args.out, args.model)
     cfg = EvalConfig(
         batch_size=args.batch_size,
         time_year_tolerance=args.time_year_tolerance,

@@ -397,6 +397,33 @@ def test_a_do_sample_word_from_the_command_line_is_refused(tmp_path: Path) -> No
     )
 
 
+@pytest.mark.parametrize("where", ["model", "model/eval", "file"])
+def test_an_out_folder_in_the_model_or_a_file_is_refused_before_it_loads(
+    kb_rows: tuple[Path, list[dict[str, Any]]],
+    tiny_policy_dir: Callable[[str], Path],
+    tmp_path: Path,
+    where: str,
+) -> None:
+    """``--out`` in the model folder wrote the run's results, traces and plots among the model's files; a file there
+    failed only after the model had loaded."""
+    import shutil
+
+    from ragym.rl.errors import UsageError
+    from ragym.rl.eval.evaluate import main
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_policy_dir("qwen2_5_vl"), model)
+    out = tmp_path / where
+    if where == "file":
+        out.write_text("x")
+    kb_dir, _ = kb_rows
+    argv = ["--model", str(model), "--data", str(kb_dir / "data" / "test.parquet"), "--out", str(out)]
+    before = sorted(p.name for p in model.iterdir())
+    with pytest.raises(UsageError, match=rf"--out {out} (is a file|lies in --model {model})"):
+        main([*argv, "--recipe", "kbvqa_tiny_cpu", "--limit", "1", "--backend", "hf"])
+    assert sorted(p.name for p in model.iterdir()) == before
+
+
 @pytest.mark.parametrize(
     ("damage", "named"),
     [
