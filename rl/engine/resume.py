@@ -192,12 +192,16 @@ def check_same_run(
     data: str,
     checkpoint: Path,
     saved_contents: dict[str, str | None] | None = None,
+    contents: dict[str, str | None] | None = None,
 ) -> None:
     """Refuse to resume ``checkpoint`` with settings or training rows other than the ones it was trained on
-    (``saved_contents``: ``run_contents`` at the save; checkpoints written before it compare paths)."""
+    (``saved_contents``: ``run_contents`` at the run's start, saved with the checkpoint; checkpoints written
+    before it compare paths; ``contents``: this run's, computed here when not given)."""
     if saved_config_json is not None:
         saved = OmegaConf.create(json.loads(saved_config_json))
-        contents = run_contents(config) if saved_contents else {}
+        if saved_contents and contents is None:
+            contents = run_contents(config)
+        contents = contents or {}
         for key in RUN_SETTINGS:
             before, now = _plain(OmegaConf.select(saved, key)), _plain(OmegaConf.select(config, key))
             if key == "data.train_files" and saved_data is not None:

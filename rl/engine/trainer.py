@@ -119,6 +119,9 @@ class LocalTrainer:
         self.train_rows = self.train_set.rows
         self.val_rows = load_rows(cfg.val_files, cfg.val_max_samples, bad_rows).rows if cfg.val_files else []
         resume = resume_point(cfg.output_dir, cfg.resume_mode, cfg.resume_from_path)
+        # What the model folder and reward recipe hold as the run starts (its rewards are built from them now),
+        # read once: every checkpoint records it.
+        self.contents = run_contents(config)
         state: dict[str, Any] | None = None
         if resume is not None:
             # The dict save() wrote (torch.load's type is Any).
@@ -130,6 +133,7 @@ class LocalTrainer:
                 self.train_set.fingerprint(),
                 resume,
                 state.get("contents"),
+                self.contents,
             )
         # The Hugging Face policy would run positions it never had (vLLM refuses such a length itself).
         problem = position_problem(cfg.model_path, cfg.prompt_length, cfg.response_length)
@@ -412,7 +416,7 @@ class LocalTrainer:
             "update_rng": self.update_generator.get_state(),
             "config": json.dumps(OmegaConf.to_container(self.config, resolve=True)),
             "data": self.train_set.fingerprint(),
-            "contents": run_contents(self.config),
+            "contents": self.contents,
         }
 
     def _rollout_state(self) -> dict[str, Any]:
