@@ -30,7 +30,13 @@ from transformers import AutoConfig, GenerationConfig
 from verl.model_merger.output_validation import validate_hf_model_output
 from verl.trainer.ppo.checkpoint_callback import CheckpointCallback
 
-from ragym.rl.core.checkpoints import latest_step, load_state, missing_model_files
+from ragym.rl.core.checkpoints import (
+    PROCESSOR_FILES,
+    TEXT_AND_IMAGE_FILES,
+    latest_step,
+    load_state,
+    missing_model_files,
+)
 from ragym.rl.errors import UsageError, one_line
 from ragym.rl.export_args import parse_export_args
 from ragym.rl.lora import ADAPTER_CONFIG, adapter_base, is_adapter_dir, read_lora
@@ -43,8 +49,6 @@ LOCAL_ENGINE_ONLY = ("engine_state.pt", "optimizer.pt")
 """Local-engine files that are training state, not model."""
 VERL_ADAPTER_DIR = "lora_adapter"
 """Where verl's model merger writes a LoRA checkpoint's adapters (beside the base weights)."""
-PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
-"""Either marks a saved processor."""
 
 
 class RecipeSnapshot(CheckpointCallback):
@@ -124,7 +128,7 @@ def _missing_verl_files(actor: Path) -> list[str]:
             missing.append(name)
         elif not zipfile.is_zipfile(actor / name):  # torch.save's zip: its central directory is written last
             missing.append(f"whole {name} (cut short)")
-    needed = [("config.json",), ("tokenizer.json",), ("tokenizer_config.json",), PROCESSOR_FILES]
+    needed = [("config.json",), *TEXT_AND_IMAGE_FILES]
     hf = actor / "huggingface"
     missing += [
         " or ".join(f"huggingface/{name}" for name in names)
@@ -328,9 +332,8 @@ def export_checkpoint(
 def _write_export(found: Checkpoint, source: Path, out: Path, recipe: str | None, merge: bool) -> None:
     """The model folder (weights or adapters, tokenizer, processor, card, export record) of ``found`` in ``out``."""
     adapters = found.kind == "local_lora"
-    if (
-        adapters
-    ):  # the base its adapter_config.json names resolves (offline), or it would not load (nor merge)
+    if adapters:
+        # The base its adapter_config.json names resolves (offline), or it would not load (nor merge).
         adapter_base(found.model_dir)
     if found.kind == "verl_fsdp":
         adapters = _export_verl(found, out, merge)

@@ -54,6 +54,12 @@ ENGINE_STATE = ("engine_state.pt", "optimizer.pt")
 """A local-engine checkpoint's training state: step, data cursor, random states and recipe; optimizer and scheduler."""
 PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 """Either holds a saved image processor."""
+TEXT_AND_IMAGE_FILES: tuple[tuple[str, ...], ...] = (
+    ("tokenizer.json",),
+    ("tokenizer_config.json",),
+    PROCESSOR_FILES,
+)
+"""Beside a model's config and weights: the tokenizer's files and the processor's (one of each tuple)."""
 
 
 def missing_model_files(folder: str | Path, adapters: bool) -> list[str]:
@@ -66,11 +72,9 @@ def missing_model_files(folder: str | Path, adapters: bool) -> list[str]:
     ['adapter_model.safetensors']
     """
     folder = Path(folder)
-    if adapters:
-        needed = [("adapter_model.safetensors",)]
-    else:
-        needed = [("config.json",), *[(name,) for name in _weight_files(folder)]]
-        needed += [("tokenizer.json",), ("tokenizer_config.json",), PROCESSOR_FILES]
+    needed: list[tuple[str, ...]] = [("adapter_model.safetensors",)]
+    if not adapters:
+        needed = [("config.json",), *[(name,) for name in _weight_files(folder)], *TEXT_AND_IMAGE_FILES]
     missing = []
     for names in needed:
         present = [folder / name for name in names if _whole(folder / name)]
